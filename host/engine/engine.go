@@ -1,0 +1,337 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// GatePrincipal is the principal the gate itself signs receipts as.
+const GatePrincipal = "asyncgate"
+
+// Roles of an Actor.
+const (
+	RoleAdmin  = "admin"
+	RoleAgent  = "agent"
+	RoleWorker = "worker"
+)
+
+// Actor is who is calling: a tenant, a principal (agent name or worker id) and a role.
+type Actor struct {
+	Tenant    string `json:"tenant"`
+	Principal string `json:"principal"`
+	Role      string `json:"role"`
+}
+
+// Plugins resolves the per-task-type plugins. Any method may return nil for
+// "none configured"; the engine then uses its built-in default.
+type Plugins interface {
+	// Policy returns the retry policy configured for a task type.
+	Policy(tt *host.TaskType) (host.RetryPolicy, error)
+	// Validators returns the params validators configured for a task type.
+	Validators(tt *host.TaskType) ([]host.Validator, error)
+	// Channel returns a result channel by name.
+	Channel(name string) (host.Channel, error)
+}
+
+// EventKind names something the engine did, for metrics.
+type EventKind string
+
+// Event kinds reported to Config.OnEvent.
+const (
+	EvEnqueued     EventKind = "enqueued"
+	EvLeased       EventKind = "leased"
+	EvAccepted     EventKind = "accepted"
+	EvCompleted    EventKind = "completed"
+	EvFailed       EventKind = "failed"
+	EvRetried      EventKind = "retried"
+	EvDeadLettered EventKind = "dead_lettered"
+	EvLeaseExpired EventKind = "lease_expired"
+	EvReleased     EventKind = "released"
+	EvCanceled     EventKind = "canceled"
+	EvReceipt      EventKind = "receipt"
+	EvPolicyFault  EventKind = "policy_fault"
+)
+
+// Event is reported after the transaction that caused it committed.
+type Event struct {
+	Kind     EventKind
+	Tenant   string
+	TaskType string
+	WorkerID string
+	// Duration is the time from lease to completion for EvCompleted and
+	// EvFailed, and from enqueue to lease for EvLeased.
+	Duration time.Duration
+	Detail   string
+}
+
+// Config configures an Engine. Only Store is required.
+type Config struct {
+	Store  store.Store
+	Clock  host.Clock   // default host.SystemClock
+	Logger *slog.Logger // default slog.Default()
+	// MaxLeaseSeconds caps every lease grant and heartbeat extension (default 3600).
+	MaxLeaseSeconds int
+	// ExpiryJitter is the most random delay added to the requeue delay after a
+	// lease expires, so expiries don't storm (default 3 s; negative: none).
+	ExpiryJitter time.Duration
+	// SweepInterval is how often Run looks for expired leases (default 1 s).
+	SweepInterval time.Duration
+	// MaxWait caps a long-poll (default 30 s).
+	MaxWait time.Duration
+	// DefaultPolicy decides failures of task types without a policy plugin
+	// (default host.ExponentialBackoff{}).
+	DefaultPolicy host.RetryPolicy
+	// Plugins resolves per-task-type plugins (optional).
+	Plugins Plugins
+	// OnEvent, if set, is called after each committed change (keep it fast).
+	OnEvent func(Event)
+	// TaskTypeTTL is how long task types are cached (default 2 s). Writes through
+	// this engine invalidate the cache at once; TTL bounds staleness across hosts.
+	TaskTypeTTL time.Duration
+}
+
+// Engine is the lease engine and receipt ledger. It is safe for concurrent use.
+type Engine struct {
+	st      store.Store
+	clock   host.Clock
+	log     *slog.Logger
+	cfg     Config
+	policy  host.RetryPolicy
+	waiters *waiters
+	types   *typeCache
+
+	seenMu sync.Mutex
+	seen   map[string]time.Time // worker key -> last recorded sighting
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+// New returns an Engine over cfg.Store.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("engine: Config.Store is required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = host.SystemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxLeaseSeconds <= 0 {
+		cfg.MaxLeaseSeconds = 3600
+	}
+	if cfg.ExpiryJitter == 0 {
+		cfg.ExpiryJitter = 3 * time.Second
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = time.Second
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = 30 * time.Second
+	}
+	if cfg.DefaultPolicy == nil {
+		cfg.DefaultPolicy = host.ExponentialBackoff{}
+	}
+	if cfg.TaskTypeTTL <= 0 {
+		cfg.TaskTypeTTL = 2 * time.Second
+	}
+	e := &Engine{
+		st: cfg.Store, clock: cfg.Clock, log: cfg.Logger, cfg: cfg,
+		policy:  cfg.DefaultPolicy,
+		waiters: newWaiters(),
+		seen:    map[string]time.Time{},
+		stop:    make(chan struct{}),
+	}
+	e.types = newTypeCache(e)
+	return e, nil
+}
+
+// Store returns the engine's store.
+func (e *Engine) Store() store.Store { return e.st }
+
+// Clock returns the engine's clock.
+func (e *Engine) Clock() host.Clock { return e.clock }
+
+// Start runs the expiry sweeper and, when the store supports it, the cross-host
+// wake-up listener, until Close.
+func (e *Engine) Start() {
+	e.wg.Add(1)
+	go e.sweepLoop()
+	if n, ok := e.st.(store.Notifier); ok {
+		ctx, cancel := context.WithCancel(context.Background())
+		ch, err := n.Subscribe(ctx)
+		if err != nil {
+			e.log.Warn("cross-host wake-ups unavailable", "err", err)
+			cancel()
+			return
+		}
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			defer cancel()
+			for {
+				select {
+				case <-e.stop:
+					return
+				case tenant, ok := <-ch:
+					if !ok {
+						return
+					}
+					e.waiters.wakeAll(tenant)
+				}
+			}
+		}()
+	}
+}
+
+// Close stops the background loops and wakes every long-poll. It does not close the store.
+func (e *Engine) Close() {
+	e.stopOnce.Do(func() { close(e.stop) })
+	e.waiters.wakeEveryone()
+	e.wg.Wait()
+}
+
+func (e *Engine) sweepLoop() {
+	defer e.wg.Done()
+	t := time.NewTicker(e.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+			if _, err := e.Sweep(context.Background()); err != nil {
+				e.log.Warn("lease sweep failed", "err", err)
+			}
+		}
+	}
+}
+
+func (e *Engine) emit(ev Event) {
+	if e.cfg.OnEvent != nil {
+		e.cfg.OnEvent(ev)
+	}
+}
+
+func (e *Engine) now() time.Time { return e.clock.Now().UTC().Truncate(time.Microsecond) }
+
+// storeErr turns driver errors that are not domain errors into
+// database_unavailable, so callers see a 503 and retry.
+func storeErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var he *host.Error
+	if errors.As(err, &he) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return host.WrapError(host.CodeDatabaseUnavailable, err, "the store failed: "+err.Error())
+}
+
+func (e *Engine) update(ctx context.Context, fn func(store.Tx) error) error {
+	return storeErr(e.st.Update(ctx, fn))
+}
+
+func (e *Engine) view(ctx context.Context, fn func(store.Reader) error) error {
+	return storeErr(e.st.View(ctx, fn))
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// appendReceipt validates r, appends it, opens its obligation if its type
+// creates one, and terminates each parent it can terminate. parentTypes gives
+// the types of parents the caller already knows; others are looked up.
+func appendReceipt(ctx context.Context, tx store.Tx, r *host.Receipt, parentTypes map[string]host.ReceiptType) error {
+	if r.ID == "" {
+		r.ID = host.NewID(host.PrefixReceipt)
+	}
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	if err := tx.AppendReceipt(ctx, r); err != nil {
+		return err
+	}
+	if r.Type.CreatesObligation() {
+		if err := tx.OpenObligation(ctx, host.Obligation{
+			ReceiptID: r.ID, Tenant: r.Tenant, Type: r.Type, Obligor: r.From, Obligee: r.To,
+			TaskID: r.TaskID, CreatedAt: r.CreatedAt, Seq: r.Seq,
+		}); err != nil {
+			return err
+		}
+	}
+	for _, p := range r.Parents {
+		pt, ok := parentTypes[p]
+		if !ok {
+			continue
+		}
+		if r.Type.Terminates(pt) {
+			if _, err := tx.Terminate(ctx, r.Tenant, p, r.ID); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// taskParents returns the receipts a terminal receipt of a task answers: its
+// assignment and, when accepted, the current attempt's acceptance.
+func taskParents(t *host.Task) ([]string, map[string]host.ReceiptType) {
+	ps := []string{}
+	types := map[string]host.ReceiptType{}
+	if t.AssignReceipt != "" {
+		ps = append(ps, t.AssignReceipt)
+		types[t.AssignReceipt] = host.ReceiptAssigned
+	}
+	if t.AcceptReceipt != "" {
+		ps = append(ps, t.AcceptReceipt)
+		types[t.AcceptReceipt] = host.ReceiptAccepted
+	}
+	return ps, types
+}
+
+// acceptParents returns only the current attempt's acceptance (or, when the
+// offer was never accepted, the assignment, which the receipt then merely cites).
+func acceptParents(t *host.Task) ([]string, map[string]host.ReceiptType) {
+	if t.AcceptReceipt != "" {
+		return []string{t.AcceptReceipt}, map[string]host.ReceiptType{t.AcceptReceipt: host.ReceiptAccepted}
+	}
+	return []string{t.AssignReceipt}, map[string]host.ReceiptType{t.AssignReceipt: host.ReceiptAssigned}
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only called with marshalable values
+	}
+	return b
+}
+
+func (e *Engine) jitter(max time.Duration) time.Duration {
+	if max <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(max)))
+}
+
+// clearLease resets the current attempt's fields when a task leaves leased.
+func clearLease(t *host.Task) {
+	t.WorkerID = ""
+	t.LeasedAt = nil
+	t.LeaseExpiresAt = nil
+	t.AcceptedAt = nil
+	t.AcceptReceipt = ""
+	t.CancelRequested = false
+}

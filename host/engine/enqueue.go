@@ -1,0 +1,193 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// MaxParamsBytes caps a task's params.
+const MaxParamsBytes = 256 << 10
+
+// EnqueueRequest is the spec's queue_task.
+type EnqueueRequest struct {
+	TaskType string          `json:"task_type"`
+	Params   json.RawMessage `json:"params"`
+	// Priority 1..10 (10 first); 0 means the task type's default.
+	Priority int `json:"priority,omitempty"`
+	// Recipient receives the outcome; "" means the caller.
+	Recipient      string `json:"recipient_ai,omitempty"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	Summary        string `json:"task_summary,omitempty"`
+	// DelaySeconds or NotBefore delay the first lease.
+	DelaySeconds int        `json:"delay_seconds,omitempty"`
+	NotBefore    *time.Time `json:"not_before,omitempty"`
+	// MaxRetries overrides the task type's default when set.
+	MaxRetries *int `json:"max_retries,omitempty"`
+}
+
+// EnqueueResult is the spec's rich acknowledgement of queue_task.
+type EnqueueResult struct {
+	Task                    *host.Task `json:"-"`
+	TaskID                  string     `json:"task_id"`
+	Status                  string     `json:"status"`
+	IsDuplicate             bool       `json:"is_duplicate"`
+	EstimatedRuntimeSeconds int        `json:"estimated_runtime_seconds"`
+	PollSuggestionSeconds   int        `json:"poll_suggestion_seconds"`
+	InboxOnComplete         bool       `json:"inbox_on_complete"`
+	ReceiptID               string     `json:"receipt_id"`
+	AvailableAt             time.Time  `json:"available_at"`
+}
+
+// Enqueue queues a task for actor and writes its task.assigned receipt in the
+// same transaction. A repeated idempotency key returns the existing task with
+// IsDuplicate set and writes nothing.
+func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (*EnqueueResult, error) {
+	if actor.Tenant == "" || actor.Principal == "" {
+		return nil, host.Errorf(host.CodeBadRequest, "the caller has no tenant or principal")
+	}
+	if req.TaskType == "" {
+		return nil, host.Errorf(host.CodeBadRequest, "task_type is required")
+	}
+	if len(req.Params) > MaxParamsBytes {
+		return nil, host.Errorf(host.CodeTooLarge, "params are %d bytes, the limit is %d", len(req.Params), MaxParamsBytes)
+	}
+	if len(req.Params) == 0 || string(req.Params) == "null" {
+		req.Params = json.RawMessage(`{}`)
+	}
+	if req.Priority != 0 && (req.Priority < 1 || req.Priority > 10) {
+		return nil, host.Errorf(host.CodeBadRequest, "priority must be 1..10, got %d", req.Priority)
+	}
+	if len(req.IdempotencyKey) > 200 {
+		return nil, host.Errorf(host.CodeBadRequest, "idempotency_key is longer than 200 characters")
+	}
+	if len(req.Summary) > 1000 {
+		return nil, host.Errorf(host.CodeBadRequest, "task_summary is longer than 1000 characters")
+	}
+	if req.DelaySeconds < 0 || req.DelaySeconds > 366*24*3600 {
+		return nil, host.Errorf(host.CodeBadRequest, "delay_seconds must be 0..31622400")
+	}
+	if req.MaxRetries != nil && (*req.MaxRetries < 0 || *req.MaxRetries > 1000) {
+		return nil, host.Errorf(host.CodeBadRequest, "max_retries must be 0..1000")
+	}
+	recipient := strings.TrimSpace(req.Recipient)
+	if recipient == "" {
+		recipient = actor.Principal
+	}
+	if len(recipient) > 200 {
+		return nil, host.Errorf(host.CodeBadRequest, "recipient_ai is longer than 200 characters")
+	}
+
+	ct, err := e.types.get(ctx, actor.Tenant, req.TaskType)
+	if err != nil {
+		return nil, err
+	}
+	tt := ct.tt
+	if !tt.Enabled {
+		return nil, host.Errorf(host.CodeTaskTypeDisabled, "task type %q is disabled", tt.Name)
+	}
+	if err := validateParams(ct.schema, req.Params); err != nil {
+		return nil, err
+	}
+	if err := e.runValidators(ctx, tt, req.Params); err != nil {
+		return nil, err
+	}
+	params, err := compactJSON(req.Params)
+	if err != nil {
+		return nil, host.Errorf(host.CodeInvalidParams, "params are not valid JSON: %v", err)
+	}
+
+	now := e.now()
+	t := &host.Task{
+		ID: host.NewID(host.PrefixTask), Tenant: actor.Tenant, Type: tt.Name,
+		CreatedBy: actor.Principal, Recipient: recipient, State: host.StateQueued,
+		Priority: tt.DefaultPriority, Params: params, Summary: req.Summary,
+		IdempotencyKey: req.IdempotencyKey, CreatedAt: now, UpdatedAt: now, AvailableAt: now,
+		MaxRetries: tt.DefaultMaxRetries,
+	}
+	if req.Priority != 0 {
+		t.Priority = req.Priority
+	}
+	if req.MaxRetries != nil {
+		t.MaxRetries = *req.MaxRetries
+	}
+	if req.DelaySeconds > 0 {
+		t.AvailableAt = now.Add(time.Duration(req.DelaySeconds) * time.Second)
+	}
+	if req.NotBefore != nil && req.NotBefore.After(t.AvailableAt) {
+		t.AvailableAt = req.NotBefore.UTC().Truncate(time.Microsecond)
+	}
+	res := &EnqueueResult{
+		EstimatedRuntimeSeconds: tt.EstimatedRuntimeSeconds,
+		PollSuggestionSeconds:   tt.PollSuggestionSeconds,
+		InboxOnComplete:         true,
+	}
+	err = e.update(ctx, func(tx store.Tx) error {
+		res.IsDuplicate = false
+		if t.IdempotencyKey != "" {
+			old, err := tx.FindTaskByIdempotency(ctx, t.Tenant, t.Recipient, t.IdempotencyKey)
+			if err != nil {
+				return err
+			}
+			if old != nil {
+				res.Task, res.IsDuplicate = old, true
+				return nil
+			}
+		}
+		r := &host.Receipt{
+			ID: host.NewID(host.PrefixReceipt), Tenant: t.Tenant, Type: host.ReceiptAssigned,
+			From: GatePrincipal, To: t.Recipient, TaskID: t.ID, Parents: []string{},
+			Body: mustJSON(map[string]any{
+				"task_type": t.Type, "priority": t.Priority, "queued_by": t.CreatedBy,
+				"task_summary": t.Summary, "available_at": t.AvailableAt,
+			}),
+			CreatedAt: now,
+		}
+		t.AssignReceipt = r.ID
+		if err := tx.InsertTask(ctx, t); err != nil {
+			return err
+		}
+		if err := appendReceipt(ctx, tx, r, nil); err != nil {
+			return err
+		}
+		res.Task = t
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.TaskID = res.Task.ID
+	res.Status = string(res.Task.State)
+	res.ReceiptID = res.Task.AssignReceipt
+	res.AvailableAt = res.Task.AvailableAt
+	if !res.IsDuplicate {
+		e.emit(Event{Kind: EvEnqueued, Tenant: t.Tenant, TaskType: t.Type})
+		if !t.AvailableAt.After(now) {
+			e.waiters.wake(t.Tenant, t.Type, 1)
+		}
+	}
+	return res, nil
+}
+
+func (e *Engine) runValidators(ctx context.Context, tt *host.TaskType, params json.RawMessage) error {
+	if e.cfg.Plugins == nil || len(tt.Validators) == 0 {
+		return nil
+	}
+	vs, err := e.cfg.Plugins.Validators(tt)
+	if err != nil {
+		return err
+	}
+	for _, v := range vs {
+		if err := v.Validate(ctx, tt.Name, params); err != nil {
+			if host.ErrorCode(err) == host.CodeInternal {
+				return host.WrapError(host.CodeInvalidParams, err, "params validator: "+err.Error())
+			}
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,948 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// LeaseRequest asks for up to MaxTasks offers.
+type LeaseRequest struct {
+	Tenant       string
+	WorkerID     string
+	Capabilities []string
+	// Types restricts the offers to these task types (the spec's task_types,
+	// the Lease Protocol's preferred_kinds). Empty: any type.
+	Types    []string
+	MaxTasks int // default 1, at most 100
+	// LeaseSeconds overrides the task type's lease length (capped by
+	// Config.MaxLeaseSeconds).
+	LeaseSeconds int
+	// Wait long-polls up to this long (capped by Config.MaxWait) when no task is ready.
+	Wait time.Duration
+}
+
+// MaxBatch is the most offers one lease call returns.
+const MaxBatch = 100
+
+// Lease grants up to MaxTasks offers, priority 10→1 then oldest first. With Wait
+// it parks until a matching task is queued or Wait passes. No offer: an empty
+// slice and no error.
+func (e *Engine) Lease(ctx context.Context, req LeaseRequest) ([]host.Offer, error) {
+	if !host.ValidWorkerID(req.WorkerID) {
+		return nil, host.Errorf(host.CodeInvalidWorkerID, "must match pattern {type}.{instance}")
+	}
+	if req.MaxTasks == 0 {
+		req.MaxTasks = 1
+	}
+	if req.MaxTasks < 1 || req.MaxTasks > MaxBatch {
+		return nil, host.Errorf(host.CodeBadRequest, "max_tasks must be 1..%d", MaxBatch)
+	}
+	if req.LeaseSeconds < 0 {
+		return nil, host.Errorf(host.CodeBadRequest, "lease_seconds must not be negative")
+	}
+	if len(req.Types) > 50 {
+		return nil, host.Errorf(host.CodeBadRequest, "at most 50 task types per lease call")
+	}
+	if req.Wait > e.cfg.MaxWait {
+		req.Wait = e.cfg.MaxWait
+	}
+	e.sawWorker(ctx, req.Tenant, req.WorkerID, req.Capabilities)
+	var deadline <-chan time.Time
+	if req.Wait > 0 {
+		t := time.NewTimer(req.Wait)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		var w *waiter
+		if req.Wait > 0 {
+			w = e.waiters.add(req.Tenant, req.Types)
+		}
+		offers, err := e.claim(ctx, req)
+		if err != nil || len(offers) > 0 || req.Wait <= 0 {
+			if w != nil {
+				e.waiters.remove(req.Tenant, w)
+			}
+			return offers, err
+		}
+		// Delayed tasks become ready without a wake-up; look again at least every second.
+		poll := time.NewTimer(time.Second)
+		select {
+		case <-w.ch:
+		case <-poll.C:
+		case <-deadline:
+			poll.Stop()
+			e.waiters.remove(req.Tenant, w)
+			return nil, nil
+		case <-ctx.Done():
+			poll.Stop()
+			e.waiters.remove(req.Tenant, w)
+			return nil, nil
+		case <-e.stop:
+			poll.Stop()
+			e.waiters.remove(req.Tenant, w)
+			return nil, nil
+		}
+		poll.Stop()
+		e.waiters.remove(req.Tenant, w)
+	}
+}
+
+func (e *Engine) claim(ctx context.Context, req LeaseRequest) ([]host.Offer, error) {
+	now := e.now()
+	var tasks []*host.Task
+	var typeErr error
+	err := e.update(ctx, func(tx store.Tx) error {
+		typeErr = nil
+		var err error
+		tasks, err = tx.ClaimTasks(ctx, store.ClaimQuery{
+			Tenant: req.Tenant, Types: req.Types, Now: now, Limit: req.MaxTasks,
+			Grant: func(t *host.Task) {
+				secs := req.LeaseSeconds
+				if secs == 0 {
+					if ct, err := e.types.get(ctx, t.Tenant, t.Type); err == nil {
+						secs = ct.tt.LeaseSeconds
+					} else {
+						typeErr = err
+						secs = host.DefaultLeaseSeconds
+					}
+				}
+				if secs > e.cfg.MaxLeaseSeconds {
+					secs = e.cfg.MaxLeaseSeconds
+				}
+				t.State = host.StateLeased
+				t.LeaseID = host.NewID(host.PrefixLease)
+				t.WorkerID = req.WorkerID
+				t.LeasedAt = ptr(now)
+				t.LeaseExpiresAt = ptr(now.Add(time.Duration(secs) * time.Second))
+				t.AcceptedAt, t.AcceptReceipt = nil, ""
+				t.LeaseCount++
+				t.UpdatedAt = now
+				if t.StartedAt == nil {
+					t.StartedAt = ptr(now)
+				}
+			},
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if typeErr != nil && !host.IsCode(typeErr, host.CodeUnknownTaskType) {
+		e.log.Warn("lease used the default lease length", "err", typeErr)
+	}
+	offers := make([]host.Offer, len(tasks))
+	for i, t := range tasks {
+		offers[i] = host.Offer{LeaseID: t.LeaseID, RunID: t.LeaseID, LeaseExpiresAt: *t.LeaseExpiresAt, Attempt: t.Attempts + 1, Task: t}
+		e.emit(Event{Kind: EvLeased, Tenant: t.Tenant, TaskType: t.Type, WorkerID: req.WorkerID, Duration: now.Sub(t.AvailableAt)})
+	}
+	return offers, nil
+}
+
+// sawWorker records a worker sighting at most every few seconds per worker.
+func (e *Engine) sawWorker(ctx context.Context, tenant, id string, caps []string) {
+	k := tenant + "\x00" + id
+	now := e.now()
+	e.seenMu.Lock()
+	last, ok := e.seen[k]
+	if ok && now.Sub(last) < 5*time.Second && now.After(last) {
+		e.seenMu.Unlock()
+		return
+	}
+	e.seen[k] = now
+	e.seenMu.Unlock()
+	var capsJSON json.RawMessage
+	if caps != nil {
+		capsJSON = mustJSON(caps)
+	}
+	err := e.update(ctx, func(tx store.Tx) error {
+		return tx.UpsertWorker(ctx, store.Worker{Tenant: tenant, ID: id, Capabilities: capsJSON, FirstSeen: now, LastSeen: now})
+	})
+	if err != nil {
+		e.log.Warn("could not record worker sighting", "worker_id", id, "err", err)
+	}
+}
+
+// WorkerCall identifies the lease a worker call is about.
+type WorkerCall struct {
+	Tenant   string
+	WorkerID string // "" skips the holder check (admin tools)
+	LeaseID  string
+	// TaskID, when set, must match the lease's task (the spec's task_id + run_id).
+	TaskID string
+}
+
+// liveLease loads the task the lease belongs to and checks that it is still
+// held: leased, same lease, same worker, and strictly before its expiry by the
+// server clock.
+func liveLease(ctx context.Context, r store.Reader, c WorkerCall, now time.Time) (*host.Task, error) {
+	if c.LeaseID == "" {
+		return nil, host.Errorf(host.CodeBadRequest, "lease_id (run_id) is required")
+	}
+	t, err := r.GetTaskByLease(ctx, c.LeaseID)
+	if err != nil {
+		if host.IsCode(err, host.CodeNotFound) {
+			return nil, host.Errorf(host.CodeLeaseExpired, "no live lease %s: it expired, was released or never existed", c.LeaseID)
+		}
+		return nil, err
+	}
+	if t.Tenant != c.Tenant || (c.TaskID != "" && c.TaskID != t.ID) {
+		return nil, host.Errorf(host.CodeLeaseExpired, "no live lease %s for this task", c.LeaseID)
+	}
+	if t.State != host.StateLeased || t.LeaseID != c.LeaseID {
+		return t, host.Errorf(host.CodeLeaseExpired, "lease %s is no longer held: the task is %s", c.LeaseID, t.State)
+	}
+	if c.WorkerID != "" && t.WorkerID != c.WorkerID {
+		return t, host.Errorf(host.CodeLeaseExpired, "lease %s is held by another worker", c.LeaseID)
+	}
+	if !now.Before(*t.LeaseExpiresAt) {
+		return t, host.Errorf(host.CodeLeaseExpired, "lease %s expired at %s (server time %s)", c.LeaseID,
+			t.LeaseExpiresAt.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
+	}
+	return t, nil
+}
+
+func liveFence(t *host.Task, now time.Time) store.Fence {
+	return store.Fence{State: host.StateLeased, LeaseID: t.LeaseID, LiveAt: ptr(now)}
+}
+
+// fenced maps a fenced update to lease_expired: someone else moved the task.
+func fenced(err error, leaseID string) error {
+	if errors.Is(err, store.ErrFenced) {
+		return host.Errorf(host.CodeLeaseExpired, "lease %s was lost to a concurrent change", leaseID)
+	}
+	return err
+}
+
+// Accept turns an offer into the worker's obligation: it writes task.accepted.
+// Accepting twice is idempotent.
+func (e *Engine) Accept(ctx context.Context, c WorkerCall) (*host.Task, string, error) {
+	now := e.now()
+	var out *host.Task
+	var rid string
+	err := e.update(ctx, func(tx store.Tx) error {
+		t, err := liveLease(ctx, tx, c, now)
+		if err != nil {
+			return err
+		}
+		if t.AcceptReceipt != "" {
+			out, rid = t, t.AcceptReceipt
+			return nil
+		}
+		r := &host.Receipt{
+			ID: host.NewID(host.PrefixReceipt), Tenant: t.Tenant, Type: host.ReceiptAccepted,
+			From: t.WorkerID, To: t.Recipient, TaskID: t.ID, LeaseID: t.LeaseID,
+			Parents:   []string{t.AssignReceipt},
+			Body:      mustJSON(map[string]any{"lease_id": t.LeaseID, "attempt": t.Attempts + 1, "lease_expires_at": t.LeaseExpiresAt}),
+			CreatedAt: now,
+		}
+		fence := liveFence(t, now)
+		t.AcceptedAt, t.AcceptReceipt, t.UpdatedAt = ptr(now), r.ID, now
+		if err := tx.UpdateTask(ctx, t, fence); err != nil {
+			return fenced(err, c.LeaseID)
+		}
+		if err := appendReceipt(ctx, tx, r, map[string]host.ReceiptType{t.AssignReceipt: host.ReceiptAssigned}); err != nil {
+			return err
+		}
+		out, rid = t, r.ID
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	e.emit(Event{Kind: EvAccepted, Tenant: out.Tenant, TaskType: out.Type, WorkerID: out.WorkerID})
+	return out, rid, nil
+}
+
+// HeartbeatRequest extends a lease and reports progress.
+type HeartbeatRequest struct {
+	WorkerCall
+	ProgressPercent *float64
+	ProgressMessage string
+	// ExtendSeconds is the new lease length from now; 0 means the lease's own length.
+	ExtendSeconds int
+}
+
+// HeartbeatResult tells the worker its new expiry and whether to stop.
+type HeartbeatResult struct {
+	Status          string    `json:"status"`
+	LeaseExpiresAt  time.Time `json:"lease_expires_at"`
+	CancelRequested bool      `json:"cancel_requested"`
+}
+
+// Heartbeat extends a live lease to now + extension (capped) and records
+// progress. A heartbeat at or after lease_expires_at is refused (lease_expired).
+func (e *Engine) Heartbeat(ctx context.Context, req HeartbeatRequest) (*HeartbeatResult, error) {
+	if req.ProgressPercent != nil && (*req.ProgressPercent < 0 || *req.ProgressPercent > 100 || *req.ProgressPercent != *req.ProgressPercent) {
+		return nil, host.Errorf(host.CodeBadRequest, "progress_percent must be 0..100")
+	}
+	if len(req.ProgressMessage) > 4096 {
+		return nil, host.Errorf(host.CodeTooLarge, "progress_message is longer than 4096 bytes")
+	}
+	if req.ExtendSeconds < 0 {
+		return nil, host.Errorf(host.CodeBadRequest, "extend_lease_seconds must not be negative")
+	}
+	now := e.now()
+	var res HeartbeatResult
+	var tt string
+	err := e.update(ctx, func(tx store.Tx) error {
+		t, err := liveLease(ctx, tx, req.WorkerCall, now)
+		if err != nil {
+			return err
+		}
+		tt = t.Type
+		ext := req.ExtendSeconds
+		if ext == 0 {
+			ext = int(t.LeaseExpiresAt.Sub(*t.LeasedAt).Seconds())
+			if ct, err := e.types.get(ctx, t.Tenant, t.Type); err == nil {
+				ext = ct.tt.LeaseSeconds
+			}
+		}
+		if ext > e.cfg.MaxLeaseSeconds {
+			ext = e.cfg.MaxLeaseSeconds
+		}
+		fence := liveFence(t, now)
+		newExp := now.Add(time.Duration(ext) * time.Second)
+		if newExp.After(*t.LeaseExpiresAt) {
+			t.LeaseExpiresAt = &newExp
+		}
+		if req.ProgressPercent != nil || req.ProgressMessage != "" {
+			if req.ProgressPercent != nil {
+				t.ProgressPercent = ptr(*req.ProgressPercent)
+			}
+			if req.ProgressMessage != "" {
+				t.ProgressMessage = req.ProgressMessage
+			}
+			if err := tx.InsertProgress(ctx, store.Progress{Tenant: t.Tenant, TaskID: t.ID, LeaseID: t.LeaseID,
+				Percent: req.ProgressPercent, Message: req.ProgressMessage, At: now}); err != nil {
+				return err
+			}
+		}
+		t.UpdatedAt = now
+		if err := tx.UpdateTask(ctx, t, fence); err != nil {
+			return fenced(err, req.LeaseID)
+		}
+		res = HeartbeatResult{Status: "ok", LeaseExpiresAt: *t.LeaseExpiresAt, CancelRequested: t.CancelRequested}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.sawWorker(ctx, req.Tenant, req.WorkerID, nil)
+	_ = tt
+	return &res, nil
+}
+
+// CompleteRequest reports success. The result must be locatable: a pointer,
+// artifacts or a delivery proof, or a Payload the gate stores through a channel.
+type CompleteRequest struct {
+	WorkerCall
+	Result host.Result
+	// Payload, when set, is stored through Result.Channel (or the task type's
+	// default channel, or by size) and its pointer and checksum recorded.
+	Payload []byte
+}
+
+// CompleteResult is the outcome of Complete.
+type CompleteResult struct {
+	Task      *host.Task `json:"-"`
+	Status    string     `json:"status"`
+	ReceiptID string     `json:"receipt_id"`
+	// Duplicate is set when this lease had already completed with this call.
+	Duplicate bool `json:"duplicate"`
+}
+
+func completeDedupe(leaseID string) string { return "complete:" + leaseID }
+
+// Complete marks the leased task succeeded and writes task.completed, which
+// discharges the assignment and the acceptance. Completing the same lease again
+// returns the first outcome.
+func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteResult, error) {
+	if len(req.Payload) > 0 {
+		if err := e.storePayload(ctx, &req); err != nil {
+			return nil, err
+		}
+	}
+	res := req.Result
+	if !res.Locatable() {
+		return nil, host.Errorf(host.CodeNotLocatable, "a success must be locatable: give result_pointer, artifacts or delivery_proof (or a payload to store)")
+	}
+	if len(res.Artifacts) > host.MaxArtifacts {
+		return nil, host.Errorf(host.CodeTooLarge, "%d artifacts, the limit is %d. %s", len(res.Artifacts), host.MaxArtifacts, host.ContractsNotChat)
+	}
+	if len(res.Pointer) > 8192 || len(res.Checksum) > 200 || len(res.Summary) > 8192 {
+		return nil, host.Errorf(host.CodeTooLarge, "result_pointer, result_checksum or summary is too long")
+	}
+	for _, raw := range []*json.RawMessage{&res.Metadata, &res.DeliveryProof} {
+		if len(*raw) > 0 {
+			c, err := compactJSON(*raw)
+			if err != nil {
+				return nil, host.Errorf(host.CodeBadRequest, "metadata and delivery_proof must be valid JSON")
+			}
+			*raw = c
+		}
+	}
+	now := e.now()
+	out := &CompleteResult{}
+	var leasedAt time.Time
+	err := e.update(ctx, func(tx store.Tx) error {
+		t, err := liveLease(ctx, tx, req.WorkerCall, now)
+		if err != nil {
+			if host.IsCode(err, host.CodeLeaseExpired) {
+				if prev, _ := tx.GetReceiptByDedupe(ctx, req.Tenant, completeDedupe(req.LeaseID)); prev != nil {
+					out.Task, out.ReceiptID, out.Duplicate = t, prev.ID, true
+					if t == nil {
+						out.Task, _ = tx.GetTask(ctx, prev.Tenant, prev.TaskID)
+					}
+					return nil
+				}
+			}
+			return err
+		}
+		fence := liveFence(t, now)
+		parents, types := taskParents(t)
+		body := map[string]any{
+			"lease_id": t.LeaseID, "worker_id": t.WorkerID, "attempt": t.Attempts + 1,
+			"result_channel": res.Channel, "result_pointer": res.Pointer, "result_checksum": res.Checksum,
+			"summary": res.Summary,
+		}
+		if len(res.Artifacts) > 0 {
+			body["artifacts"] = res.Artifacts
+		}
+		if len(res.DeliveryProof) > 0 {
+			body["delivery_proof"] = res.DeliveryProof
+		}
+		if len(res.Metadata) > 0 {
+			body["metadata"] = res.Metadata
+		}
+		r := &host.Receipt{
+			ID: host.NewID(host.PrefixReceipt), Tenant: t.Tenant, Type: host.ReceiptCompleted,
+			From: t.WorkerID, To: t.Recipient, TaskID: t.ID, LeaseID: t.LeaseID, Parents: parents,
+			Body: mustJSON(body), DedupeKey: completeDedupe(t.LeaseID), CreatedAt: now,
+		}
+		leasedAt = *t.LeasedAt
+		t.State, t.UpdatedAt, t.CompletedAt = host.StateSucceeded, now, ptr(now)
+		rc := res
+		t.Result = &rc
+		t.CancelRequested = false
+		t.LeaseExpiresAt = nil
+		if err := tx.UpdateTask(ctx, t, fence); err != nil {
+			return fenced(err, req.LeaseID)
+		}
+		if err := appendReceipt(ctx, tx, r, types); err != nil {
+			return err
+		}
+		out.Task, out.ReceiptID = t, r.ID
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out.Status = "completed"
+	if !out.Duplicate {
+		e.emit(Event{Kind: EvCompleted, Tenant: out.Task.Tenant, TaskType: out.Task.Type, WorkerID: req.WorkerID, Duration: now.Sub(leasedAt)})
+	}
+	return out, nil
+}
+
+// FailRequest reports a failed attempt.
+type FailRequest struct {
+	WorkerCall
+	Error     string
+	Retryable bool
+	Metadata  json.RawMessage
+}
+
+// FailResult is the outcome of Fail, in the spec's shape.
+type FailResult struct {
+	Task             *host.Task `json:"-"`
+	Status           string     `json:"status"` // "failed" (will retry), "dead_letter" or "canceled"
+	WillRetry        bool       `json:"will_retry"`
+	RetryScheduledAt *time.Time `json:"retry_scheduled_at,omitempty"`
+	ReceiptID        string     `json:"receipt_id"`
+	Duplicate        bool       `json:"duplicate"`
+}
+
+func failDedupe(leaseID string) string { return "fail:" + leaseID }
+
+// Fail records a failed attempt: it uses up one attempt and asks the task type's
+// retry policy whether to retry after a delay or dead-letter the task. A
+// failure on a task whose cancel was requested cancels it. Failing the same lease
+// again returns the first outcome.
+func (e *Engine) Fail(ctx context.Context, req FailRequest) (*FailResult, error) {
+	if len(req.Error) > 8192 {
+		req.Error = req.Error[:8192]
+	}
+	if len(req.Metadata) > 0 {
+		c, err := compactJSON(req.Metadata)
+		if err != nil {
+			return nil, host.Errorf(host.CodeBadRequest, "metadata must be valid JSON")
+		}
+		req.Metadata = c
+	}
+	now := e.now()
+	// The policy runs outside the transaction (it may be a plugin): read first,
+	// decide, then write fenced on the lease we read.
+	var t *host.Task
+	err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		t, err = liveLease(ctx, r, req.WorkerCall, now)
+		return err
+	})
+	if err != nil {
+		if host.IsCode(err, host.CodeLeaseExpired) {
+			if dup := e.failDuplicate(ctx, req); dup != nil {
+				return dup, nil
+			}
+		}
+		return nil, err
+	}
+	decision, fault := e.decide(ctx, t, host.FailureInput{
+		TaskID: t.ID, TaskType: t.Type, Kind: host.FailureError, Retryable: req.Retryable,
+		Attempts: t.Attempts + 1, MaxRetries: t.MaxRetries, LeaseExpiries: t.LeaseExpiries, Error: req.Error,
+	})
+	out := &FailResult{}
+	var leasedAt time.Time
+	var dead bool
+	err = e.update(ctx, func(tx store.Tx) error {
+		t, err := liveLease(ctx, tx, req.WorkerCall, now)
+		if err != nil {
+			return err
+		}
+		leasedAt = *t.LeasedAt
+		fence := liveFence(t, now)
+		t.Attempts++
+		t.LastError = req.Error
+		t.UpdatedAt = now
+		body := map[string]any{"lease_id": t.LeaseID, "worker_id": t.WorkerID, "attempt": t.Attempts,
+			"error_message": req.Error, "retryable": req.Retryable}
+		if len(req.Metadata) > 0 {
+			body["metadata"] = req.Metadata
+		}
+		var rs []*host.Receipt
+		var rtypes map[string]host.ReceiptType
+		switch {
+		case t.CancelRequested:
+			parents, types := taskParents(t)
+			rtypes = types
+			body["reason"] = "cancel_requested"
+			rs = append(rs, &host.Receipt{Type: host.ReceiptCanceled, From: t.WorkerID, Parents: parents, Body: mustJSON(body)})
+			clearLease(t)
+			t.State, t.CompletedAt = host.StateCanceled, ptr(now)
+			out.Status = "canceled"
+		case decision.Action == host.ActionRetry:
+			parents, types := acceptParents(t)
+			rtypes = types
+			at := now.Add(time.Duration(decision.DelaySeconds * float64(time.Second)))
+			body["retry_scheduled_at"] = at
+			body["delay_seconds"] = decision.DelaySeconds
+			rs = append(rs, &host.Receipt{Type: host.ReceiptRetryScheduled, From: GatePrincipal, Parents: parents, Body: mustJSON(body)})
+			clearLease(t)
+			t.State, t.AvailableAt = host.StateQueued, at
+			out.Status, out.WillRetry, out.RetryScheduledAt = "failed", true, &at
+		default:
+			parents, types := taskParents(t)
+			rtypes = types
+			reason := decision.Reason
+			if reason == "" {
+				reason = host.ReasonPolicy
+			}
+			body["dead_reason"] = reason
+			failed := &host.Receipt{ID: host.NewID(host.PrefixReceipt), Type: host.ReceiptFailed, From: t.WorkerID, Parents: parents, Body: mustJSON(body)}
+			rs = append(rs, failed)
+			if reason == host.ReasonMaxRetriesExceeded || decision.Action == host.ActionEscalate {
+				to := t.Recipient
+				if decision.EscalateTo != "" {
+					to = decision.EscalateTo
+				}
+				rs = append(rs, &host.Receipt{Type: host.ReceiptEscalated, From: GatePrincipal, To: to, Parents: []string{failed.ID},
+					Body: mustJSON(map[string]any{"escalation_class": "policy", "escalation_reason": reason, "attempts": t.Attempts, "error_message": req.Error})})
+			}
+			clearLease(t)
+			t.State, t.DeadReason, t.CompletedAt = host.StateDeadLetter, reason, ptr(now)
+			out.Status = "dead_letter"
+			dead = true
+		}
+		if fault != nil {
+			rs = append(rs, policyFaultReceipt(t, fault))
+		}
+		if err := tx.UpdateTask(ctx, t, fence); err != nil {
+			return fenced(err, req.LeaseID)
+		}
+		for i, r := range rs {
+			fillTaskReceipt(r, t, req.LeaseID, now)
+			if i == 0 {
+				r.DedupeKey = failDedupe(req.LeaseID)
+			}
+			if err := appendReceipt(ctx, tx, r, rtypes); err != nil {
+				return err
+			}
+		}
+		out.Task, out.ReceiptID = t, rs[0].ID
+		return nil
+	})
+	if err != nil {
+		if host.IsCode(err, host.CodeLeaseExpired) {
+			if dup := e.failDuplicate(ctx, req); dup != nil {
+				return dup, nil
+			}
+		}
+		return nil, err
+	}
+	ev := Event{Tenant: out.Task.Tenant, TaskType: out.Task.Type, WorkerID: req.WorkerID, Duration: now.Sub(leasedAt), Detail: req.Error}
+	ev.Kind = EvFailed
+	e.emit(ev)
+	switch {
+	case dead:
+		ev.Kind = EvDeadLettered
+		e.emit(ev)
+	case out.WillRetry:
+		ev.Kind = EvRetried
+		e.emit(ev)
+	case out.Status == "canceled":
+		ev.Kind = EvCanceled
+		e.emit(ev)
+	}
+	if fault != nil {
+		e.emit(Event{Kind: EvPolicyFault, Tenant: out.Task.Tenant, TaskType: out.Task.Type, Detail: fault.Error()})
+	}
+	return out, nil
+}
+
+// failDuplicate answers a repeated fail call for a lease that already failed.
+func (e *Engine) failDuplicate(ctx context.Context, req FailRequest) *FailResult {
+	var out *FailResult
+	_ = e.view(ctx, func(r store.Reader) error {
+		prev, err := r.GetReceiptByDedupe(ctx, req.Tenant, failDedupe(req.LeaseID))
+		if err != nil || prev == nil {
+			return err
+		}
+		t, err := r.GetTask(ctx, prev.Tenant, prev.TaskID)
+		if err != nil {
+			return err
+		}
+		out = &FailResult{Task: t, ReceiptID: prev.ID, Duplicate: true}
+		switch prev.Type {
+		case host.ReceiptRetryScheduled:
+			out.Status, out.WillRetry = "failed", true
+			var b struct {
+				At *time.Time `json:"retry_scheduled_at"`
+			}
+			_ = json.Unmarshal(prev.Body, &b)
+			out.RetryScheduledAt = b.At
+		case host.ReceiptCanceled:
+			out.Status = "canceled"
+		default:
+			out.Status = "dead_letter"
+		}
+		return nil
+	})
+	return out
+}
+
+func fillTaskReceipt(r *host.Receipt, t *host.Task, leaseID string, now time.Time) {
+	if r.ID == "" {
+		r.ID = host.NewID(host.PrefixReceipt)
+	}
+	r.Tenant, r.TaskID, r.LeaseID, r.CreatedAt = t.Tenant, t.ID, leaseID, now
+	if r.To == "" {
+		r.To = t.Recipient
+	}
+	if r.From == "" {
+		r.From = GatePrincipal
+	}
+}
+
+func policyFaultReceipt(t *host.Task, fault error) *host.Receipt {
+	return &host.Receipt{Type: host.ReceiptEscalated, From: GatePrincipal, To: t.Recipient, Parents: []string{t.AssignReceipt},
+		Body: mustJSON(map[string]any{"escalation_class": "system", "escalation_reason": host.ReasonPolicyFault,
+			"detail": "the task type's retry policy failed; the built-in default decided instead: " + fault.Error()})}
+}
+
+// decide asks the task type's policy; on a policy fault it falls back to the
+// default policy and returns the fault so an escalation receipt is written.
+func (e *Engine) decide(ctx context.Context, t *host.Task, in host.FailureInput) (host.Decision, error) {
+	pol := e.policy
+	var fault error
+	if e.cfg.Plugins != nil {
+		if ct, err := e.types.get(ctx, t.Tenant, t.Type); err == nil && ct.tt.Policy != nil {
+			in.Config = ct.tt.Policy.Config
+			p, err := e.cfg.Plugins.Policy(ct.tt)
+			switch {
+			case err != nil:
+				fault = err
+			case p != nil:
+				pol = p
+			}
+		}
+	}
+	if fault == nil {
+		d, err := pol.Decide(ctx, in)
+		if err == nil && validDecision(d) {
+			return d, nil
+		}
+		if err == nil {
+			err = host.Errorf(host.CodeInternal, "policy returned an invalid decision %+v", d)
+		}
+		if pol == e.policy {
+			// The built-in policy itself failed: dead-letter, never lose the task.
+			return host.Decision{Action: host.ActionDeadLetter, Reason: host.ReasonPolicyFault}, err
+		}
+		fault = err
+	}
+	e.log.Warn("retry policy failed; using the built-in default", "task_id", t.ID, "task_type", t.Type, "err", fault)
+	in.Config = nil
+	d, err := e.policy.Decide(ctx, in)
+	if err != nil || !validDecision(d) {
+		d = host.Decision{Action: host.ActionDeadLetter, Reason: host.ReasonPolicyFault}
+	}
+	return d, fault
+}
+
+func validDecision(d host.Decision) bool {
+	switch d.Action {
+	case host.ActionRetry:
+		return d.DelaySeconds >= 0 && d.DelaySeconds <= 366*24*3600
+	case host.ActionDeadLetter, host.ActionEscalate:
+		return true
+	}
+	return false
+}
+
+// Release gives a leased task back to the queue at once without using an
+// attempt. Releasing a lease that is already gone is a no-op (KLIS-3 §5.3).
+func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*host.Task, error) {
+	now := e.now()
+	var out *host.Task
+	var released bool
+	err := e.update(ctx, func(tx store.Tx) error {
+		released = false
+		t, err := liveLease(ctx, tx, c, now)
+		if err != nil {
+			if host.IsCode(err, host.CodeLeaseExpired) {
+				out = t
+				return nil // idempotent: already released or expired
+			}
+			return err
+		}
+		fence := liveFence(t, now)
+		var r *host.Receipt
+		if t.CancelRequested {
+			parents, types := taskParents(t)
+			r = &host.Receipt{Type: host.ReceiptCanceled, From: t.WorkerID, Parents: parents, Body: mustJSON(map[string]any{"reason": "cancel_requested", "lease_id": t.LeaseID})}
+			fillTaskReceipt(r, t, t.LeaseID, now)
+			clearLease(t)
+			t.State, t.CompletedAt, t.UpdatedAt = host.StateCanceled, ptr(now), now
+			if err := tx.UpdateTask(ctx, t, fence); err != nil {
+				return fenced(err, c.LeaseID)
+			}
+			out = t
+			return appendReceipt(ctx, tx, r, types)
+		}
+		if t.AcceptReceipt != "" {
+			r = &host.Receipt{Type: host.ReceiptReleased, From: t.WorkerID, Parents: []string{t.AcceptReceipt},
+				Body: mustJSON(map[string]any{"reason": reason, "lease_id": t.LeaseID})}
+			fillTaskReceipt(r, t, t.LeaseID, now)
+		}
+		acc := t.AcceptReceipt
+		clearLease(t)
+		t.State, t.AvailableAt, t.UpdatedAt = host.StateQueued, now, now
+		if err := tx.UpdateTask(ctx, t, fence); err != nil {
+			return fenced(err, c.LeaseID)
+		}
+		out, released = t, true
+		if r != nil {
+			return appendReceipt(ctx, tx, r, map[string]host.ReceiptType{acc: host.ReceiptAccepted})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if released {
+		e.emit(Event{Kind: EvReleased, Tenant: out.Tenant, TaskType: out.Type, WorkerID: c.WorkerID})
+		e.waiters.wake(out.Tenant, out.Type, 1)
+	}
+	return out, nil
+}
+
+// Cancel cancels a task: a queued task at once (task.canceled), a leased one by
+// flagging it so the worker learns from its next heartbeat. Canceling a task
+// that is already finished is a conflict; canceling twice is a no-op.
+func (e *Engine) Cancel(ctx context.Context, actor Actor, taskID, reason string) (*host.Task, error) {
+	if len(reason) > 1000 {
+		return nil, host.Errorf(host.CodeBadRequest, "reason is longer than 1000 characters")
+	}
+	now := e.now()
+	var out *host.Task
+	var canceled bool
+	err := e.update(ctx, func(tx store.Tx) error {
+		canceled = false
+		t, err := tx.GetTask(ctx, actor.Tenant, taskID)
+		if err != nil {
+			return err
+		}
+		if !visible(actor, t) {
+			return host.Errorf(host.CodeNotFound, "no task %s", taskID)
+		}
+		switch t.State {
+		case host.StateCanceled:
+			out = t
+			return nil
+		case host.StateQueued:
+			fence := store.Fence{State: host.StateQueued}
+			parents, types := taskParents(t)
+			r := &host.Receipt{Type: host.ReceiptCanceled, From: actor.Principal, Parents: parents,
+				Body: mustJSON(map[string]any{"reason": reason, "canceled_by": actor.Principal})}
+			fillTaskReceipt(r, t, "", now)
+			t.State, t.CompletedAt, t.UpdatedAt = host.StateCanceled, ptr(now), now
+			if err := tx.UpdateTask(ctx, t, fence); err != nil {
+				return host.Errorf(host.CodeConflict, "task %s changed while canceling; try again", taskID)
+			}
+			out, canceled = t, true
+			return appendReceipt(ctx, tx, r, types)
+		case host.StateLeased:
+			if t.CancelRequested {
+				out = t
+				return nil
+			}
+			fence := store.Fence{State: host.StateLeased, LeaseID: t.LeaseID}
+			t.CancelRequested, t.UpdatedAt = true, now
+			if err := tx.UpdateTask(ctx, t, fence); err != nil {
+				return host.Errorf(host.CodeConflict, "task %s changed while canceling; try again", taskID)
+			}
+			out = t
+			return nil
+		default:
+			return host.Errorf(host.CodeConflict, "task %s is %s and can no longer be canceled", taskID, t.State)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if canceled {
+		e.emit(Event{Kind: EvCanceled, Tenant: out.Tenant, TaskType: out.Type})
+	}
+	return out, nil
+}
+
+// Sweep handles every lease that has expired by the engine's clock: the task
+// goes back to the queue after its requeue delay plus jitter without using an
+// attempt; an accepted lease writes task.escalated (lease_expired); a task
+// whose leases keep expiring goes to dead letter (max_lease_expiries); a task
+// whose cancel was requested is canceled. It returns how many leases it handled.
+func (e *Engine) Sweep(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, err := e.sweepBatch(ctx, 200)
+		total += n
+		if err != nil || n < 200 {
+			return total, err
+		}
+	}
+}
+
+func (e *Engine) sweepBatch(ctx context.Context, limit int) (int, error) {
+	now := e.now()
+	var events []Event
+	var requeued []*host.Task
+	var n int
+	err := e.update(ctx, func(tx store.Tx) error {
+		events, requeued, n = nil, nil, 0
+		ts, err := tx.ExpiredLeases(ctx, now, limit)
+		if err != nil {
+			return err
+		}
+		for _, t := range ts {
+			fence := store.Fence{State: host.StateLeased, LeaseID: t.LeaseID, ExpiredAt: ptr(now)}
+			leaseID, worker := t.LeaseID, t.WorkerID
+			var rs []*host.Receipt
+			var rtypes map[string]host.ReceiptType
+			expBody := map[string]any{"escalation_class": "policy", "escalation_reason": host.ReasonLeaseExpired,
+				"lease_id": leaseID, "worker_id": worker, "lease_expires_at": t.LeaseExpiresAt}
+			if t.AcceptReceipt != "" {
+				rs = append(rs, &host.Receipt{Type: host.ReceiptEscalated, Parents: []string{t.AcceptReceipt}, Body: mustJSON(expBody)})
+			}
+			t.LeaseExpiries++
+			t.UpdatedAt = now
+			_, rtypes = taskParents(t)
+			switch {
+			case t.CancelRequested:
+				parents, _ := taskParents(t)
+				rs = append(rs, &host.Receipt{Type: host.ReceiptCanceled, Parents: parents, Body: mustJSON(map[string]any{"reason": "cancel_requested", "lease_id": leaseID})})
+				clearLease(t)
+				t.State, t.CompletedAt = host.StateCanceled, ptr(now)
+				events = append(events, Event{Kind: EvCanceled, Tenant: t.Tenant, TaskType: t.Type})
+			case t.LeaseExpiries >= e.maxExpiries(ctx, t):
+				parents, _ := taskParents(t)
+				failed := &host.Receipt{ID: host.NewID(host.PrefixReceipt), Type: host.ReceiptFailed, Parents: parents,
+					Body: mustJSON(map[string]any{"dead_reason": host.ReasonMaxLeaseExpiries, "lease_expiries": t.LeaseExpiries, "lease_id": leaseID})}
+				rs = append(rs, failed, &host.Receipt{Type: host.ReceiptEscalated, Parents: []string{failed.ID},
+					Body: mustJSON(map[string]any{"escalation_class": "policy", "escalation_reason": host.ReasonMaxLeaseExpiries, "lease_expiries": t.LeaseExpiries})})
+				clearLease(t)
+				t.State, t.DeadReason, t.CompletedAt = host.StateDeadLetter, host.ReasonMaxLeaseExpiries, ptr(now)
+				events = append(events, Event{Kind: EvDeadLettered, Tenant: t.Tenant, TaskType: t.Type, Detail: host.ReasonMaxLeaseExpiries})
+			default:
+				delay := time.Duration(e.requeueDelay(ctx, t)) * time.Second
+				clearLease(t)
+				t.State, t.AvailableAt = host.StateQueued, now.Add(delay+e.jitter(e.cfg.ExpiryJitter))
+				requeued = append(requeued, t)
+			}
+			if err := tx.UpdateTask(ctx, t, fence); err != nil {
+				if errors.Is(err, store.ErrFenced) {
+					continue // another host or a racing call handled it
+				}
+				return err
+			}
+			for _, r := range rs {
+				fillTaskReceipt(r, t, leaseID, now)
+				if err := appendReceipt(ctx, tx, r, rtypes); err != nil {
+					return err
+				}
+			}
+			events = append(events, Event{Kind: EvLeaseExpired, Tenant: t.Tenant, TaskType: t.Type, WorkerID: worker})
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, ev := range events {
+		e.emit(ev)
+	}
+	for _, t := range requeued {
+		if !t.AvailableAt.After(now) {
+			e.waiters.wake(t.Tenant, t.Type, 1)
+		}
+	}
+	return n, nil
+}
+
+func (e *Engine) maxExpiries(ctx context.Context, t *host.Task) int {
+	if ct, err := e.types.get(ctx, t.Tenant, t.Type); err == nil {
+		return ct.tt.MaxLeaseExpiries
+	}
+	return host.DefaultMaxLeaseExpiries
+}
+
+func (e *Engine) requeueDelay(ctx context.Context, t *host.Task) int {
+	if ct, err := e.types.get(ctx, t.Tenant, t.Type); err == nil {
+		return ct.tt.RequeueDelaySeconds
+	}
+	return host.DefaultRequeueDelaySeconds
+}
+
+func compactJSON(raw json.RawMessage) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

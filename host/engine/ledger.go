@@ -1,0 +1,320 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// receiptVisible reports whether actor may read r: admins the whole tenant,
+// others the receipts they issued or that are addressed to them, and the
+// receipts of tasks they may see.
+func (e *Engine) receiptVisible(ctx context.Context, r store.Reader, a Actor, rc *host.Receipt) bool {
+	if rc.Tenant != a.Tenant {
+		return false
+	}
+	if a.Role == RoleAdmin || rc.From == a.Principal || rc.To == a.Principal {
+		return true
+	}
+	if rc.TaskID != "" {
+		if t, err := r.GetTask(ctx, a.Tenant, rc.TaskID); err == nil {
+			return visible(a, t) || (a.Role == RoleWorker && rc.From == a.Principal)
+		}
+	}
+	return false
+}
+
+// GetReceipt returns a receipt the actor may read, with its terminator if any.
+func (e *Engine) GetReceipt(ctx context.Context, actor Actor, id string) (*host.Receipt, string, error) {
+	var rc *host.Receipt
+	var term string
+	err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		if rc, err = r.GetReceipt(ctx, actor.Tenant, id); err != nil {
+			return err
+		}
+		if !e.receiptVisible(ctx, r, actor, rc) {
+			return host.Errorf(host.CodeNotFound, "no receipt %s", id)
+		}
+		term, err = r.Terminator(ctx, actor.Tenant, id)
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return rc, term, nil
+}
+
+// TaskReceipts lists the receipts of a task the actor may see, in ledger order.
+func (e *Engine) TaskReceipts(ctx context.Context, actor Actor, taskID, cursor string, limit int) ([]*host.Receipt, string, error) {
+	if _, err := e.GetTask(ctx, actor, taskID); err != nil {
+		return nil, "", err
+	}
+	if limit <= 0 || limit > 500 {
+		limit = 100
+	}
+	var out []*host.Receipt
+	var cur string
+	err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		out, cur, err = r.ListReceipts(ctx, store.ReceiptFilter{Tenant: actor.Tenant, TaskID: taskID, Cursor: cursor, Limit: limit})
+		return err
+	})
+	return out, cur, err
+}
+
+// ChainLink is one receipt of a chain with the receipt that terminated it.
+type ChainLink struct {
+	*host.Receipt
+	TerminatedBy string `json:"terminated_by,omitempty"`
+	Depth        int    `json:"depth"`
+}
+
+// MaxChainDepth bounds chain traversal.
+const MaxChainDepth = 64
+
+// Chain walks from a receipt up through its parents (O(depth) lookups, never a
+// ledger scan) and returns the receipts found, nearest first.
+func (e *Engine) Chain(ctx context.Context, actor Actor, id string) ([]ChainLink, error) {
+	var out []ChainLink
+	err := e.view(ctx, func(r store.Reader) error {
+		out = nil
+		start, err := r.GetReceipt(ctx, actor.Tenant, id)
+		if err != nil {
+			return err
+		}
+		if !e.receiptVisible(ctx, r, actor, start) {
+			return host.Errorf(host.CodeNotFound, "no receipt %s", id)
+		}
+		seen := map[string]bool{id: true}
+		level := []*host.Receipt{start}
+		for depth := 0; len(level) > 0 && depth <= MaxChainDepth; depth++ {
+			var next []*host.Receipt
+			for _, rc := range level {
+				term, err := r.Terminator(ctx, actor.Tenant, rc.ID)
+				if err != nil {
+					return err
+				}
+				out = append(out, ChainLink{Receipt: rc, TerminatedBy: term, Depth: depth})
+				for _, p := range rc.Parents {
+					if seen[p] {
+						continue
+					}
+					seen[p] = true
+					pr, err := r.GetReceipt(ctx, actor.Tenant, p)
+					if host.IsCode(err, host.CodeNotFound) {
+						continue // a parent of another tenant or not (yet) in this ledger
+					}
+					if err != nil {
+						return err
+					}
+					next = append(next, pr)
+				}
+			}
+			level = next
+		}
+		return nil
+	})
+	return out, err
+}
+
+// TerminatorCheck answers check-terminator.
+type TerminatorCheck struct {
+	ParentReceiptID string `json:"parent_receipt_id"`
+	HasTerminator   bool   `json:"has_terminator"`
+	TerminatorID    string `json:"terminator_receipt_id,omitempty"`
+	IsObligation    bool   `json:"is_obligation"`
+}
+
+// CheckTerminator reports whether an obligation has been discharged, by one
+// indexed lookup.
+func (e *Engine) CheckTerminator(ctx context.Context, actor Actor, id string) (*TerminatorCheck, error) {
+	rc, term, err := e.GetReceipt(ctx, actor, id)
+	if err != nil {
+		return nil, err
+	}
+	return &TerminatorCheck{ParentReceiptID: id, HasTerminator: term != "", TerminatorID: term, IsObligation: rc.Type.CreatesObligation()}, nil
+}
+
+// AppendRequest is a receipt a principal appends itself.
+type AppendRequest struct {
+	Type      host.ReceiptType `json:"receipt_type"`
+	To        string           `json:"to"`
+	TaskID    string           `json:"task_id,omitempty"`
+	Parents   []string         `json:"parents"`
+	Body      []byte           `json:"body"`
+	DedupeKey string           `json:"dedupe_key,omitempty"`
+}
+
+// AppendReceipt lets a principal append a receipt under the ledger's
+// invariants. The issuer is always the caller. Types that the engine owns
+// because they move task state (assigned, accepted, completed, failed,
+// canceled, retry_scheduled, released) are refused; a receipt may terminate
+// only obligations the caller owes or is owed. A repeated dedupe key returns
+// the first receipt.
+func (e *Engine) AppendReceipt(ctx context.Context, actor Actor, req AppendRequest) (*host.Receipt, bool, error) {
+	switch req.Type {
+	case host.ReceiptProgress, host.ReceiptEscalated:
+	default:
+		if !req.Type.Known() {
+			return nil, false, host.Errorf(host.CodeInvalidReceipt, "unknown receipt type %q", req.Type)
+		}
+		return nil, false, host.Errorf(host.CodeForbidden, "receipts of type %s are written by the gate as the task moves; use the task calls", req.Type)
+	}
+	if len(req.DedupeKey) > 200 {
+		return nil, false, host.Errorf(host.CodeBadRequest, "dedupe_key is longer than 200 characters")
+	}
+	if req.To == "" {
+		req.To = actor.Principal
+	}
+	rc := &host.Receipt{ID: host.NewID(host.PrefixReceipt), Tenant: actor.Tenant, Type: req.Type, From: actor.Principal, To: req.To,
+		TaskID: req.TaskID, Parents: req.Parents, Body: req.Body, DedupeKey: req.DedupeKey}
+	if rc.Parents == nil {
+		rc.Parents = []string{}
+	}
+	if err := rc.Validate(); err != nil {
+		return nil, false, err
+	}
+	if req.TaskID != "" {
+		if _, err := e.GetTask(ctx, actor, req.TaskID); err != nil && actor.Role != RoleWorker {
+			return nil, false, err
+		}
+	}
+	dup := false
+	err := e.update(ctx, func(tx store.Tx) error {
+		dup = false
+		if rc.DedupeKey != "" {
+			if prev, err := tx.GetReceiptByDedupe(ctx, actor.Tenant, rc.DedupeKey); err != nil {
+				return err
+			} else if prev != nil {
+				rc, dup = prev, true
+				return nil
+			}
+		}
+		types := map[string]host.ReceiptType{}
+		for _, p := range rc.Parents {
+			pr, err := tx.GetReceipt(ctx, actor.Tenant, p)
+			if err != nil {
+				if host.IsCode(err, host.CodeNotFound) {
+					return host.Errorf(host.CodeInvalidReceipt, "parent %s is not in this ledger", p)
+				}
+				return err
+			}
+			if rc.Type.Terminates(pr.Type) {
+				if pr.From != actor.Principal && pr.To != actor.Principal && actor.Role != RoleAdmin {
+					return host.Errorf(host.CodeForbidden, "only a party to obligation %s may terminate it", p)
+				}
+				types[p] = pr.Type
+			}
+		}
+		rc.CreatedAt = e.now()
+		return appendReceipt(ctx, tx, rc, types)
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	e.emit(Event{Kind: EvReceipt, Tenant: actor.Tenant, Detail: string(rc.Type)})
+	return rc, dup, nil
+}
+
+// OpenObligations lists the open obligations a principal owes or is owed
+// (role "obligor" or "obligee" narrows it). Non-admins may ask only about
+// themselves. It reads the obligation index, never the ledger.
+func (e *Engine) OpenObligations(ctx context.Context, actor Actor, f store.ObligationFilter) ([]host.Obligation, string, error) {
+	f.Tenant = actor.Tenant
+	if f.Principal == "" {
+		f.Principal = actor.Principal
+	}
+	if f.Principal != actor.Principal && actor.Role != RoleAdmin {
+		return nil, "", host.Errorf(host.CodeForbidden, "only an admin may list another principal's obligations")
+	}
+	if f.Role != "" && f.Role != "obligor" && f.Role != "obligee" {
+		return nil, "", host.Errorf(host.CodeBadRequest, "role must be obligor or obligee")
+	}
+	if f.Limit <= 0 || f.Limit > 500 {
+		f.Limit = 100
+	}
+	var out []host.Obligation
+	var cur string
+	err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		out, cur, err = r.ListOpenObligations(ctx, f)
+		return err
+	})
+	return out, cur, err
+}
+
+// VerifyReport is the outcome of a ledger verification.
+type VerifyReport struct {
+	OK       bool   `json:"ok"`
+	Receipts int64  `json:"receipts"`
+	HeadSeq  int64  `json:"head_seq"`
+	HeadHash string `json:"head_hash"`
+	// FirstBad names the first receipt that breaks the chain, and Problem says how.
+	FirstBad string `json:"first_bad_receipt,omitempty"`
+	BadSeq   int64  `json:"bad_seq,omitempty"`
+	Problem  string `json:"problem,omitempty"`
+}
+
+// VerifyLedger walks the whole receipt chain in order and checks that every
+// receipt's sequence number follows its predecessor's, that it names its
+// predecessor's hash, and that its own hash matches its content. Any altered,
+// removed, inserted or reordered receipt breaks one of those. If the store
+// keeps a head record, the chain must end there (a removed tail is caught too).
+func VerifyLedger(ctx context.Context, st store.Store) (*VerifyReport, error) {
+	rep := &VerifyReport{OK: true}
+	var prevHash string
+	var prevSeq int64
+	for {
+		var page []*host.Receipt
+		err := st.View(ctx, func(r store.Reader) error {
+			var err error
+			page, err = r.ScanReceipts(ctx, prevSeq, 1000)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, rc := range page {
+			bad := func(problem string) (*VerifyReport, error) {
+				rep.OK, rep.FirstBad, rep.BadSeq, rep.Problem = false, rc.ID, rc.Seq, problem
+				return rep, nil
+			}
+			switch {
+			case rc.Seq != prevSeq+1:
+				return bad(fmt.Sprintf("sequence jumps from %d to %d: a receipt was removed or inserted", prevSeq, rc.Seq))
+			case rc.PrevHash != prevHash:
+				return bad("prev_hash does not match the preceding receipt: the chain was cut, reordered or spliced")
+			case host.ChainHash(rc, prevHash) != rc.Hash:
+				return bad("hash does not match the receipt's content: the receipt was altered")
+			}
+			prevHash, prevSeq = rc.Hash, rc.Seq
+			rep.Receipts++
+		}
+		if len(page) < 1000 {
+			break
+		}
+	}
+	rep.HeadSeq, rep.HeadHash = prevSeq, prevHash
+	if hk, ok := st.(interface {
+		LedgerHead(ctx context.Context) (int64, string, error)
+	}); ok {
+		seq, hash, err := hk.LedgerHead(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if seq != prevSeq || hash != prevHash {
+			rep.OK = false
+			rep.BadSeq = prevSeq
+			rep.Problem = fmt.Sprintf("the ledger head records receipt %d (%.12s…) but the chain ends at %d: receipts were removed from the end", seq, hash, prevSeq)
+		}
+	}
+	return rep, nil
+}
+
+// VerifyLedger verifies this engine's store; see the package function.
+func (e *Engine) VerifyLedger(ctx context.Context) (*VerifyReport, error) {
+	return VerifyLedger(ctx, e.st)
+}

@@ -1,0 +1,324 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// visible reports whether actor may see task t. Admins see their whole tenant;
+// agents see the tasks they queued or that are addressed to them; workers see
+// the tasks they hold. Another tenant's task is never visible.
+func visible(a Actor, t *host.Task) bool {
+	if t == nil || t.Tenant != a.Tenant {
+		return false
+	}
+	switch a.Role {
+	case RoleAdmin:
+		return true
+	case RoleWorker:
+		return t.WorkerID == a.Principal
+	default:
+		return t.CreatedBy == a.Principal || t.Recipient == a.Principal
+	}
+}
+
+// GetTask returns a task the actor may see, or not_found.
+func (e *Engine) GetTask(ctx context.Context, actor Actor, id string) (*host.Task, error) {
+	var t *host.Task
+	err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		t, err = r.GetTask(ctx, actor.Tenant, id)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !visible(actor, t) {
+		return nil, host.Errorf(host.CodeNotFound, "no task %s", id)
+	}
+	return t, nil
+}
+
+// ListTasks lists the tasks the actor may see. Agents see only their own.
+func (e *Engine) ListTasks(ctx context.Context, actor Actor, f store.TaskFilter) ([]*host.Task, string, error) {
+	f.Tenant = actor.Tenant
+	if actor.Role != RoleAdmin {
+		f.Principal = actor.Principal
+	}
+	if f.Limit <= 0 || f.Limit > 500 {
+		f.Limit = 100
+	}
+	for _, s := range f.States {
+		if !s.Valid() {
+			return nil, "", host.Errorf(host.CodeBadRequest, "unknown status %q", s)
+		}
+	}
+	var out []*host.Task
+	var cur string
+	err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		out, cur, err = r.ListTasks(ctx, f)
+		return err
+	})
+	return out, cur, err
+}
+
+// Progress returns a visible task's progress history, newest first.
+func (e *Engine) Progress(ctx context.Context, actor Actor, id string, limit int) (*host.Task, []store.Progress, error) {
+	t, err := e.GetTask(ctx, actor, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	var ps []store.Progress
+	err = e.view(ctx, func(r store.Reader) error {
+		var err error
+		ps, err = r.ListProgress(ctx, actor.Tenant, id, limit)
+		return err
+	})
+	return t, ps, err
+}
+
+// DeadLetters lists a tenant's dead-lettered tasks.
+func (e *Engine) DeadLetters(ctx context.Context, tenant, cursor string, limit int) ([]*host.Task, string, error) {
+	return e.ListTasks(ctx, Actor{Tenant: tenant, Role: RoleAdmin}, store.TaskFilter{States: []host.TaskState{host.StateDeadLetter}, Cursor: cursor, Limit: limit})
+}
+
+// Redrive puts a dead letter back in the queue with fresh attempts and a new
+// task.assigned receipt (the old assignment was discharged by task.failed).
+func (e *Engine) Redrive(ctx context.Context, actor Actor, taskID string) (*host.Task, error) {
+	now := e.now()
+	var out *host.Task
+	err := e.update(ctx, func(tx store.Tx) error {
+		t, err := tx.GetTask(ctx, actor.Tenant, taskID)
+		if err != nil {
+			return err
+		}
+		if t.State != host.StateDeadLetter {
+			return host.Errorf(host.CodeConflict, "task %s is %s, not a dead letter", taskID, t.State)
+		}
+		prev := t.AssignReceipt
+		r := &host.Receipt{ID: host.NewID(host.PrefixReceipt), Tenant: t.Tenant, Type: host.ReceiptAssigned, From: GatePrincipal,
+			To: t.Recipient, TaskID: t.ID, Parents: []string{prev}, CreatedAt: now,
+			Body: mustJSON(map[string]any{"task_type": t.Type, "priority": t.Priority, "queued_by": t.CreatedBy,
+				"redriven_by": actor.Principal, "previous_dead_reason": t.DeadReason})}
+		t.State, t.AvailableAt, t.UpdatedAt = host.StateQueued, now, now
+		t.Attempts, t.LeaseExpiries, t.DeadReason, t.LastError, t.CompletedAt = 0, 0, "", "", nil
+		t.AssignReceipt = r.ID
+		if err := tx.UpdateTask(ctx, t, store.Fence{State: host.StateDeadLetter}); err != nil {
+			return host.Errorf(host.CodeConflict, "task %s changed during redrive; try again", taskID)
+		}
+		out = t
+		return appendReceipt(ctx, tx, r, nil)
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.waiters.wake(out.Tenant, out.Type, 1)
+	return out, nil
+}
+
+// Workers lists the workers a tenant has seen, with their in-flight leases.
+func (e *Engine) Workers(ctx context.Context, tenant string) ([]WorkerInfo, error) {
+	var ws []store.Worker
+	var leased []*host.Task
+	err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		if ws, err = r.ListWorkers(ctx, tenant); err != nil {
+			return err
+		}
+		cur := ""
+		for {
+			var page []*host.Task
+			page, cur, err = r.ListTasks(ctx, store.TaskFilter{Tenant: tenant, States: []host.TaskState{host.StateLeased}, Cursor: cur, Limit: 500})
+			if err != nil {
+				return err
+			}
+			leased = append(leased, page...)
+			if cur == "" {
+				return nil
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	inflight := map[string][]string{}
+	for _, t := range leased {
+		inflight[t.WorkerID] = append(inflight[t.WorkerID], t.LeaseID)
+	}
+	out := make([]WorkerInfo, len(ws))
+	for i, w := range ws {
+		out[i] = WorkerInfo{Worker: w, InFlight: inflight[w.ID]}
+		if out[i].InFlight == nil {
+			out[i].InFlight = []string{}
+		}
+	}
+	return out, nil
+}
+
+// WorkerInfo is a worker with the leases it holds now.
+type WorkerInfo struct {
+	store.Worker
+	InFlight []string `json:"in_flight_leases"`
+}
+
+// Stats returns a snapshot of the queue for monitoring.
+func (e *Engine) Stats(ctx context.Context, tenant string) (store.QueueStats, error) {
+	var qs store.QueueStats
+	err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		qs, err = r.QueueStats(ctx, tenant)
+		return err
+	})
+	return qs, err
+}
+
+// storePayload stores a completion's inline payload through a result channel:
+// the one the worker named, else the task type's default, else by size (inline
+// when it fits, file otherwise). It records pointer and sha256 checksum.
+func (e *Engine) storePayload(ctx context.Context, req *CompleteRequest) error {
+	if e.cfg.Plugins == nil {
+		return host.Errorf(host.CodeBadRequest, "this gate has no result channels; complete with a result_pointer")
+	}
+	var t *host.Task
+	err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		t, err = liveLease(ctx, r, req.WorkerCall, e.now())
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	ct, err := e.types.get(ctx, t.Tenant, t.Type)
+	if err != nil {
+		return err
+	}
+	if ct.tt.MaxPayloadBytes > 0 && int64(len(req.Payload)) > ct.tt.MaxPayloadBytes {
+		return host.Errorf(host.CodeTooLarge, "result payload is %d bytes, task type %s allows %d", len(req.Payload), t.Type, ct.tt.MaxPayloadBytes)
+	}
+	name := req.Result.Channel
+	if name == "" {
+		name = ct.tt.DefaultResultChannel
+	}
+	ch, err := e.cfg.Plugins.Channel(name)
+	if err != nil {
+		return err
+	}
+	if caps, err := ch.Capabilities(ctx); err == nil && caps.MaxSizeBytes > 0 && int64(len(req.Payload)) > caps.MaxSizeBytes && req.Result.Channel == "" {
+		// Auto-route by size: the default channel cannot hold it; use the file channel.
+		if alt, err2 := e.cfg.Plugins.Channel("file"); err2 == nil {
+			ch, name = alt, "file"
+		}
+	}
+	ptr, err := ch.Put(ctx, t.ID, req.Payload)
+	if err != nil {
+		if host.ErrorCode(err) == host.CodeInternal {
+			return host.WrapError(host.CodeChannelError, err, "result channel "+name+" failed to store the payload: "+err.Error())
+		}
+		return err
+	}
+	sum := sha256.Sum256(req.Payload)
+	req.Result.Channel, req.Result.Pointer = name, ptr
+	req.Result.Checksum = "sha256:" + hex.EncodeToString(sum[:])
+	return nil
+}
+
+// FetchedResult is a succeeded task's payload fetched back through its channel.
+type FetchedResult struct {
+	Task          *host.Task `json:"-"`
+	Channel       string     `json:"channel"`
+	Pointer       string     `json:"result_pointer"`
+	Content       []byte     `json:"-"`
+	ChecksumValid *bool      `json:"checksum_valid,omitempty"`
+}
+
+// FetchResult gets a visible succeeded task's payload through its channel and
+// verifies the checksum when one was recorded.
+func (e *Engine) FetchResult(ctx context.Context, actor Actor, id string) (*FetchedResult, error) {
+	t, err := e.GetTask(ctx, actor, id)
+	if err != nil {
+		return nil, err
+	}
+	if t.State != host.StateSucceeded || t.Result == nil {
+		return nil, host.Errorf(host.CodeConflict, "task %s is %s and has no result yet", id, t.State)
+	}
+	out := &FetchedResult{Task: t, Channel: t.Result.Channel, Pointer: t.Result.Pointer}
+	if t.Result.Pointer == "" {
+		return out, nil // located by artifacts or delivery proof only
+	}
+	if e.cfg.Plugins == nil {
+		return nil, host.Errorf(host.CodeConflict, "this gate has no result channels to fetch %s", t.Result.Pointer)
+	}
+	name := out.Channel
+	if name == "" {
+		name, _, _ = strings.Cut(t.Result.Pointer, ":")
+	}
+	ch, err := e.cfg.Plugins.Channel(name)
+	if err != nil {
+		return nil, err
+	}
+	b, err := ch.Get(ctx, t.Result.Pointer)
+	if err != nil {
+		if host.ErrorCode(err) == host.CodeInternal {
+			return nil, host.WrapError(host.CodeChannelError, err, "result channel "+name+" failed: "+err.Error())
+		}
+		return nil, err
+	}
+	out.Content = b
+	if algo, want, ok := strings.Cut(t.Result.Checksum, ":"); ok && algo == "sha256" {
+		sum := sha256.Sum256(b)
+		valid := strings.EqualFold(hex.EncodeToString(sum[:]), want)
+		out.ChecksumValid = &valid
+	}
+	return out, nil
+}
+
+// ArchiveResult calls the channel's ack for a visible succeeded task's payload
+// and records when it was archived. Archiving twice is a no-op.
+func (e *Engine) ArchiveResult(ctx context.Context, actor Actor, id string) (*host.Task, error) {
+	t, err := e.GetTask(ctx, actor, id)
+	if err != nil {
+		return nil, err
+	}
+	if t.State != host.StateSucceeded || t.Result == nil {
+		return nil, host.Errorf(host.CodeConflict, "task %s is %s and has no result to archive", id, t.State)
+	}
+	if t.Result.ArchivedAt != nil {
+		return t, nil
+	}
+	if t.Result.Pointer != "" && e.cfg.Plugins != nil {
+		name := t.Result.Channel
+		if name == "" {
+			name, _, _ = strings.Cut(t.Result.Pointer, ":")
+		}
+		if ch, err := e.cfg.Plugins.Channel(name); err == nil {
+			if err := ch.Ack(ctx, t.Result.Pointer); err != nil {
+				return nil, host.WrapError(host.CodeChannelError, err, "result channel "+name+" failed to archive: "+err.Error())
+			}
+		}
+	}
+	now := e.now()
+	err = e.update(ctx, func(tx store.Tx) error {
+		cur, err := tx.GetTask(ctx, actor.Tenant, id)
+		if err != nil {
+			return err
+		}
+		if cur.Result == nil || cur.Result.ArchivedAt != nil {
+			t = cur
+			return nil
+		}
+		cur.Result.ArchivedAt = ptr(now)
+		cur.UpdatedAt = now
+		t = cur
+		return tx.UpdateTask(ctx, cur, store.Fence{State: host.StateSucceeded})
+	})
+	return t, err
+}

@@ -1,0 +1,216 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v5"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// compiledType is a task type with its params schema compiled.
+type compiledType struct {
+	tt      *host.TaskType
+	schema  *jsonschema.Schema // nil: any params object
+	fetched time.Time
+}
+
+type typeCache struct {
+	e  *Engine
+	mu sync.RWMutex
+	m  map[string]*compiledType // tenant + "\x00" + name
+}
+
+func newTypeCache(e *Engine) *typeCache { return &typeCache{e: e, m: map[string]*compiledType{}} }
+
+func typeKey(tenant, name string) string { return tenant + "\x00" + name }
+
+func (c *typeCache) get(ctx context.Context, tenant, name string) (*compiledType, error) {
+	k := typeKey(tenant, name)
+	c.mu.RLock()
+	ct := c.m[k]
+	c.mu.RUnlock()
+	if ct != nil && time.Since(ct.fetched) < c.e.cfg.TaskTypeTTL {
+		return ct, nil
+	}
+	var tt *host.TaskType
+	err := c.e.view(ctx, func(r store.Reader) error {
+		var err error
+		tt, err = r.GetTaskType(ctx, tenant, name)
+		return err
+	})
+	if err != nil {
+		if host.IsCode(err, host.CodeNotFound) {
+			return nil, host.Errorf(host.CodeUnknownTaskType, "task type %q is not registered", name)
+		}
+		return nil, err
+	}
+	schema, err := compileSchema(tt.ParamsSchema)
+	if err != nil {
+		return nil, err
+	}
+	ct = &compiledType{tt: tt, schema: schema, fetched: time.Now()}
+	c.mu.Lock()
+	c.m[k] = ct
+	c.mu.Unlock()
+	return ct, nil
+}
+
+func (c *typeCache) invalidate(tenant, name string) {
+	c.mu.Lock()
+	delete(c.m, typeKey(tenant, name))
+	c.mu.Unlock()
+}
+
+// compileSchema compiles a params schema; an empty one accepts any object.
+func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
+	if len(bytes.TrimSpace(raw)) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	c := jsonschema.NewCompiler()
+	c.Draft = jsonschema.Draft2020
+	c.LoadURL = func(s string) (io.ReadCloser, error) {
+		return nil, fmt.Errorf("remote schema references are not allowed (%s)", s)
+	}
+	if err := c.AddResource("params.json", bytes.NewReader(raw)); err != nil {
+		return nil, host.Errorf(host.CodeBadRequest, "params_schema is not a valid JSON Schema: %v", err)
+	}
+	s, err := c.Compile("params.json")
+	if err != nil {
+		return nil, host.Errorf(host.CodeBadRequest, "params_schema does not compile: %v", err)
+	}
+	return s, nil
+}
+
+// validateParams checks params against a compiled schema and returns an
+// invalid_params error naming the first problems.
+func validateParams(s *jsonschema.Schema, params json.RawMessage) error {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(params))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return host.Errorf(host.CodeInvalidParams, "params are not valid JSON: %v", err)
+	}
+	if dec.More() {
+		return host.Errorf(host.CodeInvalidParams, "params hold more than one JSON value")
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return host.Errorf(host.CodeInvalidParams, "params must be a JSON object")
+	}
+	if s == nil {
+		return nil
+	}
+	if err := s.Validate(v); err != nil {
+		var ve *jsonschema.ValidationError
+		if errors.As(err, &ve) {
+			return host.Errorf(host.CodeInvalidParams, "params fail the task type's schema: %s", flattenValidation(ve))
+		}
+		return host.Errorf(host.CodeInvalidParams, "params fail the task type's schema: %v", err)
+	}
+	return nil
+}
+
+func flattenValidation(ve *jsonschema.ValidationError) string {
+	var parts []string
+	var walk func(*jsonschema.ValidationError)
+	walk = func(v *jsonschema.ValidationError) {
+		if len(v.Causes) == 0 {
+			loc := v.InstanceLocation
+			if loc == "" {
+				loc = "/"
+			}
+			parts = append(parts, loc+": "+v.Message)
+			return
+		}
+		for _, c := range v.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	if len(parts) > 5 {
+		parts = append(parts[:5], fmt.Sprintf("and %d more", len(parts)-5))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// PutTaskType registers or replaces a task type after filling defaults and
+// compiling its params schema (a bad schema is a bad_request).
+func (e *Engine) PutTaskType(ctx context.Context, tt host.TaskType) (*host.TaskType, error) {
+	if err := tt.Normalize(); err != nil {
+		return nil, err
+	}
+	if _, err := compileSchema(tt.ParamsSchema); err != nil {
+		return nil, err
+	}
+	if len(tt.ParamsSchema) > 0 {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, tt.ParamsSchema); err == nil {
+			tt.ParamsSchema = buf.Bytes()
+		}
+	}
+	if e.cfg.Plugins != nil {
+		if _, err := e.cfg.Plugins.Policy(&tt); err != nil {
+			return nil, badPlugin(err)
+		}
+		if _, err := e.cfg.Plugins.Validators(&tt); err != nil {
+			return nil, badPlugin(err)
+		}
+	}
+	now := e.now()
+	tt.UpdatedAt = now
+	err := e.update(ctx, func(tx store.Tx) error {
+		old, err := tx.GetTaskType(ctx, tt.Tenant, tt.Name)
+		switch {
+		case err == nil:
+			tt.CreatedAt = old.CreatedAt
+		case host.IsCode(err, host.CodeNotFound):
+			tt.CreatedAt = now
+		default:
+			return err
+		}
+		return tx.PutTaskType(ctx, &tt)
+	})
+	e.types.invalidate(tt.Tenant, tt.Name)
+	if err != nil {
+		return nil, err
+	}
+	return &tt, nil
+}
+
+func badPlugin(err error) error {
+	if host.ErrorCode(err) == host.CodeInternal {
+		return host.WrapError(host.CodeBadRequest, err, "plugin configuration: "+err.Error())
+	}
+	return err
+}
+
+// GetTaskType returns a registered task type.
+func (e *Engine) GetTaskType(ctx context.Context, tenant, name string) (*host.TaskType, error) {
+	var tt *host.TaskType
+	err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		tt, err = r.GetTaskType(ctx, tenant, name)
+		return err
+	})
+	return tt, err
+}
+
+// ListTaskTypes returns a tenant's task types.
+func (e *Engine) ListTaskTypes(ctx context.Context, tenant string) ([]*host.TaskType, error) {
+	var out []*host.TaskType
+	err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		out, err = r.ListTaskTypes(ctx, tenant)
+		return err
+	})
+	return out, err
+}

@@ -1,0 +1,112 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error codes. They are part of the public contract: HTTP answers carry them as
+// {"error": code, "detail": text} and MCP tool errors carry the same code.
+const (
+	CodeBadRequest          = "bad_request"          // malformed input (400)
+	CodeInvalidWorkerID     = "invalid_worker_id"    // worker_id does not match {type}.{instance} (400)
+	CodeInvalidParams       = "invalid_params"       // task params fail the task type's schema (400)
+	CodeUnknownTaskType     = "unknown_task_type"    // no such task type is registered (400)
+	CodeTaskTypeDisabled    = "task_type_disabled"   // the task type exists but is disabled (400)
+	CodeNotFound            = "not_found"            // no such task, lease, receipt or key (404)
+	CodeLeaseExpired        = "lease_expired"        // the lease is no longer held (409)
+	CodeConflict            = "conflict"             // the request conflicts with the current state (409)
+	CodeNotLocatable        = "not_locatable"        // a success without pointer, artifacts or delivery proof (422)
+	CodeInvalidReceipt      = "invalid_receipt"      // a receipt breaks a ledger invariant (422)
+	CodeTooLarge            = "too_large"            // a body or array over its limit (413)
+	CodeUnauthorized        = "unauthorized"         // no or bad credentials (401)
+	CodeForbidden           = "forbidden"            // credentials lack the role (403)
+	CodeDatabaseUnavailable = "database_unavailable" // the store cannot be used (503)
+	CodeChannelError        = "channel_error"        // a result channel failed; the call may be retried (502)
+	CodeInternal            = "internal_error"       // a bug; never caused by input (500)
+)
+
+// Error is the one error type of the domain: a machine code and a human detail.
+// Wrap a cause with Err so errors.Is and errors.As see through it.
+type Error struct {
+	Code   string
+	Detail string
+	Err    error
+}
+
+// Error implements the error interface.
+func (e *Error) Error() string {
+	if e.Detail == "" {
+		return e.Code
+	}
+	return e.Code + ": " + e.Detail
+}
+
+// Unwrap returns the cause, if any.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf returns an *Error with the given code and a formatted detail.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Detail: fmt.Sprintf(format, args...)}
+}
+
+// WrapError returns an *Error with the given code and detail that wraps err.
+func WrapError(code string, err error, detail string) *Error {
+	return &Error{Code: code, Detail: detail, Err: err}
+}
+
+// ErrorCode returns the code of the first *Error in err's chain, or
+// CodeInternal for any other non-nil error, or "" for nil.
+func ErrorCode(err error) string {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// ErrorDetail returns the detail of the first *Error in err's chain, or err's
+// text for any other error.
+func ErrorDetail(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Detail
+	}
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// IsCode reports whether err carries the given code.
+func IsCode(err error, code string) bool { return err != nil && ErrorCode(err) == code }
+
+// HTTPStatus maps an error code to its HTTP status. It is the one place where
+// codes meet status numbers.
+func HTTPStatus(code string) int {
+	switch code {
+	case CodeBadRequest, CodeInvalidWorkerID, CodeInvalidParams, CodeUnknownTaskType, CodeTaskTypeDisabled:
+		return 400
+	case CodeUnauthorized:
+		return 401
+	case CodeForbidden:
+		return 403
+	case CodeNotFound:
+		return 404
+	case CodeLeaseExpired, CodeConflict:
+		return 409
+	case CodeTooLarge:
+		return 413
+	case CodeNotLocatable, CodeInvalidReceipt:
+		return 422
+	case CodeChannelError:
+		return 502
+	case CodeDatabaseUnavailable:
+		return 503
+	default:
+		return 500
+	}
+}

@@ -1,0 +1,819 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// reader implements store.Reader over one transaction.
+type reader struct {
+	s  *Store
+	db *sql.DB
+	tx *sql.Tx
+}
+
+// writeTx implements store.Tx inside the writer's batch transaction.
+type writeTx struct {
+	reader
+}
+
+var (
+	_ store.Reader = (*reader)(nil)
+	_ store.Tx     = (*writeTx)(nil)
+)
+
+func (r *reader) st(ctx context.Context, q string) (*sql.Stmt, error) {
+	st, err := r.s.stmt(ctx, r.db, q)
+	if err != nil {
+		return nil, err
+	}
+	return r.tx.StmtContext(ctx, st), nil
+}
+
+func (r *reader) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	st, err := r.st(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+func (r *reader) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	st, err := r.st(ctx, q)
+	if err != nil {
+		// Surface the prepare error through Scan.
+		return r.tx.QueryRowContext(ctx, q, args...)
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+func (r *reader) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	st, err := r.st(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+// --- time and null helpers
+
+func us(t time.Time) int64 { return t.UnixMicro() }
+
+func fromUS(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+func nus(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+func fromNUS(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := fromUS(v.Int64)
+	return &t
+}
+
+func nullJSON(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return string(b)
+}
+
+// --- tasks
+
+const taskCols = `id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
+created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
+cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
+progress_message, result, last_error, dead_reason, assign_receipt, seq`
+
+type scanner interface{ Scan(...any) error }
+
+func scanTask(sc scanner) (*host.Task, int64, error) {
+	var t host.Task
+	var state, params string
+	var created, updated, avail int64
+	var leasedAt, expires, accepted, started, completed sql.NullInt64
+	var cancel int
+	var pct sql.NullFloat64
+	var result sql.NullString
+	var seq int64
+	err := sc.Scan(&t.ID, &t.Tenant, &t.Type, &t.CreatedBy, &t.Recipient, &state, &t.Priority, &params, &t.Summary, &t.IdempotencyKey,
+		&created, &updated, &avail, &t.LeaseID, &t.WorkerID, &leasedAt, &expires, &accepted, &t.AcceptReceipt,
+		&cancel, &t.Attempts, &t.MaxRetries, &t.LeaseCount, &t.LeaseExpiries, &started, &completed, &pct,
+		&t.ProgressMessage, &result, &t.LastError, &t.DeadReason, &t.AssignReceipt, &seq)
+	if err != nil {
+		return nil, 0, err
+	}
+	t.State = host.TaskState(state)
+	t.Params = json.RawMessage(params)
+	t.CreatedAt, t.UpdatedAt, t.AvailableAt = fromUS(created), fromUS(updated), fromUS(avail)
+	t.LeasedAt, t.LeaseExpiresAt, t.AcceptedAt = fromNUS(leasedAt), fromNUS(expires), fromNUS(accepted)
+	t.StartedAt, t.CompletedAt = fromNUS(started), fromNUS(completed)
+	t.CancelRequested = cancel != 0
+	if pct.Valid {
+		v := pct.Float64
+		t.ProgressPercent = &v
+	}
+	if result.Valid && result.String != "" {
+		var res host.Result
+		if err := json.Unmarshal([]byte(result.String), &res); err != nil {
+			return nil, 0, err
+		}
+		t.Result = &res
+	}
+	return &t, seq, nil
+}
+
+func notFound(what, id string) error { return host.Errorf(host.CodeNotFound, "no %s %s", what, id) }
+
+func (r *reader) oneTask(ctx context.Context, q string, args ...any) (*host.Task, error) {
+	t, _, err := scanTask(r.queryRow(ctx, q, args...))
+	return t, err
+}
+
+func (r *reader) GetTask(ctx context.Context, tenant, id string) (*host.Task, error) {
+	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = ? AND tenant = ?`, id, tenant)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("task", id)
+	}
+	return t, err
+}
+
+func (r *reader) GetTaskByLease(ctx context.Context, leaseID string) (*host.Task, error) {
+	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE lease_id = ?`, leaseID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("lease", leaseID)
+	}
+	return t, err
+}
+
+func (r *reader) FindTaskByIdempotency(ctx context.Context, tenant, recipient, key string) (*host.Task, error) {
+	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE tenant = ? AND recipient = ? AND idempotency_key = ? AND idempotency_key <> ''`, tenant, recipient, key)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	return t, err
+}
+
+func (r *reader) tasks(ctx context.Context, q string, args ...any) ([]*host.Task, int64, error) {
+	rows, err := r.query(ctx, q, args...)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var out []*host.Task
+	var last int64
+	for rows.Next() {
+		t, seq, err := scanTask(rows)
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, t)
+		last = seq
+	}
+	return out, last, rows.Err()
+}
+
+func parseCursor(c string) (int64, error) {
+	if c == "" {
+		return 0, nil
+	}
+	v, err := strconv.ParseInt(c, 10, 64)
+	if err != nil || v < 0 {
+		return 0, host.Errorf(host.CodeBadRequest, "bad cursor %q", c)
+	}
+	return v, nil
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
+}
+
+func (r *reader) ListTasks(ctx context.Context, f store.TaskFilter) ([]*host.Task, string, error) {
+	after, err := parseCursor(f.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	q := `SELECT ` + taskCols + ` FROM tasks WHERE tenant = ? AND seq > ?`
+	args := []any{f.Tenant, after}
+	if f.Recipient != "" {
+		q += ` AND recipient = ?`
+		args = append(args, f.Recipient)
+	}
+	if f.CreatedBy != "" {
+		q += ` AND created_by = ?`
+		args = append(args, f.CreatedBy)
+	}
+	if f.Principal != "" {
+		q += ` AND (created_by = ? OR recipient = ?)`
+		args = append(args, f.Principal, f.Principal)
+	}
+	if len(f.Types) > 0 {
+		q += ` AND task_type IN (` + placeholders(len(f.Types)) + `)`
+		for _, t := range f.Types {
+			args = append(args, t)
+		}
+	}
+	if len(f.States) > 0 {
+		q += ` AND state IN (` + placeholders(len(f.States)) + `)`
+		for _, s := range f.States {
+			args = append(args, string(s))
+		}
+	}
+	q += ` ORDER BY seq LIMIT ?`
+	args = append(args, f.Limit+1)
+	ts, _, err := r.tasks(ctx, q, args...)
+	if err != nil {
+		return nil, "", err
+	}
+	cur := ""
+	if len(ts) > f.Limit {
+		ts = ts[:f.Limit]
+		// The cursor is the seq of the last task returned.
+		var seq int64
+		if err := r.queryRow(ctx, `SELECT seq FROM tasks WHERE id = ?`, ts[len(ts)-1].ID).Scan(&seq); err != nil {
+			return nil, "", err
+		}
+		cur = strconv.FormatInt(seq, 10)
+	}
+	return ts, cur, nil
+}
+
+func (r *reader) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*host.Task, error) {
+	ts, _, err := r.tasks(ctx, `SELECT `+taskCols+` FROM tasks WHERE state = 'leased' AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?`, us(now), limit)
+	return ts, err
+}
+
+func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStats, error) {
+	qs := store.QueueStats{ByState: map[host.TaskState]int64{}, ByType: map[string]int64{}}
+	where, args := "", []any{}
+	if tenant != "" {
+		where, args = " WHERE tenant = ?", []any{tenant}
+	}
+	rows, err := r.query(ctx, `SELECT state, count(*) FROM tasks`+where+` GROUP BY state`, args...)
+	if err != nil {
+		return qs, err
+	}
+	for rows.Next() {
+		var s string
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			rows.Close()
+			return qs, err
+		}
+		qs.ByState[host.TaskState(s)] = n
+	}
+	rows.Close()
+	and := " WHERE"
+	if tenant != "" {
+		and = " AND"
+	}
+	rows, err = r.query(ctx, `SELECT task_type, count(*) FROM tasks`+where+and+` state IN ('queued','leased') GROUP BY task_type`, args...)
+	if err != nil {
+		return qs, err
+	}
+	for rows.Next() {
+		var s string
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			rows.Close()
+			return qs, err
+		}
+		qs.ByType[s] = n
+	}
+	rows.Close()
+	var oldest sql.NullInt64
+	if err := r.queryRow(ctx, `SELECT min(available_at) FROM tasks`+where+and+` state = 'queued'`, args...).Scan(&oldest); err != nil {
+		return qs, err
+	}
+	if oldest.Valid {
+		if age := time.Since(fromUS(oldest.Int64)); age > 0 {
+			qs.OldestReadyAge = age
+		}
+	}
+	return qs, rows.Err()
+}
+
+func (r *reader) ListProgress(ctx context.Context, tenant, taskID string, limit int) ([]store.Progress, error) {
+	rows, err := r.query(ctx, `SELECT lease_id, percent, message, at FROM task_progress WHERE tenant = ? AND task_id = ? ORDER BY seq DESC LIMIT ?`, tenant, taskID, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []store.Progress{}
+	for rows.Next() {
+		p := store.Progress{Tenant: tenant, TaskID: taskID}
+		var pct sql.NullFloat64
+		var at int64
+		if err := rows.Scan(&p.LeaseID, &pct, &p.Message, &at); err != nil {
+			return nil, err
+		}
+		if pct.Valid {
+			v := pct.Float64
+			p.Percent = &v
+		}
+		p.At = fromUS(at)
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+func (w *writeTx) InsertTask(ctx context.Context, t *host.Task) error {
+	res, err := resultJSON(t.Result)
+	if err != nil {
+		return err
+	}
+	_, err = w.exec(ctx, `INSERT INTO tasks (id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
+created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
+cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
+progress_message, result, last_error, dead_reason, assign_receipt)
+VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		t.ID, t.Tenant, t.Type, t.CreatedBy, t.Recipient, string(t.State), t.Priority, string(t.Params), t.Summary, t.IdempotencyKey,
+		us(t.CreatedAt), us(t.UpdatedAt), us(t.AvailableAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt), nus(t.AcceptedAt), t.AcceptReceipt,
+		b2i(t.CancelRequested), t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt), nus(t.CompletedAt), t.ProgressPercent,
+		t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt)
+	if err != nil && strings.Contains(err.Error(), "UNIQUE") {
+		return host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists")
+	}
+	return err
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func resultJSON(r *host.Result) (any, error) {
+	if r == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	return string(b), nil
+}
+
+func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) error {
+	res, err := resultJSON(t.Result)
+	if err != nil {
+		return err
+	}
+	q := `UPDATE tasks SET state=?, priority=?, available_at=?, updated_at=?, lease_id=?, worker_id=?, leased_at=?, lease_expires_at=?,
+accepted_at=?, accept_receipt=?, cancel_requested=?, attempts=?, max_retries=?, lease_count=?, lease_expiries=?, started_at=?,
+completed_at=?, progress_percent=?, progress_message=?, result=?, last_error=?, dead_reason=?, assign_receipt=?
+WHERE id = ? AND state = ?`
+	args := []any{string(t.State), t.Priority, us(t.AvailableAt), us(t.UpdatedAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt),
+		nus(t.AcceptedAt), t.AcceptReceipt, b2i(t.CancelRequested), t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt),
+		nus(t.CompletedAt), t.ProgressPercent, t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt,
+		t.ID, string(f.State)}
+	if f.LeaseID != "" {
+		q += ` AND lease_id = ?`
+		args = append(args, f.LeaseID)
+	}
+	if f.LiveAt != nil {
+		q += ` AND lease_expires_at > ?`
+		args = append(args, us(*f.LiveAt))
+	}
+	if f.ExpiredAt != nil {
+		q += ` AND lease_expires_at <= ?`
+		args = append(args, us(*f.ExpiredAt))
+	}
+	out, err := w.exec(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	n, err := out.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return store.ErrFenced
+	}
+	return nil
+}
+
+type candidate struct {
+	t   *host.Task
+	seq int64
+}
+
+func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.Task, error) {
+	if q.Limit <= 0 {
+		return nil, nil
+	}
+	now := us(q.Now)
+	var cands []candidate
+	collect := func(query string, args ...any) error {
+		rows, err := w.query(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			t, seq, err := scanTask(rows)
+			if err != nil {
+				return err
+			}
+			cands = append(cands, candidate{t, seq})
+		}
+		return rows.Err()
+	}
+	if len(q.Types) == 0 {
+		if err := collect(`SELECT `+taskCols+` FROM tasks INDEXED BY tasks_ready WHERE tenant = ? AND state = 'queued' AND available_at <= ?
+ORDER BY priority DESC, seq LIMIT ?`, q.Tenant, now, q.Limit); err != nil {
+			return nil, err
+		}
+	} else {
+		// One index range per type, merged: cost follows the batch, not the queue.
+		seen := map[string]bool{}
+		for _, typ := range q.Types {
+			if seen[typ] {
+				continue
+			}
+			seen[typ] = true
+			if err := collect(`SELECT `+taskCols+` FROM tasks INDEXED BY tasks_ready_type WHERE tenant = ? AND task_type = ? AND state = 'queued'
+AND available_at <= ? ORDER BY priority DESC, seq LIMIT ?`, q.Tenant, typ, now, q.Limit); err != nil {
+				return nil, err
+			}
+		}
+		sort.Slice(cands, func(i, j int) bool {
+			if cands[i].t.Priority != cands[j].t.Priority {
+				return cands[i].t.Priority > cands[j].t.Priority
+			}
+			return cands[i].seq < cands[j].seq
+		})
+		if len(cands) > q.Limit {
+			cands = cands[:q.Limit]
+		}
+	}
+	out := make([]*host.Task, 0, len(cands))
+	for _, c := range cands {
+		q.Grant(c.t)
+		if err := w.UpdateTask(ctx, c.t, store.Fence{State: host.StateQueued}); err != nil {
+			if errors.Is(err, store.ErrFenced) {
+				continue
+			}
+			return nil, err
+		}
+		out = append(out, c.t)
+	}
+	return out, nil
+}
+
+func (w *writeTx) InsertProgress(ctx context.Context, p store.Progress) error {
+	var pct any
+	if p.Percent != nil {
+		pct = *p.Percent
+	}
+	_, err := w.exec(ctx, `INSERT INTO task_progress (tenant, task_id, lease_id, percent, message, at) VALUES (?,?,?,?,?,?)`,
+		p.Tenant, p.TaskID, p.LeaseID, pct, p.Message, us(p.At))
+	return err
+}
+
+// --- task types
+
+func (r *reader) GetTaskType(ctx context.Context, tenant, name string) (*host.TaskType, error) {
+	var body string
+	err := r.queryRow(ctx, `SELECT body FROM task_types WHERE tenant = ? AND name = ?`, tenant, name).Scan(&body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("task type", name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var tt host.TaskType
+	if err := json.Unmarshal([]byte(body), &tt); err != nil {
+		return nil, err
+	}
+	return &tt, nil
+}
+
+func (r *reader) ListTaskTypes(ctx context.Context, tenant string) ([]*host.TaskType, error) {
+	rows, err := r.query(ctx, `SELECT body FROM task_types WHERE tenant = ? ORDER BY name`, tenant)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []*host.TaskType{}
+	for rows.Next() {
+		var body string
+		if err := rows.Scan(&body); err != nil {
+			return nil, err
+		}
+		var tt host.TaskType
+		if err := json.Unmarshal([]byte(body), &tt); err != nil {
+			return nil, err
+		}
+		out = append(out, &tt)
+	}
+	return out, rows.Err()
+}
+
+func (w *writeTx) PutTaskType(ctx context.Context, tt *host.TaskType) error {
+	b, err := json.Marshal(tt)
+	if err != nil {
+		return err
+	}
+	_, err = w.exec(ctx, `INSERT INTO task_types (tenant, name, body) VALUES (?,?,?) ON CONFLICT (tenant, name) DO UPDATE SET body = excluded.body`,
+		tt.Tenant, tt.Name, string(b))
+	return err
+}
+
+// --- receipts
+
+const receiptCols = `seq, id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key, created_at, prev_hash, hash`
+
+func scanReceipt(sc scanner) (*host.Receipt, error) {
+	var rc host.Receipt
+	var typ, parents, body string
+	var created int64
+	if err := sc.Scan(&rc.Seq, &rc.ID, &rc.Tenant, &typ, &rc.From, &rc.To, &rc.TaskID, &rc.LeaseID, &parents, &body,
+		&rc.DedupeKey, &created, &rc.PrevHash, &rc.Hash); err != nil {
+		return nil, err
+	}
+	rc.Type = host.ReceiptType(typ)
+	rc.Body = json.RawMessage(body)
+	rc.CreatedAt = fromUS(created)
+	if err := json.Unmarshal([]byte(parents), &rc.Parents); err != nil {
+		return nil, err
+	}
+	return &rc, nil
+}
+
+func (r *reader) receipts(ctx context.Context, q string, args ...any) ([]*host.Receipt, error) {
+	rows, err := r.query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*host.Receipt
+	for rows.Next() {
+		rc, err := scanReceipt(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rc)
+	}
+	return out, rows.Err()
+}
+
+func (r *reader) GetReceipt(ctx context.Context, tenant, id string) (*host.Receipt, error) {
+	rc, err := scanReceipt(r.queryRow(ctx, `SELECT `+receiptCols+` FROM receipts WHERE id = ? AND tenant = ?`, id, tenant))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("receipt", id)
+	}
+	return rc, err
+}
+
+func (r *reader) GetReceiptByDedupe(ctx context.Context, tenant, key string) (*host.Receipt, error) {
+	rc, err := scanReceipt(r.queryRow(ctx, `SELECT `+receiptCols+` FROM receipts WHERE tenant = ? AND dedupe_key = ? AND dedupe_key <> ''`, tenant, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	return rc, err
+}
+
+func (r *reader) ListReceipts(ctx context.Context, f store.ReceiptFilter) ([]*host.Receipt, string, error) {
+	after, err := parseCursor(f.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	q := `SELECT ` + receiptCols + ` FROM receipts WHERE tenant = ? AND seq > ?`
+	args := []any{f.Tenant, after}
+	if f.TaskID != "" {
+		q += ` AND task_id = ?`
+		args = append(args, f.TaskID)
+	}
+	q += ` ORDER BY seq LIMIT ?`
+	args = append(args, f.Limit+1)
+	rs, err := r.receipts(ctx, q, args...)
+	if err != nil {
+		return nil, "", err
+	}
+	cur := ""
+	if len(rs) > f.Limit {
+		rs = rs[:f.Limit]
+		cur = strconv.FormatInt(rs[len(rs)-1].Seq, 10)
+	}
+	return rs, cur, nil
+}
+
+func (r *reader) ScanReceipts(ctx context.Context, afterSeq int64, limit int) ([]*host.Receipt, error) {
+	return r.receipts(ctx, `SELECT `+receiptCols+` FROM receipts WHERE seq > ? ORDER BY seq LIMIT ?`, afterSeq, limit)
+}
+
+func (r *reader) Terminator(ctx context.Context, tenant, receiptID string) (string, error) {
+	var term sql.NullString
+	err := r.queryRow(ctx, `SELECT terminated_by FROM obligations WHERE receipt_id = ? AND tenant = ?`, receiptID, tenant).Scan(&term)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return term.String, err
+}
+
+func (r *reader) ListOpenObligations(ctx context.Context, f store.ObligationFilter) ([]host.Obligation, string, error) {
+	after, err := parseCursor(f.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	const cols = `o.receipt_id, o.tenant, o.type, o.obligor, o.obligee, o.task_id, o.created_at, o.seq`
+	byRole := func(col string) string {
+		return `SELECT ` + cols + ` FROM obligations o INDEXED BY obligations_open_` + col + ` WHERE o.tenant = ? AND o.` + col +
+			` = ? AND o.terminated_by IS NULL AND o.seq > ? ORDER BY o.seq LIMIT ?`
+	}
+	var q string
+	var args []any
+	switch f.Role {
+	case "obligor", "obligee":
+		q, args = byRole(f.Role), []any{f.Tenant, f.Principal, after, f.Limit + 1}
+	default:
+		q = `SELECT * FROM (SELECT * FROM (` + byRole("obligor") + `) UNION SELECT * FROM (` + byRole("obligee") + `)) ORDER BY seq LIMIT ?`
+		args = []any{f.Tenant, f.Principal, after, f.Limit + 1, f.Tenant, f.Principal, after, f.Limit + 1, f.Limit + 1}
+	}
+	rows, err := r.query(ctx, q, args...)
+	if err != nil {
+		return nil, "", err
+	}
+	defer rows.Close()
+	out := []host.Obligation{}
+	for rows.Next() {
+		var o host.Obligation
+		var typ string
+		var created int64
+		if err := rows.Scan(&o.ReceiptID, &o.Tenant, &typ, &o.Obligor, &o.Obligee, &o.TaskID, &created, &o.Seq); err != nil {
+			return nil, "", err
+		}
+		o.Type, o.CreatedAt = host.ReceiptType(typ), fromUS(created)
+		out = append(out, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	cur := ""
+	if len(out) > f.Limit {
+		out = out[:f.Limit]
+		cur = strconv.FormatInt(out[len(out)-1].Seq, 10)
+	}
+	// Attach bodies (one indexed lookup per obligation on the page).
+	for i := range out {
+		var body string
+		if err := r.queryRow(ctx, `SELECT body FROM receipts WHERE id = ?`, out[i].ReceiptID).Scan(&body); err == nil {
+			out[i].Body = json.RawMessage(body)
+		}
+	}
+	return out, cur, nil
+}
+
+func (w *writeTx) AppendReceipt(ctx context.Context, rc *host.Receipt) error {
+	rc.Seq = w.s.headSeq + 1
+	rc.PrevHash = w.s.headHash
+	rc.Hash = host.ChainHash(rc, rc.PrevHash)
+	parents, err := json.Marshal(rc.Parents)
+	if err != nil {
+		return err
+	}
+	if rc.Parents == nil {
+		parents = []byte("[]")
+	}
+	_, err = w.exec(ctx, `INSERT INTO receipts (`+receiptCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		rc.Seq, rc.ID, rc.Tenant, string(rc.Type), rc.From, rc.To, rc.TaskID, rc.LeaseID, string(parents), string(rc.Body),
+		rc.DedupeKey, us(rc.CreatedAt), rc.PrevHash, rc.Hash)
+	if err != nil {
+		if strings.Contains(err.Error(), "UNIQUE") {
+			return host.Errorf(host.CodeConflict, "a receipt with this id or dedupe key exists")
+		}
+		return err
+	}
+	w.s.headSeq, w.s.headHash = rc.Seq, rc.Hash
+	return nil
+}
+
+func (w *writeTx) OpenObligation(ctx context.Context, o host.Obligation) error {
+	_, err := w.exec(ctx, `INSERT INTO obligations (receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq) VALUES (?,?,?,?,?,?,?,?)`,
+		o.ReceiptID, o.Tenant, string(o.Type), o.Obligor, o.Obligee, o.TaskID, us(o.CreatedAt), o.Seq)
+	return err
+}
+
+func (w *writeTx) Terminate(ctx context.Context, tenant, parentID, terminatorID string) (bool, error) {
+	res, err := w.exec(ctx, `UPDATE obligations SET terminated_by = ? WHERE receipt_id = ? AND tenant = ? AND terminated_by IS NULL`, terminatorID, parentID, tenant)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+// --- workers and keys
+
+func (r *reader) ListWorkers(ctx context.Context, tenant string) ([]store.Worker, error) {
+	rows, err := r.query(ctx, `SELECT id, capabilities, first_seen, last_seen FROM workers WHERE tenant = ? ORDER BY id`, tenant)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []store.Worker{}
+	for rows.Next() {
+		w := store.Worker{Tenant: tenant}
+		var caps sql.NullString
+		var first, last int64
+		if err := rows.Scan(&w.ID, &caps, &first, &last); err != nil {
+			return nil, err
+		}
+		if caps.Valid {
+			w.Capabilities = json.RawMessage(caps.String)
+		}
+		w.FirstSeen, w.LastSeen = fromUS(first), fromUS(last)
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
+func (w *writeTx) UpsertWorker(ctx context.Context, wk store.Worker) error {
+	_, err := w.exec(ctx, `INSERT INTO workers (tenant, id, capabilities, first_seen, last_seen) VALUES (?,?,?,?,?)
+ON CONFLICT (tenant, id) DO UPDATE SET last_seen = max(last_seen, excluded.last_seen), capabilities = coalesce(excluded.capabilities, capabilities)`,
+		wk.Tenant, wk.ID, nullJSON(wk.Capabilities), us(wk.FirstSeen), us(wk.LastSeen))
+	return err
+}
+
+const keyCols = `id, hash, prefix, role, tenant, principal, created_at, revoked_at`
+
+func scanKey(sc scanner) (*store.Key, error) {
+	var k store.Key
+	var created int64
+	var revoked sql.NullInt64
+	if err := sc.Scan(&k.ID, &k.Hash, &k.Prefix, &k.Role, &k.Tenant, &k.Principal, &created, &revoked); err != nil {
+		return nil, err
+	}
+	k.CreatedAt, k.RevokedAt = fromUS(created), fromNUS(revoked)
+	return &k, nil
+}
+
+func (r *reader) GetKeyByHash(ctx context.Context, hash string) (*store.Key, error) {
+	k, err := scanKey(r.queryRow(ctx, `SELECT `+keyCols+` FROM api_keys WHERE hash = ?`, hash))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, host.Errorf(host.CodeNotFound, "no such key")
+	}
+	return k, err
+}
+
+func (r *reader) ListKeys(ctx context.Context) ([]store.Key, error) {
+	rows, err := r.query(ctx, `SELECT `+keyCols+` FROM api_keys ORDER BY created_at, id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []store.Key{}
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *k)
+	}
+	return out, rows.Err()
+}
+
+func (w *writeTx) PutKey(ctx context.Context, k store.Key) error {
+	_, err := w.exec(ctx, `INSERT INTO api_keys (`+keyCols+`) VALUES (?,?,?,?,?,?,?,?)`,
+		k.ID, k.Hash, k.Prefix, k.Role, k.Tenant, k.Principal, us(k.CreatedAt), nus(k.RevokedAt))
+	if err != nil && strings.Contains(err.Error(), "UNIQUE") {
+		return host.Errorf(host.CodeConflict, "a key with this id exists")
+	}
+	return err
+}
+
+func (w *writeTx) RevokeKey(ctx context.Context, id string, at time.Time) error {
+	res, err := w.exec(ctx, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?`, us(at), id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return notFound("key", id)
+	}
+	return nil
+}

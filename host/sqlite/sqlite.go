@@ -1,0 +1,408 @@
+// Package sqlite is AsyncGate's embedded store: one SQLite file in WAL mode with
+// synchronous=FULL, so an acknowledged write is on disk. Throughput comes from
+// group commit: every Update goes to a single writer goroutine that runs all the
+// updates waiting at that moment in one transaction, each in its own savepoint,
+// and acknowledges them together after one fsync'd commit.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Options tune a Store. The zero value is the durable default.
+type Options struct {
+	// MaxBatch caps how many updates share one commit (default 512).
+	MaxBatch int
+	// Synchronous overrides PRAGMA synchronous (default FULL). Only benchmarks
+	// that measure what durability costs should change it.
+	Synchronous string
+	// ReadConns is the size of the read pool (default 4).
+	ReadConns int
+}
+
+// Store is the SQLite driver. It implements store.Store.
+type Store struct {
+	path string
+	wdb  *sql.DB // exactly one connection: the writer
+	rdb  *sql.DB // readers
+	opts Options
+
+	reqs     chan *request
+	closed   chan struct{}
+	done     chan struct{}
+	closeMu  sync.RWMutex
+	isClosed bool
+
+	stmtMu sync.Mutex
+	stmts  map[*sql.DB]map[string]*sql.Stmt
+
+	// head is the last link of the chain as the writer knows it.
+	headSeq  int64
+	headHash string
+}
+
+var _ store.Store = (*Store)(nil)
+
+type request struct {
+	ctx  context.Context
+	fn   func(store.Tx) error
+	err  error
+	done chan struct{}
+}
+
+// Open opens (creating if needed) the database file at path and applies the
+// embedded migrations in order.
+func Open(path string, opts Options) (*Store, error) {
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 512
+	}
+	if opts.Synchronous == "" {
+		opts.Synchronous = "FULL"
+	}
+	if opts.ReadConns <= 0 {
+		opts.ReadConns = 4
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("sqlite: create data folder: %w", err)
+		}
+	}
+	dsn := func(extra string) string {
+		return "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(off)" + extra
+	}
+	wdb, err := sql.Open("sqlite", dsn("&_pragma=synchronous("+opts.Synchronous+")&_txlock=immediate"))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open: %w", err)
+	}
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	wdb.SetConnMaxLifetime(0)
+	if err := wdb.Ping(); err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	s := &Store{path: path, wdb: wdb, opts: opts, reqs: make(chan *request, 4096),
+		closed: make(chan struct{}), done: make(chan struct{}), stmts: map[*sql.DB]map[string]*sql.Stmt{}}
+	if err := s.migrate(); err != nil {
+		wdb.Close()
+		return nil, err
+	}
+	rdb, err := sql.Open("sqlite", dsn("&_pragma=query_only(1)"))
+	if err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("sqlite: open readers: %w", err)
+	}
+	rdb.SetMaxOpenConns(opts.ReadConns)
+	rdb.SetMaxIdleConns(opts.ReadConns)
+	s.rdb = rdb
+	if err := s.loadHead(); err != nil {
+		s.wdb.Close()
+		s.rdb.Close()
+		return nil, err
+	}
+	go s.writer()
+	return s, nil
+}
+
+// Path returns the database file's path.
+func (s *Store) Path() string { return s.path }
+
+// Driver implements store.Store.
+func (s *Store) Driver() string { return "sqlite" }
+
+func (s *Store) migrate() error {
+	ctx := context.Background()
+	if _, err := s.wdb.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("sqlite: migrations table: %w", err)
+	}
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		var v int
+		if _, err := fmt.Sscanf(filepath.Base(name), "%04d_", &v); err != nil {
+			return fmt.Errorf("sqlite: migration %s has no version prefix", name)
+		}
+		var n int
+		if err := s.wdb.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, v).Scan(&n); err != nil {
+			return fmt.Errorf("sqlite: read migrations: %w", err)
+		}
+		if n > 0 {
+			continue
+		}
+		body, err := migrations.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		tx, err := s.wdb.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("sqlite: migration %d: %w", v, err)
+		}
+		if _, err := tx.ExecContext(ctx, string(body)); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("sqlite: migration %d: %w", v, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, v, time.Now().UnixMicro()); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("sqlite: migration %d: %w", v, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("sqlite: migration %d: %w", v, err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) loadHead() error {
+	err := s.wdb.QueryRow(`SELECT seq, hash FROM ledger_head WHERE id = 1`).Scan(&s.headSeq, &s.headHash)
+	if err != nil {
+		return fmt.Errorf("sqlite: read ledger head: %w", err)
+	}
+	return nil
+}
+
+// LedgerHead returns the recorded last link of the receipt chain.
+func (s *Store) LedgerHead(ctx context.Context) (int64, string, error) {
+	var seq int64
+	var hash string
+	err := s.rdb.QueryRowContext(ctx, `SELECT seq, hash FROM ledger_head WHERE id = 1`).Scan(&seq, &hash)
+	return seq, hash, err
+}
+
+// stmt returns a statement prepared once per database handle.
+func (s *Store) stmt(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, error) {
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
+	m := s.stmts[db]
+	if m == nil {
+		m = map[string]*sql.Stmt{}
+		s.stmts[db] = m
+	}
+	if st := m[query]; st != nil {
+		return st, nil
+	}
+	st, err := db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	m[query] = st
+	return st, nil
+}
+
+var errClosed = host.Errorf(host.CodeDatabaseUnavailable, "the store is closed")
+
+// Update implements store.Store with group commit.
+func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
+	r := &request{ctx: ctx, fn: fn, done: make(chan struct{})}
+	s.closeMu.RLock()
+	if s.isClosed {
+		s.closeMu.RUnlock()
+		return errClosed
+	}
+	select {
+	case s.reqs <- r:
+	case <-ctx.Done():
+		s.closeMu.RUnlock()
+		return ctx.Err()
+	}
+	s.closeMu.RUnlock()
+	<-r.done // once queued, the outcome is waited for: it may have been committed
+	return r.err
+}
+
+func (s *Store) writer() {
+	defer close(s.done)
+	batch := make([]*request, 0, s.opts.MaxBatch)
+	for {
+		var first *request
+		select {
+		case first = <-s.reqs:
+		case <-s.closed:
+			// Drain what was queued before Close.
+			for {
+				select {
+				case r := <-s.reqs:
+					s.runBatch([]*request{r})
+				default:
+					return
+				}
+			}
+		}
+		batch = append(batch[:0], first)
+	drain:
+		for len(batch) < s.opts.MaxBatch {
+			select {
+			case r := <-s.reqs:
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		s.runBatch(batch)
+	}
+}
+
+// runBatch runs a batch in one transaction, each request in a savepoint.
+func (s *Store) runBatch(batch []*request) {
+	ctx := context.Background()
+	finish := func(err error) {
+		for _, r := range batch {
+			if err != nil && r.err == nil {
+				r.err = err
+			}
+			close(r.done)
+		}
+	}
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		finish(unavailable("begin", err))
+		return
+	}
+	headSeq, headHash := s.headSeq, s.headHash
+	wtx := &writeTx{reader: reader{s: s, db: s.wdb, tx: tx}}
+	anyOK := false
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.err = err
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT op"); err != nil {
+			tx.Rollback()
+			s.headSeq, s.headHash = headSeq, headHash
+			finish(unavailable("savepoint", err))
+			return
+		}
+		spSeq, spHash := s.headSeq, s.headHash
+		r.err = runFn(r.fn, wtx)
+		if r.err != nil {
+			_, err1 := tx.ExecContext(ctx, "ROLLBACK TO op")
+			_, err2 := tx.ExecContext(ctx, "RELEASE op")
+			s.headSeq, s.headHash = spSeq, spHash
+			if err1 != nil || err2 != nil {
+				tx.Rollback()
+				s.headSeq, s.headHash = headSeq, headHash
+				finish(unavailable("rollback to savepoint", errors.Join(err1, err2)))
+				return
+			}
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, "RELEASE op"); err != nil {
+			tx.Rollback()
+			s.headSeq, s.headHash = headSeq, headHash
+			finish(unavailable("release savepoint", err))
+			return
+		}
+		anyOK = true
+	}
+	if !anyOK {
+		tx.Rollback()
+		finish(nil)
+		return
+	}
+	if s.headSeq != headSeq {
+		if _, err := tx.ExecContext(ctx, `UPDATE ledger_head SET seq = ?, hash = ? WHERE id = 1`, s.headSeq, s.headHash); err != nil {
+			tx.Rollback()
+			s.headSeq, s.headHash = headSeq, headHash
+			finish(unavailable("ledger head", err))
+			return
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		tx.Rollback()
+		s.headSeq, s.headHash = headSeq, headHash
+		finish(unavailable("commit", err))
+		return
+	}
+	finish(nil)
+}
+
+// runFn runs fn and turns a panic into an internal error, so one bad call
+// cannot take the writer down.
+func runFn(fn func(store.Tx) error, tx store.Tx) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = host.Errorf(host.CodeInternal, "panic in store update: %v", p)
+		}
+	}()
+	return fn(tx)
+}
+
+func unavailable(what string, err error) error {
+	return host.WrapError(host.CodeDatabaseUnavailable, err, "sqlite "+what+" failed: "+err.Error())
+}
+
+// View implements store.Store.
+func (s *Store) View(ctx context.Context, fn func(store.Reader) error) error {
+	s.closeMu.RLock()
+	closed := s.isClosed
+	s.closeMu.RUnlock()
+	if closed {
+		return errClosed
+	}
+	tx, err := s.rdb.BeginTx(ctx, nil)
+	if err != nil {
+		return unavailable("begin read", err)
+	}
+	defer tx.Rollback()
+	return fn(&reader{s: s, db: s.rdb, tx: tx})
+}
+
+// Ping implements store.Store: it reads and writes the database.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.View(ctx, func(r store.Reader) error {
+		_, err := r.QueueStats(ctx, "\x00ping")
+		return err
+	}); err != nil {
+		return err
+	}
+	return s.Update(ctx, func(tx store.Tx) error {
+		_, err := tx.(*writeTx).tx.ExecContext(ctx, `SELECT 1`)
+		return err
+	})
+}
+
+// Close waits for queued writes, then closes the database.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	if s.isClosed {
+		s.closeMu.Unlock()
+		return nil
+	}
+	s.isClosed = true
+	s.closeMu.Unlock()
+	close(s.closed)
+	<-s.done
+	s.stmtMu.Lock()
+	for _, m := range s.stmts {
+		for _, st := range m {
+			st.Close()
+		}
+	}
+	s.stmtMu.Unlock()
+	err1 := s.rdb.Close()
+	if _, err := s.wdb.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil && !strings.Contains(err.Error(), "closed") {
+		err1 = errors.Join(err1, err)
+	}
+	return errors.Join(err1, s.wdb.Close())
+}

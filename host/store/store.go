@@ -1,0 +1,217 @@
+// Package store is the storage seam of AsyncGate: the interfaces every driver
+// (host/sqlite, host/postgres) implements, and nothing else. The engine in
+// host/engine holds the lease and ledger logic and talks to storage only through
+// these interfaces; the conformance suite in host/store/storetest runs the same
+// cases against every driver.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+)
+
+// Store is a durable home for tasks, receipts and their bookkeeping.
+type Store interface {
+	// Update runs fn in a write transaction. Concurrent Update calls are batched
+	// into one transaction by a single writer (group commit); each fn runs in its
+	// own savepoint, so an error from fn undoes only fn's own writes and is
+	// returned to its caller alone. Update returns once the batch's commit is
+	// durable on disk. fn may run again only if the whole batch had to be retried,
+	// so it must not have side effects outside tx.
+	Update(ctx context.Context, fn func(Tx) error) error
+	// View runs fn against a consistent read-only view.
+	View(ctx context.Context, fn func(Reader) error) error
+	// Ping reports whether the store can serve reads and writes.
+	Ping(ctx context.Context) error
+	// Close waits for pending writes and releases the store.
+	Close() error
+	// Driver names the driver ("sqlite", "postgres").
+	Driver() string
+}
+
+// Notifier is implemented by stores that can wake waiters on other hosts when
+// tasks become available (PostgreSQL's LISTEN/NOTIFY). Stores without it only
+// see their own host's writes.
+type Notifier interface {
+	// Subscribe returns a channel that receives tenant names whose queues changed
+	// on any host, until ctx is done.
+	Subscribe(ctx context.Context) (<-chan string, error)
+}
+
+// Reader is the read side of a transaction or view.
+type Reader interface {
+	// GetTask returns a task or a host.CodeNotFound error.
+	GetTask(ctx context.Context, tenant, id string) (*host.Task, error)
+	// GetTaskByLease returns the task whose current or last lease is leaseID, or
+	// host.CodeNotFound.
+	GetTaskByLease(ctx context.Context, leaseID string) (*host.Task, error)
+	// FindTaskByIdempotency returns the task queued with the key, or nil.
+	FindTaskByIdempotency(ctx context.Context, tenant, recipient, key string) (*host.Task, error)
+	// ListTasks lists tasks in queue order (oldest first) from the cursor on.
+	ListTasks(ctx context.Context, f TaskFilter) ([]*host.Task, string, error)
+	// ExpiredLeases returns leased tasks whose lease ended at or before now, oldest expiry first.
+	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*host.Task, error)
+	// QueueStats counts tasks by state and reports the oldest ready queued task.
+	QueueStats(ctx context.Context, tenant string) (QueueStats, error)
+	// ListProgress returns a task's progress history, newest first.
+	ListProgress(ctx context.Context, tenant, taskID string, limit int) ([]Progress, error)
+
+	// GetTaskType returns a task type or host.CodeNotFound.
+	GetTaskType(ctx context.Context, tenant, name string) (*host.TaskType, error)
+	// ListTaskTypes returns a tenant's task types by name.
+	ListTaskTypes(ctx context.Context, tenant string) ([]*host.TaskType, error)
+
+	// GetReceipt returns a receipt or host.CodeNotFound.
+	GetReceipt(ctx context.Context, tenant, id string) (*host.Receipt, error)
+	// GetReceiptByDedupe returns the receipt appended with the dedupe key, or nil.
+	GetReceiptByDedupe(ctx context.Context, tenant, key string) (*host.Receipt, error)
+	// ListReceipts lists receipts in ledger order from the cursor on.
+	ListReceipts(ctx context.Context, f ReceiptFilter) ([]*host.Receipt, string, error)
+	// ScanReceipts returns up to limit receipts of every tenant with Seq > afterSeq, in Seq order.
+	ScanReceipts(ctx context.Context, afterSeq int64, limit int) ([]*host.Receipt, error)
+	// Terminator returns the id of the receipt that terminated the obligation
+	// receiptID, or "" when it is open or is no obligation. It never scans the ledger.
+	Terminator(ctx context.Context, tenant, receiptID string) (string, error)
+	// ListOpenObligations lists open obligations in ledger order from the cursor on.
+	// It never scans the ledger.
+	ListOpenObligations(ctx context.Context, f ObligationFilter) ([]host.Obligation, string, error)
+
+	// ListWorkers returns the workers a tenant has seen.
+	ListWorkers(ctx context.Context, tenant string) ([]Worker, error)
+	// GetKeyByHash returns the API key with the hash, or host.CodeNotFound.
+	GetKeyByHash(ctx context.Context, hash string) (*Key, error)
+	// ListKeys returns all API keys (hashes only).
+	ListKeys(ctx context.Context) ([]Key, error)
+}
+
+// Tx is a write transaction.
+type Tx interface {
+	Reader
+	// InsertTask inserts a new task. A clash on (tenant, recipient,
+	// idempotency key) is a host.CodeConflict error.
+	InsertTask(ctx context.Context, t *host.Task) error
+	// UpdateTask writes every mutable field of t, but only if the stored row
+	// still matches fence. A mismatch is ErrFenced and writes nothing.
+	UpdateTask(ctx context.Context, t *host.Task, fence Fence) error
+	// ClaimTasks picks up to q.Limit ready queued tasks in lease order (priority
+	// 10→1, then oldest), lets q.Grant set each one's lease, and writes it fenced
+	// on state queued. On PostgreSQL rows locked by others are skipped.
+	ClaimTasks(ctx context.Context, q ClaimQuery) ([]*host.Task, error)
+	// InsertProgress records one progress report.
+	InsertProgress(ctx context.Context, p Progress) error
+
+	// AppendReceipt appends r to the hash chain: it sets r.Seq, r.PrevHash and
+	// r.Hash. A clash on (tenant, dedupe key) is a host.CodeConflict error.
+	AppendReceipt(ctx context.Context, r *host.Receipt) error
+	// OpenObligation records an obligation created by an appended receipt.
+	OpenObligation(ctx context.Context, o host.Obligation) error
+	// Terminate records that terminatorID discharged the obligation parentID and
+	// reports whether it was open. Terminating a closed one changes nothing.
+	Terminate(ctx context.Context, tenant, parentID, terminatorID string) (bool, error)
+
+	// PutTaskType creates or replaces a task type.
+	PutTaskType(ctx context.Context, tt *host.TaskType) error
+	// UpsertWorker records that a worker was seen.
+	UpsertWorker(ctx context.Context, w Worker) error
+	// PutKey creates an API key.
+	PutKey(ctx context.Context, k Key) error
+	// RevokeKey marks a key revoked; host.CodeNotFound if there is none.
+	RevokeKey(ctx context.Context, id string, at time.Time) error
+}
+
+// ErrFenced is returned by UpdateTask when the row no longer matches its fence:
+// someone else (a newer attempt, the sweeper, a cancel) got there first.
+var ErrFenced = host.Errorf(host.CodeConflict, "the task changed under this update")
+
+// Fence is the condition an update is conditioned on, checked in the UPDATE itself.
+type Fence struct {
+	State   host.TaskState
+	LeaseID string // "" means: do not check
+	// LiveAt, when set, requires lease_expires_at > LiveAt (strict expiry).
+	LiveAt *time.Time
+	// ExpiredAt, when set, requires lease_expires_at <= ExpiredAt (the sweeper).
+	ExpiredAt *time.Time
+}
+
+// ClaimQuery says which tasks a lease call may take.
+type ClaimQuery struct {
+	Tenant string
+	Types  []string // empty: any type
+	Now    time.Time
+	Limit  int
+	// Grant sets the lease fields of a task about to be leased.
+	Grant func(t *host.Task)
+}
+
+// TaskFilter selects tasks for ListTasks. Empty fields do not filter.
+type TaskFilter struct {
+	Tenant    string
+	Recipient string
+	CreatedBy string
+	// Principal matches tasks created by or addressed to this principal.
+	Principal string
+	Types     []string
+	States    []host.TaskState
+	Cursor    string
+	Limit     int
+}
+
+// ReceiptFilter selects receipts for ListReceipts.
+type ReceiptFilter struct {
+	Tenant string
+	TaskID string
+	Cursor string
+	Limit  int
+}
+
+// ObligationFilter selects open obligations.
+type ObligationFilter struct {
+	Tenant string
+	// Principal matches obligations it owes or is owed; Role narrows it to
+	// "obligor" or "obligee".
+	Principal string
+	Role      string
+	Cursor    string
+	Limit     int
+}
+
+// QueueStats is a snapshot of a tenant's queue ("" for all tenants).
+type QueueStats struct {
+	ByState        map[host.TaskState]int64
+	ByType         map[string]int64 // queued and leased tasks by type
+	OldestReadyAge time.Duration    // age of the oldest ready queued task, 0 if none
+}
+
+// Progress is one progress report from a worker.
+type Progress struct {
+	Tenant  string    `json:"-"`
+	TaskID  string    `json:"task_id"`
+	LeaseID string    `json:"lease_id"`
+	Percent *float64  `json:"percent,omitempty"`
+	Message string    `json:"message,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// Worker is what the gate knows of a worker.
+type Worker struct {
+	Tenant       string          `json:"tenant"`
+	ID           string          `json:"worker_id"`
+	Capabilities json.RawMessage `json:"capabilities,omitempty"`
+	FirstSeen    time.Time       `json:"first_seen"`
+	LastSeen     time.Time       `json:"last_seen"`
+}
+
+// Key is an API key as stored: only the hash of the secret.
+type Key struct {
+	ID        string     `json:"key_id"`
+	Hash      string     `json:"-"`
+	Prefix    string     `json:"prefix"` // the first characters of the key, for operators
+	Role      string     `json:"role"`
+	Tenant    string     `json:"tenant"`
+	Principal string     `json:"principal"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}

@@ -1,0 +1,293 @@
+package host
+
+import (
+	"encoding/json"
+	"regexp"
+	"time"
+)
+
+// TaskState is where a task is in its lifecycle.
+type TaskState string
+
+// Task states. Delayed starts and retries are StateQueued with a future AvailableAt.
+const (
+	StateQueued     TaskState = "queued"
+	StateLeased     TaskState = "leased"
+	StateSucceeded  TaskState = "succeeded"
+	StateCanceled   TaskState = "canceled"
+	StateDeadLetter TaskState = "dead_letter"
+)
+
+// Terminal reports whether no transition leaves s (redrive aside, which is an
+// operator's explicit act on a dead letter).
+func (s TaskState) Terminal() bool {
+	return s == StateSucceeded || s == StateCanceled || s == StateDeadLetter
+}
+
+// Valid reports whether s is a known state.
+func (s TaskState) Valid() bool {
+	switch s {
+	case StateQueued, StateLeased, StateSucceeded, StateCanceled, StateDeadLetter:
+		return true
+	}
+	return false
+}
+
+// Event names a cause of a state change.
+type Event string
+
+// Events of the task state machine.
+const (
+	EventLease   Event = "lease"  // queued → leased
+	EventAccept  Event = "accept" // leased → leased (accepted)
+	EventBeat    Event = "heartbeat"
+	EventSucceed Event = "complete" // leased → succeeded
+	EventRetry   Event = "retry"    // leased → queued (failure, attempt used)
+	EventDead    Event = "dead"     // leased → dead_letter
+	EventRelease Event = "release"  // leased → queued (no attempt used)
+	EventExpire  Event = "expire"   // leased → queued or dead_letter (expiry cap)
+	EventCancel  Event = "cancel"   // queued → canceled; leased → leased (flagged)
+	EventRedrive Event = "redrive"  // dead_letter → queued
+)
+
+// transitions lists, for each event, the states it may start from and where it
+// may end. It is the whole state machine; Transition consults nothing else.
+var transitions = map[Event]struct{ from, to []TaskState }{
+	EventLease:   {[]TaskState{StateQueued}, []TaskState{StateLeased}},
+	EventAccept:  {[]TaskState{StateLeased}, []TaskState{StateLeased}},
+	EventBeat:    {[]TaskState{StateLeased}, []TaskState{StateLeased}},
+	EventSucceed: {[]TaskState{StateLeased}, []TaskState{StateSucceeded}},
+	EventRetry:   {[]TaskState{StateLeased}, []TaskState{StateQueued}},
+	EventDead:    {[]TaskState{StateLeased}, []TaskState{StateDeadLetter}},
+	EventRelease: {[]TaskState{StateLeased}, []TaskState{StateQueued}},
+	EventExpire:  {[]TaskState{StateLeased}, []TaskState{StateQueued, StateDeadLetter}},
+	EventCancel:  {[]TaskState{StateQueued, StateLeased}, []TaskState{StateCanceled, StateLeased}},
+	EventRedrive: {[]TaskState{StateDeadLetter}, []TaskState{StateQueued}},
+}
+
+// CanTransition reports whether event may move a task from one state to another.
+func CanTransition(from TaskState, ev Event, to TaskState) bool {
+	t, ok := transitions[ev]
+	if !ok {
+		return false
+	}
+	return contains(t.from, from) && contains(t.to, to)
+}
+
+// CanApply reports whether event may happen at all to a task in state from.
+func CanApply(from TaskState, ev Event) bool {
+	t, ok := transitions[ev]
+	return ok && contains(t.from, from)
+}
+
+func contains[T comparable](s []T, v T) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Task is one unit of work of a registered task type.
+type Task struct {
+	ID             string          `json:"task_id"`
+	Tenant         string          `json:"tenant"`
+	Type           string          `json:"task_type"`
+	CreatedBy      string          `json:"created_by"`   // the principal that queued it
+	Recipient      string          `json:"recipient_ai"` // who receives the outcome (defaults to CreatedBy)
+	State          TaskState       `json:"status"`
+	Priority       int             `json:"priority"`
+	Params         json.RawMessage `json:"params"`
+	Summary        string          `json:"task_summary,omitempty"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	AvailableAt time.Time `json:"available_at"`
+
+	// Current attempt (valid while State is leased).
+	LeaseID        string     `json:"lease_id,omitempty"`
+	WorkerID       string     `json:"worker_id,omitempty"`
+	LeasedAt       *time.Time `json:"leased_at,omitempty"`
+	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
+	AcceptedAt     *time.Time `json:"accepted_at,omitempty"`
+	// AcceptReceipt is the task.accepted receipt of the current attempt.
+	AcceptReceipt   string `json:"accept_receipt_id,omitempty"`
+	CancelRequested bool   `json:"cancel_requested"`
+
+	Attempts      int `json:"attempts"`       // failures so far (each failure uses one)
+	MaxRetries    int `json:"max_retries"`    // failures allowed before dead letter
+	LeaseCount    int `json:"lease_count"`    // leases granted so far
+	LeaseExpiries int `json:"lease_expiries"` // leases that expired
+
+	StartedAt   *time.Time `json:"started_at,omitempty"`
+	CompletedAt *time.Time `json:"completed_at,omitempty"`
+
+	ProgressPercent *float64 `json:"progress_percent,omitempty"`
+	ProgressMessage string   `json:"progress_message,omitempty"`
+
+	Result    *Result `json:"result,omitempty"`
+	LastError string  `json:"error_message,omitempty"`
+	// DeadReason says why a task is a dead letter: max_retries_exceeded,
+	// fatal_error, max_lease_expiries or policy.
+	DeadReason string `json:"dead_reason,omitempty"`
+
+	// AssignReceipt is the task.assigned receipt written at enqueue.
+	AssignReceipt string `json:"assign_receipt_id"`
+}
+
+// Result is where a succeeded task's outcome lives and how to check it.
+type Result struct {
+	Channel       string          `json:"result_channel,omitempty"`
+	Pointer       string          `json:"result_pointer,omitempty"`
+	Checksum      string          `json:"result_checksum,omitempty"`
+	Summary       string          `json:"summary,omitempty"`
+	Metadata      json.RawMessage `json:"metadata,omitempty"`
+	Artifacts     []Artifact      `json:"artifacts,omitempty"`
+	DeliveryProof json.RawMessage `json:"delivery_proof,omitempty"`
+	ArchivedAt    *time.Time      `json:"archived_at,omitempty"`
+}
+
+// Artifact is one locatable piece of a result.
+type Artifact struct {
+	Type string          `json:"type"`
+	URL  string          `json:"url,omitempty"`
+	Ref  json.RawMessage `json:"ref,omitempty"`
+}
+
+// Locatable reports whether the result says where the outcome is: a pointer,
+// at least one artifact, or a delivery proof.
+func (r *Result) Locatable() bool {
+	if r == nil {
+		return false
+	}
+	return r.Pointer != "" || len(r.Artifacts) > 0 || (len(r.DeliveryProof) > 0 && string(r.DeliveryProof) != "null")
+}
+
+// TaskType is a registered kind of task with its defaults and limits. Field names
+// follow the spec's task_types table.
+type TaskType struct {
+	Name                    string          `json:"task_type"`
+	Tenant                  string          `json:"tenant"`
+	Description             string          `json:"description,omitempty"`
+	ParamsSchema            json.RawMessage `json:"params_schema,omitempty"`
+	DefaultPriority         int             `json:"default_priority"`
+	DefaultMaxRetries       int             `json:"default_max_retries"`
+	DefaultTimeoutSeconds   int             `json:"default_timeout_seconds"`
+	DefaultRetentionDays    int             `json:"default_retention_days"`
+	DefaultResultChannel    string          `json:"default_result_channel,omitempty"`
+	EstimatedRuntimeSeconds int             `json:"estimated_runtime_seconds"`
+	PollSuggestionSeconds   int             `json:"poll_suggestion_seconds"`
+	MaxPayloadBytes         int64           `json:"max_payload_bytes"`
+	Enabled                 bool            `json:"enabled"`
+	LeaseSeconds            int             `json:"lease_seconds"`
+	RequeueDelaySeconds     int             `json:"requeue_delay_seconds"`
+	MaxLeaseExpiries        int             `json:"max_lease_expiries"`
+	// Policy, Validators and ChannelConfig name plugins and their configs; the
+	// plugin runtime interprets them.
+	Policy     *PluginRef      `json:"policy,omitempty"`
+	Validators []PluginRef     `json:"validators,omitempty"`
+	ChannelCfg json.RawMessage `json:"channel_config,omitempty"`
+	CreatedAt  time.Time       `json:"created_at"`
+	UpdatedAt  time.Time       `json:"updated_at"`
+}
+
+// PluginRef names a plugin and the config it runs with for one task type.
+type PluginRef struct {
+	Name   string          `json:"name"`
+	Config json.RawMessage `json:"config,omitempty"`
+}
+
+// Defaults from the seeds.
+const (
+	DefaultPriority              = 5
+	DefaultMaxRetries            = 3
+	DefaultLeaseSeconds          = 900
+	DefaultRequeueDelaySeconds   = 30
+	DefaultMaxLeaseExpiries      = 10
+	DefaultTimeoutSeconds        = 3600
+	DefaultRetentionDays         = 30
+	DefaultEstimatedRuntime      = 300
+	DefaultPollSuggestionSeconds = 60
+	DefaultMaxPayloadBytes       = 10 << 20
+	DefaultResultChannel         = "inline"
+)
+
+var taskTypeName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.\-]{0,63}$`)
+
+// Normalize fills unset fields with the seed defaults and checks the rest. It
+// does not compile the params schema (the engine does).
+func (tt *TaskType) Normalize() error {
+	if !taskTypeName.MatchString(tt.Name) {
+		return Errorf(CodeBadRequest, "task type name %q must match %s", tt.Name, taskTypeName)
+	}
+	def := func(p *int, d int) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	def(&tt.DefaultPriority, DefaultPriority)
+	def(&tt.DefaultTimeoutSeconds, DefaultTimeoutSeconds)
+	def(&tt.DefaultRetentionDays, DefaultRetentionDays)
+	def(&tt.EstimatedRuntimeSeconds, DefaultEstimatedRuntime)
+	def(&tt.PollSuggestionSeconds, DefaultPollSuggestionSeconds)
+	def(&tt.LeaseSeconds, DefaultLeaseSeconds)
+	def(&tt.MaxLeaseExpiries, DefaultMaxLeaseExpiries)
+	if tt.MaxPayloadBytes == 0 {
+		tt.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if tt.DefaultResultChannel == "" {
+		tt.DefaultResultChannel = DefaultResultChannel
+	}
+	switch {
+	case tt.DefaultPriority < 1 || tt.DefaultPriority > 10:
+		return Errorf(CodeBadRequest, "default_priority must be 1..10, got %d", tt.DefaultPriority)
+	case tt.DefaultMaxRetries < 0 || tt.DefaultMaxRetries > 1000:
+		return Errorf(CodeBadRequest, "default_max_retries must be 0..1000, got %d", tt.DefaultMaxRetries)
+	case tt.LeaseSeconds < 1:
+		return Errorf(CodeBadRequest, "lease_seconds must be positive, got %d", tt.LeaseSeconds)
+	case tt.RequeueDelaySeconds < 0:
+		return Errorf(CodeBadRequest, "requeue_delay_seconds must not be negative, got %d", tt.RequeueDelaySeconds)
+	case tt.MaxLeaseExpiries < 1:
+		return Errorf(CodeBadRequest, "max_lease_expiries must be positive, got %d", tt.MaxLeaseExpiries)
+	case tt.MaxPayloadBytes < 0:
+		return Errorf(CodeBadRequest, "max_payload_bytes must not be negative")
+	case tt.EstimatedRuntimeSeconds < 0 || tt.PollSuggestionSeconds < 0 || tt.DefaultTimeoutSeconds < 0 || tt.DefaultRetentionDays < 0:
+		return Errorf(CodeBadRequest, "durations must not be negative")
+	}
+	return nil
+}
+
+// NewTaskType returns a task type with the seed defaults: priority 5, three
+// retries, a 900 s lease, a 30 s requeue delay, enabled.
+func NewTaskType(name string) TaskType {
+	tt := TaskType{Name: name, DefaultMaxRetries: DefaultMaxRetries, RequeueDelaySeconds: DefaultRequeueDelaySeconds, Enabled: true}
+	_ = tt.Normalize()
+	return tt
+}
+
+var workerIDPattern = regexp.MustCompile(`^[A-Za-z0-9_\-]+\.[A-Za-z0-9_.:\-]+$`)
+
+// ValidWorkerID reports whether id has the Lease Protocol's {type}.{instance} form.
+func ValidWorkerID(id string) bool { return len(id) <= 200 && workerIDPattern.MatchString(id) }
+
+// WorkerType returns the {type} part of a worker id.
+func WorkerType(id string) string {
+	for i := 0; i < len(id); i++ {
+		if id[i] == '.' {
+			return id[:i]
+		}
+	}
+	return id
+}
+
+// Offer is what a lease grant returns: transient, no receipt. Accepting it
+// creates the worker's obligation.
+type Offer struct {
+	LeaseID        string    `json:"lease_id"`
+	RunID          string    `json:"run_id"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	Attempt        int       `json:"attempt"`
+	Task           *Task     `json:"task"`
+}
