@@ -12,14 +12,14 @@ type FaultKind string
 
 // Fault kinds.
 const (
-	FaultTrap        FaultKind = "trap"         // the guest trapped (panic outside the SDK, out of memory, unreachable)
-	FaultTimeout     FaultKind = "timeout"      // the call ran past its deadline (endless loop) and was stopped
-	FaultBadOutput   FaultKind = "bad_output"   // the result frame or envelope was malformed or failed its schema
-	FaultPanic       FaultKind = "panic"        // the guest panicked and the SDK recovered it
-	FaultGuestError  FaultKind = "guest_error"  // the guest returned an error result
-	FaultBadInput    FaultKind = "bad_input"    // the host refused the input (schema) before calling
-	FaultUnavailable FaultKind = "unavailable"  // no instance could be started, or the plugin is gone
-	FaultCanceled    FaultKind = "canceled"     // the caller's context ended before or during the call
+	FaultTrap        FaultKind = "trap"        // the guest trapped (panic outside the SDK, out of memory, unreachable)
+	FaultTimeout     FaultKind = "timeout"     // the call ran past its deadline (endless loop) and was stopped
+	FaultBadOutput   FaultKind = "bad_output"  // the result frame or envelope was malformed or failed its schema
+	FaultPanic       FaultKind = "panic"       // the guest panicked and the SDK recovered it
+	FaultGuestError  FaultKind = "guest_error" // the guest returned an error result
+	FaultBadInput    FaultKind = "bad_input"   // the host refused the input (schema) before calling
+	FaultUnavailable FaultKind = "unavailable" // no instance could be started, or the plugin is gone
+	FaultCanceled    FaultKind = "canceled"    // the caller's context ended before or during the call
 	FaultConfig      FaultKind = "invalid_config"
 )
 

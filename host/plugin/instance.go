@@ -1,0 +1,153 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// instance is one live module instance. It is used by one call at a time.
+type instance struct {
+	mod      api.Module
+	alloc    api.Function
+	ops      map[string]api.Function
+	stack    [4]uint64
+	stderr   *tailBuffer
+	lastUsed time.Time
+	pending  []byte // http_request's response, waiting for http_response
+	plugin   *Plugin
+}
+
+type instanceKey struct{}
+
+// newInstance cold-starts an instance: instantiate, run _initialize, check the
+// ABI version.
+func (p *Plugin) newInstance(ctx context.Context) (*instance, error) {
+	p.stats.coldStart()
+	ctx, cancel := context.WithTimeout(ctx, p.limits.StartTimeout)
+	defer cancel()
+	stderr := &tailBuffer{max: 2048}
+	mod, err := p.wrt.InstantiateModule(ctx, p.compiled, p.modCfg.WithStderr(stderr))
+	if err != nil {
+		msg := err.Error()
+		if t := stderr.String(); t != "" {
+			msg += " (guest stderr: " + truncate(t, 300) + ")"
+		}
+		return nil, fmt.Errorf("plugin %s: start instance: %s", p.Manifest.Name, msg)
+	}
+	inst := &instance{mod: mod, stderr: stderr, ops: map[string]api.Function{}, plugin: p}
+	inst.alloc = mod.ExportedFunction("asyncgate_alloc")
+	for _, op := range kindOps[p.Manifest.Kind] {
+		inst.ops[op] = mod.ExportedFunction(op)
+	}
+	v, err := mod.ExportedFunction("asyncgate_abi_version").Call(ctx)
+	if err != nil || len(v) != 1 || uint32(v[0]) != ABIVersion {
+		mod.Close(context.Background())
+		got := "error"
+		if err == nil && len(v) == 1 {
+			got = fmt.Sprint(int32(v[0]))
+		}
+		return nil, fmt.Errorf("plugin %s: module speaks ABI %s, host speaks %d", p.Manifest.Name, got, ABIVersion)
+	}
+	return inst, nil
+}
+
+func (inst *instance) close() { inst.mod.Close(context.Background()) }
+
+// write copies b into a buffer the guest allocated and returns its address.
+func (inst *instance) write(ctx context.Context, b []byte) (uint32, *Fault) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	inst.stack[0] = uint64(len(b))
+	if err := inst.alloc.CallWithStack(ctx, inst.stack[:]); err != nil {
+		return 0, trapFault(ctx, err)
+	}
+	ptr := uint32(inst.stack[0])
+	if ptr == 0 || !inst.mod.Memory().Write(ptr, b) {
+		return 0, &Fault{Kind: FaultBadOutput, Message: fmt.Sprintf("asyncgate_alloc(%d) returned an invalid address", len(b))}
+	}
+	return ptr, nil
+}
+
+// call runs op and returns a copy of the result frame.
+func (inst *instance) call(ctx context.Context, op string, input, data []byte) ([]byte, *Fault) {
+	fn := inst.ops[op]
+	if fn == nil {
+		return nil, &Fault{Kind: FaultUnavailable, Message: "no export " + op}
+	}
+	ctx = context.WithValue(ctx, instanceKey{}, inst)
+	p, f := inst.write(ctx, input)
+	if f != nil {
+		return nil, f
+	}
+	dp, f := inst.write(ctx, data)
+	if f != nil {
+		return nil, f
+	}
+	inst.stack = [4]uint64{uint64(p), uint64(len(input)), uint64(dp), uint64(len(data))}
+	if err := fn.CallWithStack(ctx, inst.stack[:]); err != nil {
+		return nil, trapFault(ctx, err)
+	}
+	packed := inst.stack[0]
+	ptr, n := uint32(packed>>32), uint32(packed)
+	if n > inst.plugin.limits.MaxResult {
+		return nil, &Fault{Kind: FaultBadOutput, Message: fmt.Sprintf("result of %d bytes exceeds the limit", n)}
+	}
+	b, ok := inst.mod.Memory().Read(ptr, n)
+	if !ok {
+		return nil, &Fault{Kind: FaultBadOutput, Message: "result points outside guest memory"}
+	}
+	return append([]byte(nil), b...), nil
+}
+
+// trapFault classifies an error from a guest call.
+func trapFault(ctx context.Context, err error) *Fault {
+	var ee *sys.ExitError
+	if errors.As(err, &ee) {
+		switch ee.ExitCode() {
+		case sys.ExitCodeDeadlineExceeded:
+			return &Fault{Kind: FaultTimeout, Message: "deadline exceeded; the call was stopped", Err: err}
+		case sys.ExitCodeContextCanceled:
+			return &Fault{Kind: FaultCanceled, Message: "context canceled; the call was stopped", Err: err}
+		}
+		return &Fault{Kind: FaultTrap, Message: fmt.Sprintf("guest exited with code %d", ee.ExitCode()), Err: err}
+	}
+	if ctx.Err() != nil {
+		return &Fault{Kind: FaultTimeout, Message: ctx.Err().Error(), Err: err}
+	}
+	msg := err.Error()
+	if i := strings.Index(msg, "\nwasm stack trace"); i > 0 {
+		msg = msg[:i]
+	}
+	return &Fault{Kind: FaultTrap, Message: msg, Err: err}
+}
+
+// tailBuffer keeps the last max bytes written to it (a guest's stderr).
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	t.mu.Unlock()
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(t.b))
+}

@@ -1,0 +1,209 @@
+// Package pluginbuild builds AsyncGate plugins from Go source with the
+// standard toolchain:
+//
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath
+//
+// and caches the result by a hash of the sources, so tests, `gate plugin
+// build` and `make plugins` rebuild only what changed. A plugin source folder
+// holds a main package and a manifest.json; the output is the flat layout
+// the plugin registry loads: <name>.wasm and <name>.manifest.json.
+package pluginbuild
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Build compiles the plugin in srcDir into outDir and returns its name (the
+// manifest's). cacheDir holds built modules by source hash; empty means
+// DefaultCacheDir().
+func Build(ctx context.Context, srcDir, outDir, cacheDir string) (string, error) {
+	man, err := os.ReadFile(filepath.Join(srcDir, "manifest.json"))
+	if err != nil {
+		return "", fmt.Errorf("plugin source %s: %w", srcDir, err)
+	}
+	var m struct {
+		Name string `json:"name"`
+	}
+	if err := json.Unmarshal(man, &m); err != nil || m.Name == "" {
+		return "", fmt.Errorf("plugin source %s: manifest.json has no name", srcDir)
+	}
+	if cacheDir == "" {
+		cacheDir = DefaultCacheDir()
+	}
+	key, err := sourceKey(srcDir)
+	if err != nil {
+		return "", err
+	}
+	cached := filepath.Join(cacheDir, m.Name+"-"+key[:24]+".wasm")
+	if _, err := os.Stat(cached); err != nil {
+		if err := os.MkdirAll(cacheDir, 0o755); err != nil {
+			return "", err
+		}
+		tmp := cached + ".tmp" + fmt.Sprint(os.Getpid())
+		cmd := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-trimpath", "-o", tmp, ".")
+		cmd.Dir = srcDir
+		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			os.Remove(tmp)
+			return "", fmt.Errorf("building plugin %s: %w\n%s", m.Name, err, out.String())
+		}
+		if err := os.Rename(tmp, cached); err != nil {
+			return "", err
+		}
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return "", err
+	}
+	wasm, err := os.ReadFile(cached)
+	if err != nil {
+		return "", err
+	}
+	// Write the module first and the manifest last under temp names, then
+	// rename: a watching registry never sees half a plugin.
+	if err := writeAtomic(filepath.Join(outDir, m.Name+".wasm"), wasm); err != nil {
+		return "", err
+	}
+	if err := writeAtomic(filepath.Join(outDir, m.Name+".manifest.json"), man); err != nil {
+		return "", err
+	}
+	return m.Name, nil
+}
+
+func writeAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// BuildAll builds every plugin source folder in srcDirs into outDir, two at a
+// time, and returns the names built.
+func BuildAll(ctx context.Context, srcDirs []string, outDir, cacheDir string) ([]string, error) {
+	var (
+		mu    sync.Mutex
+		names []string
+		errs  []string
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, 2)
+	)
+	for _, d := range srcDirs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			name, err := Build(ctx, d, outDir, cacheDir)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err.Error())
+				return
+			}
+			names = append(names, name)
+		}()
+	}
+	wg.Wait()
+	sort.Strings(names)
+	if len(errs) > 0 {
+		return names, fmt.Errorf("%s", strings.Join(errs, "\n"))
+	}
+	return names, nil
+}
+
+// Sources lists the plugin source folders (those with a manifest.json) under
+// root, e.g. the repository's plugins/ folder.
+func Sources(root string) ([]string, error) {
+	var dirs []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "dist" || strings.HasPrefix(d.Name(), ".")) && p != root {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && d.Name() == "manifest.json" {
+			dirs = append(dirs, filepath.Dir(p))
+		}
+		return nil
+	})
+	sort.Strings(dirs)
+	return dirs, err
+}
+
+// DefaultCacheDir is <user cache dir>/asyncgate/plugin-builds, or a folder in
+// the temp dir when there is no user cache dir.
+func DefaultCacheDir() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "asyncgate", "plugin-builds")
+	}
+	return filepath.Join(os.TempDir(), "asyncgate-plugin-builds")
+}
+
+// ModuleRoot returns the folder of the go.mod that governs dir.
+func ModuleRoot(dir string) (string, error) {
+	d, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return "", fmt.Errorf("no go.mod above %s", dir)
+		}
+		d = parent
+	}
+}
+
+// sourceKey hashes what a build depends on: the Go version, the plugin's
+// files, go.mod/go.sum and the SDK's sources (when the module has one).
+func sourceKey(srcDir string) (string, error) {
+	h := sha256.New()
+	fmt.Fprintln(h, runtime.Version())
+	root, err := ModuleRoot(srcDir)
+	if err != nil {
+		return "", err
+	}
+	dirs := []string{srcDir, filepath.Join(root, "sdk", "plugin")}
+	for _, f := range []string{"go.mod", "go.sum"} {
+		if b, err := os.ReadFile(filepath.Join(root, f)); err == nil {
+			h.Write(b)
+		}
+	}
+	for _, d := range dirs {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if e.IsDir() || !(strings.HasSuffix(e.Name(), ".go") || e.Name() == "manifest.json") {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(d, e.Name()))
+			if err != nil {
+				return "", err
+			}
+			fmt.Fprintf(h, "%s %d\n", e.Name(), len(b))
+			h.Write(b)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

@@ -1,0 +1,402 @@
+package plugin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+)
+
+// RegistryOptions configure a Registry.
+type RegistryOptions struct {
+	// Dir is the plugins folder the operator drops plugins into. Each plugin is
+	// two files side by side: <name>.wasm and <name>.manifest.json (the
+	// manifest's name must be <name>). Write the .wasm last, or write both
+	// under other names and rename them in. Empty means built-ins only.
+	Dir string
+	// Builtins holds the plugins embedded in the binary, in the same flat
+	// layout. A manifest without its .wasm is listed as "missing" and logged.
+	Builtins fs.FS
+	// Grants are the operator's grants by plugin name.
+	Grants map[string]Grant
+	// PollInterval is how often Run rescans Dir and reaps idle instances;
+	// default 1 s.
+	PollInterval time.Duration
+}
+
+// Registry holds the loaded plugins by name: the built-ins, overridden by any
+// plugin of the same name in the plugins folder. It reloads a plugin whose
+// files change, keeps serving the previous version when a new one is
+// refused, and counts calls per plugin across versions.
+type Registry struct {
+	rt   *Runtime
+	opts RegistryOptions
+	log  interface {
+		Info(string, ...any)
+		Warn(string, ...any)
+	}
+
+	mu      sync.Mutex // guards entries' non-atomic fields and the map
+	entries map[string]*entry
+}
+
+type entry struct {
+	name    string
+	stats   *stats
+	cur     atomic.Pointer[Plugin]
+	builtin *Plugin
+	missing string // why a built-in is not available
+	fp      string // fingerprint of the folder files last tried
+	inDir   bool
+}
+
+// NewRegistry loads the built-ins and the plugins folder. A plugin that fails
+// to load is logged and listed, not fatal. Call Run to watch the folder.
+func NewRegistry(ctx context.Context, rt *Runtime, opts RegistryOptions) (*Registry, error) {
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = time.Second
+	}
+	r := &Registry{rt: rt, opts: opts, log: rt.log, entries: map[string]*entry{}}
+	if opts.Builtins != nil {
+		if err := r.loadBuiltins(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Dir != "" {
+		if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("plugins folder: %w", err)
+		}
+		r.Scan(ctx)
+	}
+	return r, nil
+}
+
+func (r *Registry) entry(name string) *entry {
+	e := r.entries[name]
+	if e == nil {
+		e = &entry{name: name, stats: newStats()}
+		r.entries[name] = e
+	}
+	return e
+}
+
+func (r *Registry) loadBuiltins(ctx context.Context) error {
+	manifests, err := fs.Glob(r.opts.Builtins, "*.manifest.json")
+	if err != nil {
+		return err
+	}
+	// Load in parallel: compiling is the slow part on a cold cache.
+	var wg sync.WaitGroup
+	for _, mf := range manifests {
+		name := strings.TrimSuffix(mf, ".manifest.json")
+		r.mu.Lock()
+		e := r.entry(name)
+		r.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			man, err := fs.ReadFile(r.opts.Builtins, mf)
+			if err != nil {
+				r.setMissing(e, err.Error())
+				return
+			}
+			wasm, err := fs.ReadFile(r.opts.Builtins, name+".wasm")
+			if err != nil {
+				r.setMissing(e, "built-in not built (run make plugins): "+name+".wasm missing")
+				return
+			}
+			p, err := r.rt.load(ctx, wasm, man, r.opts.Grants[name], "builtin", e.stats)
+			if err == nil && p.Manifest.Name != name {
+				p.Close()
+				err = fmt.Errorf("manifest name %q does not match file name %q", p.Manifest.Name, name)
+			}
+			if err != nil {
+				r.setMissing(e, err.Error())
+				return
+			}
+			r.mu.Lock()
+			e.builtin = p
+			if e.cur.Load() == nil {
+				e.cur.Store(p)
+			}
+			r.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+func (r *Registry) setMissing(e *entry, why string) {
+	r.log.Warn("built-in plugin unavailable", "plugin", e.name, "reason", why)
+	r.mu.Lock()
+	e.missing = why
+	r.mu.Unlock()
+}
+
+// Run rescans the plugins folder and reaps idle instances every
+// PollInterval until ctx ends.
+func (r *Registry) Run(ctx context.Context) {
+	t := time.NewTicker(r.opts.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if r.opts.Dir != "" {
+				r.Scan(ctx)
+			}
+			r.Reap()
+		}
+	}
+}
+
+// Reap closes idle instances past their idle timeout in every plugin.
+func (r *Registry) Reap() {
+	r.mu.Lock()
+	var ps []*Plugin
+	for _, e := range r.entries {
+		if p := e.cur.Load(); p != nil {
+			ps = append(ps, p)
+		}
+		if e.builtin != nil && e.builtin != e.cur.Load() {
+			ps = append(ps, e.builtin)
+		}
+	}
+	r.mu.Unlock()
+	for _, p := range ps {
+		p.Reap()
+	}
+}
+
+func fingerprint(paths ...string) (string, bool) {
+	var b strings.Builder
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return "", false
+		}
+		fmt.Fprintf(&b, "%d/%d;", st.Size(), st.ModTime().UnixNano())
+	}
+	return b.String(), true
+}
+
+// Scan loads new and changed plugins from the folder once, and unloads those
+// whose files were removed. Run calls it every PollInterval; tests call it
+// directly.
+func (r *Registry) Scan(ctx context.Context) {
+	manifests, _ := filepath.Glob(filepath.Join(r.opts.Dir, "*.manifest.json"))
+	seen := map[string]bool{}
+	for _, mf := range manifests {
+		name := strings.TrimSuffix(filepath.Base(mf), ".manifest.json")
+		wasmPath := filepath.Join(r.opts.Dir, name+".wasm")
+		fp, ok := fingerprint(mf, wasmPath)
+		if !ok {
+			continue // the .wasm is not there (yet)
+		}
+		seen[name] = true
+		r.mu.Lock()
+		e := r.entry(name)
+		changed := e.fp != fp
+		e.fp = fp
+		r.mu.Unlock()
+		if changed {
+			r.loadFromDir(ctx, e, mf, wasmPath)
+		}
+	}
+	r.mu.Lock()
+	var gone []*entry
+	for name, e := range r.entries {
+		if e.inDir && !seen[name] {
+			gone = append(gone, e)
+		}
+	}
+	r.mu.Unlock()
+	for _, e := range gone {
+		r.mu.Lock()
+		e.inDir, e.fp = false, ""
+		old := e.cur.Swap(e.builtin)
+		r.mu.Unlock()
+		if old != nil && old != e.builtin {
+			old.Close()
+		}
+		r.log.Info("plugin removed from folder", "plugin", e.name, "builtin_restored", e.builtin != nil)
+	}
+}
+
+func (r *Registry) loadFromDir(ctx context.Context, e *entry, manifestPath, wasmPath string) {
+	man, err1 := os.ReadFile(manifestPath)
+	wasm, err2 := os.ReadFile(wasmPath)
+	if err := errors.Join(err1, err2); err != nil {
+		r.refuse(e, err)
+		return
+	}
+	if cur := e.cur.Load(); cur != nil && cur.Source == wasmPath && cur.Digest == digestOf(wasm) && bytes.Equal(cur.manifestJSON, man) {
+		return // touched, not changed
+	}
+	p, err := r.rt.load(ctx, wasm, man, r.opts.Grants[e.name], wasmPath, e.stats)
+	if err == nil && p.Manifest.Name != e.name {
+		p.Close()
+		err = fmt.Errorf("manifest name %q does not match file name %q", p.Manifest.Name, e.name)
+	}
+	if err != nil {
+		r.refuse(e, err)
+		return
+	}
+	p.manifestJSON = man
+	r.mu.Lock()
+	e.inDir = true
+	old := e.cur.Swap(p)
+	r.mu.Unlock()
+	e.stats.setRefused("")
+	if old != nil && old != e.builtin {
+		old.Close()
+	}
+	prev := ""
+	if old != nil {
+		prev = old.Manifest.Version
+	}
+	r.log.Info("plugin reloaded", "plugin", e.name, "version", p.Manifest.Version, "previous", prev)
+}
+
+func (r *Registry) refuse(e *entry, err error) {
+	msg := err.Error()
+	serving := ""
+	if cur := e.cur.Load(); cur != nil {
+		serving = cur.Manifest.Version
+	}
+	r.log.Warn("plugin refused", "plugin", e.name, "reason", msg, "still_serving", serving)
+	e.stats.setRefused("refused: " + msg)
+}
+
+// Close retires every plugin. Calls in flight finish first.
+func (r *Registry) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.entries {
+		if p := e.cur.Swap(nil); p != nil {
+			p.Close()
+		}
+		if e.builtin != nil {
+			e.builtin.Close()
+		}
+	}
+}
+
+// Plugin returns the version of a plugin now serving.
+func (r *Registry) Plugin(name string) (*Plugin, error) {
+	r.mu.Lock()
+	e := r.entries[name]
+	r.mu.Unlock()
+	if e != nil {
+		if p := e.cur.Load(); p != nil {
+			return p, nil
+		}
+	}
+	return nil, &Fault{Plugin: name, Kind: FaultUnavailable, Message: "no plugin named " + name + " is loaded"}
+}
+
+func (r *Registry) bind(name, kind string, config json.RawMessage) (*binding, error) {
+	p, err := r.Plugin(name)
+	if err != nil {
+		return nil, host.WrapError(host.CodeNotFound, err, err.Error())
+	}
+	if p.Manifest.Kind != kind {
+		return nil, host.Errorf(host.CodeBadRequest, "plugin %s is a %s, not a %s", name, p.Manifest.Kind, kind)
+	}
+	if err := p.Manifest.ValidateConfig(config); err != nil {
+		return nil, host.WrapError(host.CodeBadRequest, err, err.Error())
+	}
+	return &binding{reg: r, name: name, kind: kind, config: config}, nil
+}
+
+// Policy returns the policy plugin name as a host.RetryPolicy with config (a
+// task type's policy config, validated now against the manifest's
+// config_schema). Wrap it in FallbackPolicy so a plugin fault still yields a
+// decision. Errors: host.CodeNotFound (no such plugin), host.CodeBadRequest
+// (wrong kind or invalid config).
+func (r *Registry) Policy(name string, config json.RawMessage) (host.RetryPolicy, error) {
+	b, err := r.bind(name, KindPolicy, config)
+	if err != nil {
+		return nil, err
+	}
+	return &PolicyAdapter{b: b}, nil
+}
+
+// Validator returns the validator plugin name as a host.Validator with
+// config, validated now against the manifest's config_schema.
+func (r *Registry) Validator(name string, config json.RawMessage) (host.Validator, error) {
+	b, err := r.bind(name, KindValidator, config)
+	if err != nil {
+		return nil, err
+	}
+	return &ValidatorAdapter{b: b}, nil
+}
+
+// Channel returns the channel plugin name as a host.Channel. Its config is
+// the operator's (Grant.Config), checked when the plugin loaded. The
+// concrete type is *ChannelAdapter, which also offers PutWithProof.
+func (r *Registry) Channel(name string) (host.Channel, error) {
+	b, err := r.bind(name, KindChannel, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &ChannelAdapter{b: b}, nil
+}
+
+// Info describes one plugin for the admin API (GET /v1/admin/plugins).
+type Info struct {
+	Name         string       `json:"name"`
+	Kind         string       `json:"kind,omitempty"`
+	Version      string       `json:"version,omitempty"`
+	Digest       string       `json:"sha256,omitempty"`
+	Source       string       `json:"source,omitempty"`
+	State        string       `json:"state"` // ready, refused (nothing serving), missing (built-in not built)
+	Refused      string       `json:"refused,omitempty"`
+	Capabilities Capabilities `json:"capabilities"`
+	Instances    int          `json:"instances"`
+	Idle         int          `json:"idle_instances"`
+	LoadedAt     time.Time    `json:"loaded_at,omitzero"`
+	Stats
+}
+
+// List describes every known plugin, sorted by name.
+func (r *Registry) List() []Info {
+	r.mu.Lock()
+	entries := make([]*entry, 0, len(r.entries))
+	for _, e := range r.entries {
+		entries = append(entries, e)
+	}
+	r.mu.Unlock()
+	out := make([]Info, 0, len(entries))
+	for _, e := range entries {
+		st, refused := e.stats.snapshot()
+		in := Info{Name: e.name, Stats: st, Refused: refused}
+		r.mu.Lock()
+		missing := e.missing
+		r.mu.Unlock()
+		if p := e.cur.Load(); p != nil {
+			in.Kind, in.Version, in.Digest, in.Source = p.Manifest.Kind, p.Manifest.Version, p.Digest, p.Source
+			in.Capabilities, in.LoadedAt, in.State = p.Manifest.Capabilities, p.loadedAt, "ready"
+			in.Instances, in.Idle = p.Instances()
+		} else if missing != "" {
+			in.State, in.Refused = "missing", missing
+		} else {
+			in.State = "refused"
+		}
+		out = append(out, in)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}

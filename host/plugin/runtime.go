@@ -1,0 +1,521 @@
+package plugin
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+)
+
+// Limits bound every plugin. Zero fields take the defaults noted.
+type Limits struct {
+	MemoryPages  uint32        // per instance, 64 KiB pages; default 1024 (64 MiB); a Go guest needs ≥ 43
+	Timeout      time.Duration // per call; default 2 s
+	StartTimeout time.Duration // per cold start (instantiate + _initialize); default 10 s
+	MaxInstances int           // per plugin version; default 4
+	IdleTimeout  time.Duration // an idle instance older than this is closed; default 60 s
+	MaxResult    uint32        // bytes a result frame may have; default 64 MiB
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MemoryPages == 0 {
+		l.MemoryPages = 1024
+	}
+	if l.Timeout <= 0 {
+		l.Timeout = 2 * time.Second
+	}
+	if l.StartTimeout <= 0 {
+		l.StartTimeout = 10 * time.Second
+	}
+	if l.MaxInstances <= 0 {
+		l.MaxInstances = 4
+	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = 60 * time.Second
+	}
+	if l.MaxResult == 0 {
+		l.MaxResult = 64 << 20
+	}
+	return l
+}
+
+// Grant is what the operator allows one plugin. A capability a manifest asks
+// for is given only when the grant allows it too; a plugin that asks for fs
+// or http without a matching grant is refused at load.
+type Grant struct {
+	Dir       string          // host directory mounted read-write at /data (capability "fs": "dir")
+	HTTPHosts []string        // hosts ("example.com" or "example.com:8443") http_request may reach
+	Clock     bool            // allow the real wall clock (capability "clock")
+	Config    json.RawMessage // the operator's config for a channel plugin
+	Limits    Limits          // overrides of the runtime's limits for this plugin (zero = runtime's)
+}
+
+// Options configure a Runtime.
+type Options struct {
+	// CacheDir holds wazero's compilation cache (e.g. <data>/wasm-cache), so a
+	// restart compiles nothing. Empty keeps the cache in memory only.
+	CacheDir string
+	// Limits apply to every plugin unless its Grant overrides them.
+	Limits Limits
+	// Logger receives load, refusal and fault lines; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Runtime compiles plugins and runs them. Compiled code is shared through one
+// compilation cache; each loaded plugin version gets its own wazero runtime
+// (its own memory limit and host functions) and a pool of warm instances.
+type Runtime struct {
+	opts  Options
+	cache wazero.CompilationCache
+	log   *slog.Logger
+}
+
+// NewRuntime returns a Runtime. It compiles the embedded schemas once.
+func NewRuntime(opts Options) (*Runtime, error) {
+	if _, err := loadSchemas(); err != nil {
+		return nil, err
+	}
+	opts.Limits = opts.Limits.withDefaults()
+	r := &Runtime{opts: opts, log: opts.Logger}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	if opts.CacheDir != "" {
+		if err := os.MkdirAll(opts.CacheDir, 0o700); err != nil {
+			return nil, fmt.Errorf("plugin cache dir: %w", err)
+		}
+		c, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("plugin cache dir: %w", err)
+		}
+		r.cache = c
+	} else {
+		r.cache = wazero.NewCompilationCache()
+	}
+	return r, nil
+}
+
+// Close releases the compilation cache. Close every Plugin first.
+func (r *Runtime) Close() error { return r.cache.Close(context.Background()) }
+
+// Plugin is one loaded version of a plugin: its manifest, compiled module and
+// pool of instances. It is safe for concurrent use.
+type Plugin struct {
+	Manifest *Manifest
+	Digest   string // hex sha256 of the wasm module
+	Source   string // where it came from ("builtin" or a file path)
+
+	rt       *Runtime
+	wrt      wazero.Runtime
+	compiled wazero.CompiledModule
+	modCfg   wazero.ModuleConfig
+	grant    Grant
+	limits   Limits
+	stats    *stats
+	pool     pool
+	caps     json.RawMessage // a channel's capabilities, read at load
+	loadedAt time.Time
+	// manifestJSON is the manifest as read, to tell a touched file from a changed one.
+	manifestJSON []byte
+}
+
+func digestOf(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// Load compiles a plugin module, checks it against its manifest and the
+// operator's grant, starts one instance to check its ABI version and exports,
+// and returns it ready to call. st may be nil.
+func (r *Runtime) Load(ctx context.Context, wasm, manifest []byte, grant Grant, source string) (*Plugin, error) {
+	return r.load(ctx, wasm, manifest, grant, source, nil)
+}
+
+func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, source string, st *stats) (_ *Plugin, err error) {
+	m, err := ParseManifest(manifest)
+	if err != nil {
+		return nil, err
+	}
+	p := &Plugin{Manifest: m, Digest: digestOf(wasm), Source: source, rt: r, grant: grant, stats: st, loadedAt: time.Now()}
+	if p.stats == nil {
+		p.stats = newStats()
+	}
+	p.limits = mergeLimits(r.opts.Limits, m.Limits, grant.Limits)
+	p.pool = pool{p: p, sem: make(chan struct{}, p.limits.MaxInstances)}
+
+	modCfg := wazero.NewModuleConfig().
+		WithName("").
+		WithStartFunctions("_initialize").
+		WithRandSource(rand.Reader)
+	switch {
+	case m.Capabilities.FS == "dir" && grant.Dir == "":
+		return nil, fmt.Errorf("plugin %s asks for a directory (capabilities.fs) but the operator granted none", m.Name)
+	case m.Capabilities.FS == "dir":
+		if st, err := os.Stat(grant.Dir); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("plugin %s: granted directory %q is not a directory", m.Name, grant.Dir)
+		}
+		modCfg = modCfg.WithFSConfig(wazero.NewFSConfig().WithDirMount(grant.Dir, "/data"))
+	}
+	if m.Capabilities.HTTP && len(grant.HTTPHosts) == 0 {
+		return nil, fmt.Errorf("plugin %s asks for http but the operator allowlisted no hosts", m.Name)
+	}
+	if m.Capabilities.Clock && grant.Clock {
+		modCfg = modCfg.WithSysWalltime().WithSysNanotime()
+	}
+	if m.Kind == KindChannel {
+		if err := m.ValidateConfig(grant.Config); err != nil {
+			return nil, err
+		}
+	}
+	p.modCfg = modCfg
+
+	cfg := wazero.NewRuntimeConfig().
+		WithCloseOnContextDone(true).
+		WithMemoryLimitPages(p.limits.MemoryPages).
+		WithCompilationCache(r.cache)
+	p.wrt = wazero.NewRuntimeWithConfig(ctx, cfg)
+	defer func() {
+		if err != nil {
+			p.wrt.Close(context.Background())
+		}
+	}()
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, p.wrt); err != nil {
+		return nil, fmt.Errorf("plugin %s: wasi: %w", m.Name, err)
+	}
+	if err := p.instantiateHostModule(ctx); err != nil {
+		return nil, fmt.Errorf("plugin %s: host module: %w", m.Name, err)
+	}
+	if p.compiled, err = p.wrt.CompileModule(ctx, wasm); err != nil {
+		return nil, fmt.Errorf("plugin %s: compile: %w", m.Name, err)
+	}
+	exports := p.compiled.ExportedFunctions()
+	for _, name := range append([]string{"_initialize", "asyncgate_abi_version", "asyncgate_alloc"}, kindOps[m.Kind]...) {
+		if _, ok := exports[name]; !ok {
+			return nil, fmt.Errorf("plugin %s: module does not export %s (is it built with -buildmode=c-shared and sdk/plugin?)", m.Name, name)
+		}
+	}
+	for _, imp := range p.compiled.ImportedFunctions() {
+		mod, name, _ := imp.Import()
+		if mod == hostModule && !m.Capabilities.HTTP {
+			return nil, fmt.Errorf("plugin %s imports %s.%s but its manifest does not ask for http", m.Name, mod, name)
+		}
+	}
+	// Start one instance now: it checks the ABI version and leaves the pool warm.
+	inst, err := p.pool.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.pool.put(inst, true)
+	if m.Kind == KindChannel {
+		res, err := p.Call(ctx, "capabilities", p.withConfig(nil, grant.Config), nil)
+		if err != nil {
+			p.pool.retire()
+			return nil, fmt.Errorf("plugin %s: capabilities: %w", m.Name, err)
+		}
+		p.caps = res.JSON
+	}
+	r.log.Info("plugin loaded", "plugin", m.Name, "kind", m.Kind, "version", m.Version, "sha256", p.Digest[:12], "source", source)
+	return p, nil
+}
+
+func mergeLimits(base Limits, req ManifestLimits, grant Limits) Limits {
+	l := base
+	if req.MemoryPages > 0 && req.MemoryPages < l.MemoryPages {
+		l.MemoryPages = req.MemoryPages
+	}
+	if t := req.Timeout(); t > 0 && t < l.Timeout {
+		l.Timeout = t
+	}
+	if grant.MemoryPages > 0 {
+		l.MemoryPages = grant.MemoryPages
+	}
+	if grant.Timeout > 0 {
+		l.Timeout = grant.Timeout
+	}
+	if grant.StartTimeout > 0 {
+		l.StartTimeout = grant.StartTimeout
+	}
+	if grant.MaxInstances > 0 {
+		l.MaxInstances = grant.MaxInstances
+	}
+	if grant.IdleTimeout > 0 {
+		l.IdleTimeout = grant.IdleTimeout
+	}
+	if grant.MaxResult > 0 {
+		l.MaxResult = grant.MaxResult
+	}
+	return l
+}
+
+// withConfig returns the JSON object obj with "config" set (obj may be nil).
+func (p *Plugin) withConfig(obj map[string]any, config json.RawMessage) []byte {
+	if obj == nil {
+		obj = map[string]any{}
+	}
+	if len(config) > 0 {
+		obj["config"] = config
+	}
+	b, _ := json.Marshal(obj)
+	return b
+}
+
+// Result is what a successful call returns: the JSON result (valid against the
+// operation's output schema) and the binary data, if any.
+type Result struct {
+	JSON json.RawMessage
+	Data []byte
+}
+
+type envelope struct {
+	OK     *bool           `json:"ok"`
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Panic   bool   `json:"panic"`
+	} `json:"error"`
+}
+
+// Call runs one operation on a warm instance: it validates input against the
+// operation's input schema, calls the export under the plugin's deadline, and
+// validates the result against the output schema. Any error is a *Fault; the
+// instance that produced a trap, timeout, panic or bad output is discarded.
+func (p *Plugin) Call(ctx context.Context, op string, input, data []byte) (Result, error) {
+	start := time.Now()
+	res, f := p.call(ctx, op, input, data)
+	if f == nil {
+		p.stats.observe(time.Since(start), false, false, "")
+		return res, nil
+	}
+	f.Plugin, f.Version, f.Op = p.Manifest.Name, p.Manifest.Version, op
+	p.stats.observe(time.Since(start), true, f.discard(), f.Error())
+	lvl := slog.LevelWarn
+	if f.Kind == FaultGuestError || f.Kind == FaultCanceled {
+		lvl = slog.LevelInfo
+	}
+	p.rt.log.Log(ctx, lvl, "plugin call failed", "plugin", p.Manifest.Name, "version", p.Manifest.Version,
+		"op", op, "fault", string(f.Kind), "code", f.Code, "detail", truncate(f.Message, 300))
+	return Result{}, f
+}
+
+func (p *Plugin) call(ctx context.Context, op string, input, data []byte) (Result, *Fault) {
+	set := schemaSet
+	if err := validateJSON(set.in[op], input); err != nil {
+		return Result{}, &Fault{Kind: FaultBadInput, Code: "bad_request", Message: "input: " + err.Error()}
+	}
+	inst, err := p.pool.get(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Result{}, &Fault{Kind: FaultCanceled, Message: err.Error(), Err: err}
+		}
+		return Result{}, &Fault{Kind: FaultUnavailable, Message: err.Error(), Err: err}
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.limits.Timeout)
+	frame, f := inst.call(cctx, op, input, data)
+	cancel()
+	if f == nil {
+		var res Result
+		res, f = p.parseFrame(op, frame)
+		if f == nil {
+			p.pool.put(inst, true)
+			return res, nil
+		}
+	}
+	if f.Kind == FaultTimeout && ctx.Err() != nil {
+		f.Kind = FaultCanceled
+	}
+	if f.discard() {
+		if tail := inst.stderr.String(); tail != "" {
+			f.Message += " (guest stderr: " + truncate(tail, 500) + ")"
+		}
+	}
+	p.pool.put(inst, !f.discard())
+	return Result{}, f
+}
+
+func (p *Plugin) parseFrame(op string, frame []byte) (Result, *Fault) {
+	if len(frame) < 4 {
+		return Result{}, &Fault{Kind: FaultBadOutput, Message: "result frame shorter than 4 bytes"}
+	}
+	n := binary.LittleEndian.Uint32(frame)
+	if uint64(n) > uint64(len(frame)-4) {
+		return Result{}, &Fault{Kind: FaultBadOutput, Message: "result frame length exceeds the frame"}
+	}
+	var env envelope
+	if err := json.Unmarshal(frame[4:4+n], &env); err != nil || env.OK == nil {
+		return Result{}, &Fault{Kind: FaultBadOutput, Message: "result envelope is not {\"ok\":...} JSON: " + truncate(string(frame[4:4+n]), 120)}
+	}
+	if !*env.OK {
+		if env.Error == nil || env.Error.Code == "" {
+			return Result{}, &Fault{Kind: FaultBadOutput, Message: "error envelope without a code"}
+		}
+		k := FaultGuestError
+		if env.Error.Panic {
+			k = FaultPanic
+		}
+		return Result{}, &Fault{Kind: k, Code: env.Error.Code, Message: truncate(env.Error.Message, 2000)}
+	}
+	if err := validateJSON(schemaSet.out[op], env.Result); err != nil {
+		return Result{}, &Fault{Kind: FaultBadOutput, Message: "result: " + err.Error()}
+	}
+	return Result{JSON: env.Result, Data: frame[4+n:]}, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// Capabilities returns a channel plugin's capabilities as read at load.
+func (p *Plugin) Capabilities() json.RawMessage { return p.caps }
+
+// Stats returns a snapshot of the plugin's call metrics.
+func (p *Plugin) Stats() Stats { s, _ := p.stats.snapshot(); return s }
+
+// Instances returns how many instances are alive and how many of them are idle.
+func (p *Plugin) Instances() (live, idle int) {
+	p.pool.mu.Lock()
+	defer p.pool.mu.Unlock()
+	return p.pool.live, len(p.pool.idle)
+}
+
+// Reap closes instances idle for longer than the idle timeout, so an unused
+// plugin shrinks to zero instances; the next call cold-starts one.
+func (p *Plugin) Reap() { p.pool.reap(p.limits.IdleTimeout) }
+
+// Close retires the plugin: idle instances close now, busy ones when their
+// call ends, and the wazero runtime when the last instance is gone. Calls
+// after Close fail with FaultUnavailable.
+func (p *Plugin) Close() { p.pool.retire() }
+
+// errRetired is returned by pool.get after the plugin version was replaced.
+var errRetired = errors.New("plugin version retired")
+
+// pool holds a plugin version's instances. Idle instances are reused LIFO so
+// the busiest stay warm and the rest age out.
+type pool struct {
+	p       *Plugin
+	sem     chan struct{} // one slot per instance in use
+	mu      sync.Mutex
+	idle    []*instance
+	live    int
+	retired bool
+	closed  bool
+}
+
+func (pl *pool) get(ctx context.Context) (*instance, error) {
+	select {
+	case pl.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	pl.mu.Lock()
+	if pl.retired {
+		pl.mu.Unlock()
+		<-pl.sem
+		return nil, errRetired
+	}
+	if n := len(pl.idle); n > 0 {
+		inst := pl.idle[n-1]
+		pl.idle = pl.idle[:n-1]
+		pl.mu.Unlock()
+		return inst, nil
+	}
+	pl.live++
+	pl.mu.Unlock()
+	inst, err := pl.p.newInstance(ctx)
+	if err != nil {
+		pl.mu.Lock()
+		pl.live--
+		closeRT := pl.retired && pl.live == 0
+		pl.mu.Unlock()
+		<-pl.sem
+		if closeRT {
+			pl.closeRuntime()
+		}
+		return nil, err
+	}
+	return inst, nil
+}
+
+func (pl *pool) put(inst *instance, healthy bool) {
+	pl.mu.Lock()
+	if healthy && !pl.retired {
+		inst.lastUsed = time.Now()
+		pl.idle = append(pl.idle, inst)
+		pl.mu.Unlock()
+		<-pl.sem
+		return
+	}
+	pl.live--
+	closeRT := pl.retired && pl.live == 0
+	pl.mu.Unlock()
+	inst.close()
+	<-pl.sem
+	if closeRT {
+		pl.closeRuntime()
+	}
+}
+
+func (pl *pool) reap(idleFor time.Duration) {
+	cutoff := time.Now().Add(-idleFor)
+	pl.mu.Lock()
+	var keep, drop []*instance
+	for _, inst := range pl.idle {
+		if inst.lastUsed.Before(cutoff) {
+			drop = append(drop, inst)
+		} else {
+			keep = append(keep, inst)
+		}
+	}
+	pl.idle = keep
+	pl.live -= len(drop)
+	pl.mu.Unlock()
+	for _, inst := range drop {
+		inst.close()
+	}
+}
+
+func (pl *pool) retire() {
+	pl.mu.Lock()
+	if pl.retired {
+		pl.mu.Unlock()
+		return
+	}
+	pl.retired = true
+	drop := pl.idle
+	pl.idle = nil
+	pl.live -= len(drop)
+	closeRT := pl.live == 0
+	pl.mu.Unlock()
+	for _, inst := range drop {
+		inst.close()
+	}
+	if closeRT {
+		pl.closeRuntime()
+	}
+}
+
+func (pl *pool) closeRuntime() {
+	pl.mu.Lock()
+	if pl.closed {
+		pl.mu.Unlock()
+		return
+	}
+	pl.closed = true
+	pl.mu.Unlock()
+	pl.p.wrt.Close(context.Background())
+}
