@@ -18,7 +18,7 @@ type instance struct {
 	alloc    api.Function
 	ops      map[string]api.Function
 	stack    [4]uint64
-	stderr   *tailBuffer
+	stderr   *headBuffer
 	lastUsed time.Time
 	pending  []byte // http_request's response, waiting for http_response
 	plugin   *Plugin
@@ -32,7 +32,7 @@ func (p *Plugin) newInstance(ctx context.Context) (*instance, error) {
 	p.stats.coldStart()
 	ctx, cancel := context.WithTimeout(ctx, p.limits.StartTimeout)
 	defer cancel()
-	stderr := &tailBuffer{max: 2048}
+	stderr := &headBuffer{max: 1024}
 	mod, err := p.wrt.InstantiateModule(ctx, p.compiled, p.modCfg.WithStderr(stderr))
 	if err != nil {
 		msg := err.Error()
@@ -129,25 +129,35 @@ func trapFault(ctx context.Context, err error) *Fault {
 	return &Fault{Kind: FaultTrap, Message: msg, Err: err}
 }
 
-// tailBuffer keeps the last max bytes written to it (a guest's stderr).
-type tailBuffer struct {
+// headBuffer keeps the first max bytes written to it: a guest's stderr,
+// where the Go runtime writes "fatal error: ..." before it traps.
+type headBuffer struct {
 	mu  sync.Mutex
 	max int
 	b   []byte
 }
 
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+func (h *headBuffer) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	if room := h.max - len(h.b); room > 0 {
+		h.b = append(h.b, p[:min(room, len(p))]...)
 	}
-	t.mu.Unlock()
+	h.mu.Unlock()
 	return len(p), nil
 }
 
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.TrimSpace(string(t.b))
+// String returns the first two non-empty lines written.
+func (h *headBuffer) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var lines []string
+	for _, l := range strings.Split(string(h.b), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+			if len(lines) == 2 {
+				break
+			}
+		}
+	}
+	return strings.Join(lines, " / ")
 }

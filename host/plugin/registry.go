@@ -348,7 +348,11 @@ func (r *Registry) Validator(name string, config json.RawMessage) (host.Validato
 // the operator's (Grant.Config), checked when the plugin loaded. The
 // concrete type is *ChannelAdapter, which also offers PutWithProof.
 func (r *Registry) Channel(name string) (host.Channel, error) {
-	b, err := r.bind(name, KindChannel, nil)
+	var config json.RawMessage
+	if p, err := r.Plugin(name); err == nil {
+		config = p.grant.Config
+	}
+	b, err := r.bind(name, KindChannel, config)
 	if err != nil {
 		return nil, err
 	}

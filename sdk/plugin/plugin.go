@@ -169,7 +169,7 @@ func Channel[C any](impl ChannelImpl[C]) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return strconv.AppendInt([]byte(`{"size":`), int64(len(payload)), 10), payload, nil
+		return append(strconv.AppendInt([]byte(`{"size":`), int64(len(payload)), 10), '}'), payload, nil
 	})
 	register("ack", func(in, _ []byte) ([]byte, []byte, error) {
 		ptr, cfg, err := header(in, "pointer")

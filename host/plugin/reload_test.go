@@ -1,0 +1,176 @@
+package plugin
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+)
+
+// TestDropInReload drops new versions into a watched folder: a good one is
+// picked up without a restart, broken ones are refused while the previous
+// version keeps serving, and a removed plugin is unloaded.
+func TestDropInReload(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	copyPlugin(t, "backoff", "pol", dir)
+	rt := newTestRuntime(t, Limits{})
+	reg, err := NewRegistry(context.Background(), rt, RegistryOptions{Dir: dir, PollInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go reg.Run(ctx)
+
+	pol, err := reg.Policy("pol", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := host.FailureInput{TaskID: "t", TaskType: "fine", Kind: host.FailureError, Retryable: true, Attempts: 1, MaxRetries: 3}
+	reason := func() string {
+		t.Helper()
+		d, err := pol.Decide(context.Background(), in)
+		if err != nil {
+			t.Fatalf("decide: %v", err)
+		}
+		return d.Reason
+	}
+	if r := reason(); r != "" {
+		t.Fatalf("backoff gives no reason for a retry, got %q", r)
+	}
+	first, _ := reg.Plugin("pol")
+
+	// A new, good version: the same adapter starts answering from it.
+	copyPlugin(t, "hostile", "pol", dir)
+	waitFor(t, func() bool { p, _ := reg.Plugin("pol"); return p != first })
+	if r := reason(); r != "hostile-ok" {
+		t.Fatalf("after reload: reason %q", r)
+	}
+	second, _ := reg.Plugin("pol")
+	if live, _ := first.Instances(); live != 0 {
+		t.Errorf("the replaced version still has %d instances", live)
+	}
+
+	// A broken module: refused, the previous version keeps serving.
+	if err := os.WriteFile(filepath.Join(dir, "pol.wasm"), []byte("\x00asm\x01\x00\x00\x00garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return strings.Contains(infoOf(reg, "pol").Refused, "compile") })
+	if p, _ := reg.Plugin("pol"); p != second {
+		t.Fatal("a refused version replaced the serving one")
+	}
+	if r := reason(); r != "hostile-ok" {
+		t.Fatalf("after refusal: reason %q", r)
+	}
+	if in := infoOf(reg, "pol"); in.State != "ready" || in.Version != "0.0.1" {
+		t.Fatalf("info after refusal: %+v", in)
+	}
+
+	// A broken manifest: refused as well.
+	copyPlugin(t, "backoff", "pol", dir)
+	if err := os.WriteFile(filepath.Join(dir, "pol.manifest.json"), []byte(`{"name": "pol", "kind": "sorcery"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return strings.Contains(infoOf(reg, "pol").Refused, "manifest") })
+	if r := reason(); r != "hostile-ok" {
+		t.Fatalf("after manifest refusal: reason %q", r)
+	}
+
+	// Fixing the manifest loads the new version and clears the refusal.
+	copyPlugin(t, "backoff", "pol", dir)
+	waitFor(t, func() bool { return infoOf(reg, "pol").Version == "1.0.0" })
+	if in := infoOf(reg, "pol"); in.Refused != "" || in.Calls == 0 {
+		t.Fatalf("info after fix: %+v", in)
+	}
+
+	// Removing the files unloads it.
+	os.Remove(filepath.Join(dir, "pol.wasm"))
+	os.Remove(filepath.Join(dir, "pol.manifest.json"))
+	waitFor(t, func() bool { _, err := reg.Plugin("pol"); return err != nil })
+	if _, err := pol.Decide(context.Background(), in); !host.IsCode(err, host.CodeInternal) {
+		t.Fatalf("removed plugin: %v", err)
+	}
+}
+
+func TestBuiltinsAndOverride(t *testing.T) {
+	t.Parallel()
+	builtins := t.TempDir()
+	copyPlugin(t, "backoff", "backoff", builtins)
+	// A built-in whose module was never built is listed as missing.
+	_, man := readBuilt(t, "escalate")
+	os.WriteFile(filepath.Join(builtins, "escalate.manifest.json"), man, 0o644)
+	dir := t.TempDir()
+	rt := newTestRuntime(t, Limits{})
+	reg, err := NewRegistry(context.Background(), rt, RegistryOptions{Dir: dir, Builtins: os.DirFS(builtins)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	if in := infoOf(reg, "escalate"); in.State != "missing" {
+		t.Fatalf("escalate: %+v", in)
+	}
+	if in := infoOf(reg, "backoff"); in.State != "ready" || in.Source != "builtin" || len(in.Digest) != 64 {
+		t.Fatalf("backoff: %+v", in)
+	}
+	// The folder overrides a built-in of the same name, and removing it restores the built-in.
+	copyPlugin(t, "hostile", "backoff", dir)
+	reg.Scan(context.Background())
+	if in := infoOf(reg, "backoff"); in.Version != "0.0.1" {
+		t.Fatalf("override: %+v", in)
+	}
+	os.Remove(filepath.Join(dir, "backoff.wasm"))
+	reg.Scan(context.Background())
+	if in := infoOf(reg, "backoff"); in.Source != "builtin" {
+		t.Fatalf("restore: %+v", in)
+	}
+}
+
+func TestPoolShrinksToZero(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, Limits{IdleTimeout: time.Millisecond}, "backoff")
+	pol, _ := b.reg.Policy("backoff", nil)
+	in := host.FailureInput{TaskID: "t", TaskType: "x", Kind: host.FailureError, Retryable: true, Attempts: 1, MaxRetries: 1}
+	if _, err := pol.Decide(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	b.reg.Reap()
+	p, _ := b.reg.Plugin("backoff")
+	if live, _ := p.Instances(); live != 0 {
+		t.Fatalf("%d instances after reap, want 0", live)
+	}
+	cold := p.Stats().ColdStarts
+	if _, err := pol.Decide(context.Background(), in); err != nil {
+		t.Fatalf("cold start after shrinking to zero: %v", err)
+	}
+	if p.Stats().ColdStarts != cold+1 {
+		t.Fatal("expected a cold start")
+	}
+}
+
+func infoOf(reg *Registry, name string) Info {
+	for _, in := range reg.List() {
+		if in.Name == name {
+			return in
+		}
+	}
+	return Info{}
+}
+
+// waitFor polls cond until it holds, failing the test after 20 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 20 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
