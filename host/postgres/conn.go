@@ -1,0 +1,216 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// stmt is one queued statement.
+type stmt struct {
+	sql  string
+	args []any
+}
+
+// sess wraps one connection and pipelines statements whose results nobody waits
+// for (BEGIN, SAVEPOINT, RELEASE, write-behind inserts) in front of the next
+// statement that needs an answer, so they cost no round trip of their own.
+// Order is kept: a queued statement always runs before any later one.
+type sess struct {
+	conn *pgx.Conn
+	pre  []stmt
+	// flushes counts the round trips that carried queued statements.
+	flushes int
+	// fatal is the first error that makes the whole transaction unusable: a
+	// lost connection or a deadlock/serialization failure (class 40).
+	fatal error
+	// failed is the first statement error since the current savepoint.
+	failed error
+}
+
+func (s *sess) queue(sql string, args ...any) { s.pre = append(s.pre, stmt{sql, args}) }
+
+// note records err's consequences for the transaction.
+func (s *sess) note(err error) error {
+	if err == nil {
+		return nil
+	}
+	if s.failed == nil {
+		s.failed = err
+	}
+	if s.fatal == nil && isFatal(err) {
+		s.fatal = err
+	}
+	return err
+}
+
+// isFatal reports whether err leaves the transaction (not just the current
+// savepoint) unusable.
+func isFatal(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return true // I/O, protocol or context errors: the connection is suspect
+	}
+	switch pe.Code[:2] {
+	case "40", // transaction rollback: deadlock, serialization failure
+		"08", // connection exception
+		"57", // operator intervention (shutdown, query canceled)
+		"58", // system error
+		"53", // insufficient resources
+		"XX": // internal error
+		return true
+	}
+	return false
+}
+
+// isBroken reports whether err means the connection itself may be unusable.
+func isBroken(err error) bool {
+	c := pgCode(err)
+	return c == "" || strings.HasPrefix(c, "08") || strings.HasPrefix(c, "57P") || strings.HasPrefix(c, "58") || strings.HasPrefix(c, "XX")
+}
+
+// isRetryable reports whether err is a deadlock or serialization failure after
+// which the whole transaction may simply run again.
+func isRetryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+}
+
+// pgCode returns err's SQLSTATE or "".
+func pgCode(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// send sends the queued statements followed by extra in one pipeline and
+// returns the open results positioned at the first statement of extra.
+func (s *sess) send(ctx context.Context, extra ...stmt) (pgx.BatchResults, error) {
+	b := &pgx.Batch{}
+	for _, p := range s.pre {
+		b.Queue(p.sql, p.args...)
+	}
+	for _, p := range extra {
+		b.Queue(p.sql, p.args...)
+	}
+	n := len(s.pre)
+	s.pre = s.pre[:0]
+	s.flushes++
+	br := s.conn.SendBatch(ctx, b)
+	for i := 0; i < n; i++ {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, s.note(err)
+		}
+	}
+	return br, nil
+}
+
+// exec runs a statement that changes rows and returns how many it changed.
+func (s *sess) exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	if len(s.pre) == 0 {
+		tag, err := s.conn.Exec(ctx, sql, args...)
+		return tag.RowsAffected(), s.note(err)
+	}
+	br, err := s.send(ctx, stmt{sql, args})
+	if err != nil {
+		return 0, err
+	}
+	tag, err := br.Exec()
+	if err2 := br.Close(); err == nil {
+		err = err2
+	}
+	return tag.RowsAffected(), s.note(err)
+}
+
+// execAll runs statements in one pipeline and returns how many rows each changed.
+func (s *sess) execAll(ctx context.Context, stmts []stmt) ([]int64, error) {
+	br, err := s.send(ctx, stmts...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(stmts))
+	for i := range stmts {
+		tag, err := br.Exec()
+		if err != nil {
+			br.Close()
+			return nil, s.note(err)
+		}
+		out[i] = tag.RowsAffected()
+	}
+	return out, s.note(br.Close())
+}
+
+// query runs a query and calls each for every row.
+func (s *sess) query(ctx context.Context, each func(pgx.Rows) error, sql string, args ...any) error {
+	var rows pgx.Rows
+	var br pgx.BatchResults
+	var err error
+	if len(s.pre) == 0 {
+		rows, err = s.conn.Query(ctx, sql, args...)
+	} else {
+		br, err = s.send(ctx, stmt{sql, args})
+		if err != nil {
+			return err
+		}
+		rows, err = br.Query()
+	}
+	var eachErr error
+	if err == nil {
+		for rows.Next() {
+			if eachErr = each(rows); eachErr != nil {
+				break
+			}
+		}
+		rows.Close()
+		err = rows.Err()
+	}
+	if br != nil {
+		if err2 := br.Close(); err == nil {
+			err = err2
+		}
+	}
+	if err != nil {
+		return s.note(err)
+	}
+	// A scan or decode error is the caller's, not the transaction's.
+	return eachErr
+}
+
+// queryRow runs a query for one row and scans it into dest; no row is
+// pgx.ErrNoRows.
+func (s *sess) queryRow(ctx context.Context, dest []any, sql string, args ...any) error {
+	found := false
+	err := s.query(ctx, func(r pgx.Rows) error {
+		if found {
+			return nil
+		}
+		found = true
+		return r.Scan(dest...)
+	}, sql, args...)
+	if err == nil && !found {
+		return pgx.ErrNoRows
+	}
+	return err
+}
+
+// scanRow is queryRow with a scan function, for row types with their own scanner.
+func (s *sess) scanRow(ctx context.Context, scan func(pgx.Rows) error, sql string, args ...any) error {
+	found := false
+	err := s.query(ctx, func(r pgx.Rows) error {
+		if found {
+			return nil
+		}
+		found = true
+		return scan(r)
+	}, sql, args...)
+	if err == nil && !found {
+		return pgx.ErrNoRows
+	}
+	return err
+}

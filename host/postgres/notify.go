@@ -1,0 +1,90 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Subscribe implements store.Notifier. It LISTENs on a connection of its own
+// and forwards the tenant of every notification another host's commit sent
+// (this host's own are skipped: the engine wakes its local waiters itself). A
+// lost connection is re-established with backoff. Wake-ups are hints: when the
+// consumer is slow, notifications are coalesced rather than queued without
+// bound. The channel is closed when ctx is done or the store is closed.
+func (s *Store) Subscribe(ctx context.Context) (<-chan string, error) {
+	conn, err := s.listen(ctx)
+	if err != nil {
+		return nil, unavailable("listen", err)
+	}
+	out := make(chan string, 256)
+	go func() {
+		defer close(out)
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-s.closed:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		backoff := 50 * time.Millisecond
+		for {
+			if conn == nil {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(backoff):
+				}
+				if backoff < 5*time.Second {
+					backoff *= 2
+				}
+				if conn, err = s.listen(ctx); err != nil {
+					conn = nil
+					continue
+				}
+				backoff = 50 * time.Millisecond
+			}
+			n, err := conn.WaitForNotification(ctx)
+			if err != nil {
+				conn.Close(context.Background())
+				conn = nil
+				if ctx.Err() != nil {
+					return
+				}
+				continue
+			}
+			if s.ownPID(n.PID) {
+				continue
+			}
+			select {
+			case out <- n.Payload:
+			default: // the consumer is behind; it will look at the queues anyway
+			}
+		}
+	}()
+	return out, nil
+}
+
+// listen opens a connection outside the pool and LISTENs on the channel.
+func (s *Store) listen(ctx context.Context) (*pgx.Conn, error) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, s.connCfg.Copy())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(cctx, `LISTEN `+pgx.Identifier{s.opts.Channel}.Sanitize()); err != nil {
+		conn.Close(context.Background())
+		return nil, err
+	}
+	return conn, nil
+}
+
+func (s *Store) ownPID(pid uint32) bool {
+	s.pidMu.Lock()
+	defer s.pidMu.Unlock()
+	return s.writerPIDs[pid]
+}

@@ -1,0 +1,819 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// reader implements store.Reader over one session.
+type reader struct {
+	s  *Store
+	ss *sess
+	// write is set inside the writer's batch transaction: statements then run
+	// on the writer's context, never the caller's (a cancelled caller must not
+	// break the connection its batch shares with others), and ExpiredLeases
+	// locks what it returns.
+	write bool
+}
+
+// writeTx implements store.Tx inside the writer's batch transaction.
+type writeTx struct {
+	reader
+	st *txState
+	// deferred is set when the request must wait for the ledger head.
+	deferred bool
+}
+
+var (
+	_ store.Reader = (*reader)(nil)
+	_ store.Tx     = (*writeTx)(nil)
+)
+
+func (r *reader) c(ctx context.Context) context.Context {
+	if r.write {
+		return context.Background()
+	}
+	return ctx
+}
+
+// --- time and null helpers
+
+func us(t time.Time) int64 { return t.UnixMicro() }
+
+func fromUS(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+func nus(t *time.Time) *int64 {
+	if t == nil {
+		return nil
+	}
+	v := t.UnixMicro()
+	return &v
+}
+
+func fromNUS(v *int64) *time.Time {
+	if v == nil {
+		return nil
+	}
+	t := fromUS(*v)
+	return &t
+}
+
+func nullJSON(b json.RawMessage) *string {
+	if len(b) == 0 {
+		return nil
+	}
+	s := string(b)
+	return &s
+}
+
+func notFound(what, id string) error { return host.Errorf(host.CodeNotFound, "no %s %s", what, id) }
+
+// --- tasks
+
+const taskCols = `id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
+created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
+cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
+progress_message, result, last_error, dead_reason, assign_receipt, seq`
+
+// taskRow scans one row of taskCols.
+type taskRow struct {
+	t   *host.Task
+	seq int64
+}
+
+func scanTask(row pgx.Rows) (*host.Task, int64, error) {
+	var t host.Task
+	var state, params string
+	var created, updated, avail int64
+	var leasedAt, expires, accepted, started, completed *int64
+	var pct *float64
+	var result *string
+	var seq int64
+	err := row.Scan(&t.ID, &t.Tenant, &t.Type, &t.CreatedBy, &t.Recipient, &state, &t.Priority, &params, &t.Summary, &t.IdempotencyKey,
+		&created, &updated, &avail, &t.LeaseID, &t.WorkerID, &leasedAt, &expires, &accepted, &t.AcceptReceipt,
+		&t.CancelRequested, &t.Attempts, &t.MaxRetries, &t.LeaseCount, &t.LeaseExpiries, &started, &completed, &pct,
+		&t.ProgressMessage, &result, &t.LastError, &t.DeadReason, &t.AssignReceipt, &seq)
+	if err != nil {
+		return nil, 0, err
+	}
+	t.State = host.TaskState(state)
+	t.Params = json.RawMessage(params)
+	t.CreatedAt, t.UpdatedAt, t.AvailableAt = fromUS(created), fromUS(updated), fromUS(avail)
+	t.LeasedAt, t.LeaseExpiresAt, t.AcceptedAt = fromNUS(leasedAt), fromNUS(expires), fromNUS(accepted)
+	t.StartedAt, t.CompletedAt = fromNUS(started), fromNUS(completed)
+	t.ProgressPercent = pct
+	if result != nil && *result != "" {
+		var res host.Result
+		if err := json.Unmarshal([]byte(*result), &res); err != nil {
+			return nil, 0, err
+		}
+		t.Result = &res
+	}
+	return &t, seq, nil
+}
+
+func (r *reader) tasks(ctx context.Context, q string, args ...any) ([]taskRow, error) {
+	var out []taskRow
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		t, seq, err := scanTask(rows)
+		if err != nil {
+			return err
+		}
+		out = append(out, taskRow{t, seq})
+		return nil
+	}, q, args...)
+	return out, err
+}
+
+func (r *reader) oneTask(ctx context.Context, q string, args ...any) (*host.Task, error) {
+	ts, err := r.tasks(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	if len(ts) == 0 {
+		return nil, pgx.ErrNoRows
+	}
+	return ts[0].t, nil
+}
+
+func (r *reader) GetTask(ctx context.Context, tenant, id string) (*host.Task, error) {
+	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = $1 AND tenant = $2`, id, tenant)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("task", id)
+	}
+	return t, err
+}
+
+func (r *reader) GetTaskByLease(ctx context.Context, leaseID string) (*host.Task, error) {
+	if leaseID == "" {
+		return nil, notFound("lease", leaseID)
+	}
+	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE lease_id = $1 AND lease_id <> ''`, leaseID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("lease", leaseID)
+	}
+	return t, err
+}
+
+func (r *reader) FindTaskByIdempotency(ctx context.Context, tenant, recipient, key string) (*host.Task, error) {
+	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE tenant = $1 AND recipient = $2 AND idempotency_key = $3 AND idempotency_key <> ''`, tenant, recipient, key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	return t, err
+}
+
+func parseCursor(c string) (int64, error) {
+	if c == "" {
+		return 0, nil
+	}
+	v, err := strconv.ParseInt(c, 10, 64)
+	if err != nil || v < 0 {
+		return 0, host.Errorf(host.CodeBadRequest, "bad cursor %q", c)
+	}
+	return v, nil
+}
+
+// args collects positional arguments and hands out their placeholders.
+type args []any
+
+func (a *args) add(v any) string {
+	*a = append(*a, v)
+	return "$" + strconv.Itoa(len(*a))
+}
+
+func (r *reader) ListTasks(ctx context.Context, f store.TaskFilter) ([]*host.Task, string, error) {
+	after, err := parseCursor(f.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	var a args
+	q := `SELECT ` + taskCols + ` FROM tasks WHERE tenant = ` + a.add(f.Tenant) + ` AND seq > ` + a.add(after)
+	if f.Recipient != "" {
+		q += ` AND recipient = ` + a.add(f.Recipient)
+	}
+	if f.CreatedBy != "" {
+		q += ` AND created_by = ` + a.add(f.CreatedBy)
+	}
+	if f.Principal != "" {
+		p := a.add(f.Principal)
+		q += ` AND (created_by = ` + p + ` OR recipient = ` + p + `)`
+	}
+	if len(f.Types) > 0 {
+		q += ` AND task_type = ANY(` + a.add(f.Types) + `::text[])`
+	}
+	if len(f.States) > 0 {
+		states := make([]string, len(f.States))
+		for i, s := range f.States {
+			states[i] = string(s)
+		}
+		q += ` AND state = ANY(` + a.add(states) + `::text[])`
+	}
+	q += ` ORDER BY seq LIMIT ` + a.add(f.Limit+1)
+	rows, err := r.tasks(ctx, q, a...)
+	if err != nil {
+		return nil, "", err
+	}
+	cur := ""
+	if len(rows) > f.Limit {
+		rows = rows[:f.Limit]
+		cur = strconv.FormatInt(rows[len(rows)-1].seq, 10)
+	}
+	out := make([]*host.Task, len(rows))
+	for i, tr := range rows {
+		out[i] = tr.t
+	}
+	return out, cur, nil
+}
+
+// ExpiredLeases implements store.Reader. Inside Update it locks the rows it
+// returns and skips rows another transaction holds, so sweepers on several
+// hosts split the expired leases between them instead of contending.
+func (r *reader) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*host.Task, error) {
+	q := `SELECT ` + taskCols + ` FROM tasks WHERE state = 'leased' AND lease_expires_at <= $1 ORDER BY lease_expires_at LIMIT $2`
+	if r.write {
+		q += ` FOR UPDATE SKIP LOCKED`
+	}
+	rows, err := r.tasks(ctx, q, us(now), limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*host.Task, len(rows))
+	for i, tr := range rows {
+		out[i] = tr.t
+	}
+	return out, nil
+}
+
+func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStats, error) {
+	qs := store.QueueStats{ByState: map[host.TaskState]int64{}, ByType: map[string]int64{}}
+	where, and, a := "", " WHERE", []any{}
+	if tenant != "" {
+		where, and, a = " WHERE tenant = $1", " AND", []any{tenant}
+	}
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		var s string
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			return err
+		}
+		qs.ByState[host.TaskState(s)] = n
+		return nil
+	}, `SELECT state, count(*) FROM tasks`+where+` GROUP BY state`, a...)
+	if err != nil {
+		return qs, err
+	}
+	err = r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		var s string
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			return err
+		}
+		qs.ByType[s] = n
+		return nil
+	}, `SELECT task_type, count(*) FROM tasks`+where+and+` state IN ('queued','leased') GROUP BY task_type`, a...)
+	if err != nil {
+		return qs, err
+	}
+	var oldest *int64
+	if err := r.ss.queryRow(r.c(ctx), []any{&oldest}, `SELECT min(available_at) FROM tasks`+where+and+` state = 'queued'`, a...); err != nil {
+		return qs, err
+	}
+	if oldest != nil {
+		if age := time.Since(fromUS(*oldest)); age > 0 {
+			qs.OldestReadyAge = age
+		}
+	}
+	return qs, nil
+}
+
+func (r *reader) ListProgress(ctx context.Context, tenant, taskID string, limit int) ([]store.Progress, error) {
+	out := []store.Progress{}
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		p := store.Progress{Tenant: tenant, TaskID: taskID}
+		var at int64
+		if err := rows.Scan(&p.LeaseID, &p.Percent, &p.Message, &at); err != nil {
+			return err
+		}
+		p.At = fromUS(at)
+		out = append(out, p)
+		return nil
+	}, `SELECT lease_id, percent, message, at FROM task_progress WHERE tenant = $1 AND task_id = $2 ORDER BY seq DESC LIMIT $3`, tenant, taskID, limit)
+	return out, err
+}
+
+func resultJSON(r *host.Result) (*string, error) {
+	if r == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	s := string(b)
+	return &s, nil
+}
+
+// readyNow reports whether a queued task can be leased at once, which is when
+// other hosts' long-polls should hear of it.
+func readyNow(t *host.Task) bool {
+	return t.State == host.StateQueued && !t.AvailableAt.After(t.UpdatedAt)
+}
+
+func (w *writeTx) InsertTask(ctx context.Context, t *host.Task) error {
+	res, err := resultJSON(t.Result)
+	if err != nil {
+		return err
+	}
+	n, err := w.ss.exec(w.c(ctx), `INSERT INTO tasks (id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
+created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
+cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
+progress_message, result, last_error, dead_reason, assign_receipt)
+VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29,$30,$31,$32)
+ON CONFLICT DO NOTHING`,
+		t.ID, t.Tenant, t.Type, t.CreatedBy, t.Recipient, string(t.State), t.Priority, string(t.Params), t.Summary, t.IdempotencyKey,
+		us(t.CreatedAt), us(t.UpdatedAt), us(t.AvailableAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt), nus(t.AcceptedAt), t.AcceptReceipt,
+		t.CancelRequested, t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt), nus(t.CompletedAt), t.ProgressPercent,
+		t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists")
+	}
+	if readyNow(t) {
+		w.st.notify = append(w.st.notify, t.Tenant)
+	}
+	return nil
+}
+
+// updateTask returns the fenced UPDATE for t.
+func updateTask(t *host.Task, f store.Fence) (stmt, error) {
+	res, err := resultJSON(t.Result)
+	if err != nil {
+		return stmt{}, err
+	}
+	a := args{string(t.State), t.Priority, us(t.AvailableAt), us(t.UpdatedAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt),
+		nus(t.AcceptedAt), t.AcceptReceipt, t.CancelRequested, t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt),
+		nus(t.CompletedAt), t.ProgressPercent, t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt}
+	q := `UPDATE tasks SET state=$1, priority=$2, available_at=$3, updated_at=$4, lease_id=$5, worker_id=$6, leased_at=$7, lease_expires_at=$8,
+accepted_at=$9, accept_receipt=$10, cancel_requested=$11, attempts=$12, max_retries=$13, lease_count=$14, lease_expiries=$15, started_at=$16,
+completed_at=$17, progress_percent=$18, progress_message=$19, result=$20, last_error=$21, dead_reason=$22, assign_receipt=$23
+WHERE id = ` + a.add(t.ID) + ` AND state = ` + a.add(string(f.State))
+	if f.LeaseID != "" {
+		q += ` AND lease_id = ` + a.add(f.LeaseID)
+	}
+	if f.LiveAt != nil {
+		q += ` AND lease_expires_at > ` + a.add(us(*f.LiveAt))
+	}
+	if f.ExpiredAt != nil {
+		q += ` AND lease_expires_at <= ` + a.add(us(*f.ExpiredAt))
+	}
+	return stmt{q, a}, nil
+}
+
+func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) error {
+	u, err := updateTask(t, f)
+	if err != nil {
+		return err
+	}
+	n, err := w.ss.exec(w.c(ctx), u.sql, u.args...)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return store.ErrFenced
+	}
+	if readyNow(t) {
+		w.st.notify = append(w.st.notify, t.Tenant)
+	}
+	return nil
+}
+
+const claimAny = `SELECT ` + taskCols + ` FROM tasks WHERE tenant = $1 AND state = 'queued' AND available_at <= $2
+ORDER BY priority DESC, seq LIMIT $3 FOR UPDATE SKIP LOCKED`
+
+// claimTyped walks one index range per type (tasks_ready_type), each locked
+// with SKIP LOCKED, and merges them: the cost follows the batch, not the queue.
+const claimTyped = `SELECT t.* FROM unnest($4::text[]) AS ty(name), LATERAL (
+  SELECT ` + taskCols + ` FROM tasks WHERE tenant = $1 AND task_type = ty.name AND state = 'queued' AND available_at <= $2
+  ORDER BY priority DESC, seq LIMIT $3 FOR UPDATE SKIP LOCKED) t
+ORDER BY t.priority DESC, t.seq LIMIT $3`
+
+// ClaimTasks implements store.Tx: rows another host has locked are skipped, and
+// the chosen rows stay locked until commit, so no task is leased twice.
+func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.Task, error) {
+	if q.Limit <= 0 {
+		return nil, nil
+	}
+	var rows []taskRow
+	var err error
+	if len(q.Types) == 0 {
+		rows, err = w.tasks(ctx, claimAny, q.Tenant, us(q.Now), q.Limit)
+	} else {
+		seen := map[string]bool{}
+		types := make([]string, 0, len(q.Types))
+		for _, t := range q.Types {
+			if !seen[t] {
+				seen[t] = true
+				types = append(types, t)
+			}
+		}
+		rows, err = w.tasks(ctx, claimTyped, q.Tenant, us(q.Now), q.Limit, types)
+		sort.SliceStable(rows, func(i, j int) bool {
+			if rows[i].t.Priority != rows[j].t.Priority {
+				return rows[i].t.Priority > rows[j].t.Priority
+			}
+			return rows[i].seq < rows[j].seq
+		})
+	}
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	stmts := make([]stmt, len(rows))
+	for i, c := range rows {
+		q.Grant(c.t)
+		if stmts[i], err = updateTask(c.t, store.Fence{State: host.StateQueued}); err != nil {
+			return nil, err
+		}
+	}
+	ns, err := w.ss.execAll(w.c(ctx), stmts)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*host.Task, 0, len(rows))
+	for i, c := range rows {
+		if ns[i] > 0 {
+			out = append(out, c.t)
+		}
+	}
+	return out, nil
+}
+
+// InsertProgress implements store.Tx. The insert is written behind: it rides
+// along with the next statement of the batch.
+func (w *writeTx) InsertProgress(ctx context.Context, p store.Progress) error {
+	w.ss.queue(`INSERT INTO task_progress (tenant, task_id, lease_id, percent, message, at) VALUES ($1,$2,$3,$4,$5,$6)`,
+		p.Tenant, p.TaskID, p.LeaseID, p.Percent, p.Message, us(p.At))
+	return nil
+}
+
+// --- task types
+
+func (r *reader) GetTaskType(ctx context.Context, tenant, name string) (*host.TaskType, error) {
+	var body string
+	err := r.ss.queryRow(r.c(ctx), []any{&body}, `SELECT body FROM task_types WHERE tenant = $1 AND name = $2`, tenant, name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("task type", name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var tt host.TaskType
+	if err := json.Unmarshal([]byte(body), &tt); err != nil {
+		return nil, err
+	}
+	return &tt, nil
+}
+
+func (r *reader) ListTaskTypes(ctx context.Context, tenant string) ([]*host.TaskType, error) {
+	out := []*host.TaskType{}
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		var body string
+		if err := rows.Scan(&body); err != nil {
+			return err
+		}
+		var tt host.TaskType
+		if err := json.Unmarshal([]byte(body), &tt); err != nil {
+			return err
+		}
+		out = append(out, &tt)
+		return nil
+	}, `SELECT body FROM task_types WHERE tenant = $1 ORDER BY name`, tenant)
+	return out, err
+}
+
+func (w *writeTx) PutTaskType(ctx context.Context, tt *host.TaskType) error {
+	b, err := json.Marshal(tt)
+	if err != nil {
+		return err
+	}
+	_, err = w.ss.exec(w.c(ctx), `INSERT INTO task_types (tenant, name, body) VALUES ($1,$2,$3)
+ON CONFLICT (tenant, name) DO UPDATE SET body = excluded.body`, tt.Tenant, tt.Name, string(b))
+	return err
+}
+
+// --- receipts
+
+const receiptCols = `seq, id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key, created_at, prev_hash, hash`
+
+func scanReceipt(row pgx.Rows) (*host.Receipt, error) {
+	var rc host.Receipt
+	var typ, parents, body string
+	var created int64
+	if err := row.Scan(&rc.Seq, &rc.ID, &rc.Tenant, &typ, &rc.From, &rc.To, &rc.TaskID, &rc.LeaseID, &parents, &body,
+		&rc.DedupeKey, &created, &rc.PrevHash, &rc.Hash); err != nil {
+		return nil, err
+	}
+	rc.Type = host.ReceiptType(typ)
+	rc.Body = json.RawMessage(body)
+	rc.CreatedAt = fromUS(created)
+	if err := json.Unmarshal([]byte(parents), &rc.Parents); err != nil {
+		return nil, err
+	}
+	return &rc, nil
+}
+
+func (r *reader) receipts(ctx context.Context, q string, args ...any) ([]*host.Receipt, error) {
+	var out []*host.Receipt
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		rc, err := scanReceipt(rows)
+		if err != nil {
+			return err
+		}
+		out = append(out, rc)
+		return nil
+	}, q, args...)
+	return out, err
+}
+
+func (r *reader) oneReceipt(ctx context.Context, q string, args ...any) (*host.Receipt, error) {
+	rs, err := r.receipts(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	if len(rs) == 0 {
+		return nil, pgx.ErrNoRows
+	}
+	return rs[0], nil
+}
+
+func (r *reader) GetReceipt(ctx context.Context, tenant, id string) (*host.Receipt, error) {
+	rc, err := r.oneReceipt(ctx, `SELECT `+receiptCols+` FROM receipts WHERE id = $1 AND tenant = $2`, id, tenant)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("receipt", id)
+	}
+	return rc, err
+}
+
+func (r *reader) GetReceiptByDedupe(ctx context.Context, tenant, key string) (*host.Receipt, error) {
+	rc, err := r.oneReceipt(ctx, `SELECT `+receiptCols+` FROM receipts WHERE tenant = $1 AND dedupe_key = $2 AND dedupe_key <> ''`, tenant, key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	return rc, err
+}
+
+func (r *reader) ListReceipts(ctx context.Context, f store.ReceiptFilter) ([]*host.Receipt, string, error) {
+	after, err := parseCursor(f.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	var a args
+	q := `SELECT ` + receiptCols + ` FROM receipts WHERE tenant = ` + a.add(f.Tenant) + ` AND seq > ` + a.add(after)
+	if f.TaskID != "" {
+		q += ` AND task_id = ` + a.add(f.TaskID)
+	}
+	q += ` ORDER BY seq LIMIT ` + a.add(f.Limit+1)
+	rs, err := r.receipts(ctx, q, a...)
+	if err != nil {
+		return nil, "", err
+	}
+	cur := ""
+	if len(rs) > f.Limit {
+		rs = rs[:f.Limit]
+		cur = strconv.FormatInt(rs[len(rs)-1].Seq, 10)
+	}
+	return rs, cur, nil
+}
+
+func (r *reader) ScanReceipts(ctx context.Context, afterSeq int64, limit int) ([]*host.Receipt, error) {
+	return r.receipts(ctx, `SELECT `+receiptCols+` FROM receipts WHERE seq > $1 ORDER BY seq LIMIT $2`, afterSeq, limit)
+}
+
+func (r *reader) Terminator(ctx context.Context, tenant, receiptID string) (string, error) {
+	var term *string
+	err := r.ss.queryRow(r.c(ctx), []any{&term}, `SELECT terminated_by FROM obligations WHERE receipt_id = $1 AND tenant = $2`, receiptID, tenant)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil || term == nil {
+		return "", err
+	}
+	return *term, nil
+}
+
+func (r *reader) ListOpenObligations(ctx context.Context, f store.ObligationFilter) ([]host.Obligation, string, error) {
+	after, err := parseCursor(f.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	const cols = `receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq`
+	byRole := func(col string) string {
+		return `(SELECT ` + cols + ` FROM obligations WHERE tenant = $1 AND ` + col +
+			` = $2 AND terminated_by IS NULL AND seq > $3 ORDER BY seq LIMIT $4)`
+	}
+	var open string
+	switch f.Role {
+	case "obligor", "obligee":
+		open = byRole(f.Role)
+	default:
+		open = byRole("obligor") + ` UNION ` + byRole("obligee")
+	}
+	// Bodies come from one indexed lookup per obligation on the page.
+	q := `SELECT o.receipt_id, o.tenant, o.type, o.obligor, o.obligee, o.task_id, o.created_at, o.seq, r.body
+FROM (` + open + `) o LEFT JOIN receipts r ON r.id = o.receipt_id ORDER BY o.seq LIMIT $4`
+	out := []host.Obligation{}
+	err = r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		var o host.Obligation
+		var typ string
+		var created int64
+		var body *string
+		if err := rows.Scan(&o.ReceiptID, &o.Tenant, &typ, &o.Obligor, &o.Obligee, &o.TaskID, &created, &o.Seq, &body); err != nil {
+			return err
+		}
+		o.Type, o.CreatedAt = host.ReceiptType(typ), fromUS(created)
+		if body != nil {
+			o.Body = json.RawMessage(*body)
+		}
+		out = append(out, o)
+		return nil
+	}, q, f.Tenant, f.Principal, after, f.Limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	cur := ""
+	if len(out) > f.Limit {
+		out = out[:f.Limit]
+		cur = strconv.FormatInt(out[len(out)-1].Seq, 10)
+	}
+	return out, cur, nil
+}
+
+// AppendReceipt implements store.Tx. The first append of a batch locks the
+// ledger_head row without waiting; when another host holds it, the request is
+// deferred to a transaction that takes the lock first (see the package doc).
+func (w *writeTx) AppendReceipt(ctx context.Context, rc *host.Receipt) error {
+	if !w.st.headLocked {
+		if w.st.headBusy {
+			w.deferred = true
+			return errHeadBusy
+		}
+		var seq int64
+		var hash string
+		err := w.ss.queryRow(w.c(ctx), []any{&seq, &hash}, `SELECT seq, hash FROM ledger_head WHERE id = 1 FOR UPDATE NOWAIT`)
+		if pgCode(err) == "55P03" { // lock_not_available
+			w.st.headBusy, w.deferred = true, true
+			return errHeadBusy
+		}
+		if err != nil {
+			return err
+		}
+		w.st.headLocked, w.st.seq, w.st.hash = true, seq, hash
+	}
+	rc.Seq = w.st.seq + 1
+	rc.PrevHash = w.st.hash
+	rc.Hash = host.ChainHash(rc, rc.PrevHash)
+	parents := []byte("[]")
+	if rc.Parents != nil {
+		var err error
+		if parents, err = json.Marshal(rc.Parents); err != nil {
+			return err
+		}
+	}
+	n, err := w.ss.exec(w.c(ctx), `INSERT INTO receipts (`+receiptCols+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14) ON CONFLICT DO NOTHING`,
+		rc.Seq, rc.ID, rc.Tenant, string(rc.Type), rc.From, rc.To, rc.TaskID, rc.LeaseID, string(parents), string(rc.Body),
+		rc.DedupeKey, us(rc.CreatedAt), rc.PrevHash, rc.Hash)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return host.Errorf(host.CodeConflict, "a receipt with this id or dedupe key exists")
+	}
+	w.st.seq, w.st.hash, w.st.dirty = rc.Seq, rc.Hash, true
+	return nil
+}
+
+// OpenObligation implements store.Tx. The insert is written behind: it rides
+// along with the next statement of the batch.
+func (w *writeTx) OpenObligation(ctx context.Context, o host.Obligation) error {
+	w.ss.queue(`INSERT INTO obligations (receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq) VALUES ($1,$2,$3,$4,$5,$6,$7,$8)`,
+		o.ReceiptID, o.Tenant, string(o.Type), o.Obligor, o.Obligee, o.TaskID, us(o.CreatedAt), o.Seq)
+	return nil
+}
+
+func (w *writeTx) Terminate(ctx context.Context, tenant, parentID, terminatorID string) (bool, error) {
+	n, err := w.ss.exec(w.c(ctx), `UPDATE obligations SET terminated_by = $1 WHERE receipt_id = $2 AND tenant = $3 AND terminated_by IS NULL`,
+		terminatorID, parentID, tenant)
+	return n > 0, err
+}
+
+// --- workers and keys
+
+func (r *reader) ListWorkers(ctx context.Context, tenant string) ([]store.Worker, error) {
+	out := []store.Worker{}
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		w := store.Worker{Tenant: tenant}
+		var caps *string
+		var first, last int64
+		if err := rows.Scan(&w.ID, &caps, &first, &last); err != nil {
+			return err
+		}
+		if caps != nil {
+			w.Capabilities = json.RawMessage(*caps)
+		}
+		w.FirstSeen, w.LastSeen = fromUS(first), fromUS(last)
+		out = append(out, w)
+		return nil
+	}, `SELECT id, capabilities, first_seen, last_seen FROM workers WHERE tenant = $1 ORDER BY id`, tenant)
+	return out, err
+}
+
+// UpsertWorker implements store.Tx. It is written behind, like InsertProgress.
+func (w *writeTx) UpsertWorker(ctx context.Context, wk store.Worker) error {
+	w.ss.queue(`INSERT INTO workers (tenant, id, capabilities, first_seen, last_seen) VALUES ($1,$2,$3,$4,$5)
+ON CONFLICT (tenant, id) DO UPDATE SET last_seen = greatest(workers.last_seen, excluded.last_seen),
+capabilities = coalesce(excluded.capabilities, workers.capabilities)`,
+		wk.Tenant, wk.ID, nullJSON(wk.Capabilities), us(wk.FirstSeen), us(wk.LastSeen))
+	return nil
+}
+
+const keyCols = `id, hash, prefix, role, tenant, principal, created_at, revoked_at`
+
+func scanKey(row pgx.Rows) (*store.Key, error) {
+	var k store.Key
+	var created int64
+	var revoked *int64
+	if err := row.Scan(&k.ID, &k.Hash, &k.Prefix, &k.Role, &k.Tenant, &k.Principal, &created, &revoked); err != nil {
+		return nil, err
+	}
+	k.CreatedAt, k.RevokedAt = fromUS(created), fromNUS(revoked)
+	return &k, nil
+}
+
+func (r *reader) GetKeyByHash(ctx context.Context, hash string) (*store.Key, error) {
+	var k *store.Key
+	err := r.ss.scanRow(r.c(ctx), func(rows pgx.Rows) error {
+		var err error
+		k, err = scanKey(rows)
+		return err
+	}, `SELECT `+keyCols+` FROM api_keys WHERE hash = $1`, hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, host.Errorf(host.CodeNotFound, "no such key")
+	}
+	return k, err
+}
+
+func (r *reader) ListKeys(ctx context.Context) ([]store.Key, error) {
+	out := []store.Key{}
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		k, err := scanKey(rows)
+		if err != nil {
+			return err
+		}
+		out = append(out, *k)
+		return nil
+	}, `SELECT `+keyCols+` FROM api_keys ORDER BY created_at, id`)
+	return out, err
+}
+
+func (w *writeTx) PutKey(ctx context.Context, k store.Key) error {
+	n, err := w.ss.exec(w.c(ctx), `INSERT INTO api_keys (`+keyCols+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8) ON CONFLICT DO NOTHING`,
+		k.ID, k.Hash, k.Prefix, k.Role, k.Tenant, k.Principal, us(k.CreatedAt), nus(k.RevokedAt))
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return host.Errorf(host.CodeConflict, "a key with this id exists")
+	}
+	return nil
+}
+
+func (w *writeTx) RevokeKey(ctx context.Context, id string, at time.Time) error {
+	n, err := w.ss.exec(w.c(ctx), `UPDATE api_keys SET revoked_at = coalesce(revoked_at, $1) WHERE id = $2`, us(at), id)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return notFound("key", id)
+	}
+	return nil
+}
