@@ -25,8 +25,20 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./host/...
 
 # --- plugins (built from source with GOOS=wasip1 GOARCH=wasm) ---
+# Owned by the plugin runtime (host/plugin, issue 5). Builds every folder with
+# a manifest.json under plugins/channels and plugins/policies into plugins/dist
+# (gitignored, embedded by the gate). The go build cache makes rebuilds cheap.
+PLUGIN_DIRS := $(patsubst %/manifest.json,%,$(wildcard plugins/channels/*/manifest.json plugins/policies/*/manifest.json))
+
 plugins:
-	@true
+	@mkdir -p plugins/dist
+	@for d in $(PLUGIN_DIRS); do \
+		n=$$(basename $$d); \
+		GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o plugins/dist/$$n.wasm ./$$d || exit 1; \
+		cp $$d/manifest.json plugins/dist/$$n.manifest.json; \
+	done
+	@echo "built $(words $(PLUGIN_DIRS)) plugins into plugins/dist"
+# --- end plugins ---
 
 clean:
 	rm -rf bin
