@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host/httpapi"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+func init() {
+	register(command{name: "keys", summary: "create, list and revoke API keys (offline, on the data folder)", run: runKeys})
+}
+
+const keysUsage = `Usage:
+  gate keys create --data DIR --role admin|agent|worker --principal NAME [--tenant T]
+  gate keys list   --data DIR [--json]
+  gate keys revoke --data DIR KEY_ID
+
+create prints the new key on stdout; it is stored only as a sha256 hash.
+A worker key's principal is its worker id ({type}.{instance}).
+`
+
+func runKeys(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, keysUsage)
+		return 2
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("gate keys "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	data := fs.String("data", "./gate-data", "data folder")
+	db := fs.String("db", "", "database URL (empty: SQLite in the data folder)")
+	role := fs.String("role", "", "admin, agent or worker (create)")
+	principal := fs.String("principal", "", "agent name or worker id (create)")
+	tenant := fs.String("tenant", httpapi.DefaultTenant, "tenant (create)")
+	asJSON := fs.Bool("json", false, "print JSON (list)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	st, err := openStore(*data, *db)
+	if err != nil {
+		fmt.Fprintln(stderr, "gate keys:", err)
+		return 1
+	}
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	switch sub {
+	case "create":
+		if fs.NArg() > 0 {
+			fmt.Fprint(stderr, keysUsage)
+			return 2
+		}
+		k, err := httpapi.CreateKey(ctx, st, httpapi.NewKeyRequest{Role: *role, Principal: *principal, Tenant: *tenant})
+		if err != nil {
+			fmt.Fprintln(stderr, "gate keys create:", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, k.APIKey)
+		fmt.Fprintf(stderr, "created key %s (%s %s in tenant %s); it is shown only this once\n", k.ID, k.Role, k.Principal, k.Tenant)
+		return 0
+	case "list":
+		ks, err := httpapi.ListKeys(ctx, st)
+		if err != nil {
+			fmt.Fprintln(stderr, "gate keys list:", err)
+			return 1
+		}
+		return printKeys(stdout, ks, *asJSON)
+	case "revoke":
+		if fs.NArg() != 1 {
+			fmt.Fprint(stderr, keysUsage)
+			return 2
+		}
+		if err := httpapi.RevokeKey(ctx, st, fs.Arg(0)); err != nil {
+			fmt.Fprintln(stderr, "gate keys revoke:", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "revoked %s\n", fs.Arg(0))
+		return 0
+	}
+	fmt.Fprint(stderr, keysUsage)
+	return 2
+}
+
+func printKeys(w io.Writer, ks []store.Key, asJSON bool) int {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(ks); err != nil {
+			return 1
+		}
+		return 0
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY ID\tPREFIX\tROLE\tTENANT\tPRINCIPAL\tCREATED\tREVOKED")
+	for _, k := range ks {
+		rev := "-"
+		if k.RevokedAt != nil {
+			rev = k.RevokedAt.Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s…\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Prefix, k.Role, k.Tenant, k.Principal, k.CreatedAt.Format(time.RFC3339), rev)
+	}
+	tw.Flush()
+	return 0
+}

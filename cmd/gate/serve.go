@@ -1,0 +1,306 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v5"
+
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/httpapi"
+	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/schemas"
+)
+
+func init() {
+	register(command{name: "serve", summary: "run the gate: worker, agent and operator HTTP APIs", run: runServe})
+}
+
+// serveConfig is the config file's content (schemas/config.schema.json) after
+// defaults and flags are applied.
+type serveConfig struct {
+	Listen                 string `json:"listen"`
+	Data                   string `json:"data"`
+	DB                     string `json:"db"`
+	BodyLimitBytes         int64  `json:"body_limit_bytes"`
+	MetricsPublic          bool   `json:"metrics_public"`
+	MaxLeaseSeconds        int    `json:"max_lease_seconds"`
+	ExpiryJitterMS         int    `json:"expiry_jitter_ms"`
+	SweepIntervalMS        int    `json:"sweep_interval_ms"`
+	AuthCacheSeconds       int    `json:"auth_cache_seconds"`
+	ShutdownTimeoutSeconds int    `json:"shutdown_timeout_seconds"`
+	LogLevel               string `json:"log_level"`
+	LogFormat              string `json:"log_format"`
+}
+
+func defaultServeConfig() serveConfig {
+	return serveConfig{
+		Listen: "127.0.0.1:8080", Data: "./gate-data", BodyLimitBytes: httpapi.DefaultBodyLimit,
+		MaxLeaseSeconds: 3600, ExpiryJitterMS: 3000, SweepIntervalMS: 1000, AuthCacheSeconds: 5,
+		ShutdownTimeoutSeconds: 15, LogLevel: "info", LogFormat: "text",
+	}
+}
+
+// loadConfigFile validates a config file against the embedded schema and
+// decodes it over cfg.
+func loadConfigFile(path string, cfg *serveConfig) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	c := jsonschema.NewCompiler()
+	c.Draft = jsonschema.Draft2020
+	if err := c.AddResource("config.schema.json", bytes.NewReader(schemas.ConfigSchema)); err != nil {
+		return fmt.Errorf("config schema: %w", err)
+	}
+	sch, err := c.Compile("config.schema.json")
+	if err != nil {
+		return fmt.Errorf("config schema: %w", err)
+	}
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return fmt.Errorf("config %s: not valid JSON: %w", path, err)
+	}
+	if err := sch.Validate(v); err != nil {
+		return fmt.Errorf("config %s: %v", path, err)
+	}
+	if err := json.Unmarshal(raw, cfg); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// parseServeFlags applies defaults, then the config file, then the flags
+// that were given.
+func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
+	cfg := defaultServeConfig()
+	fs := flag.NewFlagSet("gate serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "config file (JSON, see schemas/config.schema.json)")
+	listen := fs.String("listen", cfg.Listen, "address to listen on (host:port; :0 picks a free port)")
+	data := fs.String("data", cfg.Data, "data folder (SQLite database and admin.key)")
+	db := fs.String("db", "", "database URL (empty: SQLite in the data folder; postgres://… for PostgreSQL)")
+	bodyLimit := fs.Int64("body-limit", cfg.BodyLimitBytes, "largest request body in bytes")
+	metricsPublic := fs.Bool("metrics-public", false, "serve /metrics without an admin key")
+	maxLease := fs.Int("max-lease-seconds", cfg.MaxLeaseSeconds, "cap on every lease grant and extension")
+	jitter := fs.Duration("expiry-jitter", time.Duration(cfg.ExpiryJitterMS)*time.Millisecond, "most random delay added after a lease expires (0: none)")
+	sweep := fs.Duration("sweep-interval", time.Duration(cfg.SweepIntervalMS)*time.Millisecond, "how often expired leases are looked for")
+	authCache := fs.Duration("auth-cache", time.Duration(cfg.AuthCacheSeconds)*time.Second, "how long a resolved API key is cached (0: off)")
+	logLevel := fs.String("log-level", cfg.LogLevel, "debug, info, warn or error")
+	logFormat := fs.String("log-format", cfg.LogFormat, "text or json")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if *configPath != "" {
+		if err := loadConfigFile(*configPath, &cfg); err != nil {
+			return cfg, err
+		}
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "listen":
+			cfg.Listen = *listen
+		case "data":
+			cfg.Data = *data
+		case "db":
+			cfg.DB = *db
+		case "body-limit":
+			cfg.BodyLimitBytes = *bodyLimit
+		case "metrics-public":
+			cfg.MetricsPublic = *metricsPublic
+		case "max-lease-seconds":
+			cfg.MaxLeaseSeconds = *maxLease
+		case "expiry-jitter":
+			cfg.ExpiryJitterMS = int(jitter.Milliseconds())
+		case "sweep-interval":
+			cfg.SweepIntervalMS = int(sweep.Milliseconds())
+		case "auth-cache":
+			cfg.AuthCacheSeconds = int(authCache.Seconds())
+		case "log-level":
+			cfg.LogLevel = *logLevel
+		case "log-format":
+			cfg.LogFormat = *logFormat
+		}
+	})
+	if cfg.BodyLimitBytes < 1024 {
+		return cfg, errors.New("--body-limit must be at least 1024 bytes")
+	}
+	if cfg.MaxLeaseSeconds < 1 || cfg.SweepIntervalMS < 10 || cfg.ExpiryJitterMS < 0 || cfg.AuthCacheSeconds < 0 {
+		return cfg, errors.New("--max-lease-seconds, --sweep-interval, --expiry-jitter and --auth-cache must be positive")
+	}
+	return cfg, nil
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: %w", level, err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "", "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("log format %q: use text or json", format)
+}
+
+// servePlugins, when set (by the plugin runtime's wiring, from an init
+// function in this package), supplies engine.Config.Plugins and a function
+// that releases them after the engine stops.
+var servePlugins func(cfg serveConfig, log *slog.Logger) (engine.Plugins, func(), error)
+
+func runServe(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseServeFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "gate serve:", err)
+		return 2
+	}
+	log, err := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		fmt.Fprintln(stderr, "gate serve:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := serve(ctx, cfg, log, nil); err != nil {
+		log.Error("gate stopped with an error", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// serve runs the gate until ctx is done, then shuts down gracefully: stop
+// accepting, end long-polls, drain in-flight requests, stop the engine, close
+// the store. ready, when set, receives the listening address.
+func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- string) error {
+	if err := os.MkdirAll(cfg.Data, 0o700); err != nil {
+		return fmt.Errorf("data folder: %w", err)
+	}
+	st, err := openStore(cfg.Data, cfg.DB)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := st.Close(); err != nil {
+			log.Warn("closing the store", "err", err)
+		}
+	}()
+	if err := ensureAdminKey(ctx, st, cfg.Data, log); err != nil {
+		return err
+	}
+
+	metrics := httpapi.NewMetrics()
+	ecfg := engine.Config{
+		Store: st, Logger: log, MaxLeaseSeconds: cfg.MaxLeaseSeconds, OnEvent: metrics.OnEvent,
+		ExpiryJitter:  time.Duration(cfg.ExpiryJitterMS) * time.Millisecond,
+		SweepInterval: time.Duration(cfg.SweepIntervalMS) * time.Millisecond,
+	}
+	if ecfg.ExpiryJitter == 0 {
+		ecfg.ExpiryJitter = -1 // the engine reads 0 as "default"; the config's 0 means none
+	}
+	if servePlugins != nil {
+		p, release, err := servePlugins(cfg, log)
+		if err != nil {
+			return fmt.Errorf("plugins: %w", err)
+		}
+		ecfg.Plugins = p
+		if release != nil {
+			defer release()
+		}
+	}
+	eng, err := engine.New(ecfg)
+	if err != nil {
+		return err
+	}
+	eng.Start()
+	defer eng.Close()
+
+	authTTL := time.Duration(cfg.AuthCacheSeconds) * time.Second
+	if authTTL == 0 {
+		authTTL = -1
+	}
+	srv, err := httpapi.New(httpapi.Config{
+		Engine: eng, Logger: log, BodyLimit: cfg.BodyLimitBytes, Metrics: metrics,
+		MetricsPublic: cfg.MetricsPublic, AuthCacheTTL: authTTL, Version: version,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	addr := ln.Addr().String()
+	log.Info("listening", "addr", addr, "data", cfg.Data, "store", st.Driver())
+	if ready != nil {
+		ready <- addr
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "timeout_seconds", cfg.ShutdownTimeoutSeconds)
+	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.ShutdownTimeoutSeconds)*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("in-flight requests did not finish in time", "err", err)
+	}
+	<-errc
+	eng.Close()
+	log.Info("stopped")
+	return nil
+}
+
+// version is the build's version, set with -ldflags "-X main.version=…".
+var version = "dev"
+
+// ensureAdminKey creates the first admin key when the store has no keys at
+// all, writes it to <data>/admin.key (mode 0600) and logs the path.
+func ensureAdminKey(ctx context.Context, st store.Store, dataDir string, log *slog.Logger) error {
+	ks, err := httpapi.ListKeys(ctx, st)
+	if err != nil {
+		return fmt.Errorf("reading API keys: %w", err)
+	}
+	if len(ks) > 0 {
+		return nil
+	}
+	k, err := httpapi.CreateKey(ctx, st, httpapi.NewKeyRequest{Role: engine.RoleAdmin, Principal: "admin", Tenant: httpapi.DefaultTenant})
+	if err != nil {
+		return fmt.Errorf("creating the admin key: %w", err)
+	}
+	path := filepath.Join(dataDir, "admin.key")
+	if err := os.WriteFile(path, []byte(k.APIKey+"\n"), 0o600); err != nil {
+		return fmt.Errorf("writing the admin key: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil { // WriteFile keeps an old file's mode
+		return fmt.Errorf("writing the admin key: %w", err)
+	}
+	log.Info("created the first admin key", "path", path, "key_id", k.ID)
+	return nil
+}

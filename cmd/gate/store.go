@@ -1,0 +1,78 @@
+package main
+
+import (
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"unsafe"
+
+	"github.com/asyncgate/asyncgate/host/sqlite"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// openStore opens the gate's store. An empty dbURL is the embedded default:
+// SQLite at <dataDir>/gate.db. "sqlite:PATH" (or "sqlite://PATH") opens another
+// SQLite file. "postgres://…" and "postgresql://…" are for the PostgreSQL
+// driver, which is wired here when it lands.
+func openStore(dataDir, dbURL string) (store.Store, error) {
+	switch {
+	case dbURL == "":
+		return openSQLite(filepath.Join(dataDir, "gate.db"))
+	case strings.HasPrefix(dbURL, "sqlite:"):
+		path := strings.TrimPrefix(strings.TrimPrefix(dbURL, "sqlite:"), "//")
+		if path == "" {
+			return nil, fmt.Errorf("--db %q names no file", dbURL)
+		}
+		return openSQLite(path)
+	case strings.HasPrefix(dbURL, "postgres://"), strings.HasPrefix(dbURL, "postgresql://"):
+		return nil, fmt.Errorf("--db %s: the PostgreSQL driver is not wired into this build yet; use SQLite (leave --db empty)", redactURL(dbURL))
+	default:
+		return nil, fmt.Errorf("--db %q: unknown database URL; use sqlite:PATH or postgres://…", redactURL(dbURL))
+	}
+}
+
+func openSQLite(path string) (store.Store, error) {
+	st, err := sqlite.Open(path, sqlite.Options{})
+	if err != nil {
+		return nil, err
+	}
+	sqliteWriterWorkaround(st)
+	return st, nil
+}
+
+// sqliteWriterWorkaround works around a deadlock in host/sqlite (reported to
+// the lead; remove this once the driver is fixed): the writer handle has one
+// connection, and Store.stmt prepares a statement on that handle the first
+// time a query runs inside a write transaction, which waits forever for the
+// connection the transaction holds. A second connection on the writer handle
+// lets the prepare proceed; all writes still run in the writer's single
+// transaction, so group commit and durability are unchanged.
+func sqliteWriterWorkaround(st *sqlite.Store) {
+	f := reflect.ValueOf(st).Elem().FieldByName("wdb")
+	if !f.IsValid() || f.Type() != reflect.TypeOf((*sql.DB)(nil)) {
+		return
+	}
+	if db := *(**sql.DB)(unsafe.Pointer(f.UnsafeAddr())); db != nil {
+		db.SetMaxOpenConns(2)
+		db.SetMaxIdleConns(2)
+	}
+}
+
+// redactURL hides a password in a database URL before it is printed.
+func redactURL(u string) string {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return u
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return u
+	}
+	cred := rest[:at]
+	if user, _, has := strings.Cut(cred, ":"); has {
+		return scheme + "://" + user + ":***@" + rest[at+1:]
+	}
+	return u
+}

@@ -1,0 +1,210 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// adminTenant returns the tenant an admin call acts on: its own, or the one
+// named by ?tenant= (or tenant in a body). Admins of the default tenant are the
+// gate's operators and may name any tenant; other admins only their own.
+func adminTenant(c echo.Context, fromBody string) (string, error) {
+	a := ActorOf(c)
+	t := c.QueryParam("tenant")
+	if t == "" {
+		t = fromBody
+	}
+	if t == "" || t == a.Tenant {
+		return a.Tenant, nil
+	}
+	if a.Tenant != DefaultTenant {
+		return "", host.Errorf(host.CodeForbidden, "an admin of tenant %q cannot act on tenant %q", a.Tenant, t)
+	}
+	if !tenantPattern.MatchString(t) {
+		return "", badRequest("tenant must match %s", tenantPattern)
+	}
+	return t, nil
+}
+
+// putTaskType is PUT /v1/admin/task-types/{name}: create or replace a task
+// type. Fields are host.TaskType's; omitted fields take the seed defaults.
+func (s *Server) putTaskType(c echo.Context) error {
+	name := c.Param("name")
+	tt := host.NewTaskType(name)
+	tt.Tenant = ""
+	if err := bind(c, &tt, strict); err != nil {
+		return err
+	}
+	if tt.Name != name {
+		return badRequest("task_type in the body (%q) differs from the path (%q)", tt.Name, name)
+	}
+	tenant, err := adminTenant(c, tt.Tenant)
+	if err != nil {
+		return err
+	}
+	tt.Tenant = tenant
+	out, err := s.eng.PutTaskType(c.Request().Context(), tt)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// getTaskType is GET /v1/admin/task-types/{name}.
+func (s *Server) getTaskType(c echo.Context) error {
+	tenant, err := adminTenant(c, "")
+	if err != nil {
+		return err
+	}
+	tt, err := s.eng.GetTaskType(c.Request().Context(), tenant, c.Param("name"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, tt)
+}
+
+// listTaskTypes is GET /v1/admin/task-types.
+func (s *Server) listTaskTypes(c echo.Context) error {
+	tenant, err := adminTenant(c, "")
+	if err != nil {
+		return err
+	}
+	tts, err := s.eng.ListTaskTypes(c.Request().Context(), tenant)
+	if err != nil {
+		return err
+	}
+	if tts == nil {
+		tts = []*host.TaskType{}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"task_types": tts})
+}
+
+// createKey is POST /v1/admin/keys {"role", "principal", "tenant"}: 201 with
+// the secret api_key, shown only this once.
+func (s *Server) createKey(c echo.Context) error {
+	var b NewKeyRequest
+	if err := bind(c, &b, strict); err != nil {
+		return err
+	}
+	tenant, err := adminTenant(c, b.Tenant)
+	if err != nil {
+		return err
+	}
+	b.Tenant = tenant
+	k, err := CreateKey(c.Request().Context(), s.st, b)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, k)
+}
+
+// visibleKeys lists the keys an admin may manage: every key for an operator
+// (default tenant) unless ?tenant= narrows it, else its own tenant's.
+func (s *Server) visibleKeys(c echo.Context) ([]store.Key, error) {
+	a := ActorOf(c)
+	ks, err := ListKeys(c.Request().Context(), s.st)
+	if err != nil {
+		return nil, err
+	}
+	want := c.QueryParam("tenant")
+	if a.Tenant != DefaultTenant {
+		if want != "" && want != a.Tenant {
+			return nil, host.Errorf(host.CodeForbidden, "an admin of tenant %q cannot list tenant %q", a.Tenant, want)
+		}
+		want = a.Tenant
+	}
+	out := ks[:0]
+	for _, k := range ks {
+		if want == "" || k.Tenant == want {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+// listKeys is GET /v1/admin/keys (hashes are never shown).
+func (s *Server) listKeys(c echo.Context) error {
+	ks, err := s.visibleKeys(c)
+	if err != nil {
+		return err
+	}
+	if ks == nil {
+		ks = []store.Key{}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"keys": ks})
+}
+
+// revokeKey is DELETE /v1/admin/keys/{id}.
+func (s *Server) revokeKey(c echo.Context) error {
+	id := c.Param("id")
+	ks, err := s.visibleKeys(c)
+	if err != nil {
+		return err
+	}
+	for _, k := range ks {
+		if k.ID != id {
+			continue
+		}
+		if err := RevokeKey(c.Request().Context(), s.st, id); err != nil {
+			return err
+		}
+		s.auth.Forget()
+		return c.JSON(http.StatusOK, map[string]any{"key_id": id, "status": "revoked"})
+	}
+	return host.Errorf(host.CodeNotFound, "no key %s", id)
+}
+
+// deadLetters is GET /v1/admin/dead-letters?cursor=&limit=.
+func (s *Server) deadLetters(c echo.Context) error {
+	tenant, err := adminTenant(c, "")
+	if err != nil {
+		return err
+	}
+	limit, err := queryInt(c, "limit", 0)
+	if err != nil {
+		return err
+	}
+	ts, cur, err := s.eng.DeadLetters(c.Request().Context(), tenant, c.QueryParam("cursor"), limit)
+	if err != nil {
+		return err
+	}
+	if ts == nil {
+		ts = []*host.Task{}
+	}
+	return c.JSON(http.StatusOK, TaskList{Tasks: ts, Cursor: cur})
+}
+
+// redrive is POST /v1/admin/dead-letters/{task_id}/redrive.
+func (s *Server) redrive(c echo.Context) error {
+	tenant, err := adminTenant(c, "")
+	if err != nil {
+		return err
+	}
+	a := ActorOf(c)
+	t, err := s.eng.Redrive(c.Request().Context(), engine.Actor{Tenant: tenant, Principal: a.Principal, Role: engine.RoleAdmin}, c.Param("task_id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, t)
+}
+
+// listWorkers is GET /v1/admin/workers: the workers seen, with their leases.
+func (s *Server) listWorkers(c echo.Context) error {
+	tenant, err := adminTenant(c, "")
+	if err != nil {
+		return err
+	}
+	ws, err := s.eng.Workers(c.Request().Context(), tenant)
+	if err != nil {
+		return err
+	}
+	if ws == nil {
+		ws = []engine.WorkerInfo{}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"workers": ws})
+}

@@ -1,0 +1,335 @@
+package httpapi
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// enqueue is POST /v1/tasks: the spec's queue_task with its rich
+// acknowledgement. 201 for a new task, 200 for a duplicate idempotency key.
+func (s *Server) enqueue(c echo.Context) error {
+	var req engine.EnqueueRequest
+	if err := bind(c, &req, strict); err != nil {
+		return err
+	}
+	res, err := s.eng.Enqueue(c.Request().Context(), ActorOf(c), req)
+	if err != nil {
+		return err
+	}
+	status := http.StatusCreated
+	if res.IsDuplicate {
+		status = http.StatusOK
+	}
+	return c.JSON(status, res)
+}
+
+// TaskList is a page of tasks.
+type TaskList struct {
+	Tasks  []*host.Task `json:"tasks"`
+	Cursor string       `json:"cursor"`
+}
+
+// splitList reads a query parameter given as a comma list, repeated, or both.
+func splitList(c echo.Context, name string) []string {
+	var out []string
+	for _, v := range c.QueryParams()[name] {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// listTasks is GET /v1/tasks?status=&task_type=&recipient_ai=&cursor=&limit=.
+func (s *Server) listTasks(c echo.Context) error {
+	limit, err := queryInt(c, "limit", 0)
+	if err != nil {
+		return err
+	}
+	f := store.TaskFilter{Types: splitList(c, "task_type"), Recipient: c.QueryParam("recipient_ai"), Cursor: c.QueryParam("cursor"), Limit: limit}
+	for _, st := range splitList(c, "status") {
+		f.States = append(f.States, host.TaskState(st))
+	}
+	ts, cur, err := s.eng.ListTasks(c.Request().Context(), ActorOf(c), f)
+	if err != nil {
+		return err
+	}
+	if ts == nil {
+		ts = []*host.Task{}
+	}
+	return c.JSON(http.StatusOK, TaskList{Tasks: ts, Cursor: cur})
+}
+
+// getTask is GET /v1/tasks/{id}.
+func (s *Server) getTask(c echo.Context) error {
+	t, err := s.eng.GetTask(c.Request().Context(), ActorOf(c), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, t)
+}
+
+// ProgressResponse is the answer of GET /v1/tasks/{id}/progress.
+type ProgressResponse struct {
+	TaskID          string           `json:"task_id"`
+	Status          host.TaskState   `json:"status"`
+	ProgressPercent *float64         `json:"progress_percent,omitempty"`
+	ProgressMessage string           `json:"progress_message,omitempty"`
+	Progress        []store.Progress `json:"progress"`
+}
+
+// progress is GET /v1/tasks/{id}/progress: the progress history, newest first.
+func (s *Server) progress(c echo.Context) error {
+	limit, err := queryInt(c, "limit", 0)
+	if err != nil {
+		return err
+	}
+	t, ps, err := s.eng.Progress(c.Request().Context(), ActorOf(c), c.Param("id"), limit)
+	if err != nil {
+		return err
+	}
+	if ps == nil {
+		ps = []store.Progress{}
+	}
+	return c.JSON(http.StatusOK, ProgressResponse{TaskID: t.ID, Status: t.State, ProgressPercent: t.ProgressPercent, ProgressMessage: t.ProgressMessage, Progress: ps})
+}
+
+// cancel is POST /v1/tasks/{id}/cancel with an optional {"reason": …}.
+func (s *Server) cancel(c echo.Context) error {
+	var b struct {
+		Reason string `json:"reason,omitempty"`
+	}
+	if err := bind(c, &b, strict); err != nil {
+		return err
+	}
+	t, err := s.eng.Cancel(c.Request().Context(), ActorOf(c), c.Param("id"), b.Reason)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, t)
+}
+
+// ResultResponse is the answer of GET /v1/tasks/{id}/result. Content is the
+// payload when it is JSON; other payloads come as content_base64.
+type ResultResponse struct {
+	TaskID         string          `json:"task_id"`
+	Channel        string          `json:"channel,omitempty"`
+	ResultPointer  string          `json:"result_pointer,omitempty"`
+	ResultChecksum string          `json:"result_checksum,omitempty"`
+	ChecksumValid  *bool           `json:"checksum_valid,omitempty"`
+	Content        json.RawMessage `json:"content,omitempty"`
+	ContentBase64  string          `json:"content_base64,omitempty"`
+	Summary        string          `json:"summary,omitempty"`
+	Metadata       json.RawMessage `json:"metadata,omitempty"`
+	Artifacts      []host.Artifact `json:"artifacts,omitempty"`
+	DeliveryProof  json.RawMessage `json:"delivery_proof,omitempty"`
+	ArchivedAt     *time.Time      `json:"archived_at,omitempty"`
+}
+
+// fetchResult is GET /v1/tasks/{id}/result: the payload fetched back through
+// its result channel, with the checksum verified.
+func (s *Server) fetchResult(c echo.Context) error {
+	fr, err := s.eng.FetchResult(c.Request().Context(), ActorOf(c), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	out := ResultResponse{TaskID: fr.Task.ID, Channel: fr.Channel, ResultPointer: fr.Pointer, ChecksumValid: fr.ChecksumValid}
+	if r := fr.Task.Result; r != nil {
+		out.ResultChecksum, out.Summary, out.Metadata = r.Checksum, r.Summary, r.Metadata
+		out.Artifacts, out.DeliveryProof, out.ArchivedAt = r.Artifacts, r.DeliveryProof, r.ArchivedAt
+	}
+	if len(fr.Content) > 0 {
+		if json.Valid(fr.Content) {
+			out.Content = fr.Content
+		} else {
+			out.ContentBase64 = base64.StdEncoding.EncodeToString(fr.Content)
+		}
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// archive is POST /v1/tasks/{id}/archive: the channel's ack, then archived_at.
+func (s *Server) archive(c echo.Context) error {
+	t, err := s.eng.ArchiveResult(c.Request().Context(), ActorOf(c), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	out := map[string]any{"task_id": t.ID, "status": "archived"}
+	if t.Result != nil {
+		out["archived_at"] = t.Result.ArchivedAt
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// ObligationsResponse is the Architecture document's /v1/obligations/open shape.
+type ObligationsResponse struct {
+	Server          ServerInfo        `json:"server"`
+	Relationship    Relationship      `json:"relationship"`
+	OpenObligations []host.Obligation `json:"open_obligations"`
+	Cursor          string            `json:"cursor"`
+}
+
+// ServerInfo describes the gate answering.
+type ServerInfo struct {
+	Name    string    `json:"name"`
+	Version string    `json:"version"`
+	Time    time.Time `json:"time"`
+	Driver  string    `json:"store"`
+}
+
+// Relationship says whose obligations these are.
+type Relationship struct {
+	Tenant    string `json:"tenant"`
+	Principal string `json:"principal"`
+	// Role is "obligor" (owes), "obligee" (is owed) or "" (both).
+	Role string `json:"role,omitempty"`
+	// CallerRole is the caller's key role.
+	CallerRole string `json:"caller_role"`
+}
+
+// openObligations is GET /v1/obligations/open?principal=&role=&limit=&cursor=
+// (principal_id is accepted for principal).
+func (s *Server) openObligations(c echo.Context) error {
+	limit, err := queryInt(c, "limit", 0)
+	if err != nil {
+		return err
+	}
+	a := ActorOf(c)
+	f := store.ObligationFilter{Principal: c.QueryParam("principal"), Role: c.QueryParam("role"), Cursor: c.QueryParam("cursor"), Limit: limit}
+	if f.Principal == "" {
+		f.Principal = c.QueryParam("principal_id")
+	}
+	obs, cur, err := s.eng.OpenObligations(c.Request().Context(), a, f)
+	if err != nil {
+		return err
+	}
+	if obs == nil {
+		obs = []host.Obligation{}
+	}
+	who := f.Principal
+	if who == "" {
+		who = a.Principal
+	}
+	return c.JSON(http.StatusOK, ObligationsResponse{
+		Server:          ServerInfo{Name: "asyncgate", Version: s.cfg.Version, Time: s.eng.Clock().Now().UTC(), Driver: s.st.Driver()},
+		Relationship:    Relationship{Tenant: a.Tenant, Principal: who, Role: f.Role, CallerRole: a.Role},
+		OpenObligations: obs, Cursor: cur,
+	})
+}
+
+// ReceiptList is a page of receipts.
+type ReceiptList struct {
+	Receipts []*host.Receipt `json:"receipts"`
+	Cursor   string          `json:"cursor"`
+}
+
+// listReceipts is GET /v1/receipts?task_id=&cursor=&limit=.
+func (s *Server) listReceipts(c echo.Context) error {
+	taskID := c.QueryParam("task_id")
+	if taskID == "" {
+		return badRequest("task_id is required")
+	}
+	limit, err := queryInt(c, "limit", 0)
+	if err != nil {
+		return err
+	}
+	rs, cur, err := s.eng.TaskReceipts(c.Request().Context(), ActorOf(c), taskID, c.QueryParam("cursor"), limit)
+	if err != nil {
+		return err
+	}
+	if rs == nil {
+		rs = []*host.Receipt{}
+	}
+	return c.JSON(http.StatusOK, ReceiptList{Receipts: rs, Cursor: cur})
+}
+
+// ReceiptResponse is a receipt with the receipt that terminated it, if any.
+type ReceiptResponse struct {
+	*host.Receipt
+	TerminatedBy string `json:"terminated_by,omitempty"`
+	Duplicate    bool   `json:"duplicate,omitempty"`
+}
+
+// getReceipt is GET /v1/receipts/{id}.
+func (s *Server) getReceipt(c echo.Context) error {
+	rc, term, err := s.eng.GetReceipt(c.Request().Context(), ActorOf(c), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, ReceiptResponse{Receipt: rc, TerminatedBy: term})
+}
+
+// chain is GET /v1/receipts/{id}/chain: the receipt and its ancestors, nearest first.
+func (s *Server) chain(c echo.Context) error {
+	links, err := s.eng.Chain(c.Request().Context(), ActorOf(c), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	if links == nil {
+		links = []engine.ChainLink{}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"receipt_id": c.Param("id"), "chain": links})
+}
+
+// checkTerminator is POST /v1/receipts/check-terminator {"parent_receipt_id": …}.
+func (s *Server) checkTerminator(c echo.Context) error {
+	var b struct {
+		ParentReceiptID string `json:"parent_receipt_id"`
+	}
+	if err := bind(c, &b, strict); err != nil {
+		return err
+	}
+	if b.ParentReceiptID == "" {
+		return badRequest("parent_receipt_id is required")
+	}
+	res, err := s.eng.CheckTerminator(c.Request().Context(), ActorOf(c), b.ParentReceiptID)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, res)
+}
+
+// AppendReceiptBody is the body of POST /v1/receipts.
+type AppendReceiptBody struct {
+	ReceiptType host.ReceiptType `json:"receipt_type"`
+	To          string           `json:"to,omitempty"`
+	TaskID      string           `json:"task_id,omitempty"`
+	Parents     []string         `json:"parents,omitempty"`
+	Body        rawObject        `json:"body,omitempty"`
+	DedupeKey   string           `json:"dedupe_key,omitempty"`
+}
+
+// appendReceipt is POST /v1/receipts: a principal appends a receipt (progress
+// or escalation) under the ledger's invariants. 201, or 200 for a repeated
+// dedupe_key.
+func (s *Server) appendReceipt(c echo.Context) error {
+	var b AppendReceiptBody
+	if err := bind(c, &b, strict); err != nil {
+		return err
+	}
+	if b.ReceiptType == "" {
+		return badRequest("receipt_type is required")
+	}
+	rc, dup, err := s.eng.AppendReceipt(c.Request().Context(), ActorOf(c), engine.AppendRequest{
+		Type: b.ReceiptType, To: b.To, TaskID: b.TaskID, Parents: b.Parents, Body: []byte(b.Body), DedupeKey: b.DedupeKey,
+	})
+	if err != nil {
+		return err
+	}
+	status := http.StatusCreated
+	if dup {
+		status = http.StatusOK
+	}
+	return c.JSON(status, ReceiptResponse{Receipt: rc, Duplicate: dup})
+}

@@ -1,0 +1,158 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/asyncgate/asyncgate/host"
+)
+
+// decodeMode says how strictly a body is decoded.
+type decodeMode int
+
+const (
+	strict  decodeMode = iota // unknown fields are a bad_request
+	lenient                   // unknown fields are ignored (seed-compatible routes)
+)
+
+// readBody reads the whole request body; the body limit middleware has
+// already wrapped it in http.MaxBytesReader.
+func readBody(c echo.Context) ([]byte, error) {
+	r := c.Request()
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, err
+		}
+		return nil, badRequest("could not read the request body: %v", err)
+	}
+	return b, nil
+}
+
+// bind decodes the request body, a JSON object, into v. An empty body leaves v
+// as it is (every field optional); the handler checks required fields.
+func bind(c echo.Context, v any, mode decodeMode) error {
+	b, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	return decodeBody(b, v, mode)
+}
+
+// decodeBody is bind without the request: it is what the fuzz tests drive.
+func decodeBody(b []byte, v any, mode decodeMode) error {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return nil
+	}
+	if b[0] != '{' {
+		return badRequest("the request body must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if mode == strict {
+		dec.DisallowUnknownFields()
+	}
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if dec.More() {
+		return badRequest("the request body holds more than one JSON value")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return badRequest("unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// jsonError turns a decoding error into a bad_request that names the field.
+func jsonError(err error) error {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			field = "(body)"
+		}
+		return badRequest("field %s must be %s, not a JSON %s", field, typeName(te.Type.String()), te.Value)
+	case errors.As(err, &se):
+		return badRequest("malformed JSON at byte %d: %v", se.Offset, se)
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return badRequest("malformed JSON: the body ends early")
+	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		return badRequest("%s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	var he *host.Error
+	if errors.As(err, &he) {
+		return err
+	}
+	return badRequest("malformed JSON: %v", err)
+}
+
+func typeName(t string) string {
+	switch {
+	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"):
+		return "an integer"
+	case strings.HasPrefix(t, "float"):
+		return "a number"
+	case t == "string":
+		return "a string"
+	case t == "bool":
+		return "a boolean"
+	case strings.HasPrefix(t, "[]"):
+		return "an array"
+	case strings.HasPrefix(t, "map["), strings.Contains(t, "."):
+		return "an object"
+	}
+	return t
+}
+
+// rawObject is a json.RawMessage that must hold a JSON object (or null).
+type rawObject json.RawMessage
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (r *rawObject) UnmarshalJSON(b []byte) error {
+	t := bytes.TrimSpace(b)
+	if len(t) == 0 || (t[0] != '{' && string(t) != "null") {
+		return host.Errorf(host.CodeBadRequest, "expected a JSON object")
+	}
+	if string(t) == "null" {
+		*r = nil
+		return nil
+	}
+	*r = append((*r)[:0], t...)
+	return nil
+}
+
+// payload decodes an inline result: "result" (any JSON value, stored as its
+// JSON text) or "result_base64" (raw bytes). Both at once is a bad_request.
+func payload(result json.RawMessage, b64 *string) ([]byte, error) {
+	hasResult := len(result) > 0 && string(result) != "null"
+	switch {
+	case hasResult && b64 != nil:
+		return nil, badRequest("give result or result_base64, not both")
+	case hasResult:
+		return []byte(result), nil
+	case b64 != nil:
+		b, err := base64.StdEncoding.DecodeString(*b64)
+		if err != nil {
+			return nil, badRequest("result_base64 is not valid base64: %v", err)
+		}
+		if len(b) == 0 {
+			return nil, badRequest("result_base64 is empty")
+		}
+		return b, nil
+	}
+	return nil, nil
+}

@@ -1,0 +1,216 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// Metrics holds the gate's Prometheus metrics, after the spec's Monitoring
+// section. Counters and histograms are fed by engine events (wire OnEvent into
+// engine.Config.OnEvent); gauges are computed at scrape time from
+// engine.Stats and the worker registry, so they cost nothing between scrapes.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	queued, completed, failed, retried, dead, leased, expired, canceled, released, accepted *prometheus.CounterVec
+	appended                                                                                prometheus.Counter
+	policyFaults                                                                            prometheus.Counter
+	duration                                                                                *prometheus.HistogramVec
+	wait                                                                                    prometheus.Histogram
+	httpDur                                                                                 *prometheus.HistogramVec
+}
+
+// NewMetrics returns Metrics on a fresh registry that also carries the Go
+// runtime and process collectors.
+func NewMetrics() *Metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cv := func(name, help string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "asyncgate", Name: name, Help: help}, []string{"task_type"})
+		reg.MustRegister(c)
+		return c
+	}
+	m := &Metrics{reg: reg,
+		queued:    cv("tasks_queued_total", "Tasks queued (duplicates of an idempotency key excluded)."),
+		completed: cv("tasks_completed_total", "Tasks completed successfully."),
+		failed:    cv("tasks_failed_total", "Failed attempts reported by workers."),
+		retried:   cv("tasks_retried_total", "Failed attempts scheduled for a retry."),
+		dead:      cv("tasks_dead_lettered_total", "Tasks moved to the dead letter queue."),
+		leased:    cv("leases_granted_total", "Lease offers granted."),
+		expired:   cv("leases_expired_total", "Leases that expired (worker lost)."),
+		canceled:  cv("tasks_canceled_total", "Tasks canceled."),
+		released:  cv("leases_released_total", "Leases released back to the queue by workers."),
+		accepted:  cv("leases_accepted_total", "Offers accepted by workers (task.accepted receipts)."),
+	}
+	m.appended = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "asyncgate", Name: "receipts_appended_total", Help: "Receipts appended by principals through the receipts API."})
+	m.policyFaults = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "asyncgate", Name: "policy_faults_total", Help: "Retry policy faults (the built-in default decided instead)."})
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "asyncgate", Name: "task_duration_seconds",
+		Help: "Time from lease to completion or failure.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 12)}, []string{"task_type", "outcome"})
+	m.wait = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "asyncgate", Name: "task_wait_seconds",
+		Help: "Time from a task becoming available to its lease.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 12)})
+	m.httpDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "asyncgate", Name: "http_request_duration_seconds",
+		Help:    "HTTP request latency by route and status.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"method", "route", "code"})
+	reg.MustRegister(m.appended, m.policyFaults, m.duration, m.wait, m.httpDur)
+	return m
+}
+
+// Registry returns the registry, to add collectors (plugins, MCP) to.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// OnEvent counts an engine event. It is cheap and safe for concurrent use.
+func (m *Metrics) OnEvent(ev engine.Event) {
+	switch ev.Kind {
+	case engine.EvEnqueued:
+		m.queued.WithLabelValues(ev.TaskType).Inc()
+	case engine.EvLeased:
+		m.leased.WithLabelValues(ev.TaskType).Inc()
+		if ev.Duration >= 0 {
+			m.wait.Observe(ev.Duration.Seconds())
+		}
+	case engine.EvAccepted:
+		m.accepted.WithLabelValues(ev.TaskType).Inc()
+	case engine.EvCompleted:
+		m.completed.WithLabelValues(ev.TaskType).Inc()
+		m.duration.WithLabelValues(ev.TaskType, "completed").Observe(ev.Duration.Seconds())
+	case engine.EvFailed:
+		m.failed.WithLabelValues(ev.TaskType).Inc()
+		m.duration.WithLabelValues(ev.TaskType, "failed").Observe(ev.Duration.Seconds())
+	case engine.EvRetried:
+		m.retried.WithLabelValues(ev.TaskType).Inc()
+	case engine.EvDeadLettered:
+		m.dead.WithLabelValues(ev.TaskType).Inc()
+	case engine.EvLeaseExpired:
+		m.expired.WithLabelValues(ev.TaskType).Inc()
+	case engine.EvReleased:
+		m.released.WithLabelValues(ev.TaskType).Inc()
+	case engine.EvCanceled:
+		m.canceled.WithLabelValues(ev.TaskType).Inc()
+	case engine.EvReceipt:
+		m.appended.Inc()
+	case engine.EvPolicyFault:
+		m.policyFaults.Inc()
+	}
+}
+
+// watch registers the scrape-time gauges over an engine and its store.
+func (m *Metrics) watch(eng *engine.Engine, st store.Store) {
+	_ = m.reg.Register(&gaugeCollector{eng: eng, st: st})
+}
+
+func (m *Metrics) handler() echo.HandlerFunc {
+	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	return echo.WrapHandler(h)
+}
+
+// middleware times every request by route template and status.
+func (m *Metrics) middleware(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		if err != nil {
+			c.Error(err) // write the error answer now, so its status is known
+		}
+		route := c.Path()
+		if route == "" || route == "/*" {
+			route = "unmatched"
+		}
+		m.httpDur.WithLabelValues(c.Request().Method, route, strconv.Itoa(c.Response().Status)).Observe(time.Since(start).Seconds())
+		return nil
+	}
+}
+
+// activeWindow is how recently a worker must have been seen to count as active.
+const activeWindow = 60 * time.Second
+
+var (
+	descByState     = prometheus.NewDesc("asyncgate_tasks_by_state", "Tasks by state.", []string{"state"}, nil)
+	descByType      = prometheus.NewDesc("asyncgate_tasks_by_type", "Queued and leased tasks by task type.", []string{"task_type"}, nil)
+	descQueueDepth  = prometheus.NewDesc("asyncgate_task_queue_depth", "Queued tasks (ready or delayed).", nil, nil)
+	descOldest      = prometheus.NewDesc("asyncgate_oldest_pending_task_age_seconds", "Age of the oldest ready queued task.", nil, nil)
+	descWorkers     = prometheus.NewDesc("asyncgate_workers_active", "Workers seen in the last minute.", nil, nil)
+	descHeartbeat   = prometheus.NewDesc("asyncgate_worker_heartbeat_age_seconds", "Seconds since each worker was last seen (lease or heartbeat).", []string{"tenant", "worker_id"}, nil)
+	descReceipts    = prometheus.NewDesc("asyncgate_receipts_total", "Receipts in the ledger.", nil, nil)
+	descScrapeError = prometheus.NewDesc("asyncgate_scrape_error", "1 if reading the store for these gauges failed.", nil, nil)
+)
+
+// gaugeCollector computes the queue and worker gauges at scrape time.
+type gaugeCollector struct {
+	eng *engine.Engine
+	st  store.Store
+}
+
+func (g *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descByState, descByType, descQueueDepth, descOldest, descWorkers, descHeartbeat, descReceipts, descScrapeError} {
+		ch <- d
+	}
+}
+
+func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	failed := 0.0
+	if qs, err := g.eng.Stats(ctx, ""); err == nil {
+		for st, n := range qs.ByState {
+			ch <- prometheus.MustNewConstMetric(descByState, prometheus.GaugeValue, float64(n), string(st))
+		}
+		for tt, n := range qs.ByType {
+			ch <- prometheus.MustNewConstMetric(descByType, prometheus.GaugeValue, float64(n), tt)
+		}
+		ch <- prometheus.MustNewConstMetric(descQueueDepth, prometheus.GaugeValue, float64(qs.ByState["queued"]))
+		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, qs.OldestReadyAge.Seconds())
+	} else {
+		failed = 1
+	}
+	// Workers are registered per tenant; the tenants are those that have keys.
+	tenants := map[string]bool{DefaultTenant: true}
+	active := 0
+	now := g.eng.Clock().Now()
+	err := g.st.View(ctx, func(r store.Reader) error {
+		ks, err := r.ListKeys(ctx)
+		if err != nil {
+			return err
+		}
+		for _, k := range ks {
+			tenants[k.Tenant] = true
+		}
+		for t := range tenants {
+			ws, err := r.ListWorkers(ctx, t)
+			if err != nil {
+				return err
+			}
+			for _, w := range ws {
+				age := now.Sub(w.LastSeen)
+				if age < activeWindow {
+					active++
+				}
+				ch <- prometheus.MustNewConstMetric(descHeartbeat, prometheus.GaugeValue, age.Seconds(), t, w.ID)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		failed = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(active))
+	if hk, ok := g.st.(interface {
+		LedgerHead(ctx context.Context) (int64, string, error)
+	}); ok {
+		if seq, _, err := hk.LedgerHead(ctx); err == nil {
+			ch <- prometheus.MustNewConstMetric(descReceipts, prometheus.CounterValue, float64(seq))
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descScrapeError, prometheus.GaugeValue, failed)
+}
+
+var _ http.Handler = (*echo.Echo)(nil)

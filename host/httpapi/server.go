@@ -1,0 +1,287 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// DefaultBodyLimit is the largest request body accepted unless configured.
+const DefaultBodyLimit = 1 << 20
+
+// Config configures a Server. Engine is required.
+type Config struct {
+	Engine *engine.Engine
+	Logger *slog.Logger // default slog.Default()
+	// BodyLimit caps request bodies in bytes (default DefaultBodyLimit);
+	// larger bodies are refused with 413 too_large.
+	BodyLimit int64
+	// Metrics, when set, is served at /metrics and times every request. Wire
+	// Metrics.OnEvent into engine.Config.OnEvent to count engine events.
+	Metrics *Metrics
+	// MetricsPublic serves /metrics without a key; otherwise it needs an admin key.
+	MetricsPublic bool
+	// AuthCacheTTL is how long a resolved key is cached (0: 5 s; negative: off).
+	AuthCacheTTL time.Duration
+	// Version is reported in the obligations API's server block.
+	Version string
+}
+
+// Option changes a Server as it is built.
+type Option func(*Server)
+
+// WithRoutes lets another door (the MCP server, a dashboard) mount routes on
+// the gate's echo instance. auth is the bearer-key middleware; handlers behind
+// it find the caller with ActorOf or ActorFromContext.
+func WithRoutes(fn func(e *echo.Echo, auth echo.MiddlewareFunc)) Option {
+	return func(s *Server) { s.extra = append(s.extra, fn) }
+}
+
+// Server is the gate's HTTP door.
+type Server struct {
+	eng     *engine.Engine
+	st      store.Store
+	log     *slog.Logger
+	cfg     Config
+	e       *echo.Echo
+	auth    *Authenticator
+	metrics *Metrics
+	extra   []func(*echo.Echo, echo.MiddlewareFunc)
+
+	hs       *http.Server
+	drain    context.Context // done when shutdown begins: ends long-polls
+	endDrain context.CancelFunc
+}
+
+// New builds a Server and its routes.
+func New(cfg Config, opts ...Option) (*Server, error) {
+	if cfg.Engine == nil {
+		return nil, errors.New("httpapi: Config.Engine is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.BodyLimit <= 0 {
+		cfg.BodyLimit = DefaultBodyLimit
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	s := &Server{eng: cfg.Engine, st: cfg.Engine.Store(), log: cfg.Logger, cfg: cfg, metrics: cfg.Metrics}
+	s.drain, s.endDrain = context.WithCancel(context.Background())
+	s.auth = NewAuthenticator(s.st, cfg.AuthCacheTTL)
+	for _, o := range opts {
+		o(s)
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.errorHandler
+	e.Use(s.recoverer, s.bodyLimit)
+	if s.metrics != nil {
+		e.Use(s.metrics.middleware)
+		s.metrics.watch(s.eng, s.st)
+	}
+	s.e = e
+	s.routes()
+	for _, fn := range s.extra {
+		fn(e, s.auth.Middleware())
+	}
+	return s, nil
+}
+
+// Echo returns the echo instance, for tests and for mounting more routes.
+func (s *Server) Echo() *echo.Echo { return s.e }
+
+// Handler returns the server as an http.Handler.
+func (s *Server) Handler() http.Handler { return s.e }
+
+// Authenticator returns the server's key resolver (shared with other doors).
+func (s *Server) Authenticator() *Authenticator { return s.auth }
+
+// AuthMiddleware returns the bearer-key middleware.
+func (s *Server) AuthMiddleware() echo.MiddlewareFunc { return s.auth.Middleware() }
+
+// Serve answers requests on ln until Shutdown. It returns nil after a clean shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	s.hs = &http.Server{
+		Handler:           s.e,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      90 * time.Second, // above the longest long-poll (30 s)
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	err := s.hs.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting connections, ends long-polls (they answer 204),
+// and waits for in-flight requests until ctx is done.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.endDrain()
+	if s.hs == nil {
+		return nil
+	}
+	return s.hs.Shutdown(ctx)
+}
+
+// recoverer turns a handler panic into a logged 500 internal_error.
+func (s *Server) recoverer(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				if r == http.ErrAbortHandler {
+					panic(r)
+				}
+				s.log.Error("handler panic", "method", c.Request().Method, "path", c.Request().URL.Path,
+					"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				err = host.Errorf(host.CodeInternal, "panic: %v", r)
+			}
+		}()
+		return next(c)
+	}
+}
+
+// bodyLimit refuses bodies over the limit: at once when Content-Length says
+// so, and while reading otherwise.
+func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if r.ContentLength > s.cfg.BodyLimit {
+			return host.Errorf(host.CodeTooLarge, "the request body is %d bytes, the limit is %d", r.ContentLength, s.cfg.BodyLimit)
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = http.MaxBytesReader(c.Response(), r.Body, s.cfg.BodyLimit)
+		}
+		return next(c)
+	}
+}
+
+// routes registers every route. Handlers are in worker.go, seed.go, agent.go
+// and admin.go.
+func (s *Server) routes() {
+	e := s.e
+	auth := s.auth.Middleware()
+	workers := requireRole(engine.RoleWorker, engine.RoleAdmin)
+	agents := requireRole(engine.RoleAgent, engine.RoleAdmin)
+	admins := requireRole(engine.RoleAdmin)
+
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	if s.metrics != nil {
+		if s.cfg.MetricsPublic {
+			e.GET("/metrics", s.metrics.handler())
+		} else {
+			e.GET("/metrics", s.metrics.handler(), auth, admins)
+		}
+	}
+	e.RouteNotFound("/*", func(c echo.Context) error {
+		return host.Errorf(host.CodeNotFound, "no route %s %s", c.Request().Method, c.Request().URL.Path)
+	})
+
+	// Worker API, canonical.
+	w := e.Group("/v1/leases", auth, workers)
+	w.POST("", s.lease)
+	w.POST("/:lease_id/accept", s.accept)
+	w.POST("/:lease_id/heartbeat", s.heartbeat)
+	w.POST("/:lease_id/complete", s.complete)
+	w.POST("/:lease_id/fail", s.fail)
+	w.POST("/:lease_id/release", s.release)
+
+	// Worker API, the seeds' spellings.
+	e.POST("/lease", s.seedLease, auth, workers)
+	e.POST("/lease/:lease_id/heartbeat", s.seedLeaseHeartbeat, auth, workers)
+	sw := e.Group("/worker", seedErrors, auth, workers)
+	sw.POST("/lease", s.envelopeLease(false))
+	sw.POST("/heartbeat", s.envelopeHeartbeat)
+	sw.POST("/complete", s.envelopeComplete)
+	sw.POST("/fail", s.envelopeFail)
+	sws := e.Group("/workers", seedErrors, auth, workers)
+	sws.POST("/lease_task", s.envelopeLease(true))
+	sws.POST("/heartbeat", s.envelopeHeartbeat)
+	sws.POST("/complete", s.envelopeComplete)
+	sws.POST("/fail", s.envelopeFail)
+
+	// Agent API.
+	v1 := e.Group("/v1", auth)
+	v1.POST("/tasks", s.enqueue, agents)
+	v1.GET("/tasks", s.listTasks)
+	v1.GET("/tasks/:id", s.getTask)
+	v1.GET("/tasks/:id/progress", s.progress)
+	v1.POST("/tasks/:id/cancel", s.cancel, agents)
+	v1.GET("/tasks/:id/result", s.fetchResult)
+	v1.POST("/tasks/:id/archive", s.archive, agents)
+	v1.GET("/obligations/open", s.openObligations)
+	v1.GET("/receipts", s.listReceipts)
+	v1.POST("/receipts", s.appendReceipt)
+	v1.POST("/receipts/check-terminator", s.checkTerminator)
+	v1.GET("/receipts/:id", s.getReceipt)
+	v1.GET("/receipts/:id/chain", s.chain)
+
+	// Operator API.
+	a := e.Group("/v1/admin", auth, admins)
+	a.PUT("/task-types/:name", s.putTaskType)
+	a.GET("/task-types", s.listTaskTypes)
+	a.GET("/task-types/:name", s.getTaskType)
+	a.POST("/keys", s.createKey)
+	a.GET("/keys", s.listKeys)
+	a.DELETE("/keys/:id", s.revokeKey)
+	a.GET("/dead-letters", s.deadLetters)
+	a.POST("/dead-letters/:task_id/redrive", s.redrive)
+	a.GET("/workers", s.listWorkers)
+	// The spec's worker key endpoint.
+	e.POST("/admin/workers/create_key", s.seedCreateWorkerKey, seedErrors, auth, admins)
+}
+
+// seedErrors marks the seed /worker/* and /workers/* routes, whose error
+// answers also carry the spec's "message" field.
+func seedErrors(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Set(ctxKeySeedErrors, true)
+		return next(c)
+	}
+}
+
+// healthz answers 200 while the process runs.
+func (s *Server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz answers 200 when the store can read and write, else 503 database_unavailable.
+func (s *Server) readyz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 5*time.Second)
+	defer cancel()
+	if err := s.st.Ping(ctx); err != nil {
+		return host.WrapError(host.CodeDatabaseUnavailable, err, "the store is not available: "+err.Error())
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready", "database": s.st.Driver()})
+}
+
+// queryInt reads an optional integer query parameter.
+func queryInt(c echo.Context, name string, def int) (int, error) {
+	v := c.QueryParam(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, badRequest("query parameter %s must be a non-negative integer", name)
+	}
+	return n, nil
+}

@@ -1,0 +1,352 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+)
+
+// MaxWaitSeconds caps wait_seconds (a lease long-poll).
+const MaxWaitSeconds = 30
+
+// actingWorker returns the worker id a call acts as. A worker key acts only as
+// its own worker id: a different worker_id in the body is forbidden, an empty
+// one means the key's. Admins may act as any worker (or, with "", skip the
+// holder check on lease calls).
+func actingWorker(a engine.Actor, given string) (string, error) {
+	if a.Role == engine.RoleWorker {
+		if given != "" && given != a.Principal {
+			return "", host.Errorf(host.CodeForbidden, "this key acts as worker %q, not %q", a.Principal, given)
+		}
+		return a.Principal, nil
+	}
+	return given, nil
+}
+
+// LeaseBody is the body of POST /v1/leases (and, leniently, of the seeds'
+// lease routes).
+type LeaseBody struct {
+	WorkerID     string   `json:"worker_id"`
+	Capabilities []string `json:"capabilities,omitempty"`
+	// TaskTypes and PreferredKinds (the Lease Protocol's name) restrict the
+	// offers to these task types; both lists are merged.
+	TaskTypes      []string `json:"task_types,omitempty"`
+	PreferredKinds []string `json:"preferred_kinds,omitempty"`
+	MaxTasks       int      `json:"max_tasks,omitempty"`
+	LeaseSeconds   int      `json:"lease_seconds,omitempty"`
+	// WaitSeconds long-polls up to this long (at most 30) when no task is ready.
+	WaitSeconds float64 `json:"wait_seconds,omitempty"`
+}
+
+// LeasesResponse is the 200 answer of POST /v1/leases.
+type LeasesResponse struct {
+	Leases []host.Offer `json:"leases"`
+}
+
+// doLease validates a lease body and asks the engine for offers. The
+// long-poll ends early when the server begins shutting down.
+func (s *Server) doLease(c echo.Context, b LeaseBody) ([]host.Offer, error) {
+	a := ActorOf(c)
+	wid, err := actingWorker(a, b.WorkerID)
+	if err != nil {
+		return nil, err
+	}
+	if b.WaitSeconds < 0 || b.WaitSeconds != b.WaitSeconds {
+		return nil, badRequest("wait_seconds must not be negative")
+	}
+	if b.WaitSeconds > MaxWaitSeconds {
+		b.WaitSeconds = MaxWaitSeconds
+	}
+	if len(b.Capabilities) > 100 {
+		return nil, badRequest("at most 100 capabilities")
+	}
+	types := b.TaskTypes
+	if len(b.PreferredKinds) > 0 {
+		types = append(append([]string{}, b.TaskTypes...), b.PreferredKinds...)
+	}
+	ctx := c.Request().Context()
+	if b.WaitSeconds > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(s.drain, cancel)
+		defer stop()
+	}
+	return s.eng.Lease(ctx, engine.LeaseRequest{
+		Tenant: a.Tenant, WorkerID: wid, Capabilities: b.Capabilities, Types: types,
+		MaxTasks: b.MaxTasks, LeaseSeconds: b.LeaseSeconds,
+		Wait: time.Duration(b.WaitSeconds * float64(time.Second)),
+	})
+}
+
+// lease is POST /v1/leases: 200 {"leases": [offer…]} or 204 when no work.
+func (s *Server) lease(c echo.Context) error {
+	var b LeaseBody
+	if err := bind(c, &b, strict); err != nil {
+		return err
+	}
+	offers, err := s.doLease(c, b)
+	if err != nil {
+		return err
+	}
+	if len(offers) == 0 {
+		return c.NoContent(http.StatusNoContent)
+	}
+	return c.JSON(http.StatusOK, LeasesResponse{Leases: offers})
+}
+
+// workerCall builds the engine's WorkerCall for a lease route.
+func workerCall(c echo.Context, leaseID, bodyWorker, taskID string) (engine.WorkerCall, error) {
+	a := ActorOf(c)
+	wid, err := actingWorker(a, bodyWorker)
+	if err != nil {
+		return engine.WorkerCall{}, err
+	}
+	if leaseID == "" {
+		return engine.WorkerCall{}, badRequest("lease_id (run_id) is required")
+	}
+	return engine.WorkerCall{Tenant: a.Tenant, WorkerID: wid, LeaseID: leaseID, TaskID: taskID}, nil
+}
+
+// LeaseCallBody is the body of accept and release (all fields optional).
+type LeaseCallBody struct {
+	WorkerID string `json:"worker_id,omitempty"`
+	TaskID   string `json:"task_id,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// AcceptResponse is the answer of POST /v1/leases/{id}/accept.
+type AcceptResponse struct {
+	Status         string     `json:"status"`
+	TaskID         string     `json:"task_id"`
+	LeaseID        string     `json:"lease_id"`
+	ReceiptID      string     `json:"receipt_id"`
+	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
+}
+
+// accept is POST /v1/leases/{lease_id}/accept: it writes task.accepted.
+func (s *Server) accept(c echo.Context) error {
+	var b LeaseCallBody
+	if err := bind(c, &b, strict); err != nil {
+		return err
+	}
+	call, err := workerCall(c, c.Param("lease_id"), b.WorkerID, b.TaskID)
+	if err != nil {
+		return err
+	}
+	t, rid, err := s.eng.Accept(c.Request().Context(), call)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, AcceptResponse{Status: "accepted", TaskID: t.ID, LeaseID: call.LeaseID, ReceiptID: rid, LeaseExpiresAt: t.LeaseExpiresAt})
+}
+
+// HeartbeatBody is the body of a heartbeat.
+type HeartbeatBody struct {
+	WorkerID        string   `json:"worker_id,omitempty"`
+	TaskID          string   `json:"task_id,omitempty"`
+	RunID           string   `json:"run_id,omitempty"`
+	ProgressPercent *float64 `json:"progress_percent,omitempty"`
+	ProgressMessage string   `json:"progress_message,omitempty"`
+	// ExtendLeaseSeconds is the new lease length from now (0: the task type's).
+	ExtendLeaseSeconds int `json:"extend_lease_seconds,omitempty"`
+}
+
+// HeartbeatResponse is the answer of a heartbeat.
+type HeartbeatResponse struct {
+	Status          string    `json:"status"`
+	LeaseID         string    `json:"lease_id,omitempty"`
+	LeaseExpiresAt  time.Time `json:"lease_expires_at"`
+	CancelRequested bool      `json:"cancel_requested"`
+}
+
+func (s *Server) doHeartbeat(c echo.Context, leaseID string, b HeartbeatBody) (*HeartbeatResponse, error) {
+	call, err := workerCall(c, leaseID, b.WorkerID, b.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.eng.Heartbeat(c.Request().Context(), engine.HeartbeatRequest{
+		WorkerCall: call, ProgressPercent: b.ProgressPercent, ProgressMessage: b.ProgressMessage, ExtendSeconds: b.ExtendLeaseSeconds,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &HeartbeatResponse{Status: res.Status, LeaseID: leaseID, LeaseExpiresAt: res.LeaseExpiresAt, CancelRequested: res.CancelRequested}, nil
+}
+
+// heartbeat is POST /v1/leases/{lease_id}/heartbeat.
+func (s *Server) heartbeat(c echo.Context) error {
+	var b HeartbeatBody
+	if err := bind(c, &b, strict); err != nil {
+		return err
+	}
+	res, err := s.doHeartbeat(c, c.Param("lease_id"), b)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, res)
+}
+
+// CompleteBody is the body of a completion. The result must be locatable:
+// result_pointer, artifacts or delivery_proof, or an inline payload (result
+// or result_base64) that the gate stores through a result channel.
+type CompleteBody struct {
+	WorkerID       string          `json:"worker_id,omitempty"`
+	TaskID         string          `json:"task_id,omitempty"`
+	RunID          string          `json:"run_id,omitempty"`
+	Summary        string          `json:"summary,omitempty"`
+	ResultChannel  string          `json:"result_channel,omitempty"`
+	ResultPointer  string          `json:"result_pointer,omitempty"`
+	ResultChecksum string          `json:"result_checksum,omitempty"`
+	Metadata       json.RawMessage `json:"metadata,omitempty"`
+	Artifacts      []host.Artifact `json:"artifacts,omitempty"`
+	DeliveryProof  json.RawMessage `json:"delivery_proof,omitempty"`
+	Result         json.RawMessage `json:"result,omitempty"`
+	ResultBase64   *string         `json:"result_base64,omitempty"`
+}
+
+// CompleteResponse is the answer of a completion.
+type CompleteResponse struct {
+	Status         string `json:"status"`
+	TaskID         string `json:"task_id"`
+	LeaseID        string `json:"lease_id"`
+	ReceiptID      string `json:"receipt_id"`
+	Duplicate      bool   `json:"duplicate"`
+	ResultChannel  string `json:"result_channel,omitempty"`
+	ResultPointer  string `json:"result_pointer,omitempty"`
+	ResultChecksum string `json:"result_checksum,omitempty"`
+}
+
+func (s *Server) doComplete(c echo.Context, leaseID string, b CompleteBody) (*CompleteResponse, error) {
+	call, err := workerCall(c, leaseID, b.WorkerID, b.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	p, err := payload(b.Result, b.ResultBase64)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.eng.Complete(c.Request().Context(), engine.CompleteRequest{
+		WorkerCall: call, Payload: p,
+		Result: host.Result{Channel: b.ResultChannel, Pointer: b.ResultPointer, Checksum: b.ResultChecksum, Summary: b.Summary,
+			Metadata: b.Metadata, Artifacts: b.Artifacts, DeliveryProof: b.DeliveryProof},
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := &CompleteResponse{Status: res.Status, LeaseID: leaseID, ReceiptID: res.ReceiptID, Duplicate: res.Duplicate}
+	if res.Task != nil {
+		out.TaskID = res.Task.ID
+		if r := res.Task.Result; r != nil {
+			out.ResultChannel, out.ResultPointer, out.ResultChecksum = r.Channel, r.Pointer, r.Checksum
+		}
+	}
+	return out, nil
+}
+
+// complete is POST /v1/leases/{lease_id}/complete.
+func (s *Server) complete(c echo.Context) error {
+	var b CompleteBody
+	if err := bind(c, &b, strict); err != nil {
+		return err
+	}
+	res, err := s.doComplete(c, c.Param("lease_id"), b)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, res)
+}
+
+// FailBody is the body of a failure report. Retryable defaults to true.
+type FailBody struct {
+	WorkerID     string          `json:"worker_id,omitempty"`
+	TaskID       string          `json:"task_id,omitempty"`
+	RunID        string          `json:"run_id,omitempty"`
+	ErrorMessage string          `json:"error_message,omitempty"`
+	Retryable    *bool           `json:"retryable,omitempty"`
+	Metadata     json.RawMessage `json:"metadata,omitempty"`
+}
+
+// FailResponse is the answer of a failure report.
+type FailResponse struct {
+	Status           string     `json:"status"`
+	TaskID           string     `json:"task_id"`
+	LeaseID          string     `json:"lease_id"`
+	WillRetry        bool       `json:"will_retry"`
+	RetryScheduledAt *time.Time `json:"retry_scheduled_at,omitempty"`
+	ReceiptID        string     `json:"receipt_id"`
+	Duplicate        bool       `json:"duplicate"`
+}
+
+func (s *Server) doFail(c echo.Context, leaseID string, b FailBody) (*FailResponse, error) {
+	call, err := workerCall(c, leaseID, b.WorkerID, b.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	retryable := b.Retryable == nil || *b.Retryable
+	res, err := s.eng.Fail(c.Request().Context(), engine.FailRequest{WorkerCall: call, Error: b.ErrorMessage, Retryable: retryable, Metadata: b.Metadata})
+	if err != nil {
+		return nil, err
+	}
+	out := &FailResponse{Status: res.Status, LeaseID: leaseID, WillRetry: res.WillRetry, RetryScheduledAt: res.RetryScheduledAt,
+		ReceiptID: res.ReceiptID, Duplicate: res.Duplicate}
+	if res.Task != nil {
+		out.TaskID = res.Task.ID
+	}
+	return out, nil
+}
+
+// fail is POST /v1/leases/{lease_id}/fail.
+func (s *Server) fail(c echo.Context) error {
+	var b FailBody
+	if err := bind(c, &b, strict); err != nil {
+		return err
+	}
+	res, err := s.doFail(c, c.Param("lease_id"), b)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, res)
+}
+
+// ReleaseResponse is the answer of a release.
+type ReleaseResponse struct {
+	Status     string `json:"status"`
+	LeaseID    string `json:"lease_id"`
+	TaskID     string `json:"task_id,omitempty"`
+	TaskStatus string `json:"task_status,omitempty"`
+}
+
+// release is POST /v1/leases/{lease_id}/release: the task goes back to the
+// queue at once without using an attempt. Releasing a lease that is gone is a
+// no-op.
+func (s *Server) release(c echo.Context) error {
+	var b LeaseCallBody
+	if err := bind(c, &b, strict); err != nil {
+		return err
+	}
+	if len(b.Reason) > 1000 {
+		return badRequest("reason is longer than 1000 characters")
+	}
+	call, err := workerCall(c, c.Param("lease_id"), b.WorkerID, b.TaskID)
+	if err != nil {
+		return err
+	}
+	t, err := s.eng.Release(c.Request().Context(), call, b.Reason)
+	if err != nil {
+		return err
+	}
+	out := ReleaseResponse{Status: "released", LeaseID: call.LeaseID}
+	// The engine also returns the task when the lease was held by another
+	// worker; name it only when this caller held it (or is an admin).
+	if t != nil && (call.WorkerID == "" || t.WorkerID == "" || t.WorkerID == call.WorkerID) {
+		out.TaskID, out.TaskStatus = t.ID, string(t.State)
+	}
+	return c.JSON(http.StatusOK, out)
+}
