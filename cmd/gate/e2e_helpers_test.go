@@ -1,0 +1,304 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// gateBin is the gate binary TestMain builds once for the end-to-end tests.
+var gateBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gate-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	gateBin = filepath.Join(dir, "gate")
+	build := exec.Command("go", "build", "-o", gateBin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the gate binary:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// gateProc is a running `gate serve` process.
+type gateProc struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	dir   string
+	URL   string
+	Admin string // the admin key from <data>/admin.key
+	mu    sync.Mutex
+	log   bytes.Buffer
+	done  chan struct{}
+	err   error
+}
+
+// startGate starts `gate serve` on 127.0.0.1:0 over the data folder dir and
+// waits for its "listening" log line.
+func startGate(t *testing.T, dir string, extra ...string) *gateProc {
+	t.Helper()
+	args := append([]string{"serve", "--data", dir, "--listen", "127.0.0.1:0", "--expiry-jitter", "0", "--sweep-interval", "100ms"}, extra...)
+	cmd := exec.Command(gateBin, args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gateProc{t: t, cmd: cmd, dir: dir, done: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addrc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			g.mu.Lock()
+			g.log.WriteString(line + "\n")
+			g.mu.Unlock()
+			if strings.Contains(line, "msg=listening") {
+				for _, f := range strings.Fields(line) {
+					if a, ok := strings.CutPrefix(f, "addr="); ok {
+						addrc <- a
+					}
+				}
+			}
+		}
+		g.err = cmd.Wait()
+		close(g.done)
+	}()
+	select {
+	case addr := <-addrc:
+		g.URL = "http://" + addr
+	case <-g.done:
+		t.Fatalf("gate exited before listening: %v\n%s", g.err, g.Log())
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("gate did not start:\n%s", g.Log())
+	}
+	key, err := os.ReadFile(filepath.Join(dir, "admin.key"))
+	if err != nil {
+		t.Fatalf("admin.key: %v", err)
+	}
+	g.Admin = strings.TrimSpace(string(key))
+	t.Cleanup(func() {
+		g.Stop(syscall.SIGTERM)
+		if t.Failed() {
+			t.Logf("gate log:\n%s", g.Log())
+		}
+	})
+	return g
+}
+
+// Log returns what the gate logged so far.
+func (g *gateProc) Log() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.log.String()
+}
+
+// Stop sends sig and waits for the process to exit; it returns the exit error.
+func (g *gateProc) Stop(sig syscall.Signal) error {
+	select {
+	case <-g.done:
+		return g.err
+	default:
+	}
+	_ = g.cmd.Process.Signal(sig)
+	select {
+	case <-g.done:
+	case <-time.After(30 * time.Second):
+		_ = g.cmd.Process.Kill()
+		<-g.done
+		g.t.Errorf("gate did not exit after %v", sig)
+	}
+	return g.err
+}
+
+var httpc = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+
+// resp is an HTTP answer.
+type resp struct {
+	Status int
+	Body   []byte
+	Header http.Header
+}
+
+// JSON decodes the body into a map.
+func (r resp) JSON(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.Body, &m); err != nil {
+		t.Fatalf("answer %d is not a JSON object: %v: %q", r.Status, err, r.Body)
+	}
+	return m
+}
+
+// Into decodes the body into v.
+func (r resp) Into(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		t.Fatalf("answer %d: %v: %q", r.Status, err, r.Body)
+	}
+}
+
+// call sends a request; body is JSON-encoded unless it is a string or []byte.
+func call(t *testing.T, method, url, key string, body any) resp {
+	t.Helper()
+	r, err := tryCall(method, url, key, body)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	return r
+}
+
+func tryCall(method, url, key string, body any) (resp, error) {
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			return resp{}, err
+		}
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		return resp{}, err
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := httpc.Do(req)
+	if err != nil {
+		return resp{}, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return resp{Status: res.StatusCode, Body: b, Header: res.Header}, err
+}
+
+// want checks an answer's status and, for errors, its code.
+func want(t *testing.T, r resp, status int, code string) {
+	t.Helper()
+	if r.Status != status {
+		t.Fatalf("status %d, want %d: %s", r.Status, status, r.Body)
+	}
+	if code != "" {
+		m := r.JSON(t)
+		if m["error"] != code {
+			t.Fatalf("error %v, want %q: %s", m["error"], code, r.Body)
+		}
+		if d, _ := m["detail"].(string); d == "" {
+			t.Fatalf("error %q has no detail: %s", code, r.Body)
+		}
+	}
+}
+
+// newKey creates a key over the admin API and returns the secret.
+func (g *gateProc) newKey(t *testing.T, role, principal, tenant string) string {
+	t.Helper()
+	r := call(t, "POST", g.URL+"/v1/admin/keys", g.Admin, map[string]string{"role": role, "principal": principal, "tenant": tenant})
+	want(t, r, 201, "")
+	k, _ := r.JSON(t)["api_key"].(string)
+	if !strings.HasPrefix(k, "agw_") {
+		t.Fatalf("api_key %q", k)
+	}
+	return k
+}
+
+// putType registers a task type in the admin's tenant (or ?tenant=).
+func (g *gateProc) putType(t *testing.T, name string, fields map[string]any, tenant string) {
+	t.Helper()
+	u := g.URL + "/v1/admin/task-types/" + name
+	if tenant != "" {
+		u += "?tenant=" + tenant
+	}
+	want(t, call(t, "PUT", u, g.Admin, fields), 200, "")
+}
+
+// enqueue queues a task and returns its id.
+func (g *gateProc) enqueue(t *testing.T, key, taskType string, params map[string]any) string {
+	t.Helper()
+	r := call(t, "POST", g.URL+"/v1/tasks", key, map[string]any{"task_type": taskType, "params": params})
+	want(t, r, 201, "")
+	return r.JSON(t)["task_id"].(string)
+}
+
+// offer is the part of a canonical offer the tests read.
+type offer struct {
+	LeaseID        string    `json:"lease_id"`
+	RunID          string    `json:"run_id"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	Attempt        int       `json:"attempt"`
+	Task           struct {
+		ID     string          `json:"task_id"`
+		Type   string          `json:"task_type"`
+		Params json.RawMessage `json:"params"`
+		Status string          `json:"status"`
+	} `json:"task"`
+}
+
+// lease leases up to n tasks for worker (204 gives none).
+func (g *gateProc) lease(t *testing.T, key, worker string, body map[string]any) []offer {
+	t.Helper()
+	if body == nil {
+		body = map[string]any{}
+	}
+	body["worker_id"] = worker
+	r := call(t, "POST", g.URL+"/v1/leases", key, body)
+	if r.Status == 204 {
+		if len(r.Body) != 0 {
+			t.Fatalf("204 with a body: %q", r.Body)
+		}
+		return nil
+	}
+	want(t, r, 200, "")
+	var out struct {
+		Leases []offer `json:"leases"`
+	}
+	r.Into(t, &out)
+	return out.Leases
+}
+
+// gateCLI runs the gate binary with args and returns stdout, stderr and the exit code.
+func gateCLI(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(gateBin, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("gate %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
