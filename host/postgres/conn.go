@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/asyncgate/asyncgate/host"
 )
 
 // stmt is one queued statement.
@@ -43,6 +45,12 @@ func (s *sess) note(err error) error {
 	}
 	if s.fatal == nil && isFatal(err) {
 		s.fatal = err
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") {
+		// Data exceptions (a NUL byte in text, a number out of range) are
+		// the caller's bad input, not an unavailable database.
+		return host.WrapError(host.CodeBadRequest, err, "the database refused a value: "+pe.Message)
 	}
 	return err
 }
@@ -105,7 +113,14 @@ func (s *sess) send(ctx context.Context, extra ...stmt) (pgx.BatchResults, error
 	for i := 0; i < n; i++ {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
-			return nil, s.note(err)
+			// A queued statement belongs to an earlier point of the batch
+			// (perhaps an earlier request): its failure cannot be pinned on
+			// the current request, so the whole transaction is abandoned.
+			err = s.note(err)
+			if s.fatal == nil {
+				s.fatal = err
+			}
+			return nil, err
 		}
 	}
 	return br, nil

@@ -518,9 +518,19 @@ func (w *writer) runTx(reqs []*request, headFirst bool) (deferred []*request, er
 			continue
 		}
 		// Undo fn's writes and what it taught us about the head.
-		if !sent {
+		switch {
+		case !sent:
 			ss.pre = ss.pre[:spIdx] // nothing reached the database yet: forget it
-		} else {
+		case ss.failed != nil:
+			// A statement failed, so the transaction is in the aborted state
+			// and would refuse even the prepare of the next new statement:
+			// roll back now. What fn queued after its last flush is its own.
+			ss.pre = ss.pre[:0]
+			if _, err := ss.conn.Exec(bg, `ROLLBACK TO SAVEPOINT op; RELEASE SAVEPOINT op`); err != nil {
+				ss.note(err)
+				return fail("rollback to savepoint", err)
+			}
+		default:
 			ss.queue(`ROLLBACK TO SAVEPOINT op`)
 			ss.queue(`RELEASE SAVEPOINT op`)
 		}

@@ -462,12 +462,13 @@ func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.T
 	return out, nil
 }
 
-// InsertProgress implements store.Tx. The insert is written behind: it rides
-// along with the next statement of the batch.
+// InsertProgress implements store.Tx. Unlike the written-behind inserts it
+// runs at once: a worker's message may hold a value PostgreSQL refuses (a NUL
+// byte), and that error belongs to this request alone.
 func (w *writeTx) InsertProgress(ctx context.Context, p store.Progress) error {
-	w.ss.queue(`INSERT INTO task_progress (tenant, task_id, lease_id, percent, message, at) VALUES ($1,$2,$3,$4,$5,$6)`,
+	_, err := w.ss.exec(w.c(ctx), `INSERT INTO task_progress (tenant, task_id, lease_id, percent, message, at) VALUES ($1,$2,$3,$4,$5,$6)`,
 		p.Tenant, p.TaskID, p.LeaseID, p.Percent, p.Message, us(p.At))
-	return nil
+	return err
 }
 
 // --- task types
@@ -713,7 +714,9 @@ func (w *writeTx) AppendReceipt(ctx context.Context, rc *host.Receipt) error {
 }
 
 // OpenObligation implements store.Tx. The insert is written behind: it rides
-// along with the next statement of the batch.
+// along with the next statement of the batch. It cannot fail on its values (the
+// receipt with the same ones was just inserted); should it fail anyway, the
+// whole batch is abandoned, never a request acknowledged without its writes.
 func (w *writeTx) OpenObligation(ctx context.Context, o host.Obligation) error {
 	w.ss.queue(`INSERT INTO obligations (receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq) VALUES ($1,$2,$3,$4,$5,$6,$7,$8)`,
 		o.ReceiptID, o.Tenant, string(o.Type), o.Obligor, o.Obligee, o.TaskID, us(o.CreatedAt), o.Seq)
@@ -747,7 +750,9 @@ func (r *reader) ListWorkers(ctx context.Context, tenant string) ([]store.Worker
 	return out, err
 }
 
-// UpsertWorker implements store.Tx. It is written behind, like InsertProgress.
+// UpsertWorker implements store.Tx. It is written behind, like
+// OpenObligation: worker ids are validated ASCII and capabilities are JSON
+// made by the engine, so its values cannot be refused.
 func (w *writeTx) UpsertWorker(ctx context.Context, wk store.Worker) error {
 	w.ss.queue(`INSERT INTO workers (tenant, id, capabilities, first_seen, last_seen) VALUES ($1,$2,$3,$4,$5)
 ON CONFLICT (tenant, id) DO UPDATE SET last_seen = greatest(workers.last_seen, excluded.last_seen),

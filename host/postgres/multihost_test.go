@@ -1,0 +1,464 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// gateHost is one gate host in a test: its own pool, writer, listener and engine.
+type gateHost struct {
+	name string
+	st   *Store
+	eng  *engine.Engine
+}
+
+func startHost(t *testing.T, schema, name string) *gateHost {
+	t.Helper()
+	st := openIn(t, schema, Options{})
+	eng, err := engine.New(engine.Config{Store: st, ExpiryJitter: -1, SweepInterval: 100 * time.Millisecond,
+		MaxWait: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.Start()
+	t.Cleanup(eng.Close)
+	return &gateHost{name: name, st: st, eng: eng}
+}
+
+// TestMultiHost runs three gate hosts on one database with workers spread
+// across them, then kills one host while its workers hold accepted leases.
+// Every task must complete exactly once, no task may be leased again unless its
+// previous lease expired, nothing may be lost, and the one receipt chain the
+// three hosts wrote together must verify.
+func TestMultiHost(t *testing.T) {
+	const (
+		tasks         = 3000
+		workersA      = 4 // per host
+		leaseSeconds  = 2
+		killAfterDone = tasks / 4
+	)
+	schema := newSchema(t)
+	hosts := []*gateHost{startHost(t, schema, "a"), startHost(t, schema, "b"), startHost(t, schema, "c")}
+	ctx := context.Background()
+	agent := engine.Actor{Tenant: "acme", Principal: "agent.kee", Role: engine.RoleAgent}
+	admin := engine.Actor{Tenant: "acme", Principal: "ops", Role: engine.RoleAdmin}
+	tt := host.NewTaskType("work")
+	tt.Tenant = "acme"
+	tt.LeaseSeconds = leaseSeconds
+	tt.RequeueDelaySeconds = 0
+	tt.MaxLeaseExpiries = 100
+	if _, err := hosts[0].eng.PutTaskType(ctx, tt); err != nil {
+		t.Fatal(err)
+	}
+
+	// Enqueue from all three hosts at once.
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i, h := range hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := i; j < tasks; j += len(hosts) {
+				if _, err := h.eng.Enqueue(ctx, agent, engine.EnqueueRequest{TaskType: "work", Params: json.RawMessage(fmt.Sprintf(`{"n":%d}`, j)),
+					IdempotencyKey: fmt.Sprintf("k%d", j)}); err != nil {
+					errs <- fmt.Errorf("enqueue on %s: %w", h.name, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+	t.Logf("enqueued %d tasks through 3 hosts in %v", tasks, time.Since(start))
+	start = time.Now()
+
+	var (
+		mu         sync.Mutex
+		offersOf   = map[string]int{}    // task -> offers granted
+		leaseSeen  = map[string]string{} // lease -> task
+		completed  = map[string]int{}    // task -> successful, non-duplicate completions
+		doneCount  atomic.Int64
+		dropped    atomic.Int64 // leases the killed host's workers abandoned
+		killed     = make(chan struct{})
+		killOnce   sync.Once
+		allDone    = make(chan struct{})
+		finishOnce sync.Once
+		victims    sync.WaitGroup
+	)
+	record := func(o host.Offer) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if prev, dup := leaseSeen[o.LeaseID]; dup {
+			return fmt.Errorf("lease %s granted twice (tasks %s and %s)", o.LeaseID, prev, o.Task.ID)
+		}
+		leaseSeen[o.LeaseID] = o.Task.ID
+		offersOf[o.Task.ID]++
+		return nil
+	}
+	worker := func(h *gateHost, id string, victim bool) {
+		defer wg.Done()
+		if victim {
+			defer victims.Done()
+		}
+		for {
+			select {
+			case <-allDone:
+				return
+			default:
+			}
+			if victim {
+				select {
+				case <-killed:
+					// The host is about to die: take what it can, accept it and
+					// never complete it.
+					offers, err := h.eng.Lease(ctx, engine.LeaseRequest{Tenant: "acme", WorkerID: id, MaxTasks: 2})
+					if err != nil {
+						errs <- fmt.Errorf("%s lease: %w", id, err)
+						return
+					}
+					for _, o := range offers {
+						if err := record(o); err != nil {
+							errs <- err
+							return
+						}
+						if _, _, err := h.eng.Accept(ctx, engine.WorkerCall{Tenant: "acme", WorkerID: id, LeaseID: o.LeaseID}); err == nil {
+							dropped.Add(1)
+						}
+					}
+					return
+				default:
+				}
+			}
+			offers, err := h.eng.Lease(ctx, engine.LeaseRequest{Tenant: "acme", WorkerID: id, MaxTasks: 5, Wait: 200 * time.Millisecond})
+			if err != nil {
+				if victim {
+					return // the host is gone
+				}
+				errs <- fmt.Errorf("%s lease: %w", id, err)
+				return
+			}
+			for _, o := range offers {
+				if err := record(o); err != nil {
+					errs <- err
+					return
+				}
+				call := engine.WorkerCall{Tenant: "acme", WorkerID: id, LeaseID: o.LeaseID}
+				if _, _, err := h.eng.Accept(ctx, call); err != nil {
+					if host.IsCode(err, host.CodeLeaseExpired) || victim {
+						continue // expired under load (or the host died): the sweeper requeues it
+					}
+					errs <- fmt.Errorf("%s accept: %w", id, err)
+					return
+				}
+				res, err := h.eng.Complete(ctx, engine.CompleteRequest{WorkerCall: call, Result: host.Result{Channel: "inline", Pointer: "inline:" + o.Task.ID}})
+				if err != nil {
+					if host.IsCode(err, host.CodeLeaseExpired) || victim {
+						continue
+					}
+					errs <- fmt.Errorf("%s complete: %w", id, err)
+					return
+				}
+				if res.Duplicate {
+					continue
+				}
+				mu.Lock()
+				completed[o.Task.ID]++
+				mu.Unlock()
+				n := doneCount.Add(1)
+				if n == killAfterDone {
+					killOnce.Do(func() { close(killed) })
+				}
+				if n == tasks {
+					finishOnce.Do(func() { close(allDone) })
+				}
+			}
+		}
+	}
+	for i, h := range hosts {
+		for w := 0; w < workersA; w++ {
+			wg.Add(1)
+			if i == 2 {
+				victims.Add(1)
+			}
+			go worker(h, fmt.Sprintf("w.%s%d", h.name, w), i == 2)
+		}
+	}
+	// Kill host c once a quarter of the work is done: its workers stop with
+	// their leases held, then the host closes its engine and store.
+	select {
+	case <-killed:
+	case err := <-errs:
+		t.Fatal(err)
+	}
+	victims.Wait()
+	hosts[2].eng.Close()
+	hosts[2].st.Close()
+
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case err := <-errs:
+		finishOnce.Do(func() { close(allDone) })
+		t.Fatal(err)
+	case <-time.After(90 * time.Second):
+		finishOnce.Do(func() { close(allDone) })
+		t.Fatalf("only %d of %d tasks completed", doneCount.Load(), tasks)
+	}
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+	t.Logf("worked them off in %v", time.Since(start))
+
+	// Every task succeeded exactly once; a task was leased again only after
+	// its previous lease expired.
+	a := hosts[0]
+	var expired int
+	cursor := ""
+	seen := 0
+	for {
+		ts, next, err := a.eng.ListTasks(ctx, admin, store.TaskFilter{Cursor: cursor, Limit: 500})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range ts {
+			seen++
+			if tk.State != host.StateSucceeded {
+				t.Errorf("task %s is %s", tk.ID, tk.State)
+			}
+			if completed[tk.ID] != 1 {
+				t.Errorf("task %s completed %d times", tk.ID, completed[tk.ID])
+			}
+			if tk.LeaseCount != tk.LeaseExpiries+1 {
+				t.Errorf("task %s: %d leases but %d expiries: a lease was granted while another was live", tk.ID, tk.LeaseCount, tk.LeaseExpiries)
+			}
+			if offersOf[tk.ID] != tk.LeaseCount {
+				t.Errorf("task %s: workers saw %d offers, the store counted %d leases", tk.ID, offersOf[tk.ID], tk.LeaseCount)
+			}
+			expired += tk.LeaseExpiries
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	if seen != tasks {
+		t.Errorf("listed %d tasks, want %d", seen, tasks)
+	}
+	if dropped.Load() == 0 {
+		t.Error("host c died holding no accepted lease: the test did not exercise expiry")
+	}
+	if int64(expired) < dropped.Load() {
+		t.Errorf("host c died holding %d accepted leases but only %d leases expired", dropped.Load(), expired)
+	}
+	// No obligation is left open: every assignment and acceptance was discharged.
+	for _, p := range []string{"agent.kee"} {
+		open, _, err := a.eng.OpenObligations(ctx, admin, store.ObligationFilter{Principal: p, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(open) > 0 {
+			t.Errorf("%d open obligations remain for %s, e.g. %+v", len(open), p, open[0])
+		}
+	}
+	rep, err := engine.VerifyLedger(ctx, a.st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK {
+		t.Fatalf("ledger does not verify: %+v", rep)
+	}
+	// assigned + accepted + completed per task, plus the expiry escalations.
+	if rep.Receipts < 3*tasks {
+		t.Errorf("ledger holds %d receipts, want at least %d", rep.Receipts, 3*tasks)
+	}
+	t.Logf("%d tasks, %d receipts, %d leases abandoned by the killed host, %d expiries, batch retries a=%d b=%d",
+		tasks, rep.Receipts, dropped.Load(), expired, hosts[0].st.BatchRetries(), hosts[1].st.BatchRetries())
+}
+
+// TestNotifyAcrossHosts checks that a task queued through one host wakes the
+// listener of another, and that a host does not hear its own notifications.
+func TestNotifyAcrossHosts(t *testing.T) {
+	schema := newSchema(t)
+	a, b := openIn(t, schema, Options{}), openIn(t, schema, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := a.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueue := func(s *Store, tenant string) {
+		t.Helper()
+		now := time.Now().UTC().Truncate(time.Microsecond)
+		err := s.Update(ctx, func(tx store.Tx) error {
+			return tx.InsertTask(ctx, &host.Task{ID: host.NewID(host.PrefixTask), Tenant: tenant, Type: "work", CreatedBy: "x", Recipient: "x",
+				State: host.StateQueued, Priority: 5, Params: json.RawMessage(`{}`), CreatedAt: now, UpdatedAt: now, AvailableAt: now})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Own notification first, then one from b: the first thing a hears must be b's.
+	enqueue(a, "own")
+	enqueue(b, "other")
+	select {
+	case got := <-ch:
+		if got != "other" {
+			t.Fatalf("a heard %q first, want %q (its own notifications must be skipped)", got, "other")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no notification within 30 s")
+	}
+	// A delayed task is not ready: it notifies nobody. A ready one after it does.
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	err = b.Update(ctx, func(tx store.Tx) error {
+		return tx.InsertTask(ctx, &host.Task{ID: host.NewID(host.PrefixTask), Tenant: "later", Type: "work", CreatedBy: "x", Recipient: "x",
+			State: host.StateQueued, Priority: 5, Params: json.RawMessage(`{}`), CreatedAt: now, UpdatedAt: now, AvailableAt: now.Add(time.Hour)})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueue(b, "ready")
+	select {
+	case got := <-ch:
+		if got != "ready" {
+			t.Fatalf("a heard %q, want %q (a delayed task must not notify)", got, "ready")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no notification within 30 s")
+	}
+
+	// The listener survives losing its connection.
+	if _, err := b.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND pid <> pg_backend_pid()`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(60 * time.Second)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		enqueue(b, "again")
+		select {
+		case got := <-ch:
+			if got == "again" {
+				return
+			}
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("the listener did not come back within 60 s")
+		}
+	}
+}
+
+// TestWriterSurvivesLostConnection kills the writer's backend; the next batch
+// must run again on a new connection instead of failing its callers.
+func TestWriterSurvivesLostConnection(t *testing.T) {
+	st := openTest(t)
+	ctx := context.Background()
+	put := func(name string) error {
+		return st.Update(ctx, func(tx store.Tx) error {
+			tt := host.NewTaskType(name)
+			tt.Tenant = "acme"
+			return tx.PutTaskType(ctx, &tt)
+		})
+	}
+	if err := put("one"); err != nil {
+		t.Fatal(err)
+	}
+	st.pidMu.Lock()
+	var pids []uint32
+	for p := range st.writerPIDs {
+		pids = append(pids, p)
+	}
+	st.pidMu.Unlock()
+	if len(pids) == 0 {
+		t.Fatal("no writer connection recorded")
+	}
+	for _, p := range pids {
+		if _, err := st.pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, int32(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := put("two"); err != nil {
+		t.Fatalf("update after the writer's connection was killed: %v", err)
+	}
+	if st.BatchRetries() == 0 {
+		t.Error("the batch was not rerun")
+	}
+	err := st.View(ctx, func(r store.Reader) error {
+		ts, err := r.ListTaskTypes(ctx, "acme")
+		if err == nil && len(ts) != 2 {
+			err = fmt.Errorf("got %d task types, want 2", len(ts))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHeadContention makes two hosts append receipts at once while one of
+// them holds the ledger head: requests that need the head are deferred, never
+// deadlocked, and the chain stays one verifiable order.
+func TestHeadContention(t *testing.T) {
+	schema := newSchema(t)
+	a, b := openIn(t, schema, Options{}), openIn(t, schema, Options{Writers: 2})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	const per = 300
+	for _, s := range []*Store{a, b, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				err := s.Update(ctx, func(tx store.Tx) error {
+					r := &host.Receipt{ID: host.NewID(host.PrefixReceipt), Tenant: "acme", Type: host.ReceiptProgress, From: "x", To: "y",
+						Parents: []string{}, Body: json.RawMessage(`{}`), CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}
+					if err := tx.AppendReceipt(ctx, r); err != nil {
+						return err
+					}
+					if i%7 == 0 {
+						return errors.New("undo me") // a failing request must give its seq back
+					}
+					return nil
+				})
+				if err != nil && err.Error() != "undo me" {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	rep, err := engine.VerifyLedger(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := int64(3 * (per - (per+6)/7))
+	if !rep.OK || rep.Receipts != want {
+		t.Fatalf("ledger: %+v, want %d receipts", rep, want)
+	}
+}
