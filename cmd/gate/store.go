@@ -1,21 +1,24 @@
 package main
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"time"
 	"unsafe"
 
+	"github.com/asyncgate/asyncgate/host/postgres"
 	"github.com/asyncgate/asyncgate/host/sqlite"
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
 // openStore opens the gate's store. An empty dbURL is the embedded default:
 // SQLite at <dataDir>/gate.db. "sqlite:PATH" (or "sqlite://PATH") opens another
-// SQLite file. "postgres://…" and "postgresql://…" are for the PostgreSQL
-// driver, which is wired here when it lands.
+// SQLite file. "postgres://…" and "postgresql://…" open the PostgreSQL driver
+// (host/postgres), which several gate hosts can share.
 func openStore(dataDir, dbURL string) (store.Store, error) {
 	switch {
 	case dbURL == "":
@@ -27,7 +30,14 @@ func openStore(dataDir, dbURL string) (store.Store, error) {
 		}
 		return openSQLite(path)
 	case strings.HasPrefix(dbURL, "postgres://"), strings.HasPrefix(dbURL, "postgresql://"):
-		return nil, fmt.Errorf("--db %s: the PostgreSQL driver is not wired into this build yet; use SQLite (leave --db empty)", redactURL(dbURL))
+		// Several gate hosts may share the database (see docs/postgres.md).
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		st, err := postgres.Open(ctx, dbURL, postgres.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("--db %s: %w", redactURL(dbURL), err)
+		}
+		return st, nil
 	default:
 		return nil, fmt.Errorf("--db %q: unknown database URL; use sqlite:PATH or postgres://…", redactURL(dbURL))
 	}
