@@ -49,7 +49,7 @@ func openSQLite(path string) (store.Store, error) {
 		return nil, err
 	}
 	sqliteWriterWorkaround(st)
-	return st, nil
+	return newLeaseIndexStore(st), nil
 }
 
 // sqliteWriterWorkaround works around a deadlock in host/sqlite (reported to

@@ -1,0 +1,502 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+func init() {
+	register(command{name: "bench", summary: "load-test a gate over HTTP: producers, batch-leasing workers, latency percentiles", run: runBench})
+}
+
+// benchOpts are gate bench's flags.
+type benchOpts struct {
+	url, key        string
+	spawn           bool
+	data            string
+	producers       int
+	workers         int
+	batch           int
+	wait            int
+	duration        time.Duration
+	tasks           int64
+	accept          bool
+	cpuprofile      string
+	progress        bool
+	completeWorkers int
+}
+
+func runBench(args []string, stdout, stderr io.Writer) int {
+	var o benchOpts
+	fs := flag.NewFlagSet("gate bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.url, "url", "", "gate to load (default: start one on a temp data folder)")
+	fs.StringVar(&o.key, "key", "", "admin key of the gate given by --url (creates the bench task type and keys)")
+	fs.BoolVar(&o.spawn, "spawn", false, "start the gate as a subprocess instead of in this process")
+	fs.StringVar(&o.data, "data", "", "data folder for the gate it starts (default: a temp folder, removed after)")
+	fs.IntVar(&o.producers, "producers", 8, "producers enqueueing tasks (P)")
+	fs.IntVar(&o.workers, "workers", 4, "workers leasing in batches with long-poll (W)")
+	fs.IntVar(&o.completeWorkers, "completers", 8, "concurrent completions per worker")
+	fs.IntVar(&o.batch, "batch", 64, "max_tasks per lease call")
+	fs.IntVar(&o.wait, "wait", 5, "wait_seconds of each lease call (long-poll)")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long producers enqueue")
+	fs.Int64Var(&o.tasks, "tasks", 0, "enqueue exactly this many tasks instead of running for --duration")
+	fs.BoolVar(&o.accept, "accept", false, "accept every offer before completing it (one more call and receipt per cycle)")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process (client and, in-process, the gate) to this file")
+	fs.BoolVar(&o.progress, "progress", true, "draw a progress bar on stderr")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if o.producers < 1 || o.workers < 1 || o.batch < 1 || o.batch > 100 || o.completeWorkers < 1 {
+		fmt.Fprintln(stderr, "gate bench: --producers, --workers and --completers must be positive, --batch 1..100")
+		return 2
+	}
+	if err := bench(o, stdout, stderr); err != nil {
+		fmt.Fprintln(stderr, "gate bench:", err)
+		return 1
+	}
+	return 0
+}
+
+// benchClient is a keep-alive HTTP client sized for the load.
+type benchClient struct {
+	base string
+	hc   *http.Client
+}
+
+func newBenchClient(base string, conns int) *benchClient {
+	tr := &http.Transport{MaxIdleConns: conns * 2, MaxIdleConnsPerHost: conns * 2, IdleConnTimeout: 90 * time.Second, DisableCompression: true}
+	return &benchClient{base: strings.TrimRight(base, "/"), hc: &http.Client{Transport: tr, Timeout: 60 * time.Second}}
+}
+
+// do sends a JSON body and decodes a JSON answer into out (if non-nil).
+func (c *benchClient) do(method, path, key string, body []byte, out any) (int, error) {
+	req, err := http.NewRequest(method, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := c.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode >= 300 {
+		b, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
+		return res.StatusCode, fmt.Errorf("%s %s: %d %s", method, path, res.StatusCode, bytes.TrimSpace(b))
+	}
+	if out != nil && res.StatusCode != http.StatusNoContent {
+		if err := json.NewDecoder(res.Body).Decode(out); err != nil {
+			return res.StatusCode, err
+		}
+	} else {
+		_, _ = io.Copy(io.Discard, res.Body)
+	}
+	return res.StatusCode, nil
+}
+
+// latencies collects durations from one goroutine; merge them at the end.
+type latencies []time.Duration
+
+func (l latencies) pct(p float64) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	i := int(float64(len(l)-1) * p)
+	return l[i]
+}
+
+type benchStats struct {
+	mu                              sync.Mutex
+	enqueue, lease, complete, e2l   latencies
+	accept                          latencies
+	enqueued, completed, leaseCalls atomic.Int64
+	emptyLeases                     atomic.Int64
+	errors                          atomic.Int64
+	firstErr                        atomic.Value
+}
+
+func (s *benchStats) merge(dst *latencies, src latencies) {
+	s.mu.Lock()
+	*dst = append(*dst, src...)
+	s.mu.Unlock()
+}
+
+func (s *benchStats) fail(err error) {
+	s.errors.Add(1)
+	s.firstErr.CompareAndSwap(nil, err.Error())
+}
+
+func bench(o benchOpts, stdout, stderr io.Writer) error {
+	if o.cpuprofile != "" {
+		f, err := os.Create(o.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	base, admin := o.url, o.key
+	mode := "external gate " + o.url
+	if base == "" {
+		dir := o.data
+		if dir == "" {
+			tmp, err := os.MkdirTemp("", "gate-bench-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(tmp)
+			dir = tmp
+		}
+		var stop func()
+		var err error
+		if o.spawn {
+			base, stop, err = spawnGate(dir)
+			mode = "gate subprocess on " + dir
+		} else {
+			base, stop, err = inProcessGate(dir)
+			mode = "in-process gate on " + dir
+		}
+		if err != nil {
+			return err
+		}
+		defer stop()
+		k, err := os.ReadFile(filepath.Join(dir, "admin.key"))
+		if err != nil {
+			return err
+		}
+		admin = strings.TrimSpace(string(k))
+	} else if admin == "" {
+		return errors.New("--url needs --key (an admin key)")
+	}
+	conns := o.producers + o.workers*(o.completeWorkers+1) + 4
+	c := newBenchClient(base, conns)
+
+	// Task type and keys for this run.
+	if _, err := c.do("PUT", "/v1/admin/task-types/bench", admin, []byte(`{"lease_seconds":300,"requeue_delay_seconds":0,"description":"gate bench"}`), nil); err != nil {
+		return err
+	}
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	var agentKey struct {
+		APIKey string `json:"api_key"`
+	}
+	if _, err := c.do("POST", "/v1/admin/keys", admin, []byte(`{"role":"agent","principal":"bench.agent-`+run+`"}`), &agentKey); err != nil {
+		return err
+	}
+	workerKeys := make([]string, o.workers)
+	for i := range workerKeys {
+		var wk struct {
+			APIKey string `json:"api_key"`
+		}
+		body := fmt.Sprintf(`{"role":"worker","principal":"bench.w%d-%s"}`, i, run)
+		if _, err := c.do("POST", "/v1/admin/keys", admin, []byte(body), &wk); err != nil {
+			return err
+		}
+		workerKeys[i] = wk.APIKey
+	}
+
+	fmt.Fprintf(stderr, "gate bench: %s; %d producers, %d workers (batch %d, %d completers each, wait %ds)\n",
+		mode, o.producers, o.workers, o.batch, o.completeWorkers, o.wait)
+	var st benchStats
+	start := time.Now()
+	stopProducing := make(chan struct{})
+	var claimed atomic.Int64
+	var pwg, wwg sync.WaitGroup
+	for p := 0; p < o.producers; p++ {
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			var lat latencies
+			defer func() { st.merge(&st.enqueue, lat) }()
+			var buf []byte
+			for n := 0; ; n++ {
+				select {
+				case <-stopProducing:
+					return
+				default:
+				}
+				if o.tasks > 0 && claimed.Add(1) > o.tasks {
+					return
+				}
+				buf = append(buf[:0], `{"task_type":"bench","params":{"n":`...)
+				buf = strconv.AppendInt(buf, int64(n), 10)
+				buf = append(buf, `}}`...)
+				t0 := time.Now()
+				if _, err := c.do("POST", "/v1/tasks", agentKey.APIKey, buf, nil); err != nil {
+					st.fail(err)
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				lat = append(lat, time.Since(t0))
+				st.enqueued.Add(1)
+			}
+		}()
+	}
+	doneWorking := make(chan struct{})
+	for w := 0; w < o.workers; w++ {
+		wwg.Add(1)
+		go func(w int) {
+			defer wwg.Done()
+			benchWorker(c, &st, o, workerKeys[w], fmt.Sprintf("bench.w%d-%s", w, run), doneWorking)
+		}(w)
+	}
+
+	// Progress and the end of the run.
+	ticker := time.NewTicker(200 * time.Millisecond)
+	defer ticker.Stop()
+	producing := true
+	prodDoneCh := make(chan struct{})
+	go func() { pwg.Wait(); close(prodDoneCh) }()
+	prodDone := prodDoneCh
+	var drainDeadline time.Time
+	var lastDone int64
+	var lastAt time.Time
+	for {
+		select {
+		case <-prodDone:
+			prodDone = nil // closed: stop selecting it
+			if producing {
+				producing = false
+				drainDeadline = time.Now().Add(30 * time.Second)
+			}
+		case <-ticker.C:
+		}
+		el := time.Since(start)
+		if producing && o.tasks == 0 && el >= o.duration {
+			close(stopProducing)
+			pwg.Wait()
+			prodDone = nil
+			producing = false
+			drainDeadline = time.Now().Add(30 * time.Second)
+		}
+		done, enq := st.completed.Load(), st.enqueued.Load()
+		if done != lastDone {
+			lastDone, lastAt = done, time.Now()
+		}
+		if o.progress {
+			frac := float64(done) / float64(max(enq, 1))
+			if producing {
+				if o.tasks > 0 {
+					frac = float64(done) / float64(o.tasks)
+				} else {
+					frac = el.Seconds() / o.duration.Seconds()
+				}
+			}
+			drawBar(stderr, frac, done, enq, el)
+		}
+		if !producing && (done >= enq || time.Now().After(drainDeadline)) {
+			break
+		}
+	}
+	if o.progress {
+		fmt.Fprintln(stderr)
+	}
+	close(doneWorking)
+	wwg.Wait()
+	if lastAt.IsZero() {
+		lastAt = time.Now()
+	}
+	elapsed := lastAt.Sub(start)
+
+	for _, l := range []*latencies{&st.enqueue, &st.lease, &st.complete, &st.e2l, &st.accept} {
+		sort.Slice(*l, func(i, j int) bool { return (*l)[i] < (*l)[j] })
+	}
+	done := st.completed.Load()
+	fmt.Fprintf(stdout, "gate bench: %s\n", mode)
+	fmt.Fprintf(stdout, "  producers %d, workers %d, batch %d, completers %d, accept %v\n", o.producers, o.workers, o.batch, o.completeWorkers, o.accept)
+	fmt.Fprintf(stdout, "  enqueued %d, completed %d in %.2fs: %.0f full cycles/s\n", st.enqueued.Load(), done, elapsed.Seconds(), float64(done)/elapsed.Seconds())
+	fmt.Fprintf(stdout, "  lease calls %d (%d empty), %.1f offers per call\n", st.leaseCalls.Load(), st.emptyLeases.Load(), float64(len(st.e2l))/float64(max(st.leaseCalls.Load(), 1)))
+	fmt.Fprintf(stdout, "  %-16s %9s %9s %9s %9s\n", "latency", "p50", "p90", "p99", "max")
+	row := func(name string, l latencies) {
+		if len(l) == 0 {
+			return
+		}
+		fmt.Fprintf(stdout, "  %-16s %9s %9s %9s %9s\n", name, fmtDur(l.pct(0.5)), fmtDur(l.pct(0.9)), fmtDur(l.pct(0.99)), fmtDur(l[len(l)-1]))
+	}
+	row("enqueue", st.enqueue)
+	row("lease call", st.lease)
+	row("accept", st.accept)
+	row("complete", st.complete)
+	row("enqueue→lease", st.e2l)
+	if n := st.errors.Load(); n > 0 {
+		fmt.Fprintf(stdout, "  errors %d (first: %v)\n", n, st.firstErr.Load())
+	}
+	if done < st.enqueued.Load() {
+		return fmt.Errorf("%d tasks were enqueued but not completed", st.enqueued.Load()-done)
+	}
+	return nil
+}
+
+// benchWorker leases in batches with long-poll and completes each offer
+// through a small pool of concurrent completers.
+func benchWorker(c *benchClient, st *benchStats, o benchOpts, key, id string, stop <-chan struct{}) {
+	var leaseLat, e2l latencies
+	jobs := make(chan string, o.batch)
+	var cwg sync.WaitGroup
+	for i := 0; i < o.completeWorkers; i++ {
+		cwg.Add(1)
+		go func() {
+			defer cwg.Done()
+			var comp, acc latencies
+			defer func() { st.merge(&st.complete, comp); st.merge(&st.accept, acc) }()
+			body := []byte(`{"result_pointer":"bench:ok","summary":"ok"}`)
+			for lid := range jobs {
+				if o.accept {
+					t0 := time.Now()
+					if _, err := c.do("POST", "/v1/leases/"+lid+"/accept", key, nil, nil); err != nil {
+						st.fail(err)
+						continue
+					}
+					acc = append(acc, time.Since(t0))
+				}
+				t0 := time.Now()
+				if _, err := c.do("POST", "/v1/leases/"+lid+"/complete", key, body, nil); err != nil {
+					st.fail(err)
+					continue
+				}
+				comp = append(comp, time.Since(t0))
+				st.completed.Add(1)
+			}
+		}()
+	}
+	req := []byte(fmt.Sprintf(`{"worker_id":%q,"task_types":["bench"],"max_tasks":%d,"wait_seconds":%d}`, id, o.batch, o.wait))
+	type leaseResp struct {
+		Leases []struct {
+			LeaseID string `json:"lease_id"`
+			Task    struct {
+				AvailableAt time.Time `json:"available_at"`
+			} `json:"task"`
+		} `json:"leases"`
+	}
+loop:
+	for {
+		select {
+		case <-stop:
+			break loop
+		default:
+		}
+		var lr leaseResp
+		t0 := time.Now()
+		code, err := c.do("POST", "/v1/leases", key, req, &lr)
+		now := time.Now()
+		st.leaseCalls.Add(1)
+		if err != nil {
+			st.fail(err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		leaseLat = append(leaseLat, now.Sub(t0))
+		if code == http.StatusNoContent {
+			st.emptyLeases.Add(1)
+			continue
+		}
+		for _, l := range lr.Leases {
+			e2l = append(e2l, now.Sub(l.Task.AvailableAt))
+			jobs <- l.LeaseID
+		}
+	}
+	close(jobs)
+	cwg.Wait()
+	st.merge(&st.lease, leaseLat)
+	st.merge(&st.e2l, e2l)
+}
+
+func drawBar(w io.Writer, frac float64, done, enq int64, el time.Duration) {
+	frac = min(max(frac, 0), 1)
+	const width = 30
+	n := int(frac * width)
+	rate := float64(done) / max(el.Seconds(), 0.001)
+	fmt.Fprintf(w, "\r[%s%s] %3.0f%%  completed %d / enqueued %d  %6.0f cycles/s  %5.1fs ",
+		strings.Repeat("#", n), strings.Repeat(".", width-n), frac*100, done, enq, rate, el.Seconds())
+}
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
+	case d < time.Second:
+		return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%.2fs", d.Seconds())
+}
+
+// inProcessGate runs serve in this process on 127.0.0.1:0.
+func inProcessGate(dir string) (string, func(), error) {
+	cfg := defaultServeConfig()
+	cfg.Data, cfg.Listen = dir, "127.0.0.1:0"
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	errc := make(chan error, 1)
+	go func() { errc <- serve(ctx, cfg, log, ready) }()
+	select {
+	case addr := <-ready:
+		return "http://" + addr, func() { cancel(); <-errc }, nil
+	case err := <-errc:
+		cancel()
+		return "", nil, err
+	}
+}
+
+// spawnGate starts `gate serve` as a subprocess and parses its listening line.
+func spawnGate(dir string) (string, func(), error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(exe, "serve", "--data", dir, "--listen", "127.0.0.1:0", "--log-level", "info")
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	addrc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			if line := sc.Text(); strings.Contains(line, "msg=listening") {
+				for _, f := range strings.Fields(line) {
+					if a, ok := strings.CutPrefix(f, "addr="); ok {
+						addrc <- a
+					}
+				}
+			}
+		}
+	}()
+	stop := func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+	}
+	select {
+	case a := <-addrc:
+		return "http://" + a, stop, nil
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return "", nil, errors.New("the gate subprocess did not start")
+	}
+}
