@@ -11,9 +11,9 @@ import (
 // leaseIndexStore works around a full table scan in host/sqlite (reported to
 // the lead; remove this once the driver is fixed): GetTaskByLease queries
 // "WHERE lease_id = ?", which SQLite cannot answer from the partial index
-// tasks_lease_id (… WHERE lease_id <> ”), so every heartbeat, complete and
+// tasks_lease_id (partial: non-empty lease ids only), so every heartbeat, complete and
 // fail scans the whole tasks table and throughput falls as the table grows.
-// The fix there is one more term: "WHERE lease_id = ? AND lease_id <> ”".
+// The fix there is to repeat the index condition (non-empty lease_id) in the query.
 //
 // Until then this decorator remembers which task each lease it granted
 // belongs to and answers GetTaskByLease with an indexed GetTask, checking
