@@ -31,37 +31,37 @@ var (
 	_ store.Tx     = (*writeTx)(nil)
 )
 
-func (r *reader) st(ctx context.Context, q string) (*sql.Stmt, error) {
-	st, err := r.s.stmt(ctx, r.db, q)
-	if err != nil {
-		return nil, err
+// st returns the transaction's handle of a statement prepared once on the
+// database, or nil when it is not prepared yet (the caller then runs the query
+// unprepared, and the statement is prepared for next time outside any
+// transaction: the writer has a single connection, which the transaction holds).
+func (r *reader) st(ctx context.Context, q string) *sql.Stmt {
+	st := r.s.stmt(r.db, q)
+	if st == nil {
+		return nil
 	}
-	return r.tx.StmtContext(ctx, st), nil
+	return r.tx.StmtContext(ctx, st)
 }
 
 func (r *reader) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	st, err := r.st(ctx, q)
-	if err != nil {
-		return nil, err
+	if st := r.st(ctx, q); st != nil {
+		return st.QueryContext(ctx, args...)
 	}
-	return st.QueryContext(ctx, args...)
+	return r.tx.QueryContext(ctx, q, args...)
 }
 
 func (r *reader) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
-	st, err := r.st(ctx, q)
-	if err != nil {
-		// Surface the prepare error through Scan.
-		return r.tx.QueryRowContext(ctx, q, args...)
+	if st := r.st(ctx, q); st != nil {
+		return st.QueryRowContext(ctx, args...)
 	}
-	return st.QueryRowContext(ctx, args...)
+	return r.tx.QueryRowContext(ctx, q, args...)
 }
 
 func (r *reader) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	st, err := r.st(ctx, q)
-	if err != nil {
-		return nil, err
+	if st := r.st(ctx, q); st != nil {
+		return st.ExecContext(ctx, args...)
 	}
-	return st.ExecContext(ctx, args...)
+	return r.tx.ExecContext(ctx, q, args...)
 }
 
 // --- time and null helpers

@@ -52,8 +52,10 @@ type Store struct {
 	closeMu  sync.RWMutex
 	isClosed bool
 
-	stmtMu sync.Mutex
-	stmts  map[*sql.DB]map[string]*sql.Stmt
+	stmtMu      sync.Mutex
+	stmts       map[*sql.DB]map[string]*sql.Stmt
+	pending     []string
+	stmtsClosed bool
 
 	// head is the last link of the chain as the writer knows it.
 	headSeq  int64
@@ -190,8 +192,10 @@ func (s *Store) LedgerHead(ctx context.Context) (int64, string, error) {
 	return seq, hash, err
 }
 
-// stmt returns a statement prepared once per database handle.
-func (s *Store) stmt(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, error) {
+// stmt returns the statement for query prepared on db, or nil if it is not
+// prepared yet, in which case it is queued for preparation: the writer's
+// queries between batches, readers' in the background.
+func (s *Store) stmt(db *sql.DB, query string) *sql.Stmt {
 	s.stmtMu.Lock()
 	defer s.stmtMu.Unlock()
 	m := s.stmts[db]
@@ -199,15 +203,43 @@ func (s *Store) stmt(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, 
 		m = map[string]*sql.Stmt{}
 		s.stmts[db] = m
 	}
-	if st := m[query]; st != nil {
-		return st, nil
+	if st, ok := m[query]; ok {
+		return st // nil while its preparation is pending
 	}
-	st, err := db.PrepareContext(ctx, query)
+	m[query] = nil
+	if db == s.wdb {
+		s.pending = append(s.pending, query)
+	} else {
+		go s.prepare(db, query)
+	}
+	return nil
+}
+
+func (s *Store) prepare(db *sql.DB, query string) {
+	st, err := db.PrepareContext(context.Background(), query)
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
 	if err != nil {
-		return nil, err
+		delete(s.stmts[db], query) // try again next time
+		return
 	}
-	m[query] = st
-	return st, nil
+	if s.stmts[db] == nil || s.stmtsClosed {
+		st.Close()
+		return
+	}
+	s.stmts[db][query] = st
+}
+
+// preparePending prepares the writer's queued statements; the writer calls it
+// between batches, when its connection is free.
+func (s *Store) preparePending() {
+	s.stmtMu.Lock()
+	qs := s.pending
+	s.pending = nil
+	s.stmtMu.Unlock()
+	for _, q := range qs {
+		s.prepare(s.wdb, q)
+	}
 }
 
 var errClosed = host.Errorf(host.CodeDatabaseUnavailable, "the store is closed")
@@ -260,6 +292,7 @@ func (s *Store) writer() {
 			}
 		}
 		s.runBatch(batch)
+		s.preparePending()
 	}
 }
 
@@ -394,9 +427,12 @@ func (s *Store) Close() error {
 	close(s.closed)
 	<-s.done
 	s.stmtMu.Lock()
+	s.stmtsClosed = true
 	for _, m := range s.stmts {
 		for _, st := range m {
-			st.Close()
+			if st != nil {
+				st.Close()
+			}
 		}
 	}
 	s.stmtMu.Unlock()
