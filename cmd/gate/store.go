@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/asyncgate/asyncgate/host/postgres"
 	"github.com/asyncgate/asyncgate/host/sqlite"
@@ -48,26 +45,7 @@ func openSQLite(path string) (store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	sqliteWriterWorkaround(st)
-	return newLeaseIndexStore(st), nil
-}
-
-// sqliteWriterWorkaround works around a deadlock in host/sqlite (reported to
-// the lead; remove this once the driver is fixed): the writer handle has one
-// connection, and Store.stmt prepares a statement on that handle the first
-// time a query runs inside a write transaction, which waits forever for the
-// connection the transaction holds. A second connection on the writer handle
-// lets the prepare proceed; all writes still run in the writer's single
-// transaction, so group commit and durability are unchanged.
-func sqliteWriterWorkaround(st *sqlite.Store) {
-	f := reflect.ValueOf(st).Elem().FieldByName("wdb")
-	if !f.IsValid() || f.Type() != reflect.TypeOf((*sql.DB)(nil)) {
-		return
-	}
-	if db := *(**sql.DB)(unsafe.Pointer(f.UnsafeAddr())); db != nil {
-		db.SetMaxOpenConns(2)
-		db.SetMaxIdleConns(2)
-	}
+	return st, nil
 }
 
 // redactURL hides a password in a database URL before it is printed.

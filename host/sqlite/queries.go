@@ -153,7 +153,7 @@ func (r *reader) GetTask(ctx context.Context, tenant, id string) (*host.Task, er
 }
 
 func (r *reader) GetTaskByLease(ctx context.Context, leaseID string) (*host.Task, error) {
-	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE lease_id = ?`, leaseID)
+	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE lease_id = ? AND lease_id <> ''`, leaseID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("lease", leaseID)
 	}
@@ -603,7 +603,7 @@ func (r *reader) ListReceipts(ctx context.Context, f store.ReceiptFilter) ([]*ho
 	q := `SELECT ` + receiptCols + ` FROM receipts WHERE tenant = ? AND seq > ?`
 	args := []any{f.Tenant, after}
 	if f.TaskID != "" {
-		q += ` AND task_id = ?`
+		q += ` AND task_id = ? AND task_id <> ''` // lets SQLite use the partial index
 		args = append(args, f.TaskID)
 	}
 	q += ` ORDER BY seq LIMIT ?`
