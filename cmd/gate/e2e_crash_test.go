@@ -194,4 +194,3 @@ func jsonField(b []byte, name string) string {
 	s, _ := m[name].(string)
 	return s
 }
-
