@@ -19,6 +19,9 @@ type reader struct {
 	s  *Store
 	db *sql.DB
 	tx *sql.Tx
+	// wrote is set by every write statement, so the writer knows whether a
+	// failed update left anything to undo.
+	wrote bool
 }
 
 // writeTx implements store.Tx inside the writer's batch transaction.
@@ -58,6 +61,7 @@ func (r *reader) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 }
 
 func (r *reader) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	r.wrote = true
 	if st := r.st(ctx, q); st != nil {
 		return st.ExecContext(ctx, args...)
 	}

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
@@ -56,6 +57,8 @@ type Store struct {
 	stmts       map[*sql.DB]map[string]*sql.Stmt
 	pending     []string
 	stmtsClosed bool
+
+	batches, ops atomic.Int64
 
 	// head is the last link of the chain as the writer knows it.
 	headSeq  int64
@@ -296,23 +299,50 @@ func (s *Store) writer() {
 	}
 }
 
-// runBatch runs a batch in one transaction, each request in a savepoint.
+// CommitStats reports how many write transactions the writer committed and how
+// many updates they carried: their ratio is the group-commit batch size.
+func (s *Store) CommitStats() (batches, updates int64) { return s.batches.Load(), s.ops.Load() }
+
+// runBatch runs a batch in one transaction. It first runs it optimistically,
+// without savepoints: an update that fails before writing anything needs no
+// undo, which is nearly every failure (a lost lease, a bad id). Only when an
+// update fails after it wrote does the batch roll back and run again with a
+// savepoint around each update, so that failure undoes itself alone.
 func (s *Store) runBatch(batch []*request) {
+	s.batches.Add(1)
+	s.ops.Add(int64(len(batch)))
+	if s.tryBatch(batch, false) {
+		return
+	}
+	s.tryBatch(batch, true)
+}
+
+// tryBatch runs and commits batch and reports true, or, in optimistic mode,
+// rolls back and reports false when an update failed after writing.
+func (s *Store) tryBatch(batch []*request, savepoints bool) bool {
 	ctx := context.Background()
-	finish := func(err error) {
+	finish := func(err error) bool {
 		for _, r := range batch {
 			if err != nil && r.err == nil {
 				r.err = err
 			}
 			close(r.done)
 		}
+		return true
+	}
+	for _, r := range batch {
+		r.err = nil
+	}
+	headSeq, headHash := s.headSeq, s.headHash
+	abort := func(tx *sql.Tx, what string, err error) bool {
+		tx.Rollback()
+		s.headSeq, s.headHash = headSeq, headHash
+		return finish(unavailable(what, err))
 	}
 	tx, err := s.wdb.BeginTx(ctx, nil)
 	if err != nil {
-		finish(unavailable("begin", err))
-		return
+		return finish(unavailable("begin", err))
 	}
-	headSeq, headHash := s.headSeq, s.headHash
 	wtx := &writeTx{reader: reader{s: s, db: s.wdb, tx: tx}}
 	anyOK := false
 	for _, r := range batch {
@@ -320,54 +350,52 @@ func (s *Store) runBatch(batch []*request) {
 			r.err = err
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT op"); err != nil {
-			tx.Rollback()
-			s.headSeq, s.headHash = headSeq, headHash
-			finish(unavailable("savepoint", err))
-			return
+		if savepoints {
+			if _, err := tx.ExecContext(ctx, "SAVEPOINT op"); err != nil {
+				return abort(tx, "savepoint", err)
+			}
 		}
 		spSeq, spHash := s.headSeq, s.headHash
+		wtx.wrote = false
 		r.err = runFn(r.fn, wtx)
-		if r.err != nil {
-			_, err1 := tx.ExecContext(ctx, "ROLLBACK TO op")
-			_, err2 := tx.ExecContext(ctx, "RELEASE op")
-			s.headSeq, s.headHash = spSeq, spHash
-			if err1 != nil || err2 != nil {
-				tx.Rollback()
-				s.headSeq, s.headHash = headSeq, headHash
-				finish(unavailable("rollback to savepoint", errors.Join(err1, err2)))
-				return
-			}
-			continue
-		}
-		if _, err := tx.ExecContext(ctx, "RELEASE op"); err != nil {
+		switch {
+		case r.err != nil && !savepoints && wtx.wrote:
+			// Undo needs a savepoint: start over with one per update.
 			tx.Rollback()
 			s.headSeq, s.headHash = headSeq, headHash
-			finish(unavailable("release savepoint", err))
-			return
+			return false
+		case r.err != nil && savepoints:
+			_, err1 := tx.ExecContext(ctx, "ROLLBACK TO op")
+			_, err2 := tx.ExecContext(ctx, "RELEASE op")
+			if err1 != nil || err2 != nil {
+				return abort(tx, "rollback to savepoint", errors.Join(err1, err2))
+			}
+			s.headSeq, s.headHash = spSeq, spHash
+		case r.err != nil:
+			s.headSeq, s.headHash = spSeq, spHash
+		default:
+			if savepoints {
+				if _, err := tx.ExecContext(ctx, "RELEASE op"); err != nil {
+					return abort(tx, "release savepoint", err)
+				}
+			}
+			anyOK = true
 		}
-		anyOK = true
 	}
 	if !anyOK {
 		tx.Rollback()
-		finish(nil)
-		return
+		s.headSeq, s.headHash = headSeq, headHash
+		return finish(nil)
 	}
 	if s.headSeq != headSeq {
 		if _, err := tx.ExecContext(ctx, `UPDATE ledger_head SET seq = ?, hash = ? WHERE id = 1`, s.headSeq, s.headHash); err != nil {
-			tx.Rollback()
-			s.headSeq, s.headHash = headSeq, headHash
-			finish(unavailable("ledger head", err))
-			return
+			return abort(tx, "ledger head", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		tx.Rollback()
-		s.headSeq, s.headHash = headSeq, headHash
-		finish(unavailable("commit", err))
-		return
+		return abort(tx, "commit", err)
 	}
-	finish(nil)
+	return finish(nil)
 }
 
 // runFn runs fn and turns a panic into an internal error, so one bad call
