@@ -57,6 +57,7 @@ type Store struct {
 	stmts       map[*sql.DB]map[string]*sql.Stmt
 	pending     []string
 	stmtsClosed bool
+	prepWG      sync.WaitGroup
 
 	batches, ops atomic.Int64
 
@@ -212,8 +213,12 @@ func (s *Store) stmt(db *sql.DB, query string) *sql.Stmt {
 	m[query] = nil
 	if db == s.wdb {
 		s.pending = append(s.pending, query)
-	} else {
-		go s.prepare(db, query)
+	} else if !s.stmtsClosed {
+		s.prepWG.Add(1)
+		go func() {
+			defer s.prepWG.Done()
+			s.prepare(db, query)
+		}()
 	}
 	return nil
 }
@@ -456,6 +461,9 @@ func (s *Store) Close() error {
 	<-s.done
 	s.stmtMu.Lock()
 	s.stmtsClosed = true
+	s.stmtMu.Unlock()
+	s.prepWG.Wait()
+	s.stmtMu.Lock()
 	for _, m := range s.stmts {
 		for _, st := range m {
 			if st != nil {

@@ -18,6 +18,9 @@ import (
 // Opener returns a fresh, empty store for one test; it registers its own cleanup.
 type Opener func(t testing.TB) store.Store
 
+// Store is store.Store, so driver tests need not import both packages.
+type Store = store.Store
+
 // Bundle is what each case works with.
 type Bundle struct {
 	Store  store.Store
