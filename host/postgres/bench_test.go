@@ -1,0 +1,119 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/sqlite"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// BenchmarkCycle measures full task cycles per second — enqueue (task.assigned)
+// → lease → complete (task.completed, both obligations discharged), every step
+// a durable commit — on SQLite and on PostgreSQL through one and through three
+// engines (gate hosts, each with its own pool and writer) sharing one
+// database, with 1 and 8 concurrent workers. Every worker runs whole cycles
+// one after another; the hosts' group commit batches what the workers do at
+// the same time.
+//
+//	go test ./host/postgres -run '^$' -bench Cycle -benchtime 2000x
+func BenchmarkCycle(b *testing.B) {
+	for _, workers := range []int{1, 8} {
+		b.Run(fmt.Sprintf("sqlite/hosts=1/workers=%d", workers), func(b *testing.B) {
+			st, err := sqlite.Open(filepath.Join(b.TempDir(), "gate.db"), sqlite.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { st.Close() })
+			runCycles(b, []store.Store{st}, workers)
+		})
+		for _, hosts := range []int{1, 3} {
+			b.Run(fmt.Sprintf("postgres/hosts=%d/workers=%d", hosts, workers), func(b *testing.B) {
+				schema := newSchema(b)
+				var sts []store.Store
+				for i := 0; i < hosts; i++ {
+					sts = append(sts, openIn(b, schema, Options{}))
+				}
+				runCycles(b, sts, workers)
+			})
+		}
+	}
+}
+
+func runCycles(b *testing.B, sts []store.Store, workers int) {
+	ctx := context.Background()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var engs []*engine.Engine
+	for _, st := range sts {
+		e, err := engine.New(engine.Config{Store: st, Logger: quiet, ExpiryJitter: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		e.Start()
+		b.Cleanup(e.Close)
+		engs = append(engs, e)
+	}
+	tt := host.NewTaskType("bench")
+	tt.Tenant = "acme"
+	if _, err := engs[0].PutTaskType(ctx, tt); err != nil {
+		b.Fatal(err)
+	}
+	agent := engine.Actor{Tenant: "acme", Principal: "agent.bench", Role: engine.RoleAgent}
+	params := json.RawMessage(`{"n":1}`)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	b.ResetTimer()
+	start := time.Now()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("bench.w%d", w)
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				e := engs[int(i)%len(engs)]
+				if _, err := e.Enqueue(ctx, agent, engine.EnqueueRequest{TaskType: "bench", Params: params}); err != nil {
+					errs <- err
+					return
+				}
+				offers, err := e.Lease(ctx, engine.LeaseRequest{Tenant: "acme", WorkerID: id, MaxTasks: 1, Wait: time.Second})
+				if err != nil {
+					errs <- err
+					return
+				}
+				for _, o := range offers {
+					_, err := e.Complete(ctx, engine.CompleteRequest{
+						WorkerCall: engine.WorkerCall{Tenant: "acme", WorkerID: id, LeaseID: o.LeaseID},
+						Result:     host.Result{Channel: "inline", Pointer: "inline:b2s="}})
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
+}
