@@ -22,6 +22,8 @@ type reader struct {
 	// wrote is set by every write statement, so the writer knows whether a
 	// failed update left anything to undo.
 	wrote bool
+	// bound caches the transaction's handles of prepared statements.
+	bound map[string]*sql.Stmt
 }
 
 // writeTx implements store.Tx inside the writer's batch transaction.
@@ -39,11 +41,19 @@ var (
 // unprepared, and the statement is prepared for next time outside any
 // transaction: the writer has a single connection, which the transaction holds).
 func (r *reader) st(ctx context.Context, q string) *sql.Stmt {
+	if st, ok := r.bound[q]; ok {
+		return st
+	}
 	st := r.s.stmt(r.db, q)
 	if st == nil {
 		return nil
 	}
-	return r.tx.StmtContext(ctx, st)
+	if r.bound == nil {
+		r.bound = map[string]*sql.Stmt{}
+	}
+	st = r.tx.StmtContext(ctx, st)
+	r.bound[q] = st
+	return st
 }
 
 func (r *reader) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
