@@ -3,17 +3,14 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
-	"unsafe"
 
 	"github.com/labstack/echo/v4"
 
@@ -40,7 +37,6 @@ func setup(t testing.TB, opts ...Option) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unblockWriter(st)
 	logs := &bytes.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	m := NewMetrics()
@@ -70,16 +66,6 @@ func setup(t testing.TB, opts ...Option) *testBundle {
 		t.Fatal(err)
 	}
 	return b
-}
-
-// unblockWriter gives the SQLite writer handle a second connection: the
-// driver prepares statements on it inside its own write transaction and would
-// otherwise wait forever (see cmd/gate/store.go; reported to the lead).
-func unblockWriter(st *sqlite.Store) {
-	f := reflect.ValueOf(st).Elem().FieldByName("wdb")
-	if f.IsValid() && f.Type() == reflect.TypeOf((*sql.DB)(nil)) {
-		(*(**sql.DB)(unsafe.Pointer(f.UnsafeAddr()))).SetMaxOpenConns(2)
-	}
 }
 
 func (b *testBundle) do(t testing.TB, method, path, key, body string) (int, map[string]any) {
