@@ -49,12 +49,16 @@ func (b *binding) plugin() (*Plugin, error) {
 // call runs op on the current version, retrying once if that version was
 // retired between lookup and call (a reload raced with the call).
 func (b *binding) call(ctx context.Context, op string, input, data []byte) (Result, error) {
+	return b.run(ctx, op, input, data, true)
+}
+
+func (b *binding) run(ctx context.Context, op string, input, data []byte, schemas bool) (Result, error) {
 	for try := 0; ; try++ {
 		p, err := b.plugin()
 		if err != nil {
 			return Result{}, err
 		}
-		res, err := p.Call(ctx, op, input, data)
+		res, err := p.run(ctx, op, input, data, schemas)
 		var f *Fault
 		if try == 0 && errors.As(err, &f) && errors.Is(f.Err, errRetired) {
 			continue
@@ -70,19 +74,28 @@ type PolicyAdapter struct{ b *binding }
 
 // Decide implements host.RetryPolicy: it calls the plugin's decide export with
 // in (in.Config is replaced by the adapter's config).
+//
+// This is the hot path, so it does not go through encoding/json and the
+// generic schema validator: the input is checked by checkFailureInput and
+// sent as the binary failure record, and the output is decoded strictly by
+// decodeDecision; both are equivalent to the decide schemas (a golden test
+// holds them to that).
 func (a *PolicyAdapter) Decide(ctx context.Context, in host.FailureInput) (host.Decision, error) {
-	in.Config = a.b.config
-	input, err := json.Marshal(in)
-	if err != nil {
-		return host.Decision{}, host.WrapError(host.CodeInternal, err, "encoding policy input")
+	if err := checkFailureInput(in); err != nil {
+		return host.Decision{}, host.WrapError(host.CodeBadRequest, err, "policy input: "+err.Error())
 	}
-	res, err := a.b.call(ctx, "decide", input, nil)
+	res, err := a.b.run(ctx, "decide", encodeFailureRecord(in, a.b.config), nil, false)
 	if err != nil {
 		return host.Decision{}, ErrorFor(KindPolicy, err)
 	}
-	var d host.Decision
-	if err := json.Unmarshal(res.JSON, &d); err != nil {
-		return host.Decision{}, ErrorFor(KindPolicy, &Fault{Plugin: a.b.name, Op: "decide", Kind: FaultBadOutput, Message: err.Error()})
+	d, err := decodeDecision(res.JSON)
+	if err != nil {
+		f := &Fault{Plugin: a.b.name, Op: "decide", Kind: FaultBadOutput, Message: "result: " + err.Error()}
+		if p, perr := a.b.reg.Plugin(a.b.name); perr == nil {
+			f.Version = p.Manifest.Version
+			p.stats.fault(f.Error())
+		}
+		return host.Decision{}, ErrorFor(KindPolicy, f)
 	}
 	return d, nil
 }

@@ -70,10 +70,7 @@ func BenchmarkPolicyDecide(b *testing.B) {
 func BenchmarkPolicyDecideRaw(b *testing.B) {
 	bd := setup(b, nil, Limits{}, "backoff")
 	p, _ := bd.reg.Plugin("backoff")
-	in := benchInput
-	in.Config = json.RawMessage(`{"base_seconds": 10, "max_seconds": 600, "jitter": 0.1}`)
-	input, _ := json.Marshal(in)
-	b.Logf("input %d bytes", len(input))
+	input := encodeFailureRecord(benchInput, json.RawMessage(`{"base_seconds": 10, "max_seconds": 600, "jitter": 0.1}`))
 	inst, err := p.pool.get(context.Background())
 	if err != nil {
 		b.Fatal(err)
@@ -84,8 +81,9 @@ func BenchmarkPolicyDecideRaw(b *testing.B) {
 	for range b.N {
 		t0 := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if _, f := inst.call(ctx, "decide", input, nil); f != nil {
-			b.Fatal(f)
+		frame, f := inst.call(ctx, "decide", input, nil)
+		if f != nil || !bytes.Contains(frame, []byte(`"ok":true`)) {
+			b.Fatalf("%v %s", f, frame)
 		}
 		cancel()
 		lat = append(lat, time.Since(t0))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"sort"
 	"strings"
 	"sync"
 
@@ -176,9 +177,11 @@ func schemaError(err error) error {
 			loc = "/"
 		}
 		parts = append(parts, loc+": "+u.Error)
-		if len(parts) == 3 {
-			break
-		}
+	}
+	// The validator walks properties in map order: sort for stable messages.
+	sort.Strings(parts)
+	if len(parts) > 3 {
+		parts = parts[:3]
 	}
 	if len(parts) == 0 {
 		return errors.New(ve.Message)

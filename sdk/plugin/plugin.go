@@ -7,20 +7,43 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"unsafe"
 )
 
-// handler runs one operation: raw JSON input and binary data in, raw JSON
-// result and binary data out.
-type handler func(in, data []byte) (result, out []byte, err error)
+// handler runs one operation: it appends its JSON result to dst and returns
+// it, with the binary data to send back, if any.
+type handler func(dst, in, data []byte) (result, out []byte, err error)
 
-var handlers = map[string]handler{}
+// The handlers of the six operations. Plain variables rather than a map:
+// under wazero's termination checks every loop iteration in the guest costs
+// an exit to the host, and a map lookup loops.
+var hDecide, hValidate, hPut, hGet, hAck, hCapabilities handler
+
+func slot(op string) *handler {
+	switch op {
+	case "decide":
+		return &hDecide
+	case "validate":
+		return &hValidate
+	case "put":
+		return &hPut
+	case "get":
+		return &hGet
+	case "ack":
+		return &hAck
+	case "capabilities":
+		return &hCapabilities
+	}
+	return nil
+}
 
 // register installs h for op. Registering twice is a programming error.
 func register(op string, h handler) {
-	if _, dup := handlers[op]; dup {
+	s := slot(op)
+	if *s != nil {
 		panic("plugin: operation " + op + " registered twice")
 	}
-	handlers[op] = h
+	*s = h
 }
 
 // configCache decodes a plugin's config with encoding/json once per distinct
@@ -50,8 +73,8 @@ func (c *configCache[C]) get(raw []byte) (*C, error) {
 // type's policy config with encoding/json (once per distinct config).
 func Policy[C any](fn func(in FailureInput, cfg *C) (Decision, error)) {
 	var cache configCache[C]
-	register("decide", func(in, _ []byte) ([]byte, []byte, error) {
-		fi, err := DecodeFailureInput(in)
+	register("decide", func(dst, in, _ []byte) ([]byte, []byte, error) {
+		fi, err := DecodeFailureRecord(in)
 		if err != nil {
 			return nil, nil, Errorf("bad_request", err.Error())
 		}
@@ -63,7 +86,7 @@ func Policy[C any](fn func(in FailureInput, cfg *C) (Decision, error)) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return AppendDecision(make([]byte, 0, 128), d), nil, nil
+		return AppendDecision(dst, d), nil, nil
 	})
 }
 
@@ -72,7 +95,7 @@ func Policy[C any](fn func(in FailureInput, cfg *C) (Decision, error)) {
 // failed, not that the params are invalid.
 func Validator[C any](fn func(in ValidateInput, cfg *C) ([]Violation, error)) {
 	var cache configCache[C]
-	register("validate", func(in, _ []byte) ([]byte, []byte, error) {
+	register("validate", func(dst, in, _ []byte) ([]byte, []byte, error) {
 		v, err := ParseJSON(in)
 		if err != nil || v.Kind != KindObject {
 			return nil, nil, Errorf("bad_request", "validate input is not a JSON object")
@@ -93,7 +116,7 @@ func Validator[C any](fn func(in ValidateInput, cfg *C) ([]Violation, error)) {
 		if err != nil {
 			return nil, nil, err
 		}
-		b := append(make([]byte, 0, 64), `{"valid":`...)
+		b := append(dst, `{"valid":`...)
 		b = strconv.AppendBool(b, len(vs) == 0)
 		b = append(b, `,"violations":[`...)
 		for i, x := range vs {
@@ -145,7 +168,7 @@ func Channel[C any](impl ChannelImpl[C]) {
 		cfg, err := cache.get(rawCfg)
 		return val, cfg, err
 	}
-	register("put", func(in, data []byte) ([]byte, []byte, error) {
+	register("put", func(dst, in, data []byte) ([]byte, []byte, error) {
 		taskID, cfg, err := header(in, "task_id")
 		if err != nil {
 			return nil, nil, err
@@ -154,13 +177,13 @@ func Channel[C any](impl ChannelImpl[C]) {
 		if err != nil {
 			return nil, nil, err
 		}
-		b := AppendString(append(make([]byte, 0, 96), `{"pointer":`...), r.Pointer)
+		b := AppendString(append(dst, `{"pointer":`...), r.Pointer)
 		if len(r.Proof) > 0 {
 			b = append(append(b, `,"delivery_proof":`...), r.Proof...)
 		}
 		return append(b, '}'), nil, nil
 	})
-	register("get", func(in, _ []byte) ([]byte, []byte, error) {
+	register("get", func(dst, in, _ []byte) ([]byte, []byte, error) {
 		ptr, cfg, err := header(in, "pointer")
 		if err != nil {
 			return nil, nil, err
@@ -169,9 +192,9 @@ func Channel[C any](impl ChannelImpl[C]) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return append(strconv.AppendInt([]byte(`{"size":`), int64(len(payload)), 10), '}'), payload, nil
+		return append(strconv.AppendInt(append(dst, `{"size":`...), int64(len(payload)), 10), '}'), payload, nil
 	})
-	register("ack", func(in, _ []byte) ([]byte, []byte, error) {
+	register("ack", func(dst, in, _ []byte) ([]byte, []byte, error) {
 		ptr, cfg, err := header(in, "pointer")
 		if err != nil {
 			return nil, nil, err
@@ -181,9 +204,9 @@ func Channel[C any](impl ChannelImpl[C]) {
 				return nil, nil, err
 			}
 		}
-		return []byte(`{}`), nil, nil
+		return append(dst, `{}`...), nil, nil
 	})
-	register("capabilities", func(in, _ []byte) ([]byte, []byte, error) {
+	register("capabilities", func(dst, in, _ []byte) ([]byte, []byte, error) {
 		_, cfg, err := header(in, "")
 		if err != nil {
 			return nil, nil, err
@@ -192,7 +215,7 @@ func Channel[C any](impl ChannelImpl[C]) {
 		if err != nil {
 			return nil, nil, err
 		}
-		b := strconv.AppendInt([]byte(`{"max_size_bytes":`), c.MaxSizeBytes, 10)
+		b := strconv.AppendInt(append(dst, `{"max_size_bytes":`...), c.MaxSizeBytes, 10)
 		b = strconv.AppendBool(append(b, `,"supports_attachments":`...), c.SupportsAttachments)
 		b = strconv.AppendBool(append(b, `,"supports_streaming":`...), c.SupportsStreaming)
 		b = strconv.AppendInt(append(b, `,"retention_days":`...), int64(c.RetentionDays), 10)
@@ -201,23 +224,41 @@ func Channel[C any](impl ChannelImpl[C]) {
 	})
 }
 
+// frameBuf is reused for every result frame, so a call allocates nothing for
+// its answer. A frame stays valid until the next call.
+var frameBuf []byte
+
 // Dispatch runs operation op and returns its result frame: a little-endian
 // uint32 length n, n bytes of JSON envelope ({"ok":true,"result":...} or
 // {"ok":false,"error":{"code":...,"message":...}}), then the binary data.
 // A panic in the handler becomes an error envelope with "panic":true, so the
-// host can discard the instance. It is exported for tests on the native
-// platform; on wasip1 the op exports call it.
-func Dispatch(op string, in, data []byte) (frame []byte) {
-	h := handlers[op]
-	if h == nil {
+// host can discard the instance. The frame is reused by the next call, and
+// strings handed to the handler may share in's memory, so the caller must
+// not modify in afterwards. On wasip1 the op exports call it; elsewhere tests
+// call it to run a plugin's logic natively.
+func Dispatch(op string, in, data []byte) []byte {
+	s := slot(op)
+	if s == nil || *s == nil {
 		return errorFrame("not_implemented", "this plugin has no "+op+" operation", false)
+	}
+	return dispatch(*s, in, data)
+}
+
+func dispatch(h handler, in, data []byte) (frame []byte) {
+	if h == nil {
+		return errorFrame("not_implemented", "this plugin does not implement the operation", false)
 	}
 	defer func() {
 		if r := recover(); r != nil {
 			frame = errorFrame("panic", fmt.Sprint(r)+"\n"+string(debug.Stack()), true)
 		}
 	}()
-	result, out, err := h(in, data)
+	if cap(frameBuf) > 2<<20 {
+		frameBuf = nil // do not pin a large payload's buffer forever
+	}
+	b := append(frameBuf[:0], 0, 0, 0, 0)
+	b = append(b, `{"ok":true,"result":`...)
+	b, out, err := h(b, in, data)
 	if err != nil {
 		var pe *Error
 		if errors.As(err, &pe) {
@@ -225,13 +266,11 @@ func Dispatch(op string, in, data []byte) (frame []byte) {
 		}
 		return errorFrame("plugin_error", err.Error(), false)
 	}
-	n := 4 + len(`{"ok":true,"result":}`) + len(result)
-	frame = make([]byte, 4, n+len(out))
-	frame = append(frame, `{"ok":true,"result":`...)
-	frame = append(frame, result...)
-	frame = append(frame, '}')
-	binary.LittleEndian.PutUint32(frame, uint32(n-4))
-	return append(frame, out...)
+	b = append(b, '}')
+	binary.LittleEndian.PutUint32(b, uint32(len(b)-4))
+	b = append(b, out...)
+	frameBuf = b
+	return b
 }
 
 func errorFrame(code, msg string, panicked bool) []byte {
@@ -299,4 +338,76 @@ func AppendDecision(b []byte, d Decision) []byte {
 		b = AppendString(append(b, `,"escalate_to":`...), d.EscalateTo)
 	}
 	return append(b, '}')
+}
+
+// DecodeFailureRecord parses decide's input: the compact binary record the
+// host sends instead of JSON (see schemas/plugin-abi.md), little-endian:
+//
+//	u8 version (1), u8 kind (0 failure, 1 expiry), u8 flags (bit 0: retryable), u8 0,
+//	u32 attempts, u32 max_retries, u32 lease_expiries,
+//	then four u32-length-prefixed byte strings: task_id, task_type, error, config (JSON).
+//
+// Strings share b's memory; b must not change afterwards.
+func DecodeFailureRecord(b []byte) (FailureInput, error) {
+	var in FailureInput
+	if len(b) < 16 || b[0] != 1 {
+		return in, errors.New("decide input is not a version 1 failure record")
+	}
+	switch b[1] {
+	case 0:
+		in.Kind = "failure"
+	case 1:
+		in.Kind = "expiry"
+	default:
+		return in, errors.New("unknown failure kind")
+	}
+	in.Retryable = b[2]&1 != 0
+	in.Attempts = int(binary.LittleEndian.Uint32(b[4:]))
+	in.MaxRetries = int(binary.LittleEndian.Uint32(b[8:]))
+	in.LeaseExpiries = int(binary.LittleEndian.Uint32(b[12:]))
+	rest := b[16:]
+	var fields [4][]byte
+	for i := range fields {
+		if len(rest) < 4 {
+			return in, errors.New("truncated failure record")
+		}
+		n := binary.LittleEndian.Uint32(rest)
+		if uint64(n) > uint64(len(rest)-4) {
+			return in, errors.New("truncated failure record")
+		}
+		fields[i], rest = rest[4:4+n], rest[4+n:]
+	}
+	in.TaskID = unsafeString(fields[0])
+	in.TaskType = unsafeString(fields[1])
+	in.Error = unsafeString(fields[2])
+	in.Config = fields[3]
+	return in, nil
+}
+
+func unsafeString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+// EncodeFailureRecord is the reference encoder of decide's binary input (the
+// host has its own); tests use it to drive Dispatch("decide", ...).
+func EncodeFailureRecord(in FailureInput) []byte {
+	b := make([]byte, 16, 32+len(in.TaskID)+len(in.TaskType)+len(in.Error)+len(in.Config))
+	b[0] = 1
+	if in.Kind == "expiry" {
+		b[1] = 1
+	}
+	if in.Retryable {
+		b[2] = 1
+	}
+	binary.LittleEndian.PutUint32(b[4:], uint32(in.Attempts))
+	binary.LittleEndian.PutUint32(b[8:], uint32(in.MaxRetries))
+	binary.LittleEndian.PutUint32(b[12:], uint32(in.LeaseExpiries))
+	for _, f := range []string{in.TaskID, in.TaskType, in.Error, string(in.Config)} {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(f)))
+		b = append(b, f...)
+	}
+	return b
 }

@@ -34,21 +34,27 @@ func envelope(t testing.TB, frame []byte) map[string]any {
 }
 
 func TestDispatchPolicy(t *testing.T) {
-	in := `{"task_id":"t1","task_type":"x","kind":"failure","retryable":true,"attempts":3,"max_retries":5,"lease_expiries":0,"error":"bad \"quote\" \u00e9\n","config":{"base_seconds":1.5}}`
-	got := envelope(t, Dispatch("decide", []byte(in), nil))
+	rec := func(taskType string) []byte {
+		return EncodeFailureRecord(FailureInput{TaskID: "t1", TaskType: taskType, Kind: "failure", Retryable: true, Attempts: 3, MaxRetries: 5,
+			Error: "bad \"quote\" é\n", Config: []byte(`{"base_seconds":1.5}`)})
+	}
+	got := envelope(t, Dispatch("decide", rec("x"), nil))
 	res := got["result"].(map[string]any)
 	if got["ok"] != true || res["action"] != "retry" || res["delay_seconds"] != 4.5 || res["reason"] != "bad \"quote\" é\n" {
 		t.Fatalf("got %v", got)
 	}
-	p := envelope(t, Dispatch("decide", []byte(strings.Replace(in, `"x"`, `"panic"`, 1)), nil))
+	p := envelope(t, Dispatch("decide", rec("panic"), nil))
 	if e := p["error"].(map[string]any); p["ok"] != false || e["panic"] != true || !strings.Contains(e["message"].(string), "boom") {
 		t.Fatalf("panic: %v", p)
 	}
-	e := envelope(t, Dispatch("decide", []byte(strings.Replace(in, `"x"`, `"error"`, 1)), nil))
+	e := envelope(t, Dispatch("decide", rec("error"), nil))
 	if e["error"].(map[string]any)["code"] != "nope" {
 		t.Fatalf("error: %v", e)
 	}
 	bad := envelope(t, Dispatch("decide", []byte(`{"task_id": 5}`), nil))
+	if fi, err := DecodeFailureInput([]byte(`{"task_id":"a","kind":"expiry","attempts":2,"config":{"x":[1]}}`)); err != nil || fi.Kind != "expiry" || fi.Attempts != 2 || string(fi.Config) != `{"x":[1]}` {
+		t.Fatalf("DecodeFailureInput: %+v %v", fi, err)
+	}
 	if bad["error"].(map[string]any)["code"] != "bad_request" {
 		t.Fatalf("bad input: %v", bad)
 	}
@@ -100,7 +106,8 @@ func FuzzParseJSON(f *testing.F) {
 }
 
 func BenchmarkDispatchDecide(b *testing.B) {
-	in := []byte(`{"task_id":"01JDQ8Z6X7W3K9M2N4P5R6S7T8","task_type":"document_index","kind":"failure","retryable":true,"attempts":2,"max_retries":5,"lease_expiries":0,"error":"worker crashed: connection reset by peer","config":{"base_seconds":10,"max_seconds":600,"jitter":0.1}}`)
+	in := EncodeFailureRecord(FailureInput{TaskID: "01JDQ8Z6X7W3K9M2N4P5R6S7T8", TaskType: "document_index", Kind: "failure", Retryable: true, Attempts: 2, MaxRetries: 5,
+		Error: "worker crashed: connection reset by peer", Config: []byte(`{"base_seconds":10,"max_seconds":600,"jitter":0.1}`)})
 	b.ReportAllocs()
 	for range b.N {
 		Dispatch("decide", in, nil)

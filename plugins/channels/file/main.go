@@ -6,7 +6,6 @@
 package main
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"io/fs"
@@ -56,7 +55,7 @@ func put(c *config, _ string, payload []byte) (plugin.PutResult, error) {
 	if int64(len(payload)) > c.max() {
 		return plugin.PutResult{}, plugin.Errorf("too_large", "payload exceeds max_size_bytes")
 	}
-	s := sha256.Sum256(payload)
+	s := plugin.SHA256(payload)
 	sum := hex.EncodeToString(s[:])
 	dir := root + "/" + sum[:2]
 	final := dir + "/" + sum
