@@ -726,8 +726,8 @@ func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*hos
 		t, err := liveLease(ctx, tx, c, now)
 		if err != nil {
 			if host.IsCode(err, host.CodeLeaseExpired) {
-				out = t
-				return nil // idempotent: already released or expired
+				out = nil // idempotent: already released or expired; say nothing of the task
+				return nil
 			}
 			return err
 		}
@@ -764,6 +764,9 @@ func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*hos
 	})
 	if err != nil {
 		return nil, err
+	}
+	if out == nil {
+		return nil, nil
 	}
 	if released {
 		e.emit(Event{Kind: EvReleased, Tenant: out.Tenant, TaskType: out.Type, WorkerID: c.WorkerID})
