@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"strings"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -218,7 +219,13 @@ func (e *Engine) storePayload(ctx context.Context, req *CompleteRequest) error {
 			ch, name = alt, "file"
 		}
 	}
-	ptr, err := ch.Put(ctx, t.ID, req.Payload)
+	var ptr string
+	var proof json.RawMessage
+	if pp, ok := ch.(ProofChannel); ok {
+		ptr, proof, err = pp.PutWithProof(ctx, t.ID, req.Payload)
+	} else {
+		ptr, err = ch.Put(ctx, t.ID, req.Payload)
+	}
 	if err != nil {
 		if host.ErrorCode(err) == host.CodeInternal {
 			return host.WrapError(host.CodeChannelError, err, "result channel "+name+" failed to store the payload: "+err.Error())
@@ -228,7 +235,16 @@ func (e *Engine) storePayload(ctx context.Context, req *CompleteRequest) error {
 	sum := sha256.Sum256(req.Payload)
 	req.Result.Channel, req.Result.Pointer = name, ptr
 	req.Result.Checksum = "sha256:" + hex.EncodeToString(sum[:])
+	if len(proof) > 0 && string(proof) != "null" && len(req.Result.DeliveryProof) == 0 {
+		req.Result.DeliveryProof = proof
+	}
 	return nil
+}
+
+// ProofChannel is a channel whose Put can also prove delivery (push channels):
+// the proof is recorded in the completion receipt.
+type ProofChannel interface {
+	PutWithProof(ctx context.Context, taskID string, payload []byte) (string, json.RawMessage, error)
 }
 
 // FetchedResult is a succeeded task's payload fetched back through its channel.
