@@ -360,6 +360,8 @@ type writer struct {
 	s    *Store
 	conn *pgxpool.Conn
 	pid  uint32
+	// eager makes the next batch lock the ledger head before anything else.
+	eager bool
 }
 
 func (w *writer) release() {
@@ -416,24 +418,31 @@ func (w *writer) run(batch []*request) {
 	if len(live) == 0 {
 		return
 	}
-	deferred := w.runWithRetry(live, false)
-	if len(deferred) > 0 {
-		w.runWithRetry(deferred, true)
+	// While other hosts keep the head busy, a batch that appends receipts
+	// takes the head lock first (it holds nothing else yet, so waiting is
+	// safe) instead of running twice: once to find the head busy, once more
+	// deferred. A batch that appends nothing returns to asking lazily.
+	deferred, appended := w.runWithRetry(live, w.eager)
+	contended := len(deferred) > 0
+	if contended {
+		_, appended = w.runWithRetry(deferred, true)
 	}
+	w.eager = contended || (w.eager && appended)
 }
 
-func (w *writer) runWithRetry(reqs []*request, headFirst bool) []*request {
+func (w *writer) runWithRetry(reqs []*request, headFirst bool) (deferred []*request, appended bool) {
 	for attempt := 1; ; attempt++ {
-		deferred, err, retry := w.runTx(reqs, headFirst)
-		if err == nil {
-			return deferred
+		out := w.runTx(reqs, headFirst)
+		if out.err == nil {
+			return out.deferred, out.appended
 		}
-		if !retry || attempt >= maxAttempts {
+		err := out.err
+		if !out.retry || attempt >= maxAttempts {
 			for _, r := range reqs {
 				r.err = err
 				close(r.done)
 			}
-			return nil
+			return nil, false
 		}
 		w.s.retries.Add(1)
 		if attempt > 1 {
@@ -453,12 +462,20 @@ type txState struct {
 	notify     []string // tenants with newly ready tasks
 }
 
+// txResult is the outcome of one batch transaction.
+type txResult struct {
+	deferred []*request // requests that must wait for the ledger head
+	appended bool       // the transaction appended receipts
+	err      error      // the transaction failed; no request was finished
+	retry    bool       // the failed transaction may simply run again
+}
+
 // runTx runs reqs in one transaction and commits. On success it finishes every
 // request it did not defer and returns the deferred ones. On failure it
 // finishes nothing and reports whether the batch may be rerun.
-func (w *writer) runTx(reqs []*request, headFirst bool) (deferred []*request, err error, retry bool) {
+func (w *writer) runTx(reqs []*request, headFirst bool) txResult {
 	if err := w.connect(); err != nil {
-		return nil, unavailable("connect", err), true
+		return txResult{err: unavailable("connect", err), retry: true}
 	}
 	bg := context.Background()
 	ss := &sess{conn: w.conn.Conn()}
@@ -467,7 +484,7 @@ func (w *writer) runTx(reqs []*request, headFirst bool) (deferred []*request, er
 	// fail abandons the transaction before COMMIT was sent. A broken
 	// connection is dropped; either way nothing was written, so the batch may
 	// run again after a lost connection, a deadlock or a serialization failure.
-	fail := func(what string, err error) ([]*request, error, bool) {
+	fail := func(what string, err error) txResult {
 		broken := isBroken(err)
 		if broken {
 			w.discard()
@@ -476,7 +493,7 @@ func (w *writer) runTx(reqs []*request, headFirst bool) (deferred []*request, er
 				w.discard()
 			}
 		}
-		return nil, unavailable(what, err), broken || isRetryable(err)
+		return txResult{err: unavailable(what, err), retry: broken || isRetryable(err)}
 	}
 	if headFirst {
 		if err := ss.queryRow(bg, []any{&st.seq, &st.hash}, `SELECT seq, hash FROM ledger_head WHERE id = 1 FOR UPDATE`); err != nil {
@@ -485,7 +502,7 @@ func (w *writer) runTx(reqs []*request, headFirst bool) (deferred []*request, er
 		st.headLocked, st.headFirst = true, true
 	}
 	wtx := &writeTx{reader: reader{s: w.s, ss: ss, write: true}, st: st}
-	var ok []*request
+	var ok, deferred []*request
 	for _, r := range reqs {
 		r.err = nil
 		if err := r.ctx.Err(); err != nil {
@@ -549,7 +566,7 @@ func (w *writer) runTx(reqs []*request, headFirst bool) (deferred []*request, er
 		// Nothing but BEGIN: no transaction to commit.
 		ss.pre = ss.pre[:0]
 		finish(ok)
-		return deferred, nil, false
+		return txResult{deferred: deferred}
 	}
 	if st.dirty {
 		ss.queue(`UPDATE ledger_head SET seq = $1, hash = $2 WHERE id = 1`, st.seq, st.hash)
@@ -568,7 +585,7 @@ func (w *writer) runTx(reqs []*request, headFirst bool) (deferred []*request, er
 			return fail("commit", err)
 		}
 		w.discard()
-		return nil, unavailable("commit", err), false // COMMIT may have run: never rerun
+		return txResult{err: unavailable("commit", err)} // COMMIT may have run: never rerun
 	}
 	tag, cerr := br.Exec()
 	if err2 := br.Close(); cerr == nil {
@@ -577,14 +594,14 @@ func (w *writer) runTx(reqs []*request, headFirst bool) (deferred []*request, er
 	if cerr != nil {
 		// The outcome is unknown: never rerun, report unavailable.
 		w.discard()
-		return nil, unavailable("commit", cerr), false
+		return txResult{err: unavailable("commit", cerr)}
 	}
 	if tag.String() != "COMMIT" {
 		// The transaction was aborted (COMMIT answered ROLLBACK): nothing was written.
-		return nil, host.Errorf(host.CodeDatabaseUnavailable, "postgres commit failed: the transaction was rolled back"), true
+		return txResult{err: host.Errorf(host.CodeDatabaseUnavailable, "postgres commit failed: the transaction was rolled back"), retry: true}
 	}
 	finish(ok)
-	return deferred, nil, false
+	return txResult{deferred: deferred, appended: st.dirty}
 }
 
 func finish(rs []*request) {
