@@ -21,6 +21,7 @@ import (
 
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi"
+	"github.com/asyncgate/asyncgate/host/mcpapi"
 	"github.com/asyncgate/asyncgate/host/store"
 	"github.com/asyncgate/asyncgate/schemas"
 )
@@ -44,6 +45,8 @@ type serveConfig struct {
 	ShutdownTimeoutSeconds int    `json:"shutdown_timeout_seconds"`
 	LogLevel               string `json:"log_level"`
 	LogFormat              string `json:"log_format"`
+	// MCPAllowAnyHost turns off the MCP door's DNS-rebinding protection (see docs/mcp.md).
+	MCPAllowAnyHost bool `json:"mcp_allow_any_host"`
 }
 
 func defaultServeConfig() serveConfig {
@@ -103,6 +106,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	authCache := fs.Duration("auth-cache", time.Duration(cfg.AuthCacheSeconds)*time.Second, "how long a resolved API key is cached (0: off)")
 	logLevel := fs.String("log-level", cfg.LogLevel, "debug, info, warn or error")
 	logFormat := fs.String("log-format", cfg.LogFormat, "text or json")
+	mcpAnyHost := fs.Bool("mcp-allow-any-host", false, "let /mcp answer loopback requests whose Host header is not localhost (behind a local reverse proxy)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -138,6 +142,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 			cfg.LogLevel = *logLevel
 		case "log-format":
 			cfg.LogFormat = *logFormat
+		case "mcp-allow-any-host":
+			cfg.MCPAllowAnyHost = *mcpAnyHost
 		}
 	})
 	if cfg.BodyLimitBytes < 1024 {
@@ -242,10 +248,14 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	if authTTL == 0 {
 		authTTL = -1
 	}
+	mcpSrv, err := mcpapi.New(mcpapi.Config{Engine: eng, Logger: log, Version: version, AllowAnyHost: cfg.MCPAllowAnyHost})
+	if err != nil {
+		return err
+	}
 	srv, err := httpapi.New(httpapi.Config{
 		Engine: eng, Logger: log, BodyLimit: cfg.BodyLimitBytes, Metrics: metrics,
 		MetricsPublic: cfg.MetricsPublic, AuthCacheTTL: authTTL, Version: version,
-	})
+	}, mcpSrv.Routes())
 	if err != nil {
 		return err
 	}
@@ -266,6 +276,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	case <-ctx.Done():
 	}
 	log.Info("shutting down", "timeout_seconds", cfg.ShutdownTimeoutSeconds)
+	mcpSrv.Close() // end MCP lease waits before draining
 	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.ShutdownTimeoutSeconds)*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {

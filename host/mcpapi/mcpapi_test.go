@@ -1,0 +1,713 @@
+package mcpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/httpapi"
+	"github.com/asyncgate/asyncgate/host/mcpapi"
+	"github.com/asyncgate/asyncgate/host/sqlite"
+)
+
+// memChannel is an in-memory result channel named "inline".
+type memChannel struct {
+	mu    sync.Mutex
+	m     map[string][]byte
+	acked map[string]bool
+}
+
+func (c *memChannel) Put(_ context.Context, taskID string, p []byte) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ptr := "inline:" + taskID
+	c.m[ptr] = append([]byte(nil), p...)
+	return ptr, nil
+}
+
+func (c *memChannel) Get(_ context.Context, ptr string) ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.m[ptr]
+	if !ok {
+		return nil, host.Errorf(host.CodeNotFound, "no payload %s", ptr)
+	}
+	return b, nil
+}
+
+func (c *memChannel) Ack(_ context.Context, ptr string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.acked[ptr] = true
+	return nil
+}
+
+func (c *memChannel) Capabilities(context.Context) (host.ChannelCapabilities, error) {
+	return host.ChannelCapabilities{MaxSizeBytes: 1 << 20}, nil
+}
+
+// plugins resolves only the in-memory channel.
+type plugins struct{ ch *memChannel }
+
+func (p plugins) Policy(*host.TaskType) (host.RetryPolicy, error)     { return nil, nil }
+func (p plugins) Validators(*host.TaskType) ([]host.Validator, error) { return nil, nil }
+func (p plugins) Channel(name string) (host.Channel, error) {
+	if name == "inline" {
+		return p.ch, nil
+	}
+	return nil, host.Errorf(host.CodeBadRequest, "no channel %q", name)
+}
+
+// testBundle is an in-process gate (real SQLite store, engine, HTTP door with
+// the MCP door mounted) behind an httptest server on 127.0.0.1.
+type testBundle struct {
+	eng    *engine.Engine
+	mcp    *mcpapi.Server
+	ts     *httptest.Server
+	ch     *memChannel
+	admin  string
+	agent  string // tenant default, principal agent.a
+	other  string // tenant other, principal agent.b
+	worker string // tenant default, worker echo.w1
+}
+
+func setup(t *testing.T, cfg mcpapi.Config) *testBundle {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ch := &memChannel{m: map[string][]byte{}, acked: map[string]bool{}}
+	eng, err := engine.New(engine.Config{Store: st, Logger: log, Plugins: plugins{ch}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Engine, cfg.Logger = eng, log
+	ms, err := mcpapi.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := httpapi.New(httpapi.Config{Engine: eng, Logger: log, AuthCacheTTL: -1}, ms.Routes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { ms.Close(); ts.Close(); eng.Close(); st.Close() })
+	b := &testBundle{eng: eng, mcp: ms, ts: ts, ch: ch}
+	ctx := context.Background()
+	for _, k := range []struct {
+		dst                *string
+		role, name, tenant string
+	}{
+		{&b.admin, engine.RoleAdmin, "root", "default"},
+		{&b.agent, engine.RoleAgent, "agent.a", "default"},
+		{&b.other, engine.RoleAgent, "agent.b", "other"},
+		{&b.worker, engine.RoleWorker, "echo.w1", "default"},
+	} {
+		ck, err := httpapi.CreateKey(ctx, st, httpapi.NewKeyRequest{Role: k.role, Principal: k.name, Tenant: k.tenant})
+		if err != nil {
+			t.Fatal(err)
+		}
+		*k.dst = ck.APIKey
+	}
+	for _, tenant := range []string{"default", "other"} {
+		tt := host.NewTaskType("echo")
+		tt.Tenant = tenant
+		tt.PollSuggestionSeconds = 120
+		tt.ParamsSchema = json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}},"additionalProperties":false}`)
+		if _, err := eng.PutTaskType(ctx, tt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
+}
+
+// connect opens an initialized MCP session over streamable HTTP with key.
+func (b *testBundle) connect(t *testing.T, key string) *client.Client {
+	t.Helper()
+	c, err := client.NewStreamableHttpClient(b.ts.URL+mcpapi.Path,
+		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + key}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	initialize(t, c)
+	return c
+}
+
+func initialize(t *testing.T, c *client.Client) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	req := mcp.InitializeRequest{}
+	req.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	req.Params.ClientInfo = mcp.Implementation{Name: "mcpapi-test", Version: "1"}
+	res, err := c.Initialize(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ServerInfo.Name != "asyncgate" || !strings.Contains(res.Instructions, "list_open_obligations") {
+		t.Fatalf("initialize: %+v", res)
+	}
+}
+
+// call calls a tool and decodes its structured content into out (when not
+// nil). It fails the test on a protocol error; tool errors are returned.
+func call(t *testing.T, c *client.Client, name string, args map[string]any, out any) *mcp.CallToolResult {
+	t.Helper()
+	req := mcp.CallToolRequest{}
+	req.Params.Name = name
+	req.Params.Arguments = args
+	res, err := c.CallTool(context.Background(), req)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if len(res.Content) == 0 {
+		t.Fatalf("%s: no text content", name)
+	}
+	if out != nil {
+		if err := json.Unmarshal(structured(t, res), out); err != nil {
+			t.Fatalf("%s: structured content: %v", name, err)
+		}
+	}
+	return res
+}
+
+func structured(t *testing.T, res *mcp.CallToolResult) []byte {
+	t.Helper()
+	if len(res.RawStructuredContent) > 0 {
+		return res.RawStructuredContent
+	}
+	b, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func text(res *mcp.CallToolResult) string {
+	var sb strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(mcp.TextContent); ok {
+			sb.WriteString(tc.Text)
+		}
+	}
+	return sb.String()
+}
+
+// ok calls a tool that must succeed.
+func ok(t *testing.T, c *client.Client, name string, args map[string]any, out any) *mcp.CallToolResult {
+	t.Helper()
+	res := call(t, c, name, args, out)
+	if res.IsError {
+		t.Fatalf("%s(%v): tool error %s", name, args, text(res))
+	}
+	return res
+}
+
+// fails calls a tool that must fail with code, both in the structured
+// content and in the text.
+func fails(t *testing.T, c *client.Client, name string, args map[string]any, code string) {
+	t.Helper()
+	var body mcpapi.ErrorBody
+	res := call(t, c, name, args, &body)
+	if !res.IsError {
+		t.Fatalf("%s(%v): want tool error %s, got success %s", name, args, code, text(res))
+	}
+	if body.Error != code || body.Detail == "" {
+		t.Fatalf("%s(%v): want error %s, got %+v", name, args, code, body)
+	}
+	var fromText mcpapi.ErrorBody
+	if err := json.Unmarshal([]byte(text(res)), &fromText); err != nil || fromText != body {
+		t.Fatalf("%s: error text %q does not carry %+v", name, text(res), body)
+	}
+}
+
+func toolNames(t *testing.T, c *client.Client) []string {
+	t.Helper()
+	res, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range res.Tools {
+		if tl.Description == "" || tl.InputSchema.Type != "object" {
+			t.Errorf("tool %s has no description or input schema", tl.Name)
+		}
+		names = append(names, tl.Name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+var agentToolNames = []string{"archive_task_result", "cancel_task", "check_task_status", "fetch_task_result", "get_receipt",
+	"get_receipt_chain", "get_task_progress", "list_active_tasks", "list_open_obligations", "queue_task"}
+
+func TestToolsByRole(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	got := toolNames(t, b.connect(t, b.agent))
+	if fmt.Sprint(got) != fmt.Sprint(agentToolNames) {
+		t.Errorf("agent tools: %v\nwant %v", got, agentToolNames)
+	}
+	if got := toolNames(t, b.connect(t, b.admin)); fmt.Sprint(got) != fmt.Sprint(agentToolNames) {
+		t.Errorf("admin tools: %v", got)
+	}
+	want := []string{"check_task_status", "fetch_task_result", "get_receipt", "get_receipt_chain", "get_task_progress",
+		"list_active_tasks", "list_open_obligations", "worker_complete_task", "worker_fail_task", "worker_heartbeat_task", "worker_lease_task"}
+	if got := toolNames(t, b.connect(t, b.worker)); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("worker tools: %v\nwant %v", got, want)
+	}
+}
+
+func TestWorkerShimRefusedForAgentKeys(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	agent := b.connect(t, b.agent)
+	for _, name := range []string{"worker_lease_task", "worker_heartbeat_task", "worker_complete_task", "worker_fail_task"} {
+		req := mcp.CallToolRequest{}
+		req.Params.Name = name
+		req.Params.Arguments = map[string]any{"task_id": "T-x", "run_id": "lease-x"}
+		res, err := agent.CallTool(context.Background(), req)
+		if err == nil && !res.IsError {
+			t.Errorf("%s with an agent key: %s", name, text(res))
+		}
+	}
+	worker := b.connect(t, b.worker)
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "queue_task"
+	req.Params.Arguments = map[string]any{"task_type": "echo"}
+	if res, err := worker.CallTool(context.Background(), req); err == nil && !res.IsError {
+		t.Errorf("queue_task with a worker key: %s", text(res))
+	}
+}
+
+func TestAuth(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+	for _, auth := range []string{"", "Bearer agw_nope", "Basic abc", "Bearer " + b.agent + "x"} {
+		req, _ := http.NewRequest(http.MethodPost, b.ts.URL+mcpapi.Path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var eb httpapi.ErrorBody
+		err = json.NewDecoder(resp.Body).Decode(&eb)
+		resp.Body.Close()
+		if resp.StatusCode != 401 || err != nil || eb.Error != host.CodeUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
+			t.Errorf("auth %q: %d %+v %v", auth, resp.StatusCode, eb, err)
+		}
+	}
+	// The SDK client with a bad key cannot initialize.
+	c, err := client.NewStreamableHttpClient(b.ts.URL+mcpapi.Path, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer agw_bad"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	req := mcp.InitializeRequest{}
+	req.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	if _, err := c.Initialize(context.Background(), req); err == nil {
+		t.Error("initialize with a bad key succeeded")
+	}
+}
+
+func TestLocalhostProtection(t *testing.T) {
+	post := func(b *testBundle, host string) int {
+		body := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
+		req, _ := http.NewRequest(http.MethodPost, b.ts.URL+mcpapi.Path, strings.NewReader(body))
+		req.Host = host
+		req.Header.Set("Authorization", "Bearer "+b.agent)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	b := setup(t, mcpapi.Config{})
+	if got := post(b, "gate.example.com"); got != http.StatusForbidden {
+		t.Errorf("loopback listener, public Host: %d, want 403", got)
+	}
+	if got := post(b, "localhost:8080"); got == http.StatusForbidden {
+		t.Errorf("Host localhost refused")
+	}
+	open := setup(t, mcpapi.Config{AllowAnyHost: true})
+	if got := post(open, "gate.example.com"); got == http.StatusForbidden {
+		t.Errorf("AllowAnyHost: public Host still refused")
+	}
+}
+
+// TestAgentAndWorkerRoundTrip drives every agent tool and every worker tool
+// through one task's life: queue, status, obligations, lease, heartbeat,
+// progress, complete, fetch, archive, receipts.
+func TestAgentAndWorkerRoundTrip(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	agent := b.connect(t, b.agent)
+	worker := b.connect(t, b.worker)
+
+	var ack struct {
+		TaskID                string `json:"task_id"`
+		Status                string `json:"status"`
+		IsDuplicate           bool   `json:"is_duplicate"`
+		PollSuggestionSeconds int    `json:"poll_suggestion_seconds"`
+		EstimatedRuntime      int    `json:"estimated_runtime_seconds"`
+		InboxOnComplete       bool   `json:"inbox_on_complete"`
+		ReceiptID             string `json:"receipt_id"`
+		NextStep              string `json:"next_step"`
+	}
+	res := ok(t, agent, "queue_task", map[string]any{"task_type": "echo", "params": map[string]any{"n": 7}, "priority": 7,
+		"idempotency_key": "k1", "task_summary": "echo seven"}, &ack)
+	if ack.TaskID == "" || ack.Status != "queued" || ack.IsDuplicate || ack.PollSuggestionSeconds != 120 || !ack.InboxOnComplete ||
+		ack.ReceiptID == "" || ack.EstimatedRuntime == 0 || !strings.Contains(ack.NextStep, "120 seconds") {
+		t.Fatalf("ack: %+v", ack)
+	}
+	if !strings.Contains(text(res), "check_task_status") {
+		t.Errorf("ack text has no guidance: %s", text(res))
+	}
+	var dup struct {
+		TaskID      string `json:"task_id"`
+		IsDuplicate bool   `json:"is_duplicate"`
+	}
+	ok(t, agent, "queue_task", map[string]any{"task_type": "echo", "params": map[string]any{"n": 7}, "idempotency_key": "k1"}, &dup)
+	if dup.TaskID != ack.TaskID || !dup.IsDuplicate {
+		t.Fatalf("duplicate: %+v", dup)
+	}
+
+	var st struct {
+		TaskID     string `json:"task_id"`
+		Status     string `json:"status"`
+		Priority   int    `json:"priority"`
+		RetryCount int    `json:"retry_count"`
+		CanRetry   bool   `json:"can_retry"`
+		HasResult  bool   `json:"has_result"`
+		NextStep   string `json:"next_step"`
+		Assign     string `json:"assign_receipt_id"`
+	}
+	ok(t, agent, "check_task_status", map[string]any{"task_id": ack.TaskID}, &st)
+	if st.Status != "queued" || st.Priority != 7 || !st.CanRetry || st.HasResult || st.Assign != ack.ReceiptID || !strings.Contains(st.NextStep, "120") {
+		t.Fatalf("status: %+v", st)
+	}
+	var list mcpapi.TaskList
+	ok(t, agent, "list_active_tasks", nil, &list)
+	if len(list.Tasks) != 1 || list.Tasks[0].TaskID != ack.TaskID || list.Tasks[0].TaskSummary != "echo seven" {
+		t.Fatalf("list: %+v", list)
+	}
+	var obs mcpapi.ObligationsResult
+	ok(t, agent, "list_open_obligations", nil, &obs)
+	if len(obs.OpenObligations) != 1 || obs.OpenObligations[0].ReceiptID != ack.ReceiptID || obs.OwedToYou != 1 || obs.YouOwe != 0 ||
+		obs.Relationship.Principal != "agent.a" {
+		t.Fatalf("obligations: %+v", obs)
+	}
+
+	// The worker leases (and accepts) over MCP.
+	var lease struct {
+		TaskID          *string         `json:"task_id"`
+		RunID           string          `json:"run_id"`
+		TaskType        string          `json:"task_type"`
+		Params          json.RawMessage `json:"params"`
+		Attempt         int             `json:"attempt"`
+		AcceptReceiptID string          `json:"accept_receipt_id"`
+	}
+	ok(t, worker, "worker_lease_task", map[string]any{"task_types": []string{"echo"}, "lease_seconds": 600}, &lease)
+	if lease.TaskID == nil || *lease.TaskID != ack.TaskID || lease.RunID == "" || lease.TaskType != "echo" ||
+		string(lease.Params) != `{"n":7}` || lease.Attempt != 1 || lease.AcceptReceiptID == "" {
+		t.Fatalf("lease: %+v", lease)
+	}
+	var none struct {
+		TaskID  *string `json:"task_id"`
+		Message string  `json:"message"`
+	}
+	ok(t, worker, "worker_lease_task", nil, &none)
+	if none.TaskID != nil || none.Message == "" {
+		t.Fatalf("empty lease: %+v", none)
+	}
+	// The worker now owes the task.
+	ok(t, worker, "list_open_obligations", map[string]any{"role": "obligor"}, &obs)
+	if len(obs.OpenObligations) != 1 || obs.OpenObligations[0].ReceiptID != lease.AcceptReceiptID || obs.YouOwe != 1 {
+		t.Fatalf("worker obligations: %+v", obs)
+	}
+
+	var hb httpapi.HeartbeatResponse
+	ok(t, worker, "worker_heartbeat_task", map[string]any{"task_id": ack.TaskID, "run_id": lease.RunID,
+		"progress_percent": 50, "progress_message": "half", "extend_lease_seconds": 900}, &hb)
+	if hb.Status != "ok" || hb.CancelRequested || hb.LeaseExpiresAt.IsZero() {
+		t.Fatalf("heartbeat: %+v", hb)
+	}
+	var prog httpapi.ProgressResponse
+	ok(t, agent, "get_task_progress", map[string]any{"task_id": ack.TaskID}, &prog)
+	if prog.Status != "leased" || len(prog.Progress) != 1 || prog.ProgressPercent == nil || *prog.ProgressPercent != 50 || prog.ProgressMessage != "half" {
+		t.Fatalf("progress: %+v", prog)
+	}
+
+	var done httpapi.CompleteResponse
+	ok(t, worker, "worker_complete_task", map[string]any{"task_id": ack.TaskID, "run_id": lease.RunID,
+		"result": map[string]any{"answer": 42}, "summary": "echoed"}, &done)
+	if done.Status != "completed" || done.TaskID != ack.TaskID || done.ReceiptID == "" || done.ResultPointer != "inline:"+ack.TaskID ||
+		!strings.HasPrefix(done.ResultChecksum, "sha256:") || done.Duplicate {
+		t.Fatalf("complete: %+v", done)
+	}
+	var again httpapi.CompleteResponse
+	ok(t, worker, "worker_complete_task", map[string]any{"task_id": ack.TaskID, "run_id": lease.RunID, "result_pointer": "inline:x"}, &again)
+	if !again.Duplicate || again.ReceiptID != done.ReceiptID {
+		t.Fatalf("second complete: %+v", again)
+	}
+
+	ok(t, agent, "check_task_status", map[string]any{"task_id": ack.TaskID}, &st)
+	if st.Status != "succeeded" || !st.HasResult || st.CanRetry || !strings.Contains(st.NextStep, "fetch_task_result") {
+		t.Fatalf("status after completion: %+v", st)
+	}
+	var fr httpapi.ResultResponse
+	ok(t, agent, "fetch_task_result", map[string]any{"task_id": ack.TaskID}, &fr)
+	if string(fr.Content) != `{"answer":42}` || fr.ChecksumValid == nil || !*fr.ChecksumValid || fr.Summary != "echoed" || fr.Channel != "inline" {
+		t.Fatalf("result: %+v", fr)
+	}
+	var arch mcpapi.ArchiveResult
+	ok(t, agent, "archive_task_result", map[string]any{"task_id": ack.TaskID}, &arch)
+	if arch.Status != "archived" || arch.ArchivedAt == nil || !b.ch.acked["inline:"+ack.TaskID] {
+		t.Fatalf("archive: %+v", arch)
+	}
+
+	// The ledger: the assignment is discharged by the completion.
+	var rc httpapi.ReceiptResponse
+	ok(t, agent, "get_receipt", map[string]any{"receipt_id": ack.ReceiptID}, &rc)
+	if rc.Type != host.ReceiptAssigned || rc.TerminatedBy != done.ReceiptID || rc.To != "agent.a" {
+		t.Fatalf("receipt: %+v", rc)
+	}
+	var chain mcpapi.ChainResult
+	ok(t, agent, "get_receipt_chain", map[string]any{"receipt_id": done.ReceiptID}, &chain)
+	types := map[host.ReceiptType]bool{}
+	for _, l := range chain.Chain {
+		types[l.Type] = true
+	}
+	if len(chain.Chain) != 3 || chain.Chain[0].ID != done.ReceiptID || !types[host.ReceiptAssigned] || !types[host.ReceiptAccepted] {
+		t.Fatalf("chain: %+v", chain)
+	}
+	ok(t, agent, "list_open_obligations", nil, &obs)
+	if len(obs.OpenObligations) != 0 || obs.OwedToYou != 0 {
+		t.Fatalf("obligations after completion: %+v", obs)
+	}
+	ok(t, agent, "list_active_tasks", nil, &list)
+	if len(list.Tasks) != 0 {
+		t.Fatalf("active after completion: %+v", list)
+	}
+	ok(t, agent, "list_active_tasks", map[string]any{"status": []string{"succeeded"}}, &list)
+	if len(list.Tasks) != 1 {
+		t.Fatalf("succeeded list: %+v", list)
+	}
+}
+
+func TestCancelAndFail(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	agent := b.connect(t, b.agent)
+	worker := b.connect(t, b.worker)
+	queue := func() string {
+		var ack struct {
+			TaskID string `json:"task_id"`
+		}
+		ok(t, agent, "queue_task", map[string]any{"task_type": "echo"}, &ack)
+		return ack.TaskID
+	}
+	// A queued task is canceled at once.
+	id := queue()
+	var task host.Task
+	ok(t, agent, "cancel_task", map[string]any{"task_id": id, "reason": "not needed"}, &task)
+	if task.State != host.StateCanceled {
+		t.Fatalf("cancel queued: %+v", task)
+	}
+	ok(t, agent, "cancel_task", map[string]any{"task_id": id}, &task) // twice is harmless
+
+	// A leased task is flagged; the worker learns it from its heartbeat and fails it.
+	id = queue()
+	var lease struct {
+		TaskID *string `json:"task_id"`
+		RunID  string  `json:"run_id"`
+	}
+	ok(t, worker, "worker_lease_task", nil, &lease)
+	if lease.TaskID == nil || *lease.TaskID != id {
+		t.Fatalf("lease: %+v", lease)
+	}
+	ok(t, agent, "cancel_task", map[string]any{"task_id": id}, &task)
+	if task.State != host.StateLeased || !task.CancelRequested {
+		t.Fatalf("cancel leased: %+v", task)
+	}
+	var hb httpapi.HeartbeatResponse
+	res := ok(t, worker, "worker_heartbeat_task", map[string]any{"task_id": id, "run_id": lease.RunID}, &hb)
+	if !hb.CancelRequested || !strings.Contains(text(res), "worker_fail_task") {
+		t.Fatalf("heartbeat after cancel: %+v", hb)
+	}
+	var fr httpapi.FailResponse
+	ok(t, worker, "worker_fail_task", map[string]any{"task_id": id, "run_id": lease.RunID, "error_message": "stopped"}, &fr)
+	if fr.Status != "canceled" {
+		t.Fatalf("fail after cancel: %+v", fr)
+	}
+
+	// A non-retryable failure dead-letters the task.
+	id = queue()
+	ok(t, worker, "worker_lease_task", map[string]any{"worker_id": "echo.w1"}, &lease)
+	ok(t, worker, "worker_fail_task", map[string]any{"task_id": id, "run_id": lease.RunID, "error_message": "boom", "retryable": false}, &fr)
+	if fr.Status != "dead_letter" || fr.WillRetry {
+		t.Fatalf("fatal fail: %+v", fr)
+	}
+	var st mcpapi.TaskStatus
+	ok(t, agent, "check_task_status", map[string]any{"task_id": id}, &st)
+	if st.NextStep == "" || st.CanRetry {
+		t.Fatalf("status of dead letter: %+v", st)
+	}
+	var raw map[string]any
+	ok(t, agent, "check_task_status", map[string]any{"task_id": id}, &raw)
+	if raw["status"] != "dead_letter" || raw["error_message"] != "boom" {
+		t.Fatalf("dead letter: %v", raw)
+	}
+
+	// A retryable failure is retried later.
+	id = queue()
+	ok(t, worker, "worker_lease_task", nil, &lease)
+	ok(t, worker, "worker_fail_task", map[string]any{"task_id": id, "run_id": lease.RunID, "error_message": "flaky"}, &fr)
+	if fr.Status != "failed" || !fr.WillRetry || fr.RetryScheduledAt == nil {
+		t.Fatalf("retryable fail: %+v", fr)
+	}
+}
+
+// TestErrorCodes checks that tool errors carry the HTTP API's codes.
+func TestErrorCodes(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	agent := b.connect(t, b.agent)
+	other := b.connect(t, b.other)
+	worker := b.connect(t, b.worker)
+
+	fails(t, agent, "queue_task", map[string]any{}, host.CodeBadRequest)
+	fails(t, agent, "queue_task", map[string]any{"task_type": "echo", "taskType": "x"}, host.CodeBadRequest)
+	fails(t, agent, "queue_task", map[string]any{"task_type": "nope"}, host.CodeUnknownTaskType)
+	fails(t, agent, "queue_task", map[string]any{"task_type": "echo", "params": map[string]any{"n": "seven"}}, host.CodeInvalidParams)
+	fails(t, agent, "queue_task", map[string]any{"task_type": "echo", "priority": 11}, host.CodeBadRequest)
+	fails(t, agent, "check_task_status", map[string]any{}, host.CodeBadRequest)
+	fails(t, agent, "check_task_status", map[string]any{"task_id": "T-NOPE"}, host.CodeNotFound)
+	fails(t, agent, "get_receipt", map[string]any{"receipt_id": "R-NOPE"}, host.CodeNotFound)
+	fails(t, agent, "list_open_obligations", map[string]any{"role": "boss"}, host.CodeBadRequest)
+	fails(t, agent, "list_active_tasks", map[string]any{"status": []string{"running"}}, host.CodeBadRequest)
+
+	var ack struct {
+		TaskID    string `json:"task_id"`
+		ReceiptID string `json:"receipt_id"`
+	}
+	ok(t, agent, "queue_task", map[string]any{"task_type": "echo"}, &ack)
+	fails(t, agent, "fetch_task_result", map[string]any{"task_id": ack.TaskID}, host.CodeConflict)
+	fails(t, agent, "archive_task_result", map[string]any{"task_id": ack.TaskID}, host.CodeConflict)
+
+	// Another tenant sees nothing of it.
+	for _, name := range []string{"check_task_status", "get_task_progress", "cancel_task", "fetch_task_result", "archive_task_result"} {
+		fails(t, other, name, map[string]any{"task_id": ack.TaskID}, host.CodeNotFound)
+	}
+	fails(t, other, "get_receipt", map[string]any{"receipt_id": ack.ReceiptID}, host.CodeNotFound)
+	fails(t, other, "get_receipt_chain", map[string]any{"receipt_id": ack.ReceiptID}, host.CodeNotFound)
+	var list mcpapi.TaskList
+	ok(t, other, "list_active_tasks", nil, &list)
+	var obs mcpapi.ObligationsResult
+	ok(t, other, "list_open_obligations", nil, &obs)
+	if len(list.Tasks) != 0 || len(obs.OpenObligations) != 0 {
+		t.Fatalf("other tenant sees %+v %+v", list, obs)
+	}
+
+	// Worker errors.
+	var lease struct {
+		RunID string `json:"run_id"`
+	}
+	ok(t, worker, "worker_lease_task", nil, &lease)
+	fails(t, worker, "worker_lease_task", map[string]any{"worker_id": "echo.someone-else"}, host.CodeForbidden)
+	fails(t, worker, "worker_lease_task", map[string]any{"wait_seconds": -1}, host.CodeBadRequest)
+	fails(t, worker, "worker_complete_task", map[string]any{"task_id": ack.TaskID}, host.CodeBadRequest)
+	fails(t, worker, "worker_complete_task", map[string]any{"task_id": ack.TaskID, "run_id": lease.RunID, "summary": "nowhere"}, host.CodeNotLocatable)
+	fails(t, worker, "worker_heartbeat_task", map[string]any{"task_id": ack.TaskID, "run_id": "lease-STALE"}, host.CodeLeaseExpired)
+	fails(t, worker, "worker_heartbeat_task", map[string]any{"task_id": ack.TaskID, "run_id": lease.RunID, "progress_percent": 101}, host.CodeBadRequest)
+	fails(t, worker, "worker_fail_task", map[string]any{"task_id": ack.TaskID, "run_id": lease.RunID}, host.CodeBadRequest)
+	ok(t, worker, "worker_complete_task", map[string]any{"task_id": ack.TaskID, "run_id": lease.RunID, "result_pointer": "s3://b/k", "result_channel": "s3"}, nil)
+	fails(t, agent, "cancel_task", map[string]any{"task_id": ack.TaskID}, host.CodeConflict)
+	fails(t, worker, "worker_fail_task", map[string]any{"task_id": ack.TaskID, "run_id": lease.RunID, "error_message": "late"}, host.CodeLeaseExpired)
+}
+
+// TestLeaseWaitEndsOnClose checks that a worker's long-poll ends when the
+// gate begins to shut down, with "no task" rather than an error.
+func TestLeaseWaitEndsOnClose(t *testing.T) {
+	b := setup(t, mcpapi.Config{MaxLeaseWait: time.Minute})
+	worker := b.connect(t, b.worker)
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		req := mcp.CallToolRequest{}
+		req.Params.Name = "worker_lease_task"
+		req.Params.Arguments = map[string]any{"wait_seconds": 60}
+		res, err := worker.CallTool(context.Background(), req)
+		if err != nil {
+			res = mcp.NewToolResultError(err.Error())
+		}
+		done <- res
+	}()
+	time.Sleep(200 * time.Millisecond) // let the call park; the outcome is the same either way
+	b.mcp.Close()
+	res := <-done
+	if res.IsError || !strings.Contains(text(res), "No task") {
+		t.Fatalf("lease after Close: %s", text(res))
+	}
+}
+
+// TestStdio serves a session over pipes, as gate mcp does, and talks to it
+// with mcp-go's stdio client transport.
+func TestStdio(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- b.mcp.ServeStdio(ctx, engine.Actor{Tenant: "default", Principal: "agent.a", Role: engine.RoleAgent}, inR, outW)
+		outW.Close()
+	}()
+	c := client.NewClient(transport.NewIO(outR, inW, io.NopCloser(&bytes.Buffer{})))
+	initialize(t, c)
+	if got := toolNames(t, c); fmt.Sprint(got) != fmt.Sprint(agentToolNames) {
+		t.Errorf("stdio tools: %v", got)
+	}
+	var ack struct {
+		TaskID string `json:"task_id"`
+	}
+	ok(t, c, "queue_task", map[string]any{"task_type": "echo"}, &ack)
+	// The HTTP door sees the same task for the same principal.
+	h := b.connect(t, b.agent)
+	var st mcpapi.TaskStatus
+	ok(t, h, "check_task_status", map[string]any{"task_id": ack.TaskID}, &st)
+	if st.State != host.StateQueued || st.CreatedBy != "agent.a" {
+		t.Fatalf("status: %+v", st)
+	}
+	cancel()
+	inW.Close()
+	if err := <-served; err != nil {
+		t.Fatalf("ServeStdio: %v", err)
+	}
+}

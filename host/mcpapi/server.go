@@ -1,0 +1,301 @@
+package mcpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/httpapi"
+)
+
+// Path is where the streamable HTTP endpoint is mounted.
+const Path = "/mcp"
+
+// DefaultMaxLeaseWait caps worker_lease_task's wait_seconds unless configured.
+// It stays well below the request timeouts of MCP clients (the TypeScript SDK
+// gives up after 60 s) and the HTTP server's write timeout.
+const DefaultMaxLeaseWait = 20 * time.Second
+
+// writeTimeout bounds an engine write that runs detached from the request.
+const writeTimeout = 30 * time.Second
+
+// Config configures a Server. Engine is required.
+type Config struct {
+	Engine *engine.Engine
+	Logger *slog.Logger // default slog.Default()
+	// Version is reported to clients in the initialize answer.
+	Version string
+	// AllowAnyHost turns off mcp-go's DNS-rebinding protection, which answers
+	// 403 to a request that arrives on a loopback address with a Host header
+	// that is not a localhost name. Turn it on only behind a reverse proxy on
+	// the same machine that keeps the public Host header (gate serve
+	// --mcp-allow-any-host); better, make the proxy send Host: localhost.
+	AllowAnyHost bool
+	// MaxLeaseWait caps the long-poll of worker_lease_task (default
+	// DefaultMaxLeaseWait).
+	MaxLeaseWait time.Duration
+}
+
+// Server is the gate's MCP door. One Server serves streamable HTTP and any
+// number of stdio sessions.
+type Server struct {
+	eng  *engine.Engine
+	log  *slog.Logger
+	cfg  Config
+	mcp  *server.MCPServer
+	http *server.StreamableHTTPServer
+
+	roles map[string][]string // tool name -> roles that may use it
+
+	drain     context.Context // done once Close is called: ends lease waits
+	endDrain  context.CancelFunc
+	closeOnce sync.Once
+}
+
+// New builds a Server with every tool registered.
+func New(cfg Config) (*Server, error) {
+	if cfg.Engine == nil {
+		return nil, errors.New("mcpapi: Config.Engine is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	if cfg.MaxLeaseWait <= 0 {
+		cfg.MaxLeaseWait = DefaultMaxLeaseWait
+	}
+	s := &Server{eng: cfg.Engine, log: cfg.Logger, cfg: cfg, roles: map[string][]string{}}
+	s.drain, s.endDrain = context.WithCancel(context.Background())
+	s.mcp = server.NewMCPServer("asyncgate", cfg.Version,
+		server.WithToolCapabilities(false),
+		server.WithRecovery(),
+		server.WithInstructions(instructions),
+		server.WithToolFilter(s.filterTools),
+	)
+	s.agentTools()
+	s.workerTools()
+	s.http = server.NewStreamableHTTPServer(s.mcp,
+		server.WithHTTPContextFunc(contextWithActor),
+		// No server-initiated messages exist here, so no standing GET stream:
+		// it would only hold connections open and stall graceful shutdown.
+		server.WithDisableStreaming(true),
+		server.WithDisableLocalhostProtection(cfg.AllowAnyHost),
+		server.WithStreamableHTTPLogger(cfg.Logger),
+	)
+	return s, nil
+}
+
+// instructions is sent to clients at initialize; agents read it as guidance.
+const instructions = `AsyncGate holds long-running work for you across sessions.
+Start a session with list_open_obligations to see what you are owed (tasks you queued) and what you owe.
+Hand work off with queue_task, then continue with your other work: do not wait or poll in a loop.
+Check back with check_task_status no sooner than poll_suggestion_seconds later (or in a later session); when the status is succeeded, call fetch_task_result, then archive_task_result once you have kept what you need.
+Every error result is {"error": code, "detail": text}; not_found means the task does not exist or is not yours.`
+
+// MCPServer returns the underlying mcp-go server (for in-process clients and tests).
+func (s *Server) MCPServer() *server.MCPServer { return s.mcp }
+
+// Handler returns the streamable HTTP handler. It expects the caller's Actor
+// in the request context (httpapi.WithActor); Mount puts it there through the
+// gate's bearer-key middleware. A request without one is refused.
+func (s *Server) Handler() http.Handler { return s.http }
+
+// Mount registers the streamable HTTP endpoint at Path on e behind auth, the
+// gate's bearer-key middleware: no or a bad key is a 401 JSON error before
+// mcp-go sees the request.
+func (s *Server) Mount(e *echo.Echo, auth echo.MiddlewareFunc) {
+	e.Any(Path, echo.WrapHandler(s.http), auth)
+}
+
+// Routes returns the httpapi option that mounts this door on the gate's HTTP server.
+func (s *Server) Routes() httpapi.Option { return httpapi.WithRoutes(s.Mount) }
+
+// Close ends worker lease waits at once; call it when the gate begins to shut
+// down, before the HTTP server drains. Tools keep answering afterwards.
+func (s *Server) Close() {
+	s.closeOnce.Do(s.endDrain)
+}
+
+// ServeStdio serves one MCP session on in and out as actor until ctx is done
+// or in reaches EOF. Nothing else may write to out.
+func (s *Server) ServeStdio(ctx context.Context, actor engine.Actor, in io.Reader, out io.Writer) error {
+	st := server.NewStdioServer(s.mcp)
+	st.SetErrorLogger(slog.NewLogLogger(s.log.Handler(), slog.LevelWarn))
+	err := st.Listen(httpapi.WithActor(ctx, actor), in, out)
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+// contextWithActor carries the Actor the auth middleware put in the HTTP
+// request's context into the context mcp-go gives the tool handlers.
+func contextWithActor(ctx context.Context, r *http.Request) context.Context {
+	if a, ok := httpapi.ActorFromContext(r.Context()); ok {
+		return httpapi.WithActor(ctx, a)
+	}
+	return ctx
+}
+
+// Roles that may use each kind of tool, as on the HTTP routes.
+var (
+	anyRole    = []string{engine.RoleAgent, engine.RoleAdmin, engine.RoleWorker}
+	agentRoles = []string{engine.RoleAgent, engine.RoleAdmin}
+	workerRole = []string{engine.RoleWorker}
+)
+
+// filterTools hides (and, at call time, refuses) the tools the caller's role
+// may not use. A context without an Actor sees nothing.
+func (s *Server) filterTools(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
+	a, ok := httpapi.ActorFromContext(ctx)
+	out := tools[:0:0]
+	if !ok {
+		return out
+	}
+	for _, t := range tools {
+		for _, r := range s.roles[t.Name] {
+			if r == a.Role {
+				out = append(out, t)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// handlerFunc is a tool body: it returns the structured result and the
+// readable text, or an error that becomes a tool error.
+type handlerFunc func(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error)
+
+// add registers a tool usable by roles.
+func (s *Server) add(t mcp.Tool, roles []string, h handlerFunc) {
+	s.roles[t.Name] = roles
+	s.mcp.AddTool(t, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		a, ok := httpapi.ActorFromContext(ctx)
+		if !ok {
+			return toolError(host.Errorf(host.CodeUnauthorized, "no caller identity: connect with an API key")), nil
+		}
+		allowed := false
+		for _, r := range roles {
+			allowed = allowed || r == a.Role
+		}
+		if !allowed {
+			return toolError(host.Errorf(host.CodeForbidden, "%s needs a key with role %s; yours is %s", t.Name, strings.Join(roles, " or "), a.Role)), nil
+		}
+		v, text, err := h(ctx, a, req)
+		if err != nil {
+			if host.ErrorCode(err) == host.CodeInternal {
+				s.log.Error("mcp tool failed", "tool", t.Name, "principal", a.Principal, "err", err)
+			}
+			return toolError(err), nil
+		}
+		return result(v, text), nil
+	})
+}
+
+// ErrorBody is the structured content of a tool error: the HTTP API's error shape.
+type ErrorBody struct {
+	Error  string `json:"error"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// toolError turns err into an MCP tool error with the HTTP API's code. Its
+// text is the same JSON, so clients that read only text see the code too.
+func toolError(err error) *mcp.CallToolResult {
+	code, detail := host.ErrorCode(err), host.ErrorDetail(err)
+	switch {
+	case errors.Is(err, context.Canceled):
+		code, detail = host.CodeBadRequest, "the request was canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		code, detail = host.CodeDatabaseUnavailable, "the request timed out; try again"
+	case code == host.CodeInternal:
+		detail = "an internal error occurred; it was logged"
+	}
+	body := ErrorBody{Error: code, Detail: detail}
+	b, _ := json.Marshal(body)
+	return &mcp.CallToolResult{
+		Content:           []mcp.Content{mcp.NewTextContent(string(b))},
+		StructuredContent: body,
+		IsError:           true,
+	}
+}
+
+// result is a successful tool answer: v as structured content, and text
+// followed by v as indented JSON for clients that show only text.
+func result(v any, text string) *mcp.CallToolResult {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return toolError(host.WrapError(host.CodeInternal, err, "encoding the result"))
+	}
+	if text != "" {
+		text += "\n\n"
+	}
+	return &mcp.CallToolResult{
+		Content:           []mcp.Content{mcp.NewTextContent(text + string(b))},
+		StructuredContent: v,
+	}
+}
+
+// bind decodes a tool's arguments into dst, refusing unknown fields so a
+// misspelt argument is a clear bad_request rather than silently ignored.
+func bind(req mcp.CallToolRequest, dst any) error {
+	var raw []byte
+	switch v := req.GetRawArguments().(type) {
+	case json.RawMessage:
+		raw = v
+	case nil:
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return host.Errorf(host.CodeBadRequest, "arguments: %v", err)
+		}
+		raw = b
+	}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		raw = []byte("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return host.Errorf(host.CodeBadRequest, "arguments: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return nil
+}
+
+// required refuses an empty required string argument.
+func required(name, v string) error {
+	if strings.TrimSpace(v) == "" {
+		return host.Errorf(host.CodeBadRequest, "%s is required", name)
+	}
+	return nil
+}
+
+// detached returns a context for an engine write that must not be cut short
+// by the request's cancellation (mcp-go issue #897), bounded by writeTimeout.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}

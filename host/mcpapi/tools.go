@@ -1,0 +1,526 @@
+package mcpapi
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/httpapi"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// readOnly marks a tool that changes nothing.
+func readOnly() []mcp.ToolOption {
+	return []mcp.ToolOption{
+		mcp.WithReadOnlyHintAnnotation(true), mcp.WithDestructiveHintAnnotation(false),
+		mcp.WithIdempotentHintAnnotation(true), mcp.WithOpenWorldHintAnnotation(false),
+	}
+}
+
+// writes marks a tool that changes the gate's state.
+func writes(idempotent, destructive bool) []mcp.ToolOption {
+	return []mcp.ToolOption{
+		mcp.WithReadOnlyHintAnnotation(false), mcp.WithDestructiveHintAnnotation(destructive),
+		mcp.WithIdempotentHintAnnotation(idempotent), mcp.WithOpenWorldHintAnnotation(false),
+	}
+}
+
+func tool(name, title, desc string, opts ...[]mcp.ToolOption) mcp.Tool {
+	all := []mcp.ToolOption{mcp.WithDescription(desc), mcp.WithTitleAnnotation(title)}
+	for _, o := range opts {
+		all = append(all, o...)
+	}
+	return mcp.NewTool(name, all...)
+}
+
+func props(opts ...mcp.ToolOption) []mcp.ToolOption { return opts }
+
+var taskIDArg = mcp.WithString("task_id", mcp.Required(), mcp.Description("The task id returned by queue_task (starts with \"T-\")."))
+
+// QueueTaskArgs are the arguments of queue_task.
+type QueueTaskArgs struct {
+	TaskType       string          `json:"task_type"`
+	Params         json.RawMessage `json:"params,omitempty"`
+	Priority       int             `json:"priority,omitempty"`
+	RecipientAI    string          `json:"recipient_ai,omitempty"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	TaskSummary    string          `json:"task_summary,omitempty"`
+	DelaySeconds   int             `json:"delay_seconds,omitempty"`
+}
+
+// QueueTaskResult is queue_task's rich acknowledgement: the engine's answer
+// plus the guidance an agent should follow.
+type QueueTaskResult struct {
+	*engine.EnqueueResult
+	NextStep string `json:"next_step"`
+}
+
+// TaskStatus is check_task_status's answer: the task as the HTTP API shows
+// it, with the spec's retry fields and a hint of what to do next.
+type TaskStatus struct {
+	*host.Task
+	RetryCount int    `json:"retry_count"`
+	CanRetry   bool   `json:"can_retry"`
+	HasResult  bool   `json:"has_result"`
+	NextStep   string `json:"next_step"`
+}
+
+// TaskSummary is one row of list_active_tasks.
+type TaskSummary struct {
+	TaskID          string         `json:"task_id"`
+	TaskType        string         `json:"task_type"`
+	Status          host.TaskState `json:"status"`
+	Priority        int            `json:"priority"`
+	RecipientAI     string         `json:"recipient_ai"`
+	CreatedBy       string         `json:"created_by"`
+	TaskSummary     string         `json:"task_summary,omitempty"`
+	CreatedAt       time.Time      `json:"created_at"`
+	ProgressPercent *float64       `json:"progress_percent,omitempty"`
+	ProgressMessage string         `json:"progress_message,omitempty"`
+	CancelRequested bool           `json:"cancel_requested,omitempty"`
+}
+
+// TaskList is list_active_tasks' answer.
+type TaskList struct {
+	Tasks  []TaskSummary `json:"tasks"`
+	Cursor string        `json:"cursor,omitempty"`
+}
+
+// ObligationsResult is list_open_obligations' answer: the HTTP API's
+// /v1/obligations/open shape with the caller's side split out.
+type ObligationsResult struct {
+	httpapi.ObligationsResponse
+	OwedToYou int `json:"owed_to_you"`
+	YouOwe    int `json:"you_owe"`
+}
+
+// ChainResult is get_receipt_chain's answer.
+type ChainResult struct {
+	ReceiptID string             `json:"receipt_id"`
+	Chain     []engine.ChainLink `json:"chain"`
+}
+
+// ArchiveResult is archive_task_result's answer.
+type ArchiveResult struct {
+	TaskID     string     `json:"task_id"`
+	Status     string     `json:"status"`
+	ArchivedAt *time.Time `json:"archived_at,omitempty"`
+}
+
+// nextStep says what an agent should do about a task in its current state.
+func nextStep(t *host.Task, poll int) string {
+	switch t.State {
+	case host.StateQueued, host.StateLeased:
+		if t.CancelRequested {
+			return "Cancellation was requested; the worker stops at its next heartbeat. Nothing to do."
+		}
+		if poll <= 0 {
+			poll = host.DefaultPollSuggestionSeconds
+		}
+		return fmt.Sprintf("Still %s. Continue with other work and check again in about %d seconds or in a later session; do not poll in a loop.", t.State, poll)
+	case host.StateSucceeded:
+		if t.Result != nil && t.Result.ArchivedAt != nil {
+			return "Succeeded; the result was archived. Nothing to do."
+		}
+		return "Succeeded. Call fetch_task_result to read the result, then archive_task_result when you have kept what you need."
+	case host.StateDeadLetter:
+		return "Failed for good (dead letter): see error_message and dead_reason. Decide whether to queue a new task."
+	case host.StateCanceled:
+		return "Canceled. Nothing to do."
+	}
+	return ""
+}
+
+func (s *Server) pollSuggestion(ctx context.Context, t *host.Task) int {
+	if tt, err := s.eng.GetTaskType(ctx, t.Tenant, t.Type); err == nil {
+		return tt.PollSuggestionSeconds
+	}
+	return host.DefaultPollSuggestionSeconds
+}
+
+// agentTools registers the spec's agent tools.
+func (s *Server) agentTools() {
+	s.add(tool("queue_task", "Queue a long-running task",
+		`Hand a long-running job (document indexing, model consultation, batch analysis, anything a worker does) to AsyncGate and get an acknowledgement at once; the work happens in the background and survives the end of your session.
+Returns task_id (keep it), status ("queued"), is_duplicate (true when idempotency_key matched an existing task, which is returned instead), estimated_runtime_seconds, poll_suggestion_seconds, inbox_on_complete and receipt_id (the task.assigned receipt: an open obligation owed to recipient_ai until the task completes, fails or is canceled).
+After queuing, continue with your other work. Do not wait and do not poll in a loop: check back with check_task_status no sooner than poll_suggestion_seconds later, or in a later session start with list_open_obligations. Use idempotency_key when you might retry the call, so the task is not queued twice.`,
+		writes(false, false),
+		props(
+			mcp.WithString("task_type", mcp.Required(), mcp.Description("A registered task type, e.g. \"document_index\". An unknown type is an unknown_task_type error.")),
+			mcp.WithObject("params", mcp.Description("Task-specific parameters, checked against the task type's JSON Schema (invalid_params on mismatch). Default {}.")),
+			mcp.WithInteger("priority", mcp.Min(1), mcp.Max(10), mcp.Description("1..10, 10 runs first. Default: the task type's (usually 5).")),
+			mcp.WithString("recipient_ai", mcp.Description("Who receives the outcome (its obligation). Default: you.")),
+			mcp.WithString("idempotency_key", mcp.MaxLength(200), mcp.Description("Optional key: queuing again with the same key and recipient returns the first task with is_duplicate true.")),
+			mcp.WithString("task_summary", mcp.MaxLength(1000), mcp.Description("One line saying what this task is for; shown in lists and receipts.")),
+			mcp.WithInteger("delay_seconds", mcp.Min(0), mcp.Description("Do not start before this many seconds from now. Default 0.")),
+		)),
+		agentRoles, s.queueTask)
+
+	s.add(tool("check_task_status", "Check a task's status",
+		`Get the current state of one task you queued or that is addressed to you.
+Returns status (queued, leased = a worker is on it, succeeded, canceled, dead_letter = failed for good), progress_percent and progress_message, created_at/started_at/completed_at, retry_count (attempts used), max_retries, can_retry, has_result, error_message and dead_reason when it failed, and next_step telling you what to do.
+Call it when you come back to a task, not in a loop: if it is still queued or leased, continue other work and check again later. A task that does not exist or is not yours is a not_found error.`,
+		readOnly(), props(taskIDArg)),
+		anyRole, s.checkTaskStatus)
+
+	s.add(tool("get_task_progress", "Get a task's progress history",
+		`Get the progress updates a worker reported for a task (newest first), with the current progress_percent and progress_message.
+Use it when check_task_status shows a long-running task and you want to see how it is moving; it does not make the task go faster.`,
+		readOnly(), props(taskIDArg,
+			mcp.WithInteger("limit", mcp.Min(1), mcp.Max(1000), mcp.Description("Most updates to return. Default 100.")))),
+		anyRole, s.getTaskProgress)
+
+	s.add(tool("cancel_task", "Cancel a task",
+		`Cancel a task you no longer need. A queued task is canceled at once (status canceled, a task.canceled receipt discharges its obligation). A task a worker is running gets cancel_requested true and stops at the worker's next heartbeat.
+Canceling twice is harmless; canceling a task that already succeeded or failed is a conflict error.`,
+		writes(true, true), props(taskIDArg,
+			mcp.WithString("reason", mcp.MaxLength(1000), mcp.Description("Why, for the ledger (optional).")))),
+		agentRoles, s.cancelTask)
+
+	s.add(tool("list_active_tasks", "List your active tasks",
+		`List your tasks that are still in flight (queued or leased), newest first, with type, status, priority, created_at and progress. Pass status to list other states (e.g. ["succeeded"] to find results waiting for you).
+Use it to get an overview at the start of a session; use check_task_status for details of one task.`,
+		readOnly(), props(
+			mcp.WithString("task_type", mcp.Description("Only tasks of this type.")),
+			mcp.WithString("recipient_ai", mcp.Description("Only tasks addressed to this recipient.")),
+			mcp.WithArray("status", mcp.WithStringEnumItems([]string{"queued", "leased", "succeeded", "canceled", "dead_letter"}),
+				mcp.Description("States to list. Default [\"queued\", \"leased\"].")),
+			mcp.WithInteger("limit", mcp.Min(1), mcp.Max(500), mcp.Description("Page size. Default 100.")),
+			mcp.WithString("cursor", mcp.Description("The cursor of the previous page, to read the next one.")),
+		)),
+		anyRole, s.listActiveTasks)
+
+	s.add(tool("fetch_task_result", "Fetch a task's result",
+		`Fetch the result of a succeeded task from its result channel (inline, file, …).
+Returns channel, result_pointer, content (the payload when it is JSON; content_base64 otherwise), checksum_valid (false means the payload was altered), summary, metadata and artifacts.
+A task that has not succeeded yet is a conflict error: check_task_status first. After you have used the result, call archive_task_result.`,
+		readOnly(), props(taskIDArg)),
+		anyRole, s.fetchTaskResult)
+
+	s.add(tool("archive_task_result", "Archive a task's result",
+		`Mark a succeeded task's result as handled: the result channel archives or deletes the payload and the task records archived_at. Call it after fetch_task_result once you have stored what you need (for example in your memory). Archiving twice is harmless.`,
+		writes(true, true), props(taskIDArg)),
+		agentRoles, s.archiveTaskResult)
+
+	s.add(tool("list_open_obligations", "List open obligations (session start)",
+		`Call this first in a new session. It lists every open obligation of yours from the receipt ledger: what you are owed (role obligee, e.g. a task.assigned receipt for each task you queued that has not completed, failed or been canceled) and what you owe (role obligor, e.g. tasks a worker accepted).
+Each entry has receipt_id, receipt_type, obligor, obligee, task_id and created_at; owed_to_you and you_owe count them. For each task_id, call check_task_status to decide what to do. An obligation that disappears was discharged (completed, failed or canceled).`,
+		readOnly(), props(
+			mcp.WithString("role", mcp.Enum("obligor", "obligee"), mcp.Description("obligee: only what you are owed; obligor: only what you owe. Default both.")),
+			mcp.WithInteger("limit", mcp.Min(1), mcp.Max(500), mcp.Description("Page size. Default 100.")),
+			mcp.WithString("cursor", mcp.Description("The cursor of the previous page, to read the next one.")),
+		)),
+		anyRole, s.listOpenObligations)
+
+	s.add(tool("get_receipt", "Get a receipt",
+		`Read one receipt of the ledger by id (receipt ids start with "R-"; queue_task returns one, check_task_status shows assign_receipt_id). Returns its type, from, to, task_id, parents, body, created_at, hash, and terminated_by when the obligation it created has been discharged.`,
+		readOnly(), props(mcp.WithString("receipt_id", mcp.Required(), mcp.Description("The receipt id.")))),
+		anyRole, s.getReceipt)
+
+	s.add(tool("get_receipt_chain", "Get a receipt's chain",
+		`Walk from a receipt up through the receipts it answers (its parents), nearest first, each with depth and terminated_by. Use it to see the provenance of an outcome, e.g. from a task.completed receipt back to the task.assigned it discharged.`,
+		readOnly(), props(mcp.WithString("receipt_id", mcp.Required(), mcp.Description("The receipt id to start from.")))),
+		anyRole, s.getReceiptChain)
+}
+
+func (s *Server) queueTask(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in QueueTaskArgs
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	if err := required("task_type", in.TaskType); err != nil {
+		return nil, "", err
+	}
+	wctx, cancel := detached(ctx)
+	defer cancel()
+	res, err := s.eng.Enqueue(wctx, a, engine.EnqueueRequest{
+		TaskType: in.TaskType, Params: in.Params, Priority: in.Priority, Recipient: in.RecipientAI,
+		IdempotencyKey: in.IdempotencyKey, Summary: in.TaskSummary, DelaySeconds: in.DelaySeconds,
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	next := fmt.Sprintf("Continue with your other work now. Check back with check_task_status(task_id=%q) in about %d seconds or in a later session; do not poll in a loop.",
+		res.TaskID, res.PollSuggestionSeconds)
+	head := fmt.Sprintf("Queued task %s (%s), status %s.", res.TaskID, in.TaskType, res.Status)
+	if res.IsDuplicate {
+		head = fmt.Sprintf("Task %s already exists for this idempotency_key (is_duplicate); status %s.", res.TaskID, res.Status)
+	}
+	return QueueTaskResult{EnqueueResult: res, NextStep: next}, head + " " + next, nil
+}
+
+func (s *Server) checkTaskStatus(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in struct {
+		TaskID string `json:"task_id"`
+	}
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	if err := required("task_id", in.TaskID); err != nil {
+		return nil, "", err
+	}
+	t, err := s.eng.GetTask(ctx, a, in.TaskID)
+	if err != nil {
+		return nil, "", err
+	}
+	st := TaskStatus{Task: t, RetryCount: t.Attempts, HasResult: t.State == host.StateSucceeded && t.Result != nil,
+		CanRetry: !t.State.Terminal() && t.Attempts < t.MaxRetries}
+	st.NextStep = nextStep(t, s.pollSuggestion(ctx, t))
+	text := fmt.Sprintf("Task %s (%s) is %s.", t.ID, t.Type, t.State)
+	if t.ProgressPercent != nil || t.ProgressMessage != "" {
+		text += " Progress:"
+		if t.ProgressPercent != nil {
+			text += fmt.Sprintf(" %.0f%%", *t.ProgressPercent)
+		}
+		if t.ProgressMessage != "" {
+			text += " " + t.ProgressMessage
+		}
+		text += "."
+	}
+	return st, text + " " + st.NextStep, nil
+}
+
+func (s *Server) getTaskProgress(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in struct {
+		TaskID string `json:"task_id"`
+		Limit  int    `json:"limit,omitempty"`
+	}
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	if err := required("task_id", in.TaskID); err != nil {
+		return nil, "", err
+	}
+	t, ps, err := s.eng.Progress(ctx, a, in.TaskID, in.Limit)
+	if err != nil {
+		return nil, "", err
+	}
+	if ps == nil {
+		ps = []store.Progress{}
+	}
+	out := httpapi.ProgressResponse{TaskID: t.ID, Status: t.State, ProgressPercent: t.ProgressPercent, ProgressMessage: t.ProgressMessage, Progress: ps}
+	return out, fmt.Sprintf("Task %s is %s; %s reported.", t.ID, t.State, plural(len(ps), "progress update", "progress updates")), nil
+}
+
+func (s *Server) cancelTask(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in struct {
+		TaskID string `json:"task_id"`
+		Reason string `json:"reason,omitempty"`
+	}
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	if err := required("task_id", in.TaskID); err != nil {
+		return nil, "", err
+	}
+	wctx, cancel := detached(ctx)
+	defer cancel()
+	t, err := s.eng.Cancel(wctx, a, in.TaskID, in.Reason)
+	if err != nil {
+		return nil, "", err
+	}
+	text := fmt.Sprintf("Task %s is canceled.", t.ID)
+	if t.State == host.StateLeased {
+		text = fmt.Sprintf("Task %s is running; cancellation was requested and the worker stops at its next heartbeat.", t.ID)
+	}
+	return t, text, nil
+}
+
+func (s *Server) listActiveTasks(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in struct {
+		TaskType    string   `json:"task_type,omitempty"`
+		RecipientAI string   `json:"recipient_ai,omitempty"`
+		Status      []string `json:"status,omitempty"`
+		Limit       int      `json:"limit,omitempty"`
+		Cursor      string   `json:"cursor,omitempty"`
+	}
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	f := store.TaskFilter{Recipient: in.RecipientAI, Cursor: in.Cursor, Limit: in.Limit}
+	if in.TaskType != "" {
+		f.Types = []string{in.TaskType}
+	}
+	if len(in.Status) == 0 {
+		in.Status = []string{string(host.StateQueued), string(host.StateLeased)}
+	}
+	for _, st := range in.Status {
+		f.States = append(f.States, host.TaskState(st))
+	}
+	ts, cur, err := s.eng.ListTasks(ctx, a, f)
+	if err != nil {
+		return nil, "", err
+	}
+	out := TaskList{Tasks: make([]TaskSummary, 0, len(ts)), Cursor: cur}
+	for _, t := range ts {
+		out.Tasks = append(out.Tasks, TaskSummary{TaskID: t.ID, TaskType: t.Type, Status: t.State, Priority: t.Priority,
+			RecipientAI: t.Recipient, CreatedBy: t.CreatedBy, TaskSummary: t.Summary, CreatedAt: t.CreatedAt,
+			ProgressPercent: t.ProgressPercent, ProgressMessage: t.ProgressMessage, CancelRequested: t.CancelRequested})
+	}
+	text := fmt.Sprintf("%s (%s).", plural(len(ts), "task", "tasks"), strings.Join(in.Status, ", "))
+	if cur != "" {
+		text += " More remain: call again with cursor."
+	}
+	return out, text, nil
+}
+
+func (s *Server) fetchTaskResult(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in struct {
+		TaskID string `json:"task_id"`
+	}
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	if err := required("task_id", in.TaskID); err != nil {
+		return nil, "", err
+	}
+	fr, err := s.eng.FetchResult(ctx, a, in.TaskID)
+	if err != nil {
+		return nil, "", err
+	}
+	out := httpapi.ResultResponse{TaskID: fr.Task.ID, Channel: fr.Channel, ResultPointer: fr.Pointer, ChecksumValid: fr.ChecksumValid}
+	if r := fr.Task.Result; r != nil {
+		out.ResultChecksum, out.Summary, out.Metadata = r.Checksum, r.Summary, r.Metadata
+		out.Artifacts, out.DeliveryProof, out.ArchivedAt = r.Artifacts, r.DeliveryProof, r.ArchivedAt
+	}
+	if len(fr.Content) > 0 {
+		if json.Valid(fr.Content) {
+			out.Content = fr.Content
+		} else {
+			out.ContentBase64 = base64.StdEncoding.EncodeToString(fr.Content)
+		}
+	}
+	text := fmt.Sprintf("Result of task %s", fr.Task.ID)
+	if out.Channel != "" {
+		text += " from channel " + out.Channel
+	}
+	text += "."
+	if out.Summary != "" {
+		text += " Summary: " + out.Summary
+	}
+	if out.ChecksumValid != nil && !*out.ChecksumValid {
+		text += " WARNING: the checksum does not match; the payload may have been altered."
+	}
+	if out.ArchivedAt == nil {
+		text += " Call archive_task_result when you have kept what you need."
+	}
+	return out, text, nil
+}
+
+func (s *Server) archiveTaskResult(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in struct {
+		TaskID string `json:"task_id"`
+	}
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	if err := required("task_id", in.TaskID); err != nil {
+		return nil, "", err
+	}
+	wctx, cancel := detached(ctx)
+	defer cancel()
+	t, err := s.eng.ArchiveResult(wctx, a, in.TaskID)
+	if err != nil {
+		return nil, "", err
+	}
+	out := ArchiveResult{TaskID: t.ID, Status: "archived"}
+	if t.Result != nil {
+		out.ArchivedAt = t.Result.ArchivedAt
+	}
+	return out, fmt.Sprintf("The result of task %s is archived.", t.ID), nil
+}
+
+func (s *Server) listOpenObligations(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in struct {
+		Role   string `json:"role,omitempty"`
+		Limit  int    `json:"limit,omitempty"`
+		Cursor string `json:"cursor,omitempty"`
+	}
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	obs, cur, err := s.eng.OpenObligations(ctx, a, store.ObligationFilter{Role: in.Role, Limit: in.Limit, Cursor: in.Cursor})
+	if err != nil {
+		return nil, "", err
+	}
+	if obs == nil {
+		obs = []host.Obligation{}
+	}
+	out := ObligationsResult{ObligationsResponse: httpapi.ObligationsResponse{
+		Server:          httpapi.ServerInfo{Name: "asyncgate", Version: s.cfg.Version, Time: s.eng.Clock().Now().UTC(), Driver: s.eng.Store().Driver()},
+		Relationship:    httpapi.Relationship{Tenant: a.Tenant, Principal: a.Principal, Role: in.Role, CallerRole: a.Role},
+		OpenObligations: obs, Cursor: cur,
+	}}
+	for _, o := range obs {
+		if o.Obligee == a.Principal {
+			out.OwedToYou++
+		}
+		if o.Obligor == a.Principal {
+			out.YouOwe++
+		}
+	}
+	text := fmt.Sprintf("%s: %d owed to you, %d you owe.", plural(len(obs), "open obligation", "open obligations"), out.OwedToYou, out.YouOwe)
+	if len(obs) > 0 {
+		text += " Call check_task_status for each task_id to decide what to do."
+	}
+	if cur != "" {
+		text += " More remain: call again with cursor."
+	}
+	return out, text, nil
+}
+
+func (s *Server) getReceipt(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in struct {
+		ReceiptID string `json:"receipt_id"`
+	}
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	if err := required("receipt_id", in.ReceiptID); err != nil {
+		return nil, "", err
+	}
+	rc, term, err := s.eng.GetReceipt(ctx, a, in.ReceiptID)
+	if err != nil {
+		return nil, "", err
+	}
+	text := fmt.Sprintf("Receipt %s: %s from %s to %s.", rc.ID, rc.Type, rc.From, rc.To)
+	switch {
+	case term != "":
+		text += " Its obligation was discharged by " + term + "."
+	case rc.Type.CreatesObligation():
+		text += " Its obligation is still open."
+	}
+	return httpapi.ReceiptResponse{Receipt: rc, TerminatedBy: term}, text, nil
+}
+
+func (s *Server) getReceiptChain(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in struct {
+		ReceiptID string `json:"receipt_id"`
+	}
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	if err := required("receipt_id", in.ReceiptID); err != nil {
+		return nil, "", err
+	}
+	links, err := s.eng.Chain(ctx, a, in.ReceiptID)
+	if err != nil {
+		return nil, "", err
+	}
+	if links == nil {
+		links = []engine.ChainLink{}
+	}
+	types := make([]string, len(links))
+	for i, l := range links {
+		types[i] = string(l.Type)
+	}
+	return ChainResult{ReceiptID: in.ReceiptID, Chain: links},
+		fmt.Sprintf("Chain of %s (%s): %s.", in.ReceiptID, plural(len(links), "receipt", "receipts"), strings.Join(types, " ← ")), nil
+}
