@@ -13,10 +13,17 @@ import (
 // lost connection is re-established with backoff. Wake-ups are hints: when the
 // consumer is slow, notifications are coalesced rather than queued without
 // bound. The channel is closed when ctx is done or the store is closed.
+//
+// Subscribe does not fail when the database is briefly unreachable: the
+// engine gives up on cross-host wake-ups for good when it does, so the
+// listener keeps trying in the background instead.
 func (s *Store) Subscribe(ctx context.Context) (<-chan string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	conn, err := s.listen(ctx)
 	if err != nil {
-		return nil, unavailable("listen", err)
+		conn = nil // connect in the loop below
 	}
 	out := make(chan string, 256)
 	go func() {
