@@ -168,29 +168,48 @@ func (e *Engine) Start() {
 	e.wg.Add(1)
 	go e.sweepLoop()
 	if n, ok := e.st.(store.Notifier); ok {
+		e.wg.Add(1)
+		go e.listen(n)
+	}
+}
+
+// listen forwards cross-host wake-ups to local long-polls, subscribing again
+// with backoff whenever the subscription fails or ends.
+func (e *Engine) listen(n store.Notifier) {
+	defer e.wg.Done()
+	backoff := 100 * time.Millisecond
+	for {
 		ctx, cancel := context.WithCancel(context.Background())
 		ch, err := n.Subscribe(ctx)
-		if err != nil {
-			e.log.Warn("cross-host wake-ups unavailable", "err", err)
-			cancel()
-			return
+		if err == nil {
+			backoff = 100 * time.Millisecond
+			e.forward(ch)
+		} else {
+			e.log.Warn("cross-host wake-ups unavailable; retrying", "err", err, "in", backoff)
 		}
-		e.wg.Add(1)
-		go func() {
-			defer e.wg.Done()
-			defer cancel()
-			for {
-				select {
-				case <-e.stop:
-					return
-				case tenant, ok := <-ch:
-					if !ok {
-						return
-					}
-					e.waiters.wakeAll(tenant)
-				}
+		cancel()
+		select {
+		case <-e.stop:
+			return
+		case <-time.After(backoff):
+		}
+		if backoff < 10*time.Second {
+			backoff *= 2
+		}
+	}
+}
+
+func (e *Engine) forward(ch <-chan string) {
+	for {
+		select {
+		case <-e.stop:
+			return
+		case tenant, ok := <-ch:
+			if !ok {
+				return
 			}
-		}()
+			e.waiters.wakeAll(tenant)
+		}
 	}
 }
 

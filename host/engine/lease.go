@@ -106,7 +106,7 @@ func (e *Engine) claim(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 			Grant: func(t *host.Task) {
 				secs := req.LeaseSeconds
 				if secs == 0 {
-					if ct, err := e.types.get(ctx, t.Tenant, t.Type); err == nil {
+					if ct, err := e.types.getIn(ctx, tx, t.Tenant, t.Type); err == nil {
 						secs = ct.tt.LeaseSeconds
 					} else {
 						typeErr = err
@@ -290,17 +290,15 @@ func (e *Engine) Heartbeat(ctx context.Context, req HeartbeatRequest) (*Heartbea
 	}
 	now := e.now()
 	var res HeartbeatResult
-	var tt string
 	err := e.update(ctx, func(tx store.Tx) error {
 		t, err := liveLease(ctx, tx, req.WorkerCall, now)
 		if err != nil {
 			return err
 		}
-		tt = t.Type
 		ext := req.ExtendSeconds
 		if ext == 0 {
 			ext = int(t.LeaseExpiresAt.Sub(*t.LeasedAt).Seconds())
-			if ct, err := e.types.get(ctx, t.Tenant, t.Type); err == nil {
+			if ct, err := e.types.getIn(ctx, tx, t.Tenant, t.Type); err == nil {
 				ext = ct.tt.LeaseSeconds
 			}
 		}
@@ -335,7 +333,6 @@ func (e *Engine) Heartbeat(ctx context.Context, req HeartbeatRequest) (*Heartbea
 		return nil, err
 	}
 	e.sawWorker(ctx, req.Tenant, req.WorkerID, nil)
-	_ = tt
 	return &res, nil
 }
 
@@ -605,6 +602,9 @@ func (e *Engine) Fail(ctx context.Context, req FailRequest) (*FailResult, error)
 	case out.WillRetry:
 		ev.Kind = EvRetried
 		e.emit(ev)
+		if !out.RetryScheduledAt.After(now) {
+			e.waiters.wake(out.Task.Tenant, out.Task.Type, 1)
+		}
 	case out.Status == "canceled":
 		ev.Kind = EvCanceled
 		e.emit(ev)
@@ -882,7 +882,7 @@ func (e *Engine) sweepBatch(ctx context.Context, limit int) (int, error) {
 				clearLease(t)
 				t.State, t.CompletedAt = host.StateCanceled, ptr(now)
 				events = append(events, Event{Kind: EvCanceled, Tenant: t.Tenant, TaskType: t.Type})
-			case t.LeaseExpiries >= e.maxExpiries(ctx, t):
+			case t.LeaseExpiries >= e.maxExpiries(ctx, tx, t):
 				parents, _ := taskParents(t)
 				failed := &host.Receipt{ID: host.NewID(host.PrefixReceipt), Type: host.ReceiptFailed, Parents: parents,
 					Body: mustJSON(map[string]any{"dead_reason": host.ReasonMaxLeaseExpiries, "lease_expiries": t.LeaseExpiries, "lease_id": leaseID})}
@@ -892,7 +892,7 @@ func (e *Engine) sweepBatch(ctx context.Context, limit int) (int, error) {
 				t.State, t.DeadReason, t.CompletedAt = host.StateDeadLetter, host.ReasonMaxLeaseExpiries, ptr(now)
 				events = append(events, Event{Kind: EvDeadLettered, Tenant: t.Tenant, TaskType: t.Type, Detail: host.ReasonMaxLeaseExpiries})
 			default:
-				delay := time.Duration(e.requeueDelay(ctx, t)) * time.Second
+				delay := time.Duration(e.requeueDelay(ctx, tx, t)) * time.Second
 				clearLease(t)
 				t.State, t.AvailableAt = host.StateQueued, now.Add(delay+e.jitter(e.cfg.ExpiryJitter))
 				requeued = append(requeued, t)
@@ -928,15 +928,15 @@ func (e *Engine) sweepBatch(ctx context.Context, limit int) (int, error) {
 	return n, nil
 }
 
-func (e *Engine) maxExpiries(ctx context.Context, t *host.Task) int {
-	if ct, err := e.types.get(ctx, t.Tenant, t.Type); err == nil {
+func (e *Engine) maxExpiries(ctx context.Context, r store.Reader, t *host.Task) int {
+	if ct, err := e.types.getIn(ctx, r, t.Tenant, t.Type); err == nil {
 		return ct.tt.MaxLeaseExpiries
 	}
 	return host.DefaultMaxLeaseExpiries
 }
 
-func (e *Engine) requeueDelay(ctx context.Context, t *host.Task) int {
-	if ct, err := e.types.get(ctx, t.Tenant, t.Type); err == nil {
+func (e *Engine) requeueDelay(ctx context.Context, r store.Reader, t *host.Task) int {
+	if ct, err := e.types.getIn(ctx, r, t.Tenant, t.Type); err == nil {
 		return ct.tt.RequeueDelaySeconds
 	}
 	return host.DefaultRequeueDelaySeconds

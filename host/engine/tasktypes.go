@@ -48,8 +48,28 @@ func (c *typeCache) get(ctx context.Context, tenant, name string) (*compiledType
 		tt, err = r.GetTaskType(ctx, tenant, name)
 		return err
 	})
+	return c.fill(k, tt, err)
+}
+
+// getIn is get for code running inside a store transaction: a cache miss reads
+// through that transaction, never through a separate view that would hold up
+// the writer's whole batch.
+func (c *typeCache) getIn(ctx context.Context, r store.Reader, tenant, name string) (*compiledType, error) {
+	k := typeKey(tenant, name)
+	c.mu.RLock()
+	ct := c.m[k]
+	c.mu.RUnlock()
+	if ct != nil && time.Since(ct.fetched) < c.e.cfg.TaskTypeTTL {
+		return ct, nil
+	}
+	tt, err := r.GetTaskType(ctx, tenant, name)
+	return c.fill(k, tt, err)
+}
+
+func (c *typeCache) fill(k string, tt *host.TaskType, err error) (*compiledType, error) {
 	if err != nil {
 		if host.IsCode(err, host.CodeNotFound) {
+			_, name, _ := strings.Cut(k, "\x00")
 			return nil, host.Errorf(host.CodeUnknownTaskType, "task type %q is not registered", name)
 		}
 		return nil, err
@@ -58,7 +78,7 @@ func (c *typeCache) get(ctx context.Context, tenant, name string) (*compiledType
 	if err != nil {
 		return nil, err
 	}
-	ct = &compiledType{tt: tt, schema: schema, fetched: time.Now()}
+	ct := &compiledType{tt: tt, schema: schema, fetched: time.Now()}
 	c.mu.Lock()
 	c.m[k] = ct
 	c.mu.Unlock()

@@ -20,7 +20,10 @@ type Store interface {
 	// own savepoint, so an error from fn undoes only fn's own writes and is
 	// returned to its caller alone. Update returns once the batch's commit is
 	// durable on disk. fn may run again only if the whole batch had to be retried,
-	// so it must not have side effects outside tx.
+	// so it must not have side effects outside tx. The batch is shared: a
+	// driver must not let one caller's context (cancellation, deadline) abort
+	// the transaction the other updates ride in; once queued, an update runs
+	// to its outcome.
 	Update(ctx context.Context, fn func(Tx) error) error
 	// View runs fn against a consistent read-only view.
 	View(ctx context.Context, fn func(Reader) error) error
