@@ -65,14 +65,43 @@ func put(c *config, _ string, payload []byte) (plugin.PutResult, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return plugin.PutResult{}, err
 	}
+	// Durable before the pointer is handed out: the gate records the pointer
+	// in a committed receipt, so the bytes must be on disk first.
 	tmp := final + ".tmp"
-	if err := os.WriteFile(tmp, payload, 0o644); err != nil {
+	if err := writeSynced(tmp, payload); err != nil {
 		return plugin.PutResult{}, err
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		return plugin.PutResult{}, err
 	}
+	syncDir(dir)
 	return plugin.PutResult{Pointer: "file:" + sum}, nil
+}
+
+// writeSynced writes b to name and fsyncs it.
+func writeSynced(name string, b []byte) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// syncDir fsyncs a directory so a rename in it survives a crash. Where the
+// platform cannot sync a directory the data itself is already synced.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
 }
 
 func get(_ *config, pointer string) ([]byte, error) {
