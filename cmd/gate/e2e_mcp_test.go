@@ -3,12 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // needNode returns the paths of node and npm. Without them the test fails
@@ -94,5 +99,95 @@ func TestMCPAcceptance(t *testing.T) {
 		if !strings.Contains(stdout.String(), step) {
 			t.Errorf("missing step %q", step)
 		}
+	}
+}
+
+// stdioClient starts `gate args…` as an MCP stdio server and initializes a session.
+func stdioClient(t *testing.T, args ...string) *client.Client {
+	t.Helper()
+	c, err := client.NewStdioMCPClient(gateBin, nil, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	req := mcp.InitializeRequest{}
+	req.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	req.Params.ClientInfo = mcp.Implementation{Name: "e2e", Version: "1"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.Initialize(ctx, req); err != nil {
+		t.Fatalf("gate %v: initialize: %v", args, err)
+	}
+	return c
+}
+
+// callTool calls a tool and decodes its structured content.
+func callTool(t *testing.T, c *client.Client, name string, args map[string]any) (map[string]any, bool) {
+	t.Helper()
+	req := mcp.CallToolRequest{}
+	req.Params.Name = name
+	req.Params.Arguments = args
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := c.CallTool(ctx, req)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	raw := res.RawStructuredContent
+	if len(raw) == 0 {
+		raw, _ = json.Marshal(res.StructuredContent)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("%s: structured content %s: %v", name, raw, err)
+	}
+	return out, res.IsError
+}
+
+// TestMCPStdio runs `gate mcp` both ways: as a stdio-to-HTTP bridge to a
+// running gate serve (--url, --key), and, after the server stopped, opening
+// the data folder itself (--data, --principal).
+func TestMCPStdio(t *testing.T) {
+	dir := t.TempDir()
+	g := startGate(t, dir)
+	g.putType(t, "echo", map[string]any{}, "")
+	agent := g.newKey(t, "agent", "claude.a", "default")
+
+	bridge := stdioClient(t, "mcp", "--url", g.URL, "--key", agent)
+	ack, isErr := callTool(t, bridge, "queue_task", map[string]any{"task_type": "echo"})
+	id, _ := ack["task_id"].(string)
+	if isErr || !strings.HasPrefix(id, "T-") {
+		t.Fatalf("queue_task over the bridge: %v", ack)
+	}
+	if e, isErr := callTool(t, bridge, "check_task_status", map[string]any{"task_id": "T-NOPE"}); !isErr || e["error"] != "not_found" {
+		t.Fatalf("not_found over the bridge: %v", e)
+	}
+	bad := exec.Command(gateBin, "mcp", "--url", g.URL, "--key", "agw_bad")
+	bad.Stdin = strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}` + "\n")
+	out, err := bad.Output()
+	if err != nil || !strings.Contains(string(out), `"error"`) || !strings.Contains(string(out), "401") {
+		t.Fatalf("bad key over the bridge: %v %s", err, out)
+	}
+	bridge.Close()
+	if err := g.Stop(syscall.SIGTERM); err != nil {
+		t.Fatalf("gate serve: %v", err)
+	}
+
+	local := stdioClient(t, "mcp", "--data", dir, "--principal", "claude.a")
+	st, isErr := callTool(t, local, "check_task_status", map[string]any{"task_id": id})
+	if isErr || st["status"] != "queued" {
+		t.Fatalf("check_task_status over stdio: %v", st)
+	}
+	obs, _ := callTool(t, local, "list_open_obligations", nil)
+	if n, _ := obs["owed_to_you"].(float64); n != 1 {
+		t.Fatalf("obligations over stdio: %v", obs)
+	}
+	res, isErr := callTool(t, local, "cancel_task", map[string]any{"task_id": id})
+	if isErr || res["status"] != "canceled" {
+		t.Fatalf("cancel over stdio: %v", res)
+	}
+	stranger := stdioClient(t, "mcp", "--data", dir, "--principal", "claude.z", "--tenant", "other")
+	if e, isErr := callTool(t, stranger, "check_task_status", map[string]any{"task_id": id}); !isErr || e["error"] != "not_found" {
+		t.Fatalf("another tenant over stdio: %v", e)
 	}
 }

@@ -1,0 +1,299 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/httpapi"
+	"github.com/asyncgate/asyncgate/host/mcpapi"
+)
+
+func init() {
+	register(command{name: "mcp", summary: "serve the MCP tools on stdio (for agents that launch the gate)", run: runMCP})
+}
+
+const mcpUsage = `Usage:
+  gate mcp --data DIR --principal NAME [--tenant T] [--role agent|worker]
+  gate mcp --data DIR --key KEY
+  gate mcp --url http://127.0.0.1:8080 --key KEY
+
+Serves AsyncGate's MCP tools on stdin/stdout for an agent (Claude Desktop,
+Cursor, …) that starts the gate as a subprocess.
+
+With --data the gate opens the store itself, as the principal given (trusted:
+whoever can read the data folder owns it) or as the key's principal. SQLite
+allows one writer at a time: when a gate serve already runs on the same
+folder, prefer --url, which forwards the session to that server's /mcp
+endpoint with the key (a stdio-to-HTTP bridge). Logs go to stderr.
+`
+
+func runMCP(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("gate mcp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, mcpUsage); fs.PrintDefaults() }
+	data := fs.String("data", "", "data folder (SQLite database) to open")
+	db := fs.String("db", "", "database URL (empty: SQLite in the data folder; postgres://… for PostgreSQL)")
+	principal := fs.String("principal", "", "act as this principal (agent name, or worker id with --role worker)")
+	tenant := fs.String("tenant", httpapi.DefaultTenant, "tenant of --principal")
+	role := fs.String("role", engine.RoleAgent, "role of --principal: agent or worker")
+	key := fs.String("key", "", "API key: act as its principal (with --data), or authenticate to --url")
+	serverURL := fs.String("url", "", "forward to a running gate serve at this URL instead of opening the store")
+	logLevel := fs.String("log-level", "warn", "debug, info, warn or error (logs go to stderr)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprint(stderr, mcpUsage)
+		return 2
+	}
+	log, err := newLogger(stderr, *logLevel, "text")
+	if err != nil {
+		fmt.Fprintln(stderr, "gate mcp:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if *serverURL != "" {
+		if *key == "" || *data != "" || *principal != "" {
+			fmt.Fprintln(stderr, "gate mcp: --url needs --key and takes neither --data nor --principal")
+			return 2
+		}
+		if err := mcpBridge(ctx, *serverURL, *key, os.Stdin, stdout, log); err != nil {
+			log.Error("mcp bridge stopped", "err", err)
+			return 1
+		}
+		return 0
+	}
+	if *data == "" && *db == "" {
+		fmt.Fprintln(stderr, "gate mcp: give --data DIR (or --url URL --key KEY)")
+		return 2
+	}
+	if (*key == "") == (*principal == "") {
+		fmt.Fprintln(stderr, "gate mcp: give exactly one of --principal and --key")
+		return 2
+	}
+	if err := serveMCPStdio(ctx, *data, *db, *key, engine.Actor{Tenant: *tenant, Principal: *principal, Role: *role}, stdout, log); err != nil {
+		log.Error("gate mcp stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// serveMCPStdio opens the store and serves one MCP session on stdin/stdout as
+// actor (or as the key's principal when key is set).
+func serveMCPStdio(ctx context.Context, data, dbURL, key string, actor engine.Actor, stdout io.Writer, log *slog.Logger) error {
+	if data != "" {
+		if err := os.MkdirAll(data, 0o700); err != nil {
+			return fmt.Errorf("data folder: %w", err)
+		}
+	}
+	st, err := openStore(data, dbURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if key != "" {
+		if actor, err = httpapi.Authenticate(ctx, st, key); err != nil {
+			return err
+		}
+	} else {
+		switch actor.Role {
+		case engine.RoleAgent:
+		case engine.RoleWorker:
+			if !host.ValidWorkerID(actor.Principal) {
+				return errors.New("--role worker needs a worker id ({type}.{instance}) as --principal")
+			}
+		default:
+			return fmt.Errorf("--role must be agent or worker, got %q (admins connect with --key)", actor.Role)
+		}
+	}
+	cfg := defaultServeConfig()
+	cfg.Data, cfg.DB = data, dbURL
+	ecfg := engine.Config{Store: st, Logger: log}
+	if servePlugins != nil {
+		p, release, err := servePlugins(cfg, log)
+		if err != nil {
+			return fmt.Errorf("plugins: %w", err)
+		}
+		ecfg.Plugins = p
+		if release != nil {
+			defer release()
+		}
+	}
+	eng, err := engine.New(ecfg)
+	if err != nil {
+		return err
+	}
+	eng.Start()
+	defer eng.Close()
+	srv, err := mcpapi.New(mcpapi.Config{Engine: eng, Logger: log, Version: version})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	log.Info("serving MCP on stdio", "tenant", actor.Tenant, "principal", actor.Principal, "role", actor.Role, "store", st.Driver())
+	return srv.ServeStdio(ctx, actor, os.Stdin, stdout)
+}
+
+// mcpBridge forwards newline-delimited JSON-RPC messages from in to the
+// streamable HTTP endpoint of a running gate, with the key as bearer token,
+// and writes every answer (JSON or server-sent events) to out, one message a
+// line. A request the server refuses at the HTTP level (401, 403, …) is
+// answered with a JSON-RPC error so the client does not wait forever.
+func mcpBridge(ctx context.Context, base, key string, in io.Reader, out io.Writer, log *slog.Logger) error {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--url %q: want http://host:port", base)
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = mcpapi.Path
+	}
+	b := &bridge{url: u.String(), key: key, out: out, log: log, hc: &http.Client{Timeout: 5 * time.Minute}}
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	var wg sync.WaitGroup
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		msg := append([]byte(nil), line...)
+		var head struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		_ = json.Unmarshal(msg, &head)
+		if head.Method == "initialize" {
+			b.forward(ctx, msg, head.ID) // the session id must be known before anything else goes
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.forward(ctx, msg, head.ID)
+		}()
+	}
+	wg.Wait()
+	return sc.Err()
+}
+
+type bridge struct {
+	url, key string
+	hc       *http.Client
+	log      *slog.Logger
+	mu       sync.Mutex // guards session and writes to out
+	session  string
+	out      io.Writer
+}
+
+func (b *bridge) write(msg []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, msg); err != nil {
+		b.log.Warn("dropping a malformed message from the server", "err", err)
+		return
+	}
+	buf.WriteByte('\n')
+	_, _ = b.out.Write(buf.Bytes())
+}
+
+// fail answers request id (if it is a request) with a JSON-RPC error.
+func (b *bridge) fail(id json.RawMessage, msg string) {
+	b.log.Warn("mcp bridge", "err", msg)
+	if len(id) == 0 || string(id) == "null" {
+		return
+	}
+	e, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "error": map[string]any{"code": -32000, "message": msg}})
+	b.write(e)
+}
+
+func (b *bridge) forward(ctx context.Context, msg []byte, id json.RawMessage) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url, bytes.NewReader(msg))
+	if err != nil {
+		b.fail(id, err.Error())
+		return
+	}
+	req.Header.Set("Authorization", "Bearer "+b.key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	b.mu.Lock()
+	if b.session != "" {
+		req.Header.Set("Mcp-Session-Id", b.session)
+	}
+	b.mu.Unlock()
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		b.fail(id, "the gate is not reachable: "+err.Error())
+		return
+	}
+	defer resp.Body.Close()
+	if s := resp.Header.Get("Mcp-Session-Id"); s != "" {
+		b.mu.Lock()
+		b.session = s
+		b.mu.Unlock()
+	}
+	if resp.StatusCode >= 300 {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		b.fail(id, fmt.Sprintf("the gate answered HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(body))))
+		return
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		b.readEvents(resp.Body)
+		return
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.fail(id, err.Error())
+		return
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		b.write(body)
+	}
+}
+
+// readEvents writes the data of each server-sent event as one message.
+func (b *bridge) readEvents(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	var data bytes.Buffer
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if data.Len() > 0 {
+				b.write(data.Bytes())
+				data.Reset()
+			}
+		case strings.HasPrefix(line, "data:"):
+			if data.Len() > 0 {
+				data.WriteByte('\n')
+			}
+			data.WriteString(strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " "))
+		}
+	}
+	if data.Len() > 0 {
+		b.write(data.Bytes())
+	}
+}
