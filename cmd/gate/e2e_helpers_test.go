@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/asyncgate/asyncgate/host/plugin/pluginbuild"
 )
 
 // gateBin is the gate binary TestMain builds once for the end-to-end tests.
@@ -27,6 +30,16 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	gateBin = filepath.Join(dir, "gate")
+	// The binary embeds the built-in plugins from plugins/dist: build them
+	// from source first (cached by source hash), as `make plugins` does.
+	srcs, err := pluginbuild.Sources("../../plugins")
+	if err == nil {
+		_, err = pluginbuild.BuildAll(context.Background(), srcs, "../../plugins/dist", "")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "building the built-in plugins:", err)
+		os.Exit(1)
+	}
 	build := exec.Command("go", "build", "-o", gateBin, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

@@ -132,13 +132,13 @@ func serveMCPStdio(ctx context.Context, data, dbURL, key string, actor engine.Ac
 	cfg.Data, cfg.DB = data, dbURL
 	ecfg := engine.Config{Store: st, Logger: log}
 	if servePlugins != nil {
-		p, release, err := servePlugins(cfg, log)
+		w, err := servePlugins(cfg, log)
 		if err != nil {
 			return fmt.Errorf("plugins: %w", err)
 		}
-		ecfg.Plugins = p
-		if release != nil {
-			defer release()
+		ecfg.Plugins = w.Plugins
+		if w.Close != nil {
+			defer w.Close()
 		}
 	}
 	eng, err := engine.New(ecfg)

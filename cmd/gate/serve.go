@@ -47,6 +47,12 @@ type serveConfig struct {
 	LogFormat              string `json:"log_format"`
 	// MCPAllowAnyHost turns off the MCP door's DNS-rebinding protection (see docs/mcp.md).
 	MCPAllowAnyHost bool `json:"mcp_allow_any_host"`
+	// PluginsDir is the drop-in plugins folder (default <data>/plugins).
+	PluginsDir string `json:"plugins_dir"`
+	// ResultsDir is the one folder the file channel may use (default <data>/results).
+	ResultsDir string `json:"results_dir"`
+	// HTTPChannel configures the http push channel; without it that channel is refused.
+	HTTPChannel *httpChannelConfig `json:"http_channel"`
 }
 
 func defaultServeConfig() serveConfig {
@@ -171,9 +177,17 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 }
 
 // servePlugins, when set (by the plugin runtime's wiring, from an init
-// function in this package), supplies engine.Config.Plugins and a function
-// that releases them after the engine stops.
-var servePlugins func(cfg serveConfig, log *slog.Logger) (engine.Plugins, func(), error)
+// function in this package), starts the plugins: the engine's Plugins, extra
+// HTTP routes (the admin listing) and a function that releases them after the
+// engine stops.
+var servePlugins func(cfg serveConfig, log *slog.Logger) (*pluginWiring, error)
+
+// pluginWiring is what the plugin runtime adds to a running gate.
+type pluginWiring struct {
+	Plugins engine.Plugins
+	Routes  httpapi.Option
+	Close   func()
+}
 
 func runServe(args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseServeFlags(args, stderr)
@@ -227,14 +241,18 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	if ecfg.ExpiryJitter == 0 {
 		ecfg.ExpiryJitter = -1 // the engine reads 0 as "default"; the config's 0 means none
 	}
+	var extra []httpapi.Option
 	if servePlugins != nil {
-		p, release, err := servePlugins(cfg, log)
+		w, err := servePlugins(cfg, log)
 		if err != nil {
 			return fmt.Errorf("plugins: %w", err)
 		}
-		ecfg.Plugins = p
-		if release != nil {
-			defer release()
+		ecfg.Plugins = w.Plugins
+		if w.Routes != nil {
+			extra = append(extra, w.Routes)
+		}
+		if w.Close != nil {
+			defer w.Close()
 		}
 	}
 	eng, err := engine.New(ecfg)
@@ -255,7 +273,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	srv, err := httpapi.New(httpapi.Config{
 		Engine: eng, Logger: log, BodyLimit: cfg.BodyLimitBytes, Metrics: metrics,
 		MetricsPublic: cfg.MetricsPublic, AuthCacheTTL: authTTL, Version: version,
-	}, mcpSrv.Routes())
+	}, append(extra, mcpSrv.Routes())...)
 	if err != nil {
 		return err
 	}

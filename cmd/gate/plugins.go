@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/httpapi"
+	"github.com/asyncgate/asyncgate/host/plugin"
+	"github.com/asyncgate/asyncgate/plugins"
+	"github.com/labstack/echo/v4"
+)
+
+func init() { servePlugins = startPlugins }
+
+// pluginSet resolves a task type's plugins through the registry, so a plugin
+// dropped into the plugins folder (or a new version of one) serves the next
+// call without a restart.
+type pluginSet struct{ reg *plugin.Registry }
+
+var _ engine.Plugins = pluginSet{}
+
+// Policy implements engine.Plugins.
+func (p pluginSet) Policy(tt *host.TaskType) (host.RetryPolicy, error) {
+	if tt.Policy == nil || tt.Policy.Name == "" {
+		return nil, nil
+	}
+	return p.reg.Policy(tt.Policy.Name, tt.Policy.Config)
+}
+
+// Validators implements engine.Plugins.
+func (p pluginSet) Validators(tt *host.TaskType) ([]host.Validator, error) {
+	out := make([]host.Validator, 0, len(tt.Validators))
+	for _, ref := range tt.Validators {
+		v, err := p.reg.Validator(ref.Name, ref.Config)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// Channel implements engine.Plugins.
+func (p pluginSet) Channel(name string) (host.Channel, error) { return p.reg.Channel(name) }
+
+// pluginGrants are the operator's grants: the file channel gets exactly the
+// results folder; the http channel gets its endpoint's host when one is
+// configured.
+func pluginGrants(cfg serveConfig) (map[string]plugin.Grant, error) {
+	results := cfg.ResultsDir
+	if results == "" {
+		results = filepath.Join(cfg.Data, "results")
+	}
+	if err := os.MkdirAll(results, 0o700); err != nil {
+		return nil, fmt.Errorf("results folder: %w", err)
+	}
+	grants := map[string]plugin.Grant{"file": {Dir: results}}
+	if h := cfg.HTTPChannel; h != nil && h.Endpoint != "" {
+		u, err := url.Parse(h.Endpoint)
+		if err != nil || u.Host == "" {
+			return nil, fmt.Errorf("http_channel.endpoint %q is not a URL", h.Endpoint)
+		}
+		hosts := append([]string{u.Host}, h.AllowedHosts...)
+		c := map[string]any{"endpoint": h.Endpoint}
+		if len(h.Headers) > 0 {
+			c["headers"] = h.Headers
+		}
+		if h.MaxSizeBytes > 0 {
+			c["max_size_bytes"] = h.MaxSizeBytes
+		}
+		conf, err := json.Marshal(c)
+		if err != nil {
+			return nil, err
+		}
+		grants["http"] = plugin.Grant{HTTPHosts: hosts, Config: conf}
+	}
+	return grants, nil
+}
+
+// httpChannelConfig is the operator's config of the http push channel.
+type httpChannelConfig struct {
+	Endpoint     string            `json:"endpoint"`
+	Headers      map[string]string `json:"headers,omitempty"`
+	AllowedHosts []string          `json:"allowed_hosts,omitempty"`
+	MaxSizeBytes int64             `json:"max_size_bytes,omitempty"`
+}
+
+// startPlugins starts the plugin runtime with the built-ins embedded in the
+// binary and the data folder's plugins folder, watched for drop-ins, and adds
+// GET /v1/admin/plugins.
+func startPlugins(cfg serveConfig, log *slog.Logger) (*pluginWiring, error) {
+	rt, err := plugin.NewRuntime(plugin.Options{CacheDir: filepath.Join(cfg.Data, "wasm-cache"), Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	grants, err := pluginGrants(cfg)
+	if err != nil {
+		rt.Close()
+		return nil, err
+	}
+	dir := cfg.PluginsDir
+	if dir == "" {
+		dir = filepath.Join(cfg.Data, "plugins")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	reg, err := plugin.NewRegistry(ctx, rt, plugin.RegistryOptions{Dir: dir, Builtins: plugins.Builtins(), Grants: grants})
+	if err != nil {
+		cancel()
+		rt.Close()
+		return nil, err
+	}
+	go reg.Run(ctx)
+	log.Info("plugins ready", "folder", dir, "loaded", len(reg.List()))
+	return &pluginWiring{
+		Plugins: pluginSet{reg},
+		Routes: httpapi.WithRoutes(func(e *echo.Echo, auth echo.MiddlewareFunc) {
+			e.GET("/v1/admin/plugins", func(c echo.Context) error {
+				if httpapi.ActorOf(c).Role != engine.RoleAdmin {
+					return host.Errorf(host.CodeForbidden, "listing plugins needs an admin key")
+				}
+				return c.JSON(http.StatusOK, map[string]any{"plugins": reg.List()})
+			}, auth)
+		}),
+		Close: func() {
+			cancel()
+			reg.Close()
+			rt.Close()
+		},
+	}, nil
+}
