@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const defaultPostgresURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// postgresSchema returns the URL of a fresh schema on the test PostgreSQL
+// server, dropped when the test ends. Without a server the test skips, except
+// under CI, where it fails.
+func postgresSchema(t *testing.T) string {
+	t.Helper()
+	base := os.Getenv("ASYNCGATE_TEST_POSTGRES")
+	if base == "" {
+		base = defaultPostgresURL
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("PostgreSQL at %s is unreachable (CI is set, so this fails): %v", base, err)
+		}
+		t.Skipf("PostgreSQL at %s is unreachable; run scripts/ensure-postgres.sh: %v", base, err)
+	}
+	defer conn.Close(ctx)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "ag_e2e_" + hex.EncodeToString(b[:])
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if c, err := pgx.Connect(ctx, base); err == nil {
+			_, _ = c.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+			c.Close(ctx)
+		}
+	})
+	sep := "?"
+	if strings.Contains(base, "?") {
+		sep = "&"
+	}
+	return base + sep + "search_path=" + schema
+}
+
+// TestE2EMultiHostPostgres runs three `gate serve` processes on one
+// PostgreSQL database with workers spread across them, SIGKILLs one host (and
+// the workers that talk to it) mid-run, and checks that every task completes
+// exactly once, no lease is granted twice, the abandoned leases expire and are
+// leased again through the surviving hosts, and the ledger verifies.
+func TestE2EMultiHostPostgres(t *testing.T) {
+	t.Parallel()
+	db := postgresSchema(t)
+	gates := []*gateProc{startGate(t, t.TempDir(), "--db", db)}
+	admin := gates[0].Admin
+	for i := 0; i < 2; i++ {
+		// One database, one set of keys: the first host made the admin key.
+		dir := t.TempDir()
+		if err := os.WriteFile(dir+"/admin.key", []byte(admin+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		gates = append(gates, startGate(t, dir, "--db", db))
+	}
+	gates[0].putType(t, "mh", map[string]any{"lease_seconds": 3, "requeue_delay_seconds": 0}, "")
+	agent := gates[0].newKey(t, "agent", "agent.mh", "")
+	const tasks, workers = 600, 6
+	keys := make([]string, workers)
+	for i := range keys {
+		keys[i] = gates[0].newKey(t, "worker", fmt.Sprintf("mh.%d", i), "")
+	}
+
+	// Producers spread over the three hosts queue everything first.
+	ids := make(chan string, tasks)
+	var pwg sync.WaitGroup
+	for p := 0; p < 6; p++ {
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			for i := p; i < tasks; i += 6 {
+				g := gates[i%3]
+				r, err := tryCall("POST", g.URL+"/v1/tasks", agent, map[string]any{"task_type": "mh", "params": map[string]any{"i": i}})
+				if err != nil || r.Status != 201 {
+					t.Errorf("enqueue via %s: %v %d %s", g.URL, err, r.Status, r.Body)
+					return
+				}
+				var ack struct {
+					TaskID string `json:"task_id"`
+				}
+				_ = json.Unmarshal(r.Body, &ack)
+				ids <- ack.TaskID
+			}
+		}()
+	}
+	pwg.Wait()
+	close(ids)
+	enqueuedAt := time.Now()
+
+	var mu sync.Mutex
+	leases := map[string]string{}  // lease id -> task id: a lease granted twice would collide
+	completed := map[string]int{}  // task id -> first-time completions
+	abandoned := map[string]bool{} // tasks whose lease died with host 2
+	var done atomic.Int64
+	stop := make(chan struct{})
+	var wwg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wwg.Add(1)
+		worker := fmt.Sprintf("mh.%d", w)
+		g := gates[w%3]
+		go func() {
+			defer wwg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r, err := tryCall("POST", g.URL+"/v1/leases", keys[w], map[string]any{"worker_id": worker, "task_types": []string{"mh"}, "max_tasks": 10, "wait_seconds": 1})
+				if err != nil {
+					if g == gates[2] {
+						return // this worker died with its host
+					}
+					t.Errorf("lease via %s: %v", g.URL, err)
+					return
+				}
+				if r.Status == 204 {
+					continue
+				}
+				var out struct {
+					Leases []offer `json:"leases"`
+				}
+				if err := json.Unmarshal(r.Body, &out); err != nil || r.Status != 200 {
+					t.Errorf("lease answer %d %s", r.Status, r.Body)
+					return
+				}
+				for _, o := range out.Leases {
+					mu.Lock()
+					if prev, dup := leases[o.LeaseID]; dup {
+						t.Errorf("lease %s granted twice (tasks %s and %s)", o.LeaseID, prev, o.Task.ID)
+					}
+					leases[o.LeaseID] = o.Task.ID
+					mu.Unlock()
+				}
+				for _, o := range out.Leases {
+					if _, err := tryCall("POST", g.URL+"/v1/leases/"+o.LeaseID+"/accept", keys[w], map[string]any{}); err != nil {
+						mu.Lock()
+						abandoned[o.Task.ID] = true
+						mu.Unlock()
+						continue
+					}
+					c, err := tryCall("POST", g.URL+"/v1/leases/"+o.LeaseID+"/complete", keys[w], map[string]any{"result_pointer": "inline:b2s=", "summary": "ok"})
+					if err != nil {
+						mu.Lock()
+						abandoned[o.Task.ID] = true
+						mu.Unlock()
+						continue
+					}
+					if c.Status == 409 {
+						continue // lost to expiry: the task is leased again elsewhere
+					}
+					var cr struct {
+						Duplicate bool `json:"duplicate"`
+					}
+					_ = json.Unmarshal(c.Body, &cr)
+					if c.Status != 200 || cr.Duplicate {
+						t.Errorf("complete %s: %d %s", o.LeaseID, c.Status, c.Body)
+						continue
+					}
+					mu.Lock()
+					completed[o.Task.ID]++
+					mu.Unlock()
+					done.Add(1)
+				}
+			}
+		}()
+	}
+
+	// Kill host 2 (and so its workers) a third of the way through.
+	for done.Load() < tasks/3 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := gates[2].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(120 * time.Second)
+	for done.Load() < tasks && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(stop)
+	wwg.Wait()
+	if done.Load() != tasks {
+		t.Fatalf("%d of %d tasks completed", done.Load(), tasks)
+	}
+	all := 0
+	for id := range ids {
+		all++
+		if completed[id] != 1 {
+			t.Errorf("task %s completed %d times", id, completed[id])
+		}
+	}
+	if all != tasks {
+		t.Fatalf("%d tasks acknowledged, want %d", all, tasks)
+	}
+	// Tasks whose leases died with host 2 expired and were leased again.
+	reLeased := 0
+	for id := range abandoned {
+		r := call(t, "GET", gates[0].URL+"/v1/tasks/"+id, admin, nil)
+		var tk struct {
+			Status        string `json:"status"`
+			LeaseExpiries int    `json:"lease_expiries"`
+			LeaseCount    int    `json:"lease_count"`
+		}
+		r.Into(t, &tk)
+		if tk.Status != "succeeded" || tk.LeaseCount < 2 || tk.LeaseExpiries < 1 {
+			t.Errorf("abandoned task %s: %+v", id, tk)
+		}
+		reLeased++
+	}
+	out, errOut, code := gateCLI(t, "ledger", "verify", "--db", db)
+	if code != 0 {
+		t.Fatalf("ledger verify: %d %s %s", code, out, errOut)
+	}
+	t.Logf("multi-host: %d tasks in %v after queueing, %d leases, %d abandoned with the killed host and re-leased", tasks, time.Since(enqueuedAt).Round(time.Millisecond), len(leases), reLeased)
+}
