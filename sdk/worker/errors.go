@@ -1,0 +1,84 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Causes of a handler's context being cancelled. Read them with
+// context.Cause(ctx).
+var (
+	// ErrLeaseLost: the gate refused a heartbeat (409 lease_expired), or no
+	// heartbeat reached the gate before the lease's conservative local expiry.
+	// The task may already be leased to another worker: stop at once
+	// (KLIS-3 §6.1). Whatever the handler returns is not reported.
+	ErrLeaseLost = errors.New("worker: the lease was lost")
+	// ErrTaskCanceled: a heartbeat answered cancel_requested. The Runner
+	// releases the lease, which cancels the task at the gate.
+	ErrTaskCanceled = errors.New("worker: the task was canceled")
+	// ErrShutdown: the Runner is shutting down and its grace period is over.
+	// A handler that returns an error after this has its lease released, so
+	// the task goes back to the queue without using an attempt.
+	ErrShutdown = errors.New("worker: the worker is shutting down")
+)
+
+// RetryableError marks a handler error as retryable: the gate's retry policy
+// schedules another attempt (until the task's max_retries is used up).
+// Handlers return it through Retryable.
+type RetryableError struct{ Err error }
+
+// Error implements error.
+func (e *RetryableError) Error() string { return "retryable: " + e.Err.Error() }
+
+// Unwrap returns the wrapped error.
+func (e *RetryableError) Unwrap() error { return e.Err }
+
+// FatalError marks a handler error as not retryable: the task goes to the
+// dead-letter queue at once. Handlers return it through Fatal.
+type FatalError struct{ Err error }
+
+// Error implements error.
+func (e *FatalError) Error() string { return "fatal: " + e.Err.Error() }
+
+// Unwrap returns the wrapped error.
+func (e *FatalError) Unwrap() error { return e.Err }
+
+// Retryable marks err as retryable. Any error a handler returns that is not
+// marked Fatal is retryable already; Retryable says so explicitly. It returns
+// nil for nil.
+func Retryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &RetryableError{Err: err}
+}
+
+// Fatal marks err as fatal: the task is dead-lettered without another
+// attempt. It returns nil for nil.
+func Fatal(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &FatalError{Err: err}
+}
+
+// Fatalf is Fatal(fmt.Errorf(format, args...)).
+func Fatalf(format string, args ...any) error { return Fatal(fmt.Errorf(format, args...)) }
+
+// IsRetryable reports how the Runner classifies a handler error: false when
+// a FatalError is anywhere in its chain, true otherwise (plain errors are
+// retryable).
+func IsRetryable(err error) bool {
+	var fe *FatalError
+	return !errors.As(err, &fe)
+}
+
+// PanicError is the error a handler panic becomes. The Runner reports it as a
+// retryable failure with the stack in the failure's metadata.
+type PanicError struct {
+	Value any
+	Stack string
+}
+
+// Error implements error.
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panic: %v", e.Value) }

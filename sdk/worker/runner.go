@@ -1,0 +1,850 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"sync"
+	"time"
+)
+
+// HandlerFunc does the work of one task. ctx is cancelled when the lease is
+// lost, the task is canceled or the Runner shuts down (context.Cause tells
+// which: ErrLeaseLost, ErrTaskCanceled, ErrShutdown); the handler must then
+// stop promptly. The result is reported as described for Runner.Handle; an
+// error fails the attempt (retryable unless marked with Fatal).
+type HandlerFunc func(ctx context.Context, t *Task) (any, error)
+
+// Config configures a Runner. The zero value works: one task at a time,
+// 30 s long-polls, the Lease Protocol's backoffs, a spool in the user's cache
+// folder and a 30 s shutdown grace.
+type Config struct {
+	// WorkerID is "{type}.{instance}". Empty: the key's own worker id (a
+	// worker key always acts as its own).
+	WorkerID string
+	// Concurrency is how many tasks run at once (default 1). Each lease call
+	// asks for as many tasks as there are free slots.
+	Concurrency int
+	// LeaseSeconds asks for this lease length and heartbeat extension
+	// (0: the task type's lease_seconds).
+	LeaseSeconds int
+	// PollWait is how long one lease call long-polls (default 30 s, the
+	// gate's cap; negative: no long-poll).
+	PollWait time.Duration
+	// IdleWait is the pause after an empty answer that did not long-poll
+	// (default 5 s, the Lease Protocol's "no work" backoff).
+	IdleWait time.Duration
+	// PollBackoff paces lease calls after network errors and 5xx answers
+	// (default 5 s → 10 s → 20 s → 40 s, at most 60 s).
+	PollBackoff Backoff
+	// DeliveryAttempts is how often a completion or failure is tried before
+	// it is written to the spool (default 5).
+	DeliveryAttempts int
+	// DeliveryBackoff paces those attempts (default 1 s doubling to 15 s).
+	DeliveryBackoff Backoff
+	// SpoolPath is the local dead-letter file (JSON lines, fsync'd) for
+	// outcomes the gate could not be reached for. Default:
+	// <user cache dir>/asyncgate/spool-<worker id>.jsonl. Give every Runner
+	// its own file.
+	SpoolPath string
+	// DisableSpool drops undeliverable outcomes (logged) instead.
+	DisableSpool bool
+	// SpoolInterval is how often the spool is retried (default 30 s); it is
+	// also retried when Run starts.
+	SpoolInterval time.Duration
+	// ShutdownTimeout is how long in-flight tasks may run on after Run's
+	// context is done (default 30 s). Then their contexts are cancelled with
+	// ErrShutdown, and the leases of handlers that fail because of it are
+	// released.
+	ShutdownTimeout time.Duration
+	// DataURIFallback lets the Runner complete with a self-contained data:
+	// URI pointer (result_channel "data") when the gate refuses an inline
+	// result with 400 (a gate without result channels). Results up to ~6 KB.
+	DataURIFallback bool
+	// Logger receives the Runner's logs (default slog.Default()). Each task's
+	// lines carry task_id, lease_id and task_type.
+	Logger *slog.Logger
+}
+
+// Runner leases tasks of the types it has handlers for, runs them with
+// heartbeats, and reports their outcomes. Register handlers with Handle, then
+// call Run.
+type Runner struct {
+	c    *Client
+	cfg  Config
+	log  *slog.Logger
+	sp   *spool
+	mu   sync.Mutex
+	h    map[string]HandlerFunc
+	live map[string]*lease
+	// hard is closed when the shutdown grace is over: deliveries stop
+	// retrying and spool at once.
+	hard     chan struct{}
+	hardOnce sync.Once
+	running  bool
+}
+
+// NewRunner returns a Runner that talks to the gate through c.
+func NewRunner(c *Client, cfg Config) *Runner {
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 1
+	}
+	if cfg.Concurrency > 100 {
+		cfg.Concurrency = 100
+	}
+	if cfg.PollWait == 0 {
+		cfg.PollWait = 30 * time.Second
+	}
+	if cfg.IdleWait <= 0 {
+		cfg.IdleWait = 5 * time.Second
+	}
+	if cfg.DeliveryAttempts <= 0 {
+		cfg.DeliveryAttempts = 5
+	}
+	if cfg.DeliveryBackoff.Initial <= 0 {
+		cfg.DeliveryBackoff.Initial = time.Second
+	}
+	if cfg.DeliveryBackoff.Max <= 0 {
+		cfg.DeliveryBackoff.Max = 15 * time.Second
+	}
+	if cfg.SpoolInterval <= 0 {
+		cfg.SpoolInterval = 30 * time.Second
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	r := &Runner{c: c, cfg: cfg, log: cfg.Logger, h: map[string]HandlerFunc{}, live: map[string]*lease{}, hard: make(chan struct{})}
+	if !cfg.DisableSpool {
+		p := cfg.SpoolPath
+		if p == "" {
+			p = defaultSpoolPath(cfg.WorkerID)
+		}
+		if p != "" {
+			r.sp = &spool{path: p}
+		}
+	}
+	return r
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
+
+func defaultSpoolPath(workerID string) string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	name := "default"
+	if workerID != "" {
+		name = unsafeName.ReplaceAllString(workerID, "_")
+	}
+	return filepath.Join(dir, "asyncgate", "spool-"+name+".jsonl")
+}
+
+// SpoolPath returns the spool file's path ("" when the spool is disabled).
+func (r *Runner) SpoolPath() string {
+	if r.sp == nil {
+		return ""
+	}
+	return r.sp.path
+}
+
+// Handle registers the handler for a task type; the Runner leases only the
+// types it has handlers for. Register before Run. The handler's result is
+// reported as a success:
+//   - nil: an empty JSON object, inline;
+//   - Pointer or *Pointer: a result the handler stored itself;
+//   - Completion or *Completion: the completion body as given;
+//   - []byte: inline bytes (result_base64);
+//   - json.RawMessage or any other value: inline JSON (encoding/json).
+//
+// Inline results are stored by the gate through the task type's result
+// channel. A returned error fails the attempt: retryable unless marked with
+// Fatal (a plain error is retryable). A panic is recovered and reported as a
+// retryable failure (PanicError) with the stack in the failure's metadata.
+func (r *Runner) Handle(taskType string, h HandlerFunc) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running {
+		panic("worker: Handle called after Run")
+	}
+	r.h[taskType] = h
+}
+
+// TaskTypes returns the registered task types, sorted.
+func (r *Runner) TaskTypes() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.h))
+	for t := range r.h {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Run leases and runs tasks until ctx is done, then shuts down gracefully:
+// it stops leasing, lets in-flight tasks finish for up to
+// Config.ShutdownTimeout, cancels the rest (ErrShutdown) and releases their
+// leases, and returns once every outcome is delivered or spooled. It returns
+// nil after a shutdown asked for through ctx, or the error that stopped it
+// (a key the gate refuses, a worker id it rejects).
+func (r *Runner) Run(ctx context.Context) error {
+	r.mu.Lock()
+	if r.running {
+		r.mu.Unlock()
+		return errors.New("worker: Run called twice")
+	}
+	r.running = true
+	n := len(r.h)
+	r.mu.Unlock()
+	if n == 0 {
+		return errors.New("worker: no handlers registered")
+	}
+	types := r.TaskTypes()
+	r.log.Info("worker starting", "worker_id", r.cfg.WorkerID, "task_types", types, "concurrency", r.cfg.Concurrency,
+		"gate", r.c.BaseURL(), "spool", r.SpoolPath())
+
+	spoolCtx, stopSpool := context.WithCancel(ctx)
+	var spoolWG sync.WaitGroup
+	if r.sp != nil {
+		spoolWG.Add(1)
+		go func() {
+			defer spoolWG.Done()
+			r.spoolLoop(spoolCtx)
+		}()
+	}
+
+	var wg sync.WaitGroup
+	err := r.leaseLoop(ctx, types, &wg)
+	stopSpool()
+	r.log.Info("worker stopping: no more leases; waiting for in-flight tasks", "in_flight", r.inFlight(), "grace", r.cfg.ShutdownTimeout)
+
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	grace := time.NewTimer(r.cfg.ShutdownTimeout)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C:
+		r.log.Warn("shutdown grace is over; canceling in-flight tasks", "in_flight", r.inFlight())
+		r.hardOnce.Do(func() { close(r.hard) })
+		r.mu.Lock()
+		for _, l := range r.live {
+			l.cancel(ErrShutdown)
+		}
+		r.mu.Unlock()
+		<-done
+	}
+	spoolWG.Wait()
+	r.log.Info("worker stopped")
+	return err
+}
+
+func (r *Runner) inFlight() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.live)
+}
+
+// leaseLoop asks for work while slots are free, until ctx is done or a
+// permanent error.
+func (r *Runner) leaseLoop(ctx context.Context, types []string, wg *sync.WaitGroup) error {
+	slots := make(chan struct{}, r.cfg.Concurrency)
+	fails := 0
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		n := 1
+	more:
+		for n < r.cfg.Concurrency && n < 100 {
+			select {
+			case slots <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		req := LeaseRequest{WorkerID: r.cfg.WorkerID, TaskTypes: types, MaxTasks: n, LeaseSeconds: r.cfg.LeaseSeconds}
+		if r.cfg.PollWait > 0 {
+			req.WaitSeconds = r.cfg.PollWait.Seconds()
+		}
+		start := time.Now()
+		offers, err := r.c.Lease(ctx, req)
+		for i := len(offers); i < n; i++ {
+			<-slots
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ae *APIError
+			if errors.As(err, &ae) && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden || ae.Status == http.StatusBadRequest) {
+				r.log.Error("the gate refuses this worker's lease calls; stopping", "err", err)
+				return fmt.Errorf("worker: leasing: %w", err)
+			}
+			fails++
+			d := r.cfg.PollBackoff.Delay(fails)
+			r.log.Warn("lease call failed; backing off", "err", err, "retry_in", d.Round(time.Millisecond), "failures", fails)
+			if !sleep(ctx, d) {
+				return nil
+			}
+			continue
+		}
+		fails = 0
+		for _, o := range offers {
+			wg.Add(1)
+			go func(o Offer) {
+				defer wg.Done()
+				defer func() { <-slots }()
+				r.work(o)
+			}(o)
+		}
+		if len(offers) == 0 && (r.cfg.PollWait <= 0 || time.Since(start) < r.cfg.PollWait/2) {
+			if !sleep(ctx, r.cfg.IdleWait) {
+				return nil
+			}
+		}
+	}
+}
+
+// lease is one offer being worked on.
+type lease struct {
+	r      *Runner
+	o      Offer
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	deadline time.Time // conservative local expiry
+	ttl      time.Duration
+	pending  *HeartbeatRequest // progress not yet sent
+	lost     bool
+	canceled bool
+	nudge    chan struct{}
+}
+
+type leaseKey struct{}
+
+func (l *lease) isLost() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost
+}
+
+// work runs one offer: accept, heartbeat, handler, outcome.
+func (r *Runner) work(o Offer) {
+	log := r.log.With("task_id", o.Task.ID, "lease_id", o.LeaseID, "task_type", o.Task.Type, "attempt", o.Attempt)
+	r.mu.Lock()
+	h := r.h[o.Task.Type]
+	r.mu.Unlock()
+	bg := context.Background()
+	if h == nil {
+		log.Warn("no handler for this task type; releasing the lease")
+		r.release(bg, log, o, "no handler for task type "+o.Task.Type)
+		return
+	}
+	if !r.accept(o, log) {
+		return
+	}
+	l := &lease{r: r, o: o, log: log, deadline: o.deadline, ttl: o.ttl, nudge: make(chan struct{}, 1)}
+	if l.deadline.IsZero() {
+		l.deadline = o.LeaseExpiresAt
+		l.ttl = time.Until(o.LeaseExpiresAt)
+	}
+	l.ctx, l.cancel = context.WithCancelCause(context.WithValue(bg, leaseKey{}, l))
+	defer l.cancel(nil)
+	r.mu.Lock()
+	r.live[o.LeaseID] = l
+	select {
+	case <-r.hard:
+		l.cancel(ErrShutdown)
+	default:
+	}
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.live, o.LeaseID)
+		r.mu.Unlock()
+	}()
+
+	hbStop := make(chan struct{})
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		l.heartbeatLoop(hbStop)
+	}()
+	defer func() {
+		close(hbStop)
+		<-hbDone
+	}()
+
+	log.Info("task started")
+	start := time.Now()
+	val, err := r.call(l.ctx, h, &l.o.Task)
+	took := time.Since(start).Round(time.Millisecond)
+	cause := context.Cause(l.ctx)
+	switch {
+	case l.isLost():
+		log.Warn("task stopped: the lease was lost; its outcome is not reported (the gate will lease it again)", "took", took, "handler_err", err)
+	case errors.Is(cause, ErrTaskCanceled):
+		log.Info("task canceled by the gate; releasing the lease", "took", took)
+		r.release(bg, log, o, "canceled: cancel_requested")
+	case err == nil:
+		comp, cerr := completion(val)
+		if cerr != nil {
+			log.Error("the handler's result cannot be encoded", "err", cerr)
+			r.deliverFail(l, cerr)
+			return
+		}
+		comp.TaskID = o.Task.ID
+		r.deliverComplete(l, comp, took)
+	case errors.Is(cause, ErrShutdown):
+		log.Info("task interrupted by shutdown; releasing the lease", "took", took, "err", err)
+		r.release(bg, log, o, "worker shutting down")
+	default:
+		r.deliverFail(l, err)
+	}
+}
+
+// call runs the handler, turning a panic into a *PanicError.
+func (r *Runner) call(ctx context.Context, h HandlerFunc, t *Task) (val any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			buf := make([]byte, 16<<10)
+			buf = buf[:runtime.Stack(buf, false)]
+			val, err = nil, &PanicError{Value: p, Stack: string(buf)}
+		}
+	}()
+	return h(ctx, t)
+}
+
+// accept accepts the offer, retrying network errors until the lease's local
+// deadline. It reports whether the work may start.
+func (r *Runner) accept(o Offer, log *slog.Logger) bool {
+	dl := o.deadline
+	if dl.IsZero() {
+		dl = o.LeaseExpiresAt
+	}
+	for n := 1; ; n++ {
+		ctx, cancel := context.WithDeadline(context.Background(), dl)
+		err := r.c.Accept(ctx, o.LeaseID, o.Task.ID)
+		cancel()
+		switch {
+		case err == nil:
+			return true
+		case errors.Is(err, ErrLeaseLost):
+			log.Warn("the offer expired before it was accepted", "err", err)
+			return false
+		case !Temporary(err):
+			log.Error("the gate refused to accept the offer; releasing it", "err", err)
+			r.release(context.Background(), log, o, "accept refused")
+			return false
+		}
+		d := r.cfg.DeliveryBackoff.Delay(n)
+		if time.Now().Add(d).After(dl) {
+			log.Warn("could not accept the offer before its lease ran out; the gate will lease it again", "err", err)
+			return false
+		}
+		log.Warn("accept failed; retrying", "err", err, "retry_in", d.Round(time.Millisecond))
+		time.Sleep(d)
+	}
+}
+
+// heartbeatLoop extends the lease at a third of its length, sends progress
+// when nudged, and cancels the handler when the lease is lost or the task
+// canceled.
+func (l *lease) heartbeatLoop(stop <-chan struct{}) {
+	fails := 0
+	for {
+		l.mu.Lock()
+		interval := l.ttl / 3
+		deadline := l.deadline
+		l.mu.Unlock()
+		if interval < 50*time.Millisecond {
+			interval = 50 * time.Millisecond
+		}
+		if fails > 0 {
+			// Retry sooner, but still before the lease runs out.
+			retry := time.Duration(fails) * 250 * time.Millisecond
+			if retry < interval {
+				interval = retry
+			}
+		}
+		untilDeadline := time.Until(deadline)
+		if untilDeadline <= 0 {
+			l.loseLease("no heartbeat reached the gate before the lease's local expiry")
+			return
+		}
+		t := time.NewTimer(interval)
+		dl := time.NewTimer(untilDeadline)
+		select {
+		case <-stop:
+			t.Stop()
+			dl.Stop()
+			return
+		case <-dl.C:
+			t.Stop()
+			l.loseLease("no heartbeat reached the gate before the lease's local expiry")
+			return
+		case <-t.C:
+		case <-l.nudge:
+			t.Stop()
+		}
+		dl.Stop()
+		if !l.beat(stop, deadline) {
+			fails++
+			continue
+		}
+		fails = 0
+		l.mu.Lock()
+		lost := l.lost
+		l.mu.Unlock()
+		if lost {
+			return
+		}
+	}
+}
+
+// beat sends one heartbeat; it reports whether the gate answered.
+func (l *lease) beat(stop <-chan struct{}, deadline time.Time) bool {
+	l.mu.Lock()
+	req := HeartbeatRequest{TaskID: l.o.Task.ID, ExtendLeaseSeconds: l.r.cfg.LeaseSeconds}
+	sent := l.pending
+	if sent != nil {
+		req.ProgressPercent, req.ProgressMessage = sent.ProgressPercent, sent.ProgressMessage
+	}
+	l.mu.Unlock()
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	res, err := l.r.c.Heartbeat(ctx, l.o.LeaseID, req)
+	if err != nil {
+		select {
+		case <-stop:
+			return true // the task is over; nothing more to do
+		default:
+		}
+		if errors.Is(err, ErrLeaseLost) {
+			l.loseLease(err.Error())
+			return true
+		}
+		l.log.Warn("heartbeat failed", "err", err, "lease_local_expiry_in", time.Until(deadline).Round(time.Millisecond))
+		if ae := (*APIError)(nil); errors.As(err, &ae) && !Temporary(err) {
+			// A refusal that is not lease_expired (400, 403): the lease
+			// cannot be kept, so the work must stop.
+			l.loseLease(err.Error())
+			return true
+		}
+		return false
+	}
+	l.mu.Lock()
+	if res.ttl > 0 {
+		l.ttl, l.deadline = res.ttl, res.deadline
+	}
+	if l.pending == sent {
+		l.pending = nil
+	}
+	first := res.CancelRequested && !l.canceled
+	if first {
+		l.canceled = true
+	}
+	l.mu.Unlock()
+	if first {
+		l.log.Info("the gate asks to cancel the task; canceling the handler")
+		l.cancel(ErrTaskCanceled)
+	}
+	return true
+}
+
+func (l *lease) loseLease(why string) {
+	l.mu.Lock()
+	first := !l.lost
+	l.lost = true
+	l.mu.Unlock()
+	if first {
+		l.log.Warn("lease lost; canceling the handler (KLIS-3 §6.1)", "reason", why)
+		l.cancel(ErrLeaseLost)
+	}
+}
+
+// Progress reports a task's progress from inside its handler: percent
+// (0..100, or negative for none) and a message. It is sent with an early
+// heartbeat; reports made faster than the gate can be told are coalesced, so
+// the latest one wins. It returns an error when ctx is not a handler's
+// context or percent is over 100.
+func Progress(ctx context.Context, percent float64, msg string) error {
+	l, _ := ctx.Value(leaseKey{}).(*lease)
+	if l == nil {
+		return errors.New("worker: Progress needs the context of a task handler")
+	}
+	if percent > 100 || percent != percent {
+		return fmt.Errorf("worker: progress percent %v is over 100", percent)
+	}
+	if len(msg) > 4096 {
+		msg = msg[:4096]
+	}
+	p := &HeartbeatRequest{ProgressMessage: msg}
+	if percent >= 0 {
+		p.ProgressPercent = &percent
+	}
+	l.mu.Lock()
+	l.pending = p
+	l.mu.Unlock()
+	select {
+	case l.nudge <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Lease returns the offer a handler's context belongs to.
+func Lease(ctx context.Context) (Offer, bool) {
+	l, _ := ctx.Value(leaseKey{}).(*lease)
+	if l == nil {
+		return Offer{}, false
+	}
+	return l.o, true
+}
+
+// Logger returns the Runner's logger with the task's task_id, lease_id,
+// task_type and attempt, or slog.Default() outside a handler.
+func Logger(ctx context.Context) *slog.Logger {
+	if l, _ := ctx.Value(leaseKey{}).(*lease); l != nil {
+		return l.log
+	}
+	return slog.Default()
+}
+
+// release gives the lease back, retrying network errors a few times; a
+// lease that cannot be released expires on its own.
+func (r *Runner) release(ctx context.Context, log *slog.Logger, o Offer, reason string) {
+	for n := 1; n <= 3; n++ {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := r.c.Release(cctx, o.LeaseID, o.Task.ID, reason)
+		cancel()
+		if err == nil {
+			return
+		}
+		if !Temporary(err) || n == 3 {
+			log.Warn("could not release the lease; it will expire on its own", "err", err)
+			return
+		}
+		select {
+		case <-r.hard:
+		case <-time.After(r.cfg.DeliveryBackoff.Delay(n)):
+		}
+	}
+}
+
+// deliverComplete reports a success with retries, falling back to a data:
+// URI when allowed, to a fatal failure when the gate refuses the result for
+// good, and to the spool when the gate cannot be reached.
+func (r *Runner) deliverComplete(l *lease, comp Completion, took time.Duration) {
+	triedFallback := false
+	err := r.deliver(l, func(ctx context.Context) error {
+		res, err := r.c.Complete(ctx, l.o.LeaseID, comp)
+		if err == nil {
+			l.log.Info("task completed", "took", took, "receipt_id", res.ReceiptID, "result_channel", res.ResultChannel,
+				"result_pointer", truncate(res.ResultPointer, 120), "duplicate", res.Duplicate)
+		}
+		var ae *APIError
+		if err != nil && r.cfg.DataURIFallback && !triedFallback && errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
+			if fb, ok := dataURIFallback(comp); ok {
+				triedFallback = true
+				l.log.Info("the gate refused the inline result; completing with a data: URI pointer instead", "err", err)
+				comp = fb
+				return errRetryNow
+			}
+		}
+		return err
+	}, "complete", comp)
+	if err != nil && !Temporary(err) && !errors.Is(err, ErrLeaseLost) && !errors.Is(err, errSpooled) {
+		// The gate will never take this result: fail the attempt instead so
+		// the task does not sit leased until its lease runs out.
+		l.log.Error("the gate refused the result; reporting a failure instead", "err", err)
+		r.deliverFail(l, Fatal(fmt.Errorf("the gate refused the result: %w", err)))
+	}
+}
+
+// deliverFail reports a failed attempt with retries and the spool.
+func (r *Runner) deliverFail(l *lease, herr error) {
+	f := Failure{TaskID: l.o.Task.ID, ErrorMessage: herr.Error(), Retryable: IsRetryable(herr)}
+	var pe *PanicError
+	if errors.As(herr, &pe) {
+		f.Metadata, _ = json.Marshal(map[string]any{"panic": fmt.Sprint(pe.Value), "stack": truncate(pe.Stack, 8000)})
+	}
+	if len(f.ErrorMessage) > 8000 {
+		f.ErrorMessage = f.ErrorMessage[:8000]
+	}
+	_ = r.deliver(l, func(ctx context.Context) error {
+		res, err := r.c.Fail(ctx, l.o.LeaseID, f)
+		if err == nil {
+			l.log.Warn("task failed", "err", herr, "retryable", f.Retryable, "status", res.Status, "will_retry", res.WillRetry,
+				"retry_at", res.RetryScheduledAt, "duplicate", res.Duplicate)
+		}
+		return err
+	}, "fail", f)
+}
+
+var (
+	errRetryNow = errors.New("retry at once")
+	errSpooled  = errors.New("spooled")
+)
+
+// deliver runs send until it succeeds, fails for good, or the attempts are
+// used up, and then spools body.
+func (r *Runner) deliver(l *lease, send func(context.Context) error, kind string, body any) error {
+	var err error
+	for n := 1; n <= r.cfg.DeliveryAttempts; n++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = send(ctx)
+		cancel()
+		if errors.Is(err, errRetryNow) {
+			n--
+			continue
+		}
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, ErrLeaseLost):
+			l.log.Warn("the gate refused the outcome: the lease is no longer held; the task will be leased again", "kind", kind, "err", err)
+			return err
+		case !Temporary(err):
+			l.log.Error("the gate refused the outcome", "kind", kind, "err", err)
+			return err
+		}
+		if l.isLost() {
+			l.log.Warn("the lease was lost while delivering the outcome; it is dropped", "kind", kind, "err", err)
+			return err
+		}
+		if n == r.cfg.DeliveryAttempts {
+			break
+		}
+		d := r.cfg.DeliveryBackoff.Delay(n)
+		l.log.Warn("could not deliver the outcome; retrying", "kind", kind, "err", err, "retry_in", d.Round(time.Millisecond), "attempt", n)
+		select {
+		case <-r.hard:
+			n = r.cfg.DeliveryAttempts // shutting down: spool now
+		case <-time.After(d):
+		}
+	}
+	if r.sp == nil {
+		l.log.Error("could not deliver the outcome and the spool is disabled; it is lost (the lease will expire and the task be redone)", "kind", kind, "err", err)
+		return err
+	}
+	raw, _ := json.Marshal(body)
+	e := spoolEntry{Kind: kind, LeaseID: l.o.LeaseID, TaskID: l.o.Task.ID, TaskType: l.o.Task.Type, Body: raw, SpooledAt: time.Now().UTC()}
+	if serr := r.sp.add(e); serr != nil {
+		l.log.Error("could not deliver the outcome nor spool it", "kind", kind, "err", err, "spool_err", serr)
+		return err
+	}
+	l.log.Warn("could not deliver the outcome; spooled it for later", "kind", kind, "err", err, "spool", r.sp.path)
+	return errSpooled
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// spoolLoop retries the spool at start and every SpoolInterval.
+func (r *Runner) spoolLoop(ctx context.Context) {
+	t := time.NewTicker(r.cfg.SpoolInterval)
+	defer t.Stop()
+	for {
+		if _, _, err := r.FlushSpool(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("spool retry failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// FlushSpool tries to deliver every spooled outcome once. Delivered ones,
+// and ones the gate refuses for good (a lease that expired meanwhile: the
+// task was leased again), leave the spool; ones that fail with a network
+// error or 5xx stay. It returns how many left and how many remain.
+func (r *Runner) FlushSpool(ctx context.Context) (delivered, remaining int, err error) {
+	if r.sp == nil {
+		return 0, 0, nil
+	}
+	entries, bad, err := r.sp.load()
+	if err != nil {
+		return 0, 0, err
+	}
+	if bad > 0 {
+		r.log.Warn("spool: skipped lines that do not parse", "count", bad, "spool", r.sp.path)
+	}
+	if len(entries) == 0 {
+		return 0, 0, nil
+	}
+	done := map[string]bool{}
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			break
+		}
+		log := r.log.With("task_id", e.TaskID, "lease_id", e.LeaseID, "task_type", e.TaskType, "kind", e.Kind)
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		var derr error
+		switch e.Kind {
+		case "complete":
+			var c Completion
+			if derr = json.Unmarshal(e.Body, &c); derr == nil {
+				var res *CompleteResult
+				if res, derr = r.c.Complete(cctx, e.LeaseID, c); derr == nil {
+					log.Info("spool: delivered a completion", "receipt_id", res.ReceiptID, "duplicate", res.Duplicate, "spooled_at", e.SpooledAt)
+				}
+			}
+		case "fail":
+			var f Failure
+			if derr = json.Unmarshal(e.Body, &f); derr == nil {
+				var res *FailResult
+				if res, derr = r.c.Fail(cctx, e.LeaseID, f); derr == nil {
+					log.Info("spool: delivered a failure", "status", res.Status, "duplicate", res.Duplicate, "spooled_at", e.SpooledAt)
+				}
+			}
+		}
+		cancel()
+		switch {
+		case derr == nil:
+			done[e.key()] = true
+			delivered++
+		case Temporary(derr):
+		default:
+			log.Warn("spool: the gate refused a spooled outcome; dropping it (the task is leased again or already settled)", "err", derr)
+			done[e.key()] = true
+		}
+	}
+	if len(done) > 0 {
+		if err := r.sp.remove(done); err != nil {
+			return delivered, remaining, err
+		}
+	}
+	return delivered, len(entries) - len(done), nil
+}
