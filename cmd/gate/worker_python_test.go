@@ -1,0 +1,30 @@
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// TestWorkerPython runs the Python worker client's end-to-end tests
+// (sdk/python/test_worker.py) against a real gate.
+func TestWorkerPython(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed")
+	}
+	g := startGate(t, t.TempDir())
+	agent := g.newKey(t, "agent", "agent.py-tests", "")
+	const workerID = "worker.py-tests"
+	wkey := g.newKey(t, "worker", workerID, "")
+	script, err := filepath.Abs("../../sdk/python/test_worker.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, script, g.URL, g.Admin, agent, wkey, workerID)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python tests failed: %v\n%s", err, out)
+	}
+	t.Logf("python tests:\n%s", out)
+}

@@ -1,0 +1,832 @@
+"""AsyncGate worker client for Python (standard library only).
+
+One module, no dependencies: copy it next to your worker. It talks to the
+gate's canonical worker API (``POST /v1/leases`` and
+``/v1/leases/{lease_id}/accept|heartbeat|complete|fail|release``) with
+``urllib`` and runs handlers in threads.
+
+A complete worker::
+
+    from asyncgate_worker import Client, Runner, FatalError
+
+    runner = Runner(Client("http://127.0.0.1:8080", api_key="agw_…"),
+                    worker_id="worker.py-1", concurrency=4)
+
+    @runner.task("doc.index")
+    def index(task):
+        paths = task.params.get("paths")
+        if not paths:
+            raise FatalError("params.paths is missing")   # no retry
+        for i, p in enumerate(paths):
+            task.check()                    # raises if the lease is lost,
+                                            # the task canceled, or shutting down
+            task.progress(100 * (i + 1) / len(paths), "indexed " + p)
+        return {"indexed": len(paths)}      # inline JSON result
+
+    runner.run_forever()                    # SIGINT/SIGTERM: graceful stop
+
+What the Runner does, following the seeds (Lease Protocol, KLIS-3, "Lease to
+Receipt flow") and the Go SDK (``sdk/worker``):
+
+* long-polls for as many tasks as it has free slots (``concurrency``); network
+  errors and 5xx answers back off 5 s → 10 s → 20 s → 40 s, at most 60 s;
+* accepts every offer before its handler starts;
+* heartbeats at a third of the lease length in a thread; when the gate answers
+  409 ``lease_expired``, when no heartbeat gets through before the lease's
+  conservative local expiry (KLIS-3 §6.1), when a heartbeat answers
+  ``cancel_requested``, or when the shutdown grace is over, the task's
+  ``cancelled`` event is set and ``task.check()`` raises ``TaskStopped``.
+  Python threads cannot be killed: handlers must call ``task.check()`` (or
+  wait on ``task.cancelled``) in their loops;
+* results: ``dict``/``list``/str/numbers go inline as JSON, ``bytes`` inline as
+  base64, a ``Pointer`` names a result the handler stored itself;
+* exceptions: ``FatalError`` dead-letters the task at once; any other
+  exception (including ``RetryableError``) is a retryable failure with the
+  traceback in the failure's metadata;
+* completions and failures are retried with exponential backoff, then
+  appended (fsync'd) to a spool file of JSON lines — the same format as the Go
+  SDK's — which is retried at start and every ``spool_interval`` seconds;
+* ``stop()`` (or SIGINT/SIGTERM in ``run_forever``) stops leasing, lets
+  in-flight tasks finish for ``shutdown_timeout`` seconds, then stops them and
+  releases their leases so the tasks go back to the queue.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import email.utils
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import signal
+import socket
+import threading
+import time
+import traceback
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+__all__ = [
+    "AsyncGateError", "RetryableError", "FatalError", "TaskStopped",
+    "Pointer", "Task", "Client", "Runner",
+]
+
+log = logging.getLogger("asyncgate_worker")
+
+
+# --------------------------------------------------------------------------
+# Errors
+
+
+class AsyncGateError(Exception):
+    """An error answer of the gate: ``{"error": code, "detail": text}``."""
+
+    def __init__(self, status: int, code: str, detail: str = ""):
+        super().__init__("gate answered %d %s: %s" % (status, code, detail))
+        self.status, self.code, self.detail = status, code, detail
+
+    @property
+    def lease_lost(self) -> bool:
+        """True for 409 lease_expired: the lease is no longer held."""
+        return self.status == 409 and self.code == "lease_expired"
+
+    @property
+    def temporary(self) -> bool:
+        """True for answers worth retrying later (5xx, 408, 429)."""
+        return self.status >= 500 or self.status in (408, 429)
+
+
+def is_temporary(exc: BaseException) -> bool:
+    """Report whether a client call error is worth retrying later: network
+    errors, timeouts and 5xx/408/429 answers. Other 4xx answers are final."""
+    if isinstance(exc, AsyncGateError):
+        return exc.temporary
+    return isinstance(exc, (urllib.error.URLError, OSError, socket.timeout, TimeoutError, ConnectionError))
+
+
+class RetryableError(Exception):
+    """Raise from a handler for a failure worth another attempt. Any exception
+    that is not a ``FatalError`` is retryable; this one says so explicitly."""
+
+
+class FatalError(Exception):
+    """Raise from a handler for a failure that must not be retried: the task
+    goes to the dead-letter queue at once."""
+
+
+class TaskStopped(Exception):
+    """Raised by ``Task.check()`` once the task must stop. ``reason`` is
+    ``"lease_lost"``, ``"canceled"`` or ``"shutdown"``."""
+
+    def __init__(self, reason: str):
+        super().__init__("task stopped: " + reason)
+        self.reason = reason
+
+
+# --------------------------------------------------------------------------
+# Results
+
+
+@dataclass
+class Pointer:
+    """A result the handler stored itself (S3, a mailbox, a file share): the
+    gate records where it is and never sees the payload."""
+
+    pointer: str
+    channel: str = ""
+    checksum: str = ""
+    summary: str = ""
+    metadata: Optional[Dict[str, Any]] = None
+    artifacts: Optional[List[Dict[str, Any]]] = None
+
+
+def _completion(value: Any) -> Dict[str, Any]:
+    """Turn a handler's return value into the completion body."""
+    if value is None:
+        return {"result": {}}
+    if isinstance(value, Pointer):
+        if not value.pointer:
+            raise FatalError("Pointer without a pointer")
+        body: Dict[str, Any] = {"result_pointer": value.pointer}
+        for k, v in (("result_channel", value.channel), ("result_checksum", value.checksum),
+                     ("summary", value.summary), ("metadata", value.metadata), ("artifacts", value.artifacts)):
+            if v:
+                body[k] = v
+        return body
+    if isinstance(value, (bytes, bytearray)):
+        if not value:
+            return {"result": {}}
+        return {"result_base64": base64.b64encode(bytes(value)).decode("ascii")}
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as e:
+        raise FatalError("the result is not JSON-encodable: %s" % e)
+    return {"result": value}
+
+
+def _data_uri_fallback(body: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """Rewrite an inline completion as a self-contained data: URI pointer
+    (for gates without result channels); None when not possible."""
+    if "result" in body:
+        payload, mime = json.dumps(body["result"], separators=(",", ":")).encode(), "application/json"
+    elif "result_base64" in body:
+        payload, mime = base64.b64decode(body["result_base64"]), "application/octet-stream"
+    else:
+        return None
+    uri = "data:%s;base64,%s" % (mime, base64.b64encode(payload).decode("ascii"))
+    if len(uri) > 8000:
+        return None
+    out = {k: v for k, v in body.items() if k not in ("result", "result_base64")}
+    out.update(result_channel="data", result_pointer=uri,
+               result_checksum="sha256:" + hashlib.sha256(payload).hexdigest())
+    return out
+
+
+# --------------------------------------------------------------------------
+# Client
+
+
+def _parse_time(s: str) -> float:
+    """Parse the gate's RFC 3339 timestamps into a Unix time."""
+    s = s.strip().replace("Z", "+00:00")
+    m = re.match(r"^(.*T\d\d:\d\d:\d\d)(\.\d+)?(.*)$", s)
+    if m:  # Python 3.10 fromisoformat takes at most 6 fraction digits
+        frac = (m.group(2) or "")[:7]
+        s = m.group(1) + frac + m.group(3)
+    return _dt.datetime.fromisoformat(s).timestamp()
+
+
+class Client:
+    """The gate's worker API over HTTP. Thread-safe (one request per call).
+
+    ``base_url`` is the gate (``http://127.0.0.1:8080``); ``api_key`` a worker
+    (or admin) key; ``timeout`` the socket timeout for calls that do not
+    long-poll."""
+
+    def __init__(self, base_url: str, api_key: str, timeout: float = 30.0):
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, body: Any = None, timeout: Optional[float] = None):
+        """Send a request; return (status, decoded JSON or None, server Date as
+        Unix time or None). Raise AsyncGateError for non-2xx answers."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base_url + path, data=data, method=method)
+        req.add_header("Authorization", "Bearer " + self.api_key)
+        req.add_header("Accept", "application/json")
+        req.add_header("User-Agent", "asyncgate-worker-python/1")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as res:
+                raw = res.read()
+                status, date = res.status, res.headers.get("Date")
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            code, detail = "http_%d" % e.code, raw.decode("utf-8", "replace")[:200]
+            try:
+                j = json.loads(raw)
+                code, detail = j.get("error", code), j.get("detail", "")
+            except ValueError:
+                pass
+            raise AsyncGateError(e.code, code, detail) from None
+        server = None
+        if date:
+            try:
+                server = email.utils.parsedate_to_datetime(date).timestamp()
+            except (TypeError, ValueError):
+                server = None
+        return status, (json.loads(raw) if raw else None), server
+
+    @staticmethod
+    def _clock(sent: float, server: Optional[float], expires_at: str):
+        """Lease length and conservative local deadline (KLIS-3 §6.2): the
+        remaining time by the gate's clock (Date has whole seconds: one is taken
+        off), counted from when the request was sent."""
+        exp = _parse_time(expires_at)
+        ttl = (exp - server - 1.0) if server is not None else (exp - time.time())
+        ttl = max(ttl, 0.0)
+        return ttl, sent + ttl
+
+    def lease(self, task_types: List[str], worker_id: str = "", max_tasks: int = 1,
+              lease_seconds: int = 0, wait_seconds: float = 0) -> List[Dict[str, Any]]:
+        """POST /v1/leases: up to ``max_tasks`` offers, [] when no work. Each
+        offer gets ``_ttl`` and ``_deadline`` (local monotonic-free Unix time)."""
+        body: Dict[str, Any] = {"task_types": task_types, "max_tasks": max_tasks}
+        if worker_id:
+            body["worker_id"] = worker_id
+        if lease_seconds:
+            body["lease_seconds"] = lease_seconds
+        if wait_seconds:
+            body["wait_seconds"] = wait_seconds
+        sent = time.time()
+        status, out, server = self._call("POST", "/v1/leases", body, timeout=self.timeout + wait_seconds)
+        if status == 204 or not out:
+            return []
+        offers = out.get("leases") or []
+        for o in offers:
+            o["_ttl"], o["_deadline"] = self._clock(sent, server, o["lease_expires_at"])
+        return offers
+
+    def accept(self, lease_id: str, task_id: str = "") -> Dict[str, Any]:
+        """POST /v1/leases/{id}/accept: the offer becomes an obligation."""
+        return self._call("POST", "/v1/leases/%s/accept" % urllib.parse.quote(lease_id), {"task_id": task_id})[1]
+
+    def heartbeat(self, lease_id: str, task_id: str = "", progress_percent: Optional[float] = None,
+                  progress_message: str = "", extend_lease_seconds: int = 0) -> Dict[str, Any]:
+        """POST /v1/leases/{id}/heartbeat; the answer has ``cancel_requested``
+        and ``_ttl``/``_deadline``."""
+        body: Dict[str, Any] = {"task_id": task_id}
+        if progress_percent is not None:
+            body["progress_percent"] = progress_percent
+        if progress_message:
+            body["progress_message"] = progress_message
+        if extend_lease_seconds:
+            body["extend_lease_seconds"] = extend_lease_seconds
+        sent = time.time()
+        _, out, server = self._call("POST", "/v1/leases/%s/heartbeat" % urllib.parse.quote(lease_id), body)
+        out["_ttl"], out["_deadline"] = self._clock(sent, server, out["lease_expires_at"])
+        return out
+
+    def complete(self, lease_id: str, body: Dict[str, Any]) -> Dict[str, Any]:
+        """POST /v1/leases/{id}/complete with a completion body (result,
+        result_base64, result_pointer, summary, metadata, artifacts…)."""
+        return self._call("POST", "/v1/leases/%s/complete" % urllib.parse.quote(lease_id), body)[1]
+
+    def fail(self, lease_id: str, body: Dict[str, Any]) -> Dict[str, Any]:
+        """POST /v1/leases/{id}/fail with error_message, retryable, metadata."""
+        return self._call("POST", "/v1/leases/%s/fail" % urllib.parse.quote(lease_id), body)[1]
+
+    def release(self, lease_id: str, task_id: str = "", reason: str = "") -> Dict[str, Any]:
+        """POST /v1/leases/{id}/release: back to the queue without using an
+        attempt (a task whose cancel was requested is canceled)."""
+        return self._call("POST", "/v1/leases/%s/release" % urllib.parse.quote(lease_id),
+                          {"task_id": task_id, "reason": reason})[1]
+
+
+# --------------------------------------------------------------------------
+# Tasks
+
+
+class Task:
+    """One leased task, handed to a handler.
+
+    Attributes: ``task_id``, ``task_type``, ``params`` (dict), ``priority``,
+    ``lease_id`` (also ``run_id``), ``attempt``, ``raw`` (the task JSON), and
+    ``cancelled`` — a ``threading.Event`` set when the task must stop
+    (``stop_reason`` says why)."""
+
+    def __init__(self, runner: "Runner", offer: Dict[str, Any]):
+        t = offer.get("task") or {}
+        self.raw = t
+        self.task_id: str = t.get("task_id", "")
+        self.task_type: str = t.get("task_type", "")
+        self.params: Dict[str, Any] = t.get("params") or {}
+        self.priority: int = t.get("priority", 0)
+        self.lease_id: str = offer["lease_id"]
+        self.run_id: str = offer.get("run_id", self.lease_id)
+        self.attempt: int = offer.get("attempt", 1)
+        self.cancelled = threading.Event()
+        self.stop_reason: Optional[str] = None
+        self.log = logging.LoggerAdapter(log, {"task_id": self.task_id, "lease_id": self.lease_id})
+        self._runner = runner
+        self._lock = threading.Lock()
+        self._ttl: float = offer.get("_ttl", 0.0)
+        self._deadline: float = offer.get("_deadline", 0.0)
+        self._pending: Optional[Dict[str, Any]] = None
+        self._nudge = threading.Event()
+
+    def progress(self, percent: Optional[float] = None, message: str = "") -> None:
+        """Report progress (percent 0..100 and/or a message). It is sent with an
+        early heartbeat; reports faster than that are coalesced."""
+        if percent is not None and not (0 <= percent <= 100):
+            raise ValueError("progress percent must be 0..100")
+        with self._lock:
+            self._pending = {"progress_percent": percent, "progress_message": message[:4096]}
+        self._nudge.set()
+
+    def check(self) -> None:
+        """Raise TaskStopped when the lease was lost, the task canceled, or the
+        worker's shutdown grace is over. Call it in every loop."""
+        if self.cancelled.is_set():
+            raise TaskStopped(self.stop_reason or "stopped")
+
+    def _stop(self, reason: str) -> bool:
+        with self._lock:
+            if self.stop_reason is not None:
+                return False
+            self.stop_reason = reason
+        self.cancelled.set()
+        return True
+
+
+# --------------------------------------------------------------------------
+# Runner
+
+
+class Runner:
+    """Leases tasks of the registered types and runs them with heartbeats.
+
+    Register handlers with the ``task(task_type)`` decorator; a handler takes a
+    ``Task`` and returns the result (see the module docstring). Then call
+    ``run_forever()`` (installs SIGINT/SIGTERM handlers) or ``run()`` in a
+    thread and ``stop()`` from another.
+
+    Parameters mirror the Go SDK's Config: ``worker_id`` ("{type}.{instance}",
+    default: the key's own), ``concurrency``, ``lease_seconds`` (0: the task
+    type's), ``poll_wait`` (long-poll seconds, ≤ 30), ``idle_wait``,
+    ``poll_backoff`` and ``delivery_backoff`` (initial, max seconds),
+    ``delivery_attempts``, ``spool_path`` (default
+    ``~/.cache/asyncgate/spool-<worker id>.jsonl``; ``""`` disables the spool),
+    ``spool_interval``, ``shutdown_timeout``, ``data_uri_fallback`` (complete
+    with a data: URI when the gate refuses an inline result with 400)."""
+
+    def __init__(self, client: Client, worker_id: str = "", concurrency: int = 1, lease_seconds: int = 0,
+                 poll_wait: float = 30.0, idle_wait: float = 5.0, poll_backoff=(5.0, 60.0),
+                 delivery_attempts: int = 5, delivery_backoff=(1.0, 15.0), spool_path: Optional[str] = None,
+                 spool_interval: float = 30.0, shutdown_timeout: float = 30.0, data_uri_fallback: bool = False,
+                 logger: Optional[logging.Logger] = None):
+        self.client = client
+        self.worker_id = worker_id
+        self.concurrency = max(1, min(100, concurrency))
+        self.lease_seconds = lease_seconds
+        self.poll_wait = min(poll_wait, 30.0)
+        self.idle_wait = idle_wait
+        self.poll_backoff = poll_backoff
+        self.delivery_attempts = max(1, delivery_attempts)
+        self.delivery_backoff = delivery_backoff
+        if spool_path is None:
+            name = re.sub(r"[^A-Za-z0-9_.-]+", "_", worker_id) or "default"
+            spool_path = os.path.join(os.path.expanduser("~"), ".cache", "asyncgate", "spool-%s.jsonl" % name)
+        self.spool_path = spool_path
+        self.spool_interval = spool_interval
+        self.shutdown_timeout = shutdown_timeout
+        self.data_uri_fallback = data_uri_fallback
+        self.log = logger or log
+        self._handlers: Dict[str, Callable[[Task], Any]] = {}
+        self._stop = threading.Event()
+        self._hard = threading.Event()
+        self._live: Dict[str, Task] = {}
+        self._live_lock = threading.Lock()
+        self._spool_lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(self.concurrency)
+        self._threads: List[threading.Thread] = []
+
+    # ---- registration
+
+    def task(self, task_type: str):
+        """Decorator: register the handler for a task type."""
+        def deco(fn: Callable[[Task], Any]):
+            self._handlers[task_type] = fn
+            return fn
+        return deco
+
+    # ---- life cycle
+
+    def stop(self) -> None:
+        """Ask run() to stop gracefully (safe from any thread or signal handler)."""
+        self._stop.set()
+
+    def run_forever(self) -> None:
+        """run() with SIGINT and SIGTERM wired to a graceful stop."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: self.stop())
+        self.run()
+
+    def run(self) -> None:
+        """Lease and run tasks until stop(); then stop leasing, wait for
+        in-flight tasks for shutdown_timeout, stop the rest and release their
+        leases. Raises AsyncGateError when the gate refuses this worker's
+        lease calls (401, 403, 400)."""
+        if not self._handlers:
+            raise ValueError("no handlers registered")
+        types = sorted(self._handlers)
+        self.log.info("worker starting: types=%s concurrency=%d gate=%s spool=%s",
+                      types, self.concurrency, self.client.base_url, self.spool_path)
+        spooler = threading.Thread(target=self._spool_loop, name="asyncgate-spool", daemon=True)
+        spooler.start()
+        err: Optional[BaseException] = None
+        try:
+            self._lease_loop(types)
+        except AsyncGateError as e:
+            err = e
+        self._stop.set()
+        self.log.info("worker stopping: waiting for %d in-flight task(s)", len(self._live))
+        deadline = time.time() + self.shutdown_timeout
+        for th in list(self._threads):
+            th.join(max(0.0, deadline - time.time()))
+        if any(th.is_alive() for th in self._threads):
+            self.log.warning("shutdown grace is over; stopping in-flight tasks")
+            self._hard.set()
+            with self._live_lock:
+                for t in self._live.values():
+                    t._stop("shutdown")
+            for th in list(self._threads):
+                th.join()
+        spooler.join(timeout=5)
+        self.log.info("worker stopped")
+        if err is not None:
+            raise err
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep unless stop() is called; True when the full time passed."""
+        return not self._stop.wait(max(0.0, seconds))
+
+    @staticmethod
+    def _delay(backoff, n: int) -> float:
+        initial, maximum = backoff
+        d = min(initial * (2 ** (n - 1)), maximum)
+        return d * (1 + random.uniform(-0.1, 0.1))
+
+    def _lease_loop(self, types: List[str]) -> None:
+        fails = 0
+        while not self._stop.is_set():
+            if not self._slots.acquire(timeout=0.5):
+                continue
+            n = 1
+            while n < self.concurrency and self._slots.acquire(blocking=False):
+                n += 1
+            start = time.time()
+            try:
+                offers = self.client.lease(types, worker_id=self.worker_id, max_tasks=n,
+                                           lease_seconds=self.lease_seconds, wait_seconds=self.poll_wait)
+            except Exception as e:  # noqa: BLE001 - every error is classified
+                for _ in range(n):
+                    self._slots.release()
+                if isinstance(e, AsyncGateError) and e.status in (400, 401, 403):
+                    self.log.error("the gate refuses this worker's lease calls: %s", e)
+                    raise
+                fails += 1
+                d = self._delay(self.poll_backoff, fails)
+                self.log.warning("lease call failed (%s); retrying in %.1fs", e, d)
+                self._sleep(d)
+                continue
+            fails = 0
+            for _ in range(n - len(offers)):
+                self._slots.release()
+            self._threads = [th for th in self._threads if th.is_alive()]
+            for o in offers:
+                th = threading.Thread(target=self._work, args=(o,), name="asyncgate-task", daemon=True)
+                self._threads.append(th)
+                th.start()
+            if not offers and (self.poll_wait <= 0 or time.time() - start < self.poll_wait / 2):
+                self._sleep(self.idle_wait)
+
+    # ---- one task
+
+    def _work(self, offer: Dict[str, Any]) -> None:
+        task = Task(self, offer)
+        try:
+            self._run_task(task)
+        except Exception:  # noqa: BLE001 - never let a task thread die silently
+            task.log.exception("internal error while running task %s", task.task_id)
+        finally:
+            with self._live_lock:
+                self._live.pop(task.lease_id, None)
+            self._slots.release()
+
+    def _run_task(self, task: Task) -> None:
+        handler = self._handlers.get(task.task_type)
+        if handler is None:
+            self._release(task, "no handler for task type " + task.task_type)
+            return
+        if not self._accept(task):
+            return
+        with self._live_lock:
+            self._live[task.lease_id] = task
+        if self._hard.is_set():
+            task._stop("shutdown")
+        done = threading.Event()
+        hb = threading.Thread(target=self._heartbeat_loop, args=(task, done), name="asyncgate-heartbeat", daemon=True)
+        hb.start()
+        try:
+            task.log.info("task %s (%s) started, attempt %d", task.task_id, task.task_type, task.attempt)
+            started = time.time()
+            result, error, tb = None, None, ""
+            try:
+                result = handler(task)
+            except Exception as e:  # noqa: BLE001 - a handler error is a failure, not a crash
+                error, tb = e, traceback.format_exc()
+            took = time.time() - started
+            reason = task.stop_reason
+            if reason == "lease_lost":
+                task.log.warning("task %s stopped: the lease was lost; outcome not reported", task.task_id)
+            elif reason == "canceled":
+                task.log.info("task %s canceled by the gate; releasing", task.task_id)
+                self._release(task, "canceled: cancel_requested")
+            elif error is None:
+                try:
+                    body = _completion(result)
+                except FatalError as e:
+                    self._deliver_fail(task, e, "")
+                else:
+                    body["task_id"] = task.task_id
+                    self._deliver_complete(task, body, took)
+            elif reason == "shutdown":
+                task.log.info("task %s interrupted by shutdown; releasing", task.task_id)
+                self._release(task, "worker shutting down")
+            else:
+                self._deliver_fail(task, error, tb)
+        finally:
+            done.set()
+            task._nudge.set()
+            hb.join()
+
+    def _accept(self, task: Task) -> bool:
+        n = 0
+        while True:
+            n += 1
+            try:
+                self.client.accept(task.lease_id, task.task_id)
+                return True
+            except Exception as e:  # noqa: BLE001
+                if isinstance(e, AsyncGateError) and e.lease_lost:
+                    task.log.warning("offer %s expired before it was accepted", task.lease_id)
+                    return False
+                if not is_temporary(e):
+                    task.log.error("the gate refused to accept %s: %s", task.lease_id, e)
+                    self._release(task, "accept refused")
+                    return False
+                d = self._delay(self.delivery_backoff, n)
+                if task._deadline and time.time() + d > task._deadline:
+                    task.log.warning("could not accept %s before its lease ran out: %s", task.lease_id, e)
+                    return False
+                time.sleep(d)
+
+    def _heartbeat_loop(self, task: Task, done: threading.Event) -> None:
+        fails = 0
+        while not done.is_set():
+            with task._lock:
+                interval = max(task._ttl / 3.0, 0.05)
+                deadline = task._deadline
+            if fails:
+                interval = min(interval, 0.25 * fails)
+            remaining = deadline - time.time()
+            if remaining <= 0:
+                if task._stop("lease_lost"):
+                    task.log.warning("lease %s lost: no heartbeat reached the gate before its local expiry", task.lease_id)
+                return
+            task._nudge.wait(min(interval, remaining))
+            task._nudge.clear()
+            if done.is_set():
+                return
+            if time.time() >= deadline:
+                continue  # the check at the top stops the task
+            with task._lock:
+                pending = task._pending
+            kw: Dict[str, Any] = {"extend_lease_seconds": self.lease_seconds}
+            if pending:
+                kw.update(pending)
+            try:
+                res = self.client.heartbeat(task.lease_id, task.task_id, **kw)
+            except Exception as e:  # noqa: BLE001
+                if done.is_set():
+                    return
+                if (isinstance(e, AsyncGateError) and (e.lease_lost or not e.temporary)):
+                    if task._stop("lease_lost"):
+                        task.log.warning("lease %s lost: %s", task.lease_id, e)
+                    return
+                fails += 1
+                task.log.warning("heartbeat for %s failed: %s", task.lease_id, e)
+                continue
+            fails = 0
+            with task._lock:
+                if res.get("_ttl", 0) > 0:
+                    task._ttl, task._deadline = res["_ttl"], res["_deadline"]
+                if task._pending is pending:
+                    task._pending = None
+            if res.get("cancel_requested") and task._stop("canceled"):
+                task.log.info("the gate asks to cancel task %s", task.task_id)
+
+    # ---- outcomes
+
+    def _release(self, task: Task, reason: str) -> None:
+        for n in range(1, 4):
+            try:
+                self.client.release(task.lease_id, task.task_id, reason)
+                return
+            except Exception as e:  # noqa: BLE001
+                if not is_temporary(e) or n == 3:
+                    task.log.warning("could not release %s (%s); it will expire on its own", task.lease_id, e)
+                    return
+                time.sleep(self._delay(self.delivery_backoff, n))
+
+    def _deliver_complete(self, task: Task, body: Dict[str, Any], took: float) -> None:
+        tried_fallback = False
+
+        def send():
+            nonlocal body, tried_fallback
+            try:
+                res = self.client.complete(task.lease_id, body)
+            except AsyncGateError as e:
+                if self.data_uri_fallback and not tried_fallback and e.status == 400:
+                    fb = _data_uri_fallback(body)
+                    if fb is not None:
+                        tried_fallback, body = True, fb
+                        task.log.info("inline result refused (%s); completing with a data: URI", e)
+                        res = self.client.complete(task.lease_id, body)
+                        task.log.info("task %s completed in %.2fs (data: URI)", task.task_id, took)
+                        return
+                raise
+            task.log.info("task %s completed in %.2fs: %s", task.task_id, took, res.get("result_pointer", "")[:120])
+
+        err = self._deliver(task, "complete", send, lambda: body)
+        if err is not None and isinstance(err, AsyncGateError) and not err.temporary and not err.lease_lost:
+            task.log.error("the gate refused the result of %s (%s); reporting a failure", task.task_id, err)
+            self._deliver_fail(task, FatalError("the gate refused the result: %s" % err), "")
+
+    def _deliver_fail(self, task: Task, error: BaseException, tb: str) -> None:
+        body: Dict[str, Any] = {"task_id": task.task_id, "error_message": (str(error) or type(error).__name__)[:8000],
+                                "retryable": not isinstance(error, FatalError)}
+        if tb:
+            body["metadata"] = {"exception": type(error).__name__, "traceback": tb[-8000:]}
+
+        def send():
+            res = self.client.fail(task.lease_id, body)
+            task.log.warning("task %s failed (%s, retryable=%s): status=%s will_retry=%s", task.task_id, error,
+                             body["retryable"], res.get("status"), res.get("will_retry"))
+
+        self._deliver(task, "fail", send, lambda: body)
+
+    def _deliver(self, task: Task, kind: str, send: Callable[[], None], body: Callable[[], Dict[str, Any]]):
+        """Try send with backoff; spool the body when the gate stays
+        unreachable. Returns None on success or the last error."""
+        err: Optional[BaseException] = None
+        for n in range(1, self.delivery_attempts + 1):
+            try:
+                send()
+                return None
+            except Exception as e:  # noqa: BLE001
+                err = e
+            if isinstance(err, AsyncGateError) and err.lease_lost:
+                task.log.warning("%s refused for %s: the lease is no longer held; the task will be leased again",
+                                 kind, task.lease_id)
+                return err
+            if not is_temporary(err):
+                task.log.error("%s refused for %s: %s", kind, task.lease_id, err)
+                return err
+            if task.stop_reason == "lease_lost" or n == self.delivery_attempts or self._hard.is_set():
+                break
+            d = self._delay(self.delivery_backoff, n)
+            task.log.warning("could not deliver %s for %s (%s); retrying in %.1fs", kind, task.lease_id, err, d)
+            self._hard.wait(d)
+        if not self.spool_path:
+            task.log.error("could not deliver %s for %s and the spool is disabled: %s", kind, task.lease_id, err)
+            return err
+        entry = {"kind": kind, "lease_id": task.lease_id, "task_id": task.task_id, "task_type": task.task_type,
+                 "body": body(), "spooled_at": _dt.datetime.now(_dt.timezone.utc).isoformat().replace("+00:00", "Z")}
+        try:
+            self._spool_add(entry)
+        except OSError as e:
+            task.log.error("could not deliver %s for %s nor spool it: %s / %s", kind, task.lease_id, err, e)
+            return err
+        task.log.warning("could not deliver %s for %s (%s); spooled to %s", kind, task.lease_id, err, self.spool_path)
+        return None
+
+    # ---- spool
+
+    def _spool_add(self, entry: Dict[str, Any]) -> None:
+        line = json.dumps(entry, separators=(",", ":")) + "\n"
+        with self._spool_lock:
+            d = os.path.dirname(self.spool_path) or "."
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            new = not os.path.exists(self.spool_path)
+            fd = os.open(self.spool_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line.encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if new:
+                _fsync_dir(d)
+
+    def _spool_load(self) -> List[Dict[str, Any]]:
+        try:
+            with open(self.spool_path, "rb") as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            return []
+        out = []
+        for ln in lines:
+            if not ln.strip():
+                continue
+            try:
+                e = json.loads(ln)
+            except ValueError:
+                self.log.warning("spool: skipping a line that does not parse")
+                continue
+            if isinstance(e, dict) and e.get("lease_id") and e.get("kind") in ("complete", "fail"):
+                out.append(e)
+        return out
+
+    def flush_spool(self) -> int:
+        """Try every spooled outcome once; return how many remain. Delivered
+        ones and ones the gate refuses for good leave the spool."""
+        if not self.spool_path:
+            return 0
+        with self._spool_lock:
+            entries = self._spool_load()
+        done = set()
+        for e in entries:
+            key = (e["kind"], e["lease_id"])
+            try:
+                if e["kind"] == "complete":
+                    self.client.complete(e["lease_id"], e["body"])
+                else:
+                    self.client.fail(e["lease_id"], e["body"])
+                self.log.info("spool: delivered %s for task %s", e["kind"], e.get("task_id"))
+                done.add(key)
+            except Exception as exc:  # noqa: BLE001
+                if not is_temporary(exc):
+                    self.log.warning("spool: the gate refused %s for task %s (%s); dropping it",
+                                     e["kind"], e.get("task_id"), exc)
+                    done.add(key)
+        if done:
+            with self._spool_lock:
+                keep = [e for e in self._spool_load() if (e["kind"], e["lease_id"]) not in done]
+                d = os.path.dirname(self.spool_path) or "."
+                if not keep:
+                    try:
+                        os.remove(self.spool_path)
+                    except FileNotFoundError:
+                        pass
+                else:
+                    tmp = self.spool_path + ".tmp"
+                    with open(tmp, "w") as f:
+                        for e in keep:
+                            f.write(json.dumps(e, separators=(",", ":")) + "\n")
+                        f.flush()
+                        os.fsync(f.fileno())
+                    os.replace(tmp, self.spool_path)
+                _fsync_dir(d)
+        return len(entries) - len(done)
+
+    def _spool_loop(self) -> None:
+        while True:
+            try:
+                self.flush_spool()
+            except Exception as e:  # noqa: BLE001
+                self.log.warning("spool retry failed: %s", e)
+            if self._stop.wait(self.spool_interval):
+                return
+
+
+def _fsync_dir(d: str) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,328 @@
+"""End-to-end tests of asyncgate_worker against a real gate.
+
+Usage: python3 test_worker.py URL ADMIN_KEY AGENT_KEY WORKER_KEY WORKER_ID
+
+Run from Go by cmd/gate's TestWorkerPython (``go test ./cmd/gate -run
+Worker``), which starts ``gate serve`` and makes the keys. No timing
+assertions: conditions are polled with generous timeouts.
+"""
+
+import base64
+import json
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import asyncgate_worker as aw  # noqa: E402
+
+URL = ADMIN = AGENT = WORKER = WORKER_ID = ""
+
+
+def call(method, path, key, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(URL + path, data=data, method=method)
+    req.add_header("Authorization", "Bearer " + key)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as res:
+            raw = res.read()
+            return res.status, (json.loads(raw) if raw else None)
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        return e.code, (json.loads(raw) if raw else None)
+
+
+def put_type(name, lease_seconds=10, **extra):
+    body = {"task_type": name, "lease_seconds": lease_seconds, "requeue_delay_seconds": 0}
+    body.update(extra)
+    st, out = call("PUT", "/v1/admin/task-types/" + name, ADMIN, body)
+    assert st == 200, (st, out)
+
+
+def enqueue(task_type, params, **extra):
+    body = {"task_type": task_type, "params": params}
+    body.update(extra)
+    st, out = call("POST", "/v1/tasks", AGENT, body)
+    assert st == 201, (st, out)
+    return out["task_id"]
+
+
+def get_task(tid):
+    st, out = call("GET", "/v1/tasks/" + tid, AGENT)
+    assert st == 200, (st, out)
+    return out
+
+
+def wait_for(what, cond, timeout=60.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError("gave up waiting for " + what)
+
+
+def wait_task(tid, what, cond):
+    box = {}
+
+    def check():
+        box["t"] = get_task(tid)
+        return cond(box["t"])
+
+    try:
+        wait_for(what, check)
+    except AssertionError:
+        raise AssertionError("task %s: gave up waiting for %s; last %s" % (tid, what, box.get("t")))
+    return box["t"]
+
+
+def read_file(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def status_is(s):
+    return lambda t: t["status"] == s
+
+
+def result_content(t):
+    ptr = t["result"]["result_pointer"]
+    prefix = "data:application/json;base64,"
+    if ptr.startswith(prefix):
+        return json.loads(base64.b64decode(ptr[len(prefix):]))
+    st, out = call("GET", "/v1/tasks/%s/result" % t["task_id"], AGENT)
+    assert st == 200, (st, out)
+    return out["content"]
+
+
+class FlakyClient(aw.Client):
+    """A client whose heartbeats or completions can be made to fail with a
+    network error, as a partition would."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.drop_heartbeats = False
+        self.drop_completions = False
+
+    def heartbeat(self, *a, **kw):
+        if self.drop_heartbeats:
+            raise urllib.error.URLError("heartbeat dropped by the test")
+        return super().heartbeat(*a, **kw)
+
+    def complete(self, *a, **kw):
+        if self.drop_completions:
+            raise urllib.error.URLError("completion dropped by the test")
+        return super().complete(*a, **kw)
+
+
+class WorkerTest(unittest.TestCase):
+    def make_runner(self, client=None, **kw):
+        opts = dict(worker_id=WORKER_ID, poll_wait=1.0, idle_wait=0.1, poll_backoff=(0.1, 1.0),
+                    delivery_attempts=20, delivery_backoff=(0.1, 0.5),
+                    spool_path=os.path.join(tempfile.mkdtemp(), "spool.jsonl"), spool_interval=0.2,
+                    shutdown_timeout=10.0, data_uri_fallback=True)
+        opts.update(kw)
+        return aw.Runner(client or aw.Client(URL, WORKER), **opts)
+
+    def start(self, runner):
+        th = threading.Thread(target=runner.run, daemon=True)
+        th.start()
+
+        def stop():
+            runner.stop()
+            th.join(60)
+            self.assertFalse(th.is_alive(), "run() did not return")
+        self.addCleanup(stop)
+        return stop
+
+    def test_success_inline_pointer_progress(self):
+        put_type("py-echo")
+        put_type("py-store")
+        r = self.make_runner()
+        go = threading.Event()
+
+        @r.task("py-echo")
+        def echo(task):
+            task.progress(50, "halfway")
+            wait_for("go", lambda: go.is_set() or task.cancelled.is_set())
+            task.check()
+            return task.params
+
+        @r.task("py-store")
+        def store(task):
+            return aw.Pointer(pointer="s3://bucket/" + task.task_id, channel="s3", summary="stored it",
+                              metadata={"bytes": 3})
+
+        self.start(r)
+        tid = enqueue("py-echo", {"hello": "world"})
+        wait_task(tid, "progress", lambda t: t.get("progress_message") == "halfway" and t.get("progress_percent") == 50)
+        go.set()
+        t = wait_task(tid, "succeeded", status_is("succeeded"))
+        self.assertEqual(result_content(t), {"hello": "world"})
+        tid = enqueue("py-store", {})
+        t = wait_task(tid, "succeeded", status_is("succeeded"))
+        self.assertEqual(t["result"]["result_pointer"], "s3://bucket/" + tid)
+        self.assertEqual(t["result"]["result_channel"], "s3")
+        self.assertEqual(t["result"]["metadata"], {"bytes": 3})
+
+    def test_retryable_then_success(self):
+        put_type("py-flaky", policy={"name": "backoff", "config": {"base_seconds": 0, "jitter": 0}})
+        r = self.make_runner()
+        calls = {}
+
+        @r.task("py-flaky")
+        def flaky(task):
+            calls[task.task_id] = calls.get(task.task_id, 0) + 1
+            if calls[task.task_id] == 1:
+                raise aw.RetryableError("upstream timeout")
+            return {"call": calls[task.task_id]}
+
+        self.start(r)
+        tid = enqueue("py-flaky", {})
+        t = wait_task(tid, "succeeded", status_is("succeeded"))
+        self.assertEqual(t["attempts"], 1)
+        self.assertEqual(result_content(t), {"call": 2})
+
+    def test_fatal_and_exception(self):
+        put_type("py-bad")
+        put_type("py-boom")
+        r = self.make_runner()
+
+        @r.task("py-bad")
+        def bad(task):
+            raise aw.FatalError("params are unusable")
+
+        @r.task("py-boom")
+        def boom(task):
+            return {}["missing"]  # KeyError: a plain exception, retryable
+
+        self.start(r)
+        tid = enqueue("py-bad", {}, max_retries=3)
+        t = wait_task(tid, "dead letter", status_is("dead_letter"))
+        self.assertEqual(t["dead_reason"], "fatal_error")
+        self.assertIn("params are unusable", t["error_message"])
+        tid = enqueue("py-boom", {}, max_retries=0)
+        t = wait_task(tid, "dead letter", status_is("dead_letter"))
+        self.assertEqual(t["dead_reason"], "max_retries_exceeded")
+        self.assertIn("missing", t["error_message"])
+
+    def test_cancel_mid_task(self):
+        put_type("py-long", lease_seconds=3)
+        r = self.make_runner()
+        started, reasons = threading.Event(), []
+
+        @r.task("py-long")
+        def long(task):
+            started.set()
+            task.cancelled.wait(60)
+            reasons.append(task.stop_reason)
+            task.check()
+            return "not reached"
+
+        self.start(r)
+        tid = enqueue("py-long", {})
+        wait_for("started", started.is_set)
+        st, _ = call("POST", "/v1/tasks/%s/cancel" % tid, AGENT, {"reason": "changed my mind"})
+        self.assertEqual(st, 200)
+        wait_task(tid, "canceled", status_is("canceled"))
+        self.assertEqual(reasons, ["canceled"])
+
+    def test_lease_lost_when_heartbeats_fail(self):
+        put_type("py-lost", lease_seconds=3)
+        client = FlakyClient(URL, WORKER)
+        client.drop_heartbeats = True
+        r = self.make_runner(client)
+        reasons, calls = [], []
+
+        @r.task("py-lost")
+        def lost(task):
+            calls.append(1)
+            if len(calls) > 1:
+                return "second time"
+            task.cancelled.wait(60)
+            reasons.append(task.stop_reason)
+            task.check()
+
+        self.start(r)
+        tid = enqueue("py-lost", {})
+        wait_for("the handler stopped", lambda: reasons)
+        self.assertEqual(reasons, ["lease_lost"])
+        client.drop_heartbeats = False
+        t = wait_task(tid, "succeeded", status_is("succeeded"))
+        self.assertGreaterEqual(t["lease_expiries"], 1)
+
+    def test_spool_delivered_later(self):
+        put_type("py-spool", lease_seconds=60)
+        client = FlakyClient(URL, WORKER)
+        client.drop_completions = True
+        r = self.make_runner(client, delivery_attempts=1, spool_interval=3600)
+
+        @r.task("py-spool")
+        def spool(task):
+            return aw.Pointer(pointer="s3://bucket/" + task.task_id)
+
+        self.start(r)
+        tid = enqueue("py-spool", {})
+        wait_for("the spool", lambda: tid in read_file(r.spool_path))
+        self.assertEqual(get_task(tid)["status"], "leased")
+        client.drop_completions = False
+        # A new runner with the same spool delivers it when it starts.
+        r2 = self.make_runner(spool_path=r.spool_path)
+
+        @r2.task("py-spool")
+        def never(task):
+            raise aw.FatalError("must not run again")
+
+        self.start(r2)
+        t = wait_task(tid, "succeeded", status_is("succeeded"))
+        self.assertEqual(t["result"]["result_pointer"], "s3://bucket/" + tid)
+        wait_for("an empty spool", lambda: not os.path.exists(r.spool_path))
+
+    def test_graceful_shutdown(self):
+        put_type("py-job", lease_seconds=30)
+        r = self.make_runner(concurrency=2, shutdown_timeout=1.5)
+        started, finish_a, reasons = [], threading.Event(), []
+
+        @r.task("py-job")
+        def job(task):
+            started.append(task.params["name"])
+            if task.params["name"] == "A":
+                finish_a.wait(60)
+                return "A done"
+            task.cancelled.wait(60)
+            reasons.append(task.stop_reason)
+            task.check()
+
+        th = threading.Thread(target=r.run, daemon=True)
+        th.start()
+        a = enqueue("py-job", {"name": "A"})
+        b = enqueue("py-job", {"name": "B"})
+        wait_for("both started", lambda: len(started) == 2)
+        r.stop()
+        finish_a.set()
+        th.join(60)
+        self.assertFalse(th.is_alive())
+        self.assertEqual(reasons, ["shutdown"])
+        self.assertEqual(get_task(a)["status"], "succeeded")
+        tb = get_task(b)
+        self.assertEqual((tb["status"], tb["attempts"]), ("queued", 0))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 6:
+        sys.exit(__doc__)
+    URL, ADMIN, AGENT, WORKER, WORKER_ID = sys.argv[1:6]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[6:])
