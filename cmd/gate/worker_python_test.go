@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -22,6 +23,7 @@ func TestWorkerPython(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(py, script, g.URL, g.Admin, agent, wkey, workerID)
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("python tests failed: %v\n%s", err, out)
