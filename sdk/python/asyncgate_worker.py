@@ -197,8 +197,8 @@ def _parse_time(s: str) -> float:
     """Parse the gate's RFC 3339 timestamps into a Unix time."""
     s = s.strip().replace("Z", "+00:00")
     m = re.match(r"^(.*T\d\d:\d\d:\d\d)(\.\d+)?(.*)$", s)
-    if m:  # Python 3.10 fromisoformat takes at most 6 fraction digits
-        frac = (m.group(2) or "")[:7]
+    if m:  # before 3.11, fromisoformat takes exactly 6 fraction digits
+        frac = "." + (m.group(2) or ".")[1:7].ljust(6, "0")
         s = m.group(1) + frac + m.group(3)
     return _dt.datetime.fromisoformat(s).timestamp()
 
