@@ -135,6 +135,10 @@ type Task struct {
 
 	// AssignReceipt is the task.assigned receipt written at enqueue.
 	AssignReceipt string `json:"assign_receipt_id"`
+
+	// Version counts the writes to the task row (1 after insert). A fence on
+	// it makes an update conditional on nothing having changed since a read.
+	Version int64 `json:"-"`
 }
 
 // Result is where a succeeded task's outcome lives and how to check it.

@@ -226,7 +226,32 @@ func (e *Engine) Accept(ctx context.Context, c WorkerCall) (*host.Task, string, 
 	now := e.now()
 	var out *host.Task
 	var rid string
+	// Fast path as in Complete: build the change outside the writer and write
+	// it fenced on the version read.
+	var pre *host.Task
+	var preTask host.Task
+	var preReceipt *host.Receipt
+	_ = e.view(ctx, func(r store.Reader) error {
+		if t, err := liveLease(ctx, r, c, now); err == nil && t.AcceptReceipt == "" {
+			pre, preTask = t, *t
+			preReceipt = acceptTask(&preTask, now)
+		}
+		return nil
+	})
 	err := e.update(ctx, func(tx store.Tx) error {
+		if pre != nil {
+			t := preTask
+			fence := liveFence(pre, now)
+			fence.Version = pre.Version
+			err := tx.UpdateTask(ctx, &t, fence)
+			if err == nil {
+				out, rid = &t, preReceipt.ID
+				return appendReceipt(ctx, tx, preReceipt, map[string]host.ReceiptType{t.AssignReceipt: host.ReceiptAssigned})
+			}
+			if !errors.Is(err, store.ErrFenced) {
+				return err
+			}
+		}
 		t, err := liveLease(ctx, tx, c, now)
 		if err != nil {
 			return err
@@ -235,29 +260,32 @@ func (e *Engine) Accept(ctx context.Context, c WorkerCall) (*host.Task, string, 
 			out, rid = t, t.AcceptReceipt
 			return nil
 		}
-		r := &host.Receipt{
-			ID: host.NewID(host.PrefixReceipt), Tenant: t.Tenant, Type: host.ReceiptAccepted,
-			From: t.WorkerID, To: t.Recipient, TaskID: t.ID, LeaseID: t.LeaseID,
-			Parents:   []string{t.AssignReceipt},
-			Body:      mustJSON(map[string]any{"lease_id": t.LeaseID, "attempt": t.Attempts + 1, "lease_expires_at": t.LeaseExpiresAt}),
-			CreatedAt: now,
-		}
 		fence := liveFence(t, now)
-		t.AcceptedAt, t.AcceptReceipt, t.UpdatedAt = ptr(now), r.ID, now
+		r := acceptTask(t, now)
 		if err := tx.UpdateTask(ctx, t, fence); err != nil {
 			return fenced(err, c.LeaseID)
 		}
-		if err := appendReceipt(ctx, tx, r, map[string]host.ReceiptType{t.AssignReceipt: host.ReceiptAssigned}); err != nil {
-			return err
-		}
 		out, rid = t, r.ID
-		return nil
+		return appendReceipt(ctx, tx, r, map[string]host.ReceiptType{t.AssignReceipt: host.ReceiptAssigned})
 	})
 	if err != nil {
 		return nil, "", err
 	}
 	e.emit(Event{Kind: EvAccepted, Tenant: out.Tenant, TaskType: out.Type, WorkerID: out.WorkerID})
 	return out, rid, nil
+}
+
+// acceptTask marks a live lease accepted and returns its task.accepted receipt.
+func acceptTask(t *host.Task, now time.Time) *host.Receipt {
+	r := &host.Receipt{
+		ID: host.NewID(host.PrefixReceipt), Tenant: t.Tenant, Type: host.ReceiptAccepted,
+		From: t.WorkerID, To: t.Recipient, TaskID: t.ID, LeaseID: t.LeaseID,
+		Parents:   []string{t.AssignReceipt},
+		Body:      mustJSON(map[string]any{"lease_id": t.LeaseID, "attempt": t.Attempts + 1, "lease_expires_at": t.LeaseExpiresAt}),
+		CreatedAt: now,
+	}
+	t.AcceptedAt, t.AcceptReceipt, t.UpdatedAt = ptr(now), r.ID, now
+	return r
 }
 
 // HeartbeatRequest extends a lease and reports progress.
@@ -388,7 +416,39 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 	now := e.now()
 	out := &CompleteResult{}
 	var leasedAt time.Time
+	// Fast path: read the lease and build the change outside the single
+	// writer, then write it fenced on the row version read. Only if something
+	// wrote the task in between does the writer read it again itself.
+	var pre *host.Task
+	var preTask host.Task
+	var preReceipt *host.Receipt
+	var preTypes map[string]host.ReceiptType
+	_ = e.view(ctx, func(r store.Reader) error {
+		if t, err := liveLease(ctx, r, req.WorkerCall, now); err == nil {
+			pre = t
+			preTask = *t
+			preReceipt, preTypes = completeTask(&preTask, res, now)
+		}
+		return nil
+	})
 	err := e.update(ctx, func(tx store.Tx) error {
+		if pre != nil {
+			t := preTask
+			fence := liveFence(pre, now)
+			fence.Version = pre.Version
+			err := tx.UpdateTask(ctx, &t, fence)
+			if err == nil {
+				if err := appendReceipt(ctx, tx, preReceipt, preTypes); err != nil {
+					return err
+				}
+				leasedAt = *pre.LeasedAt
+				out.Task, out.ReceiptID, out.Duplicate = &t, preReceipt.ID, false
+				return nil
+			}
+			if !errors.Is(err, store.ErrFenced) {
+				return err
+			}
+		}
 		t, err := liveLease(ctx, tx, req.WorkerCall, now)
 		if err != nil {
 			if host.IsCode(err, host.CodeLeaseExpired) {
@@ -403,39 +463,15 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 			return err
 		}
 		fence := liveFence(t, now)
-		parents, types := taskParents(t)
-		body := map[string]any{
-			"lease_id": t.LeaseID, "worker_id": t.WorkerID, "attempt": t.Attempts + 1,
-			"result_channel": res.Channel, "result_pointer": res.Pointer, "result_checksum": res.Checksum,
-			"summary": res.Summary,
-		}
-		if len(res.Artifacts) > 0 {
-			body["artifacts"] = res.Artifacts
-		}
-		if len(res.DeliveryProof) > 0 {
-			body["delivery_proof"] = res.DeliveryProof
-		}
-		if len(res.Metadata) > 0 {
-			body["metadata"] = res.Metadata
-		}
-		r := &host.Receipt{
-			ID: host.NewID(host.PrefixReceipt), Tenant: t.Tenant, Type: host.ReceiptCompleted,
-			From: t.WorkerID, To: t.Recipient, TaskID: t.ID, LeaseID: t.LeaseID, Parents: parents,
-			Body: mustJSON(body), DedupeKey: completeDedupe(t.LeaseID), CreatedAt: now,
-		}
 		leasedAt = *t.LeasedAt
-		t.State, t.UpdatedAt, t.CompletedAt = host.StateSucceeded, now, ptr(now)
-		rc := res
-		t.Result = &rc
-		t.CancelRequested = false
-		t.LeaseExpiresAt = nil
+		r, types := completeTask(t, res, now)
 		if err := tx.UpdateTask(ctx, t, fence); err != nil {
 			return fenced(err, req.LeaseID)
 		}
 		if err := appendReceipt(ctx, tx, r, types); err != nil {
 			return err
 		}
-		out.Task, out.ReceiptID = t, r.ID
+		out.Task, out.ReceiptID, out.Duplicate = t, r.ID, false
 		return nil
 	})
 	if err != nil {
@@ -446,6 +482,37 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 		e.emit(Event{Kind: EvCompleted, Tenant: out.Task.Tenant, TaskType: out.Task.Type, WorkerID: req.WorkerID, Duration: now.Sub(leasedAt)})
 	}
 	return out, nil
+}
+
+// completeTask moves a live leased task to succeeded with result res and
+// returns the task.completed receipt that records it.
+func completeTask(t *host.Task, res host.Result, now time.Time) (*host.Receipt, map[string]host.ReceiptType) {
+	parents, types := taskParents(t)
+	body := map[string]any{
+		"lease_id": t.LeaseID, "worker_id": t.WorkerID, "attempt": t.Attempts + 1,
+		"result_channel": res.Channel, "result_pointer": res.Pointer, "result_checksum": res.Checksum,
+		"summary": res.Summary,
+	}
+	if len(res.Artifacts) > 0 {
+		body["artifacts"] = res.Artifacts
+	}
+	if len(res.DeliveryProof) > 0 {
+		body["delivery_proof"] = res.DeliveryProof
+	}
+	if len(res.Metadata) > 0 {
+		body["metadata"] = res.Metadata
+	}
+	r := &host.Receipt{
+		ID: host.NewID(host.PrefixReceipt), Tenant: t.Tenant, Type: host.ReceiptCompleted,
+		From: t.WorkerID, To: t.Recipient, TaskID: t.ID, LeaseID: t.LeaseID, Parents: parents,
+		Body: mustJSON(body), DedupeKey: completeDedupe(t.LeaseID), CreatedAt: now,
+	}
+	t.State, t.UpdatedAt, t.CompletedAt = host.StateSucceeded, now, ptr(now)
+	rc := res
+	t.Result = &rc
+	t.CancelRequested = false
+	t.LeaseExpiresAt = nil
+	return r, types
 }
 
 // FailRequest reports a failed attempt.

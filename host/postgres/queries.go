@@ -82,7 +82,7 @@ func notFound(what, id string) error { return host.Errorf(host.CodeNotFound, "no
 const taskCols = `id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
 created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
 cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
-progress_message, result, last_error, dead_reason, assign_receipt, seq`
+progress_message, result, last_error, dead_reason, assign_receipt, seq, version`
 
 // taskRow scans one row of taskCols.
 type taskRow struct {
@@ -101,7 +101,7 @@ func scanTask(row pgx.Rows) (*host.Task, int64, error) {
 	err := row.Scan(&t.ID, &t.Tenant, &t.Type, &t.CreatedBy, &t.Recipient, &state, &t.Priority, &params, &t.Summary, &t.IdempotencyKey,
 		&created, &updated, &avail, &t.LeaseID, &t.WorkerID, &leasedAt, &expires, &accepted, &t.AcceptReceipt,
 		&t.CancelRequested, &t.Attempts, &t.MaxRetries, &t.LeaseCount, &t.LeaseExpiries, &started, &completed, &pct,
-		&t.ProgressMessage, &result, &t.LastError, &t.DeadReason, &t.AssignReceipt, &seq)
+		&t.ProgressMessage, &result, &t.LastError, &t.DeadReason, &t.AssignReceipt, &seq, &t.Version)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -353,6 +353,7 @@ ON CONFLICT DO NOTHING`,
 	if n == 0 {
 		return host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists")
 	}
+	t.Version = 1
 	if readyNow(t) {
 		w.st.notify = append(w.st.notify, t.Tenant)
 	}
@@ -370,8 +371,8 @@ func updateTask(t *host.Task, f store.Fence) (stmt, error) {
 		nus(t.CompletedAt), t.ProgressPercent, t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt}
 	q := `UPDATE tasks SET state=$1, priority=$2, available_at=$3, updated_at=$4, lease_id=$5, worker_id=$6, leased_at=$7, lease_expires_at=$8,
 accepted_at=$9, accept_receipt=$10, cancel_requested=$11, attempts=$12, max_retries=$13, lease_count=$14, lease_expiries=$15, started_at=$16,
-completed_at=$17, progress_percent=$18, progress_message=$19, result=$20, last_error=$21, dead_reason=$22, assign_receipt=$23
-WHERE id = ` + a.add(t.ID) + ` AND state = ` + a.add(string(f.State))
+completed_at=$17, progress_percent=$18, progress_message=$19, result=$20, last_error=$21, dead_reason=$22, assign_receipt=$23,
+version=version+1 WHERE id = ` + a.add(t.ID) + ` AND state = ` + a.add(string(f.State))
 	if f.LeaseID != "" {
 		q += ` AND lease_id = ` + a.add(f.LeaseID)
 	}
@@ -380,6 +381,9 @@ WHERE id = ` + a.add(t.ID) + ` AND state = ` + a.add(string(f.State))
 	}
 	if f.ExpiredAt != nil {
 		q += ` AND lease_expires_at <= ` + a.add(us(*f.ExpiredAt))
+	}
+	if f.Version != 0 {
+		q += ` AND version = ` + a.add(f.Version)
 	}
 	return stmt{q, a}, nil
 }
@@ -396,6 +400,7 @@ func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) e
 	if n == 0 {
 		return store.ErrFenced
 	}
+	t.Version++
 	if readyNow(t) {
 		w.st.notify = append(w.st.notify, t.Tenant)
 	}
@@ -456,6 +461,7 @@ func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.T
 	out := make([]*host.Task, 0, len(rows))
 	for i, c := range rows {
 		if ns[i] > 0 {
+			c.t.Version++
 			out = append(out, c.t)
 		}
 	}

@@ -111,7 +111,7 @@ func nullJSON(b json.RawMessage) any {
 const taskCols = `id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
 created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
 cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
-progress_message, result, last_error, dead_reason, assign_receipt, seq`
+progress_message, result, last_error, dead_reason, assign_receipt, seq, version`
 
 type scanner interface{ Scan(...any) error }
 
@@ -127,7 +127,7 @@ func scanTask(sc scanner) (*host.Task, int64, error) {
 	err := sc.Scan(&t.ID, &t.Tenant, &t.Type, &t.CreatedBy, &t.Recipient, &state, &t.Priority, &params, &t.Summary, &t.IdempotencyKey,
 		&created, &updated, &avail, &t.LeaseID, &t.WorkerID, &leasedAt, &expires, &accepted, &t.AcceptReceipt,
 		&cancel, &t.Attempts, &t.MaxRetries, &t.LeaseCount, &t.LeaseExpiries, &started, &completed, &pct,
-		&t.ProgressMessage, &result, &t.LastError, &t.DeadReason, &t.AssignReceipt, &seq)
+		&t.ProgressMessage, &result, &t.LastError, &t.DeadReason, &t.AssignReceipt, &seq, &t.Version)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -365,6 +365,9 @@ VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 	if err != nil && strings.Contains(err.Error(), "UNIQUE") {
 		return host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists")
 	}
+	if err == nil {
+		t.Version = 1
+	}
 	return err
 }
 
@@ -393,8 +396,8 @@ func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) e
 	}
 	q := `UPDATE tasks SET state=?, priority=?, available_at=?, updated_at=?, lease_id=?, worker_id=?, leased_at=?, lease_expires_at=?,
 accepted_at=?, accept_receipt=?, cancel_requested=?, attempts=?, max_retries=?, lease_count=?, lease_expiries=?, started_at=?,
-completed_at=?, progress_percent=?, progress_message=?, result=?, last_error=?, dead_reason=?, assign_receipt=?
-WHERE id = ? AND state = ?`
+completed_at=?, progress_percent=?, progress_message=?, result=?, last_error=?, dead_reason=?, assign_receipt=?,
+version=version+1 WHERE id = ? AND state = ?`
 	args := []any{string(t.State), t.Priority, us(t.AvailableAt), us(t.UpdatedAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt),
 		nus(t.AcceptedAt), t.AcceptReceipt, b2i(t.CancelRequested), t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt),
 		nus(t.CompletedAt), t.ProgressPercent, t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt,
@@ -411,6 +414,10 @@ WHERE id = ? AND state = ?`
 		q += ` AND lease_expires_at <= ?`
 		args = append(args, us(*f.ExpiredAt))
 	}
+	if f.Version != 0 {
+		q += ` AND version = ?`
+		args = append(args, f.Version)
+	}
 	out, err := w.exec(ctx, q, args...)
 	if err != nil {
 		return err
@@ -422,6 +429,7 @@ WHERE id = ? AND state = ?`
 	if n == 0 {
 		return store.ErrFenced
 	}
+	t.Version++
 	return nil
 }
 

@@ -97,7 +97,8 @@ type Tx interface {
 	// idempotency key) is a host.CodeConflict error.
 	InsertTask(ctx context.Context, t *host.Task) error
 	// UpdateTask writes every mutable field of t, but only if the stored row
-	// still matches fence. A mismatch is ErrFenced and writes nothing.
+	// still matches fence. A mismatch is ErrFenced and writes nothing. A
+	// successful write increments the row's version and t.Version.
 	UpdateTask(ctx context.Context, t *host.Task, fence Fence) error
 	// ClaimTasks picks up to q.Limit ready queued tasks in lease order (priority
 	// 10→1, then oldest), lets q.Grant set each one's lease, and writes it fenced
@@ -137,6 +138,9 @@ type Fence struct {
 	LiveAt *time.Time
 	// ExpiredAt, when set, requires lease_expires_at <= ExpiredAt (the sweeper).
 	ExpiredAt *time.Time
+	// Version, when non-zero, requires the row's version to equal it: nothing
+	// wrote the task since it was read (optimistic concurrency).
+	Version int64
 }
 
 // ClaimQuery says which tasks a lease call may take.

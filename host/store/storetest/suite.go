@@ -45,6 +45,8 @@ func Run(t *testing.T, open Opener) {
 		{"GroupCommitIsolatesFailures", testGroupCommit},
 		{"KeysTypesWorkers", testKeys},
 		{"ListTasksPaging", testListPaging},
+		{"VersionFence", testVersionFence},
+		{"CompleteAfterConcurrentWrite", testCompleteAfterConcurrentWrite},
 		{"Hammer", testHammer},
 	}
 	for _, c := range cases {
@@ -819,4 +821,75 @@ func testListPaging(t *testing.T, b *Bundle) {
 	if err != nil || len(ts) != 0 {
 		t.Fatalf("another agent listed our tasks: %d %v", len(ts), err)
 	}
+}
+
+func testVersionFence(t *testing.T, b *Bundle) {
+	res := b.Enqueue(t, "work")
+	var read *host.Task
+	if err := b.Store.View(b.Ctx, func(r store.Reader) error {
+		var err error
+		read, err = r.GetTask(b.Ctx, "acme", res.TaskID)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if read.Version != 1 {
+		t.Fatalf("a new task has version %d, want 1", read.Version)
+	}
+	// Another write moves the version on; an update fenced on the old one is refused.
+	if _, err := b.Engine.Cancel(b.Ctx, b.Agent, res.TaskID, ""); err != nil {
+		t.Fatal(err)
+	}
+	stale := *read
+	stale.Priority = 9
+	err := b.Store.Update(b.Ctx, func(tx store.Tx) error {
+		return tx.UpdateTask(b.Ctx, &stale, store.Fence{State: host.StateCanceled, Version: read.Version})
+	})
+	if !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("update fenced on a stale version: %v", err)
+	}
+	cur := b.Task(t, res.TaskID)
+	if cur.Priority == 9 || cur.Version != 2 {
+		t.Fatalf("after a refused update: priority %d version %d", cur.Priority, cur.Version)
+	}
+	err = b.Store.Update(b.Ctx, func(tx store.Tx) error {
+		cur.Priority = 9
+		return tx.UpdateTask(b.Ctx, cur, store.Fence{State: host.StateCanceled, Version: 2})
+	})
+	if err != nil || cur.Version != 3 || b.Task(t, res.TaskID).Priority != 9 {
+		t.Fatalf("update fenced on the current version: %v, version %d", err, cur.Version)
+	}
+}
+
+func testCompleteAfterConcurrentWrite(t *testing.T, b *Bundle) {
+	// A heartbeat and an accept race a completion: whichever order the writer
+	// runs them in, the completion answers the accepted obligation when it
+	// exists and no write is lost.
+	for i := 0; i < 20; i++ {
+		res := b.Enqueue(t, "work")
+		o := b.LeaseOne(t, "w.1")
+		var wg sync.WaitGroup
+		var accErr, cErr error
+		wg.Add(2)
+		go func() { defer wg.Done(); _, _, accErr = b.Engine.Accept(b.Ctx, Call("w.1", o)) }()
+		go func() {
+			defer wg.Done()
+			_, cErr = b.Engine.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", o), Result: Pointer})
+		}()
+		wg.Wait()
+		if cErr != nil {
+			t.Fatalf("complete: %v", cErr)
+		}
+		if accErr != nil && !host.IsCode(accErr, host.CodeLeaseExpired) {
+			t.Fatalf("accept: %v", accErr)
+		}
+		if obs := b.Open(t, "w.1"); len(obs) != 0 {
+			t.Fatalf("run %d: accepted obligation left open after completion: %+v", i, obs)
+		}
+		if obs := b.Open(t, "agent.kee"); len(obs) != 0 {
+			t.Fatalf("run %d: assignment left open: %+v", i, obs)
+		}
+		_ = res
+	}
+	b.Verify(t)
 }
