@@ -36,32 +36,85 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	for _, c := range cleanups {
+		c()
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
-// gate is a running (or stopped) `gate serve` over one data folder, with
-// admin, agent and worker keys made by `gate keys create`.
-type gate struct {
-	t      *testing.T
-	dir    string
-	URL    string
-	addr   string
-	Admin  string
-	Agent  string
-	Worker string // worker id "worker.sdk-test"
-
+// gproc is a `gate serve` process (restartable) over one data folder.
+type gproc struct {
+	dir  string
 	mu   sync.Mutex
 	log  bytes.Buffer
 	cmd  *exec.Cmd
 	done chan struct{}
+	addr string
+	url  string
+}
+
+// gate is a test's view of a gate: the process plus admin, agent and worker
+// keys made by `gate keys create`.
+type gate struct {
+	*gproc
+	t      *testing.T
+	URL    string
+	Admin  string
+	Agent  string
+	Worker string // the key of worker id workerID
 }
 
 const workerID = "worker.sdk-test"
 
+var (
+	sharedOnce sync.Once
+	shared     *gate
+	sharedErr  string
+)
+
+// sharedGate returns the gate the tests that do not stop it share (a gate
+// compiles its built-in plugins when it starts, which takes seconds). Tests
+// on it use task types of their own.
+func sharedGate(t *testing.T) *gate {
+	t.Helper()
+	sharedOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "worker-sdk-shared-")
+		if err != nil {
+			sharedErr = err.Error()
+			return
+		}
+		g := &gate{gproc: &gproc{dir: dir}, t: t}
+		g.Admin = g.key("admin", "admin")
+		g.Agent = g.key("agent", "agent.tests")
+		g.Worker = g.key("worker", workerID)
+		g.start("127.0.0.1:0")
+		shared = g
+		cleanups = append(cleanups, func() {
+			shared.stopProc()
+			os.RemoveAll(dir)
+		})
+	})
+	if shared == nil {
+		t.Fatalf("shared gate: %s", sharedErr)
+	}
+	g := *shared
+	g.t = t
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("gate log:\n%s", g.logText())
+		}
+	})
+	return &g
+}
+
+// cleanups run after all tests (TestMain).
+var cleanups []func()
+
+// newGate starts a gate of the test's own (for tests that stop it).
 func newGate(t *testing.T) *gate {
 	t.Helper()
-	g := &gate{t: t, dir: t.TempDir()}
+	g := &gate{gproc: &gproc{dir: t.TempDir()}, t: t}
 	g.Admin = g.key("admin", "admin")
 	g.Agent = g.key("agent", "agent.tests")
 	g.Worker = g.key("worker", workerID)
@@ -84,7 +137,7 @@ func (g *gate) key(role, principal string) string {
 	return strings.TrimSpace(string(out))
 }
 
-func (g *gate) logText() string {
+func (g *gproc) logText() string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.log.String()
@@ -124,8 +177,9 @@ func (g *gate) start(addr string) {
 	select {
 	case a := <-addrc:
 		g.mu.Lock()
-		g.cmd, g.done, g.addr, g.URL = cmd, done, a, "http://"+a
+		g.cmd, g.done, g.addr, g.url = cmd, done, a, "http://"+a
 		g.mu.Unlock()
+		g.URL = g.url
 	case <-done:
 		g.t.Fatalf("gate exited before listening:\n%s", g.logText())
 	case <-time.After(60 * time.Second):
@@ -135,7 +189,9 @@ func (g *gate) start(addr string) {
 }
 
 // stop stops the gate (SIGTERM) and waits for it.
-func (g *gate) stop() {
+func (g *gate) stop() { g.stopProc() }
+
+func (g *gproc) stopProc() {
 	g.mu.Lock()
 	cmd, done := g.cmd, g.done
 	g.cmd = nil

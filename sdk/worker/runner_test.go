@@ -104,12 +104,12 @@ func resultContent(t *testing.T, g *gate, tv taskView) string {
 }
 
 func TestWorkerSuccessInlinePointerProgress(t *testing.T) {
-	g := newGate(t)
-	g.putType("echo", 10, nil)
-	g.putType("store", 10, nil)
+	g := sharedGate(t)
+	g.putType("s-echo", 10, nil)
+	g.putType("s-store", 10, nil)
 	release := make(chan struct{})
 	rr := start(t, g.URL, g.Worker, testConfig(t), map[string]worker.HandlerFunc{
-		"echo": func(ctx context.Context, task *worker.Task) (any, error) {
+		"s-echo": func(ctx context.Context, task *worker.Task) (any, error) {
 			if err := worker.Progress(ctx, 50, "halfway"); err != nil {
 				return nil, err
 			}
@@ -120,11 +120,11 @@ func TestWorkerSuccessInlinePointerProgress(t *testing.T) {
 			}
 			return task.Params, nil
 		},
-		"store": func(ctx context.Context, task *worker.Task) (any, error) {
+		"s-store": func(ctx context.Context, task *worker.Task) (any, error) {
 			return worker.Pointer{Channel: "s3", Pointer: "s3://bucket/" + task.ID, Summary: "stored it", Metadata: map[string]int{"bytes": 3}}, nil
 		},
 	})
-	id := g.enqueue("echo", map[string]any{"hello": "world"}, nil)
+	id := g.enqueue("s-echo", map[string]any{"hello": "world"}, nil)
 	g.waitTask(id, "progress halfway", func(tv taskView) bool {
 		return tv.ProgressMessage == "halfway" && tv.ProgressPercent != nil && *tv.ProgressPercent == 50
 	})
@@ -134,7 +134,7 @@ func TestWorkerSuccessInlinePointerProgress(t *testing.T) {
 		t.Fatalf("result %s", got)
 	}
 
-	id2 := g.enqueue("store", map[string]any{}, nil)
+	id2 := g.enqueue("s-store", map[string]any{}, nil)
 	tv = g.waitTask(id2, "succeeded", status("succeeded"))
 	if tv.Result.Channel != "s3" || tv.Result.Pointer != "s3://bucket/"+id2 || tv.Result.Summary != "stored it" || string(tv.Result.Metadata) != `{"bytes":3}` {
 		t.Fatalf("pointer result %+v", tv.Result)
@@ -145,8 +145,8 @@ func TestWorkerSuccessInlinePointerProgress(t *testing.T) {
 }
 
 func TestWorkerRetryableThenSuccess(t *testing.T) {
-	g := newGate(t)
-	g.putType("flaky", 10, nil)
+	g := sharedGate(t)
+	g.putType("r-flaky", 10, nil)
 	var mu sync.Mutex
 	calls := map[string]int{}
 	flaky := func(ctx context.Context, task *worker.Task) (any, error) {
@@ -159,17 +159,17 @@ func TestWorkerRetryableThenSuccess(t *testing.T) {
 		}
 		return map[string]int{"call": n}, nil
 	}
-	start(t, g.URL, g.Worker, testConfig(t), map[string]worker.HandlerFunc{"flaky": flaky, "flaky-fast": flaky})
+	start(t, g.URL, g.Worker, testConfig(t), map[string]worker.HandlerFunc{"r-flaky": flaky, "r-flaky-fast": flaky})
 	// With a retry policy without delay, the second attempt follows at once.
-	g.putType("flaky-fast", 10, map[string]any{"policy": map[string]any{"name": "backoff", "config": map[string]any{"base_seconds": 0, "jitter": 0}}})
-	idFast := g.enqueue("flaky-fast", map[string]any{}, nil)
+	g.putType("r-flaky-fast", 10, map[string]any{"policy": map[string]any{"name": "backoff", "config": map[string]any{"base_seconds": 0, "jitter": 0}}})
+	idFast := g.enqueue("r-flaky-fast", map[string]any{}, nil)
 	tv := g.waitTask(idFast, "succeeded", status("succeeded"))
 	if tv.Attempts != 1 || resultContent(t, g, tv) != `{"call":2}` {
 		t.Fatalf("flaky-fast: %+v", tv)
 	}
 
 	// With the default policy the gate schedules a retry after its backoff.
-	id := g.enqueue("flaky", map[string]any{}, map[string]any{"max_retries": 2})
+	id := g.enqueue("r-flaky", map[string]any{}, map[string]any{"max_retries": 2})
 	tv = g.waitTask(id, "a retry scheduled", func(tv taskView) bool { return tv.Attempts == 1 && tv.Status == "queued" })
 	if tv.ErrorMessage != "upstream timeout" {
 		t.Fatalf("error_message %q", tv.ErrorMessage)
@@ -177,7 +177,7 @@ func TestWorkerRetryableThenSuccess(t *testing.T) {
 	// Without retries left a retryable failure dead-letters as
 	// max_retries_exceeded (a fatal one as fatal_error); redriven, the second
 	// attempt succeeds.
-	id2 := g.enqueue("flaky", map[string]any{}, map[string]any{"max_retries": 0})
+	id2 := g.enqueue("r-flaky", map[string]any{}, map[string]any{"max_retries": 0})
 	tv = g.waitTask(id2, "dead letter", status("dead_letter"))
 	if tv.DeadReason != "max_retries_exceeded" {
 		t.Fatalf("dead_reason %q, want max_retries_exceeded (retryable)", tv.DeadReason)
@@ -192,33 +192,33 @@ func TestWorkerRetryableThenSuccess(t *testing.T) {
 }
 
 func TestWorkerFatalAndPanic(t *testing.T) {
-	g := newGate(t)
-	g.putType("bad", 10, nil)
-	g.putType("boom", 10, nil)
-	g.putType("echo", 10, nil)
+	g := sharedGate(t)
+	g.putType("f-bad", 10, nil)
+	g.putType("f-boom", 10, nil)
+	g.putType("f-echo", 10, nil)
 	start(t, g.URL, g.Worker, testConfig(t), map[string]worker.HandlerFunc{
-		"bad": func(ctx context.Context, task *worker.Task) (any, error) {
+		"f-bad": func(ctx context.Context, task *worker.Task) (any, error) {
 			return nil, worker.Fatalf("params are unusable: %s", task.Params)
 		},
-		"boom": func(ctx context.Context, task *worker.Task) (any, error) {
+		"f-boom": func(ctx context.Context, task *worker.Task) (any, error) {
 			var m map[string]int
 			m["x"] = 1 // nil map write: a panic
 			return nil, nil
 		},
-		"echo": func(ctx context.Context, task *worker.Task) (any, error) { return task.Params, nil },
+		"f-echo": func(ctx context.Context, task *worker.Task) (any, error) { return task.Params, nil },
 	})
-	id := g.enqueue("bad", map[string]any{"n": 1}, map[string]any{"max_retries": 3})
+	id := g.enqueue("f-bad", map[string]any{"n": 1}, map[string]any{"max_retries": 3})
 	tv := g.waitTask(id, "dead letter", status("dead_letter"))
 	if tv.DeadReason != "fatal_error" || tv.Attempts != 1 || !strings.Contains(tv.ErrorMessage, "params are unusable") {
 		t.Fatalf("fatal: %+v", tv)
 	}
-	id = g.enqueue("boom", map[string]any{}, map[string]any{"max_retries": 0})
+	id = g.enqueue("f-boom", map[string]any{}, map[string]any{"max_retries": 0})
 	tv = g.waitTask(id, "dead letter", status("dead_letter"))
 	if tv.DeadReason != "max_retries_exceeded" || !strings.Contains(tv.ErrorMessage, "handler panic") {
 		t.Fatalf("panic: %+v", tv)
 	}
 	// The Runner survived the panic.
-	id = g.enqueue("echo", map[string]any{"still": "alive"}, nil)
+	id = g.enqueue("f-echo", map[string]any{"still": "alive"}, nil)
 	g.waitTask(id, "succeeded", status("succeeded"))
 }
 
@@ -245,14 +245,14 @@ func newProxy(t *testing.T, target string) *proxy {
 }
 
 func TestWorkerLeaseLostWhenHeartbeatsFail(t *testing.T) {
-	g := newGate(t)
-	g.putType("long", 3, nil)
+	g := sharedGate(t)
+	g.putType("l-long", 3, nil)
 	px := newProxy(t, g.URL)
 	px.drop.Store(true)
 	causes := make(chan error, 4)
 	var calls atomic.Int32
 	start(t, px.URL, g.Worker, testConfig(t), map[string]worker.HandlerFunc{
-		"long": func(ctx context.Context, task *worker.Task) (any, error) {
+		"l-long": func(ctx context.Context, task *worker.Task) (any, error) {
 			if calls.Add(1) > 1 {
 				return "second time", nil
 			}
@@ -261,7 +261,7 @@ func TestWorkerLeaseLostWhenHeartbeatsFail(t *testing.T) {
 			return nil, ctx.Err()
 		},
 	})
-	id := g.enqueue("long", map[string]any{}, nil)
+	id := g.enqueue("l-long", map[string]any{}, nil)
 	select {
 	case c := <-causes:
 		if !errors.Is(c, worker.ErrLeaseLost) {
@@ -279,13 +279,13 @@ func TestWorkerLeaseLostWhenHeartbeatsFail(t *testing.T) {
 }
 
 func TestWorkerLeaseLostOn409(t *testing.T) {
-	g := newGate(t)
-	g.putType("long", 6, nil)
+	g := sharedGate(t)
+	g.putType("c-long", 6, nil)
 	started := make(chan string, 4)
 	causes := make(chan error, 4)
 	var calls atomic.Int32
 	start(t, g.URL, g.Worker, testConfig(t), map[string]worker.HandlerFunc{
-		"long": func(ctx context.Context, task *worker.Task) (any, error) {
+		"c-long": func(ctx context.Context, task *worker.Task) (any, error) {
 			if calls.Add(1) > 1 {
 				return "second time", nil
 			}
@@ -296,7 +296,7 @@ func TestWorkerLeaseLostOn409(t *testing.T) {
 			return nil, ctx.Err()
 		},
 	})
-	id := g.enqueue("long", map[string]any{}, nil)
+	id := g.enqueue("c-long", map[string]any{}, nil)
 	leaseID := <-started
 	// An operator takes the lease away; the next heartbeat answers 409.
 	if st := g.call("POST", "/v1/leases/"+leaseID+"/release", g.Admin, map[string]any{"reason": "test"}, nil); st != 200 {
@@ -314,19 +314,19 @@ func TestWorkerLeaseLostOn409(t *testing.T) {
 }
 
 func TestWorkerCancelMidTask(t *testing.T) {
-	g := newGate(t)
-	g.putType("long", 3, nil)
+	g := sharedGate(t)
+	g.putType("x-long", 3, nil)
 	started := make(chan struct{}, 1)
 	causes := make(chan error, 1)
 	start(t, g.URL, g.Worker, testConfig(t), map[string]worker.HandlerFunc{
-		"long": func(ctx context.Context, task *worker.Task) (any, error) {
+		"x-long": func(ctx context.Context, task *worker.Task) (any, error) {
 			started <- struct{}{}
 			<-ctx.Done()
 			causes <- context.Cause(ctx)
 			return nil, ctx.Err()
 		},
 	})
-	id := g.enqueue("long", map[string]any{}, nil)
+	id := g.enqueue("x-long", map[string]any{}, nil)
 	<-started
 	if st := g.call("POST", "/v1/tasks/"+id+"/cancel", g.Agent, map[string]any{"reason": "changed my mind"}, nil); st != 200 {
 		t.Fatalf("cancel: %d", st)
@@ -415,8 +415,8 @@ func TestWorkerSpoolDeliveredAfterGateReturns(t *testing.T) {
 }
 
 func TestWorkerGracefulShutdown(t *testing.T) {
-	g := newGate(t)
-	g.putType("job", 30, nil)
+	g := sharedGate(t)
+	g.putType("g-job", 30, nil)
 	cfg := testConfig(t)
 	cfg.Concurrency = 2
 	cfg.ShutdownTimeout = 2 * time.Second
@@ -424,7 +424,7 @@ func TestWorkerGracefulShutdown(t *testing.T) {
 	finishA := make(chan struct{})
 	causeB := make(chan error, 1)
 	rr := start(t, g.URL, g.Worker, cfg, map[string]worker.HandlerFunc{
-		"job": func(ctx context.Context, task *worker.Task) (any, error) {
+		"g-job": func(ctx context.Context, task *worker.Task) (any, error) {
 			var p struct{ Name string }
 			if err := task.Bind(&p); err != nil {
 				return nil, worker.Fatal(err)
@@ -439,8 +439,8 @@ func TestWorkerGracefulShutdown(t *testing.T) {
 			return nil, ctx.Err()
 		},
 	})
-	a := g.enqueue("job", map[string]any{"name": "A"}, nil)
-	b := g.enqueue("job", map[string]any{"name": "B"}, nil)
+	a := g.enqueue("g-job", map[string]any{"name": "A"}, nil)
+	b := g.enqueue("g-job", map[string]any{"name": "B"}, nil)
 	<-started
 	<-started
 	rr.cancel()
@@ -459,7 +459,7 @@ func TestWorkerGracefulShutdown(t *testing.T) {
 		t.Fatalf("B: %+v", tv)
 	}
 	// No leasing after shutdown.
-	c := g.enqueue("job", map[string]any{"name": "C"}, nil)
+	c := g.enqueue("g-job", map[string]any{"name": "C"}, nil)
 	time.Sleep(300 * time.Millisecond)
 	if tv := g.task(c); tv.Status != "queued" {
 		t.Fatalf("C: %+v", tv)

@@ -1,0 +1,111 @@
+package worker
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestCompletionShapes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   any
+		want string
+	}{
+		{"nil", nil, `{"result":{}}`},
+		{"map", map[string]int{"a": 1}, `{"result":{"a":1}}`},
+		{"string", "hi", `{"result":"hi"}`},
+		{"raw", json.RawMessage(`[1,2]`), `{"result":[1,2]}`},
+		{"bytes", []byte{0, 1, 2}, `{"result_base64":"AAEC"}`},
+		{"empty bytes", []byte{}, `{"result":{}}`},
+		{"pointer", Pointer{Channel: "s3", Pointer: "s3://b/k", Summary: "ok", Metadata: map[string]int{"n": 1}},
+			`{"summary":"ok","result_channel":"s3","result_pointer":"s3://b/k","metadata":{"n":1}}`},
+		{"completion", &Completion{ResultPointer: "x:y", Summary: "s"}, `{"summary":"s","result_pointer":"x:y"}`},
+	} {
+		c, err := completion(tc.in)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		b, _ := json.Marshal(c)
+		if string(b) != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, b, tc.want)
+		}
+	}
+	for _, bad := range []any{Pointer{}, json.RawMessage(`{`), make(chan int)} {
+		if _, err := completion(bad); err == nil || IsRetryable(err) {
+			t.Errorf("%T: err %v, want a fatal error", bad, err)
+		}
+	}
+}
+
+func TestDataURIFallback(t *testing.T) {
+	c, ok := dataURIFallback(Completion{Result: json.RawMessage(`{"a":1}`), Summary: "s"})
+	if !ok || c.ResultChannel != "data" || c.Result != nil || c.Summary != "s" ||
+		c.ResultPointer != "data:application/json;base64,"+base64.StdEncoding.EncodeToString([]byte(`{"a":1}`)) ||
+		len(c.ResultChecksum) != len("sha256:")+64 {
+		t.Fatalf("%+v %v", c, ok)
+	}
+	big := make([]byte, 10000)
+	s := base64.StdEncoding.EncodeToString(big)
+	if _, ok := dataURIFallback(Completion{ResultBase64: &s}); ok {
+		t.Fatal("a payload over the pointer limit was rewritten")
+	}
+	if _, ok := dataURIFallback(Completion{ResultPointer: "p"}); ok {
+		t.Fatal("a pointer completion was rewritten")
+	}
+}
+
+func TestLeaseClock(t *testing.T) {
+	sent := time.Now()
+	server := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ttl, dl := leaseClock(sent, server, server.Add(30*time.Second))
+	if ttl != 29*time.Second || !dl.Equal(sent.Add(29*time.Second)) {
+		t.Fatalf("ttl %v deadline %v", ttl, dl.Sub(sent))
+	}
+	if ttl, _ := leaseClock(sent, server, server.Add(-time.Second)); ttl != 0 {
+		t.Fatalf("expired lease ttl %v", ttl)
+	}
+}
+
+func TestSpoolAddLoadRemove(t *testing.T) {
+	sp := &spool{path: filepath.Join(t.TempDir(), "sub", "spool.jsonl")}
+	for _, id := range []string{"l1", "l2", "l3"} {
+		if err := sp.add(spoolEntry{Kind: "complete", LeaseID: id, TaskID: "T-" + id, Body: json.RawMessage(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A line cut short by a crash is skipped.
+	f, _ := os.OpenFile(sp.path, os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"kind":"compl`)
+	f.Close()
+	es, bad, err := sp.load()
+	if err != nil || len(es) != 3 || bad != 1 {
+		t.Fatalf("load: %d entries, %d bad, %v", len(es), bad, err)
+	}
+	if err := sp.remove(map[string]bool{es[0].key(): true, es[2].key(): true}); err != nil {
+		t.Fatal(err)
+	}
+	if es, _, _ = sp.load(); len(es) != 1 || es[0].LeaseID != "l2" {
+		t.Fatalf("after remove: %+v", es)
+	}
+	if err := sp.remove(map[string]bool{es[0].key(): true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(sp.path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("an empty spool is not removed: %v", err)
+	}
+}
+
+func TestBackoffBounds(t *testing.T) {
+	var b Backoff
+	for n, want := range map[int]time.Duration{1: 5 * time.Second, 2: 10 * time.Second, 3: 20 * time.Second, 4: 40 * time.Second, 5: time.Minute, 9: time.Minute} {
+		d := b.Delay(n)
+		if d < want*9/10 || d > want*11/10 {
+			t.Errorf("Delay(%d) = %v, want %v ±10%%", n, d, want)
+		}
+	}
+}
