@@ -292,6 +292,11 @@ type Offer struct {
 	LeaseID        string    `json:"lease_id"`
 	RunID          string    `json:"run_id"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
-	Attempt        int       `json:"attempt"`
-	Task           *Task     `json:"task"`
+	// LeaseSeconds is the granted lease length and ServerTime the gate's clock
+	// at the grant, so a worker can set a conservative local expiry without
+	// trusting its own clock (KLIS-3 §6.2).
+	LeaseSeconds int       `json:"lease_seconds"`
+	ServerTime   time.Time `json:"server_time"`
+	Attempt      int       `json:"attempt"`
+	Task         *Task     `json:"task"`
 }

@@ -23,6 +23,9 @@ import (
 // gateBin is the gate binary TestMain builds once for the end-to-end tests.
 var gateBin string
 
+// wasmCache is the compiled-plugin cache the test gates share.
+var wasmCache string
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "gate-e2e-bin-")
 	if err != nil {
@@ -30,6 +33,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	gateBin = filepath.Join(dir, "gate")
+	// One compilation cache for every gate the tests start: plugins compile once.
+	wasmCache = filepath.Join(dir, "wasm-cache")
 	// The binary embeds the built-in plugins from plugins/dist: build them
 	// from source first (cached by source hash), as `make plugins` does.
 	srcs, err := pluginbuild.Sources("../../plugins")
@@ -68,7 +73,8 @@ type gateProc struct {
 // waits for its "listening" log line.
 func startGate(t *testing.T, dir string, extra ...string) *gateProc {
 	t.Helper()
-	args := append([]string{"serve", "--data", dir, "--listen", "127.0.0.1:0", "--expiry-jitter", "0", "--sweep-interval", "100ms"}, extra...)
+	args := append([]string{"serve", "--data", dir, "--listen", "127.0.0.1:0", "--expiry-jitter", "0", "--sweep-interval", "100ms",
+		"--wasm-cache", wasmCache}, extra...)
 	cmd := exec.Command(gateBin, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -103,7 +109,7 @@ func startGate(t *testing.T, dir string, extra ...string) *gateProc {
 		g.URL = "http://" + addr
 	case <-g.done:
 		t.Fatalf("gate exited before listening: %v\n%s", g.err, g.Log())
-	case <-time.After(30 * time.Second):
+	case <-time.After(120 * time.Second):
 		cmd.Process.Kill()
 		t.Fatalf("gate did not start:\n%s", g.Log())
 	}

@@ -102,8 +102,8 @@ func TestE2EFullCycleAndReceipts(t *testing.T) {
 
 	// Not locatable → 422, and nothing changes.
 	want(t, call(t, "POST", lu+"/complete", b.worker, map[string]any{"summary": "done"}), 422, "not_locatable")
-	// Inline payload without result channels → a clear 400.
-	want(t, call(t, "POST", lu+"/complete", b.worker, map[string]any{"result": map[string]any{"x": 1}}), 400, "bad_request")
+	// An inline payload for a channel that does not exist → a clear 400, nothing stored.
+	want(t, call(t, "POST", lu+"/complete", b.worker, map[string]any{"result": map[string]any{"x": 1}, "result_channel": "nope"}), 400, "bad_request")
 
 	done := map[string]any{"result_pointer": "s3://bucket/out.json", "result_channel": "s3", "summary": "said hi",
 		"metadata": map[string]any{"tokens": 3}, "artifacts": []map[string]any{{"type": "s3", "url": "s3://bucket/out.json"}}}

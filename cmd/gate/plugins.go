@@ -97,7 +97,11 @@ type httpChannelConfig struct {
 // binary and the data folder's plugins folder, watched for drop-ins, and adds
 // GET /v1/admin/plugins.
 func startPlugins(cfg serveConfig, log *slog.Logger) (*pluginWiring, error) {
-	rt, err := plugin.NewRuntime(plugin.Options{CacheDir: filepath.Join(cfg.Data, "wasm-cache"), Logger: log})
+	cache := cfg.WasmCacheDir
+	if cache == "" {
+		cache = filepath.Join(cfg.Data, "wasm-cache")
+	}
+	rt, err := plugin.NewRuntime(plugin.Options{CacheDir: cache, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -47,6 +47,9 @@ type serveConfig struct {
 	LogFormat              string `json:"log_format"`
 	// MCPAllowAnyHost turns off the MCP door's DNS-rebinding protection (see docs/mcp.md).
 	MCPAllowAnyHost bool `json:"mcp_allow_any_host"`
+	// WasmCacheDir holds compiled plugins (default <data>/wasm-cache); gates
+	// may share one, so only the first start on a machine compiles.
+	WasmCacheDir string `json:"wasm_cache_dir"`
 	// PluginsDir is the drop-in plugins folder (default <data>/plugins).
 	PluginsDir string `json:"plugins_dir"`
 	// ResultsDir is the one folder the file channel may use (default <data>/results).
@@ -112,6 +115,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	authCache := fs.Duration("auth-cache", time.Duration(cfg.AuthCacheSeconds)*time.Second, "how long a resolved API key is cached (0: off)")
 	logLevel := fs.String("log-level", cfg.LogLevel, "debug, info, warn or error")
 	logFormat := fs.String("log-format", cfg.LogFormat, "text or json")
+	wasmCache := fs.String("wasm-cache", "", "folder of compiled plugins (default <data>/wasm-cache)")
 	mcpAnyHost := fs.Bool("mcp-allow-any-host", false, "let /mcp answer loopback requests whose Host header is not localhost (behind a local reverse proxy)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -148,6 +152,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 			cfg.LogLevel = *logLevel
 		case "log-format":
 			cfg.LogFormat = *logFormat
+		case "wasm-cache":
+			cfg.WasmCacheDir = *wasmCache
 		case "mcp-allow-any-host":
 			cfg.MCPAllowAnyHost = *mcpAnyHost
 		}

@@ -139,7 +139,8 @@ func (e *Engine) claim(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 	}
 	offers := make([]host.Offer, len(tasks))
 	for i, t := range tasks {
-		offers[i] = host.Offer{LeaseID: t.LeaseID, RunID: t.LeaseID, LeaseExpiresAt: *t.LeaseExpiresAt, Attempt: t.Attempts + 1, Task: t}
+		offers[i] = host.Offer{LeaseID: t.LeaseID, RunID: t.LeaseID, LeaseExpiresAt: *t.LeaseExpiresAt, Attempt: t.Attempts + 1, Task: t,
+			LeaseSeconds: int(t.LeaseExpiresAt.Sub(now) / time.Second), ServerTime: now}
 		e.emit(Event{Kind: EvLeased, Tenant: t.Tenant, TaskType: t.Type, WorkerID: req.WorkerID, Duration: now.Sub(t.AvailableAt)})
 	}
 	return offers, nil
@@ -293,7 +294,8 @@ type HeartbeatRequest struct {
 	WorkerCall
 	ProgressPercent *float64
 	ProgressMessage string
-	// ExtendSeconds is the new lease length from now; 0 means the lease's own length.
+	// ExtendSeconds is the new lease length from now; 0 means the task type's
+	// lease_seconds. Either is capped by Config.MaxLeaseSeconds.
 	ExtendSeconds int
 }
 
@@ -302,6 +304,8 @@ type HeartbeatResult struct {
 	Status          string    `json:"status"`
 	LeaseExpiresAt  time.Time `json:"lease_expires_at"`
 	CancelRequested bool      `json:"cancel_requested"`
+	// ServerTime is the gate's clock when it extended the lease.
+	ServerTime time.Time `json:"server_time"`
 }
 
 // Heartbeat extends a live lease to now + extension (capped) and records
@@ -354,7 +358,7 @@ func (e *Engine) Heartbeat(ctx context.Context, req HeartbeatRequest) (*Heartbea
 		if err := tx.UpdateTask(ctx, t, fence); err != nil {
 			return fenced(err, req.LeaseID)
 		}
-		res = HeartbeatResult{Status: "ok", LeaseExpiresAt: *t.LeaseExpiresAt, CancelRequested: t.CancelRequested}
+		res = HeartbeatResult{Status: "ok", LeaseExpiresAt: *t.LeaseExpiresAt, CancelRequested: t.CancelRequested, ServerTime: now}
 		return nil
 	})
 	if err != nil {

@@ -211,6 +211,9 @@ func (e *Engine) storePayload(ctx context.Context, req *CompleteRequest) error {
 	}
 	ch, err := e.cfg.Plugins.Channel(name)
 	if err != nil {
+		if host.IsCode(err, host.CodeNotFound) {
+			return host.Errorf(host.CodeBadRequest, "no result channel named %q", name)
+		}
 		return err
 	}
 	if caps, err := ch.Capabilities(ctx); err == nil && caps.MaxSizeBytes > 0 && int64(len(req.Payload)) > caps.MaxSizeBytes && req.Result.Channel == "" {
@@ -279,6 +282,9 @@ func (e *Engine) FetchResult(ctx context.Context, actor Actor, id string) (*Fetc
 	}
 	ch, err := e.cfg.Plugins.Channel(name)
 	if err != nil {
+		if host.IsCode(err, host.CodeNotFound) {
+			return nil, host.Errorf(host.CodeConflict, "the result is at %s, on channel %q, which this gate does not have; fetch it from there", t.Result.Pointer, name)
+		}
 		return nil, err
 	}
 	b, err := ch.Get(ctx, t.Result.Pointer)

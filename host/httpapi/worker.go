@@ -164,6 +164,9 @@ type HeartbeatResponse struct {
 	LeaseID         string    `json:"lease_id,omitempty"`
 	LeaseExpiresAt  time.Time `json:"lease_expires_at"`
 	CancelRequested bool      `json:"cancel_requested"`
+	// ServerTime is the gate's clock at the extension, for a worker's
+	// conservative local expiry.
+	ServerTime time.Time `json:"server_time"`
 }
 
 func (s *Server) doHeartbeat(c echo.Context, leaseID string, b HeartbeatBody) (*HeartbeatResponse, error) {
@@ -177,7 +180,7 @@ func (s *Server) doHeartbeat(c echo.Context, leaseID string, b HeartbeatBody) (*
 	if err != nil {
 		return nil, err
 	}
-	return &HeartbeatResponse{Status: res.Status, LeaseID: leaseID, LeaseExpiresAt: res.LeaseExpiresAt, CancelRequested: res.CancelRequested}, nil
+	return &HeartbeatResponse{Status: res.Status, LeaseID: leaseID, LeaseExpiresAt: res.LeaseExpiresAt, CancelRequested: res.CancelRequested, ServerTime: res.ServerTime}, nil
 }
 
 // heartbeat is POST /v1/leases/{lease_id}/heartbeat.

@@ -22,6 +22,9 @@ import (
 
 var gateBin string
 
+// wasmCache is the compiled-plugin cache the test gates share.
+var wasmCache string
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "worker-sdk-gate-")
 	if err != nil {
@@ -29,6 +32,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	gateBin = filepath.Join(dir, "gate")
+	wasmCache = filepath.Join(dir, "wasm-cache") // one compilation cache for every gate started here
 	build := exec.Command("go", "build", "-o", gateBin, "../../cmd/gate")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
@@ -146,7 +150,7 @@ func (g *gproc) logText() string {
 // start runs `gate serve` on addr and waits until it listens.
 func (g *gate) start(addr string) {
 	g.t.Helper()
-	cmd := exec.Command(gateBin, "serve", "--data", g.dir, "--listen", addr, "--expiry-jitter", "0", "--sweep-interval", "100ms", "--auth-cache", "0")
+	cmd := exec.Command(gateBin, "serve", "--data", g.dir, "--listen", addr, "--expiry-jitter", "0", "--sweep-interval", "100ms", "--auth-cache", "0", "--wasm-cache", wasmCache)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		g.t.Fatal(err)

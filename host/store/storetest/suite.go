@@ -171,8 +171,8 @@ func testLeaseOrder(t *testing.T, b *Bundle) {
 			t.Fatalf("bad offer %+v", o)
 		}
 		seen[o.LeaseID] = true
-		if want := Epoch.Add(60 * time.Second); !o.LeaseExpiresAt.Equal(want) {
-			t.Fatalf("lease expires %v, want %v (task type's lease_seconds)", o.LeaseExpiresAt, want)
+		if want := Epoch.Add(60 * time.Second); !o.LeaseExpiresAt.Equal(want) || o.LeaseSeconds != 60 || !o.ServerTime.Equal(Epoch) {
+			t.Fatalf("lease expires %v after %d s granted at %v, want %v (task type's lease_seconds)", o.LeaseExpiresAt, o.LeaseSeconds, o.ServerTime, want)
 		}
 	}
 	if want := []string{high.TaskID, mid1.TaskID, mid2.TaskID}; !reflect.DeepEqual(got, want) {
