@@ -23,7 +23,7 @@ func needNode(t *testing.T) (node, npm string) {
 	node, errNode := exec.LookPath("node")
 	npm, errNpm := exec.LookPath("npm")
 	if errNode != nil || errNpm != nil {
-		msg := "node and npm are needed for the MCP acceptance test (test/mcp-client); install Node 20+"
+		msg := "node and npm are needed for the MCP acceptance test (testdata/mcp-client); install Node 20+"
 		if os.Getenv("CI") != "" {
 			t.Fatal(msg)
 		}
@@ -32,11 +32,11 @@ func needNode(t *testing.T) (node, npm string) {
 	return node, npm
 }
 
-// mcpClientDir installs test/mcp-client's pinned dependencies with npm ci
+// mcpClientDir installs testdata/mcp-client's pinned dependencies with npm ci
 // when node_modules is missing, and returns the folder.
 func mcpClientDir(t *testing.T, npm string) string {
 	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("..", "..", "test", "mcp-client"))
+	dir, err := filepath.Abs(filepath.Join("..", "..", "testdata", "mcp-client"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func mcpClientDir(t *testing.T, npm string) string {
 	return dir
 }
 
-// TestMCPAcceptance runs test/mcp-client/acceptance.mjs, a client built on
+// TestMCPAcceptance runs testdata/mcp-client/acceptance.mjs, a client built on
 // the official MCP TypeScript SDK, against the real gate serve: connect with
 // a key, list tools, queue, complete over HTTP, fetch, archive, cancel, read
 // obligations and receipts, use the worker shim, and check that another
