@@ -442,17 +442,6 @@ func (s *scanner) readInt() (int, error) {
 	return v, nil
 }
 
-func (s *scanner) readFloat() (float64, error) {
-	if s.peek() == 'n' {
-		return 0, s.lit("null")
-	}
-	n, err := s.num()
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseFloat(n, 64)
-}
-
 func (s *scanner) end() error {
 	s.ws()
 	if s.i != len(s.b) {

@@ -202,6 +202,7 @@ func TestWorkerFatalAndPanic(t *testing.T) {
 		},
 		"f-boom": func(ctx context.Context, task *worker.Task) (any, error) {
 			var m map[string]int
+			//lint:ignore SA5000 the handler panics on purpose
 			m["x"] = 1 // nil map write: a panic
 			return nil, nil
 		},
