@@ -4,7 +4,7 @@ GO      ?= go
 BIN     ?= bin/gate
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: all build run test test-go vet fmt bench clean plugins
+.PHONY: all build run test test-go vet lint fmt bench clean plugins
 
 all: build
 
@@ -24,6 +24,11 @@ vet:
 test: plugins vet
 	@bash scripts/ensure-postgres.sh || { if [ -n "$$CI" ]; then exit 1; fi; echo "PostgreSQL unavailable here: its tests will skip"; }
 	$(GO) test -race -count=1 -timeout 25m ./...
+
+# staticcheck, pinned, installed into ./bin from the Go module proxy.
+lint: vet
+	GOBIN=$(CURDIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+	./bin/staticcheck ./...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./host/...
