@@ -218,6 +218,10 @@ const (
 	DefaultResultChannel         = "inline"
 )
 
+// maxSeconds bounds every duration in a task type (a year), so no arithmetic
+// on it can overflow a time.Duration.
+const maxSeconds = 366 * 24 * 3600
+
 var taskTypeName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.\-]{0,63}$`)
 
 // Normalize fills unset fields with the seed defaults and checks the rest. It
@@ -249,16 +253,17 @@ func (tt *TaskType) Normalize() error {
 		return Errorf(CodeBadRequest, "default_priority must be 1..10, got %d", tt.DefaultPriority)
 	case tt.DefaultMaxRetries < 0 || tt.DefaultMaxRetries > 1000:
 		return Errorf(CodeBadRequest, "default_max_retries must be 0..1000, got %d", tt.DefaultMaxRetries)
-	case tt.LeaseSeconds < 1:
-		return Errorf(CodeBadRequest, "lease_seconds must be positive, got %d", tt.LeaseSeconds)
-	case tt.RequeueDelaySeconds < 0:
-		return Errorf(CodeBadRequest, "requeue_delay_seconds must not be negative, got %d", tt.RequeueDelaySeconds)
-	case tt.MaxLeaseExpiries < 1:
-		return Errorf(CodeBadRequest, "max_lease_expiries must be positive, got %d", tt.MaxLeaseExpiries)
+	case tt.LeaseSeconds < 1 || tt.LeaseSeconds > maxSeconds:
+		return Errorf(CodeBadRequest, "lease_seconds must be 1..%d, got %d", maxSeconds, tt.LeaseSeconds)
+	case tt.RequeueDelaySeconds < 0 || tt.RequeueDelaySeconds > maxSeconds:
+		return Errorf(CodeBadRequest, "requeue_delay_seconds must be 0..%d, got %d", maxSeconds, tt.RequeueDelaySeconds)
+	case tt.MaxLeaseExpiries < 1 || tt.MaxLeaseExpiries > 1_000_000:
+		return Errorf(CodeBadRequest, "max_lease_expiries must be 1..1000000, got %d", tt.MaxLeaseExpiries)
 	case tt.MaxPayloadBytes < 0:
 		return Errorf(CodeBadRequest, "max_payload_bytes must not be negative")
-	case tt.EstimatedRuntimeSeconds < 0 || tt.PollSuggestionSeconds < 0 || tt.DefaultTimeoutSeconds < 0 || tt.DefaultRetentionDays < 0:
-		return Errorf(CodeBadRequest, "durations must not be negative")
+	case tt.EstimatedRuntimeSeconds < 0 || tt.PollSuggestionSeconds < 0 || tt.DefaultTimeoutSeconds < 0 || tt.DefaultRetentionDays < 0,
+		tt.EstimatedRuntimeSeconds > maxSeconds || tt.PollSuggestionSeconds > maxSeconds || tt.DefaultTimeoutSeconds > maxSeconds || tt.DefaultRetentionDays > 36600:
+		return Errorf(CodeBadRequest, "durations must be 0..%d seconds (retention 0..36600 days)", maxSeconds)
 	}
 	return nil
 }

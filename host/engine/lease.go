@@ -389,6 +389,30 @@ type CompleteResult struct {
 
 func completeDedupe(leaseID string) string { return "complete:" + leaseID }
 
+// ownOutcome reports whether prev is the outcome receipt the engine wrote for
+// this very lease (and, when the call names them, this worker and task): only
+// then may a repeated call be answered with it.
+func ownOutcome(prev *host.Receipt, c WorkerCall, types ...host.ReceiptType) bool {
+	if prev == nil || prev.LeaseID != c.LeaseID || (c.TaskID != "" && prev.TaskID != c.TaskID) {
+		return false
+	}
+	if c.WorkerID != "" {
+		var b struct {
+			WorkerID string `json:"worker_id"`
+		}
+		_ = json.Unmarshal(prev.Body, &b)
+		if b.WorkerID != c.WorkerID {
+			return false
+		}
+	}
+	for _, t := range types {
+		if prev.Type == t {
+			return true
+		}
+	}
+	return false
+}
+
 // Complete marks the leased task succeeded and writes task.completed, which
 // discharges the assignment and the acceptance. Completing the same lease again
 // returns the first outcome.
@@ -456,7 +480,7 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 		t, err := liveLease(ctx, tx, req.WorkerCall, now)
 		if err != nil {
 			if host.IsCode(err, host.CodeLeaseExpired) {
-				if prev, _ := tx.GetReceiptByDedupe(ctx, req.Tenant, completeDedupe(req.LeaseID)); prev != nil {
+				if prev, _ := tx.GetReceiptByDedupe(ctx, req.Tenant, completeDedupe(req.LeaseID)); ownOutcome(prev, req.WorkerCall, host.ReceiptCompleted) {
 					out.Task, out.ReceiptID, out.Duplicate = t, prev.ID, true
 					if t == nil {
 						out.Task, _ = tx.GetTask(ctx, prev.Tenant, prev.TaskID)
@@ -691,7 +715,7 @@ func (e *Engine) failDuplicate(ctx context.Context, req FailRequest) *FailResult
 	var out *FailResult
 	_ = e.view(ctx, func(r store.Reader) error {
 		prev, err := r.GetReceiptByDedupe(ctx, req.Tenant, failDedupe(req.LeaseID))
-		if err != nil || prev == nil {
+		if err != nil || !ownOutcome(prev, req.WorkerCall, host.ReceiptRetryScheduled, host.ReceiptFailed, host.ReceiptCanceled) {
 			return err
 		}
 		t, err := r.GetTask(ctx, prev.Tenant, prev.TaskID)

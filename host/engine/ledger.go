@@ -138,6 +138,9 @@ func (e *Engine) CheckTerminator(ctx context.Context, actor Actor, id string) (*
 	return &TerminatorCheck{ParentReceiptID: id, HasTerminator: term != "", TerminatorID: term, IsObligation: rc.Type.CreatesObligation()}, nil
 }
 
+// userDedupePrefix keeps principals' dedupe keys apart from the engine's.
+const userDedupePrefix = "user:"
+
 // AppendRequest is a receipt a principal appends itself.
 type AppendRequest struct {
 	Type      host.ReceiptType `json:"receipt_type"`
@@ -169,8 +172,14 @@ func (e *Engine) AppendReceipt(ctx context.Context, actor Actor, req AppendReque
 	if req.To == "" {
 		req.To = actor.Principal
 	}
+	// Principals' dedupe keys live in their own namespace, apart from the keys
+	// the engine uses for its outcome receipts (complete:<lease>, fail:<lease>).
+	dedupe := ""
+	if req.DedupeKey != "" {
+		dedupe = userDedupePrefix + req.DedupeKey
+	}
 	rc := &host.Receipt{ID: host.NewID(host.PrefixReceipt), Tenant: actor.Tenant, Type: req.Type, From: actor.Principal, To: req.To,
-		TaskID: req.TaskID, Parents: req.Parents, Body: req.Body, DedupeKey: req.DedupeKey}
+		TaskID: req.TaskID, Parents: req.Parents, Body: req.Body, DedupeKey: dedupe}
 	if rc.Parents == nil {
 		rc.Parents = []string{}
 	}
@@ -178,8 +187,8 @@ func (e *Engine) AppendReceipt(ctx context.Context, actor Actor, req AppendReque
 		return nil, false, err
 	}
 	if req.TaskID != "" {
-		if _, err := e.GetTask(ctx, actor, req.TaskID); err != nil && actor.Role != RoleWorker {
-			return nil, false, err
+		if _, err := e.GetTask(ctx, actor, req.TaskID); err != nil {
+			return nil, false, err // only a task the caller may see (a worker: one it holds)
 		}
 	}
 	dup := false

@@ -121,3 +121,28 @@ func TestAcknowledgedWritesSurviveReopen(t *testing.T) {
 	b2.Complete(t, "w.1", o)
 	b2.Verify(t)
 }
+
+// Two processes on one data folder (gate serve and gate mcp, say) append to
+// one chain: the writer reads the head under each batch's write lock.
+func TestTwoOpenersShareOneChain(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gate.db")
+	open := func(tb testing.TB) storetest.Store {
+		st, err := sqlite.Open(path, sqlite.Options{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { st.Close() })
+		return st
+	}
+	b1 := storetest.Setup(t, open)
+	b2 := storetest.Setup(t, open)
+	for i := 0; i < 5; i++ {
+		b1.Enqueue(t, "work")
+		b2.Enqueue(t, "work")
+	}
+	b1.Complete(t, "w.1", b1.LeaseOne(t, "w.1"))
+	b2.Complete(t, "w.2", b2.LeaseOne(t, "w.2"))
+	if rep := b1.Verify(t); rep.Receipts != 12 {
+		t.Fatalf("chain has %d receipts, want 12", rep.Receipts)
+	}
+}

@@ -56,7 +56,18 @@ func (r *reader) st(ctx context.Context, q string) *sql.Stmt {
 	return st
 }
 
+// c detaches the writer's statements from the caller's cancellation: the
+// transaction is shared by a whole batch, and an interrupted statement would
+// roll back everyone's updates (store.Store.Update).
+func (r *reader) c(ctx context.Context) context.Context {
+	if r.db == r.s.wdb {
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
+}
+
 func (r *reader) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	ctx = r.c(ctx)
 	if st := r.st(ctx, q); st != nil {
 		return st.QueryContext(ctx, args...)
 	}
@@ -64,6 +75,7 @@ func (r *reader) query(ctx context.Context, q string, args ...any) (*sql.Rows, e
 }
 
 func (r *reader) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	ctx = r.c(ctx)
 	if st := r.st(ctx, q); st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}
@@ -72,6 +84,7 @@ func (r *reader) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 
 func (r *reader) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	r.wrote = true
+	ctx = r.c(ctx)
 	if st := r.st(ctx, q); st != nil {
 		return st.ExecContext(ctx, args...)
 	}
@@ -418,6 +431,7 @@ version=version+1 WHERE id = ? AND state = ?`
 		q += ` AND version = ?`
 		args = append(args, f.Version)
 	}
+	wrote := w.wrote
 	out, err := w.exec(ctx, q, args...)
 	if err != nil {
 		return err
@@ -427,6 +441,7 @@ version=version+1 WHERE id = ? AND state = ?`
 		return err
 	}
 	if n == 0 {
+		w.wrote = wrote // a fenced update changed nothing: nothing to undo
 		return store.ErrFenced
 	}
 	t.Version++

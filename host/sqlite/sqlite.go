@@ -348,6 +348,13 @@ func (s *Store) tryBatch(batch []*request, savepoints bool) bool {
 	if err != nil {
 		return finish(unavailable("begin", err))
 	}
+	// Another process (gate mcp, gate keys) may have appended receipts since
+	// the last batch: the head is read under this transaction's write lock.
+	if err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM ledger_head WHERE id = 1`).Scan(&s.headSeq, &s.headHash); err != nil {
+		tx.Rollback()
+		return finish(unavailable("read ledger head", err))
+	}
+	headSeq, headHash = s.headSeq, s.headHash
 	wtx := &writeTx{reader: reader{s: s, db: s.wdb, tx: tx}}
 	anyOK := false
 	for _, r := range batch {

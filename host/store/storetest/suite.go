@@ -46,6 +46,7 @@ func Run(t *testing.T, open Opener) {
 		{"KeysTypesWorkers", testKeys},
 		{"ListTasksPaging", testListPaging},
 		{"VersionFence", testVersionFence},
+		{"DedupeNamespaces", testDedupeNamespaces},
 		{"CompleteAfterConcurrentWrite", testCompleteAfterConcurrentWrite},
 		{"Hammer", testHammer},
 	}
@@ -892,4 +893,48 @@ func testCompleteAfterConcurrentWrite(t *testing.T, b *Bundle) {
 		_ = res
 	}
 	b.Verify(t)
+}
+
+func testDedupeNamespaces(t *testing.T, b *Bundle) {
+	// A principal's dedupe key that looks like the engine's own cannot block
+	// or fake a worker's outcome.
+	res := b.Enqueue(t, "work")
+	o := b.LeaseOne(t, "w.1")
+	for _, key := range []string{"complete:" + o.LeaseID, "fail:" + o.LeaseID} {
+		if _, _, err := b.Engine.AppendReceipt(b.Ctx, b.Agent, engine.AppendRequest{Type: host.ReceiptProgress, TaskID: res.TaskID, DedupeKey: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// After expiry a complete is refused, not answered with the agent's receipt.
+	b.Clock.Set(o.LeaseExpiresAt)
+	_, err := b.Engine.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", o), Result: Pointer})
+	WantCode(t, err, host.CodeLeaseExpired)
+	_, err = b.Engine.Fail(b.Ctx, engine.FailRequest{WorkerCall: Call("w.1", o), Error: "x"})
+	WantCode(t, err, host.CodeLeaseExpired)
+	if _, err := b.Engine.Sweep(b.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.Clock.Advance(31 * time.Second)
+	o2 := b.LeaseOne(t, "w.1")
+	for _, key := range []string{"complete:" + o2.LeaseID, "fail:" + o2.LeaseID} {
+		if _, _, err := b.Engine.AppendReceipt(b.Ctx, b.Agent, engine.AppendRequest{Type: host.ReceiptProgress, TaskID: res.TaskID, DedupeKey: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cr := b.Complete(t, "w.1", o2)
+	if cr.Duplicate || b.Task(t, res.TaskID).State != host.StateSucceeded {
+		t.Fatalf("completion blocked or faked by an agent's dedupe key: %+v", cr)
+	}
+	// A repeated complete by another worker is not answered with this one's outcome.
+	_, err = b.Engine.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.2", o2), Result: Pointer})
+	WantCode(t, err, host.CodeLeaseExpired)
+	// Workers may append receipts only to tasks they hold.
+	other := b.Enqueue(t, "other")
+	_, _, err = b.Engine.AppendReceipt(b.Ctx, engine.Actor{Tenant: "acme", Principal: "w.9", Role: engine.RoleWorker},
+		engine.AppendRequest{Type: host.ReceiptProgress, TaskID: other.TaskID})
+	WantCode(t, err, host.CodeNotFound)
+	huge := host.NewTaskType("huge")
+	huge.Tenant, huge.RequeueDelaySeconds = "acme", 10_000_000_000
+	_, err = b.Engine.PutTaskType(b.Ctx, huge)
+	WantCode(t, err, host.CodeBadRequest)
 }
