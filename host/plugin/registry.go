@@ -49,6 +49,12 @@ type Registry struct {
 
 	mu      sync.Mutex // guards entries' non-atomic fields and the map
 	entries map[string]*entry
+
+	// Run loops register here so Close can stop them and wait for a scan in
+	// flight: closing plugins (and then the runtime) under a compile crashes it.
+	running   sync.WaitGroup
+	closing   chan struct{}
+	closeOnce sync.Once
 }
 
 type entry struct {
@@ -67,7 +73,7 @@ func NewRegistry(ctx context.Context, rt *Runtime, opts RegistryOptions) (*Regis
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = time.Second
 	}
-	r := &Registry{rt: rt, opts: opts, log: rt.log, entries: map[string]*entry{}}
+	r := &Registry{rt: rt, opts: opts, log: rt.log, entries: map[string]*entry{}, closing: make(chan struct{})}
 	if opts.Builtins != nil {
 		if err := r.loadBuiltins(ctx); err != nil {
 			return nil, err
@@ -147,11 +153,23 @@ func (r *Registry) setMissing(e *entry, why string) {
 // Run rescans the plugins folder and reaps idle instances every
 // PollInterval until ctx ends.
 func (r *Registry) Run(ctx context.Context) {
+	r.mu.Lock()
+	select {
+	case <-r.closing:
+		r.mu.Unlock()
+		return
+	default:
+	}
+	r.running.Add(1)
+	r.mu.Unlock()
+	defer r.running.Done()
 	t := time.NewTicker(r.opts.PollInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-r.closing:
 			return
 		case <-t.C:
 			if r.opts.Dir != "" {
@@ -282,6 +300,10 @@ func (r *Registry) refuse(e *entry, err error) {
 
 // Close retires every plugin. Calls in flight finish first.
 func (r *Registry) Close() {
+	r.mu.Lock()
+	r.closeOnce.Do(func() { close(r.closing) })
+	r.mu.Unlock()
+	r.running.Wait() // a scan in flight finishes before its plugins close
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range r.entries {
