@@ -93,7 +93,7 @@ func TestE2ECrashRecovery(t *testing.T) {
 		}(w)
 	}
 	// Let load build up, then kill the gate without warning.
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for len(finished.all()) < 200 || len(held.all()) < 10 {
 		if time.Now().After(deadline) {
 			t.Fatalf("load did not build up: %d finished, %d held", len(finished.all()), len(held.all()))

@@ -626,7 +626,7 @@ func TestE2ELongPollWakeUp(t *testing.T) {
 		got <- result{offers: out.Leases, err: err}
 	}()
 	// Wait until the long-poll is parked (the worker shows up in the registry), then enqueue.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for !strings.Contains(string(call(t, "GET", g.URL+"/v1/admin/workers", g.Admin, nil).Body), "echo.w1") {
 		if time.Now().After(deadline) {
 			t.Fatal("the long-poll never registered its worker")
