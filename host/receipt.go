@@ -130,7 +130,7 @@ func (r *Receipt) Validate() error {
 	r.Body = buf.Bytes()
 	var body struct {
 		Artifacts     []json.RawMessage `json:"artifacts"`
-		ResultPointer string            `json:"result_pointer"`
+		ResultPointer any               `json:"result_pointer"`
 		DeliveryProof json.RawMessage   `json:"delivery_proof"`
 	}
 	if r.Body[0] != '{' {
@@ -146,9 +146,18 @@ func (r *Receipt) Validate() error {
 		return Errorf(CodeInvalidReceipt, "a %s receipt must name the obligations it answers in parents", r.Type)
 	}
 	if r.Type == ReceiptCompleted {
-		proof := len(body.DeliveryProof) > 0 && string(body.DeliveryProof) != "null"
-		if body.ResultPointer == "" && len(body.Artifacts) == 0 && !proof {
-			return Errorf(CodeNotLocatable, "a success must be locatable: give result_pointer, artifacts or delivery_proof")
+		res := Result{DeliveryProof: body.DeliveryProof}
+		if p, ok := body.ResultPointer.(string); ok {
+			res.Pointer = p
+		}
+		for _, raw := range body.Artifacts {
+			var a Artifact
+			if json.Unmarshal(raw, &a) == nil {
+				res.Artifacts = append(res.Artifacts, a)
+			}
+		}
+		if !res.Locatable() {
+			return Errorf(CodeNotLocatable, "a success must be locatable: give result_pointer, artifacts (type and url or ref) or a non-empty delivery_proof")
 		}
 	}
 	return nil

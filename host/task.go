@@ -3,6 +3,7 @@ package host
 import (
 	"encoding/json"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -166,7 +167,28 @@ func (r *Result) Locatable() bool {
 	if r == nil {
 		return false
 	}
-	return r.Pointer != "" || len(r.Artifacts) > 0 || (len(r.DeliveryProof) > 0 && string(r.DeliveryProof) != "null")
+	if strings.TrimSpace(r.Pointer) != "" || ProofLocates(r.DeliveryProof) {
+		return true
+	}
+	for _, a := range r.Artifacts {
+		if a.Locates() {
+			return true
+		}
+	}
+	return false
+}
+
+// Locates reports whether an artifact says where something is: a type and a
+// URL or a reference.
+func (a Artifact) Locates() bool {
+	ref := strings.TrimSpace(string(a.Ref))
+	return strings.TrimSpace(a.Type) != "" && (strings.TrimSpace(a.URL) != "" || (ref != "" && ref != "null" && ref != "{}" && ref != `""`))
+}
+
+// ProofLocates reports whether a delivery proof is a non-empty JSON object.
+func ProofLocates(raw json.RawMessage) bool {
+	var m map[string]json.RawMessage
+	return len(raw) > 0 && json.Unmarshal(raw, &m) == nil && len(m) > 0
 }
 
 // TaskType is a registered kind of task with its defaults and limits. Field names

@@ -205,3 +205,24 @@ func TestE2EHTTPChannel(t *testing.T) {
 		t.Fatalf("result: %s", res.Body)
 	}
 }
+
+// TestE2EHostileHTTPInput covers bad input found in review: bodies that are
+// not UTF-8, ?tenant= on routes where the key chooses the tenant, a missing
+// plugin named by a task type, and hollow "locatable" results.
+func TestE2EHostileHTTPInput(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, t.TempDir())
+	agent := g.newKey(t, "agent", "agent.h", "")
+	worker := g.newKey(t, "worker", "h.1", "")
+	g.putType(t, "h", map[string]any{}, "")
+	want(t, call(t, "POST", g.URL+"/v1/tasks", agent, "{\"task_type\":\"h\",\"params\":{\"p\":\"a\xff\xfe\"}}"), 400, "bad_request")
+	want(t, call(t, "GET", g.URL+"/v1/tasks?tenant=acme", g.Admin, nil), 400, "bad_request")
+	want(t, call(t, "PUT", g.URL+"/v1/admin/task-types/nope", g.Admin, map[string]any{"policy": map[string]any{"name": "missing-plugin"}}), 400, "bad_request")
+	want(t, call(t, "PUT", g.URL+"/v1/admin/task-types/nope", g.Admin, map[string]any{"default_result_channel": "../../x"}), 400, "bad_request")
+	g.enqueue(t, agent, "h", nil)
+	o := g.lease(t, worker, "h.1", nil)
+	for _, body := range []string{`{"artifacts":[{}]}`, `{"delivery_proof":{}}`, `{"result_pointer":" "}`} {
+		want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/complete", worker, body), 422, "not_locatable")
+	}
+	want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/complete", worker, `{"result_pointer":"s3://b/k","result_checksum":"garbage"}`), 400, "bad_request")
+}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -78,8 +80,11 @@ func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	if recipient == "" {
 		recipient = actor.Principal
 	}
-	if len(recipient) > 200 {
-		return nil, host.Errorf(host.CodeBadRequest, "recipient_ai is longer than 200 characters")
+	if len(recipient) > 200 || !printable(recipient) {
+		return nil, host.Errorf(host.CodeBadRequest, "recipient_ai must be at most 200 printable characters")
+	}
+	if req.NotBefore != nil && req.NotBefore.After(time.Now().Add(366*24*time.Hour)) {
+		return nil, host.Errorf(host.CodeBadRequest, "not_before is more than a year away")
 	}
 
 	ct, err := e.types.get(ctx, actor.Tenant, req.TaskType)
@@ -171,6 +176,19 @@ func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 		}
 	}
 	return res, nil
+}
+
+// printable reports whether s is valid UTF-8 without control characters.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
 }
 
 func (e *Engine) runValidators(ctx context.Context, tt *host.TaskType, params json.RawMessage) error {

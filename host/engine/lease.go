@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -389,6 +390,11 @@ type CompleteResult struct {
 
 func completeDedupe(leaseID string) string { return "complete:" + leaseID }
 
+var (
+	checksumPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,15}:[0-9a-fA-F]{1,128}$`)
+	channelPattern  = regexp.MustCompile(`^[a-z0-9][a-z0-9_.\-]{0,63}$`)
+)
+
 // ownOutcome reports whether prev is the outcome receipt the engine wrote for
 // this very lease (and, when the call names them, this worker and task): only
 // then may a repeated call be answered with it.
@@ -431,6 +437,15 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 	}
 	if len(res.Pointer) > 8192 || len(res.Checksum) > 200 || len(res.Summary) > 8192 {
 		return nil, host.Errorf(host.CodeTooLarge, "result_pointer, result_checksum or summary is too long")
+	}
+	if res.Checksum != "" && !checksumPattern.MatchString(res.Checksum) {
+		return nil, host.Errorf(host.CodeBadRequest, "result_checksum must look like algorithm:hex (sha256:…)")
+	}
+	if res.Channel != "" && !channelPattern.MatchString(res.Channel) {
+		return nil, host.Errorf(host.CodeBadRequest, "result_channel must match %s", channelPattern)
+	}
+	if m := bytes.TrimSpace(res.Metadata); len(m) > 0 && string(m) != "null" && m[0] != '{' {
+		return nil, host.Errorf(host.CodeBadRequest, "metadata must be a JSON object")
 	}
 	for _, raw := range []*json.RawMessage{&res.Metadata, &res.DeliveryProof} {
 		if len(*raw) > 0 {
@@ -573,8 +588,8 @@ func (e *Engine) Fail(ctx context.Context, req FailRequest) (*FailResult, error)
 	}
 	if len(req.Metadata) > 0 {
 		c, err := compactJSON(req.Metadata)
-		if err != nil {
-			return nil, host.Errorf(host.CodeBadRequest, "metadata must be valid JSON")
+		if err != nil || (string(c) != "null" && c[0] != '{') {
+			return nil, host.Errorf(host.CodeBadRequest, "metadata must be a JSON object")
 		}
 		req.Metadata = c
 	}
@@ -821,6 +836,9 @@ func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*hos
 		t, err := liveLease(ctx, tx, c, now)
 		if err != nil {
 			if host.IsCode(err, host.CodeLeaseExpired) {
+				if t != nil && t.State == host.StateLeased && t.LeaseID == c.LeaseID && c.WorkerID != "" && t.WorkerID != c.WorkerID {
+					return err // someone else's live lease: not this caller's to release
+				}
 				out = nil // idempotent: already released or expired; say nothing of the task
 				return nil
 			}

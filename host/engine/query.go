@@ -289,6 +289,9 @@ func (e *Engine) FetchResult(ctx context.Context, actor Actor, id string) (*Fetc
 	}
 	b, err := ch.Get(ctx, t.Result.Pointer)
 	if err != nil {
+		if host.IsCode(err, host.CodeBadRequest) {
+			return nil, host.Errorf(host.CodeConflict, "the worker recorded %s, which channel %q cannot read: %s", t.Result.Pointer, name, host.ErrorDetail(err))
+		}
 		if host.ErrorCode(err) == host.CodeInternal {
 			return nil, host.WrapError(host.CodeChannelError, err, "result channel "+name+" failed: "+err.Error())
 		}

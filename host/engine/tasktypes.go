@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
 
@@ -91,10 +92,53 @@ func (c *typeCache) invalidate(tenant, name string) {
 	c.mu.Unlock()
 }
 
+// Limits on what a schema and params may be: the validator's cost grows
+// quickly with nesting, so depth is bounded before any validation runs.
+const (
+	MaxSchemaBytes = 64 << 10
+	MaxSchemaDepth = 32
+	MaxParamsDepth = 32
+)
+
+// jsonDepth returns how deeply objects and arrays nest in a JSON text.
+func jsonDepth(b []byte) int {
+	depth, max := 0, 0
+	inStr, esc := false, false
+	for _, c := range b {
+		switch {
+		case inStr:
+			switch {
+			case esc:
+				esc = false
+			case c == '\\':
+				esc = true
+			case c == '"':
+				inStr = false
+			}
+		case c == '"':
+			inStr = true
+		case c == '{' || c == '[':
+			depth++
+			if depth > max {
+				max = depth
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return max
+}
+
 // compileSchema compiles a params schema; an empty one accepts any object.
 func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	if len(bytes.TrimSpace(raw)) == 0 || string(raw) == "null" {
 		return nil, nil
+	}
+	if len(raw) > MaxSchemaBytes {
+		return nil, host.Errorf(host.CodeBadRequest, "params_schema is %d bytes, the limit is %d", len(raw), MaxSchemaBytes)
+	}
+	if d := jsonDepth(raw); d > MaxSchemaDepth {
+		return nil, host.Errorf(host.CodeBadRequest, "params_schema nests %d levels deep, the limit is %d", d, MaxSchemaDepth)
 	}
 	c := jsonschema.NewCompiler()
 	c.Draft = jsonschema.Draft2020
@@ -114,6 +158,12 @@ func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 // validateParams checks params against a compiled schema and returns an
 // invalid_params error naming the first problems.
 func validateParams(s *jsonschema.Schema, params json.RawMessage) error {
+	if !utf8.Valid(params) {
+		return host.Errorf(host.CodeInvalidParams, "params are not valid UTF-8")
+	}
+	if d := jsonDepth(params); d > MaxParamsDepth {
+		return host.Errorf(host.CodeInvalidParams, "params nest %d levels deep, the limit is %d", d, MaxParamsDepth)
+	}
 	var v any
 	dec := json.NewDecoder(bytes.NewReader(params))
 	dec.UseNumber()
@@ -177,12 +227,26 @@ func (e *Engine) PutTaskType(ctx context.Context, tt host.TaskType) (*host.TaskT
 			tt.ParamsSchema = buf.Bytes()
 		}
 	}
+	if tt.Policy != nil && tt.Policy.Name == "" {
+		return nil, host.Errorf(host.CodeBadRequest, "policy needs a name")
+	}
+	for _, v := range tt.Validators {
+		if v.Name == "" {
+			return nil, host.Errorf(host.CodeBadRequest, "every validator needs a name")
+		}
+	}
+	if c := bytes.TrimSpace(tt.ChannelCfg); len(c) > 0 && string(c) != "null" && c[0] != '{' {
+		return nil, host.Errorf(host.CodeBadRequest, "channel_config must be a JSON object")
+	}
 	if e.cfg.Plugins != nil {
 		if _, err := e.cfg.Plugins.Policy(&tt); err != nil {
 			return nil, badPlugin(err)
 		}
 		if _, err := e.cfg.Plugins.Validators(&tt); err != nil {
 			return nil, badPlugin(err)
+		}
+		if _, err := e.cfg.Plugins.Channel(tt.DefaultResultChannel); err != nil {
+			return nil, host.Errorf(host.CodeBadRequest, "default_result_channel %q: %s", tt.DefaultResultChannel, host.ErrorDetail(err))
 		}
 	}
 	now := e.now()
@@ -206,9 +270,12 @@ func (e *Engine) PutTaskType(ctx context.Context, tt host.TaskType) (*host.TaskT
 	return &tt, nil
 }
 
+// badPlugin turns a plugin lookup failure while writing a task type into a
+// bad_request: the type names something this gate cannot run.
 func badPlugin(err error) error {
-	if host.ErrorCode(err) == host.CodeInternal {
-		return host.WrapError(host.CodeBadRequest, err, "plugin configuration: "+err.Error())
+	switch host.ErrorCode(err) {
+	case host.CodeInternal, host.CodeNotFound:
+		return host.WrapError(host.CodeBadRequest, err, "plugin configuration: "+host.ErrorDetail(err))
 	}
 	return err
 }

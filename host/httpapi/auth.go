@@ -228,6 +228,12 @@ func (a *Authenticator) Middleware() echo.MiddlewareFunc {
 				}
 				return err
 			}
+			// The key chooses the tenant; ?tenant= lets an operator pick another
+			// only on the admin routes. Elsewhere it is refused, never ignored.
+			if c.QueryParams().Has("tenant") && !strings.HasPrefix(c.Request().URL.Path, "/v1/admin/") &&
+				c.QueryParam("tenant") != actor.Tenant {
+				return badRequest("?tenant= applies to /v1/admin routes only; this key acts in tenant %q", actor.Tenant)
+			}
 			c.Set(ctxKeyActor, actor)
 			c.SetRequest(c.Request().WithContext(WithActor(c.Request().Context(), actor)))
 			return next(c)

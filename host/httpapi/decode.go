@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -58,6 +59,9 @@ func decodeBody(b []byte, v any, mode decodeMode) error {
 	}
 	if b[0] != '{' {
 		return badRequest("the request body must be a JSON object")
+	}
+	if !utf8.Valid(b) {
+		return badRequest("the request body is not valid UTF-8")
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if mode == strict {

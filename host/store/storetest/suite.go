@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -47,6 +48,7 @@ func Run(t *testing.T, open Opener) {
 		{"ListTasksPaging", testListPaging},
 		{"VersionFence", testVersionFence},
 		{"DedupeNamespaces", testDedupeNamespaces},
+		{"HostileInput", testHostileInput},
 		{"CompleteAfterConcurrentWrite", testCompleteAfterConcurrentWrite},
 		{"Hammer", testHammer},
 	}
@@ -936,5 +938,47 @@ func testDedupeNamespaces(t *testing.T, b *Bundle) {
 	huge := host.NewTaskType("huge")
 	huge.Tenant, huge.RequeueDelaySeconds = "acme", 10_000_000_000
 	_, err = b.Engine.PutTaskType(b.Ctx, huge)
+	WantCode(t, err, host.CodeBadRequest)
+}
+
+func testHostileInput(t *testing.T, b *Bundle) {
+	// Successes that only look locatable are refused.
+	b.Enqueue(t, "work")
+	o := b.LeaseOne(t, "w.1")
+	for _, res := range []host.Result{
+		{Artifacts: []host.Artifact{{}}},
+		{Artifacts: []host.Artifact{{Type: ""}}},
+		{Artifacts: []host.Artifact{{Type: "s3"}}},
+		{DeliveryProof: json.RawMessage(`{}`)},
+		{DeliveryProof: json.RawMessage(`"x"`)},
+		{Pointer: "   "},
+	} {
+		_, err := b.Engine.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", o), Result: res})
+		WantCode(t, err, host.CodeNotLocatable)
+	}
+	_, err := b.Engine.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", o), Result: host.Result{Pointer: "x:y", Checksum: "garbage"}})
+	WantCode(t, err, host.CodeBadRequest)
+	// Another worker cannot release a live lease.
+	_, err = b.Engine.Release(b.Ctx, Call("w.2", o), "")
+	WantCode(t, err, host.CodeLeaseExpired)
+	if tk := b.Task(t, o.Task.ID); tk.State != host.StateLeased || tk.WorkerID != "w.1" {
+		t.Fatalf("a foreign release changed the task: %+v", tk)
+	}
+	// Deeply nested params are refused before the schema validator sees them.
+	deep := strings.Repeat(`{"a":`, 200) + "1" + strings.Repeat("}", 200)
+	_, err = b.Engine.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "work", Params: json.RawMessage(deep)})
+	WantCode(t, err, host.CodeInvalidParams)
+	_, err = b.Engine.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "work", Params: json.RawMessage("{\"p\":\"a\xff\xfe\"}")})
+	WantCode(t, err, host.CodeInvalidParams)
+	_, err = b.Engine.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "work", Recipient: "x\x00y"})
+	WantCode(t, err, host.CodeBadRequest)
+	rec := host.NewTaskType("rec")
+	rec.Tenant = "acme"
+	rec.ParamsSchema = json.RawMessage(strings.Repeat(`{"not":`, 100) + "{}" + strings.Repeat("}", 100))
+	_, err = b.Engine.PutTaskType(b.Ctx, rec)
+	WantCode(t, err, host.CodeBadRequest)
+	rec.ParamsSchema = nil
+	rec.Policy = &host.PluginRef{}
+	_, err = b.Engine.PutTaskType(b.Ctx, rec)
 	WantCode(t, err, host.CodeBadRequest)
 }
