@@ -131,16 +131,12 @@ func serveMCPStdio(ctx context.Context, data, dbURL, key string, actor engine.Ac
 	cfg := defaultServeConfig()
 	cfg.Data, cfg.DB = data, dbURL
 	ecfg := engine.Config{Store: st, Logger: log}
-	if servePlugins != nil {
-		w, err := servePlugins(cfg, log)
-		if err != nil {
-			return fmt.Errorf("plugins: %w", err)
-		}
-		ecfg.Plugins = w.Plugins
-		if w.Close != nil {
-			defer w.Close()
-		}
+	plugins, err := startPlugins(cfg, log)
+	if err != nil {
+		return fmt.Errorf("plugins: %w", err)
 	}
+	defer plugins.Close()
+	ecfg.Plugins = plugins.Plugins
 	eng, err := engine.New(ecfg)
 	if err != nil {
 		return err

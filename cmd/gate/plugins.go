@@ -18,8 +18,6 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-func init() { servePlugins = startPlugins }
-
 // pluginSet resolves a task type's plugins through the registry, so a plugin
 // dropped into the plugins folder (or a new version of one) serves the next
 // call without a restart.
@@ -91,6 +89,13 @@ type httpChannelConfig struct {
 	Headers      map[string]string `json:"headers,omitempty"`
 	AllowedHosts []string          `json:"allowed_hosts,omitempty"`
 	MaxSizeBytes int64             `json:"max_size_bytes,omitempty"`
+}
+
+// pluginWiring is what the plugin runtime adds to a running gate.
+type pluginWiring struct {
+	Plugins engine.Plugins
+	Routes  httpapi.Option
+	Close   func()
 }
 
 // startPlugins starts the plugin runtime with the built-ins embedded in the

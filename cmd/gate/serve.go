@@ -182,19 +182,6 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("log format %q: use text or json", format)
 }
 
-// servePlugins, when set (by the plugin runtime's wiring, from an init
-// function in this package), starts the plugins: the engine's Plugins, extra
-// HTTP routes (the admin listing) and a function that releases them after the
-// engine stops.
-var servePlugins func(cfg serveConfig, log *slog.Logger) (*pluginWiring, error)
-
-// pluginWiring is what the plugin runtime adds to a running gate.
-type pluginWiring struct {
-	Plugins engine.Plugins
-	Routes  httpapi.Option
-	Close   func()
-}
-
 func runServe(args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseServeFlags(args, stderr)
 	if err != nil {
@@ -247,20 +234,12 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	if ecfg.ExpiryJitter == 0 {
 		ecfg.ExpiryJitter = -1 // the engine reads 0 as "default"; the config's 0 means none
 	}
-	var extra []httpapi.Option
-	if servePlugins != nil {
-		w, err := servePlugins(cfg, log)
-		if err != nil {
-			return fmt.Errorf("plugins: %w", err)
-		}
-		ecfg.Plugins = w.Plugins
-		if w.Routes != nil {
-			extra = append(extra, w.Routes)
-		}
-		if w.Close != nil {
-			defer w.Close()
-		}
+	plugins, err := startPlugins(cfg, log)
+	if err != nil {
+		return fmt.Errorf("plugins: %w", err)
 	}
+	defer plugins.Close()
+	ecfg.Plugins = plugins.Plugins
 	eng, err := engine.New(ecfg)
 	if err != nil {
 		return err
@@ -279,7 +258,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	srv, err := httpapi.New(httpapi.Config{
 		Engine: eng, Logger: log, BodyLimit: cfg.BodyLimitBytes, Metrics: metrics,
 		MetricsPublic: cfg.MetricsPublic, AuthCacheTTL: authTTL, Version: version,
-	}, append(extra, mcpSrv.Routes())...)
+	}, plugins.Routes, mcpSrv.Routes())
 	if err != nil {
 		return err
 	}
