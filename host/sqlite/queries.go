@@ -195,23 +195,24 @@ func (r *reader) FindTaskByIdempotency(ctx context.Context, tenant, recipient, k
 	return t, err
 }
 
-func (r *reader) tasks(ctx context.Context, q string, args ...any) ([]*host.Task, int64, error) {
+// tasks runs a task query and returns the tasks with their queue positions.
+func (r *reader) tasks(ctx context.Context, q string, args ...any) ([]*host.Task, []int64, error) {
 	rows, err := r.query(ctx, q, args...)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	defer rows.Close()
 	var out []*host.Task
-	var last int64
+	var seqs []int64
 	for rows.Next() {
 		t, seq, err := scanTask(rows)
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, err
 		}
 		out = append(out, t)
-		last = seq
+		seqs = append(seqs, seq)
 	}
-	return out, last, rows.Err()
+	return out, seqs, rows.Err()
 }
 
 func parseCursor(c string) (int64, error) {
@@ -265,19 +266,14 @@ func (r *reader) ListTasks(ctx context.Context, f store.TaskFilter) ([]*host.Tas
 	}
 	q += ` ORDER BY seq LIMIT ?`
 	args = append(args, f.Limit+1)
-	ts, _, err := r.tasks(ctx, q, args...)
+	ts, seqs, err := r.tasks(ctx, q, args...)
 	if err != nil {
 		return nil, "", err
 	}
 	cur := ""
 	if len(ts) > f.Limit {
 		ts = ts[:f.Limit]
-		// The cursor is the seq of the last task returned.
-		var seq int64
-		if err := r.queryRow(ctx, `SELECT seq FROM tasks WHERE id = ?`, ts[len(ts)-1].ID).Scan(&seq); err != nil {
-			return nil, "", err
-		}
-		cur = strconv.FormatInt(seq, 10)
+		cur = strconv.FormatInt(seqs[f.Limit-1], 10) // the seq of the last task returned
 	}
 	return ts, cur, nil
 }
