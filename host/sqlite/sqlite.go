@@ -38,6 +38,9 @@ type Options struct {
 	Synchronous string
 	// ReadConns is the size of the read pool (default 4).
 	ReadConns int
+	// MustExist refuses to create the database: a missing file is an error
+	// wrapping fs.ErrNotExist. Commands that work on an existing gate set it.
+	MustExist bool
 }
 
 // Store is the SQLite driver. It implements store.Store.
@@ -75,8 +78,10 @@ type request struct {
 	done chan struct{}
 }
 
-// Open opens (creating if needed) the database file at path and applies the
-// embedded migrations in order.
+// Open opens (creating if needed, unless opts.MustExist) the database file at
+// path and applies the embedded migrations in order. An existing file that is
+// empty or holds no gate database is refused with ErrNotGateDatabase and left
+// as it is.
 func Open(path string, opts Options) (*Store, error) {
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = 512
@@ -87,7 +92,15 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.ReadConns <= 0 {
 		opts.ReadConns = 4
 	}
-	if dir := filepath.Dir(path); dir != "" {
+	exists, err := checkFile(path, opts.MustExist)
+	if err != nil {
+		return nil, err
+	}
+	if exists {
+		if err := checkGateSchema(path); err != nil {
+			return nil, err
+		}
+	} else if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("sqlite: create data folder: %w", err)
 		}
