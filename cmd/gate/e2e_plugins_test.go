@@ -174,12 +174,11 @@ func TestE2EHTTPChannel(t *testing.T) {
 		}
 	}))
 	defer sink.Close()
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "gate.json")
+	cfg := filepath.Join(t.TempDir(), "gate.json") // beside the data folder: a new gate starts in an empty one
 	if err := os.WriteFile(cfg, []byte(`{"http_channel": {"endpoint": "`+sink.URL+`/results"}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	g := startGate(t, dir, "--config", cfg)
+	g := startGate(t, t.TempDir(), "--config", cfg)
 	if st := g.pluginStates(t)["http"]; st != "channel/ready" {
 		t.Fatalf("configured http channel is %q", st)
 	}

@@ -660,6 +660,11 @@ func TestE2ELongPollWakeUp(t *testing.T) {
 func TestE2EKeysAndLedgerCLI(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	// The keys command works on an existing gate; it never creates one.
+	if _, errOut, code := gateCLI(t, "keys", "create", "--data", dir, "--role", "agent", "--principal", "cli.agent"); code == 0 || !strings.Contains(errOut, "no gate database") {
+		t.Fatalf("keys create in a folder without a gate: %d %q", code, errOut)
+	}
+	g := startGate(t, dir)
 	out, errOut, code := gateCLI(t, "keys", "create", "--data", dir, "--role", "agent", "--principal", "cli.agent", "--tenant", "t1")
 	if code != 0 || !strings.HasPrefix(strings.TrimSpace(out), "agw_") {
 		t.Fatalf("keys create: %d %q %q", code, out, errOut)
@@ -668,17 +673,6 @@ func TestE2EKeysAndLedgerCLI(t *testing.T) {
 	if _, _, code := gateCLI(t, "keys", "create", "--data", dir, "--role", "wizard", "--principal", "x"); code == 0 {
 		t.Fatal("keys create accepted role wizard")
 	}
-	// Keys exist, so the first start creates no admin key.
-	_, err := os.Stat(filepath.Join(dir, "admin.key"))
-	if err == nil {
-		t.Fatal("admin.key before serve")
-	}
-	out, _, code = gateCLI(t, "keys", "create", "--data", dir, "--role", "admin", "--principal", "root")
-	if code != 0 {
-		t.Fatal("admin key")
-	}
-	os.WriteFile(filepath.Join(dir, "admin.key"), []byte(out), 0o600)
-	g := startGate(t, dir)
 	want(t, call(t, "GET", g.URL+"/v1/tasks", agentKey, nil), 200, "")
 	out, _, code = gateCLI(t, "keys", "list", "--data", dir, "--json")
 	var ks []map[string]any

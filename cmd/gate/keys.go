@@ -43,7 +43,7 @@ func runKeys(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	st, err := openStore(*data, *db)
+	st, _, err := openStore(context.Background(), *data, *db, openExisting) // never creates a gate
 	if err != nil {
 		fmt.Fprintln(stderr, "gate keys:", err)
 		return 1

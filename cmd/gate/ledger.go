@@ -34,7 +34,7 @@ func runLedger(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	st, err := openStore(*data, *db)
+	st, _, err := openStore(context.Background(), *data, *db, openExisting) // never creates a gate
 	if err != nil {
 		fmt.Fprintln(stderr, "gate ledger verify:", err)
 		return 1

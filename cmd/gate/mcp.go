@@ -103,12 +103,7 @@ func runMCP(args []string, stdout, stderr io.Writer) int {
 // serveMCPStdio opens the store and serves one MCP session on stdin/stdout as
 // actor (or as the key's principal when key is set).
 func serveMCPStdio(ctx context.Context, data, dbURL, key string, actor engine.Actor, stdout io.Writer, log *slog.Logger) error {
-	if data != "" {
-		if err := os.MkdirAll(data, 0o700); err != nil {
-			return fmt.Errorf("data folder: %w", err)
-		}
-	}
-	st, err := openStore(data, dbURL)
+	st, _, err := openStore(ctx, data, dbURL, openExisting) // never creates a gate
 	if err != nil {
 		return err
 	}

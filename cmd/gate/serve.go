@@ -208,12 +208,29 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 // serve runs the gate until ctx is done, then shuts down gracefully: stop
 // accepting, end long-polls, drain in-flight requests, stop the engine, close
 // the store. ready, when set, receives the listening address.
+//
+// Start-up binds the port first, so a busy port fails at once and before
+// anything is written to the data folder; then it opens (on a first start,
+// creates) the store, starts the plugin runtime and serves HTTP. ctx ends
+// every phase: a signal during start-up stops the gate cleanly.
 func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- string) error {
-	if err := os.MkdirAll(cfg.Data, 0o700); err != nil {
-		return fmt.Errorf("data folder: %w", err)
-	}
-	st, err := openStore(cfg.Data, cfg.DB)
+	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
+	stopped := func(phase string) error {
+		log.Info("stopped during start-up", "phase", phase)
+		return nil
+	}
+	if ctx.Err() != nil {
+		return stopped("listen")
+	}
+	st, created, err := openStore(ctx, cfg.Data, cfg.DB, openOrCreate)
+	if err != nil {
+		if ctx.Err() != nil {
+			return stopped("store")
+		}
 		return err
 	}
 	defer func() {
@@ -221,7 +238,16 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 			log.Warn("closing the store", "err", err)
 		}
 	}()
+	if created {
+		log.Info("created a new gate", "data", cfg.Data)
+	}
+	if err := os.MkdirAll(cfg.Data, 0o700); err != nil { // the store may live elsewhere (--db)
+		return fmt.Errorf("data folder: %w", err)
+	}
 	if err := ensureAdminKey(ctx, st, cfg.Data, log); err != nil {
+		if ctx.Err() != nil {
+			return stopped("admin key")
+		}
 		return err
 	}
 
@@ -234,9 +260,12 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	if ecfg.ExpiryJitter == 0 {
 		ecfg.ExpiryJitter = -1 // the engine reads 0 as "default"; the config's 0 means none
 	}
-	plugins, err := startPlugins(cfg, log)
+	plugins, err := startPluginsUntil(ctx, cfg, log)
 	if err != nil {
 		return fmt.Errorf("plugins: %w", err)
+	}
+	if plugins == nil {
+		return stopped("plugins")
 	}
 	defer plugins.Close()
 	ecfg.Plugins = plugins.Plugins
@@ -251,28 +280,25 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	if authTTL == 0 {
 		authTTL = -1
 	}
-	mcpSrv, err := mcpapi.New(mcpapi.Config{Engine: eng, Logger: log, Version: version, AllowAnyHost: cfg.MCPAllowAnyHost})
+	v := version
+	mcpSrv, err := mcpapi.New(mcpapi.Config{Engine: eng, Logger: log, Version: v, AllowAnyHost: cfg.MCPAllowAnyHost})
 	if err != nil {
 		return err
 	}
 	srv, err := httpapi.New(httpapi.Config{
 		Engine: eng, Logger: log, BodyLimit: cfg.BodyLimitBytes, Metrics: metrics,
-		MetricsPublic: cfg.MetricsPublic, AuthCacheTTL: authTTL, Version: version,
+		MetricsPublic: cfg.MetricsPublic, AuthCacheTTL: authTTL, Version: v,
 	}, plugins.Routes, mcpSrv.Routes())
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
 	addr := ln.Addr().String()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
 	log.Info("listening", "addr", addr, "data", cfg.Data, "store", st.Driver())
 	if ready != nil {
 		ready <- addr
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
 		return err
@@ -291,11 +317,46 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	return nil
 }
 
+// startPluginsUntil runs startPlugins, or gives up when ctx ends first: it
+// then returns nil, nil, and the plugins are closed once their start ends.
+// startPlugins is meant to return promptly (plugins compile in the
+// background); this keeps a signal from waiting on it when it does not.
+func startPluginsUntil(ctx context.Context, cfg serveConfig, log *slog.Logger) (*pluginWiring, error) {
+	type started struct {
+		w   *pluginWiring
+		err error
+	}
+	c := make(chan started, 1)
+	go func() {
+		w, err := startPlugins(cfg, log)
+		c <- started{w, err}
+	}()
+	select {
+	case s := <-c:
+		if ctx.Err() != nil {
+			if s.err == nil {
+				s.w.Close()
+			}
+			return nil, nil
+		}
+		return s.w, s.err
+	case <-ctx.Done():
+		go func() {
+			if s := <-c; s.err == nil {
+				s.w.Close()
+			}
+		}()
+		return nil, nil
+	}
+}
+
 // version is the build's version, set with -ldflags "-X main.version=…".
 var version = "dev"
 
 // ensureAdminKey creates the first admin key when the store has no keys at
-// all, writes it to <data>/admin.key (mode 0600) and logs the path.
+// all, writes it to <data>/admin.key (mode 0600) and logs the path. It never
+// overwrites an admin.key: one that exists beside a store without keys belongs
+// to another database, and the start is refused.
 func ensureAdminKey(ctx context.Context, st store.Store, dataDir string, log *slog.Logger) error {
 	ks, err := httpapi.ListKeys(ctx, st)
 	if err != nil {
@@ -304,17 +365,43 @@ func ensureAdminKey(ctx context.Context, st store.Store, dataDir string, log *sl
 	if len(ks) > 0 {
 		return nil
 	}
+	path := filepath.Join(dataDir, "admin.key")
+	if _, err := os.Lstat(path); err == nil {
+		return fmt.Errorf("the database has no API keys, but %s exists: it was written for another database; "+
+			"move it away to let this start create the first admin key, or create one with `gate keys create --role admin`", path)
+	}
 	k, err := httpapi.CreateKey(ctx, st, httpapi.NewKeyRequest{Role: engine.RoleAdmin, Principal: "admin", Tenant: httpapi.DefaultTenant})
 	if err != nil {
 		return fmt.Errorf("creating the admin key: %w", err)
 	}
-	path := filepath.Join(dataDir, "admin.key")
-	if err := os.WriteFile(path, []byte(k.APIKey+"\n"), 0o600); err != nil {
-		return fmt.Errorf("writing the admin key: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil { // WriteFile keeps an old file's mode
+	if err := writeNewFile(path, []byte(k.APIKey+"\n"), 0o600); err != nil {
 		return fmt.Errorf("writing the admin key: %w", err)
 	}
 	log.Info("created the first admin key", "path", path, "key_id", k.ID)
+	return nil
+}
+
+// writeNewFile writes a file that must not exist yet and syncs it and its
+// folder, so an acknowledged first key survives a crash.
+func writeNewFile(path string, b []byte, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		defer d.Close()
+		return d.Sync()
+	}
 	return nil
 }

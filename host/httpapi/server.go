@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -60,7 +61,9 @@ type Server struct {
 	metrics *Metrics
 	extra   []func(*echo.Echo, echo.MiddlewareFunc)
 
+	hsMu     sync.Mutex
 	hs       *http.Server
+	shutdown bool            // Shutdown was called; a later Serve returns at once
 	drain    context.Context // done when shutdown begins: ends long-polls
 	endDrain context.CancelFunc
 }
@@ -114,7 +117,15 @@ func (s *Server) Authenticator() *Authenticator { return s.auth }
 func (s *Server) AuthMiddleware() echo.MiddlewareFunc { return s.auth.Middleware() }
 
 // Serve answers requests on ln until Shutdown. It returns nil after a clean shutdown.
+// Shutdown may come first (a signal during start-up): Serve then closes ln
+// and returns nil.
 func (s *Server) Serve(ln net.Listener) error {
+	s.hsMu.Lock()
+	if s.shutdown {
+		s.hsMu.Unlock()
+		ln.Close()
+		return nil
+	}
 	s.hs = &http.Server{
 		Handler:           s.e,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -124,7 +135,9 @@ func (s *Server) Serve(ln net.Listener) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
-	err := s.hs.Serve(ln)
+	hs := s.hs
+	s.hsMu.Unlock()
+	err := hs.Serve(ln)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -135,10 +148,14 @@ func (s *Server) Serve(ln net.Listener) error {
 // and waits for in-flight requests until ctx is done.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.endDrain()
-	if s.hs == nil {
+	s.hsMu.Lock()
+	s.shutdown = true
+	hs := s.hs
+	s.hsMu.Unlock()
+	if hs == nil {
 		return nil
 	}
-	return s.hs.Shutdown(ctx)
+	return hs.Shutdown(ctx)
 }
 
 // recoverer turns a handler panic into a logged 500 internal_error.
