@@ -66,6 +66,8 @@ type Server struct {
 	shutdown bool            // Shutdown was called; a later Serve returns at once
 	drain    context.Context // done when shutdown begins: ends long-polls
 	endDrain context.CancelFunc
+
+	ready readyProbe
 }
 
 // New builds a Server and its routes.
@@ -280,11 +282,47 @@ func (s *Server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz answers 200 when the store can read and write, else 503 database_unavailable.
-func (s *Server) readyz(c echo.Context) error {
-	ctx, cancel := context.WithTimeout(c.Request().Context(), 5*time.Second)
+// readyProbeInterval is how long a store probe's outcome answers /readyz:
+// a probe commits a write, so a busy load balancer costs at most one write a
+// second.
+const readyProbeInterval = time.Second
+
+// readyProbe reads the store on every call (cheap) and runs its Ping, which
+// commits a write, at most once per readyProbeInterval; callers in between,
+// or waiting on the probe in flight, share that outcome.
+type readyProbe struct {
+	mu  sync.Mutex // held while a probe runs
+	at  time.Time
+	err error
+}
+
+func (p *readyProbe) check(ctx context.Context, st store.Store) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := s.st.Ping(ctx); err != nil {
+	if err := st.View(ctx, func(r store.Reader) error {
+		_, err := r.QueueStats(ctx, "\x00ready")
+		return err
+	}); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.at.IsZero() && time.Since(p.at) < readyProbeInterval {
+		return p.err
+	}
+	err := st.Ping(ctx)
+	if ctx.Err() != nil {
+		return err // this caller went away or waited too long: no verdict on the store
+	}
+	p.at, p.err = time.Now(), err
+	return err
+}
+
+// readyz answers 200 when the store can read and commit a write, else 503
+// database_unavailable (a full disk or a damaged database shows here before
+// the next enqueue fails).
+func (s *Server) readyz(c echo.Context) error {
+	if err := s.ready.check(c.Request().Context(), s.st); err != nil {
 		return host.WrapError(host.CodeDatabaseUnavailable, err, "the store is not available: "+err.Error())
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready", "database": s.st.Driver()})

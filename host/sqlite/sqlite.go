@@ -454,7 +454,11 @@ func (s *Store) View(ctx context.Context, fn func(store.Reader) error) error {
 	return fn(&reader{s: s, db: s.rdb, tx: tx})
 }
 
-// Ping implements store.Store: it reads and writes the database.
+// Ping implements store.Store: it reads the database and commits a real
+// write through the writer, so a full disk or a damaged file shows here as
+// it would on the next enqueue. The write sets the database header's
+// application id (the same value every time; SQLite rewrites the header page
+// regardless), which also marks the file as the gate's.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.View(ctx, func(r store.Reader) error {
 		_, err := r.QueueStats(ctx, "\x00ping")
@@ -463,7 +467,7 @@ func (s *Store) Ping(ctx context.Context) error {
 		return err
 	}
 	return s.Update(ctx, func(tx store.Tx) error {
-		_, err := tx.(*writeTx).tx.ExecContext(ctx, `SELECT 1`)
+		_, err := tx.(*writeTx).tx.ExecContext(ctx, `PRAGMA application_id = 1095197044`) // "AGat"
 		return err
 	})
 }
