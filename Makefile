@@ -3,13 +3,17 @@
 GO      ?= go
 BIN     ?= bin/gate
 export GOFLAGS ?= -buildvcs=false
+# The version `gate version` and /healthz report. -buildvcs=false (above)
+# keeps the toolchain from recording the revision, so it is stamped here.
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS ?= -X main.version=$(VERSION)
 
 .PHONY: all build run test test-go vet lint fmt bench clean plugins
 
 all: build
 
 build: plugins
-	$(GO) build -o $(BIN) ./cmd/gate
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/gate
 
 run: build
 	./$(BIN) serve

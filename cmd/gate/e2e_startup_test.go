@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"database/sql"
+	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"testing"
@@ -243,5 +245,51 @@ func TestE2EServeSignalDuringStartup(t *testing.T) {
 				t.Fatalf("exit %d after %v, want a clean 0:\n%s", code, tc.sig, stderr)
 			}
 		})
+	}
+}
+
+// TestE2EVersion: `gate version` reports the build's version, and the
+// running gate reports the same at /healthz.
+func TestE2EVersion(t *testing.T) {
+	t.Parallel()
+	out, stderr, code := gateCLI(t, "version", "--json")
+	var v versionInfo
+	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Version == "" || !strings.HasPrefix(v.Go, "go") {
+		t.Fatalf("gate version --json: exit %d %q %s", code, out, stderr)
+	}
+	text, _, code := gateCLI(t, "version")
+	if code != 0 || !strings.HasPrefix(text, "gate "+v.Version+" (") {
+		t.Fatalf("gate version: exit %d %q, want it to start with %q", code, text, "gate "+v.Version)
+	}
+	g := startGate(t, t.TempDir())
+	r := call(t, "GET", g.URL+"/healthz", "", nil)
+	want(t, r, 200, "")
+	if got := r.JSON(t)["version"]; got != v.Version {
+		t.Fatalf("/healthz version %v, gate version says %q", got, v.Version)
+	}
+	if !strings.Contains(g.Log(), "version="+v.Version) {
+		t.Fatalf("the listening line does not name the version %q:\n%s", v.Version, g.Log())
+	}
+}
+
+// TestVersionStamp: a version stamped with -ldflags -X (the Makefile's) is
+// the one reported; without it the module version, then the VCS revision
+// the toolchain recorded, then "dev".
+func TestVersionStamp(t *testing.T) {
+	vcs := []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.modified", Value: "true"}}
+	for _, tc := range []struct {
+		stamp string
+		bi    *debug.BuildInfo
+		want  string
+	}{
+		{"v1.2.3-4-gabcdef", &debug.BuildInfo{Main: debug.Module{Version: "v1.0.0"}, Settings: vcs}, "v1.2.3-4-gabcdef"},
+		{"", &debug.BuildInfo{Main: debug.Module{Version: "v1.0.0"}, Settings: vcs}, "v1.0.0"},
+		{"", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs}, "devel-0123456789ab-dirty"},
+		{"", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "dev"},
+		{"", nil, "dev"},
+	} {
+		if got := versionFrom(tc.stamp, tc.bi); got.Version != tc.want {
+			t.Errorf("stamp %q: version %q, want %q", tc.stamp, got.Version, tc.want)
+		}
 	}
 }

@@ -138,7 +138,7 @@ func serveMCPStdio(ctx context.Context, data, dbURL, key string, actor engine.Ac
 	}
 	eng.Start()
 	defer eng.Close()
-	srv, err := mcpapi.New(mcpapi.Config{Engine: eng, Logger: log, Version: version})
+	srv, err := mcpapi.New(mcpapi.Config{Engine: eng, Logger: log, Version: buildVersion()})
 	if err != nil {
 		return err
 	}

@@ -280,7 +280,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	if authTTL == 0 {
 		authTTL = -1
 	}
-	v := version
+	v := buildVersion()
 	mcpSrv, err := mcpapi.New(mcpapi.Config{Engine: eng, Logger: log, Version: v, AllowAnyHost: cfg.MCPAllowAnyHost})
 	if err != nil {
 		return err
@@ -295,7 +295,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	addr := ln.Addr().String()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("listening", "addr", addr, "data", cfg.Data, "store", st.Driver())
+	log.Info("listening", "addr", addr, "data", cfg.Data, "store", st.Driver(), "version", v)
 	if ready != nil {
 		ready <- addr
 	}
@@ -349,9 +349,6 @@ func startPluginsUntil(ctx context.Context, cfg serveConfig, log *slog.Logger) (
 		return nil, nil
 	}
 }
-
-// version is the build's version, set with -ldflags "-X main.version=…".
-var version = "dev"
 
 // ensureAdminKey creates the first admin key when the store has no keys at
 // all, writes it to <data>/admin.key (mode 0600) and logs the path. It never

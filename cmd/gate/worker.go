@@ -129,7 +129,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	client := worker.NewClient(f.url, f.key, worker.WithUserAgent("gate-worker/"+version))
+	client := worker.NewClient(f.url, f.key, worker.WithUserAgent("gate-worker/"+buildVersion()))
 	r := worker.NewRunner(client, worker.Config{
 		WorkerID: f.workerID, Concurrency: f.concurrency, LeaseSeconds: f.leaseSeconds,
 		SpoolPath: f.spool, ShutdownTimeout: f.shutdown, DataURIFallback: f.dataURIFallback, Logger: log,
@@ -301,7 +301,7 @@ func fetchHandler(f workerFlags) worker.HandlerFunc {
 		for k, v := range p.Headers {
 			req.Header.Set(k, v)
 		}
-		req.Header.Set("User-Agent", "asyncgate-worker/"+version)
+		req.Header.Set("User-Agent", "asyncgate-worker/"+buildVersion())
 		res, err := hc.Do(req)
 		if err != nil {
 			if errors.Is(err, errPrivateAddress) {

@@ -36,7 +36,7 @@ type Config struct {
 	MetricsPublic bool
 	// AuthCacheTTL is how long a resolved key is cached (0: 5 s; negative: off).
 	AuthCacheTTL time.Duration
-	// Version is reported in the obligations API's server block.
+	// Version is reported by /healthz and in the obligations API's server block.
 	Version string
 }
 
@@ -277,9 +277,9 @@ func seedErrors(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// healthz answers 200 while the process runs.
+// healthz answers 200 while the process runs, with the gate's version.
 func (s *Server) healthz(c echo.Context) error {
-	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok", "version": s.cfg.Version})
 }
 
 // readyProbeInterval is how long a store probe's outcome answers /readyz:
