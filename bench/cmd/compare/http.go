@@ -183,7 +183,10 @@ func parseGateBench(out string, runErr error, stderr string) (result, error) {
 	if m == nil {
 		return result{}, fmt.Errorf("gate bench: %v: %s %s", runErr, strings.TrimSpace(out), strings.TrimSpace(stderr))
 	}
-	if runErr != nil {
+	// A backlog larger than gate bench's 30 s drain ends it with an error
+	// after it printed its figures; its rate (completions over the time to
+	// the last one) is still what it measured.
+	if runErr != nil && !strings.Contains(stderr, "enqueued but not completed") {
 		return result{}, fmt.Errorf("gate bench: %v: %s", runErr, strings.TrimSpace(out))
 	}
 	done, _ := strconv.ParseInt(m[1], 10, 64)
