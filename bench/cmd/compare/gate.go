@@ -228,11 +228,11 @@ func gateWorker(ctx context.Context, o options, e *engine.Engine, id string, sto
 
 // gateBurn queues o.burn tasks, then times o.workers workers completing them.
 func gateBurn(ctx context.Context, o options, g *gateHosts) (result, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
 	if err := gateFill(ctx, g, o.burn); err != nil {
 		return result{}, fmt.Errorf("fill: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
 	var completed, lastAt atomic.Int64
 	stop := make(chan struct{})
 	errc := make(chan error, o.workers)
@@ -274,6 +274,9 @@ func gateBurn(ctx context.Context, o options, g *gateHosts) (result, error) {
 // gateSteady runs o.producers producers enqueueing one task per call and
 // o.workers workers for o.duration, and counts completions in that window.
 func gateSteady(ctx context.Context, o options, g *gateHosts) (result, error) {
+	// A call that hangs past the window is cut off after -timeout.
+	ctx, cancel := context.WithTimeout(ctx, o.duration+o.timeout)
+	defer cancel()
 	var completed atomic.Int64
 	stop := make(chan struct{})
 	var lat latencies

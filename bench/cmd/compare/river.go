@@ -146,6 +146,8 @@ func riverBurn[TTx any](ctx context.Context, o options, drivers []riverdriver.Dr
 	if err != nil {
 		return result{}, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
 	params := make([]river.InsertManyParams, 0, riverInsertBatch)
 	for n := 0; n < o.burn; {
 		params = params[:0]
@@ -156,11 +158,8 @@ func riverBurn[TTx any](ctx context.Context, o options, drivers []riverdriver.Dr
 			return result{}, fmt.Errorf("insert: %w", err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
 	stop := make(chan struct{})
-	var start time.Time
-	start = time.Now()
+	start := time.Now()
 	rc := countRiver(clients, &start, stop)
 	for _, c := range clients {
 		if err := c.Start(ctx); err != nil {
@@ -195,6 +194,9 @@ func riverBurn[TTx any](ctx context.Context, o options, drivers []riverdriver.Dr
 // riverSteady runs o.producers producers inserting one job per call (spread
 // over the clients) for o.duration and counts jobs worked in that window.
 func riverSteady[TTx any](ctx context.Context, o options, drivers []riverdriver.Driver[TTx]) (result, error) {
+	// A call that hangs past the window is cut off after -timeout.
+	ctx, cancel := context.WithTimeout(ctx, o.duration+o.timeout)
+	defer cancel()
 	if err := migrateRiver(ctx, drivers[0]); err != nil {
 		return result{}, fmt.Errorf("migrate: %w", err)
 	}
