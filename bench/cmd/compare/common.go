@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"sort"
@@ -145,4 +146,19 @@ func window(ctx context.Context, d time.Duration) time.Duration {
 	case <-t.C:
 	}
 	return time.Since(start)
+}
+
+// burnResult is a burn-down's rate: done tasks over el, the time from the
+// workers' start to the last completion. A burn-down cut off by -timeout
+// still has a rate over what it completed, marked partial; one cut off by
+// Ctrl-C has none.
+func burnResult(ctx context.Context, o options, done int64, el time.Duration) (result, error) {
+	if done == 0 || el <= 0 {
+		return result{}, fmt.Errorf("burn-down: nothing completed within %s", o.timeout)
+	}
+	r := result{rate: float64(done) / el.Seconds(), done: done, partial: done < int64(o.burn)}
+	if r.partial && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return result{}, ctx.Err()
+	}
+	return r, nil
 }

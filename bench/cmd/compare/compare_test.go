@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -57,5 +58,28 @@ func TestMedian(t *testing.T) {
 	}
 	if m := median([]result{{rate: 1}, {rate: 3}}); m.rate != 2 {
 		t.Errorf("median of two = %v, want 2", m.rate)
+	}
+}
+
+func TestBurnResult(t *testing.T) {
+	o := options{burn: 100, timeout: time.Second}
+	r, err := burnResult(context.Background(), o, 100, 2*time.Second)
+	if err != nil || r.rate != 50 || r.partial {
+		t.Errorf("full burn-down: %+v %v, want 50/s, not partial", r, err)
+	}
+	expired, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-expired.Done()
+	r, err = burnResult(expired, o, 40, 2*time.Second)
+	if err != nil || r.rate != 20 || !r.partial {
+		t.Errorf("burn-down cut by -timeout: %+v %v, want 20/s, partial", r, err)
+	}
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+	if _, err := burnResult(stopped, o, 40, 2*time.Second); err == nil {
+		t.Error("a burn-down stopped by Ctrl-C was taken as a result")
+	}
+	if _, err := burnResult(expired, o, 0, 2*time.Second); err == nil {
+		t.Error("a burn-down that completed nothing was taken as a result")
 	}
 }

@@ -228,11 +228,14 @@ func gateWorker(ctx context.Context, o options, e *engine.Engine, id string, sto
 
 // gateBurn queues o.burn tasks, then times o.workers workers completing them.
 func gateBurn(ctx context.Context, o options, g *gateHosts) (result, error) {
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
-	if err := gateFill(ctx, g, o.burn); err != nil {
+	fctx, fcancel := context.WithTimeout(ctx, o.timeout)
+	err := gateFill(fctx, g, o.burn)
+	fcancel()
+	if err != nil {
 		return result{}, fmt.Errorf("fill: %w", err)
 	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
 	var completed, lastAt atomic.Int64
 	stop := make(chan struct{})
 	errc := make(chan error, o.workers)
@@ -263,12 +266,7 @@ func gateBurn(ctx context.Context, o options, g *gateHosts) (result, error) {
 			return result{}, err
 		}
 	}
-	n := completed.Load()
-	if n < int64(o.burn) {
-		return result{}, fmt.Errorf("burn-down: %d of %d completed before the %s timeout", n, o.burn, o.timeout)
-	}
-	el := time.Duration(lastAt.Load())
-	return result{rate: float64(n) / el.Seconds(), done: n}, nil
+	return burnResult(ctx, o, completed.Load(), time.Duration(lastAt.Load()))
 }
 
 // gateSteady runs o.producers producers enqueueing one task per call and

@@ -104,6 +104,9 @@ type result struct {
 	rate float64       // completed cycles (jobs) per second
 	p99  time.Duration // p99 enqueue→work, 0 when not measured
 	done int64         // cycles completed in the measured window
+	// partial: a burn-down that -timeout cut off before the queue was empty
+	// (the rate is over what it completed).
+	partial bool
 }
 
 // side runs one side of a workload once.
@@ -204,7 +207,7 @@ func compare(ctx context.Context, o options, stdout io.Writer) error {
 				r.gate = append(r.gate, g)
 			}
 			if o.verbose {
-				fmt.Fprintf(o.stderr, "  run %d %-12s gate  %8.0f/s p99 %s %v\n", i+1, r.w.id, g.rate, fmtDur(g.p99), errOrNil(err))
+				fmt.Fprintf(o.stderr, "  run %d %-12s gate  %s %v\n", i+1, r.w.id, fmtRate(g, true), errOrNil(err))
 			}
 			if o.skipRiver || r.w.river == nil {
 				continue
@@ -218,7 +221,7 @@ func compare(ctx context.Context, o options, stdout io.Writer) error {
 				}
 				riverDone[r.w.riverKey] = rv
 				if o.verbose {
-					fmt.Fprintf(o.stderr, "  run %d %-12s River %8.0f/s p99 %s\n", i+1, r.w.id, rv.rate, fmtDur(rv.p99))
+					fmt.Fprintf(o.stderr, "  run %d %-12s River %s\n", i+1, r.w.id, fmtRate(rv, true))
 				}
 			}
 			r.river = append(r.river, rv)
@@ -285,6 +288,12 @@ func printTable(w io.Writer, o options, rows []*row, started time.Time, pgInfo s
 	for _, n := range notes {
 		fmt.Fprintf(w, "¹ %s.\n", n)
 	}
+	for _, r := range rows {
+		if anyPartial(r.gate) || anyPartial(r.river) {
+			fmt.Fprintf(w, "† a burn-down run that -timeout (%s) cut off before the queue was empty: rate over what it completed.\n", o.timeout)
+			break
+		}
+	}
 	fmt.Fprintln(w, "ratio = AsyncGate / River (above 1: the gate is faster). p99 is enqueue→work: the gate from a task's available_at to the lease reaching the worker, River from a job's created_at to Work starting.")
 	fmt.Fprintln(w, "\nevery run (cycles/s):")
 	for _, r := range rows {
@@ -311,6 +320,9 @@ func rates(rs []result) string {
 	var parts []string
 	for _, r := range rs {
 		s := fmt.Sprintf("%.0f", r.rate)
+		if r.partial {
+			s += fmt.Sprintf(" † (%d of the queue)", r.done)
+		}
 		if r.p99 > 0 {
 			s += " (p99 " + fmtDur(r.p99) + ")"
 		}
@@ -337,6 +349,9 @@ func median(rs []result) result {
 
 func fmtRate(r result, latency bool) string {
 	s := fmt.Sprintf("%s/s", thousands(r.rate))
+	if r.partial {
+		s += " †"
+	}
 	if latency && r.p99 > 0 {
 		s += ", p99 " + fmtDur(r.p99)
 	}
@@ -366,4 +381,13 @@ func fmtDur(d time.Duration) string {
 		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
 	}
 	return fmt.Sprintf("%.2fs", d.Seconds())
+}
+
+func anyPartial(rs []result) bool {
+	for _, r := range rs {
+		if r.partial {
+			return true
+		}
+	}
+	return false
 }

@@ -146,18 +146,21 @@ func riverBurn[TTx any](ctx context.Context, o options, drivers []riverdriver.Dr
 	if err != nil {
 		return result{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
+	ictx, icancel := context.WithTimeout(ctx, o.timeout)
+	defer icancel()
 	params := make([]river.InsertManyParams, 0, riverInsertBatch)
 	for n := 0; n < o.burn; {
 		params = params[:0]
 		for ; len(params) < riverInsertBatch && n < o.burn; n++ {
 			params = append(params, river.InsertManyParams{Args: benchArgs{Num: n}})
 		}
-		if _, err := clients[0].InsertMany(ctx, params); err != nil {
+		if _, err := clients[0].InsertMany(ictx, params); err != nil {
 			return result{}, fmt.Errorf("insert: %w", err)
 		}
 	}
+	icancel()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
 	stop := make(chan struct{})
 	start := time.Now()
 	rc := countRiver(clients, &start, stop)
@@ -184,11 +187,7 @@ func riverBurn[TTx any](ctx context.Context, o options, drivers []riverdriver.Dr
 	if f := rc.failed.Load(); f > 0 {
 		return result{}, fmt.Errorf("%d jobs failed or were cancelled", f)
 	}
-	if n < int64(o.burn) {
-		return result{}, fmt.Errorf("burn-down: %d of %d worked before the %s timeout", n, o.burn, o.timeout)
-	}
-	el := time.Duration(rc.lastAt.Load())
-	return result{rate: float64(n) / el.Seconds(), done: n}, nil
+	return burnResult(ctx, o, n, time.Duration(rc.lastAt.Load()))
 }
 
 // riverSteady runs o.producers producers inserting one job per call (spread
