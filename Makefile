@@ -8,7 +8,7 @@ export GOFLAGS ?= -buildvcs=false
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS ?= -X main.version=$(VERSION)
 
-.PHONY: all build run test test-go vet lint fmt bench clean plugins
+.PHONY: all build run test test-go vet lint fmt bench bench-compare clean plugins
 
 all: build
 
@@ -36,6 +36,13 @@ lint: vet
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./host/...
+
+# The gate beside River on this machine, same workloads and durability
+# (bench/README.md). A module of its own, not part of `make test`; PostgreSQL
+# from ASYNCGATE_TEST_POSTGRES. Example: make bench-compare BENCH_FLAGS='-runs 1'
+BENCH_FLAGS ?=
+bench-compare: build
+	cd bench && $(GO) run ./cmd/compare -gate ../$(BIN) $(BENCH_FLAGS)
 
 # --- plugins (built from source with GOOS=wasip1 GOARCH=wasm) ---
 # Owned by the plugin runtime (host/plugin, issue 5). Builds every folder with
