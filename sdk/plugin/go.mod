@@ -1,3 +1,3 @@
 module github.com/asyncgate/asyncgate/sdk/plugin
 
-go 1.26.0
+go 1.24
