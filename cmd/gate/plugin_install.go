@@ -141,13 +141,14 @@ func pluginInstall(args []string, stdout, stderr io.Writer) int {
 	oldWasm, err2 := os.ReadFile(wasmDst)
 	same := err1 == nil && err2 == nil && bytes.Equal(oldMan, man) && bytes.Equal(oldWasm, wasm)
 	before := time.Now()
-	// The folder's rule (host/plugin RegistryOptions.Dir): each file is
-	// written under a temp name and renamed in, the manifest first and the
-	// module last, so the gate never loads half a plugin.
-	if err := writeFileAtomic(manDst, man); err != nil {
+	// The folder's rule (schemas/plugin-abi.md, "Files and loading"): each
+	// file is written under a temp name and renamed in, the module first and
+	// the manifest last, so the gate never loads half a plugin; a manifest
+	// that names its module's sha256 makes the pair unambiguous.
+	if err := writeFileAtomic(wasmDst, wasm); err != nil {
 		return fail("%v", err)
 	}
-	if err := writeFileAtomic(wasmDst, wasm); err != nil {
+	if err := writeFileAtomic(manDst, man); err != nil {
 		return fail("%v", err)
 	}
 	written := time.Now()
