@@ -208,6 +208,30 @@ func TestE2EPluginAuthorFromEmptyFolder(t *testing.T) {
 		}
 	}
 
+	// A module the gate cannot load: install says why, and the gate keeps
+	// serving the version it has.
+	broken := filepath.Join(work, "broken")
+	if err := os.MkdirAll(broken, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	man, _ := os.ReadFile(filepath.Join(src, "mypolicy.manifest.json"))
+	if err := os.WriteFile(filepath.Join(broken, "mypolicy.manifest.json"), bytes.Replace(man, []byte(`"0.1.0"`), []byte(`"0.2.0"`), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(broken, "mypolicy.wasm"), []byte("\x00asm but not really"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := inFolder(t, work, env, gateBin, "plugin", "install", "--url", g.URL, "--key", g.Admin, "broken/mypolicy.wasm")
+	if code != 1 || !strings.Contains(out, "the gate refused mypolicy") || !strings.Contains(out, "keeps serving the previous module") {
+		t.Fatalf("installing a broken module exited %d:\n%s", code, out)
+	}
+	if st := g.pluginStates(t)["mypolicy"]; st != "policy/ready" {
+		t.Fatalf("after a refused install mypolicy is %q", st)
+	}
+	if out, code := inFolder(t, work, env, gateBin, "plugin", "install", "mypolicy/mypolicy.wasm"); code != 1 || !strings.Contains(out, "admin key") {
+		t.Fatalf("install without a key or folder exited %d:\n%s", code, out)
+	}
+
 	// A gate with another SDK or ABI says so when it rebuilds, and puts its
 	// own SDK back in place.
 	pinPath := filepath.Join(src, ".asyncgate", "sdk.json")
