@@ -287,9 +287,26 @@ func TestPluginScaffoldEveryKind(t *testing.T) {
 		}
 	}
 
+	// A pin from a gate with another SDK but the same ABI: the rebuild says
+	// it updates the SDK, and does not cry ABI.
+	pinPath := filepath.Join(work, "myvalidator", ".asyncgate", "sdk.json")
+	var pin map[string]any
+	b, _ := os.ReadFile(pinPath)
+	if err := json.Unmarshal(b, &pin); err != nil {
+		t.Fatal(err)
+	}
+	pin["sdk_sha256"], pin["gate_version"] = "1111", "v0.0.2"
+	b, _ = json.Marshal(pin)
+	if err := os.WriteFile(pinPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustIn(t, work, env, gateBin, "plugin", "build", "myvalidator"); !strings.Contains(out, "sdk: updating .asyncgate/sdk/plugin from the SDK of gate v0.0.2") || strings.Contains(out, "ABI changed") {
+		t.Fatalf("rebuild after an SDK-only change said:\n%s", out)
+	}
+
 	// An example the plugin does not satisfy fails check, showing the outcome.
 	manPath := filepath.Join(work, "myvalidator", "myvalidator.manifest.json")
-	b, _ := os.ReadFile(manPath)
+	b, _ = os.ReadFile(manPath)
 	var man map[string]any
 	if err := json.Unmarshal(b, &man); err != nil {
 		t.Fatal(err)
