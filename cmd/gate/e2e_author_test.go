@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -25,7 +28,7 @@ var (
 // a fresh user cache folder (the gate's plugin build cache starts empty).
 // Go's own build cache is shared with the test run, as on a machine where Go
 // has been used before.
-func authorEnv(t *testing.T) []string {
+func authorEnv(t testing.TB) []string {
 	t.Helper()
 	goCacheOnce.Do(func() {
 		out, err := exec.Command("go", "env", "GOCACHE").Output()
@@ -49,7 +52,7 @@ func authorEnv(t *testing.T) []string {
 
 // inFolder runs a command in dir with env and returns its combined output
 // and exit code.
-func inFolder(t *testing.T, dir string, env []string, name string, args ...string) (string, int) {
+func inFolder(t testing.TB, dir string, env []string, name string, args ...string) (string, int) {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Dir, cmd.Env = dir, env
@@ -65,7 +68,7 @@ func inFolder(t *testing.T, dir string, env []string, name string, args ...strin
 }
 
 // mustIn is inFolder that fails the test unless the command succeeds.
-func mustIn(t *testing.T, dir string, env []string, name string, args ...string) string {
+func mustIn(t testing.TB, dir string, env []string, name string, args ...string) string {
 	t.Helper()
 	out, code := inFolder(t, dir, env, name, args...)
 	if code != 0 {
@@ -359,4 +362,82 @@ func TestPluginNewInsideTheRepository(t *testing.T) {
 			t.Fatalf("in-repository scaffold has %s", f)
 		}
 	}
+}
+
+// BenchmarkPluginNewToLoaded times docs/plugins.md's path from `gate plugin
+// new` to the plugin loaded by a running gate: new → build → install (which
+// returns when GET /v1/admin/plugins reports the module loaded). Each
+// iteration is a new plugin, so the gate compiles a new module every time.
+// warm: Go's build cache in use; cold: an empty Go build cache per
+// iteration (the runtime and standard library are compiled for wasip1).
+//
+//	go test -run '^$' -bench PluginNewToLoaded -benchtime 3x ./cmd/gate
+func BenchmarkPluginNewToLoaded(b *testing.B) {
+	for _, cold := range []bool{false, true} {
+		name := "warm"
+		if cold {
+			name = "cold"
+		}
+		b.Run(name, func(b *testing.B) {
+			env, work := authorEnv(b), b.TempDir()
+			url, key := startBenchGate(b)
+			for i := range b.N {
+				if cold {
+					b.StopTimer()
+					env = append(env, "GOCACHE="+b.TempDir()) // the last GOCACHE wins
+					b.StartTimer()
+				}
+				p := fmt.Sprintf("p%d%s", i, name)
+				mustIn(b, work, env, gateBin, "plugin", "new", "policy", p)
+				mustIn(b, work, env, gateBin, "plugin", "build", p)
+				mustIn(b, work, env, gateBin, "plugin", "install", "--url", url, "--key", key, p+"/"+p+".wasm")
+			}
+		})
+	}
+}
+
+// startBenchGate runs `gate serve` on a temp data folder for a benchmark
+// and returns its URL and admin key.
+func startBenchGate(b *testing.B) (string, string) {
+	b.Helper()
+	dir := b.TempDir()
+	cmd := exec.Command(gateBin, "serve", "--data", dir, "--listen", "127.0.0.1:0", "--wasm-cache", wasmCache)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	})
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if line := sc.Text(); strings.Contains(line, "msg=listening") {
+				for _, f := range strings.Fields(line) {
+					if a, ok := strings.CutPrefix(f, "addr="); ok {
+						select {
+						case addr <- a:
+						default:
+						}
+					}
+				}
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		key, err := os.ReadFile(filepath.Join(dir, "admin.key"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return "http://" + a, strings.TrimSpace(string(key))
+	case <-time.After(2 * time.Minute):
+		b.Fatal("gate did not start")
+	}
+	return "", ""
 }
