@@ -18,8 +18,13 @@ build: plugins
 run: build
 	./$(BIN) serve
 
+# The SDKs are their own modules (sdk/plugin, sdk/worker), outside ./... of
+# the root module: vet and test them from their folders.
+SDK_MODULES := sdk/plugin sdk/worker
+
 vet:
 	$(GO) vet ./...
+	@for m in $(SDK_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
 
 # PostgreSQL tests need a server on 127.0.0.1:5432; scripts/ensure-postgres.sh
@@ -28,11 +33,13 @@ vet:
 test: plugins vet
 	@bash scripts/ensure-postgres.sh || { if [ -n "$$CI" ]; then exit 1; fi; echo "PostgreSQL unavailable here: its tests will skip"; }
 	$(GO) test -race -count=1 -timeout 25m ./...
+	@for m in $(SDK_MODULES); do (cd $$m && $(GO) test -race -count=1 -timeout 10m ./...) || exit 1; done
 
 # staticcheck, pinned, installed into ./bin from the Go module proxy.
 lint: vet
 	GOBIN=$(CURDIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 	./bin/staticcheck ./...
+	@for m in $(SDK_MODULES); do (cd $$m && $(CURDIR)/bin/staticcheck ./...) || exit 1; done
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./host/...

@@ -3,6 +3,8 @@ module github.com/asyncgate/asyncgate
 go 1.26.0
 
 require (
+	github.com/asyncgate/asyncgate/sdk/plugin v0.0.0-00010101000000-000000000000
+	github.com/asyncgate/asyncgate/sdk/worker v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/mark3labs/mcp-go v1.2.1
@@ -44,4 +46,11 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
+)
+
+// The SDKs are their own modules (standard library only), so plugin and
+// worker authors depend on them without the gate's dependencies.
+replace (
+	github.com/asyncgate/asyncgate/sdk/plugin => ./sdk/plugin
+	github.com/asyncgate/asyncgate/sdk/worker => ./sdk/worker
 )

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/plugin"
 	"github.com/asyncgate/asyncgate/host/plugin/pluginbuild"
 )
@@ -26,7 +24,7 @@ import (
 func init() {
 	register(command{
 		name:    "plugin",
-		summary: "scaffold, build and check WebAssembly plugins (new, build, check)",
+		summary: "scaffold, build, check and install WebAssembly plugins",
 		run:     runPlugin,
 	})
 }
@@ -34,9 +32,10 @@ func init() {
 func runPlugin(args []string, stdout, stderr io.Writer) int {
 	usage := func() int {
 		fmt.Fprintln(stderr, `usage:
-  gate plugin new KIND NAME [-dir DIR]    scaffold a plugin (KIND: policy, validator, channel)
+  gate plugin new KIND NAME [-dir DIR]    scaffold a plugin (KIND: policy, validator, channel) in any folder
   gate plugin build [-out DIR] SRC...     build plugin source folders into DIR/<name>.wasm + <name>.manifest.json
-  gate plugin check [flags] FILE.wasm     load a built plugin, validate its manifest and run a self-test`)
+  gate plugin check [flags] FILE.wasm     load a built plugin and run its manifest's examples
+  gate plugin install [flags] FILE.wasm   drop a built plugin into a running gate and wait until it loads`)
 		return 2
 	}
 	if len(args) == 0 {
@@ -49,6 +48,8 @@ func runPlugin(args []string, stdout, stderr io.Writer) int {
 		return pluginBuild(args[1:], stdout, stderr)
 	case "check":
 		return pluginCheck(args[1:], stdout, stderr)
+	case "install":
+		return pluginInstall(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		usage()
 		return 0
@@ -87,9 +88,9 @@ func pluginNew(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	kind, name := pos[0], pos[1]
-	src, ok := pluginTemplates[kind]
-	if !ok {
-		fmt.Fprintf(stderr, "gate plugin new: unknown kind %q (policy, validator, channel)\n", kind)
+	files, err := scaffoldFiles(kind, name)
+	if err != nil {
+		fmt.Fprintln(stderr, "gate plugin new:", err)
 		return 2
 	}
 	if !pluginNameRE.MatchString(name) {
@@ -103,24 +104,36 @@ func pluginNew(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gate plugin new: %s already exists\n", *dir)
 		return 1
 	}
+	// Inside the AsyncGate repository (or a module that already requires the
+	// SDK) the plugin is a package of that module; anywhere else it is its
+	// own module with the SDK this binary carries.
+	ownModule := !resolvesSDK(filepath.Dir(filepath.Clean(*dir)))
+	if ownModule {
+		files["go.mod"] = []byte(scaffoldGoMod(name))
+	}
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
 		fmt.Fprintln(stderr, "gate plugin new:", err)
 		return 1
 	}
-	r := strings.NewReplacer("{{NAME}}", name, "{{KIND}}", kind)
-	files := map[string]string{"main.go": r.Replace(src), "manifest.json": r.Replace(manifestTemplates[kind])}
-	if _, err := pluginbuild.ModuleRoot(*dir); err != nil {
-		// Outside any module: give the plugin its own.
-		files["go.mod"] = r.Replace("module {{NAME}}\n\ngo 1.26\n\nrequire github.com/asyncgate/asyncgate v0.0.0\n\n// Point this at your AsyncGate checkout, or drop it once the SDK is published:\n// replace github.com/asyncgate/asyncgate => ../asyncgate\n")
-	}
 	for f, body := range files {
-		if err := os.WriteFile(filepath.Join(*dir, f), []byte(body), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(*dir, f), body, 0o644); err != nil {
 			fmt.Fprintln(stderr, "gate plugin new:", err)
 			return 1
 		}
 	}
-	fmt.Fprintf(stdout, "created %s plugin %q in %s\nnext: gate plugin build %s && gate plugin check %s\n",
-		kind, name, *dir, *dir, filepath.Join(*dir, name+".wasm"))
+	if ownModule {
+		pin, err := writeSDKCopy(*dir)
+		if err != nil {
+			fmt.Fprintln(stderr, "gate plugin new: writing the SDK:", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "created %s plugin %q in %s (own module; SDK of gate %s, abi_version %d, in %s)\n",
+			kind, name, *dir, pin.GateVersion, pin.ABIVersion, filepath.Join(*dir, filepath.FromSlash(sdkCopyDir)))
+	} else {
+		fmt.Fprintf(stdout, "created %s plugin %q in %s (a package of the enclosing module)\n", kind, name, *dir)
+	}
+	fmt.Fprintf(stdout, "next: (cd %s && go test .) && gate plugin build %s && gate plugin check %s\n",
+		*dir, *dir, filepath.Join(*dir, name+".wasm"))
 	return 0
 }
 
@@ -155,6 +168,14 @@ func pluginBuild(args []string, stdout, stderr io.Writer) int {
 				dst = src
 			}
 			start := time.Now()
+			// A scaffold carrying its own SDK copy gets this gate's SDK first.
+			if root, err := pluginbuild.ModuleRoot(src); err == nil {
+				if err := syncSDK(root, src, stdout); err != nil {
+					fmt.Fprintln(stderr, "gate plugin build:", err)
+					failed = true
+					continue
+				}
+			}
 			name, err := pluginbuild.Build(ctx, src, dst, *cache)
 			if err != nil {
 				fmt.Fprintln(stderr, "gate plugin build:", err)
@@ -267,63 +288,16 @@ func pluginCheck(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "ok   loaded %s (sha256 %s) in %v: ABI %d, exports present\n", file, p.Digest[:16], time.Since(start).Round(time.Millisecond), plugin.ABIVersion)
 
 	rc := 0
-	check := func(what string, err error, detail string) {
-		if err != nil {
-			rc = 1
-			fmt.Fprintf(stdout, "FAIL %s: %v\n", what, err)
-			return
-		}
-		fmt.Fprintf(stdout, "ok   %s%s\n", what, detail)
+	exs, err := manifestExamples(man)
+	if err != nil {
+		return fail("%s: %v", manPath, err)
 	}
-	cfg := json.RawMessage(*config)
-	switch m.Kind {
-	case plugin.KindPolicy:
-		pol, err := reg.Policy(m.Name, cfg)
-		if err != nil {
-			return fail("config: %v", err)
-		}
-		for _, in := range []host.FailureInput{
-			{TaskID: "check-1", TaskType: "check", Kind: host.FailureError, Retryable: true, Attempts: 1, MaxRetries: 3, Error: "sample"},
-			{TaskID: "check-2", TaskType: "check", Kind: host.FailureError, Retryable: true, Attempts: 4, MaxRetries: 3},
-			{TaskID: "check-3", TaskType: "check", Kind: host.FailureError, Retryable: false, Attempts: 1, MaxRetries: 3},
-			{TaskID: "check-4", TaskType: "check", Kind: host.FailureExpiry, Retryable: true, Attempts: 0, MaxRetries: 3, LeaseExpiries: 1},
-		} {
-			d, err := pol.Decide(ctx, in)
-			b, _ := json.Marshal(d)
-			check(fmt.Sprintf("decide(kind=%s retryable=%v attempts=%d/%d)", in.Kind, in.Retryable, in.Attempts, in.MaxRetries), err, " → "+string(b))
-		}
-	case plugin.KindValidator:
-		v, err := reg.Validator(m.Name, cfg)
-		if err != nil {
-			return fail("config: %v", err)
-		}
-		for _, params := range []string{`{"path": "docs/report.txt"}`, `{"path": "../../etc/passwd", "note": "a\u0000b"}`} {
-			err := v.Validate(ctx, "check", json.RawMessage(params))
-			verdict := "valid"
-			if host.IsCode(err, host.CodeInvalidParams) {
-				verdict, err = "invalid: "+host.ErrorDetail(err), nil
-			}
-			check("validate("+params+")", err, " → "+verdict)
-		}
-	case plugin.KindChannel:
-		ch, err := reg.Channel(m.Name)
-		if err != nil {
-			return fail("%v", err)
-		}
-		caps, err := ch.Capabilities(ctx)
-		b, _ := json.Marshal(caps)
-		check("capabilities", err, " → "+string(b))
-		payload := []byte(`{"self_test": true}`)
-		ptr, err := ch.Put(ctx, "check-1", payload)
-		check("put", err, " → "+ptr)
-		if err == nil {
-			got, err := ch.Get(ctx, ptr)
-			if err == nil && !bytes.Equal(got, payload) {
-				err = fmt.Errorf("got %q back, want %q", got, payload)
-			}
-			check("get", err, " → payload round-trips")
-			check("ack", ch.Ack(ctx, ptr), "")
-		}
+	if len(exs) == 0 {
+		fmt.Fprintln(stdout, "     no examples in the manifest: running built-in samples")
+		exs = sampleExamples(m.Kind)
+	}
+	if !runExamples(ctx, stdout, reg, m, json.RawMessage(*config), exs) {
+		rc = 1
 	}
 	st := p.Stats()
 	fmt.Fprintf(stdout, "     %d calls, %d failures, p50 %.0f µs, p99 %.0f µs\n", st.Calls, st.Failures, st.LatencyP50US, st.LatencyP99US)
@@ -371,134 +345,4 @@ func startEchoStore() (addr string, stop func(), err error) {
 			slog.Warn("echo store close", "err", err)
 		}
 	}, nil
-}
-
-var pluginTemplates = map[string]string{
-	"policy": `// Command {{NAME}} is an AsyncGate retry policy plugin.
-//
-// Build: gate plugin build .   (or GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o {{NAME}}.wasm .)
-package main
-
-import "github.com/asyncgate/asyncgate/sdk/plugin"
-
-// config is this policy's per-task-type config; keep it in step with
-// manifest.json's config_schema.
-type config struct {
-	DelaySeconds float64 ` + "`json:\"delay_seconds\"`" + `
-}
-
-func decide(in plugin.FailureInput, c *config) (plugin.Decision, error) {
-	if !in.Retryable {
-		return plugin.Decision{Action: plugin.ActionDeadLetter, Reason: plugin.ReasonFatalError}, nil
-	}
-	if in.Attempts > in.MaxRetries {
-		return plugin.Decision{Action: plugin.ActionDeadLetter, Reason: plugin.ReasonMaxRetriesExceeded}, nil
-	}
-	delay := c.DelaySeconds
-	if delay <= 0 {
-		delay = 60
-	}
-	return plugin.Decision{Action: plugin.ActionRetry, DelaySeconds: delay}, nil
-}
-
-func init() { plugin.Policy(decide) }
-
-func main() {}
-`,
-	"validator": `// Command {{NAME}} is an AsyncGate task-params validator plugin.
-package main
-
-import (
-	"strings"
-
-	"github.com/asyncgate/asyncgate/sdk/plugin"
-)
-
-type config struct{}
-
-func validate(in plugin.ValidateInput, _ *config) ([]plugin.Violation, error) {
-	var out []plugin.Violation
-	if p, ok := in.Params.Get("path"); ok && strings.Contains(p.Str, "..") {
-		out = append(out, plugin.Violation{Key: "/path", Message: "must not contain .."})
-	}
-	return out, nil
-}
-
-func init() { plugin.Validator(validate) }
-
-func main() {}
-`,
-	"channel": `// Command {{NAME}} is an AsyncGate result channel plugin. This skeleton
-// keeps payloads in memory (per instance) — replace it with real storage.
-package main
-
-import (
-	"crypto/sha256"
-	"encoding/hex"
-
-	"github.com/asyncgate/asyncgate/sdk/plugin"
-)
-
-type config struct{}
-
-var store = map[string][]byte{}
-
-func init() {
-	plugin.Channel(plugin.ChannelImpl[config]{
-		Put: func(_ *config, taskID string, payload []byte) (plugin.PutResult, error) {
-			sum := sha256.Sum256(payload)
-			key := hex.EncodeToString(sum[:])
-			store[key] = append([]byte(nil), payload...)
-			return plugin.PutResult{Pointer: "{{NAME}}:" + key}, nil
-		},
-		Get: func(_ *config, pointer string) ([]byte, error) {
-			b, ok := store[pointer[len("{{NAME}}:"):]]
-			if !ok {
-				return nil, plugin.Errorf("not_found", "no such result")
-			}
-			return b, nil
-		},
-		Capabilities: func(*config) (plugin.Capabilities, error) {
-			return plugin.Capabilities{MaxSizeBytes: 1 << 20}, nil
-		},
-	})
-}
-
-func main() {}
-`,
-}
-
-var manifestTemplates = map[string]string{
-	"policy": `{
-  "name": "{{NAME}}",
-  "kind": "policy",
-  "version": "0.1.0",
-  "abi_version": 1,
-  "description": "TODO",
-  "config_schema": {
-    "type": "object",
-    "additionalProperties": false,
-    "properties": {"delay_seconds": {"type": "number", "minimum": 0}}
-  }
-}
-`,
-	"validator": `{
-  "name": "{{NAME}}",
-  "kind": "validator",
-  "version": "0.1.0",
-  "abi_version": 1,
-  "description": "TODO",
-  "config_schema": {"type": "object", "additionalProperties": false}
-}
-`,
-	"channel": `{
-  "name": "{{NAME}}",
-  "kind": "channel",
-  "version": "0.1.0",
-  "abi_version": 1,
-  "description": "TODO",
-  "capabilities": {},
-  "config_schema": {"type": "object", "additionalProperties": false}
-}
-`,
 }

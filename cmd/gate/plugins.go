@@ -119,6 +119,9 @@ func startPlugins(cfg serveConfig, log *slog.Logger) (*pluginWiring, error) {
 	if dir == "" {
 		dir = filepath.Join(cfg.Data, "plugins")
 	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs // reported to `gate plugin install`
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	reg, err := plugin.NewRegistry(ctx, rt, plugin.RegistryOptions{Dir: dir, Builtins: plugins.Builtins(), Grants: grants})
 	if err != nil {
@@ -135,7 +138,7 @@ func startPlugins(cfg serveConfig, log *slog.Logger) (*pluginWiring, error) {
 				if httpapi.ActorOf(c).Role != engine.RoleAdmin {
 					return host.Errorf(host.CodeForbidden, "listing plugins needs an admin key")
 				}
-				return c.JSON(http.StatusOK, map[string]any{"plugins": reg.List()})
+				return c.JSON(http.StatusOK, map[string]any{"plugins": reg.List(), "plugins_dir": dir})
 			}, auth)
 		}),
 		Close: func() {

@@ -174,7 +174,8 @@ func ModuleRoot(dir string) (string, error) {
 }
 
 // sourceKey hashes what a build depends on: the Go version, the plugin's
-// files, go.mod/go.sum and the SDK's sources (when the module has one).
+// files, go.mod/go.sum and the SDK's sources (the module's sdk/plugin or
+// .asyncgate/sdk/plugin, when it has one).
 func sourceKey(srcDir string) (string, error) {
 	h := sha256.New()
 	fmt.Fprintln(h, runtime.Version())
@@ -182,7 +183,9 @@ func sourceKey(srcDir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dirs := []string{srcDir, filepath.Join(root, "sdk", "plugin")}
+	// The SDK: the repository's, or the copy a `gate plugin new` scaffold
+	// carries (its go.mod replaces the SDK module with it).
+	dirs := []string{srcDir, filepath.Join(root, "sdk", "plugin"), filepath.Join(root, ".asyncgate", "sdk", "plugin")}
 	for _, f := range []string{"go.mod", "go.sum"} {
 		if b, err := os.ReadFile(filepath.Join(root, f)); err == nil {
 			h.Write(b)

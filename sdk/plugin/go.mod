@@ -1,0 +1,3 @@
+module github.com/asyncgate/asyncgate/sdk/plugin
+
+go 1.24

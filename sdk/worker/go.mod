@@ -1,0 +1,3 @@
+module github.com/asyncgate/asyncgate/sdk/worker
+
+go 1.22
