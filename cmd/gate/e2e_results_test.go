@@ -2,9 +2,18 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // completeOne leases the one queued task of taskType for worker and completes
@@ -145,5 +154,144 @@ func TestE2ECompleteRepeatWithPayload(t *testing.T) {
 		if a["duplicate"] != true || a["notification_id"] != f["notification_id"] {
 			t.Fatalf("seed repeat of %v:\nfirst %s\nagain %s", body, first.Body, again.Body)
 		}
+	}
+}
+
+// TestE2EHTTPChannelStaysUnderBase: the http channel, configured with a
+// credential header, sends it only to URLs under its endpoint. A receiver
+// whose Location points elsewhere on the same host gets no pointer recorded,
+// and a result URL that redirects out of the base is not followed.
+func TestE2EHTTPChannelStaysUnderBase(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	stored := map[string][]byte{}
+	var outside []string // credentialed requests outside /results/
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !strings.HasPrefix(r.URL.Path, "/results") && r.Header.Get("X-Api-Key") != "" {
+			outside = append(outside, r.Method+" "+r.URL.Path)
+		}
+		switch {
+		case r.Method == "POST" && r.URL.Path == "/results":
+			b, _ := io.ReadAll(r.Body)
+			id := r.Header.Get("X-Asyncgate-Task-Id")
+			stored["/results/"+id] = b
+			switch string(b) {
+			case `"elsewhere"`:
+				w.Header().Set("Location", "/admin/keys")
+			default:
+				w.Header().Set("Location", "/results/"+id)
+			}
+			w.WriteHeader(201)
+		case r.Method == "GET" && strings.HasPrefix(r.URL.Path, "/results/"):
+			b := stored[r.URL.Path]
+			if string(b) == `"bounce"` {
+				http.Redirect(w, r, "/admin/keys", http.StatusFound)
+				return
+			}
+			w.Write(b)
+		default:
+			w.Write([]byte(`{"admin":"secrets"}`))
+		}
+	}))
+	defer sink.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gate.json")
+	conf := `{"http_channel": {"endpoint": "` + sink.URL + `/results", "headers": {"X-Api-Key": "operator-secret"}}}`
+	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := startGate(t, dir, "--config", cfg)
+	g.putType(t, "push", map[string]any{"default_result_channel": "http"}, "")
+	agent, worker := g.newKey(t, "agent", "agent.p", ""), g.newKey(t, "worker", "push.1", "")
+
+	// Delivered under the base: fetched back.
+	ok := g.enqueue(t, agent, "push", nil)
+	g.completeOne(t, worker, "push.1", ok, map[string]any{"result": "fine"})
+	if r := call(t, "GET", g.URL+"/v1/tasks/"+ok+"/result", agent, nil); r.Status != 200 || r.JSON(t)["content"] != "fine" {
+		t.Fatalf("result under the base: %d %s", r.Status, r.Body)
+	}
+	// The receiver names a Location outside the base: no pointer to it is recorded.
+	id := g.enqueue(t, agent, "push", nil)
+	o := g.lease(t, worker, "push.1", nil)
+	r := call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/complete", worker, map[string]any{"result": "elsewhere"})
+	if r.Status < 400 || strings.Contains(string(r.Body), "/admin/keys\"") {
+		t.Fatalf("a Location outside the base was accepted: %d %s", r.Status, r.Body)
+	}
+	if st := call(t, "GET", g.URL+"/v1/tasks/"+id, agent, nil).JSON(t)["status"]; st != "leased" {
+		t.Fatalf("task %s is %v after a refused delivery", id, st)
+	}
+	// The stored result redirects out of the base: the gate does not follow.
+	id = g.enqueue(t, agent, "push", nil)
+	g.completeOne(t, worker, "push.1", id, map[string]any{"result": "bounce"})
+	r = call(t, "GET", g.URL+"/v1/tasks/"+id+"/result", agent, nil)
+	if r.Status < 400 || strings.Contains(string(r.Body), "secrets") {
+		t.Fatalf("a redirect out of the base was followed: %d %s", r.Status, r.Body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(outside) > 0 {
+		t.Fatalf("the operator's header left the base: %v", outside)
+	}
+}
+
+// TestE2EMultiHostResults: on PostgreSQL every gate host reaches every result.
+// Two hosts share one results folder: a result over the inline limit stored
+// through one is fetched and archived through the other. A host started with
+// a folder of its own is refused before it listens, with a message naming
+// the shared folder it needs.
+func TestE2EMultiHostResults(t *testing.T) {
+	t.Parallel()
+	db := postgresSchema(t)
+	results := t.TempDir()
+	a := startGate(t, t.TempDir(), "--db", db, "--results-dir", results)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "admin.key"), []byte(a.Admin+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := startGate(t, dir, "--db", db, "--results-dir", results)
+
+	a.putType(t, "big", map[string]any{"default_result_channel": "inline"}, "")
+	agent, worker := a.newKey(t, "agent", "agent.mh", ""), a.newKey(t, "worker", "big.1", "")
+	payload := bytes.Repeat([]byte("a result over the inline limit\n"), 4<<10)
+	id := a.enqueue(t, agent, "big", nil)
+	ptr, _ := a.completeOne(t, worker, "big.1", id, map[string]any{"result_base64": base64.StdEncoding.EncodeToString(payload)})["result_pointer"].(string)
+	if !strings.HasPrefix(ptr, "file:") {
+		t.Fatalf("pointer %q: the result was meant for the file channel", ptr)
+	}
+	if got := b.fetchContent(t, agent, id); !bytes.Equal(got, payload) {
+		t.Fatal("the other host fetched different bytes")
+	}
+	want(t, call(t, "POST", b.URL+"/v1/tasks/"+id+"/archive", agent, nil), 200, "")
+	want(t, call(t, "GET", a.URL+"/v1/tasks/"+id+"/result", agent, nil), 404, "not_found")
+
+	// A third host with a results folder of its own: refused at start.
+	own := t.TempDir()
+	if err := os.WriteFile(filepath.Join(own, "admin.key"), []byte(a.Admin+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, gateBin, "serve", "--data", own, "--db", db, "--listen", "127.0.0.1:0", "--wasm-cache", wasmCache)
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil || err == nil {
+		t.Fatalf("a host with its own results folder started (or hung): %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "not the one the other gate hosts of this database use") || !strings.Contains(string(out), "--results-dir") {
+		t.Fatalf("refusal does not say why:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(own, "results", resultsMarker)); err == nil {
+		t.Fatal("the refused host marked its folder")
+	}
+	// A folder marked for another database is refused too.
+	other := t.TempDir()
+	if err := os.WriteFile(filepath.Join(other, resultsMarker), []byte("another-database\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd = exec.CommandContext(ctx, gateBin, "serve", "--data", own, "--db", db, "--results-dir", other, "--listen", "127.0.0.1:0", "--wasm-cache", wasmCache)
+	out, err = cmd.CombinedOutput()
+	if ctx.Err() != nil || err == nil || !strings.Contains(string(out), "holds the results of another database") {
+		t.Fatalf("a folder of another database was accepted: %v\n%s", err, out)
 	}
 }

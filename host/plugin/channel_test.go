@@ -196,10 +196,10 @@ func TestHTTPChannel(t *testing.T) {
 	if _, err := ch.Get(ctx, "http:"+srv.URL+"/results/none"); !host.IsCode(err, host.CodeNotFound) {
 		t.Fatalf("missing: %v", err)
 	}
-	// A pointer to a host off the allowlist is refused by the host function.
+	// A pointer to a host off the channel's base is refused.
 	_, err = ch.Get(ctx, "http:http://169.254.169.254/latest/meta-data")
-	if !host.IsCode(err, host.CodeChannelError) || !strings.Contains(err.Error(), "allowlist") {
-		t.Fatalf("off-allowlist get: %v", err)
+	if !host.IsCode(err, host.CodeBadRequest) || !strings.Contains(err.Error(), "not under the channel's base") {
+		t.Fatalf("off-base get: %v", err)
 	}
 }
 
