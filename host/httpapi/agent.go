@@ -144,6 +144,21 @@ type ResultResponse struct {
 // from its channel to the client instead of being read whole first.
 const streamThreshold = 1 << 20
 
+// streamStall is how long one chunk of a streamed result may take to write.
+const streamStall = 60 * time.Second
+
+// progressWriter moves the connection's write deadline forward before each
+// write, so a stream is cut only when it stalls, not when it is long.
+type progressWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (p progressWriter) Write(b []byte) (int, error) {
+	_ = p.rc.SetWriteDeadline(time.Now().Add(streamStall))
+	return p.w.Write(b)
+}
+
 // fetchResult is GET /v1/tasks/{id}/result: the payload fetched back through
 // its result channel, with the checksum verified. A payload up to 1 MiB comes
 // as content (JSON) or content_base64; a larger one is streamed from the
@@ -186,7 +201,10 @@ func (s *Server) fetchResult(c echo.Context) error {
 	w := c.Response()
 	w.Header().Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
 	w.WriteHeader(http.StatusOK)
-	bw := bufio.NewWriterSize(w, 64<<10)
+	// The server's write timeout bounds a whole answer; a large result to a
+	// slow client may take longer, so the deadline moves with progress
+	// instead: each chunk must be written within streamStall.
+	bw := bufio.NewWriterSize(progressWriter{w: w, rc: http.NewResponseController(w)}, 64<<10)
 	bw.Write(head[:len(head)-1]) // the object without its closing brace
 	bw.WriteString(`,"content_base64":"`)
 	enc := base64.NewEncoder(base64.StdEncoding, bw)
