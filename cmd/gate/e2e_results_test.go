@@ -16,8 +16,8 @@ import (
 	"time"
 )
 
-// completeOne leases the one queued task of taskType for worker and completes
-// it with body; it returns the completion's answer.
+// completeOne leases one offer for worker, checks that it is taskID, and
+// completes it with body; it returns the completion's answer.
 func (g *gateProc) completeOne(t *testing.T, key, worker, taskID string, body map[string]any) map[string]any {
 	t.Helper()
 	o := g.lease(t, key, worker, nil)
