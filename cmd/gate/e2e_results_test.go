@@ -295,3 +295,35 @@ func TestE2EMultiHostResults(t *testing.T) {
 		t.Fatalf("a folder of another database was accepted: %v\n%s", err, out)
 	}
 }
+
+// TestE2EStreamedResult: a file-channel result over 1 MiB is streamed from
+// the results folder as content_base64 with checksum_valid after it, and a
+// file altered on disk is reported as checksum_valid: false.
+func TestE2EStreamedResult(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	g := startGate(t, dir, "--body-limit", "8388608")
+	g.putType(t, "big", map[string]any{"default_result_channel": "file"}, "")
+	agent, worker := g.newKey(t, "agent", "agent.s", ""), g.newKey(t, "worker", "big.1", "")
+	payload := bytes.Repeat([]byte("streamed, never held whole\n"), (3<<20)/27)
+	id := g.enqueue(t, agent, "big", nil)
+	ptr, _ := g.completeOne(t, worker, "big.1", id, map[string]any{"result_base64": base64.StdEncoding.EncodeToString(payload)})["result_pointer"].(string)
+	if got := g.fetchContent(t, agent, id); !bytes.Equal(got, payload) {
+		t.Fatalf("streamed result differs: %d bytes, want %d", len(got), len(payload))
+	}
+	// Alter the stored file: the stream still arrives, flagged.
+	task, sum, _ := strings.Cut(strings.TrimPrefix(ptr, "file:"), "/")
+	path := filepath.Join(dir, "results", task[len(task)-2:], task, sum)
+	if err := os.WriteFile(path, append(payload[:len(payload)-1], '!'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := call(t, "GET", g.URL+"/v1/tasks/"+id+"/result", agent, nil)
+	want(t, r, 200, "")
+	if m := r.JSON(t); m["checksum_valid"] != false || m["content_base64"] == nil {
+		t.Fatalf("altered result: checksum_valid %v", m["checksum_valid"])
+	}
+	// Streamed, the verdict can only follow the content it was computed over.
+	if c, v := bytes.Index(r.Body, []byte(`"content_base64"`)), bytes.Index(r.Body, []byte(`"checksum_valid"`)); c < 0 || v < c {
+		t.Fatalf("the result was not streamed (checksum_valid at %d, content at %d)", v, c)
+	}
+}
