@@ -23,6 +23,8 @@ const (
 	CodeForbidden           = "forbidden"            // credentials lack the role (403)
 	CodeDatabaseUnavailable = "database_unavailable" // the store cannot be used (503)
 	CodeChannelError        = "channel_error"        // a result channel failed; the call may be retried (502)
+	CodeForeignPointer      = "foreign_pointer"      // a result_pointer of a channel the gate manages that it did not store for this lease (422)
+	CodeBusy                = "busy"                 // too many large result fetches at once; retry after a moment (503)
 	CodeInternal            = "internal_error"       // a bug; never caused by input (500)
 )
 
@@ -100,11 +102,11 @@ func HTTPStatus(code string) int {
 		return 409
 	case CodeTooLarge:
 		return 413
-	case CodeNotLocatable, CodeInvalidReceipt:
+	case CodeNotLocatable, CodeInvalidReceipt, CodeForeignPointer:
 		return 422
 	case CodeChannelError:
 		return 502
-	case CodeDatabaseUnavailable:
+	case CodeDatabaseUnavailable, CodeBusy:
 		return 503
 	default:
 		return 500

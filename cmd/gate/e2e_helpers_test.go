@@ -35,6 +35,9 @@ func TestMain(m *testing.M) {
 	gateBin = filepath.Join(dir, "gate")
 	// One compilation cache for every gate the tests start: plugins compile once.
 	wasmCache = filepath.Join(dir, "wasm-cache")
+	if c := os.Getenv("ASYNCGATE_TEST_WASM_CACHE"); c != "" {
+		wasmCache = c // kept across runs: a busy machine compiles each plugin once
+	}
 	// The binary embeds the built-in plugins from plugins/dist: build them
 	// from source first (cached by source hash), as `make plugins` does.
 	srcs, err := pluginbuild.Sources("../../plugins")

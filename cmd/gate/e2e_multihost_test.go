@@ -67,7 +67,8 @@ func postgresSchema(t *testing.T) string {
 func TestE2EMultiHostPostgres(t *testing.T) {
 	t.Parallel()
 	db := postgresSchema(t)
-	gates := []*gateProc{startGate(t, t.TempDir(), "--db", db)}
+	results := t.TempDir() // the hosts of one database share one results folder
+	gates := []*gateProc{startGate(t, t.TempDir(), "--db", db, "--results-dir", results)}
 	admin := gates[0].Admin
 	for i := 0; i < 2; i++ {
 		// One database, one set of keys: the first host made the admin key.
@@ -75,7 +76,7 @@ func TestE2EMultiHostPostgres(t *testing.T) {
 		if err := os.WriteFile(dir+"/admin.key", []byte(admin+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		gates = append(gates, startGate(t, dir, "--db", db))
+		gates = append(gates, startGate(t, dir, "--db", db, "--results-dir", results))
 	}
 	gates[0].putType(t, "mh", map[string]any{"lease_seconds": 3, "requeue_delay_seconds": 0}, "")
 	agent := gates[0].newKey(t, "agent", "agent.mh", "")

@@ -50,24 +50,32 @@ func (p pluginSet) Validators(tt *host.TaskType) ([]host.Validator, error) {
 func (p pluginSet) Channel(name string) (host.Channel, error) { return p.reg.Channel(name) }
 
 // pluginGrants are the operator's grants: the file channel gets exactly the
-// results folder; the http channel gets its endpoint's host when one is
-// configured.
+// results folder; the http channel, when configured, may reach only URLs
+// under its endpoint and its base_url (scheme, host, port and path), and
+// redirects that leave them are refused, so its headers go nowhere else.
 func pluginGrants(cfg serveConfig) (map[string]plugin.Grant, error) {
-	results := cfg.ResultsDir
-	if results == "" {
-		results = filepath.Join(cfg.Data, "results")
-	}
+	results := resultsDir(cfg)
 	if err := os.MkdirAll(results, 0o700); err != nil {
 		return nil, fmt.Errorf("results folder: %w", err)
 	}
 	grants := map[string]plugin.Grant{"file": {Dir: results}}
 	if h := cfg.HTTPChannel; h != nil && h.Endpoint != "" {
-		u, err := url.Parse(h.Endpoint)
-		if err != nil || u.Host == "" {
-			return nil, fmt.Errorf("http_channel.endpoint %q is not a URL", h.Endpoint)
+		prefixes := []string{h.Endpoint}
+		if h.BaseURL != "" && h.BaseURL != h.Endpoint {
+			prefixes = append(prefixes, h.BaseURL)
 		}
-		hosts := append([]string{u.Host}, h.AllowedHosts...)
+		var hosts []string
+		for _, p := range prefixes {
+			u, err := url.Parse(p)
+			if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || u.User != nil {
+				return nil, fmt.Errorf("http_channel: %q is not an http(s) URL", p)
+			}
+			hosts = append(hosts, u.Host)
+		}
 		c := map[string]any{"endpoint": h.Endpoint}
+		if h.BaseURL != "" {
+			c["base_url"] = h.BaseURL
+		}
 		if len(h.Headers) > 0 {
 			c["headers"] = h.Headers
 		}
@@ -78,17 +86,30 @@ func pluginGrants(cfg serveConfig) (map[string]plugin.Grant, error) {
 		if err != nil {
 			return nil, err
 		}
-		grants["http"] = plugin.Grant{HTTPHosts: hosts, Config: conf}
+		grants["http"] = plugin.Grant{HTTPHosts: hosts, HTTPPrefixes: prefixes, Config: conf}
 	}
 	return grants, nil
 }
 
+// resultsDir is the file channel's folder.
+func resultsDir(cfg serveConfig) string {
+	if cfg.ResultsDir != "" {
+		return cfg.ResultsDir
+	}
+	return filepath.Join(cfg.Data, "results")
+}
+
 // httpChannelConfig is the operator's config of the http push channel.
 type httpChannelConfig struct {
-	Endpoint     string            `json:"endpoint"`
-	Headers      map[string]string `json:"headers,omitempty"`
-	AllowedHosts []string          `json:"allowed_hosts,omitempty"`
-	MaxSizeBytes int64             `json:"max_size_bytes,omitempty"`
+	Endpoint string `json:"endpoint"`
+	// BaseURL is where results are fetched from (default Endpoint): the
+	// channel reaches nothing outside Endpoint and BaseURL.
+	BaseURL string            `json:"base_url,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+	// AllowedHosts is no longer used: the channel reaches only URLs under
+	// Endpoint and BaseURL. It is still accepted so old config files load.
+	AllowedHosts []string `json:"allowed_hosts,omitempty"`
+	MaxSizeBytes int64    `json:"max_size_bytes,omitempty"`
 }
 
 // pluginWiring is what the plugin runtime adds to a running gate.

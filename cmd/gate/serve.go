@@ -56,13 +56,16 @@ type serveConfig struct {
 	ResultsDir string `json:"results_dir"`
 	// HTTPChannel configures the http push channel; without it that channel is refused.
 	HTTPChannel *httpChannelConfig `json:"http_channel"`
+	// MemoryLimitMiB is the gate's soft memory limit (debug.SetMemoryLimit);
+	// 0 sets none. A GOMEMLIMIT environment variable takes precedence.
+	MemoryLimitMiB int64 `json:"memory_limit_mib"`
 }
 
 func defaultServeConfig() serveConfig {
 	return serveConfig{
 		Listen: "127.0.0.1:8080", Data: "./gate-data", BodyLimitBytes: httpapi.DefaultBodyLimit,
 		MaxLeaseSeconds: 3600, ExpiryJitterMS: 3000, SweepIntervalMS: 1000, AuthCacheSeconds: 5,
-		ShutdownTimeoutSeconds: 15, LogLevel: "info", LogFormat: "text",
+		ShutdownTimeoutSeconds: 15, LogLevel: "info", LogFormat: "text", MemoryLimitMiB: defaultMemoryLimitMiB,
 	}
 }
 
@@ -116,6 +119,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	logLevel := fs.String("log-level", cfg.LogLevel, "debug, info, warn or error")
 	logFormat := fs.String("log-format", cfg.LogFormat, "text or json")
 	wasmCache := fs.String("wasm-cache", "", "folder of compiled plugins (default <data>/wasm-cache)")
+	resultsDir := fs.String("results-dir", "", "the file channel's folder (default <data>/results; on PostgreSQL one folder shared by every gate host)")
+	memLimit := fs.Int64("memory-limit-mib", cfg.MemoryLimitMiB, "soft memory limit of the gate in MiB (0: none; GOMEMLIMIT wins when set)")
 	mcpAnyHost := fs.Bool("mcp-allow-any-host", false, "let /mcp answer loopback requests whose Host header is not localhost (behind a local reverse proxy)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -154,12 +159,19 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 			cfg.LogFormat = *logFormat
 		case "wasm-cache":
 			cfg.WasmCacheDir = *wasmCache
+		case "results-dir":
+			cfg.ResultsDir = *resultsDir
+		case "memory-limit-mib":
+			cfg.MemoryLimitMiB = *memLimit
 		case "mcp-allow-any-host":
 			cfg.MCPAllowAnyHost = *mcpAnyHost
 		}
 	})
 	if cfg.BodyLimitBytes < 1024 {
 		return cfg, errors.New("--body-limit must be at least 1024 bytes")
+	}
+	if cfg.MemoryLimitMiB < 0 {
+		return cfg, errors.New("--memory-limit-mib must not be negative")
 	}
 	if cfg.MaxLeaseSeconds < 1 || cfg.SweepIntervalMS < 10 || cfg.ExpiryJitterMS < 0 || cfg.AuthCacheSeconds < 0 {
 		return cfg, errors.New("--max-lease-seconds, --sweep-interval, --expiry-jitter and --auth-cache must be positive")
@@ -196,6 +208,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gate serve:", err)
 		return 2
 	}
+	setMemoryLimit(cfg.MemoryLimitMiB, log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serve(ctx, cfg, log, nil); err != nil {
@@ -259,6 +272,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	}
 	if ecfg.ExpiryJitter == 0 {
 		ecfg.ExpiryJitter = -1 // the engine reads 0 as "default"; the config's 0 means none
+	}
+	if err := checkResultsFolder(ctx, st, resultsDir(cfg), log); err != nil {
+		return err
 	}
 	plugins, err := startPluginsUntil(ctx, cfg, log)
 	if err != nil {

@@ -96,6 +96,15 @@ type Config struct {
 	// TaskTypeTTL is how long task types are cached (default 2 s). Writes through
 	// this engine invalidate the cache at once; TTL bounds staleness across hosts.
 	TaskTypeTTL time.Duration
+	// MaxResultGets bounds result fetches that hold a whole payload in memory
+	// (a channel's Get; default DefaultMaxResultGets).
+	MaxResultGets int
+	// MaxResultStreams bounds result fetches streamed from their channel
+	// (default DefaultMaxResultStreams).
+	MaxResultStreams int
+	// ResultQueueWait is how long a fetch waits for a slot before it is
+	// answered busy (default DefaultResultQueueWait).
+	ResultQueueWait time.Duration
 }
 
 // Engine is the lease engine and receipt ledger. It is safe for concurrent use.
@@ -107,6 +116,9 @@ type Engine struct {
 	policy  host.RetryPolicy
 	waiters *waiters
 	types   *typeCache
+
+	getSlots    slots // result fetches held whole in memory
+	streamSlots slots // result fetches streamed from their channel
 
 	seenMu sync.Mutex
 	seen   map[string]time.Time // worker key -> last recorded sighting
@@ -145,12 +157,24 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.TaskTypeTTL <= 0 {
 		cfg.TaskTypeTTL = 2 * time.Second
 	}
+	if cfg.MaxResultGets <= 0 {
+		cfg.MaxResultGets = DefaultMaxResultGets
+	}
+	if cfg.MaxResultStreams <= 0 {
+		cfg.MaxResultStreams = DefaultMaxResultStreams
+	}
+	if cfg.ResultQueueWait <= 0 {
+		cfg.ResultQueueWait = DefaultResultQueueWait
+	}
 	e := &Engine{
 		st: cfg.Store, clock: cfg.Clock, log: cfg.Logger, cfg: cfg,
 		policy:  cfg.DefaultPolicy,
 		waiters: newWaiters(),
 		seen:    map[string]time.Time{},
 		stop:    make(chan struct{}),
+
+		getSlots:    make(slots, cfg.MaxResultGets),
+		streamSlots: make(slots, cfg.MaxResultStreams),
 	}
 	e.types = newTypeCache(e)
 	return e, nil

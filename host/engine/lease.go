@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -424,9 +425,19 @@ func ownOutcome(prev *host.Receipt, c WorkerCall, types ...host.ReceiptType) boo
 // returns the first outcome.
 func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteResult, error) {
 	if len(req.Payload) > 0 {
+		// The payload is stored only for a live lease. A repeat of a
+		// completion that already committed finds the lease gone: it is
+		// answered with the first outcome before anything is stored.
 		if err := e.storePayload(ctx, &req); err != nil {
+			if host.IsCode(err, host.CodeLeaseExpired) {
+				if dup := e.completeDuplicate(ctx, req); dup != nil {
+					return dup, nil
+				}
+			}
 			return nil, err
 		}
+	} else if err := e.checkWorkerPointer(req.Result); err != nil {
+		return nil, err
 	}
 	res := req.Result
 	if !res.Locatable() {
@@ -525,6 +536,52 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 		e.emit(Event{Kind: EvCompleted, Tenant: out.Task.Tenant, TaskType: out.Task.Type, WorkerID: req.WorkerID, Duration: now.Sub(leasedAt)})
 	}
 	return out, nil
+}
+
+// completeDuplicate returns the first outcome of a completion of this lease
+// by this caller, or nil when there is none.
+func (e *Engine) completeDuplicate(ctx context.Context, req CompleteRequest) *CompleteResult {
+	var out *CompleteResult
+	_ = e.view(ctx, func(r store.Reader) error {
+		prev, err := r.GetReceiptByDedupe(ctx, req.Tenant, completeDedupe(req.LeaseID))
+		if err != nil || !ownOutcome(prev, req.WorkerCall, host.ReceiptCompleted) {
+			return err
+		}
+		t, err := r.GetTask(ctx, prev.Tenant, prev.TaskID)
+		if err != nil {
+			return err
+		}
+		out = &CompleteResult{Task: t, Status: "completed", ReceiptID: prev.ID, Duplicate: true}
+		return nil
+	})
+	return out
+}
+
+// checkWorkerPointer refuses a result_pointer the worker made up for a
+// channel this gate manages. Such a channel's pointers name objects the gate
+// stores and later reads with its own grants (a folder, an endpoint's
+// credentials), so a pointer is only ever recorded when the gate stored the
+// payload itself in this very completion; a pointer naming another task's or
+// another tenant's object must not become this task's result. Pointers of
+// channels the gate does not have (s3://…, a URL the worker owns) are the
+// worker's to give, and inline pointers carry their content.
+func (e *Engine) checkWorkerPointer(res host.Result) error {
+	if e.cfg.Plugins == nil || res.Pointer == "" {
+		return nil
+	}
+	prefix, rest, _ := strings.Cut(res.Pointer, ":")
+	if strings.HasPrefix(rest, "//") {
+		prefix = "" // a URL (http://…, s3://…), not a channel:data pointer
+	}
+	for _, name := range []string{res.Channel, prefix} {
+		if name == "" || name == "inline" {
+			continue
+		}
+		if _, err := e.cfg.Plugins.Channel(name); err == nil {
+			return host.Errorf(host.CodeForeignPointer, "result_pointer names channel %q, which this gate manages: its pointers are made by the gate when it stores a payload, never taken from a worker; send the payload as result or result_base64", name)
+		}
+	}
+	return nil
 }
 
 // completeTask moves a live leased task to succeeded with result res and

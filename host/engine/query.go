@@ -250,62 +250,6 @@ type ProofChannel interface {
 	PutWithProof(ctx context.Context, taskID string, payload []byte) (string, json.RawMessage, error)
 }
 
-// FetchedResult is a succeeded task's payload fetched back through its channel.
-type FetchedResult struct {
-	Task          *host.Task `json:"-"`
-	Channel       string     `json:"channel"`
-	Pointer       string     `json:"result_pointer"`
-	Content       []byte     `json:"-"`
-	ChecksumValid *bool      `json:"checksum_valid,omitempty"`
-}
-
-// FetchResult gets a visible succeeded task's payload through its channel and
-// verifies the checksum when one was recorded.
-func (e *Engine) FetchResult(ctx context.Context, actor Actor, id string) (*FetchedResult, error) {
-	t, err := e.GetTask(ctx, actor, id)
-	if err != nil {
-		return nil, err
-	}
-	if t.State != host.StateSucceeded || t.Result == nil {
-		return nil, host.Errorf(host.CodeConflict, "task %s is %s and has no result yet", id, t.State)
-	}
-	out := &FetchedResult{Task: t, Channel: t.Result.Channel, Pointer: t.Result.Pointer}
-	if t.Result.Pointer == "" {
-		return out, nil // located by artifacts or delivery proof only
-	}
-	if e.cfg.Plugins == nil {
-		return nil, host.Errorf(host.CodeConflict, "this gate has no result channels to fetch %s", t.Result.Pointer)
-	}
-	name := out.Channel
-	if name == "" {
-		name, _, _ = strings.Cut(t.Result.Pointer, ":")
-	}
-	ch, err := e.cfg.Plugins.Channel(name)
-	if err != nil {
-		if host.IsCode(err, host.CodeNotFound) {
-			return nil, host.Errorf(host.CodeConflict, "the result is at %s, on channel %q, which this gate does not have; fetch it from there", t.Result.Pointer, name)
-		}
-		return nil, err
-	}
-	b, err := ch.Get(ctx, t.Result.Pointer)
-	if err != nil {
-		if host.IsCode(err, host.CodeBadRequest) {
-			return nil, host.Errorf(host.CodeConflict, "the worker recorded %s, which channel %q cannot read: %s", t.Result.Pointer, name, host.ErrorDetail(err))
-		}
-		if host.ErrorCode(err) == host.CodeInternal {
-			return nil, host.WrapError(host.CodeChannelError, err, "result channel "+name+" failed: "+err.Error())
-		}
-		return nil, err
-	}
-	out.Content = b
-	if algo, want, ok := strings.Cut(t.Result.Checksum, ":"); ok && algo == "sha256" {
-		sum := sha256.Sum256(b)
-		valid := strings.EqualFold(hex.EncodeToString(sum[:]), want)
-		out.ChecksumValid = &valid
-	}
-	return out, nil
-}
-
 // ArchiveResult calls the channel's ack for a visible succeeded task's payload
 // and records when it was archived. Archiving twice is a no-op.
 func (e *Engine) ArchiveResult(ctx context.Context, actor Actor, id string) (*host.Task, error) {

@@ -1,9 +1,12 @@
 package httpapi
 
 import (
+	"bufio"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -137,26 +140,85 @@ type ResultResponse struct {
 	ArchivedAt     *time.Time      `json:"archived_at,omitempty"`
 }
 
+// streamThreshold is the payload size above which a result is streamed
+// from its channel to the client instead of being read whole first.
+const streamThreshold = 1 << 20
+
+// streamStall is how long one chunk of a streamed result may take to write.
+const streamStall = 60 * time.Second
+
+// progressWriter moves the connection's write deadline forward before each
+// write, so a stream is cut only when it stalls, not when it is long.
+type progressWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (p progressWriter) Write(b []byte) (int, error) {
+	_ = p.rc.SetWriteDeadline(time.Now().Add(streamStall))
+	return p.w.Write(b)
+}
+
 // fetchResult is GET /v1/tasks/{id}/result: the payload fetched back through
-// its result channel, with the checksum verified.
+// its result channel, with the checksum verified. A payload up to 1 MiB comes
+// as content (JSON) or content_base64; a larger one is streamed from the
+// channel as content_base64, with checksum_valid after it, so the gate never
+// holds it whole. A read that fails mid-way aborts the response, which the
+// client sees as a truncated body, never as a complete answer.
 func (s *Server) fetchResult(c echo.Context) error {
-	fr, err := s.eng.FetchResult(c.Request().Context(), ActorOf(c), c.Param("id"))
+	rs, err := s.eng.OpenResult(c.Request().Context(), ActorOf(c), c.Param("id"))
 	if err != nil {
 		return err
 	}
-	out := ResultResponse{TaskID: fr.Task.ID, Channel: fr.Channel, ResultPointer: fr.Pointer, ChecksumValid: fr.ChecksumValid}
-	if r := fr.Task.Result; r != nil {
+	defer rs.Close()
+	out := ResultResponse{TaskID: rs.Task.ID, Channel: rs.Channel, ResultPointer: rs.Pointer}
+	if r := rs.Task.Result; r != nil {
 		out.ResultChecksum, out.Summary, out.Metadata = r.Checksum, r.Summary, r.Metadata
 		out.Artifacts, out.DeliveryProof, out.ArchivedAt = r.Artifacts, r.DeliveryProof, r.ArchivedAt
 	}
-	if len(fr.Content) > 0 {
-		if json.Valid(fr.Content) {
-			out.Content = fr.Content
-		} else {
-			out.ContentBase64 = base64.StdEncoding.EncodeToString(fr.Content)
-		}
+	if rs.Empty() {
+		return c.JSON(http.StatusOK, out)
 	}
-	return c.JSON(http.StatusOK, out)
+	if rs.Size <= streamThreshold {
+		b, err := io.ReadAll(rs)
+		if err != nil {
+			return host.WrapError(host.CodeChannelError, err, "result channel "+rs.Channel+" failed while reading: "+err.Error())
+		}
+		out.ChecksumValid = rs.ChecksumValid()
+		if len(b) > 0 {
+			if json.Valid(b) {
+				out.Content = b
+			} else {
+				out.ContentBase64 = base64.StdEncoding.EncodeToString(b)
+			}
+		}
+		return c.JSON(http.StatusOK, out)
+	}
+	head, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	w := c.Response()
+	w.Header().Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+	w.WriteHeader(http.StatusOK)
+	// The server's write timeout bounds a whole answer; a large result to a
+	// slow client may take longer, so the deadline moves with progress
+	// instead: each chunk must be written within streamStall.
+	bw := bufio.NewWriterSize(progressWriter{w: w, rc: http.NewResponseController(w)}, 64<<10)
+	bw.Write(head[:len(head)-1]) // the object without its closing brace
+	bw.WriteString(`,"content_base64":"`)
+	enc := base64.NewEncoder(base64.StdEncoding, bw)
+	if _, err := io.Copy(enc, rs); err != nil {
+		s.log.Warn("result stream failed", "task_id", rs.Task.ID, "channel", rs.Channel, "err", err)
+		panic(http.ErrAbortHandler) // the status is sent: cut the body short
+	}
+	enc.Close()
+	bw.WriteString(`"`)
+	if v := rs.ChecksumValid(); v != nil {
+		bw.WriteString(`,"checksum_valid":` + strconv.FormatBool(*v))
+	}
+	bw.WriteString("}\n")
+	return bw.Flush()
 }
 
 // archive is POST /v1/tasks/{id}/archive: the channel's ack, then archived_at.

@@ -59,6 +59,9 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 			detail = "an internal error occurred; it was logged"
 		}
 	}
+	if code == host.CodeBusy {
+		c.Response().Header().Set("Retry-After", "2")
+	}
 	body := ErrorBody{Error: code, Detail: detail}
 	if v, _ := c.Get(ctxKeySeedErrors).(bool); v {
 		body.Message = detail

@@ -164,7 +164,7 @@ func (s *Server) envelopeComplete(c echo.Context) error {
 		return err
 	}
 	// The receipt in the recipient's ledger is the notification.
-	return c.JSON(http.StatusOK, map[string]any{"status": res.Status, "notification_sent": true, "notification_id": res.ReceiptID})
+	return c.JSON(http.StatusOK, map[string]any{"status": res.Status, "notification_sent": true, "notification_id": res.ReceiptID, "duplicate": res.Duplicate})
 }
 
 // envelopeFail is POST /worker/fail and /workers/fail.

@@ -79,23 +79,26 @@ func TestFileChannel(t *testing.T) {
 	ctx := context.Background()
 	payload := bytes.Repeat([]byte("0123456789abcdef"), 64)
 	sum := sha256.Sum256(payload)
-	want := "file:" + hex.EncodeToString(sum[:])
+	want := "file:task-1/" + hex.EncodeToString(sum[:])
 	ptr, err := ch.Put(ctx, "task-1", payload)
 	if err != nil || ptr != want {
 		t.Fatalf("put: %q %v, want %q", ptr, err, want)
 	}
-	onDisk, err := os.ReadFile(filepath.Join(store, ptr[5:7], ptr[5:]))
+	onDisk, err := os.ReadFile(filepath.Join(store, "-1", "task-1", hex.EncodeToString(sum[:])))
 	if err != nil || !bytes.Equal(onDisk, payload) {
 		t.Fatalf("stored file: %v", err)
 	}
-	if again, _ := ch.Put(ctx, "task-2", payload); again != ptr {
-		t.Fatalf("content addressing: %q != %q", again, ptr)
+	// Equal content of another task is another object, owned by that task.
+	other, err := ch.Put(ctx, "task-2", payload)
+	if err != nil || other != "file:task-2/"+hex.EncodeToString(sum[:]) {
+		t.Fatalf("second task's put: %q %v", other, err)
 	}
 	got, err := ch.Get(ctx, ptr)
 	if err != nil || !bytes.Equal(got, payload) {
 		t.Fatalf("get: %v", err)
 	}
-	for _, bad := range []string{"file:../../etc/passwd", "file:/etc/passwd", "file:" + strings.Repeat("A", 64), "file:" + strings.Repeat("a", 63) + "/", "file:" + strings.Repeat("a", 65)} {
+	for _, bad := range []string{"file:../../etc/passwd", "file:/etc/passwd", "file:" + strings.Repeat("A", 64), "file:" + strings.Repeat("a", 63) + "/",
+		"file:" + strings.Repeat("a", 65), "file:../" + hex.EncodeToString(sum[:]), "file:task-1/../" + hex.EncodeToString(sum[:]), "file:-x/" + hex.EncodeToString(sum[:])} {
 		if _, err := ch.Get(ctx, bad); !host.IsCode(err, host.CodeBadRequest) {
 			t.Errorf("Get(%q): %v, want bad_request", bad, err)
 		}
@@ -105,6 +108,27 @@ func TestFileChannel(t *testing.T) {
 	}
 	if _, err := ch.Get(ctx, ptr); !host.IsCode(err, host.CodeNotFound) {
 		t.Fatalf("after ack: %v, want not_found", err)
+	}
+	if got, err := ch.Get(ctx, other); err != nil || !bytes.Equal(got, payload) {
+		t.Fatalf("acking task-1 took task-2's equal result with it: %v", err)
+	}
+	// A pointer of the earlier shared layout is read, and ack leaves it alone.
+	legacy := filepath.Join(store, hex.EncodeToString(sum[:])[:2], hex.EncodeToString(sum[:]))
+	if err := os.MkdirAll(filepath.Dir(legacy), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(legacy, payload, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := "file:" + hex.EncodeToString(sum[:])
+	if got, err := ch.Get(ctx, old); err != nil || !bytes.Equal(got, payload) {
+		t.Fatalf("legacy get: %v", err)
+	}
+	if err := ch.Ack(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(legacy); err != nil {
+		t.Fatalf("ack removed a shared legacy file: %v", err)
 	}
 }
 
@@ -172,10 +196,10 @@ func TestHTTPChannel(t *testing.T) {
 	if _, err := ch.Get(ctx, "http:"+srv.URL+"/results/none"); !host.IsCode(err, host.CodeNotFound) {
 		t.Fatalf("missing: %v", err)
 	}
-	// A pointer to a host off the allowlist is refused by the host function.
+	// A pointer to a host off the channel's base is refused.
 	_, err = ch.Get(ctx, "http:http://169.254.169.254/latest/meta-data")
-	if !host.IsCode(err, host.CodeChannelError) || !strings.Contains(err.Error(), "allowlist") {
-		t.Fatalf("off-allowlist get: %v", err)
+	if !host.IsCode(err, host.CodeBadRequest) || !strings.Contains(err.Error(), "not under the channel's base") {
+		t.Fatalf("off-base get: %v", err)
 	}
 }
 

@@ -122,6 +122,57 @@ func (p *Plugin) allowedHost(u *url.URL) bool {
 	return false
 }
 
+// allowedURL reports whether u may be requested: its host is allowlisted
+// and, when the grant names URL prefixes, u lies under one of them.
+func (p *Plugin) allowedURL(u *url.URL) bool {
+	if !p.allowedHost(u) {
+		return false
+	}
+	if len(p.grant.HTTPPrefixes) == 0 {
+		return true
+	}
+	for _, pre := range p.grant.HTTPPrefixes {
+		if URLUnder(pre, u) {
+			return true
+		}
+	}
+	return false
+}
+
+// URLUnder reports whether u lies under the URL prefix: same scheme, host
+// and port (default ports filled in), no user info, and a path equal to the
+// prefix's or below it at a segment boundary, with no dot segments or
+// encoded slashes that could climb out of it.
+func URLUnder(prefix string, u *url.URL) bool {
+	b, err := url.Parse(prefix)
+	if err != nil || u == nil || u.Opaque != "" || u.User != nil || u.Host == "" {
+		return false
+	}
+	port := func(x *url.URL) string {
+		if p := x.Port(); p != "" {
+			return p
+		}
+		if strings.EqualFold(x.Scheme, "https") {
+			return "443"
+		}
+		return "80"
+	}
+	if !strings.EqualFold(u.Scheme, b.Scheme) || !strings.EqualFold(u.Hostname(), b.Hostname()) || port(u) != port(b) {
+		return false
+	}
+	ep := strings.ToLower(u.EscapedPath())
+	if strings.Contains(ep, "%2f") || strings.Contains(ep, "%5c") || strings.Contains(u.Path, "\\") {
+		return false
+	}
+	for _, seg := range strings.Split(u.Path, "/") {
+		if seg == "." || seg == ".." {
+			return false
+		}
+	}
+	base := strings.TrimSuffix(b.Path, "/")
+	return u.Path == base || strings.HasPrefix(u.Path, base+"/")
+}
+
 func (p *Plugin) doHTTP(ctx context.Context, raw []byte) []byte {
 	if !p.Manifest.Capabilities.HTTP || len(p.grant.HTTPHosts) == 0 {
 		return httpErrorFrame("http_denied", "http is not granted to this plugin")
@@ -146,6 +197,10 @@ func (p *Plugin) doHTTP(ctx context.Context, raw []byte) []byte {
 		p.rt.log.Warn("plugin http request denied", "plugin", p.Manifest.Name, "host", u.Host)
 		return httpErrorFrame("http_denied", fmt.Sprintf("host %s is not on this plugin's allowlist", u.Host))
 	}
+	if !p.allowedURL(u) {
+		p.rt.log.Warn("plugin http request denied", "plugin", p.Manifest.Name, "url", u.Redacted())
+		return httpErrorFrame("http_denied", fmt.Sprintf("%s is not under this plugin's granted URLs", u.Redacted()))
+	}
 	if req.Method == "" {
 		req.Method = http.MethodGet
 	}
@@ -157,8 +212,8 @@ func (p *Plugin) doHTTP(ctx context.Context, raw []byte) []byte {
 		hreq.Header.Set(k, v)
 	}
 	client := &http.Client{CheckRedirect: func(r *http.Request, via []*http.Request) error {
-		if len(via) >= 5 || !p.allowedHost(r.URL) {
-			return errors.New("redirect to a host that is not allowlisted")
+		if len(via) >= 5 || !p.allowedURL(r.URL) {
+			return errors.New("redirect to a URL that is not allowlisted")
 		}
 		return nil
 	}}

@@ -54,11 +54,15 @@ func (l Limits) withDefaults() Limits {
 // for is given only when the grant allows it too; a plugin that asks for fs
 // or http without a matching grant is refused at load.
 type Grant struct {
-	Dir       string          // host directory mounted read-write at /data (capability "fs": "dir")
-	HTTPHosts []string        // hosts ("example.com" or "example.com:8443") http_request may reach
-	Clock     bool            // allow the real wall clock (capability "clock")
-	Config    json.RawMessage // the operator's config for a channel plugin
-	Limits    Limits          // overrides of the runtime's limits for this plugin (zero = runtime's)
+	Dir       string   // host directory mounted read-write at /data (capability "fs": "dir")
+	HTTPHosts []string // hosts ("example.com" or "example.com:8443") http_request may reach
+	// HTTPPrefixes, when set, narrows HTTPHosts: every request and every
+	// redirect must be under one of these URLs (same scheme, host and port,
+	// path at or below the prefix's path, no dot segments).
+	HTTPPrefixes []string
+	Clock        bool            // allow the real wall clock (capability "clock")
+	Config       json.RawMessage // the operator's config for a channel plugin
+	Limits       Limits          // overrides of the runtime's limits for this plugin (zero = runtime's)
 }
 
 // Options configure a Runtime.

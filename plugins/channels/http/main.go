@@ -1,9 +1,15 @@
 // Command http is the built-in push channel. put POSTs the payload to the
 // configured endpoint (through the host's http_request, limited to the
-// operator's allowlist) and returns "http:<url>" where url is the response's
+// operator's grant) and returns "http:<url>" where url is the response's
 // Location header, or <endpoint>/<task_id>; the result carries a delivery
 // proof (status, url, sha256, size, and the receiver's X-Receipt header if
 // any). get GETs the URL; ack sends DELETE when delete_on_ack is set.
+//
+// Every URL the channel hands out or reaches, with the operator's headers,
+// lies under its base (base_url, default the endpoint): same scheme, host and
+// port, and a path at or below the base's path, with no dot segments. A
+// Location or pointer anywhere else is refused, so the configured
+// credentials go nowhere else.
 package main
 
 import (
@@ -19,6 +25,7 @@ import (
 
 type config struct {
 	Endpoint     string            `json:"endpoint"`
+	BaseURL      string            `json:"base_url"`
 	Headers      map[string]string `json:"headers"`
 	MaxSizeBytes int64             `json:"max_size_bytes"`
 	DeleteOnAck  bool              `json:"delete_on_ack"`
@@ -29,6 +36,53 @@ func (c *config) max() int64 {
 		return 10 << 20
 	}
 	return c.MaxSizeBytes
+}
+
+// base is the URL every result lies under.
+func (c *config) base() string {
+	if c.BaseURL != "" {
+		return c.BaseURL
+	}
+	return c.Endpoint
+}
+
+// defaultPort returns u's port, or the scheme's default.
+func defaultPort(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	if strings.EqualFold(u.Scheme, "https") {
+		return "443"
+	}
+	return "80"
+}
+
+// under reports whether raw is an absolute URL under base: same scheme, host
+// and port, no user info, and a path equal to the base's or below it (at a
+// segment boundary), free of dot segments and encoded slashes.
+func under(base, raw string) bool {
+	b, err := url.Parse(base)
+	if err != nil {
+		return false
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Opaque != "" || u.User != nil || u.Host == "" {
+		return false
+	}
+	if !strings.EqualFold(u.Scheme, b.Scheme) || !strings.EqualFold(u.Hostname(), b.Hostname()) || defaultPort(u) != defaultPort(b) {
+		return false
+	}
+	ep := strings.ToLower(u.EscapedPath())
+	if strings.Contains(ep, "%2f") || strings.Contains(ep, "%5c") || strings.Contains(u.Path, "\\") {
+		return false
+	}
+	for _, seg := range strings.Split(u.Path, "/") {
+		if seg == "." || seg == ".." {
+			return false
+		}
+	}
+	prefix := strings.TrimSuffix(b.Path, "/")
+	return u.Path == prefix || strings.HasPrefix(u.Path, prefix+"/")
 }
 
 func headers(c *config, extra map[string]string) map[string]string {
@@ -64,6 +118,9 @@ func put(c *config, taskID string, payload []byte) (plugin.PutResult, error) {
 			loc = ref.String()
 		}
 	}
+	if !under(c.base(), loc) {
+		return plugin.PutResult{}, plugin.Errorf("delivery_failed", "the endpoint's Location "+loc+" is not under the channel's base "+c.base())
+	}
 	sum := sha256.Sum256(payload)
 	proof, _ := json.Marshal(map[string]any{
 		"status": resp.Status, "url": loc, "sha256": hex.EncodeToString(sum[:]),
@@ -72,16 +129,21 @@ func put(c *config, taskID string, payload []byte) (plugin.PutResult, error) {
 	return plugin.PutResult{Pointer: "http:" + loc, Proof: proof}, nil
 }
 
-func target(pointer string) (string, error) {
+// target returns the URL a pointer names, refusing any that is not under
+// the channel's base.
+func target(c *config, pointer string) (string, error) {
 	u, ok := strings.CutPrefix(pointer, "http:")
 	if !ok || !(strings.HasPrefix(u, "http://") || strings.HasPrefix(u, "https://")) {
 		return "", plugin.Errorf("bad_request", "an http pointer is http:<absolute URL>")
+	}
+	if !under(c.base(), u) {
+		return "", plugin.Errorf("bad_request", "the pointer's URL is not under the channel's base "+c.base())
 	}
 	return u, nil
 }
 
 func get(c *config, pointer string) ([]byte, error) {
-	u, err := target(pointer)
+	u, err := target(c, pointer)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +161,7 @@ func get(c *config, pointer string) ([]byte, error) {
 }
 
 func ack(c *config, pointer string) error {
-	u, err := target(pointer)
+	u, err := target(c, pointer)
 	if err != nil || !c.DeleteOnAck {
 		return err
 	}

@@ -1,0 +1,247 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"hash"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+)
+
+// ResultOpener is a channel that can stream a stored payload instead of
+// returning it whole (the built-in file channel reads its folder directly).
+// ok is false when it cannot stream this pointer; the engine then uses Get.
+type ResultOpener interface {
+	OpenResult(ctx context.Context, taskID, pointer string) (rc io.ReadCloser, size int64, ok bool, err error)
+}
+
+// Defaults of the result fetch limits (Config.MaxResultGets, MaxResultStreams, ResultQueueWait).
+const (
+	DefaultMaxResultGets    = 4
+	DefaultMaxResultStreams = 64
+	DefaultResultQueueWait  = 10 * time.Second
+)
+
+// smallResult is the largest payload size a channel may declare and still
+// be fetched without waiting for a slot.
+const smallResult = 1 << 20
+
+// slots is a counting semaphore with a bounded wait.
+type slots chan struct{}
+
+// take waits up to wait for a slot; it answers busy (503 with Retry-After)
+// when none frees up in time.
+func (s slots) take(ctx context.Context, wait time.Duration, what string) (func(), error) {
+	select {
+	case s <- struct{}{}:
+		return func() { <-s }, nil
+	default:
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case s <- struct{}{}:
+		return func() { <-s }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.C:
+		return nil, host.Errorf(host.CodeBusy, "%d %s are being fetched already; try again in a moment", cap(s), what)
+	}
+}
+
+// FetchedResult is a succeeded task's payload fetched back through its channel.
+type FetchedResult struct {
+	Task          *host.Task `json:"-"`
+	Channel       string     `json:"channel"`
+	Pointer       string     `json:"result_pointer"`
+	Content       []byte     `json:"-"`
+	ChecksumValid *bool      `json:"checksum_valid,omitempty"`
+}
+
+// FetchResult gets a visible succeeded task's payload through its channel,
+// whole, and verifies the checksum when one was recorded. Doors that can
+// send a payload as they read it use OpenResult instead.
+func (e *Engine) FetchResult(ctx context.Context, actor Actor, id string) (*FetchedResult, error) {
+	rs, err := e.openResult(ctx, actor, id, true)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	out := &FetchedResult{Task: rs.Task, Channel: rs.Channel, Pointer: rs.Pointer}
+	if rs.Empty() {
+		return out, nil
+	}
+	var b []byte
+	if br, ok := rs.r.(*bytes.Reader); ok && rs.hash == nil {
+		b = make([]byte, br.Len())
+		_, err = io.ReadFull(br, b)
+	} else {
+		b, err = io.ReadAll(rs)
+	}
+	if err != nil {
+		return nil, host.WrapError(host.CodeChannelError, err, "result channel "+rs.Channel+" failed while reading: "+err.Error())
+	}
+	out.Content = b
+	out.ChecksumValid = rs.ChecksumValid()
+	return out, nil
+}
+
+// ResultStream is a succeeded task's payload being read from its channel.
+// Read it to the end, then ChecksumValid says whether it matched the
+// recorded checksum; Close it in any case (it holds a fetch slot).
+type ResultStream struct {
+	Task    *host.Task
+	Channel string
+	Pointer string
+	// Size is the payload's length in bytes.
+	Size int64
+
+	r       io.Reader
+	closer  io.Closer
+	release func()
+	hash    hash.Hash
+	want    string
+	read    int64
+	eof     bool
+}
+
+// Empty reports whether there is no payload to read: the result is located
+// by artifacts or a delivery proof only.
+func (s *ResultStream) Empty() bool { return s.r == nil }
+
+// Read implements io.Reader.
+func (s *ResultStream) Read(p []byte) (int, error) {
+	if s.r == nil {
+		return 0, io.EOF
+	}
+	n, err := s.r.Read(p)
+	if n > 0 {
+		s.read += int64(n)
+		if s.hash != nil {
+			s.hash.Write(p[:n])
+		}
+	}
+	if err == io.EOF {
+		s.eof = true
+	}
+	return n, err
+}
+
+// ChecksumValid reports, once the payload was read to its end, whether it
+// matched the recorded sha256 checksum; nil when none was recorded or the
+// payload was not read to the end.
+func (s *ResultStream) ChecksumValid() *bool {
+	if s.hash == nil || !s.eof {
+		return nil
+	}
+	valid := strings.EqualFold(hex.EncodeToString(s.hash.Sum(nil)), s.want)
+	return &valid
+}
+
+// Close releases the payload and the fetch slot. It may be called twice.
+func (s *ResultStream) Close() error {
+	var err error
+	if s.closer != nil {
+		err = s.closer.Close()
+		s.closer = nil
+	}
+	if s.release != nil {
+		s.release()
+		s.release = nil
+	}
+	return err
+}
+
+// OpenResult opens a visible succeeded task's payload for reading. A channel
+// that can stream (ResultOpener) is read as the caller reads, holding one of
+// Config.MaxResultStreams slots; any other is fetched whole through its Get,
+// holding one of Config.MaxResultGets slots, since that payload sits in
+// memory until the caller is done. When all slots stay taken for
+// Config.ResultQueueWait the answer is busy (503, retry later).
+func (e *Engine) OpenResult(ctx context.Context, actor Actor, id string) (*ResultStream, error) {
+	return e.openResult(ctx, actor, id, false)
+}
+
+// openResult is OpenResult; whole says the caller will hold the payload in
+// memory, so even a streamable one takes a slot of MaxResultGets.
+func (e *Engine) openResult(ctx context.Context, actor Actor, id string, whole bool) (*ResultStream, error) {
+	t, err := e.GetTask(ctx, actor, id)
+	if err != nil {
+		return nil, err
+	}
+	if t.State != host.StateSucceeded || t.Result == nil {
+		return nil, host.Errorf(host.CodeConflict, "task %s is %s and has no result yet", id, t.State)
+	}
+	out := &ResultStream{Task: t, Channel: t.Result.Channel, Pointer: t.Result.Pointer}
+	if t.Result.Pointer == "" {
+		return out, nil // located by artifacts or delivery proof only
+	}
+	if e.cfg.Plugins == nil {
+		return nil, host.Errorf(host.CodeConflict, "this gate has no result channels to fetch %s", t.Result.Pointer)
+	}
+	name := out.Channel
+	if name == "" {
+		name, _, _ = strings.Cut(t.Result.Pointer, ":")
+	}
+	ch, err := e.cfg.Plugins.Channel(name)
+	if err != nil {
+		if host.IsCode(err, host.CodeNotFound) {
+			return nil, host.Errorf(host.CodeConflict, "the result is at %s, on channel %q, which this gate does not have; fetch it from there", t.Result.Pointer, name)
+		}
+		return nil, err
+	}
+	if algo, want, ok := strings.Cut(t.Result.Checksum, ":"); ok && algo == "sha256" {
+		out.hash, out.want = sha256.New(), want
+	}
+	if op, isOpener := ch.(ResultOpener); isOpener {
+		pool := e.streamSlots
+		if whole {
+			pool = e.getSlots
+		}
+		release, err := pool.take(ctx, e.cfg.ResultQueueWait, "results")
+		if err != nil {
+			return nil, err
+		}
+		rc, size, ok, err := op.OpenResult(ctx, t.ID, t.Result.Pointer)
+		if ok {
+			if err != nil {
+				release()
+				return nil, channelReadErr(err, t.Result.Pointer, name)
+			}
+			out.r, out.closer, out.release, out.Size = rc, rc, release, size
+			return out, nil
+		}
+		release()
+	}
+	release := func() {}
+	if caps, err := ch.Capabilities(ctx); err != nil || caps.MaxSizeBytes <= 0 || caps.MaxSizeBytes > smallResult {
+		// Only channels whose payloads may be large wait for a slot; the
+		// inline channel's never are.
+		if release, err = e.getSlots.take(ctx, e.cfg.ResultQueueWait, "results through their channel"); err != nil {
+			return nil, err
+		}
+	}
+	b, err := ch.Get(ctx, t.Result.Pointer)
+	if err != nil {
+		release()
+		return nil, channelReadErr(err, t.Result.Pointer, name)
+	}
+	out.r, out.release, out.Size = bytes.NewReader(b), release, int64(len(b))
+	return out, nil
+}
+
+// channelReadErr turns a channel's read error into the engine's answer.
+func channelReadErr(err error, pointer, name string) error {
+	if host.IsCode(err, host.CodeBadRequest) {
+		return host.Errorf(host.CodeConflict, "the worker recorded %s, which channel %q cannot read: %s", pointer, name, host.ErrorDetail(err))
+	}
+	if host.ErrorCode(err) == host.CodeInternal {
+		return host.WrapError(host.CodeChannelError, err, "result channel "+name+" failed: "+err.Error())
+	}
+	return err
+}
