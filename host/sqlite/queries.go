@@ -573,14 +573,14 @@ func (w *writeTx) PutTaskType(ctx context.Context, tt *host.TaskType) error {
 
 // --- receipts
 
-const receiptCols = `seq, id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key, created_at, prev_hash, hash`
+const receiptCols = `seq, id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key, created_at, prev_hash, hash, chain_id, chain_seq`
 
 func scanReceipt(sc scanner) (*host.Receipt, error) {
 	var rc host.Receipt
 	var typ, parents, body string
 	var created int64
 	if err := sc.Scan(&rc.Seq, &rc.ID, &rc.Tenant, &typ, &rc.From, &rc.To, &rc.TaskID, &rc.LeaseID, &parents, &body,
-		&rc.DedupeKey, &created, &rc.PrevHash, &rc.Hash); err != nil {
+		&rc.DedupeKey, &created, &rc.PrevHash, &rc.Hash, &rc.ChainID, &rc.ChainSeq); err != nil {
 		return nil, err
 	}
 	rc.Type = host.ReceiptType(typ)
@@ -722,10 +722,20 @@ func (r *reader) ListOpenObligations(ctx context.Context, f store.ObligationFilt
 	return out, cur, nil
 }
 
+// AppendReceipt implements store.Tx: the receipt goes at the end of the
+// ledger (receipts.seq, read under the write lock, so processes sharing the
+// file share one order) and at the end of this store's own chain.
 func (w *writeTx) AppendReceipt(ctx context.Context, rc *host.Receipt) error {
-	rc.Seq = w.s.headSeq + 1
-	rc.PrevHash = w.s.headHash
-	rc.Hash = host.ChainHash(rc, rc.PrevHash)
+	c := &w.s.chain
+	if !c.loaded {
+		if err := w.loadChain(ctx); err != nil {
+			return err
+		}
+	}
+	rc.Seq = c.global + 1
+	rc.ChainID, rc.ChainSeq = c.id, c.seq+1
+	rc.PrevHash = c.hash
+	rc.Hash = host.ChainHashV2(rc, rc.PrevHash)
 	parents, err := json.Marshal(rc.Parents)
 	if err != nil {
 		return err
@@ -733,17 +743,159 @@ func (w *writeTx) AppendReceipt(ctx context.Context, rc *host.Receipt) error {
 	if rc.Parents == nil {
 		parents = []byte("[]")
 	}
-	_, err = w.exec(ctx, `INSERT INTO receipts (`+receiptCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = w.exec(ctx, `INSERT INTO receipts (`+receiptCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		rc.Seq, rc.ID, rc.Tenant, string(rc.Type), rc.From, rc.To, rc.TaskID, rc.LeaseID, string(parents), string(rc.Body),
-		rc.DedupeKey, us(rc.CreatedAt), rc.PrevHash, rc.Hash)
+		rc.DedupeKey, us(rc.CreatedAt), rc.PrevHash, rc.Hash, rc.ChainID, rc.ChainSeq)
 	if err != nil {
 		if strings.Contains(err.Error(), "UNIQUE") {
 			return host.Errorf(host.CodeConflict, "a receipt with this id or dedupe key exists")
 		}
 		return err
 	}
-	w.s.headSeq, w.s.headHash = rc.Seq, rc.Hash
+	c.global, c.seq, c.hash = rc.Seq, rc.ChainSeq, rc.Hash
 	return nil
+}
+
+// loadChain reads, under the transaction's write lock, the ledger's last seq
+// and this store's chain head, registering the chain on its first receipt.
+// The head is read again in every transaction, so a commit whose outcome was
+// unknown cannot fork the chain.
+func (w *writeTx) loadChain(ctx context.Context) error {
+	c := &w.s.chain
+	if c.id != 0 {
+		err := w.queryRow(ctx, `SELECT (SELECT coalesce(max(seq), 0) FROM receipts), seq, hash FROM ledger_chains WHERE chain_id = ?`, c.id).
+			Scan(&c.global, &c.seq, &c.hash)
+		if err == nil {
+			c.rowSeq, c.loaded = c.seq, true
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		c.id = 0 // the chain's row is gone: start another chain
+	}
+	res, err := w.exec(ctx, `INSERT INTO ledger_chains (seq, hash, hash_version, opened_at) VALUES (0, '', ?, ?)`, host.ChainV2, time.Now().UnixMicro())
+	if err != nil {
+		return err
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return err
+	}
+	if err := w.queryRow(ctx, `SELECT coalesce(max(seq), 0) FROM receipts`).Scan(&c.global); err != nil {
+		return err
+	}
+	c.id, c.seq, c.hash, c.rowSeq, c.loaded = id, 0, "", 0, true
+	return nil
+}
+
+// writeHead records the chain's head in its ledger_chains row if it moved.
+func (w *writeTx) writeHead(ctx context.Context) error {
+	c := &w.s.chain
+	if !c.loaded || c.seq == c.rowSeq {
+		return nil
+	}
+	if _, err := w.exec(ctx, `UPDATE ledger_chains SET seq = ?, hash = ? WHERE chain_id = ?`, c.seq, c.hash, c.id); err != nil {
+		return err
+	}
+	c.rowSeq = c.seq
+	return nil
+}
+
+// checkpoint records every non-empty chain's head in a new checkpoint linked
+// to the last one.
+func (w *writeTx) checkpoint(ctx context.Context) error {
+	if err := w.writeHead(ctx); err != nil {
+		return err
+	}
+	var last int64
+	var prev string
+	if err := w.queryRow(ctx, `SELECT checkpoint_id, hash FROM ledger_checkpoint_head WHERE id = 1`).Scan(&last, &prev); err != nil {
+		return err
+	}
+	heads, err := w.chainHeads(ctx, true)
+	if err != nil {
+		return err
+	}
+	cp := host.Checkpoint{ID: last + 1, At: time.Now().UTC().Truncate(time.Microsecond), Heads: heads, PrevHash: prev}
+	cp.Hash = host.CheckpointHash(&cp, prev)
+	hj, err := json.Marshal(cp.Heads)
+	if err != nil {
+		return err
+	}
+	if _, err := w.exec(ctx, `INSERT INTO ledger_checkpoints (id, at, heads, prev_hash, hash) VALUES (?,?,?,?,?)`,
+		cp.ID, us(cp.At), string(hj), cp.PrevHash, cp.Hash); err != nil {
+		return err
+	}
+	if _, err := w.exec(ctx, `UPDATE ledger_checkpoint_head SET checkpoint_id = ?, hash = ? WHERE id = 1`, cp.ID, cp.Hash); err != nil {
+		return err
+	}
+	w.s.lastCheckpoint = time.Now()
+	for _, h := range heads {
+		if h.ID == w.s.chain.id {
+			w.s.checkpointed = h.Seq
+		}
+	}
+	return nil
+}
+
+// chainHeads reads the chains' recorded heads by id: the non-empty ones for a
+// checkpoint (without their hash version), or all of them.
+func (r *reader) chainHeads(ctx context.Context, forCheckpoint bool) ([]host.ChainHead, error) {
+	q := `SELECT chain_id, seq, hash, hash_version FROM ledger_chains ORDER BY chain_id`
+	if forCheckpoint {
+		q = `SELECT chain_id, seq, hash, hash_version FROM ledger_chains WHERE seq > 0 ORDER BY chain_id`
+	}
+	rows, err := r.query(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []host.ChainHead{}
+	for rows.Next() {
+		var h host.ChainHead
+		if err := rows.Scan(&h.ID, &h.Seq, &h.Hash, &h.Version); err != nil {
+			return nil, err
+		}
+		if forCheckpoint {
+			h.Version = 0
+		}
+		out = append(out, h)
+	}
+	return out, rows.Err()
+}
+
+func (r *reader) LedgerHeads(ctx context.Context) (store.LedgerHeads, error) {
+	var lh store.LedgerHeads
+	var err error
+	if lh.Chains, err = r.chainHeads(ctx, false); err != nil {
+		return lh, err
+	}
+	err = r.queryRow(ctx, `SELECT checkpoint_id, hash FROM ledger_checkpoint_head WHERE id = 1`).Scan(&lh.Checkpoint.Seq, &lh.Checkpoint.Hash)
+	return lh, err
+}
+
+func (r *reader) ScanCheckpoints(ctx context.Context, afterID int64, limit int) ([]host.Checkpoint, error) {
+	rows, err := r.query(ctx, `SELECT id, at, heads, prev_hash, hash FROM ledger_checkpoints WHERE id > ? ORDER BY id LIMIT ?`, afterID, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []host.Checkpoint
+	for rows.Next() {
+		var c host.Checkpoint
+		var at int64
+		var heads string
+		if err := rows.Scan(&c.ID, &at, &heads, &c.PrevHash, &c.Hash); err != nil {
+			return nil, err
+		}
+		c.At = fromUS(at)
+		if err := json.Unmarshal([]byte(heads), &c.Heads); err != nil {
+			return nil, host.Errorf(host.CodeInternal, "checkpoint %d: heads are not JSON: %v", c.ID, err)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
 }
 
 func (w *writeTx) OpenObligation(ctx context.Context, o host.Obligation) error {
