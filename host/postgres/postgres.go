@@ -483,6 +483,9 @@ type txState struct {
 	lastCheckpoint time.Time
 	checkpointed   int64
 	notify         []string // tenants with newly ready tasks
+	// counts journals the transaction's task state changes, added to the
+	// writer's shard of queue_counts before commit.
+	counts []store.CountDelta
 }
 
 // txResult is the outcome of one batch transaction.
@@ -572,6 +575,12 @@ func (w *writer) runTx(reqs []*request) txResult {
 		ss.pre = ss.pre[:0]
 		finish(reqs)
 		return txResult{}
+	}
+	if err := wtx.flushCounts(bg); err != nil {
+		if ss.fatal != nil {
+			err = ss.fatal
+		}
+		return fail("queue counts", err)
 	}
 	wtx.writeHead()
 	if st.chain.id != 0 && st.chain.seq != st.checkpointed && time.Since(st.lastCheckpoint) >= w.s.opts.CheckpointEvery {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -255,46 +256,76 @@ func (r *reader) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([
 	return out, nil
 }
 
+// QueueStats implements store.Reader from the counts the writers keep
+// (queue_counts: a few rows per tenant, type and writer), and the oldest
+// ready task from the head of the state index: it never scans the queue.
 func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStats, error) {
 	qs := store.QueueStats{ByState: map[host.TaskState]int64{}, ByType: map[string]int64{}}
-	where, and, a := "", " WHERE", []any{}
+	q := `SELECT tenant, task_type, state, sum(n)::bigint FROM queue_counts GROUP BY tenant, task_type, state ORDER BY tenant`
+	var a []any
 	if tenant != "" {
-		where, and, a = " WHERE tenant = $1", " AND", []any{tenant}
+		q = `SELECT tenant, task_type, state, sum(n)::bigint FROM queue_counts WHERE tenant = $1 GROUP BY tenant, task_type, state`
+		a = append(a, tenant)
 	}
+	var queued []string // tenants with queued tasks
 	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
-		var s string
+		var tn, typ, state string
 		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
+		if err := rows.Scan(&tn, &typ, &state, &n); err != nil {
 			return err
 		}
-		qs.ByState[host.TaskState(s)] = n
+		qs.AddCount(typ, host.TaskState(state), n)
+		if state == string(host.StateQueued) && n > 0 && (len(queued) == 0 || queued[len(queued)-1] != tn) {
+			queued = append(queued, tn)
+		}
 		return nil
-	}, `SELECT state, count(*) FROM tasks`+where+` GROUP BY state`, a...)
+	}, q, a...)
 	if err != nil {
 		return qs, err
 	}
-	err = r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
-		var s string
-		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			return err
+	now := time.Now()
+	for _, tn := range queued {
+		var avail int64
+		err := r.ss.queryRow(r.c(ctx), []any{&avail}, `SELECT available_at FROM tasks WHERE tenant = $1 AND state = 'queued' AND available_at <= $2 ORDER BY seq LIMIT 1`,
+			tn, us(now))
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
 		}
-		qs.ByType[s] = n
-		return nil
-	}, `SELECT task_type, count(*) FROM tasks`+where+and+` state IN ('queued','leased') GROUP BY task_type`, a...)
-	if err != nil {
-		return qs, err
-	}
-	var oldest *int64
-	if err := r.ss.queryRow(r.c(ctx), []any{&oldest}, `SELECT min(available_at) FROM tasks`+where+and+` state = 'queued'`, a...); err != nil {
-		return qs, err
-	}
-	if oldest != nil {
-		if age := time.Since(fromUS(*oldest)); age > 0 {
+		if err != nil {
+			return qs, err
+		}
+		if age := now.Sub(fromUS(avail)); age > qs.OldestReadyAge {
 			qs.OldestReadyAge = age
 		}
 	}
 	return qs, nil
+}
+
+// flushCounts adds the transaction's task state changes to this writer's
+// shard of queue_counts in one statement, queued in front of COMMIT. No other
+// writer touches the shard's rows, so the upsert waits for nobody.
+func (w *writeTx) flushCounts(ctx context.Context) error {
+	ds := store.SumDeltas(w.st.counts)
+	w.st.counts = nil
+	if len(ds) == 0 {
+		return nil
+	}
+	if w.st.chain.id == 0 {
+		if err := w.loadChain(ctx); err != nil {
+			return err
+		}
+	}
+	var a args
+	var b strings.Builder
+	for i, d := range ds {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString("(" + a.add(d.Tenant) + "," + a.add(d.Type) + "," + a.add(string(d.State)) + "," + a.add(w.st.chain.id) + "," + a.add(d.N) + ")")
+	}
+	w.ss.queue(`INSERT INTO queue_counts (tenant, task_type, state, shard, n) VALUES `+b.String()+
+		` ON CONFLICT (tenant, task_type, state, shard) DO UPDATE SET n = queue_counts.n + excluded.n`, a...)
+	return nil
 }
 
 func (r *reader) ListProgress(ctx context.Context, tenant, taskID string, limit int) ([]store.Progress, error) {
@@ -352,6 +383,7 @@ ON CONFLICT DO NOTHING`,
 		return host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists")
 	}
 	t.Version = 1
+	w.st.counts = store.Moved(w.st.counts, t, "", t.State)
 	if readyNow(t) {
 		w.st.notify = append(w.st.notify, t.Tenant)
 	}
@@ -399,6 +431,7 @@ func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) e
 		return store.ErrFenced
 	}
 	t.Version++
+	w.st.counts = store.Moved(w.st.counts, t, f.State, t.State)
 	if readyNow(t) {
 		w.st.notify = append(w.st.notify, t.Tenant)
 	}
@@ -460,6 +493,7 @@ func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.T
 	for i, c := range rows {
 		if ns[i] > 0 {
 			c.t.Version++
+			w.st.counts = store.Moved(w.st.counts, c.t, host.StateQueued, c.t.State)
 			out = append(out, c.t)
 		}
 	}

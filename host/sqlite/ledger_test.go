@@ -161,6 +161,12 @@ func TestLedgerMigratesSingleChain(t *testing.T) {
 	if _, err := db.Exec(`UPDATE ledger_head SET seq = 5, hash = ?`, prev); err != nil {
 		t.Fatal(err)
 	}
+	for i, state := range []string{"queued", "succeeded", "queued"} {
+		if _, err := db.Exec(`INSERT INTO tasks (id, tenant, task_type, created_by, recipient, state, priority, params, created_at, updated_at, available_at, max_retries)
+VALUES (?, 'acme', 'work', 'a', 'b', ?, 1, '{}', 0, 0, 0, 3)`, fmt.Sprintf("T-OLD%d", i), state); err != nil {
+			t.Fatal(err)
+		}
+	}
 	db.Close()
 
 	if rep := verify(t, path); !rep.OK || rep.Receipts != 5 || rep.Chains != 1 {
@@ -173,6 +179,10 @@ func TestLedgerMigratesSingleChain(t *testing.T) {
 	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
 	b.Enqueue(t, "work")
 	b.Complete(t, "w.1", b.LeaseOne(t, "w.1"))
+	// The tasks from before were counted by the migration.
+	if qs, err := b.Engine.Stats(b.Ctx, "acme"); err != nil || qs.ByState[host.StateQueued] != 2 || qs.ByState[host.StateSucceeded] != 2 || qs.ByType["work"] != 2 {
+		t.Fatalf("stats after migration: %+v %v", qs, err)
+	}
 	rep := b.Verify(t)
 	if rep.Receipts != 7 || rep.Chains != 2 {
 		t.Fatalf("after new receipts: %+v, want 7 receipts in 2 chains", rep)

@@ -29,6 +29,9 @@ type reader struct {
 // writeTx implements store.Tx inside the writer's batch transaction.
 type writeTx struct {
 	reader
+	// counts journals the batch's task state changes; the writer adds them
+	// to queue_counts before commit.
+	counts []store.CountDelta
 }
 
 var (
@@ -283,54 +286,72 @@ func (r *reader) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([
 	return ts, err
 }
 
+// QueueStats implements store.Reader from the counts the writer keeps
+// (queue_counts: a few rows per tenant and type), and the oldest ready task
+// from the head of the state index: it never scans the queue.
 func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStats, error) {
 	qs := store.QueueStats{ByState: map[host.TaskState]int64{}, ByType: map[string]int64{}}
-	where, args := "", []any{}
+	q := `SELECT tenant, task_type, state, sum(n) FROM queue_counts GROUP BY tenant, task_type, state`
+	args := []any{}
 	if tenant != "" {
-		where, args = " WHERE tenant = ?", []any{tenant}
+		q = `SELECT tenant, task_type, state, sum(n) FROM queue_counts WHERE tenant = ? GROUP BY tenant, task_type, state`
+		args = append(args, tenant)
 	}
-	rows, err := r.query(ctx, `SELECT state, count(*) FROM tasks`+where+` GROUP BY state`, args...)
+	rows, err := r.query(ctx, q, args...)
 	if err != nil {
 		return qs, err
 	}
+	var queued []string // tenants with queued tasks
 	for rows.Next() {
-		var s string
+		var tn, typ, state string
 		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
+		if err := rows.Scan(&tn, &typ, &state, &n); err != nil {
 			rows.Close()
 			return qs, err
 		}
-		qs.ByState[host.TaskState(s)] = n
+		qs.AddCount(typ, host.TaskState(state), n)
+		if state == string(host.StateQueued) && n > 0 && (len(queued) == 0 || queued[len(queued)-1] != tn) {
+			queued = append(queued, tn)
+		}
 	}
 	rows.Close()
-	and := " WHERE"
-	if tenant != "" {
-		and = " AND"
-	}
-	rows, err = r.query(ctx, `SELECT task_type, count(*) FROM tasks`+where+and+` state IN ('queued','leased') GROUP BY task_type`, args...)
-	if err != nil {
+	if err := rows.Err(); err != nil {
 		return qs, err
 	}
-	for rows.Next() {
-		var s string
-		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			rows.Close()
+	now := time.Now()
+	for _, tn := range queued {
+		var avail int64
+		err := r.queryRow(ctx, `SELECT available_at FROM tasks INDEXED BY tasks_state WHERE tenant = ? AND state = 'queued' AND available_at <= ? ORDER BY seq LIMIT 1`,
+			tn, us(now)).Scan(&avail)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
 			return qs, err
 		}
-		qs.ByType[s] = n
-	}
-	rows.Close()
-	var oldest sql.NullInt64
-	if err := r.queryRow(ctx, `SELECT min(available_at) FROM tasks`+where+and+` state = 'queued'`, args...).Scan(&oldest); err != nil {
-		return qs, err
-	}
-	if oldest.Valid {
-		if age := time.Since(fromUS(oldest.Int64)); age > 0 {
+		if age := now.Sub(fromUS(avail)); age > qs.OldestReadyAge {
 			qs.OldestReadyAge = age
 		}
 	}
-	return qs, rows.Err()
+	return qs, nil
+}
+
+// flushCounts adds the batch's task state changes to queue_counts in one
+// statement.
+func (w *writeTx) flushCounts(ctx context.Context) error {
+	ds := store.SumDeltas(w.counts)
+	w.counts = w.counts[:0]
+	if len(ds) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 4*len(ds))
+	for _, d := range ds {
+		args = append(args, d.Tenant, d.Type, string(d.State), d.N)
+	}
+	_, err := w.exec(ctx, `INSERT INTO queue_counts (tenant, task_type, state, shard, n) VALUES `+
+		strings.TrimSuffix(strings.Repeat("(?,?,?,0,?),", len(ds)), ",")+
+		` ON CONFLICT (tenant, task_type, state, shard) DO UPDATE SET n = n + excluded.n`, args...)
+	return err
 }
 
 func (r *reader) ListProgress(ctx context.Context, tenant, taskID string, limit int) ([]store.Progress, error) {
@@ -376,6 +397,7 @@ VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 	}
 	if err == nil {
 		t.Version = 1
+		w.counts = store.Moved(w.counts, t, "", t.State)
 	}
 	return err
 }
@@ -441,6 +463,7 @@ version=version+1 WHERE id = ? AND state = ?`
 		return store.ErrFenced
 	}
 	t.Version++
+	w.counts = store.Moved(w.counts, t, f.State, t.State)
 	return nil
 }
 

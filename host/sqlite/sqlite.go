@@ -387,6 +387,7 @@ func (s *Store) tryBatch(batch []*request, savepoints bool) bool {
 		}
 		mark := s.chain
 		markCk, markCkSeq := s.lastCheckpoint, s.checkpointed
+		nCounts := len(wtx.counts)
 		wtx.wrote = false
 		r.err = runFn(r.fn, wtx)
 		switch {
@@ -405,6 +406,7 @@ func (s *Store) tryBatch(batch []*request, savepoints bool) bool {
 		case r.err != nil:
 			s.chain = mark
 			s.lastCheckpoint, s.checkpointed = markCk, markCkSeq
+			wtx.counts = wtx.counts[:nCounts]
 		default:
 			if savepoints {
 				if _, err := tx.ExecContext(ctx, "RELEASE op"); err != nil {
@@ -426,6 +428,9 @@ func (s *Store) tryBatch(batch []*request, savepoints bool) bool {
 		if err := wtx.checkpoint(ctx); err != nil {
 			return abort(tx, "ledger checkpoint", err)
 		}
+	}
+	if err := wtx.flushCounts(ctx); err != nil {
+		return abort(tx, "queue counts", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return abort(tx, "commit", err)

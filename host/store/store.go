@@ -57,7 +57,9 @@ type Reader interface {
 	ListTasks(ctx context.Context, f TaskFilter) ([]*host.Task, string, error)
 	// ExpiredLeases returns leased tasks whose lease ended at or before now, oldest expiry first.
 	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*host.Task, error)
-	// QueueStats counts tasks by state and reports the oldest ready queued task.
+	// QueueStats counts tasks by state and reports the oldest ready queued
+	// task. Its cost must not grow with the number of tasks: drivers keep the
+	// counts as the writer changes tasks (CountDelta) instead of scanning.
 	QueueStats(ctx context.Context, tenant string) (QueueStats, error)
 	// ListProgress returns a task's progress history, newest first.
 	ListProgress(ctx context.Context, tenant, taskID string, limit int) ([]Progress, error)

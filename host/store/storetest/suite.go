@@ -51,6 +51,7 @@ func Run(t *testing.T, open Opener) {
 		{"HostileInput", testHostileInput},
 		{"CompleteAfterConcurrentWrite", testCompleteAfterConcurrentWrite},
 		{"Hammer", testHammer},
+		{"QueueCountsStayExact", testQueueCounts},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
