@@ -521,16 +521,87 @@ AND available_at <= ? ORDER BY priority DESC, seq LIMIT ?`, q.Tenant, typ, now, 
 			cands = cands[:q.Limit]
 		}
 	}
-	out := make([]*host.Task, 0, len(cands))
-	for _, c := range cands {
+	ts := make([]*host.Task, len(cands))
+	for i, c := range cands {
 		q.Grant(c.t)
-		if err := w.UpdateTask(ctx, c.t, store.Fence{State: host.StateQueued}); err != nil {
-			if errors.Is(err, store.ErrFenced) {
-				continue
-			}
+		ts[i] = c.t
+	}
+	return w.updateQueued(ctx, ts)
+}
+
+// setCols are the columns a task update writes, in the order of setArgs.
+var setCols = []string{"state", "priority", "available_at", "updated_at", "lease_id", "worker_id", "leased_at", "lease_expires_at",
+	"accepted_at", "accept_receipt", "cancel_requested", "attempts", "max_retries", "lease_count", "lease_expiries", "started_at",
+	"completed_at", "progress_percent", "progress_message", "result", "last_error", "dead_reason", "assign_receipt"}
+
+func setArgs(t *host.Task) ([]any, error) {
+	res, err := resultJSON(t.Result)
+	if err != nil {
+		return nil, err
+	}
+	return []any{string(t.State), t.Priority, us(t.AvailableAt), us(t.UpdatedAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt),
+		nus(t.AcceptedAt), t.AcceptReceipt, b2i(t.CancelRequested), t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt),
+		nus(t.CompletedAt), t.ProgressPercent, t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt}, nil
+}
+
+// updateQueued writes every mutable field of each task in one statement
+// (UPDATE … FROM a VALUES list), each row fenced on still being queued, and
+// returns the tasks it wrote: a lease batch costs one statement, not one per
+// task.
+func (w *writeTx) updateQueued(ctx context.Context, ts []*host.Task) ([]*host.Task, error) {
+	if len(ts) == 0 {
+		return nil, nil
+	}
+	var b strings.Builder
+	b.WriteString(`WITH v(id, ` + strings.Join(setCols, ", ") + `) AS (VALUES `)
+	row := "(" + placeholders(len(setCols)+1) + ")"
+	args := make([]any, 0, len(ts)*(len(setCols)+1))
+	for i, t := range ts {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString(row)
+		a, err := setArgs(t)
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, c.t)
+		args = append(append(args, t.ID), a...)
+	}
+	b.WriteString(`) UPDATE tasks SET `)
+	for i, c := range setCols {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(c + " = v." + c)
+	}
+	b.WriteString(`, version = tasks.version + 1 FROM v WHERE tasks.id = v.id AND tasks.state = 'queued' RETURNING tasks.id`)
+	rows, err := w.query(ctx, b.String(), args...)
+	if err != nil {
+		return nil, err
+	}
+	wrote := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		wrote[id] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(wrote) > 0 {
+		w.wrote = true
+	}
+	out := make([]*host.Task, 0, len(wrote))
+	for _, t := range ts {
+		if wrote[t.ID] {
+			t.Version++
+			w.counts = store.Moved(w.counts, t, host.StateQueued, t.State)
+			out = append(out, t)
+		}
 	}
 	return out, nil
 }
