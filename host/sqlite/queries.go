@@ -32,6 +32,15 @@ type writeTx struct {
 	// counts journals the batch's task state changes; the writer adds them
 	// to queue_counts before commit.
 	counts []store.CountDelta
+	// obligations are opened obligations not written yet: the writer adds
+	// them with one multi-row INSERT when the batch ends (or an update ends,
+	// in savepoint mode), or before anything reads obligations.
+	obligations []pendingObligation
+}
+
+type pendingObligation struct {
+	o            host.Obligation
+	terminatedBy string
 }
 
 var (
@@ -992,19 +1001,74 @@ func (r *reader) ScanCheckpoints(ctx context.Context, afterID int64, limit int) 
 	return out, rows.Err()
 }
 
+// OpenObligation implements store.Tx. The row is written behind, with the
+// other obligations of the batch in one statement (flushObligations). Its
+// values cannot clash: the receipt with the same id was just inserted.
 func (w *writeTx) OpenObligation(ctx context.Context, o host.Obligation) error {
-	_, err := w.exec(ctx, `INSERT INTO obligations (receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq) VALUES (?,?,?,?,?,?,?,?)`,
-		o.ReceiptID, o.Tenant, string(o.Type), o.Obligor, o.Obligee, o.TaskID, us(o.CreatedAt), o.Seq)
-	return err
+	w.obligations = append(w.obligations, pendingObligation{o: o})
+	return nil
 }
 
+// Terminate implements store.Tx. An obligation opened in this batch and not
+// written yet is terminated in memory.
 func (w *writeTx) Terminate(ctx context.Context, tenant, parentID, terminatorID string) (bool, error) {
+	for i := range w.obligations {
+		if p := &w.obligations[i]; p.o.ReceiptID == parentID && p.o.Tenant == tenant {
+			if p.terminatedBy != "" {
+				return false, nil
+			}
+			p.terminatedBy = terminatorID
+			return true, nil
+		}
+	}
 	res, err := w.exec(ctx, `UPDATE obligations SET terminated_by = ? WHERE receipt_id = ? AND tenant = ? AND terminated_by IS NULL`, terminatorID, parentID, tenant)
 	if err != nil {
 		return false, err
 	}
 	n, err := res.RowsAffected()
 	return n > 0, err
+}
+
+// Terminator implements store.Reader inside the batch: obligations written
+// behind are written first.
+func (w *writeTx) Terminator(ctx context.Context, tenant, receiptID string) (string, error) {
+	if err := w.flushObligations(ctx); err != nil {
+		return "", err
+	}
+	return w.reader.Terminator(ctx, tenant, receiptID)
+}
+
+// ListOpenObligations implements store.Reader inside the batch: obligations
+// written behind are written first.
+func (w *writeTx) ListOpenObligations(ctx context.Context, f store.ObligationFilter) ([]host.Obligation, string, error) {
+	if err := w.flushObligations(ctx); err != nil {
+		return nil, "", err
+	}
+	return w.reader.ListOpenObligations(ctx, f)
+}
+
+// flushObligations writes the pending obligations with multi-row INSERTs.
+func (w *writeTx) flushObligations(ctx context.Context) error {
+	const perStmt = 500
+	for len(w.obligations) > 0 {
+		n := min(len(w.obligations), perStmt)
+		args := make([]any, 0, 9*n)
+		for _, p := range w.obligations[:n] {
+			var term any
+			if p.terminatedBy != "" {
+				term = p.terminatedBy
+			}
+			o := p.o
+			args = append(args, o.ReceiptID, o.Tenant, string(o.Type), o.Obligor, o.Obligee, o.TaskID, us(o.CreatedAt), o.Seq, term)
+		}
+		if _, err := w.exec(ctx, `INSERT INTO obligations (receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq, terminated_by) VALUES `+
+			strings.TrimSuffix(strings.Repeat("(?,?,?,?,?,?,?,?,?),", n), ","), args...); err != nil {
+			return err
+		}
+		w.obligations = w.obligations[n:]
+	}
+	w.obligations = nil
+	return nil
 }
 
 // --- workers and keys

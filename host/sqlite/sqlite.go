@@ -387,7 +387,7 @@ func (s *Store) tryBatch(batch []*request, savepoints bool) bool {
 		}
 		mark := s.chain
 		markCk, markCkSeq := s.lastCheckpoint, s.checkpointed
-		nCounts := len(wtx.counts)
+		nCounts, nObligations := len(wtx.counts), len(wtx.obligations)
 		wtx.wrote = false
 		r.err = runFn(r.fn, wtx)
 		switch {
@@ -407,8 +407,15 @@ func (s *Store) tryBatch(batch []*request, savepoints bool) bool {
 			s.chain = mark
 			s.lastCheckpoint, s.checkpointed = markCk, markCkSeq
 			wtx.counts = wtx.counts[:nCounts]
+			if nObligations <= len(wtx.obligations) {
+				wtx.obligations = wtx.obligations[:nObligations]
+			}
 		default:
 			if savepoints {
+				// The update's obligations belong inside its savepoint.
+				if err := wtx.flushObligations(ctx); err != nil {
+					return abort(tx, "obligations", err)
+				}
 				if _, err := tx.ExecContext(ctx, "RELEASE op"); err != nil {
 					return abort(tx, "release savepoint", err)
 				}
@@ -420,6 +427,9 @@ func (s *Store) tryBatch(batch []*request, savepoints bool) bool {
 		tx.Rollback()
 		restore()
 		return finish(nil)
+	}
+	if err := wtx.flushObligations(ctx); err != nil {
+		return abort(tx, "obligations", err)
 	}
 	if err := wtx.writeHead(ctx); err != nil {
 		return abort(tx, "ledger chain head", err)

@@ -52,6 +52,7 @@ func Run(t *testing.T, open Opener) {
 		{"CompleteAfterConcurrentWrite", testCompleteAfterConcurrentWrite},
 		{"Hammer", testHammer},
 		{"QueueCountsStayExact", testQueueCounts},
+		{"ObligationsWithinOneUpdate", testObligationsWithinOneUpdate},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
