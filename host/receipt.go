@@ -78,8 +78,10 @@ const (
 	ContractsNotChat = "Receipt bodies are contracts, not chat messages."
 )
 
-// Receipt is an immutable ledger entry. Seq, PrevHash and Hash are set by the
-// store when it appends the receipt to the chain.
+// Receipt is an immutable ledger entry. Seq, ChainID, ChainSeq, PrevHash and
+// Hash are set by the store when it appends the receipt: Seq is its place in
+// the whole ledger, ChainID and ChainSeq its place in the chain of the writer
+// that appended it, PrevHash the hash of its predecessor in that chain.
 type Receipt struct {
 	ID        string          `json:"receipt_id"`
 	Tenant    string          `json:"tenant"`
@@ -93,6 +95,8 @@ type Receipt struct {
 	DedupeKey string          `json:"dedupe_key,omitempty"`
 	CreatedAt time.Time       `json:"created_at"`
 	Seq       int64           `json:"seq"`
+	ChainID   int64           `json:"chain_id,omitempty"`
+	ChainSeq  int64           `json:"chain_seq,omitempty"`
 	PrevHash  string          `json:"prev_hash"`
 	Hash      string          `json:"hash"`
 }

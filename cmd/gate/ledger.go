@@ -11,14 +11,17 @@ import (
 )
 
 func init() {
-	register(command{name: "ledger", summary: "verify the receipt ledger's hash chain", run: runLedger})
+	register(command{name: "ledger", summary: "verify the receipt ledger's hash chains", run: runLedger})
 }
 
 const ledgerUsage = `Usage:
   gate ledger verify --data DIR [--db URL] [--json]
 
-Walks the whole receipt chain and checks every link. Exits 0 when the ledger
-is intact, 1 naming the first bad receipt otherwise.
+Walks the whole ledger in one consistent read: every writer's receipt chain
+link by link, every chain's recorded head, and the checkpoints that bind the
+chains together. Exits 0 when the ledger is intact, 1 naming the first bad
+receipt (or checkpoint) otherwise. Keep the printed checkpoint hash: a ledger
+rewritten later cannot verify against it.
 `
 
 func runLedger(args []string, stdout, stderr io.Writer) int {
@@ -58,7 +61,8 @@ func runLedger(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if !*asJSON {
-		fmt.Fprintf(stdout, "ledger intact: %d receipts, head seq %d, head hash %s\n", rep.Receipts, rep.HeadSeq, rep.HeadHash)
+		fmt.Fprintf(stdout, "ledger intact: %d receipts in %d chains, last seq %d; %d checkpoints, last checkpoint hash %s\n",
+			rep.Receipts, rep.Chains, rep.HeadSeq, rep.Checkpoints, rep.HeadHash)
 	}
 	return 0
 }

@@ -257,67 +257,160 @@ func (e *Engine) OpenObligations(ctx context.Context, actor Actor, f store.Oblig
 
 // VerifyReport is the outcome of a ledger verification.
 type VerifyReport struct {
-	OK       bool   `json:"ok"`
-	Receipts int64  `json:"receipts"`
+	OK          bool  `json:"ok"`
+	Receipts    int64 `json:"receipts"`
+	Chains      int   `json:"chains"`
+	Checkpoints int64 `json:"checkpoints"`
+	// HeadSeq is the last receipt's place in the ledger; HeadHash is the last
+	// checkpoint's hash, the value to keep outside the database: a ledger
+	// rewritten since cannot end in it.
 	HeadSeq  int64  `json:"head_seq"`
 	HeadHash string `json:"head_hash"`
-	// FirstBad names the first receipt that breaks the chain, and Problem says how.
+	// FirstBad names the first receipt (or checkpoint) that breaks a chain,
+	// BadSeq its place in the ledger, and Problem says how.
 	FirstBad string `json:"first_bad_receipt,omitempty"`
 	BadSeq   int64  `json:"bad_seq,omitempty"`
 	Problem  string `json:"problem,omitempty"`
 }
 
-// VerifyLedger walks the whole receipt chain in order and checks that every
-// receipt's sequence number follows its predecessor's, that it names its
-// predecessor's hash, and that its own hash matches its content. Any altered,
-// removed, inserted or reordered receipt breaks one of those. If the store
-// keeps a head record, the chain must end there (a removed tail is caught too).
+// chainWalk is the verifier's position in one chain.
+type chainWalk struct {
+	head    host.ChainHead // as recorded
+	seq     int64          // chain_seq of the last receipt seen
+	hash    string
+	lastSeq int64 // ledger seq of the last receipt seen
+}
+
+type claimKey struct{ chain, seq int64 }
+
+type claim struct {
+	hash       string
+	checkpoint int64
+}
+
+// VerifyLedger checks the whole ledger in one consistent read.
+//
+// Receipts are walked in ledger order. Each belongs to one writer's chain, in
+// which its position must follow its predecessor's, its prev_hash must be its
+// predecessor's hash, and its hash must match its content (and its position):
+// an altered, removed, inserted or reordered receipt breaks one of those.
+// Every chain must end where its recorded head says (a removed tail), and
+// every checkpoint — each linked to the one before, the last one matching the
+// checkpoint head — must name receipts that exist with the hashes it
+// recorded, so a tail cut together with its chain's head row, or a whole
+// chain removed, is caught as far as the last checkpoint that saw it.
 func VerifyLedger(ctx context.Context, st store.Store) (*VerifyReport, error) {
+	var rep *VerifyReport
+	err := st.View(ctx, func(r store.Reader) error {
+		var err error
+		rep, err = verifyLedger(ctx, r)
+		return err
+	})
+	return rep, err
+}
+
+func verifyLedger(ctx context.Context, r store.Reader) (*VerifyReport, error) {
 	rep := &VerifyReport{OK: true}
-	var prevHash string
-	var prevSeq int64
+	fail := func(id string, seq int64, problem string) (*VerifyReport, error) {
+		rep.OK, rep.FirstBad, rep.BadSeq, rep.Problem = false, id, seq, problem
+		return rep, nil
+	}
+	heads, err := r.LedgerHeads(ctx)
+	if err != nil {
+		return nil, err
+	}
+	chains := map[int64]*chainWalk{}
+	for _, h := range heads.Chains {
+		chains[h.ID] = &chainWalk{head: h}
+	}
+	rep.Chains = len(chains)
+
+	// The checkpoint chain, and what each checkpoint claims.
+	claims := map[claimKey]claim{}
+	var cpID int64
+	var cpHash string
 	for {
-		var page []*host.Receipt
-		err := st.View(ctx, func(r store.Reader) error {
-			var err error
-			page, err = r.ScanReceipts(ctx, prevSeq, 1000)
-			return err
-		})
+		page, err := r.ScanCheckpoints(ctx, cpID, 1000)
+		if err != nil {
+			return nil, err
+		}
+		for i := range page {
+			c := &page[i]
+			name := fmt.Sprintf("checkpoint %d", c.ID)
+			switch {
+			case c.ID != cpID+1:
+				return fail(name, 0, fmt.Sprintf("checkpoints jump from %d to %d: a checkpoint was removed or inserted", cpID, c.ID))
+			case c.PrevHash != cpHash:
+				return fail(name, 0, "the checkpoint's prev_hash does not match the checkpoint before it: checkpoints were cut, reordered or spliced")
+			case host.CheckpointHash(c, cpHash) != c.Hash:
+				return fail(name, 0, "the checkpoint's hash does not match its content: the checkpoint was altered")
+			}
+			for _, h := range c.Heads {
+				if chains[h.ID] == nil {
+					return fail(name, 0, fmt.Sprintf("checkpoint %d records chain %d at %d, but the chain has no head record: a whole chain was removed", c.ID, h.ID, h.Seq))
+				}
+				claims[claimKey{h.ID, h.Seq}] = claim{h.Hash, c.ID}
+			}
+			cpID, cpHash = c.ID, c.Hash
+			rep.Checkpoints++
+		}
+		if len(page) < 1000 {
+			break
+		}
+	}
+	if heads.Checkpoint.Seq != cpID || heads.Checkpoint.Hash != cpHash {
+		return fail(fmt.Sprintf("checkpoint %d", cpID), 0, fmt.Sprintf("the checkpoint head records checkpoint %d (%.12s…) but the checkpoints end at %d: checkpoints were removed from the end",
+			heads.Checkpoint.Seq, heads.Checkpoint.Hash, cpID))
+	}
+	rep.HeadHash = cpHash
+
+	// The receipts, in ledger order.
+	var lastSeq int64
+	for {
+		page, err := r.ScanReceipts(ctx, lastSeq, 1000)
 		if err != nil {
 			return nil, err
 		}
 		for _, rc := range page {
-			bad := func(problem string) (*VerifyReport, error) {
-				rep.OK, rep.FirstBad, rep.BadSeq, rep.Problem = false, rc.ID, rc.Seq, problem
-				return rep, nil
+			cw := chains[rc.ChainID]
+			if cw == nil {
+				return fail(rc.ID, rc.Seq, fmt.Sprintf("the receipt names chain %d, which has no head record: a receipt was inserted", rc.ChainID))
 			}
 			switch {
-			case rc.Seq != prevSeq+1:
-				return bad(fmt.Sprintf("sequence jumps from %d to %d: a receipt was removed or inserted", prevSeq, rc.Seq))
-			case rc.PrevHash != prevHash:
-				return bad("prev_hash does not match the preceding receipt: the chain was cut, reordered or spliced")
-			case host.ChainHash(rc, prevHash) != rc.Hash:
-				return bad("hash does not match the receipt's content: the receipt was altered")
+			case rc.ChainSeq <= cw.seq:
+				return fail(rc.ID, rc.Seq, fmt.Sprintf("chain %d: position %d comes again after %d: a receipt was inserted or reordered", rc.ChainID, rc.ChainSeq, cw.seq))
+			case rc.ChainSeq != cw.seq+1:
+				return fail(rc.ID, rc.Seq, fmt.Sprintf("chain %d: sequence jumps from %d to %d: a receipt was removed, inserted or reordered", rc.ChainID, cw.seq, rc.ChainSeq))
+			case rc.PrevHash != cw.hash:
+				return fail(rc.ID, rc.Seq, fmt.Sprintf("chain %d: prev_hash does not match the preceding receipt: the chain was cut, reordered or spliced", rc.ChainID))
+			case host.HashReceipt(cw.head.Version, rc, cw.hash) != rc.Hash:
+				return fail(rc.ID, rc.Seq, "hash does not match the receipt's content: the receipt was altered")
 			}
-			prevHash, prevSeq = rc.Hash, rc.Seq
+			if c, ok := claims[claimKey{rc.ChainID, rc.ChainSeq}]; ok && c.hash != rc.Hash {
+				return fail(rc.ID, rc.Seq, fmt.Sprintf("checkpoint %d recorded another receipt at chain %d position %d: the chain was rewritten", c.checkpoint, rc.ChainID, rc.ChainSeq))
+			}
+			cw.seq, cw.hash, cw.lastSeq = rc.ChainSeq, rc.Hash, rc.Seq
+			lastSeq = rc.Seq
 			rep.Receipts++
 		}
 		if len(page) < 1000 {
 			break
 		}
 	}
-	rep.HeadSeq, rep.HeadHash = prevSeq, prevHash
-	if hk, ok := st.(interface {
-		LedgerHead(ctx context.Context) (int64, string, error)
-	}); ok {
-		seq, hash, err := hk.LedgerHead(ctx)
-		if err != nil {
-			return nil, err
+	rep.HeadSeq = lastSeq
+
+	// Every chain ends where its head row and every checkpoint say.
+	for _, h := range heads.Chains {
+		cw := chains[h.ID]
+		if h.Seq != cw.seq || h.Hash != cw.hash {
+			return fail("", cw.lastSeq, fmt.Sprintf("chain %d's head records receipt %d (%.12s…) but the chain ends at %d: receipts were removed from the end",
+				h.ID, h.Seq, h.Hash, cw.seq))
 		}
-		if seq != prevSeq || hash != prevHash {
-			rep.OK = false
-			rep.BadSeq = prevSeq
-			rep.Problem = fmt.Sprintf("the ledger head records receipt %d (%.12s…) but the chain ends at %d: receipts were removed from the end", seq, hash, prevSeq)
+	}
+	for k, c := range claims {
+		if cw := chains[k.chain]; k.seq > cw.seq {
+			return fail("", cw.lastSeq, fmt.Sprintf("checkpoint %d records chain %d at %d but the chain ends at %d: receipts were removed from the end",
+				c.checkpoint, k.chain, k.seq, cw.seq))
 		}
 	}
 	return rep, nil

@@ -7,12 +7,13 @@
 //     SAVEPOINT, and acknowledges them together after one durable commit. The
 //     savepoints and other statements whose answer nobody waits for are
 //     pipelined in front of the next statement, so they cost no round trip.
-//   - One receipt chain across hosts: the first receipt a batch appends locks
-//     the single ledger_head row (NOWAIT); seq, prev_hash and hash follow from
-//     it, and the row is updated before commit. A writer never waits for that
-//     lock while it holds other row locks: when the head is busy, the requests
-//     that need it are deferred to a second transaction that takes the head
-//     lock first. This rules out deadlocks through the head row.
+//   - One receipt chain per writer: each writer registers a chain of its own
+//     (a ledger_chains row only it updates) and links its receipts into it;
+//     receipts.seq, the ledger's global order, comes from a sequence. No
+//     lock is shared between writers, so hosts append in parallel. Now and
+//     then a writer records a checkpoint of every chain's head, taking the
+//     checkpoint head row with SKIP LOCKED: if another host is writing one,
+//     it skips its turn.
 //   - Leasing and the expiry sweep use FOR UPDATE SKIP LOCKED, so hosts never
 //     contend for the same queued task or the same expired lease; every state
 //     change is also fenced in its UPDATE.
@@ -27,7 +28,6 @@ package postgres
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -64,6 +64,10 @@ type Options struct {
 	// Channel is the LISTEN/NOTIFY channel (default "asyncgate_ready", with
 	// "_" + Schema appended when Schema is set).
 	Channel string
+	// CheckpointEvery is how often, at most, a writer records a ledger
+	// checkpoint while it appends receipts (default 10 s). Close records
+	// one too.
+	CheckpointEvery time.Duration
 }
 
 // Store is the PostgreSQL driver. It implements store.Store and store.Notifier.
@@ -108,6 +112,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	if opts.Writers <= 0 {
 		opts.Writers = 1
+	}
+	if opts.CheckpointEvery <= 0 {
+		opts.CheckpointEvery = 10 * time.Second
 	}
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = 8 + opts.Writers
@@ -229,16 +236,24 @@ func (s *Store) migrate(ctx context.Context) error {
 	return nil
 }
 
-// LedgerHead returns the recorded last link of the receipt chain
-// (engine.VerifyLedger checks that the chain ends there).
+// LedgerHead returns the ledger's last receipt seq and the last checkpoint's
+// hash (the value to keep outside the database to detect a rewrite).
 func (s *Store) LedgerHead(ctx context.Context) (int64, string, error) {
 	var seq int64
 	var hash string
-	err := s.pool.QueryRow(ctx, `SELECT seq, hash FROM ledger_head WHERE id = 1`).Scan(&seq, &hash)
+	err := s.pool.QueryRow(ctx, `SELECT (SELECT coalesce(max(seq), 0) FROM receipts), hash FROM ledger_checkpoint_head WHERE id = 1`).Scan(&seq, &hash)
 	if err != nil {
 		return 0, "", unavailable("read ledger head", err)
 	}
 	return seq, hash, nil
+}
+
+// Checkpoint records a ledger checkpoint now, through a writer. It waits for
+// a checkpoint another host is writing at the same moment.
+func (s *Store) Checkpoint(ctx context.Context) error {
+	return s.Update(ctx, func(tx store.Tx) error {
+		return tx.(*writeTx).checkpoint(ctx, true)
+	})
 }
 
 var errClosed = host.Errorf(host.CodeDatabaseUnavailable, "the store is closed")
@@ -337,6 +352,7 @@ func (s *Store) writer() {
 				case r := <-s.reqs:
 					w.run([]*request{r})
 				default:
+					w.closeChain()
 					return
 				}
 			}
@@ -360,8 +376,23 @@ type writer struct {
 	s    *Store
 	conn *pgxpool.Conn
 	pid  uint32
-	// eager makes the next batch lock the ledger head before anything else.
-	eager bool
+	// chain is the writer's receipt chain as of its last commit. known is
+	// false until it is read (or registered), and again after a commit whose
+	// outcome was unknown.
+	chain chainHead
+	// lastCheckpoint is when this writer last recorded a checkpoint, and
+	// checkpointed the length of its chain that checkpoint recorded.
+	lastCheckpoint time.Time
+	checkpointed   int64
+}
+
+// chainHead is a writer's view of its own chain.
+type chainHead struct {
+	id     int64 // 0 until the writer's first receipt registers it
+	seq    int64
+	hash   string
+	rowSeq int64 // the seq the chain's ledger_chains row holds
+	known  bool
 }
 
 func (w *writer) release() {
@@ -402,9 +433,18 @@ func (w *writer) connect() error {
 // maxAttempts bounds how often one batch is rerun.
 const maxAttempts = 8
 
-// run runs a batch: first in one transaction; requests that found the ledger
-// head locked by another host are then run in a second transaction that takes
-// the head lock before anything else.
+// closeChain records a last checkpoint when the writer's chain grew since
+// its last one, so the chain's tail is bound too.
+func (w *writer) closeChain() {
+	if w.chain.id == 0 || (w.chain.known && w.chain.seq == w.checkpointed) {
+		return
+	}
+	ctx := context.Background()
+	r := &request{ctx: ctx, done: make(chan struct{}), fn: func(tx store.Tx) error { return tx.(*writeTx).checkpoint(ctx, true) }}
+	w.run([]*request{r})
+}
+
+// run runs a batch in one transaction, rerunning it when that may help.
 func (w *writer) run(batch []*request) {
 	live := batch[:0:0]
 	for _, r := range batch {
@@ -418,31 +458,17 @@ func (w *writer) run(batch []*request) {
 	if len(live) == 0 {
 		return
 	}
-	// While other hosts keep the head busy, a batch that appends receipts
-	// takes the head lock first (it holds nothing else yet, so waiting is
-	// safe) instead of running twice: once to find the head busy, once more
-	// deferred. A batch that appends nothing returns to asking lazily.
-	deferred, appended := w.runWithRetry(live, w.eager)
-	contended := len(deferred) > 0
-	if contended {
-		_, appended = w.runWithRetry(deferred, true)
-	}
-	w.eager = contended || (w.eager && appended)
-}
-
-func (w *writer) runWithRetry(reqs []*request, headFirst bool) (deferred []*request, appended bool) {
 	for attempt := 1; ; attempt++ {
-		out := w.runTx(reqs, headFirst)
+		out := w.runTx(live)
 		if out.err == nil {
-			return out.deferred, out.appended
+			return
 		}
-		err := out.err
 		if !out.retry || attempt >= maxAttempts {
-			for _, r := range reqs {
-				r.err = err
+			for _, r := range live {
+				r.err = out.err
 				close(r.done)
 			}
-			return nil, false
+			return
 		}
 		w.s.retries.Add(1)
 		if attempt > 1 {
@@ -451,35 +477,33 @@ func (w *writer) runWithRetry(reqs []*request, headFirst bool) (deferred []*requ
 	}
 }
 
-// txState is what a batch transaction knows about the ledger head.
+// txState is what a batch transaction knows about the writer's chain.
 type txState struct {
-	headLocked bool // this transaction holds the ledger_head row lock
-	headBusy   bool // another transaction held it when this one asked
-	headFirst  bool // the lock was taken before any request ran
-	seq        int64
-	hash       string
-	dirty      bool
-	notify     []string // tenants with newly ready tasks
+	chain          chainHead
+	lastCheckpoint time.Time
+	checkpointed   int64
+	notify         []string // tenants with newly ready tasks
+	// counts journals the transaction's task state changes, added to the
+	// writer's shard of queue_counts before commit.
+	counts []store.CountDelta
 }
 
 // txResult is the outcome of one batch transaction.
 type txResult struct {
-	deferred []*request // requests that must wait for the ledger head
-	appended bool       // the transaction appended receipts
-	err      error      // the transaction failed; no request was finished
-	retry    bool       // the failed transaction may simply run again
+	err   error // the transaction failed; no request was finished
+	retry bool  // the failed transaction may simply run again
 }
 
 // runTx runs reqs in one transaction and commits. On success it finishes every
-// request it did not defer and returns the deferred ones. On failure it
-// finishes nothing and reports whether the batch may be rerun.
-func (w *writer) runTx(reqs []*request, headFirst bool) txResult {
+// request. On failure it finishes nothing and reports whether the batch may be
+// rerun.
+func (w *writer) runTx(reqs []*request) txResult {
 	if err := w.connect(); err != nil {
 		return txResult{err: unavailable("connect", err), retry: true}
 	}
 	bg := context.Background()
 	ss := &sess{conn: w.conn.Conn()}
-	st := &txState{}
+	st := &txState{chain: w.chain, lastCheckpoint: w.lastCheckpoint, checkpointed: w.checkpointed}
 	ss.queue(`BEGIN`)
 	// fail abandons the transaction before COMMIT was sent. A broken
 	// connection is dropped; either way nothing was written, so the batch may
@@ -495,19 +519,11 @@ func (w *writer) runTx(reqs []*request, headFirst bool) txResult {
 		}
 		return txResult{err: unavailable(what, err), retry: broken || isRetryable(err)}
 	}
-	if headFirst {
-		if err := ss.queryRow(bg, []any{&st.seq, &st.hash}, `SELECT seq, hash FROM ledger_head WHERE id = 1 FOR UPDATE`); err != nil {
-			return fail("lock ledger head", err)
-		}
-		st.headLocked, st.headFirst = true, true
-	}
 	wtx := &writeTx{reader: reader{s: w.s, ss: ss, write: true}, st: st}
-	var ok, deferred []*request
 	for _, r := range reqs {
 		r.err = nil
 		if err := r.ctx.Err(); err != nil {
-			r.err = err
-			ok = append(ok, r) // finished with its own error, wrote nothing
+			r.err = err // finished with its own error, wrote nothing
 			continue
 		}
 		mark := *st
@@ -516,7 +532,6 @@ func (w *writer) runTx(reqs []*request, headFirst bool) txResult {
 		ss.queue(`SAVEPOINT op`)
 		flushes := ss.flushes
 		ss.failed = nil
-		wtx.deferred = false
 		ferr := runFn(r.fn, wtx)
 		if ss.fatal != nil {
 			return fail("update", ss.fatal)
@@ -525,16 +540,15 @@ func (w *writer) runTx(reqs []*request, headFirst bool) txResult {
 			ferr = ss.failed // fn went on after a failed statement
 		}
 		sent := ss.flushes != flushes
-		if ferr == nil && !wtx.deferred {
+		if ferr == nil {
 			if !sent && len(ss.pre) == spIdx+1 {
 				ss.pre = ss.pre[:spIdx] // fn wrote nothing: no savepoint needed
 			} else {
 				ss.queue(`RELEASE SAVEPOINT op`)
 			}
-			ok = append(ok, r)
 			continue
 		}
-		// Undo fn's writes and what it taught us about the head.
+		// Undo fn's writes and what it taught us about the chain.
 		switch {
 		case !sent:
 			ss.pre = ss.pre[:spIdx] // nothing reached the database yet: forget it
@@ -551,25 +565,31 @@ func (w *writer) runTx(reqs []*request, headFirst bool) txResult {
 			ss.queue(`ROLLBACK TO SAVEPOINT op`)
 			ss.queue(`RELEASE SAVEPOINT op`)
 		}
-		busy := st.headBusy
+		notify := st.notify[:nNotify]
 		*st = mark
-		st.headBusy = busy
-		st.notify = st.notify[:nNotify]
-		if wtx.deferred {
-			deferred = append(deferred, r)
-			continue
-		}
+		st.notify = notify
 		r.err = ferr
-		ok = append(ok, r)
 	}
 	if ss.flushes == 0 && len(ss.pre) == 1 {
 		// Nothing but BEGIN: no transaction to commit.
 		ss.pre = ss.pre[:0]
-		finish(ok)
-		return txResult{deferred: deferred}
+		finish(reqs)
+		return txResult{}
 	}
-	if st.dirty {
-		ss.queue(`UPDATE ledger_head SET seq = $1, hash = $2 WHERE id = 1`, st.seq, st.hash)
+	if err := wtx.flushCounts(bg); err != nil {
+		if ss.fatal != nil {
+			err = ss.fatal
+		}
+		return fail("queue counts", err)
+	}
+	wtx.writeHead()
+	if st.chain.id != 0 && st.chain.seq != st.checkpointed && time.Since(st.lastCheckpoint) >= w.s.opts.CheckpointEvery {
+		if err := wtx.checkpoint(bg, false); err != nil {
+			if ss.fatal != nil {
+				err = ss.fatal
+			}
+			return fail("ledger checkpoint", err)
+		}
 	}
 	seen := map[string]bool{}
 	for _, t := range st.notify {
@@ -585,6 +605,7 @@ func (w *writer) runTx(reqs []*request, headFirst bool) txResult {
 			return fail("commit", err)
 		}
 		w.discard()
+		w.forgetChain(st)
 		return txResult{err: unavailable("commit", err)} // COMMIT may have run: never rerun
 	}
 	tag, cerr := br.Exec()
@@ -594,14 +615,27 @@ func (w *writer) runTx(reqs []*request, headFirst bool) txResult {
 	if cerr != nil {
 		// The outcome is unknown: never rerun, report unavailable.
 		w.discard()
+		w.forgetChain(st)
 		return txResult{err: unavailable("commit", cerr)}
 	}
 	if tag.String() != "COMMIT" {
 		// The transaction was aborted (COMMIT answered ROLLBACK): nothing was written.
 		return txResult{err: host.Errorf(host.CodeDatabaseUnavailable, "postgres commit failed: the transaction was rolled back"), retry: true}
 	}
-	finish(ok)
-	return txResult{deferred: deferred, appended: st.dirty}
+	w.chain, w.lastCheckpoint, w.checkpointed = st.chain, st.lastCheckpoint, st.checkpointed
+	finish(reqs)
+	return txResult{}
+}
+
+// forgetChain follows a commit whose outcome is unknown: the chain's head is
+// read again before the next append, and a chain this transaction registered
+// (which may not exist) is given up for a new one.
+func (w *writer) forgetChain(st *txState) {
+	if st.chain.id != w.chain.id {
+		w.chain = chainHead{}
+		return
+	}
+	w.chain.known = false
 }
 
 func finish(rs []*request) {
@@ -620,7 +654,3 @@ func runFn(fn func(store.Tx) error, tx store.Tx) (err error) {
 	}()
 	return fn(tx)
 }
-
-// errHeadBusy defers a request whose receipt must wait for another host's
-// ledger head lock.
-var errHeadBusy = errors.New("postgres: ledger head is locked by another transaction")

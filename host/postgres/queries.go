@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,8 +30,6 @@ type reader struct {
 type writeTx struct {
 	reader
 	st *txState
-	// deferred is set when the request must wait for the ledger head.
-	deferred bool
 }
 
 var (
@@ -257,46 +256,76 @@ func (r *reader) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([
 	return out, nil
 }
 
+// QueueStats implements store.Reader from the counts the writers keep
+// (queue_counts: a few rows per tenant, type and writer), and the oldest
+// ready task from the head of the state index: it never scans the queue.
 func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStats, error) {
 	qs := store.QueueStats{ByState: map[host.TaskState]int64{}, ByType: map[string]int64{}}
-	where, and, a := "", " WHERE", []any{}
+	q := `SELECT tenant, task_type, state, sum(n)::bigint FROM queue_counts GROUP BY tenant, task_type, state ORDER BY tenant`
+	var a []any
 	if tenant != "" {
-		where, and, a = " WHERE tenant = $1", " AND", []any{tenant}
+		q = `SELECT tenant, task_type, state, sum(n)::bigint FROM queue_counts WHERE tenant = $1 GROUP BY tenant, task_type, state`
+		a = append(a, tenant)
 	}
+	var queued []string // tenants with queued tasks
 	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
-		var s string
+		var tn, typ, state string
 		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
+		if err := rows.Scan(&tn, &typ, &state, &n); err != nil {
 			return err
 		}
-		qs.ByState[host.TaskState(s)] = n
+		qs.AddCount(typ, host.TaskState(state), n)
+		if state == string(host.StateQueued) && n > 0 && (len(queued) == 0 || queued[len(queued)-1] != tn) {
+			queued = append(queued, tn)
+		}
 		return nil
-	}, `SELECT state, count(*) FROM tasks`+where+` GROUP BY state`, a...)
+	}, q, a...)
 	if err != nil {
 		return qs, err
 	}
-	err = r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
-		var s string
-		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			return err
+	now := time.Now()
+	for _, tn := range queued {
+		var avail int64
+		err := r.ss.queryRow(r.c(ctx), []any{&avail}, `SELECT available_at FROM tasks WHERE tenant = $1 AND state = 'queued' AND available_at <= $2 ORDER BY seq LIMIT 1`,
+			tn, us(now))
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
 		}
-		qs.ByType[s] = n
-		return nil
-	}, `SELECT task_type, count(*) FROM tasks`+where+and+` state IN ('queued','leased') GROUP BY task_type`, a...)
-	if err != nil {
-		return qs, err
-	}
-	var oldest *int64
-	if err := r.ss.queryRow(r.c(ctx), []any{&oldest}, `SELECT min(available_at) FROM tasks`+where+and+` state = 'queued'`, a...); err != nil {
-		return qs, err
-	}
-	if oldest != nil {
-		if age := time.Since(fromUS(*oldest)); age > 0 {
+		if err != nil {
+			return qs, err
+		}
+		if age := now.Sub(fromUS(avail)); age > qs.OldestReadyAge {
 			qs.OldestReadyAge = age
 		}
 	}
 	return qs, nil
+}
+
+// flushCounts adds the transaction's task state changes to this writer's
+// shard of queue_counts in one statement, queued in front of COMMIT. No other
+// writer touches the shard's rows, so the upsert waits for nobody.
+func (w *writeTx) flushCounts(ctx context.Context) error {
+	ds := store.SumDeltas(w.st.counts)
+	w.st.counts = nil
+	if len(ds) == 0 {
+		return nil
+	}
+	if w.st.chain.id == 0 {
+		if err := w.loadChain(ctx); err != nil {
+			return err
+		}
+	}
+	var a args
+	var b strings.Builder
+	for i, d := range ds {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString("(" + a.add(d.Tenant) + "," + a.add(d.Type) + "," + a.add(string(d.State)) + "," + a.add(w.st.chain.id) + "," + a.add(d.N) + ")")
+	}
+	w.ss.queue(`INSERT INTO queue_counts (tenant, task_type, state, shard, n) VALUES `+b.String()+
+		` ON CONFLICT (tenant, task_type, state, shard) DO UPDATE SET n = queue_counts.n + excluded.n`, a...)
+	return nil
 }
 
 func (r *reader) ListProgress(ctx context.Context, tenant, taskID string, limit int) ([]store.Progress, error) {
@@ -354,6 +383,7 @@ ON CONFLICT DO NOTHING`,
 		return host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists")
 	}
 	t.Version = 1
+	w.st.counts = store.Moved(w.st.counts, t, "", t.State)
 	if readyNow(t) {
 		w.st.notify = append(w.st.notify, t.Tenant)
 	}
@@ -401,6 +431,7 @@ func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) e
 		return store.ErrFenced
 	}
 	t.Version++
+	w.st.counts = store.Moved(w.st.counts, t, f.State, t.State)
 	if readyNow(t) {
 		w.st.notify = append(w.st.notify, t.Tenant)
 	}
@@ -462,6 +493,7 @@ func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.T
 	for i, c := range rows {
 		if ns[i] > 0 {
 			c.t.Version++
+			w.st.counts = store.Moved(w.st.counts, c.t, host.StateQueued, c.t.State)
 			out = append(out, c.t)
 		}
 	}
@@ -524,14 +556,14 @@ ON CONFLICT (tenant, name) DO UPDATE SET body = excluded.body`, tt.Tenant, tt.Na
 
 // --- receipts
 
-const receiptCols = `seq, id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key, created_at, prev_hash, hash`
+const receiptCols = `seq, id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key, created_at, prev_hash, hash, chain_id, chain_seq`
 
 func scanReceipt(row pgx.Rows) (*host.Receipt, error) {
 	var rc host.Receipt
 	var typ, parents, body string
 	var created int64
 	if err := row.Scan(&rc.Seq, &rc.ID, &rc.Tenant, &typ, &rc.From, &rc.To, &rc.TaskID, &rc.LeaseID, &parents, &body,
-		&rc.DedupeKey, &created, &rc.PrevHash, &rc.Hash); err != nil {
+		&rc.DedupeKey, &created, &rc.PrevHash, &rc.Hash, &rc.ChainID, &rc.ChainSeq); err != nil {
 		return nil, err
 	}
 	rc.Type = host.ReceiptType(typ)
@@ -675,30 +707,19 @@ FROM (` + open + `) o LEFT JOIN receipts r ON r.id = o.receipt_id ORDER BY o.seq
 	return out, cur, nil
 }
 
-// AppendReceipt implements store.Tx. The first append of a batch locks the
-// ledger_head row without waiting; when another host holds it, the request is
-// deferred to a transaction that takes the lock first (see the package doc).
+// AppendReceipt implements store.Tx: the receipt is linked into this
+// writer's own chain, which no other writer touches, and takes its place in
+// the whole ledger from the receipts_seq sequence. Nothing is locked that
+// another host's append would wait for.
 func (w *writeTx) AppendReceipt(ctx context.Context, rc *host.Receipt) error {
-	if !w.st.headLocked {
-		if w.st.headBusy {
-			w.deferred = true
-			return errHeadBusy
-		}
-		var seq int64
-		var hash string
-		err := w.ss.queryRow(w.c(ctx), []any{&seq, &hash}, `SELECT seq, hash FROM ledger_head WHERE id = 1 FOR UPDATE NOWAIT`)
-		if pgCode(err) == "55P03" { // lock_not_available
-			w.st.headBusy, w.deferred = true, true
-			return errHeadBusy
-		}
-		if err != nil {
+	c := &w.st.chain
+	if !c.known || c.id == 0 {
+		if err := w.loadChain(ctx); err != nil {
 			return err
 		}
-		w.st.headLocked, w.st.seq, w.st.hash = true, seq, hash
 	}
-	rc.Seq = w.st.seq + 1
-	rc.PrevHash = w.st.hash
-	rc.Hash = host.ChainHash(rc, rc.PrevHash)
+	rc.ChainID, rc.ChainSeq, rc.PrevHash = c.id, c.seq+1, c.hash
+	rc.Hash = host.ChainHashV2(rc, rc.PrevHash)
 	parents := []byte("[]")
 	if rc.Parents != nil {
 		var err error
@@ -706,17 +727,145 @@ func (w *writeTx) AppendReceipt(ctx context.Context, rc *host.Receipt) error {
 			return err
 		}
 	}
-	n, err := w.ss.exec(w.c(ctx), `INSERT INTO receipts (`+receiptCols+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14) ON CONFLICT DO NOTHING`,
-		rc.Seq, rc.ID, rc.Tenant, string(rc.Type), rc.From, rc.To, rc.TaskID, rc.LeaseID, string(parents), string(rc.Body),
-		rc.DedupeKey, us(rc.CreatedAt), rc.PrevHash, rc.Hash)
+	var seq int64
+	err := w.ss.queryRow(w.c(ctx), []any{&seq}, `INSERT INTO receipts (id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key,
+created_at, prev_hash, hash, chain_id, chain_seq) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15) ON CONFLICT DO NOTHING RETURNING seq`,
+		rc.ID, rc.Tenant, string(rc.Type), rc.From, rc.To, rc.TaskID, rc.LeaseID, string(parents), string(rc.Body),
+		rc.DedupeKey, us(rc.CreatedAt), rc.PrevHash, rc.Hash, rc.ChainID, rc.ChainSeq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return host.Errorf(host.CodeConflict, "a receipt with this id or dedupe key exists")
+	}
 	if err != nil {
 		return err
 	}
-	if n == 0 {
-		return host.Errorf(host.CodeConflict, "a receipt with this id or dedupe key exists")
-	}
-	w.st.seq, w.st.hash, w.st.dirty = rc.Seq, rc.Hash, true
+	rc.Seq = seq
+	c.seq, c.hash = rc.ChainSeq, rc.Hash
 	return nil
+}
+
+// loadChain reads the writer's chain head, or registers the writer's chain
+// on its first receipt.
+func (w *writeTx) loadChain(ctx context.Context) error {
+	c := &w.st.chain
+	if c.id != 0 {
+		err := w.ss.queryRow(w.c(ctx), []any{&c.seq, &c.hash}, `SELECT seq, hash FROM ledger_chains WHERE chain_id = $1`, c.id)
+		if err == nil {
+			c.rowSeq, c.known = c.seq, true
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		// The chain's row is gone: start another chain.
+	}
+	var id int64
+	if err := w.ss.queryRow(w.c(ctx), []any{&id}, `INSERT INTO ledger_chains (seq, hash, hash_version, opened_at) VALUES (0, '', $1, $2) RETURNING chain_id`,
+		host.ChainV2, time.Now().UnixMicro()); err != nil {
+		return err
+	}
+	*c = chainHead{id: id, known: true}
+	return nil
+}
+
+// writeHead records the chain's head in its ledger_chains row if it moved.
+// Only this writer updates that row, so the update waits for nobody.
+func (w *writeTx) writeHead() {
+	c := &w.st.chain
+	if c.id == 0 || !c.known || c.seq == c.rowSeq {
+		return
+	}
+	w.ss.queue(`UPDATE ledger_chains SET seq = $1, hash = $2 WHERE chain_id = $3`, c.seq, c.hash, c.id)
+	c.rowSeq = c.seq
+}
+
+// checkpoint records every non-empty chain's head in a new checkpoint linked
+// to the last one. Unless wait is set, it skips its turn when another host
+// holds the checkpoint head.
+func (w *writeTx) checkpoint(ctx context.Context, wait bool) error {
+	w.writeHead()
+	lock := `SELECT checkpoint_id, hash FROM ledger_checkpoint_head WHERE id = 1 FOR UPDATE`
+	if !wait {
+		lock += ` SKIP LOCKED`
+	}
+	var last int64
+	var prev string
+	err := w.ss.queryRow(w.c(ctx), []any{&last, &prev}, lock)
+	if errors.Is(err, pgx.ErrNoRows) && !wait {
+		return nil // another host is writing one
+	}
+	if err != nil {
+		return err
+	}
+	heads, err := w.chainHeads(ctx, true)
+	if err != nil {
+		return err
+	}
+	cp := host.Checkpoint{ID: last + 1, At: time.Now().UTC().Truncate(time.Microsecond), Heads: heads, PrevHash: prev}
+	cp.Hash = host.CheckpointHash(&cp, prev)
+	hj, err := json.Marshal(cp.Heads)
+	if err != nil {
+		return err
+	}
+	w.ss.queue(`INSERT INTO ledger_checkpoints (id, at, heads, prev_hash, hash) VALUES ($1,$2,$3,$4,$5)`, cp.ID, us(cp.At), string(hj), cp.PrevHash, cp.Hash)
+	w.ss.queue(`UPDATE ledger_checkpoint_head SET checkpoint_id = $1, hash = $2 WHERE id = 1`, cp.ID, cp.Hash)
+	w.st.lastCheckpoint = time.Now()
+	for _, h := range heads {
+		if h.ID == w.st.chain.id {
+			w.st.checkpointed = h.Seq
+		}
+	}
+	return nil
+}
+
+// chainHeads reads the chains' recorded heads by id: the non-empty ones for a
+// checkpoint (without their hash version), or all of them.
+func (r *reader) chainHeads(ctx context.Context, forCheckpoint bool) ([]host.ChainHead, error) {
+	q := `SELECT chain_id, seq, hash, hash_version FROM ledger_chains ORDER BY chain_id`
+	if forCheckpoint {
+		q = `SELECT chain_id, seq, hash, hash_version FROM ledger_chains WHERE seq > 0 ORDER BY chain_id`
+	}
+	out := []host.ChainHead{}
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		var h host.ChainHead
+		if err := rows.Scan(&h.ID, &h.Seq, &h.Hash, &h.Version); err != nil {
+			return err
+		}
+		if forCheckpoint {
+			h.Version = 0
+		}
+		out = append(out, h)
+		return nil
+	}, q)
+	return out, err
+}
+
+func (r *reader) LedgerHeads(ctx context.Context) (store.LedgerHeads, error) {
+	var lh store.LedgerHeads
+	var err error
+	if lh.Chains, err = r.chainHeads(ctx, false); err != nil {
+		return lh, err
+	}
+	err = r.ss.queryRow(r.c(ctx), []any{&lh.Checkpoint.Seq, &lh.Checkpoint.Hash}, `SELECT checkpoint_id, hash FROM ledger_checkpoint_head WHERE id = 1`)
+	return lh, err
+}
+
+func (r *reader) ScanCheckpoints(ctx context.Context, afterID int64, limit int) ([]host.Checkpoint, error) {
+	var out []host.Checkpoint
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		var c host.Checkpoint
+		var at int64
+		var heads string
+		if err := rows.Scan(&c.ID, &at, &heads, &c.PrevHash, &c.Hash); err != nil {
+			return err
+		}
+		c.At = fromUS(at)
+		if err := json.Unmarshal([]byte(heads), &c.Heads); err != nil {
+			return host.Errorf(host.CodeInternal, "checkpoint %d: heads are not JSON: %v", c.ID, err)
+		}
+		out = append(out, c)
+		return nil
+	}, `SELECT id, at, heads, prev_hash, hash FROM ledger_checkpoints WHERE id > $1 ORDER BY id LIMIT $2`, afterID, limit)
+	return out, err
 }
 
 // OpenObligation implements store.Tx. The insert is written behind: it rides

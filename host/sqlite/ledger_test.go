@@ -3,35 +3,32 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
+	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/sqlite"
 	"github.com/asyncgate/asyncgate/host/store/storetest"
 )
 
-// ledgerWith makes a ledger of a few tasks' receipts, closes it, and returns
-// the database path.
+// ledgerWith writes storetest.LedgerFixture's two-chain ledger (two
+// processes on one file) and returns the database path.
 func ledgerWith(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "gate.db")
-	st, err := sqlite.Open(path, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
-	for i := 0; i < 3; i++ {
-		b.Enqueue(t, "work")
-		b.Complete(t, "w.1", b.LeaseOne(t, "w.1"))
-	}
-	if rep := b.Verify(t); rep.Receipts != 6 {
-		t.Fatalf("want 6 receipts, got %d", rep.Receipts)
-	}
-	b.Engine.Close()
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
+	storetest.LedgerFixture(t, func(tb testing.TB) storetest.Store {
+		st, err := sqlite.Open(path, sqlite.Options{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return st
+	})
+	if rep := verify(t, path); !rep.OK || rep.Receipts != 8 || rep.Chains != 3 || rep.Checkpoints == 0 {
+		t.Fatalf("fixture ledger: %+v, want 8 receipts in 2 chains (and the empty first one), checkpointed", rep)
 	}
 	return path
 }
@@ -65,33 +62,11 @@ func verify(t *testing.T, path string) *engine.VerifyReport {
 }
 
 func TestLedgerVerifyDetectsTampering(t *testing.T) {
-	cases := []struct {
-		name    string
-		stmts   []string
-		badSeq  int64
-		problem string
-	}{
-		{"altered body", []string{`UPDATE receipts SET body = '{"result_pointer":"inline:ZXZpbA=="}' WHERE seq = 4`}, 4, "altered"},
-		{"altered party", []string{`UPDATE receipts SET to_p = 'mallory' WHERE seq = 2`}, 2, "altered"},
-		{"removed", []string{`DELETE FROM receipts WHERE seq = 3`}, 4, "removed"},
-		{"removed tail", []string{`DELETE FROM receipts WHERE seq = 6`}, 5, "removed from the end"},
-		{"inserted", []string{`UPDATE receipts SET seq = -seq WHERE seq >= 3`, `UPDATE receipts SET seq = 1 - seq WHERE seq < 0`, `INSERT INTO receipts SELECT 3, 'R-FAKE', tenant, type, from_p, to_p, task_id, lease_id, parents, body, '', created_at, prev_hash, hash FROM receipts WHERE seq = 2`}, 3, ""},
-		{"reordered", []string{`UPDATE receipts SET seq = -1 WHERE seq = 2`, `UPDATE receipts SET seq = 2 WHERE seq = 3`, `UPDATE receipts SET seq = 3 WHERE seq = -1`}, 2, ""},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
+	for _, c := range storetest.TamperCases {
+		t.Run(c.Name, func(t *testing.T) {
 			path := ledgerWith(t)
-			if rep := verify(t, path); !rep.OK {
-				t.Fatalf("untouched ledger does not verify: %+v", rep)
-			}
-			tamper(t, path, c.stmts...)
-			rep := verify(t, path)
-			if rep.OK {
-				t.Fatalf("tampering went unnoticed: %+v", rep)
-			}
-			if rep.BadSeq != c.badSeq || !strings.Contains(rep.Problem, c.problem) {
-				t.Fatalf("report %+v, want bad seq %d and problem mentioning %q", rep, c.badSeq, c.problem)
-			}
+			tamper(t, path, c.Stmts...)
+			storetest.CheckTamper(t, c, verify(t, path))
 		})
 	}
 }
@@ -123,7 +98,8 @@ func TestAcknowledgedWritesSurviveReopen(t *testing.T) {
 }
 
 // Two processes on one data folder (gate serve and gate mcp, say) append to
-// one chain: the writer reads the head under each batch's write lock.
+// one ledger, each to its own chain: the writer reads the ledger's last seq
+// and its chain's head under each batch's write lock.
 func TestTwoOpenersShareOneChain(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "gate.db")
 	open := func(tb testing.TB) storetest.Store {
@@ -142,7 +118,79 @@ func TestTwoOpenersShareOneChain(t *testing.T) {
 	}
 	b1.Complete(t, "w.1", b1.LeaseOne(t, "w.1"))
 	b2.Complete(t, "w.2", b2.LeaseOne(t, "w.2"))
-	if rep := b1.Verify(t); rep.Receipts != 12 {
-		t.Fatalf("chain has %d receipts, want 12", rep.Receipts)
+	if rep := b1.Verify(t); rep.Receipts != 12 || rep.Chains != 3 {
+		t.Fatalf("ledger has %d receipts in %d chains, want 12 in 3 (one per process and the first schema's)", rep.Receipts, rep.Chains)
+	}
+}
+
+// A data folder from before per-writer chains migrates: its chain becomes
+// chain 1 and still verifies (and still catches tampering), and new receipts
+// go to a chain of their own.
+func TestLedgerMigratesSingleChain(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gate.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	for v, name := range []string{"migrations/0001_init.sql", "migrations/0002_task_version.sql"} {
+		body, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(string(body)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(`INSERT INTO schema_migrations VALUES (?, 0)`, v+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prev := ""
+	for seq := int64(1); seq <= 5; seq++ {
+		rc := &host.Receipt{Seq: seq, ID: fmt.Sprintf("R-OLD%d", seq), Tenant: "acme", Type: host.ReceiptProgress, From: "a", To: "b",
+			Parents: []string{}, Body: json.RawMessage(`{}`), CreatedAt: storetest.Epoch}
+		rc.Hash = host.ChainHash(rc, prev)
+		if _, err := db.Exec(`INSERT INTO receipts (seq, id, tenant, type, from_p, to_p, parents, body, created_at, prev_hash, hash) VALUES (?,?,?,?,?,?,'[]','{}',?,?,?)`,
+			seq, rc.ID, rc.Tenant, string(rc.Type), rc.From, rc.To, rc.CreatedAt.UnixMicro(), prev, rc.Hash); err != nil {
+			t.Fatal(err)
+		}
+		prev = rc.Hash
+	}
+	if _, err := db.Exec(`UPDATE ledger_head SET seq = 5, hash = ?`, prev); err != nil {
+		t.Fatal(err)
+	}
+	for i, state := range []string{"queued", "succeeded", "queued"} {
+		if _, err := db.Exec(`INSERT INTO tasks (id, tenant, task_type, created_by, recipient, state, priority, params, created_at, updated_at, available_at, max_retries)
+VALUES (?, 'acme', 'work', 'a', 'b', ?, 1, '{}', 0, 0, 0, 3)`, fmt.Sprintf("T-OLD%d", i), state); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+
+	if rep := verify(t, path); !rep.OK || rep.Receipts != 5 || rep.Chains != 1 {
+		t.Fatalf("migrated ledger: %+v, want 5 receipts in chain 1", rep)
+	}
+	st, err := sqlite.Open(path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	b.Enqueue(t, "work")
+	b.Complete(t, "w.1", b.LeaseOne(t, "w.1"))
+	// The tasks from before were counted by the migration.
+	if qs, err := b.Engine.Stats(b.Ctx, "acme"); err != nil || qs.ByState[host.StateQueued] != 2 || qs.ByState[host.StateSucceeded] != 2 || qs.ByType["work"] != 2 {
+		t.Fatalf("stats after migration: %+v %v", qs, err)
+	}
+	rep := b.Verify(t)
+	if rep.Receipts != 7 || rep.Chains != 2 {
+		t.Fatalf("after new receipts: %+v, want 7 receipts in 2 chains", rep)
+	}
+	b.Engine.Close()
+	st.Close()
+	tamper(t, path, `UPDATE receipts SET from_p = 'z' WHERE seq = 3`)
+	if rep := verify(t, path); rep.OK || rep.BadSeq != 3 {
+		t.Fatalf("an altered receipt of chain 1 went unnoticed: %+v", rep)
 	}
 }

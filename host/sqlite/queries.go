@@ -29,6 +29,18 @@ type reader struct {
 // writeTx implements store.Tx inside the writer's batch transaction.
 type writeTx struct {
 	reader
+	// counts journals the batch's task state changes; the writer adds them
+	// to queue_counts before commit.
+	counts []store.CountDelta
+	// obligations are opened obligations not written yet: the writer adds
+	// them with one multi-row INSERT when the batch ends (or an update ends,
+	// in savepoint mode), or before anything reads obligations.
+	obligations []pendingObligation
+}
+
+type pendingObligation struct {
+	o            host.Obligation
+	terminatedBy string
 }
 
 var (
@@ -283,54 +295,72 @@ func (r *reader) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([
 	return ts, err
 }
 
+// QueueStats implements store.Reader from the counts the writer keeps
+// (queue_counts: a few rows per tenant and type), and the oldest ready task
+// from the head of the state index: it never scans the queue.
 func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStats, error) {
 	qs := store.QueueStats{ByState: map[host.TaskState]int64{}, ByType: map[string]int64{}}
-	where, args := "", []any{}
+	q := `SELECT tenant, task_type, state, sum(n) FROM queue_counts GROUP BY tenant, task_type, state`
+	args := []any{}
 	if tenant != "" {
-		where, args = " WHERE tenant = ?", []any{tenant}
+		q = `SELECT tenant, task_type, state, sum(n) FROM queue_counts WHERE tenant = ? GROUP BY tenant, task_type, state`
+		args = append(args, tenant)
 	}
-	rows, err := r.query(ctx, `SELECT state, count(*) FROM tasks`+where+` GROUP BY state`, args...)
+	rows, err := r.query(ctx, q, args...)
 	if err != nil {
 		return qs, err
 	}
+	var queued []string // tenants with queued tasks
 	for rows.Next() {
-		var s string
+		var tn, typ, state string
 		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
+		if err := rows.Scan(&tn, &typ, &state, &n); err != nil {
 			rows.Close()
 			return qs, err
 		}
-		qs.ByState[host.TaskState(s)] = n
+		qs.AddCount(typ, host.TaskState(state), n)
+		if state == string(host.StateQueued) && n > 0 && (len(queued) == 0 || queued[len(queued)-1] != tn) {
+			queued = append(queued, tn)
+		}
 	}
 	rows.Close()
-	and := " WHERE"
-	if tenant != "" {
-		and = " AND"
-	}
-	rows, err = r.query(ctx, `SELECT task_type, count(*) FROM tasks`+where+and+` state IN ('queued','leased') GROUP BY task_type`, args...)
-	if err != nil {
+	if err := rows.Err(); err != nil {
 		return qs, err
 	}
-	for rows.Next() {
-		var s string
-		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			rows.Close()
+	now := time.Now()
+	for _, tn := range queued {
+		var avail int64
+		err := r.queryRow(ctx, `SELECT available_at FROM tasks INDEXED BY tasks_state WHERE tenant = ? AND state = 'queued' AND available_at <= ? ORDER BY seq LIMIT 1`,
+			tn, us(now)).Scan(&avail)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
 			return qs, err
 		}
-		qs.ByType[s] = n
-	}
-	rows.Close()
-	var oldest sql.NullInt64
-	if err := r.queryRow(ctx, `SELECT min(available_at) FROM tasks`+where+and+` state = 'queued'`, args...).Scan(&oldest); err != nil {
-		return qs, err
-	}
-	if oldest.Valid {
-		if age := time.Since(fromUS(oldest.Int64)); age > 0 {
+		if age := now.Sub(fromUS(avail)); age > qs.OldestReadyAge {
 			qs.OldestReadyAge = age
 		}
 	}
-	return qs, rows.Err()
+	return qs, nil
+}
+
+// flushCounts adds the batch's task state changes to queue_counts in one
+// statement.
+func (w *writeTx) flushCounts(ctx context.Context) error {
+	ds := store.SumDeltas(w.counts)
+	w.counts = w.counts[:0]
+	if len(ds) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 4*len(ds))
+	for _, d := range ds {
+		args = append(args, d.Tenant, d.Type, string(d.State), d.N)
+	}
+	_, err := w.exec(ctx, `INSERT INTO queue_counts (tenant, task_type, state, shard, n) VALUES `+
+		strings.TrimSuffix(strings.Repeat("(?,?,?,0,?),", len(ds)), ",")+
+		` ON CONFLICT (tenant, task_type, state, shard) DO UPDATE SET n = n + excluded.n`, args...)
+	return err
 }
 
 func (r *reader) ListProgress(ctx context.Context, tenant, taskID string, limit int) ([]store.Progress, error) {
@@ -376,6 +406,7 @@ VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 	}
 	if err == nil {
 		t.Version = 1
+		w.counts = store.Moved(w.counts, t, "", t.State)
 	}
 	return err
 }
@@ -441,6 +472,7 @@ version=version+1 WHERE id = ? AND state = ?`
 		return store.ErrFenced
 	}
 	t.Version++
+	w.counts = store.Moved(w.counts, t, f.State, t.State)
 	return nil
 }
 
@@ -498,16 +530,87 @@ AND available_at <= ? ORDER BY priority DESC, seq LIMIT ?`, q.Tenant, typ, now, 
 			cands = cands[:q.Limit]
 		}
 	}
-	out := make([]*host.Task, 0, len(cands))
-	for _, c := range cands {
+	ts := make([]*host.Task, len(cands))
+	for i, c := range cands {
 		q.Grant(c.t)
-		if err := w.UpdateTask(ctx, c.t, store.Fence{State: host.StateQueued}); err != nil {
-			if errors.Is(err, store.ErrFenced) {
-				continue
-			}
+		ts[i] = c.t
+	}
+	return w.updateQueued(ctx, ts)
+}
+
+// setCols are the columns a task update writes, in the order of setArgs.
+var setCols = []string{"state", "priority", "available_at", "updated_at", "lease_id", "worker_id", "leased_at", "lease_expires_at",
+	"accepted_at", "accept_receipt", "cancel_requested", "attempts", "max_retries", "lease_count", "lease_expiries", "started_at",
+	"completed_at", "progress_percent", "progress_message", "result", "last_error", "dead_reason", "assign_receipt"}
+
+func setArgs(t *host.Task) ([]any, error) {
+	res, err := resultJSON(t.Result)
+	if err != nil {
+		return nil, err
+	}
+	return []any{string(t.State), t.Priority, us(t.AvailableAt), us(t.UpdatedAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt),
+		nus(t.AcceptedAt), t.AcceptReceipt, b2i(t.CancelRequested), t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt),
+		nus(t.CompletedAt), t.ProgressPercent, t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt}, nil
+}
+
+// updateQueued writes every mutable field of each task in one statement
+// (UPDATE … FROM a VALUES list), each row fenced on still being queued, and
+// returns the tasks it wrote: a lease batch costs one statement, not one per
+// task.
+func (w *writeTx) updateQueued(ctx context.Context, ts []*host.Task) ([]*host.Task, error) {
+	if len(ts) == 0 {
+		return nil, nil
+	}
+	var b strings.Builder
+	b.WriteString(`WITH v(id, ` + strings.Join(setCols, ", ") + `) AS (VALUES `)
+	row := "(" + placeholders(len(setCols)+1) + ")"
+	args := make([]any, 0, len(ts)*(len(setCols)+1))
+	for i, t := range ts {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString(row)
+		a, err := setArgs(t)
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, c.t)
+		args = append(append(args, t.ID), a...)
+	}
+	b.WriteString(`) UPDATE tasks SET `)
+	for i, c := range setCols {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(c + " = v." + c)
+	}
+	b.WriteString(`, version = tasks.version + 1 FROM v WHERE tasks.id = v.id AND tasks.state = 'queued' RETURNING tasks.id`)
+	rows, err := w.query(ctx, b.String(), args...)
+	if err != nil {
+		return nil, err
+	}
+	wrote := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		wrote[id] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(wrote) > 0 {
+		w.wrote = true
+	}
+	out := make([]*host.Task, 0, len(wrote))
+	for _, t := range ts {
+		if wrote[t.ID] {
+			t.Version++
+			w.counts = store.Moved(w.counts, t, host.StateQueued, t.State)
+			out = append(out, t)
+		}
 	}
 	return out, nil
 }
@@ -573,14 +676,14 @@ func (w *writeTx) PutTaskType(ctx context.Context, tt *host.TaskType) error {
 
 // --- receipts
 
-const receiptCols = `seq, id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key, created_at, prev_hash, hash`
+const receiptCols = `seq, id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key, created_at, prev_hash, hash, chain_id, chain_seq`
 
 func scanReceipt(sc scanner) (*host.Receipt, error) {
 	var rc host.Receipt
 	var typ, parents, body string
 	var created int64
 	if err := sc.Scan(&rc.Seq, &rc.ID, &rc.Tenant, &typ, &rc.From, &rc.To, &rc.TaskID, &rc.LeaseID, &parents, &body,
-		&rc.DedupeKey, &created, &rc.PrevHash, &rc.Hash); err != nil {
+		&rc.DedupeKey, &created, &rc.PrevHash, &rc.Hash, &rc.ChainID, &rc.ChainSeq); err != nil {
 		return nil, err
 	}
 	rc.Type = host.ReceiptType(typ)
@@ -722,10 +825,20 @@ func (r *reader) ListOpenObligations(ctx context.Context, f store.ObligationFilt
 	return out, cur, nil
 }
 
+// AppendReceipt implements store.Tx: the receipt goes at the end of the
+// ledger (receipts.seq, read under the write lock, so processes sharing the
+// file share one order) and at the end of this store's own chain.
 func (w *writeTx) AppendReceipt(ctx context.Context, rc *host.Receipt) error {
-	rc.Seq = w.s.headSeq + 1
-	rc.PrevHash = w.s.headHash
-	rc.Hash = host.ChainHash(rc, rc.PrevHash)
+	c := &w.s.chain
+	if !c.loaded {
+		if err := w.loadChain(ctx); err != nil {
+			return err
+		}
+	}
+	rc.Seq = c.global + 1
+	rc.ChainID, rc.ChainSeq = c.id, c.seq+1
+	rc.PrevHash = c.hash
+	rc.Hash = host.ChainHashV2(rc, rc.PrevHash)
 	parents, err := json.Marshal(rc.Parents)
 	if err != nil {
 		return err
@@ -733,32 +846,229 @@ func (w *writeTx) AppendReceipt(ctx context.Context, rc *host.Receipt) error {
 	if rc.Parents == nil {
 		parents = []byte("[]")
 	}
-	_, err = w.exec(ctx, `INSERT INTO receipts (`+receiptCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = w.exec(ctx, `INSERT INTO receipts (`+receiptCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		rc.Seq, rc.ID, rc.Tenant, string(rc.Type), rc.From, rc.To, rc.TaskID, rc.LeaseID, string(parents), string(rc.Body),
-		rc.DedupeKey, us(rc.CreatedAt), rc.PrevHash, rc.Hash)
+		rc.DedupeKey, us(rc.CreatedAt), rc.PrevHash, rc.Hash, rc.ChainID, rc.ChainSeq)
 	if err != nil {
 		if strings.Contains(err.Error(), "UNIQUE") {
 			return host.Errorf(host.CodeConflict, "a receipt with this id or dedupe key exists")
 		}
 		return err
 	}
-	w.s.headSeq, w.s.headHash = rc.Seq, rc.Hash
+	c.global, c.seq, c.hash = rc.Seq, rc.ChainSeq, rc.Hash
 	return nil
 }
 
-func (w *writeTx) OpenObligation(ctx context.Context, o host.Obligation) error {
-	_, err := w.exec(ctx, `INSERT INTO obligations (receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq) VALUES (?,?,?,?,?,?,?,?)`,
-		o.ReceiptID, o.Tenant, string(o.Type), o.Obligor, o.Obligee, o.TaskID, us(o.CreatedAt), o.Seq)
-	return err
+// loadChain reads, under the transaction's write lock, the ledger's last seq
+// and this store's chain head, registering the chain on its first receipt.
+// The head is read again in every transaction, so a commit whose outcome was
+// unknown cannot fork the chain.
+func (w *writeTx) loadChain(ctx context.Context) error {
+	c := &w.s.chain
+	if c.id != 0 {
+		err := w.queryRow(ctx, `SELECT (SELECT coalesce(max(seq), 0) FROM receipts), seq, hash FROM ledger_chains WHERE chain_id = ?`, c.id).
+			Scan(&c.global, &c.seq, &c.hash)
+		if err == nil {
+			c.rowSeq, c.loaded = c.seq, true
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		c.id = 0 // the chain's row is gone: start another chain
+	}
+	res, err := w.exec(ctx, `INSERT INTO ledger_chains (seq, hash, hash_version, opened_at) VALUES (0, '', ?, ?)`, host.ChainV2, time.Now().UnixMicro())
+	if err != nil {
+		return err
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return err
+	}
+	if err := w.queryRow(ctx, `SELECT coalesce(max(seq), 0) FROM receipts`).Scan(&c.global); err != nil {
+		return err
+	}
+	c.id, c.seq, c.hash, c.rowSeq, c.loaded = id, 0, "", 0, true
+	return nil
 }
 
+// writeHead records the chain's head in its ledger_chains row if it moved.
+func (w *writeTx) writeHead(ctx context.Context) error {
+	c := &w.s.chain
+	if !c.loaded || c.seq == c.rowSeq {
+		return nil
+	}
+	if _, err := w.exec(ctx, `UPDATE ledger_chains SET seq = ?, hash = ? WHERE chain_id = ?`, c.seq, c.hash, c.id); err != nil {
+		return err
+	}
+	c.rowSeq = c.seq
+	return nil
+}
+
+// checkpoint records every non-empty chain's head in a new checkpoint linked
+// to the last one.
+func (w *writeTx) checkpoint(ctx context.Context) error {
+	if err := w.writeHead(ctx); err != nil {
+		return err
+	}
+	var last int64
+	var prev string
+	if err := w.queryRow(ctx, `SELECT checkpoint_id, hash FROM ledger_checkpoint_head WHERE id = 1`).Scan(&last, &prev); err != nil {
+		return err
+	}
+	heads, err := w.chainHeads(ctx, true)
+	if err != nil {
+		return err
+	}
+	cp := host.Checkpoint{ID: last + 1, At: time.Now().UTC().Truncate(time.Microsecond), Heads: heads, PrevHash: prev}
+	cp.Hash = host.CheckpointHash(&cp, prev)
+	hj, err := json.Marshal(cp.Heads)
+	if err != nil {
+		return err
+	}
+	if _, err := w.exec(ctx, `INSERT INTO ledger_checkpoints (id, at, heads, prev_hash, hash) VALUES (?,?,?,?,?)`,
+		cp.ID, us(cp.At), string(hj), cp.PrevHash, cp.Hash); err != nil {
+		return err
+	}
+	if _, err := w.exec(ctx, `UPDATE ledger_checkpoint_head SET checkpoint_id = ?, hash = ? WHERE id = 1`, cp.ID, cp.Hash); err != nil {
+		return err
+	}
+	w.s.lastCheckpoint = time.Now()
+	for _, h := range heads {
+		if h.ID == w.s.chain.id {
+			w.s.checkpointed = h.Seq
+		}
+	}
+	return nil
+}
+
+// chainHeads reads the chains' recorded heads by id: the non-empty ones for a
+// checkpoint (without their hash version), or all of them.
+func (r *reader) chainHeads(ctx context.Context, forCheckpoint bool) ([]host.ChainHead, error) {
+	q := `SELECT chain_id, seq, hash, hash_version FROM ledger_chains ORDER BY chain_id`
+	if forCheckpoint {
+		q = `SELECT chain_id, seq, hash, hash_version FROM ledger_chains WHERE seq > 0 ORDER BY chain_id`
+	}
+	rows, err := r.query(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []host.ChainHead{}
+	for rows.Next() {
+		var h host.ChainHead
+		if err := rows.Scan(&h.ID, &h.Seq, &h.Hash, &h.Version); err != nil {
+			return nil, err
+		}
+		if forCheckpoint {
+			h.Version = 0
+		}
+		out = append(out, h)
+	}
+	return out, rows.Err()
+}
+
+func (r *reader) LedgerHeads(ctx context.Context) (store.LedgerHeads, error) {
+	var lh store.LedgerHeads
+	var err error
+	if lh.Chains, err = r.chainHeads(ctx, false); err != nil {
+		return lh, err
+	}
+	err = r.queryRow(ctx, `SELECT checkpoint_id, hash FROM ledger_checkpoint_head WHERE id = 1`).Scan(&lh.Checkpoint.Seq, &lh.Checkpoint.Hash)
+	return lh, err
+}
+
+func (r *reader) ScanCheckpoints(ctx context.Context, afterID int64, limit int) ([]host.Checkpoint, error) {
+	rows, err := r.query(ctx, `SELECT id, at, heads, prev_hash, hash FROM ledger_checkpoints WHERE id > ? ORDER BY id LIMIT ?`, afterID, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []host.Checkpoint
+	for rows.Next() {
+		var c host.Checkpoint
+		var at int64
+		var heads string
+		if err := rows.Scan(&c.ID, &at, &heads, &c.PrevHash, &c.Hash); err != nil {
+			return nil, err
+		}
+		c.At = fromUS(at)
+		if err := json.Unmarshal([]byte(heads), &c.Heads); err != nil {
+			return nil, host.Errorf(host.CodeInternal, "checkpoint %d: heads are not JSON: %v", c.ID, err)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// OpenObligation implements store.Tx. The row is written behind, with the
+// other obligations of the batch in one statement (flushObligations). Its
+// values cannot clash: the receipt with the same id was just inserted.
+func (w *writeTx) OpenObligation(ctx context.Context, o host.Obligation) error {
+	w.obligations = append(w.obligations, pendingObligation{o: o})
+	return nil
+}
+
+// Terminate implements store.Tx. An obligation opened in this batch and not
+// written yet is terminated in memory.
 func (w *writeTx) Terminate(ctx context.Context, tenant, parentID, terminatorID string) (bool, error) {
+	for i := range w.obligations {
+		if p := &w.obligations[i]; p.o.ReceiptID == parentID && p.o.Tenant == tenant {
+			if p.terminatedBy != "" {
+				return false, nil
+			}
+			p.terminatedBy = terminatorID
+			return true, nil
+		}
+	}
 	res, err := w.exec(ctx, `UPDATE obligations SET terminated_by = ? WHERE receipt_id = ? AND tenant = ? AND terminated_by IS NULL`, terminatorID, parentID, tenant)
 	if err != nil {
 		return false, err
 	}
 	n, err := res.RowsAffected()
 	return n > 0, err
+}
+
+// Terminator implements store.Reader inside the batch: obligations written
+// behind are written first.
+func (w *writeTx) Terminator(ctx context.Context, tenant, receiptID string) (string, error) {
+	if err := w.flushObligations(ctx); err != nil {
+		return "", err
+	}
+	return w.reader.Terminator(ctx, tenant, receiptID)
+}
+
+// ListOpenObligations implements store.Reader inside the batch: obligations
+// written behind are written first.
+func (w *writeTx) ListOpenObligations(ctx context.Context, f store.ObligationFilter) ([]host.Obligation, string, error) {
+	if err := w.flushObligations(ctx); err != nil {
+		return nil, "", err
+	}
+	return w.reader.ListOpenObligations(ctx, f)
+}
+
+// flushObligations writes the pending obligations with multi-row INSERTs.
+func (w *writeTx) flushObligations(ctx context.Context) error {
+	const perStmt = 500
+	for len(w.obligations) > 0 {
+		n := min(len(w.obligations), perStmt)
+		args := make([]any, 0, 9*n)
+		for _, p := range w.obligations[:n] {
+			var term any
+			if p.terminatedBy != "" {
+				term = p.terminatedBy
+			}
+			o := p.o
+			args = append(args, o.ReceiptID, o.Tenant, string(o.Type), o.Obligor, o.Obligee, o.TaskID, us(o.CreatedAt), o.Seq, term)
+		}
+		if _, err := w.exec(ctx, `INSERT INTO obligations (receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq, terminated_by) VALUES `+
+			strings.TrimSuffix(strings.Repeat("(?,?,?,?,?,?,?,?,?),", n), ","), args...); err != nil {
+			return err
+		}
+		w.obligations = w.obligations[n:]
+	}
+	w.obligations = nil
+	return nil
 }
 
 // --- workers and keys

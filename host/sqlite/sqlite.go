@@ -41,6 +41,10 @@ type Options struct {
 	// MustExist refuses to create the database: a missing file is an error
 	// wrapping fs.ErrNotExist. Commands that work on an existing gate set it.
 	MustExist bool
+	// CheckpointEvery is how often, at most, the writer records a ledger
+	// checkpoint while it appends receipts (default 10 s). Close records
+	// one too.
+	CheckpointEvery time.Duration
 }
 
 // Store is the SQLite driver. It implements store.Store.
@@ -64,9 +68,24 @@ type Store struct {
 
 	batches, ops atomic.Int64
 
-	// head is the last link of the chain as the writer knows it.
-	headSeq  int64
-	headHash string
+	// chain is the writer's view of its own receipt chain; only the writer
+	// goroutine touches it.
+	chain chainState
+	// lastCheckpoint is when the writer last wrote a checkpoint, and
+	// checkpointed the length of its chain that checkpoint recorded.
+	lastCheckpoint time.Time
+	checkpointed   int64
+}
+
+// chainState is what the writer knows of its own receipt chain and of the
+// ledger's global order within the current transaction.
+type chainState struct {
+	id     int64  // this store's chain, 0 until its first receipt registers it
+	seq    int64  // chain_seq of the chain's last receipt
+	hash   string // hash of the chain's last receipt
+	rowSeq int64  // the seq the chain's ledger_chains row holds in this transaction
+	global int64  // the ledger's last receipts.seq
+	loaded bool   // global and the chain's head were read in this transaction
 }
 
 var _ store.Store = (*Store)(nil)
@@ -91,6 +110,9 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	if opts.ReadConns <= 0 {
 		opts.ReadConns = 4
+	}
+	if opts.CheckpointEvery <= 0 {
+		opts.CheckpointEvery = 10 * time.Second
 	}
 	exists, err := checkFile(path, opts.MustExist)
 	if err != nil {
@@ -133,11 +155,6 @@ func Open(path string, opts Options) (*Store, error) {
 	rdb.SetMaxOpenConns(opts.ReadConns)
 	rdb.SetMaxIdleConns(opts.ReadConns)
 	s.rdb = rdb
-	if err := s.loadHead(); err != nil {
-		s.wdb.Close()
-		s.rdb.Close()
-		return nil, err
-	}
 	go s.writer()
 	return s, nil
 }
@@ -193,20 +210,21 @@ func (s *Store) migrate() error {
 	return nil
 }
 
-func (s *Store) loadHead() error {
-	err := s.wdb.QueryRow(`SELECT seq, hash FROM ledger_head WHERE id = 1`).Scan(&s.headSeq, &s.headHash)
-	if err != nil {
-		return fmt.Errorf("sqlite: read ledger head: %w", err)
-	}
-	return nil
-}
-
-// LedgerHead returns the recorded last link of the receipt chain.
+// LedgerHead returns the ledger's last receipt seq and the last checkpoint's
+// hash (the value to keep outside the database to detect a rewrite).
 func (s *Store) LedgerHead(ctx context.Context) (int64, string, error) {
 	var seq int64
 	var hash string
-	err := s.rdb.QueryRowContext(ctx, `SELECT seq, hash FROM ledger_head WHERE id = 1`).Scan(&seq, &hash)
+	err := s.rdb.QueryRowContext(ctx, `SELECT (SELECT coalesce(max(seq), 0) FROM receipts), hash FROM ledger_checkpoint_head WHERE id = 1`).Scan(&seq, &hash)
 	return seq, hash, err
+}
+
+// Checkpoint records a ledger checkpoint now, through the writer.
+func (s *Store) Checkpoint(ctx context.Context) error {
+	return s.Update(ctx, func(tx store.Tx) error {
+		w := tx.(*writeTx)
+		return w.checkpoint(ctx)
+	})
 }
 
 // stmt returns the statement for query prepared on db, or nil if it is not
@@ -351,23 +369,23 @@ func (s *Store) tryBatch(batch []*request, savepoints bool) bool {
 	for _, r := range batch {
 		r.err = nil
 	}
-	headSeq, headHash := s.headSeq, s.headHash
+	start := s.chain
+	start.loaded = false
+	s.chain = start
+	ckAt, ckSeq := s.lastCheckpoint, s.checkpointed
+	restore := func() {
+		s.chain = start
+		s.lastCheckpoint, s.checkpointed = ckAt, ckSeq
+	}
 	abort := func(tx *sql.Tx, what string, err error) bool {
 		tx.Rollback()
-		s.headSeq, s.headHash = headSeq, headHash
+		restore()
 		return finish(unavailable(what, err))
 	}
 	tx, err := s.wdb.BeginTx(ctx, nil)
 	if err != nil {
 		return finish(unavailable("begin", err))
 	}
-	// Another process (gate mcp, gate keys) may have appended receipts since
-	// the last batch: the head is read under this transaction's write lock.
-	if err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM ledger_head WHERE id = 1`).Scan(&s.headSeq, &s.headHash); err != nil {
-		tx.Rollback()
-		return finish(unavailable("read ledger head", err))
-	}
-	headSeq, headHash = s.headSeq, s.headHash
 	wtx := &writeTx{reader: reader{s: s, db: s.wdb, tx: tx}}
 	anyOK := false
 	for _, r := range batch {
@@ -380,14 +398,16 @@ func (s *Store) tryBatch(batch []*request, savepoints bool) bool {
 				return abort(tx, "savepoint", err)
 			}
 		}
-		spSeq, spHash := s.headSeq, s.headHash
+		mark := s.chain
+		markCk, markCkSeq := s.lastCheckpoint, s.checkpointed
+		nCounts, nObligations := len(wtx.counts), len(wtx.obligations)
 		wtx.wrote = false
 		r.err = runFn(r.fn, wtx)
 		switch {
 		case r.err != nil && !savepoints && wtx.wrote:
 			// Undo needs a savepoint: start over with one per update.
 			tx.Rollback()
-			s.headSeq, s.headHash = headSeq, headHash
+			restore()
 			return false
 		case r.err != nil && savepoints:
 			_, err1 := tx.ExecContext(ctx, "ROLLBACK TO op")
@@ -395,11 +415,20 @@ func (s *Store) tryBatch(batch []*request, savepoints bool) bool {
 			if err1 != nil || err2 != nil {
 				return abort(tx, "rollback to savepoint", errors.Join(err1, err2))
 			}
-			s.headSeq, s.headHash = spSeq, spHash
+			fallthrough
 		case r.err != nil:
-			s.headSeq, s.headHash = spSeq, spHash
+			s.chain = mark
+			s.lastCheckpoint, s.checkpointed = markCk, markCkSeq
+			wtx.counts = wtx.counts[:nCounts]
+			if nObligations <= len(wtx.obligations) {
+				wtx.obligations = wtx.obligations[:nObligations]
+			}
 		default:
 			if savepoints {
+				// The update's obligations belong inside its savepoint.
+				if err := wtx.flushObligations(ctx); err != nil {
+					return abort(tx, "obligations", err)
+				}
 				if _, err := tx.ExecContext(ctx, "RELEASE op"); err != nil {
 					return abort(tx, "release savepoint", err)
 				}
@@ -409,13 +438,22 @@ func (s *Store) tryBatch(batch []*request, savepoints bool) bool {
 	}
 	if !anyOK {
 		tx.Rollback()
-		s.headSeq, s.headHash = headSeq, headHash
+		restore()
 		return finish(nil)
 	}
-	if s.headSeq != headSeq {
-		if _, err := tx.ExecContext(ctx, `UPDATE ledger_head SET seq = ?, hash = ? WHERE id = 1`, s.headSeq, s.headHash); err != nil {
-			return abort(tx, "ledger head", err)
+	if err := wtx.flushObligations(ctx); err != nil {
+		return abort(tx, "obligations", err)
+	}
+	if err := wtx.writeHead(ctx); err != nil {
+		return abort(tx, "ledger chain head", err)
+	}
+	if s.chain.id != 0 && s.chain.seq != s.checkpointed && time.Since(s.lastCheckpoint) >= s.opts.CheckpointEvery {
+		if err := wtx.checkpoint(ctx); err != nil {
+			return abort(tx, "ledger checkpoint", err)
 		}
+	}
+	if err := wtx.flushCounts(ctx); err != nil {
+		return abort(tx, "queue counts", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return abort(tx, "commit", err)
@@ -483,6 +521,15 @@ func (s *Store) Close() error {
 	s.closeMu.Unlock()
 	close(s.closed)
 	<-s.done
+	var errCk error
+	if s.chain.id != 0 && s.chain.seq != s.checkpointed {
+		// The chain grew since the last checkpoint: bind its tail too. The
+		// writer has stopped, so this goroutine may run a batch itself.
+		ctx := context.Background()
+		r := &request{ctx: ctx, done: make(chan struct{}), fn: func(tx store.Tx) error { return tx.(*writeTx).checkpoint(ctx) }}
+		s.runBatch([]*request{r})
+		errCk = r.err
+	}
 	s.stmtMu.Lock()
 	s.stmtsClosed = true
 	s.stmtMu.Unlock()
@@ -496,7 +543,7 @@ func (s *Store) Close() error {
 		}
 	}
 	s.stmtMu.Unlock()
-	err1 := s.rdb.Close()
+	err1 := errors.Join(errCk, s.rdb.Close())
 	if _, err := s.wdb.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil && !strings.Contains(err.Error(), "closed") {
 		err1 = errors.Join(err1, err)
 	}

@@ -57,7 +57,9 @@ type Reader interface {
 	ListTasks(ctx context.Context, f TaskFilter) ([]*host.Task, string, error)
 	// ExpiredLeases returns leased tasks whose lease ended at or before now, oldest expiry first.
 	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*host.Task, error)
-	// QueueStats counts tasks by state and reports the oldest ready queued task.
+	// QueueStats counts tasks by state and reports the oldest ready queued
+	// task. Its cost must not grow with the number of tasks: drivers keep the
+	// counts as the writer changes tasks (CountDelta) instead of scanning.
 	QueueStats(ctx context.Context, tenant string) (QueueStats, error)
 	// ListProgress returns a task's progress history, newest first.
 	ListProgress(ctx context.Context, tenant, taskID string, limit int) ([]Progress, error)
@@ -75,6 +77,11 @@ type Reader interface {
 	ListReceipts(ctx context.Context, f ReceiptFilter) ([]*host.Receipt, string, error)
 	// ScanReceipts returns up to limit receipts of every tenant with Seq > afterSeq, in Seq order.
 	ScanReceipts(ctx context.Context, afterSeq int64, limit int) ([]*host.Receipt, error)
+	// LedgerHeads returns the recorded head of every receipt chain and of the
+	// checkpoint chain.
+	LedgerHeads(ctx context.Context) (LedgerHeads, error)
+	// ScanCheckpoints returns up to limit checkpoints with ID > afterID, in ID order.
+	ScanCheckpoints(ctx context.Context, afterID int64, limit int) ([]host.Checkpoint, error)
 	// Terminator returns the id of the receipt that terminated the obligation
 	// receiptID, or "" when it is open or is no obligation. It never scans the ledger.
 	Terminator(ctx context.Context, tenant, receiptID string) (string, error)
@@ -107,8 +114,11 @@ type Tx interface {
 	// InsertProgress records one progress report.
 	InsertProgress(ctx context.Context, p Progress) error
 
-	// AppendReceipt appends r to the hash chain: it sets r.Seq, r.PrevHash and
-	// r.Hash. A clash on (tenant, dedupe key) is a host.CodeConflict error.
+	// AppendReceipt appends r to the ledger: it sets r.Seq (its place in the
+	// whole ledger) and links it into this writer's own chain (r.ChainID,
+	// r.ChainSeq, r.PrevHash, r.Hash). Writers never share a chain, so no
+	// append waits for another writer's. A clash on (tenant, dedupe key) is a
+	// host.CodeConflict error.
 	AppendReceipt(ctx context.Context, r *host.Receipt) error
 	// OpenObligation records an obligation created by an appended receipt.
 	OpenObligation(ctx context.Context, o host.Obligation) error
@@ -183,6 +193,13 @@ type ObligationFilter struct {
 	Role      string
 	Cursor    string
 	Limit     int
+}
+
+// LedgerHeads are the recorded last links of the ledger's chains.
+type LedgerHeads struct {
+	Chains []host.ChainHead // every chain, by id
+	// Checkpoint is the last checkpoint: Seq is its id, Hash its hash.
+	Checkpoint host.ChainHead
 }
 
 // QueueStats is a snapshot of a tenant's queue ("" for all tenants).

@@ -51,6 +51,8 @@ func Run(t *testing.T, open Opener) {
 		{"HostileInput", testHostileInput},
 		{"CompleteAfterConcurrentWrite", testCompleteAfterConcurrentWrite},
 		{"Hammer", testHammer},
+		{"QueueCountsStayExact", testQueueCounts},
+		{"ObligationsWithinOneUpdate", testObligationsWithinOneUpdate},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

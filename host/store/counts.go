@@ -1,0 +1,70 @@
+package store
+
+import (
+	"sort"
+
+	"github.com/asyncgate/asyncgate/host"
+)
+
+// CountDelta is a change in the number of a tenant's tasks of one type in
+// one state. Drivers journal one per task state change and add them to their
+// stored counts once per batch (see Reader.QueueStats).
+type CountDelta struct {
+	Tenant string
+	Type   string
+	State  host.TaskState
+	N      int64
+}
+
+// Moved returns the deltas of a task of t's tenant and type going from one
+// state to another (none when they are the same).
+func Moved(ds []CountDelta, t *host.Task, from, to host.TaskState) []CountDelta {
+	if from == to {
+		return ds
+	}
+	if from != "" {
+		ds = append(ds, CountDelta{t.Tenant, t.Type, from, -1})
+	}
+	return append(ds, CountDelta{t.Tenant, t.Type, to, 1})
+}
+
+// SumDeltas adds up deltas per tenant, type and state, drops the ones that
+// cancel out, and orders the rest.
+func SumDeltas(ds []CountDelta) []CountDelta {
+	type key struct {
+		tenant, typ string
+		state       host.TaskState
+	}
+	sum := map[key]int64{}
+	for _, d := range ds {
+		sum[key{d.Tenant, d.Type, d.State}] += d.N
+	}
+	out := make([]CountDelta, 0, len(sum))
+	for k, n := range sum {
+		if n != 0 {
+			out = append(out, CountDelta{k.tenant, k.typ, k.state, n})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Tenant != b.Tenant {
+			return a.Tenant < b.Tenant
+		}
+		if a.Type != b.Type {
+			return a.Type < b.Type
+		}
+		return a.State < b.State
+	})
+	return out
+}
+
+// AddCount adds n tasks of a type in a state to qs.
+func (qs *QueueStats) AddCount(typ string, state host.TaskState, n int64) {
+	if n == 0 {
+		return
+	}
+	qs.ByState[state] += n
+	if state == host.StateQueued || state == host.StateLeased {
+		qs.ByType[typ] += n
+	}
+}

@@ -1,0 +1,95 @@
+package storetest
+
+import (
+	"testing"
+
+	"github.com/asyncgate/asyncgate/host/engine"
+)
+
+// LedgerFixture writes a ledger of two chains, as two writers (two gate
+// processes, or two hosts) leave it, through stores made by open, and closes
+// them (Close records each chain's last checkpoint):
+//
+//	seq 1–6: chain A (the first writer), three tasks: assigned, completed
+//	seq 7–8: chain B (the second writer), one task: assigned, completed
+//
+// open must open the same database each time.
+func LedgerFixture(t *testing.T, open func(t testing.TB) Store) {
+	t.Helper()
+	for _, cycles := range []int{3, 1} {
+		st := open(t)
+		b := Setup(t, func(testing.TB) Store { return st })
+		for i := 0; i < cycles; i++ {
+			b.Enqueue(t, "work")
+			b.Complete(t, "w.1", b.LeaseOne(t, "w.1"))
+		}
+		b.Engine.Close()
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TamperCase is one way of rewriting the ledger behind the gate's back, in
+// SQL both drivers accept, and what the verifier must report.
+type TamperCase struct {
+	Name  string
+	Stmts []string
+	// BadSeq is the ledger seq the report must name (0: none, the problem is
+	// in a checkpoint or a whole chain), and Problem a word its text must hold.
+	BadSeq  int64
+	Problem string
+}
+
+// The chain ids of LedgerFixture's writers: chain 1 is the (empty) chain of
+// the first schema.
+const (
+	fixtureChainA = "2"
+	fixtureChainB = "3"
+)
+
+// TamperCases are the rewrites of LedgerFixture's ledger that
+// engine.VerifyLedger must catch, each on its own copy of the fixture.
+var TamperCases = []TamperCase{
+	{"altered body", []string{`UPDATE receipts SET body = '{"result_pointer":"inline:ZXZpbA=="}' WHERE seq = 4`}, 4, "altered"},
+	{"altered party", []string{`UPDATE receipts SET to_p = 'mallory' WHERE seq = 2`}, 2, "altered"},
+	{"altered chain position", []string{`UPDATE receipts SET chain_seq = 9 WHERE seq = 6`}, 6, "removed"},
+	{"removed", []string{`DELETE FROM receipts WHERE seq = 3`}, 4, "removed"},
+	{"removed tail", []string{`DELETE FROM receipts WHERE seq = 6`}, 5, "removed from the end"},
+	{"removed tail of the second chain", []string{`DELETE FROM receipts WHERE seq = 8`}, 7, "removed from the end"},
+	{"removed tail and its head row rewritten", []string{
+		`DELETE FROM receipts WHERE seq = 6`,
+		`UPDATE ledger_chains SET seq = 5, hash = (SELECT hash FROM receipts WHERE seq = 5) WHERE chain_id = ` + fixtureChainA}, 5, "removed from the end"},
+	{"removed chain", []string{
+		`DELETE FROM receipts WHERE chain_id = ` + fixtureChainB,
+		`DELETE FROM ledger_chains WHERE chain_id = ` + fixtureChainB}, 0, "whole chain was removed"},
+	{"inserted outside any chain", []string{
+		`UPDATE receipts SET seq = -seq WHERE seq >= 3`, `UPDATE receipts SET seq = 1 - seq WHERE seq < 0`,
+		`INSERT INTO receipts (seq, id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key, created_at, prev_hash, hash)
+SELECT 3, 'R-FAKE', tenant, type, from_p, to_p, task_id, lease_id, parents, body, '', created_at, prev_hash, hash FROM receipts WHERE seq = 2`}, 3, "inserted"},
+	{"inserted into a chain", []string{
+		`UPDATE receipts SET seq = -seq WHERE seq >= 3`, `UPDATE receipts SET seq = 1 - seq WHERE seq < 0`,
+		`INSERT INTO receipts (seq, id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key, created_at, prev_hash, hash, chain_id, chain_seq)
+SELECT 3, 'R-FAKE', tenant, type, from_p, to_p, task_id, lease_id, parents, body, '', created_at, prev_hash, hash, chain_id, chain_seq FROM receipts WHERE seq = 2`}, 3, "inserted"},
+	{"inserted in a new chain", []string{
+		`INSERT INTO ledger_chains (chain_id, seq, hash, hash_version, opened_at) VALUES (9, 1, 'x', 2, 0)`,
+		`INSERT INTO receipts (seq, id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key, created_at, prev_hash, hash, chain_id, chain_seq)
+SELECT 100, 'R-FAKE', tenant, type, from_p, to_p, task_id, lease_id, parents, body, '', created_at, '', 'x', 9, 1 FROM receipts WHERE seq = 2`}, 100, "altered"},
+	{"reordered", []string{`UPDATE receipts SET seq = -1 WHERE seq = 2`, `UPDATE receipts SET seq = 2 WHERE seq = 3`, `UPDATE receipts SET seq = 3 WHERE seq = -1`}, 2, "reordered"},
+	{"reordered with positions swapped", []string{
+		`UPDATE receipts SET chain_seq = -1 WHERE seq = 2`, `UPDATE receipts SET chain_seq = 2 WHERE seq = 3`, `UPDATE receipts SET chain_seq = 3 WHERE seq = 2`,
+		`UPDATE receipts SET seq = -1 WHERE seq = 2`, `UPDATE receipts SET seq = 2 WHERE seq = 3`, `UPDATE receipts SET seq = 3 WHERE seq = -1`}, 2, ""},
+	{"altered checkpoint", []string{`UPDATE ledger_checkpoints SET at = at + 1 WHERE id = 1`}, 0, "checkpoint was altered"},
+	{"removed checkpoint tail", []string{`DELETE FROM ledger_checkpoints WHERE id = (SELECT max(id) FROM ledger_checkpoints)`}, 0, "checkpoints were removed from the end"},
+}
+
+// CheckTamper fails the test unless rep reports c.
+func CheckTamper(t *testing.T, c TamperCase, rep *engine.VerifyReport) {
+	t.Helper()
+	if rep.OK {
+		t.Fatalf("tampering went unnoticed: %+v", rep)
+	}
+	if rep.BadSeq != c.BadSeq || !contains(rep.Problem, c.Problem) {
+		t.Fatalf("report %+v, want bad seq %d and problem mentioning %q", rep, c.BadSeq, c.Problem)
+	}
+}
