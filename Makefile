@@ -4,7 +4,7 @@ GO      ?= go
 BIN     ?= bin/gate
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: all build run test test-go vet lint fmt bench clean plugins
+.PHONY: all build run test test-go vet lint fmt bench clean plugins fuzz cover
 
 all: build
 
@@ -32,6 +32,35 @@ lint: vet
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./host/...
+
+# Every fuzz target, each run for FUZZTIME (go test runs one -fuzz target at
+# a time). `make fuzz FUZZTIME=2m` for a longer session; new crashers land in
+# the package's testdata/fuzz and fail plain `go test` until fixed.
+FUZZTIME ?= 10s
+FUZZ_TARGETS := \
+	./host:FuzzReceiptValidate \
+	./host/engine:FuzzValidateParams \
+	./host/httpapi:FuzzDecodeBody \
+	./host/httpapi:FuzzRoutes \
+	./host/plugin:FuzzParseManifest \
+	./host/plugin:FuzzParseFrame \
+	./host/plugin:FuzzDecodeDecision \
+	./host/plugin:FuzzFailureRecord \
+	./host/plugin:FuzzHTTPHostCall \
+	./host/sqlite:FuzzParseCursor \
+	./host/postgres:FuzzParseCursor \
+	./sdk/plugin:FuzzParseJSON \
+	./sdk/plugin:FuzzDecodeFailureRecord \
+	./sdk/worker:FuzzSpoolLoad \
+	./cmd/gate:FuzzBridgeEvents \
+	./cmd/gate:FuzzConfigFile
+
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "== $$fn ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
 
 # --- plugins (built from source with GOOS=wasip1 GOARCH=wasm) ---
 # Owned by the plugin runtime (host/plugin, issue 5). Builds every folder with
