@@ -62,6 +62,18 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	done
 
+# Coverage counted end to end: the unit tests, plus every `gate` process the
+# end-to-end tests start (built with -cover, writing to GOCOVERDIR), merged
+# with `go tool covdata`; prints per-package figures. COVER_PKGS narrows the
+# test run (default: everything, as long as `make test`).
+COVERDIR   ?= $(CURDIR)/.cover
+COVER_PKGS ?= ./...
+cover: plugins
+	rm -rf $(COVERDIR) && mkdir -p $(COVERDIR)/unit $(COVERDIR)/e2e $(COVERDIR)/merged
+	ASYNCGATE_E2E_COVERDIR=$(COVERDIR)/e2e $(GO) test -count=1 -timeout 40m -cover -coverpkg=github.com/asyncgate/asyncgate/... $(COVER_PKGS) -args -test.gocoverdir=$(COVERDIR)/unit
+	$(GO) tool covdata merge -i=$(COVERDIR)/unit,$(COVERDIR)/e2e -o $(COVERDIR)/merged
+	$(GO) tool covdata percent -i=$(COVERDIR)/merged
+
 # --- plugins (built from source with GOOS=wasip1 GOARCH=wasm) ---
 # Owned by the plugin runtime (host/plugin, issue 5). Builds every folder with
 # a manifest.json under plugins/channels and plugins/policies into plugins/dist
