@@ -8,7 +8,7 @@ export GOFLAGS ?= -buildvcs=false
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS ?= -X main.version=$(VERSION)
 
-.PHONY: all build run test test-go vet lint fmt bench bench-compare clean plugins
+.PHONY: all build run test test-go vet lint fmt bench bench-compare clean plugins fuzz cover
 
 all: build
 
@@ -50,6 +50,47 @@ bench:
 BENCH_FLAGS ?=
 bench-compare: build
 	cd bench && $(GO) run ./cmd/compare -gate ../$(BIN) $(BENCH_FLAGS)
+
+# Every fuzz target, each run for FUZZTIME (go test runs one -fuzz target at
+# a time). `make fuzz FUZZTIME=2m` for a longer session; new crashers land in
+# the package's testdata/fuzz and fail plain `go test` until fixed.
+FUZZTIME ?= 10s
+FUZZ_TARGETS := \
+	./host:FuzzReceiptValidate \
+	./host/engine:FuzzValidateParams \
+	./host/httpapi:FuzzDecodeBody \
+	./host/httpapi:FuzzRoutes \
+	./host/plugin:FuzzParseManifest \
+	./host/plugin:FuzzParseFrame \
+	./host/plugin:FuzzDecodeDecision \
+	./host/plugin:FuzzFailureRecord \
+	./host/plugin:FuzzHTTPHostCall \
+	./host/sqlite:FuzzParseCursor \
+	./host/postgres:FuzzParseCursor \
+	./sdk/plugin:FuzzParseJSON \
+	./sdk/plugin:FuzzDecodeFailureRecord \
+	./sdk/worker:FuzzSpoolLoad \
+	./cmd/gate:FuzzBridgeEvents \
+	./cmd/gate:FuzzConfigFile
+
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "== $$fn ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
+
+# Coverage counted end to end: the unit tests, plus every `gate` process the
+# end-to-end tests start (built with -cover, writing to GOCOVERDIR), merged
+# with `go tool covdata`; prints per-package figures. COVER_PKGS narrows the
+# test run (default: everything, as long as `make test`).
+COVERDIR   ?= $(CURDIR)/.cover
+COVER_PKGS ?= ./...
+cover: plugins
+	rm -rf $(COVERDIR) && mkdir -p $(COVERDIR)/unit $(COVERDIR)/e2e $(COVERDIR)/merged
+	ASYNCGATE_E2E_COVERDIR=$(COVERDIR)/e2e $(GO) test -count=1 -timeout 40m -cover -coverpkg=github.com/asyncgate/asyncgate/... $(COVER_PKGS) -args -test.gocoverdir=$(COVERDIR)/unit
+	$(GO) tool covdata merge -i=$(COVERDIR)/unit,$(COVERDIR)/e2e -o $(COVERDIR)/merged
+	$(GO) tool covdata percent -i=$(COVERDIR)/merged
 
 # --- plugins (built from source with GOOS=wasip1 GOARCH=wasm) ---
 # Owned by the plugin runtime (host/plugin, issue 5). Builds every folder with

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,8 +21,61 @@ import (
 	"github.com/asyncgate/asyncgate/host/plugin/pluginbuild"
 )
 
-// gateBin is the gate binary TestMain builds once for the end-to-end tests.
+// gateBin is the gate binary the end-to-end tests run; ensureGate builds it
+// on first use, so test runs and fuzzers that start no gate do not pay for it.
 var gateBin string
+
+// coverDirEnv names the environment variable that, when set to a folder,
+// builds the gate with coverage (go build -cover) and has every gate process
+// write its coverage counters there (GOCOVERDIR). `make cover` uses it; normal
+// runs leave it unset and build the plain binary.
+const coverDirEnv = "ASYNCGATE_E2E_COVERDIR"
+
+var (
+	buildOnce sync.Once
+	buildErr  error
+)
+
+// ensureGate builds the built-in plugins and the gate binary once per test
+// process, or fails the test.
+func ensureGate(t testing.TB) {
+	t.Helper()
+	buildOnce.Do(func() { buildErr = buildGate() })
+	if buildErr != nil {
+		t.Fatalf("building the gate: %v", buildErr)
+	}
+}
+
+func buildGate() error {
+	// The binary embeds the built-in plugins from plugins/dist: build them
+	// from source first (cached by source hash), as `make plugins` does.
+	srcs, err := pluginbuild.Sources("../../plugins")
+	if err == nil {
+		_, err = pluginbuild.BuildAll(context.Background(), srcs, "../../plugins/dist", "")
+	}
+	if err != nil {
+		return fmt.Errorf("building the built-in plugins: %w", err)
+	}
+	args := []string{"build", "-o", gateBin}
+	if dir := os.Getenv(coverDirEnv); dir != "" {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(abs, 0o755); err != nil {
+			return err
+		}
+		// Every gate process started from here on inherits it.
+		os.Setenv("GOCOVERDIR", abs)
+		args = append(args, "-cover", "-coverpkg=github.com/asyncgate/asyncgate/...")
+	}
+	build := exec.Command("go", append(args, ".")...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("building the gate binary: %w", err)
+	}
+	return nil
+}
 
 // wasmCache is the compiled-plugin cache the test gates share.
 var wasmCache string
@@ -38,21 +92,15 @@ func TestMain(m *testing.M) {
 	if c := os.Getenv("ASYNCGATE_TEST_WASM_CACHE"); c != "" {
 		wasmCache = c // kept across runs: a busy machine compiles each plugin once
 	}
-	// The binary embeds the built-in plugins from plugins/dist: build them
-	// from source first (cached by source hash), as `make plugins` does.
-	srcs, err := pluginbuild.Sources("../../plugins")
-	if err == nil {
-		_, err = pluginbuild.BuildAll(context.Background(), srcs, "../../plugins/dist", "")
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "building the built-in plugins:", err)
-		os.Exit(1)
-	}
-	build := exec.Command("go", "build", "-o", gateBin, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the gate binary:", err)
-		os.Exit(1)
+	// Build eagerly unless only fuzzing: many tests run gateBin directly.
+	flag.Parse()
+	if f := flag.Lookup("test.fuzz"); f == nil || f.Value.String() == "" {
+		buildOnce.Do(func() { buildErr = buildGate() })
+		if buildErr != nil {
+			fmt.Fprintln(os.Stderr, buildErr)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -76,6 +124,7 @@ type gateProc struct {
 // waits for its "listening" log line.
 func startGate(t *testing.T, dir string, extra ...string) *gateProc {
 	t.Helper()
+	ensureGate(t)
 	args := append([]string{"serve", "--data", dir, "--listen", "127.0.0.1:0", "--expiry-jitter", "0", "--sweep-interval", "100ms",
 		"--wasm-cache", wasmCache}, extra...)
 	cmd := exec.Command(gateBin, args...)
@@ -278,6 +327,7 @@ type offer struct {
 	LeaseID        string    `json:"lease_id"`
 	RunID          string    `json:"run_id"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	ServerTime     time.Time `json:"server_time"` // the gate's clock at the grant
 	Attempt        int       `json:"attempt"`
 	Task           struct {
 		ID     string          `json:"task_id"`
@@ -312,6 +362,7 @@ func (g *gateProc) lease(t *testing.T, key, worker string, body map[string]any) 
 // gateCLI runs the gate binary with args and returns stdout, stderr and the exit code.
 func gateCLI(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
+	ensureGate(t)
 	cmd := exec.Command(gateBin, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -105,6 +105,7 @@ func TestMCPAcceptance(t *testing.T) {
 // stdioClient starts `gate args…` as an MCP stdio server and initializes a session.
 func stdioClient(t *testing.T, args ...string) *client.Client {
 	t.Helper()
+	ensureGate(t)
 	c, err := client.NewStdioMCPClient(gateBin, nil, args...)
 	if err != nil {
 		t.Fatal(err)

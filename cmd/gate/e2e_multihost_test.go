@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,8 +63,10 @@ func postgresSchema(t *testing.T) string {
 // TestE2EMultiHostPostgres runs three `gate serve` processes on one
 // PostgreSQL database with workers spread across them, SIGKILLs one host (and
 // the workers that talk to it) mid-run, and checks that every task completes
-// exactly once, no lease is granted twice, the abandoned leases expire and are
-// leased again through the surviving hosts, and the ledger verifies.
+// exactly once, no task is leased while an earlier lease of it is live (by the
+// gates' clock), every refused completion is a lease that expired, the
+// abandoned leases expire and are leased again through the surviving hosts,
+// and the ledger verifies.
 func TestE2EMultiHostPostgres(t *testing.T) {
 	t.Parallel()
 	db := postgresSchema(t)
@@ -113,9 +116,11 @@ func TestE2EMultiHostPostgres(t *testing.T) {
 	enqueuedAt := time.Now()
 
 	var mu sync.Mutex
-	leases := map[string]string{}  // lease id -> task id: a lease granted twice would collide
+	offersOf := map[string][]offer{} // task id -> offers the workers saw
+	nLeases := 0
 	completed := map[string]int{}  // task id -> first-time completions
 	abandoned := map[string]bool{} // tasks whose lease died with host 2
+	lost := map[string]int{}       // task id -> completions refused with 409 lease_expired
 	var done atomic.Int64
 	stop := make(chan struct{})
 	var wwg sync.WaitGroup
@@ -149,14 +154,12 @@ func TestE2EMultiHostPostgres(t *testing.T) {
 					t.Errorf("lease answer %d %s", r.Status, r.Body)
 					return
 				}
+				mu.Lock()
 				for _, o := range out.Leases {
-					mu.Lock()
-					if prev, dup := leases[o.LeaseID]; dup {
-						t.Errorf("lease %s granted twice (tasks %s and %s)", o.LeaseID, prev, o.Task.ID)
-					}
-					leases[o.LeaseID] = o.Task.ID
-					mu.Unlock()
+					offersOf[o.Task.ID] = append(offersOf[o.Task.ID], o)
+					nLeases++
 				}
+				mu.Unlock()
 				for _, o := range out.Leases {
 					if _, err := tryCall("POST", g.URL+"/v1/leases/"+o.LeaseID+"/accept", keys[w], map[string]any{}); err != nil {
 						mu.Lock()
@@ -172,7 +175,20 @@ func TestE2EMultiHostPostgres(t *testing.T) {
 						continue
 					}
 					if c.Status == 409 {
-						continue // lost to expiry: the task is leased again elsewhere
+						// The only refusal a live worker may see: its 3 s lease
+						// expired under load before it completed. Any other 409
+						// is a failure; each one is checked against the task's
+						// expiry count below.
+						var eb struct {
+							Error string `json:"error"`
+						}
+						if err := json.Unmarshal(c.Body, &eb); err != nil || eb.Error != "lease_expired" {
+							t.Errorf("complete %s: 409 that is not lease_expired: %s", o.LeaseID, c.Body)
+						}
+						mu.Lock()
+						lost[o.Task.ID]++
+						mu.Unlock()
+						continue
 					}
 					var cr struct {
 						Duplicate bool `json:"duplicate"`
@@ -192,27 +208,47 @@ func TestE2EMultiHostPostgres(t *testing.T) {
 	}
 
 	// Kill host 2 (and so its workers) a third of the way through.
-	for done.Load() < tasks/3 {
-		time.Sleep(20 * time.Millisecond)
+	if !waitUntil(3*time.Minute, func() bool { return done.Load() >= tasks/3 }) {
+		close(stop)
+		wwg.Wait()
+		t.Fatalf("before the kill: %d of %d tasks completed after 3 minutes, want %d", done.Load(), tasks, tasks/3)
 	}
 	if err := gates[2].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(120 * time.Second)
-	for done.Load() < tasks && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	finished := waitUntil(4*time.Minute, func() bool { return done.Load() >= tasks })
 	close(stop)
 	wwg.Wait()
-	if done.Load() != tasks {
-		t.Fatalf("%d of %d tasks completed", done.Load(), tasks)
+	if !finished || done.Load() != tasks {
+		t.Fatalf("%d of %d tasks completed after 4 minutes", done.Load(), tasks)
 	}
 	all := 0
+	lostTotal, expiredTotal := 0, 0
 	for id := range ids {
 		all++
 		if completed[id] != 1 {
 			t.Errorf("task %s completed %d times", id, completed[id])
 		}
+		r := call(t, "GET", gates[0].URL+"/v1/tasks/"+id, admin, nil)
+		var tk struct {
+			Status        string `json:"status"`
+			LeaseExpiries int    `json:"lease_expiries"`
+			LeaseCount    int    `json:"lease_count"`
+		}
+		r.Into(t, &tk)
+		// Only the last lease completed; every earlier one expired.
+		if tk.Status != "succeeded" || tk.LeaseCount != tk.LeaseExpiries+1 {
+			t.Errorf("task %s: %+v, want succeeded with lease_count == lease_expiries + 1", id, tk)
+		}
+		if lost[id] > tk.LeaseExpiries {
+			t.Errorf("task %s: %d completions refused as lease_expired but only %d expiries", id, lost[id], tk.LeaseExpiries)
+		}
+		if seen := len(offersOf[id]); seen > tk.LeaseCount || seen == 0 {
+			t.Errorf("task %s: workers saw %d offers, the gate counted %d leases", id, seen, tk.LeaseCount)
+		}
+		checkLeaseWindows(t, id, offersOf[id])
+		lostTotal += lost[id]
+		expiredTotal += tk.LeaseExpiries
 	}
 	if all != tasks {
 		t.Fatalf("%d tasks acknowledged, want %d", all, tasks)
@@ -236,5 +272,35 @@ func TestE2EMultiHostPostgres(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("ledger verify: %d %s %s", code, out, errOut)
 	}
-	t.Logf("multi-host: %d tasks in %v after queueing, %d leases, %d abandoned with the killed host and re-leased", tasks, time.Since(enqueuedAt).Round(time.Millisecond), len(leases), reLeased)
+	t.Logf("multi-host: %d tasks in %v after queueing, %d leases, %d abandoned with the killed host and re-leased, %d completions refused as expired, %d expiries",
+		tasks, time.Since(enqueuedAt).Round(time.Millisecond), nLeases, reLeased, lostTotal, expiredTotal)
+}
+
+// checkLeaseWindows checks, by the gates' clock, that no lease of a task was
+// granted while an earlier one was live. Every lease but a task's last one
+// expired (checked beside it) and nobody heartbeats, so an earlier lease was
+// live from its grant (server_time) until its lease_expires_at.
+func checkLeaseWindows(t *testing.T, taskID string, offers []offer) {
+	t.Helper()
+	sorted := append([]offer(nil), offers...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].ServerTime.Before(sorted[j].ServerTime) })
+	for i := 1; i < len(sorted); i++ {
+		prev, cur := sorted[i-1], sorted[i]
+		if cur.ServerTime.Before(prev.LeaseExpiresAt) {
+			t.Errorf("task %s: lease %s granted at %v while lease %s (granted %v) was live until %v",
+				taskID, cur.LeaseID, cur.ServerTime, prev.LeaseID, prev.ServerTime, prev.LeaseExpiresAt)
+		}
+	}
+}
+
+// waitUntil polls cond until it holds or d has passed, and reports whether it held.
+func waitUntil(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
 }

@@ -8,10 +8,14 @@ import (
 )
 
 // TestWorkerPython runs the Python worker client's end-to-end tests
-// (sdk/python/test_worker.py) against a real gate.
+// (sdk/python/test_worker.py) against a real gate. Without python3 it skips,
+// except under CI (CI set), where that is a failure.
 func TestWorkerPython(t *testing.T) {
 	py, err := exec.LookPath("python3")
 	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("python3 is not installed (CI is set, so this fails instead of skipping): %v", err)
+		}
 		t.Skip("python3 is not installed")
 	}
 	g := startGate(t, t.TempDir())

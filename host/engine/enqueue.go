@@ -162,6 +162,18 @@ func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 		res.Task = t
 		return nil
 	})
+	if err != nil && t.IdempotencyKey != "" && host.IsCode(err, host.CodeConflict) {
+		// A concurrent enqueue with the same key committed between our lookup
+		// and our insert (another writer or host): answer with its task.
+		var old *host.Task
+		if verr := e.view(ctx, func(r store.Reader) error {
+			var err error
+			old, err = r.FindTaskByIdempotency(ctx, t.Tenant, t.Recipient, t.IdempotencyKey)
+			return err
+		}); verr == nil && old != nil {
+			res.Task, res.IsDuplicate, err = old, true, nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

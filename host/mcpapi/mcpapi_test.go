@@ -96,7 +96,9 @@ func setup(t *testing.T, cfg mcpapi.Config) *testBundle {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ch := &memChannel{m: map[string][]byte{}, acked: map[string]bool{}}
-	eng, err := engine.New(engine.Config{Store: st, Logger: log, Plugins: plugins{ch}})
+	// MaxWait well above any test's bound, so a long-poll that is not ended
+	// by Close would outlast the test's own deadline.
+	eng, err := engine.New(engine.Config{Store: st, Logger: log, Plugins: plugins{ch}, MaxWait: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,20 +285,25 @@ func TestWorkerShimRefusedForAgentKeys(t *testing.T) {
 	b := setup(t, mcpapi.Config{})
 	agent := b.connect(t, b.agent)
 	for _, name := range []string{"worker_lease_task", "worker_heartbeat_task", "worker_complete_task", "worker_fail_task"} {
-		req := mcp.CallToolRequest{}
-		req.Params.Name = name
-		req.Params.Arguments = map[string]any{"task_id": "T-x", "run_id": "lease-x"}
-		res, err := agent.CallTool(context.Background(), req)
-		if err == nil && !res.IsError {
-			t.Errorf("%s with an agent key: %s", name, text(res))
-		}
+		hidden(t, agent, name, map[string]any{"task_id": "T-x", "run_id": "lease-x"})
 	}
 	worker := b.connect(t, b.worker)
+	hidden(t, worker, "queue_task", map[string]any{"task_type": "echo"})
+}
+
+// hidden calls a tool the caller's role may not use: the role filter hides it,
+// so the call is refused as an unknown tool (a JSON-RPC error), never run.
+func hidden(t *testing.T, c *client.Client, name string, args map[string]any) {
+	t.Helper()
 	req := mcp.CallToolRequest{}
-	req.Params.Name = "queue_task"
-	req.Params.Arguments = map[string]any{"task_type": "echo"}
-	if res, err := worker.CallTool(context.Background(), req); err == nil && !res.IsError {
-		t.Errorf("queue_task with a worker key: %s", text(res))
+	req.Params.Name = name
+	req.Params.Arguments = args
+	res, err := c.CallTool(context.Background(), req)
+	if err == nil {
+		t.Fatalf("%s: want it refused as an unknown tool, got result %s", name, text(res))
+	}
+	if want := "tool '" + name + "' not found"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("%s: got error %q, want one saying %q", name, err, want)
 	}
 }
 
@@ -656,24 +663,46 @@ func TestErrorCodes(t *testing.T) {
 // TestLeaseWaitEndsOnClose checks that a worker's long-poll ends when the
 // gate begins to shut down, with "no task" rather than an error.
 func TestLeaseWaitEndsOnClose(t *testing.T) {
-	b := setup(t, mcpapi.Config{MaxLeaseWait: time.Minute})
+	b := setup(t, mcpapi.Config{MaxLeaseWait: 10 * time.Minute})
 	worker := b.connect(t, b.worker)
 	done := make(chan *mcp.CallToolResult, 1)
 	go func() {
 		req := mcp.CallToolRequest{}
 		req.Params.Name = "worker_lease_task"
-		req.Params.Arguments = map[string]any{"wait_seconds": 60}
+		req.Params.Arguments = map[string]any{"wait_seconds": 600}
 		res, err := worker.CallTool(context.Background(), req)
 		if err != nil {
 			res = mcp.NewToolResultError(err.Error())
 		}
 		done <- res
 	}()
-	time.Sleep(200 * time.Millisecond) // let the call park; the outcome is the same either way
+	// The lease call records the worker before it parks: wait for that, so
+	// Close finds the call inside the engine (a call that came after Close
+	// would end at once too, so this is not a race on the outcome).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ws, err := b.eng.Workers(context.Background(), "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ws) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lease call did not reach the engine within 30 s (worker echo.w1 never seen)")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	b.mcp.Close()
-	res := <-done
-	if res.IsError || !strings.Contains(text(res), "No task") {
-		t.Fatalf("lease after Close: %s", text(res))
+	// Bounded far under the 600 s lease wait: a Close that does not end the
+	// long-poll fails here instead of answering "no task" when the wait runs out.
+	select {
+	case res := <-done:
+		if res.IsError || !strings.Contains(text(res), "No task") {
+			t.Fatalf("lease after Close: %s", text(res))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the 600 s long-poll was still parked 30 s after Close")
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -91,9 +92,8 @@ func TestMultiHost(t *testing.T) {
 
 	var (
 		mu         sync.Mutex
-		offersOf   = map[string]int{}    // task -> offers granted
-		leaseSeen  = map[string]string{} // lease -> task
-		completed  = map[string]int{}    // task -> successful, non-duplicate completions
+		offersOf   = map[string][]host.Offer{} // task -> offers granted, in the order workers saw them
+		completed  = map[string]int{}          // task -> successful, non-duplicate completions
 		doneCount  atomic.Int64
 		dropped    atomic.Int64 // leases the killed host's workers abandoned
 		killed     = make(chan struct{})
@@ -105,11 +105,7 @@ func TestMultiHost(t *testing.T) {
 	record := func(o host.Offer) error {
 		mu.Lock()
 		defer mu.Unlock()
-		if prev, dup := leaseSeen[o.LeaseID]; dup {
-			return fmt.Errorf("lease %s granted twice (tasks %s and %s)", o.LeaseID, prev, o.Task.ID)
-		}
-		leaseSeen[o.LeaseID] = o.Task.ID
-		offersOf[o.Task.ID]++
+		offersOf[o.Task.ID] = append(offersOf[o.Task.ID], o)
 		return nil
 	}
 	worker := func(h *gateHost, id string, victim bool) {
@@ -205,9 +201,20 @@ func TestMultiHost(t *testing.T) {
 	select {
 	case <-killed:
 	case err := <-errs:
+		finishOnce.Do(func() { close(allDone) })
 		t.Fatal(err)
+	case <-time.After(4 * time.Minute):
+		finishOnce.Do(func() { close(allDone) })
+		t.Fatalf("after 4 minutes only %d of the %d completions that trigger the kill", doneCount.Load(), killAfterDone)
 	}
-	victims.Wait()
+	victimsDone := make(chan struct{})
+	go func() { victims.Wait(); close(victimsDone) }()
+	select {
+	case <-victimsDone:
+	case <-time.After(time.Minute):
+		finishOnce.Do(func() { close(allDone) })
+		t.Fatal("host c's workers did not stop within a minute of the kill")
+	}
 	hosts[2].eng.Close()
 	hosts[2].st.Close()
 
@@ -218,9 +225,9 @@ func TestMultiHost(t *testing.T) {
 	case err := <-errs:
 		finishOnce.Do(func() { close(allDone) })
 		t.Fatal(err)
-	case <-time.After(90 * time.Second):
+	case <-time.After(4 * time.Minute):
 		finishOnce.Do(func() { close(allDone) })
-		t.Fatalf("only %d of %d tasks completed", doneCount.Load(), tasks)
+		t.Fatalf("after 4 minutes only %d of %d tasks completed", doneCount.Load(), tasks)
 	}
 	select {
 	case err := <-errs:
@@ -251,9 +258,10 @@ func TestMultiHost(t *testing.T) {
 			if tk.LeaseCount != tk.LeaseExpiries+1 {
 				t.Errorf("task %s: %d leases but %d expiries: a lease was granted while another was live", tk.ID, tk.LeaseCount, tk.LeaseExpiries)
 			}
-			if offersOf[tk.ID] != tk.LeaseCount {
-				t.Errorf("task %s: workers saw %d offers, the store counted %d leases", tk.ID, offersOf[tk.ID], tk.LeaseCount)
+			if len(offersOf[tk.ID]) != tk.LeaseCount {
+				t.Errorf("task %s: workers saw %d offers, the store counted %d leases", tk.ID, len(offersOf[tk.ID]), tk.LeaseCount)
 			}
+			checkLeaseWindows(t, tk, offersOf[tk.ID])
 			expired += tk.LeaseExpiries
 		}
 		if next == "" {
@@ -461,5 +469,23 @@ func TestHeadContention(t *testing.T) {
 	want := int64(3 * (per - (per+6)/7))
 	if !rep.OK || rep.Receipts != want || rep.Chains < 3 {
 		t.Fatalf("ledger: %+v, want %d receipts in a chain per writer", rep, want)
+	}
+}
+
+// checkLeaseWindows checks, by the gates' clock, that no lease of a task was
+// granted while an earlier one was live. In this test only the last lease of a
+// task completes and every earlier one expired (lease_count ==
+// lease_expiries + 1, checked beside it) and nobody heartbeats, so an earlier
+// lease was live from its grant (server_time) until lease_expires_at.
+func checkLeaseWindows(t *testing.T, tk *host.Task, offers []host.Offer) {
+	t.Helper()
+	sorted := append([]host.Offer(nil), offers...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].ServerTime.Before(sorted[j].ServerTime) })
+	for i := 1; i < len(sorted); i++ {
+		prev, cur := sorted[i-1], sorted[i]
+		if cur.ServerTime.Before(prev.LeaseExpiresAt) {
+			t.Errorf("task %s: lease %s granted at %v while lease %s (granted %v) was live until %v",
+				tk.ID, cur.LeaseID, cur.ServerTime, prev.LeaseID, prev.ServerTime, prev.LeaseExpiresAt)
+		}
 	}
 }

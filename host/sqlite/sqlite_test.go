@@ -20,3 +20,7 @@ func openTemp(t testing.TB) store.Store {
 }
 
 func TestConformance(t *testing.T) { storetest.Run(t, openTemp) }
+
+// TestFaults fails each write path at each step through a fault-injecting
+// wrapper and checks nothing diverges (storetest.RunFaults).
+func TestFaults(t *testing.T) { storetest.RunFaults(t, openTemp) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,10 +24,14 @@ func testHammer(t *testing.T, b *Bundle) {
 	tt := host.NewTaskType("hammer")
 	tt.Tenant, tt.LeaseSeconds, tt.RequeueDelaySeconds, tt.MaxLeaseExpiries, tt.DefaultMaxRetries = "acme", 20, 1, 1000, 2
 	b.MustPutType(t, tt)
-	ctx, cancel := context.WithTimeout(b.Ctx, 20*time.Second)
+	// Generous: the run ends as soon as every task is finished; the deadline
+	// only bounds a run that would otherwise hang.
+	const runFor = 3 * time.Minute
+	ctx, cancel := context.WithTimeout(b.Ctx, runFor)
 	defer cancel()
 
 	var ids sync.Map
+	book := newLeaseBook()
 	var wg sync.WaitGroup
 	var stop atomic.Bool
 	var violations atomic.Int64
@@ -98,6 +103,9 @@ func testHammer(t *testing.T, b *Bundle) {
 					time.Sleep(time.Millisecond)
 				}
 				for _, o := range offers {
+					book.granted(o)
+				}
+				for _, o := range offers {
 					call := engine.WorkerCall{Tenant: "acme", WorkerID: worker, LeaseID: o.LeaseID}
 					expiry := o.LeaseExpiresAt
 					if _, _, err := b.Engine.Accept(ctx, call); !okCode(err) {
@@ -110,6 +118,7 @@ func testHammer(t *testing.T, b *Bundle) {
 						}
 						if err == nil {
 							expiry = hb.LeaseExpiresAt
+							book.extended(o.LeaseID, hb.LeaseExpiresAt)
 						}
 					}
 					before := b.Clock.Now()
@@ -120,6 +129,7 @@ func testHammer(t *testing.T, b *Bundle) {
 							report("complete: %v", err)
 						}
 						if err == nil {
+							book.ended(o.LeaseID, res.Task.UpdatedAt)
 							if !before.Before(expiry) {
 								report("completion accepted after expiry: %s at %v, expiry %v", o.LeaseID, before, expiry)
 							}
@@ -128,12 +138,20 @@ func testHammer(t *testing.T, b *Bundle) {
 							}
 						}
 					case r < 14:
-						if _, err := b.Engine.Fail(ctx, engine.FailRequest{WorkerCall: call, Error: "flaky", Retryable: r != 13}); !okCode(err) {
+						fr, err := b.Engine.Fail(ctx, engine.FailRequest{WorkerCall: call, Error: "flaky", Retryable: r != 13})
+						if !okCode(err) {
 							report("fail: %v", err)
 						}
+						if err == nil {
+							book.ended(o.LeaseID, fr.Task.UpdatedAt)
+						}
 					case r < 16:
-						if _, err := b.Engine.Release(ctx, call, "hammer"); !okCode(err) {
+						tk, err := b.Engine.Release(ctx, call, "hammer")
+						if !okCode(err) {
 							report("release: %v", err)
+						}
+						if err == nil && tk != nil {
+							book.released(o.LeaseID, tk.UpdatedAt)
 						}
 					default:
 						// Abandon: the lease expires.
@@ -143,20 +161,153 @@ func testHammer(t *testing.T, b *Bundle) {
 		}()
 	}
 	// Run until every task is finished or time is up.
+	var left store.QueueStats
 	for ctx.Err() == nil {
 		time.Sleep(50 * time.Millisecond)
 		qs, err := b.Engine.Stats(ctx, "acme")
-		if err == nil && qs.ByState[host.StateQueued]+qs.ByState[host.StateLeased] == 0 && countIDs(&ids) == tasks {
-			break
+		if err == nil {
+			left = qs
+			if qs.ByState[host.StateQueued]+qs.ByState[host.StateLeased] == 0 && countIDs(&ids) == tasks {
+				break
+			}
 		}
 	}
+	timedOut := ctx.Err() != nil
 	stop.Store(true)
 	cancel()
 	wg.Wait()
-	if violations.Load() > 0 {
+	if timedOut {
+		t.Errorf("after %v, %d of %d tasks queued, %d still queued and %d leased", runFor, countIDs(&ids), tasks,
+			left.ByState[host.StateQueued], left.ByState[host.StateLeased])
+	}
+	if violations.Load() > 0 || timedOut {
 		return
 	}
 	checkInvariants(t, b, &ids)
+	checkLeases(t, b, &ids, book)
+}
+
+// leaseBook records, per task, every lease the workers were granted: when it
+// was granted and when it ended by the server clock (the time of the call that
+// ended it, or its last expiry), and how many leases a release ended.
+type leaseBook struct {
+	mu       sync.Mutex
+	byLease  map[string]*leaseWindow
+	byTask   map[string][]*leaseWindow
+	releases map[string]int
+}
+
+type leaseWindow struct {
+	id            string
+	grantedAt     time.Time
+	expiresAt     time.Time
+	endedAt       *time.Time // set when a worker call ended it
+	grantedAgain  bool
+	grantedTaskID string
+}
+
+func newLeaseBook() *leaseBook {
+	return &leaseBook{byLease: map[string]*leaseWindow{}, byTask: map[string][]*leaseWindow{}, releases: map[string]int{}}
+}
+
+func (lb *leaseBook) granted(o host.Offer) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if w, dup := lb.byLease[o.LeaseID]; dup {
+		w.grantedAgain = true
+		return
+	}
+	w := &leaseWindow{id: o.LeaseID, grantedAt: o.ServerTime, expiresAt: o.LeaseExpiresAt, grantedTaskID: o.Task.ID}
+	lb.byLease[o.LeaseID] = w
+	lb.byTask[o.Task.ID] = append(lb.byTask[o.Task.ID], w)
+}
+
+func (lb *leaseBook) extended(leaseID string, to time.Time) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if w := lb.byLease[leaseID]; w != nil && to.After(w.expiresAt) {
+		w.expiresAt = to
+	}
+}
+
+func (lb *leaseBook) ended(leaseID string, at time.Time) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if w := lb.byLease[leaseID]; w != nil {
+		w.endedAt = &at
+	}
+}
+
+func (lb *leaseBook) released(leaseID string, at time.Time) {
+	lb.ended(leaseID, at)
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if w := lb.byLease[leaseID]; w != nil {
+		lb.releases[w.grantedTaskID]++
+	}
+}
+
+// end is when the lease stopped being live: the call that ended it, or its
+// (last extended) expiry, whichever came first.
+func (w *leaseWindow) end() time.Time {
+	if w.endedAt != nil && w.endedAt.Before(w.expiresAt) {
+		return *w.endedAt
+	}
+	return w.expiresAt
+}
+
+// checkLeases checks that no task was offered while an earlier lease of it was
+// live, and that every lease granted is accounted for by exactly one way a
+// lease ends: lease_count == lease_expiries + attempts (failures) + releases +
+// 1 for the lease that completed. (A cancel during a lease ends it through one
+// of these too: the worker's fail or release, or the sweeper's expiry.)
+func checkLeases(t *testing.T, b *Bundle, ids *sync.Map, lb *leaseBook) {
+	t.Helper()
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	leases := 0
+	ids.Range(func(k, _ any) bool {
+		id := k.(string)
+		tk := b.Task(t, id)
+		ws := lb.byTask[id]
+		leases += len(ws)
+		if len(ws) != tk.LeaseCount {
+			t.Errorf("task %s: workers were granted %d leases, the store counted %d", id, len(ws), tk.LeaseCount)
+		}
+		succeeded := 0
+		if tk.State == host.StateSucceeded {
+			succeeded = 1
+		}
+		if want := tk.LeaseExpiries + tk.Attempts + lb.releases[id] + succeeded; tk.LeaseCount != want {
+			t.Errorf("task %s (%s): lease_count %d != lease_expiries %d + attempts %d + releases %d + %d completed: a lease ended uncounted or was granted while another was live",
+				id, tk.State, tk.LeaseCount, tk.LeaseExpiries, tk.Attempts, lb.releases[id], succeeded)
+		}
+		// In grant order (ties: the one that ended first), each lease was
+		// granted no earlier than the previous one ended.
+		sort.SliceStable(ws, func(i, j int) bool {
+			if !ws[i].grantedAt.Equal(ws[j].grantedAt) {
+				return ws[i].grantedAt.Before(ws[j].grantedAt)
+			}
+			return ws[i].end().Before(ws[j].end())
+		})
+		for i := 1; i < len(ws); i++ {
+			prev, cur := ws[i-1], ws[i]
+			if cur.grantedAt.Before(prev.end()) {
+				t.Errorf("task %s: lease %s granted at %v while lease %s (granted %v) was live until %v",
+					id, cur.id, cur.grantedAt, prev.id, prev.grantedAt, prev.end())
+			}
+		}
+		for _, w := range ws {
+			if w.grantedAgain {
+				t.Errorf("task %s: lease id %s was offered twice", id, w.id)
+			}
+		}
+		return true
+	})
+	if leases == 0 {
+		t.Error("no lease was granted: the hammer did not exercise leasing")
+	}
+	t.Logf("hammer: %d leases checked for overlap", leases)
 }
 
 func countIDs(m *sync.Map) int {
@@ -227,8 +378,8 @@ func checkInvariants(t *testing.T, b *Bundle, ids *sync.Map) {
 		}
 		return true
 	})
-	if finished == 0 {
-		t.Errorf("no task finished: the hammer did not exercise the engine")
+	if n := countIDs(ids); finished != n {
+		t.Errorf("%d of %d tasks finished: every task must end (succeeded, canceled or dead letter)", finished, n)
 	}
 	t.Logf("hammer: %d tasks, %d finished", countIDs(ids), finished)
 }

@@ -169,6 +169,19 @@ func (b *Bundle) Verify(t testing.TB) *engine.VerifyReport {
 	return rep
 }
 
+// NoOffers fails the test unless a lease call succeeds and offers nothing:
+// an error is not "no work".
+func (b *Bundle) NoOffers(t testing.TB, req engine.LeaseRequest, why string) {
+	t.Helper()
+	offers, err := b.Engine.Lease(b.Ctx, req)
+	if err != nil {
+		t.Fatalf("%s: lease failed instead of offering nothing: %v", why, err)
+	}
+	if len(offers) != 0 {
+		t.Fatalf("%s: got %d offers, first for task %s", why, len(offers), offers[0].Task.ID)
+	}
+}
+
 // WantCode fails the test unless err carries code.
 func WantCode(t testing.TB, err error, code string) {
 	t.Helper()

@@ -1,0 +1,142 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/sqlite"
+	"github.com/asyncgate/asyncgate/host/store/faultstore"
+)
+
+// TestServeHealthAndShutdown runs the server on a real listener: /healthz
+// answers while the process runs, /readyz follows the store (503
+// database_unavailable while it fails), and Shutdown ends a parked long-poll
+// with 204, makes Serve return nil and stops accepting connections.
+func TestServeHealthAndShutdown(t *testing.T) {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := faultstore.New(st, nil)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	eng, err := engine.New(engine.Config{Store: fs, Logger: log, MaxWait: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close(); st.Close() })
+	srv, err := New(Config{Engine: eng, Logger: log, AuthCacheTTL: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	wk, err := CreateKey(ctx, st, NewKeyRequest{Role: engine.RoleWorker, Principal: "echo.w1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.PutTaskType(ctx, host.NewTaskType("echo")); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	get := func(path string) (int, map[string]any) {
+		t.Helper()
+		resp, err := http.Get(url + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&m)
+		return resp.StatusCode, m
+	}
+	if code, m := get("/healthz"); code != 200 || m["status"] != "ok" {
+		t.Fatalf("healthz: %d %v", code, m)
+	}
+	if code, m := get("/readyz"); code != 200 || m["status"] != "ready" || m["database"] != "sqlite" {
+		t.Fatalf("readyz: %d %v", code, m)
+	}
+	fs.SetPlan(func(op faultstore.Op) faultstore.Fault {
+		if op.Step == faultstore.Ping {
+			return faultstore.Fault{Step: faultstore.Ping}
+		}
+		return faultstore.Fault{}
+	})
+	if code, m := get("/readyz"); code != 503 || m["error"] != host.CodeDatabaseUnavailable {
+		t.Fatalf("readyz with a failing store: %d %v", code, m)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("healthz with a failing store: %d, want 200 (the process runs)", code)
+	}
+	fs.SetPlan(nil)
+
+	// A long-poll parks (the worker is recorded before it waits)...
+	polled := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/leases", strings.NewReader(`{"worker_id":"echo.w1","wait_seconds":600}`))
+		req.Header.Set("Authorization", "Bearer "+wk.APIKey)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			polled <- -1
+			return
+		}
+		resp.Body.Close()
+		polled <- resp.StatusCode
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ws, err := eng.Workers(ctx, "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ws) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the long-poll did not reach the engine within 30 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// ...and Shutdown ends it long before its 600 s wait.
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	select {
+	case code := <-polled:
+		if code != http.StatusNoContent {
+			t.Fatalf("long-poll during shutdown answered %d, want 204", code)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the long-poll was still open 30 s after Shutdown returned")
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve after Shutdown: %v, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serve did not return within 30 s of Shutdown")
+	}
+	if resp, err := http.Get(url + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a request after Shutdown was answered %d", resp.StatusCode)
+	}
+}

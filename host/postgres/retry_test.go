@@ -1,0 +1,124 @@
+package postgres
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/jackc/pgx/v5"
+)
+
+// TestWriterRetriesDeadlock makes the writer's batch transaction the victim
+// of a real deadlock with another session: the writer must classify the
+// error as retryable and run the batch again, and the caller must see its
+// update succeed once.
+func TestWriterRetriesDeadlock(t *testing.T) {
+	schema := newSchema(t)
+	st := openIn(t, schema, Options{})
+	ctx := context.Background()
+	put := func(tx store.Tx, name, note string) error {
+		tt := host.NewTaskType(name)
+		tt.Tenant, tt.Description = "acme", note
+		return tx.PutTaskType(ctx, &tt)
+	}
+	if err := st.Update(ctx, func(tx store.Tx) error {
+		if err := put(tx, "a", "start"); err != nil {
+			return err
+		}
+		return put(tx, "b", "start")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := pgx.Connect(ctx, testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
+	tbl := pgx.Identifier{schema, "task_types"}.Sanitize()
+	// The other session waits long before it looks for deadlocks, so the
+	// writer (default 1 s) finds the cycle and is the one rolled back.
+	var otherPID uint32
+	if err := other.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&otherPID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec(ctx, `SET deadlock_timeout = '60s'`); err != nil {
+		t.Fatal(err)
+	}
+	otherDone := make(chan error, 1)
+	var attempts atomic.Int32
+	err = st.Update(ctx, func(tx store.Tx) error {
+		if attempts.Add(1) > 1 {
+			if err := put(tx, "a", "writer"); err != nil {
+				return err
+			}
+			return put(tx, "b", "writer")
+		}
+		if err := put(tx, "a", "writer"); err != nil { // the writer holds a
+			return err
+		}
+		otx, err := other.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := otx.Exec(ctx, `UPDATE `+tbl+` SET name = name WHERE tenant = 'acme' AND name = 'b'`); err != nil {
+			return err // the other session holds b
+		}
+		go func() { // ... and waits for a
+			_, err := otx.Exec(ctx, `UPDATE `+tbl+` SET name = name WHERE tenant = 'acme' AND name = 'a'`)
+			if err == nil {
+				err = otx.Commit(ctx)
+			}
+			otherDone <- err
+		}()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var wait *string
+			if err := st.pool.QueryRow(ctx, `SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1`, int32(otherPID)).Scan(&wait); err != nil {
+				return err
+			}
+			if wait != nil && *wait == "Lock" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Error("the other session was not waiting for the writer's lock within 30 s")
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return put(tx, "b", "writer") // the writer waits for b: a cycle
+	})
+	if err != nil {
+		t.Fatalf("update after a deadlock: %v, want it rerun and committed", err)
+	}
+	select {
+	case err := <-otherDone:
+		if err != nil {
+			t.Fatalf("the other session: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the other session did not finish within 30 s")
+	}
+	if n := attempts.Load(); n < 2 {
+		t.Fatalf("fn ran %d times, want a rerun after the deadlock", n)
+	}
+	if st.BatchRetries() == 0 {
+		t.Error("the writer did not count a batch retry")
+	}
+	if err := st.View(ctx, func(r store.Reader) error {
+		for _, name := range []string{"a", "b"} {
+			tt, err := r.GetTaskType(ctx, "acme", name)
+			if err != nil {
+				return err
+			}
+			if tt.Description != "writer" {
+				t.Errorf("task type %s: %q, want the writer's rerun", name, tt.Description)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

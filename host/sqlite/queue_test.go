@@ -1,0 +1,86 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// TestUpdateCanceledWhileQueued queues an update behind one that holds the
+// writer, cancels it while it waits, and checks that it reports the
+// cancellation and wrote nothing, while the update ahead of it and the ones
+// after it commit as usual.
+func TestUpdateCanceledWhileQueued(t *testing.T) {
+	st, err := Open(filepath.Join(t.TempDir(), "gate.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ctx := context.Background()
+	put := func(name string) func(store.Tx) error {
+		return func(tx store.Tx) error {
+			tt := host.NewTaskType(name)
+			tt.Tenant = "acme"
+			return tx.PutTaskType(ctx, &tt)
+		}
+	}
+	hold, holding := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- st.Update(ctx, func(tx store.Tx) error {
+			close(holding)
+			<-hold
+			return put("first")(tx)
+		})
+	}()
+	select {
+	case <-holding:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first update did not start within 30 s")
+	}
+	qctx, cancel := context.WithCancel(ctx)
+	queued := make(chan error, 1)
+	go func() { queued <- st.Update(qctx, put("canceled")) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(st.reqs) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the second update was not queued within 30 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	close(hold)
+	for name, ch := range map[string]chan error{"first": first, "queued": queued} {
+		select {
+		case err := <-ch:
+			switch {
+			case name == "first" && err != nil:
+				t.Fatalf("the update holding the writer failed: %v", err)
+			case name == "queued" && !errors.Is(err, context.Canceled):
+				t.Fatalf("the update canceled while queued returned %v, want context.Canceled", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("update %q did not return within 30 s", name)
+		}
+	}
+	if err := st.Update(ctx, put("after")); err != nil {
+		t.Fatalf("an update after the canceled one: %v", err)
+	}
+	err = st.View(ctx, func(r store.Reader) error {
+		for name, want := range map[string]bool{"first": true, "canceled": false, "after": true} {
+			_, err := r.GetTaskType(ctx, "acme", name)
+			if got := err == nil; got != want {
+				t.Errorf("task type %q stored: %v, want %v (%v)", name, got, want, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
