@@ -23,6 +23,7 @@ func Run(t *testing.T, open Opener) {
 	}{
 		{"EnqueueWritesAssignedObligation", testEnqueue},
 		{"EnqueueIdempotency", testIdempotency},
+		{"EnqueueIdempotencyConflict", testIdempotencyConflict},
 		{"EnqueueRefusesBadInput", testEnqueueBadInput},
 		{"EnqueueDelayedStart", testDelayed},
 		{"LeaseOrderAndBatch", testLeaseOrder},
@@ -114,6 +115,45 @@ func testIdempotency(t *testing.T, b *Bundle) {
 		if id != ids[0] {
 			t.Fatalf("concurrent idempotent enqueues made different tasks: %v", ids)
 		}
+	}
+}
+
+func testIdempotencyConflict(t *testing.T, b *Bundle) {
+	req := engine.EnqueueRequest{TaskType: "work", IdempotencyKey: "k2", Priority: 7, Summary: "s",
+		Params: json.RawMessage(`{"n":1,"tags":{"b":2,"a":[1,"x"]}}`)}
+	first, err := b.Engine.Enqueue(b.Ctx, b.Agent, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same task, params spelled with other key order and whitespace: the first task.
+	same := req
+	same.Params = json.RawMessage(`{ "tags": {"a": [1, "x"], "b": 2}, "n": 1 }`)
+	same.DelaySeconds = 5 // start times are not compared
+	dup, err := b.Engine.Enqueue(b.Ctx, b.Agent, same)
+	if err != nil || !dup.IsDuplicate || dup.TaskID != first.TaskID {
+		t.Fatalf("same request under the same key = %+v, %v; want the first task %s", dup, err, first.TaskID)
+	}
+	for name, mod := range map[string]func(r *engine.EnqueueRequest){
+		"params":       func(r *engine.EnqueueRequest) { r.Params = json.RawMessage(`{"n":2,"tags":{"b":2,"a":[1,"x"]}}`) },
+		"task_type":    func(r *engine.EnqueueRequest) { r.TaskType = "other" },
+		"priority":     func(r *engine.EnqueueRequest) { r.Priority = 0 },
+		"max_retries":  func(r *engine.EnqueueRequest) { r.MaxRetries = new(int) },
+		"task_summary": func(r *engine.EnqueueRequest) { r.Summary = "t" },
+	} {
+		r := req
+		mod(&r)
+		_, err := b.Engine.Enqueue(b.Ctx, b.Agent, r)
+		WantCode(t, err, host.CodeIdempotencyConflict)
+		if !contains(err.Error(), name) || !contains(err.Error(), first.TaskID) {
+			t.Fatalf("conflict on %s does not name the field and the task: %v", name, err)
+		}
+	}
+	tasks, _, err := b.Engine.ListTasks(b.Ctx, b.Admin, store.TaskFilter{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tasks) != 1 {
+		t.Fatalf("conflicting enqueues wrote tasks: %d tasks", len(tasks))
 	}
 }
 
