@@ -112,7 +112,11 @@ type Task struct {
 	WorkerID       string     `json:"worker_id,omitempty"`
 	LeasedAt       *time.Time `json:"leased_at,omitempty"`
 	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
-	AcceptedAt     *time.Time `json:"accepted_at,omitempty"`
+	// LeaseSeconds is the TTL the current lease was granted with; a heartbeat
+	// without extend_lease_seconds extends the lease by it from the server's
+	// now (KLIS-3 §3.2). 0 on leases granted before it was recorded.
+	LeaseSeconds int        `json:"lease_seconds,omitempty"`
+	AcceptedAt   *time.Time `json:"accepted_at,omitempty"`
 	// AcceptReceipt is the task.accepted receipt of the current attempt.
 	AcceptReceipt   string `json:"accept_receipt_id,omitempty"`
 	CancelRequested bool   `json:"cancel_requested"`

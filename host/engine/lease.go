@@ -122,6 +122,7 @@ func (e *Engine) claim(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 				t.WorkerID = req.WorkerID
 				t.LeasedAt = ptr(now)
 				t.LeaseExpiresAt = ptr(now.Add(time.Duration(secs) * time.Second))
+				t.LeaseSeconds = secs
 				t.AcceptedAt, t.AcceptReceipt = nil, ""
 				t.LeaseCount++
 				t.UpdatedAt = now
@@ -295,8 +296,9 @@ type HeartbeatRequest struct {
 	WorkerCall
 	ProgressPercent *float64
 	ProgressMessage string
-	// ExtendSeconds is the new lease length from now; 0 means the task type's
-	// lease_seconds. Either is capped by Config.MaxLeaseSeconds.
+	// ExtendSeconds is the new lease length from now; 0 means the lease's own
+	// TTL, the length it was granted with (KLIS-3 §3.2). Either is capped by
+	// Config.MaxLeaseSeconds.
 	ExtendSeconds int
 }
 
@@ -330,6 +332,10 @@ func (e *Engine) Heartbeat(ctx context.Context, req HeartbeatRequest) (*Heartbea
 		}
 		ext := req.ExtendSeconds
 		if ext == 0 {
+			ext = t.LeaseSeconds
+		}
+		if ext == 0 {
+			// A lease granted before its TTL was recorded: the task type's length.
 			ext = int(t.LeaseExpiresAt.Sub(*t.LeasedAt).Seconds())
 			if ct, err := e.types.getIn(ctx, tx, t.Tenant, t.Type); err == nil {
 				ext = ct.tt.LeaseSeconds
