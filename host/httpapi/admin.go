@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -53,6 +55,46 @@ func (s *Server) putTaskType(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// patchTaskType is PATCH /v1/admin/task-types/{name}: a JSON merge patch
+// (RFC 7386) of the task type. Fields the patch leaves out keep their values;
+// null resets a field to its default.
+func (s *Server) patchTaskType(c echo.Context) error {
+	tenant, err := adminTenant(c, "")
+	if err != nil {
+		return err
+	}
+	b, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	var p map[string]json.RawMessage
+	if err := decodeBody(b, &p, lenient); err != nil {
+		return err
+	}
+	if p == nil {
+		return badRequest("the request body must be a JSON merge patch object")
+	}
+	out, err := s.eng.PatchTaskType(c.Request().Context(), tenant, c.Param("name"), bytes.TrimSpace(b))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// deleteTaskType is DELETE /v1/admin/task-types/{name}: 409 conflict while
+// the type has queued or leased tasks.
+func (s *Server) deleteTaskType(c echo.Context) error {
+	tenant, err := adminTenant(c, "")
+	if err != nil {
+		return err
+	}
+	name := c.Param("name")
+	if err := s.eng.DeleteTaskType(c.Request().Context(), tenant, name); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"task_type": name, "tenant": tenant, "status": "deleted"})
 }
 
 // getTaskType is GET /v1/admin/task-types/{name}.

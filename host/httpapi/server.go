@@ -60,6 +60,8 @@ type Server struct {
 	metrics *Metrics
 	extra   []func(*echo.Echo, echo.MiddlewareFunc)
 
+	methods routeMethods
+
 	hs       *http.Server
 	drain    context.Context // done when shutdown begins: ends long-polls
 	endDrain context.CancelFunc
@@ -192,7 +194,7 @@ func (s *Server) routes() {
 		}
 	}
 	e.RouteNotFound("/*", func(c echo.Context) error {
-		return host.Errorf(host.CodeNotFound, "no route %s %s", c.Request().Method, c.Request().URL.Path)
+		return echo.ErrNotFound // the error handler tells 404 from 405
 	})
 
 	// Worker API, canonical.
@@ -237,6 +239,8 @@ func (s *Server) routes() {
 	// Operator API.
 	a := e.Group("/v1/admin", auth, admins)
 	a.PUT("/task-types/:name", s.putTaskType)
+	a.PATCH("/task-types/:name", s.patchTaskType)
+	a.DELETE("/task-types/:name", s.deleteTaskType)
 	a.GET("/task-types", s.listTaskTypes)
 	a.GET("/task-types/:name", s.getTaskType)
 	a.POST("/keys", s.createKey)

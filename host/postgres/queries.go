@@ -522,6 +522,18 @@ ON CONFLICT (tenant, name) DO UPDATE SET body = excluded.body`, tt.Tenant, tt.Na
 	return err
 }
 
+// DeleteTaskType implements store.Tx.
+func (w *writeTx) DeleteTaskType(ctx context.Context, tenant, name string) error {
+	n, err := w.ss.exec(w.c(ctx), `DELETE FROM task_types WHERE tenant = $1 AND name = $2`, tenant, name)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return notFound("task type", name)
+	}
+	return nil
+}
+
 // --- receipts
 
 const receiptCols = `seq, id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key, created_at, prev_hash, hash`

@@ -571,6 +571,21 @@ func (w *writeTx) PutTaskType(ctx context.Context, tt *host.TaskType) error {
 	return err
 }
 
+// DeleteTaskType implements store.Tx.
+func (w *writeTx) DeleteTaskType(ctx context.Context, tenant, name string) error {
+	res, err := w.exec(ctx, `DELETE FROM task_types WHERE tenant = ? AND name = ?`, tenant, name)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		if err != nil {
+			return err
+		}
+		return notFound("task type", name)
+	}
+	return nil
+}
+
 // --- receipts
 
 const receiptCols = `seq, id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key, created_at, prev_hash, hash`
