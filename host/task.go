@@ -302,6 +302,14 @@ func NewTaskType(name string) TaskType {
 	return tt
 }
 
+// PrincipalPattern is what a principal (an API key's principal, a policy's
+// escalate_to) must match: no spaces, control characters or newlines, at
+// most 200 characters.
+var PrincipalPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:@\-]{0,199}$`)
+
+// ValidPrincipal reports whether p is a well-formed principal.
+func ValidPrincipal(p string) bool { return PrincipalPattern.MatchString(p) }
+
 var workerIDPattern = regexp.MustCompile(`^[A-Za-z0-9_\-]+\.[A-Za-z0-9_.:\-]+$`)
 
 // ValidWorkerID reports whether id has the Lease Protocol's {type}.{instance} form.
