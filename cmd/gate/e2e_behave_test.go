@@ -69,3 +69,100 @@ func TestE2EPolicyEscalateToIsValidated(t *testing.T) {
 		t.Fatalf("task type: %s", v.Body)
 	}
 }
+
+// TestE2ERetryPolicyShown: GET task type shows the retry policy in effect
+// with its parameters, and the delays it shows are the delays failures get,
+// for the built-in policy and for the real backoff plugin.
+func TestE2ERetryPolicyShown(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, t.TempDir())
+	g.putType(t, "plain", map[string]any{}, "")
+	g.putType(t, "quick", map[string]any{"default_max_retries": 4,
+		"policy": map[string]any{"name": "backoff", "config": map[string]any{"base_seconds": 60, "jitter": 0.5,
+			"task_types": map[string]any{"quick": map[string]any{"base_seconds": 7, "max_seconds": 20, "jitter": 0}}}}}, "")
+	g.putType(t, "esc", map[string]any{"policy": map[string]any{"name": "escalate", "config": map[string]any{"supervisor": "agent.boss"}}}, "")
+
+	type view struct {
+		RequeueDelay int `json:"requeue_delay_seconds"`
+		RetryPolicy  struct {
+			Plugin    string `json:"plugin"`
+			Effective *struct {
+				MaxRetries int       `json:"max_retries"`
+				Base       float64   `json:"base_seconds"`
+				Max        float64   `json:"max_seconds"`
+				Jitter     float64   `json:"jitter"`
+				Delays     []float64 `json:"delays_seconds"`
+				EscalateTo string    `json:"escalate_to"`
+			} `json:"effective"`
+			Expiry struct {
+				RequeueDelay     int `json:"requeue_delay_seconds"`
+				MaxLeaseExpiries int `json:"max_lease_expiries"`
+			} `json:"expiry"`
+		} `json:"retry_policy"`
+	}
+	get := func(name string) (view, resp) {
+		r := call(t, "GET", g.URL+"/v1/admin/task-types/"+name, g.Admin, nil)
+		want(t, r, 200, "")
+		var v view
+		r.Into(t, &v)
+		if v.RetryPolicy.Effective == nil {
+			t.Fatalf("%s: no effective retry policy: %s", name, r.Body)
+		}
+		return v, r
+	}
+	plain, raw := get("plain")
+	if e := plain.RetryPolicy.Effective; plain.RetryPolicy.Plugin != "builtin" || e.Base != 300 || e.Max != 3600 || e.Jitter != 0.1 ||
+		e.MaxRetries != 3 || len(e.Delays) != 3 || e.Delays[0] != 300 || e.Delays[1] != 600 || e.Delays[2] != 1200 ||
+		plain.RetryPolicy.Expiry.RequeueDelay != 30 || plain.RetryPolicy.Expiry.MaxLeaseExpiries != 10 {
+		t.Fatalf("built-in policy view: %s", raw.Body)
+	}
+	// A GET answer can be PUT back unchanged.
+	want(t, call(t, "PUT", g.URL+"/v1/admin/task-types/plain", g.Admin, raw.Body), 200, "")
+	quick, raw := get("quick")
+	if e := quick.RetryPolicy.Effective; quick.RetryPolicy.Plugin != "backoff" || e.Base != 7 || e.Max != 20 || e.Jitter != 0 ||
+		len(e.Delays) != 4 || e.Delays[0] != 7 || e.Delays[1] != 14 || e.Delays[2] != 20 || e.Delays[3] != 20 {
+		t.Fatalf("backoff plugin view: %s", raw.Body)
+	}
+	esc, raw := get("esc")
+	if e := esc.RetryPolicy.Effective; esc.RetryPolicy.Plugin != "escalate" || e.EscalateTo != "agent.boss" || e.Base != 300 || e.Jitter != 0 {
+		t.Fatalf("escalate plugin view: %s", raw.Body)
+	}
+
+	// The delays shown are the delays given: fail one task of each type.
+	agent := g.newKey(t, "agent", "agent.kee", "")
+	for _, c := range []struct {
+		typ      string
+		min, max float64
+	}{{"quick", 7, 7}, {"plain", 270, 330}} {
+		worker := g.newKey(t, "worker", c.typ+".1", "")
+		g.enqueue(t, agent, c.typ, map[string]any{})
+		o := g.lease(t, worker, c.typ+".1", map[string]any{"task_types": []string{c.typ}})
+		if len(o) != 1 {
+			t.Fatalf("lease %s: %+v", c.typ, o)
+		}
+		fr := call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/fail", worker, map[string]any{"error_message": "x", "retryable": true})
+		want(t, fr, 200, "")
+		rs := call(t, "GET", g.URL+"/v1/receipts?task_id="+o[0].Task.ID, g.Admin, nil)
+		var out struct {
+			Receipts []struct {
+				Type string `json:"receipt_type"`
+				Body struct {
+					Delay float64 `json:"delay_seconds"`
+				} `json:"body"`
+			} `json:"receipts"`
+		}
+		rs.Into(t, &out)
+		found := false
+		for _, r := range out.Receipts {
+			if r.Type == "task.retry_scheduled" {
+				found = true
+				if r.Body.Delay < c.min || r.Body.Delay > c.max {
+					t.Fatalf("%s: first retry after %v s, the view promised %v..%v s", c.typ, r.Body.Delay, c.min, c.max)
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("%s: no retry_scheduled receipt: %s", c.typ, rs.Body)
+		}
+	}
+}
