@@ -166,3 +166,78 @@ func TestE2ERetryPolicyShown(t *testing.T) {
 		}
 	}
 }
+
+// TestE2ETenantAdminSeesOnlyItsTenant: an admin of tenant acme reads
+// /metrics and /v1/admin/plugins without learning anything of the default
+// tenant (its task types, workers, counts, call statistics, file paths);
+// the operator still sees everything.
+func TestE2ETenantAdminSeesOnlyItsTenant(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, t.TempDir())
+	// The operators' own tenant: a type, a worker and a task through a policy.
+	g.putType(t, "secret-type", map[string]any{"policy": map[string]any{"name": "backoff"}}, "")
+	agent := g.newKey(t, "agent", "agent.kee", "")
+	worker := g.newKey(t, "worker", "secretw.1", "")
+	g.enqueue(t, agent, "secret-type", map[string]any{})
+	o := g.lease(t, worker, "secretw.1", nil)
+	if len(o) != 1 {
+		t.Fatalf("lease: %+v", o)
+	}
+	want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/fail", worker, map[string]any{"error_message": "x", "retryable": true}), 200, "")
+	// Tenant acme: its own admin, type, worker and task.
+	acmeAdmin := g.newKey(t, "admin", "ops.acme", "acme")
+	want(t, call(t, "PUT", g.URL+"/v1/admin/task-types/acme-type", acmeAdmin, map[string]any{}), 200, "")
+	acmeAgent := g.newKey(t, "agent", "agent.acme", "acme")
+	acmeWorker := g.newKey(t, "worker", "acmew.1", "acme")
+	g.enqueue(t, acmeAgent, "acme-type", map[string]any{})
+	if o := g.lease(t, acmeWorker, "acmew.1", nil); len(o) != 1 {
+		t.Fatalf("acme lease: %+v", o)
+	}
+
+	m := call(t, "GET", g.URL+"/metrics", acmeAdmin, nil)
+	want(t, m, 200, "")
+	body := string(m.Body)
+	for _, leak := range []string{"secret-type", "secretw.1", `tenant="default"`, "go_goroutines", "process_", "asyncgate_receipts_total", "asyncgate_http_request_duration_seconds"} {
+		if strings.Contains(body, leak) {
+			t.Errorf("a tenant admin's /metrics shows %q:\n%s", leak, body)
+		}
+	}
+	for _, own := range []string{`asyncgate_tasks_queued_total{task_type="acme-type",tenant="acme"} 1`, `asyncgate_leases_granted_total{task_type="acme-type",tenant="acme"} 1`,
+		`asyncgate_tasks_by_type{task_type="acme-type"} 1`, `asyncgate_worker_heartbeat_age_seconds{tenant="acme",worker_id="acmew.1"}`, `asyncgate_tasks_by_state{state="leased"} 1`} {
+		if !strings.Contains(body, own) {
+			t.Errorf("a tenant admin's /metrics lacks %q:\n%s", own, body)
+		}
+	}
+	op := call(t, "GET", g.URL+"/metrics", g.Admin, nil)
+	want(t, op, 200, "")
+	for _, all := range []string{`task_type="secret-type",tenant="default"`, `task_type="acme-type",tenant="acme"`, "secretw.1", "go_goroutines", "asyncgate_receipts_total"} {
+		if !strings.Contains(string(op.Body), all) {
+			t.Errorf("the operator's /metrics lacks %q", all)
+		}
+	}
+
+	pl := call(t, "GET", g.URL+"/v1/admin/plugins", acmeAdmin, nil)
+	want(t, pl, 200, "")
+	var list struct {
+		Plugins []map[string]any `json:"plugins"`
+	}
+	pl.Into(t, &list)
+	if len(list.Plugins) == 0 {
+		t.Fatalf("no plugins listed: %s", pl.Body)
+	}
+	for _, p := range list.Plugins {
+		for _, k := range []string{"calls", "failures", "last_error", "source", "refused", "instances", "latency_p50_us"} {
+			if _, ok := p[k]; ok {
+				t.Fatalf("a tenant admin's plugin listing shows gate-wide %q: %v", k, p)
+			}
+		}
+		if p["name"] == "" || p["state"] == "" {
+			t.Fatalf("plugin entry lacks name or state: %v", p)
+		}
+	}
+	opl := call(t, "GET", g.URL+"/v1/admin/plugins", g.Admin, nil)
+	want(t, opl, 200, "")
+	if !strings.Contains(string(opl.Body), `"calls"`) {
+		t.Fatalf("the operator's plugin listing lost its statistics: %.300s", opl.Body)
+	}
+}

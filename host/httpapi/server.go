@@ -188,9 +188,9 @@ func (s *Server) routes() {
 	e.GET("/readyz", s.readyz)
 	if s.metrics != nil {
 		if s.cfg.MetricsPublic {
-			e.GET("/metrics", s.metrics.handler())
+			e.GET("/metrics", s.metrics.handler(true))
 		} else {
-			e.GET("/metrics", s.metrics.handler(), auth, admins)
+			e.GET("/metrics", s.metrics.handler(false), auth, admins)
 		}
 	}
 	e.RouteNotFound("/*", func(c echo.Context) error {
