@@ -190,8 +190,9 @@ func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 // they are the same task. The same task means: the same task type, params
 // equal as canonical JSON (object keys sorted, insignificant whitespace
 // dropped; numbers compare by their text, so 1 and 1.0 differ), the same
-// effective priority and max_retries (defaults filled in) and the same
-// task_summary. delay_seconds and not_before are not compared: a retransmitted
+// effective priority and max_retries (defaults filled in). task_summary is
+// a description, not the work, so a retransmission may leave it out;
+// delay_seconds and not_before are not compared either: a retransmitted
 // request computes its start from a later now.
 func sameEnqueue(old, t *host.Task) string {
 	switch {
@@ -203,8 +204,6 @@ func sameEnqueue(old, t *host.Task) string {
 		return "priority"
 	case old.MaxRetries != t.MaxRetries:
 		return "max_retries"
-	case old.Summary != t.Summary:
-		return "task_summary"
 	}
 	return ""
 }
