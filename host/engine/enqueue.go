@@ -142,7 +142,7 @@ func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 				return err
 			}
 			if old != nil {
-				if diff := sameEnqueue(old, t); diff != "" {
+				if diff := sameEnqueue(old, t, req); diff != "" {
 					return host.Errorf(host.CodeIdempotencyConflict,
 						"idempotency_key %q was used for task %s with a different %s; use a new key for a different task", t.IdempotencyKey, old.ID, diff)
 				}
@@ -189,20 +189,20 @@ func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 // idempotency key and names the first field that differs, or returns "" when
 // they are the same task. The same task means: the same task type, params
 // equal as canonical JSON (object keys sorted, insignificant whitespace
-// dropped; numbers compare by their text, so 1 and 1.0 differ), the same
-// effective priority and max_retries (defaults filled in). task_summary is
-// a description, not the work, so a retransmission may leave it out;
-// delay_seconds and not_before are not compared either: a retransmitted
-// request computes its start from a later now.
-func sameEnqueue(old, t *host.Task) string {
+// dropped; numbers compare by their text, so 1 and 1.0 differ), and the same
+// priority and max_retries when the repeat gives them (a repeat that leaves
+// one out does not contradict the first). task_summary is a description, not
+// the work, so it is not compared; nor are delay_seconds and not_before: a
+// retransmitted request computes its start from a later now.
+func sameEnqueue(old, t *host.Task, req EnqueueRequest) string {
 	switch {
 	case old.Type != t.Type:
 		return "task_type"
 	case !sameJSON(old.Params, t.Params):
 		return "params"
-	case old.Priority != t.Priority:
+	case req.Priority != 0 && old.Priority != t.Priority:
 		return "priority"
-	case old.MaxRetries != t.MaxRetries:
+	case req.MaxRetries != nil && old.MaxRetries != t.MaxRetries:
 		return "max_retries"
 	}
 	return ""

@@ -131,6 +131,7 @@ func testIdempotencyConflict(t *testing.T, b *Bundle) {
 	same.Params = json.RawMessage(`{ "tags": {"a": [1, "x"], "b": 2}, "n": 1 }`)
 	same.DelaySeconds = 5 // start times are not compared
 	same.Summary = ""     // nor the description
+	same.Priority = 0     // an omitted priority does not contradict the first
 	dup, err := b.Engine.Enqueue(b.Ctx, b.Agent, same)
 	if err != nil || !dup.IsDuplicate || dup.TaskID != first.TaskID {
 		t.Fatalf("same request under the same key = %+v, %v; want the first task %s", dup, err, first.TaskID)
@@ -138,7 +139,7 @@ func testIdempotencyConflict(t *testing.T, b *Bundle) {
 	for name, mod := range map[string]func(r *engine.EnqueueRequest){
 		"params":      func(r *engine.EnqueueRequest) { r.Params = json.RawMessage(`{"n":2,"tags":{"b":2,"a":[1,"x"]}}`) },
 		"task_type":   func(r *engine.EnqueueRequest) { r.TaskType = "other" },
-		"priority":    func(r *engine.EnqueueRequest) { r.Priority = 0 },
+		"priority":    func(r *engine.EnqueueRequest) { r.Priority = 3 },
 		"max_retries": func(r *engine.EnqueueRequest) { r.MaxRetries = new(int) },
 	} {
 		r := req
