@@ -8,14 +8,16 @@ import (
 // Error codes. They are part of the public contract: HTTP answers carry them as
 // {"error": code, "detail": text} and MCP tool errors carry the same code.
 const (
-	CodeBadRequest          = "bad_request"          // malformed input (400)
-	CodeInvalidWorkerID     = "invalid_worker_id"    // worker_id does not match {type}.{instance} (400)
-	CodeInvalidParams       = "invalid_params"       // task params fail the task type's schema (400)
-	CodeUnknownTaskType     = "unknown_task_type"    // no such task type is registered (400)
-	CodeTaskTypeDisabled    = "task_type_disabled"   // the task type exists but is disabled (400)
-	CodeNotFound            = "not_found"            // no such task, lease, receipt or key (404)
-	CodeLeaseExpired        = "lease_expired"        // the lease is no longer held (409)
-	CodeConflict            = "conflict"             // the request conflicts with the current state (409)
+	CodeBadRequest       = "bad_request"        // malformed input (400)
+	CodeInvalidWorkerID  = "invalid_worker_id"  // worker_id does not match {type}.{instance} (400)
+	CodeInvalidParams    = "invalid_params"     // task params fail the task type's schema (400)
+	CodeUnknownTaskType  = "unknown_task_type"  // no such task type is registered (400)
+	CodeTaskTypeDisabled = "task_type_disabled" // the task type exists but is disabled (400)
+	CodeNotFound         = "not_found"          // no such task, lease, receipt or key (404)
+	CodeLeaseExpired     = "lease_expired"      // the lease is no longer held (409)
+	CodeConflict         = "conflict"           // the request conflicts with the current state (409)
+	// CodeIdempotencyConflict: an idempotency key reused for a different task (409).
+	CodeIdempotencyConflict = "idempotency_conflict"
 	CodeNotLocatable        = "not_locatable"        // a success without pointer, artifacts or delivery proof (422)
 	CodeInvalidReceipt      = "invalid_receipt"      // a receipt breaks a ledger invariant (422)
 	CodeTooLarge            = "too_large"            // a body or array over its limit (413)
@@ -98,7 +100,7 @@ func HTTPStatus(code string) int {
 		return 403
 	case CodeNotFound:
 		return 404
-	case CodeLeaseExpired, CodeConflict:
+	case CodeLeaseExpired, CodeConflict, CodeIdempotencyConflict:
 		return 409
 	case CodeTooLarge:
 		return 413

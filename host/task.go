@@ -112,7 +112,11 @@ type Task struct {
 	WorkerID       string     `json:"worker_id,omitempty"`
 	LeasedAt       *time.Time `json:"leased_at,omitempty"`
 	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
-	AcceptedAt     *time.Time `json:"accepted_at,omitempty"`
+	// LeaseSeconds is the TTL the current lease was granted with; a heartbeat
+	// without extend_lease_seconds extends the lease by it from the server's
+	// now (KLIS-3 §3.2). 0 on leases granted before it was recorded.
+	LeaseSeconds int        `json:"lease_seconds,omitempty"`
+	AcceptedAt   *time.Time `json:"accepted_at,omitempty"`
 	// AcceptReceipt is the task.accepted receipt of the current attempt.
 	AcceptReceipt   string `json:"accept_receipt_id,omitempty"`
 	CancelRequested bool   `json:"cancel_requested"`
@@ -297,6 +301,14 @@ func NewTaskType(name string) TaskType {
 	_ = tt.Normalize()
 	return tt
 }
+
+// PrincipalPattern is what a principal (an API key's principal, a policy's
+// escalate_to) must match: no spaces, control characters or newlines, at
+// most 200 characters.
+var PrincipalPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:@\-]{0,199}$`)
+
+// ValidPrincipal reports whether p is a well-formed principal.
+func ValidPrincipal(p string) bool { return PrincipalPattern.MatchString(p) }
 
 var workerIDPattern = regexp.MustCompile(`^[A-Za-z0-9_\-]+\.[A-Za-z0-9_.:\-]+$`)
 

@@ -392,7 +392,7 @@ func TestE2EBadInputAndAuth(t *testing.T) {
 		{"not agw", "GET", "/v1/tasks", "hello", nil, 401, "unauthorized"},
 		{"unknown route", "GET", "/v2/whatever", b.agent, nil, 404, "not_found"},
 		{"unknown v1 route", "GET", "/v1/nothing", b.agent, nil, 404, "not_found"},
-		{"wrong method", "DELETE", "/v1/tasks", b.agent, nil, 404, "not_found"},
+		{"wrong method", "DELETE", "/v1/tasks", b.agent, nil, 405, "method_not_allowed"},
 		{"malformed json", "POST", "/v1/tasks", b.agent, `{"task_type":`, 400, "bad_request"},
 		{"not an object", "POST", "/v1/tasks", b.agent, `[1,2]`, 400, "bad_request"},
 		{"two values", "POST", "/v1/tasks", b.agent, `{"task_type":"echo"}{}`, 400, "bad_request"},

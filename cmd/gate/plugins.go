@@ -113,6 +113,27 @@ type httpChannelConfig struct {
 }
 
 // pluginWiring is what the plugin runtime adds to a running gate.
+// tenantPlugin is what an admin of a tenant other than the operators' sees
+// of a plugin: what it is and whether it can be named in a task type. The
+// gate-wide parts (call counts and errors of every tenant's tasks, the
+// operator's file paths, refusal details) are the operators' alone.
+type tenantPlugin struct {
+	Name         string              `json:"name"`
+	Kind         string              `json:"kind,omitempty"`
+	Version      string              `json:"version,omitempty"`
+	Digest       string              `json:"sha256,omitempty"`
+	State        string              `json:"state"`
+	Capabilities plugin.Capabilities `json:"capabilities"`
+}
+
+func tenantPluginView(in []plugin.Info) []tenantPlugin {
+	out := make([]tenantPlugin, len(in))
+	for i, p := range in {
+		out[i] = tenantPlugin{Name: p.Name, Kind: p.Kind, Version: p.Version, Digest: p.Digest, State: p.State, Capabilities: p.Capabilities}
+	}
+	return out
+}
+
 type pluginWiring struct {
 	Plugins engine.Plugins
 	Routes  httpapi.Option
@@ -156,10 +177,14 @@ func startPlugins(cfg serveConfig, log *slog.Logger) (*pluginWiring, error) {
 		Plugins: pluginSet{reg},
 		Routes: httpapi.WithRoutes(func(e *echo.Echo, auth echo.MiddlewareFunc) {
 			e.GET("/v1/admin/plugins", func(c echo.Context) error {
-				if httpapi.ActorOf(c).Role != engine.RoleAdmin {
+				a := httpapi.ActorOf(c)
+				if a.Role != engine.RoleAdmin {
 					return host.Errorf(host.CodeForbidden, "listing plugins needs an admin key")
 				}
-				return c.JSON(http.StatusOK, map[string]any{"plugins": reg.List(), "plugins_dir": dir})
+				if a.Tenant == httpapi.DefaultTenant {
+					return c.JSON(http.StatusOK, map[string]any{"plugins": reg.List(), "plugins_dir": dir})
+				}
+				return c.JSON(http.StatusOK, map[string]any{"plugins": tenantPluginView(reg.List())})
 			}, auth)
 		}),
 		Close: func() {

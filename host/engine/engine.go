@@ -374,6 +374,7 @@ func clearLease(t *host.Task) {
 	t.WorkerID = ""
 	t.LeasedAt = nil
 	t.LeaseExpiresAt = nil
+	t.LeaseSeconds = 0
 	t.AcceptedAt = nil
 	t.AcceptReceipt = ""
 	t.CancelRequested = false

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -46,8 +47,10 @@ type EnqueueResult struct {
 }
 
 // Enqueue queues a task for actor and writes its task.assigned receipt in the
-// same transaction. A repeated idempotency key returns the existing task with
-// IsDuplicate set and writes nothing.
+// same transaction. A repeated idempotency key (per tenant and recipient)
+// returns the existing task with IsDuplicate set and writes nothing when the
+// request is the same task (see sameEnqueue); a different task under the same
+// key is refused with idempotency_conflict.
 func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (*EnqueueResult, error) {
 	if actor.Tenant == "" || actor.Principal == "" {
 		return nil, host.Errorf(host.CodeBadRequest, "the caller has no tenant or principal")
@@ -139,6 +142,10 @@ func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 				return err
 			}
 			if old != nil {
+				if diff := sameEnqueue(old, t, req); diff != "" {
+					return host.Errorf(host.CodeIdempotencyConflict,
+						"idempotency_key %q was used for task %s with a different %s; use a new key for a different task", t.IdempotencyKey, old.ID, diff)
+				}
 				res.Task, res.IsDuplicate = old, true
 				return nil
 			}
@@ -188,6 +195,48 @@ func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 		}
 	}
 	return res, nil
+}
+
+// sameEnqueue compares a new task with the one already queued under its
+// idempotency key and names the first field that differs, or returns "" when
+// they are the same task. The same task means: the same task type, params
+// equal as canonical JSON (object keys sorted, insignificant whitespace
+// dropped; numbers compare by their text, so 1 and 1.0 differ), and the same
+// priority and max_retries when the repeat gives them (a repeat that leaves
+// one out does not contradict the first). task_summary is a description, not
+// the work, so it is not compared; nor are delay_seconds and not_before: a
+// retransmitted request computes its start from a later now.
+func sameEnqueue(old, t *host.Task, req EnqueueRequest) string {
+	switch {
+	case old.Type != t.Type:
+		return "task_type"
+	case !sameJSON(old.Params, t.Params):
+		return "params"
+	case req.Priority != 0 && old.Priority != t.Priority:
+		return "priority"
+	case req.MaxRetries != nil && old.MaxRetries != t.MaxRetries:
+		return "max_retries"
+	}
+	return ""
+}
+
+// sameJSON reports whether two JSON texts are equal as canonical JSON.
+func sameJSON(a, b json.RawMessage) bool {
+	ca, errA := canonicalJSON(a)
+	cb, errB := canonicalJSON(b)
+	return errA == nil && errB == nil && bytes.Equal(ca, cb)
+}
+
+// canonicalJSON re-encodes a JSON text with object keys sorted, numbers kept
+// as written and no insignificant whitespace.
+func canonicalJSON(raw json.RawMessage) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
 }
 
 // printable reports whether s is valid UTF-8 without control characters.

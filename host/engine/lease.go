@@ -123,6 +123,7 @@ func (e *Engine) claim(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 				t.WorkerID = req.WorkerID
 				t.LeasedAt = ptr(now)
 				t.LeaseExpiresAt = ptr(now.Add(time.Duration(secs) * time.Second))
+				t.LeaseSeconds = secs
 				t.AcceptedAt, t.AcceptReceipt = nil, ""
 				t.LeaseCount++
 				t.UpdatedAt = now
@@ -296,8 +297,9 @@ type HeartbeatRequest struct {
 	WorkerCall
 	ProgressPercent *float64
 	ProgressMessage string
-	// ExtendSeconds is the new lease length from now; 0 means the task type's
-	// lease_seconds. Either is capped by Config.MaxLeaseSeconds.
+	// ExtendSeconds is the new lease length from now; 0 means the lease's own
+	// TTL, the length it was granted with (KLIS-3 §3.2). Either is capped by
+	// Config.MaxLeaseSeconds.
 	ExtendSeconds int
 }
 
@@ -331,6 +333,10 @@ func (e *Engine) Heartbeat(ctx context.Context, req HeartbeatRequest) (*Heartbea
 		}
 		ext := req.ExtendSeconds
 		if ext == 0 {
+			ext = t.LeaseSeconds
+		}
+		if ext == 0 {
+			// A lease granted before its TTL was recorded: the task type's length.
 			ext = int(t.LeaseExpiresAt.Sub(*t.LeasedAt).Seconds())
 			if ct, err := e.types.getIn(ctx, tx, t.Tenant, t.Type); err == nil {
 				ext = ct.tt.LeaseSeconds
@@ -851,11 +857,11 @@ func (e *Engine) decide(ctx context.Context, t *host.Task, in host.FailureInput)
 	}
 	if fault == nil {
 		d, err := pol.Decide(ctx, in)
-		if err == nil && validDecision(d) {
-			return d, nil
+		if err == nil {
+			err = checkDecision(d)
 		}
 		if err == nil {
-			err = host.Errorf(host.CodeInternal, "policy returned an invalid decision %+v", d)
+			return d, nil
 		}
 		if pol == e.policy {
 			// The built-in policy itself failed: dead-letter, never lose the task.
@@ -866,20 +872,37 @@ func (e *Engine) decide(ctx context.Context, t *host.Task, in host.FailureInput)
 	e.log.Warn("retry policy failed; using the built-in default", "task_id", t.ID, "task_type", t.Type, "err", fault)
 	in.Config = nil
 	d, err := e.policy.Decide(ctx, in)
-	if err != nil || !validDecision(d) {
+	if err != nil || checkDecision(d) != nil {
 		d = host.Decision{Action: host.ActionDeadLetter, Reason: host.ReasonPolicyFault}
 	}
 	return d, fault
 }
 
-func validDecision(d host.Decision) bool {
+// MaxReasonLen bounds a policy's reason, which becomes a dead letter's reason.
+const MaxReasonLen = 200
+
+// checkDecision refuses a decision the engine must not act on: an unknown
+// action, a delay outside 0 s..1 year, an escalate_to that is not a valid
+// principal (it becomes a receipt's "to", read by agents and ledger tools),
+// or a reason with control characters. The error names what was wrong,
+// quoted, so no raw control character reaches a log or a receipt.
+func checkDecision(d host.Decision) error {
 	switch d.Action {
 	case host.ActionRetry:
-		return d.DelaySeconds >= 0 && d.DelaySeconds <= 366*24*3600
+		if !(d.DelaySeconds >= 0 && d.DelaySeconds <= 366*24*3600) {
+			return host.Errorf(host.CodeInternal, "policy returned retry with delay_seconds %v, outside 0..31622400", d.DelaySeconds)
+		}
 	case host.ActionDeadLetter, host.ActionEscalate:
-		return true
+	default:
+		return host.Errorf(host.CodeInternal, "policy returned an unknown action %.64q", string(d.Action))
 	}
-	return false
+	if d.EscalateTo != "" && !host.ValidPrincipal(d.EscalateTo) {
+		return host.Errorf(host.CodeInternal, "policy returned escalate_to %.80q, which is not a valid principal (it must match %s)", d.EscalateTo, host.PrincipalPattern)
+	}
+	if len(d.Reason) > MaxReasonLen || !printable(d.Reason) {
+		return host.Errorf(host.CodeInternal, "policy returned a reason %.80q with control characters or over %d bytes", d.Reason, MaxReasonLen)
+	}
+	return nil
 }
 
 // Release gives a leased task back to the queue at once without using an

@@ -301,3 +301,94 @@ func (e *Engine) ListTaskTypes(ctx context.Context, tenant string) ([]*host.Task
 	})
 	return out, err
 }
+
+// PatchTaskType applies a JSON merge patch (RFC 7386) to a registered task
+// type and stores the result as PutTaskType does: fields the patch does not
+// name keep their values, a null removes a field (it then takes its default).
+// The patch cannot rename the type or move it to another tenant.
+func (e *Engine) PatchTaskType(ctx context.Context, tenant, name string, patch json.RawMessage) (*host.TaskType, error) {
+	var p map[string]json.RawMessage
+	if err := json.Unmarshal(patch, &p); err != nil || p == nil {
+		return nil, host.Errorf(host.CodeBadRequest, "a merge patch must be a JSON object")
+	}
+	for _, f := range []string{"task_type", "tenant", "created_at", "updated_at"} {
+		if _, ok := p[f]; ok {
+			return nil, host.Errorf(host.CodeBadRequest, "%s cannot be patched", f)
+		}
+	}
+	old, err := e.GetTaskType(ctx, tenant, name)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := json.Marshal(old)
+	if err != nil {
+		return nil, err
+	}
+	merged, err := mergePatch(cur, patch)
+	if err != nil {
+		return nil, err
+	}
+	tt := host.TaskType{}
+	dec := json.NewDecoder(bytes.NewReader(merged))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&tt); err != nil {
+		return nil, host.Errorf(host.CodeBadRequest, "the patched task type is not valid: %v", err)
+	}
+	tt.Name, tt.Tenant = old.Name, old.Tenant
+	return e.PutTaskType(ctx, tt)
+}
+
+// mergePatch applies an RFC 7386 JSON merge patch to a JSON document.
+func mergePatch(doc, patch []byte) ([]byte, error) {
+	var d, p any
+	if err := json.Unmarshal(doc, &d); err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(patch))
+	dec.UseNumber()
+	if err := dec.Decode(&p); err != nil {
+		return nil, host.Errorf(host.CodeBadRequest, "malformed merge patch: %v", err)
+	}
+	return json.Marshal(mergeValue(d, p))
+}
+
+func mergeValue(target, patch any) any {
+	pm, ok := patch.(map[string]any)
+	if !ok {
+		return patch
+	}
+	tm, ok := target.(map[string]any)
+	if !ok {
+		tm = map[string]any{}
+	}
+	for k, v := range pm {
+		if v == nil {
+			delete(tm, k)
+			continue
+		}
+		tm[k] = mergeValue(tm[k], v)
+	}
+	return tm
+}
+
+// DeleteTaskType removes a task type. While the type has queued or leased
+// tasks it is refused with conflict (disable it first and let them finish or
+// cancel them); finished tasks of the type stay readable.
+func (e *Engine) DeleteTaskType(ctx context.Context, tenant, name string) error {
+	err := e.update(ctx, func(tx store.Tx) error {
+		if _, err := tx.GetTaskType(ctx, tenant, name); err != nil {
+			return err
+		}
+		open, _, err := tx.ListTasks(ctx, store.TaskFilter{Tenant: tenant, Types: []string{name},
+			States: []host.TaskState{host.StateQueued, host.StateLeased}, Limit: 1})
+		if err != nil {
+			return err
+		}
+		if len(open) > 0 {
+			return host.Errorf(host.CodeConflict, "task type %q still has open (queued or leased) tasks, for example %s; disable it and let them finish or cancel them first", name, open[0].ID)
+		}
+		return tx.DeleteTaskType(ctx, tenant, name)
+	})
+	e.types.invalidate(tenant, name)
+	return err
+}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -35,11 +36,17 @@ func adminTenant(c echo.Context, fromBody string) (string, error) {
 // type. Fields are host.TaskType's; omitted fields take the seed defaults.
 func (s *Server) putTaskType(c echo.Context) error {
 	name := c.Param("name")
-	tt := host.NewTaskType(name)
-	tt.Tenant = ""
-	if err := bind(c, &tt, strict); err != nil {
+	body := struct {
+		host.TaskType
+		// RetryPolicy is read-only (what GET shows); accepted and ignored so
+		// a GET answer can be PUT back.
+		RetryPolicy json.RawMessage `json:"retry_policy"`
+	}{TaskType: host.NewTaskType(name)}
+	body.Tenant = ""
+	if err := bind(c, &body, strict); err != nil {
 		return err
 	}
+	tt := body.TaskType
 	if tt.Name != name {
 		return badRequest("task_type in the body (%q) differs from the path (%q)", tt.Name, name)
 	}
@@ -52,7 +59,63 @@ func (s *Server) putTaskType(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, out)
+	return c.JSON(http.StatusOK, s.typeView(out))
+}
+
+// TaskTypeView is a task type as the admin API shows it: its fields and the
+// retry policy in effect.
+type TaskTypeView struct {
+	*host.TaskType
+	RetryPolicy engine.RetryPolicyView `json:"retry_policy"`
+}
+
+func (s *Server) typeView(tt *host.TaskType) TaskTypeView {
+	return TaskTypeView{TaskType: tt, RetryPolicy: s.eng.RetryPolicy(tt)}
+}
+
+// patchTaskType is PATCH /v1/admin/task-types/{name}: a JSON merge patch
+// (RFC 7386) of the task type. Fields the patch leaves out keep their values;
+// null resets a field to its default.
+func (s *Server) patchTaskType(c echo.Context) error {
+	tenant, err := adminTenant(c, "")
+	if err != nil {
+		return err
+	}
+	b, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	var p map[string]json.RawMessage
+	if err := decodeBody(b, &p, lenient); err != nil {
+		return err
+	}
+	if p == nil {
+		return badRequest("the request body must be a JSON merge patch object")
+	}
+	delete(p, "retry_policy") // read-only, as in PUT
+	patch, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	out, err := s.eng.PatchTaskType(c.Request().Context(), tenant, c.Param("name"), patch)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, s.typeView(out))
+}
+
+// deleteTaskType is DELETE /v1/admin/task-types/{name}: 409 conflict while
+// the type has queued or leased tasks.
+func (s *Server) deleteTaskType(c echo.Context) error {
+	tenant, err := adminTenant(c, "")
+	if err != nil {
+		return err
+	}
+	name := c.Param("name")
+	if err := s.eng.DeleteTaskType(c.Request().Context(), tenant, name); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"task_type": name, "tenant": tenant, "status": "deleted"})
 }
 
 // getTaskType is GET /v1/admin/task-types/{name}.
@@ -65,7 +128,7 @@ func (s *Server) getTaskType(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, tt)
+	return c.JSON(http.StatusOK, s.typeView(tt))
 }
 
 // listTaskTypes is GET /v1/admin/task-types.
@@ -78,10 +141,11 @@ func (s *Server) listTaskTypes(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if tts == nil {
-		tts = []*host.TaskType{}
+	views := make([]TaskTypeView, len(tts))
+	for i, tt := range tts {
+		views[i] = s.typeView(tt)
 	}
-	return c.JSON(http.StatusOK, map[string]any{"task_types": tts})
+	return c.JSON(http.StatusOK, map[string]any{"task_types": views})
 }
 
 // createKey is POST /v1/admin/keys {"role", "principal", "tenant"}: 201 with

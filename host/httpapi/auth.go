@@ -29,7 +29,7 @@ var keyEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
 var (
 	tenantPattern    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$`)
-	principalPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:@\-]{0,199}$`)
+	principalPattern = host.PrincipalPattern
 )
 
 // HashKey returns the stored form of an API key: the hex sha256 of the key.

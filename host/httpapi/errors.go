@@ -6,6 +6,10 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
 
 	"github.com/labstack/echo/v4"
 
@@ -19,6 +23,78 @@ type ErrorBody struct {
 	// Message repeats Detail on the seed-compatible /worker/* and /workers/*
 	// routes, whose spec names the field "message".
 	Message string `json:"message,omitempty"`
+}
+
+// CodeMethodNotAllowed is the error code of a 405: the path exists, the
+// method does not; the Allow header lists the methods that do.
+const CodeMethodNotAllowed = "method_not_allowed"
+
+// routeMethods maps the gate's route patterns to their methods, built on
+// first use (after every door has mounted its routes).
+type routeMethods struct {
+	once   sync.Once
+	routes []routePattern
+}
+
+type routePattern struct {
+	re      *regexp.Regexp
+	methods []string
+}
+
+// allowed returns the methods registered for a path, sorted; none when no
+// route matches it.
+func (s *Server) allowed(path string) []string {
+	s.methods.once.Do(func() {
+		by := map[string]map[string]bool{}
+		var order []string
+		for _, r := range s.e.Routes() {
+			if r.Method == echo.RouteNotFound || strings.HasPrefix(r.Method, "echo_") || r.Method == "" {
+				continue
+			}
+			if by[r.Path] == nil {
+				by[r.Path] = map[string]bool{}
+				order = append(order, r.Path)
+			}
+			by[r.Path][r.Method] = true
+		}
+		for _, p := range order {
+			var re strings.Builder
+			re.WriteString("^")
+			for i, seg := range strings.Split(p, "/") {
+				if i > 0 {
+					re.WriteString("/")
+				}
+				switch {
+				case strings.HasPrefix(seg, ":"):
+					re.WriteString("[^/]+")
+				case seg == "*":
+					re.WriteString(".*")
+				default:
+					re.WriteString(regexp.QuoteMeta(seg))
+				}
+			}
+			re.WriteString("$")
+			var ms []string
+			for m := range by[p] {
+				ms = append(ms, m)
+			}
+			s.methods.routes = append(s.methods.routes, routePattern{regexp.MustCompile(re.String()), ms})
+		}
+	})
+	set := map[string]bool{}
+	for _, r := range s.methods.routes {
+		if r.re.MatchString(path) {
+			for _, m := range r.methods {
+				set[m] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for m := range set {
+		out = append(out, m)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // ctxKeySeedErrors marks a request whose error answers also carry "message".
@@ -36,10 +112,16 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	if errors.As(err, &he) && code == host.CodeInternal {
 		// Router answers (no route, wrong method) and echo's own errors.
 		switch he.Code {
-		case http.StatusNotFound:
-			code, status, detail = host.CodeNotFound, 404, "no route "+c.Request().Method+" "+c.Request().URL.Path
-		case http.StatusMethodNotAllowed:
-			code, status, detail = "method_not_allowed", 405, "method "+c.Request().Method+" is not allowed on "+c.Request().URL.Path
+		case http.StatusNotFound, http.StatusMethodNotAllowed:
+			// A catch-all (the gate's or a route group's) answers every
+			// path without a route for the method: a path known under
+			// other methods is 405 with Allow, anything else 404.
+			if allow := s.allowed(c.Request().URL.Path); len(allow) > 0 {
+				c.Response().Header().Set(echo.HeaderAllow, strings.Join(allow, ", "))
+				code, status, detail = CodeMethodNotAllowed, 405, "method "+c.Request().Method+" is not allowed on "+c.Request().URL.Path+"; allowed: "+strings.Join(allow, ", ")
+			} else {
+				code, status, detail = host.CodeNotFound, 404, "no route "+c.Request().Method+" "+c.Request().URL.Path
+			}
 		case http.StatusRequestEntityTooLarge:
 			code, status, detail = host.CodeTooLarge, 413, "the request body is over the limit"
 		default:

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -23,11 +24,14 @@ type Metrics struct {
 	reg *prometheus.Registry
 
 	queued, completed, failed, retried, dead, leased, expired, canceled, released, accepted *prometheus.CounterVec
-	appended                                                                                prometheus.Counter
-	policyFaults                                                                            prometheus.Counter
+	appended                                                                                *prometheus.CounterVec
+	policyFaults                                                                            *prometheus.CounterVec
 	duration                                                                                *prometheus.HistogramVec
-	wait                                                                                    prometheus.Histogram
+	wait                                                                                    *prometheus.HistogramVec
 	httpDur                                                                                 *prometheus.HistogramVec
+	gauges                                                                                  *prometheus.Registry // the scrape-time gauges of every tenant
+	eng                                                                                     *engine.Engine
+	st                                                                                      store.Store
 }
 
 // NewMetrics returns Metrics on a fresh registry that also carries the Go
@@ -36,7 +40,7 @@ func NewMetrics() *Metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cv := func(name, help string) *prometheus.CounterVec {
-		c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "asyncgate", Name: name, Help: help}, []string{"task_type"})
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "asyncgate", Name: name, Help: help}, []string{"tenant", "task_type"})
 		reg.MustRegister(c)
 		return c
 	}
@@ -52,12 +56,12 @@ func NewMetrics() *Metrics {
 		released:  cv("leases_released_total", "Leases released back to the queue by workers."),
 		accepted:  cv("leases_accepted_total", "Offers accepted by workers (task.accepted receipts)."),
 	}
-	m.appended = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "asyncgate", Name: "receipts_appended_total", Help: "Receipts appended by principals through the receipts API."})
-	m.policyFaults = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "asyncgate", Name: "policy_faults_total", Help: "Retry policy faults (the built-in default decided instead)."})
+	m.appended = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "asyncgate", Name: "receipts_appended_total", Help: "Receipts appended by principals through the receipts API."}, []string{"tenant"})
+	m.policyFaults = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "asyncgate", Name: "policy_faults_total", Help: "Retry policy faults (the built-in default decided instead)."}, []string{"tenant", "task_type"})
 	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "asyncgate", Name: "task_duration_seconds",
-		Help: "Time from lease to completion or failure.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 12)}, []string{"task_type", "outcome"})
-	m.wait = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "asyncgate", Name: "task_wait_seconds",
-		Help: "Time from a task becoming available to its lease.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 12)})
+		Help: "Time from lease to completion or failure.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 12)}, []string{"tenant", "task_type", "outcome"})
+	m.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "asyncgate", Name: "task_wait_seconds",
+		Help: "Time from a task becoming available to its lease.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 12)}, []string{"tenant"})
 	m.httpDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "asyncgate", Name: "http_request_duration_seconds",
 		Help:    "HTTP request latency by route and status.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"method", "route", "code"})
@@ -72,45 +76,96 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 func (m *Metrics) OnEvent(ev engine.Event) {
 	switch ev.Kind {
 	case engine.EvEnqueued:
-		m.queued.WithLabelValues(ev.TaskType).Inc()
+		m.queued.WithLabelValues(ev.Tenant, ev.TaskType).Inc()
 	case engine.EvLeased:
-		m.leased.WithLabelValues(ev.TaskType).Inc()
+		m.leased.WithLabelValues(ev.Tenant, ev.TaskType).Inc()
 		if ev.Duration >= 0 {
-			m.wait.Observe(ev.Duration.Seconds())
+			m.wait.WithLabelValues(ev.Tenant).Observe(ev.Duration.Seconds())
 		}
 	case engine.EvAccepted:
-		m.accepted.WithLabelValues(ev.TaskType).Inc()
+		m.accepted.WithLabelValues(ev.Tenant, ev.TaskType).Inc()
 	case engine.EvCompleted:
-		m.completed.WithLabelValues(ev.TaskType).Inc()
-		m.duration.WithLabelValues(ev.TaskType, "completed").Observe(ev.Duration.Seconds())
+		m.completed.WithLabelValues(ev.Tenant, ev.TaskType).Inc()
+		m.duration.WithLabelValues(ev.Tenant, ev.TaskType, "completed").Observe(ev.Duration.Seconds())
 	case engine.EvFailed:
-		m.failed.WithLabelValues(ev.TaskType).Inc()
-		m.duration.WithLabelValues(ev.TaskType, "failed").Observe(ev.Duration.Seconds())
+		m.failed.WithLabelValues(ev.Tenant, ev.TaskType).Inc()
+		m.duration.WithLabelValues(ev.Tenant, ev.TaskType, "failed").Observe(ev.Duration.Seconds())
 	case engine.EvRetried:
-		m.retried.WithLabelValues(ev.TaskType).Inc()
+		m.retried.WithLabelValues(ev.Tenant, ev.TaskType).Inc()
 	case engine.EvDeadLettered:
-		m.dead.WithLabelValues(ev.TaskType).Inc()
+		m.dead.WithLabelValues(ev.Tenant, ev.TaskType).Inc()
 	case engine.EvLeaseExpired:
-		m.expired.WithLabelValues(ev.TaskType).Inc()
+		m.expired.WithLabelValues(ev.Tenant, ev.TaskType).Inc()
 	case engine.EvReleased:
-		m.released.WithLabelValues(ev.TaskType).Inc()
+		m.released.WithLabelValues(ev.Tenant, ev.TaskType).Inc()
 	case engine.EvCanceled:
-		m.canceled.WithLabelValues(ev.TaskType).Inc()
+		m.canceled.WithLabelValues(ev.Tenant, ev.TaskType).Inc()
 	case engine.EvReceipt:
-		m.appended.Inc()
+		m.appended.WithLabelValues(ev.Tenant).Inc()
 	case engine.EvPolicyFault:
-		m.policyFaults.Inc()
+		m.policyFaults.WithLabelValues(ev.Tenant, ev.TaskType).Inc()
 	}
 }
 
 // watch registers the scrape-time gauges over an engine and its store.
 func (m *Metrics) watch(eng *engine.Engine, st store.Store) {
-	_ = m.reg.Register(&gaugeCollector{eng: eng, st: st})
+	m.eng, m.st = eng, st
+	m.gauges = prometheus.NewRegistry()
+	m.gauges.MustRegister(&gaugeCollector{eng: eng, st: st})
 }
 
-func (m *Metrics) handler() echo.HandlerFunc {
-	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
-	return echo.WrapHandler(h)
+// handler serves every metric to the gate's operators (admins of the
+// default tenant) and to anyone when /metrics is public. An admin of
+// another tenant gets its tenant's view: the series labelled with its
+// tenant, and the queue and worker gauges computed for its tenant alone;
+// gate-wide series (runtime, HTTP, plugins, the ledger) are left out.
+func (m *Metrics) handler(public bool) echo.HandlerFunc {
+	var all prometheus.Gatherer = m.reg
+	if m.gauges != nil {
+		all = prometheus.Gatherers{m.reg, m.gauges}
+	}
+	full := promhttp.HandlerFor(all, promhttp.HandlerOpts{})
+	return func(c echo.Context) error {
+		a, ok := ActorFromContext(c.Request().Context())
+		if public || !ok || a.Tenant == DefaultTenant {
+			full.ServeHTTP(c.Response(), c.Request())
+			return nil
+		}
+		own := prometheus.NewRegistry()
+		if m.eng != nil {
+			own.MustRegister(&gaugeCollector{eng: m.eng, st: m.st, tenant: a.Tenant})
+		}
+		h := promhttp.HandlerFor(prometheus.Gatherers{tenantGatherer{m.reg, a.Tenant}, own}, promhttp.HandlerOpts{})
+		h.ServeHTTP(c.Response(), c.Request())
+		return nil
+	}
+}
+
+// tenantGatherer keeps the series of g labelled tenant=tenant.
+type tenantGatherer struct {
+	g      prometheus.Gatherer
+	tenant string
+}
+
+func (t tenantGatherer) Gather() ([]*dto.MetricFamily, error) {
+	mfs, err := t.g.Gather()
+	out := mfs[:0]
+	for _, mf := range mfs {
+		keep := mf.Metric[:0]
+		for _, met := range mf.Metric {
+			for _, lp := range met.GetLabel() {
+				if lp.GetName() == "tenant" && lp.GetValue() == t.tenant {
+					keep = append(keep, met)
+					break
+				}
+			}
+		}
+		if len(keep) > 0 {
+			mf.Metric = keep
+			out = append(out, mf)
+		}
+	}
+	return out, err
 }
 
 // middleware times every request by route template and status.
@@ -148,6 +203,9 @@ var (
 type gaugeCollector struct {
 	eng *engine.Engine
 	st  store.Store
+	// tenant, when set, limits the gauges to one tenant (a tenant admin's
+	// scrape) and leaves out the gate-wide ledger size.
+	tenant string
 }
 
 func (g *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -160,7 +218,7 @@ func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	failed := 0.0
-	if qs, err := g.eng.Stats(ctx, ""); err == nil {
+	if qs, err := g.eng.Stats(ctx, g.tenant); err == nil {
 		for st, n := range qs.ByState {
 			ch <- prometheus.MustNewConstMetric(descByState, prometheus.GaugeValue, float64(n), string(st))
 		}
@@ -184,6 +242,9 @@ func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, k := range ks {
 			tenants[k.Tenant] = true
 		}
+		if g.tenant != "" {
+			tenants = map[string]bool{g.tenant: true}
+		}
 		for t := range tenants {
 			ws, err := r.ListWorkers(ctx, t)
 			if err != nil {
@@ -205,7 +266,7 @@ func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(active))
 	if hk, ok := g.st.(interface {
 		LedgerHead(ctx context.Context) (int64, string, error)
-	}); ok {
+	}); ok && g.tenant == "" {
 		if seq, _, err := hk.LedgerHead(ctx); err == nil {
 			ch <- prometheus.MustNewConstMetric(descReceipts, prometheus.CounterValue, float64(seq))
 		}

@@ -61,7 +61,9 @@ type Server struct {
 	metrics *Metrics
 	extra   []func(*echo.Echo, echo.MiddlewareFunc)
 
-	hsMu     sync.Mutex
+	hsMu    sync.Mutex
+	methods routeMethods
+
 	hs       *http.Server
 	shutdown bool            // Shutdown was called; a later Serve returns at once
 	drain    context.Context // done when shutdown begins: ends long-polls
@@ -205,13 +207,13 @@ func (s *Server) routes() {
 	e.GET("/readyz", s.readyz)
 	if s.metrics != nil {
 		if s.cfg.MetricsPublic {
-			e.GET("/metrics", s.metrics.handler())
+			e.GET("/metrics", s.metrics.handler(true))
 		} else {
-			e.GET("/metrics", s.metrics.handler(), auth, admins)
+			e.GET("/metrics", s.metrics.handler(false), auth, admins)
 		}
 	}
 	e.RouteNotFound("/*", func(c echo.Context) error {
-		return host.Errorf(host.CodeNotFound, "no route %s %s", c.Request().Method, c.Request().URL.Path)
+		return echo.ErrNotFound // the error handler tells 404 from 405
 	})
 
 	// Worker API, canonical.
@@ -256,6 +258,8 @@ func (s *Server) routes() {
 	// Operator API.
 	a := e.Group("/v1/admin", auth, admins)
 	a.PUT("/task-types/:name", s.putTaskType)
+	a.PATCH("/task-types/:name", s.patchTaskType)
+	a.DELETE("/task-types/:name", s.deleteTaskType)
 	a.GET("/task-types", s.listTaskTypes)
 	a.GET("/task-types/:name", s.getTaskType)
 	a.POST("/keys", s.createKey)

@@ -81,7 +81,7 @@ func notFound(what, id string) error { return host.Errorf(host.CodeNotFound, "no
 const taskCols = `id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
 created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
 cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
-progress_message, result, last_error, dead_reason, assign_receipt, seq, version`
+progress_message, result, last_error, dead_reason, assign_receipt, seq, version, lease_seconds`
 
 // taskRow scans one row of taskCols.
 type taskRow struct {
@@ -100,7 +100,7 @@ func scanTask(row pgx.Rows) (*host.Task, int64, error) {
 	err := row.Scan(&t.ID, &t.Tenant, &t.Type, &t.CreatedBy, &t.Recipient, &state, &t.Priority, &params, &t.Summary, &t.IdempotencyKey,
 		&created, &updated, &avail, &t.LeaseID, &t.WorkerID, &leasedAt, &expires, &accepted, &t.AcceptReceipt,
 		&t.CancelRequested, &t.Attempts, &t.MaxRetries, &t.LeaseCount, &t.LeaseExpiries, &started, &completed, &pct,
-		&t.ProgressMessage, &result, &t.LastError, &t.DeadReason, &t.AssignReceipt, &seq, &t.Version)
+		&t.ProgressMessage, &result, &t.LastError, &t.DeadReason, &t.AssignReceipt, &seq, &t.Version, &t.LeaseSeconds)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -398,11 +398,11 @@ func updateTask(t *host.Task, f store.Fence) (stmt, error) {
 	}
 	a := args{string(t.State), t.Priority, us(t.AvailableAt), us(t.UpdatedAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt),
 		nus(t.AcceptedAt), t.AcceptReceipt, t.CancelRequested, t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt),
-		nus(t.CompletedAt), t.ProgressPercent, t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt}
+		nus(t.CompletedAt), t.ProgressPercent, t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, t.LeaseSeconds}
 	q := `UPDATE tasks SET state=$1, priority=$2, available_at=$3, updated_at=$4, lease_id=$5, worker_id=$6, leased_at=$7, lease_expires_at=$8,
 accepted_at=$9, accept_receipt=$10, cancel_requested=$11, attempts=$12, max_retries=$13, lease_count=$14, lease_expiries=$15, started_at=$16,
 completed_at=$17, progress_percent=$18, progress_message=$19, result=$20, last_error=$21, dead_reason=$22, assign_receipt=$23,
-version=version+1 WHERE id = ` + a.add(t.ID) + ` AND state = ` + a.add(string(f.State))
+lease_seconds=$24, version=version+1 WHERE id = ` + a.add(t.ID) + ` AND state = ` + a.add(string(f.State))
 	if f.LeaseID != "" {
 		q += ` AND lease_id = ` + a.add(f.LeaseID)
 	}
@@ -552,6 +552,18 @@ func (w *writeTx) PutTaskType(ctx context.Context, tt *host.TaskType) error {
 	_, err = w.ss.exec(w.c(ctx), `INSERT INTO task_types (tenant, name, body) VALUES ($1,$2,$3)
 ON CONFLICT (tenant, name) DO UPDATE SET body = excluded.body`, tt.Tenant, tt.Name, string(b))
 	return err
+}
+
+// DeleteTaskType implements store.Tx.
+func (w *writeTx) DeleteTaskType(ctx context.Context, tenant, name string) error {
+	n, err := w.ss.exec(w.c(ctx), `DELETE FROM task_types WHERE tenant = $1 AND name = $2`, tenant, name)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return notFound("task type", name)
+	}
+	return nil
 }
 
 // --- receipts

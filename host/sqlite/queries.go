@@ -136,7 +136,7 @@ func nullJSON(b json.RawMessage) any {
 const taskCols = `id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
 created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
 cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
-progress_message, result, last_error, dead_reason, assign_receipt, seq, version`
+progress_message, result, last_error, dead_reason, assign_receipt, seq, version, lease_seconds`
 
 type scanner interface{ Scan(...any) error }
 
@@ -152,7 +152,7 @@ func scanTask(sc scanner) (*host.Task, int64, error) {
 	err := sc.Scan(&t.ID, &t.Tenant, &t.Type, &t.CreatedBy, &t.Recipient, &state, &t.Priority, &params, &t.Summary, &t.IdempotencyKey,
 		&created, &updated, &avail, &t.LeaseID, &t.WorkerID, &leasedAt, &expires, &accepted, &t.AcceptReceipt,
 		&cancel, &t.Attempts, &t.MaxRetries, &t.LeaseCount, &t.LeaseExpiries, &started, &completed, &pct,
-		&t.ProgressMessage, &result, &t.LastError, &t.DeadReason, &t.AssignReceipt, &seq, &t.Version)
+		&t.ProgressMessage, &result, &t.LastError, &t.DeadReason, &t.AssignReceipt, &seq, &t.Version, &t.LeaseSeconds)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -437,10 +437,10 @@ func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) e
 	q := `UPDATE tasks SET state=?, priority=?, available_at=?, updated_at=?, lease_id=?, worker_id=?, leased_at=?, lease_expires_at=?,
 accepted_at=?, accept_receipt=?, cancel_requested=?, attempts=?, max_retries=?, lease_count=?, lease_expiries=?, started_at=?,
 completed_at=?, progress_percent=?, progress_message=?, result=?, last_error=?, dead_reason=?, assign_receipt=?,
-version=version+1 WHERE id = ? AND state = ?`
+lease_seconds=?, version=version+1 WHERE id = ? AND state = ?`
 	args := []any{string(t.State), t.Priority, us(t.AvailableAt), us(t.UpdatedAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt),
 		nus(t.AcceptedAt), t.AcceptReceipt, b2i(t.CancelRequested), t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt),
-		nus(t.CompletedAt), t.ProgressPercent, t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt,
+		nus(t.CompletedAt), t.ProgressPercent, t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, t.LeaseSeconds,
 		t.ID, string(f.State)}
 	if f.LeaseID != "" {
 		q += ` AND lease_id = ?`
@@ -672,6 +672,21 @@ func (w *writeTx) PutTaskType(ctx context.Context, tt *host.TaskType) error {
 	_, err = w.exec(ctx, `INSERT INTO task_types (tenant, name, body) VALUES (?,?,?) ON CONFLICT (tenant, name) DO UPDATE SET body = excluded.body`,
 		tt.Tenant, tt.Name, string(b))
 	return err
+}
+
+// DeleteTaskType implements store.Tx.
+func (w *writeTx) DeleteTaskType(ctx context.Context, tenant, name string) error {
+	res, err := w.exec(ctx, `DELETE FROM task_types WHERE tenant = ? AND name = ?`, tenant, name)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		if err != nil {
+			return err
+		}
+		return notFound("task type", name)
+	}
+	return nil
 }
 
 // --- receipts

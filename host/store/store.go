@@ -128,6 +128,8 @@ type Tx interface {
 
 	// PutTaskType creates or replaces a task type.
 	PutTaskType(ctx context.Context, tt *host.TaskType) error
+	// DeleteTaskType removes a task type; host.CodeNotFound if there is none.
+	DeleteTaskType(ctx context.Context, tenant, name string) error
 	// UpsertWorker records that a worker was seen.
 	UpsertWorker(ctx context.Context, w Worker) error
 	// PutKey creates an API key.

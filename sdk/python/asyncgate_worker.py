@@ -56,6 +56,10 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import email.utils
+try:
+    import fcntl
+except ImportError:  # not on Windows: the spool is not locked there
+    fcntl = None
 import hashlib
 import json
 import logging
@@ -385,7 +389,10 @@ class Runner:
     type's), ``poll_wait`` (long-poll seconds, ≤ 30), ``idle_wait``,
     ``poll_backoff`` and ``delivery_backoff`` (initial, max seconds),
     ``delivery_attempts``, ``spool_path`` (default
-    ``~/.cache/asyncgate/spool-<worker id>.jsonl``; ``""`` disables the spool),
+    ``~/.cache/asyncgate/spool-<worker id>.jsonl``, or ``spool-key-<hash of
+    the key>.jsonl`` without a worker_id; ``""`` disables the spool; run()
+    holds a flock on ``<spool_path>.lock`` and raises SpoolLockedError when
+    another process holds it),
     ``spool_interval``, ``shutdown_timeout``, ``data_uri_fallback`` (complete
     with a data: URI when the gate refuses an inline result with 400)."""
 
@@ -404,8 +411,7 @@ class Runner:
         self.delivery_attempts = max(1, delivery_attempts)
         self.delivery_backoff = delivery_backoff
         if spool_path is None:
-            name = re.sub(r"[^A-Za-z0-9_.-]+", "_", worker_id) or "default"
-            spool_path = os.path.join(os.path.expanduser("~"), ".cache", "asyncgate", "spool-%s.jsonl" % name)
+            spool_path = default_spool_path(worker_id, client.api_key)
         self.spool_path = spool_path
         self.spool_interval = spool_interval
         self.shutdown_timeout = shutdown_timeout
@@ -417,6 +423,7 @@ class Runner:
         self._live: Dict[str, Task] = {}
         self._live_lock = threading.Lock()
         self._spool_lock = threading.Lock()
+        self._spool_file_lock = None  # the open <spool>.lock while held
         self._slots = threading.BoundedSemaphore(self.concurrency)
         self._threads: List[threading.Thread] = []
 
@@ -449,6 +456,14 @@ class Runner:
         if not self._handlers:
             raise ValueError("no handlers registered")
         types = sorted(self._handlers)
+        held = self._lock_spool()
+        try:
+            self._run(types)
+        finally:
+            if held:
+                self._unlock_spool()
+
+    def _run(self, types: List[str]) -> None:
         self.log.info("worker starting: types=%s concurrency=%d gate=%s spool=%s",
                       types, self.concurrency, self.client.base_url, self.spool_path)
         spooler = threading.Thread(target=self._spool_loop, name="asyncgate-spool", daemon=True)
@@ -767,11 +782,51 @@ class Runner:
                 out.append(e)
         return out
 
+    def _lock_spool(self) -> bool:
+        """Take the exclusive lock on <spool>.lock (flock, shared with the Go
+        SDK); raise SpoolLockedError when another process or Runner holds
+        it. Return whether this call took it."""
+        if not self.spool_path or self._spool_file_lock is not None or fcntl is None:
+            return False
+        d = os.path.dirname(self.spool_path) or "."
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        f = open(self.spool_path + ".lock", "a+")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            owner = f.read().strip()
+            f.close()
+            raise SpoolLockedError(self.spool_path, owner)
+        except BaseException:
+            f.close()
+            raise
+        f.seek(0)
+        f.truncate()
+        f.write("%d\n" % os.getpid())
+        f.flush()
+        self._spool_file_lock = f
+        return True
+
+    def _unlock_spool(self) -> None:
+        f, self._spool_file_lock = self._spool_file_lock, None
+        if f is not None:
+            f.close()  # closing releases the flock
+
     def flush_spool(self) -> int:
         """Try every spooled outcome once; return how many remain. Delivered
-        ones and ones the gate refuses for good leave the spool."""
+        ones and ones the gate refuses for good leave the spool. Raises
+        SpoolLockedError when another worker process holds the spool."""
         if not self.spool_path:
             return 0
+        held = self._lock_spool()
+        try:
+            return self._flush_spool()
+        finally:
+            if held:
+                self._unlock_spool()
+
+    def _flush_spool(self) -> int:
         with self._spool_lock:
             entries = self._spool_load()
         done = set()
@@ -817,6 +872,28 @@ class Runner:
                 self.log.warning("spool retry failed: %s", e)
             if self._stop.wait(self.spool_interval):
                 return
+
+
+class SpoolLockedError(RuntimeError):
+    """Another worker process (or Runner) holds this spool: two workers must
+    not share one spool file. Give each its own worker_id or spool_path."""
+
+    def __init__(self, path: str, owner: str = ""):
+        super().__init__("the spool %s is in use by another worker process (pid %s); give each worker "
+                         "process its own worker_id or spool_path" % (path, owner or "?"))
+        self.path = path
+
+
+def default_spool_path(worker_id: str, api_key: str) -> str:
+    """The default spool: named after the worker id or, without one, after a
+    hash of the key (a worker key acts as its own worker id) — the same name
+    the Go SDK uses, under ~/.cache/asyncgate (or $XDG_CACHE_HOME)."""
+    if worker_id:
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", worker_id)
+    else:
+        name = "key-" + hashlib.sha256(api_key.encode()).hexdigest()[:16]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "asyncgate", "spool-%s.jsonl" % name)
 
 
 def _fsync_dir(d: str) -> None:

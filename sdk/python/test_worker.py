@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import sys
+import subprocess
 import tempfile
 import threading
 import time
@@ -273,13 +274,18 @@ class WorkerTest(unittest.TestCase):
         def spool(task):
             return aw.Pointer(pointer="s3://bucket/" + task.task_id)
 
-        self.start(r)
+        stop_r = self.start(r)
         tid = enqueue("py-spool", {})
         wait_for("the spool", lambda: tid in read_file(r.spool_path))
         self.assertEqual(get_task(tid)["status"], "leased")
         client.drop_completions = False
-        # A new runner with the same spool delivers it when it starts.
+        # While r runs, no second runner may use its spool.
         r2 = self.make_runner(spool_path=r.spool_path)
+        with self.assertRaises(aw.SpoolLockedError):
+            r2.flush_spool()
+        self.assertIn(tid, read_file(r.spool_path))
+        stop_r()
+        # A new runner with the same spool delivers it when it starts.
 
         @r2.task("py-spool")
         def never(task):
@@ -289,6 +295,44 @@ class WorkerTest(unittest.TestCase):
         t = wait_task(tid, "succeeded", status_is("succeeded"))
         self.assertEqual(t["result"]["result_pointer"], "s3://bucket/" + tid)
         wait_for("an empty spool", lambda: not os.path.exists(r.spool_path))
+
+    def test_default_spool_per_worker(self):
+        # Workers without a worker_id get one spool per key, never a shared one.
+        a = aw.Runner(aw.Client(URL, "agw_keyA")).spool_path
+        b = aw.Runner(aw.Client(URL, "agw_keyB")).spool_path
+        self.assertNotEqual(a, b)
+        self.assertEqual(a, aw.Runner(aw.Client(URL, "agw_keyA")).spool_path)
+        self.assertNotIn("agw_keyA", a)
+        self.assertEqual(os.path.basename(aw.Runner(aw.Client(URL, "k"), worker_id="codegen.i-1").spool_path),
+                         "spool-codegen.i-1.jsonl")
+
+    def test_spool_locked_against_second_process(self):
+        path = os.path.join(tempfile.mkdtemp(), "spool.jsonl")
+        holder = subprocess.Popen(
+            [sys.executable, "-c",
+             "import fcntl, sys\n"
+             "f = open(sys.argv[1] + '.lock', 'a+')\n"
+             "fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+             "print('locked', flush=True)\n"
+             "sys.stdin.read()\n", path],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(holder.stdout.readline().strip(), "locked")
+            r = self.make_runner(spool_path=path)
+
+            @r.task("py-locked")
+            def never(task):
+                raise aw.FatalError("must not run")
+
+            with self.assertRaises(aw.SpoolLockedError) as cm:
+                r.run()
+            self.assertIn(path, str(cm.exception))
+            with self.assertRaises(aw.SpoolLockedError):
+                r.flush_spool()
+        finally:
+            holder.stdin.close()
+            holder.wait(60)
+        self.assertEqual(self.make_runner(spool_path=path).flush_spool(), 0)
 
     def test_graceful_shutdown(self):
         put_type("py-job", lease_seconds=30)

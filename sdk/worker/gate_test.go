@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/asyncgate/asyncgate/sdk/worker"
 )
 
 // The tests run the SDK against a real `gate serve`, built once by TestMain.
@@ -26,6 +28,9 @@ var gateBin string
 var wasmCache string
 
 func TestMain(m *testing.M) {
+	if path := os.Getenv(spoolHolderEnv); path != "" {
+		os.Exit(worker.HoldSpoolUntilStdinCloses(path)) // the second process of TestSpoolLockedAgainstSecondProcess
+	}
 	dir, err := os.MkdirTemp("", "worker-sdk-gate-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

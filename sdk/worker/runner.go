@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,8 +54,11 @@ type Config struct {
 	DeliveryBackoff Backoff
 	// SpoolPath is the local dead-letter file (JSON lines, fsync'd) for
 	// outcomes the gate could not be reached for. Default:
-	// <user cache dir>/asyncgate/spool-<worker id>.jsonl. Give every Runner
-	// its own file.
+	// <user cache dir>/asyncgate/spool-<worker id>.jsonl, or, without a
+	// WorkerID, spool-key-<hash of the key>.jsonl (a worker key acts as its
+	// own worker id, so one spool per worker id either way). While Run runs
+	// it holds an exclusive lock (flock) on <SpoolPath>.lock: a second
+	// process or Runner with the same spool gets ErrSpoolLocked.
 	SpoolPath string
 	// DisableSpool drops undeliverable outcomes (logged) instead.
 	DisableSpool bool
@@ -128,7 +133,7 @@ func NewRunner(c *Client, cfg Config) *Runner {
 	if !cfg.DisableSpool {
 		p := cfg.SpoolPath
 		if p == "" {
-			p = defaultSpoolPath(cfg.WorkerID)
+			p = defaultSpoolPath(cfg.WorkerID, c.key)
 		}
 		if p != "" {
 			r.sp = &spool{path: p}
@@ -139,12 +144,16 @@ func NewRunner(c *Client, cfg Config) *Runner {
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 
-func defaultSpoolPath(workerID string) string {
+// defaultSpoolPath names the spool after the worker id, or after a hash of
+// the key when the worker id is the key's own: never one file for workers
+// that are different to the gate.
+func defaultSpoolPath(workerID, key string) string {
 	dir, err := os.UserCacheDir()
 	if err != nil {
 		dir = os.TempDir()
 	}
-	name := "default"
+	sum := sha256.Sum256([]byte(key))
+	name := "key-" + hex.EncodeToString(sum[:8])
 	if workerID != "" {
 		name = unsafeName.ReplaceAllString(workerID, "_")
 	}
@@ -212,6 +221,12 @@ func (r *Runner) Run(ctx context.Context) error {
 		return errors.New("worker: no handlers registered")
 	}
 	types := r.TaskTypes()
+	if r.sp != nil {
+		if err := r.sp.lock(); err != nil {
+			return err
+		}
+		defer r.sp.unlock()
+	}
 	r.log.Info("worker starting", "worker_id", r.cfg.WorkerID, "task_types", types, "concurrency", r.cfg.Concurrency,
 		"gate", r.c.BaseURL(), "spool", r.SpoolPath())
 
@@ -793,6 +808,12 @@ func (r *Runner) spoolLoop(ctx context.Context) {
 func (r *Runner) FlushSpool(ctx context.Context) (delivered, remaining int, err error) {
 	if r.sp == nil {
 		return 0, 0, nil
+	}
+	if !r.sp.locked() {
+		if err := r.sp.lock(); err != nil {
+			return 0, 0, err
+		}
+		defer r.sp.unlock()
 	}
 	entries, bad, err := r.sp.load()
 	if err != nil {

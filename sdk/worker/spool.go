@@ -28,10 +28,66 @@ func (e spoolEntry) key() string { return e.Kind + "\x00" + e.LeaseID }
 
 // spool is the local dead-letter queue of outcomes the gate could not be
 // reached for (the "Lease to Receipt flow"). Every append is fsync'd before
-// it returns; rewrites go through a temporary file and a rename.
+// it returns; rewrites go through a temporary file and a rename. A Runner
+// holds an exclusive lock on <path>.lock while it runs, so no second process
+// (or second Runner) replays, rewrites or drops the same file's entries.
 type spool struct {
 	path string
 	mu   sync.Mutex
+	lk   *os.File // the held lock file, nil when not held
+}
+
+// ErrSpoolLocked is returned by Run (and FlushSpool) when another process or
+// Runner holds the spool: two workers must not share one spool file.
+var ErrSpoolLocked = errors.New("worker: the spool is in use by another worker process")
+
+var errLockBusy = errors.New("lock busy")
+
+// lock takes the spool's lock, or fails with ErrSpoolLocked when someone
+// else holds it. Locking twice is a no-op.
+func (s *spool) lock() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lk != nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(s.path), 0o700); err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	f, err := os.OpenFile(s.path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	if err := tryLock(f); err != nil {
+		owner, _ := os.ReadFile(s.path + ".lock")
+		f.Close()
+		if errors.Is(err, errLockBusy) {
+			return fmt.Errorf("%w: %s is locked (held by pid %s); give each worker process its own WorkerID or SpoolPath",
+				ErrSpoolLocked, s.path, bytes.TrimSpace(owner))
+		}
+		return fmt.Errorf("spool: lock %s: %w", s.path, err)
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
+	s.lk = f
+	return nil
+}
+
+// locked reports whether this spool holds its lock.
+func (s *spool) locked() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lk != nil
+}
+
+// unlock releases the lock (closing the file releases the flock).
+func (s *spool) unlock() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lk != nil {
+		s.lk.Close()
+		s.lk = nil
+	}
 }
 
 func (s *spool) add(e spoolEntry) error {

@@ -25,12 +25,14 @@ func run(t *testing.T, open Opener, hammer bool) {
 	}{
 		{"EnqueueWritesAssignedObligation", testEnqueue},
 		{"EnqueueIdempotency", testIdempotency},
+		{"EnqueueIdempotencyConflict", testIdempotencyConflict},
 		{"EnqueueRefusesBadInput", testEnqueueBadInput},
 		{"EnqueueDelayedStart", testDelayed},
 		{"LeaseOrderAndBatch", testLeaseOrder},
 		{"LeaseTypeFilter", testLeaseTypes},
 		{"AcceptWritesObligationOnce", testAccept},
 		{"HeartbeatExtendsAndRecordsProgress", testHeartbeat},
+		{"HeartbeatExtendsByTheLeaseTTL", testHeartbeatTTL},
 		{"StrictExpiry", testStrictExpiry},
 		{"CompleteLocatableAndTerminates", testComplete},
 		{"CompleteIdempotentPerLease", testCompleteIdempotent},
@@ -121,6 +123,46 @@ func testIdempotency(t *testing.T, b *Bundle) {
 		if id != ids[0] {
 			t.Fatalf("concurrent idempotent enqueues made different tasks: %v", ids)
 		}
+	}
+}
+
+func testIdempotencyConflict(t *testing.T, b *Bundle) {
+	req := engine.EnqueueRequest{TaskType: "work", IdempotencyKey: "k2", Priority: 7, Summary: "s",
+		Params: json.RawMessage(`{"n":1,"tags":{"b":2,"a":[1,"x"]}}`)}
+	first, err := b.Engine.Enqueue(b.Ctx, b.Agent, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same task, params spelled with other key order and whitespace: the first task.
+	same := req
+	same.Params = json.RawMessage(`{ "tags": {"a": [1, "x"], "b": 2}, "n": 1 }`)
+	same.DelaySeconds = 5 // start times are not compared
+	same.Summary = ""     // nor the description
+	same.Priority = 0     // an omitted priority does not contradict the first
+	dup, err := b.Engine.Enqueue(b.Ctx, b.Agent, same)
+	if err != nil || !dup.IsDuplicate || dup.TaskID != first.TaskID {
+		t.Fatalf("same request under the same key = %+v, %v; want the first task %s", dup, err, first.TaskID)
+	}
+	for name, mod := range map[string]func(r *engine.EnqueueRequest){
+		"params":      func(r *engine.EnqueueRequest) { r.Params = json.RawMessage(`{"n":2,"tags":{"b":2,"a":[1,"x"]}}`) },
+		"task_type":   func(r *engine.EnqueueRequest) { r.TaskType = "other" },
+		"priority":    func(r *engine.EnqueueRequest) { r.Priority = 3 },
+		"max_retries": func(r *engine.EnqueueRequest) { r.MaxRetries = new(int) },
+	} {
+		r := req
+		mod(&r)
+		_, err := b.Engine.Enqueue(b.Ctx, b.Agent, r)
+		WantCode(t, err, host.CodeIdempotencyConflict)
+		if !contains(err.Error(), name) || !contains(err.Error(), first.TaskID) {
+			t.Fatalf("conflict on %s does not name the field and the task: %v", name, err)
+		}
+	}
+	tasks, _, err := b.Engine.ListTasks(b.Ctx, b.Admin, store.TaskFilter{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tasks) != 1 {
+		t.Fatalf("conflicting enqueues wrote tasks: %d tasks", len(tasks))
 	}
 }
 
@@ -279,6 +321,56 @@ func testHeartbeat(t *testing.T, b *Bundle) {
 	hb, err = b.Engine.Heartbeat(b.Ctx, engine.HeartbeatRequest{WorkerCall: Call("w.1", o)})
 	if err != nil || !hb.CancelRequested {
 		t.Fatalf("cancel_requested not reported: %+v %v", hb, err)
+	}
+}
+
+// testHeartbeatTTL: a heartbeat without extend_lease_seconds extends by the
+// TTL the lease was granted with, not by the task type's lease length, also
+// after a heartbeat that asked for an explicit extension (KLIS-3 §3.2).
+func testHeartbeatTTL(t *testing.T, b *Bundle) {
+	b.Enqueue(t, "work") // the type's lease is 60 s
+	offers, err := b.Engine.Lease(b.Ctx, engine.LeaseRequest{Tenant: "acme", WorkerID: "w.1", MaxTasks: 1, LeaseSeconds: 600})
+	if err != nil || len(offers) != 1 {
+		t.Fatalf("Lease = %v, %v", offers, err)
+	}
+	o := offers[0]
+	if o.LeaseSeconds != 600 || o.Task.LeaseSeconds != 600 {
+		t.Fatalf("offer lease_seconds = %d, task %d; want 600", o.LeaseSeconds, o.Task.LeaseSeconds)
+	}
+	b.Clock.Advance(100 * time.Second)
+	hb, err := b.Engine.Heartbeat(b.Ctx, engine.HeartbeatRequest{WorkerCall: Call("w.1", o)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := b.Clock.Now().Add(600 * time.Second); !hb.LeaseExpiresAt.Equal(want) {
+		t.Fatalf("heartbeat without extension: expiry %v, want now + the lease's 600 s TTL = %v", hb.LeaseExpiresAt, want)
+	}
+	b.Clock.Advance(10 * time.Second)
+	if hb, err = b.Engine.Heartbeat(b.Ctx, engine.HeartbeatRequest{WorkerCall: Call("w.1", o), ExtendSeconds: 1200}); err != nil {
+		t.Fatal(err)
+	}
+	if want := b.Clock.Now().Add(1200 * time.Second); !hb.LeaseExpiresAt.Equal(want) {
+		t.Fatalf("explicit extension: expiry %v, want %v", hb.LeaseExpiresAt, want)
+	}
+	b.Clock.Advance(1000 * time.Second)
+	if hb, err = b.Engine.Heartbeat(b.Ctx, engine.HeartbeatRequest{WorkerCall: Call("w.1", o)}); err != nil {
+		t.Fatal(err)
+	}
+	if want := b.Clock.Now().Add(600 * time.Second); !hb.LeaseExpiresAt.Equal(want) {
+		t.Fatalf("heartbeat after an explicit extension: expiry %v, want now + 600 s = %v", hb.LeaseExpiresAt, want)
+	}
+	if tk := b.Task(t, o.Task.ID); tk.LeaseSeconds != 600 {
+		t.Fatalf("stored lease_seconds = %d, want 600", tk.LeaseSeconds)
+	}
+	// A lease at the type's length keeps that length.
+	b.Enqueue(t, "work")
+	o2 := b.LeaseOne(t, "w.2")
+	b.Clock.Advance(30 * time.Second)
+	if hb, err = b.Engine.Heartbeat(b.Ctx, engine.HeartbeatRequest{WorkerCall: Call("w.2", o2)}); err != nil {
+		t.Fatal(err)
+	}
+	if want := b.Clock.Now().Add(60 * time.Second); !hb.LeaseExpiresAt.Equal(want) {
+		t.Fatalf("type-length lease: expiry %v, want %v", hb.LeaseExpiresAt, want)
 	}
 }
 
