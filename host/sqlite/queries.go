@@ -541,7 +541,7 @@ AND available_at <= ? ORDER BY priority DESC, seq LIMIT ?`, q.Tenant, typ, now, 
 // setCols are the columns a task update writes, in the order of setArgs.
 var setCols = []string{"state", "priority", "available_at", "updated_at", "lease_id", "worker_id", "leased_at", "lease_expires_at",
 	"accepted_at", "accept_receipt", "cancel_requested", "attempts", "max_retries", "lease_count", "lease_expiries", "started_at",
-	"completed_at", "progress_percent", "progress_message", "result", "last_error", "dead_reason", "assign_receipt"}
+	"completed_at", "progress_percent", "progress_message", "result", "last_error", "dead_reason", "assign_receipt", "lease_seconds"}
 
 func setArgs(t *host.Task) ([]any, error) {
 	res, err := resultJSON(t.Result)
@@ -550,7 +550,7 @@ func setArgs(t *host.Task) ([]any, error) {
 	}
 	return []any{string(t.State), t.Priority, us(t.AvailableAt), us(t.UpdatedAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt),
 		nus(t.AcceptedAt), t.AcceptReceipt, b2i(t.CancelRequested), t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt),
-		nus(t.CompletedAt), t.ProgressPercent, t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt}, nil
+		nus(t.CompletedAt), t.ProgressPercent, t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, t.LeaseSeconds}, nil
 }
 
 // updateQueued writes every mutable field of each task in one statement
