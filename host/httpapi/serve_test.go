@@ -77,8 +77,17 @@ func TestServeHealthAndShutdown(t *testing.T) {
 		}
 		return faultstore.Fault{}
 	})
-	if code, m := get("/readyz"); code != 503 || m["error"] != host.CodeDatabaseUnavailable {
-		t.Fatalf("readyz with a failing store: %d %v", code, m)
+	// /readyz reuses a probe's verdict for up to a second (a probe commits a
+	// write): wait for the next probe, bounded.
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		code, m := get("/readyz")
+		if code == 503 && m["error"] == host.CodeDatabaseUnavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readyz with a failing store: still %d %v after 15 s", code, m)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	if code, _ := get("/healthz"); code != 200 {
 		t.Fatalf("healthz with a failing store: %d, want 200 (the process runs)", code)
