@@ -196,8 +196,9 @@ func TestE2EHTTPChannelStaysUnderBase(t *testing.T) {
 		}
 	}))
 	defer sink.Close()
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "gate.json")
+	// The config file sits beside the data folder: a first start refuses a
+	// folder that holds anything but a gate.
+	dir, cfg := filepath.Join(t.TempDir(), "data"), filepath.Join(t.TempDir(), "gate.json")
 	conf := `{"http_channel": {"endpoint": "` + sink.URL + `/results", "headers": {"X-Api-Key": "operator-secret"}}}`
 	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
