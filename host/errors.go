@@ -23,6 +23,8 @@ const (
 	CodeForbidden           = "forbidden"            // credentials lack the role (403)
 	CodeDatabaseUnavailable = "database_unavailable" // the store cannot be used (503)
 	CodeChannelError        = "channel_error"        // a result channel failed; the call may be retried (502)
+	CodePluginTimeout       = "plugin_timeout"       // a plugin call ran past its deadline and was stopped; the detail names the plugin (504)
+	CodePluginNotReady      = "plugin_not_ready"     // a plugin the call needs is still loading at start-up; retry after Retry-After (503)
 	CodeInternal            = "internal_error"       // a bug; never caused by input (500)
 )
 
@@ -104,8 +106,10 @@ func HTTPStatus(code string) int {
 		return 422
 	case CodeChannelError:
 		return 502
-	case CodeDatabaseUnavailable:
+	case CodeDatabaseUnavailable, CodePluginNotReady:
 		return 503
+	case CodePluginTimeout:
+		return 504
 	default:
 		return 500
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/experimental/sysfs"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 )
 
@@ -125,6 +126,7 @@ type Plugin struct {
 	stats    *stats
 	pool     pool
 	caps     json.RawMessage // a channel's capabilities, read at load
+	rootFS   *rootFS         // the granted folder, when the plugin has one
 	loadedAt time.Time
 	// manifestJSON is the manifest as read, to tell a touched file from a changed one.
 	manifestJSON []byte
@@ -169,7 +171,19 @@ func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, 
 		if st, err := os.Stat(grant.Dir); err != nil || !st.IsDir() {
 			return nil, fmt.Errorf("plugin %s: granted directory %q is not a directory", m.Name, grant.Dir)
 		}
-		modCfg = modCfg.WithFSConfig(wazero.NewFSConfig().WithDirMount(grant.Dir, "/data"))
+		// Not WithDirMount: wazero's directory mount follows links out of
+		// the folder. rootFS resolves every path beneath it (see rootfs.go).
+		rfs, err := newRootFS(grant.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("plugin %s: granted directory %q: %w", m.Name, grant.Dir, err)
+		}
+		p.rootFS = rfs
+		defer func() {
+			if err != nil {
+				rfs.close()
+			}
+		}()
+		modCfg = modCfg.WithFSConfig(wazero.NewFSConfig().(sysfs.FSConfig).WithSysFSMount(rfs, "/data"))
 	}
 	if m.Capabilities.HTTP && len(grant.HTTPHosts) == 0 {
 		return nil, fmt.Errorf("plugin %s asks for http but the operator allowlisted no hosts", m.Name)
@@ -314,8 +328,12 @@ func (p *Plugin) run(ctx context.Context, op string, input, data []byte, schemas
 	if f.Kind == FaultGuestError || f.Kind == FaultCanceled {
 		lvl = slog.LevelInfo
 	}
-	p.rt.log.Log(ctx, lvl, "plugin call failed", "plugin", p.Manifest.Name, "version", p.Manifest.Version,
-		"op", op, "fault", string(f.Kind), "code", f.Code, "detail", truncate(f.Message, 300))
+	attrs := []any{"plugin", p.Manifest.Name, "version", p.Manifest.Version,
+		"op", op, "fault", string(f.Kind), "code", f.Code, "detail", truncate(f.Message, 4000)}
+	if f.Trace != "" {
+		attrs = append(attrs, "trace", truncate(f.Trace, 8000))
+	}
+	p.rt.log.Log(ctx, lvl, "plugin call failed", attrs...)
 	return Result{}, f
 }
 
@@ -348,7 +366,10 @@ func (p *Plugin) call(ctx context.Context, op string, input, data []byte, schema
 	}
 	if f.discard() {
 		if tail := inst.stderr.String(); tail != "" {
-			f.Message += " (guest stderr: " + truncate(tail, 500) + ")"
+			if f.Trace != "" {
+				f.Trace += "\n"
+			}
+			f.Trace += "guest stderr: " + truncate(tail, 2000)
 		}
 	}
 	p.pool.put(inst, !f.discard())
@@ -380,11 +401,13 @@ func (p *Plugin) parseFrame(op string, frame []byte, schemas bool) (Result, *Fau
 		if env.Error == nil || env.Error.Code == "" {
 			return Result{}, &Fault{Kind: FaultBadOutput, Message: "error envelope without a code"}
 		}
-		k := FaultGuestError
 		if env.Error.Panic {
-			k = FaultPanic
+			// The SDK sends the panic value and the goroutine's stack: the
+			// stack is for the operator's log only.
+			msg, trace := splitTrace(env.Error.Message)
+			return Result{}, &Fault{Kind: FaultPanic, Code: env.Error.Code, Message: truncate(msg, 2000), Trace: trace}
 		}
-		return Result{}, &Fault{Kind: k, Code: env.Error.Code, Message: truncate(env.Error.Message, 2000)}
+		return Result{}, &Fault{Kind: FaultGuestError, Code: env.Error.Code, Message: truncate(env.Error.Message, 2000)}
 	}
 	if schemas {
 		if err := validateJSON(schemaSet.out[op], env.Result); err != nil {
@@ -540,4 +563,7 @@ func (pl *pool) closeRuntime() {
 	pl.closed = true
 	pl.mu.Unlock()
 	pl.p.wrt.Close(context.Background())
+	if pl.p.rootFS != nil {
+		pl.p.rootFS.close()
+	}
 }
