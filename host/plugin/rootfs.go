@@ -121,7 +121,9 @@ func (r *rootFS) OpenFile(path string, flag experimentalsys.Oflag, perm fs.FileM
 	if flag&experimentalsys.O_DIRECTORY != 0 && flag&(experimentalsys.O_WRONLY|experimentalsys.O_RDWR) != 0 {
 		return nil, experimentalsys.EISDIR
 	}
-	f, err := r.root.OpenFile(p, osFlags(flag), perm)
+	// O_TRUNC waits until the link count is checked: truncating at open
+	// would empty a planted hard link's target before it is refused.
+	f, err := r.root.OpenFile(p, osFlags(flag&^experimentalsys.O_TRUNC), perm)
 	if err != nil {
 		return nil, errno(err)
 	}
@@ -139,6 +141,12 @@ func (r *rootFS) OpenFile(path string, flag experimentalsys.Oflag, perm fs.FileM
 	if flag&experimentalsys.O_DIRECTORY != 0 && !fi.IsDir() {
 		f.Close()
 		return nil, experimentalsys.ENOTDIR
+	}
+	if flag&experimentalsys.O_TRUNC != 0 && fi.Mode().IsRegular() && flag&(experimentalsys.O_WRONLY|experimentalsys.O_RDWR) != 0 {
+		if err := f.Truncate(0); err != nil {
+			f.Close()
+			return nil, errno(err)
+		}
 	}
 	return r.wrap(p, flag, f, fi.IsDir())
 }

@@ -60,6 +60,10 @@ type Grant struct {
 	Clock     bool            // allow the real wall clock (capability "clock")
 	Config    json.RawMessage // the operator's config for a channel plugin
 	Limits    Limits          // overrides of the runtime's limits for this plugin (zero = runtime's)
+	// SHA256 binds the grant to modules (hex sha256 of the .wasm). Empty: the
+	// grant is for the built-in of its name only, never for a plugin dropped
+	// into the folder under that name (see RegistryOptions.Grants).
+	SHA256 []string
 }
 
 // Options configure a Runtime.
@@ -131,6 +135,10 @@ type Plugin struct {
 	// manifestJSON is the manifest as read, to tell a touched file from a changed one.
 	manifestJSON []byte
 }
+
+// Digest returns the hex sha256 of a module, as Plugin.Digest, a manifest's
+// wasm_sha256 and Grant.SHA256 name it.
+func Digest(wasm []byte) string { return digestOf(wasm) }
 
 func digestOf(b []byte) string {
 	sum := sha256.Sum256(b)
