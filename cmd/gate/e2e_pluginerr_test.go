@@ -54,7 +54,7 @@ func TestE2EPluginFaultsNameThePlugin(t *testing.T) {
 
 	// A policy that panics: the engine falls back and writes an escalation
 	// receipt; the receipt carries a one-line summary, the log the stack.
-	g.putType(t, "panic", map[string]any{"policy": map[string]any{"name": "hostile"}, "max_retries": 3}, "")
+	g.putType(t, "panic", map[string]any{"policy": map[string]any{"name": "hostile"}, "default_max_retries": 3}, "")
 	id := g.enqueue(t, agent, "panic", map[string]any{})
 	worker := g.newKey(t, "worker", "panic.w1", "")
 	o := g.lease(t, worker, "panic.w1", nil)
