@@ -109,8 +109,9 @@ func TestDropInReload(t *testing.T) {
 		t.Fatalf("info after refusal: %+v", in)
 	}
 
-	// A broken manifest: refused as well.
-	copyPlugin(t, "backoff", "pol", dir)
+	// A broken manifest (beside a good module): refused as well.
+	bwasm, _ := readBuilt(t, "backoff")
+	writeAtomic(t, filepath.Join(dir, "pol.wasm"), bwasm)
 	writeAtomic(t, filepath.Join(dir, "pol.manifest.json"), []byte(`{"name": "pol", "kind": "sorcery"}`))
 	waitFor(t, func() bool { return strings.Contains(infoOf(reg, "pol").Refused, "manifest") })
 	if r := reason(); r != "hostile-ok" {
