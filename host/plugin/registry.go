@@ -125,6 +125,12 @@ func NewRegistry(ctx context.Context, rt *Runtime, opts RegistryOptions) (*Regis
 	for _, mf := range manifests {
 		r.entry(strings.TrimSuffix(mf, ".manifest.json"))
 	}
+	if opts.Dir != "" {
+		dropped, _ := filepath.Glob(filepath.Join(opts.Dir, "*.manifest.json"))
+		for _, mf := range dropped {
+			r.entry(strings.TrimSuffix(filepath.Base(mf), ".manifest.json"))
+		}
+	}
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.cancel = cancel
 	r.running.Add(1)
@@ -501,10 +507,23 @@ func (r *Registry) Validator(name string, config json.RawMessage) (host.Validato
 // Channel returns the channel plugin name as a host.Channel. Its config is
 // the operator's (Grant.Config), checked when the plugin loaded. The
 // concrete type is *ChannelAdapter, which also offers PutWithProof.
+//
+// While the registry is still loading, a channel known by name (a built-in
+// or a plugin in the folder) is returned unchecked: its calls answer
+// host.CodePluginNotReady until it is loaded, and naming it (as a task
+// type's default_result_channel) does not fail.
 func (r *Registry) Channel(name string) (host.Channel, error) {
 	var config json.RawMessage
-	if p, err := r.Plugin(name); err == nil {
+	p, err := r.Plugin(name)
+	if err == nil {
 		config = p.grant.Config
+	} else if !r.Ready() {
+		r.mu.Lock()
+		_, known := r.entries[name]
+		r.mu.Unlock()
+		if known {
+			return &ChannelAdapter{b: &binding{reg: r, name: name, kind: KindChannel}}, nil
+		}
 	}
 	b, err := r.bind(name, KindChannel, config)
 	if err != nil {

@@ -34,6 +34,7 @@ func TestBackgroundLoading(t *testing.T) {
 	t.Parallel()
 	builtins := t.TempDir()
 	copyPlugin(t, "backoff", "backoff", builtins)
+	copyPlugin(t, "inline", "inline", builtins)
 	held := heldFS{FS: os.DirFS(builtins), release: make(chan struct{})}
 	rt := newTestRuntime(t, Limits{})
 	made := make(chan *Registry, 1)
@@ -72,6 +73,18 @@ func TestBackgroundLoading(t *testing.T) {
 	if in := infoOf(reg, "backoff"); in.State != "loading" {
 		t.Fatalf("listing while loading: %+v", in)
 	}
+	// A known channel can be named (a task type's default channel) while
+	// loading; using it answers plugin_not_ready. An unknown one is an error.
+	ch, err := reg.Channel("inline")
+	if err != nil {
+		t.Fatalf("Channel while loading: %v", err)
+	}
+	if _, err := ch.Capabilities(context.Background()); !host.IsCode(err, host.CodePluginNotReady) {
+		t.Fatalf("channel call while loading: %v", err)
+	}
+	if _, err := reg.Channel("nope"); err == nil {
+		t.Fatal("an unknown channel was accepted while loading")
+	}
 
 	close(held.release)
 	released = true
@@ -90,6 +103,9 @@ func TestBackgroundLoading(t *testing.T) {
 	}
 	if in := infoOf(reg, "backoff"); in.State != "ready" {
 		t.Fatalf("listing after loading: %+v", in)
+	}
+	if _, err := ch.Capabilities(context.Background()); err != nil {
+		t.Fatalf("channel after loading: %v", err)
 	}
 	// Once loaded, an unknown name is not found, not "not ready".
 	if _, err := reg.Policy("nope", nil); !host.IsCode(err, host.CodeNotFound) {
