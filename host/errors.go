@@ -27,6 +27,8 @@ const (
 	CodeChannelError        = "channel_error"        // a result channel failed; the call may be retried (502)
 	CodeForeignPointer      = "foreign_pointer"      // a result_pointer of a channel the gate manages that it did not store for this lease (422)
 	CodeBusy                = "busy"                 // too many large result fetches at once; retry after a moment (503)
+	CodePluginTimeout       = "plugin_timeout"       // a plugin call ran past its deadline and was stopped; the detail names the plugin (504)
+	CodePluginNotReady      = "plugin_not_ready"     // a plugin the call needs is still loading at start-up; retry after Retry-After (503)
 	CodeInternal            = "internal_error"       // a bug; never caused by input (500)
 )
 
@@ -108,8 +110,10 @@ func HTTPStatus(code string) int {
 		return 422
 	case CodeChannelError:
 		return 502
-	case CodeDatabaseUnavailable, CodeBusy:
+	case CodeDatabaseUnavailable, CodeBusy, CodePluginNotReady:
 		return 503
+	case CodePluginTimeout:
+		return 504
 	default:
 		return 500
 	}

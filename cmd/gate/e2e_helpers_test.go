@@ -170,6 +170,10 @@ func startGate(t *testing.T, dir string, extra ...string) *gateProc {
 		t.Fatalf("admin.key: %v", err)
 	}
 	g.Admin = strings.TrimSpace(string(key))
+	// Plugins load in the background after the port is bound; most tests
+	// want them all loaded (a call needing one earlier answers 503
+	// plugin_not_ready, which TestE2EFreshStart checks).
+	g.waitPluginsReady(t)
 	t.Cleanup(func() {
 		g.Stop(syscall.SIGTERM)
 		if t.Failed() {
@@ -177,6 +181,24 @@ func startGate(t *testing.T, dir string, extra ...string) *gateProc {
 		}
 	})
 	return g
+}
+
+// waitPluginsReady polls GET /v1/admin/plugins until the gate reports every
+// plugin loaded, failing the test after five minutes (compiling six plugins
+// into an empty cache took over two on a busy 2-core machine).
+func (g *gateProc) waitPluginsReady(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		r, err := tryCall("GET", g.URL+"/v1/admin/plugins", g.Admin, nil)
+		if err == nil && r.Status == 200 && bytes.Contains(r.Body, []byte(`"ready":true`)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("plugins not ready after 5 minutes: %v %s\n%s", err, r.Body, g.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Log returns what the gate logged so far.

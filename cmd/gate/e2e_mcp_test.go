@@ -174,7 +174,8 @@ func TestMCPStdio(t *testing.T) {
 		t.Fatalf("gate serve: %v", err)
 	}
 
-	local := stdioClient(t, "mcp", "--data", dir, "--principal", "claude.a")
+	// The shared compilation cache, as gate serve above used: nothing compiles.
+	local := stdioClient(t, "mcp", "--data", dir, "--principal", "claude.a", "--wasm-cache", wasmCache)
 	st, isErr := callTool(t, local, "check_task_status", map[string]any{"task_id": id})
 	if isErr || st["status"] != "queued" {
 		t.Fatalf("check_task_status over stdio: %v", st)
@@ -187,7 +188,7 @@ func TestMCPStdio(t *testing.T) {
 	if isErr || res["status"] != "canceled" {
 		t.Fatalf("cancel over stdio: %v", res)
 	}
-	stranger := stdioClient(t, "mcp", "--data", dir, "--principal", "claude.z", "--tenant", "other")
+	stranger := stdioClient(t, "mcp", "--data", dir, "--principal", "claude.z", "--tenant", "other", "--wasm-cache", wasmCache)
 	if e, isErr := callTool(t, stranger, "check_task_status", map[string]any{"task_id": id}); !isErr || e["error"] != "not_found" {
 		t.Fatalf("another tenant over stdio: %v", e)
 	}

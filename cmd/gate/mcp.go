@@ -30,8 +30,8 @@ func init() {
 }
 
 const mcpUsage = `Usage:
-  gate mcp --data DIR --principal NAME [--tenant T] [--role agent|worker]
-  gate mcp --data DIR --key KEY
+  gate mcp --data DIR --principal NAME [--tenant T] [--role agent|worker] [--wasm-cache DIR]
+  gate mcp --data DIR --key KEY [--wasm-cache DIR]
   gate mcp --url http://127.0.0.1:8080 --key KEY
 
 Serves AsyncGate's MCP tools on stdin/stdout for an agent (Claude Desktop,
@@ -56,6 +56,7 @@ func runMCP(args []string, stdout, stderr io.Writer) int {
 	key := fs.String("key", "", "API key: act as its principal (with --data), or authenticate to --url")
 	serverURL := fs.String("url", "", "forward to a running gate serve at this URL instead of opening the store")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error (logs go to stderr)")
+	wasmCache := fs.String("wasm-cache", "", "compiled-plugin cache folder, shareable with gate serve (default <data>/wasm-cache)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -93,7 +94,7 @@ func runMCP(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gate mcp: give exactly one of --principal and --key")
 		return 2
 	}
-	if err := serveMCPStdio(ctx, *data, *db, *key, engine.Actor{Tenant: *tenant, Principal: *principal, Role: *role}, stdout, log); err != nil {
+	if err := serveMCPStdio(ctx, *data, *db, *wasmCache, *key, engine.Actor{Tenant: *tenant, Principal: *principal, Role: *role}, stdout, log); err != nil {
 		log.Error("gate mcp stopped", "err", err)
 		return 1
 	}
@@ -102,7 +103,7 @@ func runMCP(args []string, stdout, stderr io.Writer) int {
 
 // serveMCPStdio opens the store and serves one MCP session on stdin/stdout as
 // actor (or as the key's principal when key is set).
-func serveMCPStdio(ctx context.Context, data, dbURL, key string, actor engine.Actor, stdout io.Writer, log *slog.Logger) error {
+func serveMCPStdio(ctx context.Context, data, dbURL, wasmCache, key string, actor engine.Actor, stdout io.Writer, log *slog.Logger) error {
 	st, _, err := openStore(ctx, data, dbURL, openExisting) // never creates a gate
 	if err != nil {
 		return err
@@ -124,7 +125,7 @@ func serveMCPStdio(ctx context.Context, data, dbURL, key string, actor engine.Ac
 		}
 	}
 	cfg := defaultServeConfig()
-	cfg.Data, cfg.DB = data, dbURL
+	cfg.Data, cfg.DB, cfg.WasmCacheDir = data, dbURL, wasmCache
 	ecfg := engine.Config{Store: st, Logger: log}
 	plugins, err := startPlugins(cfg, log)
 	if err != nil {

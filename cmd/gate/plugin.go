@@ -226,6 +226,9 @@ func pluginCheck(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("%s: %v", manPath, err)
 	}
+	if m.WasmSHA256 != "" && m.WasmSHA256 != plugin.Digest(wasm) {
+		return fail("%s: wasm_sha256 %s does not match %s (sha256 %s): rebuild, or fix the manifest", manPath, m.WasmSHA256, file, plugin.Digest(wasm))
+	}
 	fmt.Fprintf(stdout, "ok   manifest %s: %s %s v%s (abi %d)\n", manPath, m.Kind, m.Name, m.Version, m.ABIVersion)
 
 	logw := io.Discard
@@ -269,8 +272,15 @@ func pluginCheck(args []string, stdout, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 	defer os.RemoveAll(dir2)
+	// The same registry, sandbox and grant binding as gate serve: the
+	// grant (and the -dir folder) is bound to this module's digest.
+	stamped, err := pluginbuild.StampManifest(man, wasm)
+	if err != nil {
+		return fail("%s: %v", manPath, err)
+	}
+	grant.SHA256 = []string{plugin.Digest(wasm)}
 	os.WriteFile(filepath.Join(dir2, m.Name+".wasm"), wasm, 0o644)
-	os.WriteFile(filepath.Join(dir2, m.Name+".manifest.json"), man, 0o644)
+	os.WriteFile(filepath.Join(dir2, m.Name+".manifest.json"), stamped, 0o644)
 	reg, err := plugin.NewRegistry(ctx, rt, plugin.RegistryOptions{Dir: dir2, Grants: map[string]plugin.Grant{m.Name: grant}})
 	if err != nil {
 		return fail("%v", err)

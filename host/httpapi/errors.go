@@ -144,6 +144,9 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	if code == host.CodeBusy {
 		c.Response().Header().Set("Retry-After", "2")
 	}
+	if code == host.CodePluginNotReady {
+		c.Response().Header().Set("Retry-After", "1")
+	}
 	body := ErrorBody{Error: code, Detail: detail}
 	if v, _ := c.Get(ctxKeySeedErrors).(bool); v {
 		body.Message = detail
@@ -159,7 +162,12 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 // client went away) and body-size errors get their own codes.
 func classify(err error) (string, string) {
 	var mbe *http.MaxBytesError
+	var he *host.Error
 	switch {
+	case errors.As(err, &he) && (he.Code == host.CodePluginTimeout || he.Code == host.CodePluginNotReady):
+		// A plugin call stopped at its deadline has a deadline in its
+		// chain: it is the plugin's timeout, not a database problem.
+		return he.Code, he.Detail
 	case errors.As(err, &mbe):
 		return host.CodeTooLarge, "the request body is over the limit of " + itoa(mbe.Limit) + " bytes"
 	case errors.Is(err, context.Canceled):
@@ -167,8 +175,7 @@ func classify(err error) (string, string) {
 	case errors.Is(err, context.DeadlineExceeded):
 		return host.CodeDatabaseUnavailable, "the request timed out"
 	}
-	var he *host.Error
-	if errors.As(err, &he) {
+	if he != nil {
 		return he.Code, he.Detail
 	}
 	var se *json.SyntaxError

@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/asyncgate/asyncgate/host"
 )
@@ -21,6 +22,7 @@ const (
 	FaultUnavailable FaultKind = "unavailable" // no instance could be started, or the plugin is gone
 	FaultCanceled    FaultKind = "canceled"    // the caller's context ended before or during the call
 	FaultConfig      FaultKind = "invalid_config"
+	FaultNotReady    FaultKind = "not_ready" // the plugin is still being compiled at start-up
 )
 
 // Fault is the error of a failed plugin call. Adapters wrap it in a
@@ -32,18 +34,52 @@ type Fault struct {
 	Kind    FaultKind
 	Code    string // the guest's error code, for FaultGuestError and FaultPanic
 	Message string
-	Err     error
+	// Trace is what the operator needs and an agent must not see: a guest
+	// panic's stack, the guest's stderr, the wasm stack of a trap. It goes to
+	// the operator log, never into Error() (which reaches answers and receipts).
+	Trace string
+	Err   error
 }
 
+// summaryMax bounds the message part of Error(): it ends up in receipts.
+const summaryMax = 200
+
+// Error returns a one-line summary naming the plugin, the operation, the
+// kind of fault, the guest's code and the first line of its message.
 func (f *Fault) Error() string {
-	s := fmt.Sprintf("plugin %s@%s %s: %s", f.Plugin, f.Version, f.Op, f.Kind)
+	var s string
+	if f.Version != "" {
+		s = fmt.Sprintf("plugin %s@%s", f.Plugin, f.Version)
+	} else {
+		s = "plugin " + f.Plugin
+	}
+	if f.Op != "" {
+		s += " " + f.Op
+	}
+	s += ": " + string(f.Kind)
 	if f.Code != "" && f.Code != string(f.Kind) {
 		s += " " + f.Code
 	}
 	if f.Message != "" {
-		s += ": " + f.Message
+		s += ": " + summary(f.Message)
 	}
 	return s
+}
+
+// summary is the first line of msg, at most summaryMax bytes.
+func summary(msg string) string {
+	if i := strings.IndexByte(msg, '\n'); i >= 0 {
+		msg = msg[:i]
+	}
+	return truncate(msg, summaryMax)
+}
+
+// splitTrace splits a guest message into its first line and the rest.
+func splitTrace(msg string) (first, rest string) {
+	if i := strings.IndexByte(msg, '\n'); i >= 0 {
+		return msg[:i], strings.TrimLeft(msg[i+1:], "\n")
+	}
+	return msg, ""
 }
 
 // Unwrap returns the cause.
@@ -60,10 +96,12 @@ func (f *Fault) discard() bool {
 	return true
 }
 
-// ErrorFor maps a plugin call error to the domain's error model. Channel
+// ErrorFor maps a plugin call error to the domain's error model. A plugin
+// still compiling at start-up is host.CodePluginNotReady (503, retry soon); a
+// call past its deadline is host.CodePluginTimeout (504). Other channel
 // faults are host.CodeChannelError (502, retryable) unless the guest said
-// not_found, bad_request or too_large; policy and validator faults are
-// host.CodeInternal. A nil err maps to nil.
+// not_found, bad_request or too_large; other policy and validator faults are
+// host.CodeInternal. The detail names the plugin. A nil err maps to nil.
 func ErrorFor(kind string, err error) error {
 	if err == nil {
 		return nil
@@ -75,6 +113,12 @@ func ErrorFor(kind string, err error) error {
 	var f *Fault
 	if !errors.As(err, &f) {
 		return host.WrapError(host.CodeInternal, err, err.Error())
+	}
+	switch f.Kind {
+	case FaultNotReady:
+		return host.WrapError(host.CodePluginNotReady, f, f.Error())
+	case FaultTimeout:
+		return host.WrapError(host.CodePluginTimeout, f, f.Error())
 	}
 	if f.Kind == FaultGuestError || f.Kind == FaultBadInput {
 		switch f.Code {

@@ -53,9 +53,6 @@ func TestHostilePlugin(t *testing.T) {
 			if took := time.Since(start); took > 10*time.Second {
 				t.Errorf("fault took %v to surface", took)
 			}
-			if !host.IsCode(err, host.CodeInternal) {
-				t.Fatalf("got %v, want an internal_error", err)
-			}
 			var f *Fault
 			if !errors.As(err, &f) {
 				t.Fatalf("got %v, want a *Fault", err)
@@ -66,6 +63,23 @@ func TestHostilePlugin(t *testing.T) {
 			}
 			if f.Kind != c.kind {
 				t.Fatalf("got %v, want fault kind %s", err, c.kind)
+			}
+			// A timeout names itself and the plugin (504); other faults of a
+			// policy are internal errors.
+			wantCode := host.CodeInternal
+			if f.Kind == FaultTimeout {
+				wantCode = host.CodePluginTimeout
+			}
+			if !host.IsCode(err, wantCode) || !strings.Contains(host.ErrorDetail(err), "plugin hostile@0.0.1 decide") {
+				t.Fatalf("got %v, want %s naming the plugin", err, wantCode)
+			}
+			// What reaches answers and receipts is one short line; a panic's
+			// stack goes to the operator log only.
+			if msg := err.Error(); strings.Contains(msg, "\n") || strings.Contains(msg, "goroutine ") || len(msg) > 400 {
+				t.Errorf("error carries a trace: %q", msg)
+			}
+			if c.taskType == "panic" && !strings.Contains(f.Trace, "goroutine ") {
+				t.Errorf("the panic's stack is not kept for the log: %q", f.Trace)
 			}
 			if !strings.Contains(err.Error(), c.detail) {
 				t.Errorf("error %q does not mention %q", err, c.detail)

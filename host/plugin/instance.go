@@ -122,11 +122,8 @@ func trapFault(ctx context.Context, err error) *Fault {
 	if ctx.Err() != nil {
 		return &Fault{Kind: FaultTimeout, Message: ctx.Err().Error(), Err: err}
 	}
-	msg := err.Error()
-	if i := strings.Index(msg, "\nwasm stack trace"); i > 0 {
-		msg = msg[:i]
-	}
-	return &Fault{Kind: FaultTrap, Message: msg, Err: err}
+	msg, trace := splitTrace(err.Error())
+	return &Fault{Kind: FaultTrap, Message: msg, Trace: trace, Err: err}
 }
 
 // headBuffer keeps the first max bytes written to it: a guest's stderr,

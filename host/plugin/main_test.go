@@ -104,11 +104,18 @@ type bundle struct {
 	dir string
 }
 
+// setup's grants are bound to the modules copied, as an operator binds a
+// grant to a plugin dropped into the folder (Grant.SHA256).
 func setup(t testing.TB, grants map[string]Grant, limits Limits, names ...string) *bundle {
 	t.Helper()
 	dir := t.TempDir()
 	for _, n := range names {
 		copyPlugin(t, n, n, dir)
+		if g, ok := grants[n]; ok && len(g.SHA256) == 0 {
+			wasm, _ := readBuilt(t, n)
+			g.SHA256 = []string{Digest(wasm)}
+			grants[n] = g
+		}
 	}
 	rt := newTestRuntime(t, limits)
 	reg, err := NewRegistry(context.Background(), rt, RegistryOptions{Dir: dir, Grants: grants})
@@ -120,17 +127,33 @@ func setup(t testing.TB, grants map[string]Grant, limits Limits, names ...string
 }
 
 // copyPlugin copies built plugin src into dir under the name dst (the
-// manifest's name is rewritten to dst).
+// manifest's name is rewritten to dst), as docs/plugins.md tells operators
+// to: the manifest names the module's sha256, and each file is written under
+// a temporary name and renamed in.
 func copyPlugin(t testing.TB, src, dst, dir string) {
 	t.Helper()
 	wasm, man := readBuilt(t, src)
-	if src != dst {
-		man = []byte(replaceName(string(man), src, dst))
-	}
-	if err := os.WriteFile(filepath.Join(dir, dst+".wasm"), wasm, 0o644); err != nil {
+	man = []byte(replaceName(string(man), src, dst))
+	writePair(t, dir, dst, wasm, man)
+}
+
+// writePair drops a module and its manifest into dir by atomic renames,
+// the manifest stamped with the module's sha256.
+func writePair(t testing.TB, dir, name string, wasm, man []byte) {
+	t.Helper()
+	man = []byte(setField(string(man), "wasm_sha256", Digest(wasm)))
+	writeAtomic(t, filepath.Join(dir, name+".wasm"), wasm)
+	writeAtomic(t, filepath.Join(dir, name+".manifest.json"), man)
+}
+
+// writeAtomic writes b to a temporary file beside path and renames it in.
+func writeAtomic(t testing.TB, path string, b []byte) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, dst+".manifest.json"), man, 0o644); err != nil {
+	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -142,6 +165,21 @@ func replaceName(manifest, from, to string) string {
 	}
 	if m["name"] == from {
 		m["name"] = to
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// setField returns the JSON object manifest with key set to value (removed
+// when value is nil).
+func setField(manifest, key string, value any) string {
+	var m map[string]any
+	if err := json.Unmarshal([]byte(manifest), &m); err != nil {
+		return manifest // a deliberately broken manifest stays broken
+	}
+	m[key] = value
+	if value == nil {
+		delete(m, key)
 	}
 	b, _ := json.Marshal(m)
 	return string(b)

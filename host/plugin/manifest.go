@@ -28,6 +28,7 @@ type Manifest struct {
 	Version      string          `json:"version"`
 	ABIVersion   int             `json:"abi_version"`
 	Description  string          `json:"description,omitempty"`
+	WasmSHA256   string          `json:"wasm_sha256,omitempty"` // hex sha256 of the module this manifest belongs to
 	ConfigSchema json.RawMessage `json:"config_schema,omitempty"`
 	Capabilities Capabilities    `json:"capabilities"`
 	Limits       ManifestLimits  `json:"limits"`

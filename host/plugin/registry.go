@@ -22,17 +22,31 @@ import (
 type RegistryOptions struct {
 	// Dir is the plugins folder the operator drops plugins into. Each plugin is
 	// two files side by side: <name>.wasm and <name>.manifest.json (the
-	// manifest's name must be <name>). Write the .wasm last, or write both
-	// under other names and rename them in. Empty means built-ins only.
+	// manifest's name must be <name>, and its wasm_sha256 the module's hex
+	// sha256). A pair is loaded only when the two agree, so the order and
+	// speed of writing them does not matter; write each under another name
+	// and rename it in, so no half-written file is ever read. Empty means
+	// built-ins only.
 	Dir string
 	// Builtins holds the plugins embedded in the binary, in the same flat
 	// layout. A manifest without its .wasm is listed as "missing" and logged.
 	Builtins fs.FS
-	// Grants are the operator's grants by plugin name.
+	// Grants are the operator's grants by plugin name. A grant without
+	// SHA256 applies to the built-in of that name only; a grant with SHA256
+	// applies to exactly those modules. A plugin dropped into Dir under a
+	// built-in's name never inherits the built-in's grant.
 	Grants map[string]Grant
 	// PollInterval is how often Run rescans Dir and reaps idle instances;
 	// default 1 s.
 	PollInterval time.Duration
+	// RemoveAfter is how long a plugin's files must stay gone from Dir before
+	// it is unloaded; meanwhile the last good version keeps serving (an rm
+	// followed by a cp does not unload it). Default 5 s.
+	RemoveAfter time.Duration
+	// Background makes NewRegistry return at once and load the plugins in
+	// the background; until a plugin is loaded, calls that need it fail with
+	// a FaultNotReady (host.CodePluginNotReady). See Ready and WaitReady.
+	Background bool
 }
 
 // Registry holds the loaded plugins by name: the built-ins, overridden by any
@@ -50,11 +64,15 @@ type Registry struct {
 	mu      sync.Mutex // guards entries' non-atomic fields and the map
 	entries map[string]*entry
 
-	// Run loops register here so Close can stop them and wait for a scan in
-	// flight: closing plugins (and then the runtime) under a compile crashes it.
+	// Run loops and the background loader register here so Close can stop
+	// them and wait for a scan in flight: closing plugins (and then the
+	// runtime) under a compile crashes it.
 	running   sync.WaitGroup
 	closing   chan struct{}
 	closeOnce sync.Once
+	scanMu    sync.Mutex    // one Scan at a time
+	ready     chan struct{} // closed when the first load of every plugin is done
+	cancel    context.CancelFunc
 }
 
 type entry struct {
@@ -65,27 +83,106 @@ type entry struct {
 	missing string // why a built-in is not available
 	fp      string // fingerprint of the folder files last tried
 	inDir   bool
+	gone    time.Time // when the folder files were first seen missing (zero: present)
 }
 
-// NewRegistry loads the built-ins and the plugins folder. A plugin that fails
-// to load is logged and listed, not fatal. Call Run to watch the folder.
+// NewRegistry loads the plugins folder and the built-ins (a built-in serves
+// where no plugin of its name is in the folder). A plugin that fails to load
+// is logged and listed, not fatal. With opts.Background it returns at once
+// and loads in the background. Call Run to watch the folder.
 func NewRegistry(ctx context.Context, rt *Runtime, opts RegistryOptions) (*Registry, error) {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = time.Second
 	}
-	r := &Registry{rt: rt, opts: opts, log: rt.log, entries: map[string]*entry{}, closing: make(chan struct{})}
-	if opts.Builtins != nil {
-		if err := r.loadBuiltins(ctx); err != nil {
-			return nil, err
-		}
+	if opts.RemoveAfter <= 0 {
+		opts.RemoveAfter = 5 * time.Second
 	}
+	r := &Registry{rt: rt, opts: opts, log: rt.log, entries: map[string]*entry{}, closing: make(chan struct{}), ready: make(chan struct{})}
 	if opts.Dir != "" {
 		if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 			return nil, fmt.Errorf("plugins folder: %w", err)
 		}
-		r.Scan(ctx)
 	}
+	var manifests []string
+	if opts.Builtins != nil {
+		var err error
+		if manifests, err = fs.Glob(opts.Builtins, "*.manifest.json"); err != nil {
+			return nil, err
+		}
+	}
+	load := func(ctx context.Context) {
+		defer close(r.ready)
+		if opts.Dir != "" {
+			r.Scan(ctx)
+		}
+		r.loadBuiltins(ctx, manifests)
+	}
+	if !opts.Background {
+		load(ctx)
+		return r, nil
+	}
+	// Known names answer "not ready" (not "no such plugin") while loading.
+	for _, mf := range manifests {
+		r.entry(strings.TrimSuffix(mf, ".manifest.json"))
+	}
+	if opts.Dir != "" {
+		dropped, _ := filepath.Glob(filepath.Join(opts.Dir, "*.manifest.json"))
+		for _, mf := range dropped {
+			r.entry(strings.TrimSuffix(filepath.Base(mf), ".manifest.json"))
+		}
+	}
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.cancel = cancel
+	r.running.Add(1)
+	go func() {
+		defer r.running.Done()
+		start := time.Now()
+		load(lctx)
+		r.log.Info("plugins loaded in the background", "took", time.Since(start).Round(time.Millisecond))
+	}()
 	return r, nil
+}
+
+// Ready reports whether the first load of every plugin has finished (each
+// either serves or was refused).
+func (r *Registry) Ready() bool {
+	select {
+	case <-r.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// WaitReady waits until Ready or ctx ends.
+func (r *Registry) WaitReady(ctx context.Context) error {
+	select {
+	case <-r.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// grantFor returns the operator's grant for a module: a grant bound to
+// digests applies to those modules; an unbound grant to the built-in only.
+func (r *Registry) grantFor(name, digest string, builtin bool) Grant {
+	g, ok := r.opts.Grants[name]
+	if !ok {
+		return Grant{}
+	}
+	if len(g.SHA256) == 0 {
+		if builtin {
+			return g
+		}
+		return Grant{}
+	}
+	for _, d := range g.SHA256 {
+		if strings.EqualFold(d, digest) {
+			return g
+		}
+	}
+	return Grant{}
 }
 
 func (r *Registry) entry(name string) *entry {
@@ -97,11 +194,7 @@ func (r *Registry) entry(name string) *entry {
 	return e
 }
 
-func (r *Registry) loadBuiltins(ctx context.Context) error {
-	manifests, err := fs.Glob(r.opts.Builtins, "*.manifest.json")
-	if err != nil {
-		return err
-	}
+func (r *Registry) loadBuiltins(ctx context.Context, manifests []string) {
 	// Load in parallel: compiling is the slow part on a cold cache.
 	var wg sync.WaitGroup
 	for _, mf := range manifests {
@@ -122,7 +215,11 @@ func (r *Registry) loadBuiltins(ctx context.Context) error {
 				r.setMissing(e, "built-in not built (run make plugins): "+name+".wasm missing")
 				return
 			}
-			p, err := r.rt.load(ctx, wasm, man, r.opts.Grants[name], "builtin", e.stats)
+			if m, err := ParseManifest(man); err == nil && m.WasmSHA256 != "" && m.WasmSHA256 != digestOf(wasm) {
+				r.setMissing(e, "built-in "+name+".wasm does not match its manifest's wasm_sha256 (rebuild with make plugins)")
+				return
+			}
+			p, err := r.rt.load(ctx, wasm, man, r.grantFor(name, digestOf(wasm), true), "builtin", e.stats)
 			if err == nil && p.Manifest.Name != name {
 				p.Close()
 				err = fmt.Errorf("manifest name %q does not match file name %q", p.Manifest.Name, name)
@@ -140,7 +237,6 @@ func (r *Registry) loadBuiltins(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	return nil
 }
 
 func (r *Registry) setMissing(e *entry, why string) {
@@ -211,9 +307,11 @@ func fingerprint(paths ...string) (string, bool) {
 }
 
 // Scan loads new and changed plugins from the folder once, and unloads those
-// whose files were removed. Run calls it every PollInterval; tests call it
-// directly.
+// whose files have been gone for RemoveAfter. Run calls it every
+// PollInterval; tests call it directly.
 func (r *Registry) Scan(ctx context.Context) {
+	r.scanMu.Lock()
+	defer r.scanMu.Unlock()
 	manifests, _ := filepath.Glob(filepath.Join(r.opts.Dir, "*.manifest.json"))
 	seen := map[string]bool{}
 	for _, mf := range manifests {
@@ -221,34 +319,46 @@ func (r *Registry) Scan(ctx context.Context) {
 		wasmPath := filepath.Join(r.opts.Dir, name+".wasm")
 		fp, ok := fingerprint(mf, wasmPath)
 		if !ok {
-			continue // the .wasm is not there (yet)
+			continue // half a pair: treated as missing below
 		}
 		seen[name] = true
 		r.mu.Lock()
 		e := r.entry(name)
 		changed := e.fp != fp
 		e.fp = fp
+		e.gone = time.Time{}
 		r.mu.Unlock()
 		if changed {
 			r.loadFromDir(ctx, e, mf, wasmPath)
 		}
 	}
+	now := time.Now()
 	r.mu.Lock()
 	var gone []*entry
 	for name, e := range r.entries {
-		if e.inDir && !seen[name] {
+		if !e.inDir || seen[name] {
+			continue
+		}
+		if e.gone.IsZero() {
+			e.gone = now
+			e.fp = ""
+			r.log.Info("plugin files missing from the folder; still serving the last good version", "plugin", name,
+				"unload_after", r.opts.RemoveAfter)
+		}
+		if now.Sub(e.gone) >= r.opts.RemoveAfter {
 			gone = append(gone, e)
 		}
 	}
 	r.mu.Unlock()
 	for _, e := range gone {
 		r.mu.Lock()
-		e.inDir, e.fp = false, ""
+		e.inDir, e.fp, e.gone = false, "", time.Time{}
 		old := e.cur.Swap(e.builtin)
 		r.mu.Unlock()
 		if old != nil && old != e.builtin {
 			old.Close()
 		}
+		e.stats.setRefused("")
 		r.log.Info("plugin removed from folder", "plugin", e.name, "builtin_restored", e.builtin != nil)
 	}
 }
@@ -257,13 +367,31 @@ func (r *Registry) loadFromDir(ctx context.Context, e *entry, manifestPath, wasm
 	man, err1 := os.ReadFile(manifestPath)
 	wasm, err2 := os.ReadFile(wasmPath)
 	if err := errors.Join(err1, err2); err != nil {
+		r.mu.Lock()
+		e.fp = "" // try again next scan
+		r.mu.Unlock()
+		return
+	}
+	digest := digestOf(wasm)
+	if cur := e.cur.Load(); cur != nil && cur.Source == wasmPath && cur.Digest == digest && bytes.Equal(cur.manifestJSON, man) {
+		return // touched, not changed
+	}
+	m, err := ParseManifest(man)
+	if err != nil {
 		r.refuse(e, err)
 		return
 	}
-	if cur := e.cur.Load(); cur != nil && cur.Source == wasmPath && cur.Digest == digestOf(wasm) && bytes.Equal(cur.manifestJSON, man) {
-		return // touched, not changed
+	switch {
+	case m.WasmSHA256 == "":
+		r.refuse(e, fmt.Errorf("manifest: no wasm_sha256: a plugin in the folder must name its module's sha256 (gate plugin build writes it; or add the output of sha256sum %s.wasm)", e.name))
+		return
+	case m.WasmSHA256 != digest:
+		// Half of a new pair: wait for the other half, keep serving.
+		r.log.Info("plugin files do not match yet; waiting for a consistent pair", "plugin", e.name,
+			"manifest_wasm_sha256", truncate(m.WasmSHA256, 12), "wasm_sha256", digest[:12])
+		return
 	}
-	p, err := r.rt.load(ctx, wasm, man, r.opts.Grants[e.name], wasmPath, e.stats)
+	p, err := r.rt.load(ctx, wasm, man, r.grantFor(e.name, digest, false), wasmPath, e.stats)
 	if err == nil && p.Manifest.Name != e.name {
 		p.Close()
 		err = fmt.Errorf("manifest name %q does not match file name %q", p.Manifest.Name, e.name)
@@ -303,7 +431,10 @@ func (r *Registry) Close() {
 	r.mu.Lock()
 	r.closeOnce.Do(func() { close(r.closing) })
 	r.mu.Unlock()
-	r.running.Wait() // a scan in flight finishes before its plugins close
+	if r.cancel != nil {
+		r.cancel()
+	}
+	r.running.Wait() // a scan or load in flight finishes before its plugins close
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range r.entries {
@@ -326,12 +457,19 @@ func (r *Registry) Plugin(name string) (*Plugin, error) {
 			return p, nil
 		}
 	}
+	if !r.Ready() {
+		return nil, &Fault{Plugin: name, Kind: FaultNotReady, Message: "plugin " + name + " is still loading (plugins compile at start-up); retry shortly"}
+	}
 	return nil, &Fault{Plugin: name, Kind: FaultUnavailable, Message: "no plugin named " + name + " is loaded"}
 }
 
 func (r *Registry) bind(name, kind string, config json.RawMessage) (*binding, error) {
 	p, err := r.Plugin(name)
 	if err != nil {
+		var f *Fault
+		if errors.As(err, &f) && f.Kind == FaultNotReady {
+			return nil, ErrorFor(kind, err)
+		}
 		return nil, host.WrapError(host.CodeNotFound, err, err.Error())
 	}
 	if p.Manifest.Kind != kind {
@@ -369,10 +507,23 @@ func (r *Registry) Validator(name string, config json.RawMessage) (host.Validato
 // Channel returns the channel plugin name as a host.Channel. Its config is
 // the operator's (Grant.Config), checked when the plugin loaded. The
 // concrete type is *ChannelAdapter, which also offers PutWithProof.
+//
+// While the registry is still loading, a channel known by name (a built-in
+// or a plugin in the folder) is returned unchecked: its calls answer
+// host.CodePluginNotReady until it is loaded, and naming it (as a task
+// type's default_result_channel) does not fail.
 func (r *Registry) Channel(name string) (host.Channel, error) {
 	var config json.RawMessage
-	if p, err := r.Plugin(name); err == nil {
+	p, err := r.Plugin(name)
+	if err == nil {
 		config = p.grant.Config
+	} else if !r.Ready() {
+		r.mu.Lock()
+		_, known := r.entries[name]
+		r.mu.Unlock()
+		if known {
+			return &ChannelAdapter{b: &binding{reg: r, name: name, kind: KindChannel}}, nil
+		}
 	}
 	b, err := r.bind(name, KindChannel, config)
 	if err != nil {
@@ -388,7 +539,7 @@ type Info struct {
 	Version      string       `json:"version,omitempty"`
 	Digest       string       `json:"sha256,omitempty"`
 	Source       string       `json:"source,omitempty"`
-	State        string       `json:"state"` // ready, refused (nothing serving), missing (built-in not built)
+	State        string       `json:"state"` // ready, loading (start-up), refused (nothing serving), missing (built-in not built)
 	Refused      string       `json:"refused,omitempty"`
 	Capabilities Capabilities `json:"capabilities"`
 	Instances    int          `json:"instances"`
@@ -418,6 +569,8 @@ func (r *Registry) List() []Info {
 			in.Instances, in.Idle = p.Instances()
 		} else if missing != "" {
 			in.State, in.Refused = "missing", missing
+		} else if !r.Ready() && refused == "" {
+			in.State = "loading"
 		} else {
 			in.State = "refused"
 		}

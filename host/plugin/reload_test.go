@@ -11,15 +11,17 @@ import (
 	"github.com/asyncgate/asyncgate/host"
 )
 
-// TestDropInReload drops new versions into a watched folder: a good one is
-// picked up without a restart, broken ones are refused while the previous
-// version keeps serving, and a removed plugin is unloaded.
+// TestDropInReload drops new versions into a watched folder the way
+// docs/plugins.md says to (manifest naming the module's sha256, each file
+// renamed in): a good one is picked up without a restart, half of a new pair
+// is never run, broken ones are refused while the previous version keeps
+// serving, and files briefly removed and copied back do not unload it.
 func TestDropInReload(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	copyPlugin(t, "backoff", "pol", dir)
 	rt := newTestRuntime(t, Limits{})
-	reg, err := NewRegistry(context.Background(), rt, RegistryOptions{Dir: dir, PollInterval: 20 * time.Millisecond})
+	reg, err := NewRegistry(context.Background(), rt, RegistryOptions{Dir: dir, PollInterval: 20 * time.Millisecond, RemoveAfter: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,21 +48,56 @@ func TestDropInReload(t *testing.T) {
 	}
 	first, _ := reg.Plugin("pol")
 
-	// A new, good version: the same adapter starts answering from it.
-	copyPlugin(t, "hostile", "pol", dir)
+	// Half of a new pair (the module, its manifest not yet there): the old
+	// version keeps serving, nothing is refused.
+	hwasm, hman := readBuilt(t, "hostile")
+	hman = []byte(setField(replaceName(string(hman), "hostile", "pol"), "wasm_sha256", Digest(hwasm)))
+	writeAtomic(t, filepath.Join(dir, "pol.wasm"), hwasm)
+	reg.Scan(context.Background())
+	if p, _ := reg.Plugin("pol"); p != first {
+		t.Fatalf("a module was loaded under another module's manifest: %s %s", p.Manifest.Version, p.Digest)
+	}
+	if in := infoOf(reg, "pol"); in.State != "ready" || in.Refused != "" {
+		t.Fatalf("half a pair: %+v", in)
+	}
+	if r := reason(); r != "" {
+		t.Fatalf("half a pair ran: reason %q", r)
+	}
+
+	// The other half: the new version loads and the same adapter answers from it.
+	writeAtomic(t, filepath.Join(dir, "pol.manifest.json"), hman)
 	waitFor(t, func() bool { p, _ := reg.Plugin("pol"); return p != first })
 	if r := reason(); r != "hostile-ok" {
 		t.Fatalf("after reload: reason %q", r)
 	}
 	second, _ := reg.Plugin("pol")
+	if second.Digest != Digest(hwasm) || second.Manifest.Version != "0.0.1" {
+		t.Fatalf("loaded %s v%s, want the hostile module", second.Digest, second.Manifest.Version)
+	}
 	if live, _ := first.Instances(); live != 0 {
 		t.Errorf("the replaced version still has %d instances", live)
 	}
 
-	// A broken module: refused, the previous version keeps serving.
-	if err := os.WriteFile(filepath.Join(dir, "pol.wasm"), []byte("\x00asm\x01\x00\x00\x00garbage"), 0o644); err != nil {
-		t.Fatal(err)
+	// rm, then cp: the plugin is never unloaded meanwhile.
+	os.Remove(filepath.Join(dir, "pol.wasm"))
+	os.Remove(filepath.Join(dir, "pol.manifest.json"))
+	reg.Scan(context.Background())
+	if p, err := reg.Plugin("pol"); p != second {
+		t.Fatalf("files briefly removed unloaded the plugin: %v", err)
 	}
+	if r := reason(); r != "hostile-ok" {
+		t.Fatalf("while removed: reason %q", r)
+	}
+	writePair(t, dir, "pol", hwasm, hman)
+	reg.Scan(context.Background())
+	if p, _ := reg.Plugin("pol"); p != second {
+		t.Fatal("the same files copied back reloaded the plugin")
+	}
+
+	// A broken module (with a manifest that names it): refused, the
+	// previous version keeps serving.
+	_, bman := readBuilt(t, "backoff")
+	writePair(t, dir, "pol", []byte("\x00asm\x01\x00\x00\x00garbage"), []byte(replaceName(string(bman), "backoff", "pol")))
 	waitFor(t, func() bool { return strings.Contains(infoOf(reg, "pol").Refused, "compile") })
 	if p, _ := reg.Plugin("pol"); p != second {
 		t.Fatal("a refused version replaced the serving one")
@@ -72,14 +109,20 @@ func TestDropInReload(t *testing.T) {
 		t.Fatalf("info after refusal: %+v", in)
 	}
 
-	// A broken manifest: refused as well.
-	copyPlugin(t, "backoff", "pol", dir)
-	if err := os.WriteFile(filepath.Join(dir, "pol.manifest.json"), []byte(`{"name": "pol", "kind": "sorcery"}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	// A broken manifest (beside a good module): refused as well.
+	bwasm, _ := readBuilt(t, "backoff")
+	writeAtomic(t, filepath.Join(dir, "pol.wasm"), bwasm)
+	writeAtomic(t, filepath.Join(dir, "pol.manifest.json"), []byte(`{"name": "pol", "kind": "sorcery"}`))
 	waitFor(t, func() bool { return strings.Contains(infoOf(reg, "pol").Refused, "manifest") })
 	if r := reason(); r != "hostile-ok" {
 		t.Fatalf("after manifest refusal: reason %q", r)
+	}
+
+	// A manifest that names no module: refused, with the way to fix it.
+	writeAtomic(t, filepath.Join(dir, "pol.manifest.json"), []byte(setField(replaceName(string(bman), "backoff", "pol"), "wasm_sha256", nil)))
+	waitFor(t, func() bool { return strings.Contains(infoOf(reg, "pol").Refused, "wasm_sha256") })
+	if r := reason(); r != "hostile-ok" {
+		t.Fatalf("after unnamed module: reason %q", r)
 	}
 
 	// Fixing the manifest loads the new version and clears the refusal.
@@ -88,11 +131,28 @@ func TestDropInReload(t *testing.T) {
 	if in := infoOf(reg, "pol"); in.Refused != "" || in.Calls == 0 {
 		t.Fatalf("info after fix: %+v", in)
 	}
+}
 
-	// Removing the files unloads it.
+// TestDropInRemoved: a plugin whose files stay gone for RemoveAfter is
+// unloaded, and calls through an existing adapter fail cleanly.
+func TestDropInRemoved(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	copyPlugin(t, "backoff", "pol", dir)
+	rt := newTestRuntime(t, Limits{})
+	reg, err := NewRegistry(context.Background(), rt, RegistryOptions{Dir: dir, RemoveAfter: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	pol, err := reg.Policy("pol", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	os.Remove(filepath.Join(dir, "pol.wasm"))
 	os.Remove(filepath.Join(dir, "pol.manifest.json"))
-	waitFor(t, func() bool { _, err := reg.Plugin("pol"); return err != nil })
+	waitFor(t, func() bool { reg.Scan(context.Background()); _, err := reg.Plugin("pol"); return err != nil })
+	in := host.FailureInput{TaskID: "t", TaskType: "fine", Kind: host.FailureError, Retryable: true, Attempts: 1, MaxRetries: 3}
 	if _, err := pol.Decide(context.Background(), in); !host.IsCode(err, host.CodeInternal) {
 		t.Fatalf("removed plugin: %v", err)
 	}
@@ -107,7 +167,7 @@ func TestBuiltinsAndOverride(t *testing.T) {
 	os.WriteFile(filepath.Join(builtins, "escalate.manifest.json"), man, 0o644)
 	dir := t.TempDir()
 	rt := newTestRuntime(t, Limits{})
-	reg, err := NewRegistry(context.Background(), rt, RegistryOptions{Dir: dir, Builtins: os.DirFS(builtins)})
+	reg, err := NewRegistry(context.Background(), rt, RegistryOptions{Dir: dir, Builtins: os.DirFS(builtins), RemoveAfter: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +185,7 @@ func TestBuiltinsAndOverride(t *testing.T) {
 		t.Fatalf("override: %+v", in)
 	}
 	os.Remove(filepath.Join(dir, "backoff.wasm"))
-	reg.Scan(context.Background())
+	waitFor(t, func() bool { reg.Scan(context.Background()); return infoOf(reg, "backoff").Source == "builtin" })
 	if in := infoOf(reg, "backoff"); in.Source != "builtin" {
 		t.Fatalf("restore: %+v", in)
 	}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/experimental/sysfs"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 )
 
@@ -63,6 +65,10 @@ type Grant struct {
 	Clock        bool            // allow the real wall clock (capability "clock")
 	Config       json.RawMessage // the operator's config for a channel plugin
 	Limits       Limits          // overrides of the runtime's limits for this plugin (zero = runtime's)
+	// SHA256 binds the grant to modules (hex sha256 of the .wasm). Empty: the
+	// grant is for the built-in of its name only, never for a plugin dropped
+	// into the folder under that name (see RegistryOptions.Grants).
+	SHA256 []string
 }
 
 // Options configure a Runtime.
@@ -129,10 +135,15 @@ type Plugin struct {
 	stats    *stats
 	pool     pool
 	caps     json.RawMessage // a channel's capabilities, read at load
+	rootFS   *rootFS         // the granted folder, when the plugin has one
 	loadedAt time.Time
 	// manifestJSON is the manifest as read, to tell a touched file from a changed one.
 	manifestJSON []byte
 }
+
+// Digest returns the hex sha256 of a module, as Plugin.Digest, a manifest's
+// wasm_sha256 and Grant.SHA256 name it.
+func Digest(wasm []byte) string { return digestOf(wasm) }
 
 func digestOf(b []byte) string {
 	sum := sha256.Sum256(b)
@@ -173,7 +184,19 @@ func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, 
 		if st, err := os.Stat(grant.Dir); err != nil || !st.IsDir() {
 			return nil, fmt.Errorf("plugin %s: granted directory %q is not a directory", m.Name, grant.Dir)
 		}
-		modCfg = modCfg.WithFSConfig(wazero.NewFSConfig().WithDirMount(grant.Dir, "/data"))
+		// Not WithDirMount: wazero's directory mount follows links out of
+		// the folder. rootFS resolves every path beneath it (see rootfs.go).
+		rfs, err := newRootFS(grant.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("plugin %s: granted directory %q: %w", m.Name, grant.Dir, err)
+		}
+		p.rootFS = rfs
+		defer func() {
+			if err != nil {
+				rfs.close()
+			}
+		}()
+		modCfg = modCfg.WithFSConfig(wazero.NewFSConfig().(sysfs.FSConfig).WithSysFSMount(rfs, "/data"))
 	}
 	if m.Capabilities.HTTP && len(grant.HTTPHosts) == 0 {
 		return nil, fmt.Errorf("plugin %s asks for http but the operator allowlisted no hosts", m.Name)
@@ -204,7 +227,12 @@ func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, 
 	if err := p.instantiateHostModule(ctx); err != nil {
 		return nil, fmt.Errorf("plugin %s: host module: %w", m.Name, err)
 	}
-	if p.compiled, err = p.wrt.CompileModule(ctx, wasm); err != nil {
+	// Two compile workers: wazero's single-worker compile never looks at
+	// ctx, so closing a registry that is still compiling in the background
+	// would wait for every module to finish; the worker pool stops at the
+	// next function once ctx ends (and is ~2x faster on a cold cache).
+	cctx := experimental.WithCompilationWorkers(ctx, 2)
+	if p.compiled, err = p.wrt.CompileModule(cctx, wasm); err != nil {
 		return nil, fmt.Errorf("plugin %s: compile: %w", m.Name, err)
 	}
 	exports := p.compiled.ExportedFunctions()
@@ -318,8 +346,12 @@ func (p *Plugin) run(ctx context.Context, op string, input, data []byte, schemas
 	if f.Kind == FaultGuestError || f.Kind == FaultCanceled {
 		lvl = slog.LevelInfo
 	}
-	p.rt.log.Log(ctx, lvl, "plugin call failed", "plugin", p.Manifest.Name, "version", p.Manifest.Version,
-		"op", op, "fault", string(f.Kind), "code", f.Code, "detail", truncate(f.Message, 300))
+	attrs := []any{"plugin", p.Manifest.Name, "version", p.Manifest.Version,
+		"op", op, "fault", string(f.Kind), "code", f.Code, "detail", truncate(f.Message, 4000)}
+	if f.Trace != "" {
+		attrs = append(attrs, "trace", truncate(f.Trace, 8000))
+	}
+	p.rt.log.Log(ctx, lvl, "plugin call failed", attrs...)
 	return Result{}, f
 }
 
@@ -352,7 +384,10 @@ func (p *Plugin) call(ctx context.Context, op string, input, data []byte, schema
 	}
 	if f.discard() {
 		if tail := inst.stderr.String(); tail != "" {
-			f.Message += " (guest stderr: " + truncate(tail, 500) + ")"
+			if f.Trace != "" {
+				f.Trace += "\n"
+			}
+			f.Trace += "guest stderr: " + truncate(tail, 2000)
 		}
 	}
 	p.pool.put(inst, !f.discard())
@@ -384,11 +419,13 @@ func (p *Plugin) parseFrame(op string, frame []byte, schemas bool) (Result, *Fau
 		if env.Error == nil || env.Error.Code == "" {
 			return Result{}, &Fault{Kind: FaultBadOutput, Message: "error envelope without a code"}
 		}
-		k := FaultGuestError
 		if env.Error.Panic {
-			k = FaultPanic
+			// The SDK sends the panic value and the goroutine's stack: the
+			// stack is for the operator's log only.
+			msg, trace := splitTrace(env.Error.Message)
+			return Result{}, &Fault{Kind: FaultPanic, Code: env.Error.Code, Message: truncate(msg, 2000), Trace: trace}
 		}
-		return Result{}, &Fault{Kind: k, Code: env.Error.Code, Message: truncate(env.Error.Message, 2000)}
+		return Result{}, &Fault{Kind: FaultGuestError, Code: env.Error.Code, Message: truncate(env.Error.Message, 2000)}
 	}
 	if schemas {
 		if err := validateJSON(schemaSet.out[op], env.Result); err != nil {
@@ -544,4 +581,7 @@ func (pl *pool) closeRuntime() {
 	pl.closed = true
 	pl.mu.Unlock()
 	pl.p.wrt.Close(context.Background())
+	if pl.p.rootFS != nil {
+		pl.p.rootFS.close()
+	}
 }

@@ -73,8 +73,12 @@ func Build(ctx context.Context, srcDir, outDir, cacheDir string) (string, error)
 	if err != nil {
 		return "", err
 	}
+	if man, err = StampManifest(man, wasm); err != nil {
+		return "", fmt.Errorf("plugin source %s: %w", srcDir, err)
+	}
 	// Write the module first and the manifest last under temp names, then
-	// rename: a watching registry never sees half a plugin.
+	// rename: a watching registry never sees half a plugin, and loads the
+	// pair only once the manifest's wasm_sha256 matches the module.
 	if err := writeAtomic(filepath.Join(outDir, m.Name+".wasm"), wasm); err != nil {
 		return "", err
 	}
@@ -82,6 +86,23 @@ func Build(ctx context.Context, srcDir, outDir, cacheDir string) (string, error)
 		return "", err
 	}
 	return m.Name, nil
+}
+
+// StampManifest returns the manifest with "wasm_sha256" set to the hex
+// sha256 of wasm: the plugin registry loads a dropped-in pair only when the
+// two agree, so a module is never run under another version's manifest.
+func StampManifest(manifest, wasm []byte) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(manifest, &m); err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	sum := sha256.Sum256(wasm)
+	m["wasm_sha256"], _ = json.Marshal(hex.EncodeToString(sum[:]))
+	out, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(out, '\n'), nil
 }
 
 func writeAtomic(path string, b []byte) error {
