@@ -113,6 +113,10 @@ func TestE2EMultiHostPostgres(t *testing.T) {
 	}
 	pwg.Wait()
 	close(ids)
+	var idList []string
+	for id := range ids {
+		idList = append(idList, id)
+	}
 	enqueuedAt := time.Now()
 
 	var mu sync.Mutex
@@ -216,19 +220,55 @@ func TestE2EMultiHostPostgres(t *testing.T) {
 	if err := gates[2].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	finished := waitUntil(4*time.Minute, func() bool { return done.Load() >= tasks })
+	// A completion that host 2 committed just before it died never reached
+	// its worker: such a task is succeeded with no completion counted here.
+	// Done is every task completed once through a worker, or succeeded after
+	// its worker lost the answer with host 2.
+	statusOf := func(id string) string {
+		r, err := tryCall("GET", gates[0].URL+"/v1/tasks/"+id, admin, nil)
+		if err != nil || r.Status != 200 {
+			return ""
+		}
+		var tk struct {
+			Status string `json:"status"`
+		}
+		_ = json.Unmarshal(r.Body, &tk)
+		return tk.Status
+	}
+	var missing []string
+	finished := waitUntil(4*time.Minute, func() bool {
+		if done.Load() >= tasks {
+			return true
+		}
+		mu.Lock()
+		missing = missing[:0]
+		unexplained := false
+		for _, id := range idList {
+			if completed[id] == 0 {
+				missing = append(missing, id)
+				unexplained = unexplained || !abandoned[id]
+			}
+		}
+		mu.Unlock()
+		if unexplained || len(missing) > workers*10 {
+			return false
+		}
+		for _, id := range missing {
+			if statusOf(id) != "succeeded" {
+				return false
+			}
+		}
+		return true
+	})
 	close(stop)
 	wwg.Wait()
-	if !finished || done.Load() != tasks {
-		t.Fatalf("%d of %d tasks completed after 4 minutes", done.Load(), tasks)
+	if !finished {
+		t.Fatalf("%d of %d tasks completed after 4 minutes; not completed: %v", done.Load(), tasks, missing)
 	}
 	all := 0
 	lostTotal, expiredTotal := 0, 0
-	for id := range ids {
+	for _, id := range idList {
 		all++
-		if completed[id] != 1 {
-			t.Errorf("task %s completed %d times", id, completed[id])
-		}
 		r := call(t, "GET", gates[0].URL+"/v1/tasks/"+id, admin, nil)
 		var tk struct {
 			Status        string `json:"status"`
@@ -236,6 +276,10 @@ func TestE2EMultiHostPostgres(t *testing.T) {
 			LeaseCount    int    `json:"lease_count"`
 		}
 		r.Into(t, &tk)
+		answerLost := completed[id] == 0 && abandoned[id] && tk.Status == "succeeded"
+		if completed[id] != 1 && !answerLost {
+			t.Errorf("task %s completed %d times", id, completed[id])
+		}
 		// Only the last lease completed; every earlier one expired.
 		if tk.Status != "succeeded" || tk.LeaseCount != tk.LeaseExpiries+1 {
 			t.Errorf("task %s: %+v, want succeeded with lease_count == lease_expiries + 1", id, tk)
@@ -263,7 +307,8 @@ func TestE2EMultiHostPostgres(t *testing.T) {
 			LeaseCount    int    `json:"lease_count"`
 		}
 		r.Into(t, &tk)
-		if tk.Status != "succeeded" || tk.LeaseCount < 2 || tk.LeaseExpiries < 1 {
+		answerLost := completed[id] == 0 && tk.Status == "succeeded"
+		if tk.Status != "succeeded" || !answerLost && (tk.LeaseCount < 2 || tk.LeaseExpiries < 1) {
 			t.Errorf("abandoned task %s: %+v", id, tk)
 		}
 		reLeased++
