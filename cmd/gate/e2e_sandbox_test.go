@@ -90,13 +90,14 @@ func assertIntact(t *testing.T, data, key string) string {
 // serving, and admin.key is neither read nor overwritten.
 func TestE2EDropInCannotTakeBuiltinGrant(t *testing.T) {
 	dir := t.TempDir()
-	plantLinks(t, dir)
+	// A first start refuses a folder that holds anything but a gate, so the
+	// links are planted once the gate exists, before the plugin is dropped in.
 	g := startGate(t, dir)
 	key, err := os.ReadFile(filepath.Join(dir, "admin.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	plantLinks(t, dir) // now with the hard link to the key
+	plantLinks(t, dir) // with the hard link to the key
 
 	wasmPath, manPath := escapePlugin(t)
 	wasm, _ := os.ReadFile(wasmPath)
