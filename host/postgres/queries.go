@@ -144,8 +144,23 @@ func (r *reader) oneTask(ctx context.Context, q string, args ...any) (*host.Task
 	return ts[0].t, nil
 }
 
+// lockRow makes a task read inside a write transaction lock the row until
+// commit. Writers on several hosts (or several writers of one host) run
+// their batches at once under READ COMMITTED: a task read without the lock
+// could miss another writer's change still in flight, and an update built
+// from it and fenced only on state and lease would then overwrite that change
+// once it committed (a complete erasing a concurrent accept, its obligation
+// left open). With the lock the read waits for that writer and sees its
+// outcome. Views never lock.
+func (r *reader) lockRow() string {
+	if r.write {
+		return " FOR UPDATE"
+	}
+	return ""
+}
+
 func (r *reader) GetTask(ctx context.Context, tenant, id string) (*host.Task, error) {
-	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = $1 AND tenant = $2`, id, tenant)
+	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = $1 AND tenant = $2`+r.lockRow(), id, tenant)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("task", id)
 	}
@@ -156,7 +171,7 @@ func (r *reader) GetTaskByLease(ctx context.Context, leaseID string) (*host.Task
 	if leaseID == "" {
 		return nil, notFound("lease", leaseID)
 	}
-	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE lease_id = $1 AND lease_id <> ''`, leaseID)
+	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE lease_id = $1 AND lease_id <> ''`+r.lockRow(), leaseID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("lease", leaseID)
 	}

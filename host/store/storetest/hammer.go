@@ -368,7 +368,10 @@ func checkInvariants(t *testing.T, b *Bundle, ids *sync.Map) {
 			}
 			for _, o := range obs {
 				if o.TaskID == id {
-					t.Errorf("finished task %s has open obligation %s (%s)", id, o.ReceiptID, o.Type)
+					t.Errorf("finished task %s has open obligation %s (%s); its receipts:", id, o.ReceiptID, o.Type)
+					for _, r := range rs {
+						t.Errorf("  seq %d %s %s lease %s chain %d/%d parents %v terminator %q body %s", r.Seq, r.ID, r.Type, r.LeaseID, r.ChainID, r.ChainSeq, r.Parents, terminatorOf(t, b, r.ID), r.Body)
+					}
 				}
 			}
 		default:
