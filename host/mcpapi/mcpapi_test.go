@@ -3,16 +3,19 @@ package mcpapi_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,61 +30,13 @@ import (
 	"github.com/asyncgate/asyncgate/host/sqlite"
 )
 
-// memChannel is an in-memory result channel named "inline".
-type memChannel struct {
-	mu    sync.Mutex
-	m     map[string][]byte
-	acked map[string]bool
-}
-
-func (c *memChannel) Put(_ context.Context, taskID string, p []byte) (string, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ptr := "inline:" + taskID
-	c.m[ptr] = append([]byte(nil), p...)
-	return ptr, nil
-}
-
-func (c *memChannel) Get(_ context.Context, ptr string) ([]byte, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	b, ok := c.m[ptr]
-	if !ok {
-		return nil, host.Errorf(host.CodeNotFound, "no payload %s", ptr)
-	}
-	return b, nil
-}
-
-func (c *memChannel) Ack(_ context.Context, ptr string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.acked[ptr] = true
-	return nil
-}
-
-func (c *memChannel) Capabilities(context.Context) (host.ChannelCapabilities, error) {
-	return host.ChannelCapabilities{MaxSizeBytes: 1 << 20}, nil
-}
-
-// plugins resolves only the in-memory channel.
-type plugins struct{ ch *memChannel }
-
-func (p plugins) Policy(*host.TaskType) (host.RetryPolicy, error)     { return nil, nil }
-func (p plugins) Validators(*host.TaskType) ([]host.Validator, error) { return nil, nil }
-func (p plugins) Channel(name string) (host.Channel, error) {
-	if name == "inline" {
-		return p.ch, nil
-	}
-	return nil, host.Errorf(host.CodeBadRequest, "no channel %q", name)
-}
-
-// testBundle is an in-process gate (real SQLite store, engine, HTTP door with
-// the MCP door mounted) behind an httptest server on 127.0.0.1.
+// testBundle is an in-process gate (real SQLite store, engine with the real
+// built-in plugins, HTTP door with the MCP door mounted) behind an httptest
+// server on 127.0.0.1.
 type testBundle struct {
 	eng    *engine.Engine
 	mcp    *mcpapi.Server
 	ts     *httptest.Server
-	ch     *memChannel
 	admin  string
 	agent  string // tenant default, principal agent.a
 	other  string // tenant other, principal agent.b
@@ -95,10 +50,9 @@ func setup(t *testing.T, cfg mcpapi.Config) *testBundle {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ch := &memChannel{m: map[string][]byte{}, acked: map[string]bool{}}
 	// MaxWait well above any test's bound, so a long-poll that is not ended
 	// by Close would outlast the test's own deadline.
-	eng, err := engine.New(engine.Config{Store: st, Logger: log, Plugins: plugins{ch}, MaxWait: 10 * time.Minute})
+	eng, err := engine.New(engine.Config{Store: st, Logger: log, Plugins: registryPlugins{builtins}, MaxWait: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +67,7 @@ func setup(t *testing.T, cfg mcpapi.Config) *testBundle {
 	}
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() { ms.Close(); ts.Close(); eng.Close(); st.Close() })
-	b := &testBundle{eng: eng, mcp: ms, ts: ts, ch: ch}
+	b := &testBundle{eng: eng, mcp: ms, ts: ts}
 	ctx := context.Background()
 	for _, k := range []struct {
 		dst                *string
@@ -477,7 +431,8 @@ func TestAgentAndWorkerRoundTrip(t *testing.T) {
 	var done httpapi.CompleteResponse
 	ok(t, worker, "worker_complete_task", map[string]any{"task_id": ack.TaskID, "run_id": lease.RunID,
 		"result": map[string]any{"answer": 42}, "summary": "echoed"}, &done)
-	if done.Status != "completed" || done.TaskID != ack.TaskID || done.ReceiptID == "" || done.ResultPointer != "inline:"+ack.TaskID ||
+	if done.Status != "completed" || done.TaskID != ack.TaskID || done.ReceiptID == "" || done.ResultChannel != "inline" ||
+		done.ResultPointer != "inline:"+base64.StdEncoding.EncodeToString([]byte(`{"answer":42}`)) ||
 		!strings.HasPrefix(done.ResultChecksum, "sha256:") || done.Duplicate {
 		t.Fatalf("complete: %+v", done)
 	}
@@ -498,7 +453,7 @@ func TestAgentAndWorkerRoundTrip(t *testing.T) {
 	}
 	var arch mcpapi.ArchiveResult
 	ok(t, agent, "archive_task_result", map[string]any{"task_id": ack.TaskID}, &arch)
-	if arch.Status != "archived" || arch.ArchivedAt == nil || !b.ch.acked["inline:"+ack.TaskID] {
+	if arch.Status != "archived" || arch.ArchivedAt == nil {
 		t.Fatalf("archive: %+v", arch)
 	}
 
@@ -528,6 +483,65 @@ func TestAgentAndWorkerRoundTrip(t *testing.T) {
 	ok(t, agent, "list_active_tasks", map[string]any{"status": []string{"succeeded"}}, &list)
 	if len(list.Tasks) != 1 {
 		t.Fatalf("succeeded list: %+v", list)
+	}
+}
+
+// TestResultThroughFileChannel completes a task with a result too large for
+// the inline channel: the gate routes it to the real file channel, which
+// stores it in its granted folder under the task's own name; the agent
+// fetches it back through the plugin and archiving acks it, which removes
+// the task's folder. A worker may not hand in a file pointer of its own.
+func TestResultThroughFileChannel(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	agent := b.connect(t, b.agent)
+	worker := b.connect(t, b.worker)
+	var ack struct {
+		TaskID string `json:"task_id"`
+	}
+	ok(t, agent, "queue_task", map[string]any{"task_type": "echo"}, &ack)
+	var lease struct {
+		TaskID *string `json:"task_id"`
+		RunID  string  `json:"run_id"`
+	}
+	ok(t, worker, "worker_lease_task", nil, &lease)
+	if lease.TaskID == nil || *lease.TaskID != ack.TaskID {
+		t.Fatalf("lease: %+v", lease)
+	}
+
+	// A worker's made-up pointer into the file channel is refused, and the
+	// lease stays live for the real completion.
+	fails(t, worker, "worker_complete_task", map[string]any{"task_id": ack.TaskID, "run_id": lease.RunID,
+		"result_pointer": "file:" + ack.TaskID + "/" + strings.Repeat("ab", 32)}, host.CodeForeignPointer)
+
+	big := `{"text":"` + strings.Repeat("x", 10000) + `"}` // over the inline channel's 4096 bytes
+	sum := sha256.Sum256([]byte(big))
+	hexSum := hex.EncodeToString(sum[:])
+	var done httpapi.CompleteResponse
+	ok(t, worker, "worker_complete_task", map[string]any{"task_id": ack.TaskID, "run_id": lease.RunID,
+		"result": json.RawMessage(big), "summary": "big"}, &done)
+	if done.Status != "completed" || done.ResultChannel != "file" || done.ResultPointer != "file:"+ack.TaskID+"/"+hexSum ||
+		done.ResultChecksum != "sha256:"+hexSum {
+		t.Fatalf("complete: %+v (want file:%s/%s)", done, ack.TaskID, hexSum)
+	}
+	taskDir := filepath.Join(resultsDir, ack.TaskID[len(ack.TaskID)-2:], ack.TaskID)
+	stored, err := os.ReadFile(filepath.Join(taskDir, hexSum))
+	if err != nil || string(stored) != big {
+		t.Fatalf("the file channel did not store the payload in its folder: %d bytes, %v", len(stored), err)
+	}
+
+	var fr httpapi.ResultResponse
+	ok(t, agent, "fetch_task_result", map[string]any{"task_id": ack.TaskID}, &fr)
+	if fr.Channel != "file" || fr.ResultPointer != done.ResultPointer || fr.ChecksumValid == nil || !*fr.ChecksumValid ||
+		string(fr.Content) != big {
+		t.Fatalf("fetch: channel %q pointer %q checksum_valid %v, %d bytes of content", fr.Channel, fr.ResultPointer, fr.ChecksumValid, len(fr.Content))
+	}
+	var arch mcpapi.ArchiveResult
+	ok(t, agent, "archive_task_result", map[string]any{"task_id": ack.TaskID}, &arch)
+	if arch.Status != "archived" || arch.ArchivedAt == nil {
+		t.Fatalf("archive: %+v", arch)
+	}
+	if _, err := os.Stat(taskDir); !os.IsNotExist(err) {
+		t.Fatalf("archive did not ack through the file channel: %s still there (%v)", taskDir, err)
 	}
 }
 
