@@ -97,10 +97,12 @@ func sharedGate(t *testing.T) *gate {
 			return
 		}
 		g := &gate{gproc: &gproc{dir: dir}, t: t}
+		// The first start creates the gate; `gate keys create` then adds
+		// keys to it (it never creates a gate itself).
+		g.start("127.0.0.1:0")
 		g.Admin = g.key("admin", "admin")
 		g.Agent = g.key("agent", "agent.tests")
 		g.Worker = g.key("worker", workerID)
-		g.start("127.0.0.1:0")
 		shared = g
 		cleanups = append(cleanups, func() {
 			shared.stopProc()
@@ -127,16 +129,16 @@ var cleanups []func()
 func newGate(t *testing.T) *gate {
 	t.Helper()
 	g := &gate{gproc: &gproc{dir: t.TempDir()}, t: t}
-	g.Admin = g.key("admin", "admin")
-	g.Agent = g.key("agent", "agent.tests")
-	g.Worker = g.key("worker", workerID)
-	g.start("127.0.0.1:0")
+	g.start("127.0.0.1:0") // creates the gate; keys are added to it below
 	t.Cleanup(func() {
 		g.stop()
 		if t.Failed() {
 			t.Logf("gate log:\n%s", g.logText())
 		}
 	})
+	g.Admin = g.key("admin", "admin")
+	g.Agent = g.key("agent", "agent.tests")
+	g.Worker = g.key("worker", workerID)
 	return g
 }
 
@@ -168,6 +170,7 @@ func (g *gate) start(addr string) {
 	}
 	done := make(chan struct{})
 	addrc := make(chan string, 1)
+	readyc := make(chan struct{}, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -175,6 +178,14 @@ func (g *gate) start(addr string) {
 			g.mu.Lock()
 			g.log.WriteString(line + "\n")
 			g.mu.Unlock()
+			// Plugins load in the background after the gate listens; a
+			// call that needs one still loading would be a 503.
+			if strings.Contains(line, `msg="plugins loaded in the background"`) {
+				select {
+				case readyc <- struct{}{}:
+				default:
+				}
+			}
 			if strings.Contains(line, "msg=listening") {
 				for _, f := range strings.Fields(line) {
 					if a, ok := strings.CutPrefix(f, "addr="); ok {
@@ -186,6 +197,7 @@ func (g *gate) start(addr string) {
 		cmd.Wait()
 		close(done)
 	}()
+	deadline := time.After(5 * time.Minute) // generous: a busy machine compiles slowly
 	select {
 	case a := <-addrc:
 		g.mu.Lock()
@@ -194,9 +206,17 @@ func (g *gate) start(addr string) {
 		g.URL = g.url
 	case <-done:
 		g.t.Fatalf("gate exited before listening:\n%s", g.logText())
-	case <-time.After(60 * time.Second):
+	case <-deadline:
 		cmd.Process.Kill()
-		g.t.Fatalf("gate did not start:\n%s", g.logText())
+		g.t.Fatalf("gate did not listen within 5 minutes:\n%s", g.logText())
+	}
+	select {
+	case <-readyc:
+	case <-done:
+		g.t.Fatalf("gate exited before its plugins were ready:\n%s", g.logText())
+	case <-deadline:
+		cmd.Process.Kill()
+		g.t.Fatalf("gate's plugins not ready within 5 minutes:\n%s", g.logText())
 	}
 }
 
