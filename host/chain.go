@@ -22,32 +22,7 @@ const (
 // content, its chain id and position, and its predecessor's hash in that
 // chain. The genesis predecessor hash is the empty string.
 func ChainHashV2(r *Receipt, prevHash string) string {
-	h := sha256.New()
-	var n [8]byte
-	put := func(s string) {
-		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-		h.Write(n[:])
-		h.Write([]byte(s))
-	}
-	put("asyncgate.receipt.v2")
-	put(prevHash)
-	put(strconv.FormatInt(r.ChainID, 10))
-	put(strconv.FormatInt(r.ChainSeq, 10))
-	put(r.ID)
-	put(r.Tenant)
-	put(string(r.Type))
-	put(r.From)
-	put(r.To)
-	put(r.TaskID)
-	put(r.LeaseID)
-	put(strconv.Itoa(len(r.Parents)))
-	for _, p := range r.Parents {
-		put(p)
-	}
-	put(string(r.Body))
-	put(r.DedupeKey)
-	put(strconv.FormatInt(r.CreatedAt.UnixMicro(), 10))
-	return hex.EncodeToString(h.Sum(nil))
+	return hashReceipt("asyncgate.receipt.v2", prevHash, []string{strconv.FormatInt(r.ChainID, 10), strconv.FormatInt(r.ChainSeq, 10)}, r)
 }
 
 // HashReceipt computes r's hash under its chain's hash version.

@@ -171,6 +171,13 @@ func (r *Receipt) Validate() error {
 // hash. Every field that matters is length-prefixed so no two receipts encode
 // alike. The genesis predecessor hash is the empty string.
 func ChainHash(r *Receipt, prevHash string) string {
+	return hashReceipt("asyncgate.receipt.v1", prevHash, []string{strconv.FormatInt(r.Seq, 10)}, r)
+}
+
+// hashReceipt is the one receipt encoding behind every chain version: a
+// version tag, the predecessor's hash, the receipt's position (per version),
+// then its content, every field length-prefixed.
+func hashReceipt(tag, prevHash string, position []string, r *Receipt) string {
 	h := sha256.New()
 	var n [8]byte
 	put := func(s string) {
@@ -178,9 +185,11 @@ func ChainHash(r *Receipt, prevHash string) string {
 		h.Write(n[:])
 		h.Write([]byte(s))
 	}
-	put("asyncgate.receipt.v1")
+	put(tag)
 	put(prevHash)
-	put(strconv.FormatInt(r.Seq, 10))
+	for _, p := range position {
+		put(p)
+	}
 	put(r.ID)
 	put(r.Tenant)
 	put(string(r.Type))
