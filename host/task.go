@@ -17,18 +17,21 @@ const (
 	StateSucceeded  TaskState = "succeeded"
 	StateCanceled   TaskState = "canceled"
 	StateDeadLetter TaskState = "dead_letter"
+	// StateArchived is a finished task past its retention: its payload was
+	// purged through its channel; the task row and its receipts stay.
+	StateArchived TaskState = "archived"
 )
 
 // Terminal reports whether no transition leaves s (redrive aside, which is an
 // operator's explicit act on a dead letter).
 func (s TaskState) Terminal() bool {
-	return s == StateSucceeded || s == StateCanceled || s == StateDeadLetter
+	return s == StateSucceeded || s == StateCanceled || s == StateDeadLetter || s == StateArchived
 }
 
 // Valid reports whether s is a known state.
 func (s TaskState) Valid() bool {
 	switch s {
-	case StateQueued, StateLeased, StateSucceeded, StateCanceled, StateDeadLetter:
+	case StateQueued, StateLeased, StateSucceeded, StateCanceled, StateDeadLetter, StateArchived:
 		return true
 	}
 	return false
@@ -49,6 +52,7 @@ const (
 	EventExpire  Event = "expire"   // leased → queued or dead_letter (expiry cap)
 	EventCancel  Event = "cancel"   // queued → canceled; leased → leased (flagged)
 	EventRedrive Event = "redrive"  // dead_letter → queued
+	EventArchive Event = "archive"  // succeeded|canceled|dead_letter → archived (retention)
 )
 
 // transitions lists, for each event, the states it may start from and where it
@@ -64,6 +68,7 @@ var transitions = map[Event]struct{ from, to []TaskState }{
 	EventExpire:  {[]TaskState{StateLeased}, []TaskState{StateQueued, StateDeadLetter}},
 	EventCancel:  {[]TaskState{StateQueued, StateLeased}, []TaskState{StateCanceled, StateLeased}},
 	EventRedrive: {[]TaskState{StateDeadLetter}, []TaskState{StateQueued}},
+	EventArchive: {[]TaskState{StateSucceeded, StateCanceled, StateDeadLetter}, []TaskState{StateArchived}},
 }
 
 // CanTransition reports whether event may move a task from one state to another.
@@ -156,6 +161,9 @@ type Result struct {
 	Artifacts     []Artifact      `json:"artifacts,omitempty"`
 	DeliveryProof json.RawMessage `json:"delivery_proof,omitempty"`
 	ArchivedAt    *time.Time      `json:"archived_at,omitempty"`
+	// PurgedAt is when retention purged the payload: the pointer no longer
+	// names anything (the checksum stays, as evidence of what was delivered).
+	PurgedAt *time.Time `json:"purged_at,omitempty"`
 }
 
 // Artifact is one locatable piece of a result.

@@ -105,6 +105,8 @@ type Config struct {
 	// ResultQueueWait is how long a fetch waits for a slot before it is
 	// answered busy (default DefaultResultQueueWait).
 	ResultQueueWait time.Duration
+	// Delivery configures the inbox, retention and the outbox (delivery.go).
+	Delivery DeliveryConfig
 }
 
 // Engine is the lease engine and receipt ledger. It is safe for concurrent use.
@@ -285,7 +287,7 @@ func storeErr(err error) error {
 }
 
 func (e *Engine) update(ctx context.Context, fn func(store.Tx) error) error {
-	return storeErr(e.st.Update(ctx, fn))
+	return storeErr(e.st.Update(ctx, e.wrapTx(fn)))
 }
 
 func (e *Engine) view(ctx context.Context, fn func(store.Reader) error) error {

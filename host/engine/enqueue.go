@@ -42,8 +42,10 @@ type EnqueueResult struct {
 	EstimatedRuntimeSeconds int        `json:"estimated_runtime_seconds"`
 	PollSuggestionSeconds   int        `json:"poll_suggestion_seconds"`
 	InboxOnComplete         bool       `json:"inbox_on_complete"`
-	ReceiptID               string     `json:"receipt_id"`
-	AvailableAt             time.Time  `json:"available_at"`
+	// Inbox says where the outcome will appear.
+	Inbox       string    `json:"inbox"`
+	ReceiptID   string    `json:"receipt_id"`
+	AvailableAt time.Time `json:"available_at"`
 }
 
 // Enqueue queues a task for actor and writes its task.assigned receipt in the
@@ -188,6 +190,7 @@ func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	res.Status = string(res.Task.State)
 	res.ReceiptID = res.Task.AssignReceipt
 	res.AvailableAt = res.Task.AvailableAt
+	res.Inbox = inboxNote(res.Task.Recipient)
 	if !res.IsDuplicate {
 		e.emit(Event{Kind: EvEnqueued, Tenant: t.Tenant, TaskType: t.Type})
 		if !t.AvailableAt.After(now) {

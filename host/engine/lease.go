@@ -301,6 +301,9 @@ type HeartbeatRequest struct {
 	// TTL, the length it was granted with (KLIS-3 §3.2). Either is capped by
 	// Config.MaxLeaseSeconds.
 	ExtendSeconds int
+	// Milestone marks the progress report as worth the recipient's
+	// attention: it becomes an inbox item (plain progress never does).
+	Milestone bool
 }
 
 // HeartbeatResult tells the worker its new expiry and whether to stop.
@@ -359,6 +362,11 @@ func (e *Engine) Heartbeat(ctx context.Context, req HeartbeatRequest) (*Heartbea
 			}
 			if err := tx.InsertProgress(ctx, store.Progress{Tenant: t.Tenant, TaskID: t.ID, LeaseID: t.LeaseID,
 				Percent: req.ProgressPercent, Message: req.ProgressMessage, At: now}); err != nil {
+				return err
+			}
+		}
+		if req.Milestone {
+			if err := milestone(ctx, tx, t, req.ProgressMessage, now); err != nil {
 				return err
 			}
 		}

@@ -287,7 +287,11 @@ func (e *Engine) ArchiveResult(ctx context.Context, actor Actor, id string) (*ho
 		cur.Result.ArchivedAt = ptr(now)
 		cur.UpdatedAt = now
 		t = cur
-		return tx.UpdateTask(ctx, cur, store.Fence{State: host.StateSucceeded})
+		if err := tx.UpdateTask(ctx, cur, store.Fence{State: host.StateSucceeded}); err != nil {
+			return err
+		}
+		_, err = tx.MarkInbox(ctx, store.InboxMark{Tenant: cur.Tenant, TaskID: cur.ID, Field: host.InboxFetched, At: now})
+		return err
 	})
 	return t, err
 }

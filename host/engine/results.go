@@ -68,6 +68,7 @@ type FetchedResult struct {
 // send a payload as they read it use OpenResult instead.
 func (e *Engine) FetchResult(ctx context.Context, actor Actor, id string) (*FetchedResult, error) {
 	rs, err := e.openResult(ctx, actor, id, true)
+	e.fetched(ctx, rs, err)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +165,9 @@ func (s *ResultStream) Close() error {
 // memory until the caller is done. When all slots stay taken for
 // Config.ResultQueueWait the answer is busy (503, retry later).
 func (e *Engine) OpenResult(ctx context.Context, actor Actor, id string) (*ResultStream, error) {
-	return e.openResult(ctx, actor, id, false)
+	rs, err := e.openResult(ctx, actor, id, false)
+	e.fetched(ctx, rs, err)
+	return rs, err
 }
 
 // openResult is OpenResult; whole says the caller will hold the payload in

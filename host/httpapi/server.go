@@ -254,6 +254,7 @@ func (s *Server) routes() {
 	v1.POST("/receipts/check-terminator", s.checkTerminator)
 	v1.GET("/receipts/:id", s.getReceipt)
 	v1.GET("/receipts/:id/chain", s.chain)
+	s.deliveryRoutes(auth)
 
 	// Operator API.
 	a := e.Group("/v1/admin", auth, admins)

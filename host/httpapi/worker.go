@@ -156,6 +156,8 @@ type HeartbeatBody struct {
 	ProgressMessage string   `json:"progress_message,omitempty"`
 	// ExtendLeaseSeconds is the new lease length from now (0: the task type's).
 	ExtendLeaseSeconds int `json:"extend_lease_seconds,omitempty"`
+	// Milestone makes this progress report an item of the recipient's inbox.
+	Milestone bool `json:"milestone,omitempty"`
 }
 
 // HeartbeatResponse is the answer of a heartbeat.
@@ -176,6 +178,7 @@ func (s *Server) doHeartbeat(c echo.Context, leaseID string, b HeartbeatBody) (*
 	}
 	res, err := s.eng.Heartbeat(c.Request().Context(), engine.HeartbeatRequest{
 		WorkerCall: call, ProgressPercent: b.ProgressPercent, ProgressMessage: b.ProgressMessage, ExtendSeconds: b.ExtendLeaseSeconds,
+		Milestone: b.Milestone,
 	})
 	if err != nil {
 		return nil, err

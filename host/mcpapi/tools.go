@@ -247,8 +247,8 @@ func (s *Server) queueTask(ctx context.Context, a engine.Actor, req mcp.CallTool
 	if err != nil {
 		return nil, "", err
 	}
-	next := fmt.Sprintf("Continue with your other work now. Check back with check_task_status(task_id=%q) in about %d seconds or in a later session; do not poll in a loop.",
-		res.TaskID, res.PollSuggestionSeconds)
+	next := fmt.Sprintf("Continue with your other work now. Check back with check_task_status(task_id=%q) in about %d seconds or in a later session; do not poll in a loop. %s",
+		res.TaskID, res.PollSuggestionSeconds, res.Inbox)
 	head := fmt.Sprintf("Queued task %s (%s), status %s.", res.TaskID, in.TaskType, res.Status)
 	if res.IsDuplicate {
 		head = fmt.Sprintf("Task %s already exists for this idempotency_key (is_duplicate); status %s.", res.TaskID, res.Status)

@@ -95,6 +95,20 @@ type Reader interface {
 	GetKeyByHash(ctx context.Context, hash string) (*Key, error)
 	// ListKeys returns all API keys (hashes only).
 	ListKeys(ctx context.Context) ([]Key, error)
+
+	// --- Delivery (issue 13): inbox, retention, outbox.
+
+	// ListInbox lists a recipient's inbox items, oldest first, from the cursor on.
+	ListInbox(ctx context.Context, f InboxFilter) ([]host.InboxItem, string, error)
+	// RetentionDue returns up to q.Limit finished tasks (q.States) whose
+	// completed_at is at or before q.Before, oldest first (see RetentionQuery).
+	RetentionDue(ctx context.Context, q RetentionQuery) ([]*host.Task, error)
+	// ListTaskTypeKeys returns every tenant's task type names.
+	ListTaskTypeKeys(ctx context.Context) ([]TaskTypeKey, error)
+	// ListOutbox lists outbox entries in a state, oldest first, after afterID.
+	ListOutbox(ctx context.Context, state OutboxState, afterID int64, limit int) ([]OutboxEntry, error)
+	// OutboxStats counts outbox entries by state and reports the oldest pending one.
+	OutboxStats(ctx context.Context) (OutboxStats, error)
 }
 
 // Tx is a write transaction.
@@ -136,6 +150,26 @@ type Tx interface {
 	PutKey(ctx context.Context, k Key) error
 	// RevokeKey marks a key revoked; host.CodeNotFound if there is none.
 	RevokeKey(ctx context.Context, id string, at time.Time) error
+
+	// --- Delivery (issue 13): inbox, retention, outbox.
+
+	// InsertInbox adds an inbox item. Its id must be new.
+	InsertInbox(ctx context.Context, it host.InboxItem) error
+	// MarkInbox sets m.Field to m.At on the items m selects where it is not
+	// set yet, and returns how many it set.
+	MarkInbox(ctx context.Context, m InboxMark) (int64, error)
+	// InsertOutbox queues receipts for the external ledger.
+	InsertOutbox(ctx context.Context, es []OutboxEntry) error
+	// ClaimOutbox claims up to limit pending entries that are due at now and
+	// are the oldest pending entry of their task (ledger order per task),
+	// unclaimed or with an ended claim, until claimUntil; oldest first.
+	ClaimOutbox(ctx context.Context, now, claimUntil time.Time, limit int) ([]OutboxEntry, error)
+	// FinishOutbox records deliveries: delivered entries are removed, the
+	// others written back with their state, attempts, next attempt and error.
+	FinishOutbox(ctx context.Context, es []OutboxEntry) error
+	// RetryOutbox moves dead entries (all when ids is empty) back to pending,
+	// due at now, and returns how many it moved.
+	RetryOutbox(ctx context.Context, ids []int64, now time.Time) (int64, error)
 }
 
 // ErrFenced is returned by UpdateTask when the row no longer matches its fence:
@@ -240,4 +274,82 @@ type Key struct {
 	Principal string     `json:"principal"`
 	CreatedAt time.Time  `json:"created_at"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+// --- Delivery (issue 13)
+
+// InboxFilter selects inbox items.
+type InboxFilter struct {
+	Tenant    string
+	Recipient string
+	// Unread keeps only items not marked read.
+	Unread bool
+	TaskID string
+	// IDs, when set, keeps only these items.
+	IDs    []string
+	Cursor string
+	Limit  int
+}
+
+// InboxMark selects the inbox items whose Field to set: those of IDs, or
+// when IDs is empty those of TaskID. Recipient, when set, must own them.
+type InboxMark struct {
+	Tenant    string
+	Recipient string
+	IDs       []string
+	TaskID    string
+	Field     host.InboxField
+	At        time.Time
+}
+
+// RetentionQuery selects finished tasks whose retention ran out. Type names
+// one task type of Tenant; with Orphans set instead, it selects tasks of every
+// tenant whose task type is no longer registered.
+type RetentionQuery struct {
+	Tenant  string
+	Type    string
+	Orphans bool
+	States  []host.TaskState
+	Before  time.Time
+	Limit   int
+}
+
+// TaskTypeKey names one task type.
+type TaskTypeKey struct {
+	Tenant string
+	Name   string
+}
+
+// OutboxState is where an outbox entry is.
+type OutboxState string
+
+// Outbox states. Delivered entries are removed.
+const (
+	OutboxPending OutboxState = "pending"
+	OutboxDead    OutboxState = "dead" // the sink refused it; `gate outbox retry` sends it again
+	OutboxDone    OutboxState = "delivered"
+)
+
+// OutboxEntry is one receipt (or memory item) waiting for the external
+// ledger. Key is the dedupe key the sink sees: the same for every attempt.
+type OutboxEntry struct {
+	ID          int64           `json:"id"`
+	Tenant      string          `json:"tenant"`
+	TaskID      string          `json:"task_id,omitempty"`
+	Kind        string          `json:"kind"` // "receipt" or "memory"
+	Key         string          `json:"dedupe_key"`
+	Body        json.RawMessage `json:"body"`
+	State       OutboxState     `json:"state"`
+	Attempts    int             `json:"attempts"`
+	NextAt      time.Time       `json:"next_attempt_at"`
+	LastError   string          `json:"last_error,omitempty"`
+	CreatedAt   time.Time       `json:"created_at"`
+	ClaimedTill *time.Time      `json:"-"`
+}
+
+// OutboxStats summarizes the outbox.
+type OutboxStats struct {
+	Pending         int64      `json:"pending"`
+	Dead            int64      `json:"dead"`
+	OldestPendingAt *time.Time `json:"oldest_pending_at,omitempty"`
 }

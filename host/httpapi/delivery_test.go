@@ -1,0 +1,76 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+)
+
+// TestInboxOverHTTP runs the inbox through its routes: queue_task's ack
+// names the inbox, a completion appears in the bootstrap (delivered, not
+// read), mark-read sets read, and bad input is a 4xx with a code.
+func TestInboxOverHTTP(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	if code, m := b.do(t, http.MethodPut, "/v1/admin/task-types/echo", b.admin, `{}`); code != 200 {
+		t.Fatalf("PUT task type = %d %v", code, m)
+	}
+	code, ack := b.do(t, http.MethodPost, "/v1/tasks", b.agent, `{"task_type":"echo","params":{}}`)
+	if code != 201 || !strings.Contains(ack["inbox"].(string), "agent.a's inbox") {
+		t.Fatalf("enqueue = %d %v", code, ack)
+	}
+	taskID := ack["task_id"].(string)
+	code, bs := b.do(t, http.MethodGet, "/v1/session/bootstrap", b.agent, "")
+	if code != 200 || len(bs["owed_to_you"].([]any)) != 1 || len(bs["inbox"].([]any)) != 0 || bs["principal"] != "agent.a" {
+		t.Fatalf("bootstrap before = %d %v", code, bs)
+	}
+	offers, err := b.eng.Lease(ctx, engine.LeaseRequest{Tenant: DefaultTenant, WorkerID: "echo.w1", MaxTasks: 1})
+	if err != nil || len(offers) != 1 {
+		t.Fatalf("lease %v %v", offers, err)
+	}
+	if _, err := b.eng.Complete(ctx, engine.CompleteRequest{WorkerCall: engine.WorkerCall{Tenant: DefaultTenant, WorkerID: "echo.w1", LeaseID: offers[0].LeaseID},
+		Result: host.Result{Pointer: "s3://bucket/out.json", Summary: "3 pages"}}); err != nil {
+		t.Fatal(err)
+	}
+	code, bs = b.do(t, http.MethodGet, "/v1/session/bootstrap", b.agent, "")
+	items := bs["inbox"].([]any)
+	if code != 200 || len(items) != 1 || len(bs["owed_to_you"].([]any)) != 0 {
+		t.Fatalf("bootstrap after = %d %v", code, bs)
+	}
+	it := items[0].(map[string]any)
+	if it["kind"] != "completed" || it["task_id"] != taskID || it["delivered_at"] == nil || it["read_at"] != nil || !strings.Contains(it["summary"].(string), "3 pages") {
+		t.Fatalf("item %v", it)
+	}
+	id := it["inbox_id"].(string)
+	for _, bad := range []struct{ body, code string }{
+		{`{"inbox_ids":[]}`, "bad_request"}, {`{"inbox_ids":"x"}`, "bad_request"}, {`{"nope":1}`, "bad_request"}, {`{"inbox_ids":["I-NOPE"]}`, "not_found"},
+	} {
+		if c, m := b.do(t, http.MethodPost, "/v1/inbox/mark-read", b.agent, bad.body); c/100 != 4 || m["error"] != bad.code {
+			t.Errorf("mark-read %s = %d %v, want %s", bad.body, c, m, bad.code)
+		}
+	}
+	if c, m := b.do(t, http.MethodPost, "/v1/inbox/mark-read", b.agent, `{"inbox_ids":["`+id+`"]}`); c != 200 || m["marked"] != float64(1) {
+		t.Fatalf("mark-read = %d %v", c, m)
+	}
+	if c, m := b.do(t, http.MethodGet, "/v1/inbox?unread=true", b.agent, ""); c != 200 || len(m["items"].([]any)) != 0 {
+		t.Fatalf("unread after mark-read = %d %v", c, m)
+	}
+	if c, m := b.do(t, http.MethodGet, "/v1/inbox", b.agent, ""); c != 200 || m["items"].([]any)[0].(map[string]any)["read_at"] == nil {
+		t.Fatalf("inbox = %d %v", c, m)
+	}
+	for _, q := range []string{"?unread=maybe", "?limit=-1", "?limit=501", "?cursor=x", "?recipient=agent.b"} {
+		if c, m := b.do(t, http.MethodGet, "/v1/inbox"+q, b.agent, ""); c/100 != 4 || m["error"] == nil {
+			t.Errorf("GET /v1/inbox%s = %d %v, want a 4xx with a code", q, c, m)
+		}
+	}
+	if c, m := b.do(t, http.MethodGet, "/v1/inbox?recipient=agent.a", b.admin, ""); c != 200 || len(m["items"].([]any)) != 1 {
+		t.Fatalf("admin reads agent.a's inbox = %d %v", c, m)
+	}
+	if c, _ := b.do(t, http.MethodGet, "/v1/session/bootstrap", "", ""); c != 401 {
+		t.Fatalf("bootstrap without a key = %d", c)
+	}
+}

@@ -1,0 +1,226 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// Delivery (issue 13): the inbox, retention and the outbox.
+
+const inboxCols = `seq, id, tenant, recipient, kind, task_id, task_type, receipt_id, summary, created_at, delivered_at, read_at, fetched_at, promoted_at`
+
+func scanInbox(row pgx.Rows) (host.InboxItem, error) {
+	var it host.InboxItem
+	var kind string
+	var created int64
+	var dl, rd, ft, pr *int64
+	err := row.Scan(&it.Seq, &it.ID, &it.Tenant, &it.Recipient, &kind, &it.TaskID, &it.TaskType, &it.ReceiptID, &it.Summary, &created, &dl, &rd, &ft, &pr)
+	if err != nil {
+		return it, err
+	}
+	it.Kind = host.InboxKind(kind)
+	it.CreatedAt = fromUS(created)
+	it.DeliveredAt, it.ReadAt, it.FetchedAt, it.PromotedAt = fromNUS(dl), fromNUS(rd), fromNUS(ft), fromNUS(pr)
+	return it, nil
+}
+
+// ListInbox implements store.Reader.
+func (r *reader) ListInbox(ctx context.Context, f store.InboxFilter) ([]host.InboxItem, string, error) {
+	after, err := parseCursor(f.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	var a args
+	q := `SELECT ` + inboxCols + ` FROM inbox WHERE tenant = ` + a.add(f.Tenant) + ` AND seq > ` + a.add(after)
+	if f.Recipient != "" {
+		q += ` AND recipient = ` + a.add(f.Recipient)
+	}
+	if f.Unread {
+		q += ` AND read_at IS NULL`
+	}
+	if f.TaskID != "" {
+		q += ` AND task_id = ` + a.add(f.TaskID)
+	}
+	if len(f.IDs) > 0 {
+		q += ` AND id = ANY(` + a.add(f.IDs) + `::text[])`
+	}
+	q += ` ORDER BY seq LIMIT ` + a.add(f.Limit+1)
+	out := []host.InboxItem{}
+	err = r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		it, err := scanInbox(rows)
+		if err == nil {
+			out = append(out, it)
+		}
+		return err
+	}, q, a...)
+	if err != nil {
+		return nil, "", err
+	}
+	cur := ""
+	if len(out) > f.Limit {
+		out = out[:f.Limit]
+		cur = strconv.FormatInt(out[f.Limit-1].Seq, 10)
+	}
+	return out, cur, nil
+}
+
+// InsertInbox implements store.Tx.
+func (w *writeTx) InsertInbox(ctx context.Context, it host.InboxItem) error {
+	_, err := w.ss.exec(w.c(ctx), `INSERT INTO inbox (id, tenant, recipient, kind, task_id, task_type, receipt_id, summary, created_at, delivered_at, read_at, fetched_at, promoted_at)
+VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)`, it.ID, it.Tenant, it.Recipient, string(it.Kind), it.TaskID, it.TaskType, it.ReceiptID, it.Summary,
+		us(it.CreatedAt), nus(it.DeliveredAt), nus(it.ReadAt), nus(it.FetchedAt), nus(it.PromotedAt))
+	return err
+}
+
+// MarkInbox implements store.Tx.
+func (w *writeTx) MarkInbox(ctx context.Context, m store.InboxMark) (int64, error) {
+	if !m.Field.Valid() {
+		return 0, host.Errorf(host.CodeBadRequest, "no inbox timestamp %q", m.Field)
+	}
+	col := string(m.Field)
+	var a args
+	q := `UPDATE inbox SET ` + col + ` = ` + a.add(us(m.At)) + ` WHERE tenant = ` + a.add(m.Tenant) + ` AND ` + col + ` IS NULL`
+	if m.Recipient != "" {
+		q += ` AND recipient = ` + a.add(m.Recipient)
+	}
+	switch {
+	case len(m.IDs) > 0:
+		q += ` AND id = ANY(` + a.add(m.IDs) + `::text[])`
+	case m.TaskID != "":
+		q += ` AND task_id = ` + a.add(m.TaskID)
+	default:
+		return 0, nil
+	}
+	return w.ss.exec(w.c(ctx), q, a...)
+}
+
+// RetentionDue implements store.Reader.
+func (r *reader) RetentionDue(ctx context.Context, q store.RetentionQuery) ([]*host.Task, error) {
+	if len(q.States) == 0 || q.Limit <= 0 {
+		return nil, nil
+	}
+	states := make([]string, len(q.States))
+	for i, s := range q.States {
+		states[i] = string(s)
+	}
+	var a args
+	sq := `SELECT ` + taskCols + ` FROM tasks WHERE state = ANY(` + a.add(states) + `::text[]) AND completed_at IS NOT NULL AND completed_at <= ` + a.add(us(q.Before))
+	if q.Orphans {
+		sq += ` AND NOT EXISTS (SELECT 1 FROM task_types tt WHERE tt.tenant = tasks.tenant AND tt.name = tasks.task_type)`
+	} else {
+		sq += ` AND tenant = ` + a.add(q.Tenant) + ` AND task_type = ` + a.add(q.Type)
+	}
+	sq += ` ORDER BY completed_at LIMIT ` + a.add(q.Limit)
+	rows, err := r.tasks(ctx, sq, a...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*host.Task, len(rows))
+	for i, tr := range rows {
+		out[i] = tr.t
+	}
+	return out, nil
+}
+
+// ListTaskTypeKeys implements store.Reader.
+func (r *reader) ListTaskTypeKeys(ctx context.Context) ([]store.TaskTypeKey, error) {
+	var out []store.TaskTypeKey
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		var k store.TaskTypeKey
+		err := rows.Scan(&k.Tenant, &k.Name)
+		out = append(out, k)
+		return err
+	}, `SELECT tenant, name FROM task_types ORDER BY tenant, name`)
+	return out, err
+}
+
+const outboxCols = `id, tenant, task_id, kind, dedupe_key, body, state, attempts, next_at, claimed_until, last_error, created_at`
+
+func (r *reader) outbox(ctx context.Context, q string, a ...any) ([]store.OutboxEntry, error) {
+	var out []store.OutboxEntry
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		var e store.OutboxEntry
+		var body, state string
+		var next, created int64
+		var claimed *int64
+		if err := rows.Scan(&e.ID, &e.Tenant, &e.TaskID, &e.Kind, &e.Key, &body, &state, &e.Attempts, &next, &claimed, &e.LastError, &created); err != nil {
+			return err
+		}
+		e.Body, e.State = json.RawMessage(body), store.OutboxState(state)
+		e.NextAt, e.CreatedAt, e.ClaimedTill = fromUS(next), fromUS(created), fromNUS(claimed)
+		out = append(out, e)
+		return nil
+	}, q, a...)
+	return out, err
+}
+
+// ListOutbox implements store.Reader.
+func (r *reader) ListOutbox(ctx context.Context, state store.OutboxState, afterID int64, limit int) ([]store.OutboxEntry, error) {
+	return r.outbox(ctx, `SELECT `+outboxCols+` FROM outbox WHERE state = $1 AND id > $2 ORDER BY id LIMIT $3`, string(state), afterID, limit)
+}
+
+// OutboxStats implements store.Reader.
+func (r *reader) OutboxStats(ctx context.Context) (store.OutboxStats, error) {
+	var s store.OutboxStats
+	var oldest *int64
+	err := r.ss.queryRow(r.c(ctx), []any{&s.Pending, &s.Dead, &oldest}, `SELECT (SELECT count(*) FROM outbox WHERE state = 'pending'),
+(SELECT count(*) FROM outbox WHERE state = 'dead'), (SELECT min(created_at) FROM outbox WHERE state = 'pending')`)
+	s.OldestPendingAt = fromNUS(oldest)
+	return s, err
+}
+
+// InsertOutbox implements store.Tx.
+func (w *writeTx) InsertOutbox(ctx context.Context, es []store.OutboxEntry) error {
+	for _, e := range es {
+		if _, err := w.ss.exec(w.c(ctx), `INSERT INTO outbox (tenant, task_id, kind, dedupe_key, body, state, next_at, created_at) VALUES ($1,$2,$3,$4,$5,'pending',$6,$7)`,
+			e.Tenant, e.TaskID, e.Kind, e.Key, string(e.Body), us(e.NextAt), us(e.CreatedAt)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ClaimOutbox implements store.Tx. Rows another host is claiming are skipped.
+func (w *writeTx) ClaimOutbox(ctx context.Context, now, claimUntil time.Time, limit int) ([]store.OutboxEntry, error) {
+	return w.outbox(ctx, `UPDATE outbox SET claimed_until = $3 WHERE id IN (
+SELECT id FROM outbox o WHERE state = 'pending' AND next_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $1)
+AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.state = 'pending' AND p.task_id = o.task_id AND o.task_id <> '' AND p.id < o.id)
+ORDER BY next_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING `+outboxCols, us(now), limit, us(claimUntil))
+}
+
+// FinishOutbox implements store.Tx.
+func (w *writeTx) FinishOutbox(ctx context.Context, es []store.OutboxEntry) error {
+	for _, e := range es {
+		var err error
+		if e.State == store.OutboxDone {
+			_, err = w.ss.exec(w.c(ctx), `DELETE FROM outbox WHERE id = $1`, e.ID)
+		} else {
+			_, err = w.ss.exec(w.c(ctx), `UPDATE outbox SET state = $1, attempts = $2, next_at = $3, last_error = $4, claimed_until = NULL WHERE id = $5`,
+				string(e.State), e.Attempts, us(e.NextAt), e.LastError, e.ID)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RetryOutbox implements store.Tx.
+func (w *writeTx) RetryOutbox(ctx context.Context, ids []int64, now time.Time) (int64, error) {
+	var a args
+	q := `UPDATE outbox SET state = 'pending', next_at = ` + a.add(us(now)) + `, claimed_until = NULL, attempts = 0 WHERE state = 'dead'`
+	if len(ids) > 0 {
+		q += ` AND id = ANY(` + a.add(ids) + `::bigint[])`
+	}
+	return w.ss.exec(w.c(ctx), q, a...)
+}

@@ -1,0 +1,279 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// Delivery (issue 13): the inbox, retention and the outbox.
+
+const inboxCols = `seq, id, tenant, recipient, kind, task_id, task_type, receipt_id, summary, created_at, delivered_at, read_at, fetched_at, promoted_at`
+
+func scanInbox(sc scanner) (host.InboxItem, error) {
+	var it host.InboxItem
+	var kind string
+	var created int64
+	var dl, rd, ft, pr sql.NullInt64
+	err := sc.Scan(&it.Seq, &it.ID, &it.Tenant, &it.Recipient, &kind, &it.TaskID, &it.TaskType, &it.ReceiptID, &it.Summary, &created, &dl, &rd, &ft, &pr)
+	if err != nil {
+		return it, err
+	}
+	it.Kind = host.InboxKind(kind)
+	it.CreatedAt = fromUS(created)
+	it.DeliveredAt, it.ReadAt, it.FetchedAt, it.PromotedAt = fromNUS(dl), fromNUS(rd), fromNUS(ft), fromNUS(pr)
+	return it, nil
+}
+
+// ListInbox implements store.Reader.
+func (r *reader) ListInbox(ctx context.Context, f store.InboxFilter) ([]host.InboxItem, string, error) {
+	after, err := parseCursor(f.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	q := `SELECT ` + inboxCols + ` FROM inbox WHERE tenant = ? AND seq > ?`
+	args := []any{f.Tenant, after}
+	if f.Recipient != "" {
+		q += ` AND recipient = ?`
+		args = append(args, f.Recipient)
+	}
+	if f.Unread {
+		q += ` AND read_at IS NULL`
+	}
+	if f.TaskID != "" {
+		q += ` AND task_id = ?`
+		args = append(args, f.TaskID)
+	}
+	if len(f.IDs) > 0 {
+		q += ` AND id IN (` + placeholders(len(f.IDs)) + `)`
+		for _, id := range f.IDs {
+			args = append(args, id)
+		}
+	}
+	q += ` ORDER BY seq LIMIT ?`
+	args = append(args, f.Limit+1)
+	rows, err := r.query(ctx, q, args...)
+	if err != nil {
+		return nil, "", err
+	}
+	defer rows.Close()
+	out := []host.InboxItem{}
+	for rows.Next() {
+		it, err := scanInbox(rows)
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	cur := ""
+	if len(out) > f.Limit {
+		out = out[:f.Limit]
+		cur = strconv.FormatInt(out[f.Limit-1].Seq, 10)
+	}
+	return out, cur, nil
+}
+
+// InsertInbox implements store.Tx.
+func (w *writeTx) InsertInbox(ctx context.Context, it host.InboxItem) error {
+	_, err := w.exec(ctx, `INSERT INTO inbox (id, tenant, recipient, kind, task_id, task_type, receipt_id, summary, created_at, delivered_at, read_at, fetched_at, promoted_at)
+VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`, it.ID, it.Tenant, it.Recipient, string(it.Kind), it.TaskID, it.TaskType, it.ReceiptID, it.Summary,
+		us(it.CreatedAt), nus(it.DeliveredAt), nus(it.ReadAt), nus(it.FetchedAt), nus(it.PromotedAt))
+	return err
+}
+
+// MarkInbox implements store.Tx.
+func (w *writeTx) MarkInbox(ctx context.Context, m store.InboxMark) (int64, error) {
+	if !m.Field.Valid() {
+		return 0, host.Errorf(host.CodeBadRequest, "no inbox timestamp %q", m.Field)
+	}
+	col := string(m.Field)
+	q := `UPDATE inbox SET ` + col + ` = ? WHERE tenant = ? AND ` + col + ` IS NULL`
+	args := []any{us(m.At), m.Tenant}
+	if m.Recipient != "" {
+		q += ` AND recipient = ?`
+		args = append(args, m.Recipient)
+	}
+	switch {
+	case len(m.IDs) > 0:
+		q += ` AND id IN (` + placeholders(len(m.IDs)) + `)`
+		for _, id := range m.IDs {
+			args = append(args, id)
+		}
+	case m.TaskID != "":
+		q += ` AND task_id = ?`
+		args = append(args, m.TaskID)
+	default:
+		return 0, nil
+	}
+	wrote := w.wrote
+	res, err := w.exec(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if n == 0 {
+		w.wrote = wrote
+	}
+	return n, err
+}
+
+// RetentionDue implements store.Reader.
+func (r *reader) RetentionDue(ctx context.Context, q store.RetentionQuery) ([]*host.Task, error) {
+	if len(q.States) == 0 || q.Limit <= 0 {
+		return nil, nil
+	}
+	sq := `SELECT ` + taskCols + ` FROM tasks WHERE state IN (` + placeholders(len(q.States)) + `) AND completed_at IS NOT NULL AND completed_at <= ?`
+	var args []any
+	for _, s := range q.States {
+		args = append(args, string(s))
+	}
+	args = append(args, us(q.Before))
+	if q.Orphans {
+		sq += ` AND NOT EXISTS (SELECT 1 FROM task_types tt WHERE tt.tenant = tasks.tenant AND tt.name = tasks.task_type)`
+	} else {
+		sq += ` AND tenant = ? AND task_type = ?`
+		args = append(args, q.Tenant, q.Type)
+	}
+	sq += ` ORDER BY completed_at LIMIT ?`
+	args = append(args, q.Limit)
+	ts, _, err := r.tasks(ctx, sq, args...)
+	return ts, err
+}
+
+// ListTaskTypeKeys implements store.Reader.
+func (r *reader) ListTaskTypeKeys(ctx context.Context) ([]store.TaskTypeKey, error) {
+	rows, err := r.query(ctx, `SELECT tenant, name FROM task_types ORDER BY tenant, name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.TaskTypeKey
+	for rows.Next() {
+		var k store.TaskTypeKey
+		if err := rows.Scan(&k.Tenant, &k.Name); err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+const outboxCols = `id, tenant, task_id, kind, dedupe_key, body, state, attempts, next_at, claimed_until, last_error, created_at`
+
+func scanOutbox(sc scanner) (store.OutboxEntry, error) {
+	var e store.OutboxEntry
+	var body, state string
+	var next, created int64
+	var claimed sql.NullInt64
+	if err := sc.Scan(&e.ID, &e.Tenant, &e.TaskID, &e.Kind, &e.Key, &body, &state, &e.Attempts, &next, &claimed, &e.LastError, &created); err != nil {
+		return e, err
+	}
+	e.Body, e.State = json.RawMessage(body), store.OutboxState(state)
+	e.NextAt, e.CreatedAt, e.ClaimedTill = fromUS(next), fromUS(created), fromNUS(claimed)
+	return e, nil
+}
+
+func (r *reader) outbox(ctx context.Context, q string, args ...any) ([]store.OutboxEntry, error) {
+	rows, err := r.query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.OutboxEntry
+	for rows.Next() {
+		e, err := scanOutbox(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// ListOutbox implements store.Reader.
+func (r *reader) ListOutbox(ctx context.Context, state store.OutboxState, afterID int64, limit int) ([]store.OutboxEntry, error) {
+	return r.outbox(ctx, `SELECT `+outboxCols+` FROM outbox WHERE state = ? AND id > ? ORDER BY id LIMIT ?`, string(state), afterID, limit)
+}
+
+// OutboxStats implements store.Reader.
+func (r *reader) OutboxStats(ctx context.Context) (store.OutboxStats, error) {
+	var s store.OutboxStats
+	var oldest sql.NullInt64
+	err := r.queryRow(ctx, `SELECT (SELECT count(*) FROM outbox WHERE state = 'pending'), (SELECT count(*) FROM outbox WHERE state = 'dead'),
+(SELECT min(created_at) FROM outbox WHERE state = 'pending')`).Scan(&s.Pending, &s.Dead, &oldest)
+	s.OldestPendingAt = fromNUS(oldest)
+	return s, err
+}
+
+// InsertOutbox implements store.Tx.
+func (w *writeTx) InsertOutbox(ctx context.Context, es []store.OutboxEntry) error {
+	for _, e := range es {
+		if _, err := w.exec(ctx, `INSERT INTO outbox (tenant, task_id, kind, dedupe_key, body, state, next_at, created_at) VALUES (?,?,?,?,?,'pending',?,?)`,
+			e.Tenant, e.TaskID, e.Kind, e.Key, string(e.Body), us(e.NextAt), us(e.CreatedAt)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ClaimOutbox implements store.Tx.
+func (w *writeTx) ClaimOutbox(ctx context.Context, now, claimUntil time.Time, limit int) ([]store.OutboxEntry, error) {
+	es, err := w.outbox(ctx, `SELECT `+outboxCols+` FROM outbox o WHERE state = 'pending' AND next_at <= ? AND (claimed_until IS NULL OR claimed_until <= ?)
+AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.state = 'pending' AND p.task_id = o.task_id AND o.task_id <> '' AND p.id < o.id)
+ORDER BY next_at, id LIMIT ?`, us(now), us(now), limit)
+	if err != nil || len(es) == 0 {
+		return es, err
+	}
+	args := []any{us(claimUntil)}
+	for i := range es {
+		args = append(args, es[i].ID)
+		es[i].ClaimedTill = &claimUntil
+	}
+	_, err = w.exec(ctx, `UPDATE outbox SET claimed_until = ? WHERE id IN (`+placeholders(len(es))+`)`, args...)
+	return es, err
+}
+
+// FinishOutbox implements store.Tx.
+func (w *writeTx) FinishOutbox(ctx context.Context, es []store.OutboxEntry) error {
+	for _, e := range es {
+		var err error
+		if e.State == store.OutboxDone {
+			_, err = w.exec(ctx, `DELETE FROM outbox WHERE id = ?`, e.ID)
+		} else {
+			_, err = w.exec(ctx, `UPDATE outbox SET state = ?, attempts = ?, next_at = ?, last_error = ?, claimed_until = NULL WHERE id = ?`,
+				string(e.State), e.Attempts, us(e.NextAt), e.LastError, e.ID)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RetryOutbox implements store.Tx.
+func (w *writeTx) RetryOutbox(ctx context.Context, ids []int64, now time.Time) (int64, error) {
+	q := `UPDATE outbox SET state = 'pending', next_at = ?, claimed_until = NULL, attempts = 0 WHERE state = 'dead'`
+	args := []any{us(now)}
+	if len(ids) > 0 {
+		q += ` AND id IN (` + placeholders(len(ids)) + `)`
+		for _, id := range ids {
+			args = append(args, id)
+		}
+	}
+	res, err := w.exec(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
