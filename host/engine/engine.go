@@ -193,6 +193,7 @@ func (e *Engine) Clock() host.Clock { return e.clock }
 func (e *Engine) Start() {
 	e.wg.Add(1)
 	go e.sweepLoop()
+	e.startDelivery()
 	if n, ok := e.st.(store.Notifier); ok {
 		e.wg.Add(1)
 		go e.listen(n)

@@ -15,6 +15,8 @@ type DeliveryConfig struct {
 	// Outbox, when set, queues every appended receipt in the outbox in the
 	// transaction that appends it, for delivery to an external ledger.
 	Outbox bool
+	// Retention says how long finished tasks keep their payloads.
+	Retention RetentionConfig
 }
 
 // deliveryTx is the transaction every engine update runs in: it passes

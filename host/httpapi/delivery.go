@@ -17,6 +17,18 @@ func (s *Server) deliveryRoutes(auth echo.MiddlewareFunc) {
 	v1.GET("/session/bootstrap", s.sessionBootstrap)
 	v1.GET("/inbox", s.inbox)
 	v1.POST("/inbox/mark-read", s.markRead)
+	a := s.e.Group("/v1/admin", auth, requireRole(engine.RoleAdmin))
+	a.POST("/retention/sweep", s.retentionSweep)
+}
+
+// retentionSweep is POST /v1/admin/retention/sweep: one retention sweep now,
+// answered with what it archived and purged.
+func (s *Server) retentionSweep(c echo.Context) error {
+	rep, err := s.eng.RetentionSweep(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, rep)
 }
 
 // sessionBootstrap is GET /v1/session/bootstrap?limit=: the caller's open

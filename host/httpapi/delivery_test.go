@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -72,5 +73,33 @@ func TestInboxOverHTTP(t *testing.T) {
 	}
 	if c, _ := b.do(t, http.MethodGet, "/v1/session/bootstrap", "", ""); c != 401 {
 		t.Fatalf("bootstrap without a key = %d", c)
+	}
+}
+
+// TestRetentionSweepRouteAndMetrics: the admin route runs a sweep (agents
+// are refused), and retention events show in /metrics.
+func TestRetentionSweepRouteAndMetrics(t *testing.T) {
+	b := setup(t)
+	if c, m := b.do(t, http.MethodPost, "/v1/admin/retention/sweep", b.agent, ""); c != 403 {
+		t.Fatalf("agent sweep = %d %v", c, m)
+	}
+	c, m := b.do(t, http.MethodPost, "/v1/admin/retention/sweep", b.admin, "")
+	if c != 200 || m["archived"] != float64(0) || m["payloads_purged"] != float64(0) {
+		t.Fatalf("sweep = %d %v", c, m)
+	}
+	b.srv.cfg.Metrics.OnEvent(engine.Event{Kind: engine.EvArchived, Tenant: "default", TaskType: "echo"})
+	b.srv.cfg.Metrics.OnEvent(engine.Event{Kind: engine.EvPayloadPurged, Tenant: "default", TaskType: "echo"})
+	req, _ := http.NewRequest(http.MethodGet, b.ts.URL+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+b.admin)
+	res, err := b.ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	for _, want := range []string{`asyncgate_tasks_archived_total{task_type="echo",tenant="default"} 1`, `asyncgate_payloads_purged_total{task_type="echo",tenant="default"} 1`} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }

@@ -32,6 +32,7 @@ type Metrics struct {
 	gauges                                                                                  *prometheus.Registry // the scrape-time gauges of every tenant
 	eng                                                                                     *engine.Engine
 	st                                                                                      store.Store
+	delivery                                                                                *deliveryMetrics
 }
 
 // NewMetrics returns Metrics on a fresh registry that also carries the Go
@@ -66,6 +67,7 @@ func NewMetrics() *Metrics {
 		Help:    "HTTP request latency by route and status.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"method", "route", "code"})
 	reg.MustRegister(m.appended, m.policyFaults, m.duration, m.wait, m.httpDur)
+	m.delivery = newDeliveryMetrics(reg)
 	return m
 }
 
@@ -104,6 +106,8 @@ func (m *Metrics) OnEvent(ev engine.Event) {
 		m.appended.WithLabelValues(ev.Tenant).Inc()
 	case engine.EvPolicyFault:
 		m.policyFaults.WithLabelValues(ev.Tenant, ev.TaskType).Inc()
+	default:
+		m.delivery.onEvent(ev)
 	}
 }
 

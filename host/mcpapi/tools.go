@@ -134,6 +134,8 @@ func nextStep(t *host.Task, poll int) string {
 		return "Failed for good (dead letter): see error_message and dead_reason. Decide whether to queue a new task."
 	case host.StateCanceled:
 		return "Canceled. Nothing to do."
+	case host.StateArchived:
+		return "Archived: past its retention, its payload was purged; its receipts remain. Nothing to do."
 	}
 	return ""
 }

@@ -19,6 +19,8 @@ var deliveryCases = []struct {
 	{"InboxLifecycleTimestamps", testInboxLifecycle},
 	{"InboxMarkReadRefusesOthersItems", testInboxMarkReadOthers},
 	{"SessionBootstrapShape", testSessionBootstrap},
+	{"RetentionArchivesAndPurges", testRetention},
+	{"RetentionBoundedBatchesAndOrphans", testRetentionBatches},
 }
 
 func runDelivery(t *testing.T, open Opener) {
