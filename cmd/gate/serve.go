@@ -59,6 +59,8 @@ type serveConfig struct {
 	// MemoryLimitMiB is the gate's soft memory limit (debug.SetMemoryLimit);
 	// 0 sets none. A GOMEMLIMIT environment variable takes precedence.
 	MemoryLimitMiB int64 `json:"memory_limit_mib"`
+	// Delivery configures retention and the outbox to an external ledger (delivery.go).
+	Delivery *deliveryConfig `json:"delivery"`
 }
 
 func defaultServeConfig() serveConfig {
@@ -285,6 +287,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	}
 	defer plugins.Close()
 	ecfg.Plugins = plugins.Plugins
+	if ecfg.Delivery, err = cfg.Delivery.engineConfig(ecfg.Plugins); err != nil {
+		return err
+	}
 	eng, err := engine.New(ecfg)
 	if err != nil {
 		return err

@@ -122,6 +122,8 @@ type Engine struct {
 	getSlots    slots // result fetches held whole in memory
 	streamSlots slots // result fetches streamed from their channel
 
+	outboxWake chan struct{} // wakes the outbox dispatcher (delivery)
+
 	seenMu sync.Mutex
 	seen   map[string]time.Time // worker key -> last recorded sighting
 
@@ -174,6 +176,8 @@ func New(cfg Config) (*Engine, error) {
 		waiters: newWaiters(),
 		seen:    map[string]time.Time{},
 		stop:    make(chan struct{}),
+
+		outboxWake: make(chan struct{}, 1),
 
 		getSlots:    make(slots, cfg.MaxResultGets),
 		streamSlots: make(slots, cfg.MaxResultStreams),
@@ -288,7 +292,12 @@ func storeErr(err error) error {
 }
 
 func (e *Engine) update(ctx context.Context, fn func(store.Tx) error) error {
-	return storeErr(e.st.Update(ctx, e.wrapTx(fn)))
+	var outboxed bool
+	err := e.st.Update(ctx, e.wrapTx(fn, &outboxed))
+	if err == nil && outboxed {
+		e.wakeOutbox()
+	}
+	return storeErr(err)
 }
 
 func (e *Engine) view(ctx context.Context, fn func(store.Reader) error) error {

@@ -15,6 +15,9 @@ type DeliveryConfig struct {
 	// Outbox, when set, queues every appended receipt in the outbox in the
 	// transaction that appends it, for delivery to an external ledger.
 	Outbox bool
+	// OutboxConfig is the dispatcher's; with a Sink the outbox is on and
+	// Start runs the dispatcher.
+	OutboxConfig OutboxConfig
 	// Retention says how long finished tasks keep their payloads.
 	Retention RetentionConfig
 }
@@ -29,11 +32,19 @@ type deliveryTx struct {
 	store.Tx
 	e    *Engine
 	last *host.Task
+	// outboxed is set when the update queued outbox entries.
+	outboxed bool
 }
 
-// wrapTx returns fn run on a deliveryTx.
-func (e *Engine) wrapTx(fn func(store.Tx) error) func(store.Tx) error {
-	return func(tx store.Tx) error { return fn(&deliveryTx{Tx: tx, e: e}) }
+// wrapTx returns fn run on a deliveryTx; *outboxed says, once the update
+// committed, whether it queued outbox entries.
+func (e *Engine) wrapTx(fn func(store.Tx) error, outboxed *bool) func(store.Tx) error {
+	return func(tx store.Tx) error {
+		d := &deliveryTx{Tx: tx, e: e}
+		err := fn(d)
+		*outboxed = err == nil && d.outboxed
+		return err
+	}
 }
 
 // InsertTask implements store.Tx.
@@ -68,7 +79,8 @@ func (d *deliveryTx) AppendReceipt(ctx context.Context, r *host.Receipt) error {
 			return err
 		}
 	}
-	if d.e.cfg.Delivery.Outbox {
+	if d.e.outboxOn() {
+		d.outboxed = true
 		body, err := json.Marshal(r)
 		if err != nil {
 			return err

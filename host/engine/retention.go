@@ -251,4 +251,8 @@ func (e *Engine) startDelivery() {
 		e.wg.Add(1)
 		go e.retentionLoop(r.Interval)
 	}
+	if e.cfg.Delivery.OutboxConfig.Sink != nil {
+		e.wg.Add(1)
+		go e.outboxLoop()
+	}
 }

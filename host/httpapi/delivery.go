@@ -17,8 +17,72 @@ func (s *Server) deliveryRoutes(auth echo.MiddlewareFunc) {
 	v1.GET("/session/bootstrap", s.sessionBootstrap)
 	v1.GET("/inbox", s.inbox)
 	v1.POST("/inbox/mark-read", s.markRead)
+	v1.POST("/tasks/:id/store-in-memory", s.storeInMemory, requireRole(engine.RoleAgent, engine.RoleAdmin))
 	a := s.e.Group("/v1/admin", auth, requireRole(engine.RoleAdmin))
 	a.POST("/retention/sweep", s.retentionSweep)
+	a.GET("/outbox", s.outboxStatus)
+	a.POST("/outbox/retry", s.outboxRetry)
+}
+
+// StoreInMemoryBody is the body of POST /v1/tasks/{id}/store-in-memory.
+type StoreInMemoryBody struct {
+	Domain        string `json:"domain,omitempty"`
+	AsObservation *bool  `json:"as_observation,omitempty"`
+}
+
+// storeInMemory is POST /v1/tasks/{id}/store-in-memory: the seed's
+// store_task_result_in_memory. The result is queued durably for the
+// external ledger as a memory item and promoted_to_memory is set.
+func (s *Server) storeInMemory(c echo.Context) error {
+	var b StoreInMemoryBody
+	if c.Request().ContentLength != 0 {
+		if err := bind(c, &b, strict); err != nil {
+			return err
+		}
+	}
+	res, err := s.eng.PromoteToMemory(c.Request().Context(), ActorOf(c), engine.PromoteRequest{TaskID: c.Param("id"), Domain: b.Domain, AsObservation: b.AsObservation})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, res)
+}
+
+// outboxStatus is GET /v1/admin/outbox?limit=: pending and dead counts, the
+// lag (age of the oldest pending entry) and the dead list.
+func (s *Server) outboxStatus(c echo.Context) error {
+	limit, err := queryInt(c, "limit", 100)
+	if err != nil {
+		return err
+	}
+	st, err := s.eng.OutboxStatus(c.Request().Context(), limit)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, st)
+}
+
+// OutboxRetryBody is the body of POST /v1/admin/outbox/retry: the dead
+// entries to send again (all when ids is empty).
+type OutboxRetryBody struct {
+	IDs []int64 `json:"ids,omitempty"`
+}
+
+// outboxRetry is POST /v1/admin/outbox/retry.
+func (s *Server) outboxRetry(c echo.Context) error {
+	var b OutboxRetryBody
+	if c.Request().ContentLength != 0 {
+		if err := bind(c, &b, strict); err != nil {
+			return err
+		}
+	}
+	if len(b.IDs) > 10000 {
+		return badRequest("at most 10000 ids at once")
+	}
+	n, err := s.eng.RetryOutbox(c.Request().Context(), b.IDs)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]int64{"requeued": n})
 }
 
 // retentionSweep is POST /v1/admin/retention/sweep: one retention sweep now,

@@ -1,6 +1,9 @@
 package httpapi
 
 import (
+	"context"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/asyncgate/asyncgate/host/engine"
@@ -35,5 +38,39 @@ func (d *deliveryMetrics) onEvent(ev engine.Event) {
 		d.purged.WithLabelValues(ev.Tenant, ev.TaskType).Inc()
 	case engine.EvRetentionError:
 		d.retentionErrors.WithLabelValues(ev.Tenant, ev.TaskType).Inc()
+	case engine.EvOutboxDelivered:
+		d.outbox.WithLabelValues("delivered").Inc()
+	case engine.EvOutboxFailed:
+		d.outbox.WithLabelValues("failed").Inc()
+	case engine.EvOutboxDead:
+		d.outbox.WithLabelValues("dead").Inc()
 	}
+}
+
+var (
+	descOutboxPending = prometheus.NewDesc("asyncgate_outbox_pending", "Outbox entries waiting for the external ledger.", nil, nil)
+	descOutboxDead    = prometheus.NewDesc("asyncgate_outbox_dead", "Outbox entries the external ledger refused (gate outbox retry).", nil, nil)
+	descOutboxLag     = prometheus.NewDesc("asyncgate_outbox_lag_seconds", "Age of the oldest pending outbox entry (0 when none).", nil, nil)
+)
+
+// outboxCollector reports the outbox at scrape time (operators only: the
+// outbox is gate-wide).
+type outboxCollector struct{ eng *engine.Engine }
+
+func (outboxCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descOutboxPending
+	ch <- descOutboxDead
+	ch <- descOutboxLag
+}
+
+func (o outboxCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := o.eng.OutboxStatus(ctx, 1)
+	if err != nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descOutboxPending, prometheus.GaugeValue, float64(st.Pending))
+	ch <- prometheus.MustNewConstMetric(descOutboxDead, prometheus.GaugeValue, float64(st.Dead))
+	ch <- prometheus.MustNewConstMetric(descOutboxLag, prometheus.GaugeValue, st.LagSeconds)
 }

@@ -116,6 +116,7 @@ func (m *Metrics) watch(eng *engine.Engine, st store.Store) {
 	m.eng, m.st = eng, st
 	m.gauges = prometheus.NewRegistry()
 	m.gauges.MustRegister(&gaugeCollector{eng: eng, st: st})
+	m.gauges.MustRegister(outboxCollector{eng})
 }
 
 // handler serves every metric to the gate's operators (admins of the

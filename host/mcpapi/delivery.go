@@ -37,6 +37,34 @@ Each inbox item has inbox_id, kind (completed, failed, escalation, milestone), t
 			mcp.WithArray("inbox_ids", mcp.Required(), mcp.WithStringItems(), mcp.Description("The inbox_id values to mark read (at most 500).")),
 		)),
 		agentRoles, s.markRead)
+
+	s.add(tool("store_task_result_in_memory", "Store a task's result in long-term memory",
+		`Promote a succeeded task's result to the external ledger (MemoryGate) as a memory item, closing the loop task → result → permanent knowledge. The item carries the result (its content when at most 64 KiB, else its pointer and checksum), task_type, domain and as_observation; it is queued durably and delivered at least once, with memory_key as its dedupe key. Sets promoted_to_memory on the task's inbox items. Promoting twice is harmless (already_promoted). A conflict error means the task has no result yet or this gate has no external ledger configured.`,
+		writes(true, false), props(taskIDArg,
+			mcp.WithBoolean("as_observation", mcp.Description("Store as an observation (default true) rather than a pattern.")),
+			mcp.WithString("domain", mcp.Description("Memory domain; defaults to the task type.")),
+		)),
+		agentRoles, s.storeInMemory)
+}
+
+func (s *Server) storeInMemory(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in engine.PromoteRequest
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	if err := required("task_id", in.TaskID); err != nil {
+		return nil, "", err
+	}
+	wctx, cancel := detached(ctx)
+	defer cancel()
+	res, err := s.eng.PromoteToMemory(wctx, a, in)
+	if err != nil {
+		return nil, "", err
+	}
+	if res.AlreadyPromoted {
+		return res, "The result of " + res.TaskID + " was already stored in memory.", nil
+	}
+	return res, "The result of " + res.TaskID + " is queued for memory as " + res.MemoryKey + "; it will be delivered even if the memory service is down now.", nil
 }
 
 func (s *Server) sessionBootstrap(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {

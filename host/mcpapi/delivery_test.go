@@ -69,3 +69,16 @@ func TestInboxTools(t *testing.T) {
 		t.Fatalf("inbox %+v", list)
 	}
 }
+
+// TestStoreInMemoryWithoutLedger: without an external ledger configured the
+// tool answers a conflict naming the missing configuration.
+func TestStoreInMemoryWithoutLedger(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	agent := b.connect(t, b.agent)
+	var ack struct {
+		TaskID string `json:"task_id"`
+	}
+	ok(t, agent, "queue_task", map[string]any{"task_type": "echo", "params": map[string]any{"n": 1}}, &ack)
+	fails(t, agent, "store_task_result_in_memory", map[string]any{"task_id": ack.TaskID}, "conflict")
+	fails(t, agent, "store_task_result_in_memory", map[string]any{}, "bad_request")
+}

@@ -218,7 +218,7 @@ func toolNames(t *testing.T, c *client.Client) []string {
 
 var agentToolNames = []string{"archive_task_result", "cancel_task", "check_task_status", "fetch_task_result", "get_receipt",
 	"get_receipt_chain", "get_task_progress", "list_active_tasks", "list_inbox", "list_open_obligations", "mark_read", "queue_task",
-	"session_bootstrap"}
+	"session_bootstrap", "store_task_result_in_memory"}
 
 func TestToolsByRole(t *testing.T) {
 	b := setup(t, mcpapi.Config{})

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"strings"
 	"time"
 
 	"testing"
@@ -21,6 +22,8 @@ var deliveryCases = []struct {
 	{"SessionBootstrapShape", testSessionBootstrap},
 	{"RetentionArchivesAndPurges", testRetention},
 	{"RetentionBoundedBatchesAndOrphans", testRetentionBatches},
+	{"OutboxClaimOrderPerTask", testOutboxClaimOrder},
+	{"OutboxQueuesEveryReceipt", testOutboxWithReceipts},
 }
 
 func runDelivery(t *testing.T, open Opener) {
@@ -200,5 +203,138 @@ func testSessionBootstrap(t *testing.T, b *Bundle) {
 	}
 	if _, err := b.Engine.SessionBootstrap(b.Ctx, b.Agent, 501); !host.IsCode(err, host.CodeBadRequest) {
 		t.Fatalf("limit 501: %v", err)
+	}
+}
+
+// testOutboxClaimOrder drives the outbox methods directly: only the oldest
+// pending entry of a task is claimable, a claim hides entries until it ends,
+// failures come back when due, dead entries block nothing and come back on
+// retry.
+func testOutboxClaimOrder(t *testing.T, b *Bundle) {
+	now := b.Clock.Now()
+	var es []store.OutboxEntry
+	for i, task := range []string{"T-A", "T-A", "T-A", "T-B", "T-B"} {
+		es = append(es, store.OutboxEntry{Tenant: "acme", TaskID: task, Kind: "receipt", Key: task + "/" + string(rune('0'+i)),
+			Body: []byte(`{"n":1}`), NextAt: now, CreatedAt: now})
+	}
+	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error { return tx.InsertOutbox(b.Ctx, es) }); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(at time.Time) []store.OutboxEntry {
+		t.Helper()
+		var got []store.OutboxEntry
+		if err := b.Store.Update(b.Ctx, func(tx store.Tx) error {
+			var err error
+			got, err = tx.ClaimOutbox(b.Ctx, at, at.Add(time.Minute), 10)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	finish := func(es ...store.OutboxEntry) {
+		t.Helper()
+		if err := b.Store.Update(b.Ctx, func(tx store.Tx) error { return tx.FinishOutbox(b.Ctx, es) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := func(es []store.OutboxEntry) map[string]store.OutboxEntry {
+		m := map[string]store.OutboxEntry{}
+		for _, e := range es {
+			m[e.Key] = e
+		}
+		return m
+	}
+	got := keys(claim(now))
+	if len(got) != 2 || got["T-A/0"].ID == 0 || got["T-B/3"].ID == 0 {
+		t.Fatalf("first claim %v, want the head of each task", got)
+	}
+	if again := claim(now); len(again) != 0 {
+		t.Fatalf("claimed entries claimed again: %v", again)
+	}
+	a0, b3 := got["T-A/0"], got["T-B/3"]
+	a0.State = store.OutboxDone
+	b3.State, b3.Attempts, b3.NextAt, b3.LastError = store.OutboxPending, 1, now.Add(time.Hour), "503"
+	finish(a0, b3)
+	got = keys(claim(now))
+	if len(got) != 1 || got["T-A/1"].ID == 0 {
+		t.Fatalf("second claim %v, want only T-A/1 (T-B waits for its failed head)", got)
+	}
+	a1 := got["T-A/1"]
+	a1.State, a1.Attempts, a1.LastError = store.OutboxDead, 1, "422 refused"
+	finish(a1)
+	got = keys(claim(now))
+	if len(got) != 1 || got["T-A/2"].ID == 0 {
+		t.Fatalf("third claim %v, want T-A/2 (a dead entry blocks nothing)", got)
+	}
+	if later := keys(claim(now.Add(2 * time.Hour))); len(later) != 2 || later["T-B/3"].Attempts != 1 || later["T-A/2"].ID == 0 {
+		t.Fatalf("claim after the retry delay and the claim's end: %v, want T-B/3 (due) and T-A/2 (its claim ended)", later)
+	}
+	var st store.OutboxStats
+	var dead []store.OutboxEntry
+	_ = b.Store.View(b.Ctx, func(r store.Reader) error {
+		var err error
+		if st, err = r.OutboxStats(b.Ctx); err != nil {
+			return err
+		}
+		dead, err = r.ListOutbox(b.Ctx, store.OutboxDead, 0, 10)
+		return err
+	})
+	if st.Pending != 3 || st.Dead != 1 || st.OldestPendingAt == nil || len(dead) != 1 || dead[0].Key != "T-A/1" || dead[0].LastError != "422 refused" {
+		t.Fatalf("stats %+v dead %+v", st, dead)
+	}
+	var n int64
+	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error {
+		var err error
+		n, err = tx.RetryOutbox(b.Ctx, nil, now.Add(3*time.Hour))
+		return err
+	}); err != nil || n != 1 {
+		t.Fatalf("retry: %d %v", n, err)
+	}
+}
+
+// testOutboxWithReceipts: with the outbox on, every receipt is queued in the
+// transaction that appends it, with its own dedupe key, in ledger order.
+func testOutboxWithReceipts(t *testing.T, b *Bundle) {
+	eng, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1, Delivery: engine.DeliveryConfig{Outbox: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eng.Close)
+	res, err := eng.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	offers, err := eng.Lease(b.Ctx, engine.LeaseRequest{Tenant: "acme", WorkerID: "w.1", MaxTasks: 1})
+	if err != nil || len(offers) != 1 {
+		t.Fatal(offers, err)
+	}
+	if _, _, err := eng.Accept(b.Ctx, Call("w.1", offers[0])); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", offers[0]), Result: Pointer}); err != nil {
+		t.Fatal(err)
+	}
+	rs := b.Receipts(t, res.TaskID)
+	var es []store.OutboxEntry
+	_ = b.Store.View(b.Ctx, func(r store.Reader) error {
+		var err error
+		es, err = r.ListOutbox(b.Ctx, store.OutboxPending, 0, 100)
+		return err
+	})
+	if len(es) != len(rs) || len(rs) != 3 {
+		t.Fatalf("%d outbox entries for %d receipts", len(es), len(rs))
+	}
+	for i, e := range es {
+		if e.Key != "receipt:"+rs[i].ID || e.TaskID != res.TaskID || e.Kind != "receipt" || !strings.Contains(string(e.Body), rs[i].Hash) {
+			t.Fatalf("entry %d = %+v, receipt %+v", i, e, rs[i])
+		}
+	}
+	// The engine without the outbox (b.Engine) queues nothing.
+	b.Enqueue(t, "work")
+	var st store.OutboxStats
+	_ = b.Store.View(b.Ctx, func(r store.Reader) error { st, _ = r.OutboxStats(b.Ctx); return nil })
+	if st.Pending != 3 {
+		t.Fatalf("pending %d after an enqueue on an engine without outbox", st.Pending)
 	}
 }
