@@ -23,3 +23,6 @@ CREATE INDEX inbox_task      ON inbox (tenant, task_id);
 
 -- Retention walks finished tasks of one type by completion time.
 CREATE INDEX tasks_finished ON tasks (tenant, task_type, state, completed_at) WHERE completed_at IS NOT NULL;
+-- and, for tasks of task types no longer registered, every finished task not
+-- archived yet by completion time.
+CREATE INDEX tasks_unarchived ON tasks (completed_at) WHERE state IN ('succeeded', 'canceled', 'dead_letter');
