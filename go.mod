@@ -3,6 +3,7 @@ module github.com/asyncgate/asyncgate
 go 1.26.0
 
 require (
+	github.com/asyncgate/asyncgate/sdk/client v0.0.0-00010101000000-000000000000
 	github.com/asyncgate/asyncgate/sdk/plugin v0.0.0-00010101000000-000000000000
 	github.com/asyncgate/asyncgate/sdk/worker v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
@@ -55,6 +56,7 @@ require (
 // The SDKs are their own modules (standard library only), so plugin and
 // worker authors depend on them without the gate's dependencies.
 replace (
+	github.com/asyncgate/asyncgate/sdk/client => ./sdk/client
 	github.com/asyncgate/asyncgate/sdk/plugin => ./sdk/plugin
 	github.com/asyncgate/asyncgate/sdk/worker => ./sdk/worker
 )
