@@ -7,7 +7,6 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
-	"github.com/asyncgate/asyncgate/host/store"
 )
 
 // StatsResponse is the answer of GET /v1/admin/stats: a tenant's queue at a
@@ -33,13 +32,8 @@ func (s *Server) stats(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	var qs store.QueueStats
-	if err := s.st.View(ctx, func(r store.Reader) error {
-		var err error
-		qs, err = r.QueueStats(ctx, tenant)
-		return err
-	}); err != nil {
+	qs, err := s.eng.Stats(c.Request().Context(), tenant)
+	if err != nil {
 		return err
 	}
 	out := StatsResponse{Tenant: tenant, ByState: qs.ByState, ByType: qs.ByType, OldestReadyAgeSeconds: qs.OldestReadyAge.Seconds()}
