@@ -27,6 +27,8 @@ func TestInboxTools(t *testing.T) {
 		RunID string `json:"run_id"`
 	}
 	ok(t, worker, "worker_lease_task", map[string]any{"worker_id": "echo.w1"}, &lease)
+	ok(t, worker, "worker_heartbeat_task", map[string]any{"task_id": ack.TaskID, "run_id": lease.RunID, "progress_message": "half way"}, nil)
+	ok(t, worker, "worker_heartbeat_task", map[string]any{"task_id": ack.TaskID, "run_id": lease.RunID, "progress_message": "draft ready", "milestone": true}, nil)
 	ok(t, worker, "worker_complete_task", map[string]any{"task_id": ack.TaskID, "run_id": lease.RunID, "result_pointer": "s3://b/k", "summary": "all good"}, nil)
 
 	type item struct {
@@ -43,10 +45,12 @@ func TestInboxTools(t *testing.T) {
 		NextStep  string `json:"next_step"`
 	}
 	ok(t, agent, "session_bootstrap", map[string]any{}, &bs)
-	if len(bs.Inbox) != 1 || bs.Inbox[0].Kind != "completed" || bs.Inbox[0].TaskID != ack.TaskID || bs.Inbox[0].DeliveredAt == nil ||
-		bs.Inbox[0].ReadAt != nil || bs.OwedToYou == nil || bs.YouOwe == nil || len(bs.OwedToYou) != 0 {
+	if len(bs.Inbox) != 2 || bs.Inbox[0].Kind != "milestone" || bs.Inbox[1].Kind != "completed" || bs.Inbox[1].TaskID != ack.TaskID ||
+		bs.Inbox[1].DeliveredAt == nil || bs.Inbox[1].ReadAt != nil || bs.OwedToYou == nil || bs.YouOwe == nil || len(bs.OwedToYou) != 0 {
 		t.Fatalf("bootstrap %+v", bs)
 	}
+	ok(t, agent, "mark_read", map[string]any{"inbox_ids": []string{bs.Inbox[0].InboxID}}, nil)
+	bs.Inbox = bs.Inbox[1:]
 	fails(t, agent, "mark_read", map[string]any{"inbox_ids": []string{}}, "bad_request")
 	fails(t, agent, "mark_read", map[string]any{"inbox_ids": []string{"I-NOPE"}}, "not_found")
 	fails(t, agent, "session_bootstrap", map[string]any{"limit": 9999}, "bad_request")
@@ -65,7 +69,7 @@ func TestInboxTools(t *testing.T) {
 		t.Fatalf("unread after mark_read: %+v", list)
 	}
 	ok(t, agent, "list_inbox", map[string]any{}, &list)
-	if len(list.Items) != 1 || list.Items[0].ReadAt == nil {
+	if len(list.Items) != 2 || list.Items[0].ReadAt == nil || list.Items[1].ReadAt == nil {
 		t.Fatalf("inbox %+v", list)
 	}
 }

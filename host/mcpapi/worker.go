@@ -83,6 +83,7 @@ A heartbeat after the lease expired is a lease_expired error: stop working on th
 			mcp.WithNumber("progress_percent", mcp.Min(0), mcp.Max(100), mcp.Description("0..100.")),
 			mcp.WithString("progress_message", mcp.MaxLength(4096), mcp.Description("Human-readable progress, e.g. \"4500/10000 files\".")),
 			mcp.WithInteger("extend_lease_seconds", mcp.Min(0), mcp.Description("New lease length from now. Default: the task type's lease length.")),
+			mcp.WithBoolean("milestone", mcp.Description("Mark this progress as a milestone: it becomes an item of the recipient's inbox (plain progress never does). Use it sparingly.")),
 		)),
 		workerRole, s.workerHeartbeat)
 
@@ -175,6 +176,7 @@ func (s *Server) workerHeartbeat(ctx context.Context, a engine.Actor, req mcp.Ca
 		ProgressPercent    *float64 `json:"progress_percent,omitempty"`
 		ProgressMessage    string   `json:"progress_message,omitempty"`
 		ExtendLeaseSeconds int      `json:"extend_lease_seconds,omitempty"`
+		Milestone          bool     `json:"milestone,omitempty"`
 	}
 	if err := bind(req, &in); err != nil {
 		return nil, "", err
@@ -186,7 +188,7 @@ func (s *Server) workerHeartbeat(ctx context.Context, a engine.Actor, req mcp.Ca
 	wctx, cancel := detached(ctx)
 	defer cancel()
 	res, err := s.eng.Heartbeat(wctx, engine.HeartbeatRequest{WorkerCall: call, ProgressPercent: in.ProgressPercent,
-		ProgressMessage: in.ProgressMessage, ExtendSeconds: in.ExtendLeaseSeconds})
+		ProgressMessage: in.ProgressMessage, ExtendSeconds: in.ExtendLeaseSeconds, Milestone: in.Milestone})
 	if err != nil {
 		return nil, "", err
 	}
