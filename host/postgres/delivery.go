@@ -199,16 +199,21 @@ ORDER BY next_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING `+outboxCols, us
 }
 
 // FinishOutbox implements store.Tx.
+// Delivered entries go in one DELETE.
 func (w *writeTx) FinishOutbox(ctx context.Context, es []store.OutboxEntry) error {
+	var done []int64
 	for _, e := range es {
-		var err error
 		if e.State == store.OutboxDone {
-			_, err = w.ss.exec(w.c(ctx), `DELETE FROM outbox WHERE id = $1`, e.ID)
-		} else {
-			_, err = w.ss.exec(w.c(ctx), `UPDATE outbox SET state = $1, attempts = $2, next_at = $3, last_error = $4, claimed_until = NULL WHERE id = $5`,
-				string(e.State), e.Attempts, us(e.NextAt), e.LastError, e.ID)
+			done = append(done, e.ID)
+			continue
 		}
-		if err != nil {
+		if _, err := w.ss.exec(w.c(ctx), `UPDATE outbox SET state = $1, attempts = $2, next_at = $3, last_error = $4, claimed_until = NULL WHERE id = $5`,
+			string(e.State), e.Attempts, us(e.NextAt), e.LastError, e.ID); err != nil {
+			return err
+		}
+	}
+	if len(done) > 0 {
+		if _, err := w.ss.exec(w.c(ctx), `DELETE FROM outbox WHERE id = ANY($1::bigint[])`, done); err != nil {
 			return err
 		}
 	}

@@ -245,18 +245,25 @@ ORDER BY next_at, id LIMIT ?`, us(now), us(now), limit)
 }
 
 // FinishOutbox implements store.Tx.
+// Delivered entries go in one DELETE per 500.
 func (w *writeTx) FinishOutbox(ctx context.Context, es []store.OutboxEntry) error {
+	var done []any
 	for _, e := range es {
-		var err error
 		if e.State == store.OutboxDone {
-			_, err = w.exec(ctx, `DELETE FROM outbox WHERE id = ?`, e.ID)
-		} else {
-			_, err = w.exec(ctx, `UPDATE outbox SET state = ?, attempts = ?, next_at = ?, last_error = ?, claimed_until = NULL WHERE id = ?`,
-				string(e.State), e.Attempts, us(e.NextAt), e.LastError, e.ID)
+			done = append(done, e.ID)
+			continue
 		}
-		if err != nil {
+		if _, err := w.exec(ctx, `UPDATE outbox SET state = ?, attempts = ?, next_at = ?, last_error = ?, claimed_until = NULL WHERE id = ?`,
+			string(e.State), e.Attempts, us(e.NextAt), e.LastError, e.ID); err != nil {
 			return err
 		}
+	}
+	for len(done) > 0 {
+		n := min(len(done), 500)
+		if _, err := w.exec(ctx, `DELETE FROM outbox WHERE id IN (`+placeholders(n)+`)`, done[:n]...); err != nil {
+			return err
+		}
+		done = done[n:]
 	}
 	return nil
 }
