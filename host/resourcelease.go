@@ -145,12 +145,19 @@ func NormalizeResource(s string) (string, error) {
 		}
 	}
 	if i := strings.IndexByte(s, ':'); i > 0 && validKind(s[:i]) {
-		kind, rest := strings.ToUpper(s[:i]), s[i+1:]
+		kind, rest := strings.ToUpper(s[:i]), strings.TrimSpace(s[i+1:])
+		if kind == "FILE" {
+			// Cleaning and trimming until neither changes the path.
+			for n := 0; n < 8 && rest != ""; n++ {
+				next := strings.TrimSpace(path.Clean(rest))
+				if next == rest {
+					break
+				}
+				rest = next
+			}
+		}
 		if rest == "" {
 			return "", Errorf(CodeInvalidResource, "resource: %s: needs a name after the colon", kind)
-		}
-		if kind == "FILE" {
-			rest = path.Clean(rest)
 		}
 		s = kind + ":" + rest
 	}
