@@ -342,7 +342,11 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 					req.Holder, len(mine), len(intents), cfg.MaxLeasesPerHolder)
 			}
 		}
-		if err := e.checkHoldQuota(ctx, tx, req.Tenant, req.Holder, resources, now, ttl, nil); err != nil {
+		adds := map[holdKey]time.Duration{}
+		for _, r := range resources {
+			adds[holdKey{req.Holder, r}] = ttl
+		}
+		if err := e.bookHold(ctx, tx, req.Tenant, adds, now); err != nil {
 			return err
 		}
 		manifest := host.NewID(host.PrefixManifest)
@@ -396,49 +400,64 @@ func (e *Engine) conflict(conflicts []*host.ResourceLease, prio, now time.Time) 
 	return &ResourceConflictError{Err: host.Errorf(host.CodeResourceConflict, "%s", detail), Holder: named, MayWait: mayWait, ServerTime: now}
 }
 
-// checkHoldQuota refuses a grant or extension that would give holder more
-// than HoldQuota of lease time on one resource within QuotaWindow. ext maps
-// a lease being extended to its current expiry (its time so far is counted
-// up to it, and the extension is what is added).
-func (e *Engine) checkHoldQuota(ctx context.Context, tx store.Tx, tenant, holder string, resources []string, now time.Time, ttl time.Duration, ext map[string]time.Time) error {
+// holdKey names a holder's quota window on a resource.
+type holdKey struct{ holder, resource string }
+
+// bookHold checks and books lease time against the squatting quota: no
+// holder may be granted more than HoldQuota on one resource within a
+// QuotaWindow (fixed windows, one row per holder and resource). Every
+// addition is checked before any is booked, so a refusal books nothing.
+// Callers hold the resources' locks.
+func (e *Engine) bookHold(ctx context.Context, tx store.Tx, tenant string, adds map[holdKey]time.Duration, now time.Time) error {
 	cfg := e.rl().cfg
 	if cfg.HoldQuota < 0 {
 		return nil
 	}
-	from := now.Add(-cfg.QuotaWindow)
-	past, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: tenant, Holder: holder, Resources: resources, EndsAfter: &from, Limit: 100000})
-	if err != nil {
-		return err
+	keys := make([]holdKey, 0, len(adds))
+	for k := range adds {
+		keys = append(keys, k)
 	}
-	held := map[string]time.Duration{}
-	for _, l := range past {
-		end := l.ExpiresAt
-		if l.EndedAt != nil {
-			end = *l.EndedAt
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i].holder < keys[j].holder || keys[i].holder == keys[j].holder && keys[i].resource < keys[j].resource
+	})
+	hs := make([]store.ResourceHold, 0, len(keys))
+	for _, k := range keys {
+		h, err := tx.GetResourceHold(ctx, tenant, k.holder, k.resource)
+		if err != nil {
+			return err
 		}
-		start := l.AcquiredAt
-		if start.Before(from) {
-			start = from
+		if h.WindowStart.IsZero() || !now.Before(h.WindowStart.Add(cfg.QuotaWindow)) {
+			h = store.ResourceHold{Tenant: tenant, Holder: k.holder, Resource: k.resource, WindowStart: now}
 		}
-		if end.After(start) {
-			held[l.Resource] += end.Sub(start)
+		add := adds[k]
+		if h.Held+add > cfg.HoldQuota {
+			return host.Errorf(host.CodeQuotaExceeded, "holder %s was granted %s of lease time on %s in the window from %s; %s more would pass its quota of %s per %s",
+				k.holder, h.Held.Round(time.Millisecond), k.resource, h.WindowStart.Format(time.RFC3339), add.Round(time.Millisecond), cfg.HoldQuota, cfg.QuotaWindow)
 		}
+		h.Held += add
+		hs = append(hs, h)
 	}
-	for _, r := range resources {
-		add := ttl
-		if ext != nil {
-			old, ok := ext[r]
-			if !ok {
-				continue
-			}
-			add = now.Add(ttl).Sub(old)
-		}
-		if held[r]+add > cfg.HoldQuota {
-			return host.Errorf(host.CodeQuotaExceeded, "holder %s has held %s for %s in the last %s; %s more would pass its quota of %s",
-				holder, r, held[r].Round(time.Millisecond), cfg.QuotaWindow, add.Round(time.Millisecond), cfg.HoldQuota)
+	for _, h := range hs {
+		if err := tx.PutResourceHold(ctx, h); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// refundHold gives back the unused part of a released lease's time, when
+// its quota window is still the current one.
+func (e *Engine) refundHold(ctx context.Context, tx store.Tx, l *host.ResourceLease, now time.Time) error {
+	cfg := e.rl().cfg
+	if cfg.HoldQuota < 0 || !now.Before(l.ExpiresAt) {
+		return nil
+	}
+	h, err := tx.GetResourceHold(ctx, l.Tenant, l.Holder, l.Resource)
+	if err != nil || h.WindowStart.IsZero() || !now.Before(h.WindowStart.Add(cfg.QuotaWindow)) {
+		return err
+	}
+	h.Held -= min(l.ExpiresAt.Sub(now), h.Held)
+	return tx.PutResourceHold(ctx, h)
 }
 
 func leaseEvent(l *host.ResourceLease, kind host.ResourceLeaseEventKind, at time.Time, prev *time.Time) *host.ResourceLeaseEvent {
@@ -548,7 +567,6 @@ func (e *Engine) HeartbeatResources(ctx context.Context, a Actor, ids []string, 
 		if err != nil {
 			return err
 		}
-		ext := map[string]time.Time{}
 		for _, l := range ls {
 			if !l.LiveAt(now) {
 				return host.Errorf(host.CodeLeaseExpired, "resource lease %s is %s (server time %s, expires_at %s): it is no longer held; acquire again",
@@ -557,23 +575,20 @@ func (e *Engine) HeartbeatResources(ctx context.Context, a Actor, ids []string, 
 			if l.Restarting {
 				return host.Errorf(host.CodeVerifyRequired, "resource lease %s: the holder declared DIE_RESTART; run VERIFY_ALL before heartbeats resume", l.ID)
 			}
-			ext[l.Resource] = l.ExpiresAt
 		}
 		// The quota is per holder; an admin heartbeat counts against the lease's holder.
-		byHolder := map[string][]*host.ResourceLease{}
+		adds := map[holdKey]time.Duration{}
 		for _, l := range ls {
-			byHolder[l.Holder] = append(byHolder[l.Holder], l)
-		}
-		for h, hl := range byHolder {
-			for _, l := range hl {
-				d := ttl
-				if d == 0 {
-					d = time.Duration(l.TTLMs) * time.Millisecond
-				}
-				if err := e.checkHoldQuota(ctx, tx, a.Tenant, h, []string{l.Resource}, now, d, map[string]time.Time{l.Resource: l.ExpiresAt}); err != nil {
-					return err
-				}
+			d := ttl
+			if d == 0 {
+				d = time.Duration(l.TTLMs) * time.Millisecond
 			}
+			if next := now.Add(d); next.After(l.ExpiresAt) {
+				adds[holdKey{l.Holder, l.Resource}] += next.Sub(l.ExpiresAt)
+			}
+		}
+		if err := e.bookHold(ctx, tx, a.Tenant, adds, now); err != nil {
+			return err
 		}
 		for _, l := range ls {
 			d := ttl
@@ -629,6 +644,9 @@ func (e *Engine) ReleaseResources(ctx context.Context, a Actor, ids []string) (*
 				continue
 			}
 			if l.LiveAt(now) {
+				if err := e.refundHold(ctx, tx, l, now); err != nil {
+					return err
+				}
 				l.State, l.EndedAt = host.ResourceLeaseReleased, ptr(now)
 				if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{LiveAt: &now}); err != nil {
 					return rlFenced(err, l)

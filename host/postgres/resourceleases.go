@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"hash/fnv"
 	"slices"
 	"strconv"
@@ -93,7 +94,9 @@ func (r *reader) ListResourceLeases(ctx context.Context, f store.ResourceLeaseFi
 	if len(f.Resources) > 0 {
 		q += ` AND resource = ANY(` + a.add(f.Resources) + `::text[])`
 	}
-	if len(f.States) > 0 {
+	if len(f.States) == 1 && f.States[0] == host.ResourceLeaseActive {
+		q += ` AND state = 'active'` // a literal, so the partial indexes apply
+	} else if len(f.States) > 0 {
 		states := make([]string, len(f.States))
 		for i, s := range f.States {
 			states[i] = string(s)
@@ -261,5 +264,29 @@ func (w *writeTx) AppendResourceLeaseEvent(ctx context.Context, ev *host.Resourc
 holder, kind, at, prev_expires_at, expires_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)`,
 		ev.Tenant, ev.LeaseID, ev.Resource, string(ev.Predicate), ev.Holder, string(ev.Kind), us(ev.At),
 		nus(ev.PrevExpiresAt), us(ev.ExpiresAt))
+	return nil
+}
+
+func (w *writeTx) GetResourceHold(ctx context.Context, tenant, holder, resource string) (store.ResourceHold, error) {
+	h := store.ResourceHold{Tenant: tenant, Holder: holder, Resource: resource}
+	var start, held int64
+	err := w.ss.queryRow(w.c(ctx), []any{&start, &held}, `SELECT window_start, held_us FROM resource_holds WHERE tenant = $1 AND holder = $2 AND resource = $3`,
+		tenant, holder, resource)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return h, nil
+	}
+	if err != nil {
+		return h, err
+	}
+	h.WindowStart, h.Held = fromUS(start), time.Duration(held)*time.Microsecond
+	return h, nil
+}
+
+// PutResourceHold implements store.Tx; the upsert is queued in front of the
+// transaction's next statement.
+func (w *writeTx) PutResourceHold(ctx context.Context, h store.ResourceHold) error {
+	w.ss.queue(`INSERT INTO resource_holds (tenant, holder, resource, window_start, held_us) VALUES ($1,$2,$3,$4,$5)
+ON CONFLICT (tenant, holder, resource) DO UPDATE SET window_start = excluded.window_start, held_us = excluded.held_us`,
+		h.Tenant, h.Holder, h.Resource, us(h.WindowStart), h.Held.Microseconds())
 	return nil
 }

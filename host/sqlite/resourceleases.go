@@ -73,7 +73,9 @@ func (r *reader) ListResourceLeases(ctx context.Context, f store.ResourceLeaseFi
 			args = append(args, res)
 		}
 	}
-	if len(f.States) > 0 {
+	if len(f.States) == 1 && f.States[0] == host.ResourceLeaseActive {
+		q += ` AND state = 'active'` // a literal, so the partial indexes apply
+	} else if len(f.States) > 0 {
 		q += ` AND state IN (` + placeholders(len(f.States)) + `)`
 		for _, s := range f.States {
 			args = append(args, string(s))
@@ -237,5 +239,27 @@ func (w *writeTx) AppendResourceLeaseEvent(ctx context.Context, ev *host.Resourc
 prev_expires_at, expires_at) VALUES (?,?,?,?,?,?,?,?,?)`,
 		ev.Tenant, ev.LeaseID, ev.Resource, string(ev.Predicate), ev.Holder, string(ev.Kind), us(ev.At),
 		nus(ev.PrevExpiresAt), us(ev.ExpiresAt))
+	return err
+}
+
+func (w *writeTx) GetResourceHold(ctx context.Context, tenant, holder, resource string) (store.ResourceHold, error) {
+	h := store.ResourceHold{Tenant: tenant, Holder: holder, Resource: resource}
+	var start, held int64
+	err := w.queryRow(ctx, `SELECT window_start, held_us FROM resource_holds WHERE tenant = ? AND holder = ? AND resource = ?`,
+		tenant, holder, resource).Scan(&start, &held)
+	if errors.Is(err, sql.ErrNoRows) {
+		return h, nil
+	}
+	if err != nil {
+		return h, err
+	}
+	h.WindowStart, h.Held = fromUS(start), time.Duration(held)*time.Microsecond
+	return h, nil
+}
+
+func (w *writeTx) PutResourceHold(ctx context.Context, h store.ResourceHold) error {
+	_, err := w.exec(ctx, `INSERT INTO resource_holds (tenant, holder, resource, window_start, held_us) VALUES (?,?,?,?,?)
+ON CONFLICT (tenant, holder, resource) DO UPDATE SET window_start = excluded.window_start, held_us = excluded.held_us`,
+		h.Tenant, h.Holder, h.Resource, us(h.WindowStart), h.Held.Microseconds())
 	return err
 }

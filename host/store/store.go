@@ -164,6 +164,12 @@ type Tx interface {
 	// grace fields, but only if the stored lease is still active and matches
 	// fence; a mismatch is ErrFenced and writes nothing.
 	UpdateResourceLease(ctx context.Context, l *host.ResourceLease, fence ResourceLeaseFence) error
+	// GetResourceHold returns the lease time granted to a holder on a
+	// resource in its current quota window; a zero ResourceHold when none.
+	// Callers hold the resource's lock (LockResources).
+	GetResourceHold(ctx context.Context, tenant, holder, resource string) (ResourceHold, error)
+	// PutResourceHold creates or replaces a holder's quota window on a resource.
+	PutResourceHold(ctx context.Context, h ResourceHold) error
 	// AppendResourceLeaseEvent appends ev to the audit trail, in the
 	// transaction's order (ev.Seq is not set).
 	AppendResourceLeaseEvent(ctx context.Context, ev *host.ResourceLeaseEvent) error
@@ -289,6 +295,14 @@ type ResourceLeaseFilter struct {
 	EndsAfter *time.Time
 	Cursor    string
 	Limit     int // default 100
+}
+
+// ResourceHold is the lease time granted to a holder on one resource in a
+// fixed quota window (the squatting quota of KLIS-3 §7).
+type ResourceHold struct {
+	Tenant, Holder, Resource string
+	WindowStart              time.Time
+	Held                     time.Duration
 }
 
 // ResourceLeaseEventFilter selects audit trail entries. Empty fields do not filter.

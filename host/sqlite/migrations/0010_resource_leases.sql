@@ -21,7 +21,19 @@ CREATE TABLE resource_leases (
 -- Conflict checks and the sweeper read active leases only.
 CREATE INDEX resource_leases_active ON resource_leases (tenant, resource, expires_at) WHERE state = 'active';
 CREATE INDEX resource_leases_expiry ON resource_leases (expires_at) WHERE state = 'active';
-CREATE INDEX resource_leases_holder ON resource_leases (tenant, holder, resource);
+-- A holder's live leases (its concurrent-lease quota, VERIFY_ALL by holder).
+CREATE INDEX resource_leases_holder ON resource_leases (tenant, holder) WHERE state = 'active';
+
+-- Lease time granted to a holder on a resource in the current quota window
+-- (fixed windows), so the squatting quota costs one row, not a history scan.
+CREATE TABLE resource_holds (
+    tenant       TEXT    NOT NULL,
+    holder       TEXT    NOT NULL,
+    resource     TEXT    NOT NULL,
+    window_start INTEGER NOT NULL,
+    held_us      INTEGER NOT NULL,
+    PRIMARY KEY (tenant, holder, resource)
+);
 
 CREATE TABLE resource_lease_events (
     seq             INTEGER PRIMARY KEY AUTOINCREMENT,
