@@ -90,6 +90,7 @@ func New(cfg Config) (*Server, error) {
 	)
 	s.agentTools()
 	s.workerTools()
+	s.resourceLeaseTools()
 	s.http = server.NewStreamableHTTPServer(s.mcp,
 		server.WithHTTPContextFunc(contextWithActor),
 		// No server-initiated messages exist here, so no standing GET stream:
