@@ -1007,7 +1007,8 @@ class ResourceHolder:
             try:
                 out = self.rl.heartbeat(self.lease_ids)
             except Exception as exc:  # noqa: BLE001 - classified below
-                if is_temporary(exc):
+                quota = isinstance(exc, AsyncGateError) and exc.code == "quota_exceeded"
+                if is_temporary(exc) and not quota:
                     wait = min(self._every / 4.0, 1.0)
                     continue
                 self._lose(str(exc))

@@ -75,6 +75,11 @@ func IsResourceConflict(err error) bool {
 	return errors.As(err, &ae) && ae.Code == "resource_conflict"
 }
 
+func isQuota(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Code == "quota_exceeded"
+}
+
 // AcquireResources acquires a manifest.
 func (c *Client) AcquireResources(ctx context.Context, req AcquireRequest) (*Manifest, error) {
 	body := map[string]any{"intents": req.Intents}
@@ -265,6 +270,9 @@ func (h *Holder) run(ttl time.Duration) {
 			next.Reset(every)
 		case errors.Is(err, ErrLeaseLost):
 			h.cancel(ErrLeaseLost)
+			return
+		case isQuota(err):
+			h.cancel(err) // 429 quota_exceeded is final for these leases, not a busy gate
 			return
 		case Temporary(err):
 			// Try again soon; the deadline still bounds how long.
