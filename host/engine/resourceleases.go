@@ -311,7 +311,7 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 	var out *AcquireResult
 	err := e.update(ctx, func(tx store.Tx) error {
 		out = nil
-		if err := tx.LockResources(ctx, req.Tenant, resources); err != nil {
+		if _, err := tx.LockResources(ctx, req.Tenant, resources); err != nil {
 			return err
 		}
 		now := e.now()
@@ -521,19 +521,21 @@ func resourcesOf(ls []*host.ResourceLease) []string {
 }
 
 // lockAndLoad reads the leases, locks their resources, and reads them again
-// under the lock (another writer may have changed them in between), then reads
-// the clock.
+// under the lock when the lock was real (another writer may have changed them
+// in between), then reads the clock.
 func (e *Engine) lockAndLoad(ctx context.Context, tx store.Tx, a Actor, ids []string) ([]*host.ResourceLease, time.Time, error) {
 	ls, err := loadOwned(ctx, tx, a, ids)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	if err := tx.LockResources(ctx, a.Tenant, resourcesOf(ls)); err != nil {
-		return nil, time.Time{}, err
-	}
-	ls, err = loadOwned(ctx, tx, a, ids)
+	locked, err := tx.LockResources(ctx, a.Tenant, resourcesOf(ls))
 	if err != nil {
 		return nil, time.Time{}, err
+	}
+	if locked {
+		if ls, err = loadOwned(ctx, tx, a, ids); err != nil {
+			return nil, time.Time{}, err
+		}
 	}
 	return ls, e.now(), nil
 }

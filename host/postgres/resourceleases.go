@@ -211,13 +211,13 @@ func resourceLockKeys(tenant string, resources []string) []int32 {
 
 // LockResources implements store.Tx with transaction-scoped advisory locks,
 // taken in key order (unnest keeps the array's order).
-func (w *writeTx) LockResources(ctx context.Context, tenant string, resources []string) error {
+func (w *writeTx) LockResources(ctx context.Context, tenant string, resources []string) (bool, error) {
 	if len(resources) == 0 {
-		return nil
+		return false, nil
 	}
 	_, err := w.ss.exec(w.c(ctx), `SELECT pg_advisory_xact_lock($1::int4, k) FROM unnest($2::int4[]) AS k`,
 		int32(resourceLockClass), resourceLockKeys(tenant, resources))
-	return err
+	return err == nil, err
 }
 
 func (w *writeTx) InsertResourceLease(ctx context.Context, l *host.ResourceLease) error {

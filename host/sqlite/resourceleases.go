@@ -197,8 +197,8 @@ func (r *reader) CountLiveResourceLeases(ctx context.Context, tenant string, now
 
 // LockResources implements store.Tx: the single writer already serializes
 // every write transaction.
-func (w *writeTx) LockResources(ctx context.Context, tenant string, resources []string) error {
-	return nil
+func (w *writeTx) LockResources(ctx context.Context, tenant string, resources []string) (bool, error) {
+	return false, nil
 }
 
 func (w *writeTx) InsertResourceLease(ctx context.Context, l *host.ResourceLease) error {

@@ -156,8 +156,9 @@ type Tx interface {
 	// (of any host) that changes leases on these resources of a tenant. A
 	// writer takes the locks before it reads the clock and the leases it
 	// decides on, so decisions on one resource are made one at a time and in
-	// server-time order. Drivers with a single writer need do nothing.
-	LockResources(ctx context.Context, tenant string, resources []string) error
+	// server-time order. Drivers with a single writer need do nothing and
+	// report false: reads made before the call need not be made again.
+	LockResources(ctx context.Context, tenant string, resources []string) (locked bool, err error)
 	// InsertResourceLease inserts a new resource lease.
 	InsertResourceLease(ctx context.Context, l *host.ResourceLease) error
 	// UpdateResourceLease writes l's state, expiry, end, restarting and
