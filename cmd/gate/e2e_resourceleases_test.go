@@ -146,4 +146,28 @@ func TestE2EResourceLeasesMultiHost(t *testing.T) {
 	}
 	defer st.Close()
 	storetest.CheckResourceLeaseHistory(t, st, "default")
+
+	// Each call of the door once more, checked against the OpenAPI document.
+	contract(t)
+	g := gates[0]
+	a := call(t, "POST", g.URL+"/v1/resource-leases", keys[0], map[string]any{"intents": []any{map[string]any{"resource": "FILE:/contract.go", "predicate": "MUTATES"}}})
+	var m struct {
+		Leases []struct {
+			ID string `json:"lease_id"`
+		} `json:"leases"`
+	}
+	want(t, a, 201, "")
+	a.Into(t, &m)
+	id := m.Leases[0].ID
+	want(t, call(t, "POST", g.URL+"/v1/resource-leases", keys[1], map[string]any{"intents": []any{map[string]any{"resource": "FILE:/contract.go", "predicate": "READS"}}}), 409, "resource_conflict")
+	want(t, call(t, "POST", g.URL+"/v1/resource-leases/"+id+"/heartbeat", keys[0], map[string]any{}), 200, "")
+	want(t, call(t, "POST", g.URL+"/v1/resource-leases/verify", keys[0], map[string]any{}), 200, "")
+	want(t, call(t, "GET", g.URL+"/v1/resource-leases/"+id, keys[1], nil), 200, "")
+	want(t, call(t, "GET", g.URL+"/v1/admin/resource-leases?state=held", g.Admin, nil), 200, "")
+	want(t, call(t, "GET", g.URL+"/v1/admin/resource-leases/events?lease_id="+id, g.Admin, nil), 200, "")
+	want(t, call(t, "POST", g.URL+"/v1/resource-leases/die-restart", keys[0], map[string]any{}), 200, "")
+	want(t, call(t, "POST", g.URL+"/v1/resource-leases/heartbeat", keys[0], map[string]any{"lease_ids": []string{id}}), 409, "verify_required")
+	want(t, call(t, "POST", g.URL+"/v1/resource-leases/release", keys[0], map[string]any{"lease_ids": []string{id}}), 200, "")
+	want(t, call(t, "POST", g.URL+"/v1/resource-leases/"+id+"/release", keys[0], nil), 200, "")
+	want(t, call(t, "POST", g.URL+"/v1/resource-leases", keys[0], map[string]any{"intents": []any{map[string]any{"resource": "", "predicate": "READS"}}}), 400, "invalid_resource")
 }

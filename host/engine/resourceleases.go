@@ -660,7 +660,17 @@ func (e *Engine) ReleaseResources(ctx context.Context, a Actor, ids []string) (*
 				continue
 			}
 			if err := expireLease(ctx, tx, l, now); err != nil {
-				return err
+				if !errors.Is(err, store.ErrFenced) {
+					return err
+				}
+				// Another host's sweeper recorded the expiry first: the
+				// release is a no-op; answer with the stored state.
+				cur, err := tx.GetResourceLease(ctx, l.Tenant, l.ID)
+				if err != nil {
+					return err
+				}
+				*l = *cur
+				continue
 			}
 			expired++
 		}
@@ -760,7 +770,10 @@ func (e *Engine) VerifyResources(ctx context.Context, a Actor, req VerifyRequest
 				}
 				l.Restarting = false
 				if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{LiveAt: &at}); err != nil {
-					return rlFenced(err, l)
+					if errors.Is(err, store.ErrFenced) {
+						continue // it ended meanwhile: nothing to resume
+					}
+					return err
 				}
 				if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventVerified, at, &l.ExpiresAt)); err != nil {
 					return err
