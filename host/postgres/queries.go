@@ -905,8 +905,15 @@ func (w *writeTx) OpenObligation(ctx context.Context, o host.Obligation) error {
 	return nil
 }
 
+// Terminate implements store.Tx. The row is found by its primary key only:
+// written as "terminated_by IS NULL", the condition matches the predicate of
+// the open-obligation indexes (tenant, obligor|obligee, seq), and a planner
+// without statistics (a young table, autovacuum off) walks one of them over
+// every open obligation of the tenant, so each completion cost grew with the
+// depth of the queue. The coalesce form says the same and matches no
+// partial index.
 func (w *writeTx) Terminate(ctx context.Context, tenant, parentID, terminatorID string) (bool, error) {
-	n, err := w.ss.exec(w.c(ctx), `UPDATE obligations SET terminated_by = $1 WHERE receipt_id = $2 AND tenant = $3 AND terminated_by IS NULL`,
+	n, err := w.ss.exec(w.c(ctx), `UPDATE obligations SET terminated_by = $1 WHERE receipt_id = $2 AND tenant = $3 AND coalesce(terminated_by, '') = ''`,
 		terminatorID, parentID, tenant)
 	return n > 0, err
 }
