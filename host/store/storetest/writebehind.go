@@ -167,6 +167,13 @@ func testClashWithCommittedRow(t *testing.T, b *Bundle) {
 				dedupe = "d-taken"
 			}
 			errs[i] = b.Store.Update(ctx, func(tx store.Tx) error {
+				// Lookups of committed keys while other updates' rows wait.
+				if old, err := tx.FindTaskByIdempotency(ctx, "acme", "agent.kee", "k-taken"); err != nil || old == nil || old.ID != "T-CL0" {
+					return fmt.Errorf("the committed task under k-taken: %+v %v", old, err)
+				}
+				if old, err := tx.GetReceiptByDedupe(ctx, "acme", "d-taken"); err != nil || old == nil || old.ID != "R-CL0" {
+					return fmt.Errorf("the committed receipt under d-taken: %+v %v", old, err)
+				}
 				if err := tx.InsertTask(ctx, wbTask(fmt.Sprintf("T-CL%d", i+1), key)); err != nil {
 					return err
 				}
