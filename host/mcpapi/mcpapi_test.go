@@ -216,8 +216,10 @@ func toolNames(t *testing.T, c *client.Client) []string {
 	return names
 }
 
-var agentToolNames = []string{"archive_task_result", "cancel_task", "check_task_status", "fetch_task_result", "get_receipt",
-	"get_receipt_chain", "get_task_progress", "list_active_tasks", "list_open_obligations", "queue_task"}
+// agentToolNames are an agent's tools in a tenant whose one task type is echo
+// (a tool of its own).
+var agentToolNames = []string{"archive_task_result", "cancel_task", "check_task_status", "echo", "fetch_task_result", "get_receipt",
+	"get_receipt_chain", "get_task_progress", "list_active_tasks", "list_open_obligations", "list_task_types", "queue_task"}
 
 func TestToolsByRole(t *testing.T) {
 	b := setup(t, mcpapi.Config{})
@@ -229,7 +231,7 @@ func TestToolsByRole(t *testing.T) {
 		t.Errorf("admin tools: %v", got)
 	}
 	want := []string{"check_task_status", "fetch_task_result", "get_receipt", "get_receipt_chain", "get_task_progress",
-		"list_active_tasks", "list_open_obligations", "worker_complete_task", "worker_fail_task", "worker_heartbeat_task", "worker_lease_task"}
+		"list_active_tasks", "list_open_obligations", "list_task_types", "worker_complete_task", "worker_fail_task", "worker_heartbeat_task", "worker_lease_task"}
 	if got := toolNames(t, b.connect(t, b.worker)); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("worker tools: %v\nwant %v", got, want)
 	}
