@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/asyncgate/asyncgate/host/engine"
@@ -74,20 +75,30 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		writeRPC(w, http.StatusRequestEntityTooLarge, rpcFail(nil, &rpcError{Code: -32600, Message: "the message is larger than 16 MiB"}))
 		return
 	}
-	var head rpcMessage
+	var head struct {
+		rpcMessage
+		Params struct {
+			Meta map[string]any `json:"_meta"`
+		} `json:"params"`
+	}
 	_ = json.Unmarshal(body, &head)
+	// Protocol 2026-07-28 has no sessions: each request names its version.
+	version, _ := head.Params.Meta["io.modelcontextprotocol/protocolVersion"].(string)
+	modern := mcp.IsModernProtocol(version) || mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion))
 	// The transport spec: a server that requires a session ID answers a
 	// request without one (other than initialize) with 400 Bad Request.
 	// mcp-go answers 404 in plain text, which clients read as "session
-	// expired"; answer JSON-RPC instead. Protocol versions after 2025-11-25
-	// have no sessions.
-	if sid == "" && head.Method != "" && head.Method != "initialize" && r.Header.Get("Mcp-Protocol-Version") <= "2025-11-25" {
+	// expired"; answer JSON-RPC instead.
+	if sid == "" && !modern && head.Method != "" && head.Method != "initialize" {
 		writeRPC(w, http.StatusBadRequest, rpcFail(head.ID, &rpcError{Code: rpcServerError,
 			Message: "Bad Request: Mcp-Session-Id header is required: send initialize first and repeat the Mcp-Session-Id header it answers with on every later request"}))
 		return
 	}
-	if ok && sid != "" && head.Method != "" {
-		sess := s.touchSession(sid, a, s.httpSender(sid))
+	if ok && head.Method != "" && (sid != "" || modern) {
+		sess := &session{actor: a} // a modern request: a session of its own, never notified
+		if sid != "" {
+			sess = s.touchSession(sid, a, s.httpSender(sid))
+		}
 		if out, handled := s.handle(r.Context(), sess, body); handled {
 			writeRPC(w, http.StatusOK, out)
 			return

@@ -57,6 +57,7 @@ func setup(t *testing.T, cfg mcpapi.Config) *testBundle {
 		t.Fatal(err)
 	}
 	cfg.Engine, cfg.Logger = eng, log
+	cfg.ValidateOutput = true // every result is checked against its tool's output schema
 	ms, err := mcpapi.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -110,13 +111,19 @@ func (b *testBundle) connect(t *testing.T, key string) *client.Client {
 
 func initialize(t *testing.T, c *client.Client) {
 	t.Helper()
+	initializeAt(t, c, mcp.LATEST_PROTOCOL_VERSION)
+}
+
+// initializeAt starts c and initializes a session at protocol version.
+func initializeAt(t *testing.T, c *client.Client, version string) {
+	t.Helper()
 	ctx := context.Background()
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
 	req := mcp.InitializeRequest{}
-	req.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	req.Params.ProtocolVersion = version
 	req.Params.ClientInfo = mcp.Implementation{Name: "mcpapi-test", Version: "1"}
 	res, err := c.Initialize(ctx, req)
 	if err != nil {
