@@ -138,6 +138,11 @@ func callTool(t *testing.T, c *client.Client, name string, args map[string]any) 
 	if len(raw) == 0 {
 		raw, _ = json.Marshal(res.StructuredContent)
 	}
+	if res.IsError && len(res.Content) > 0 { // a tool error is its text: {"error": code, "detail": text}
+		if tc, ok := res.Content[0].(mcp.TextContent); ok {
+			raw = []byte(tc.Text)
+		}
+	}
 	var out map[string]any
 	if err := json.Unmarshal(raw, &out); err != nil {
 		t.Fatalf("%s: structured content %s: %v", name, raw, err)
@@ -191,5 +196,55 @@ func TestMCPStdio(t *testing.T) {
 	stranger := stdioClient(t, "mcp", "--data", dir, "--principal", "claude.z", "--tenant", "other", "--wasm-cache", wasmCache)
 	if e, isErr := callTool(t, stranger, "check_task_status", map[string]any{"task_id": id}); !isErr || e["error"] != "not_found" {
 		t.Fatalf("another tenant over stdio: %v", e)
+	}
+}
+
+// runNode runs a script of testdata/mcp-client and returns its stdout; it
+// fails the test when the script fails or does not print done.
+func runNode(t *testing.T, node, dir, done string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, args...)
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("node %s:\n%s", strings.Join(args, " "), stdout.String())
+	if err != nil || !strings.Contains(stdout.String(), done) {
+		t.Fatalf("node %s: %v\n%s", args[0], err, stderr.String())
+	}
+	return stdout.String()
+}
+
+// TestMCPTasksSurviveRestart: with the official TypeScript SDK, an agent
+// queues a task as an MCP task through the task-type tool echo and
+// disconnects; the gate restarts; a new session lists and gets the task,
+// subscribes to it, sees the notifications when a worker completes it, and
+// fetches the result with tasks/result; then the SDK's callToolStream and
+// tasks/cancel (testdata/mcp-client/tasks.mjs).
+func TestMCPTasksSurviveRestart(t *testing.T) {
+	node, npm := needNode(t)
+	clientDir := mcpClientDir(t, npm)
+	dir := t.TempDir()
+	g := startGate(t, dir)
+	g.putType(t, "echo", map[string]any{"poll_suggestion_seconds": 1, "description": "Echo a text back.",
+		"params_schema": map[string]any{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}, "additionalProperties": false}}, "")
+	agent := g.newKey(t, "agent", "claude.a", "default")
+	worker := g.newKey(t, "worker", "echo.w1", "default")
+
+	out := runNode(t, node, clientDir, "TASK T-", "tasks.mjs", "queue", g.URL, agent)
+	_, after, _ := strings.Cut(out, "TASK ")
+	id := strings.TrimSpace(after)
+	if err := g.Stop(syscall.SIGTERM); err != nil {
+		t.Fatalf("gate serve: %v", err)
+	}
+	g2 := startGate(t, dir)
+	out = runNode(t, node, clientDir, "TASKS OK", "tasks.mjs", "resume", g2.URL, agent, worker, id)
+	for _, step := range []string{"ok a new session after the restart lists the task", "ok the subscription sees the update",
+		"ok tasks/result returns the result", "ok callToolStream", "ok tasks/cancel cancels"} {
+		if !strings.Contains(out, step) {
+			t.Errorf("missing step %q", step)
+		}
 	}
 }

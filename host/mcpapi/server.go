@@ -249,8 +249,11 @@ type ErrorBody struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// toolError turns err into an MCP tool error with the HTTP API's code. Its
-// text is the same JSON, so clients that read only text see the code too.
+// toolError turns err into an MCP tool error with the HTTP API's code: its
+// text is the JSON {"error": code, "detail": text}. It carries no structured
+// content, which clients check against the tool's output schema (the
+// TypeScript SDK does so for errors too, and would turn a tool error into a
+// protocol error that loses the code).
 func toolError(err error) *mcp.CallToolResult {
 	code, detail := host.ErrorCode(err), host.ErrorDetail(err)
 	switch {
@@ -264,9 +267,8 @@ func toolError(err error) *mcp.CallToolResult {
 	body := ErrorBody{Error: code, Detail: detail}
 	b, _ := json.Marshal(body)
 	return &mcp.CallToolResult{
-		Content:           []mcp.Content{mcp.NewTextContent(string(b))},
-		StructuredContent: body,
-		IsError:           true,
+		Content: []mcp.Content{mcp.NewTextContent(string(b))},
+		IsError: true,
 	}
 }
 

@@ -274,11 +274,12 @@ func TestDurableTasks(t *testing.T) {
 		t.Fatalf("tasks/cancel: %+v", canceled)
 	}
 	var ctr struct {
-		StructuredContent mcpapi.ErrorBody `json:"structuredContent"`
-		IsError           bool             `json:"isError"`
+		Content []mcp.TextContent `json:"content"`
+		IsError bool              `json:"isError"`
 	}
 	rpcOK(t, again, "tasks/result", map[string]any{"taskId": ct.Task.TaskId}, &ctr)
-	if !ctr.IsError || ctr.StructuredContent.Error != mcpapi.CodeTaskCanceled {
+	var body mcpapi.ErrorBody
+	if !ctr.IsError || len(ctr.Content) != 1 || json.Unmarshal([]byte(ctr.Content[0].Text), &body) != nil || body.Error != mcpapi.CodeTaskCanceled {
 		t.Fatalf("tasks/result of a canceled task: %+v", ctr)
 	}
 
