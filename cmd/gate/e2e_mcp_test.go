@@ -40,7 +40,11 @@ func mcpClientDir(t *testing.T, npm string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk", "package.json")); err == nil {
+	have := func(pkg string) bool {
+		_, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", pkg, "package.json"))
+		return err == nil
+	}
+	if have("sdk") && have("inspector-cli") {
 		return dir
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -246,5 +250,56 @@ func TestMCPTasksSurviveRestart(t *testing.T) {
 		if !strings.Contains(out, step) {
 			t.Errorf("missing step %q", step)
 		}
+	}
+}
+
+// inspector runs the MCP Inspector's CLI (@modelcontextprotocol/inspector-cli,
+// pinned in testdata/mcp-client) and returns its output and whether it succeeded.
+func inspector(t *testing.T, node, dir string, args ...string) (string, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, append([]string{"index.js"}, args...)...)
+	// It finds its package.json relative to the working directory.
+	cmd.Dir = filepath.Join(dir, "node_modules", "@modelcontextprotocol", "inspector-cli", "build")
+	out, err := cmd.CombinedOutput()
+	return string(out), err == nil
+}
+
+// TestMCPInspectorCLI drives the gate with the MCP Inspector's CLI over
+// streamable HTTP and over stdio (gate mcp --url, the bridge): list tools
+// (task types included), call a task-type tool, read a task-type resource;
+// without a key the Inspector shows the gate's JSON 401 saying how to pass
+// one (it starts no OAuth flow: the CLI has no auth provider).
+func TestMCPInspectorCLI(t *testing.T) {
+	node, npm := needNode(t)
+	clientDir := mcpClientDir(t, npm)
+	g := startGate(t, t.TempDir())
+	g.putType(t, "echo", map[string]any{"params_schema": map[string]any{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}}}, "")
+	agent := g.newKey(t, "agent", "claude.a", "default")
+	ensureGate(t)
+	for _, tr := range []struct {
+		name   string
+		target []string
+	}{
+		{"http", []string{g.URL + "/mcp", "--transport", "http", "--header", "Authorization: Bearer " + agent}},
+		{"stdio", []string{gateBin, "mcp", "--url", g.URL, "--key", agent}},
+	} {
+		out, ok := inspector(t, node, clientDir, append(tr.target, "--method", "tools/list")...)
+		if !ok || !strings.Contains(out, `"name": "echo"`) || !strings.Contains(out, `"taskSupport": "optional"`) || !strings.Contains(out, `"outputSchema"`) {
+			t.Fatalf("%s: tools/list:\n%s", tr.name, out)
+		}
+		out, ok = inspector(t, node, clientDir, append(tr.target, "--method", "tools/call", "--tool-name", "echo", "--tool-arg", "text=hi")...)
+		if !ok || !strings.Contains(out, `"task_id": "T-`) || !strings.Contains(out, "Queued task") {
+			t.Fatalf("%s: tools/call echo:\n%s", tr.name, out)
+		}
+		out, ok = inspector(t, node, clientDir, append(tr.target, "--method", "resources/read", "--uri", "asyncgate://task-types/echo")...)
+		if !ok || !strings.Contains(out, `retry_policy`) {
+			t.Fatalf("%s: resources/read:\n%s", tr.name, out)
+		}
+	}
+	out, ok := inspector(t, node, clientDir, g.URL+"/mcp", "--transport", "http", "--method", "tools/list")
+	if ok || !strings.Contains(out, `"error":"unauthorized"`) || !strings.Contains(out, "Authorization: Bearer") {
+		t.Fatalf("no key: the Inspector should show the gate's 401 and how to pass a key:\n%s", out)
 	}
 }
