@@ -8,11 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
@@ -109,14 +111,28 @@ func TestMCPAcceptance(t *testing.T) {
 // stdioClient starts `gate args…` as an MCP stdio server and initializes a session.
 func stdioClient(t *testing.T, args ...string) *client.Client {
 	t.Helper()
+	return stdioClientAt(t, mcp.LATEST_PROTOCOL_VERSION, nil, args...)
+}
+
+// stdioClientAt is stdioClient at protocol version, with a notification handler.
+func stdioClientAt(t *testing.T, version string, notify func(mcp.JSONRPCNotification), args ...string) *client.Client {
+	t.Helper()
 	ensureGate(t)
 	c, err := client.NewStdioMCPClient(gateBin, nil, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	if notify != nil {
+		c.OnNotification(notify)
+		// NewStdioMCPClient starts the transport but not the client, which
+		// is what routes notifications to the handlers (Start is idempotent).
+		if err := c.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	req := mcp.InitializeRequest{}
-	req.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	req.Params.ProtocolVersion = version
 	req.Params.ClientInfo = mcp.Implementation{Name: "e2e", Version: "1"}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -301,5 +317,57 @@ func TestMCPInspectorCLI(t *testing.T) {
 	out, ok := inspector(t, node, clientDir, g.URL+"/mcp", "--transport", "http", "--method", "tools/list")
 	if ok || !strings.Contains(out, `"error":"unauthorized"`) || !strings.Contains(out, "Authorization: Bearer") {
 		t.Fatalf("no key: the Inspector should show the gate's 401 and how to pass a key:\n%s", out)
+	}
+}
+
+// TestMCPBridgeNotifications: gate mcp --url holds the session's event
+// stream open, so a stdio client hears notifications/tasks/status when a task
+// it queued as an MCP task completes.
+func TestMCPBridgeNotifications(t *testing.T) {
+	g := startGate(t, t.TempDir())
+	g.putType(t, "echo", map[string]any{}, "")
+	agent := g.newKey(t, "agent", "claude.a", "default")
+	worker := g.newKey(t, "worker", "echo.w1", "default")
+	var mu sync.Mutex
+	var notes []mcp.JSONRPCNotification
+	c := stdioClientAt(t, mcp.ProtocolVersion20251125, func(n mcp.JSONRPCNotification) {
+		mu.Lock()
+		notes = append(notes, n)
+		mu.Unlock()
+	}, "mcp", "--url", g.URL, "--key", agent)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := c.GetTransport().SendRequest(ctx, transport.JSONRPCRequest{JSONRPC: "2.0", ID: mcp.NewRequestId(int64(100)), Method: "tools/call",
+		Params: map[string]any{"name": "echo", "arguments": map[string]any{}, "task": map[string]any{}}})
+	if err != nil || res.Error != nil {
+		t.Fatalf("task-augmented call over the bridge: %v %+v", err, res)
+	}
+	var created struct {
+		Task mcp.Task `json:"task"`
+	}
+	if err := json.Unmarshal(res.Result, &created); err != nil || !strings.HasPrefix(created.Task.TaskId, "T-") {
+		t.Fatalf("create task: %v %s", err, res.Result)
+	}
+	offers := g.lease(t, worker, "echo.w1", nil)
+	if len(offers) != 1 || offers[0].Task.ID != created.Task.TaskId {
+		t.Fatalf("lease: %+v", offers)
+	}
+	want(t, call(t, "POST", g.URL+"/v1/leases/"+offers[0].LeaseID+"/complete", worker, map[string]any{"result": map[string]any{"ok": true}}), 200, "")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		var seen bool
+		for _, n := range notes {
+			seen = seen || (n.Method == "notifications/tasks/status" && n.Params.AdditionalFields["taskId"] == created.Task.TaskId &&
+				n.Params.AdditionalFields["status"] == "completed")
+		}
+		mu.Unlock()
+		if seen {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no completed status notification over the bridge within 20 s: %+v", notes)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
