@@ -43,7 +43,7 @@ type testBundle struct {
 	worker string // tenant default, worker echo.w1
 }
 
-func setup(t *testing.T, cfg mcpapi.Config) *testBundle {
+func setup(t testing.TB, cfg mcpapi.Config) *testBundle {
 	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
 	if err != nil {
@@ -98,24 +98,30 @@ func setup(t *testing.T, cfg mcpapi.Config) *testBundle {
 }
 
 // connect opens an initialized MCP session over streamable HTTP with key.
-func (b *testBundle) connect(t *testing.T, key string) *client.Client {
+func (b *testBundle) connect(t testing.TB, key string) *client.Client {
+	t.Helper()
+	return b.connectAt(t, key, mcp.LATEST_PROTOCOL_VERSION)
+}
+
+// connectAt is connect at protocol version.
+func (b *testBundle) connectAt(t testing.TB, key, version string) *client.Client {
 	t.Helper()
 	c, err := client.NewStreamableHttpClient(b.ts.URL+mcpapi.Path,
 		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + key}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	initialize(t, c)
+	initializeAt(t, c, version)
 	return c
 }
 
-func initialize(t *testing.T, c *client.Client) {
+func initialize(t testing.TB, c *client.Client) {
 	t.Helper()
 	initializeAt(t, c, mcp.LATEST_PROTOCOL_VERSION)
 }
 
 // initializeAt starts c and initializes a session at protocol version.
-func initializeAt(t *testing.T, c *client.Client, version string) {
+func initializeAt(t testing.TB, c *client.Client, version string) {
 	t.Helper()
 	ctx := context.Background()
 	if err := c.Start(ctx); err != nil {

@@ -43,10 +43,10 @@ type session struct {
 
 // watched is a task whose changes are notified, as last seen.
 type watched struct {
-	tenant  string
-	version int64
-	status  string
-	msg     string
+	tenant, createdBy, recipient string
+	version                      int64
+	status                       string
+	msg                          string
 }
 
 // touchSession returns the session id of actor, registering it (and what
@@ -112,7 +112,7 @@ func (s *Server) watch(t *host.Task) {
 	if t.State.Terminal() {
 		return
 	}
-	s.watched[t.ID] = &watched{tenant: t.Tenant, version: t.Version, status: string(st), msg: msg}
+	s.watched[t.ID] = &watched{tenant: t.Tenant, createdBy: t.CreatedBy, recipient: t.Recipient, version: t.Version, status: string(st), msg: msg}
 }
 
 // watchLoop notifies connected sessions of task changes and of task-type
@@ -135,12 +135,27 @@ func (s *Server) watchLoop() {
 	}
 }
 
-// pollTasks reads the watched tasks again and notifies the changes.
+// pollTasks reads the watched tasks again and notifies the changes. A task
+// no connected session hears about is dropped (a session that starts later
+// watches its principal's tasks in flight again).
 func (s *Server) pollTasks() {
+	listeners := map[string]bool{} // tenant \x00 principal, and subscribed task URIs
+	for _, sess := range s.sessionList() {
+		listeners[sess.actor.Tenant+"\x00"+sess.actor.Principal] = true
+		sess.mu.Lock()
+		for uri := range sess.subs {
+			listeners[uri] = true
+		}
+		sess.mu.Unlock()
+	}
 	s.watchMu.Lock()
 	ids := make(map[string]*watched, len(s.watched))
 	for id, w := range s.watched {
-		ids[id] = w
+		if listeners[w.tenant+"\x00"+w.createdBy] || listeners[w.tenant+"\x00"+w.recipient] || listeners[TaskURIPrefix+id] {
+			ids[id] = w
+		} else {
+			delete(s.watched, id)
+		}
 	}
 	s.watchMu.Unlock()
 	for id, w := range ids {

@@ -26,7 +26,7 @@ var rpcID atomic.Int64
 
 // rpc sends a raw JSON-RPC request on c's session and returns its result, or
 // its error.
-func rpc(t *testing.T, c *client.Client, method string, params any) (json.RawMessage, *mcp.JSONRPCErrorDetails) {
+func rpc(t testing.TB, c *client.Client, method string, params any) (json.RawMessage, *mcp.JSONRPCErrorDetails) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -39,7 +39,7 @@ func rpc(t *testing.T, c *client.Client, method string, params any) (json.RawMes
 }
 
 // rpcOK is rpc for a request that must succeed; it decodes the result into out.
-func rpcOK(t *testing.T, c *client.Client, method string, params any, out any) {
+func rpcOK(t testing.TB, c *client.Client, method string, params any, out any) {
 	t.Helper()
 	res, e := rpc(t, c, method, params)
 	if e != nil {
