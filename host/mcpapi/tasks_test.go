@@ -199,6 +199,64 @@ func TestToolsListChanged(t *testing.T) {
 	if got := toolNames(t, b.connect(t, b.other)); strings.Contains(strings.Join(got, " "), "summarize") {
 		t.Fatalf("other tenant sees summarize: %v", got)
 	}
+	// Disabling it changes the list again: the tool is gone.
+	n.mu.Lock()
+	n.got = nil
+	n.mu.Unlock()
+	if _, err := b.eng.PatchTaskType(context.Background(), "default", "summarize", json.RawMessage(`{"enabled":false}`)); err != nil {
+		t.Fatal(err)
+	}
+	n.wait(t, "tools/list_changed after disabling", func(m mcp.JSONRPCNotification) bool { return m.Method == "notifications/tools/list_changed" })
+	if got := toolNames(t, agent); strings.Contains(strings.Join(got, " "), "summarize") {
+		t.Fatalf("after disabling summarize: %v", got)
+	}
+}
+
+// FuzzMCPMessage posts arbitrary JSON-RPC messages on a session: the gate
+// answers every one without a 5xx, and a request gets a JSON-RPC answer.
+func FuzzMCPMessage(f *testing.F) {
+	for _, seed := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"T-1"}}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tasks/result","params":{"taskId":7}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tasks/list","params":{"cursor":"zz"}}`,
+		`{"jsonrpc":"2.0","id":4,"method":"tasks/cancel","params":null}`,
+		`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","arguments":{"n":1},"task":{"ttl":-1}}}`,
+		`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"echo","arguments":[1]}}`,
+		`{"jsonrpc":"2.0","id":7,"method":"resources/subscribe","params":{"uri":"asyncgate://tasks/%zz"}}`,
+		`{"jsonrpc":"2.0","id":8,"method":"resources/unsubscribe","params":{}}`,
+		`{"jsonrpc":"2.0","id":"x","method":"tools/call","params":"echo"}`,
+		`[{"jsonrpc":"2.0","id":9,"method":"tasks/list"}]`,
+		`not json`,
+	} {
+		f.Add(seed)
+	}
+	b := setup(f, mcpapi.Config{TaskResultWait: time.Millisecond})
+	c := b.connectAt(f, b.agent, mcp.ProtocolVersion20251125)
+	sid := c.GetSessionId()
+	f.Fuzz(func(t *testing.T, msg string) {
+		req, _ := http.NewRequest(http.MethodPost, b.ts.URL+mcpapi.Path, strings.NewReader(msg))
+		req.Header.Set("Authorization", "Bearer "+b.agent)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", sid)
+		req.Header.Set("Mcp-Protocol-Version", mcp.ProtocolVersion20251125)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode >= 500 {
+			t.Fatalf("%q: %d %s", msg, resp.StatusCode, body)
+		}
+		var head struct {
+			ID json.RawMessage `json:"id"`
+		}
+		if json.Unmarshal([]byte(msg), &head) == nil && len(head.ID) > 0 && resp.StatusCode == http.StatusOK &&
+			strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") && !json.Valid(body) {
+			t.Fatalf("%q: answer is not JSON: %s", msg, body)
+		}
+	})
 }
 
 // TestDurableTasks drives MCP Tasks: a task-augmented call queues a gate
