@@ -48,6 +48,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		defer stop()
 		if ok && sid != "" {
 			sess := s.touchSession(sid, a, s.httpSender(sid))
+			if sess == nil {
+				writeForeignSession(w, nil)
+				return
+			}
 			s.sessMu.Lock()
 			sess.streams++
 			s.sessMu.Unlock()
@@ -97,7 +101,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if ok && head.Method != "" && (sid != "" || modern) {
 		sess := &session{actor: a} // a modern request: a session of its own, never notified
 		if sid != "" {
-			sess = s.touchSession(sid, a, s.httpSender(sid))
+			if sess = s.touchSession(sid, a, s.httpSender(sid)); sess == nil {
+				writeForeignSession(w, head.ID)
+				return
+			}
 		}
 		if out, handled := s.handle(r.Context(), sess, body); handled {
 			writeRPC(w, http.StatusOK, out)
@@ -115,6 +122,13 @@ func (s *Server) httpSender(sid string) func(string, map[string]any) error {
 	return func(method string, params map[string]any) error {
 		return s.mcp.SendNotificationToSpecificClient(sid, method, params)
 	}
+}
+
+// writeForeignSession answers a request that names another key's session
+// as the transport spec answers an unknown session: 404.
+func writeForeignSession(w http.ResponseWriter, id json.RawMessage) {
+	writeRPC(w, http.StatusNotFound, rpcFail(id, &rpcError{Code: -32001,
+		Message: "Session not found: this Mcp-Session-Id belongs to another key; send initialize to start a session of your own"}))
 }
 
 func writeRPC(w http.ResponseWriter, status int, msg []byte) {

@@ -50,11 +50,16 @@ type watched struct {
 }
 
 // touchSession returns the session id of actor, registering it (and what
-// it will be notified about) on first sight.
+// it will be notified about) on first sight. A session belongs to the key
+// that first used it: another key gets nil.
 func (s *Server) touchSession(id string, a engine.Actor, send func(string, map[string]any) error) *session {
 	s.sessMu.Lock()
 	sess, ok := s.sessions[id]
-	if ok && sess.actor == a {
+	if ok {
+		if sess.actor != a {
+			s.sessMu.Unlock()
+			return nil
+		}
 		sess.seen = time.Now()
 		s.sessMu.Unlock()
 		return sess

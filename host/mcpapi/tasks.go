@@ -113,10 +113,9 @@ func (s *Server) handle(ctx context.Context, sess *session, raw []byte) ([]byte,
 	switch m.Method {
 	case "tools/call":
 		var p struct {
-			Name      string           `json:"name"`
-			Arguments json.RawMessage  `json:"arguments"`
-			Task      *mcp.TaskParams  `json:"task"`
-			Meta      *json.RawMessage `json:"_meta"`
+			Name      string          `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
+			Task      *mcp.TaskParams `json:"task"`
 		}
 		if json.Unmarshal(m.Params, &p) != nil {
 			return nil, false

@@ -459,6 +459,23 @@ func TestMissingSessionID(t *testing.T) {
 		json.Unmarshal(body, &msg) != nil || msg.ID != 3 || msg.Error.Code != -32000 || !strings.Contains(msg.Error.Message, "Mcp-Session-Id") {
 		t.Fatalf("no session id: %d %s", resp.StatusCode, body)
 	}
+	// Another key cannot use the session of this one.
+	c := b.connectAt(t, b.agent, mcp.ProtocolVersion20251125)
+	req, _ := http.NewRequest(http.MethodPost, b.ts.URL+mcpapi.Path, strings.NewReader(`{"jsonrpc":"2.0","id":4,"method":"tasks/list"}`))
+	req.Header.Set("Authorization", "Bearer "+b.admin)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", c.GetSessionId())
+	r2, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, _ := io.ReadAll(r2.Body)
+	r2.Body.Close()
+	if r2.StatusCode != http.StatusNotFound || !strings.Contains(string(b2), "another key") {
+		t.Fatalf("another key's session: %d %s", r2.StatusCode, b2)
+	}
+
 	resp, body = post("")
 	var e mcpapi.ErrorBody
 	if resp.StatusCode != http.StatusUnauthorized || json.Unmarshal(body, &e) != nil || e.Error != host.CodeUnauthorized ||
