@@ -485,9 +485,10 @@ func TestMissingSessionID(t *testing.T) {
 }
 
 // TestStdioTasks: the task methods over stdio, where the session is the
-// process: a task queued there is found over HTTP by the same principal.
+// process: a task queued there is found over HTTP by the same principal, and
+// its status notifications are written on the stdio session.
 func TestStdioTasks(t *testing.T) {
-	b := setup(t, mcpapi.Config{})
+	b := setup(t, mcpapi.Config{WatchInterval: 50 * time.Millisecond})
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -497,6 +498,8 @@ func TestStdioTasks(t *testing.T) {
 		outW.Close()
 	}()
 	c := client.NewClient(transport.NewIO(outR, inW, io.NopCloser(&bytes.Buffer{})))
+	n := &notes{}
+	c.OnNotification(n.add)
 	initialize(t, c)
 	var ct createTask
 	rpcOK(t, c, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"n": 2}, "task": map[string]any{}}, &ct)
@@ -508,6 +511,11 @@ func TestStdioTasks(t *testing.T) {
 	}
 	var st httpapi.ProgressResponse
 	ok(t, c, "get_task_progress", map[string]any{"task_id": ct.Task.TaskId}, &st)
+	complete(t, b, ct.Task.TaskId, map[string]any{"ok": true})
+	n.wait(t, "tasks/status completed over stdio", func(m mcp.JSONRPCNotification) bool {
+		return m.Method == "notifications/tasks/status" && m.Params.AdditionalFields["taskId"] == ct.Task.TaskId &&
+			m.Params.AdditionalFields["status"] == string(mcp.TaskStatusCompleted)
+	})
 	cancel()
 	inW.Close()
 	if err := <-served; err != nil {
