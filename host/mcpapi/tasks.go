@@ -102,11 +102,17 @@ func errFor(err error) *rpcError {
 
 // handle answers the methods served here. It reports false for any other
 // message, which then goes to mcp-go.
-func (s *Server) handle(ctx context.Context, sess *session, raw []byte) ([]byte, bool) {
+func (s *Server) handle(ctx context.Context, sess *session, raw []byte) (out []byte, handled bool) {
 	var m rpcMessage
 	if err := json.Unmarshal(raw, &m); err != nil || len(m.ID) == 0 {
 		return nil, false // malformed, a batch or a notification: mcp-go answers
 	}
+	defer func() { // as mcp-go's WithRecovery: a bug answers an error, never ends a stdio session
+		if r := recover(); r != nil {
+			s.log.Error("mcp: panic answering a request", "method", m.Method, "panic", r)
+			out, handled = rpcFail(m.ID, &rpcError{Code: rpcInternal, Message: "internal_error: an internal error occurred; it was logged"}), true
+		}
+	}()
 	a := sess.actor
 	var res any
 	var rerr *rpcError
