@@ -132,11 +132,21 @@ func (s *Server) watchLoop() {
 			return
 		case <-tick.C:
 		}
-		s.pollTasks()
-		if n%4 == 0 {
-			s.pollTypes()
-			s.pruneSessions()
+		s.tick(n)
+	}
+}
+
+// tick is one round of the watcher; a bug in it is logged, not fatal.
+func (s *Server) tick(n int) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("mcp: panic in the notification watcher", "panic", r)
 		}
+	}()
+	s.pollTasks()
+	if n%4 == 0 {
+		s.pollTypes()
+		s.pruneSessions()
 	}
 }
 
