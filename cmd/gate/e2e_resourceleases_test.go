@@ -162,7 +162,7 @@ func TestE2EResourceLeasesMultiHost(t *testing.T) {
 	want(t, call(t, "POST", g.URL+"/v1/resource-leases", keys[1], map[string]any{"intents": []any{map[string]any{"resource": "FILE:/contract.go", "predicate": "READS"}}}), 409, "resource_conflict")
 	want(t, call(t, "POST", g.URL+"/v1/resource-leases/"+id+"/heartbeat", keys[0], map[string]any{}), 200, "")
 	want(t, call(t, "POST", g.URL+"/v1/resource-leases/verify", keys[0], map[string]any{}), 200, "")
-	want(t, call(t, "GET", g.URL+"/v1/resource-leases/"+id, keys[1], nil), 200, "")
+	want(t, call(t, "POST", g.URL+"/v1/resource-leases/verify", keys[1], map[string]any{"lease_ids": []string{id}}), 200, "")
 	want(t, call(t, "GET", g.URL+"/v1/admin/resource-leases?state=held", g.Admin, nil), 200, "")
 	want(t, call(t, "GET", g.URL+"/v1/admin/resource-leases/events?lease_id="+id, g.Admin, nil), 200, "")
 	want(t, call(t, "POST", g.URL+"/v1/resource-leases/die-restart", keys[0], map[string]any{}), 200, "")

@@ -26,7 +26,6 @@ func (s *Server) resourceLeaseRoutes(e *echo.Echo, auth echo.MiddlewareFunc, adm
 	g.POST("/release", s.releaseResources)
 	g.POST("/verify", s.verifyResources)
 	g.POST("/die-restart", s.dieRestart)
-	g.GET("/:lease_id", s.getResourceLease)
 	g.POST("/:lease_id/heartbeat", s.heartbeatResources)
 	g.POST("/:lease_id/release", s.releaseResources)
 	a := e.Group("/v1/admin/resource-leases", auth, admins)
@@ -195,14 +194,6 @@ func (s *Server) dieRestart(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, res)
-}
-
-func (s *Server) getResourceLease(c echo.Context) error {
-	l, now, err := s.eng.GetResourceLease(c.Request().Context(), ActorOf(c), c.Param("lease_id"))
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, map[string]any{"lease": l, "server_time": now})
 }
 
 // adminResourceLeases is GET /v1/admin/resource-leases?holder=&resource=&state=&live=&cursor=&limit=&tenant=.

@@ -49,9 +49,9 @@ func TestResourceLeasesHTTP(t *testing.T) {
 	if code != 200 || len(body["leases"].([]any)) != 2 {
 		t.Fatalf("verify: %d %v", code, body)
 	}
-	code, body = b.do(t, "GET", "/v1/resource-leases/"+id, b.worker, ``)
-	if code != 200 || body["lease"].(map[string]any)["state"] != "active" {
-		t.Fatalf("get: %d %v", code, body)
+	code, body = b.do(t, "POST", "/v1/resource-leases/verify", b.worker, `{"lease_ids":["`+id+`"]}`)
+	if code != 200 || body["leases"].([]any)[0].(map[string]any)["state"] != "active" {
+		t.Fatalf("verify by another holder of the tenant: %d %v", code, body)
 	}
 	code, body = b.do(t, "GET", "/v1/admin/resource-leases?state=held&resource=file:/repo/a.go", b.admin, ``)
 	if code != 200 || len(body["leases"].([]any)) != 1 {

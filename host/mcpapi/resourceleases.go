@@ -47,7 +47,7 @@ func (s *Server) resourceLeaseTools() {
 		`Acquire leases on the resources you are about to read or change (KLIS-3), all together or none: intents is a list of {resource, predicate}, predicate READS (shared with other readers) or MUTATES (exclusive). Resources are strings such as "FILE:/repo/src/x.go" or "REPO:github.com/a/b".
 Granted: keep every lease_id; heartbeat_resource_leases before expires_at (every ttl/3 is right), and release_resource_leases when done. A lease you stop heartbeating expires: from then on assume you no longer hold it.
 Refused (granted=false): conflict names the lease in the way. wait_die "die" means you are younger than its holder: do not wait; retry later, keeping your priority_at (your_priority_at) to keep your seniority. wait_die "wait" means you are older: call again with the same priority_at and wait_seconds to wait for it.`,
-		writes(false, false),
+		returns[AcquireToolResult](), writes(false, false),
 		props(
 			mcp.WithArray("intents", mcp.Required(), mcp.Items(map[string]any{
 				"type": "object",
@@ -65,18 +65,18 @@ Refused (granted=false): conflict names the lease in the way. wait_die "die" mea
 
 	s.add(tool("heartbeat_resource_leases", "Keep resource leases alive",
 		`Extend your resource leases by their TTL (or ttl_ms) from the server's now: all of them, or none. A lease that already expired or was released is a lease_expired error: stop changing that resource and acquire it again. verify_required means you declared a restart: call verify_resource_leases first.`,
-		writes(false, false),
+		returns[engine.ResourceLeasesResult](), writes(false, false),
 		props(leaseIDs, mcp.WithInteger("ttl_ms", mcp.Min(1), mcp.Description("A new TTL in milliseconds from now on (capped). Default: the lease's own.")))),
 		anyRole, s.heartbeatResourceLeases)
 
 	s.add(tool("release_resource_leases", "Release resource leases",
 		`Release resource leases you hold. Idempotent: releasing a lease that is already released or expired succeeds and reports its state.`,
-		writes(true, false), props(leaseIDs)),
+		returns[engine.ResourceLeasesResult](), writes(true, false), props(leaseIDs)),
 		anyRole, s.releaseResourceLeases)
 
 	s.add(tool("verify_resource_leases", "Verify resource leases (VERIFY_ALL)",
 		`The reality check after a restart: the current state of your leases by the server clock (active, released or expired). Name lease_ids, or none for every lease you hold. Leases you declared a restart for resume: heartbeats are accepted again. Trust this answer over anything you remember.`,
-		writes(true, false),
+		returns[engine.ResourceLeasesResult](), writes(true, false),
 		props(mcp.WithArray("lease_ids", mcp.WithStringItems(), mcp.Description("Lease ids to check. Default: every active lease you hold.")))),
 		anyRole, s.verifyResourceLeases)
 }

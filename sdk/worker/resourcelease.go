@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/url"
 	"sync"
 	"time"
 )
@@ -143,15 +142,17 @@ func (c *Client) DieRestart(ctx context.Context) (*ResourceLeases, error) {
 	return &out, nil
 }
 
-// GetResourceLease returns one lease.
+// GetResourceLease returns one lease of the tenant with its state by the
+// gate's clock (a VERIFY_ALL of one id).
 func (c *Client) GetResourceLease(ctx context.Context, id string) (*ResourceLease, error) {
-	var out struct {
-		Lease ResourceLease `json:"lease"`
-	}
-	if _, _, err := c.do(ctx, http.MethodGet, "/v1/resource-leases/"+url.PathEscape(id), nil, &out); err != nil {
+	out, err := c.VerifyResources(ctx, []string{id})
+	if err != nil {
 		return nil, err
 	}
-	return &out.Lease, nil
+	if len(out.Leases) != 1 {
+		return nil, &APIError{Status: http.StatusNotFound, Code: "not_found", Detail: "no resource lease " + id}
+	}
+	return &out.Leases[0], nil
 }
 
 // Holder keeps a granted manifest alive until Release or until the leases
