@@ -16,14 +16,14 @@ func (s *Server) deliveryTools() {
 	s.add(tool("session_bootstrap", "Start a session: open obligations and unread inbox",
 		`Call this first in every new session. In one answer: owed_to_you (open obligations owed to you, e.g. each task you queued that is not finished), you_owe (what you owe), and inbox (your unread inbox items, oldest first: completed tasks, tasks that failed for good, escalations, milestones workers marked).
 Each inbox item has inbox_id, kind (completed, failed, escalation, milestone), task_id, summary and its lifecycle times (created_at, delivered_at, read_at, fetched_at, promoted_to_memory_at). Returning an item marks it delivered, never read: when you have acted on an item, call mark_read with its inbox_id.`,
-		readOnly(), props(
+		returns[engine.Bootstrap](), readOnly(), props(
 			mcp.WithInteger("limit", mcp.Min(1), mcp.Max(500), mcp.Description("At most this many obligations and inbox items. Default 100.")),
 		)),
 		agentRoles, s.sessionBootstrap)
 
 	s.add(tool("list_inbox", "List your inbox",
 		`List your inbox items, oldest first: only actionable outcomes (completed, failed, escalation, milestone), never progress. unread=true keeps those not marked read. Returning items marks them delivered, never read.`,
-		readOnly(), props(
+		returns[httpapi.InboxList](), readOnly(), props(
 			mcp.WithBoolean("unread", mcp.Description("Only items not marked read.")),
 			mcp.WithString("task_id", mcp.Description("Only items of this task.")),
 			mcp.WithInteger("limit", mcp.Min(1), mcp.Max(500), mcp.Description("Page size. Default 100.")),
@@ -33,14 +33,14 @@ Each inbox item has inbox_id, kind (completed, failed, escalation, milestone), t
 
 	s.add(tool("mark_read", "Mark inbox items read",
 		`Mark inbox items read once you have acted on them. Read is only ever set by this call. Ids that are not in your inbox are an error and nothing is marked; items already read are listed in already_read. Marking twice is harmless.`,
-		writes(true, false), props(
+		returns[engine.MarkReadResult](), writes(true, false), props(
 			mcp.WithArray("inbox_ids", mcp.Required(), mcp.WithStringItems(), mcp.Description("The inbox_id values to mark read (at most 500).")),
 		)),
 		agentRoles, s.markRead)
 
 	s.add(tool("store_task_result_in_memory", "Store a task's result in long-term memory",
 		`Promote a succeeded task's result to the external ledger (MemoryGate) as a memory item, closing the loop task → result → permanent knowledge. The item carries the result (its content when at most 64 KiB, else its pointer and checksum), task_type, domain and as_observation; it is queued durably and delivered at least once, with memory_key as its dedupe key. Sets promoted_to_memory on the task's inbox items. Promoting twice is harmless (already_promoted). A conflict error means the task has no result yet or this gate has no external ledger configured.`,
-		writes(true, false), props(taskIDArg,
+		returns[engine.PromoteResult](), writes(true, false), props(taskIDArg,
 			mcp.WithBoolean("as_observation", mcp.Description("Store as an observation (default true) rather than a pattern.")),
 			mcp.WithString("domain", mcp.Description("Memory domain; defaults to the task type.")),
 		)),

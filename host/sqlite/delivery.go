@@ -84,9 +84,11 @@ func (r *reader) ListInbox(ctx context.Context, f store.InboxFilter) ([]host.Inb
 	return out, cur, nil
 }
 
-// InsertInbox implements store.Tx.
+// InsertInbox implements store.Tx. The insert reads no task or receipt, so
+// it runs raw: the batch's rows written behind stay behind (an outcome's
+// inbox row must not force its batch to write early).
 func (w *writeTx) InsertInbox(ctx context.Context, it host.InboxItem) error {
-	_, err := w.exec(ctx, `INSERT INTO inbox (id, tenant, recipient, kind, task_id, task_type, receipt_id, summary, created_at, delivered_at, read_at, fetched_at, promoted_at)
+	_, err := w.rawExec(ctx, `INSERT INTO inbox (id, tenant, recipient, kind, task_id, task_type, receipt_id, summary, created_at, delivered_at, read_at, fetched_at, promoted_at)
 VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`, it.ID, it.Tenant, it.Recipient, string(it.Kind), it.TaskID, it.TaskType, it.ReceiptID, it.Summary,
 		us(it.CreatedAt), nus(it.DeliveredAt), nus(it.ReadAt), nus(it.FetchedAt), nus(it.PromotedAt))
 	return err
@@ -216,10 +218,11 @@ func (r *reader) OutboxStats(ctx context.Context) (store.OutboxStats, error) {
 	return s, err
 }
 
-// InsertOutbox implements store.Tx.
+// InsertOutbox implements store.Tx. Like InsertInbox it reads nothing the
+// batch holds behind, so it runs raw.
 func (w *writeTx) InsertOutbox(ctx context.Context, es []store.OutboxEntry) error {
 	for _, e := range es {
-		if _, err := w.exec(ctx, `INSERT INTO outbox (tenant, task_id, kind, dedupe_key, body, state, next_at, created_at) VALUES (?,?,?,?,?,'pending',?,?)`,
+		if _, err := w.rawExec(ctx, `INSERT INTO outbox (tenant, task_id, kind, dedupe_key, body, state, next_at, created_at) VALUES (?,?,?,?,?,'pending',?,?)`,
 			e.Tenant, e.TaskID, e.Kind, e.Key, string(e.Body), us(e.NextAt), us(e.CreatedAt)); err != nil {
 			return err
 		}

@@ -57,6 +57,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"Hammer", testHammer},
 		{"QueueCountsStayExact", testQueueCounts},
 		{"ObligationsWithinOneUpdate", testObligationsWithinOneUpdate},
+		{"RowsWithinOneUpdate", testRowsWithinOneUpdate}, {"ClashWithCommittedRow", testClashWithCommittedRow}, {"OldestReady", testOldestReady}, // writebehind.go, oldestready.go
 	}
 	t.Run("Delivery", func(t *testing.T) { t.Parallel(); runDelivery(t, open) })
 	for _, c := range cases {
@@ -68,6 +69,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 			c.fn(t, Setup(t, open))
 		})
 	}
+	runResourceLeases(t, open, hammer)
 }
 
 func testEnqueue(t *testing.T, b *Bundle) {
