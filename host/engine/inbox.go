@@ -96,11 +96,16 @@ func (d *deliveryTx) AppendReceipt(ctx context.Context, r *host.Receipt) error {
 // retries, releases, acceptances and cancellations (the caller's own act)
 // make none. t, when known, is the task as the same update wrote it.
 func inboxItemFor(r *host.Receipt, t *host.Task) (host.InboxItem, bool) {
+	// Most receipts make no item: decide before any work (this runs inside
+	// the store's writer).
+	switch {
+	case r.TaskID == "":
+		return host.InboxItem{}, false
+	case r.Type != host.ReceiptCompleted && r.Type != host.ReceiptFailed && r.Type != host.ReceiptEscalated:
+		return host.InboxItem{}, false
+	}
 	it := host.InboxItem{ID: host.NewID(host.PrefixInbox), Tenant: r.Tenant, Recipient: r.To, TaskID: r.TaskID,
 		ReceiptID: r.ID, CreatedAt: r.CreatedAt}
-	if r.TaskID == "" {
-		return it, false
-	}
 	name := "Task " + r.TaskID
 	if t != nil {
 		it.TaskType = t.Type
@@ -112,7 +117,11 @@ func inboxItemFor(r *host.Receipt, t *host.Task) (host.InboxItem, bool) {
 		DeadReason string `json:"dead_reason"`
 		Reason     string `json:"escalation_reason"`
 	}
-	_ = json.Unmarshal(r.Body, &b)
+	if r.Type == host.ReceiptCompleted && t != nil && t.Result != nil {
+		b.Summary = t.Result.Summary // the task written with it says it: no need to decode the body
+	} else {
+		_ = json.Unmarshal(r.Body, &b)
+	}
 	switch r.Type {
 	case host.ReceiptCompleted:
 		it.Kind = host.InboxCompleted

@@ -84,14 +84,20 @@ func (r *reader) ListInbox(ctx context.Context, f store.InboxFilter) ([]host.Inb
 	return out, cur, nil
 }
 
-// InsertInbox implements store.Tx. The insert reads no task or receipt, so
-// it runs raw: the batch's rows written behind stay behind (an outcome's
-// inbox row must not force its batch to write early).
+const (
+	inboxInsertCols = `id, tenant, recipient, kind, task_id, task_type, receipt_id, summary, created_at, delivered_at, read_at, fetched_at, promoted_at`
+	inboxInsertN    = 13
+)
+
+var errInboxClash = host.Errorf(host.CodeConflict, "an inbox item with this id exists")
+
+// InsertInbox implements store.Tx. The row is written behind with the
+// batch's tasks and receipts (writebehind.go): one multi-row INSERT per
+// batch, so an outcome's inbox row costs no statement of its own.
 func (w *writeTx) InsertInbox(ctx context.Context, it host.InboxItem) error {
-	_, err := w.rawExec(ctx, `INSERT INTO inbox (id, tenant, recipient, kind, task_id, task_type, receipt_id, summary, created_at, delivered_at, read_at, fetched_at, promoted_at)
-VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`, it.ID, it.Tenant, it.Recipient, string(it.Kind), it.TaskID, it.TaskType, it.ReceiptID, it.Summary,
-		us(it.CreatedAt), nus(it.DeliveredAt), nus(it.ReadAt), nus(it.FetchedAt), nus(it.PromotedAt))
-	return err
+	w.newInbox = append(w.newInbox, []any{it.ID, it.Tenant, it.Recipient, string(it.Kind), it.TaskID, it.TaskType, it.ReceiptID, it.Summary,
+		us(it.CreatedAt), nus(it.DeliveredAt), nus(it.ReadAt), nus(it.FetchedAt), nus(it.PromotedAt)})
+	return nil
 }
 
 // MarkInbox implements store.Tx.

@@ -41,6 +41,7 @@ func chunk(n int) int {
 type behind struct {
 	newTasks    [][]any // InsertTask's values, in call order
 	newReceipts [][]any // AppendReceipt's values, in ledger order
+	newInbox    [][]any // InsertInbox's values (delivery.go)
 	// keys are the task ids, idempotency keys, receipt ids and dedupe keys
 	// the batch inserted, written or not, to refuse a clash among them at
 	// once; journal lists them in order, so a failed update drops its own.
@@ -52,10 +53,10 @@ type behind struct {
 }
 
 // behindMark is where an update started in the kept rows.
-type behindMark struct{ tasks, receipts, journal int }
+type behindMark struct{ tasks, receipts, journal, inbox int }
 
 func (b *behind) mark() behindMark {
-	return behindMark{len(b.newTasks), len(b.newReceipts), len(b.journal)}
+	return behindMark{len(b.newTasks), len(b.newReceipts), len(b.journal), len(b.newInbox)}
 }
 
 // undo drops the rows kept since m and forgets their keys (the update that
@@ -63,6 +64,7 @@ func (b *behind) mark() behindMark {
 func (b *behind) undo(m behindMark) {
 	b.newTasks = b.newTasks[:min(m.tasks, len(b.newTasks))]
 	b.newReceipts = b.newReceipts[:min(m.receipts, len(b.newReceipts))]
+	b.newInbox = b.newInbox[:min(m.inbox, len(b.newInbox))]
 	for _, k := range b.journal[min(m.journal, len(b.journal)):] {
 		delete(b.keys, k)
 	}
@@ -91,7 +93,9 @@ func (b *behind) claim(keys ...string) bool {
 // inserted reports whether the batch inserted task id.
 func (b *behind) inserted(id string) bool { return b.keys["t\x00"+id] }
 
-func (b *behind) empty() bool { return len(b.newTasks) == 0 && len(b.newReceipts) == 0 }
+func (b *behind) empty() bool {
+	return len(b.newTasks) == 0 && len(b.newReceipts) == 0 && len(b.newInbox) == 0
+}
 
 const taskInsertCols = `id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
 created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
@@ -181,6 +185,11 @@ func (w *writeTx) flushRows(ctx context.Context) error {
 		return err
 	}
 	w.newReceipts = w.newReceipts[:0]
+	if err := w.insertRows(ctx, `INSERT INTO inbox (`+inboxInsertCols+`) VALUES `, inboxInsertN, w.newInbox, errInboxClash); err != nil {
+		w.failed = err
+		return err
+	}
+	w.newInbox = w.newInbox[:0]
 	return nil
 }
 
