@@ -270,6 +270,9 @@ func (s *Server) routes() {
 	a.GET("/workers", s.listWorkers)
 	// The spec's worker key endpoint.
 	e.POST("/admin/workers/create_key", s.seedCreateWorkerKey, seedErrors, auth, admins)
+
+	s.openAPIRoutes()
+	s.statsRoutes(auth)
 }
 
 // seedErrors marks the seed /worker/* and /workers/* routes, whose error
