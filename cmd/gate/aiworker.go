@@ -60,7 +60,7 @@ func parseAIWorkerFlags(args []string, stderr io.Writer) (aiWorkerFlags, error) 
 		fmt.Fprint(stderr, aiWorkerUsage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&f.config, "config", os.Getenv("ASYNCGATE_AI_CONFIG"), "the AI worker's config file (env ASYNCGATE_AI_CONFIG)")
+	fs.StringVar(&f.config, "config", os.Getenv("AI_WORKER_CONFIG"), "the AI worker's config file (env AI_WORKER_CONFIG)")
 	fs.StringVar(&f.url, "url", envOr("ASYNCGATE_URL", "http://127.0.0.1:8080"), "the gate's base URL (env ASYNCGATE_URL)")
 	fs.StringVar(&f.key, "key", os.Getenv("ASYNCGATE_KEY"), "worker key (env ASYNCGATE_KEY)")
 	fs.StringVar(&f.adminKey, "admin-key", os.Getenv("ASYNCGATE_ADMIN_KEY"), "admin key to register missing task types (env ASYNCGATE_ADMIN_KEY)")
@@ -81,7 +81,7 @@ func parseAIWorkerFlags(args []string, stderr io.Writer) (aiWorkerFlags, error) 
 		return f, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	if f.config == "" {
-		return f, errors.New("--config (or ASYNCGATE_AI_CONFIG) is required")
+		return f, errors.New("--config (or AI_WORKER_CONFIG) is required")
 	}
 	if f.check {
 		return f, nil

@@ -371,3 +371,28 @@ func TestAIWorkerProviderOutage(t *testing.T) {
 		t.Fatalf("after recovery: %+v", done)
 	}
 }
+
+// TestAIWorkerCheck: --check validates the config and the profiles; a bad
+// profile stops the worker with exit status 2 and names the file.
+func TestAIWorkerCheck(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "profiles"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeJSON(t, filepath.Join(dir, "profiles", "a.json"), map[string]any{"name": "a", "system_prompt": "s"})
+	writeJSON(t, filepath.Join(dir, "ai.json"), map[string]any{"profiles_dir": "profiles",
+		"task_types": map[string]any{"ai.chat": map[string]any{"profile": "a"}}})
+	out, errOut, code := gateCLI(t, "ai-worker", "--config", filepath.Join(dir, "ai.json"), "--check")
+	if code != 0 || !strings.Contains(out, "ok: 1 task types (ai.chat)") {
+		t.Fatalf("--check: %d %q %q", code, out, errOut)
+	}
+	writeJSON(t, filepath.Join(dir, "profiles", "b.json"), map[string]any{"name": "b", "system_prompt": "s", "tools": []string{"nowhere"}})
+	_, errOut, code = gateCLI(t, "ai-worker", "--config", filepath.Join(dir, "ai.json"), "--check")
+	if code != 2 || !strings.Contains(errOut, "b.json") || !strings.Contains(errOut, "/tools/0") {
+		t.Fatalf("bad profile: %d %q", code, errOut)
+	}
+	_, errOut, code = gateCLI(t, "ai-worker", "--config", filepath.Join(dir, "missing.json"), "--check")
+	if code != 2 || !strings.Contains(errOut, "missing.json") {
+		t.Fatalf("missing config: %d %q", code, errOut)
+	}
+}

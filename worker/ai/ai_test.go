@@ -392,3 +392,22 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// TestUnreachableServerIsRetryable: a server the profile allows that cannot
+// be reached fails the task retryable, before the model is asked.
+func TestUnreachableServerIsRetryable(t *testing.T) {
+	prov := aitest.NewServer(func(aitest.Request) aitest.Reply { return aitest.Answer("x") })
+	defer prov.Close()
+	ts := httptest.NewServer(nil)
+	url := ts.URL + "/mcp"
+	ts.Close() // nothing listens there any more
+	p := ai.Profile{Name: "p", SystemPrompt: "s", Tools: []string{"down/*"}}
+	w := newWorker(t, ai.ProviderConfig{BaseURL: prov.URL}, p, []ai.MCPServer{{Name: "down", URL: url}}, ai.TaskTypeConfig{})
+	_, err := run(w, context.Background(), map[string]any{"prompt": "x"})
+	if err == nil || !worker.IsRetryable(err) || !strings.Contains(err.Error(), "mcp server down") {
+		t.Fatalf("err %v", err)
+	}
+	if n := len(prov.Requests()); n != 0 {
+		t.Fatalf("%d model requests, want 0", n)
+	}
+}
