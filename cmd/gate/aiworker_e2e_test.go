@@ -396,3 +396,29 @@ func TestAIWorkerCheck(t *testing.T) {
 		t.Fatalf("missing config: %d %q", code, errOut)
 	}
 }
+
+// TestAIWorkerHeartbeatsThroughASlowModel: a model that takes longer than
+// the 3 s lease to answer does not lose the task: the worker heartbeats for
+// the whole run, and the one lease it was granted completes it.
+func TestAIWorkerHeartbeatsThroughASlowModel(t *testing.T) {
+	b := newAIBundle(t, 3, func(r aitest.Request) aitest.Reply {
+		if r.Step() == 1 {
+			// The scripted model thinks for 5 s: longer than the lease.
+			hold := make(chan struct{})
+			time.AfterFunc(5*time.Second, func() { close(hold) })
+			return aitest.Reply{Hold: hold, Content: "slow but sure"}
+		}
+		return aitest.Answer("unexpected step")
+	})
+	b.startAIWorker(t, "worker.ai-1")
+	id := b.g.enqueue(t, b.agent, "ai.chat", map[string]any{"prompt": "take your time"})
+	done := b.waitStatus(t, id, "succeeded")
+	var tk struct {
+		LeaseCount    int `json:"lease_count"`
+		LeaseExpiries int `json:"lease_expiries"`
+	}
+	call(t, "GET", b.g.URL+"/v1/tasks/"+id, b.agent, nil).Into(t, &tk)
+	if tk.LeaseCount != 1 || tk.LeaseExpiries != 0 || done.Result.Summary != "slow but sure" {
+		t.Fatalf("lease_count %d, lease_expiries %d, summary %q; want 1, 0, the answer", tk.LeaseCount, tk.LeaseExpiries, done.Result.Summary)
+	}
+}

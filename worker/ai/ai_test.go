@@ -168,7 +168,7 @@ func TestProviderRetriesThenSucceeds(t *testing.T) {
 		return aitest.Answer("ok")
 	})
 	defer prov.Close()
-	w := newWorker(t, ai.ProviderConfig{BaseURL: prov.URL, MaxAttempts: 5, TimeoutSeconds: 0.3}, ai.Profile{Name: "p", SystemPrompt: "s"}, nil, ai.TaskTypeConfig{})
+	w := newWorker(t, ai.ProviderConfig{BaseURL: prov.URL, MaxAttempts: 5, TimeoutSeconds: 1}, ai.Profile{Name: "p", SystemPrompt: "s"}, nil, ai.TaskTypeConfig{})
 	if _, err := run(w, context.Background(), map[string]any{"prompt": "hi"}); err != nil {
 		t.Fatal(err)
 	}
@@ -410,4 +410,68 @@ func TestUnreachableServerIsRetryable(t *testing.T) {
 	if n := len(prov.Requests()); n != 0 {
 		t.Fatalf("%d model requests, want 0", n)
 	}
+}
+
+// TestConcurrentConversationsShareSessions runs conversations at once on one
+// Worker: they share its MCP sessions, and each gets its own results back.
+func TestConcurrentConversationsShareSessions(t *testing.T) {
+	prov := aitest.NewServer(func(r aitest.Request) aitest.Reply {
+		n := r.Messages[1].Text()
+		if r.Step() == 1 {
+			return aitest.Calls(aitest.Call{Name: "calc__add", Args: `{"a":` + n + `,"b":1000}`},
+				aitest.Call{Name: "web__echo", Args: `{"text":"` + n + `"}`})
+		}
+		var parts []string
+		for _, m := range r.Messages {
+			if m.Role == "tool" {
+				parts = append(parts, m.Text())
+			}
+		}
+		return aitest.Answer(strings.Join(parts, ","))
+	})
+	defer prov.Close()
+	p := ai.Profile{Name: "p", SystemPrompt: "s", Tools: []string{"calc/add", "web/echo"}}
+	w := newWorker(t, ai.ProviderConfig{BaseURL: prov.URL}, p, []ai.MCPServer{stdioServer("calc"), httpServer(t, "web")}, ai.TaskTypeConfig{})
+	const n = 12
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			comp, err := run(w, context.Background(), map[string]any{"prompt": fmt.Sprint(i)})
+			if err == nil {
+				var a ai.Answer
+				json.Unmarshal(comp.Result, &a)
+				if want := fmt.Sprintf("%d,%d", 1000+i, i); a.Answer != want {
+					err = fmt.Errorf("conversation %d answered %q, want %q", i, a.Answer, want)
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// FuzzParseProfile: any document is either refused with an error or
+// accepted as a profile with a valid name and prompt; never a panic.
+func FuzzParseProfile(f *testing.F) {
+	f.Add([]byte(`{"name":"a","system_prompt":"s","tools":["gate/*"],"max_iterations":3}`))
+	f.Add([]byte(`{"name":"a","system_prompt":"s","tools":["x/[a-"]}`))
+	f.Add([]byte(`{"name":"a"}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		p, err := ai.ParseProfile(doc)
+		if err != nil {
+			return
+		}
+		if p.Name == "" || p.SystemPrompt == "" {
+			t.Fatalf("accepted %q as %+v", doc, p)
+		}
+		for _, e := range p.Tools {
+			srv, tool, _ := strings.Cut(e, "/")
+			p.Allows(srv, tool)
+		}
+	})
 }

@@ -66,6 +66,9 @@ type Toolbox struct {
 	servers map[string]MCPServer
 	mu      sync.Mutex
 	conns   map[string]*mcpConn
+	// dialing serializes the opening of each server's session, so a slow
+	// server does not hold up calls to the others.
+	dialing map[string]*sync.Mutex
 }
 
 type mcpConn struct {
@@ -78,7 +81,7 @@ func NewToolbox(servers []MCPServer, log *slog.Logger) (*Toolbox, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	tb := &Toolbox{log: log, servers: map[string]MCPServer{}, conns: map[string]*mcpConn{}}
+	tb := &Toolbox{log: log, servers: map[string]MCPServer{}, conns: map[string]*mcpConn{}, dialing: map[string]*sync.Mutex{}}
 	for _, s := range servers {
 		if err := s.validate(); err != nil {
 			return nil, err
@@ -87,6 +90,7 @@ func NewToolbox(servers []MCPServer, log *slog.Logger) (*Toolbox, error) {
 			return nil, fmt.Errorf("mcp server %q is configured twice", s.Name)
 		}
 		tb.servers[s.Name] = s
+		tb.dialing[s.Name] = &sync.Mutex{}
 	}
 	return tb, nil
 }
@@ -103,14 +107,24 @@ func (tb *Toolbox) Servers() []string {
 
 // conn returns the session of server, opening it when needed.
 func (tb *Toolbox) conn(ctx context.Context, name string) (*mcpConn, error) {
-	tb.mu.Lock()
-	defer tb.mu.Unlock()
-	if c := tb.conns[name]; c != nil {
-		return c, nil
-	}
 	s, ok := tb.servers[name]
 	if !ok {
 		return nil, fmt.Errorf("no mcp server named %q is configured", name)
+	}
+	tb.mu.Lock()
+	c0 := tb.conns[name]
+	tb.mu.Unlock()
+	if c0 != nil {
+		return c0, nil
+	}
+	dial := tb.dialing[name]
+	dial.Lock()
+	defer dial.Unlock()
+	tb.mu.Lock()
+	c0 = tb.conns[name]
+	tb.mu.Unlock()
+	if c0 != nil {
+		return c0, nil
 	}
 	var c *client.Client
 	var err error
@@ -127,7 +141,8 @@ func (tb *Toolbox) conn(ctx context.Context, name string) (*mcpConn, error) {
 		}
 		c, err = client.NewStreamableHttpClient(s.URL, transport.WithHTTPHeaders(h))
 		if err == nil {
-			err = c.Start(ctx)
+			// The session outlives the task that opened it.
+			err = c.Start(context.WithoutCancel(ctx))
 		}
 	}
 	if err != nil {
@@ -156,7 +171,9 @@ func (tb *Toolbox) conn(ctx context.Context, name string) (*mcpConn, error) {
 		conn.tools = append(conn.tools, Tool{Server: name, Name: t.Name, Description: t.Description, InputSchema: inputSchema(t)})
 	}
 	ok = true
+	tb.mu.Lock()
 	tb.conns[name] = conn
+	tb.mu.Unlock()
 	tb.log.Info("mcp server connected", "server", name, "tools", len(conn.tools))
 	return conn, nil
 }
