@@ -42,7 +42,7 @@ func stdioServer(name string) ai.MCPServer {
 }
 
 // httpServer is aitest's MCP server over streamable HTTP.
-func httpServer(t *testing.T, name string) ai.MCPServer {
+func httpServer(t testing.TB, name string) ai.MCPServer {
 	ts := httptest.NewServer(server.NewStreamableHTTPServer(aitest.NewMCPServer()))
 	t.Cleanup(ts.Close)
 	return ai.MCPServer{Name: name, URL: ts.URL + "/mcp"}
