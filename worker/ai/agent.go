@@ -252,7 +252,7 @@ func (w *Worker) runTool(ctx context.Context, log *slog.Logger, c Conversation, 
 		text = "error: " + text
 	}
 	if max := w.cfg.MaxToolResultBytes; len(text) > max {
-		text = text[:max] + fmt.Sprintf("\n[cut: the result was %d bytes; %d shown]", len(text), max)
+		text = strings.ToValidUTF8(text[:max], "") + fmt.Sprintf("\n[cut: the result was %d bytes; %d shown]", len(text), max)
 	}
 	return text
 }
@@ -294,7 +294,11 @@ func (w *Worker) handle(ctx context.Context, taskType string, t *worker.Task) (a
 	if len(models) == 0 && p.Model == "" && len(tt.Models) > 1 {
 		models = tt.Models
 	}
-	single := firstNonEmpty(p.Model, tt.Model, prof.Model, w.cfg.Provider.Model)
+	typeModel := tt.Model
+	if typeModel == "" && len(tt.Models) == 1 {
+		typeModel = tt.Models[0]
+	}
+	single := firstNonEmpty(p.Model, typeModel, prof.Model, w.cfg.Provider.Model)
 	if len(models) == 0 && single == "" {
 		return nil, worker.Fatalf("no model: the task, its type, profile %s and the provider name none", prof.Name)
 	}

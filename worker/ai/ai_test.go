@@ -475,3 +475,29 @@ func FuzzParseProfile(f *testing.F) {
 		}
 	})
 }
+
+// TestLongToolResultIsCut: a tool result over max_tool_result_bytes reaches
+// the model cut, with a note saying how long it was.
+func TestLongToolResultIsCut(t *testing.T) {
+	prov := aitest.NewServer(func(r aitest.Request) aitest.Reply {
+		if r.Step() == 1 {
+			return aitest.Calls(aitest.Call{ID: "big", Name: "calc__big", Args: `{"n":500}`})
+		}
+		return aitest.Answer("ok")
+	})
+	defer prov.Close()
+	p := ai.Profile{Name: "p", SystemPrompt: "s", Tools: []string{"calc/big"}}
+	w, err := ai.New(ai.Config{Provider: ai.ProviderConfig{BaseURL: prov.URL, Model: "m"}, MCPServers: []ai.MCPServer{stdioServer("calc")},
+		MaxToolResultBytes: 100, TaskTypes: map[string]ai.TaskTypeConfig{"ai.test": {Profile: "p"}}}, map[string]*ai.Profile{"p": &p}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := run(w, context.Background(), map[string]any{"prompt": "x"}); err != nil {
+		t.Fatal(err)
+	}
+	got := prov.Requests()[1].ToolResults()["big"]
+	if !strings.HasPrefix(got, strings.Repeat("x", 100)+"\n[cut: the result was 500 bytes; 100 shown]") {
+		t.Fatalf("tool result %q", got)
+	}
+}
