@@ -91,6 +91,7 @@ func TestLoopRunsToolsOverStdioAndHTTP(t *testing.T) {
 				aitest.Call{ID: "c2", Name: "web__echo", Args: `{"text":"over http"}`},
 				aitest.Call{ID: "c3", Name: "calc__fail", Args: `{}`},
 				aitest.Call{ID: "c4", Name: "calc__big", Args: `{"n":5}`}, // not allowed
+				aitest.Call{ID: "c6", Name: "web__status", Args: `{}`},
 			)
 		case 2:
 			return aitest.Calls(aitest.Call{ID: "c5", Name: "calc__add", Args: `not json`})
@@ -99,7 +100,7 @@ func TestLoopRunsToolsOverStdioAndHTTP(t *testing.T) {
 		}
 	})
 	defer prov.Close()
-	p := ai.Profile{Name: "calc", SystemPrompt: "You add.", Tools: []string{"calc/add", "calc/fail", "web/e*"}}
+	p := ai.Profile{Name: "calc", SystemPrompt: "You add.", Tools: []string{"calc/add", "calc/fail", "web/e*", "web/status"}}
 	w := newWorker(t, ai.ProviderConfig{BaseURL: prov.URL}, p, []ai.MCPServer{stdioServer("calc"), httpServer(t, "web")}, ai.TaskTypeConfig{})
 
 	comp, err := run(w, context.Background(), map[string]any{"prompt": "add 2 and 3"})
@@ -112,7 +113,7 @@ func TestLoopRunsToolsOverStdioAndHTTP(t *testing.T) {
 	}
 	tools := reqs[0].ToolNames()
 	slices.Sort(tools)
-	if !slices.Equal(tools, []string{"calc__add", "calc__fail", "web__echo"}) {
+	if !slices.Equal(tools, []string{"calc__add", "calc__fail", "web__echo", "web__status"}) {
 		t.Fatalf("offered tools %v", tools)
 	}
 	if m := reqs[0].Messages; m[0].Role != "system" || m[0].Text() != "You add." || m[1].Role != "user" || m[1].Text() != "add 2 and 3" {
@@ -120,7 +121,7 @@ func TestLoopRunsToolsOverStdioAndHTTP(t *testing.T) {
 	}
 	got := reqs[1].ToolResults()
 	if got["c1"] != "5" || got["c2"] != "over http" || !strings.Contains(got["c3"], "boom") || !strings.HasPrefix(got["c3"], "error: ") ||
-		!strings.Contains(got["c4"], `no tool named "calc__big"`) {
+		!strings.Contains(got["c4"], `no tool named "calc__big"`) || got["c6"] != "2 tasks\n"+`{"tasks":["T-1","T-2"]}` {
 		t.Fatalf("tool results %v", got)
 	}
 	if r := reqs[2].ToolResults()["c5"]; !strings.Contains(r, "not a JSON object") {
@@ -130,7 +131,7 @@ func TestLoopRunsToolsOverStdioAndHTTP(t *testing.T) {
 	if err := json.Unmarshal(comp.Result, &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.Answer != "the sum is 5" || res.Steps != 3 || res.ToolCalls != 4 || res.Model != "test-model" || res.Usage.TotalTokens != 45 {
+	if res.Answer != "the sum is 5" || res.Steps != 3 || res.ToolCalls != 5 || res.Model != "test-model" || res.Usage.TotalTokens != 45 {
 		t.Fatalf("result %+v", res)
 	}
 	var meta struct {
@@ -142,7 +143,7 @@ func TestLoopRunsToolsOverStdioAndHTTP(t *testing.T) {
 	if err := json.Unmarshal(comp.Metadata, &meta); err != nil {
 		t.Fatal(err)
 	}
-	if meta.Usage.PromptTokens != 30 || meta.Usage.CompletionTokens != 15 || meta.Steps != 3 || meta.ToolCalls != 4 || meta.Profile != "calc" {
+	if meta.Usage.PromptTokens != 30 || meta.Usage.CompletionTokens != 15 || meta.Steps != 3 || meta.ToolCalls != 5 || meta.Profile != "calc" {
 		t.Fatalf("metadata %s", comp.Metadata)
 	}
 }

@@ -284,7 +284,8 @@ func (tb *Toolbox) Call(ctx context.Context, server, tool string, args json.RawM
 }
 
 // resultText renders a tool result for the model: text parts as they are,
-// other parts and structured content as JSON.
+// other parts as JSON, and the structured content as JSON unless a text
+// part already carries it (a server's text is often only a summary).
 func resultText(res *mcp.CallToolResult) string {
 	var parts []string
 	for _, c := range res.Content {
@@ -296,12 +297,30 @@ func resultText(res *mcp.CallToolResult) string {
 			parts = append(parts, string(b))
 		}
 	}
-	if len(parts) == 0 && res.StructuredContent != nil {
-		if b, err := json.Marshal(res.StructuredContent); err == nil {
+	if res.StructuredContent != nil {
+		if b, err := json.Marshal(res.StructuredContent); err == nil && !carries(parts, b) {
 			parts = append(parts, string(b))
 		}
 	}
 	return strings.Join(parts, "\n")
+}
+
+// carries reports whether one of the text parts is the JSON value b.
+func carries(parts []string, b []byte) bool {
+	var want any
+	if json.Unmarshal(b, &want) != nil {
+		return false
+	}
+	wb, _ := json.Marshal(want)
+	for _, p := range parts {
+		var got any
+		if json.Unmarshal([]byte(p), &got) == nil {
+			if gb, _ := json.Marshal(got); string(gb) == string(wb) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Close ends every session (stdio servers are stopped).

@@ -247,7 +247,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 const StdioEnv = "AITEST_STDIO_MCP"
 
 // NewMCPServer returns the small MCP server of the tests, with tools add
-// (a+b), fail (always a tool error), echo (text) and big (n bytes of x).
+// (a+b), fail (always a tool error), echo (text), big (n bytes of x) and
+// status (a text summary plus structured content).
 func NewMCPServer() *server.MCPServer {
 	s := server.NewMCPServer("aitest", "1", server.WithToolCapabilities(false))
 	s.AddTool(mcp.NewTool("add", mcp.WithDescription("Add two numbers."),
@@ -274,6 +275,10 @@ func NewMCPServer() *server.MCPServer {
 	s.AddTool(mcp.NewTool("big", mcp.WithDescription("n bytes of x."), mcp.WithNumber("n")),
 		func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultText(strings.Repeat("x", int(r.GetFloat("n", 10)))), nil
+		})
+	s.AddTool(mcp.NewTool("status", mcp.WithDescription("A summary in text, the details as structured content.")),
+		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultStructured(map[string]any{"tasks": []string{"T-1", "T-2"}}, "2 tasks"), nil
 		})
 	return s
 }
