@@ -398,14 +398,14 @@ func TestAIWorkerCheck(t *testing.T) {
 }
 
 // TestAIWorkerHeartbeatsThroughASlowModel: a model that takes longer than
-// the 3 s lease to answer does not lose the task: the worker heartbeats for
+// the 4 s lease to answer does not lose the task: the worker heartbeats for
 // the whole run, and the one lease it was granted completes it.
 func TestAIWorkerHeartbeatsThroughASlowModel(t *testing.T) {
-	b := newAIBundle(t, 3, func(r aitest.Request) aitest.Reply {
+	b := newAIBundle(t, 4, func(r aitest.Request) aitest.Reply {
 		if r.Step() == 1 {
-			// The scripted model thinks for 5 s: longer than the lease.
+			// The scripted model thinks for 6 s: longer than the lease.
 			hold := make(chan struct{})
-			time.AfterFunc(5*time.Second, func() { close(hold) })
+			time.AfterFunc(6*time.Second, func() { close(hold) })
 			return aitest.Reply{Hold: hold, Content: "slow but sure"}
 		}
 		return aitest.Answer("unexpected step")
