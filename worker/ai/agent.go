@@ -82,6 +82,9 @@ func (w *Worker) Register(r *worker.Runner) {
 	}
 }
 
+// Tools returns the worker's MCP sessions.
+func (w *Worker) Tools() *Toolbox { return w.tools }
+
 // Close ends the MCP sessions (stdio servers are stopped).
 func (w *Worker) Close() error { return w.tools.Close() }
 
