@@ -392,6 +392,23 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `profile "q"`) {
 		t.Fatalf("err %v", err)
 	}
+	ok := &ai.Profile{Name: "p", SystemPrompt: "s"}
+	for _, tc := range []struct {
+		cfg  ai.Config
+		want string
+	}{
+		{ai.Config{Provider: ai.ProviderConfig{BaseURL: "ftp://x"}}, "provider.base_url"},
+		{ai.Config{MCPServers: []ai.MCPServer{{Name: "a", URL: "localhost:1"}}}, "mcp server a"},
+		{ai.Config{MCPServers: []ai.MCPServer{{Name: "a b", Command: "x"}}}, `name "a b"`},
+		{ai.Config{MCPServers: []ai.MCPServer{{Name: "a", Command: "x", URL: "http://h"}}}, "exactly one"},
+		{ai.Config{MCPServers: []ai.MCPServer{{Name: "a", Command: "x"}, {Name: "a", Command: "y"}}}, "twice"},
+		{ai.Config{Provider: ai.ProviderConfig{MaxAttempts: -1}}, "negative"},
+	} {
+		tc.cfg.TaskTypes = map[string]ai.TaskTypeConfig{"t": {Profile: "p"}}
+		if _, err := ai.New(tc.cfg, map[string]*ai.Profile{"p": ok}, quiet); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: err %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
 }
 
 // TestUnreachableServerIsRetryable: a server the profile allows that cannot

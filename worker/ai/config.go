@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -89,10 +90,23 @@ func (c *Config) validate(profiles map[string]*Profile) error {
 			return fmt.Errorf("config: task type %s: limits must not be negative", name)
 		}
 	}
-	if c.Provider.MaxAttempts < 0 || c.Provider.TimeoutSeconds < 0 {
+	if c.Provider.MaxAttempts < 0 || c.Provider.TimeoutSeconds < 0 || c.Provider.BackoffInitialSeconds < 0 || c.Provider.BackoffMaxSeconds < 0 {
 		return errors.New("config: provider limits must not be negative")
 	}
+	if c.Provider.BaseURL != "" && !httpURL(c.Provider.BaseURL) {
+		return fmt.Errorf("config: provider.base_url %q is not an http(s) URL", c.Provider.BaseURL)
+	}
+	for _, s := range c.MCPServers {
+		if s.URL != "" && !httpURL(s.URL) {
+			return fmt.Errorf("config: mcp server %s: url %q is not an http(s) URL", s.Name, s.URL)
+		}
+	}
 	return nil
+}
+
+func httpURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
 func getenv(name string) string { return os.Getenv(name) }
