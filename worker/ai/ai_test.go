@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -517,5 +519,51 @@ func TestLongToolResultIsCut(t *testing.T) {
 	got := prov.Requests()[1].ToolResults()["big"]
 	if !strings.HasPrefix(got, strings.Repeat("x", 100)+"\n[cut: the result was 500 bytes; 100 shown]") {
 		t.Fatalf("tool result %q", got)
+	}
+}
+
+// swappable serves the current MCP server; swapping it is a server restart
+// that forgets every session.
+type swappable struct{ h atomic.Pointer[server.StreamableHTTPServer] }
+
+func (s *swappable) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.h.Load().ServeHTTP(w, r) }
+
+// sessionServer is the test MCP server on a protocol version with sessions
+// (before 2026-07-28), which a restart forgets.
+func sessionServer() *server.StreamableHTTPServer {
+	return server.NewStreamableHTTPServer(aitest.NewMCPServer(), server.WithStateful(true),
+		server.WithStreamableHTTPProtocolVersions("2025-06-18"))
+}
+
+// TestServerRestartReconnects: an HTTP MCP server that restarts between two
+// tool calls forgets the session (404); the worker opens a new one and the
+// second call succeeds.
+func TestServerRestartReconnects(t *testing.T) {
+	sw := &swappable{}
+	sw.h.Store(sessionServer())
+	ts := httptest.NewServer(sw)
+	defer ts.Close()
+	prov := aitest.NewServer(func(r aitest.Request) aitest.Reply {
+		switch r.Step() {
+		case 1:
+			return aitest.Calls(aitest.Call{ID: "before", Name: "web__add", Args: `{"a":1,"b":1}`})
+		case 2:
+			sw.h.Store(sessionServer()) // the restart
+			return aitest.Calls(aitest.Call{ID: "after", Name: "web__add", Args: `{"a":2,"b":2}`})
+		}
+		return aitest.Answer("done")
+	})
+	defer prov.Close()
+	p := ai.Profile{Name: "p", SystemPrompt: "s", Tools: []string{"web/add"}}
+	w := newWorker(t, ai.ProviderConfig{BaseURL: prov.URL}, p, []ai.MCPServer{{Name: "web", URL: ts.URL + "/mcp"}}, ai.TaskTypeConfig{})
+	if _, err := run(w, context.Background(), map[string]any{"prompt": "x"}); err != nil {
+		t.Fatal(err)
+	}
+	reqs := prov.Requests()
+	if got := reqs[1].ToolResults()["before"]; got != "2" {
+		t.Fatalf("before the restart: %q", got)
+	}
+	if got := reqs[2].ToolResults()["after"]; got != "4" {
+		t.Fatalf("after the restart: %q", got)
 	}
 }

@@ -200,7 +200,7 @@ func inputSchema(t mcp.Tool) map[string]any {
 func (tb *Toolbox) drop(name string, c *mcpConn) {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
-	if tb.conns[name] == c {
+	if c != nil && tb.conns[name] == c {
 		delete(tb.conns, name)
 		c.c.Close()
 	}
@@ -266,6 +266,21 @@ func (tb *Toolbox) Call(ctx context.Context, server, tool string, args json.RawM
 	req.Params.Name = tool
 	req.Params.Arguments = m
 	res, cerr := c.c.CallTool(cctx, req)
+	if errors.Is(cerr, transport.ErrSessionTerminated) && ctx.Err() == nil {
+		// The server forgot the session (it restarted) and refused the call
+		// before running it: open a new session and call once more.
+		tb.log.Info("mcp session ended by the server; reconnecting", "server", server)
+		tb.drop(server, c)
+		c2, err2 := tb.conn(ctx, server)
+		if err2 != nil {
+			if ctx.Err() != nil {
+				return "", true, context.Cause(ctx)
+			}
+			return "error: " + err2.Error(), true, nil
+		}
+		c = c2
+		res, cerr = c.c.CallTool(cctx, req)
+	}
 	if ctx.Err() != nil {
 		return "", true, context.Cause(ctx)
 	}
