@@ -524,7 +524,9 @@ func TestLongToolResultIsCut(t *testing.T) {
 
 // swappable serves the current MCP server; swapping it is a server restart
 // that forgets every session.
-type swappable struct{ h atomic.Pointer[server.StreamableHTTPServer] }
+type swappable struct {
+	h atomic.Pointer[server.StreamableHTTPServer]
+}
 
 func (s *swappable) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.h.Load().ServeHTTP(w, r) }
 
