@@ -69,7 +69,8 @@ func newAIBundle(t *testing.T, leaseSeconds int, script func(aitest.Request) ait
 			map[string]any{"name": "gate", "url": g.URL + "/mcp", "headers": map[string]string{"Authorization": "Bearer ${AI_E2E_GATE_KEY}"}},
 			map[string]any{"name": "calc", "command": exe, "env": []string{aitest.StdioEnv + "=1"}},
 		},
-		"task_types": map[string]any{"ai.chat": map[string]any{"profile": "assistant", "max_iterations": 6}},
+		"task_types": map[string]any{"ai.chat": map[string]any{"profile": "assistant", "max_iterations": 6},
+			"ai.summary": map[string]any{"profile": "assistant", "lease_seconds": 45}},
 	}
 	writeJSON(t, filepath.Join(dir, "profiles", "assistant.json"), profile)
 	b.config = filepath.Join(dir, "ai.json")
@@ -92,13 +93,14 @@ type aiProc struct {
 	exited chan error
 }
 
-// startAIWorker runs `gate ai-worker` with a new worker key for workerID.
-func (b *aiBundle) startAIWorker(t *testing.T, workerID string) *aiProc {
+// startAIWorker runs `gate ai-worker` with a new worker key for workerID
+// (and extra flags).
+func (b *aiBundle) startAIWorker(t *testing.T, workerID string, extra ...string) *aiProc {
 	t.Helper()
 	key := b.g.newKey(t, "worker", workerID, "")
 	p := &aiProc{logs: &syncBuffer{}, exited: make(chan error, 1)}
-	p.cmd = exec.Command(gateBin, "ai-worker", "--config", b.config, "--url", b.g.URL, "--key", key,
-		"--spool", filepath.Join(t.TempDir(), "spool.jsonl"), "--shutdown-timeout", "5s", "--concurrency", "2")
+	p.cmd = exec.Command(gateBin, append([]string{"ai-worker", "--config", b.config, "--url", b.g.URL, "--key", key,
+		"--spool", filepath.Join(t.TempDir(), "spool.jsonl"), "--shutdown-timeout", "5s", "--concurrency", "2"}, extra...)...)
 	p.cmd.Env = append(os.Environ(), "AI_E2E_GATE_KEY="+b.agent, "AI_E2E_PROVIDER_KEY=sk-e2e")
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
@@ -189,7 +191,25 @@ func TestAIWorkerToolLoopOnTheGate(t *testing.T) {
 			return aitest.Answer("The answer is 42.")
 		}
 	})
-	w := b.startAIWorker(t, "worker.ai-1")
+	w := b.startAIWorker(t, "worker.ai-1", "--admin-key", b.g.Admin)
+	// With --admin-key the worker registers the task types that are missing
+	// (ai.summary) and leaves the existing one (ai.chat) alone.
+	var types struct {
+		Chat, Summary struct {
+			LeaseSeconds int `json:"lease_seconds"`
+		}
+	}
+	waitFor(t, 60*time.Second, "the worker to register ai.summary", func() bool {
+		r := call(t, "GET", b.g.URL+"/v1/admin/task-types/ai.summary", b.g.Admin, nil)
+		if r.Status == 200 {
+			r.Into(t, &types.Summary)
+		}
+		return r.Status == 200
+	})
+	call(t, "GET", b.g.URL+"/v1/admin/task-types/ai.chat", b.g.Admin, nil).Into(t, &types.Chat)
+	if types.Summary.LeaseSeconds != 45 || types.Chat.LeaseSeconds != 30 {
+		t.Fatalf("task types after registration: %+v", types)
+	}
 
 	id := b.g.enqueue(t, b.agent, "ai.chat", map[string]any{"prompt": "What is 20+22? Check your tasks first."})
 	done := b.waitStatus(t, id, "succeeded")
