@@ -316,6 +316,9 @@ func (w *Worker) handle(ctx context.Context, taskType string, t *worker.Task) (a
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
 	}
+	// The seed reports RUNNING as soon as the job starts, before the profile's
+	// tools are gathered (which may open MCP sessions).
+	_ = worker.Progress(ctx, 0, "RUNNING")
 	tools, err := w.tools.Allowed(ctx, prof)
 	if err != nil {
 		if ctx.Err() != nil {
