@@ -13,12 +13,13 @@
 //     allowlist of MCP tools ("server/tool", globs allowed) and the limits;
 //     profiles are JSON files validated against
 //     schemas/ai-profile.schema.json (LoadProfiles);
-//   - before every step the loop checks cancellation (a canceled task, a lost
-//     lease or a shutdown stops it at once) and reports progress
-//     "RUNNING, step n of max";
+//   - the job reports RUNNING at once; before every step the loop checks
+//     cancellation (a canceled task, a lost lease or a shutdown stops it at
+//     once) and reports progress "RUNNING, step n of max";
 //   - the model's tool calls run on their servers, at most max_tool_calls per
 //     task; unknown tools, tool errors and calls over the budget are answered
-//     to the model as tool results, never raised;
+//     to the model as tool results, never raised (a server that forgot the
+//     session, after a restart, gets a new one);
 //   - a message without tool calls is the final answer, completed as the
 //     inline result (the gate stores it through the task type's result
 //     channel, the file channel when too large) with the usage (tokens,
