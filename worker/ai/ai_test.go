@@ -569,3 +569,43 @@ func TestServerRestartReconnects(t *testing.T) {
 		t.Fatalf("after the restart: %q", got)
 	}
 }
+
+// TestModelPrecedence: the task's model, then the task type's, the
+// profile's and the provider's; none at all is fatal.
+func TestModelPrecedence(t *testing.T) {
+	prov := aitest.NewServer(func(r aitest.Request) aitest.Reply { return aitest.Answer(r.Model) })
+	defer prov.Close()
+	newW := func(provModel, profModel, typeModel string) *ai.Worker {
+		p := &ai.Profile{Name: "p", SystemPrompt: "s", Model: profModel}
+		w, err := ai.New(ai.Config{Provider: ai.ProviderConfig{BaseURL: prov.URL, Model: provModel},
+			TaskTypes: map[string]ai.TaskTypeConfig{"ai.test": {Profile: "p", Model: typeModel}}}, map[string]*ai.Profile{"p": p}, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.Close() })
+		return w
+	}
+	for _, tc := range []struct {
+		w      *ai.Worker
+		params map[string]any
+		want   string
+	}{
+		{newW("prov", "prof", "type"), map[string]any{"prompt": "x", "model": "task"}, "task"},
+		{newW("prov", "prof", "type"), map[string]any{"prompt": "x"}, "type"},
+		{newW("prov", "prof", ""), map[string]any{"prompt": "x"}, "prof"},
+		{newW("prov", "", ""), map[string]any{"prompt": "x"}, "prov"},
+	} {
+		comp, err := run(tc.w, context.Background(), tc.params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a ai.Answer
+		json.Unmarshal(comp.Result, &a)
+		if a.Model != tc.want || a.Answer != tc.want {
+			t.Errorf("%v: model %q answered %q, want %q", tc.params, a.Model, a.Answer, tc.want)
+		}
+	}
+	if _, err := run(newW("", "", ""), context.Background(), map[string]any{"prompt": "x"}); err == nil || worker.IsRetryable(err) || !strings.Contains(err.Error(), "no model") {
+		t.Fatalf("no model: %v", err)
+	}
+}
