@@ -6,6 +6,7 @@ require (
 	github.com/asyncgate/asyncgate/sdk/client v0.0.0-00010101000000-000000000000
 	github.com/asyncgate/asyncgate/sdk/plugin v0.0.0-00010101000000-000000000000
 	github.com/asyncgate/asyncgate/sdk/worker v0.0.0-00010101000000-000000000000
+	github.com/getkin/kin-openapi v0.153.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/mark3labs/mcp-go v1.2.1
@@ -20,7 +21,6 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
-	github.com/getkin/kin-openapi v0.153.0 // indirect
 	github.com/go-openapi/jsonpointer v0.22.5 // indirect
 	github.com/go-openapi/swag/jsonname v0.25.5 // indirect
 	github.com/google/jsonschema-go v0.4.2 // indirect
