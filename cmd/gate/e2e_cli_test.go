@@ -274,6 +274,10 @@ func TestCLIHelpAndCompletion(t *testing.T) {
 	out, _, _ = cliRun(t, nil, "__complete", "tasks", "wait")
 	mustContain(t, "tasks wait flags", out, "--for\n", "--progress\n", "--url\n", "--json\n")
 
+	out, _, _ = cliRun(t, nil, "__complete", "tasks", "wait", "T-1", "--progress")
+	if out != "auto\nbar\nplain\nnone\n" {
+		t.Errorf("--progress values %q", out)
+	}
 	for _, sh := range []string{"bash", "zsh", "fish"} {
 		out, _, code := cliRun(t, nil, "completion", sh)
 		if code != 0 || !strings.Contains(out, "gate __complete") {
