@@ -23,7 +23,7 @@ type outer struct {
 	Tags    map[string]int  `json:"tags,omitempty"`
 	State   state           `json:"state"`
 	Hidden  string          `json:"-"`
-	private string
+	private string          //lint:ignore U1000 an unexported field, to check it stays out
 }
 
 // TestSchemaOfFollowsEncodingJSON checks the derived schemas against how
