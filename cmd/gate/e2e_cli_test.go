@@ -201,6 +201,9 @@ func TestE2ECLIAgainstARunningGate(t *testing.T) {
 		t.Fatalf("dlq redrive without ids: exit %d", code)
 	}
 
+	out = cliOK(t, u, agentFile, "tasks", "show", leased)
+	mustContain(t, "tasks show of the finished task", out, "status:", "succeeded", "progress (newest first):", "40%", "four of ten", "█", "receipts (ledger order):", "task.assigned", "task.completed")
+
 	// Receipts: show, chain, verify.
 	var task map[string]any
 	if err := json.Unmarshal([]byte(cliOK(t, u, agentFile, "tasks", "show", leased, "--json")), &task); err != nil {
