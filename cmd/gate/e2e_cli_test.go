@@ -210,12 +210,16 @@ func TestE2ECLIAgainstARunningGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	assign := task["assign_receipt_id"].(string)
+	// A receipt whose body holds <, > and &: the gate sends them \u-escaped,
+	// and verify still matches the hash.
+	want(t, call(t, "POST", g.URL+"/v1/receipts", agent, map[string]any{"receipt_type": "task.progress", "to": "agent.cli",
+		"task_id": leased, "parents": []string{assign}, "body": map[string]any{"note": "<b> & c"}}), 201, "")
 	mustContain(t, "receipts show", cliOK(t, u, agentFile, "receipts", "show", assign), "task.assigned", "matches its content", "terminated by:")
 	mustContain(t, "receipts chain", cliOK(t, u, agentFile, "receipts", "chain", assign), "DEPTH", assign, "ok")
 	out = cliOK(t, u, agentFile, "receipts", "verify", leased)
 	mustContain(t, "receipts verify", out, "receipts verified")
 	var rep verifyReport
-	if err := json.Unmarshal([]byte(cliOK(t, u, agentFile, "receipts", "verify", leased, "--json")), &rep); err != nil || !rep.OK || rep.Receipts < 2 {
+	if err := json.Unmarshal([]byte(cliOK(t, u, agentFile, "receipts", "verify", leased, "--json")), &rep); err != nil || !rep.OK || rep.Receipts < 3 {
 		t.Fatalf("receipts verify --json: %v %+v", err, rep)
 	}
 
