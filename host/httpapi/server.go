@@ -273,6 +273,7 @@ func (s *Server) routes() {
 
 	s.openAPIRoutes()
 	s.statsRoutes(auth)
+	s.resourceLeaseRoutes(e, auth, admins)
 }
 
 // seedErrors marks the seed /worker/* and /workers/* routes, whose error
