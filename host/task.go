@@ -219,8 +219,13 @@ type TaskType struct {
 	Policy     *PluginRef      `json:"policy,omitempty"`
 	Validators []PluginRef     `json:"validators,omitempty"`
 	ChannelCfg json.RawMessage `json:"channel_config,omitempty"`
-	CreatedAt  time.Time       `json:"created_at"`
-	UpdatedAt  time.Time       `json:"updated_at"`
+	// ResourceIntents are the resource leases a task of this type needs
+	// (KLIS-3 task integration): the engine offers such a task only when all
+	// of them can be granted, holds them for the task's lease and releases
+	// them when the lease ends.
+	ResourceIntents []ResourceIntent `json:"resource_intents,omitempty"`
+	CreatedAt       time.Time        `json:"created_at"`
+	UpdatedAt       time.Time        `json:"updated_at"`
 }
 
 // PluginRef names a plugin and the config it runs with for one task type.
@@ -291,6 +296,11 @@ func (tt *TaskType) Normalize() error {
 		tt.EstimatedRuntimeSeconds > maxSeconds || tt.PollSuggestionSeconds > maxSeconds || tt.DefaultTimeoutSeconds > maxSeconds || tt.DefaultRetentionDays > 36600:
 		return Errorf(CodeBadRequest, "durations must be 0..%d seconds (retention 0..36600 days)", maxSeconds)
 	}
+	intents, err := NormalizeIntents("resource_intents", tt.ResourceIntents)
+	if err != nil {
+		return err
+	}
+	tt.ResourceIntents = intents
 	return nil
 }
 

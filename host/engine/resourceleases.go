@@ -118,10 +118,7 @@ func (r *resourceLeases) wake() {
 }
 
 // ResourceIntent is one (resource, predicate) pair of an intent manifest.
-type ResourceIntent struct {
-	Resource  string              `json:"resource"`
-	Predicate host.LeasePredicate `json:"predicate"`
-}
+type ResourceIntent = host.ResourceIntent
 
 // AcquireRequest asks for every intent of a manifest, all or nothing.
 type AcquireRequest struct {
@@ -507,6 +504,9 @@ func loadOwned(ctx context.Context, tx store.Reader, a Actor, ids []string) ([]*
 		if l.Holder != a.Principal && a.Role != RoleAdmin {
 			return nil, host.Errorf(host.CodeForbidden, "resource lease %s is held by %s, not by %s", id, l.Holder, a.Principal)
 		}
+		if l.TaskID != "" && l.State == host.ResourceLeaseActive {
+			return nil, host.Errorf(host.CodeConflict, "resource lease %s is held for task %s: it follows the task's lease (heartbeat, complete, fail or release the task)", id, l.TaskID)
+		}
 		out = append(out, l)
 	}
 	return out, nil
@@ -812,9 +812,11 @@ func (e *Engine) DieRestart(ctx context.Context, a Actor) (*ResourceLeasesResult
 		if err != nil {
 			return err
 		}
-		ids := make([]string, len(ls))
-		for i, l := range ls {
-			ids[i] = l.ID
+		ids := make([]string, 0, len(ls))
+		for _, l := range ls {
+			if l.TaskID == "" { // a task's leases follow the task's lease
+				ids = append(ids, l.ID)
+			}
 		}
 		if len(ids) == 0 {
 			out = &ResourceLeasesResult{Leases: []*host.ResourceLease{}, ServerTime: start}
