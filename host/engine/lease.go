@@ -152,6 +152,17 @@ func (e *Engine) claim(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 		// aside and look further down the queue, a bounded number of times.
 		var kept []*host.Task
 		for round := 1; ; round++ {
+			// Lock every resource of the round at once, in one sorted
+			// order, before granting any of them.
+			var all []string
+			for _, t := range tasks {
+				all = append(all, intentResources(intents[t.ID])...)
+			}
+			if len(all) > 0 {
+				if _, err := tx.LockResources(ctx, req.Tenant, all); err != nil {
+					return err
+				}
+			}
 			stepped := 0
 			for _, t := range tasks {
 				in := intents[t.ID]
