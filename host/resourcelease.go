@@ -208,15 +208,13 @@ type ResourceIntent struct {
 // MaxTaskResourceIntents caps the resource intents of one task type.
 const MaxTaskResourceIntents = 16
 
-// NormalizeIntents validates and normalizes a task type's resource intents:
-// names normalized, predicates READS or MUTATES, one intent per resource
-// (MUTATES wins), sorted by resource. field names the list in errors.
+// NormalizeIntents validates and normalizes an intent manifest: names
+// normalized, predicates READS or MUTATES, one intent per resource (MUTATES
+// wins), sorted by resource. field names the list in errors; callers cap
+// its length.
 func NormalizeIntents(field string, in []ResourceIntent) ([]ResourceIntent, error) {
 	if len(in) == 0 {
 		return nil, nil
-	}
-	if len(in) > MaxTaskResourceIntents {
-		return nil, Errorf(CodeTooLarge, "%s: at most %d (this one has %d)", field, MaxTaskResourceIntents, len(in))
 	}
 	by := map[string]LeasePredicate{}
 	for i, it := range in {

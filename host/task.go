@@ -296,6 +296,9 @@ func (tt *TaskType) Normalize() error {
 		tt.EstimatedRuntimeSeconds > maxSeconds || tt.PollSuggestionSeconds > maxSeconds || tt.DefaultTimeoutSeconds > maxSeconds || tt.DefaultRetentionDays > 36600:
 		return Errorf(CodeBadRequest, "durations must be 0..%d seconds (retention 0..36600 days)", maxSeconds)
 	}
+	if len(tt.ResourceIntents) > MaxTaskResourceIntents {
+		return Errorf(CodeTooLarge, "resource_intents: at most %d (this one has %d)", MaxTaskResourceIntents, len(tt.ResourceIntents))
+	}
 	intents, err := NormalizeIntents("resource_intents", tt.ResourceIntents)
 	if err != nil {
 		return err

@@ -176,28 +176,7 @@ func (e *Engine) normalizeIntents(in []ResourceIntent) ([]ResourceIntent, error)
 	if len(in) > cfg.MaxIntents {
 		return nil, host.Errorf(host.CodeTooLarge, "intents: at most %d per manifest (this one has %d)", cfg.MaxIntents, len(in))
 	}
-	by := map[string]host.LeasePredicate{}
-	for i, it := range in {
-		res, err := host.NormalizeResource(it.Resource)
-		if err != nil {
-			var he *host.Error
-			errors.As(err, &he)
-			return nil, host.Errorf(host.CodeInvalidResource, "intents[%d].%s", i, he.Detail)
-		}
-		p, err := host.ParsePredicate(string(it.Predicate))
-		if err != nil {
-			return nil, host.Errorf(host.CodeBadRequest, "intents[%d].%s", i, host.ErrorDetail(err))
-		}
-		if by[res] != host.PredicateMutates {
-			by[res] = p
-		}
-	}
-	out := make([]ResourceIntent, 0, len(by))
-	for r, p := range by {
-		out = append(out, ResourceIntent{Resource: r, Predicate: p})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Resource < out[j].Resource })
-	return out, nil
+	return host.NormalizeIntents("intents", in)
 }
 
 func (e *Engine) resourceTTL(d time.Duration) (time.Duration, error) {
