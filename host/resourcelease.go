@@ -1,6 +1,7 @@
 package host
 
 import (
+	"encoding/json"
 	"fmt"
 	"path"
 	"sort"
@@ -235,5 +236,26 @@ func NormalizeIntents(field string, in []ResourceIntent) ([]ResourceIntent, erro
 		out = append(out, ResourceIntent{Resource: r, Predicate: p})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Resource < out[j].Resource })
+	return out, nil
+}
+
+// IntentsJSON is how a task's intents are stored: a JSON array, "" for none.
+func IntentsJSON(in []ResourceIntent) string {
+	if len(in) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(in)
+	return string(b)
+}
+
+// IntentsFromJSON reads what IntentsJSON wrote.
+func IntentsFromJSON(s string) ([]ResourceIntent, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []ResourceIntent
+	if err := json.Unmarshal([]byte(s), &out); err != nil {
+		return nil, fmt.Errorf("stored resource intents: %w", err)
+	}
 	return out, nil
 }

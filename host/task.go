@@ -141,6 +141,10 @@ type Task struct {
 	// AssignReceipt is the task.assigned receipt written at enqueue.
 	AssignReceipt string `json:"assign_receipt_id"`
 
+	// ResourceIntents are the resource leases the task runs under: its
+	// type's and its enqueue's, fixed at enqueue (KLIS-3 task integration).
+	ResourceIntents []ResourceIntent `json:"resource_intents,omitempty"`
+
 	// Version counts the writes to the task row (1 after insert). A fence on
 	// it makes an update conditional on nothing having changed since a read.
 	Version int64 `json:"-"`

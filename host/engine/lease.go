@@ -111,20 +111,19 @@ func (e *Engine) claim(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 			Tenant: req.Tenant, Types: req.Types, Now: now, Limit: req.MaxTasks,
 			Grant: func(t *host.Task) {
 				secs := req.LeaseSeconds
-				ct, err := e.types.getIn(ctx, tx, t.Tenant, t.Type)
 				if secs == 0 {
-					if err == nil {
+					if ct, err := e.types.getIn(ctx, tx, t.Tenant, t.Type); err == nil {
 						secs = ct.tt.LeaseSeconds
 					} else {
 						typeErr = err
 						secs = host.DefaultLeaseSeconds
 					}
 				}
-				if err == nil && len(ct.tt.ResourceIntents) > 0 {
+				if len(t.ResourceIntents) > 0 {
 					if snaps == nil {
 						snaps, intents = map[string]host.Task{}, map[string][]host.ResourceIntent{}
 					}
-					snaps[t.ID], intents[t.ID] = *t, ct.tt.ResourceIntents
+					snaps[t.ID], intents[t.ID] = *t, t.ResourceIntents
 				}
 				if secs > e.cfg.MaxLeaseSeconds {
 					secs = e.cfg.MaxLeaseSeconds

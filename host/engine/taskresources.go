@@ -9,9 +9,9 @@ import (
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
-// Task integration of resource leases (KLIS-3): a task type may name
-// resource intents. A task of such a type is offered only when every intent
-// can be granted; its resource leases are granted in the claim's
+// Task integration of resource leases (KLIS-3): a task type and an enqueue
+// may name resource intents, fixed on the task at enqueue. Such a task is
+// offered only when every intent can be granted; its resource leases are granted in the claim's
 // transaction, held by the worker for the task (task_id set), expire with
 // the task's lease, are extended by the task's heartbeats and end in the
 // transaction that ends the task's lease. Two tasks that MUTATE one
@@ -26,17 +26,6 @@ const resourceRetryDelay = time.Second
 // claimRounds bounds how many times one claim looks further down the queue
 // after tasks stepped aside for their resources.
 const claimRounds = 4
-
-// taskIntents returns the resource intents of t's type, nil when it names
-// none (or is unknown). It reads the type cache, so a task of a type without
-// intents costs no query.
-func (e *Engine) taskIntents(ctx context.Context, r store.Reader, t *host.Task) []host.ResourceIntent {
-	ct, err := e.types.getIn(ctx, r, t.Tenant, t.Type)
-	if err != nil {
-		return nil
-	}
-	return ct.tt.ResourceIntents
-}
 
 func intentResources(in []host.ResourceIntent) []string {
 	out := make([]string, len(in))
@@ -92,18 +81,20 @@ func (e *Engine) grantTaskResources(ctx context.Context, tx store.Tx, t *host.Ta
 // taskLeaseRef names the lease of a task whose resource leases are looked
 // up: the fields clearLease wipes, saved before it does.
 type taskLeaseRef struct {
-	Tenant, TaskID, Type, WorkerID string
+	Tenant, TaskID, WorkerID string
+	// Intents is set when the task runs under resource intents.
+	Intents bool
 }
 
 func refOf(t *host.Task) taskLeaseRef {
-	return taskLeaseRef{Tenant: t.Tenant, TaskID: t.ID, Type: t.Type, WorkerID: t.WorkerID}
+	return taskLeaseRef{Tenant: t.Tenant, TaskID: t.ID, WorkerID: t.WorkerID, Intents: len(t.ResourceIntents) > 0}
 }
 
 // taskResources locks and loads the active resource leases held for the
-// task, then reads the clock. Nothing is read when the task's type names no
+// task, then reads the clock. Nothing is read when the task runs under no
 // intents.
 func (e *Engine) taskResources(ctx context.Context, tx store.Tx, ref taskLeaseRef) ([]*host.ResourceLease, time.Time, error) {
-	if ref.WorkerID == "" || len(e.taskIntents(ctx, tx, &host.Task{Tenant: ref.Tenant, Type: ref.Type})) == 0 {
+	if ref.WorkerID == "" || !ref.Intents {
 		return nil, time.Time{}, nil
 	}
 	load := func() ([]*host.ResourceLease, error) {

@@ -86,6 +86,19 @@ func TestTaskResourceIntentsHTTP(t *testing.T) {
 	if code != 200 || len(leases) != 1 || leases[0].(map[string]any)["task"].(map[string]any)["task_id"] != tasks[1] {
 		t.Fatalf("after the release: lease = %d %v", code, body)
 	}
+	// An enqueue names its own intents; a bad one is refused naming it.
+	code, body = b.do(t, http.MethodPost, "/v1/tasks", b.agent, `{"task_type":"edit","params":{},"resource_intents":[{"resource":"REPO:\u0007","predicate":"READS"}]}`)
+	if code != 400 || body["error"] != "invalid_resource" || !strings.Contains(body["detail"].(string), "resource_intents[0]") {
+		t.Fatalf("enqueue with a bad intent = %d %v", code, body)
+	}
+	code, body = b.do(t, http.MethodPost, "/v1/tasks", b.agent, `{"task_type":"edit","params":{},"resource_intents":[{"resource":"repo:r","predicate":"READS"}]}`)
+	if code != 201 {
+		t.Fatalf("enqueue with an intent = %d %v", code, body)
+	}
+	code, body = b.do(t, http.MethodGet, "/v1/tasks/"+body["task_id"].(string), b.agent, "")
+	if got, _ := body["resource_intents"].([]any); code != 200 || len(got) != 2 {
+		t.Fatalf("task with the type's and its own intents = %d %v", code, body)
+	}
 	metrics := b.scrape(t)
 	for _, want := range []string{`asyncgate_resource_leases_granted_total{predicate="MUTATES",tenant="default"} 2`, `asyncgate_resource_leases_held{predicate="MUTATES"} 1`} {
 		if !strings.Contains(metrics, want) {

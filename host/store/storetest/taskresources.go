@@ -24,6 +24,7 @@ func runTaskResources(t *testing.T, open Opener) {
 		fn   func(t *testing.T, b *Bundle)
 	}{
 		{"TaskResourceIntentsValidated", testTRValidated},
+		{"TaskResourceEnqueueIntents", testTREnqueue},
 		{"TaskResourceMutatesExclusive", testTRMutates},
 		{"TaskResourceReadsShared", testTRReads},
 		{"TaskResourceBlockedTaskStepsAside", testTRStepAside},
@@ -126,6 +127,68 @@ func testTRValidated(t *testing.T, b *Bundle) {
 	WantCode(t, err, host.CodeTooLarge)
 	if _, err := b.Engine.GetTaskType(b.Ctx, "acme", "bad"); !host.IsCode(err, host.CodeNotFound) && !host.IsCode(err, host.CodeUnknownTaskType) {
 		t.Fatalf("a refused task type was stored: %v", err)
+	}
+}
+
+func testTREnqueue(t *testing.T, b *Bundle) {
+	for _, c := range []struct {
+		in   []host.ResourceIntent
+		code string
+	}{
+		{[]host.ResourceIntent{{Resource: "FILE:", Predicate: "READS"}}, host.CodeInvalidResource},
+		{[]host.ResourceIntent{{Resource: "FILE:/a", Predicate: "OWNS"}}, host.CodeBadRequest},
+		{make([]host.ResourceIntent, host.MaxTaskResourceIntents+1), host.CodeTooLarge},
+	} {
+		_, err := b.Engine.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "work", Params: []byte(`{}`), ResourceIntents: c.in})
+		WantCode(t, err, c.code)
+	}
+	if tasks, _, err := b.Engine.ListTasks(b.Ctx, b.Admin, store.TaskFilter{Tenant: "acme", Limit: 10}); err != nil || len(tasks) != 0 {
+		t.Fatalf("a refused enqueue left tasks: %d (%v)", len(tasks), err)
+	}
+	// The type's intents and the request's are merged and fixed on the task.
+	e := b.Enqueue(t, "edit", func(r *engine.EnqueueRequest) {
+		r.ResourceIntents = []host.ResourceIntent{{Resource: "repo:r", Predicate: "reads"}, {Resource: "FILE:/repo/x.go", Predicate: "READS"}}
+	})
+	if got := fmt.Sprint(b.Task(t, e.TaskID).ResourceIntents); got != "[{FILE:/repo/x.go MUTATES} {REPO:r READS}]" {
+		t.Fatalf("task intents = %s", got)
+	}
+	// A task of a type without intents, with its own: one MUTATES at a time.
+	w1 := b.Enqueue(t, "work", func(r *engine.EnqueueRequest) {
+		r.ResourceIntents = []host.ResourceIntent{{Resource: "REPO:r", Predicate: "MUTATES"}}
+	})
+	w2 := b.Enqueue(t, "work", func(r *engine.EnqueueRequest) {
+		r.ResourceIntents = []host.ResourceIntent{{Resource: "REPO:r", Predicate: "MUTATES"}}
+	})
+	free := b.Enqueue(t, "work")
+	offers := leaseN(t, b, "w.1", 10)
+	var got []string
+	for _, o := range offers {
+		got = append(got, o.Task.ID)
+	}
+	if fmt.Sprint(got) != fmt.Sprint([]string{e.TaskID, free.TaskID}) {
+		t.Fatalf("offered %v, want the edit task (REPO:r READS) and the free one: both work tasks MUTATE REPO:r", got)
+	}
+	b.Complete(t, "w.1", offers[0])
+	b.Clock.Advance(2 * time.Second)
+	o := b.LeaseOne(t, "w.2")
+	if o.Task.ID != w1.TaskID || len(taskLeases(t, b, w1.TaskID)) != 1 {
+		t.Fatalf("after the READS ended: offered %s, want %s holding one resource lease", o.Task.ID, w1.TaskID)
+	}
+	b.Clock.Advance(2 * time.Second)
+	b.NoOffers(t, engine.LeaseRequest{Tenant: "acme", WorkerID: "w.3"}, "second task that MUTATES REPO:r")
+	// Editing the type does not change what queued tasks run under.
+	e3 := b.Enqueue(t, "edit")
+	edit, err := b.Engine.GetTaskType(b.Ctx, "acme", "edit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit.ResourceIntents = nil
+	b.MustPutType(t, *edit)
+	if got := fmt.Sprint(b.Task(t, e3.TaskID).ResourceIntents); got != "[{FILE:/repo/x.go MUTATES}]" {
+		t.Fatalf("queued task's intents changed with its type: %s", got)
+	}
+	if got := fmt.Sprint(b.Task(t, w2.TaskID).ResourceIntents); got != "[{REPO:r MUTATES}]" {
+		t.Fatalf("queued task's intents: %s", got)
 	}
 }
 
