@@ -16,6 +16,7 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/plugin"
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
@@ -60,6 +61,8 @@ type Server struct {
 	auth    *Authenticator
 	metrics *Metrics
 	extra   []func(*echo.Echo, echo.MiddlewareFunc)
+
+	pluginInfo func() (bool, []plugin.Info) // for the dashboard (WithPluginInfo)
 
 	hsMu    sync.Mutex
 	methods routeMethods
@@ -270,6 +273,8 @@ func (s *Server) routes() {
 	a.GET("/workers", s.listWorkers)
 	// The spec's worker key endpoint.
 	e.POST("/admin/workers/create_key", s.seedCreateWorkerKey, seedErrors, auth, admins)
+
+	s.uiRoutes() // the operator dashboard at /ui (ui.go)
 }
 
 // seedErrors marks the seed /worker/* and /workers/* routes, whose error
