@@ -140,7 +140,7 @@ func seedTasks(b *testing.B, st store.Store, n int) {
 				at := base.Add(time.Duration(i) * time.Millisecond)
 				t := &host.Task{ID: host.NewID(host.PrefixTask), Tenant: "default", Type: "t" + strconv.Itoa(i%5),
 					CreatedBy: "agent.bench", Recipient: "agent.bench", Priority: 5, MaxRetries: 3,
-					Params: json.RawMessage(`{"i":` + strconv.Itoa(i) + `,"path":"/data/in/` + strconv.Itoa(i) + `.csv"}`),
+					Params:    json.RawMessage(`{"i":` + strconv.Itoa(i) + `,"path":"/data/in/` + strconv.Itoa(i) + `.csv"}`),
 					CreatedAt: at, UpdatedAt: at, AvailableAt: at}
 				switch r := i % 100; {
 				case i%(n/10) == 7:
