@@ -77,8 +77,8 @@ func waitTrue(t *testing.T, ctx context.Context, what, js string) {
 // TestE2EDashboardInABrowser drives the dashboard of a real gate in headless
 // Chromium: sign in, see the queue plot, find a task, watch its progress move
 // without reloading, see its result fetched through its channel with the
-// checksum verified, redrive a dead letter, and have a form posted without
-// its CSRF token refused.
+// checksum verified, redrive a dead letter, have a form posted without its
+// CSRF token refused, and see the worker and the plugins.
 func TestE2EDashboardInABrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test: not in -short")
@@ -195,5 +195,15 @@ func TestE2EDashboardInABrowser(t *testing.T) {
 	}
 	if st := call(t, "GET", g.URL+"/v1/tasks/"+doomed, g.Admin, nil).JSON(t)["status"]; st != "queued" {
 		t.Fatalf("after redrive the task is %v, want queued", st)
+	}
+
+	// The worker and the plugins that served the result are listed.
+	step(t, ctx, "workers", chromedp.Navigate(g.URL+"/ui/workers"), chromedp.WaitVisible(chromedp.CSS("#workers")))
+	if w := textOf(t, ctx, "#workers tbody"); !strings.Contains(w, "uidemo.w1") {
+		t.Fatalf("workers page: %q", w)
+	}
+	step(t, ctx, "plugins", chromedp.Navigate(g.URL+"/ui/plugins"), chromedp.WaitVisible(chromedp.CSS("#plugins")))
+	if p := textOf(t, ctx, "#plugins tbody"); !strings.Contains(p, "inline") || !strings.Contains(p, "ready") {
+		t.Fatalf("plugins page: %q", p)
 	}
 }

@@ -157,7 +157,7 @@ func seedTasks(b *testing.B, st store.Store, n int) {
 				if i%97 == 0 {
 					t.Recipient = "agent.other"
 				}
-				if t.State == host.StateQueued && leased < 200 && i%50 == 1 {
+				if t.State == host.StateQueued && leased < 200 && i%100 == 71 {
 					exp := now.Add(time.Hour)
 					w := fmt.Sprintf("t%d.w%d", i%5, leased%20)
 					t.State, t.LeaseID, t.WorkerID, t.LeasedAt, t.LeaseExpiresAt = host.StateLeased, host.NewID(host.PrefixLease), w, &at, &exp
