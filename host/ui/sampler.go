@@ -61,12 +61,15 @@ type sampler struct {
 	every time.Duration
 	now   func() time.Time
 
+	ctx   context.Context // ends the sampling loop
+	start sync.Once       // the loop starts with the first page that shows a tenant
+
 	mu    sync.Mutex
 	rings map[string]*ring
 }
 
-func newSampler(st store.Store, every time.Duration, now func() time.Time) *sampler {
-	return &sampler{st: st, every: every, now: now, rings: map[string]*ring{}}
+func newSampler(ctx context.Context, st store.Store, every time.Duration, now func() time.Time) *sampler {
+	return &sampler{ctx: ctx, st: st, every: every, now: now, rings: map[string]*ring{}}
 }
 
 // run samples until ctx ends.
@@ -126,6 +129,7 @@ func (s *sampler) take(ctx context.Context, tenant string) {
 // watch marks tenant as shown now and returns a copy of its samples, taking
 // a first one when it has none.
 func (s *sampler) watch(ctx context.Context, tenant string) []sample {
+	s.start.Do(func() { go s.run(s.ctx) })
 	s.mu.Lock()
 	r := s.rings[tenant]
 	if r == nil {

@@ -69,8 +69,8 @@ type UI struct {
 	ctx      context.Context
 }
 
-// New builds the dashboard and starts its queue sampler, which runs until
-// cfg.Context ends.
+// New builds the dashboard. Its queue sampler starts with the first page
+// that shows queues and runs until cfg.Context ends.
 func New(cfg Config) (*UI, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -88,8 +88,7 @@ func New(cfg Config) (*UI, error) {
 		return nil, err
 	}
 	u.pages = pages
-	u.sampler = newSampler(u.st, cfg.SampleEvery, u.now)
-	go u.sampler.run(cfg.Context)
+	u.sampler = newSampler(cfg.Context, u.st, cfg.SampleEvery, u.now)
 	return u, nil
 }
 
@@ -166,36 +165,38 @@ func parsePages() (map[string]*template.Template, error) {
 	return out, nil
 }
 
-// Mount registers the dashboard's routes on e under /ui.
+// Mount registers the dashboard's routes on e under /ui. Middleware is
+// attached per route, not to a group, so a wrong method still gets the
+// gate's 405 with Allow.
 func (u *UI) Mount(e *echo.Echo) {
 	e.GET("/ui", func(c echo.Context) error { return c.Redirect(http.StatusSeeOther, "/ui/") })
 	static, _ := fs.Sub(staticFS, "static")
 	fileServer := http.StripPrefix("/ui/static/", http.FileServer(http.FS(static)))
-	g := e.Group("/ui", u.headers)
-	g.GET("/static/*", func(c echo.Context) error {
+	e.GET("/ui/static/*", func(c echo.Context) error {
 		c.Response().Header().Set("Cache-Control", "public, max-age=300")
 		fileServer.ServeHTTP(c.Response(), c.Request())
 		return nil
-	})
-	g.GET("/login", u.handle(u.loginPage))
-	g.POST("/login", u.handle(u.login))
-	in := g.Group("", u.errorsAsPages, u.signedIn)
-	in.POST("/logout", u.logout)
-	in.GET("/", u.overview)
-	in.GET("/fragments/queues", u.queuesFragment)
-	in.POST("/tenant", u.switchTenant)
-	in.GET("/tasks", u.tasks)
-	in.GET("/tasks/:id", u.task)
-	in.GET("/tasks/:id/progress", u.progressFragment)
-	in.POST("/tasks/:id/cancel", u.cancel)
-	in.GET("/dead-letters", u.deadLetters)
-	in.POST("/dead-letters/redrive", u.redrive)
-	in.GET("/workers", u.workers)
-	in.GET("/plugins", u.plugins)
-	in.GET("/obligations", u.obligations)
-	in.GET("/ledger", u.ledger)
-	in.GET("/fragments/ledger", u.ledgerFragment)
-	in.POST("/ledger/verify", u.startVerify)
+	}, u.headers)
+	open := []echo.MiddlewareFunc{u.headers, u.errorsAsPages}
+	e.GET("/ui/login", u.loginPage, open...)
+	e.POST("/ui/login", u.login, open...)
+	in := []echo.MiddlewareFunc{u.headers, u.errorsAsPages, u.signedIn}
+	e.POST("/ui/logout", u.logout, in...)
+	e.GET("/ui/", u.overview, in...)
+	e.GET("/ui/fragments/queues", u.queuesFragment, in...)
+	e.POST("/ui/tenant", u.switchTenant, in...)
+	e.GET("/ui/tasks", u.tasks, in...)
+	e.GET("/ui/tasks/:id", u.task, in...)
+	e.GET("/ui/tasks/:id/progress", u.progressFragment, in...)
+	e.POST("/ui/tasks/:id/cancel", u.cancel, in...)
+	e.GET("/ui/dead-letters", u.deadLetters, in...)
+	e.POST("/ui/dead-letters/redrive", u.redrive, in...)
+	e.GET("/ui/workers", u.workers, in...)
+	e.GET("/ui/plugins", u.plugins, in...)
+	e.GET("/ui/obligations", u.obligations, in...)
+	e.GET("/ui/ledger", u.ledger, in...)
+	e.GET("/ui/fragments/ledger", u.ledgerFragment, in...)
+	e.POST("/ui/ledger/verify", u.startVerify, in...)
 }
 
 // headers sets the security headers of every dashboard answer: no framing,
@@ -211,9 +212,6 @@ func (u *UI) headers(next echo.HandlerFunc) echo.HandlerFunc {
 		return next(c)
 	}
 }
-
-// handle renders a handler's error as an HTML error page.
-func (u *UI) handle(h echo.HandlerFunc) echo.HandlerFunc { return u.errorsAsPages(h) }
 
 // errorsAsPages turns an error into an HTML page with its status, machine
 // code and detail.
