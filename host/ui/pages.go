@@ -115,12 +115,22 @@ type tasksData struct {
 	Next      string // the next page's URL, "" on the last
 }
 
-// tasks is GET /ui/tasks?state=&type=&recipient=&cursor=&q=: a page of tasks
-// in queue order; q jumps to a task by id.
-func (u *UI) tasks(c echo.Context) error {
-	if q := strings.TrimSpace(c.QueryParam("q")); q != "" {
-		return c.Redirect(http.StatusSeeOther, "/ui/tasks/"+url.PathEscape(q))
+// findTask is POST /ui/find-task {q}: open a task by id. It is a post so
+// that whatever is typed (a key pasted by mistake) stays out of URLs.
+func (u *UI) findTask(c echo.Context) error {
+	q := strings.TrimSpace(c.FormValue("q"))
+	if q == "" {
+		return c.Redirect(http.StatusSeeOther, "/ui/tasks")
 	}
+	if strings.HasPrefix(q, "agw_") {
+		return host.Errorf(host.CodeBadRequest, "that is an API key, not a task id; nothing was looked up (revoke the key if it was shared)")
+	}
+	return c.Redirect(http.StatusSeeOther, "/ui/tasks/"+url.PathEscape(q))
+}
+
+// tasks is GET /ui/tasks?state=&type=&recipient=&cursor=: a page of tasks
+// in queue order.
+func (u *UI) tasks(c echo.Context) error {
 	s := sessionOf(c)
 	d := tasksData{State: c.QueryParam("state"), Type: strings.TrimSpace(c.QueryParam("type")),
 		Recipient: strings.TrimSpace(c.QueryParam("recipient")), States: allStates}

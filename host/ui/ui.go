@@ -186,6 +186,7 @@ func (u *UI) Mount(e *echo.Echo) {
 	e.GET("/ui/fragments/queues", u.queuesFragment, in...)
 	e.POST("/ui/tenant", u.switchTenant, in...)
 	e.GET("/ui/tasks", u.tasks, in...)
+	e.POST("/ui/find-task", u.findTask, in...)
 	e.GET("/ui/tasks/:id", u.task, in...)
 	e.GET("/ui/tasks/:id/progress", u.progressFragment, in...)
 	e.POST("/ui/tasks/:id/cancel", u.cancel, in...)
@@ -307,7 +308,7 @@ func hashKey(key string) string {
 func (u *UI) loginPage(c echo.Context) error {
 	tok := randomToken()
 	u.setCookie(c, loginCookie, tok, 600)
-	return u.render(c, http.StatusOK, "login", page{Title: "Sign in", CSRF: tok, Data: c.QueryParam("why")})
+	return u.render(c, http.StatusOK, "login", page{Title: "Sign in", CSRF: tok})
 }
 
 // login is POST /ui/login: key (form field, never the URL) → session.

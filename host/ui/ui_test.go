@@ -351,3 +351,18 @@ func TestLedgerVerificationRunsInTheBackground(t *testing.T) {
 		return strings.Contains(page, "Verified OK")
 	})
 }
+
+func TestFindingATaskKeepsWhatWasTypedOutOfURLs(t *testing.T) {
+	b := setup(t)
+	id := b.deadLetter(t)
+	br := newBrowser(t, b.ts)
+	tok := br.signIn(b.admin)
+	res, _ := br.post("/ui/find-task", url.Values{"csrf": {tok}, "q": {id}})
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/ui/tasks/"+id {
+		t.Fatalf("find %s: %d to %q", id, res.StatusCode, res.Header.Get("Location"))
+	}
+	res, body := br.post("/ui/find-task", url.Values{"csrf": {tok}, "q": {b.agent}})
+	if res.StatusCode != http.StatusBadRequest || res.Header.Get("Location") != "" || strings.Contains(body, b.agent) {
+		t.Fatalf("a key typed into the task box: %d to %q", res.StatusCode, res.Header.Get("Location"))
+	}
+}
