@@ -14,9 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi"
+	"github.com/asyncgate/asyncgate/host/postgres"
 	"github.com/asyncgate/asyncgate/host/sqlite"
 	"github.com/asyncgate/asyncgate/host/store"
 )
@@ -25,9 +28,14 @@ import (
 // timing the pages (e.g. 1000000). Unset, the benchmark skips: seeding a
 // million tasks takes minutes. benchDirEnv, when set, keeps the seeded
 // database in that folder and reuses it on the next run.
+//
+// benchPostgresEnv, when set to a PostgreSQL URL, runs the benchmark on
+// PostgreSQL instead, in schema ag_uibench_<n>, which is kept for the next
+// run when benchDirEnv is also set and dropped otherwise.
 const (
-	benchTasksEnv = "ASYNCGATE_BENCH_UI_TASKS"
-	benchDirEnv   = "ASYNCGATE_BENCH_UI_DIR"
+	benchTasksEnv    = "ASYNCGATE_BENCH_UI_TASKS"
+	benchDirEnv      = "ASYNCGATE_BENCH_UI_DIR"
+	benchPostgresEnv = "ASYNCGATE_BENCH_UI_POSTGRES"
 )
 
 // benchGate is a gate with many stored tasks and a signed-in session.
@@ -88,15 +96,36 @@ func openBenchGate(b *testing.B, n int) *benchGate {
 	b.Helper()
 	ctx := context.Background()
 	dir := os.Getenv(benchDirEnv)
+	keep := dir != ""
 	if dir == "" {
 		dir = b.TempDir()
 	}
-	path := filepath.Join(dir, fmt.Sprintf("ui-bench-%d.db", n))
-	_, statErr := os.Stat(path)
-	seeded := statErr == nil
-	st, err := sqlite.Open(path, sqlite.Options{})
-	if err != nil {
-		b.Fatal(err)
+	var st store.Store
+	var seeded bool
+	if pg := os.Getenv(benchPostgresEnv); pg != "" {
+		schema := fmt.Sprintf("ag_uibench_%d", n)
+		ps, err := postgres.Open(ctx, pg, postgres.Options{Schema: schema})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !keep {
+			b.Cleanup(func() { dropSchema(b, pg, schema) })
+		}
+		st = ps
+		qs, err := eng0Stats(ctx, ps)
+		if err != nil {
+			b.Fatal(err)
+		}
+		seeded = qs >= int64(n)
+	} else {
+		path := filepath.Join(dir, fmt.Sprintf("ui-bench-%d.db", n))
+		_, statErr := os.Stat(path)
+		seeded = statErr == nil
+		ss, err := sqlite.Open(path, sqlite.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		st = ss
 	}
 	eng, err := engine.New(engine.Config{Store: st})
 	if err != nil {
@@ -231,4 +260,30 @@ func signInRecorder(b *testing.B, h http.Handler, key string) *http.Cookie {
 	}
 	b.Fatalf("sign-in failed: %d %s", rec.Code, rec.Body.String())
 	return nil
+}
+
+// eng0Stats counts the tasks already stored (from the maintained counters).
+func eng0Stats(ctx context.Context, st store.Store) (int64, error) {
+	var n int64
+	err := st.View(ctx, func(r store.Reader) error {
+		qs, err := r.QueueStats(ctx, "default")
+		for _, v := range qs.ByState {
+			n += v
+		}
+		return err
+	})
+	return n, err
+}
+
+func dropSchema(b *testing.B, url, schema string) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		b.Errorf("drop schema %s: %v", schema, err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+		b.Errorf("drop schema %s: %v", schema, err)
+	}
 }
