@@ -18,9 +18,9 @@ build: plugins
 run: build
 	./$(BIN) serve
 
-# The SDKs are their own modules (sdk/plugin, sdk/worker), outside ./... of
+# The SDKs are their own modules (sdk/plugin, sdk/worker, sdk/client), outside ./... of
 # the root module: vet and test them from their folders.
-SDK_MODULES := sdk/plugin sdk/worker
+SDK_MODULES := sdk/plugin sdk/worker sdk/client
 
 vet:
 	$(GO) vet ./...

@@ -3,9 +3,11 @@ module github.com/asyncgate/asyncgate
 go 1.26.0
 
 require (
+	github.com/asyncgate/asyncgate/sdk/client v0.0.0-00010101000000-000000000000
 	github.com/asyncgate/asyncgate/sdk/plugin v0.0.0-00010101000000-000000000000
 	github.com/asyncgate/asyncgate/sdk/worker v0.0.0-00010101000000-000000000000
 	github.com/chromedp/chromedp v0.23.0
+	github.com/getkin/kin-openapi v0.153.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/mark3labs/mcp-go v1.2.1
@@ -22,6 +24,8 @@ require (
 	github.com/chromedp/cdproto v0.159.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+	github.com/go-openapi/jsonpointer v0.22.5 // indirect
+	github.com/go-openapi/swag/jsonname v0.25.5 // indirect
 	github.com/google/jsonschema-go v0.4.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
@@ -35,11 +39,12 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
-	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2 // indirect
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	github.com/spf13/cast v1.7.1 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/fasttemplate v1.2.2 // indirect
 	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
+	go.yaml.in/yaml/v4 v4.0.0 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/net v0.59.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
@@ -54,6 +59,7 @@ require (
 // The SDKs are their own modules (standard library only), so plugin and
 // worker authors depend on them without the gate's dependencies.
 replace (
+	github.com/asyncgate/asyncgate/sdk/client => ./sdk/client
 	github.com/asyncgate/asyncgate/sdk/plugin => ./sdk/plugin
 	github.com/asyncgate/asyncgate/sdk/worker => ./sdk/worker
 )

@@ -260,8 +260,29 @@ func call(t *testing.T, method, url, key string, body any) resp {
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
+	checkContract(t, method, url, key, bodyBytes(t, body), r)
 	return r
 }
+
+// bodyBytes is the request body call sends for body (nil for none).
+func bodyBytes(t *testing.T, body any) []byte {
+	switch b := body.(type) {
+	case nil:
+		return nil
+	case string:
+		return []byte(b)
+	case []byte:
+		return b
+	}
+	j, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// jsonUnmarshal is json.Unmarshal (for files that do not import encoding/json).
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 func tryCall(method, url, key string, body any) (resp, error) {
 	var rd io.Reader

@@ -112,6 +112,7 @@ func TestE2EResultsStayWithTheirTenant(t *testing.T) {
 // inline payload answers the first outcome with duplicate: true, on the
 // canonical route and on the seeds' /worker/complete.
 func TestE2ECompleteRepeatWithPayload(t *testing.T) {
+	contract(t)
 	t.Parallel()
 	g := startGate(t, t.TempDir())
 	g.putType(t, "echo", map[string]any{"default_result_channel": "inline"}, "")

@@ -30,6 +30,7 @@ func setup(t *testing.T, typeFields map[string]any, extra ...string) bundle {
 }
 
 func TestE2EFullCycleAndReceipts(t *testing.T) {
+	contract(t)
 	t.Parallel()
 	b := setup(t, nil)
 	g := b.g
@@ -224,6 +225,7 @@ func TestE2EFullCycleAndReceipts(t *testing.T) {
 }
 
 func TestE2EFailRetryCancelRelease(t *testing.T) {
+	contract(t)
 	t.Parallel()
 	b := setup(t, map[string]any{"default_max_retries": 1, "requeue_delay_seconds": 0})
 	g := b.g
@@ -288,6 +290,7 @@ func TestE2EFailRetryCancelRelease(t *testing.T) {
 }
 
 func TestE2EDeadLettersRedriveWorkersKeys(t *testing.T) {
+	contract(t)
 	t.Parallel()
 	b := setup(t, map[string]any{"default_max_retries": 0})
 	g := b.g
@@ -377,6 +380,7 @@ func TestE2EDeadLettersRedriveWorkersKeys(t *testing.T) {
 }
 
 func TestE2EBadInputAndAuth(t *testing.T) {
+	contract(t)
 	t.Parallel()
 	b := setup(t, nil, "--body-limit", "4096")
 	g := b.g
@@ -451,6 +455,7 @@ func TestE2EBadInputAndAuth(t *testing.T) {
 }
 
 func TestE2ETenantsAndVisibility(t *testing.T) {
+	contract(t)
 	t.Parallel()
 	b := setup(t, nil)
 	g := b.g
@@ -487,6 +492,7 @@ func TestE2ETenantsAndVisibility(t *testing.T) {
 }
 
 func TestE2ESeedShapes(t *testing.T) {
+	contract(t)
 	t.Parallel()
 	b := setup(t, map[string]any{"default_max_retries": 2})
 	g := b.g

@@ -52,12 +52,17 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "gate — AsyncGate, a durable task gate for AI agents")
 	fmt.Fprintln(w, "\nUsage: gate <command> [flags]\n\nCommands:")
 	names := make([]string, 0, len(commands))
-	for n := range commands {
+	width := 8
+	for n, c := range commands {
+		if c.summary == "" {
+			continue // hidden (gate __complete)
+		}
 		names = append(names, n)
+		width = max(width, len(n))
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-*s %s\n", width, n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun \"gate <command> -h\" for a command's flags.")
 }

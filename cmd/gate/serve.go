@@ -100,13 +100,14 @@ func loadConfigFile(path string, cfg *serveConfig) error {
 	return nil
 }
 
-// parseServeFlags applies defaults, then the config file, then the flags
-// that were given.
+// parseServeFlags applies defaults, then the config file, then the
+// ASYNCGATE_* environment variables (serve_env.go), then the flags that were
+// given.
 func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	cfg := defaultServeConfig()
 	fs := flag.NewFlagSet("gate serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "config file (JSON, see schemas/config.schema.json)")
+	configPath := fs.String("config", "", "config file (JSON, see schemas/config.schema.json; default $ASYNCGATE_CONFIG)")
 	listen := fs.String("listen", cfg.Listen, "address to listen on (host:port; :0 picks a free port)")
 	data := fs.String("data", cfg.Data, "data folder (SQLite database and admin.key)")
 	db := fs.String("db", "", "database URL (empty: SQLite in the data folder; postgres://… for PostgreSQL)")
@@ -128,10 +129,16 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
+	if *configPath == "" {
+		*configPath = os.Getenv("ASYNCGATE_CONFIG")
+	}
 	if *configPath != "" {
 		if err := loadConfigFile(*configPath, &cfg); err != nil {
 			return cfg, err
 		}
+	}
+	if err := loadConfigEnv(os.Environ(), &cfg, stderr); err != nil {
+		return cfg, err
 	}
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {

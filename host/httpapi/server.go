@@ -274,6 +274,8 @@ func (s *Server) routes() {
 	// The spec's worker key endpoint.
 	e.POST("/admin/workers/create_key", s.seedCreateWorkerKey, seedErrors, auth, admins)
 
+	s.openAPIRoutes()
+	s.statsRoutes(auth)
 	s.uiRoutes() // the operator dashboard at /ui (ui.go)
 }
 

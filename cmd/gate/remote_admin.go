@@ -1,0 +1,321 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/asyncgate/asyncgate/sdk/client"
+)
+
+// The operator commands against a running gate: gate dlq, types, workers,
+// stats (admin keys).
+
+func init() {
+	var (
+		limit  int
+		cursor string
+		all    bool
+	)
+	registerRemote(remoteGroup{name: "dlq", summary: "list and redrive dead-lettered tasks on a running gate (admin)", subs: []remoteSub{
+		{name: "list", summary: "list dead letters, newest first", maxArgs: 0, tenant: true,
+			flags: func(fs *flag.FlagSet) {
+				fs.IntVar(&limit, "limit", 50, "tasks per page")
+				fs.StringVar(&cursor, "cursor", "", "the cursor a previous page printed")
+			},
+			run: func(rc *remoteCtx, _ []string) error {
+				q := url.Values{}
+				if limit > 0 {
+					q.Set("limit", strconv.Itoa(limit))
+				}
+				if cursor != "" {
+					q.Set("cursor", cursor)
+				}
+				var raw json.RawMessage
+				if err := rc.call("GET", rc.withTenant("/v1/admin/dead-letters?"+q.Encode()), nil, &raw); err != nil {
+					return err
+				}
+				if rc.json {
+					return rc.printJSON(raw)
+				}
+				var out struct {
+					Tasks  []client.Task `json:"tasks"`
+					Cursor string        `json:"cursor"`
+				}
+				if err := json.Unmarshal(raw, &out); err != nil {
+					return err
+				}
+				rows := make([][]string, 0, len(out.Tasks))
+				for _, t := range out.Tasks {
+					why := t.DeadReason
+					if t.ErrorMessage != "" {
+						why = strings.TrimSpace(why + ": " + t.ErrorMessage)
+					}
+					rows = append(rows, []string{t.TaskID, t.TaskType, strconv.Itoa(t.Attempts), ago(t.UpdatedAt), clip(why, 60)})
+				}
+				rc.table([]string{"TASK", "TYPE", "FAILS", "DEAD FOR", "WHY"}, rows)
+				if len(out.Tasks) == 0 {
+					fmt.Fprintln(rc.out, "(no dead letters)")
+				}
+				if out.Cursor != "" {
+					fmt.Fprintf(rc.out, "more: --cursor %s\n", out.Cursor)
+				}
+				return nil
+			}},
+		{name: "redrive", args: "TASK_ID…", summary: "queue dead letters again (one, several, or --all)", maxArgs: -1, tenant: true,
+			more: "Each task is redriven on its own; the command goes on after a refusal and exits 1 if any failed.",
+			flags: func(fs *flag.FlagSet) {
+				fs.BoolVar(&all, "all", false, "redrive every dead letter of the tenant")
+			},
+			run: func(rc *remoteCtx, ids []string) error {
+				if all == (len(ids) > 0) {
+					return exitErr{exitUsage, "give TASK_IDs or --all"}
+				}
+				if all {
+					var err error
+					if ids, err = allDeadLetters(rc); err != nil {
+						return err
+					}
+				}
+				var done []client.Task
+				failed := 0
+				for _, id := range ids {
+					var t client.Task
+					if err := rc.call("POST", rc.withTenant("/v1/admin/dead-letters/"+url.PathEscape(id)+"/redrive"), nil, &t); err != nil {
+						fmt.Fprintf(rc.errw, "%s: %s\n", id, describeErr(err))
+						failed++
+						continue
+					}
+					done = append(done, t)
+					if !rc.json {
+						fmt.Fprintf(rc.out, "%s redriven: %s\n", t.TaskID, t.Status)
+					}
+				}
+				if rc.json {
+					if done == nil {
+						done = []client.Task{}
+					}
+					if err := rc.printJSON(map[string]any{"redriven": done, "failed": failed}); err != nil {
+						return err
+					}
+				} else if len(ids) == 0 {
+					fmt.Fprintln(rc.out, "(no dead letters)")
+				}
+				if failed > 0 {
+					return exitErr{exitError, fmt.Sprintf("%d of %d not redriven", failed, len(ids))}
+				}
+				return nil
+			}},
+	}})
+
+	var body string
+	registerRemote(remoteGroup{name: "types", summary: "list, get, put and patch task types on a running gate (admin)", subs: []remoteSub{
+		{name: "list", summary: "list task types", maxArgs: 0, tenant: true,
+			run: func(rc *remoteCtx, _ []string) error {
+				var raw json.RawMessage
+				if err := rc.call("GET", rc.withTenant("/v1/admin/task-types"), nil, &raw); err != nil {
+					return err
+				}
+				if rc.json {
+					return rc.printJSON(raw)
+				}
+				var out struct {
+					Types []taskTypeView `json:"task_types"`
+				}
+				if err := json.Unmarshal(raw, &out); err != nil {
+					return err
+				}
+				rows := make([][]string, 0, len(out.Types))
+				for _, t := range out.Types {
+					rows = append(rows, []string{t.Name, yesNo(t.Enabled), strconv.Itoa(t.DefaultPriority), strconv.Itoa(t.DefaultMaxRetries),
+						strconv.Itoa(t.LeaseSeconds) + "s", t.RetryPolicy.Plugin, clip(t.Description, 40)})
+				}
+				rc.table([]string{"TYPE", "ENABLED", "PRI", "RETRIES", "LEASE", "POLICY", "DESCRIPTION"}, rows)
+				if len(out.Types) == 0 {
+					fmt.Fprintln(rc.out, "(no task types)")
+				}
+				return nil
+			}},
+		{name: "get", args: "NAME", summary: "print a task type as JSON (what put takes back)", minArgs: 1, maxArgs: 1, tenant: true,
+			run: func(rc *remoteCtx, args []string) error {
+				var raw json.RawMessage
+				if err := rc.call("GET", rc.withTenant("/v1/admin/task-types/"+url.PathEscape(args[0])), nil, &raw); err != nil {
+					return err
+				}
+				return rc.printJSON(raw)
+			}},
+		{name: "put", args: "NAME", summary: "create or replace a task type (fields left out take the defaults)", minArgs: 1, maxArgs: 1, tenant: true,
+			more: `The body is the task type as JSON (docs/http.md, Operator API), from --body:
+inline JSON, @FILE, or - for stdin. Example:
+  gate types put code.generate --body '{"params_schema":{"type":"object"},"lease_seconds":900}'`,
+			flags: func(fs *flag.FlagSet) { fs.StringVar(&body, "body", "{}", "the task type: JSON, @FILE or - (stdin)") },
+			run: func(rc *remoteCtx, args []string) error {
+				return sendType(rc, "PUT", args[0], body)
+			}},
+		{name: "patch", args: "NAME", summary: "change some fields of a task type (a JSON merge patch)", minArgs: 1, maxArgs: 1, tenant: true,
+			more: `Fields left out keep their values; null resets one to its default. Example:
+  gate types patch code.generate --body '{"enabled":false}'`,
+			flags: func(fs *flag.FlagSet) { fs.StringVar(&body, "body", "", "the patch: JSON, @FILE or - (stdin)") },
+			run: func(rc *remoteCtx, args []string) error {
+				if body == "" {
+					return exitErr{exitUsage, "--body is required"}
+				}
+				return sendType(rc, "PATCH", args[0], body)
+			}},
+	}})
+
+	registerRemote(remoteGroup{name: "workers", summary: "list the workers a running gate has seen and the leases they hold (admin)", subs: []remoteSub{
+		{maxArgs: 0, tenant: true, summary: "list the workers a running gate has seen and the leases they hold (admin)",
+			run: func(rc *remoteCtx, _ []string) error {
+				var raw json.RawMessage
+				if err := rc.call("GET", rc.withTenant("/v1/admin/workers"), nil, &raw); err != nil {
+					return err
+				}
+				if rc.json {
+					return rc.printJSON(raw)
+				}
+				var out struct {
+					Workers []struct {
+						ID       string    `json:"worker_id"`
+						Tenant   string    `json:"tenant"`
+						First    time.Time `json:"first_seen"`
+						Last     time.Time `json:"last_seen"`
+						InFlight []string  `json:"in_flight_leases"`
+					} `json:"workers"`
+				}
+				if err := json.Unmarshal(raw, &out); err != nil {
+					return err
+				}
+				rows := make([][]string, 0, len(out.Workers))
+				for _, w := range out.Workers {
+					rows = append(rows, []string{w.ID, w.Tenant, ago(w.Last) + " ago", strconv.Itoa(len(w.InFlight)), ago(w.First) + " ago"})
+				}
+				rc.table([]string{"WORKER", "TENANT", "LAST SEEN", "LEASES", "FIRST SEEN"}, rows)
+				if len(out.Workers) == 0 {
+					fmt.Fprintln(rc.out, "(no workers seen)")
+				}
+				return nil
+			}},
+	}})
+
+	registerRemote(remoteGroup{name: "stats", summary: "task counts by state and type, and the oldest ready task's age (admin)", subs: []remoteSub{
+		{maxArgs: 0, tenant: true, summary: "task counts by state and type, and the oldest ready task's age (admin)",
+			run: func(rc *remoteCtx, _ []string) error {
+				var raw json.RawMessage
+				if err := rc.call("GET", rc.withTenant("/v1/admin/stats"), nil, &raw); err != nil {
+					return err
+				}
+				if rc.json {
+					return rc.printJSON(raw)
+				}
+				var s struct {
+					Tenant  string           `json:"tenant"`
+					ByState map[string]int64 `json:"by_state"`
+					ByType  map[string]int64 `json:"by_type"`
+					Oldest  float64          `json:"oldest_ready_age_seconds"`
+				}
+				if err := json.Unmarshal(raw, &s); err != nil {
+					return err
+				}
+				var rows [][]string
+				for _, st := range []string{client.StateQueued, client.StateLeased, client.StateSucceeded, client.StateCanceled, client.StateDeadLetter} {
+					rows = append(rows, []string{st, strconv.FormatInt(s.ByState[st], 10)})
+				}
+				fmt.Fprintf(rc.out, "tenant %s, oldest ready task waiting %s\n\n", s.Tenant, short(time.Duration(s.Oldest*float64(time.Second))))
+				rc.table([]string{"STATE", "TASKS"}, rows)
+				if len(s.ByType) > 0 {
+					fmt.Fprintln(rc.out)
+					rows = rows[:0]
+					for _, t := range sortedKeys(s.ByType) {
+						rows = append(rows, []string{t, strconv.FormatInt(s.ByType[t], 10)})
+					}
+					rc.table([]string{"TYPE", "QUEUED+LEASED"}, rows)
+				}
+				return nil
+			}},
+	}})
+}
+
+// taskTypeView is the part of a task type the tables show.
+type taskTypeView struct {
+	Name              string `json:"task_type"`
+	Description       string `json:"description"`
+	Enabled           bool   `json:"enabled"`
+	DefaultPriority   int    `json:"default_priority"`
+	DefaultMaxRetries int    `json:"default_max_retries"`
+	LeaseSeconds      int    `json:"lease_seconds"`
+	RetryPolicy       struct {
+		Plugin string `json:"plugin"`
+	} `json:"retry_policy"`
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// sendType PUTs or PATCHes a task type and prints the gate's answer.
+func sendType(rc *remoteCtx, method, name, body string) error {
+	b, err := readJSONArg(body, os.Stdin)
+	if err != nil {
+		return exitErr{exitUsage, "--body: " + err.Error()}
+	}
+	if method == "PUT" {
+		// The body's task_type must match the path: fill it in when absent.
+		var m map[string]json.RawMessage
+		if json.Unmarshal(b, &m) == nil && m != nil {
+			if _, ok := m["task_type"]; !ok {
+				m["task_type"], _ = json.Marshal(name)
+				b, _ = json.Marshal(m)
+			}
+		}
+	}
+	var raw json.RawMessage
+	if err := rc.call(method, rc.withTenant("/v1/admin/task-types/"+url.PathEscape(name)), b, &raw); err != nil {
+		return err
+	}
+	if rc.json {
+		return rc.printJSON(raw)
+	}
+	var t taskTypeView
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return err
+	}
+	fmt.Fprintf(rc.out, "task type %s saved (enabled: %s, lease %ds, retries %d, policy %s)\n", t.Name, yesNo(t.Enabled), t.LeaseSeconds, t.DefaultMaxRetries, t.RetryPolicy.Plugin)
+	return nil
+}
+
+// allDeadLetters lists every dead letter's id, page by page.
+func allDeadLetters(rc *remoteCtx) ([]string, error) {
+	var ids []string
+	cur := ""
+	for {
+		path := "/v1/admin/dead-letters?limit=100"
+		if cur != "" {
+			path += "&cursor=" + url.QueryEscape(cur)
+		}
+		var out struct {
+			Tasks []struct {
+				ID string `json:"task_id"`
+			} `json:"tasks"`
+			Cursor string `json:"cursor"`
+		}
+		if err := rc.call("GET", rc.withTenant(path), nil, &out); err != nil {
+			return nil, err
+		}
+		for _, t := range out.Tasks {
+			ids = append(ids, t.ID)
+		}
+		if out.Cursor == "" || len(out.Tasks) == 0 {
+			return ids, nil
+		}
+		cur = out.Cursor
+	}
+}

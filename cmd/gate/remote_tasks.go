@@ -1,0 +1,297 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/asyncgate/asyncgate/sdk/client"
+)
+
+// Exit statuses of gate tasks wait beyond the common ones.
+const (
+	exitTaskNotSucceeded = 3 // canceled or dead letter
+	exitWaitTimedOut     = 4
+)
+
+func init() {
+	var (
+		status, types, recipient, cursor string
+		limit                            int
+		reason                           string
+		waitFor, interval                time.Duration
+		progress                         string
+	)
+	registerRemote(remoteGroup{name: "tasks", summary: "list, show, cancel and wait for tasks on a running gate", subs: []remoteSub{
+		{name: "list", summary: "list tasks, newest first", maxArgs: 0,
+			more: "Agent keys see the tasks they queued or that are addressed to them; admin keys their tenant's.",
+			flags: func(fs *flag.FlagSet) {
+				fs.StringVar(&status, "status", "", "states, comma-separated: queued, leased, succeeded, canceled, dead_letter")
+				fs.StringVar(&types, "type", "", "task types, comma-separated")
+				fs.StringVar(&recipient, "recipient", "", "only tasks addressed to this principal")
+				fs.IntVar(&limit, "limit", 50, "tasks per page")
+				fs.StringVar(&cursor, "cursor", "", "the cursor a previous page printed")
+			},
+			run: func(rc *remoteCtx, _ []string) error {
+				q := url.Values{}
+				for k, v := range map[string]string{"status": status, "task_type": types, "recipient_ai": recipient, "cursor": cursor} {
+					if v != "" {
+						q.Set(k, v)
+					}
+				}
+				if limit > 0 {
+					q.Set("limit", strconv.Itoa(limit))
+				}
+				var out struct {
+					Tasks  []client.Task `json:"tasks"`
+					Cursor string        `json:"cursor"`
+				}
+				var raw json.RawMessage
+				if err := rc.call("GET", "/v1/tasks?"+q.Encode(), nil, &raw); err != nil {
+					return err
+				}
+				if rc.json {
+					return rc.printJSON(raw)
+				}
+				if err := json.Unmarshal(raw, &out); err != nil {
+					return err
+				}
+				printTaskTable(rc, out.Tasks, out.Cursor)
+				return nil
+			}},
+		{name: "show", args: "TASK_ID", summary: "show a task: status, progress, result and receipts", minArgs: 1, maxArgs: 1,
+			run: func(rc *remoteCtx, args []string) error {
+				var raw json.RawMessage
+				if err := rc.call("GET", "/v1/tasks/"+url.PathEscape(args[0]), nil, &raw); err != nil {
+					return err
+				}
+				if rc.json {
+					return rc.printJSON(raw)
+				}
+				var t client.Task
+				if err := json.Unmarshal(raw, &t); err != nil {
+					return err
+				}
+				printTask(rc, &t)
+				return nil
+			}},
+		{name: "cancel", args: "TASK_ID", summary: "cancel a task (queued: at once; leased: its worker is told)", minArgs: 1, maxArgs: 1,
+			flags: func(fs *flag.FlagSet) { fs.StringVar(&reason, "reason", "", "why (kept with the task)") },
+			run: func(rc *remoteCtx, args []string) error {
+				var body any
+				if reason != "" {
+					body = map[string]string{"reason": reason}
+				}
+				var raw json.RawMessage
+				if err := rc.call("POST", "/v1/tasks/"+url.PathEscape(args[0])+"/cancel", body, &raw); err != nil {
+					return err
+				}
+				if rc.json {
+					return rc.printJSON(raw)
+				}
+				var t client.Task
+				if err := json.Unmarshal(raw, &t); err != nil {
+					return err
+				}
+				if t.Status == client.StateCanceled {
+					fmt.Fprintf(rc.out, "%s canceled\n", t.TaskID)
+				} else {
+					fmt.Fprintf(rc.out, "%s is %s: cancel requested, its worker learns it at its next heartbeat\n", t.TaskID, t.Status)
+				}
+				return nil
+			}},
+		{name: "wait", args: "TASK_ID", summary: "wait until a task finishes, drawing its progress", minArgs: 1, maxArgs: 1,
+			more: `On a terminal, a progress bar redraws in place; otherwise (a pipe, a file,
+--progress plain) a line is printed each time the status or progress changes.
+--json prints the finished task as JSON. Exit status: 0 succeeded, 3 canceled
+or dead letter, 4 --for elapsed first, 1 the gate refused or could not be
+reached, 2 bad usage.`,
+			flags: func(fs *flag.FlagSet) {
+				fs.DurationVar(&waitFor, "for", 0, "give up after this long (0: wait until it ends)")
+				fs.DurationVar(&interval, "interval", 500*time.Millisecond, "how often to ask the gate")
+				fs.StringVar(&progress, "progress", "auto", "auto (a bar on a terminal), bar, plain or none")
+			},
+			run: func(rc *remoteCtx, args []string) error {
+				return waitTask(rc, args[0], waitFor, interval, progress)
+			}},
+	}})
+}
+
+func printTaskTable(rc *remoteCtx, ts []client.Task, cursor string) {
+	rows := make([][]string, 0, len(ts))
+	for _, t := range ts {
+		prog := ""
+		if t.ProgressPercent != nil {
+			prog = strconv.FormatFloat(*t.ProgressPercent, 'f', -1, 64) + "%"
+		}
+		rows = append(rows, []string{t.TaskID, t.TaskType, t.Status, strconv.Itoa(t.Priority), strconv.Itoa(t.Attempts), prog, ago(t.CreatedAt), clip(t.Summary, 40)})
+	}
+	rc.table([]string{"TASK", "TYPE", "STATUS", "PRI", "FAILS", "PROGRESS", "AGE", "SUMMARY"}, rows)
+	if len(ts) == 0 {
+		fmt.Fprintln(rc.out, "(no tasks)")
+	}
+	if cursor != "" {
+		fmt.Fprintf(rc.out, "more: --cursor %s\n", cursor)
+	}
+}
+
+func fmtTime(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return ""
+	}
+	if time.Until(*t) > 0 {
+		return t.UTC().Format(time.RFC3339) + " (" + ago(*t) + ")" // short says "in …"
+	}
+	return t.UTC().Format(time.RFC3339) + " (" + ago(*t) + " ago)"
+}
+
+func printTask(rc *remoteCtx, t *client.Task) {
+	prog := ""
+	if t.ProgressPercent != nil {
+		prog = strconv.FormatFloat(*t.ProgressPercent, 'f', -1, 64) + "%"
+	}
+	if t.ProgressMessage != "" {
+		prog = strings.TrimSpace(prog + " " + t.ProgressMessage)
+	}
+	cancel := ""
+	if t.CancelRequested {
+		cancel = "yes"
+	}
+	kv := [][2]string{
+		{"task", t.TaskID}, {"type", t.TaskType}, {"status", t.Status}, {"summary", t.Summary},
+		{"priority", strconv.Itoa(t.Priority)}, {"created by", t.CreatedBy}, {"recipient", t.Recipient}, {"tenant", t.Tenant},
+		{"created", fmtTime(&t.CreatedAt)}, {"available", fmtTime(&t.AvailableAt)}, {"started", fmtTime(t.StartedAt)},
+		{"completed", fmtTime(t.CompletedAt)}, {"worker", t.WorkerID}, {"lease expires", fmtTime(t.LeaseExpiresAt)},
+		{"progress", prog}, {"cancel requested", cancel},
+		{"failures", fmt.Sprintf("%d (retries allowed: %d)", t.Attempts, t.MaxRetries)}, {"leases", strconv.Itoa(t.LeaseCount)},
+		{"error", t.ErrorMessage}, {"dead reason", t.DeadReason}, {"idempotency key", t.IdempotencyKey},
+		{"assign receipt", t.AssignReceiptID},
+	}
+	if t.Result != nil {
+		kv = append(kv, [2]string{"result channel", t.Result.Channel}, [2]string{"result pointer", t.Result.Pointer},
+			[2]string{"result summary", t.Result.Summary}, [2]string{"archived", fmtTime(t.Result.ArchivedAt)})
+	}
+	if len(t.Params) > 0 && string(t.Params) != "null" {
+		kv = append(kv, [2]string{"params", clip(string(t.Params), 200)})
+	}
+	rc.fields(kv)
+}
+
+// waitTask polls a task until it ends, drawing its progress.
+func waitTask(rc *remoteCtx, id string, waitFor, interval time.Duration, mode string) error {
+	switch mode {
+	case "auto":
+		mode = "plain"
+		if isTerminal(rc.out) {
+			mode = "bar"
+		}
+	case "bar", "plain", "none":
+	default:
+		return exitErr{exitUsage, fmt.Sprintf("--progress %q: use auto, bar, plain or none", mode)}
+	}
+	if rc.json && mode != "none" {
+		mode = "none" // stdout is for the JSON
+	}
+	ctx := rc.ctx
+	if waitFor > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, waitFor)
+		defer cancel()
+	}
+	start := time.Now()
+	last := ""
+	var seen *client.Task // the last answer, for the timeout message
+	draw := func(t *client.Task) {
+		seen = t
+		switch mode {
+		case "bar":
+			fmt.Fprint(rc.out, "\r"+progressBar(t, time.Since(start), 30)+"\x1b[K")
+		case "plain":
+			line := t.Status
+			if t.ProgressPercent != nil {
+				line += " " + strconv.FormatFloat(*t.ProgressPercent, 'f', -1, 64) + "%"
+			}
+			if t.ProgressMessage != "" {
+				line += " " + t.ProgressMessage
+			}
+			if t.CancelRequested && !t.Terminal() {
+				line += " (cancel requested)"
+			}
+			if line != last {
+				fmt.Fprintf(rc.out, "%s %s %s\n", time.Now().UTC().Format(time.RFC3339), t.TaskID, line)
+				last = line
+			}
+		}
+	}
+	t, err := rc.c.Wait(ctx, id, &client.WaitOptions{Interval: interval, OnPoll: draw})
+	if mode == "bar" {
+		fmt.Fprintln(rc.out)
+	}
+	if err != nil {
+		if ctx.Err() != nil && rc.ctx.Err() == nil {
+			return exitErr{exitWaitTimedOut, fmt.Sprintf("%s still %s after %s", id, statusOf(seen), waitFor)}
+		}
+		return err
+	}
+	if rc.json {
+		if err := rc.printJSON(t); err != nil {
+			return err
+		}
+	} else {
+		end := t.Status
+		switch {
+		case t.ErrorMessage != "" && t.Status != client.StateSucceeded:
+			end += ": " + t.ErrorMessage
+		case t.Result != nil && t.Result.Summary != "":
+			end += ": " + t.Result.Summary
+		}
+		fmt.Fprintf(rc.out, "%s %s\n", t.TaskID, end)
+	}
+	if t.Status != client.StateSucceeded {
+		return exitErr{code: exitTaskNotSucceeded}
+	}
+	return nil
+}
+
+func statusOf(t *client.Task) string {
+	if t == nil {
+		return "unknown"
+	}
+	return t.Status
+}
+
+// progressBar is one line: the task, a bar of its progress (or its status
+// when it reports none), the percentage, the message and the time waited.
+func progressBar(t *client.Task, waited time.Duration, width int) string {
+	filled := 0
+	pct := ""
+	if t.ProgressPercent != nil {
+		p := min(max(*t.ProgressPercent, 0), 100)
+		filled = int(p / 100 * float64(width))
+		pct = fmt.Sprintf("%5.1f%%", p)
+	}
+	if t.Status == client.StateSucceeded {
+		filled, pct = width, "100.0%"
+	}
+	bar := strings.Repeat("█", filled) + strings.Repeat("░", width-filled)
+	msg := clip(t.ProgressMessage, 40)
+	return fmt.Sprintf("%s %-11s %s %6s %s  %s", t.TaskID, t.Status, bar, pct, msg, short(waited))
+}
+
+// isTerminal reports whether w is a character device (a terminal) and TERM
+// does not say it cannot redraw.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok || os.Getenv("TERM") == "dumb" {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

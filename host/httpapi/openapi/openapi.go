@@ -1,0 +1,510 @@
+// Package openapi assembles the gate's OpenAPI 3.1 document (served at
+// /openapi.json) from operations that each area of the HTTP API registers in
+// an init function, next to its routes: host/httpapi/openapi_*.go for the
+// core routes, other packages for the routes they mount. Request and response
+// schemas are derived from the Go types the handlers decode and encode, so the
+// document follows the code; JSON Schema written by hand (S) covers answers
+// built from maps.
+//
+// A test compares the document with the routes registered on the echo server
+// (Diff): a route without an operation, or an operation without a route,
+// fails it. Routes that are not part of the JSON API are listed in Excluded.
+package openapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Excluded are the path prefixes that are not part of the JSON API and stay
+// out of the document: the dashboard's pages and the MCP endpoint, which
+// speaks JSON-RPC (docs/mcp.md).
+var Excluded = []string{"/ui", "/mcp"}
+
+// IsExcluded reports whether a route path (echo or OpenAPI syntax) is left
+// out of the document on purpose.
+func IsExcluded(path string) bool {
+	for _, p := range Excluded {
+		if path == p || strings.HasPrefix(path, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// Op is one operation: a method on a path.
+type Op struct {
+	Method string // GET, POST, …
+	// Path in echo syntax ("/v1/tasks/:id") or OpenAPI syntax ("/v1/tasks/{id}").
+	Path    string
+	Tag     string // the area, e.g. "tasks"
+	Summary string
+	// Public operations need no key; the others take a bearer key.
+	Public bool
+	// Roles lists the key roles allowed (documentation only).
+	Roles []string
+	// Query parameters, all optional unless Required.
+	Query []Param
+	// Body is the request body: a Go value whose type is the decoded body
+	// (its schema is derived), a Schema, or nil for none. Strict bodies refuse
+	// unknown fields (the /v1 routes), so their schema does too.
+	Body   any
+	Strict bool
+	// BodyRequired makes a body mandatory (most bodies are optional: an empty
+	// body reads as {}).
+	BodyRequired bool
+	// Responses by status code: a Go value (schema derived from its type), a
+	// Schema, NoContent, or Text for a text/plain answer. Every operation
+	// also answers errors in the Error shape (the "default" response).
+	Responses map[int]any
+}
+
+// Param is a query parameter.
+type Param struct {
+	Name        string
+	Type        string // string (default), integer, number, boolean
+	Description string
+	Required    bool
+	Enum        []string
+}
+
+// Schema is a JSON Schema written by hand (may $ref "#/components/schemas/X"
+// of a type named with Ref).
+type Schema map[string]any
+
+// noContent marks a response without a body.
+type noContent struct{}
+
+// NoContent is a response without a body (204).
+var NoContent = noContent{}
+
+// Text is a text/plain response.
+type Text string
+
+var (
+	mu  sync.Mutex
+	ops []Op
+)
+
+// Add registers operations. Call it from an init function.
+func Add(o ...Op) {
+	mu.Lock()
+	defer mu.Unlock()
+	ops = append(ops, o...)
+}
+
+// OpenAPIPath turns an echo path ("/v1/tasks/:id") into OpenAPI syntax.
+func OpenAPIPath(p string) string {
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		if strings.HasPrefix(s, ":") {
+			segs[i] = "{" + s[1:] + "}"
+		}
+	}
+	return strings.Join(segs, "/")
+}
+
+// Document builds the OpenAPI 3.1 document of every registered operation.
+// version is the gate's version (info.version).
+func Document(version string) ([]byte, error) {
+	mu.Lock()
+	list := append([]Op(nil), ops...)
+	mu.Unlock()
+	g := newGen()
+	paths := map[string]map[string]any{}
+	seen := map[string]bool{}
+	for _, o := range list {
+		p := OpenAPIPath(o.Path)
+		m := strings.ToLower(o.Method)
+		if seen[m+" "+p] {
+			return nil, fmt.Errorf("openapi: %s %s is registered twice", o.Method, p)
+		}
+		seen[m+" "+p] = true
+		if paths[p] == nil {
+			paths[p] = map[string]any{}
+		}
+		op, err := g.operation(o, p)
+		if err != nil {
+			return nil, fmt.Errorf("openapi: %s %s: %w", o.Method, p, err)
+		}
+		paths[p][m] = op
+	}
+	g.schemas["Error"] = g.schemaOf(reflect.TypeOf(errorBody{}), false, false)
+	doc := map[string]any{
+		"openapi": "3.1.0",
+		"info": map[string]any{
+			"title":       "AsyncGate",
+			"version":     version,
+			"description": "The gate's worker, agent and operator HTTP API (docs/http.md). Every error is {\"error\": code, \"detail\": text}.",
+		},
+		"paths": paths,
+		"components": map[string]any{
+			"schemas": g.schemas,
+			"securitySchemes": map[string]any{
+				"bearer": map[string]any{"type": "http", "scheme": "bearer", "description": "An API key, agw_…"},
+			},
+			"responses": map[string]any{
+				"Error": map[string]any{
+					"description": "An error: a machine code and a human detail (see docs/http.md for the statuses).",
+					"content":     map[string]any{"application/json": map[string]any{"schema": Schema{"$ref": "#/components/schemas/Error"}}},
+				},
+			},
+		},
+		"security": []any{map[string]any{"bearer": []any{}}},
+	}
+	return json.MarshalIndent(doc, "", "  ")
+}
+
+// errorBody mirrors httpapi.ErrorBody (this package cannot import httpapi).
+type errorBody struct {
+	Error   string `json:"error"`
+	Detail  string `json:"detail,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// Operations returns "METHOD /openapi/path" for every registered operation.
+func Operations() []string {
+	mu.Lock()
+	defer mu.Unlock()
+	var out []string
+	for _, o := range ops {
+		out = append(out, strings.ToUpper(o.Method)+" "+OpenAPIPath(o.Path))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Route is a registered route (echo.Route's method and path).
+type Route struct{ Method, Path string }
+
+// Diff compares the routes an echo server registered with the document's
+// operations. missing: routes without an operation; extra: operations
+// without a route. Excluded paths, echo's internal routes and the catch-all
+// not-found route are ignored.
+func Diff(routes []Route) (missing, extra []string) {
+	have := map[string]bool{}
+	for _, r := range routes {
+		if r.Method == "" || strings.HasPrefix(r.Method, "echo_") || r.Path == "/*" || IsExcluded(r.Path) {
+			continue
+		}
+		have[strings.ToUpper(r.Method)+" "+OpenAPIPath(r.Path)] = true
+	}
+	documented := map[string]bool{}
+	for _, o := range Operations() {
+		documented[o] = true
+		if !have[o] {
+			extra = append(extra, o)
+		}
+	}
+	for k := range have {
+		if !documented[k] {
+			missing = append(missing, k)
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(extra)
+	return missing, extra
+}
+
+type gen struct {
+	schemas map[string]any
+	names   map[reflect.Type]string
+}
+
+func newGen() *gen { return &gen{schemas: map[string]any{}, names: map[reflect.Type]string{}} }
+
+func (g *gen) operation(o Op, path string) (map[string]any, error) {
+	op := map[string]any{"operationId": operationID(o.Method, path)}
+	if o.Summary != "" {
+		op["summary"] = o.Summary
+	}
+	if o.Tag != "" {
+		op["tags"] = []string{o.Tag}
+	}
+	if len(o.Roles) > 0 {
+		op["description"] = "Key roles: " + strings.Join(o.Roles, ", ") + "."
+	}
+	if o.Public {
+		op["security"] = []any{}
+	}
+	var params []any
+	for _, seg := range strings.Split(path, "/") {
+		if strings.HasPrefix(seg, "{") {
+			params = append(params, map[string]any{"name": strings.Trim(seg, "{}"), "in": "path", "required": true, "schema": Schema{"type": "string"}})
+		}
+	}
+	for _, q := range o.Query {
+		typ := q.Type
+		if typ == "" {
+			typ = "string"
+		}
+		s := Schema{"type": typ}
+		if typ == "integer" {
+			s["minimum"] = 0
+		}
+		if len(q.Enum) > 0 {
+			s["enum"] = q.Enum
+		}
+		p := map[string]any{"name": q.Name, "in": "query", "schema": s}
+		if q.Required {
+			p["required"] = true
+		}
+		if q.Description != "" {
+			p["description"] = q.Description
+		}
+		params = append(params, p)
+	}
+	if len(params) > 0 {
+		op["parameters"] = params
+	}
+	if o.Body != nil {
+		op["requestBody"] = map[string]any{
+			"required": o.BodyRequired,
+			"content":  map[string]any{"application/json": map[string]any{"schema": g.valueSchema(o.Body, true, o.Strict)}},
+		}
+	}
+	resps := map[string]any{"default": map[string]any{"$ref": "#/components/responses/Error"}}
+	for code, v := range o.Responses {
+		r := map[string]any{"description": http.StatusText(code)}
+		switch v := v.(type) {
+		case noContent:
+		case Text:
+			r["content"] = map[string]any{string(v): map[string]any{"schema": Schema{"type": "string"}}}
+		default:
+			r["content"] = map[string]any{"application/json": map[string]any{"schema": g.valueSchema(v, false, false)}}
+		}
+		resps[fmt.Sprint(code)] = r
+	}
+	op["responses"] = resps
+	return op, nil
+}
+
+func operationID(method, path string) string {
+	var b strings.Builder
+	b.WriteString(strings.ToLower(method))
+	for _, seg := range strings.Split(path, "/") {
+		seg = strings.Trim(seg, "{}")
+		for _, part := range strings.FieldsFunc(seg, func(r rune) bool { return r == '-' || r == '_' || r == '.' }) {
+			b.WriteString(strings.ToUpper(part[:1]) + part[1:])
+		}
+	}
+	return b.String()
+}
+
+// valueSchema is the schema of a response or body value: a Schema as is, a
+// Ref'd or derived type otherwise.
+func (g *gen) valueSchema(v any, request, strict bool) any {
+	switch v := v.(type) {
+	case Schema:
+		return g.resolve(v)
+	case refTo:
+		return g.refSchema(v.t, request, strict)
+	}
+	return g.schemaOf(reflect.TypeOf(v), request, strict)
+}
+
+// resolve replaces Ref markers inside a hand-written schema.
+func (g *gen) resolve(v any) any {
+	switch v := v.(type) {
+	case Schema:
+		out := Schema{}
+		for k, x := range v {
+			out[k] = g.resolve(x)
+		}
+		return out
+	case map[string]any:
+		out := map[string]any{}
+		for k, x := range v {
+			out[k] = g.resolve(x)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = g.resolve(x)
+		}
+		return out
+	case refTo:
+		return g.refSchema(v.t, false, false)
+	}
+	return v
+}
+
+// refTo marks "the schema of this Go type" inside a hand-written Schema.
+type refTo struct{ t reflect.Type }
+
+// Ref is the response schema of v's Go type, for use inside a Schema.
+func Ref(v any) any { return refTo{reflect.TypeOf(v)} }
+
+// refSchema names struct types in components/schemas (responses only:
+// request schemas differ by strictness and stay inline).
+func (g *gen) refSchema(t reflect.Type, request, strict bool) any {
+	return g.schemaOf(t, request, strict)
+}
+
+var (
+	timeType      = reflect.TypeOf(time.Time{})
+	rawType       = reflect.TypeOf(json.RawMessage(nil))
+	marshalerType = reflect.TypeOf((*json.Marshaler)(nil)).Elem()
+	unmarshalType = reflect.TypeOf((*json.Unmarshaler)(nil)).Elem()
+)
+
+// schemaOf derives the JSON Schema of how encoding/json writes (response)
+// or reads (request) a value of type t. Responses name non-omitempty fields
+// required and allow fields the type does not list (answers may grow);
+// strict requests refuse unknown fields and require none (the handlers check
+// what they need, with clearer errors).
+func (g *gen) schemaOf(t reflect.Type, request, strict bool) any {
+	nullable := false
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+		nullable = true
+	}
+	s := g.baseSchema(t, request, strict)
+	if nullable && !request {
+		return orNull(s)
+	}
+	return s
+}
+
+func orNull(s any) any {
+	if m, ok := s.(Schema); ok {
+		if typ, ok := m["type"].(string); ok && len(m) <= 3 {
+			c := Schema{}
+			for k, v := range m {
+				c[k] = v
+			}
+			c["type"] = []string{typ, "null"}
+			return c
+		}
+		if len(m) == 0 {
+			return m
+		}
+	}
+	return Schema{"anyOf": []any{s, Schema{"type": "null"}}}
+}
+
+func (g *gen) baseSchema(t reflect.Type, request, strict bool) any {
+	switch {
+	case t == timeType:
+		return Schema{"type": "string", "format": "date-time"}
+	case t == rawType || t.Kind() == reflect.Interface:
+		return Schema{}
+	case t.Implements(marshalerType) || reflect.PointerTo(t).Implements(unmarshalType):
+		return Schema{} // custom encoding: any JSON value
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return Schema{"type": "string"}
+	case reflect.Bool:
+		return Schema{"type": "boolean"}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return Schema{"type": "integer"}
+	case reflect.Float32, reflect.Float64:
+		return Schema{"type": "number"}
+	case reflect.Slice, reflect.Array:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return Schema{"type": "string", "contentEncoding": "base64"}
+		}
+		s := Schema{"type": "array", "items": g.schemaOf(t.Elem(), request, strict)}
+		if !request && t.Kind() == reflect.Slice {
+			s["type"] = []string{"array", "null"}
+		}
+		return s
+	case reflect.Map:
+		s := Schema{"type": "object", "additionalProperties": g.schemaOf(t.Elem(), request, strict)}
+		if !request {
+			s["type"] = []string{"object", "null"}
+		}
+		return s
+	case reflect.Struct:
+		if request || t.Name() == "" {
+			return g.structSchema(t, request, strict)
+		}
+		name := g.nameOf(t)
+		if _, ok := g.schemas[name]; !ok {
+			g.schemas[name] = Schema{} // placeholder against recursion
+			g.schemas[name] = g.structSchema(t, false, false)
+		}
+		return Schema{"$ref": "#/components/schemas/" + name}
+	}
+	return Schema{}
+}
+
+// nameOf is the component name of a named type: its Go name, qualified by
+// its package when two packages use the same name.
+func (g *gen) nameOf(t reflect.Type) string {
+	if n, ok := g.names[t]; ok {
+		return n
+	}
+	n := t.Name()
+	for other, on := range g.names {
+		if on == n && other != t {
+			pkg := t.PkgPath()
+			n = pkg[strings.LastIndex(pkg, "/")+1:] + "." + n
+			break
+		}
+	}
+	g.names[t] = n
+	return n
+}
+
+func (g *gen) structSchema(t reflect.Type, request, strict bool) Schema {
+	props := map[string]any{}
+	var required []string
+	g.fields(t, request, strict, props, &required)
+	s := Schema{"type": "object", "properties": props}
+	if len(required) > 0 {
+		sort.Strings(required)
+		s["required"] = required
+	}
+	if request && strict {
+		s["additionalProperties"] = false
+	}
+	return s
+}
+
+// fields adds t's JSON fields, flattening embedded structs as encoding/json does.
+func (g *gen) fields(t reflect.Type, request, strict bool, props map[string]any, required *[]string) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		ft := f.Type
+		if f.Anonymous && name == "" {
+			et := ft
+			if et.Kind() == reflect.Pointer {
+				et = et.Elem()
+			}
+			if et.Kind() == reflect.Struct {
+				g.fields(et, request, strict, props, required)
+				continue
+			}
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		omit := strings.Contains(opts, "omitempty") || strings.Contains(opts, "omitzero")
+		if request {
+			props[name] = g.schemaOf(ft, true, strict)
+			continue
+		}
+		props[name] = g.schemaOf(ft, false, false)
+		if !omit {
+			*required = append(*required, name)
+		}
+	}
+}

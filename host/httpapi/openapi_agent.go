@@ -1,0 +1,68 @@
+package httpapi
+
+import (
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/httpapi/openapi"
+)
+
+// The agent API's operations in the OpenAPI document.
+func init() {
+	agents := []string{"agent", "admin"}
+	anyKey := []string{"agent", "worker", "admin"}
+	page := []openapi.Param{
+		{Name: "cursor", Description: "the cursor of the previous page"},
+		{Name: "limit", Type: "integer", Description: "page size (0: the default)"},
+	}
+	str := openapi.Schema{"type": "string"}
+	openapi.Add(
+		openapi.Op{Method: "POST", Path: "/v1/tasks", Tag: "tasks", Roles: agents, Strict: true, Body: engine.EnqueueRequest{}, BodyRequired: true,
+			Summary:   "Queue a task (201; 200 with is_duplicate for a repeated idempotency key)",
+			Responses: map[int]any{201: engine.EnqueueResult{}, 200: engine.EnqueueResult{}}},
+		openapi.Op{Method: "GET", Path: "/v1/tasks", Tag: "tasks", Roles: anyKey,
+			Summary: "List the tasks the caller may see, newest first",
+			Query: append([]openapi.Param{
+				{Name: "status", Description: "comma-separated states"},
+				{Name: "task_type", Description: "comma-separated task types"},
+				{Name: "recipient_ai"},
+				{Name: "tenant", Description: "must be the key's tenant when given"},
+			}, page...),
+			Responses: map[int]any{200: TaskList{}}},
+		openapi.Op{Method: "GET", Path: "/v1/tasks/:id", Tag: "tasks", Roles: anyKey, Summary: "A task", Responses: map[int]any{200: &host.Task{}}},
+		openapi.Op{Method: "GET", Path: "/v1/tasks/:id/progress", Tag: "tasks", Roles: anyKey, Summary: "A task's progress history, newest first",
+			Query: []openapi.Param{{Name: "limit", Type: "integer"}}, Responses: map[int]any{200: ProgressResponse{}}},
+		openapi.Op{Method: "POST", Path: "/v1/tasks/:id/cancel", Tag: "tasks", Roles: agents, Strict: true,
+			Body: struct {
+				Reason string `json:"reason,omitempty"`
+			}{},
+			Summary: "Cancel a task (queued: at once; leased: cancel_requested)", Responses: map[int]any{200: &host.Task{}}},
+		openapi.Op{Method: "GET", Path: "/v1/tasks/:id/result", Tag: "tasks", Roles: anyKey,
+			Summary: "Fetch a finished task's result through its channel", Responses: map[int]any{200: ResultResponse{}}},
+		openapi.Op{Method: "POST", Path: "/v1/tasks/:id/archive", Tag: "tasks", Roles: agents,
+			Summary: "Archive a task's result", Responses: map[int]any{200: openapi.Schema{
+				"type": "object", "required": []string{"task_id", "status"},
+				"properties": map[string]any{"task_id": str, "status": openapi.Schema{"const": "archived"},
+					"archived_at": openapi.Schema{"type": []string{"string", "null"}, "format": "date-time"}}}}},
+		openapi.Op{Method: "GET", Path: "/v1/obligations/open", Tag: "receipts", Roles: anyKey,
+			Summary: "Open obligations of a principal",
+			Query: append([]openapi.Param{{Name: "principal"}, {Name: "principal_id"}, {Name: "role", Enum: []string{"obligor", "obligee"}},
+				{Name: "tenant", Description: "must be the key's tenant when given"}}, page...),
+			Responses: map[int]any{200: ObligationsResponse{}}},
+		openapi.Op{Method: "GET", Path: "/v1/receipts", Tag: "receipts", Roles: anyKey, Summary: "A task's receipts in ledger order",
+			Query:     append([]openapi.Param{{Name: "task_id"}, {Name: "tenant"}}, page...),
+			Responses: map[int]any{200: ReceiptList{}}},
+		openapi.Op{Method: "POST", Path: "/v1/receipts", Tag: "receipts", Roles: anyKey, Strict: true, Body: AppendReceiptBody{}, BodyRequired: true,
+			Summary:   "Append a receipt (201; 200 with duplicate for a repeated dedupe_key)",
+			Responses: map[int]any{201: ReceiptResponse{}, 200: ReceiptResponse{}}},
+		openapi.Op{Method: "POST", Path: "/v1/receipts/check-terminator", Tag: "receipts", Roles: anyKey, Strict: true, BodyRequired: true,
+			Body: struct {
+				ParentReceiptID string `json:"parent_receipt_id"`
+			}{},
+			Summary: "Whether a receipt has been terminated", Responses: map[int]any{200: engine.TerminatorCheck{}}},
+		openapi.Op{Method: "GET", Path: "/v1/receipts/:id", Tag: "receipts", Roles: anyKey, Summary: "A receipt and what terminated it",
+			Responses: map[int]any{200: ReceiptResponse{}}},
+		openapi.Op{Method: "GET", Path: "/v1/receipts/:id/chain", Tag: "receipts", Roles: anyKey, Summary: "A receipt's chain up through its parents, nearest first",
+			Responses: map[int]any{200: openapi.Schema{"type": "object", "required": []string{"receipt_id", "chain"},
+				"properties": map[string]any{"receipt_id": str, "chain": openapi.Schema{"type": "array", "items": openapi.Ref(engine.ChainLink{})}}}}},
+	)
+}

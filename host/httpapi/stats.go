@@ -1,0 +1,47 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+)
+
+// StatsResponse is the answer of GET /v1/admin/stats: a tenant's queue at a
+// glance (`gate stats`).
+type StatsResponse struct {
+	Tenant string `json:"tenant"`
+	// ByState counts tasks by status.
+	ByState map[host.TaskState]int64 `json:"by_state"`
+	// ByType counts queued and leased tasks by task type.
+	ByType map[string]int64 `json:"by_type"`
+	// OldestReadyAgeSeconds is the age of the oldest queued task ready to
+	// lease (0 when none waits).
+	OldestReadyAgeSeconds float64 `json:"oldest_ready_age_seconds"`
+}
+
+// statsRoutes adds GET /v1/admin/stats.
+func (s *Server) statsRoutes(auth echo.MiddlewareFunc) {
+	s.e.GET("/v1/admin/stats", s.stats, auth, requireRole(engine.RoleAdmin))
+}
+
+func (s *Server) stats(c echo.Context) error {
+	tenant, err := adminTenant(c, "")
+	if err != nil {
+		return err
+	}
+	qs, err := s.eng.Stats(c.Request().Context(), tenant)
+	if err != nil {
+		return err
+	}
+	out := StatsResponse{Tenant: tenant, ByState: qs.ByState, ByType: qs.ByType, OldestReadyAgeSeconds: qs.OldestReadyAge.Seconds()}
+	if out.ByState == nil {
+		out.ByState = map[host.TaskState]int64{}
+	}
+	if out.ByType == nil {
+		out.ByType = map[string]int64{}
+	}
+	return c.JSON(http.StatusOK, out)
+}

@@ -1,0 +1,448 @@
+// Package client is the Go producer client of AsyncGate: programs that queue
+// work use it to enqueue tasks with typed params, read their status, wait for
+// them to finish, fetch their results and cancel them, over the gate's HTTP
+// API (docs/http.md) with an agent (or admin) key.
+//
+//	c := client.New("http://127.0.0.1:8080", os.Getenv("ASYNCGATE_KEY"))
+//	resize := client.NewTaskType[ResizeParams](c, "image.resize")
+//	ack, err := resize.Enqueue(ctx, ResizeParams{URL: u, Width: 640}, nil)
+//	t, err := c.Wait(ctx, ack.TaskID, nil)
+//	out, _, err := client.ResultAs[ResizeResult](ctx, c, t.TaskID)
+//
+// It is a module of its own with the standard library only, like
+// sdk/worker, so producers do not take on the gate's dependencies.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client talks to one gate with one key. It is safe for concurrent use.
+type Client struct {
+	base string
+	key  string
+	hc   *http.Client
+	ua   string
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient sets the HTTP client (default: one with a 60 s timeout).
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithUserAgent sets the User-Agent header.
+func WithUserAgent(ua string) Option { return func(c *Client) { c.ua = ua } }
+
+// New returns a client of the gate at baseURL (e.g. http://127.0.0.1:8080)
+// that sends key as its bearer key.
+func New(baseURL, key string, opts ...Option) *Client {
+	c := &Client{base: strings.TrimRight(baseURL, "/"), key: key, hc: &http.Client{Timeout: 60 * time.Second}, ua: "asyncgate-client-go"}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// BaseURL returns the gate's URL.
+func (c *Client) BaseURL() string { return c.base }
+
+// States of a task.
+const (
+	StateQueued     = "queued"
+	StateLeased     = "leased"
+	StateSucceeded  = "succeeded"
+	StateCanceled   = "canceled"
+	StateDeadLetter = "dead_letter"
+)
+
+// Terminal reports whether a task in state s will not change any more
+// (an operator's redrive of a dead letter aside).
+func Terminal(s string) bool {
+	return s == StateSucceeded || s == StateCanceled || s == StateDeadLetter
+}
+
+// APIError is an error answer of the gate: {"error": code, "detail": text}.
+type APIError struct {
+	Status int
+	Code   string
+	Detail string
+	// RetryAfter is the Retry-After header of a 503 busy answer (0 when absent).
+	RetryAfter time.Duration
+}
+
+// Error implements error.
+func (e *APIError) Error() string {
+	if e.Detail == "" {
+		return fmt.Sprintf("gate answered %d %s", e.Status, e.Code)
+	}
+	return fmt.Sprintf("gate answered %d %s: %s", e.Status, e.Code, e.Detail)
+}
+
+// ErrNotFound matches (errors.Is) a 404 not_found answer: the task does not
+// exist or the key may not see it.
+var ErrNotFound = errors.New("not found")
+
+// Is makes errors.Is(err, ErrNotFound) true for a 404.
+func (e *APIError) Is(target error) bool {
+	return target == ErrNotFound && e.Status == http.StatusNotFound
+}
+
+// Do sends a request to path (e.g. "/v1/admin/workers") with body encoded
+// as JSON (nil: none) and decodes a 2xx answer into out (nil: discard). Any
+// other answer is an *APIError. It returns the status. The typed methods are
+// built on it; use it for the routes they do not cover (/openapi.json lists
+// them all).
+func (c *Client) Do(ctx context.Context, method, path string, body, out any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return 0, err
+	}
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.ua)
+	res, err := c.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
+	if err != nil {
+		return res.StatusCode, err
+	}
+	if res.StatusCode < 200 || res.StatusCode > 299 {
+		ae := &APIError{Status: res.StatusCode}
+		var eb struct {
+			Error  string `json:"error"`
+			Detail string `json:"detail"`
+		}
+		if json.Unmarshal(raw, &eb) == nil && eb.Error != "" {
+			ae.Code, ae.Detail = eb.Error, eb.Detail
+		} else {
+			ae.Code = http.StatusText(res.StatusCode)
+			ae.Detail = strings.TrimSpace(string(raw))
+			if len(ae.Detail) > 200 {
+				ae.Detail = ae.Detail[:200]
+			}
+		}
+		if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil {
+			ae.RetryAfter = time.Duration(s) * time.Second
+		}
+		return res.StatusCode, ae
+	}
+	if out != nil && res.StatusCode != http.StatusNoContent && len(raw) > 0 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return res.StatusCode, fmt.Errorf("decoding the gate's answer to %s %s: %w", method, path, err)
+		}
+	}
+	return res.StatusCode, nil
+}
+
+// EnqueueOptions are the optional fields of an enqueue.
+type EnqueueOptions struct {
+	Priority       int    // 1..10, 10 first; 0: the task type's default
+	Recipient      string // who receives the outcome; "": the caller
+	IdempotencyKey string // a repeat answers the first task (IsDuplicate)
+	Summary        string // a description for people
+	Delay          time.Duration
+	NotBefore      time.Time
+	MaxRetries     *int // failures allowed; nil: the task type's default
+}
+
+// Enqueued is the gate's acknowledgement of an enqueue.
+type Enqueued struct {
+	TaskID                  string    `json:"task_id"`
+	Status                  string    `json:"status"`
+	IsDuplicate             bool      `json:"is_duplicate"`
+	EstimatedRuntimeSeconds int       `json:"estimated_runtime_seconds"`
+	PollSuggestionSeconds   int       `json:"poll_suggestion_seconds"`
+	ReceiptID               string    `json:"receipt_id"`
+	AvailableAt             time.Time `json:"available_at"`
+}
+
+// Enqueue queues a task of taskType; params is encoded as JSON (the task
+// type's params_schema checks it: 400 invalid_params). opts may be nil.
+// For params checked at compile time, use TaskType.
+func (c *Client) Enqueue(ctx context.Context, taskType string, params any, opts *EnqueueOptions) (*Enqueued, error) {
+	p, err := json.Marshal(params)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the params: %w", err)
+	}
+	body := map[string]any{"task_type": taskType, "params": json.RawMessage(p)}
+	if o := opts; o != nil {
+		if o.Priority != 0 {
+			body["priority"] = o.Priority
+		}
+		if o.Recipient != "" {
+			body["recipient_ai"] = o.Recipient
+		}
+		if o.IdempotencyKey != "" {
+			body["idempotency_key"] = o.IdempotencyKey
+		}
+		if o.Summary != "" {
+			body["task_summary"] = o.Summary
+		}
+		if o.Delay > 0 {
+			body["delay_seconds"] = int((o.Delay + time.Second - 1) / time.Second)
+		}
+		if !o.NotBefore.IsZero() {
+			body["not_before"] = o.NotBefore
+		}
+		if o.MaxRetries != nil {
+			body["max_retries"] = *o.MaxRetries
+		}
+	}
+	var out Enqueued
+	if _, err := c.Do(ctx, http.MethodPost, "/v1/tasks", body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// TaskType is a task type whose params have the Go type P: Enqueue takes a P.
+type TaskType[P any] struct {
+	Name string
+	c    *Client
+}
+
+// NewTaskType returns the task type name of c with params of type P.
+func NewTaskType[P any](c *Client, name string) TaskType[P] { return TaskType[P]{Name: name, c: c} }
+
+// Enqueue queues a task of this type with params.
+func (t TaskType[P]) Enqueue(ctx context.Context, params P, opts *EnqueueOptions) (*Enqueued, error) {
+	return t.c.Enqueue(ctx, t.Name, params, opts)
+}
+
+// Artifact is one place a result can be found.
+type Artifact struct {
+	Type string          `json:"type"`
+	URL  string          `json:"url,omitempty"`
+	Ref  json.RawMessage `json:"ref,omitempty"`
+}
+
+// TaskResult is where a finished task's result is (Task.Result).
+type TaskResult struct {
+	Channel    string          `json:"result_channel,omitempty"`
+	Pointer    string          `json:"result_pointer,omitempty"`
+	Checksum   string          `json:"result_checksum,omitempty"`
+	Summary    string          `json:"summary,omitempty"`
+	Metadata   json.RawMessage `json:"metadata,omitempty"`
+	Artifacts  []Artifact      `json:"artifacts,omitempty"`
+	ArchivedAt *time.Time      `json:"archived_at,omitempty"`
+}
+
+// Task is a task as the gate shows it.
+type Task struct {
+	TaskID          string          `json:"task_id"`
+	Tenant          string          `json:"tenant"`
+	TaskType        string          `json:"task_type"`
+	CreatedBy       string          `json:"created_by"`
+	Recipient       string          `json:"recipient_ai"`
+	Status          string          `json:"status"`
+	Priority        int             `json:"priority"`
+	Params          json.RawMessage `json:"params"`
+	Summary         string          `json:"task_summary,omitempty"`
+	IdempotencyKey  string          `json:"idempotency_key,omitempty"`
+	CreatedAt       time.Time       `json:"created_at"`
+	UpdatedAt       time.Time       `json:"updated_at"`
+	AvailableAt     time.Time       `json:"available_at"`
+	WorkerID        string          `json:"worker_id,omitempty"`
+	LeaseExpiresAt  *time.Time      `json:"lease_expires_at,omitempty"`
+	CancelRequested bool            `json:"cancel_requested"`
+	Attempts        int             `json:"attempts"`
+	MaxRetries      int             `json:"max_retries"`
+	LeaseCount      int             `json:"lease_count"`
+	StartedAt       *time.Time      `json:"started_at,omitempty"`
+	CompletedAt     *time.Time      `json:"completed_at,omitempty"`
+	ProgressPercent *float64        `json:"progress_percent,omitempty"`
+	ProgressMessage string          `json:"progress_message,omitempty"`
+	Result          *TaskResult     `json:"result,omitempty"`
+	ErrorMessage    string          `json:"error_message,omitempty"`
+	DeadReason      string          `json:"dead_reason,omitempty"`
+	AssignReceiptID string          `json:"assign_receipt_id"`
+}
+
+// Terminal reports whether the task has finished.
+func (t *Task) Terminal() bool { return Terminal(t.Status) }
+
+// Status returns a task.
+func (c *Client) Status(ctx context.Context, taskID string) (*Task, error) {
+	var t Task
+	if _, err := c.Do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(taskID), nil, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// Cancel cancels a task: a queued one at once, a leased one is marked
+// cancel_requested (its worker learns it from its next heartbeat).
+func (c *Client) Cancel(ctx context.Context, taskID, reason string) (*Task, error) {
+	var body any
+	if reason != "" {
+		body = map[string]string{"reason": reason}
+	}
+	var t Task
+	if _, err := c.Do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(taskID)+"/cancel", body, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// ListOptions filter List.
+type ListOptions struct {
+	Status    []string // states, e.g. queued, leased
+	TaskTypes []string
+	Recipient string
+	Cursor    string // the cursor of the previous page
+	Limit     int    // 0: the gate's default
+}
+
+// List returns a page of the tasks the key may see, newest first, and the
+// cursor of the next page ("" after the last).
+func (c *Client) List(ctx context.Context, o ListOptions) ([]Task, string, error) {
+	q := url.Values{}
+	if len(o.Status) > 0 {
+		q.Set("status", strings.Join(o.Status, ","))
+	}
+	if len(o.TaskTypes) > 0 {
+		q.Set("task_type", strings.Join(o.TaskTypes, ","))
+	}
+	if o.Recipient != "" {
+		q.Set("recipient_ai", o.Recipient)
+	}
+	if o.Cursor != "" {
+		q.Set("cursor", o.Cursor)
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	path := "/v1/tasks"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var out struct {
+		Tasks  []Task `json:"tasks"`
+		Cursor string `json:"cursor"`
+	}
+	if _, err := c.Do(ctx, http.MethodGet, path, nil, &out); err != nil {
+		return nil, "", err
+	}
+	return out.Tasks, out.Cursor, nil
+}
+
+// WaitOptions configure Wait.
+type WaitOptions struct {
+	// Interval between polls (default 500 ms).
+	Interval time.Duration
+	// OnPoll, when set, sees the task after every poll (a progress bar).
+	OnPoll func(*Task)
+}
+
+// Wait polls a task until it finishes (succeeded, canceled or dead letter)
+// or ctx ends, and returns it. Put a deadline on ctx to bound the wait.
+func (c *Client) Wait(ctx context.Context, taskID string, o *WaitOptions) (*Task, error) {
+	interval := 500 * time.Millisecond
+	var onPoll func(*Task)
+	if o != nil {
+		if o.Interval > 0 {
+			interval = o.Interval
+		}
+		onPoll = o.OnPoll
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		t, err := c.Status(ctx, taskID)
+		if err != nil {
+			return nil, err
+		}
+		if onPoll != nil {
+			onPoll(t)
+		}
+		if t.Terminal() {
+			return t, nil
+		}
+		select {
+		case <-ctx.Done():
+			return t, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// Result is a finished task's result, fetched through its result channel.
+type Result struct {
+	TaskID         string          `json:"task_id"`
+	Channel        string          `json:"channel,omitempty"`
+	ResultPointer  string          `json:"result_pointer,omitempty"`
+	ResultChecksum string          `json:"result_checksum,omitempty"`
+	ChecksumValid  *bool           `json:"checksum_valid,omitempty"`
+	Content        json.RawMessage `json:"content,omitempty"`
+	ContentBase64  []byte          `json:"content_base64,omitempty"`
+	Summary        string          `json:"summary,omitempty"`
+	Metadata       json.RawMessage `json:"metadata,omitempty"`
+	Artifacts      []Artifact      `json:"artifacts,omitempty"`
+	ArchivedAt     *time.Time      `json:"archived_at,omitempty"`
+}
+
+// ErrNoContent is returned by Decode when the result carries no payload (a
+// worker that completed with a pointer only).
+var ErrNoContent = errors.New("the result has no content")
+
+// Decode decodes the payload (JSON content, or base64 content holding JSON)
+// into v.
+func (r *Result) Decode(v any) error {
+	switch {
+	case len(r.Content) > 0:
+		return json.Unmarshal(r.Content, v)
+	case len(r.ContentBase64) > 0:
+		return json.Unmarshal(r.ContentBase64, v)
+	}
+	return ErrNoContent
+}
+
+// Result fetches a finished task's result through its channel. A 503 busy
+// answer (too many large fetches) is an *APIError with RetryAfter set.
+func (c *Client) Result(ctx context.Context, taskID string) (*Result, error) {
+	var r Result
+	if _, err := c.Do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(taskID)+"/result", nil, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// ResultAs fetches a task's result and decodes its payload into an R.
+func ResultAs[R any](ctx context.Context, c *Client, taskID string) (R, *Result, error) {
+	var v R
+	r, err := c.Result(ctx, taskID)
+	if err != nil {
+		return v, nil, err
+	}
+	if err := r.Decode(&v); err != nil {
+		return v, r, err
+	}
+	return v, r, nil
+}

@@ -1,0 +1,3 @@
+module github.com/asyncgate/asyncgate/sdk/client
+
+go 1.22
