@@ -32,11 +32,12 @@ type stateCount struct {
 	N     int64
 }
 
-// typeRow is one task type's live queue.
+// typeRow is one task type's tasks in every state.
 type typeRow struct {
 	Name     string
-	InQueue  int64 // queued and leased
+	Counts   []stateCount // in allStates order
 	Enabled  bool
+	Known    bool // a registered type (not only tasks of a deleted one)
 	Priority int
 }
 
@@ -67,14 +68,21 @@ func (u *UI) queues(c echo.Context) (*queuesData, error) {
 	for _, st := range allStates {
 		d.States = append(d.States, stateCount{st, qs.ByState[st]})
 	}
+	counts := func(name string) []stateCount {
+		out := make([]stateCount, len(allStates))
+		for i, st := range allStates {
+			out[i] = stateCount{st, qs.ByTypeState[name][st]}
+		}
+		return out
+	}
 	seen := map[string]bool{}
 	for _, tt := range tts {
 		seen[tt.Name] = true
-		d.Types = append(d.Types, typeRow{Name: tt.Name, InQueue: qs.ByType[tt.Name], Enabled: tt.Enabled, Priority: tt.DefaultPriority})
+		d.Types = append(d.Types, typeRow{Name: tt.Name, Counts: counts(tt.Name), Enabled: tt.Enabled, Known: true, Priority: tt.DefaultPriority})
 	}
-	for name, n := range qs.ByType { // tasks of a type since deleted
+	for name := range qs.ByTypeState { // tasks of a type since deleted
 		if !seen[name] {
-			d.Types = append(d.Types, typeRow{Name: name, InQueue: n})
+			d.Types = append(d.Types, typeRow{Name: name, Counts: counts(name)})
 		}
 	}
 	sort.Slice(d.Types, func(i, j int) bool { return d.Types[i].Name < d.Types[j].Name })

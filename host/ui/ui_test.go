@@ -279,6 +279,12 @@ func TestRedriveManyAndTheTaskPageChecksReceiptHashes(t *testing.T) {
 	if !strings.Contains(page, "Redriven: 2 tasks") || strings.Contains(page, ids[0]) || !strings.Contains(page, ids[2]) {
 		t.Fatalf("after redriving two of three:\n%s", page)
 	}
+	_, page = br.get("/ui/")
+	for _, want := range []string{`/ui/tasks?type=echo&amp;state=queued">2<`, `/ui/tasks?type=echo&amp;state=dead_letter">1<`, `id="count-queued">2<`} {
+		if !strings.Contains(page, want) {
+			t.Fatalf("the queues page lacks %s:\n%s", want, page)
+		}
+	}
 	_, page = br.get("/ui/tasks/" + ids[0])
 	if n := strings.Count(page, "hash-ok"); n < 3 || strings.Contains(page, "hash-bad") {
 		t.Fatalf("task page: %d receipts with a verified hash (want ≥ 3: assigned, failed, assigned again), or a bad one:\n%s", n, page)

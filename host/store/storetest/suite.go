@@ -57,6 +57,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"Hammer", testHammer},
 		{"QueueCountsStayExact", testQueueCounts},
 		{"ObligationsWithinOneUpdate", testObligationsWithinOneUpdate},
+		{"QueueCountsByTypeAndState", testQueueCountsByTypeAndState}, // typestate.go
 	}
 	for _, c := range cases {
 		if c.name == "Hammer" && !hammer {
