@@ -8,11 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
@@ -40,7 +42,11 @@ func mcpClientDir(t *testing.T, npm string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk", "package.json")); err == nil {
+	have := func(pkg string) bool {
+		_, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", pkg, "package.json"))
+		return err == nil
+	}
+	if have("sdk") && have("inspector-cli") {
 		return dir
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -105,14 +111,28 @@ func TestMCPAcceptance(t *testing.T) {
 // stdioClient starts `gate args…` as an MCP stdio server and initializes a session.
 func stdioClient(t *testing.T, args ...string) *client.Client {
 	t.Helper()
+	return stdioClientAt(t, mcp.LATEST_PROTOCOL_VERSION, nil, args...)
+}
+
+// stdioClientAt is stdioClient at protocol version, with a notification handler.
+func stdioClientAt(t *testing.T, version string, notify func(mcp.JSONRPCNotification), args ...string) *client.Client {
+	t.Helper()
 	ensureGate(t)
 	c, err := client.NewStdioMCPClient(gateBin, nil, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	if notify != nil {
+		c.OnNotification(notify)
+		// NewStdioMCPClient starts the transport but not the client, which
+		// is what routes notifications to the handlers (Start is idempotent).
+		if err := c.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	req := mcp.InitializeRequest{}
-	req.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	req.Params.ProtocolVersion = version
 	req.Params.ClientInfo = mcp.Implementation{Name: "e2e", Version: "1"}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -137,6 +157,11 @@ func callTool(t *testing.T, c *client.Client, name string, args map[string]any) 
 	raw := res.RawStructuredContent
 	if len(raw) == 0 {
 		raw, _ = json.Marshal(res.StructuredContent)
+	}
+	if res.IsError && len(res.Content) > 0 { // a tool error is its text: {"error": code, "detail": text}
+		if tc, ok := res.Content[0].(mcp.TextContent); ok {
+			raw = []byte(tc.Text)
+		}
 	}
 	var out map[string]any
 	if err := json.Unmarshal(raw, &out); err != nil {
@@ -191,5 +216,158 @@ func TestMCPStdio(t *testing.T) {
 	stranger := stdioClient(t, "mcp", "--data", dir, "--principal", "claude.z", "--tenant", "other", "--wasm-cache", wasmCache)
 	if e, isErr := callTool(t, stranger, "check_task_status", map[string]any{"task_id": id}); !isErr || e["error"] != "not_found" {
 		t.Fatalf("another tenant over stdio: %v", e)
+	}
+}
+
+// runNode runs a script of testdata/mcp-client and returns its stdout; it
+// fails the test when the script fails or does not print done.
+func runNode(t *testing.T, node, dir, done string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, args...)
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("node %s:\n%s", strings.Join(args, " "), stdout.String())
+	if err != nil || !strings.Contains(stdout.String(), done) {
+		t.Fatalf("node %s: %v\n%s", args[0], err, stderr.String())
+	}
+	return stdout.String()
+}
+
+// TestMCPTasksSurviveRestart: with the official TypeScript SDK, an agent
+// queues a task as an MCP task through the task-type tool echo and
+// disconnects; the gate restarts; a new session lists and gets the task,
+// subscribes to it, sees the notifications when a worker completes it, and
+// fetches the result with tasks/result; then the SDK's callToolStream and
+// tasks/cancel (testdata/mcp-client/tasks.mjs).
+func TestMCPTasksSurviveRestart(t *testing.T) {
+	node, npm := needNode(t)
+	clientDir := mcpClientDir(t, npm)
+	dir := t.TempDir()
+	g := startGate(t, dir)
+	g.putType(t, "echo", map[string]any{"poll_suggestion_seconds": 1, "description": "Echo a text back.",
+		"params_schema": map[string]any{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}, "additionalProperties": false}}, "")
+	agent := g.newKey(t, "agent", "claude.a", "default")
+	worker := g.newKey(t, "worker", "echo.w1", "default")
+
+	out := runNode(t, node, clientDir, "TASK T-", "tasks.mjs", "queue", g.URL, agent)
+	_, after, _ := strings.Cut(out, "TASK ")
+	id := strings.TrimSpace(after)
+	if err := g.Stop(syscall.SIGTERM); err != nil {
+		t.Fatalf("gate serve: %v", err)
+	}
+	g2 := startGate(t, dir)
+	out = runNode(t, node, clientDir, "TASKS OK", "tasks.mjs", "resume", g2.URL, agent, worker, id)
+	for _, step := range []string{"ok a new session after the restart lists the task", "ok the subscription sees the update",
+		"ok tasks/result returns the result", "ok callToolStream", "ok tasks/cancel cancels"} {
+		if !strings.Contains(out, step) {
+			t.Errorf("missing step %q", step)
+		}
+	}
+}
+
+// inspector runs the MCP Inspector's CLI (@modelcontextprotocol/inspector-cli,
+// pinned in testdata/mcp-client) and returns its output and whether it succeeded.
+func inspector(t *testing.T, node, dir string, args ...string) (string, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, append([]string{"index.js"}, args...)...)
+	// It finds its package.json relative to the working directory.
+	cmd.Dir = filepath.Join(dir, "node_modules", "@modelcontextprotocol", "inspector-cli", "build")
+	out, err := cmd.CombinedOutput()
+	return string(out), err == nil
+}
+
+// TestMCPInspectorCLI drives the gate with the MCP Inspector's CLI over
+// streamable HTTP and over stdio (gate mcp --url, the bridge): list tools
+// (task types included), call a task-type tool, read a task-type resource;
+// without a key the Inspector shows the gate's JSON 401 saying how to pass
+// one (it starts no OAuth flow: the CLI has no auth provider).
+func TestMCPInspectorCLI(t *testing.T) {
+	node, npm := needNode(t)
+	clientDir := mcpClientDir(t, npm)
+	g := startGate(t, t.TempDir())
+	g.putType(t, "echo", map[string]any{"params_schema": map[string]any{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}}}, "")
+	agent := g.newKey(t, "agent", "claude.a", "default")
+	ensureGate(t)
+	for _, tr := range []struct {
+		name   string
+		target []string
+	}{
+		{"http", []string{g.URL + "/mcp", "--transport", "http", "--header", "Authorization: Bearer " + agent}},
+		{"stdio", []string{gateBin, "mcp", "--url", g.URL, "--key", agent}},
+	} {
+		out, ok := inspector(t, node, clientDir, append(tr.target, "--method", "tools/list")...)
+		if !ok || !strings.Contains(out, `"name": "echo"`) || !strings.Contains(out, `"taskSupport": "optional"`) || !strings.Contains(out, `"outputSchema"`) {
+			t.Fatalf("%s: tools/list:\n%s", tr.name, out)
+		}
+		out, ok = inspector(t, node, clientDir, append(tr.target, "--method", "tools/call", "--tool-name", "echo", "--tool-arg", "text=hi")...)
+		if !ok || !strings.Contains(out, `"task_id": "T-`) || !strings.Contains(out, "Queued task") {
+			t.Fatalf("%s: tools/call echo:\n%s", tr.name, out)
+		}
+		out, ok = inspector(t, node, clientDir, append(tr.target, "--method", "resources/read", "--uri", "asyncgate://task-types/echo")...)
+		if !ok || !strings.Contains(out, `retry_policy`) {
+			t.Fatalf("%s: resources/read:\n%s", tr.name, out)
+		}
+	}
+	out, ok := inspector(t, node, clientDir, g.URL+"/mcp", "--transport", "http", "--method", "tools/list")
+	if ok || !strings.Contains(out, `"error":"unauthorized"`) || !strings.Contains(out, "Authorization: Bearer") {
+		t.Fatalf("no key: the Inspector should show the gate's 401 and how to pass a key:\n%s", out)
+	}
+}
+
+// TestMCPBridgeNotifications: gate mcp --url holds the session's event
+// stream open, so a stdio client hears notifications/tasks/status when a task
+// it queued as an MCP task completes.
+func TestMCPBridgeNotifications(t *testing.T) {
+	g := startGate(t, t.TempDir())
+	g.putType(t, "echo", map[string]any{}, "")
+	agent := g.newKey(t, "agent", "claude.a", "default")
+	worker := g.newKey(t, "worker", "echo.w1", "default")
+	var mu sync.Mutex
+	var notes []mcp.JSONRPCNotification
+	c := stdioClientAt(t, mcp.ProtocolVersion20251125, func(n mcp.JSONRPCNotification) {
+		mu.Lock()
+		notes = append(notes, n)
+		mu.Unlock()
+	}, "mcp", "--url", g.URL, "--key", agent)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := c.GetTransport().SendRequest(ctx, transport.JSONRPCRequest{JSONRPC: "2.0", ID: mcp.NewRequestId(int64(100)), Method: "tools/call",
+		Params: map[string]any{"name": "echo", "arguments": map[string]any{}, "task": map[string]any{}}})
+	if err != nil || res.Error != nil {
+		t.Fatalf("task-augmented call over the bridge: %v %+v", err, res)
+	}
+	var created struct {
+		Task mcp.Task `json:"task"`
+	}
+	if err := json.Unmarshal(res.Result, &created); err != nil || !strings.HasPrefix(created.Task.TaskId, "T-") {
+		t.Fatalf("create task: %v %s", err, res.Result)
+	}
+	offers := g.lease(t, worker, "echo.w1", nil)
+	if len(offers) != 1 || offers[0].Task.ID != created.Task.TaskId {
+		t.Fatalf("lease: %+v", offers)
+	}
+	want(t, call(t, "POST", g.URL+"/v1/leases/"+offers[0].LeaseID+"/complete", worker, map[string]any{"result": map[string]any{"ok": true}}), 200, "")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		var seen bool
+		for _, n := range notes {
+			seen = seen || (n.Method == "notifications/tasks/status" && n.Params.AdditionalFields["taskId"] == created.Task.TaskId &&
+				n.Params.AdditionalFields["status"] == "completed")
+		}
+		mu.Unlock()
+		if seen {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no completed status notification over the bridge within 20 s: %+v", notes)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -178,6 +178,13 @@ func mcpBridge(ctx context.Context, base, key string, in io.Reader, out io.Write
 		_ = json.Unmarshal(msg, &head)
 		if head.Method == "initialize" {
 			b.forward(ctx, msg, head.ID) // the session id must be known before anything else goes
+			if b.sessionID() != "" {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					b.listen(ctx)
+				}()
+			}
 			continue
 		}
 		wg.Add(1)
@@ -186,6 +193,7 @@ func mcpBridge(ctx context.Context, base, key string, in io.Reader, out io.Write
 			b.forward(ctx, msg, head.ID)
 		}()
 	}
+	b.stop()
 	wg.Wait()
 	return sc.Err()
 }
@@ -194,9 +202,64 @@ type bridge struct {
 	url, key string
 	hc       *http.Client
 	log      *slog.Logger
-	mu       sync.Mutex // guards session and writes to out
+	mu       sync.Mutex // guards session, version, listening and writes to out
 	session  string
+	version  string // the protocol version initialize agreed on
 	out      io.Writer
+	cancel   context.CancelFunc // ends the event stream
+}
+
+func (b *bridge) sessionID() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.session
+}
+
+func (b *bridge) stop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cancel != nil {
+		b.cancel()
+	}
+}
+
+// listen holds the session's event stream (GET) open and writes what the
+// gate sends on it (task status, resource and tool-list notifications) to
+// out, reconnecting after a pause until the input ends or ctx is done.
+func (b *bridge) listen(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	b.mu.Lock()
+	b.cancel = cancel
+	b.mu.Unlock()
+	defer cancel()
+	for ctx.Err() == nil {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.url, nil)
+		if err != nil {
+			return
+		}
+		req.Header.Set("Authorization", "Bearer "+b.key)
+		req.Header.Set("Accept", "text/event-stream")
+		b.mu.Lock()
+		req.Header.Set("Mcp-Session-Id", b.session)
+		if b.version != "" {
+			req.Header.Set("Mcp-Protocol-Version", b.version)
+		}
+		b.mu.Unlock()
+		resp, err := (&http.Client{}).Do(req) // no timeout: the stream stays open
+		if err == nil {
+			if resp.StatusCode == http.StatusOK {
+				b.readEvents(resp.Body)
+			} else if resp.StatusCode == http.StatusMethodNotAllowed {
+				resp.Body.Close()
+				return // the server offers no stream
+			}
+			resp.Body.Close()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 func (b *bridge) write(msg []byte) {
@@ -246,6 +309,11 @@ func (b *bridge) forward(ctx context.Context, msg []byte, id json.RawMessage) {
 		b.session = s
 		b.mu.Unlock()
 	}
+	if v := protocolVersion(msg); v != "" {
+		b.mu.Lock()
+		b.version = v
+		b.mu.Unlock()
+	}
 	if resp.StatusCode >= 300 {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		b.fail(id, fmt.Sprintf("the gate answered HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(body))))
@@ -288,4 +356,19 @@ func (b *bridge) readEvents(r io.Reader) {
 	if data.Len() > 0 {
 		b.write(data.Bytes())
 	}
+}
+
+// protocolVersion is the version an initialize request asks for (the server
+// answers with it or the version it supports; either is accepted on GET).
+func protocolVersion(msg []byte) string {
+	var m struct {
+		Method string `json:"method"`
+		Params struct {
+			ProtocolVersion string `json:"protocolVersion"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(msg, &m) != nil || m.Method != "initialize" {
+		return ""
+	}
+	return m.Params.ProtocolVersion
 }

@@ -304,6 +304,12 @@ func appendReceipt(ctx context.Context, tx store.Tx, r *host.Receipt, parentType
 	if err := r.Validate(); err != nil {
 		return err
 	}
+	return appendValid(ctx, tx, r, parentTypes)
+}
+
+// appendValid is appendReceipt for a receipt already validated outside the
+// store's writer (Validate parses the body; the single writer should not).
+func appendValid(ctx context.Context, tx store.Tx, r *host.Receipt, parentTypes map[string]host.ReceiptType) error {
 	if err := tx.AppendReceipt(ctx, r); err != nil {
 		return err
 	}

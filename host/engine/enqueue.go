@@ -134,6 +134,20 @@ func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 		PollSuggestionSeconds:   tt.PollSuggestionSeconds,
 		InboxOnComplete:         true,
 	}
+	// The task.assigned receipt is built and validated before the writer runs
+	// the update (which may run it again: it must stay the same receipt).
+	assigned := &host.Receipt{
+		ID: host.NewID(host.PrefixReceipt), Tenant: t.Tenant, Type: host.ReceiptAssigned,
+		From: GatePrincipal, To: t.Recipient, TaskID: t.ID, Parents: []string{},
+		Body: mustJSON(map[string]any{
+			"task_type": t.Type, "priority": t.Priority, "queued_by": t.CreatedBy,
+			"task_summary": t.Summary, "available_at": t.AvailableAt,
+		}),
+		CreatedAt: now,
+	}
+	if err := assigned.Validate(); err != nil {
+		return nil, err
+	}
 	err = e.update(ctx, func(tx store.Tx) error {
 		res.IsDuplicate = false
 		if t.IdempotencyKey != "" {
@@ -150,20 +164,11 @@ func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 				return nil
 			}
 		}
-		r := &host.Receipt{
-			ID: host.NewID(host.PrefixReceipt), Tenant: t.Tenant, Type: host.ReceiptAssigned,
-			From: GatePrincipal, To: t.Recipient, TaskID: t.ID, Parents: []string{},
-			Body: mustJSON(map[string]any{
-				"task_type": t.Type, "priority": t.Priority, "queued_by": t.CreatedBy,
-				"task_summary": t.Summary, "available_at": t.AvailableAt,
-			}),
-			CreatedAt: now,
-		}
-		t.AssignReceipt = r.ID
+		t.AssignReceipt = assigned.ID
 		if err := tx.InsertTask(ctx, t); err != nil {
 			return err
 		}
-		if err := appendReceipt(ctx, tx, r, nil); err != nil {
+		if err := appendValid(ctx, tx, assigned, nil); err != nil {
 			return err
 		}
 		res.Task = t

@@ -239,6 +239,9 @@ func (e *Engine) Accept(ctx context.Context, c WorkerCall) (*host.Task, string, 
 		if t, err := liveLease(ctx, r, c, now); err == nil && t.AcceptReceipt == "" {
 			pre, preTask = t, *t
 			preReceipt = acceptTask(&preTask, now)
+			if preReceipt.Validate() != nil {
+				pre = nil // the writer builds it again and reports why
+			}
 		}
 		return nil
 	})
@@ -250,7 +253,7 @@ func (e *Engine) Accept(ctx context.Context, c WorkerCall) (*host.Task, string, 
 			err := tx.UpdateTask(ctx, &t, fence)
 			if err == nil {
 				out, rid = &t, preReceipt.ID
-				return appendReceipt(ctx, tx, preReceipt, map[string]host.ReceiptType{t.AssignReceipt: host.ReceiptAssigned})
+				return appendValid(ctx, tx, preReceipt, map[string]host.ReceiptType{t.AssignReceipt: host.ReceiptAssigned})
 			}
 			if !errors.Is(err, store.ErrFenced) {
 				return err
@@ -488,6 +491,9 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 			pre = t
 			preTask = *t
 			preReceipt, preTypes = completeTask(&preTask, res, now)
+			if preReceipt.Validate() != nil {
+				pre = nil // the writer builds it again and reports why
+			}
 		}
 		return nil
 	})
@@ -498,7 +504,7 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 			fence.Version = pre.Version
 			err := tx.UpdateTask(ctx, &t, fence)
 			if err == nil {
-				if err := appendReceipt(ctx, tx, preReceipt, preTypes); err != nil {
+				if err := appendValid(ctx, tx, preReceipt, preTypes); err != nil {
 					return err
 				}
 				leasedAt = *pre.LeasedAt

@@ -43,7 +43,7 @@ type testBundle struct {
 	worker string // tenant default, worker echo.w1
 }
 
-func setup(t *testing.T, cfg mcpapi.Config) *testBundle {
+func setup(t testing.TB, cfg mcpapi.Config) *testBundle {
 	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
 	if err != nil {
@@ -57,6 +57,7 @@ func setup(t *testing.T, cfg mcpapi.Config) *testBundle {
 		t.Fatal(err)
 	}
 	cfg.Engine, cfg.Logger = eng, log
+	cfg.ValidateOutput = true // every result is checked against its tool's output schema
 	ms, err := mcpapi.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -97,18 +98,30 @@ func setup(t *testing.T, cfg mcpapi.Config) *testBundle {
 }
 
 // connect opens an initialized MCP session over streamable HTTP with key.
-func (b *testBundle) connect(t *testing.T, key string) *client.Client {
+func (b *testBundle) connect(t testing.TB, key string) *client.Client {
+	t.Helper()
+	return b.connectAt(t, key, mcp.LATEST_PROTOCOL_VERSION)
+}
+
+// connectAt is connect at protocol version.
+func (b *testBundle) connectAt(t testing.TB, key, version string) *client.Client {
 	t.Helper()
 	c, err := client.NewStreamableHttpClient(b.ts.URL+mcpapi.Path,
 		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + key}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	initialize(t, c)
+	initializeAt(t, c, version)
 	return c
 }
 
-func initialize(t *testing.T, c *client.Client) {
+func initialize(t testing.TB, c *client.Client) {
+	t.Helper()
+	initializeAt(t, c, mcp.LATEST_PROTOCOL_VERSION)
+}
+
+// initializeAt starts c and initializes a session at protocol version.
+func initializeAt(t testing.TB, c *client.Client, version string) {
 	t.Helper()
 	ctx := context.Background()
 	if err := c.Start(ctx); err != nil {
@@ -116,7 +129,7 @@ func initialize(t *testing.T, c *client.Client) {
 	}
 	t.Cleanup(func() { c.Close() })
 	req := mcp.InitializeRequest{}
-	req.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	req.Params.ProtocolVersion = version
 	req.Params.ClientInfo = mcp.Implementation{Name: "mcpapi-test", Version: "1"}
 	res, err := c.Initialize(ctx, req)
 	if err != nil {
@@ -141,7 +154,12 @@ func call(t *testing.T, c *client.Client, name string, args map[string]any, out 
 	if len(res.Content) == 0 {
 		t.Fatalf("%s: no text content", name)
 	}
-	if out != nil {
+	if out != nil && res.IsError {
+		// A tool error's body is its text (it has no structured content).
+		if err := json.Unmarshal([]byte(text(res)), out); err != nil {
+			t.Fatalf("%s: error text %q: %v", name, text(res), err)
+		}
+	} else if out != nil {
 		if err := json.Unmarshal(structured(t, res), out); err != nil {
 			t.Fatalf("%s: structured content: %v", name, err)
 		}
@@ -193,9 +211,8 @@ func fails(t *testing.T, c *client.Client, name string, args map[string]any, cod
 	if body.Error != code || body.Detail == "" {
 		t.Fatalf("%s(%v): want error %s, got %+v", name, args, code, body)
 	}
-	var fromText mcpapi.ErrorBody
-	if err := json.Unmarshal([]byte(text(res)), &fromText); err != nil || fromText != body {
-		t.Fatalf("%s: error text %q does not carry %+v", name, text(res), body)
+	if res.StructuredContent != nil || len(res.RawStructuredContent) > 0 {
+		t.Fatalf("%s: a tool error with structured content (clients check it against the output schema): %s", name, text(res))
 	}
 }
 
@@ -216,8 +233,10 @@ func toolNames(t *testing.T, c *client.Client) []string {
 	return names
 }
 
-var agentToolNames = []string{"archive_task_result", "cancel_task", "check_task_status", "fetch_task_result", "get_receipt",
-	"get_receipt_chain", "get_task_progress", "list_active_tasks", "list_open_obligations", "queue_task"}
+// agentToolNames are an agent's tools in a tenant whose one task type is echo
+// (a tool of its own).
+var agentToolNames = []string{"archive_task_result", "cancel_task", "check_task_status", "echo", "fetch_task_result", "get_receipt",
+	"get_receipt_chain", "get_task_progress", "list_active_tasks", "list_open_obligations", "list_task_types", "queue_task"}
 
 func TestToolsByRole(t *testing.T) {
 	b := setup(t, mcpapi.Config{})
@@ -229,7 +248,7 @@ func TestToolsByRole(t *testing.T) {
 		t.Errorf("admin tools: %v", got)
 	}
 	want := []string{"check_task_status", "fetch_task_result", "get_receipt", "get_receipt_chain", "get_task_progress",
-		"list_active_tasks", "list_open_obligations", "worker_complete_task", "worker_fail_task", "worker_heartbeat_task", "worker_lease_task"}
+		"list_active_tasks", "list_open_obligations", "list_task_types", "worker_complete_task", "worker_fail_task", "worker_heartbeat_task", "worker_lease_task"}
 	if got := toolNames(t, b.connect(t, b.worker)); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("worker tools: %v\nwant %v", got, want)
 	}

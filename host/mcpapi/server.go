@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +48,16 @@ type Config struct {
 	// MaxLeaseWait caps the long-poll of worker_lease_task (default
 	// DefaultMaxLeaseWait).
 	MaxLeaseWait time.Duration
+	// TaskResultWait bounds how long tasks/result waits for a task to end
+	// (default DefaultTaskResultWait); a task still working then is a
+	// JSON-RPC error saying to ask again.
+	TaskResultWait time.Duration
+	// WatchInterval is how often the tasks connected sessions care about are
+	// read again for notifications (default DefaultWatchInterval).
+	WatchInterval time.Duration
+	// ValidateOutput checks every tool result against the tool's output
+	// schema (a failure becomes a tool error). For tests.
+	ValidateOutput bool
 }
 
 // Server is the gate's MCP door. One Server serves streamable HTTP and any
@@ -60,6 +70,14 @@ type Server struct {
 	http *server.StreamableHTTPServer
 
 	roles map[string][]string // tool name -> roles that may use it
+
+	sessMu   sync.Mutex
+	sessions map[string]*session // by session id
+	typeFP   map[string]string   // tenant -> fingerprint of its task types
+
+	watchMu   sync.Mutex
+	watched   map[string]*watched // task id -> last seen
+	watchDone chan struct{}
 
 	drain     context.Context // done once Close is called: ends lease waits
 	endDrain  context.CancelFunc
@@ -80,31 +98,46 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxLeaseWait <= 0 {
 		cfg.MaxLeaseWait = DefaultMaxLeaseWait
 	}
-	s := &Server{eng: cfg.Engine, log: cfg.Logger, cfg: cfg, roles: map[string][]string{}}
+	if cfg.TaskResultWait <= 0 {
+		cfg.TaskResultWait = DefaultTaskResultWait
+	}
+	if cfg.WatchInterval <= 0 {
+		cfg.WatchInterval = DefaultWatchInterval
+	}
+	s := &Server{eng: cfg.Engine, log: cfg.Logger, cfg: cfg, roles: map[string][]string{},
+		sessions: map[string]*session{}, typeFP: map[string]string{}, watched: map[string]*watched{}, watchDone: make(chan struct{})}
 	s.drain, s.endDrain = context.WithCancel(context.Background())
-	s.mcp = server.NewMCPServer("asyncgate", cfg.Version,
-		server.WithToolCapabilities(false),
+	opts := []server.ServerOption{
+		server.WithToolCapabilities(true), // the task types are tools: they change
+		server.WithResourceCapabilities(true, false),
+		// Answered here, durably (tasks.go); mcp-go only advertises them.
+		server.WithTaskCapabilities(true, true, true),
 		server.WithRecovery(),
 		server.WithInstructions(instructions),
 		server.WithToolFilter(s.filterTools),
-	)
+	}
+	if cfg.ValidateOutput {
+		opts = append(opts, server.WithOutputSchemaValidation())
+	}
+	s.mcp = server.NewMCPServer("asyncgate", cfg.Version, opts...)
 	s.agentTools()
 	s.workerTools()
+	s.taskTypeTools()
+	s.taskResources()
 	s.http = server.NewStreamableHTTPServer(s.mcp,
 		server.WithHTTPContextFunc(contextWithActor),
-		// No server-initiated messages exist here, so no standing GET stream:
-		// it would only hold connections open and stall graceful shutdown.
-		server.WithDisableStreaming(true),
 		server.WithDisableLocalhostProtection(cfg.AllowAnyHost),
 		server.WithStreamableHTTPLogger(cfg.Logger),
 	)
+	go s.watchLoop()
 	return s, nil
 }
 
 // instructions is sent to clients at initialize; agents read it as guidance.
 const instructions = `AsyncGate holds long-running work for you across sessions.
 Start a session with list_open_obligations to see what you are owed (tasks you queued) and what you owe.
-Hand work off with queue_task, then continue with your other work: do not wait or poll in a loop.
+list_task_types lists the kinds of work you can hand off; each is also a tool of its own name, best called as an MCP task (tasks/get, tasks/result), and your tasks outlive this session.
+Hand work off with such a tool or queue_task, then continue with your other work: do not wait or poll in a loop.
 Check back with check_task_status no sooner than poll_suggestion_seconds later (or in a later session); when the status is succeeded, call fetch_task_result, then archive_task_result once you have kept what you need.
 Every error result is {"error": code, "detail": text}; not_found means the task does not exist or is not yours.`
 
@@ -114,34 +147,26 @@ func (s *Server) MCPServer() *server.MCPServer { return s.mcp }
 // Handler returns the streamable HTTP handler. It expects the caller's Actor
 // in the request context (httpapi.WithActor); Mount puts it there through the
 // gate's bearer-key middleware. A request without one is refused.
-func (s *Server) Handler() http.Handler { return s.http }
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 
 // Mount registers the streamable HTTP endpoint at Path on e behind auth, the
 // gate's bearer-key middleware: no or a bad key is a 401 JSON error before
 // mcp-go sees the request.
 func (s *Server) Mount(e *echo.Echo, auth echo.MiddlewareFunc) {
-	e.Any(Path, echo.WrapHandler(s.http), auth)
+	e.Any(Path, echo.WrapHandler(s.Handler()), auth)
 }
 
 // Routes returns the httpapi option that mounts this door on the gate's HTTP server.
 func (s *Server) Routes() httpapi.Option { return httpapi.WithRoutes(s.Mount) }
 
-// Close ends worker lease waits at once; call it when the gate begins to shut
+// Close ends worker lease waits, tasks/result waits and open event streams
+// at once, and stops the notifications; call it when the gate begins to shut
 // down, before the HTTP server drains. Tools keep answering afterwards.
 func (s *Server) Close() {
-	s.closeOnce.Do(s.endDrain)
-}
-
-// ServeStdio serves one MCP session on in and out as actor until ctx is done
-// or in reaches EOF. Nothing else may write to out.
-func (s *Server) ServeStdio(ctx context.Context, actor engine.Actor, in io.Reader, out io.Writer) error {
-	st := server.NewStdioServer(s.mcp)
-	st.SetErrorLogger(slog.NewLogLogger(s.log.Handler(), slog.LevelWarn))
-	err := st.Listen(httpapi.WithActor(ctx, actor), in, out)
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
-		return nil
-	}
-	return err
+	s.closeOnce.Do(func() {
+		s.endDrain()
+		<-s.watchDone
+	})
 }
 
 // contextWithActor carries the Actor the auth middleware put in the HTTP
@@ -162,11 +187,20 @@ var (
 
 // filterTools hides (and, at call time, refuses) the tools the caller's role
 // may not use. A context without an Actor sees nothing.
-func (s *Server) filterTools(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
+//
+// It also adds the tools of the caller's task types (tasktypes.go) to a full
+// listing, but not to mcp-go's call-time check of one built-in tool.
+func (s *Server) filterTools(ctx context.Context, tools []mcp.Tool) (out []mcp.Tool) {
 	a, ok := httpapi.ActorFromContext(ctx)
-	out := tools[:0:0]
+	out = tools[:0:0]
 	if !ok {
 		return out
+	}
+	if len(tools) > 1 {
+		defer func() {
+			out = append(out, s.typeTools(ctx, a)...)
+			slices.SortFunc(out, func(x, y mcp.Tool) int { return strings.Compare(x.Name, y.Name) })
+		}()
 	}
 	for _, t := range tools {
 		for _, r := range s.roles[t.Name] {
@@ -215,8 +249,11 @@ type ErrorBody struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// toolError turns err into an MCP tool error with the HTTP API's code. Its
-// text is the same JSON, so clients that read only text see the code too.
+// toolError turns err into an MCP tool error with the HTTP API's code: its
+// text is the JSON {"error": code, "detail": text}. It carries no structured
+// content, which clients check against the tool's output schema (the
+// TypeScript SDK does so for errors too, and would turn a tool error into a
+// protocol error that loses the code).
 func toolError(err error) *mcp.CallToolResult {
 	code, detail := host.ErrorCode(err), host.ErrorDetail(err)
 	switch {
@@ -230,24 +267,24 @@ func toolError(err error) *mcp.CallToolResult {
 	body := ErrorBody{Error: code, Detail: detail}
 	b, _ := json.Marshal(body)
 	return &mcp.CallToolResult{
-		Content:           []mcp.Content{mcp.NewTextContent(string(b))},
-		StructuredContent: body,
-		IsError:           true,
+		Content: []mcp.Content{mcp.NewTextContent(string(b))},
+		IsError: true,
 	}
 }
 
-// result is a successful tool answer: v as structured content, and text
-// followed by v as indented JSON for clients that show only text.
+// result is a successful tool answer: v as structured content (the payload,
+// checked against the tool's output schema by clients) and text, a short
+// summary for the model. Only a result without a summary repeats v as JSON.
 func result(v any, text string) *mcp.CallToolResult {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return toolError(host.WrapError(host.CodeInternal, err, "encoding the result"))
-	}
-	if text != "" {
-		text += "\n\n"
+	if text == "" {
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return toolError(host.WrapError(host.CodeInternal, err, "encoding the result"))
+		}
+		text = string(b)
 	}
 	return &mcp.CallToolResult{
-		Content:           []mcp.Content{mcp.NewTextContent(text + string(b))},
+		Content:           []mcp.Content{mcp.NewTextContent(text)},
 		StructuredContent: v,
 	}
 }

@@ -2,7 +2,6 @@ package mcpapi
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -148,12 +147,12 @@ func (s *Server) pollSuggestion(ctx context.Context, t *host.Task) int {
 // agentTools registers the spec's agent tools.
 func (s *Server) agentTools() {
 	s.add(tool("queue_task", "Queue a long-running task",
-		`Hand a long-running job (document indexing, model consultation, batch analysis, anything a worker does) to AsyncGate and get an acknowledgement at once; the work happens in the background and survives the end of your session.
+		`Hand a long-running job of one of your tenant's task types (list_task_types lists them) to AsyncGate and get an acknowledgement at once; the work happens in the background and survives the end of your session.
 Returns task_id (keep it), status ("queued"), is_duplicate (true when idempotency_key matched an existing task, which is returned instead), estimated_runtime_seconds, poll_suggestion_seconds, inbox_on_complete and receipt_id (the task.assigned receipt: an open obligation owed to recipient_ai until the task completes, fails or is canceled).
 After queuing, continue with your other work. Do not wait and do not poll in a loop: check back with check_task_status no sooner than poll_suggestion_seconds later, or in a later session start with list_open_obligations. Use idempotency_key when you might retry the call, so the task is not queued twice.`,
-		writes(false, false),
+		returns[QueueTaskResult](), writes(false, false),
 		props(
-			mcp.WithString("task_type", mcp.Required(), mcp.Description("A registered task type, e.g. \"document_index\". An unknown type is an unknown_task_type error.")),
+			mcp.WithString("task_type", mcp.Required(), mcp.Description("A task type of your tenant: list_task_types lists them (each is also a tool of its own name). An unknown type is an unknown_task_type error that names the valid ones.")),
 			mcp.WithObject("params", mcp.Description("Task-specific parameters, checked against the task type's JSON Schema (invalid_params on mismatch). Default {}.")),
 			mcp.WithInteger("priority", mcp.Min(1), mcp.Max(10), mcp.Description("1..10, 10 runs first. Default: the task type's (usually 5).")),
 			mcp.WithString("recipient_ai", mcp.Description("Who receives the outcome (its obligation). Default: you.")),
@@ -167,27 +166,27 @@ After queuing, continue with your other work. Do not wait and do not poll in a l
 		`Get the current state of one task you queued or that is addressed to you.
 Returns status (queued, leased = a worker is on it, succeeded, canceled, dead_letter = failed for good), progress_percent and progress_message, created_at/started_at/completed_at, retry_count (attempts used), max_retries, can_retry, has_result, error_message and dead_reason when it failed, and next_step telling you what to do.
 Call it when you come back to a task, not in a loop: if it is still queued or leased, continue other work and check again later. A task that does not exist or is not yours is a not_found error.`,
-		readOnly(), props(taskIDArg)),
+		returns[TaskStatus](), readOnly(), props(taskIDArg)),
 		anyRole, s.checkTaskStatus)
 
 	s.add(tool("get_task_progress", "Get a task's progress history",
 		`Get the progress updates a worker reported for a task (newest first), with the current progress_percent and progress_message.
 Use it when check_task_status shows a long-running task and you want to see how it is moving; it does not make the task go faster.`,
-		readOnly(), props(taskIDArg,
+		returns[httpapi.ProgressResponse](), readOnly(), props(taskIDArg,
 			mcp.WithInteger("limit", mcp.Min(1), mcp.Max(1000), mcp.Description("Most updates to return. Default 100.")))),
 		anyRole, s.getTaskProgress)
 
 	s.add(tool("cancel_task", "Cancel a task",
 		`Cancel a task you no longer need. A queued task is canceled at once (status canceled, a task.canceled receipt discharges its obligation). A task a worker is running gets cancel_requested true and stops at the worker's next heartbeat.
 Canceling twice is harmless; canceling a task that already succeeded or failed is a conflict error.`,
-		writes(true, true), props(taskIDArg,
+		returns[host.Task](), writes(true, true), props(taskIDArg,
 			mcp.WithString("reason", mcp.MaxLength(1000), mcp.Description("Why, for the ledger (optional).")))),
 		agentRoles, s.cancelTask)
 
 	s.add(tool("list_active_tasks", "List your active tasks",
 		`List your tasks that are still in flight (queued or leased), newest first, with type, status, priority, created_at and progress. Pass status to list other states (e.g. ["succeeded"] to find results waiting for you).
 Use it to get an overview at the start of a session; use check_task_status for details of one task.`,
-		readOnly(), props(
+		returns[TaskList](), readOnly(), props(
 			mcp.WithString("task_type", mcp.Description("Only tasks of this type.")),
 			mcp.WithString("recipient_ai", mcp.Description("Only tasks addressed to this recipient.")),
 			mcp.WithArray("status", mcp.WithStringEnumItems([]string{"queued", "leased", "succeeded", "canceled", "dead_letter"}),
@@ -201,18 +200,18 @@ Use it to get an overview at the start of a session; use check_task_status for d
 		`Fetch the result of a succeeded task from its result channel (inline, file, …).
 Returns channel, result_pointer, content (the payload when it is JSON; content_base64 otherwise), checksum_valid (false means the payload was altered), summary, metadata and artifacts.
 A task that has not succeeded yet is a conflict error: check_task_status first. After you have used the result, call archive_task_result.`,
-		readOnly(), props(taskIDArg)),
+		returns[httpapi.ResultResponse](), readOnly(), props(taskIDArg)),
 		anyRole, s.fetchTaskResult)
 
 	s.add(tool("archive_task_result", "Archive a task's result",
 		`Mark a succeeded task's result as handled: the result channel archives or deletes the payload and the task records archived_at. Call it after fetch_task_result once you have stored what you need (for example in your memory). Archiving twice is harmless.`,
-		writes(true, true), props(taskIDArg)),
+		returns[ArchiveResult](), writes(true, true), props(taskIDArg)),
 		agentRoles, s.archiveTaskResult)
 
 	s.add(tool("list_open_obligations", "List open obligations (session start)",
 		`Call this first in a new session. It lists every open obligation of yours from the receipt ledger: what you are owed (role obligee, e.g. a task.assigned receipt for each task you queued that has not completed, failed or been canceled) and what you owe (role obligor, e.g. tasks a worker accepted).
 Each entry has receipt_id, receipt_type, obligor, obligee, task_id and created_at; owed_to_you and you_owe count them. For each task_id, call check_task_status to decide what to do. An obligation that disappears was discharged (completed, failed or canceled).`,
-		readOnly(), props(
+		returns[ObligationsResult](), readOnly(), props(
 			mcp.WithString("role", mcp.Enum("obligor", "obligee"), mcp.Description("obligee: only what you are owed; obligor: only what you owe. Default both.")),
 			mcp.WithInteger("limit", mcp.Min(1), mcp.Max(500), mcp.Description("Page size. Default 100.")),
 			mcp.WithString("cursor", mcp.Description("The cursor of the previous page, to read the next one.")),
@@ -221,12 +220,12 @@ Each entry has receipt_id, receipt_type, obligor, obligee, task_id and created_a
 
 	s.add(tool("get_receipt", "Get a receipt",
 		`Read one receipt of the ledger by id (receipt ids start with "R-"; queue_task returns one, check_task_status shows assign_receipt_id). Returns its type, from, to, task_id, parents, body, created_at, hash, and terminated_by when the obligation it created has been discharged.`,
-		readOnly(), props(mcp.WithString("receipt_id", mcp.Required(), mcp.Description("The receipt id.")))),
+		returns[httpapi.ReceiptResponse](), readOnly(), props(mcp.WithString("receipt_id", mcp.Required(), mcp.Description("The receipt id.")))),
 		anyRole, s.getReceipt)
 
 	s.add(tool("get_receipt_chain", "Get a receipt's chain",
 		`Walk from a receipt up through the receipts it answers (its parents), nearest first, each with depth and terminated_by. Use it to see the provenance of an outcome, e.g. from a task.completed receipt back to the task.assigned it discharged.`,
-		readOnly(), props(mcp.WithString("receipt_id", mcp.Required(), mcp.Description("The receipt id to start from.")))),
+		returns[ChainResult](), readOnly(), props(mcp.WithString("receipt_id", mcp.Required(), mcp.Description("The receipt id to start from.")))),
 		anyRole, s.getReceiptChain)
 }
 
@@ -245,7 +244,10 @@ func (s *Server) queueTask(ctx context.Context, a engine.Actor, req mcp.CallTool
 		IdempotencyKey: in.IdempotencyKey, Summary: in.TaskSummary, DelaySeconds: in.DelaySeconds,
 	})
 	if err != nil {
-		return nil, "", err
+		return nil, "", s.explainType(ctx, a.Tenant, err)
+	}
+	if res.Task != nil {
+		s.watch(res.Task)
 	}
 	next := fmt.Sprintf("Continue with your other work now. Check back with check_task_status(task_id=%q) in about %d seconds or in a later session; do not poll in a loop.",
 		res.TaskID, res.PollSuggestionSeconds)
@@ -266,13 +268,11 @@ func (s *Server) checkTaskStatus(ctx context.Context, a engine.Actor, req mcp.Ca
 	if err := required("task_id", in.TaskID); err != nil {
 		return nil, "", err
 	}
-	t, err := s.eng.GetTask(ctx, a, in.TaskID)
+	st, err := s.taskStatus(ctx, a, in.TaskID)
 	if err != nil {
 		return nil, "", err
 	}
-	st := TaskStatus{Task: t, RetryCount: t.Attempts, HasResult: t.State == host.StateSucceeded && t.Result != nil,
-		CanRetry: !t.State.Terminal() && t.Attempts < t.MaxRetries}
-	st.NextStep = nextStep(t, s.pollSuggestion(ctx, t))
+	t := st.Task
 	text := fmt.Sprintf("Task %s (%s) is %s.", t.ID, t.Type, t.State)
 	if t.ProgressPercent != nil || t.ProgressMessage != "" {
 		text += " Progress:"
@@ -285,6 +285,18 @@ func (s *Server) checkTaskStatus(ctx context.Context, a engine.Actor, req mcp.Ca
 		text += "."
 	}
 	return st, text + " " + st.NextStep, nil
+}
+
+// taskStatus is check_task_status' answer for task id.
+func (s *Server) taskStatus(ctx context.Context, a engine.Actor, id string) (*TaskStatus, error) {
+	t, err := s.eng.GetTask(ctx, a, id)
+	if err != nil {
+		return nil, err
+	}
+	st := &TaskStatus{Task: t, RetryCount: t.Attempts, HasResult: t.State == host.StateSucceeded && t.Result != nil,
+		CanRetry: !t.State.Terminal() && t.Attempts < t.MaxRetries}
+	st.NextStep = nextStep(t, s.pollSuggestion(ctx, t))
+	return st, nil
 }
 
 func (s *Server) getTaskProgress(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
@@ -385,18 +397,7 @@ func (s *Server) fetchTaskResult(ctx context.Context, a engine.Actor, req mcp.Ca
 	if err != nil {
 		return nil, "", err
 	}
-	out := httpapi.ResultResponse{TaskID: fr.Task.ID, Channel: fr.Channel, ResultPointer: fr.Pointer, ChecksumValid: fr.ChecksumValid}
-	if r := fr.Task.Result; r != nil {
-		out.ResultChecksum, out.Summary, out.Metadata = r.Checksum, r.Summary, r.Metadata
-		out.Artifacts, out.DeliveryProof, out.ArchivedAt = r.Artifacts, r.DeliveryProof, r.ArchivedAt
-	}
-	if len(fr.Content) > 0 {
-		if json.Valid(fr.Content) {
-			out.Content = fr.Content
-		} else {
-			out.ContentBase64 = base64.StdEncoding.EncodeToString(fr.Content)
-		}
-	}
+	out := resultResponse(fr)
 	text := fmt.Sprintf("Result of task %s", fr.Task.ID)
 	if out.Channel != "" {
 		text += " from channel " + out.Channel

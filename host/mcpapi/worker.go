@@ -3,6 +3,7 @@ package mcpapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -66,7 +67,7 @@ func (s *Server) workerTools() {
 Returns the task envelope: task_id, run_id (keep both: every other worker_* call needs them), task_type, params, priority, lease_expires_at, attempt, and metadata. When nothing is queued, task_id is null: wait a while and call again.
 By default the lease is accepted at once (a task.accepted receipt: you now owe a worker_complete_task or worker_fail_task). Send worker_heartbeat_task before lease_expires_at for long work, or the task goes back to the queue and your run_id stops working.
 wait_seconds long-polls when the queue is empty (capped at a few seconds' worth below client timeouts).`,
-		writes(false, false),
+		returns[LeaseResult](), writes(false, false),
 		props(workerIDArg,
 			mcp.WithArray("task_types", mcp.WithStringItems(), mcp.Description("Only lease tasks of these types. Default: any type.")),
 			mcp.WithInteger("lease_seconds", mcp.Min(1), mcp.Description("Lease length. Default: the task type's (900 s unless configured); capped by the gate.")),
@@ -78,7 +79,7 @@ wait_seconds long-polls when the queue is empty (capped at a few seconds' worth 
 	s.add(tool("worker_heartbeat_task", "Worker: heartbeat and progress",
 		`Worker shim. Report progress on a leased task and extend its lease. Call it well before lease_expires_at. Returns the new lease_expires_at and cancel_requested: when true, stop working and call worker_fail_task (the task is then canceled).
 A heartbeat after the lease expired is a lease_expired error: stop working on that task.`,
-		writes(false, false),
+		returns[httpapi.HeartbeatResponse](), writes(false, false),
 		props(workerIDArg, wTaskIDArg, runIDArg,
 			mcp.WithNumber("progress_percent", mcp.Min(0), mcp.Max(100), mcp.Description("0..100.")),
 			mcp.WithString("progress_message", mcp.MaxLength(4096), mcp.Description("Human-readable progress, e.g. \"4500/10000 files\".")),
@@ -89,7 +90,7 @@ A heartbeat after the lease expired is a lease_expired error: stop working on th
 	s.add(tool("worker_complete_task", "Worker: complete a task",
 		`Worker shim. Report success. The outcome must be locatable: give result_pointer (where you stored it, e.g. "s3://bucket/key", with result_channel), artifacts, or result (a JSON payload the gate stores through its result channel for you). A success that says nowhere where the result is, is a not_locatable error.
 Writes a task.completed receipt that discharges the requester's obligation. Completing the same run twice returns the first outcome (duplicate true).`,
-		writes(true, false),
+		returns[httpapi.CompleteResponse](), writes(true, false),
 		props(workerIDArg, wTaskIDArg, runIDArg,
 			mcp.WithString("summary", mcp.MaxLength(8192), mcp.Description("One or two sentences on the outcome, for the requester.")),
 			mcp.WithString("result_channel", mcp.Description("Channel of the result_pointer (e.g. s3, file, inline), or of the stored payload.")),
@@ -106,7 +107,7 @@ Writes a task.completed receipt that discharges the requester's obligation. Comp
 	s.add(tool("worker_fail_task", "Worker: fail a task",
 		`Worker shim. Report that this attempt failed. With retryable true (default) the task's retry policy may queue it again after a backoff (will_retry true); with retryable false, or when retries are used up, it becomes a dead letter and the requester's obligation is discharged with task.failed.
 Failing the same run twice returns the first outcome.`,
-		writes(true, false),
+		returns[httpapi.FailResponse](), writes(true, false),
 		props(workerIDArg, wTaskIDArg, runIDArg,
 			mcp.WithString("error_message", mcp.Required(), mcp.MaxLength(8192), mcp.Description("What went wrong.")),
 			mcp.WithBoolean("retryable", mcp.Description("Whether another attempt could succeed. Default true.")),
@@ -141,6 +142,9 @@ func (s *Server) workerLease(ctx context.Context, a engine.Actor, req mcp.CallTo
 	offers, err := s.eng.Lease(lctx, engine.LeaseRequest{
 		Tenant: a.Tenant, WorkerID: a.Principal, Types: in.TaskTypes, MaxTasks: 1, LeaseSeconds: in.LeaseSeconds, Wait: wait,
 	})
+	if err != nil && s.drain.Err() != nil && ctx.Err() == nil && errors.Is(err, context.Canceled) {
+		err = nil // shut down while claiming: the claim rolled back, no offer was made
+	}
 	if err != nil {
 		return nil, "", err
 	}

@@ -121,3 +121,80 @@ func runCycles(b *testing.B, sts []store.Store, workers int) {
 	}
 	b.ReportMetric(float64(done.Load())/elapsed.Seconds(), "cycles/s")
 }
+
+// BenchmarkBurnDown queues depth tasks first (64 concurrent enqueuers), then
+// times 8 workers each leasing up to 50 and completing them concurrently
+// until b.N tasks are done: the rate must not fall as the queue deepens.
+//
+//	go test ./host/postgres -run '^$' -bench BurnDown -benchtime 2000x
+func BenchmarkBurnDown(b *testing.B) {
+	for _, depth := range []int{2_000, 20_000} {
+		b.Run(fmt.Sprintf("queued=%d", depth), func(b *testing.B) {
+			ctx := context.Background()
+			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+			st := openIn(b, newSchema(b), Options{})
+			e, err := engine.New(engine.Config{Store: st, Logger: quiet, ExpiryJitter: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			e.Start()
+			b.Cleanup(e.Close)
+			tt := host.NewTaskType("bench")
+			tt.Tenant = "acme"
+			if _, err := e.PutTaskType(ctx, tt); err != nil {
+				b.Fatal(err)
+			}
+			agent := engine.Actor{Tenant: "acme", Principal: "agent.bench", Role: engine.RoleAgent}
+			n := max(depth, b.N)
+			var left atomic.Int64
+			left.Store(int64(n))
+			var wg sync.WaitGroup
+			for p := 0; p < 64; p++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for left.Add(-1) >= 0 {
+						if _, err := e.Enqueue(ctx, agent, engine.EnqueueRequest{TaskType: "bench", Params: json.RawMessage(`{"n":1}`)}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			var done atomic.Int64
+			b.ResetTimer()
+			start := time.Now()
+			for w := 0; w < 8; w++ {
+				wg.Add(1)
+				id := fmt.Sprintf("bench.w%d", w)
+				go func() {
+					defer wg.Done()
+					for done.Load() < int64(b.N) {
+						offers, err := e.Lease(ctx, engine.LeaseRequest{Tenant: "acme", WorkerID: id, Types: []string{"bench"}, MaxTasks: 50})
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						var inner sync.WaitGroup
+						for _, o := range offers {
+							inner.Add(1)
+							go func() {
+								defer inner.Done()
+								if _, err := e.Complete(ctx, engine.CompleteRequest{WorkerCall: engine.WorkerCall{Tenant: "acme", WorkerID: id, LeaseID: o.LeaseID},
+									Result: host.Result{Channel: "inline", Pointer: "inline:b2s="}}); err != nil {
+									b.Error(err)
+									return
+								}
+								done.Add(1)
+							}()
+						}
+						inner.Wait()
+					}
+				}()
+			}
+			wg.Wait()
+			b.ReportMetric(float64(done.Load())/time.Since(start).Seconds(), "cycles/s")
+		})
+	}
+}

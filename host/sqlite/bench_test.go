@@ -130,58 +130,69 @@ func BenchmarkLeaseDepth(b *testing.B) {
 // commit durable. It reports completed cycles/s.
 func BenchmarkPipeline(b *testing.B) {
 	for _, workers := range []int{1, 8} {
-		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
-			eng, st := benchEngine(b)
-			ctx := context.Background()
-			var produced, completed atomic.Int64
-			var wg sync.WaitGroup
-			b.ResetTimer()
-			start := time.Now()
-			for p := 0; p < 64; p++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for produced.Add(1) <= int64(b.N) {
-						if _, err := eng.Enqueue(ctx, agent, engine.EnqueueRequest{TaskType: "bench", Params: json.RawMessage(`{"n":1}`)}); err != nil {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) { pipeline(b, workers, false) })
+	}
+}
+
+// BenchmarkPipelineKeyed is BenchmarkPipeline with 8 workers and every task
+// queued under its own idempotency key, as agents queue work: each enqueue
+// looks its key up inside the batch before inserting.
+func BenchmarkPipelineKeyed(b *testing.B) { pipeline(b, 8, true) }
+
+func pipeline(b *testing.B, workers int, keyed bool) {
+	eng, st := benchEngine(b)
+	ctx := context.Background()
+	var produced, completed atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for p := 0; p < 64; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := produced.Add(1); n <= int64(b.N); n = produced.Add(1) {
+				key := ""
+				if keyed {
+					key = fmt.Sprintf("k-%d", n)
+				}
+				if _, err := eng.Enqueue(ctx, agent, engine.EnqueueRequest{TaskType: "bench", Params: json.RawMessage(`{"n":1}`), IdempotencyKey: key}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		worker := fmt.Sprintf("bench.%d", w)
+		go func() {
+			defer wg.Done()
+			for completed.Load() < int64(b.N) {
+				offers, err := eng.Lease(ctx, engine.LeaseRequest{Tenant: "t", WorkerID: worker, Types: []string{"bench"}, MaxTasks: 50, Wait: 50 * time.Millisecond})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				var inner sync.WaitGroup
+				for _, o := range offers {
+					inner.Add(1)
+					go func() {
+						defer inner.Done()
+						if _, err := eng.Complete(ctx, engine.CompleteRequest{WorkerCall: engine.WorkerCall{Tenant: "t", WorkerID: worker, LeaseID: o.LeaseID},
+							Result: host.Result{Pointer: "inline:eA=="}}); err != nil {
 							b.Error(err)
 							return
 						}
-					}
-				}()
+						completed.Add(1)
+					}()
+				}
+				inner.Wait()
 			}
-			for w := 0; w < workers; w++ {
-				wg.Add(1)
-				worker := fmt.Sprintf("bench.%d", w)
-				go func() {
-					defer wg.Done()
-					for completed.Load() < int64(b.N) {
-						offers, err := eng.Lease(ctx, engine.LeaseRequest{Tenant: "t", WorkerID: worker, Types: []string{"bench"}, MaxTasks: 50, Wait: 50 * time.Millisecond})
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						var inner sync.WaitGroup
-						for _, o := range offers {
-							inner.Add(1)
-							go func() {
-								defer inner.Done()
-								if _, err := eng.Complete(ctx, engine.CompleteRequest{WorkerCall: engine.WorkerCall{Tenant: "t", WorkerID: worker, LeaseID: o.LeaseID},
-									Result: host.Result{Pointer: "inline:eA=="}}); err != nil {
-									b.Error(err)
-									return
-								}
-								completed.Add(1)
-							}()
-						}
-						inner.Wait()
-					}
-				}()
-			}
-			wg.Wait()
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "cycles/s")
-			if bt, ops := st.CommitStats(); bt > 0 {
-				b.ReportMetric(float64(ops)/float64(bt), "updates/commit")
-			}
-		})
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "cycles/s")
+	if bt, ops := st.CommitStats(); bt > 0 {
+		b.ReportMetric(float64(ops)/float64(bt), "updates/commit")
 	}
 }

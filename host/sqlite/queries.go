@@ -24,6 +24,9 @@ type reader struct {
 	wrote bool
 	// bound caches the transaction's handles of prepared statements.
 	bound map[string]*sql.Stmt
+	// wb is the write transaction this reader belongs to, nil in a view: its
+	// rows written behind are written before any statement that may read them.
+	wb *writeTx
 }
 
 // writeTx implements store.Tx inside the writer's batch transaction.
@@ -36,6 +39,9 @@ type writeTx struct {
 	// them with one multi-row INSERT when the batch ends (or an update ends,
 	// in savepoint mode), or before anything reads obligations.
 	obligations []pendingObligation
+	// behind holds the inserted tasks and receipts not written yet
+	// (writebehind.go).
+	behind
 }
 
 type pendingObligation struct {
@@ -78,7 +84,44 @@ func (r *reader) c(ctx context.Context) context.Context {
 	return ctx
 }
 
+// query, queryRow and exec run a statement after writing the rows written
+// behind, so any statement sees them; the raw forms skip that, for the
+// statements that are known not to read those rows.
 func (r *reader) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if err := r.flushBehind(ctx); err != nil {
+		return nil, err
+	}
+	return r.rawQuery(ctx, q, args...)
+}
+
+func (r *reader) queryRow(ctx context.Context, q string, args ...any) row {
+	if err := r.flushBehind(ctx); err != nil {
+		return row{err: err}
+	}
+	return row{row: r.rawQueryRow(ctx, q, args...)}
+}
+
+func (r *reader) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if err := r.flushBehind(ctx); err != nil {
+		return nil, err
+	}
+	return r.rawExec(ctx, q, args...)
+}
+
+// row is a *sql.Row, or the error that kept its query from running.
+type row struct {
+	row *sql.Row
+	err error
+}
+
+func (r row) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	return r.row.Scan(dest...)
+}
+
+func (r *reader) rawQuery(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
 	ctx = r.c(ctx)
 	if st := r.st(ctx, q); st != nil {
 		return st.QueryContext(ctx, args...)
@@ -86,7 +129,7 @@ func (r *reader) query(ctx context.Context, q string, args ...any) (*sql.Rows, e
 	return r.tx.QueryContext(ctx, q, args...)
 }
 
-func (r *reader) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+func (r *reader) rawQueryRow(ctx context.Context, q string, args ...any) *sql.Row {
 	ctx = r.c(ctx)
 	if st := r.st(ctx, q); st != nil {
 		return st.QueryRowContext(ctx, args...)
@@ -94,7 +137,7 @@ func (r *reader) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 	return r.tx.QueryRowContext(ctx, q, args...)
 }
 
-func (r *reader) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+func (r *reader) rawExec(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	r.wrote = true
 	ctx = r.c(ctx)
 	if st := r.st(ctx, q); st != nil {
@@ -357,7 +400,7 @@ func (w *writeTx) flushCounts(ctx context.Context) error {
 	for _, d := range ds {
 		args = append(args, d.Tenant, d.Type, string(d.State), d.N)
 	}
-	_, err := w.exec(ctx, `INSERT INTO queue_counts (tenant, task_type, state, shard, n) VALUES `+
+	_, err := w.rawExec(ctx, `INSERT INTO queue_counts (tenant, task_type, state, shard, n) VALUES `+
 		strings.TrimSuffix(strings.Repeat("(?,?,?,0,?),", len(ds)), ",")+
 		` ON CONFLICT (tenant, task_type, state, shard) DO UPDATE SET n = n + excluded.n`, args...)
 	return err
@@ -387,28 +430,10 @@ func (r *reader) ListProgress(ctx context.Context, tenant, taskID string, limit 
 	return out, rows.Err()
 }
 
+// InsertTask implements store.Tx. The row is written behind, with the
+// other tasks the batch inserts, in one statement (writebehind.go).
 func (w *writeTx) InsertTask(ctx context.Context, t *host.Task) error {
-	res, err := resultJSON(t.Result)
-	if err != nil {
-		return err
-	}
-	_, err = w.exec(ctx, `INSERT INTO tasks (id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
-created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
-cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
-progress_message, result, last_error, dead_reason, assign_receipt)
-VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
-		t.ID, t.Tenant, t.Type, t.CreatedBy, t.Recipient, string(t.State), t.Priority, string(t.Params), t.Summary, t.IdempotencyKey,
-		us(t.CreatedAt), us(t.UpdatedAt), us(t.AvailableAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt), nus(t.AcceptedAt), t.AcceptReceipt,
-		b2i(t.CancelRequested), t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt), nus(t.CompletedAt), t.ProgressPercent,
-		t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt)
-	if err != nil && strings.Contains(err.Error(), "UNIQUE") {
-		return host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists")
-	}
-	if err == nil {
-		t.Version = 1
-		w.counts = store.Moved(w.counts, t, "", t.State)
-	}
-	return err
+	return w.bufferTask(t)
 }
 
 func b2i(b bool) int {
@@ -458,8 +483,14 @@ lease_seconds=?, version=version+1 WHERE id = ? AND state = ?`
 		q += ` AND version = ?`
 		args = append(args, f.Version)
 	}
+	if w.inserted(t.ID) {
+		// The task was inserted in this batch: write it first.
+		if err := w.flushBehind(ctx); err != nil {
+			return err
+		}
+	}
 	wrote := w.wrote
-	out, err := w.exec(ctx, q, args...)
+	out, err := w.rawExec(ctx, q, args...)
 	if err != nil {
 		return err
 	}
@@ -629,7 +660,7 @@ func (w *writeTx) InsertProgress(ctx context.Context, p store.Progress) error {
 
 func (r *reader) GetTaskType(ctx context.Context, tenant, name string) (*host.TaskType, error) {
 	var body string
-	err := r.queryRow(ctx, `SELECT body FROM task_types WHERE tenant = ? AND name = ?`, tenant, name).Scan(&body)
+	err := r.rawQueryRow(ctx, `SELECT body FROM task_types WHERE tenant = ? AND name = ?`, tenant, name).Scan(&body)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("task type", name)
 	}
@@ -854,20 +885,7 @@ func (w *writeTx) AppendReceipt(ctx context.Context, rc *host.Receipt) error {
 	rc.ChainID, rc.ChainSeq = c.id, c.seq+1
 	rc.PrevHash = c.hash
 	rc.Hash = host.ChainHashV2(rc, rc.PrevHash)
-	parents, err := json.Marshal(rc.Parents)
-	if err != nil {
-		return err
-	}
-	if rc.Parents == nil {
-		parents = []byte("[]")
-	}
-	_, err = w.exec(ctx, `INSERT INTO receipts (`+receiptCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
-		rc.Seq, rc.ID, rc.Tenant, string(rc.Type), rc.From, rc.To, rc.TaskID, rc.LeaseID, string(parents), string(rc.Body),
-		rc.DedupeKey, us(rc.CreatedAt), rc.PrevHash, rc.Hash, rc.ChainID, rc.ChainSeq)
-	if err != nil {
-		if strings.Contains(err.Error(), "UNIQUE") {
-			return host.Errorf(host.CodeConflict, "a receipt with this id or dedupe key exists")
-		}
+	if err := w.bufferReceipt(rc); err != nil {
 		return err
 	}
 	c.global, c.seq, c.hash = rc.Seq, rc.ChainSeq, rc.Hash
@@ -881,7 +899,7 @@ func (w *writeTx) AppendReceipt(ctx context.Context, rc *host.Receipt) error {
 func (w *writeTx) loadChain(ctx context.Context) error {
 	c := &w.s.chain
 	if c.id != 0 {
-		err := w.queryRow(ctx, `SELECT (SELECT coalesce(max(seq), 0) FROM receipts), seq, hash FROM ledger_chains WHERE chain_id = ?`, c.id).
+		err := w.rawQueryRow(ctx, `SELECT (SELECT coalesce(max(seq), 0) FROM receipts), seq, hash FROM ledger_chains WHERE chain_id = ?`, c.id).
 			Scan(&c.global, &c.seq, &c.hash)
 		if err == nil {
 			c.rowSeq, c.loaded = c.seq, true
@@ -892,7 +910,7 @@ func (w *writeTx) loadChain(ctx context.Context) error {
 		}
 		c.id = 0 // the chain's row is gone: start another chain
 	}
-	res, err := w.exec(ctx, `INSERT INTO ledger_chains (seq, hash, hash_version, opened_at) VALUES (0, '', ?, ?)`, host.ChainV2, time.Now().UnixMicro())
+	res, err := w.rawExec(ctx, `INSERT INTO ledger_chains (seq, hash, hash_version, opened_at) VALUES (0, '', ?, ?)`, host.ChainV2, time.Now().UnixMicro())
 	if err != nil {
 		return err
 	}
@@ -900,7 +918,7 @@ func (w *writeTx) loadChain(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := w.queryRow(ctx, `SELECT coalesce(max(seq), 0) FROM receipts`).Scan(&c.global); err != nil {
+	if err := w.rawQueryRow(ctx, `SELECT coalesce(max(seq), 0) FROM receipts`).Scan(&c.global); err != nil {
 		return err
 	}
 	c.id, c.seq, c.hash, c.rowSeq, c.loaded = id, 0, "", 0, true
@@ -913,7 +931,7 @@ func (w *writeTx) writeHead(ctx context.Context) error {
 	if !c.loaded || c.seq == c.rowSeq {
 		return nil
 	}
-	if _, err := w.exec(ctx, `UPDATE ledger_chains SET seq = ?, hash = ? WHERE chain_id = ?`, c.seq, c.hash, c.id); err != nil {
+	if _, err := w.rawExec(ctx, `UPDATE ledger_chains SET seq = ?, hash = ? WHERE chain_id = ?`, c.seq, c.hash, c.id); err != nil {
 		return err
 	}
 	c.rowSeq = c.seq
@@ -1036,7 +1054,7 @@ func (w *writeTx) Terminate(ctx context.Context, tenant, parentID, terminatorID 
 			return true, nil
 		}
 	}
-	res, err := w.exec(ctx, `UPDATE obligations SET terminated_by = ? WHERE receipt_id = ? AND tenant = ? AND terminated_by IS NULL`, terminatorID, parentID, tenant)
+	res, err := w.rawExec(ctx, `UPDATE obligations SET terminated_by = ? WHERE receipt_id = ? AND tenant = ? AND terminated_by IS NULL`, terminatorID, parentID, tenant)
 	if err != nil {
 		return false, err
 	}
@@ -1064,9 +1082,8 @@ func (w *writeTx) ListOpenObligations(ctx context.Context, f store.ObligationFil
 
 // flushObligations writes the pending obligations with multi-row INSERTs.
 func (w *writeTx) flushObligations(ctx context.Context) error {
-	const perStmt = 500
 	for len(w.obligations) > 0 {
-		n := min(len(w.obligations), perStmt)
+		n := chunk(len(w.obligations))
 		args := make([]any, 0, 9*n)
 		for _, p := range w.obligations[:n] {
 			var term any
@@ -1076,7 +1093,7 @@ func (w *writeTx) flushObligations(ctx context.Context) error {
 			o := p.o
 			args = append(args, o.ReceiptID, o.Tenant, string(o.Type), o.Obligor, o.Obligee, o.TaskID, us(o.CreatedAt), o.Seq, term)
 		}
-		if _, err := w.exec(ctx, `INSERT INTO obligations (receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq, terminated_by) VALUES `+
+		if _, err := w.rawExec(ctx, `INSERT INTO obligations (receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq, terminated_by) VALUES `+
 			strings.TrimSuffix(strings.Repeat("(?,?,?,?,?,?,?,?,?),", n), ","), args...); err != nil {
 			return err
 		}

@@ -387,6 +387,7 @@ func (s *Store) tryBatch(batch []*request, savepoints bool) bool {
 		return finish(unavailable("begin", err))
 	}
 	wtx := &writeTx{reader: reader{s: s, db: s.wdb, tx: tx}}
+	wtx.wb = wtx
 	anyOK := false
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
@@ -401,8 +402,24 @@ func (s *Store) tryBatch(batch []*request, savepoints bool) bool {
 		mark := s.chain
 		markCk, markCkSeq := s.lastCheckpoint, s.checkpointed
 		nCounts, nObligations := len(wtx.counts), len(wtx.obligations)
+		behindAt := wtx.mark()
 		wtx.wrote = false
 		r.err = runFn(r.fn, wtx)
+		if wtx.failed != nil && !savepoints {
+			// Rows written behind were refused: find whose with a
+			// savepoint per update.
+			tx.Rollback()
+			restore()
+			return false
+		}
+		if savepoints {
+			// The update's rows are written inside its own savepoint: a
+			// clash with a committed row is its error alone.
+			if r.err == nil {
+				r.err = wtx.flushRows(ctx)
+			}
+			wtx.failed = nil
+		}
 		switch {
 		case r.err != nil && !savepoints && wtx.wrote:
 			// Undo needs a savepoint: start over with one per update.
@@ -420,6 +437,7 @@ func (s *Store) tryBatch(batch []*request, savepoints bool) bool {
 			s.chain = mark
 			s.lastCheckpoint, s.checkpointed = markCk, markCkSeq
 			wtx.counts = wtx.counts[:nCounts]
+			wtx.undo(behindAt)
 			if nObligations <= len(wtx.obligations) {
 				wtx.obligations = wtx.obligations[:nObligations]
 			}
@@ -440,6 +458,14 @@ func (s *Store) tryBatch(batch []*request, savepoints bool) bool {
 		tx.Rollback()
 		restore()
 		return finish(nil)
+	}
+	if err := wtx.flushRows(ctx); err != nil {
+		if !savepoints {
+			tx.Rollback()
+			restore()
+			return false
+		}
+		return abort(tx, "tasks and receipts", err)
 	}
 	if err := wtx.flushObligations(ctx); err != nil {
 		return abort(tx, "obligations", err)

@@ -53,9 +53,10 @@ async function ok(client, name, args) {
 async function toolError(client, name, args) {
   const [sc, res, text] = await call(client, name, args);
   if (!res.isError) throw new Error(`FAIL ${name}: expected a tool error, got ${text}`);
-  const fromText = JSON.parse(text);
-  if (fromText.error !== sc.error) throw new Error(`FAIL ${name}: text ${text} and structured ${JSON.stringify(sc)} disagree`);
-  return sc;
+  // A tool error is its text, {"error": code, "detail": text}, without
+  // structured content (which the SDK would check against the output schema).
+  if (sc !== undefined) throw new Error(`FAIL ${name}: a tool error with structured content ${JSON.stringify(sc)}`);
+  return JSON.parse(text);
 }
 
 // http calls the gate's HTTP API (the worker side of the round trip).
@@ -85,10 +86,12 @@ async function main() {
 
   const { tools } = await agent.listTools();
   const names = tools.map((t) => t.name).sort();
-  const want = ["archive_task_result", "cancel_task", "check_task_status", "fetch_task_result", "get_receipt",
-    "get_receipt_chain", "get_task_progress", "list_active_tasks", "list_open_obligations", "queue_task"];
+  // The agent tools, and echo: each task type of the tenant is a tool.
+  const want = ["archive_task_result", "cancel_task", "check_task_status", "echo", "fetch_task_result", "get_receipt",
+    "get_receipt_chain", "get_task_progress", "list_active_tasks", "list_open_obligations", "list_task_types", "queue_task"];
   check(JSON.stringify(names) === JSON.stringify(want), "agent lists exactly the agent tools", names);
-  check(tools.every((t) => t.description && t.inputSchema?.type === "object"), "every tool has a description and an input schema");
+  check(tools.every((t) => t.description && t.inputSchema?.type === "object" && t.outputSchema?.type === "object"),
+    "every tool has a description, an input schema and an output schema");
 
   // Queue a task: rich acknowledgement.
   const ack = await ok(agent, "queue_task", { task_type: "echo", params: { text: "hello" }, task_summary: "say hello" });

@@ -57,6 +57,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"Hammer", testHammer},
 		{"QueueCountsStayExact", testQueueCounts},
 		{"ObligationsWithinOneUpdate", testObligationsWithinOneUpdate},
+		{"RowsWithinOneUpdate", testRowsWithinOneUpdate}, {"ClashWithCommittedRow", testClashWithCommittedRow}, {"OldestReady", testOldestReady}, // writebehind.go, oldestready.go
 		{"QueueCountsByTypeAndState", testQueueCountsByTypeAndState}, // typestate.go
 	}
 	for _, c := range cases {

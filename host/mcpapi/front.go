@@ -1,0 +1,270 @@
+package mcpapi
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/httpapi"
+)
+
+// maxMessage bounds one JSON-RPC message on /mcp.
+const maxMessage = 16 << 20
+
+// headerSessionID is the streamable HTTP transport's session header.
+const headerSessionID = "Mcp-Session-Id"
+
+// serveHTTP is the streamable HTTP endpoint: it answers the methods served
+// here (handle) and hands everything else to mcp-go. It also keeps track of
+// sessions, so notifications reach them, and ends open event streams when the
+// gate shuts down.
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.cfg.AllowAnyHost && rebinding(r) {
+		s.http.ServeHTTP(w, r) // mcp-go refuses it (403)
+		return
+	}
+	a, ok := httpapi.ActorFromContext(r.Context())
+	sid := r.Header.Get(headerSessionID)
+	switch r.Method {
+	case http.MethodGet:
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		stop := context.AfterFunc(s.drain, cancel) // a parked stream must not hold shutdown
+		defer stop()
+		if ok && sid != "" {
+			sess := s.touchSession(sid, a, s.httpSender(sid))
+			if sess == nil {
+				writeForeignSession(w, nil)
+				return
+			}
+			s.sessMu.Lock()
+			sess.streams++
+			s.sessMu.Unlock()
+			defer func() {
+				s.sessMu.Lock()
+				sess.streams--
+				s.sessMu.Unlock()
+			}()
+		}
+		s.http.ServeHTTP(w, r.WithContext(ctx))
+		return
+	case http.MethodDelete:
+		if sid != "" {
+			s.dropSession(sid)
+		}
+		s.http.ServeHTTP(w, r)
+		return
+	case http.MethodPost:
+	default:
+		s.http.ServeHTTP(w, r)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxMessage))
+	if err != nil {
+		writeRPC(w, http.StatusRequestEntityTooLarge, rpcFail(nil, &rpcError{Code: -32600, Message: "the message is larger than 16 MiB"}))
+		return
+	}
+	var head struct {
+		rpcMessage
+		Params struct {
+			Meta map[string]any `json:"_meta"`
+		} `json:"params"`
+	}
+	_ = json.Unmarshal(body, &head)
+	// Protocol 2026-07-28 has no sessions: each request names its version.
+	version, _ := head.Params.Meta["io.modelcontextprotocol/protocolVersion"].(string)
+	modern := mcp.IsModernProtocol(version) || mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion))
+	// The transport spec: a server that requires a session ID answers a
+	// request without one (other than initialize) with 400 Bad Request.
+	// mcp-go answers 404 in plain text, which clients read as "session
+	// expired"; answer JSON-RPC instead.
+	if sid == "" && !modern && head.Method != "" && head.Method != "initialize" {
+		writeRPC(w, http.StatusBadRequest, rpcFail(head.ID, &rpcError{Code: rpcServerError,
+			Message: "Bad Request: Mcp-Session-Id header is required: send initialize first and repeat the Mcp-Session-Id header it answers with on every later request"}))
+		return
+	}
+	if ok && head.Method != "" && (sid != "" || modern) {
+		sess := &session{actor: a} // a modern request: a session of its own, never notified
+		if sid != "" {
+			if sess = s.touchSession(sid, a, s.httpSender(sid)); sess == nil {
+				writeForeignSession(w, head.ID)
+				return
+			}
+		}
+		if out, handled := s.handle(r.Context(), sess, body); handled {
+			writeRPC(w, http.StatusOK, out)
+			return
+		}
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	s.http.ServeHTTP(w, r)
+}
+
+// httpSender sends a notification to an HTTP session's open event stream
+// (through mcp-go, which owns the streams).
+func (s *Server) httpSender(sid string) func(string, map[string]any) error {
+	return func(method string, params map[string]any) error {
+		return s.mcp.SendNotificationToSpecificClient(sid, method, params)
+	}
+}
+
+// writeForeignSession answers a request that names another key's session
+// as the transport spec answers an unknown session: 404.
+func writeForeignSession(w http.ResponseWriter, id json.RawMessage) {
+	writeRPC(w, http.StatusNotFound, rpcFail(id, &rpcError{Code: -32001,
+		Message: "Session not found: this Mcp-Session-Id belongs to another key; send initialize to start a session of your own"}))
+}
+
+func writeRPC(w http.ResponseWriter, status int, msg []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(msg)
+}
+
+// lockedWriter writes whole messages to w one at a time: mcp-go's stdio
+// server and the methods answered here share stdout.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (l *lockedWriter) message(msg []byte) {
+	_, _ = l.Write(append(msg, '\n'))
+}
+
+// ServeStdio serves one MCP session on in and out as actor until ctx is done
+// or in reaches EOF. Nothing else may write to out.
+func (s *Server) ServeStdio(ctx context.Context, actor engine.Actor, in io.Reader, out io.Writer) error {
+	ctx = httpapi.WithActor(ctx, actor)
+	lw := &lockedWriter{w: out}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	sess := s.touchSession("stdio-"+hex.EncodeToString(rnd[:]), actor, func(method string, params map[string]any) error {
+		msg := map[string]any{"jsonrpc": "2.0", "method": method}
+		if params != nil {
+			msg["params"] = params
+		}
+		b, err := json.Marshal(msg)
+		if err != nil {
+			return err
+		}
+		lw.message(b)
+		return nil
+	})
+	defer s.dropSession(sess.id)
+
+	st := server.NewStdioServer(s.mcp)
+	st.SetErrorLogger(slog.NewLogLogger(s.log.Handler(), slog.LevelWarn))
+	pr, pw := io.Pipe()
+	listened := make(chan error, 1)
+	go func() { listened <- st.Listen(ctx, pr, lw) }()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	lines := make(chan []byte)
+	readErr := make(chan error, 1)
+	go func() {
+		rd := bufio.NewReaderSize(in, 64<<10)
+		for {
+			line, err := rd.ReadBytes('\n')
+			if len(bytes.TrimSpace(line)) > 0 {
+				select {
+				case lines <- line:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if err != nil {
+				readErr <- err
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			pw.Close()
+			<-listened
+			return nil
+		case err := <-readErr:
+			wg.Wait() // a declined call still goes to mcp-go
+			pw.Close()
+			lerr := <-listened
+			if err != nil && !errors.Is(err, io.EOF) {
+				return err
+			}
+			if lerr == nil || errors.Is(lerr, context.Canceled) || errors.Is(lerr, io.EOF) {
+				return nil
+			}
+			return lerr
+		case line := <-lines:
+			var head rpcMessage
+			if json.Unmarshal(line, &head) == nil && head.Method != "" && len(head.ID) > 0 && handledHere(head.Method) {
+				wg.Add(1)
+				go func() { // tasks/result may wait: never hold the input
+					defer wg.Done()
+					if msg, ok := s.handle(ctx, sess, line); ok {
+						lw.message(msg)
+						return
+					}
+					_, _ = pw.Write(line)
+				}()
+				continue
+			}
+			if _, err := pw.Write(line); err != nil {
+				return <-listened
+			}
+		}
+	}
+}
+
+// handledHere says whether handle may answer method (it may still decline).
+func handledHere(method string) bool {
+	switch method {
+	case "tools/call", "tasks/get", "tasks/result", "tasks/list", "tasks/cancel", "resources/subscribe", "resources/unsubscribe":
+		return true
+	}
+	return false
+}
+
+// rebinding says whether r arrived on a loopback address with a Host header
+// that is not a loopback name: mcp-go's DNS-rebinding protection refuses it,
+// and nothing here may answer it first.
+func rebinding(r *http.Request) bool {
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	return ok && local != nil && isLoopback(local.String()) && !isLoopback(r.Host)
+}
+
+func isLoopback(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		h = strings.Trim(addr, "[]")
+	}
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(h)
+	return err == nil && ip.IsLoopback()
+}

@@ -1,0 +1,306 @@
+package mcpapi
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// DefaultWatchInterval is how often the tasks connected sessions care about
+// are read again for status notifications; task types are read every fourth
+// time for notifications/tools/list_changed.
+const DefaultWatchInterval = 500 * time.Millisecond
+
+// sessionIdle is how long an HTTP session without requests and without an
+// open event stream is remembered.
+const sessionIdle = time.Hour
+
+// maxWatched bounds the tasks watched for notifications.
+const maxWatched = 10000
+
+// session is a connected MCP session: who it acts as, how to send it a
+// notification, and the resources it subscribed to. Tasks do not belong to
+// sessions; a session only hears about the tasks of its principal.
+type session struct {
+	id    string
+	actor engine.Actor
+	send  func(method string, params map[string]any) error
+
+	mu   sync.Mutex
+	subs map[string]bool // subscribed resource URIs
+
+	// guarded by Server.sessMu
+	seen    time.Time
+	streams int // open GET event streams
+}
+
+// watched is a task whose changes are notified, as last seen.
+type watched struct {
+	tenant, createdBy, recipient string
+	version                      int64
+	status                       string
+	msg                          string
+}
+
+// touchSession returns the session id of actor, registering it (and what
+// it will be notified about) on first sight. A session belongs to the key
+// that first used it: another key gets nil.
+func (s *Server) touchSession(id string, a engine.Actor, send func(string, map[string]any) error) *session {
+	s.sessMu.Lock()
+	sess, ok := s.sessions[id]
+	if ok {
+		if sess.actor != a {
+			s.sessMu.Unlock()
+			return nil
+		}
+		sess.seen = time.Now()
+		s.sessMu.Unlock()
+		return sess
+	}
+	sess = &session{id: id, actor: a, send: send, seen: time.Now()}
+	s.sessions[id] = sess
+	s.sessMu.Unlock()
+	s.sessionStarted(a)
+	return sess
+}
+
+// dropSession forgets session id.
+func (s *Server) dropSession(id string) {
+	s.sessMu.Lock()
+	delete(s.sessions, id)
+	s.sessMu.Unlock()
+}
+
+// sessionStarted records the tenant's task types (so a later change is
+// noticed) and watches the principal's tasks in flight.
+func (s *Server) sessionStarted(a engine.Actor) {
+	ctx, cancel := context.WithTimeout(s.drain, 5*time.Second)
+	defer cancel()
+	if a.Role == engine.RoleAgent || a.Role == engine.RoleAdmin {
+		s.sessMu.Lock()
+		_, known := s.typeFP[a.Tenant]
+		s.sessMu.Unlock()
+		if !known {
+			if tts, err := s.eng.ListTaskTypes(ctx, a.Tenant); err == nil {
+				s.sessMu.Lock()
+				if _, known := s.typeFP[a.Tenant]; !known {
+					s.typeFP[a.Tenant] = typesFingerprint(tts)
+				}
+				s.sessMu.Unlock()
+			}
+		}
+	}
+	ts, _, err := s.eng.ListTasks(ctx, a, store.TaskFilter{States: []host.TaskState{host.StateQueued, host.StateLeased}, Limit: 100})
+	if err != nil {
+		return
+	}
+	for _, t := range ts {
+		s.watch(t)
+	}
+}
+
+// watch notes t so that its next changes are notified.
+func (s *Server) watch(t *host.Task) {
+	st, msg := mapStatus(t)
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	if _, ok := s.watched[t.ID]; ok || len(s.watched) >= maxWatched {
+		return
+	}
+	if t.State.Terminal() {
+		return
+	}
+	s.watched[t.ID] = &watched{tenant: t.Tenant, createdBy: t.CreatedBy, recipient: t.Recipient, version: t.Version, status: string(st), msg: msg}
+}
+
+// watchLoop notifies connected sessions of task changes and of task-type
+// changes until Close.
+func (s *Server) watchLoop() {
+	defer close(s.watchDone)
+	tick := time.NewTicker(s.cfg.WatchInterval)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-s.drain.Done():
+			return
+		case <-tick.C:
+		}
+		s.tick(n)
+	}
+}
+
+// tick is one round of the watcher; a bug in it is logged, not fatal.
+func (s *Server) tick(n int) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("mcp: panic in the notification watcher", "panic", r)
+		}
+	}()
+	s.pollTasks()
+	if n%4 == 0 {
+		s.pollTypes()
+		s.pruneSessions()
+	}
+}
+
+// pollTasks reads the watched tasks again and notifies the changes. A task
+// no connected session hears about is dropped (a session that starts later
+// watches its principal's tasks in flight again).
+func (s *Server) pollTasks() {
+	listeners := map[string]bool{} // tenant \x00 principal, and subscribed task URIs
+	for _, sess := range s.sessionList() {
+		listeners[sess.actor.Tenant+"\x00"+sess.actor.Principal] = true
+		sess.mu.Lock()
+		for uri := range sess.subs {
+			listeners[uri] = true
+		}
+		sess.mu.Unlock()
+	}
+	s.watchMu.Lock()
+	ids := make(map[string]*watched, len(s.watched))
+	for id, w := range s.watched {
+		if listeners[w.tenant+"\x00"+w.createdBy] || listeners[w.tenant+"\x00"+w.recipient] || listeners[TaskURIPrefix+id] {
+			ids[id] = w
+		} else {
+			delete(s.watched, id)
+		}
+	}
+	s.watchMu.Unlock()
+	for id, w := range ids {
+		ctx, cancel := context.WithTimeout(s.drain, 5*time.Second)
+		t, err := s.eng.GetTask(ctx, engine.Actor{Tenant: w.tenant, Role: engine.RoleAdmin}, id)
+		cancel()
+		if err != nil {
+			if host.ErrorCode(err) == host.CodeNotFound {
+				s.unwatch(id)
+			}
+			continue
+		}
+		if t.Version == w.version {
+			continue
+		}
+		mt := mcpTask(t, s.pollSuggestion(s.drain, t))
+		s.watchMu.Lock()
+		changed := string(mt.Status) != w.status || mt.StatusMessage != w.msg
+		w.version, w.status, w.msg = t.Version, string(mt.Status), mt.StatusMessage
+		if t.State.Terminal() {
+			delete(s.watched, id)
+		}
+		s.watchMu.Unlock()
+		if changed {
+			s.notifyTask(t, mt)
+		}
+	}
+}
+
+func (s *Server) unwatch(id string) {
+	s.watchMu.Lock()
+	delete(s.watched, id)
+	s.watchMu.Unlock()
+}
+
+// notifyTask sends notifications/tasks/status to the sessions of the task's
+// requester and recipient, and notifications/resources/updated to the
+// sessions subscribed to it.
+func (s *Server) notifyTask(t *host.Task, mt mcp.Task) {
+	params := toParams(mt)
+	uri := TaskURIPrefix + t.ID
+	for _, sess := range s.sessionList() {
+		a := sess.actor
+		if a.Tenant != t.Tenant {
+			continue
+		}
+		if a.Principal == t.CreatedBy || a.Principal == t.Recipient {
+			s.send(sess, "notifications/tasks/status", params)
+		}
+		sess.mu.Lock()
+		sub := sess.subs[uri]
+		sess.mu.Unlock()
+		if sub {
+			s.send(sess, "notifications/resources/updated", map[string]any{"uri": uri})
+		}
+	}
+}
+
+// pollTypes sends notifications/tools/list_changed to a tenant's agent
+// sessions when its task types changed.
+func (s *Server) pollTypes() {
+	tenants := map[string]bool{}
+	for _, sess := range s.sessionList() {
+		if r := sess.actor.Role; r == engine.RoleAgent || r == engine.RoleAdmin {
+			tenants[sess.actor.Tenant] = true
+		}
+	}
+	for tenant := range tenants {
+		ctx, cancel := context.WithTimeout(s.drain, 5*time.Second)
+		tts, err := s.eng.ListTaskTypes(ctx, tenant)
+		cancel()
+		if err != nil {
+			continue
+		}
+		fp := typesFingerprint(tts)
+		s.sessMu.Lock()
+		old, known := s.typeFP[tenant]
+		s.typeFP[tenant] = fp
+		s.sessMu.Unlock()
+		if !known || old == fp {
+			continue
+		}
+		for _, sess := range s.sessionList() {
+			if r := sess.actor.Role; sess.actor.Tenant == tenant && (r == engine.RoleAgent || r == engine.RoleAdmin) {
+				s.send(sess, "notifications/tools/list_changed", nil)
+			}
+		}
+	}
+}
+
+// pruneSessions forgets HTTP sessions idle for sessionIdle without an open
+// event stream (a client that went away without DELETE).
+func (s *Server) pruneSessions() {
+	cut := time.Now().Add(-sessionIdle)
+	s.sessMu.Lock()
+	for id, sess := range s.sessions {
+		if sess.streams == 0 && sess.seen.Before(cut) && !sess.stdio() {
+			delete(s.sessions, id)
+		}
+	}
+	s.sessMu.Unlock()
+}
+
+func (sess *session) stdio() bool { return len(sess.id) > 6 && sess.id[:6] == "stdio-" }
+
+func (s *Server) sessionList() []*session {
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
+	out := make([]*session, 0, len(s.sessions))
+	for _, sess := range s.sessions {
+		out = append(out, sess)
+	}
+	return out
+}
+
+// send delivers a notification; a session without a way to receive one now
+// (an HTTP session without an open event stream) misses it.
+func (s *Server) send(sess *session, method string, params map[string]any) {
+	if sess.send == nil {
+		return
+	}
+	if err := sess.send(method, params); err != nil {
+		s.log.Debug("mcp notification not delivered", "session", sess.id, "method", method, "err", err)
+	}
+}
+
+// toParams is v as notification params.
+func toParams(v any) map[string]any {
+	b, _ := json.Marshal(v)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	return m
+}

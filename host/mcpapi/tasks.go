@@ -1,0 +1,493 @@
+package mcpapi
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/httpapi"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// MCP Tasks (spec 2025-11-25, basic/utilities/tasks), served durably: an
+// MCP task is a gate task (taskId = task_id) and belongs to the key's
+// principal, not to the session, so a client finds its tasks again after a
+// reconnect or a gate restart. mcp-go keeps tasks in memory per session and
+// has no seam for a store, so the task methods (and tools/call of the
+// task-type tools, and resources/subscribe) are answered here, ahead of
+// mcp-go, by handle; everything else goes to mcp-go unchanged.
+
+// TaskURIPrefix starts the URI of a task's resource: asyncgate://tasks/{id}.
+const TaskURIPrefix = "asyncgate://tasks/"
+
+// ReceiptURIPrefix starts the URI of a receipt chain's resource:
+// asyncgate://receipts/{id}/chain.
+const ReceiptURIPrefix = "asyncgate://receipts/"
+
+// DefaultTaskResultWait bounds how long tasks/result waits for a task to end.
+const DefaultTaskResultWait = 25 * time.Second
+
+// Error codes in the structured content of a tasks/result tool error.
+const (
+	CodeTaskFailed   = "task_failed"   // the task ended as a dead letter; detail is its error
+	CodeTaskCanceled = "task_canceled" // the task was canceled
+)
+
+// JSON-RPC error codes.
+const (
+	rpcMethodNotFound = -32601
+	rpcInvalidParams  = -32602
+	rpcInternal       = -32603
+	rpcServerError    = -32000
+)
+
+// relatedTask is the _meta key tying a message to its task.
+const relatedTask = "io.modelcontextprotocol/related-task"
+
+type rpcMessage struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id,omitempty"`
+	Method  string          `json:"method"`
+	Params  json.RawMessage `json:"params,omitempty"`
+}
+
+// rpcError is a JSON-RPC error answer.
+type rpcError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Data    any    `json:"data,omitempty"`
+}
+
+func rpcReply(id json.RawMessage, result any) []byte {
+	b, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "result": result})
+	if err != nil {
+		return rpcFail(id, &rpcError{Code: rpcInternal, Message: "encoding the result: " + err.Error()})
+	}
+	return b
+}
+
+func rpcFail(id json.RawMessage, e *rpcError) []byte {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "error": e})
+	return b
+}
+
+// errFor maps an engine error to a JSON-RPC error: not found and conflicts
+// are invalid params (the spec's answer for an unknown taskId or a task
+// already ended); the data carries the gate's code and detail.
+func errFor(err error) *rpcError {
+	code, detail := host.ErrorCode(err), host.ErrorDetail(err)
+	rc := rpcInternal
+	switch code {
+	case host.CodeNotFound, host.CodeConflict, host.CodeBadRequest, host.CodeInvalidParams,
+		host.CodeUnknownTaskType, host.CodeTaskTypeDisabled, host.CodeTooLarge, host.CodeIdempotencyConflict:
+		rc = rpcInvalidParams
+	case host.CodeInternal:
+		detail = "an internal error occurred; it was logged"
+	default:
+		rc = rpcServerError
+	}
+	return &rpcError{Code: rc, Message: code + ": " + detail, Data: ErrorBody{Error: code, Detail: detail}}
+}
+
+// handle answers the methods served here. It reports false for any other
+// message, which then goes to mcp-go.
+func (s *Server) handle(ctx context.Context, sess *session, raw []byte) (out []byte, handled bool) {
+	var m rpcMessage
+	if err := json.Unmarshal(raw, &m); err != nil || len(m.ID) == 0 {
+		return nil, false // malformed, a batch or a notification: mcp-go answers
+	}
+	defer func() { // as mcp-go's WithRecovery: a bug answers an error, never ends a stdio session
+		if r := recover(); r != nil {
+			s.log.Error("mcp: panic answering a request", "method", m.Method, "panic", r)
+			out, handled = rpcFail(m.ID, &rpcError{Code: rpcInternal, Message: "internal_error: an internal error occurred; it was logged"}), true
+		}
+	}()
+	a := sess.actor
+	var res any
+	var rerr *rpcError
+	switch m.Method {
+	case "tools/call":
+		var p struct {
+			Name      string          `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
+			Task      *mcp.TaskParams `json:"task"`
+		}
+		if json.Unmarshal(m.Params, &p) != nil {
+			return nil, false
+		}
+		if _, builtin := s.roles[p.Name]; builtin {
+			if p.Task == nil {
+				return nil, false
+			}
+			rerr = &rpcError{Code: rpcMethodNotFound, Message: fmt.Sprintf("tool %s does not run as a task (its execution.taskSupport is forbidden): call it without task", p.Name)}
+			break
+		}
+		if a.Role != engine.RoleAgent && a.Role != engine.RoleAdmin {
+			return nil, false
+		}
+		tt, err := s.eng.GetTaskType(ctx, a.Tenant, p.Name)
+		if err != nil || !s.isTypeTool(tt) {
+			return nil, false // mcp-go answers "tool not found"
+		}
+		res, rerr = s.callType(ctx, sess, tt, p.Arguments, p.Task != nil)
+	case "tasks/get":
+		res, rerr = s.tasksGet(ctx, sess, m.Params)
+	case "tasks/result":
+		res, rerr = s.tasksResult(ctx, a, m.Params)
+	case "tasks/list":
+		res, rerr = s.tasksList(ctx, a, m.Params)
+	case "tasks/cancel":
+		res, rerr = s.tasksCancel(ctx, a, m.Params)
+	case "resources/subscribe":
+		res, rerr = s.subscribe(ctx, sess, m.Params, true)
+	case "resources/unsubscribe":
+		res, rerr = s.subscribe(ctx, sess, m.Params, false)
+	default:
+		return nil, false
+	}
+	if rerr != nil {
+		return rpcFail(m.ID, rerr), true
+	}
+	return rpcReply(m.ID, res), true
+}
+
+// callType serves tools/call of a task-type tool: it queues the task and
+// answers with the acknowledgement, or, task-augmented, with the MCP task.
+func (s *Server) callType(ctx context.Context, sess *session, tt *host.TaskType, args json.RawMessage, asTask bool) (any, *rpcError) {
+	res, err := s.callTypeTool(ctx, sess.actor, tt, args)
+	if err != nil {
+		if asTask {
+			return nil, errFor(err)
+		}
+		return toolError(err), nil
+	}
+	if res.Task != nil {
+		s.watch(res.Task)
+	}
+	if !asTask {
+		return queuedResult(tt, res), nil
+	}
+	t := res.Task
+	if t == nil {
+		if t, err = s.eng.GetTask(ctx, sess.actor, res.TaskID); err != nil {
+			return nil, errFor(err)
+		}
+	}
+	return map[string]any{
+		"task": mcpTask(t, res.PollSuggestionSeconds),
+		"_meta": map[string]any{"io.modelcontextprotocol/model-immediate-response": fmt.Sprintf(
+			"Queued task %s (%s). It runs in the background and survives disconnects; its result comes through tasks/result.", t.ID, tt.Name)},
+	}, nil
+}
+
+// mapStatus is the MCP status of a gate task and a short status message.
+func mapStatus(t *host.Task) (mcp.TaskStatus, string) {
+	switch t.State {
+	case host.StateSucceeded:
+		msg := "succeeded"
+		if t.Result != nil && t.Result.Summary != "" {
+			msg += ": " + t.Result.Summary
+		}
+		return mcp.TaskStatusCompleted, msg
+	case host.StateCanceled:
+		return mcp.TaskStatusCancelled, "canceled"
+	case host.StateDeadLetter:
+		msg := "failed"
+		if t.DeadReason != "" {
+			msg += " (" + t.DeadReason + ")"
+		}
+		if t.LastError != "" {
+			msg += ": " + t.LastError
+		}
+		return mcp.TaskStatusFailed, msg
+	}
+	if t.State.Terminal() {
+		return mcp.TaskStatusFailed, string(t.State)
+	}
+	msg := string(t.State)
+	if t.State == host.StateLeased && t.WorkerID != "" {
+		msg = "running on " + t.WorkerID
+	}
+	if t.ProgressPercent != nil {
+		msg += fmt.Sprintf(", %.0f%%", *t.ProgressPercent)
+	}
+	if t.ProgressMessage != "" {
+		msg += ": " + t.ProgressMessage
+	}
+	if t.CancelRequested {
+		msg += " (cancellation requested)"
+	}
+	return mcp.TaskStatusWorking, msg
+}
+
+// mcpTask is t as an MCP task. Gate tasks do not expire (ttl null); poll is
+// the task type's poll suggestion in seconds.
+func mcpTask(t *host.Task, poll int) mcp.Task {
+	st, msg := mapStatus(t)
+	out := mcp.Task{TaskId: t.ID, Status: st, StatusMessage: msg,
+		CreatedAt: t.CreatedAt.UTC().Format(time.RFC3339Nano), LastUpdatedAt: t.UpdatedAt.UTC().Format(time.RFC3339Nano)}
+	if !st.IsTerminal() {
+		if poll <= 0 {
+			poll = host.DefaultPollSuggestionSeconds
+		}
+		ms := int64(poll) * 1000
+		out.PollInterval = &ms
+	}
+	return out
+}
+
+func taskIDParam(params json.RawMessage) (string, *rpcError) {
+	var p struct {
+		TaskID string `json:"taskId"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil || strings.TrimSpace(p.TaskID) == "" {
+		return "", &rpcError{Code: rpcInvalidParams, Message: "taskId is required"}
+	}
+	return p.TaskID, nil
+}
+
+func (s *Server) tasksGet(ctx context.Context, sess *session, params json.RawMessage) (any, *rpcError) {
+	id, rerr := taskIDParam(params)
+	if rerr != nil {
+		return nil, rerr
+	}
+	t, err := s.eng.GetTask(ctx, sess.actor, id)
+	if err != nil {
+		return nil, errFor(err)
+	}
+	s.watch(t)
+	return mcpTask(t, s.pollSuggestion(ctx, t)), nil
+}
+
+func (s *Server) tasksList(ctx context.Context, a engine.Actor, params json.RawMessage) (any, *rpcError) {
+	var p struct {
+		Cursor string `json:"cursor"`
+	}
+	if len(params) > 0 {
+		if err := json.Unmarshal(params, &p); err != nil {
+			return nil, &rpcError{Code: rpcInvalidParams, Message: "params: " + err.Error()}
+		}
+	}
+	ts, cur, err := s.eng.ListTasks(ctx, a, store.TaskFilter{Cursor: p.Cursor, Limit: 100})
+	if err != nil {
+		return nil, errFor(err)
+	}
+	out := make([]mcp.Task, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, mcpTask(t, s.pollSuggestion(ctx, t)))
+	}
+	res := map[string]any{"tasks": out}
+	if cur != "" {
+		res["nextCursor"] = cur
+	}
+	return res, nil
+}
+
+func (s *Server) tasksCancel(ctx context.Context, a engine.Actor, params json.RawMessage) (any, *rpcError) {
+	id, rerr := taskIDParam(params)
+	if rerr != nil {
+		return nil, rerr
+	}
+	if a.Role != engine.RoleAgent && a.Role != engine.RoleAdmin {
+		return nil, &rpcError{Code: rpcInvalidParams, Message: "forbidden: canceling needs an agent or admin key"}
+	}
+	wctx, cancel := detached(ctx)
+	defer cancel()
+	t, err := s.eng.Cancel(wctx, a, id, "canceled with MCP tasks/cancel")
+	if err != nil {
+		return nil, errFor(err)
+	}
+	s.watch(t)
+	return mcpTask(t, s.pollSuggestion(ctx, t)), nil
+}
+
+// tasksResult waits, at most TaskResultWait, for the task to end, then
+// answers with what the task-type tool's call produced: the result fetched
+// through its channel, or a tool error for a failed or canceled task.
+func (s *Server) tasksResult(ctx context.Context, a engine.Actor, params json.RawMessage) (any, *rpcError) {
+	id, rerr := taskIDParam(params)
+	if rerr != nil {
+		return nil, rerr
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.TaskResultWait)
+	defer cancel()
+	stop := context.AfterFunc(s.drain, cancel)
+	defer stop()
+	var t *host.Task
+	for {
+		var err error
+		if t, err = s.eng.GetTask(ctx, a, id); err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			return nil, errFor(err)
+		}
+		if t.State.Terminal() {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(s.cfg.WatchInterval / 2):
+			continue
+		}
+		break
+	}
+	if t == nil || !t.State.Terminal() {
+		return nil, &rpcError{Code: rpcServerError,
+			Message: fmt.Sprintf("task %s is still working; call tasks/result again, or tasks/get after its pollInterval", id),
+			Data:    map[string]any{"taskId": id, "status": mcp.TaskStatusWorking}}
+	}
+	var out *mcp.CallToolResult
+	switch t.State {
+	case host.StateSucceeded:
+		fr, err := s.eng.FetchResult(ctx, a, id)
+		if err != nil {
+			out = toolError(err)
+			break
+		}
+		rr := resultResponse(fr)
+		text := fmt.Sprintf("Task %s (%s) succeeded.", t.ID, t.Type)
+		if rr.Summary != "" {
+			text += " Summary: " + rr.Summary
+		}
+		if rr.ChecksumValid != nil && !*rr.ChecksumValid {
+			text += " WARNING: the checksum does not match; the payload may have been altered."
+		}
+		out = result(TaskTypeCallResult{TaskID: t.ID, Status: string(t.State), Result: &rr}, text)
+	case host.StateCanceled:
+		out = toolError(host.Errorf(CodeTaskCanceled, "task %s was canceled", t.ID))
+	default:
+		_, msg := mapStatus(t)
+		out = toolError(host.Errorf(CodeTaskFailed, "task %s %s", t.ID, msg))
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, &rpcError{Code: rpcInternal, Message: "encoding the result"}
+	}
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	m["_meta"] = map[string]any{relatedTask: map[string]any{"taskId": t.ID}}
+	return m, nil
+}
+
+// resultResponse is a fetched result as fetch_task_result shows it.
+func resultResponse(fr *engine.FetchedResult) httpapi.ResultResponse {
+	out := httpapi.ResultResponse{TaskID: fr.Task.ID, Channel: fr.Channel, ResultPointer: fr.Pointer, ChecksumValid: fr.ChecksumValid}
+	if r := fr.Task.Result; r != nil {
+		out.ResultChecksum, out.Summary, out.Metadata = r.Checksum, r.Summary, r.Metadata
+		out.Artifacts, out.DeliveryProof, out.ArchivedAt = r.Artifacts, r.DeliveryProof, r.ArchivedAt
+	}
+	if len(fr.Content) > 0 {
+		if json.Valid(fr.Content) {
+			out.Content = fr.Content
+		} else {
+			out.ContentBase64 = base64.StdEncoding.EncodeToString(fr.Content)
+		}
+	}
+	return out
+}
+
+// subscribe serves resources/subscribe and resources/unsubscribe. Only
+// tasks change, so only asyncgate://tasks/{id} can be subscribed to.
+func (s *Server) subscribe(ctx context.Context, sess *session, params json.RawMessage, on bool) (any, *rpcError) {
+	var p struct {
+		URI string `json:"uri"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil || p.URI == "" {
+		return nil, &rpcError{Code: rpcInvalidParams, Message: "uri is required"}
+	}
+	if !on {
+		sess.mu.Lock()
+		delete(sess.subs, p.URI)
+		sess.mu.Unlock()
+		return struct{}{}, nil
+	}
+	id, ok := taskURI(p.URI)
+	if !ok {
+		return nil, &rpcError{Code: rpcInvalidParams, Message: fmt.Sprintf("only tasks change: subscribe to %s{task_id}", TaskURIPrefix)}
+	}
+	t, err := s.eng.GetTask(ctx, sess.actor, id)
+	if err != nil {
+		return nil, errFor(err)
+	}
+	sess.mu.Lock()
+	if sess.subs == nil {
+		sess.subs = map[string]bool{}
+	}
+	sess.subs[p.URI] = true
+	sess.mu.Unlock()
+	s.watch(t)
+	return struct{}{}, nil
+}
+
+// taskURI returns the task id of asyncgate://tasks/{id}.
+func taskURI(uri string) (string, bool) {
+	rest, ok := strings.CutPrefix(uri, TaskURIPrefix)
+	if !ok {
+		return "", false
+	}
+	id, err := url.PathUnescape(rest)
+	if err != nil || id == "" || strings.Contains(id, "/") {
+		return "", false
+	}
+	return id, true
+}
+
+// taskResources registers the task and receipt-chain resources.
+func (s *Server) taskResources() {
+	s.mcp.AddResourceTemplate(mcp.NewResourceTemplate(TaskURIPrefix+"{task_id}", "task",
+		mcp.WithTemplateDescription("One of your tasks as check_task_status shows it (status, progress, retries, next_step). Subscribe to it (resources/subscribe) to hear when it changes."),
+		mcp.WithTemplateMIMEType("application/json")),
+		s.readTask)
+	s.mcp.AddResourceTemplate(mcp.NewResourceTemplate(ReceiptURIPrefix+"{receipt_id}/chain", "receipt chain",
+		mcp.WithTemplateDescription("A receipt and the receipts it answers (its parents), nearest first, as get_receipt_chain shows it."),
+		mcp.WithTemplateMIMEType("application/json")),
+		s.readChain)
+}
+
+func (s *Server) readTask(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+	a, ok := httpapi.ActorFromContext(ctx)
+	if !ok {
+		return nil, host.Errorf(host.CodeUnauthorized, "no caller identity: connect with an API key")
+	}
+	id, ok := taskURI(req.Params.URI)
+	if !ok {
+		return nil, host.Errorf(host.CodeBadRequest, "want %s{task_id}", TaskURIPrefix)
+	}
+	st, err := s.taskStatus(ctx, a, id)
+	if err != nil {
+		return nil, err
+	}
+	return jsonResource(req.Params.URI, st)
+}
+
+func (s *Server) readChain(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+	a, ok := httpapi.ActorFromContext(ctx)
+	if !ok {
+		return nil, host.Errorf(host.CodeUnauthorized, "no caller identity: connect with an API key")
+	}
+	rest, _ := strings.CutPrefix(req.Params.URI, ReceiptURIPrefix)
+	id, ok := strings.CutSuffix(rest, "/chain")
+	if !ok || id == "" || strings.Contains(id, "/") {
+		return nil, host.Errorf(host.CodeBadRequest, "want %s{receipt_id}/chain", ReceiptURIPrefix)
+	}
+	links, err := s.eng.Chain(ctx, a, id)
+	if err != nil {
+		return nil, err
+	}
+	if links == nil {
+		links = []engine.ChainLink{}
+	}
+	return jsonResource(req.Params.URI, ChainResult{ReceiptID: id, Chain: links})
+}

@@ -1,0 +1,524 @@
+package mcpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/httpapi"
+	"github.com/asyncgate/asyncgate/host/mcpapi"
+)
+
+var rpcID atomic.Int64
+
+// rpc sends a raw JSON-RPC request on c's session and returns its result, or
+// its error.
+func rpc(t testing.TB, c *client.Client, method string, params any) (json.RawMessage, *mcp.JSONRPCErrorDetails) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := c.GetTransport().SendRequest(ctx, transport.JSONRPCRequest{JSONRPC: "2.0",
+		ID: mcp.NewRequestId(rpcID.Add(1)), Method: method, Params: params})
+	if err != nil {
+		t.Fatalf("%s: %v", method, err)
+	}
+	return res.Result, res.Error
+}
+
+// rpcOK is rpc for a request that must succeed; it decodes the result into out.
+func rpcOK(t testing.TB, c *client.Client, method string, params any, out any) {
+	t.Helper()
+	res, e := rpc(t, c, method, params)
+	if e != nil {
+		t.Fatalf("%s(%v): error %d %s", method, params, e.Code, e.Message)
+	}
+	if out != nil {
+		if err := json.Unmarshal(res, out); err != nil {
+			t.Fatalf("%s: %v in %s", method, err, res)
+		}
+	}
+}
+
+// notes collects a session's notifications.
+type notes struct {
+	mu  sync.Mutex
+	got []mcp.JSONRPCNotification
+}
+
+func (n *notes) add(m mcp.JSONRPCNotification) {
+	n.mu.Lock()
+	n.got = append(n.got, m)
+	n.mu.Unlock()
+}
+
+// wait waits (bounded) for a notification that match accepts.
+func (n *notes) wait(t *testing.T, what string, match func(mcp.JSONRPCNotification) bool) mcp.JSONRPCNotification {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		n.mu.Lock()
+		for _, m := range n.got {
+			if match(m) {
+				n.mu.Unlock()
+				return m
+			}
+		}
+		n.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s notification within 20 s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// listen opens a session with an event stream (for notifications).
+func (b *testBundle) listen(t *testing.T, key string) (*client.Client, *notes) {
+	t.Helper()
+	c, err := client.NewStreamableHttpClient(b.ts.URL+mcpapi.Path, transport.WithContinuousListening(),
+		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + key}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &notes{}
+	c.OnNotification(n.add)
+	initializeAt(t, c, mcp.ProtocolVersion20251125) // sessions and event streams: the era of today's clients
+	return c, n
+}
+
+type createTask struct {
+	Task mcp.Task       `json:"task"`
+	Meta map[string]any `json:"_meta"`
+}
+
+// complete leases task id as the worker and completes it with result.
+func complete(t *testing.T, b *testBundle, id string, res map[string]any) {
+	t.Helper()
+	worker := b.connect(t, b.worker)
+	var lease mcpapi.LeaseResult
+	ok(t, worker, "worker_lease_task", map[string]any{"task_types": []string{"echo"}}, &lease)
+	if lease.TaskID == nil || *lease.TaskID != id {
+		t.Fatalf("leased %+v, want %s", lease, id)
+	}
+	ok(t, worker, "worker_complete_task", map[string]any{"task_id": id, "run_id": lease.RunID, "result": res, "summary": "echoed"}, nil)
+}
+
+func TestTaskTypesAsTools(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	agent := b.connect(t, b.agent)
+	res, err := agent.ListTools(context.Background(), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var echo *mcp.Tool
+	for i := range res.Tools {
+		if res.Tools[i].Name == "echo" {
+			echo = &res.Tools[i]
+		}
+	}
+	if echo == nil || echo.Execution == nil || echo.Execution.TaskSupport != mcp.TaskSupportOptional {
+		t.Fatalf("echo tool: %+v", echo)
+	}
+	if echo.InputSchema.AdditionalProperties != false || echo.InputSchema.Properties["n"] == nil {
+		t.Fatalf("echo input schema is not the params schema: %+v", echo.InputSchema)
+	}
+	if !strings.Contains(echo.Description, "MCP task") || !strings.Contains(echo.Description, "120") {
+		t.Errorf("echo description: %s", echo.Description)
+	}
+
+	// A plain call queues it and answers with the acknowledgement.
+	var ack mcpapi.TaskTypeCallResult
+	r := ok(t, agent, "echo", map[string]any{"n": 1}, &ack)
+	if !strings.HasPrefix(ack.TaskID, "T-") || ack.Status != "queued" || ack.Queued == nil || ack.Queued.ReceiptID == "" || ack.Result != nil {
+		t.Fatalf("echo ack: %+v", ack)
+	}
+	if strings.Contains(text(r), "{") {
+		t.Errorf("the text repeats the JSON instead of summing up: %s", text(r))
+	}
+	fails(t, agent, "echo", map[string]any{"n": "one"}, host.CodeInvalidParams)
+
+	// list_task_types, the resource, and the valid types in unknown_task_type.
+	var list mcpapi.TaskTypeList
+	ok(t, agent, "list_task_types", nil, &list)
+	if len(list.TaskTypes) != 1 || list.TaskTypes[0].Name != "echo" || list.TaskTypes[0].Tool != "echo" ||
+		list.TaskTypes[0].PollSuggestionSeconds != 120 || list.TaskTypes[0].RetryPolicy.Plugin == "" ||
+		list.TaskTypes[0].ResourceURI != "asyncgate://task-types/echo" || len(list.TaskTypes[0].ParamsSchema) == 0 {
+		t.Fatalf("list_task_types: %+v", list)
+	}
+	rr := mcp.ReadResourceRequest{}
+	rr.Params.URI = list.TaskTypes[0].ResourceURI
+	rres, err := agent.ReadResource(context.Background(), rr)
+	if err != nil || len(rres.Contents) != 1 {
+		t.Fatalf("read %s: %v", rr.Params.URI, err)
+	}
+	var info mcpapi.TaskTypeInfo
+	if err := json.Unmarshal([]byte(rres.Contents[0].(mcp.TextResourceContents).Text), &info); err != nil || info.Name != "echo" || info.ResultChannel == "" {
+		t.Fatalf("task type resource: %v %+v", err, info)
+	}
+	var body mcpapi.ErrorBody
+	call(t, agent, "queue_task", map[string]any{"task_type": "nope"}, &body)
+	if body.Error != host.CodeUnknownTaskType || !strings.Contains(body.Detail, "Valid task types: echo.") {
+		t.Fatalf("unknown type: %+v", body)
+	}
+
+	// Workers do not queue: no type tools for them, and calling one is "tool not found".
+	worker := b.connect(t, b.worker)
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "echo"
+	if _, err := worker.CallTool(context.Background(), req); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("worker calls echo: %v", err)
+	}
+}
+
+func TestToolsListChanged(t *testing.T) {
+	b := setup(t, mcpapi.Config{WatchInterval: 50 * time.Millisecond})
+	agent, n := b.listen(t, b.agent)
+	tt := host.NewTaskType("summarize")
+	tt.Tenant = "default"
+	tt.Description = "Summarize a document."
+	if _, err := b.eng.PutTaskType(context.Background(), tt); err != nil {
+		t.Fatal(err)
+	}
+	n.wait(t, "tools/list_changed", func(m mcp.JSONRPCNotification) bool { return m.Method == "notifications/tools/list_changed" })
+	if got := toolNames(t, agent); !strings.Contains(strings.Join(got, " "), "summarize") {
+		t.Fatalf("after adding summarize: %v", got)
+	}
+	// Another tenant's agent does not see it.
+	if got := toolNames(t, b.connect(t, b.other)); strings.Contains(strings.Join(got, " "), "summarize") {
+		t.Fatalf("other tenant sees summarize: %v", got)
+	}
+	// Disabling it changes the list again: the tool is gone.
+	n.mu.Lock()
+	n.got = nil
+	n.mu.Unlock()
+	if _, err := b.eng.PatchTaskType(context.Background(), "default", "summarize", json.RawMessage(`{"enabled":false}`)); err != nil {
+		t.Fatal(err)
+	}
+	n.wait(t, "tools/list_changed after disabling", func(m mcp.JSONRPCNotification) bool { return m.Method == "notifications/tools/list_changed" })
+	if got := toolNames(t, agent); strings.Contains(strings.Join(got, " "), "summarize") {
+		t.Fatalf("after disabling summarize: %v", got)
+	}
+}
+
+// FuzzMCPMessage posts arbitrary JSON-RPC messages on a session: the gate
+// answers every one without a 5xx, and a request gets a JSON-RPC answer.
+func FuzzMCPMessage(f *testing.F) {
+	for _, seed := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"T-1"}}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tasks/result","params":{"taskId":7}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tasks/list","params":{"cursor":"zz"}}`,
+		`{"jsonrpc":"2.0","id":4,"method":"tasks/cancel","params":null}`,
+		`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","arguments":{"n":1},"task":{"ttl":-1}}}`,
+		`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"echo","arguments":[1]}}`,
+		`{"jsonrpc":"2.0","id":7,"method":"resources/subscribe","params":{"uri":"asyncgate://tasks/%zz"}}`,
+		`{"jsonrpc":"2.0","id":8,"method":"resources/unsubscribe","params":{}}`,
+		`{"jsonrpc":"2.0","id":"x","method":"tools/call","params":"echo"}`,
+		`[{"jsonrpc":"2.0","id":9,"method":"tasks/list"}]`,
+		`not json`,
+	} {
+		f.Add(seed)
+	}
+	b := setup(f, mcpapi.Config{TaskResultWait: time.Millisecond})
+	c := b.connectAt(f, b.agent, mcp.ProtocolVersion20251125)
+	sid := c.GetSessionId()
+	f.Fuzz(func(t *testing.T, msg string) {
+		req, _ := http.NewRequest(http.MethodPost, b.ts.URL+mcpapi.Path, strings.NewReader(msg))
+		req.Header.Set("Authorization", "Bearer "+b.agent)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", sid)
+		req.Header.Set("Mcp-Protocol-Version", mcp.ProtocolVersion20251125)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode >= 500 {
+			t.Fatalf("%q: %d %s", msg, resp.StatusCode, body)
+		}
+		var head struct {
+			ID json.RawMessage `json:"id"`
+		}
+		if json.Unmarshal([]byte(msg), &head) == nil && len(head.ID) > 0 && resp.StatusCode == http.StatusOK &&
+			strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") && !json.Valid(body) {
+			t.Fatalf("%q: answer is not JSON: %s", msg, body)
+		}
+	})
+}
+
+// TestDurableTasks drives MCP Tasks: a task-augmented call queues a gate
+// task, which another session of the same key (not the one that queued it)
+// gets, lists, fetches and cancels; another tenant cannot see it.
+func TestDurableTasks(t *testing.T) {
+	b := setup(t, mcpapi.Config{TaskResultWait: 300 * time.Millisecond})
+	first := b.connect(t, b.agent)
+	var ct createTask
+	rpcOK(t, first, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"n": 7}, "task": map[string]any{}}, &ct)
+	id := ct.Task.TaskId
+	if !strings.HasPrefix(id, "T-") || ct.Task.Status != mcp.TaskStatusWorking || ct.Task.PollInterval == nil ||
+		*ct.Task.PollInterval != 120000 || ct.Task.CreatedAt == "" || ct.Meta["io.modelcontextprotocol/model-immediate-response"] == nil {
+		t.Fatalf("create task: %+v", ct)
+	}
+	first.Close()
+
+	// A new session of the same key finds it.
+	again := b.connect(t, b.agent)
+	var got mcp.Task
+	rpcOK(t, again, "tasks/get", map[string]any{"taskId": id}, &got)
+	if got.TaskId != id || got.Status != mcp.TaskStatusWorking || got.StatusMessage != "queued" {
+		t.Fatalf("tasks/get: %+v", got)
+	}
+	var list struct {
+		Tasks []mcp.Task `json:"tasks"`
+	}
+	rpcOK(t, again, "tasks/list", nil, &list)
+	if len(list.Tasks) != 1 || list.Tasks[0].TaskId != id {
+		t.Fatalf("tasks/list: %+v", list)
+	}
+	// Still working: tasks/result gives up after TaskResultWait, saying so.
+	if _, e := rpc(t, again, "tasks/result", map[string]any{"taskId": id}); e == nil || e.Code != -32000 || !strings.Contains(e.Message, "still working") {
+		t.Fatalf("tasks/result on a working task: %+v", e)
+	}
+	// Another tenant: an unknown task.
+	other := b.connect(t, b.other)
+	if _, e := rpc(t, other, "tasks/get", map[string]any{"taskId": id}); e == nil || e.Code != -32602 {
+		t.Fatalf("other tenant tasks/get: %+v", e)
+	}
+	if _, e := rpc(t, other, "tasks/cancel", map[string]any{"taskId": id}); e == nil || e.Code != -32602 {
+		t.Fatalf("other tenant tasks/cancel: %+v", e)
+	}
+
+	complete(t, b, id, map[string]any{"answer": 42})
+	got = mcp.Task{}
+	rpcOK(t, again, "tasks/get", map[string]any{"taskId": id}, &got)
+	if got.Status != mcp.TaskStatusCompleted || got.PollInterval != nil {
+		t.Fatalf("tasks/get after completion: %+v", got)
+	}
+	var tr struct {
+		StructuredContent mcpapi.TaskTypeCallResult `json:"structuredContent"`
+		Content           []mcp.TextContent         `json:"content"`
+		IsError           bool                      `json:"isError"`
+		Meta              map[string]map[string]any `json:"_meta"`
+	}
+	rpcOK(t, again, "tasks/result", map[string]any{"taskId": id}, &tr)
+	sc := tr.StructuredContent
+	if tr.IsError || sc.TaskID != id || sc.Status != "succeeded" || sc.Result == nil || string(sc.Result.Content) != `{"answer":42}` ||
+		sc.Result.ChecksumValid == nil || !*sc.Result.ChecksumValid || len(tr.Content) != 1 || !strings.Contains(tr.Content[0].Text, "echoed") ||
+		tr.Meta["io.modelcontextprotocol/related-task"]["taskId"] != id {
+		t.Fatalf("tasks/result: %+v", tr)
+	}
+	if _, e := rpc(t, again, "tasks/cancel", map[string]any{"taskId": id}); e == nil || e.Code != -32602 || !strings.Contains(e.Message, "conflict") {
+		t.Fatalf("tasks/cancel of a completed task: %+v", e)
+	}
+
+	// Cancel a queued one; its result is a canceled tool error.
+	rpcOK(t, again, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{}, "task": map[string]any{"ttl": 60000}}, &ct)
+	var canceled mcp.Task
+	rpcOK(t, again, "tasks/cancel", map[string]any{"taskId": ct.Task.TaskId}, &canceled)
+	if canceled.Status != mcp.TaskStatusCancelled {
+		t.Fatalf("tasks/cancel: %+v", canceled)
+	}
+	var ctr struct {
+		Content []mcp.TextContent `json:"content"`
+		IsError bool              `json:"isError"`
+	}
+	rpcOK(t, again, "tasks/result", map[string]any{"taskId": ct.Task.TaskId}, &ctr)
+	var body mcpapi.ErrorBody
+	if !ctr.IsError || len(ctr.Content) != 1 || json.Unmarshal([]byte(ctr.Content[0].Text), &body) != nil || body.Error != mcpapi.CodeTaskCanceled {
+		t.Fatalf("tasks/result of a canceled task: %+v", ctr)
+	}
+
+	// Bad input: protocol errors, not panics.
+	if _, e := rpc(t, again, "tasks/get", map[string]any{}); e == nil || e.Code != -32602 {
+		t.Fatalf("tasks/get without taskId: %+v", e)
+	}
+	if _, e := rpc(t, again, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"n": "x"}, "task": map[string]any{}}); e == nil ||
+		e.Code != -32602 || !strings.Contains(e.Message, "invalid_params") {
+		t.Fatalf("task-augmented call with bad params: %+v", e)
+	}
+	if _, e := rpc(t, again, "tools/call", map[string]any{"name": "check_task_status", "arguments": map[string]any{"task_id": id}, "task": map[string]any{}}); e == nil || e.Code != -32601 {
+		t.Fatalf("task-augmented call of a tool that is not task-capable: %+v", e)
+	}
+}
+
+// TestTaskNotifications: a connected session hears notifications/tasks/status
+// for its task, and notifications/resources/updated for a task resource it
+// subscribed to; the resource reads as check_task_status.
+func TestTaskNotifications(t *testing.T) {
+	b := setup(t, mcpapi.Config{WatchInterval: 50 * time.Millisecond})
+	agent, n := b.listen(t, b.agent)
+	var ct createTask
+	rpcOK(t, agent, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{}, "task": map[string]any{}}, &ct)
+	id := ct.Task.TaskId
+	uri := mcpapi.TaskURIPrefix + id
+	rpcOK(t, agent, "resources/subscribe", map[string]any{"uri": uri}, nil)
+	if _, e := rpc(t, agent, "resources/subscribe", map[string]any{"uri": "asyncgate://task-types/echo"}); e == nil || e.Code != -32602 {
+		t.Fatalf("subscribe to a task type: %+v", e)
+	}
+	other := b.connect(t, b.other)
+	if _, e := rpc(t, other, "resources/subscribe", map[string]any{"uri": uri}); e == nil || e.Code != -32602 {
+		t.Fatalf("another tenant subscribes: %+v", e)
+	}
+
+	complete(t, b, id, map[string]any{"ok": true})
+	st := n.wait(t, "tasks/status completed", func(m mcp.JSONRPCNotification) bool {
+		return m.Method == "notifications/tasks/status" && m.Params.AdditionalFields["taskId"] == id &&
+			m.Params.AdditionalFields["status"] == string(mcp.TaskStatusCompleted)
+	})
+	if !strings.Contains(st.Params.AdditionalFields["statusMessage"].(string), "echoed") {
+		t.Errorf("status message: %v", st.Params.AdditionalFields)
+	}
+	n.wait(t, "resources/updated", func(m mcp.JSONRPCNotification) bool {
+		return m.Method == "notifications/resources/updated" && m.Params.AdditionalFields["uri"] == uri
+	})
+	rr := mcp.ReadResourceRequest{}
+	rr.Params.URI = uri
+	res, err := agent.ReadResource(context.Background(), rr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var status mcpapi.TaskStatus
+	if err := json.Unmarshal([]byte(res.Contents[0].(mcp.TextResourceContents).Text), &status); err != nil || status.State != host.StateSucceeded || !status.HasResult {
+		t.Fatalf("task resource: %v %+v", err, status)
+	}
+	rr.Params.URI = mcpapi.ReceiptURIPrefix + status.AssignReceipt + "/chain"
+	if res, err = agent.ReadResource(context.Background(), rr); err != nil || !strings.Contains(res.Contents[0].(mcp.TextResourceContents).Text, "task.assigned") {
+		t.Fatalf("receipt chain resource: %v %+v", err, res)
+	}
+	rr.Params.URI = uri
+	if _, err := other.ReadResource(context.Background(), rr); err == nil {
+		t.Fatal("another tenant read the task resource")
+	}
+}
+
+// TestEveryToolHasAnOutputSchema checks every tool any role lists, the
+// task-type tools included, for an object output schema (setup turns on
+// output validation, so every test's results are checked against them).
+func TestEveryToolHasAnOutputSchema(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	seen := map[string]bool{}
+	for _, key := range []string{b.admin, b.agent, b.worker} {
+		res, err := b.connect(t, key).ListTools(context.Background(), mcp.ListToolsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tl := range res.Tools {
+			seen[tl.Name] = true
+			if s := tl.OutputSchema; s.Type != "object" || len(s.Properties) == 0 {
+				t.Errorf("tool %s: output schema %+v", tl.Name, s)
+			}
+		}
+	}
+	if len(seen) < 16 {
+		t.Errorf("only %d tools seen", len(seen))
+	}
+}
+
+// TestMissingSessionID: a request after initialize without Mcp-Session-Id
+// is a JSON-RPC error with status 400; without a key, a JSON 401 saying how
+// to pass one.
+func TestMissingSessionID(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	post := func(key string) (*http.Response, []byte) {
+		req, _ := http.NewRequest(http.MethodPost, b.ts.URL+mcpapi.Path, strings.NewReader(`{"jsonrpc":"2.0","id":3,"method":"tools/list"}`))
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp, body
+	}
+	resp, body := post(b.agent)
+	var msg struct {
+		ID    int `json:"id"`
+		Error struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if resp.StatusCode != http.StatusBadRequest || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") ||
+		json.Unmarshal(body, &msg) != nil || msg.ID != 3 || msg.Error.Code != -32000 || !strings.Contains(msg.Error.Message, "Mcp-Session-Id") {
+		t.Fatalf("no session id: %d %s", resp.StatusCode, body)
+	}
+	// Another key cannot use the session of this one.
+	c := b.connectAt(t, b.agent, mcp.ProtocolVersion20251125)
+	req, _ := http.NewRequest(http.MethodPost, b.ts.URL+mcpapi.Path, strings.NewReader(`{"jsonrpc":"2.0","id":4,"method":"tasks/list"}`))
+	req.Header.Set("Authorization", "Bearer "+b.admin)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", c.GetSessionId())
+	r2, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, _ := io.ReadAll(r2.Body)
+	r2.Body.Close()
+	if r2.StatusCode != http.StatusNotFound || !strings.Contains(string(b2), "another key") {
+		t.Fatalf("another key's session: %d %s", r2.StatusCode, b2)
+	}
+
+	resp, body = post("")
+	var e mcpapi.ErrorBody
+	if resp.StatusCode != http.StatusUnauthorized || json.Unmarshal(body, &e) != nil || e.Error != host.CodeUnauthorized ||
+		!strings.Contains(e.Detail, "Authorization: Bearer") {
+		t.Fatalf("no key: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestStdioTasks: the task methods over stdio, where the session is the
+// process: a task queued there is found over HTTP by the same principal, and
+// its status notifications are written on the stdio session.
+func TestStdioTasks(t *testing.T) {
+	b := setup(t, mcpapi.Config{WatchInterval: 50 * time.Millisecond})
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- b.mcp.ServeStdio(ctx, engine.Actor{Tenant: "default", Principal: "agent.a", Role: engine.RoleAgent}, inR, outW)
+		outW.Close()
+	}()
+	c := client.NewClient(transport.NewIO(outR, inW, io.NopCloser(&bytes.Buffer{})))
+	n := &notes{}
+	c.OnNotification(n.add)
+	initialize(t, c)
+	var ct createTask
+	rpcOK(t, c, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"n": 2}, "task": map[string]any{}}, &ct)
+	h := b.connect(t, b.agent)
+	var got mcp.Task
+	rpcOK(t, h, "tasks/get", map[string]any{"taskId": ct.Task.TaskId}, &got)
+	if got.Status != mcp.TaskStatusWorking {
+		t.Fatalf("tasks/get over HTTP of a stdio task: %+v", got)
+	}
+	var st httpapi.ProgressResponse
+	ok(t, c, "get_task_progress", map[string]any{"task_id": ct.Task.TaskId}, &st)
+	complete(t, b, ct.Task.TaskId, map[string]any{"ok": true})
+	n.wait(t, "tasks/status completed over stdio", func(m mcp.JSONRPCNotification) bool {
+		return m.Method == "notifications/tasks/status" && m.Params.AdditionalFields["taskId"] == ct.Task.TaskId &&
+			m.Params.AdditionalFields["status"] == string(mcp.TaskStatusCompleted)
+	})
+	cancel()
+	inW.Close()
+	if err := <-served; err != nil {
+		t.Fatalf("ServeStdio: %v", err)
+	}
+}

@@ -1,0 +1,206 @@
+package sqlite
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// Rows written behind. InsertTask and AppendReceipt do not run a statement
+// each: they keep the row, and the writer writes the batch's rows with one
+// multi-row INSERT per table (up to behindPerStmt rows) when the batch ends,
+// when an update ends in savepoint mode, or before any other statement that
+// may read them (reader.query, queryRow and exec write them first; only the
+// statements known not to read them use the raw forms). So there is one way
+// to write, and every read inside a batch sees the batch's own rows.
+//
+// Undo: an update that fails drops the rows it kept (they were never
+// written). A clash the writer can see in memory (the same task id,
+// idempotency key, receipt id or dedupe key kept twice in a batch) fails the
+// call at once. A clash with a committed row shows only when the rows are
+// written; the writer then runs the batch again with a savepoint per update,
+// in which each update's rows are written at its end, so the error is that
+// update's alone (store.Store.Update).
+
+// chunk is how many of n rows the next INSERT writes: 256, 64, 16, 4 or 1,
+// so that a handful of statement texts, each prepared once, serve every
+// batch (SQLite allows 32,766 variables; a task row has 33).
+func chunk(n int) int {
+	for _, k := range []int{256, 64, 16, 4} {
+		if n >= k {
+			return k
+		}
+	}
+	return 1
+}
+
+// behind is a write transaction's rows not written yet.
+type behind struct {
+	newTasks    [][]any // InsertTask's values, in call order
+	newReceipts [][]any // AppendReceipt's values, in ledger order
+	// keys are the task ids, idempotency keys, receipt ids and dedupe keys
+	// the batch inserted, written or not, to refuse a clash among them at
+	// once; journal lists them in order, so a failed update drops its own.
+	keys    map[string]bool
+	journal []string
+	// failed is the error of a write of the kept rows that failed: the batch
+	// runs again with savepoints (or, in savepoint mode, the update fails).
+	failed error
+}
+
+// behindMark is where an update started in the kept rows.
+type behindMark struct{ tasks, receipts, journal int }
+
+func (b *behind) mark() behindMark {
+	return behindMark{len(b.newTasks), len(b.newReceipts), len(b.journal)}
+}
+
+// undo drops the rows kept since m and forgets their keys (the update that
+// kept them failed; rows already written are undone by its savepoint).
+func (b *behind) undo(m behindMark) {
+	b.newTasks = b.newTasks[:min(m.tasks, len(b.newTasks))]
+	b.newReceipts = b.newReceipts[:min(m.receipts, len(b.newReceipts))]
+	for _, k := range b.journal[min(m.journal, len(b.journal)):] {
+		delete(b.keys, k)
+	}
+	b.journal = b.journal[:min(m.journal, len(b.journal))]
+}
+
+// claim records keys as the batch's, or reports that one is taken.
+func (b *behind) claim(keys ...string) bool {
+	for _, k := range keys {
+		if k != "" && b.keys[k] {
+			return false
+		}
+	}
+	if b.keys == nil {
+		b.keys = map[string]bool{}
+	}
+	for _, k := range keys {
+		if k != "" {
+			b.keys[k] = true
+			b.journal = append(b.journal, k)
+		}
+	}
+	return true
+}
+
+// inserted reports whether the batch inserted task id.
+func (b *behind) inserted(id string) bool { return b.keys["t\x00"+id] }
+
+func (b *behind) empty() bool { return len(b.newTasks) == 0 && len(b.newReceipts) == 0 }
+
+const taskInsertCols = `id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
+created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
+cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
+progress_message, result, last_error, dead_reason, assign_receipt, lease_seconds`
+
+const taskInsertN = 33
+
+var (
+	errTaskClash    = host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists")
+	errReceiptClash = host.Errorf(host.CodeConflict, "a receipt with this id or dedupe key exists")
+)
+
+// bufferTask keeps t's row to insert, with t.Version 1.
+func (w *writeTx) bufferTask(t *host.Task) error {
+	res, err := resultJSON(t.Result)
+	if err != nil {
+		return err
+	}
+	a := []any{t.ID, t.Tenant, t.Type, t.CreatedBy, t.Recipient, string(t.State), t.Priority, string(t.Params), t.Summary, t.IdempotencyKey,
+		us(t.CreatedAt), us(t.UpdatedAt), us(t.AvailableAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt), nus(t.AcceptedAt), t.AcceptReceipt,
+		b2i(t.CancelRequested), t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt), nus(t.CompletedAt), t.ProgressPercent,
+		t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, t.LeaseSeconds}
+	idem := ""
+	if t.IdempotencyKey != "" {
+		idem = "k\x00" + t.Tenant + "\x00" + t.Recipient + "\x00" + t.IdempotencyKey
+	}
+	if !w.claim("t\x00"+t.ID, idem) {
+		return errTaskClash
+	}
+	w.newTasks = append(w.newTasks, a)
+	t.Version = 1
+	w.counts = store.Moved(w.counts, t, "", t.State)
+	return nil
+}
+
+// bufferReceipt keeps rc's row to insert; rc is complete (seq, chain, hash).
+func (w *writeTx) bufferReceipt(rc *host.Receipt) error {
+	parents, err := json.Marshal(rc.Parents)
+	if err != nil {
+		return err
+	}
+	if rc.Parents == nil {
+		parents = []byte("[]")
+	}
+	a := []any{rc.Seq, rc.ID, rc.Tenant, string(rc.Type), rc.From, rc.To, rc.TaskID, rc.LeaseID, string(parents), string(rc.Body),
+		rc.DedupeKey, us(rc.CreatedAt), rc.PrevHash, rc.Hash, rc.ChainID, rc.ChainSeq}
+	dedupe := ""
+	if rc.DedupeKey != "" {
+		dedupe = "d\x00" + rc.Tenant + "\x00" + rc.DedupeKey
+	}
+	if !w.claim("r\x00"+rc.ID, dedupe) {
+		return errReceiptClash
+	}
+	w.newReceipts = append(w.newReceipts, a)
+	return nil
+}
+
+// flushBehind writes the kept rows and the pending obligations; a no-op in a
+// view.
+func (r *reader) flushBehind(ctx context.Context) error {
+	if r.wb == nil {
+		return nil
+	}
+	if err := r.wb.flushRows(ctx); err != nil {
+		return err
+	}
+	return r.wb.flushObligations(ctx)
+}
+
+// flushRows writes the kept tasks, then the kept receipts. A failure sticks
+// (failed): the rows stay kept and the update or batch they belong to fails.
+func (w *writeTx) flushRows(ctx context.Context) error {
+	if w.failed != nil {
+		return w.failed
+	}
+	if w.empty() {
+		return nil
+	}
+	if err := w.insertRows(ctx, `INSERT INTO tasks (`+taskInsertCols+`) VALUES `, taskInsertN, w.newTasks, errTaskClash); err != nil {
+		w.failed = err
+		return err
+	}
+	w.newTasks = w.newTasks[:0]
+	if err := w.insertRows(ctx, `INSERT INTO receipts (`+receiptCols+`) VALUES `, 16, w.newReceipts, errReceiptClash); err != nil {
+		w.failed = err
+		return err
+	}
+	w.newReceipts = w.newReceipts[:0]
+	return nil
+}
+
+// insertRows writes rows of n values with multi-row INSERTs; a uniqueness
+// failure becomes clash.
+func (w *writeTx) insertRows(ctx context.Context, head string, n int, rows [][]any, clash error) error {
+	row := "(" + placeholders(n) + "),"
+	for len(rows) > 0 {
+		k := chunk(len(rows))
+		args := make([]any, 0, n*k)
+		for _, a := range rows[:k] {
+			args = append(args, a...)
+		}
+		if _, err := w.rawExec(ctx, head+strings.TrimSuffix(strings.Repeat(row, k), ","), args...); err != nil {
+			if strings.Contains(err.Error(), "UNIQUE") {
+				return clash
+			}
+			return err
+		}
+		rows = rows[k:]
+	}
+	return nil
+}

@@ -1,0 +1,82 @@
+package sqlite
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/storetest"
+)
+
+// appendProgress is an update appending one progress receipt from principal
+// with the dedupe key.
+func (g *failGate) appendProgress(from, dedupe string) func() error {
+	return func() error {
+		return g.st.Update(context.Background(), func(tx store.Tx) error {
+			return tx.AppendReceipt(context.Background(), &host.Receipt{ID: host.NewID(host.PrefixReceipt), Tenant: "acme", Type: host.ReceiptProgress,
+				From: from, To: "agent.kee", Parents: []string{}, Body: json.RawMessage(`{}`), DedupeKey: dedupe, CreatedAt: storetest.Epoch})
+		})
+	}
+}
+
+// TestBatchRowClashWithCommittedRowFailsOnlyItsUpdate: the batch's tasks and
+// receipts are written behind, so a receipt reusing a committed dedupe key
+// is refused only when the batch writes its rows. The writer then reruns the
+// batch with a savepoint per update: that update alone gets a conflict and
+// leaves nothing; the others in the batch commit.
+func TestBatchRowClashWithCommittedRowFailsOnlyItsUpdate(t *testing.T) {
+	g := newFailGate(t)
+	if err := g.appendProgress("agent.kee", "taken")(); err != nil {
+		t.Fatal(err)
+	}
+	errs := g.oneBatch(t,
+		g.enqueue("agent.kee", "a-1"),
+		g.appendProgress("agent.kee", "taken"),
+		g.enqueue("agent.kee", "a-2"),
+		g.appendProgress("agent.kee", "fresh"),
+	)
+	if !host.IsCode(errs[1], host.CodeConflict) {
+		t.Fatalf("the update reusing a committed dedupe key: %v, want conflict", errs[1])
+	}
+	for _, i := range []int{0, 2, 3} {
+		if errs[i] != nil {
+			t.Fatalf("update %d shared a batch with a clashing one and failed too: %v", i, errs[i])
+		}
+	}
+	if n := g.tasksKeyed(t, "a-"); n != 2 {
+		t.Fatalf("%d of the batch's 2 tasks committed", n)
+	}
+	if n := g.count(t, `SELECT count(*) FROM receipts WHERE dedupe_key = 'taken'`); n != 1 {
+		t.Fatalf("%d receipts hold dedupe key taken, want 1", n)
+	}
+	// 1 before the batch, 2 task.assigned and 1 progress in it, 1 after.
+	g.afterwards(t, "after", 5)
+}
+
+// TestBatchRowRefusedFailsOnlyItsUpdate: the database refuses one receipt
+// when the batch writes its rows (a trigger): that update gets the
+// database's error, its task is not written, and the batch's other updates
+// commit.
+func TestBatchRowRefusedFailsOnlyItsUpdate(t *testing.T) {
+	g := newFailGate(t)
+	g.exec(t, `CREATE TRIGGER refuse_poison BEFORE INSERT ON receipts WHEN NEW.from_p = 'poison'
+		BEGIN SELECT RAISE(ABORT, 'poison receipt refused'); END`)
+	errs := g.oneBatch(t,
+		g.enqueue("agent.kee", "a-1"),
+		g.appendProgress("poison", ""),
+		g.enqueue("agent.kee", "a-2"),
+	)
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "poison receipt refused") {
+		t.Fatalf("the refused update: %v, want the database's error", errs[1])
+	}
+	if errs[0] != nil || errs[2] != nil {
+		t.Fatalf("the batch's other updates failed too: %v / %v", errs[0], errs[2])
+	}
+	if n := g.tasksKeyed(t, "a-"); n != 2 {
+		t.Fatalf("%d of the batch's 2 tasks committed", n)
+	}
+	g.afterwards(t, "after", 3)
+}
