@@ -30,6 +30,12 @@ const (
 	CodePluginTimeout       = "plugin_timeout"       // a plugin call ran past its deadline and was stopped; the detail names the plugin (504)
 	CodePluginNotReady      = "plugin_not_ready"     // a plugin the call needs is still loading at start-up; retry after Retry-After (503)
 	CodeInternal            = "internal_error"       // a bug; never caused by input (500)
+
+	// Resource leases (KLIS-3).
+	CodeInvalidResource  = "invalid_resource"  // a resource name breaks a rule; the detail names it (400)
+	CodeResourceConflict = "resource_conflict" // a conflicting lease is held; the detail names it (409)
+	CodeVerifyRequired   = "verify_required"   // the holder declared DIE_RESTART and must VERIFY_ALL first (409)
+	CodeQuotaExceeded    = "quota_exceeded"    // a per-holder lease quota would be exceeded (429)
 )
 
 // Error is the one error type of the domain: a machine code and a human detail.
@@ -114,6 +120,12 @@ func HTTPStatus(code string) int {
 		return 503
 	case CodePluginTimeout:
 		return 504
+	case CodeInvalidResource:
+		return 400
+	case CodeResourceConflict, CodeVerifyRequired:
+		return 409
+	case CodeQuotaExceeded:
+		return 429
 	default:
 		return 500
 	}

@@ -59,6 +59,8 @@ type serveConfig struct {
 	// MemoryLimitMiB is the gate's soft memory limit (debug.SetMemoryLimit);
 	// 0 sets none. A GOMEMLIMIT environment variable takes precedence.
 	MemoryLimitMiB int64 `json:"memory_limit_mib"`
+	// ResourceLeases tunes resource leases (KLIS-3); see resourceleases.go.
+	ResourceLeases *resourceLeaseConfig `json:"resource_leases"`
 }
 
 func defaultServeConfig() serveConfig {
@@ -277,6 +279,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 		ExpiryJitter:  time.Duration(cfg.ExpiryJitterMS) * time.Millisecond,
 		SweepInterval: time.Duration(cfg.SweepIntervalMS) * time.Millisecond,
 	}
+	ecfg.ResourceLeases = cfg.ResourceLeases.engine()
 	if ecfg.ExpiryJitter == 0 {
 		ecfg.ExpiryJitter = -1 // the engine reads 0 as "default"; the config's 0 means none
 	}

@@ -105,6 +105,8 @@ type Config struct {
 	// ResultQueueWait is how long a fetch waits for a slot before it is
 	// answered busy (default DefaultResultQueueWait).
 	ResultQueueWait time.Duration
+	// ResourceLeases tunes resource leases (KLIS-3; zero value: the defaults).
+	ResourceLeases ResourceLeaseConfig
 }
 
 // Engine is the lease engine and receipt ledger. It is safe for concurrent use.
@@ -122,6 +124,8 @@ type Engine struct {
 
 	seenMu sync.Mutex
 	seen   map[string]time.Time // worker key -> last recorded sighting
+
+	rlState resourceLeases // resource leases (KLIS-3)
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -255,6 +259,9 @@ func (e *Engine) sweepLoop() {
 		case <-t.C:
 			if _, err := e.Sweep(context.Background()); err != nil {
 				e.log.Warn("lease sweep failed", "err", err)
+			}
+			if _, err := e.SweepResourceLeases(context.Background()); err != nil {
+				e.log.Warn("resource lease sweep failed", "err", err)
 			}
 		}
 	}

@@ -32,6 +32,7 @@ type Metrics struct {
 	gauges                                                                                  *prometheus.Registry // the scrape-time gauges of every tenant
 	eng                                                                                     *engine.Engine
 	st                                                                                      store.Store
+	rl                                                                                      *resourceLeaseMetrics // resource leases (KLIS-3)
 }
 
 // NewMetrics returns Metrics on a fresh registry that also carries the Go
@@ -66,6 +67,7 @@ func NewMetrics() *Metrics {
 		Help:    "HTTP request latency by route and status.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"method", "route", "code"})
 	reg.MustRegister(m.appended, m.policyFaults, m.duration, m.wait, m.httpDur)
+	m.rl = newResourceLeaseMetrics(reg)
 	return m
 }
 
@@ -104,6 +106,8 @@ func (m *Metrics) OnEvent(ev engine.Event) {
 		m.appended.WithLabelValues(ev.Tenant).Inc()
 	case engine.EvPolicyFault:
 		m.policyFaults.WithLabelValues(ev.Tenant, ev.TaskType).Inc()
+	default:
+		m.rl.onEvent(ev)
 	}
 }
 
@@ -112,6 +116,7 @@ func (m *Metrics) watch(eng *engine.Engine, st store.Store) {
 	m.eng, m.st = eng, st
 	m.gauges = prometheus.NewRegistry()
 	m.gauges.MustRegister(&gaugeCollector{eng: eng, st: st})
+	m.gauges.MustRegister(resourceHeldCollector{eng: eng})
 }
 
 // handler serves every metric to the gate's operators (admins of the
@@ -134,6 +139,7 @@ func (m *Metrics) handler(public bool) echo.HandlerFunc {
 		own := prometheus.NewRegistry()
 		if m.eng != nil {
 			own.MustRegister(&gaugeCollector{eng: m.eng, st: m.st, tenant: a.Tenant})
+			own.MustRegister(resourceHeldCollector{eng: m.eng, tenant: a.Tenant})
 		}
 		h := promhttp.HandlerFor(prometheus.Gatherers{tenantGatherer{m.reg, a.Tenant}, own}, promhttp.HandlerOpts{})
 		h.ServeHTTP(c.Response(), c.Request())

@@ -276,6 +276,7 @@ func (s *Server) routes() {
 
 	s.openAPIRoutes()
 	s.statsRoutes(auth)
+	s.resourceLeaseRoutes(e, auth, admins)
 	s.uiRoutes() // the operator dashboard at /ui (ui.go)
 }
 

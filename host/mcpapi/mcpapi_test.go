@@ -235,8 +235,9 @@ func toolNames(t *testing.T, c *client.Client) []string {
 
 // agentToolNames are an agent's tools in a tenant whose one task type is echo
 // (a tool of its own).
-var agentToolNames = []string{"archive_task_result", "cancel_task", "check_task_status", "echo", "fetch_task_result", "get_receipt",
-	"get_receipt_chain", "get_task_progress", "list_active_tasks", "list_open_obligations", "list_task_types", "queue_task"}
+var agentToolNames = []string{"acquire_resource_leases", "archive_task_result", "cancel_task", "check_task_status", "echo", "fetch_task_result", "get_receipt",
+	"get_receipt_chain", "get_task_progress", "heartbeat_resource_leases", "list_active_tasks", "list_open_obligations", "list_task_types", "queue_task",
+	"release_resource_leases", "verify_resource_leases"}
 
 func TestToolsByRole(t *testing.T) {
 	b := setup(t, mcpapi.Config{})
@@ -247,8 +248,9 @@ func TestToolsByRole(t *testing.T) {
 	if got := toolNames(t, b.connect(t, b.admin)); fmt.Sprint(got) != fmt.Sprint(agentToolNames) {
 		t.Errorf("admin tools: %v", got)
 	}
-	want := []string{"check_task_status", "fetch_task_result", "get_receipt", "get_receipt_chain", "get_task_progress",
-		"list_active_tasks", "list_open_obligations", "list_task_types", "worker_complete_task", "worker_fail_task", "worker_heartbeat_task", "worker_lease_task"}
+	want := []string{"acquire_resource_leases", "check_task_status", "fetch_task_result", "get_receipt", "get_receipt_chain", "get_task_progress",
+		"heartbeat_resource_leases", "list_active_tasks", "list_open_obligations", "list_task_types", "release_resource_leases", "verify_resource_leases",
+		"worker_complete_task", "worker_fail_task", "worker_heartbeat_task", "worker_lease_task"}
 	if got := toolNames(t, b.connect(t, b.worker)); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("worker tools: %v\nwant %v", got, want)
 	}

@@ -124,6 +124,7 @@ func New(cfg Config) (*Server, error) {
 	s.workerTools()
 	s.taskTypeTools()
 	s.taskResources()
+	s.resourceLeaseTools()
 	s.http = server.NewStreamableHTTPServer(s.mcp,
 		server.WithHTTPContextFunc(contextWithActor),
 		server.WithDisableLocalhostProtection(cfg.AllowAnyHost),

@@ -95,6 +95,19 @@ type Reader interface {
 	GetKeyByHash(ctx context.Context, hash string) (*Key, error)
 	// ListKeys returns all API keys (hashes only).
 	ListKeys(ctx context.Context) ([]Key, error)
+
+	// --- Resource leases (KLIS-3, issue 10).
+
+	// GetResourceLease returns a resource lease or host.CodeNotFound.
+	GetResourceLease(ctx context.Context, tenant, id string) (*host.ResourceLease, error)
+	// ListResourceLeases lists resource leases in grant order from the cursor on.
+	ListResourceLeases(ctx context.Context, f ResourceLeaseFilter) ([]*host.ResourceLease, string, error)
+	// ListResourceLeaseEvents lists the resource lease audit trail in the
+	// order it was written, from the cursor on.
+	ListResourceLeaseEvents(ctx context.Context, f ResourceLeaseEventFilter) ([]host.ResourceLeaseEvent, string, error)
+	// CountLiveResourceLeases counts the active leases not expired at now, by
+	// predicate, of a tenant ("" for all tenants).
+	CountLiveResourceLeases(ctx context.Context, tenant string, now time.Time) (map[host.LeasePredicate]int64, error)
 }
 
 // Tx is a write transaction.
@@ -136,6 +149,31 @@ type Tx interface {
 	PutKey(ctx context.Context, k Key) error
 	// RevokeKey marks a key revoked; host.CodeNotFound if there is none.
 	RevokeKey(ctx context.Context, id string, at time.Time) error
+
+	// --- Resource leases (KLIS-3, issue 10).
+
+	// LockResources serializes, until the transaction ends, every writer
+	// (of any host) that changes leases on these resources of a tenant. A
+	// writer takes the locks before it reads the clock and the leases it
+	// decides on, so decisions on one resource are made one at a time and in
+	// server-time order. Drivers with a single writer need do nothing and
+	// report false: reads made before the call need not be made again.
+	LockResources(ctx context.Context, tenant string, resources []string) (locked bool, err error)
+	// InsertResourceLease inserts a new resource lease.
+	InsertResourceLease(ctx context.Context, l *host.ResourceLease) error
+	// UpdateResourceLease writes l's state, expiry, end, restarting and
+	// grace fields, but only if the stored lease is still active and matches
+	// fence; a mismatch is ErrFenced and writes nothing.
+	UpdateResourceLease(ctx context.Context, l *host.ResourceLease, fence ResourceLeaseFence) error
+	// GetResourceHold returns the lease time granted to a holder on a
+	// resource in its current quota window; a zero ResourceHold when none.
+	// Callers hold the resource's lock (LockResources).
+	GetResourceHold(ctx context.Context, tenant, holder, resource string) (ResourceHold, error)
+	// PutResourceHold creates or replaces a holder's quota window on a resource.
+	PutResourceHold(ctx context.Context, h ResourceHold) error
+	// AppendResourceLeaseEvent appends ev to the audit trail, in the
+	// transaction's order (ev.Seq is not set).
+	AppendResourceLeaseEvent(ctx context.Context, ev *host.ResourceLeaseEvent) error
 }
 
 // ErrFenced is returned by UpdateTask when the row no longer matches its fence:
@@ -243,4 +281,48 @@ type Key struct {
 	Principal string     `json:"principal"`
 	CreatedAt time.Time  `json:"created_at"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+// ResourceLeaseFilter selects resource leases. Empty fields do not filter.
+type ResourceLeaseFilter struct {
+	Tenant    string // "" only for operators' and the sweeper's reads across tenants
+	IDs       []string
+	Holder    string
+	Resources []string
+	States    []host.ResourceLeaseState
+	// LiveAt keeps active leases with expires_at > LiveAt (honoured then).
+	LiveAt *time.Time
+	// ExpiredAt keeps active leases with expires_at <= ExpiredAt (the sweeper).
+	ExpiredAt *time.Time
+	// EndsAfter keeps leases whose end (ended_at, or expires_at while
+	// active) is after it: the window of a quota.
+	EndsAfter *time.Time
+	Cursor    string
+	Limit     int // default 100
+}
+
+// ResourceHold is the lease time granted to a holder on one resource in a
+// fixed quota window (the squatting quota of KLIS-3 §7).
+type ResourceHold struct {
+	Tenant, Holder, Resource string
+	WindowStart              time.Time
+	Held                     time.Duration
+}
+
+// ResourceLeaseEventFilter selects audit trail entries. Empty fields do not filter.
+type ResourceLeaseEventFilter struct {
+	Tenant   string // required
+	LeaseID  string
+	Resource string
+	Cursor   string
+	Limit    int // default 100
+}
+
+// ResourceLeaseFence is the condition an UpdateResourceLease is conditioned
+// on, besides the lease being active. Exactly one of the fields is set.
+type ResourceLeaseFence struct {
+	// LiveAt requires expires_at > LiveAt: the lease is honoured (strict expiry).
+	LiveAt *time.Time
+	// ExpiredAt requires expires_at <= ExpiredAt: the lease ran out.
+	ExpiredAt *time.Time
 }

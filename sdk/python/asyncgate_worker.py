@@ -907,3 +907,125 @@ def _fsync_dir(d: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+# --------------------------------------------------------------------------
+# Resource leases (KLIS-3): lock what you are about to change.
+
+
+class ResourceLeases:
+    """The gate's resource lease API (``/v1/resource-leases``) through a
+    Client; any key may hold leases, the holder is the key's principal.
+
+    ``hold`` acquires a manifest and keeps it alive in a thread::
+
+        rl = ResourceLeases(Client(url, api_key))
+        with rl.hold([("FILE:/repo/x.go", "MUTATES")], ttl_ms=30000) as h:
+            for step in work:
+                if h.lost.is_set():
+                    raise RuntimeError(h.lost_reason)   # stop: the lease is gone
+                step()
+    """
+
+    def __init__(self, client: "Client"):
+        self.client = client
+
+    def acquire(self, intents, ttl_ms: int = 0, priority_at: str = "", wait_seconds: float = 0) -> Dict[str, Any]:
+        """POST /v1/resource-leases with ``intents`` as (resource, predicate)
+        pairs or dicts; all granted, or AsyncGateError 409 resource_conflict
+        (its detail names the lease in the way)."""
+        body: Dict[str, Any] = {"intents": [i if isinstance(i, dict) else {"resource": i[0], "predicate": i[1]} for i in intents]}
+        if ttl_ms:
+            body["ttl_ms"] = ttl_ms
+        if priority_at:
+            body["priority_at"] = priority_at
+        if wait_seconds:
+            body["wait_seconds"] = wait_seconds
+        return self.client._call("POST", "/v1/resource-leases", body, timeout=self.client.timeout + wait_seconds)[1]
+
+    def heartbeat(self, lease_ids: List[str]) -> Dict[str, Any]:
+        """Extend every lease by its TTL from the gate's now, or none."""
+        return self.client._call("POST", "/v1/resource-leases/heartbeat", {"lease_ids": lease_ids})[1]
+
+    def release(self, lease_ids: List[str]) -> Dict[str, Any]:
+        """Release the leases (idempotent)."""
+        return self.client._call("POST", "/v1/resource-leases/release", {"lease_ids": lease_ids})[1]
+
+    def verify(self, lease_ids: Optional[List[str]] = None) -> Dict[str, Any]:
+        """VERIFY_ALL: the leases' state by the gate's clock (none: all you hold)."""
+        return self.client._call("POST", "/v1/resource-leases/verify", {"lease_ids": lease_ids} if lease_ids else {})[1]
+
+    def die_restart(self) -> Dict[str, Any]:
+        """Declare DIE_RESTART: each live lease gets its one grace period;
+        heartbeats are refused until ``verify``."""
+        return self.client._call("POST", "/v1/resource-leases/die-restart", {})[1]
+
+    def hold(self, intents, ttl_ms: int = 0, priority_at: str = "", wait_seconds: float = 0) -> "ResourceHolder":
+        """Acquire and keep the manifest alive (heartbeats at TTL/3)."""
+        sent = time.time()
+        m = self.acquire(intents, ttl_ms, priority_at, wait_seconds)
+        return ResourceHolder(self, m, sent)
+
+
+class ResourceHolder:
+    """A held manifest: a thread heartbeats it at TTL/3. ``lost`` is set (and
+    ``lost_reason`` says why) the moment the holder can no longer be sure it
+    holds every lease: a refused heartbeat, or no answer before the lease's
+    expiry measured on the gate's clock from when the last heartbeat was sent.
+    Use it as a context manager, or call ``release``."""
+
+    def __init__(self, rl: ResourceLeases, manifest: Dict[str, Any], sent: float):
+        self.rl = rl
+        self.leases = manifest["leases"]
+        self.lease_ids = [l["lease_id"] for l in self.leases]
+        self.lost = threading.Event()
+        self.lost_reason = ""
+        self._stop = threading.Event()
+        self._deadline = self._local_deadline(sent, manifest)
+        ttl = self.leases[0]["ttl_ms"] / 1000.0
+        self._every = max(ttl / 3.0, 0.01)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _local_deadline(sent: float, answer: Dict[str, Any]) -> float:
+        now = _parse_time(answer["server_time"])
+        left = min(_parse_time(l["expires_at"]) - now for l in answer["leases"])
+        return sent + max(left, 0.0)
+
+    def _lose(self, reason: str) -> None:
+        self.lost_reason = reason
+        self.lost.set()
+
+    def _run(self) -> None:
+        wait = self._every
+        while not self._stop.wait(min(wait, max(self._deadline - time.time(), 0.0))):
+            if time.time() >= self._deadline:
+                self._lose("no heartbeat was answered before the lease's expiry")
+                return
+            sent = time.time()
+            try:
+                out = self.rl.heartbeat(self.lease_ids)
+            except Exception as exc:  # noqa: BLE001 - classified below
+                quota = isinstance(exc, AsyncGateError) and exc.code == "quota_exceeded"
+                if is_temporary(exc) and not quota:
+                    wait = min(self._every / 4.0, 1.0)
+                    continue
+                self._lose(str(exc))
+                return
+            self.leases = out["leases"]
+            self._deadline = self._local_deadline(sent, out)
+            wait = self._every
+
+    def release(self) -> Dict[str, Any]:
+        """Stop heartbeating and release the leases (idempotent)."""
+        self._stop.set()
+        self._thread.join()
+        return self.rl.release(self.lease_ids)
+
+    def __enter__(self) -> "ResourceHolder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+

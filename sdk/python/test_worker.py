@@ -364,6 +364,40 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual((tb["status"], tb["attempts"]), ("queued", 0))
 
 
+class ResourceLeaseTests(unittest.TestCase):
+    """Resource leases (KLIS-3) through ResourceLeases and ResourceHolder."""
+
+    def test_holder_keeps_then_releases(self):
+        rl = aw.ResourceLeases(aw.Client(URL, AGENT))
+        other = aw.ResourceLeases(aw.Client(URL, WORKER))
+        with rl.hold([("FILE:/py/held.py", "MUTATES")], ttl_ms=600) as h:
+            first = h.leases[0]
+            acquired = aw._parse_time(first["acquired_at"])
+
+            def extended():
+                out = rl.verify(h.lease_ids)["leases"][0]
+                return out["state"] == "active" and aw._parse_time(out["expires_at"]) - acquired > 1.8
+
+            wait_for("the lease to be extended past three TTLs", extended)
+            self.assertFalse(h.lost.is_set(), h.lost_reason)
+            with self.assertRaises(aw.AsyncGateError) as cm:
+                other.acquire([("file:/py/held.py", "READS")])
+            self.assertEqual((cm.exception.status, cm.exception.code), (409, "resource_conflict"))
+            self.assertIn(first["lease_id"], cm.exception.detail)
+        out = other.acquire([("FILE:/py/held.py", "MUTATES")])
+        other.release([out["leases"][0]["lease_id"]])
+
+    def test_holder_sees_loss(self):
+        rl = aw.ResourceLeases(aw.Client(URL, AGENT))
+        h = rl.hold([("FILE:/py/lost.py", "MUTATES")], ttl_ms=900)
+        st, _ = call("POST", "/v1/resource-leases/release", ADMIN, {"lease_ids": h.lease_ids})
+        self.assertEqual(st, 200)
+        self.assertTrue(h.lost.wait(60), "the holder never noticed its lease was gone")
+        self.assertIn("lease_expired", h.lost_reason)
+        out = h.release()  # idempotent
+        self.assertEqual(out["leases"][0]["state"], "released")
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 6:
         sys.exit(__doc__)

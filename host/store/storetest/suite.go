@@ -69,6 +69,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 			c.fn(t, Setup(t, open))
 		})
 	}
+	runResourceLeases(t, open, hammer)
 }
 
 func testEnqueue(t *testing.T, b *Bundle) {

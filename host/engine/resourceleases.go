@@ -1,0 +1,960 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// Resource leases (seed 003, KLIS-3): leases on named resources, held by
+// agents or workers, with strict expiry by the server clock, wait-die on an
+// immutable priority timestamp, a one-time grace period for a holder that
+// declared DIE_RESTART, and quotas against squatting.
+//
+// Every decision on a resource is made inside a write transaction that first
+// locks the resource (store.Tx.LockResources), then reads the clock, then
+// reads the leases: decisions on one resource are made one at a time, in
+// server-time order, so two MUTATES leases never overlap by server time.
+
+// ResourceLeaseConfig tunes resource leases. The zero value is the default.
+type ResourceLeaseConfig struct {
+	// DefaultTTL is the TTL of a lease whose request names none (default 60 s).
+	DefaultTTL time.Duration
+	// MaxTTL caps every TTL (default 5 min).
+	MaxTTL time.Duration
+	// Grace is how long past its expiry a holder in DIE_RESTART keeps its
+	// leases, once per lease (default 15 s).
+	Grace time.Duration
+	// MaxIntents caps the resources of one manifest (default 64).
+	MaxIntents int
+	// MaxLeasesPerHolder caps a holder's live leases (default 256; negative: no cap).
+	MaxLeasesPerHolder int
+	// HoldQuota caps the total lease time one holder is granted on one
+	// resource within QuotaWindow, counting up to each lease's expiry
+	// (default 45 min; negative: no cap).
+	HoldQuota time.Duration
+	// QuotaWindow is the window of HoldQuota (default 1 h).
+	QuotaWindow time.Duration
+}
+
+func (c ResourceLeaseConfig) withDefaults() ResourceLeaseConfig {
+	if c.DefaultTTL <= 0 {
+		c.DefaultTTL = 60 * time.Second
+	}
+	if c.MaxTTL <= 0 {
+		c.MaxTTL = 5 * time.Minute
+	}
+	if c.DefaultTTL > c.MaxTTL {
+		c.DefaultTTL = c.MaxTTL
+	}
+	if c.Grace <= 0 {
+		c.Grace = 15 * time.Second
+	}
+	if c.MaxIntents <= 0 {
+		c.MaxIntents = 64
+	}
+	if c.MaxLeasesPerHolder == 0 {
+		c.MaxLeasesPerHolder = 256
+	}
+	if c.HoldQuota == 0 {
+		c.HoldQuota = 45 * time.Minute
+	}
+	if c.QuotaWindow <= 0 {
+		c.QuotaWindow = time.Hour
+	}
+	return c
+}
+
+// Event kinds of resource leases, reported to Config.OnEvent.
+const (
+	EvResourceGranted  EventKind = "resource_granted"  // one per lease granted
+	EvResourceReleased EventKind = "resource_released" // one per lease released
+	EvResourceExpired  EventKind = "resource_expired"  // one per lease recorded as expired
+	EvResourceRefused  EventKind = "resource_refused"  // an acquire refused (conflict or quota)
+	EvResourceWaiting  EventKind = "resource_waiting"  // an acquire started to wait (wait-die: older)
+	EvResourceWaited   EventKind = "resource_waited"   // an acquire stopped waiting
+)
+
+// MaxResourceLeaseIDs caps the lease ids of one heartbeat, release or verify call.
+const MaxResourceLeaseIDs = 100
+
+// resourceLeases is the engine's resource lease state: its configuration and
+// the wake-up of waiting acquires.
+type resourceLeases struct {
+	once sync.Once
+	cfg  ResourceLeaseConfig
+	mu   sync.Mutex
+	gen  chan struct{} // closed and replaced when a lease ends on this host
+}
+
+func (e *Engine) rl() *resourceLeases {
+	e.rlState.once.Do(func() {
+		e.rlState.cfg = e.cfg.ResourceLeases.withDefaults()
+		e.rlState.gen = make(chan struct{})
+	})
+	return &e.rlState
+}
+
+// ResourceLeaseConfig returns the resource lease settings in force.
+func (e *Engine) ResourceLeaseConfig() ResourceLeaseConfig { return e.rl().cfg }
+
+func (r *resourceLeases) changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gen
+}
+
+func (r *resourceLeases) wake() {
+	r.mu.Lock()
+	close(r.gen)
+	r.gen = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// ResourceIntent is one (resource, predicate) pair of an intent manifest.
+type ResourceIntent struct {
+	Resource  string              `json:"resource"`
+	Predicate host.LeasePredicate `json:"predicate"`
+}
+
+// AcquireRequest asks for every intent of a manifest, all or nothing.
+type AcquireRequest struct {
+	Tenant string
+	Holder string
+	// Intents are the (resource, predicate) pairs; a resource named twice
+	// is held once, MUTATES if either names it.
+	Intents []ResourceIntent
+	// TTL of the leases (0: the default; capped).
+	TTL time.Duration
+	// PriorityAt is the request's immutable wait-die timestamp (nil: the
+	// server's now). An older request waits for younger holders; a younger
+	// one is refused at once.
+	PriorityAt *time.Time
+	// Wait long-polls up to this long (capped by Config.MaxWait) while every
+	// conflicting holder is younger than the request.
+	Wait time.Duration
+	// TaskID names the task the leases are held for (task integration).
+	TaskID string
+}
+
+// AcquireResult is a granted manifest.
+type AcquireResult struct {
+	ManifestID string                `json:"manifest_id"`
+	PriorityAt time.Time             `json:"priority_at"`
+	Leases     []*host.ResourceLease `json:"leases"`
+	ServerTime time.Time             `json:"server_time"`
+}
+
+// ResourceConflictError refuses an acquire: Holder's lease conflicts with it.
+// It unwraps to a host.Error with code resource_conflict.
+type ResourceConflictError struct {
+	Err *host.Error
+	// Holder is the conflicting lease the refusal names.
+	Holder *host.ResourceLease
+	// MayWait is true when wait-die lets the request wait for Holder (the
+	// request is older than every conflicting holder).
+	MayWait bool
+	// ServerTime is when the conflict was seen.
+	ServerTime time.Time
+}
+
+func (c *ResourceConflictError) Error() string { return c.Err.Error() }
+
+// Unwrap returns the host.Error.
+func (c *ResourceConflictError) Unwrap() error { return c.Err }
+
+// normalizeIntents validates and normalizes a manifest: resources normalized,
+// one intent per resource (MUTATES wins), sorted by resource.
+func (e *Engine) normalizeIntents(in []ResourceIntent) ([]ResourceIntent, error) {
+	cfg := e.rl().cfg
+	if len(in) == 0 {
+		return nil, host.Errorf(host.CodeBadRequest, "intents: at least one (resource, predicate) pair is required")
+	}
+	if len(in) > cfg.MaxIntents {
+		return nil, host.Errorf(host.CodeTooLarge, "intents: at most %d per manifest (this one has %d)", cfg.MaxIntents, len(in))
+	}
+	by := map[string]host.LeasePredicate{}
+	for i, it := range in {
+		res, err := host.NormalizeResource(it.Resource)
+		if err != nil {
+			var he *host.Error
+			errors.As(err, &he)
+			return nil, host.Errorf(host.CodeInvalidResource, "intents[%d].%s", i, he.Detail)
+		}
+		p, err := host.ParsePredicate(string(it.Predicate))
+		if err != nil {
+			return nil, host.Errorf(host.CodeBadRequest, "intents[%d].%s", i, host.ErrorDetail(err))
+		}
+		if by[res] != host.PredicateMutates {
+			by[res] = p
+		}
+	}
+	out := make([]ResourceIntent, 0, len(by))
+	for r, p := range by {
+		out = append(out, ResourceIntent{Resource: r, Predicate: p})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Resource < out[j].Resource })
+	return out, nil
+}
+
+func (e *Engine) resourceTTL(d time.Duration) (time.Duration, error) {
+	cfg := e.rl().cfg
+	switch {
+	case d < 0:
+		return 0, host.Errorf(host.CodeBadRequest, "ttl_ms: must not be negative")
+	case d == 0:
+		return cfg.DefaultTTL, nil
+	case d < time.Millisecond:
+		return 0, host.Errorf(host.CodeBadRequest, "ttl_ms: at least 1 ms")
+	case d > cfg.MaxTTL:
+		return cfg.MaxTTL, nil
+	}
+	return d.Truncate(time.Millisecond), nil
+}
+
+func validHolder(h string) error {
+	if h == "" || len(h) > 256 {
+		return host.Errorf(host.CodeBadRequest, "holder: 1..256 bytes")
+	}
+	return nil
+}
+
+// AcquireResources grants every intent of the manifest at once, or none. A
+// conflict with a live lease is a *ResourceConflictError naming the holder's
+// lease; while wait-die lets the request wait and Wait allows, it waits for
+// the conflicting leases to end.
+func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*AcquireResult, error) {
+	if err := validHolder(req.Holder); err != nil {
+		return nil, err
+	}
+	intents, err := e.normalizeIntents(req.Intents)
+	if err != nil {
+		return nil, err
+	}
+	ttl, err := e.resourceTTL(req.TTL)
+	if err != nil {
+		return nil, err
+	}
+	prio := e.now()
+	if req.PriorityAt != nil {
+		prio = req.PriorityAt.UTC().Truncate(time.Microsecond)
+		if req.PriorityAt.IsZero() {
+			return nil, host.Errorf(host.CodeBadRequest, "priority_at: must be a timestamp")
+		}
+	}
+	if req.Wait > e.cfg.MaxWait {
+		req.Wait = e.cfg.MaxWait
+	}
+	var deadline <-chan time.Time
+	if req.Wait > 0 {
+		t := time.NewTimer(req.Wait)
+		defer t.Stop()
+		deadline = t.C
+	}
+	waiting := false
+	defer func() {
+		if waiting {
+			e.emit(Event{Kind: EvResourceWaited, Tenant: req.Tenant, WorkerID: req.Holder})
+		}
+	}()
+	for {
+		changed := e.rl().changed()
+		res, err := e.tryAcquire(ctx, req, intents, ttl, prio)
+		var ce *ResourceConflictError
+		if err == nil || !errors.As(err, &ce) || !ce.MayWait || req.Wait <= 0 {
+			if err != nil && (ce != nil || host.IsCode(err, host.CodeQuotaExceeded)) {
+				e.emit(Event{Kind: EvResourceRefused, Tenant: req.Tenant, WorkerID: req.Holder, Detail: host.ErrorCode(err)})
+			}
+			return res, err
+		}
+		if !waiting {
+			waiting = true
+			e.emit(Event{Kind: EvResourceWaiting, Tenant: req.Tenant, WorkerID: req.Holder})
+		}
+		// Leases end on other hosts, and by expiry, without a wake-up here:
+		// look again at least every 100 ms.
+		poll := time.NewTimer(100 * time.Millisecond)
+		var stop error
+		select {
+		case <-changed:
+		case <-poll.C:
+		case <-deadline:
+			stop = ce
+		case <-ctx.Done():
+			stop = ctx.Err()
+		case <-e.stop:
+			stop = ce
+		}
+		poll.Stop()
+		if stop != nil {
+			if stop == ce {
+				ce.Err.Detail += fmt.Sprintf("; waited %s without the conflict ending", req.Wait)
+				e.emit(Event{Kind: EvResourceRefused, Tenant: req.Tenant, WorkerID: req.Holder, Detail: host.CodeResourceConflict})
+			}
+			return nil, stop
+		}
+	}
+}
+
+func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []ResourceIntent, ttl time.Duration, prio time.Time) (*AcquireResult, error) {
+	cfg := e.rl().cfg
+	resources := make([]string, len(intents))
+	for i, it := range intents {
+		resources[i] = it.Resource
+	}
+	var out *AcquireResult
+	err := e.update(ctx, func(tx store.Tx) error {
+		out = nil
+		if _, err := tx.LockResources(ctx, req.Tenant, resources); err != nil {
+			return err
+		}
+		now := e.now()
+		live, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: req.Tenant, Resources: resources, LiveAt: &now, Limit: 100000})
+		if err != nil {
+			return err
+		}
+		want := map[string]host.LeasePredicate{}
+		for _, it := range intents {
+			want[it.Resource] = it.Predicate
+		}
+		var conflicts []*host.ResourceLease
+		for _, l := range live {
+			if p, ok := want[l.Resource]; ok && p.Conflicts(l.Predicate) {
+				conflicts = append(conflicts, l)
+			}
+		}
+		if len(conflicts) > 0 {
+			return e.conflict(conflicts, prio, now)
+		}
+		if cfg.MaxLeasesPerHolder > 0 {
+			mine, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: req.Tenant, Holder: req.Holder, LiveAt: &now, Limit: cfg.MaxLeasesPerHolder + 1})
+			if err != nil {
+				return err
+			}
+			if len(mine)+len(intents) > cfg.MaxLeasesPerHolder {
+				return host.Errorf(host.CodeQuotaExceeded, "holder %s holds %d live leases; with %d more it would pass its quota of %d concurrent leases",
+					req.Holder, len(mine), len(intents), cfg.MaxLeasesPerHolder)
+			}
+		}
+		adds := map[holdKey]time.Duration{}
+		for _, r := range resources {
+			adds[holdKey{req.Holder, r}] = ttl
+		}
+		if err := e.bookHold(ctx, tx, req.Tenant, adds, now); err != nil {
+			return err
+		}
+		manifest := host.NewID(host.PrefixManifest)
+		res := &AcquireResult{ManifestID: manifest, PriorityAt: prio, ServerTime: now}
+		for _, it := range intents {
+			l := &host.ResourceLease{ID: host.NewID(host.PrefixResourceLease), Tenant: req.Tenant, Resource: it.Resource,
+				Predicate: it.Predicate, Holder: req.Holder, State: host.ResourceLeaseActive, ManifestID: manifest,
+				PriorityAt: prio, AcquiredAt: now, ExpiresAt: now.Add(ttl), TTLMs: ttl.Milliseconds(), TaskID: req.TaskID}
+			if err := tx.InsertResourceLease(ctx, l); err != nil {
+				return err
+			}
+			if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventGranted, now, nil)); err != nil {
+				return err
+			}
+			res.Leases = append(res.Leases, l)
+		}
+		out = res
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range out.Leases {
+		e.emit(Event{Kind: EvResourceGranted, Tenant: req.Tenant, WorkerID: req.Holder, Detail: string(l.Predicate)})
+	}
+	return out, nil
+}
+
+// conflict applies wait-die: the request may wait only when it is strictly
+// older than every conflicting holder; the refusal names the youngest
+// holder it would wait for, or the first holder at least as old as it.
+func (e *Engine) conflict(conflicts []*host.ResourceLease, prio, now time.Time) error {
+	mayWait := true
+	named := conflicts[0]
+	for _, l := range conflicts {
+		if !prio.Before(l.PriorityAt) {
+			if mayWait {
+				named = l
+			}
+			mayWait = false
+		}
+	}
+	var detail string
+	if mayWait {
+		detail = fmt.Sprintf("%s is held by lease %s; this request (priority %s) is older than every holder, so it may wait (wait_seconds)",
+			named.Resource, named, prio.Format(time.RFC3339Nano))
+	} else {
+		detail = fmt.Sprintf("%s is held by lease %s, whose priority %s is not younger than this request's %s: wait-die refuses it at once",
+			named.Resource, named, named.PriorityAt.Format(time.RFC3339Nano), prio.Format(time.RFC3339Nano))
+	}
+	return &ResourceConflictError{Err: host.Errorf(host.CodeResourceConflict, "%s", detail), Holder: named, MayWait: mayWait, ServerTime: now}
+}
+
+// holdKey names a holder's quota window on a resource.
+type holdKey struct{ holder, resource string }
+
+// bookHold checks and books lease time against the squatting quota: no
+// holder may be granted more than HoldQuota on one resource within a
+// QuotaWindow (fixed windows, one row per holder and resource). Every
+// addition is checked before any is booked, so a refusal books nothing.
+// Callers hold the resources' locks.
+func (e *Engine) bookHold(ctx context.Context, tx store.Tx, tenant string, adds map[holdKey]time.Duration, now time.Time) error {
+	cfg := e.rl().cfg
+	if cfg.HoldQuota < 0 {
+		return nil
+	}
+	keys := make([]holdKey, 0, len(adds))
+	for k := range adds {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i].holder < keys[j].holder || keys[i].holder == keys[j].holder && keys[i].resource < keys[j].resource
+	})
+	hs := make([]store.ResourceHold, 0, len(keys))
+	for _, k := range keys {
+		h, err := tx.GetResourceHold(ctx, tenant, k.holder, k.resource)
+		if err != nil {
+			return err
+		}
+		if h.WindowStart.IsZero() || !now.Before(h.WindowStart.Add(cfg.QuotaWindow)) {
+			h = store.ResourceHold{Tenant: tenant, Holder: k.holder, Resource: k.resource, WindowStart: now}
+		}
+		add := adds[k]
+		if h.Held+add > cfg.HoldQuota {
+			return host.Errorf(host.CodeQuotaExceeded, "holder %s was granted %s of lease time on %s in the window from %s; %s more would pass its quota of %s per %s",
+				k.holder, h.Held.Round(time.Millisecond), k.resource, h.WindowStart.Format(time.RFC3339), add.Round(time.Millisecond), cfg.HoldQuota, cfg.QuotaWindow)
+		}
+		h.Held += add
+		hs = append(hs, h)
+	}
+	for _, h := range hs {
+		if err := tx.PutResourceHold(ctx, h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// refundHold gives back the unused part of a released lease's time, when
+// its quota window is still the current one.
+func (e *Engine) refundHold(ctx context.Context, tx store.Tx, l *host.ResourceLease, now time.Time) error {
+	cfg := e.rl().cfg
+	if cfg.HoldQuota < 0 || !now.Before(l.ExpiresAt) {
+		return nil
+	}
+	h, err := tx.GetResourceHold(ctx, l.Tenant, l.Holder, l.Resource)
+	if err != nil || h.WindowStart.IsZero() || !now.Before(h.WindowStart.Add(cfg.QuotaWindow)) {
+		return err
+	}
+	h.Held -= min(l.ExpiresAt.Sub(now), h.Held)
+	return tx.PutResourceHold(ctx, h)
+}
+
+func leaseEvent(l *host.ResourceLease, kind host.ResourceLeaseEventKind, at time.Time, prev *time.Time) *host.ResourceLeaseEvent {
+	return &host.ResourceLeaseEvent{Tenant: l.Tenant, LeaseID: l.ID, Resource: l.Resource, Predicate: l.Predicate,
+		Holder: l.Holder, Kind: kind, At: at, PrevExpiresAt: prev, ExpiresAt: l.ExpiresAt}
+}
+
+func checkIDs(ids []string) error {
+	if len(ids) == 0 {
+		return host.Errorf(host.CodeBadRequest, "lease_ids: at least one is required")
+	}
+	if len(ids) > MaxResourceLeaseIDs {
+		return host.Errorf(host.CodeTooLarge, "lease_ids: at most %d per call", MaxResourceLeaseIDs)
+	}
+	return nil
+}
+
+func dedupe(ids []string) []string {
+	seen := map[string]bool{}
+	out := ids[:0:0]
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// loadOwned reads the leases by id inside tx, refusing unknown ids (404) and
+// leases of another holder (403; an admin may act on any).
+func loadOwned(ctx context.Context, tx store.Reader, a Actor, ids []string) ([]*host.ResourceLease, error) {
+	ls, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: a.Tenant, IDs: ids, Limit: len(ids)})
+	if err != nil {
+		return nil, err
+	}
+	by := map[string]*host.ResourceLease{}
+	for _, l := range ls {
+		by[l.ID] = l
+	}
+	out := make([]*host.ResourceLease, 0, len(ids))
+	for _, id := range ids {
+		l := by[id]
+		if l == nil {
+			return nil, host.Errorf(host.CodeNotFound, "no resource lease %s", id)
+		}
+		if l.Holder != a.Principal && a.Role != RoleAdmin {
+			return nil, host.Errorf(host.CodeForbidden, "resource lease %s is held by %s, not by %s", id, l.Holder, a.Principal)
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+func resourcesOf(ls []*host.ResourceLease) []string {
+	out := make([]string, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, l.Resource)
+	}
+	return out
+}
+
+// lockAndLoad reads the leases, locks their resources, and reads them again
+// under the lock when the lock was real (another writer may have changed them
+// in between), then reads the clock.
+func (e *Engine) lockAndLoad(ctx context.Context, tx store.Tx, a Actor, ids []string) ([]*host.ResourceLease, time.Time, error) {
+	ls, err := loadOwned(ctx, tx, a, ids)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	locked, err := tx.LockResources(ctx, a.Tenant, resourcesOf(ls))
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if locked {
+		if ls, err = loadOwned(ctx, tx, a, ids); err != nil {
+			return nil, time.Time{}, err
+		}
+	}
+	return ls, e.now(), nil
+}
+
+// ResourceLeasesResult answers a heartbeat, release, verify or DIE_RESTART.
+type ResourceLeasesResult struct {
+	Leases     []*host.ResourceLease `json:"leases"`
+	ServerTime time.Time             `json:"server_time"`
+}
+
+// HeartbeatResources extends every lease by its TTL (or ttl, capped, when
+// set) from the server's now: all of them, or none. A lease that is expired
+// or released by the server clock is refused with 409 lease_expired naming
+// it; a lease whose holder declared DIE_RESTART is refused with 409
+// verify_required until the holder runs VERIFY_ALL.
+func (e *Engine) HeartbeatResources(ctx context.Context, a Actor, ids []string, ttl time.Duration) (*ResourceLeasesResult, error) {
+	if err := checkIDs(ids); err != nil {
+		return nil, err
+	}
+	ids = dedupe(ids)
+	if ttl != 0 {
+		var err error
+		if ttl, err = e.resourceTTL(ttl); err != nil {
+			return nil, err
+		}
+	}
+	var out *ResourceLeasesResult
+	err := e.update(ctx, func(tx store.Tx) error {
+		out = nil
+		ls, now, err := e.lockAndLoad(ctx, tx, a, ids)
+		if err != nil {
+			return err
+		}
+		for _, l := range ls {
+			if !l.LiveAt(now) {
+				return host.Errorf(host.CodeLeaseExpired, "resource lease %s is %s (server time %s, expires_at %s): it is no longer held; acquire again",
+					l.ID, l.StateAt(now), now.Format(time.RFC3339Nano), l.ExpiresAt.Format(time.RFC3339Nano))
+			}
+			if l.Restarting {
+				return host.Errorf(host.CodeVerifyRequired, "resource lease %s: the holder declared DIE_RESTART; run VERIFY_ALL before heartbeats resume", l.ID)
+			}
+		}
+		// The quota is per holder; an admin heartbeat counts against the lease's holder.
+		adds := map[holdKey]time.Duration{}
+		for _, l := range ls {
+			d := ttl
+			if d == 0 {
+				d = time.Duration(l.TTLMs) * time.Millisecond
+			}
+			if next := now.Add(d); next.After(l.ExpiresAt) {
+				adds[holdKey{l.Holder, l.Resource}] += next.Sub(l.ExpiresAt)
+			}
+		}
+		if err := e.bookHold(ctx, tx, a.Tenant, adds, now); err != nil {
+			return err
+		}
+		for _, l := range ls {
+			d := ttl
+			if d == 0 {
+				d = time.Duration(l.TTLMs) * time.Millisecond
+			} else {
+				l.TTLMs = d.Milliseconds()
+			}
+			prev := l.ExpiresAt
+			if next := now.Add(d); next.After(l.ExpiresAt) {
+				l.ExpiresAt = next
+			}
+			if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{LiveAt: &now}); err != nil {
+				return rlFenced(err, l)
+			}
+			if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventHeartbeat, now, &prev)); err != nil {
+				return err
+			}
+		}
+		out = &ResourceLeasesResult{Leases: ls, ServerTime: now}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func rlFenced(err error, l *host.ResourceLease) error {
+	if errors.Is(err, store.ErrFenced) {
+		return host.Errorf(host.CodeLeaseExpired, "resource lease %s changed under this call: it is no longer held", l.ID)
+	}
+	return err
+}
+
+// ReleaseResources ends the leases. It is idempotent: a lease already
+// released or expired is answered with its state, 200.
+func (e *Engine) ReleaseResources(ctx context.Context, a Actor, ids []string) (*ResourceLeasesResult, error) {
+	if err := checkIDs(ids); err != nil {
+		return nil, err
+	}
+	ids = dedupe(ids)
+	var out *ResourceLeasesResult
+	var released, expired int
+	err := e.update(ctx, func(tx store.Tx) error {
+		out, released, expired = nil, 0, 0
+		ls, now, err := e.lockAndLoad(ctx, tx, a, ids)
+		if err != nil {
+			return err
+		}
+		for _, l := range ls {
+			if l.State != host.ResourceLeaseActive {
+				continue
+			}
+			if l.LiveAt(now) {
+				if err := e.refundHold(ctx, tx, l, now); err != nil {
+					return err
+				}
+				l.State, l.EndedAt = host.ResourceLeaseReleased, ptr(now)
+				if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{LiveAt: &now}); err != nil {
+					return rlFenced(err, l)
+				}
+				if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventReleased, now, nil)); err != nil {
+					return err
+				}
+				released++
+				continue
+			}
+			if err := expireLease(ctx, tx, l, now); err != nil {
+				if !errors.Is(err, store.ErrFenced) {
+					return err
+				}
+				// Another host's sweeper recorded the expiry first: the
+				// release is a no-op; answer with the stored state.
+				cur, err := tx.GetResourceLease(ctx, l.Tenant, l.ID)
+				if err != nil {
+					return err
+				}
+				*l = *cur
+				continue
+			}
+			expired++
+		}
+		out = &ResourceLeasesResult{Leases: ls, ServerTime: now}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if released+expired > 0 {
+		e.rl().wake()
+	}
+	for i := 0; i < released; i++ {
+		e.emit(Event{Kind: EvResourceReleased, Tenant: a.Tenant})
+	}
+	for i := 0; i < expired; i++ {
+		e.emit(Event{Kind: EvResourceExpired, Tenant: a.Tenant})
+	}
+	return out, nil
+}
+
+// expireLease records an active lease past its expiry as expired, ended at
+// its expiry.
+func expireLease(ctx context.Context, tx store.Tx, l *host.ResourceLease, now time.Time) error {
+	l.State, l.EndedAt, l.Restarting = host.ResourceLeaseExpired, ptr(l.ExpiresAt), false
+	if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{ExpiredAt: &now}); err != nil {
+		return err
+	}
+	return tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventExpired, now, nil))
+}
+
+// VerifyRequest names the leases of a VERIFY_ALL: by id, or every lease a
+// holder has active.
+type VerifyRequest struct {
+	IDs    []string
+	Holder string
+}
+
+// VerifyResources is VERIFY_ALL (KLIS-3 §3.4): the current state of the
+// leases by the server clock (an active lease past its expiry is reported
+// expired). When the caller holds leases it declared DIE_RESTART for, the
+// live ones resume: heartbeats are accepted again.
+func (e *Engine) VerifyResources(ctx context.Context, a Actor, req VerifyRequest) (*ResourceLeasesResult, error) {
+	if len(req.IDs) > 0 && req.Holder != "" {
+		return nil, host.Errorf(host.CodeBadRequest, "name lease_ids or a holder, not both")
+	}
+	if len(req.IDs) == 0 {
+		if req.Holder == "" {
+			req.Holder = a.Principal
+		}
+	} else if err := checkIDs(req.IDs); err != nil {
+		return nil, err
+	}
+	if req.Holder != "" && req.Holder != a.Principal && a.Role != RoleAdmin {
+		return nil, host.Errorf(host.CodeForbidden, "only %s or an admin may verify the leases of %s", req.Holder, req.Holder)
+	}
+	f := store.ResourceLeaseFilter{Tenant: a.Tenant, IDs: dedupe(req.IDs), Holder: req.Holder, Limit: 1000}
+	if req.Holder != "" {
+		f.States = []host.ResourceLeaseState{host.ResourceLeaseActive}
+	}
+	var ls []*host.ResourceLease
+	var now time.Time
+	if err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		ls, _, err = r.ListResourceLeases(ctx, f)
+		now = e.now()
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if len(req.IDs) > 0 {
+		by := map[string]bool{}
+		for _, l := range ls {
+			by[l.ID] = true
+		}
+		for _, id := range f.IDs {
+			if !by[id] {
+				return nil, host.Errorf(host.CodeNotFound, "no resource lease %s", id)
+			}
+		}
+	}
+	var resume []string
+	for _, l := range ls {
+		if l.Restarting && l.Holder == a.Principal && l.LiveAt(now) {
+			resume = append(resume, l.ID)
+		}
+	}
+	if len(resume) > 0 {
+		err := e.update(ctx, func(tx store.Tx) error {
+			rs, at, err := e.lockAndLoad(ctx, tx, a, resume)
+			if err != nil {
+				return err
+			}
+			for _, l := range rs {
+				if !l.Restarting || !l.LiveAt(at) {
+					continue
+				}
+				l.Restarting = false
+				if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{LiveAt: &at}); err != nil {
+					if errors.Is(err, store.ErrFenced) {
+						continue // it ended meanwhile: nothing to resume
+					}
+					return err
+				}
+				if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventVerified, at, &l.ExpiresAt)); err != nil {
+					return err
+				}
+			}
+			now = at
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range ls {
+			for _, id := range resume {
+				if l.ID == id {
+					l.Restarting = false
+				}
+			}
+		}
+	}
+	for _, l := range ls {
+		l.State = l.StateAt(now)
+	}
+	return &ResourceLeasesResult{Leases: ls, ServerTime: now}, nil
+}
+
+// DieRestart records that the caller's process is restarting (KLIS-3 §3.1,
+// the resurrection window): each of its live leases that has not had one gets
+// a grace period (its expiry moves Grace later), and every live lease of the
+// holder refuses heartbeats until the holder runs VERIFY_ALL.
+func (e *Engine) DieRestart(ctx context.Context, a Actor) (*ResourceLeasesResult, error) {
+	var out *ResourceLeasesResult
+	err := e.update(ctx, func(tx store.Tx) error {
+		out = nil
+		start := e.now()
+		ls, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: a.Tenant, Holder: a.Principal, LiveAt: &start, Limit: 1000})
+		if err != nil {
+			return err
+		}
+		ids := make([]string, len(ls))
+		for i, l := range ls {
+			ids[i] = l.ID
+		}
+		if len(ids) == 0 {
+			out = &ResourceLeasesResult{Leases: []*host.ResourceLease{}, ServerTime: start}
+			return nil
+		}
+		ls, now, err := e.lockAndLoad(ctx, tx, a, ids)
+		if err != nil {
+			return err
+		}
+		kept := ls[:0]
+		for _, l := range ls {
+			if !l.LiveAt(now) {
+				continue
+			}
+			prev := l.ExpiresAt
+			if !l.GraceUsed {
+				l.ExpiresAt, l.GraceUsed = l.ExpiresAt.Add(e.rl().cfg.Grace), true
+			}
+			l.Restarting = true
+			if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{LiveAt: &now}); err != nil {
+				return rlFenced(err, l)
+			}
+			if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventGrace, now, &prev)); err != nil {
+				return err
+			}
+			kept = append(kept, l)
+		}
+		out = &ResourceLeasesResult{Leases: kept, ServerTime: now}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// GetResourceLease returns one lease of the tenant with its state by the
+// server clock.
+func (e *Engine) GetResourceLease(ctx context.Context, a Actor, id string) (*host.ResourceLease, time.Time, error) {
+	var l *host.ResourceLease
+	var now time.Time
+	err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		l, err = r.GetResourceLease(ctx, a.Tenant, id)
+		now = e.now()
+		return err
+	})
+	if err != nil {
+		return nil, now, err
+	}
+	l.State = l.StateAt(now)
+	return l, now, nil
+}
+
+// ListResourceLeases lists leases (operators: any tenant with f.Tenant ""),
+// with their state by the server clock.
+func (e *Engine) ListResourceLeases(ctx context.Context, f store.ResourceLeaseFilter) ([]*host.ResourceLease, string, time.Time, error) {
+	if f.Limit <= 0 || f.Limit > 1000 {
+		f.Limit = 100
+	}
+	var ls []*host.ResourceLease
+	var cur string
+	var now time.Time
+	err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		ls, cur, err = r.ListResourceLeases(ctx, f)
+		now = e.now()
+		return err
+	})
+	for _, l := range ls {
+		l.State = l.StateAt(now)
+	}
+	return ls, cur, now, err
+}
+
+// ResourceLeaseEvents returns the audit trail.
+func (e *Engine) ResourceLeaseEvents(ctx context.Context, f store.ResourceLeaseEventFilter) ([]host.ResourceLeaseEvent, string, error) {
+	if f.Limit <= 0 || f.Limit > 1000 {
+		f.Limit = 100
+	}
+	var evs []host.ResourceLeaseEvent
+	var cur string
+	err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		evs, cur, err = r.ListResourceLeaseEvents(ctx, f)
+		return err
+	})
+	return evs, cur, err
+}
+
+// CountLiveResourceLeases counts the leases honoured now, by predicate.
+func (e *Engine) CountLiveResourceLeases(ctx context.Context, tenant string) (map[host.LeasePredicate]int64, error) {
+	var out map[host.LeasePredicate]int64
+	err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		out, err = r.CountLiveResourceLeases(ctx, tenant, e.now())
+		return err
+	})
+	return out, err
+}
+
+// SweepResourceLeases records active leases past their expiry as expired
+// (the audit trail's expiry entries) and wakes waiting acquires. Expiry does
+// not wait for it: every decision reads expires_at against the clock.
+func (e *Engine) SweepResourceLeases(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n := 0
+		var tenants []string
+		err := e.update(ctx, func(tx store.Tx) error {
+			n, tenants = 0, nil
+			now := e.now()
+			ls, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{ExpiredAt: &now, Limit: 200})
+			if err != nil {
+				return err
+			}
+			for _, l := range ls {
+				if err := expireLease(ctx, tx, l, now); err != nil {
+					if errors.Is(err, store.ErrFenced) {
+						continue // ended or swept by another host meanwhile
+					}
+					return err
+				}
+				n++
+				tenants = append(tenants, l.Tenant)
+			}
+			return nil
+		})
+		if err != nil {
+			return total, err
+		}
+		total += n
+		for _, t := range tenants {
+			e.emit(Event{Kind: EvResourceExpired, Tenant: t})
+		}
+		if n > 0 {
+			e.rl().wake()
+		}
+		if n < 200 {
+			return total, nil
+		}
+	}
+}

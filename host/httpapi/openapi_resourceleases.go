@@ -1,0 +1,48 @@
+package httpapi
+
+import (
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/httpapi/openapi"
+)
+
+// The resource lease operations (KLIS-3) in the OpenAPI document.
+func init() {
+	anyKey := []string{"agent", "worker", "admin"}
+	admins := []string{"admin"}
+	str := openapi.Schema{"type": "string"}
+	when := openapi.Schema{"type": "string", "format": "date-time"}
+	result := openapi.Ref(engine.ResourceLeasesResult{})
+	lease := openapi.Ref(host.ResourceLease{})
+	tenant := openapi.Param{Name: "tenant", Description: "another tenant (operators: admins of the default tenant)"}
+	page := []openapi.Param{{Name: "cursor"}, {Name: "limit", Type: "integer"}}
+	openapi.Add(
+		openapi.Op{Method: "POST", Path: "/v1/resource-leases", Tag: "resource leases", Roles: anyKey, Strict: true, Body: AcquireBody{}, BodyRequired: true,
+			Summary:   "Acquire an intent manifest: every (resource, predicate) lease, or none (409 names the conflicting lease)",
+			Responses: map[int]any{201: engine.AcquireResult{}, 409: ResourceConflictBody{}}},
+		openapi.Op{Method: "POST", Path: "/v1/resource-leases/heartbeat", Tag: "resource leases", Roles: anyKey, Strict: true, Body: LeaseIDsBody{}, BodyRequired: true,
+			Summary: "Extend leases by their TTL from the server's now (all or none)", Responses: map[int]any{200: result}},
+		openapi.Op{Method: "POST", Path: "/v1/resource-leases/:lease_id/heartbeat", Tag: "resource leases", Roles: anyKey, Strict: true, Body: LeaseIDsBody{},
+			Summary: "Extend one lease", Responses: map[int]any{200: result}},
+		openapi.Op{Method: "POST", Path: "/v1/resource-leases/release", Tag: "resource leases", Roles: anyKey, Strict: true, Body: LeaseIDsBody{}, BodyRequired: true,
+			Summary: "Release leases (idempotent: released or expired leases answer 200 with their state)", Responses: map[int]any{200: result}},
+		openapi.Op{Method: "POST", Path: "/v1/resource-leases/:lease_id/release", Tag: "resource leases", Roles: anyKey, Strict: true, Body: LeaseIDsBody{},
+			Summary: "Release one lease (idempotent)", Responses: map[int]any{200: result}},
+		openapi.Op{Method: "POST", Path: "/v1/resource-leases/verify", Tag: "resource leases", Roles: anyKey, Strict: true, Body: LeaseIDsBody{},
+			Summary: "VERIFY_ALL: the leases' state by the server clock; resumes heartbeats after DIE_RESTART", Responses: map[int]any{200: result}},
+		openapi.Op{Method: "POST", Path: "/v1/resource-leases/die-restart", Tag: "resource leases", Roles: anyKey, Strict: true,
+			Body:    openapi.Schema{"type": "object", "additionalProperties": false},
+			Summary: "Declare DIE_RESTART: each live lease gets its one grace period; heartbeats wait for VERIFY_ALL", Responses: map[int]any{200: result}},
+		openapi.Op{Method: "GET", Path: "/v1/admin/resource-leases", Tag: "resource leases", Roles: admins,
+			Query: append([]openapi.Param{tenant, {Name: "holder"}, {Name: "resource"},
+				{Name: "state", Enum: []string{"held", "active", "released", "expired", "all"}}}, page...),
+			Summary: "Resource leases (state=held: honoured now)",
+			Responses: map[int]any{200: openapi.Schema{"type": "object", "required": []string{"leases", "next_cursor", "server_time"},
+				"properties": map[string]any{"leases": openapi.Schema{"type": "array", "items": lease}, "next_cursor": str, "server_time": when}}}},
+		openapi.Op{Method: "GET", Path: "/v1/admin/resource-leases/events", Tag: "resource leases", Roles: admins,
+			Query:   append([]openapi.Param{tenant, {Name: "lease_id"}, {Name: "resource"}}, page...),
+			Summary: "The resource lease audit trail (granted, heartbeat, released, expired, grace, verified)",
+			Responses: map[int]any{200: openapi.Schema{"type": "object", "required": []string{"events", "next_cursor"},
+				"properties": map[string]any{"events": openapi.Schema{"type": "array", "items": openapi.Ref(host.ResourceLeaseEvent{})}, "next_cursor": str}}}},
+	)
+}

@@ -1,0 +1,185 @@
+package mcpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+)
+
+// Resource leases (KLIS-3) for agents: lock what you are about to change.
+
+// AcquireArgs are the arguments of acquire_resource_leases.
+type AcquireArgs struct {
+	Intents     []engine.ResourceIntent `json:"intents"`
+	TTLMs       int64                   `json:"ttl_ms,omitempty"`
+	PriorityAt  *time.Time              `json:"priority_at,omitempty"`
+	WaitSeconds float64                 `json:"wait_seconds,omitempty"`
+}
+
+// AcquireToolResult is acquire_resource_leases' answer: the granted manifest,
+// or, when refused, the conflicting lease and the wait-die verdict.
+type AcquireToolResult struct {
+	Granted bool `json:"granted"`
+	*engine.AcquireResult
+	Error      string              `json:"error,omitempty"`
+	Detail     string              `json:"detail,omitempty"`
+	Conflict   *host.ResourceLease `json:"conflict,omitempty"`
+	WaitDie    string              `json:"wait_die,omitempty"`
+	PriorityAt *time.Time          `json:"your_priority_at,omitempty"`
+}
+
+// LeaseIDsArgs name resource leases.
+type LeaseIDsArgs struct {
+	LeaseIDs []string `json:"lease_ids"`
+	TTLMs    int64    `json:"ttl_ms,omitempty"`
+}
+
+// resourceLeaseTools registers the resource lease tools, for every role.
+func (s *Server) resourceLeaseTools() {
+	leaseIDs := mcp.WithArray("lease_ids", mcp.Required(), mcp.WithStringItems(), mcp.Description("The lease_id values from acquire_resource_leases (at most 100)."))
+	s.add(tool("acquire_resource_leases", "Lock resources before changing them",
+		`Acquire leases on the resources you are about to read or change (KLIS-3), all together or none: intents is a list of {resource, predicate}, predicate READS (shared with other readers) or MUTATES (exclusive). Resources are strings such as "FILE:/repo/src/x.go" or "REPO:github.com/a/b".
+Granted: keep every lease_id; heartbeat_resource_leases before expires_at (every ttl/3 is right), and release_resource_leases when done. A lease you stop heartbeating expires: from then on assume you no longer hold it.
+Refused (granted=false): conflict names the lease in the way. wait_die "die" means you are younger than its holder: do not wait; retry later, keeping your priority_at (your_priority_at) to keep your seniority. wait_die "wait" means you are older: call again with the same priority_at and wait_seconds to wait for it.`,
+		returns[AcquireToolResult](), writes(false, false),
+		props(
+			mcp.WithArray("intents", mcp.Required(), mcp.Items(map[string]any{
+				"type": "object",
+				"properties": map[string]any{
+					"resource":  map[string]any{"type": "string", "description": "The resource name (at most 512 bytes)."},
+					"predicate": map[string]any{"type": "string", "enum": []string{"READS", "MUTATES"}},
+				},
+				"required": []string{"resource", "predicate"},
+			}), mcp.Description("The (resource, predicate) pairs to lease together.")),
+			mcp.WithInteger("ttl_ms", mcp.Min(1), mcp.Description("Lease TTL in milliseconds. Default 60000; capped (5 minutes unless configured).")),
+			mcp.WithString("priority_at", mcp.Description("Your request's wait-die timestamp (RFC 3339). Default: now. Send the same value again when you retry.")),
+			mcp.WithNumber("wait_seconds", mcp.Min(0), mcp.Description(fmt.Sprintf("When you are older than every conflicting holder, wait up to this long (at most %d).", int(s.cfg.MaxLeaseWait.Seconds())))),
+		)),
+		anyRole, s.acquireResourceLeases)
+
+	s.add(tool("heartbeat_resource_leases", "Keep resource leases alive",
+		`Extend your resource leases by their TTL (or ttl_ms) from the server's now: all of them, or none. A lease that already expired or was released is a lease_expired error: stop changing that resource and acquire it again. verify_required means you declared a restart: call verify_resource_leases first.`,
+		returns[engine.ResourceLeasesResult](), writes(false, false),
+		props(leaseIDs, mcp.WithInteger("ttl_ms", mcp.Min(1), mcp.Description("A new TTL in milliseconds from now on (capped). Default: the lease's own.")))),
+		anyRole, s.heartbeatResourceLeases)
+
+	s.add(tool("release_resource_leases", "Release resource leases",
+		`Release resource leases you hold. Idempotent: releasing a lease that is already released or expired succeeds and reports its state.`,
+		returns[engine.ResourceLeasesResult](), writes(true, false), props(leaseIDs)),
+		anyRole, s.releaseResourceLeases)
+
+	s.add(tool("verify_resource_leases", "Verify resource leases (VERIFY_ALL)",
+		`The reality check after a restart: the current state of your leases by the server clock (active, released or expired). Name lease_ids, or none for every lease you hold. Leases you declared a restart for resume: heartbeats are accepted again. Trust this answer over anything you remember.`,
+		returns[engine.ResourceLeasesResult](), writes(true, false),
+		props(mcp.WithArray("lease_ids", mcp.WithStringItems(), mcp.Description("Lease ids to check. Default: every active lease you hold.")))),
+		anyRole, s.verifyResourceLeases)
+}
+
+func (s *Server) acquireResourceLeases(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in AcquireArgs
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	if in.WaitSeconds < 0 || in.WaitSeconds != in.WaitSeconds {
+		return nil, "", host.Errorf(host.CodeBadRequest, "wait_seconds must not be negative")
+	}
+	if in.TTLMs < 0 {
+		return nil, "", host.Errorf(host.CodeBadRequest, "ttl_ms must not be negative")
+	}
+	wait := time.Duration(in.WaitSeconds * float64(time.Second))
+	if wait > s.cfg.MaxLeaseWait {
+		wait = s.cfg.MaxLeaseWait
+	}
+	ttl := time.Duration(min(in.TTLMs, int64(24*time.Hour/time.Millisecond))) * time.Millisecond
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.drain, cancel)
+	defer stop()
+	res, err := s.eng.AcquireResources(lctx, engine.AcquireRequest{Tenant: a.Tenant, Holder: a.Principal, Intents: in.Intents,
+		TTL: ttl, PriorityAt: in.PriorityAt, Wait: wait})
+	var ce *engine.ResourceConflictError
+	if errors.As(err, &ce) {
+		// A refusal is an answer the agent acts on, not a failure of the tool.
+		wd := "die"
+		if ce.MayWait {
+			wd = "wait"
+		}
+		prio := in.PriorityAt
+		if prio == nil {
+			p := ce.ServerTime
+			prio = &p
+		}
+		return AcquireToolResult{Error: ce.Err.Code, Detail: ce.Err.Detail, Conflict: ce.Holder, WaitDie: wd, PriorityAt: prio},
+			"Refused: " + ce.Err.Detail, nil
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return AcquireToolResult{Granted: true, AcquireResult: res},
+		fmt.Sprintf("Granted %s until %s. Heartbeat before then; release when done.", plural(len(res.Leases), "lease", "leases"),
+			res.Leases[0].ExpiresAt.Format(time.RFC3339Nano)), nil
+}
+
+func (s *Server) heartbeatResourceLeases(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in LeaseIDsArgs
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	if in.TTLMs < 0 {
+		return nil, "", host.Errorf(host.CodeBadRequest, "ttl_ms must not be negative")
+	}
+	wctx, cancel := detached(ctx)
+	defer cancel()
+	ttl := time.Duration(min(in.TTLMs, int64(24*time.Hour/time.Millisecond))) * time.Millisecond
+	res, err := s.eng.HeartbeatResources(wctx, a, in.LeaseIDs, ttl)
+	if err != nil {
+		return nil, "", err
+	}
+	return res, fmt.Sprintf("Extended %s.", plural(len(res.Leases), "lease", "leases")), nil
+}
+
+func (s *Server) releaseResourceLeases(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in LeaseIDsArgs
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	if in.TTLMs != 0 {
+		return nil, "", host.Errorf(host.CodeBadRequest, "ttl_ms is for heartbeats")
+	}
+	wctx, cancel := detached(ctx)
+	defer cancel()
+	res, err := s.eng.ReleaseResources(wctx, a, in.LeaseIDs)
+	if err != nil {
+		return nil, "", err
+	}
+	return res, fmt.Sprintf("Released %s.", plural(len(res.Leases), "lease", "leases")), nil
+}
+
+func (s *Server) verifyResourceLeases(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in struct {
+		LeaseIDs []string `json:"lease_ids,omitempty"`
+	}
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	wctx, cancel := detached(ctx)
+	defer cancel()
+	res, err := s.eng.VerifyResources(wctx, a, engine.VerifyRequest{IDs: in.LeaseIDs})
+	if err != nil {
+		return nil, "", err
+	}
+	held := 0
+	for _, l := range res.Leases {
+		if l.State == host.ResourceLeaseActive {
+			held++
+		}
+	}
+	return res, fmt.Sprintf("%d of %s still held (server time %s).", held, plural(len(res.Leases), "lease", "leases"),
+		res.ServerTime.Format(time.RFC3339Nano)), nil
+}

@@ -1,0 +1,199 @@
+package host
+
+import (
+	"fmt"
+	"path"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Resource leases (seed 003, KLIS-3): temporary, named intents on resources
+// ("FILE:/repo/src/x.go", "REPO:github.com/a/b", any string) held by agents or
+// workers. MUTATES is exclusive; READS is shared with other READS.
+
+// LeasePredicate says what a lease holder intends to do with a resource.
+type LeasePredicate string
+
+// Lease predicates.
+const (
+	PredicateReads   LeasePredicate = "READS"
+	PredicateMutates LeasePredicate = "MUTATES"
+)
+
+// Conflicts reports whether two leases with these predicates on one resource
+// may not be held at once: every pair but READS with READS.
+func (p LeasePredicate) Conflicts(q LeasePredicate) bool {
+	return p == PredicateMutates || q == PredicateMutates
+}
+
+// ResourceLeaseState is where a resource lease is in its lifecycle (KLIS-3 §4):
+// active, then released or expired, both terminal.
+type ResourceLeaseState string
+
+// Resource lease states.
+const (
+	ResourceLeaseActive   ResourceLeaseState = "active"
+	ResourceLeaseReleased ResourceLeaseState = "released"
+	ResourceLeaseExpired  ResourceLeaseState = "expired"
+)
+
+// PrefixResourceLease starts the id of a resource lease; PrefixManifest the id
+// of the manifest its leases were granted together with.
+const (
+	PrefixResourceLease = "rlease-"
+	PrefixManifest      = "manifest-"
+)
+
+// MaxResourceLen bounds a normalized resource name, in bytes.
+const MaxResourceLen = 512
+
+// ResourceLease is one granted intent on one resource (KLIS-3 §2.1).
+type ResourceLease struct {
+	ID        string             `json:"lease_id"`
+	Tenant    string             `json:"-"`
+	Resource  string             `json:"resource"`
+	Predicate LeasePredicate     `json:"predicate"`
+	Holder    string             `json:"holder"`
+	State     ResourceLeaseState `json:"state"`
+	// ManifestID names the acquire call whose leases were granted together.
+	ManifestID string `json:"manifest_id"`
+	// PriorityAt is the immutable wait-die timestamp of the request that
+	// acquired the lease: older requests may wait for it, younger ones die.
+	PriorityAt time.Time `json:"priority_at"`
+	AcquiredAt time.Time `json:"acquired_at"`
+	// ExpiresAt is the instant from which the lease is no longer honoured,
+	// by the server clock.
+	ExpiresAt time.Time `json:"expires_at"`
+	TTLMs     int64     `json:"ttl_ms"`
+	// EndedAt is when the lease was released, or its expiry once it is
+	// recorded as expired.
+	EndedAt *time.Time `json:"ended_at,omitempty"`
+	// Restarting is set when the holder declared DIE_RESTART: the lease is
+	// kept through the grace period, and heartbeats are refused until the
+	// holder runs VERIFY_ALL.
+	Restarting bool `json:"restarting,omitempty"`
+	// GraceUsed is set once the lease had its one grace period.
+	GraceUsed bool `json:"grace_used,omitempty"`
+	// TaskID names the task the lease is held for, when a task named it.
+	TaskID string `json:"task_id,omitempty"`
+}
+
+// LiveAt reports whether the lease is honoured at now: active and now is
+// strictly before ExpiresAt.
+func (l *ResourceLease) LiveAt(now time.Time) bool {
+	return l.State == ResourceLeaseActive && now.Before(l.ExpiresAt)
+}
+
+// StateAt is the lease's state as seen at now: an active lease past its
+// expiry is expired even before the sweeper records it.
+func (l *ResourceLease) StateAt(now time.Time) ResourceLeaseState {
+	if l.State == ResourceLeaseActive && !now.Before(l.ExpiresAt) {
+		return ResourceLeaseExpired
+	}
+	return l.State
+}
+
+// ResourceLeaseEventKind names an entry of the resource lease audit trail.
+type ResourceLeaseEventKind string
+
+// Audit trail entries.
+const (
+	ResourceEventGranted   ResourceLeaseEventKind = "granted"
+	ResourceEventHeartbeat ResourceLeaseEventKind = "heartbeat"
+	ResourceEventReleased  ResourceLeaseEventKind = "released"
+	ResourceEventExpired   ResourceLeaseEventKind = "expired"
+	ResourceEventGrace     ResourceLeaseEventKind = "grace"    // DIE_RESTART declared
+	ResourceEventVerified  ResourceLeaseEventKind = "verified" // the holder resumed after VERIFY_ALL
+)
+
+// ResourceLeaseEvent is one entry of the audit trail: what happened to a lease,
+// at which server time, and its expiry before and after.
+type ResourceLeaseEvent struct {
+	Seq       int64                  `json:"seq"`
+	Tenant    string                 `json:"-"`
+	LeaseID   string                 `json:"lease_id"`
+	Resource  string                 `json:"resource"`
+	Predicate LeasePredicate         `json:"predicate"`
+	Holder    string                 `json:"holder"`
+	Kind      ResourceLeaseEventKind `json:"kind"`
+	// At is the server time at which the change was decided.
+	At time.Time `json:"at"`
+	// PrevExpiresAt is the expiry the lease had before the change (nil for a grant).
+	PrevExpiresAt *time.Time `json:"prev_expires_at,omitempty"`
+	// ExpiresAt is the expiry after the change.
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// NormalizeResource returns the canonical form of a resource name or a
+// CodeInvalidResource error naming the rule it breaks. Surrounding space is
+// trimmed; a KIND: prefix (letters, digits, "_", starting with a letter) is
+// upper-cased; a FILE: path is cleaned ("a/./b/../c" is "a/c"). Names are
+// 1..MaxResourceLen bytes of valid UTF-8 without control characters.
+func NormalizeResource(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return "", Errorf(CodeInvalidResource, "resource: must not be empty")
+	}
+	if !utf8.ValidString(s) {
+		return "", Errorf(CodeInvalidResource, "resource: must be valid UTF-8")
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return "", Errorf(CodeInvalidResource, "resource: must not contain control characters (found %U)", r)
+		}
+	}
+	if i := strings.IndexByte(s, ':'); i > 0 && validKind(s[:i]) {
+		kind, rest := strings.ToUpper(s[:i]), strings.TrimSpace(s[i+1:])
+		if kind == "FILE" {
+			// Cleaning and trimming until neither changes the path.
+			for n := 0; n < 8 && rest != ""; n++ {
+				next := strings.TrimSpace(path.Clean(rest))
+				if next == rest {
+					break
+				}
+				rest = next
+			}
+		}
+		if rest == "" {
+			return "", Errorf(CodeInvalidResource, "resource: %s: needs a name after the colon", kind)
+		}
+		s = kind + ":" + rest
+	}
+	if len(s) > MaxResourceLen {
+		return "", Errorf(CodeInvalidResource, "resource: at most %d bytes (this one is %d)", MaxResourceLen, len(s))
+	}
+	return s, nil
+}
+
+func validKind(k string) bool {
+	if len(k) > 32 {
+		return false
+	}
+	for i, r := range k {
+		switch {
+		case r >= 'A' && r <= 'Z', r >= 'a' && r <= 'z':
+		case i > 0 && (r >= '0' && r <= '9' || r == '_'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// ParsePredicate accepts READS or MUTATES (any case).
+func ParsePredicate(s string) (LeasePredicate, error) {
+	switch strings.ToUpper(strings.TrimSpace(s)) {
+	case string(PredicateReads):
+		return PredicateReads, nil
+	case string(PredicateMutates):
+		return PredicateMutates, nil
+	}
+	return "", Errorf(CodeBadRequest, "predicate: must be READS or MUTATES, not %q", s)
+}
+
+// String renders a lease for error details.
+func (l *ResourceLease) String() string {
+	return fmt.Sprintf("%s (%s %s by %s, expires %s)", l.ID, l.Predicate, l.Resource, l.Holder, l.ExpiresAt.Format(time.RFC3339Nano))
+}

@@ -1,0 +1,45 @@
+package host
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestNormalizeResource(t *testing.T) {
+	for in, want := range map[string]string{
+		"FILE:/a/b.go":          "FILE:/a/b.go",
+		" file:/a/./c/../b.go ": "FILE:/a/b.go",
+		"repo:github.com/a/b":   "REPO:github.com/a/b",
+		"plain name":            "plain name",
+		"1x:y":                  "1x:y", // not a kind: starts with a digit
+		"http://x/y":            "HTTP://x/y",
+	} {
+		got, err := NormalizeResource(in)
+		if err != nil || got != want {
+			t.Errorf("NormalizeResource(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}
+
+func FuzzNormalizeResource(f *testing.F) {
+	for _, s := range []string{"FILE:/a", "", " x ", "a\x00", "REPO:", strings.Repeat("y", 600), "file:../../.."} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := NormalizeResource(s)
+		if err != nil {
+			if ErrorCode(err) != CodeInvalidResource || ErrorDetail(err) == "" {
+				t.Fatalf("%q: error %v without the code or a rule", s, err)
+			}
+			return
+		}
+		if got == "" || len(got) > MaxResourceLen || !utf8.ValidString(got) {
+			t.Fatalf("%q normalized to %q", s, got)
+		}
+		again, err := NormalizeResource(got)
+		if err != nil || again != got {
+			t.Fatalf("not idempotent: %q -> %q -> %q, %v", s, got, again, err)
+		}
+	})
+}

@@ -1,0 +1,265 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// Resource leases (KLIS-3). SQLite has one writer: every write transaction
+// already runs alone, so LockResources has nothing to do.
+
+const rleaseCols = `seq, id, tenant, resource, predicate, holder, state, manifest_id, priority_at, acquired_at,
+expires_at, ttl_ms, ended_at, restarting, grace_used, task_id`
+
+func scanResourceLease(sc scanner) (*host.ResourceLease, int64, error) {
+	var l host.ResourceLease
+	var seq, prio, acq, exp int64
+	var ended sql.NullInt64
+	var restarting, grace int
+	var pred, state string
+	if err := sc.Scan(&seq, &l.ID, &l.Tenant, &l.Resource, &pred, &l.Holder, &state, &l.ManifestID, &prio, &acq,
+		&exp, &l.TTLMs, &ended, &restarting, &grace, &l.TaskID); err != nil {
+		return nil, 0, err
+	}
+	l.Predicate, l.State = host.LeasePredicate(pred), host.ResourceLeaseState(state)
+	l.PriorityAt, l.AcquiredAt, l.ExpiresAt = fromUS(prio), fromUS(acq), fromUS(exp)
+	l.EndedAt = fromNUS(ended)
+	l.Restarting, l.GraceUsed = restarting != 0, grace != 0
+	return &l, seq, nil
+}
+
+func (r *reader) GetResourceLease(ctx context.Context, tenant, id string) (*host.ResourceLease, error) {
+	l, _, err := scanResourceLease(r.queryRow(ctx, `SELECT `+rleaseCols+` FROM resource_leases WHERE id = ? AND tenant = ?`, id, tenant))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("resource lease", id)
+	}
+	return l, err
+}
+
+func (r *reader) ListResourceLeases(ctx context.Context, f store.ResourceLeaseFilter) ([]*host.ResourceLease, string, error) {
+	after, err := parseCursor(f.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	q := `SELECT ` + rleaseCols + ` FROM resource_leases WHERE seq > ?`
+	args := []any{after}
+	if f.Tenant != "" {
+		q += ` AND tenant = ?`
+		args = append(args, f.Tenant)
+	}
+	if len(f.IDs) > 0 {
+		q += ` AND id IN (` + placeholders(len(f.IDs)) + `)`
+		for _, id := range f.IDs {
+			args = append(args, id)
+		}
+	}
+	if f.Holder != "" {
+		q += ` AND holder = ?`
+		args = append(args, f.Holder)
+	}
+	if len(f.Resources) > 0 {
+		q += ` AND resource IN (` + placeholders(len(f.Resources)) + `)`
+		for _, res := range f.Resources {
+			args = append(args, res)
+		}
+	}
+	if len(f.States) == 1 && f.States[0] == host.ResourceLeaseActive {
+		q += ` AND state = 'active'` // a literal, so the partial indexes apply
+	} else if len(f.States) > 0 {
+		q += ` AND state IN (` + placeholders(len(f.States)) + `)`
+		for _, s := range f.States {
+			args = append(args, string(s))
+		}
+	}
+	if f.LiveAt != nil {
+		q += ` AND state = 'active' AND expires_at > ?`
+		args = append(args, us(*f.LiveAt))
+	}
+	if f.ExpiredAt != nil {
+		q += ` AND state = 'active' AND expires_at <= ?`
+		args = append(args, us(*f.ExpiredAt))
+	}
+	if f.EndsAfter != nil {
+		q += ` AND coalesce(ended_at, expires_at) > ?`
+		args = append(args, us(*f.EndsAfter))
+	}
+	q += ` ORDER BY seq LIMIT ?`
+	args = append(args, f.Limit+1)
+	rows, err := r.query(ctx, q, args...)
+	if err != nil {
+		return nil, "", err
+	}
+	defer rows.Close()
+	out := []*host.ResourceLease{}
+	var seqs []int64
+	for rows.Next() {
+		l, seq, err := scanResourceLease(rows)
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, l)
+		seqs = append(seqs, seq)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	cur := ""
+	if len(out) > f.Limit {
+		out = out[:f.Limit]
+		cur = strconv.FormatInt(seqs[f.Limit-1], 10)
+	}
+	return out, cur, nil
+}
+
+func (r *reader) ListResourceLeaseEvents(ctx context.Context, f store.ResourceLeaseEventFilter) ([]host.ResourceLeaseEvent, string, error) {
+	after, err := parseCursor(f.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	q := `SELECT seq, lease_id, resource, predicate, holder, kind, at, prev_expires_at, expires_at
+FROM resource_lease_events WHERE tenant = ? AND seq > ?`
+	args := []any{f.Tenant, after}
+	if f.LeaseID != "" {
+		q += ` AND lease_id = ?`
+		args = append(args, f.LeaseID)
+	}
+	if f.Resource != "" {
+		q += ` AND resource = ?`
+		args = append(args, f.Resource)
+	}
+	q += ` ORDER BY seq LIMIT ?`
+	args = append(args, f.Limit+1)
+	rows, err := r.query(ctx, q, args...)
+	if err != nil {
+		return nil, "", err
+	}
+	defer rows.Close()
+	out := []host.ResourceLeaseEvent{}
+	for rows.Next() {
+		ev := host.ResourceLeaseEvent{Tenant: f.Tenant}
+		var pred, kind string
+		var at, exp int64
+		var prev sql.NullInt64
+		if err := rows.Scan(&ev.Seq, &ev.LeaseID, &ev.Resource, &pred, &ev.Holder, &kind, &at, &prev, &exp); err != nil {
+			return nil, "", err
+		}
+		ev.Predicate, ev.Kind = host.LeasePredicate(pred), host.ResourceLeaseEventKind(kind)
+		ev.At, ev.PrevExpiresAt, ev.ExpiresAt = fromUS(at), fromNUS(prev), fromUS(exp)
+		out = append(out, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	cur := ""
+	if len(out) > f.Limit {
+		out = out[:f.Limit]
+		cur = strconv.FormatInt(out[f.Limit-1].Seq, 10)
+	}
+	return out, cur, nil
+}
+
+func (r *reader) CountLiveResourceLeases(ctx context.Context, tenant string, now time.Time) (map[host.LeasePredicate]int64, error) {
+	q := `SELECT predicate, count(*) FROM resource_leases WHERE state = 'active' AND expires_at > ?`
+	args := []any{us(now)}
+	if tenant != "" {
+		q += ` AND tenant = ?`
+		args = append(args, tenant)
+	}
+	rows, err := r.query(ctx, q+` GROUP BY predicate`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[host.LeasePredicate]int64{}
+	for rows.Next() {
+		var p string
+		var n int64
+		if err := rows.Scan(&p, &n); err != nil {
+			return nil, err
+		}
+		out[host.LeasePredicate(p)] = n
+	}
+	return out, rows.Err()
+}
+
+// LockResources implements store.Tx: the single writer already serializes
+// every write transaction.
+func (w *writeTx) LockResources(ctx context.Context, tenant string, resources []string) (bool, error) {
+	return false, nil
+}
+
+func (w *writeTx) InsertResourceLease(ctx context.Context, l *host.ResourceLease) error {
+	_, err := w.exec(ctx, `INSERT INTO resource_leases (id, tenant, resource, predicate, holder, state, manifest_id,
+priority_at, acquired_at, expires_at, ttl_ms, ended_at, restarting, grace_used, task_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		l.ID, l.Tenant, l.Resource, string(l.Predicate), l.Holder, string(l.State), l.ManifestID,
+		us(l.PriorityAt), us(l.AcquiredAt), us(l.ExpiresAt), l.TTLMs, nus(l.EndedAt), b2i(l.Restarting), b2i(l.GraceUsed), l.TaskID)
+	if err != nil && strings.Contains(err.Error(), "UNIQUE") {
+		return host.Errorf(host.CodeConflict, "a resource lease with id %s exists", l.ID)
+	}
+	return err
+}
+
+func (w *writeTx) UpdateResourceLease(ctx context.Context, l *host.ResourceLease, f store.ResourceLeaseFence) error {
+	q := `UPDATE resource_leases SET state = ?, expires_at = ?, ended_at = ?, restarting = ?, grace_used = ?
+WHERE id = ? AND tenant = ? AND state = 'active'`
+	args := []any{string(l.State), us(l.ExpiresAt), nus(l.EndedAt), b2i(l.Restarting), b2i(l.GraceUsed), l.ID, l.Tenant}
+	switch {
+	case f.LiveAt != nil:
+		q += ` AND expires_at > ?`
+		args = append(args, us(*f.LiveAt))
+	case f.ExpiredAt != nil:
+		q += ` AND expires_at <= ?`
+		args = append(args, us(*f.ExpiredAt))
+	}
+	res, err := w.exec(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return store.ErrFenced
+	}
+	return nil
+}
+
+func (w *writeTx) AppendResourceLeaseEvent(ctx context.Context, ev *host.ResourceLeaseEvent) error {
+	_, err := w.exec(ctx, `INSERT INTO resource_lease_events (tenant, lease_id, resource, predicate, holder, kind, at,
+prev_expires_at, expires_at) VALUES (?,?,?,?,?,?,?,?,?)`,
+		ev.Tenant, ev.LeaseID, ev.Resource, string(ev.Predicate), ev.Holder, string(ev.Kind), us(ev.At),
+		nus(ev.PrevExpiresAt), us(ev.ExpiresAt))
+	return err
+}
+
+func (w *writeTx) GetResourceHold(ctx context.Context, tenant, holder, resource string) (store.ResourceHold, error) {
+	h := store.ResourceHold{Tenant: tenant, Holder: holder, Resource: resource}
+	var start, held int64
+	err := w.queryRow(ctx, `SELECT window_start, held_us FROM resource_holds WHERE tenant = ? AND holder = ? AND resource = ?`,
+		tenant, holder, resource).Scan(&start, &held)
+	if errors.Is(err, sql.ErrNoRows) {
+		return h, nil
+	}
+	if err != nil {
+		return h, err
+	}
+	h.WindowStart, h.Held = fromUS(start), time.Duration(held)*time.Microsecond
+	return h, nil
+}
+
+func (w *writeTx) PutResourceHold(ctx context.Context, h store.ResourceHold) error {
+	_, err := w.exec(ctx, `INSERT INTO resource_holds (tenant, holder, resource, window_start, held_us) VALUES (?,?,?,?,?)
+ON CONFLICT (tenant, holder, resource) DO UPDATE SET window_start = excluded.window_start, held_us = excluded.held_us`,
+		h.Tenant, h.Holder, h.Resource, us(h.WindowStart), h.Held.Microseconds())
+	return err
+}
