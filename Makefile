@@ -73,6 +73,7 @@ FUZZ_TARGETS := \
 	./sdk/plugin:FuzzParseJSON \
 	./sdk/plugin:FuzzDecodeFailureRecord \
 	./sdk/worker:FuzzSpoolLoad \
+	./worker/ai:FuzzParseProfile \
 	./cmd/gate:FuzzBridgeEvents \
 	./cmd/gate:FuzzConfigFile
 

@@ -22,9 +22,10 @@ const envPrefix = "ASYNCGATE_"
 
 // envNotConfig are ASYNCGATE_* variables that are not config fields: the
 // config file's path (ASYNCGATE_CONFIG, the --config default), the CLI's gate
-// address and key (ASYNCGATE_URL, ASYNCGATE_KEY, ASYNCGATE_KEY_FILE), and the
+// address and key (ASYNCGATE_URL, ASYNCGATE_KEY, ASYNCGATE_KEY_FILE), the
+// worker's admin key (ASYNCGATE_ADMIN_KEY), and the
 // tests' settings.
-var envNotConfig = []string{"ASYNCGATE_CONFIG", "ASYNCGATE_URL", "ASYNCGATE_KEY", "ASYNCGATE_KEY_FILE", "ASYNCGATE_TEST_", "ASYNCGATE_E2E_"}
+var envNotConfig = []string{"ASYNCGATE_CONFIG", "ASYNCGATE_URL", "ASYNCGATE_KEY", "ASYNCGATE_KEY_FILE", "ASYNCGATE_ADMIN_KEY", "ASYNCGATE_TEST_", "ASYNCGATE_E2E_"}
 
 // envVarName is the environment variable of a config field.
 func envVarName(field string) string { return envPrefix + strings.ToUpper(field) }

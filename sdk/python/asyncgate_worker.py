@@ -254,11 +254,13 @@ class Client:
     def _clock(sent: float, server: Optional[float], expires_at: str):
         """Lease length and conservative local deadline (KLIS-3 §6.2): the
         remaining time by the gate's clock (Date has whole seconds: one is taken
-        off), counted from when the request was sent."""
+        off), counted from the later of the send and the arrival less one more
+        second: latency only makes it earlier, and a long-poll's wait is not
+        taken off the lease."""
         exp = _parse_time(expires_at)
         ttl = (exp - server - 1.0) if server is not None else (exp - time.time())
         ttl = max(ttl, 0.0)
-        return ttl, sent + ttl
+        return ttl, max(sent, time.time() - 1.0) + ttl
 
     def lease(self, task_types: List[str], worker_id: str = "", max_tasks: int = 1,
               lease_seconds: int = 0, wait_seconds: float = 0) -> List[Dict[str, Any]]:

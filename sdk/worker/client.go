@@ -290,10 +290,13 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 // leaseClock turns the gate's lease_expires_at into a lease length and a
 // conservative local deadline (KLIS-3 §6.2). The gate's clock is the truth:
 // the remaining time is measured against the answer's Date header (whole
-// seconds, so one second is taken off), and the deadline counts from when the
-// request was sent, so network latency only makes it earlier. Without a Date
-// header the local clock is used.
-func leaseClock(sent time.Time, serverDate, expires time.Time) (ttl time.Duration, deadline time.Time) {
+// seconds, so one second is taken off). The Date was written at some local
+// instant between sending the request and receiving the answer; the deadline
+// counts from the later of the send and the arrival less one more second, so
+// network latency only makes it earlier, and a long-poll that waited W
+// seconds does not lose W seconds of the lease. Without a Date header the
+// local clock is used.
+func leaseClock(sent, received time.Time, serverDate, expires time.Time) (ttl time.Duration, deadline time.Time) {
 	if serverDate.IsZero() {
 		ttl = time.Until(expires)
 	} else {
@@ -302,7 +305,11 @@ func leaseClock(sent time.Time, serverDate, expires time.Time) (ttl time.Duratio
 	if ttl < 0 {
 		ttl = 0
 	}
-	return ttl, sent.Add(ttl)
+	from := sent
+	if r := received.Add(-time.Second); r.After(from) {
+		from = r
+	}
+	return ttl, from.Add(ttl)
 }
 
 // Lease asks for up to req.MaxTasks offers. No work (204) returns an empty
@@ -316,12 +323,13 @@ func (c *Client) Lease(ctx context.Context, req LeaseRequest) ([]Offer, error) {
 	if err != nil {
 		return nil, err
 	}
+	received := time.Now()
 	if status == http.StatusNoContent {
 		return nil, nil
 	}
 	for i := range out.Leases {
 		o := &out.Leases[i]
-		o.ttl, o.deadline = leaseClock(sent, date, o.LeaseExpiresAt)
+		o.ttl, o.deadline = leaseClock(sent, received, date, o.LeaseExpiresAt)
 	}
 	return out.Leases, nil
 }
@@ -342,7 +350,7 @@ func (c *Client) Heartbeat(ctx context.Context, leaseID string, req HeartbeatReq
 	if err != nil {
 		return nil, err
 	}
-	out.ttl, out.deadline = leaseClock(sent, date, out.LeaseExpiresAt)
+	out.ttl, out.deadline = leaseClock(sent, time.Now(), date, out.LeaseExpiresAt)
 	return &out, nil
 }
 

@@ -62,11 +62,19 @@ func TestDataURIFallback(t *testing.T) {
 func TestLeaseClock(t *testing.T) {
 	sent := time.Now()
 	server := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	ttl, dl := leaseClock(sent, server, server.Add(30*time.Second))
+	// A quick answer: the deadline counts from the send.
+	ttl, dl := leaseClock(sent, sent.Add(50*time.Millisecond), server, server.Add(30*time.Second))
 	if ttl != 29*time.Second || !dl.Equal(sent.Add(29*time.Second)) {
 		t.Fatalf("ttl %v deadline %v", ttl, dl.Sub(sent))
 	}
-	if ttl, _ := leaseClock(sent, server, server.Add(-time.Second)); ttl != 0 {
+	// A long-poll answered 20 s after the send: the lease was granted near the
+	// answer, so the wait is not taken off the lease (one more second is).
+	received := sent.Add(20 * time.Second)
+	ttl, dl = leaseClock(sent, received, server, server.Add(4*time.Second))
+	if ttl != 3*time.Second || !dl.Equal(received.Add(2*time.Second)) {
+		t.Fatalf("long-poll: ttl %v deadline %v after the answer", ttl, dl.Sub(received))
+	}
+	if ttl, _ := leaseClock(sent, sent, server, server.Add(-time.Second)); ttl != 0 {
 		t.Fatalf("expired lease ttl %v", ttl)
 	}
 }

@@ -1,0 +1,351 @@
+package ai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// MCPServer is one MCP server the worker is a client of: streamable HTTP
+// (URL) or a program spoken to over stdio (Command).
+type MCPServer struct {
+	// Name is how profiles name the server's tools ("name/tool").
+	Name string `json:"name"`
+	// URL of a streamable HTTP server, for example the gate's own
+	// http://127.0.0.1:8080/mcp.
+	URL string `json:"url,omitempty"`
+	// Headers sent to an HTTP server; values may name environment variables
+	// as ${NAME} (for example "Authorization": "Bearer ${ASYNCGATE_AGENT_KEY}").
+	Headers map[string]string `json:"headers,omitempty"`
+	// Command and Args start a stdio server; Env adds KEY=VALUE entries
+	// (values may use ${NAME}) to the worker's environment.
+	Command string   `json:"command,omitempty"`
+	Args    []string `json:"args,omitempty"`
+	Env     []string `json:"env,omitempty"`
+	// TimeoutSeconds bounds one tool call (default 60).
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
+}
+
+var serverName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
+
+func (s MCPServer) validate() error {
+	if !serverName.MatchString(s.Name) {
+		return fmt.Errorf("mcp server name %q: letters, digits, _ and - only, at most 32", s.Name)
+	}
+	if (s.URL == "") == (s.Command == "") {
+		return fmt.Errorf("mcp server %s: give exactly one of url and command", s.Name)
+	}
+	return nil
+}
+
+// Tool is an MCP tool as offered to the model.
+type Tool struct {
+	Server      string
+	Name        string
+	Description string
+	// InputSchema is the tool's JSON Schema for its arguments.
+	InputSchema map[string]any
+}
+
+// Toolbox holds the worker's MCP client sessions, one per configured server,
+// opened on first use and reopened after a transport error. It is safe for
+// concurrent use.
+type Toolbox struct {
+	log     *slog.Logger
+	servers map[string]MCPServer
+	mu      sync.Mutex
+	conns   map[string]*mcpConn
+	// dialing serializes the opening of each server's session, so a slow
+	// server does not hold up calls to the others.
+	dialing map[string]*sync.Mutex
+}
+
+type mcpConn struct {
+	c     *client.Client
+	tools []Tool
+}
+
+// NewToolbox checks the servers' settings; it connects to none yet.
+func NewToolbox(servers []MCPServer, log *slog.Logger) (*Toolbox, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	tb := &Toolbox{log: log, servers: map[string]MCPServer{}, conns: map[string]*mcpConn{}, dialing: map[string]*sync.Mutex{}}
+	for _, s := range servers {
+		if err := s.validate(); err != nil {
+			return nil, err
+		}
+		if _, dup := tb.servers[s.Name]; dup {
+			return nil, fmt.Errorf("mcp server %q is configured twice", s.Name)
+		}
+		tb.servers[s.Name] = s
+		tb.dialing[s.Name] = &sync.Mutex{}
+	}
+	return tb, nil
+}
+
+// Servers returns the configured server names, sorted.
+func (tb *Toolbox) Servers() []string {
+	out := make([]string, 0, len(tb.servers))
+	for n := range tb.servers {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// conn returns the session of server, opening it when needed.
+func (tb *Toolbox) conn(ctx context.Context, name string) (*mcpConn, error) {
+	s, ok := tb.servers[name]
+	if !ok {
+		return nil, fmt.Errorf("no mcp server named %q is configured", name)
+	}
+	tb.mu.Lock()
+	c0 := tb.conns[name]
+	tb.mu.Unlock()
+	if c0 != nil {
+		return c0, nil
+	}
+	dial := tb.dialing[name]
+	dial.Lock()
+	defer dial.Unlock()
+	tb.mu.Lock()
+	c0 = tb.conns[name]
+	tb.mu.Unlock()
+	if c0 != nil {
+		return c0, nil
+	}
+	var c *client.Client
+	var err error
+	if s.Command != "" {
+		env := make([]string, len(s.Env))
+		for i, e := range s.Env {
+			env[i] = expandEnv(e)
+		}
+		c, err = client.NewStdioMCPClient(s.Command, env, s.Args...)
+	} else {
+		h := map[string]string{}
+		for k, v := range s.Headers {
+			h[k] = expandEnv(v)
+		}
+		c, err = client.NewStreamableHttpClient(s.URL, transport.WithHTTPHeaders(h))
+		if err == nil {
+			// The session outlives the task that opened it.
+			err = c.Start(context.WithoutCancel(ctx))
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mcp server %s: %w", name, err)
+	}
+	ok = false
+	defer func() {
+		if !ok {
+			c.Close()
+		}
+	}()
+	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req := mcp.InitializeRequest{}
+	req.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	req.Params.ClientInfo = mcp.Implementation{Name: "asyncgate-ai-worker", Version: "1"}
+	if _, err := c.Initialize(ictx, req); err != nil {
+		return nil, fmt.Errorf("mcp server %s: initialize: %w", name, err)
+	}
+	lt, err := c.ListTools(ictx, mcp.ListToolsRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("mcp server %s: tools/list: %w", name, err)
+	}
+	conn := &mcpConn{c: c}
+	for _, t := range lt.Tools {
+		conn.tools = append(conn.tools, Tool{Server: name, Name: t.Name, Description: t.Description, InputSchema: inputSchema(t)})
+	}
+	ok = true
+	tb.mu.Lock()
+	tb.conns[name] = conn
+	tb.mu.Unlock()
+	tb.log.Info("mcp server connected", "server", name, "tools", len(conn.tools))
+	return conn, nil
+}
+
+// inputSchema returns a tool's argument schema as a JSON object.
+func inputSchema(t mcp.Tool) map[string]any {
+	b, err := json.Marshal(t)
+	if err == nil {
+		var m struct {
+			InputSchema map[string]any `json:"inputSchema"`
+		}
+		if json.Unmarshal(b, &m) == nil && m.InputSchema != nil {
+			if _, ok := m.InputSchema["properties"]; !ok {
+				m.InputSchema["properties"] = map[string]any{}
+			}
+			return m.InputSchema
+		}
+	}
+	return map[string]any{"type": "object", "properties": map[string]any{}}
+}
+
+// drop closes server's session after a transport error, so the next use
+// opens a new one.
+func (tb *Toolbox) drop(name string, c *mcpConn) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	if c != nil && tb.conns[name] == c {
+		delete(tb.conns, name)
+		c.c.Close()
+	}
+}
+
+// Allowed lists the tools of p's allowlist on the configured servers. A
+// server the allowlist names that cannot be reached is an error: the task
+// should not run with tools silently missing.
+func (tb *Toolbox) Allowed(ctx context.Context, p *Profile) ([]Tool, error) {
+	for _, e := range p.Tools {
+		if s, _, _ := strings.Cut(e, "/"); tb.servers[s].Name == "" {
+			return nil, fmt.Errorf("profile %s allows %q but no mcp server %q is configured", p.Name, e, s)
+		}
+	}
+	var out []Tool
+	for _, name := range tb.Servers() {
+		named := false
+		for _, e := range p.Tools {
+			if s, _, _ := strings.Cut(e, "/"); s == name {
+				named = true
+			}
+		}
+		if !named {
+			continue
+		}
+		c, err := tb.conn(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range c.tools {
+			if p.Allows(name, t.Name) {
+				out = append(out, t)
+			}
+		}
+	}
+	return out, nil
+}
+
+// Call runs a tool and returns its result as text for the model. isError is
+// true for a tool error (the server's isError, or a call that failed); err
+// is only for a cancelled ctx. Tool errors go back to the model, never up.
+func (tb *Toolbox) Call(ctx context.Context, server, tool string, args json.RawMessage) (text string, isError bool, err error) {
+	c, cerr := tb.conn(ctx, server)
+	if cerr != nil {
+		if ctx.Err() != nil {
+			return "", true, context.Cause(ctx)
+		}
+		return "error: " + cerr.Error(), true, nil
+	}
+	var m map[string]any
+	if len(args) > 0 && string(args) != "null" {
+		if jerr := json.Unmarshal(args, &m); jerr != nil {
+			return fmt.Sprintf("error: the arguments are not a JSON object: %v", jerr), true, nil
+		}
+	}
+	timeout := 60 * time.Second
+	if s := tb.servers[server].TimeoutSeconds; s > 0 {
+		timeout = seconds(s)
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req := mcp.CallToolRequest{}
+	req.Params.Name = tool
+	req.Params.Arguments = m
+	res, cerr := c.c.CallTool(cctx, req)
+	if errors.Is(cerr, transport.ErrSessionTerminated) && ctx.Err() == nil {
+		// The server forgot the session (it restarted) and refused the call
+		// before running it: open a new session and call once more.
+		tb.log.Info("mcp session ended by the server; reconnecting", "server", server)
+		tb.drop(server, c)
+		c2, err2 := tb.conn(ctx, server)
+		if err2 != nil {
+			if ctx.Err() != nil {
+				return "", true, context.Cause(ctx)
+			}
+			return "error: " + err2.Error(), true, nil
+		}
+		c = c2
+		res, cerr = c.c.CallTool(cctx, req)
+	}
+	if ctx.Err() != nil {
+		return "", true, context.Cause(ctx)
+	}
+	if cerr != nil {
+		if errors.Is(cctx.Err(), context.DeadlineExceeded) {
+			return fmt.Sprintf("error: the tool did not answer within %s", timeout), true, nil
+		}
+		var te *transport.Error
+		if errors.As(cerr, &te) {
+			// A transport failure: reconnect on the next call.
+			tb.drop(server, c)
+		}
+		return "error: " + cerr.Error(), true, nil
+	}
+	return resultText(res), res.IsError, nil
+}
+
+// resultText renders a tool result for the model: text parts as they are,
+// other parts as JSON, and the structured content as JSON unless a text
+// part already carries it (a server's text is often only a summary).
+func resultText(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if tc, ok := c.(mcp.TextContent); ok {
+			parts = append(parts, tc.Text)
+			continue
+		}
+		if b, err := json.Marshal(c); err == nil {
+			parts = append(parts, string(b))
+		}
+	}
+	if res.StructuredContent != nil {
+		if b, err := json.Marshal(res.StructuredContent); err == nil && !carries(parts, b) {
+			parts = append(parts, string(b))
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// carries reports whether one of the text parts is the JSON value b.
+func carries(parts []string, b []byte) bool {
+	var want any
+	if json.Unmarshal(b, &want) != nil {
+		return false
+	}
+	wb, _ := json.Marshal(want)
+	for _, p := range parts {
+		var got any
+		if json.Unmarshal([]byte(p), &got) == nil {
+			if gb, _ := json.Marshal(got); string(gb) == string(wb) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Close ends every session (stdio servers are stopped).
+func (tb *Toolbox) Close() error {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	var errs []error
+	for n, c := range tb.conns {
+		errs = append(errs, c.c.Close())
+		delete(tb.conns, n)
+	}
+	return errors.Join(errs...)
+}
