@@ -1,8 +1,10 @@
 package host
 
 import (
+	"encoding/json"
 	"fmt"
 	"path"
+	"sort"
 	"strings"
 	"time"
 	"unicode"
@@ -196,4 +198,64 @@ func ParsePredicate(s string) (LeasePredicate, error) {
 // String renders a lease for error details.
 func (l *ResourceLease) String() string {
 	return fmt.Sprintf("%s (%s %s by %s, expires %s)", l.ID, l.Predicate, l.Resource, l.Holder, l.ExpiresAt.Format(time.RFC3339Nano))
+}
+
+// ResourceIntent is one (resource, predicate) pair of an intent manifest.
+type ResourceIntent struct {
+	Resource  string         `json:"resource"`
+	Predicate LeasePredicate `json:"predicate"`
+}
+
+// MaxTaskResourceIntents caps the resource intents of one task type.
+const MaxTaskResourceIntents = 16
+
+// NormalizeIntents validates and normalizes an intent manifest: names
+// normalized, predicates READS or MUTATES, one intent per resource (MUTATES
+// wins), sorted by resource. field names the list in errors; callers cap
+// its length.
+func NormalizeIntents(field string, in []ResourceIntent) ([]ResourceIntent, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	by := map[string]LeasePredicate{}
+	for i, it := range in {
+		res, err := NormalizeResource(it.Resource)
+		if err != nil {
+			return nil, Errorf(CodeInvalidResource, "%s[%d].%s", field, i, ErrorDetail(err))
+		}
+		p, err := ParsePredicate(string(it.Predicate))
+		if err != nil {
+			return nil, Errorf(CodeBadRequest, "%s[%d].%s", field, i, ErrorDetail(err))
+		}
+		if by[res] != PredicateMutates {
+			by[res] = p
+		}
+	}
+	out := make([]ResourceIntent, 0, len(by))
+	for r, p := range by {
+		out = append(out, ResourceIntent{Resource: r, Predicate: p})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Resource < out[j].Resource })
+	return out, nil
+}
+
+// IntentsJSON is how a task's intents are stored: a JSON array, "" for none.
+func IntentsJSON(in []ResourceIntent) string {
+	if len(in) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(in)
+	return string(b)
+}
+
+// IntentsFromJSON reads what IntentsJSON wrote.
+func IntentsFromJSON(s string) ([]ResourceIntent, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []ResourceIntent
+	if err := json.Unmarshal([]byte(s), &out); err != nil {
+		return nil, fmt.Errorf("stored resource intents: %w", err)
+	}
+	return out, nil
 }

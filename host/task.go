@@ -141,6 +141,10 @@ type Task struct {
 	// AssignReceipt is the task.assigned receipt written at enqueue.
 	AssignReceipt string `json:"assign_receipt_id"`
 
+	// ResourceIntents are the resource leases the task runs under: its
+	// type's and its enqueue's, fixed at enqueue (KLIS-3 task integration).
+	ResourceIntents []ResourceIntent `json:"resource_intents,omitempty"`
+
 	// Version counts the writes to the task row (1 after insert). A fence on
 	// it makes an update conditional on nothing having changed since a read.
 	Version int64 `json:"-"`
@@ -219,8 +223,13 @@ type TaskType struct {
 	Policy     *PluginRef      `json:"policy,omitempty"`
 	Validators []PluginRef     `json:"validators,omitempty"`
 	ChannelCfg json.RawMessage `json:"channel_config,omitempty"`
-	CreatedAt  time.Time       `json:"created_at"`
-	UpdatedAt  time.Time       `json:"updated_at"`
+	// ResourceIntents are the resource leases a task of this type needs
+	// (KLIS-3 task integration): the engine offers such a task only when all
+	// of them can be granted, holds them for the task's lease and releases
+	// them when the lease ends.
+	ResourceIntents []ResourceIntent `json:"resource_intents,omitempty"`
+	CreatedAt       time.Time        `json:"created_at"`
+	UpdatedAt       time.Time        `json:"updated_at"`
 }
 
 // PluginRef names a plugin and the config it runs with for one task type.
@@ -291,6 +300,14 @@ func (tt *TaskType) Normalize() error {
 		tt.EstimatedRuntimeSeconds > maxSeconds || tt.PollSuggestionSeconds > maxSeconds || tt.DefaultTimeoutSeconds > maxSeconds || tt.DefaultRetentionDays > 36600:
 		return Errorf(CodeBadRequest, "durations must be 0..%d seconds (retention 0..36600 days)", maxSeconds)
 	}
+	if len(tt.ResourceIntents) > MaxTaskResourceIntents {
+		return Errorf(CodeTooLarge, "resource_intents: at most %d (this one has %d)", MaxTaskResourceIntents, len(tt.ResourceIntents))
+	}
+	intents, err := NormalizeIntents("resource_intents", tt.ResourceIntents)
+	if err != nil {
+		return err
+	}
+	tt.ResourceIntents = intents
 	return nil
 }
 

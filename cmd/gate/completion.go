@@ -83,6 +83,12 @@ func runComplete(args []string, stdout, _ io.Writer) int {
 	return exitOK
 }
 
+// flagValues are the values offered after a flag that takes one of a few.
+var flagValues = map[string][]string{
+	"status":   {"queued", "leased", "succeeded", "canceled", "dead_letter"},
+	"progress": {"auto", "bar", "plain", "none"},
+}
+
 func completeWords(args []string) []string {
 	if len(args) == 0 {
 		var names []string
@@ -103,6 +109,9 @@ func completeWords(args []string) []string {
 	g, ok := remoteGroups[args[0]]
 	if !ok {
 		return nil // another command: its own flags are not known here
+	}
+	if vs, ok := flagValues[strings.TrimLeft(args[len(args)-1], "-")]; ok && strings.HasPrefix(args[len(args)-1], "-") {
+		return vs
 	}
 	var s *remoteSub
 	if g.single() {

@@ -30,16 +30,16 @@ func cliRun(t *testing.T, env []string, args ...string) (string, string, int) {
 	return out.String(), errb.String(), code
 }
 
-// cli runs a remote command against g with a key file.
-func (g *gateProc) cli(t *testing.T, keyFile string, args ...string) (string, string, int) {
+// cli runs a remote command against the gate at url with a key file.
+func cli(t *testing.T, url, keyFile string, args ...string) (string, string, int) {
 	t.Helper()
-	return cliRun(t, nil, append(args, "--url", g.URL, "--key-file", keyFile)...)
+	return cliRun(t, nil, append(args, "--url", url, "--key-file", keyFile)...)
 }
 
 // cliOK runs a remote command that must succeed and returns its stdout.
-func (g *gateProc) cliOK(t *testing.T, keyFile string, args ...string) string {
+func cliOK(t *testing.T, url, keyFile string, args ...string) string {
 	t.Helper()
-	out, errs, code := g.cli(t, keyFile, args...)
+	out, errs, code := cli(t, url, keyFile, args...)
 	if code != 0 {
 		t.Fatalf("gate %v: exit %d\nstdout: %s\nstderr: %s", args, code, out, errs)
 	}
@@ -59,11 +59,16 @@ func mustContain(t *testing.T, what, s string, parts ...string) {
 // real binary) against a real gate: task types, tasks (list, show, cancel,
 // wait with its plain and bar progress), dead letters (one and all), receipts
 // (show, chain, verify), workers, stats; tables by default, --json parsed.
+// Every request the CLI sends, and its answer, is checked against the
+// OpenAPI document on the way.
 func TestE2ECLIAgainstARunningGate(t *testing.T) {
 	contract(t)
 	t.Parallel()
 	dir := t.TempDir()
 	g := startGate(t, dir)
+	// The CLI talks to the gate through a proxy that checks every request
+	// and answer against the OpenAPI document.
+	u := contractProxy(t, g)
 	admin := filepath.Join(dir, "admin.key")
 	agent := g.newKey(t, "agent", "agent.cli", "")
 	agentFile := filepath.Join(t.TempDir(), "agent.key")
@@ -73,35 +78,35 @@ func TestE2ECLIAgainstARunningGate(t *testing.T) {
 	worker := g.newKey(t, "worker", "echo.w1", "")
 
 	// Task types.
-	out := g.cliOK(t, admin, "types", "put", "echo", "--body", `{"description":"says it back","default_max_retries":0}`)
+	out := cliOK(t, u, admin, "types", "put", "echo", "--body", `{"description":"says it back","default_max_retries":0}`)
 	mustContain(t, "types put", out, "task type echo saved")
-	out = g.cliOK(t, admin, "types", "patch", "echo", "--body", `{"description":"echoes"}`, "--json")
+	out = cliOK(t, u, admin, "types", "patch", "echo", "--body", `{"description":"echoes"}`, "--json")
 	var tt map[string]any
 	if err := json.Unmarshal([]byte(out), &tt); err != nil || tt["description"] != "echoes" || tt["default_max_retries"] != 0.0 {
 		t.Fatalf("types patch --json: %v %s", err, out)
 	}
-	mustContain(t, "types list", g.cliOK(t, admin, "types", "list"), "TYPE", "ENABLED", "echo", "echoes")
-	mustContain(t, "types get", g.cliOK(t, admin, "types", "get", "echo"), `"task_type": "echo"`, `"retry_policy"`)
-	if _, errs, code := g.cli(t, admin, "types", "put", "echo", "--body", "{nope"); code != 2 || !strings.Contains(errs, "not valid JSON") {
+	mustContain(t, "types list", cliOK(t, u, admin, "types", "list"), "TYPE", "ENABLED", "echo", "echoes")
+	mustContain(t, "types get", cliOK(t, u, admin, "types", "get", "echo"), `"task_type": "echo"`, `"retry_policy"`)
+	if _, errs, code := cli(t, u, admin, "types", "put", "echo", "--body", "{nope"); code != 2 || !strings.Contains(errs, "not valid JSON") {
 		t.Fatalf("types put with bad JSON: exit %d %s", code, errs)
 	}
-	if _, errs, code := g.cli(t, admin, "types", "put", "echo", "--body", `{"lease_seconds":"long"}`); code != 1 || !strings.Contains(errs, "bad_request") {
+	if _, errs, code := cli(t, u, admin, "types", "put", "echo", "--body", `{"lease_seconds":"long"}`); code != 1 || !strings.Contains(errs, "bad_request") {
 		t.Fatalf("types put refused by the gate: exit %d %s", code, errs)
 	}
 
 	// Tasks: list, show, filters.
 	t1 := g.enqueue(t, agent, "echo", map[string]any{"n": 1})
 	t2 := g.enqueue(t, agent, "echo", map[string]any{"n": 2})
-	out = g.cliOK(t, agentFile, "tasks", "list")
+	out = cliOK(t, u, agentFile, "tasks", "list")
 	mustContain(t, "tasks list", out, "TASK", "STATUS", t1, t2, "queued")
 	var page struct {
 		Tasks []map[string]any `json:"tasks"`
 	}
-	if err := json.Unmarshal([]byte(g.cliOK(t, agentFile, "tasks", "list", "--json", "--limit", "1")), &page); err != nil || len(page.Tasks) != 1 {
+	if err := json.Unmarshal([]byte(cliOK(t, u, agentFile, "tasks", "list", "--json", "--limit", "1")), &page); err != nil || len(page.Tasks) != 1 {
 		t.Fatalf("tasks list --json --limit 1: %v %+v", err, page)
 	}
-	mustContain(t, "tasks show", g.cliOK(t, agentFile, "tasks", "show", t1), "task:", t1, "status:", "queued", `{"n":1}`)
-	if _, errs, code := g.cli(t, agentFile, "tasks", "show", "T-unknown"); code != 1 || !strings.Contains(errs, "not_found") {
+	mustContain(t, "tasks show", cliOK(t, u, agentFile, "tasks", "show", t1), "task:", t1, "status:", "queued", `{"n":1}`)
+	if _, errs, code := cli(t, u, agentFile, "tasks", "show", "T-unknown"); code != 1 || !strings.Contains(errs, "not_found") {
 		t.Fatalf("tasks show unknown: exit %d %s", code, errs)
 	}
 
@@ -113,7 +118,7 @@ func TestE2ECLIAgainstARunningGate(t *testing.T) {
 	lu := g.URL + "/v1/leases/" + offers[0].LeaseID
 	leased := offers[0].Task.ID
 	want(t, call(t, "POST", lu+"/heartbeat", worker, map[string]any{"progress_percent": 40, "progress_message": "four of ten"}), 200, "")
-	cmd := exec.Command(gateBin, "tasks", "wait", leased, "--interval", "50ms", "--url", g.URL, "--key-file", agentFile)
+	cmd := exec.Command(gateBin, "tasks", "wait", leased, "--interval", "50ms", "--url", u, "--key-file", agentFile)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -144,13 +149,24 @@ func TestE2ECLIAgainstARunningGate(t *testing.T) {
 	if queued == leased {
 		queued = t2
 	}
-	out, errs, code := g.cli(t, agentFile, "tasks", "wait", queued, "--progress", "bar", "--for", "300ms", "--interval", "50ms")
+	out, errs, code := cli(t, u, agentFile, "tasks", "wait", queued, "--progress", "bar", "--for", "300ms", "--interval", "50ms")
 	if code != exitWaitTimedOut || !strings.Contains(out, "\r"+queued+" queued") || !strings.Contains(out, "░") || !strings.Contains(errs, "still queued") {
 		t.Fatalf("tasks wait --for: exit %d\n%q\n%s", code, out, errs)
 	}
+	// On a real terminal (a pty from util-linux's script), auto draws the bar;
+	// into a pipe it printed lines (above).
+	if scriptBin, err := exec.LookPath("script"); err == nil {
+		line := strings.Join([]string{gateBin, "tasks", "wait", queued, "--for", "300ms", "--interval", "50ms", "--url", u, "--key-file", agentFile}, " ")
+		b, err := exec.Command(scriptBin, "-qec", line, "/dev/null").Output()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitWaitTimedOut || !strings.Contains(string(b), "\r"+queued+" queued") || !strings.Contains(string(b), "░") {
+			t.Fatalf("tasks wait on a terminal: %v %q", err, b)
+		}
+	} else {
+		t.Log("no script(1) here: the bar was checked with --progress bar only")
+	}
 	// cancel, then wait ends at once with exit 3.
-	mustContain(t, "tasks cancel", g.cliOK(t, agentFile, "tasks", "cancel", queued, "--reason", "not needed"), queued+" canceled")
-	if out, _, code := g.cli(t, agentFile, "tasks", "wait", queued); code != exitTaskNotSucceeded || !strings.Contains(out, queued+" canceled") {
+	mustContain(t, "tasks cancel", cliOK(t, u, agentFile, "tasks", "cancel", queued, "--reason", "not needed"), queued+" canceled")
+	if out, _, code := cli(t, u, agentFile, "tasks", "wait", queued); code != exitTaskNotSucceeded || !strings.Contains(out, queued+" canceled") {
 		t.Fatalf("tasks wait on a canceled task: exit %d %s", code, out)
 	}
 
@@ -165,8 +181,8 @@ func TestE2ECLIAgainstARunningGate(t *testing.T) {
 		return id
 	}
 	d1 := dead()
-	mustContain(t, "dlq list", g.cliOK(t, admin, "dlq", "list"), "TASK", d1, "boom")
-	mustContain(t, "dlq redrive", g.cliOK(t, admin, "dlq", "redrive", d1), d1+" redriven: queued")
+	mustContain(t, "dlq list", cliOK(t, u, admin, "dlq", "list"), "TASK", d1, "boom")
+	mustContain(t, "dlq redrive", cliOK(t, u, admin, "dlq", "redrive", d1), d1+" redriven: queued")
 	o := g.lease(t, worker, "echo.w1", map[string]any{"max_tasks": 1})
 	want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/fail", worker, map[string]any{"error_message": "boom", "retryable": false}), 200, "")
 	d2 := dead()
@@ -174,42 +190,49 @@ func TestE2ECLIAgainstARunningGate(t *testing.T) {
 		Redriven []map[string]any `json:"redriven"`
 		Failed   int              `json:"failed"`
 	}
-	if err := json.Unmarshal([]byte(g.cliOK(t, admin, "dlq", "redrive", "--all", "--json")), &red); err != nil || len(red.Redriven) != 2 || red.Failed != 0 {
+	if err := json.Unmarshal([]byte(cliOK(t, u, admin, "dlq", "redrive", "--all", "--json")), &red); err != nil || len(red.Redriven) != 2 || red.Failed != 0 {
 		t.Fatalf("dlq redrive --all: %v %+v", err, red)
 	}
-	mustContain(t, "dlq list after", g.cliOK(t, admin, "dlq", "list"), "(no dead letters)")
-	if _, errs, code := g.cli(t, admin, "dlq", "redrive", d2, "T-unknown"); code != 1 || !strings.Contains(errs, "T-unknown") {
+	mustContain(t, "dlq list after", cliOK(t, u, admin, "dlq", "list"), "(no dead letters)")
+	if _, errs, code := cli(t, u, admin, "dlq", "redrive", d2, "T-unknown"); code != 1 || !strings.Contains(errs, "T-unknown") {
 		t.Fatalf("dlq redrive of a task that is not dead: exit %d %s", code, errs)
 	}
-	if _, _, code := g.cli(t, admin, "dlq", "redrive"); code != 2 {
+	if _, _, code := cli(t, u, admin, "dlq", "redrive"); code != 2 {
 		t.Fatalf("dlq redrive without ids: exit %d", code)
 	}
 
+	out = cliOK(t, u, agentFile, "tasks", "show", leased)
+	mustContain(t, "tasks show of the finished task", out, "status:", "succeeded", "progress (newest first):", "40%", "four of ten", "█", "receipts (ledger order):", "task.assigned", "task.completed")
+
 	// Receipts: show, chain, verify.
 	var task map[string]any
-	if err := json.Unmarshal([]byte(g.cliOK(t, agentFile, "tasks", "show", leased, "--json")), &task); err != nil {
+	if err := json.Unmarshal([]byte(cliOK(t, u, agentFile, "tasks", "show", leased, "--json")), &task); err != nil {
 		t.Fatal(err)
 	}
 	assign := task["assign_receipt_id"].(string)
-	mustContain(t, "receipts show", g.cliOK(t, agentFile, "receipts", "show", assign), "task.assigned", "matches its content", "terminated by:")
-	mustContain(t, "receipts chain", g.cliOK(t, agentFile, "receipts", "chain", assign), "DEPTH", assign, "ok")
-	out = g.cliOK(t, agentFile, "receipts", "verify", leased)
+	// A receipt whose body holds <, > and &: the gate sends them \u-escaped,
+	// and verify still matches the hash.
+	want(t, call(t, "POST", g.URL+"/v1/receipts", agent, map[string]any{"receipt_type": "task.progress", "to": "agent.cli",
+		"task_id": leased, "parents": []string{assign}, "body": map[string]any{"note": "<b> & c"}}), 201, "")
+	mustContain(t, "receipts show", cliOK(t, u, agentFile, "receipts", "show", assign), "task.assigned", "matches its content", "terminated by:")
+	mustContain(t, "receipts chain", cliOK(t, u, agentFile, "receipts", "chain", assign), "DEPTH", assign, "ok")
+	out = cliOK(t, u, agentFile, "receipts", "verify", leased)
 	mustContain(t, "receipts verify", out, "receipts verified")
 	var rep verifyReport
-	if err := json.Unmarshal([]byte(g.cliOK(t, agentFile, "receipts", "verify", leased, "--json")), &rep); err != nil || !rep.OK || rep.Receipts < 2 {
+	if err := json.Unmarshal([]byte(cliOK(t, u, agentFile, "receipts", "verify", leased, "--json")), &rep); err != nil || !rep.OK || rep.Receipts < 3 {
 		t.Fatalf("receipts verify --json: %v %+v", err, rep)
 	}
 
 	// Workers and stats.
-	mustContain(t, "workers", g.cliOK(t, admin, "workers"), "WORKER", "echo.w1")
-	mustContain(t, "stats", g.cliOK(t, admin, "stats"), "STATE", "succeeded", "canceled")
+	mustContain(t, "workers", cliOK(t, u, admin, "workers"), "WORKER", "echo.w1")
+	mustContain(t, "stats", cliOK(t, u, admin, "stats"), "STATE", "succeeded", "canceled")
 	var st struct {
 		ByState map[string]int `json:"by_state"`
 	}
-	if err := json.Unmarshal([]byte(g.cliOK(t, admin, "stats", "--json")), &st); err != nil || st.ByState["succeeded"] != 1 || st.ByState["canceled"] != 1 {
+	if err := json.Unmarshal([]byte(cliOK(t, u, admin, "stats", "--json")), &st); err != nil || st.ByState["succeeded"] != 1 || st.ByState["canceled"] != 1 {
 		t.Fatalf("stats --json: %v %+v", err, st)
 	}
-	if _, errs, code := g.cli(t, agentFile, "stats"); code != 1 || !strings.Contains(errs, "forbidden") {
+	if _, errs, code := cli(t, u, agentFile, "stats"); code != 1 || !strings.Contains(errs, "forbidden") {
 		t.Fatalf("stats with an agent key: exit %d %s", code, errs)
 	}
 
@@ -269,6 +292,10 @@ func TestCLIHelpAndCompletion(t *testing.T) {
 	out, _, _ = cliRun(t, nil, "__complete", "tasks", "wait")
 	mustContain(t, "tasks wait flags", out, "--for\n", "--progress\n", "--url\n", "--json\n")
 
+	out, _, _ = cliRun(t, nil, "__complete", "tasks", "wait", "T-1", "--progress")
+	if out != "auto\nbar\nplain\nnone\n" {
+		t.Errorf("--progress values %q", out)
+	}
 	for _, sh := range []string{"bash", "zsh", "fish"} {
 		out, _, code := cliRun(t, nil, "completion", sh)
 		if code != 0 || !strings.Contains(out, "gate __complete") {

@@ -170,6 +170,9 @@ func startGate(t *testing.T, dir string, extra ...string) *gateProc {
 		t.Fatalf("admin.key: %v", err)
 	}
 	g.Admin = strings.TrimSpace(string(key))
+	if strings.Contains(g.Log(), undocumentedRoutesMsg) {
+		t.Errorf("the gate serves routes the OpenAPI document lacks (or the reverse); add them with openapi.Add:\n%s", g.Log())
+	}
 	// Plugins load in the background after the port is bound; most tests
 	// want them all loaded (a call needing one earlier answers 503
 	// plugin_not_ready, which TestE2EFreshStart checks).

@@ -256,16 +256,12 @@ type remoteCtx struct {
 	timeout           time.Duration
 	c                 *client.Client
 	out, errw         io.Writer
-	getenv            func(string) string
 }
 
 // connect resolves the URL and key (flags, then the environment) and makes
 // the client.
 func (rc *remoteCtx) connect() error {
-	getenv := rc.getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
+	getenv := os.Getenv
 	if rc.url == "" {
 		rc.url = getenv("ASYNCGATE_URL")
 	}

@@ -318,6 +318,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	if err != nil {
 		return err
 	}
+	warnUndocumentedRoutes(srv, log)
 	addr := ln.Addr().String()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -31,6 +31,10 @@ type EnqueueRequest struct {
 	NotBefore    *time.Time `json:"not_before,omitempty"`
 	// MaxRetries overrides the task type's default when set.
 	MaxRetries *int `json:"max_retries,omitempty"`
+	// ResourceIntents are resource leases this task needs besides its
+	// type's (KLIS-3 task integration): it is offered only when all of them
+	// can be granted, and holds them for its lease.
+	ResourceIntents []host.ResourceIntent `json:"resource_intents,omitempty"`
 }
 
 // EnqueueResult is the spec's rich acknowledgement of queue_task.
@@ -89,6 +93,12 @@ func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	if req.NotBefore != nil && req.NotBefore.After(time.Now().Add(366*24*time.Hour)) {
 		return nil, host.Errorf(host.CodeBadRequest, "not_before is more than a year away")
 	}
+	if len(req.ResourceIntents) > host.MaxTaskResourceIntents {
+		return nil, host.Errorf(host.CodeTooLarge, "resource_intents: at most %d (this request has %d)", host.MaxTaskResourceIntents, len(req.ResourceIntents))
+	}
+	if _, err := host.NormalizeIntents("resource_intents", req.ResourceIntents); err != nil {
+		return nil, err
+	}
 
 	ct, err := e.types.get(ctx, actor.Tenant, req.TaskType)
 	if err != nil {
@@ -119,6 +129,13 @@ func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	}
 	if req.Priority != 0 {
 		t.Priority = req.Priority
+	}
+	if len(tt.ResourceIntents)+len(req.ResourceIntents) > 0 {
+		// The type's and the request's, merged (MUTATES wins), fixed now.
+		t.ResourceIntents, err = host.NormalizeIntents("resource_intents", append(append([]host.ResourceIntent{}, tt.ResourceIntents...), req.ResourceIntents...))
+		if err != nil {
+			return nil, err
+		}
 	}
 	if req.MaxRetries != nil {
 		t.MaxRetries = *req.MaxRetries
@@ -221,6 +238,8 @@ func sameEnqueue(old, t *host.Task, req EnqueueRequest) string {
 		return "priority"
 	case req.MaxRetries != nil && old.MaxRetries != t.MaxRetries:
 		return "max_retries"
+	case len(req.ResourceIntents) > 0 && host.IntentsJSON(old.ResourceIntents) != host.IntentsJSON(t.ResourceIntents):
+		return "resource_intents"
 	}
 	return ""
 }

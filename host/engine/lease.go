@@ -100,10 +100,14 @@ func (e *Engine) claim(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 	now := e.now()
 	var tasks []*host.Task
 	var typeErr error
+	var granted []*host.ResourceLease
 	err := e.update(ctx, func(tx store.Tx) error {
-		typeErr = nil
-		var err error
-		tasks, err = tx.ClaimTasks(ctx, store.ClaimQuery{
+		typeErr, granted = nil, nil
+		// Tasks whose type names resource intents: their state before the
+		// grant, to step them aside when their resources are held.
+		var snaps map[string]host.Task
+		var intents map[string][]host.ResourceIntent
+		q := store.ClaimQuery{
 			Tenant: req.Tenant, Types: req.Types, Now: now, Limit: req.MaxTasks,
 			Grant: func(t *host.Task) {
 				secs := req.LeaseSeconds
@@ -114,6 +118,12 @@ func (e *Engine) claim(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 						typeErr = err
 						secs = host.DefaultLeaseSeconds
 					}
+				}
+				if len(t.ResourceIntents) > 0 {
+					if snaps == nil {
+						snaps, intents = map[string]host.Task{}, map[string][]host.ResourceIntent{}
+					}
+					snaps[t.ID], intents[t.ID] = *t, t.ResourceIntents
 				}
 				if secs > e.cfg.MaxLeaseSeconds {
 					secs = e.cfg.MaxLeaseSeconds
@@ -131,11 +141,66 @@ func (e *Engine) claim(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 					t.StartedAt = ptr(now)
 				}
 			},
-		})
-		return err
+		}
+		var err error
+		tasks, err = tx.ClaimTasks(ctx, q)
+		if err != nil || snaps == nil {
+			return err
+		}
+		// Some tasks name resource intents: grant them, or step the task
+		// aside and look further down the queue, a bounded number of times.
+		var kept []*host.Task
+		for round := 1; ; round++ {
+			// Lock every resource of the round at once, in one sorted
+			// order, before granting any of them.
+			var all []string
+			for _, t := range tasks {
+				all = append(all, intentResources(intents[t.ID])...)
+			}
+			if len(all) > 0 {
+				if _, err := tx.LockResources(ctx, req.Tenant, all); err != nil {
+					return err
+				}
+			}
+			stepped := 0
+			for _, t := range tasks {
+				in := intents[t.ID]
+				if in == nil {
+					kept = append(kept, t)
+					continue
+				}
+				ls, ok, err := e.grantTaskResources(ctx, tx, t, in)
+				if err != nil {
+					return err
+				}
+				if ok {
+					granted = append(granted, ls...)
+					kept = append(kept, t)
+					continue
+				}
+				back := snaps[t.ID]
+				back.AvailableAt, back.UpdatedAt = now.Add(resourceRetryDelay), now
+				if err := tx.UpdateTask(ctx, &back, store.Fence{State: host.StateLeased, LeaseID: t.LeaseID}); err != nil {
+					return err
+				}
+				stepped++
+			}
+			if stepped == 0 || round == claimRounds {
+				break
+			}
+			q.Limit = stepped
+			if tasks, err = tx.ClaimTasks(ctx, q); err != nil {
+				return err
+			}
+		}
+		tasks = kept
+		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	for _, l := range granted {
+		e.emit(Event{Kind: EvResourceGranted, Tenant: l.Tenant, WorkerID: l.Holder, Detail: string(l.Predicate)})
 	}
 	if typeErr != nil && !host.IsCode(typeErr, host.CodeUnknownTaskType) {
 		e.log.Warn("lease used the default lease length", "err", typeErr)
@@ -369,6 +434,9 @@ func (e *Engine) Heartbeat(ctx context.Context, req HeartbeatRequest) (*Heartbea
 		if err := tx.UpdateTask(ctx, t, fence); err != nil {
 			return fenced(err, req.LeaseID)
 		}
+		if err := e.extendTaskResources(ctx, tx, t); err != nil {
+			return err
+		}
 		res = HeartbeatResult{Status: "ok", LeaseExpiresAt: *t.LeaseExpiresAt, CancelRequested: t.CancelRequested, ServerTime: now}
 		return nil
 	})
@@ -497,7 +565,9 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 		}
 		return nil
 	})
+	var rsReleased, rsExpired int
 	err := e.update(ctx, func(tx store.Tx) error {
+		rsReleased, rsExpired = 0, 0
 		if pre != nil {
 			t := preTask
 			fence := liveFence(pre, now)
@@ -505,6 +575,9 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 			err := tx.UpdateTask(ctx, &t, fence)
 			if err == nil {
 				if err := appendValid(ctx, tx, preReceipt, preTypes); err != nil {
+					return err
+				}
+				if rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, refOf(pre)); err != nil {
 					return err
 				}
 				leasedAt = *pre.LeasedAt
@@ -530,11 +603,15 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 		}
 		fence := liveFence(t, now)
 		leasedAt = *t.LeasedAt
+		ref := refOf(t)
 		r, types := completeTask(t, res, now)
 		if err := tx.UpdateTask(ctx, t, fence); err != nil {
 			return fenced(err, req.LeaseID)
 		}
 		if err := appendReceipt(ctx, tx, r, types); err != nil {
+			return err
+		}
+		if rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, ref); err != nil {
 			return err
 		}
 		out.Task, out.ReceiptID, out.Duplicate = t, r.ID, false
@@ -544,6 +621,7 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 		return nil, err
 	}
 	out.Status = "completed"
+	e.emitTaskResources(out.Task.Tenant, rsReleased, rsExpired)
 	if !out.Duplicate {
 		e.emit(Event{Kind: EvCompleted, Tenant: out.Task.Tenant, TaskType: out.Task.Type, WorkerID: req.WorkerID, Duration: now.Sub(leasedAt)})
 	}
@@ -686,13 +764,16 @@ func (e *Engine) Fail(ctx context.Context, req FailRequest) (*FailResult, error)
 	out := &FailResult{}
 	var leasedAt time.Time
 	var dead bool
+	var rsReleased, rsExpired int
 	err = e.update(ctx, func(tx store.Tx) error {
+		rsReleased, rsExpired = 0, 0
 		t, err := liveLease(ctx, tx, req.WorkerCall, now)
 		if err != nil {
 			return err
 		}
 		leasedAt = *t.LeasedAt
 		fence := liveFence(t, now)
+		ref := refOf(t)
 		t.Attempts++
 		t.LastError = req.Error
 		t.UpdatedAt = now
@@ -751,6 +832,9 @@ func (e *Engine) Fail(ctx context.Context, req FailRequest) (*FailResult, error)
 		if err := tx.UpdateTask(ctx, t, fence); err != nil {
 			return fenced(err, req.LeaseID)
 		}
+		if rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, ref); err != nil {
+			return err
+		}
 		for i, r := range rs {
 			fillTaskReceipt(r, t, req.LeaseID, now)
 			if i == 0 {
@@ -771,6 +855,7 @@ func (e *Engine) Fail(ctx context.Context, req FailRequest) (*FailResult, error)
 		}
 		return nil, err
 	}
+	e.emitTaskResources(out.Task.Tenant, rsReleased, rsExpired)
 	ev := Event{Tenant: out.Task.Tenant, TaskType: out.Task.Type, WorkerID: req.WorkerID, Duration: now.Sub(leasedAt), Detail: req.Error}
 	ev.Kind = EvFailed
 	e.emit(ev)
@@ -917,8 +1002,9 @@ func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*hos
 	now := e.now()
 	var out *host.Task
 	var released bool
+	var rsReleased, rsExpired int
 	err := e.update(ctx, func(tx store.Tx) error {
-		released = false
+		released, rsReleased, rsExpired = false, 0, 0
 		t, err := liveLease(ctx, tx, c, now)
 		if err != nil {
 			if host.IsCode(err, host.CodeLeaseExpired) {
@@ -931,6 +1017,7 @@ func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*hos
 			return err
 		}
 		fence := liveFence(t, now)
+		ref := refOf(t)
 		var r *host.Receipt
 		if t.CancelRequested {
 			parents, types := taskParents(t)
@@ -940,6 +1027,9 @@ func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*hos
 			t.State, t.CompletedAt, t.UpdatedAt = host.StateCanceled, ptr(now), now
 			if err := tx.UpdateTask(ctx, t, fence); err != nil {
 				return fenced(err, c.LeaseID)
+			}
+			if rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, ref); err != nil {
+				return err
 			}
 			out = t
 			return appendReceipt(ctx, tx, r, types)
@@ -955,6 +1045,9 @@ func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*hos
 		if err := tx.UpdateTask(ctx, t, fence); err != nil {
 			return fenced(err, c.LeaseID)
 		}
+		if rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, ref); err != nil {
+			return err
+		}
 		out, released = t, true
 		if r != nil {
 			return appendReceipt(ctx, tx, r, map[string]host.ReceiptType{acc: host.ReceiptAccepted})
@@ -967,6 +1060,7 @@ func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*hos
 	if out == nil {
 		return nil, nil
 	}
+	e.emitTaskResources(out.Tenant, rsReleased, rsExpired)
 	if released {
 		e.emit(Event{Kind: EvReleased, Tenant: out.Tenant, TaskType: out.Type, WorkerID: c.WorkerID})
 		e.waiters.wake(out.Tenant, out.Type, 1)
@@ -1054,9 +1148,9 @@ func (e *Engine) sweepBatch(ctx context.Context, limit int) (int, error) {
 	now := e.now()
 	var events []Event
 	var requeued []*host.Task
-	var n int
+	var n, rsEnded int
 	err := e.update(ctx, func(tx store.Tx) error {
-		events, requeued, n = nil, nil, 0
+		events, requeued, n, rsEnded = nil, nil, 0, 0
 		ts, err := tx.ExpiredLeases(ctx, now, limit)
 		if err != nil {
 			return err
@@ -1064,6 +1158,7 @@ func (e *Engine) sweepBatch(ctx context.Context, limit int) (int, error) {
 		for _, t := range ts {
 			fence := store.Fence{State: host.StateLeased, LeaseID: t.LeaseID, ExpiredAt: ptr(now)}
 			leaseID, worker := t.LeaseID, t.WorkerID
+			ref := refOf(t)
 			var rs []*host.Receipt
 			var rtypes map[string]host.ReceiptType
 			expBody := map[string]any{"escalation_class": "policy", "escalation_reason": host.ReasonLeaseExpired,
@@ -1102,6 +1197,18 @@ func (e *Engine) sweepBatch(ctx context.Context, limit int) (int, error) {
 				}
 				return err
 			}
+			rel, exp, err := e.endTaskResources(ctx, tx, ref)
+			if err != nil {
+				return err
+			}
+			for i := 0; i < rel+exp; i++ {
+				kind := EvResourceExpired
+				if i < rel {
+					kind = EvResourceReleased
+				}
+				events = append(events, Event{Kind: kind, Tenant: t.Tenant})
+			}
+			rsEnded += rel + exp
 			for _, r := range rs {
 				fillTaskReceipt(r, t, leaseID, now)
 				if err := appendReceipt(ctx, tx, r, rtypes); err != nil {
@@ -1118,6 +1225,9 @@ func (e *Engine) sweepBatch(ctx context.Context, limit int) (int, error) {
 	}
 	for _, ev := range events {
 		e.emit(ev)
+	}
+	if rsEnded > 0 {
+		e.rl().wake()
 	}
 	for _, t := range requeued {
 		if !t.AvailableAt.After(now) {

@@ -118,10 +118,7 @@ func (r *resourceLeases) wake() {
 }
 
 // ResourceIntent is one (resource, predicate) pair of an intent manifest.
-type ResourceIntent struct {
-	Resource  string              `json:"resource"`
-	Predicate host.LeasePredicate `json:"predicate"`
-}
+type ResourceIntent = host.ResourceIntent
 
 // AcquireRequest asks for every intent of a manifest, all or nothing.
 type AcquireRequest struct {
@@ -179,28 +176,7 @@ func (e *Engine) normalizeIntents(in []ResourceIntent) ([]ResourceIntent, error)
 	if len(in) > cfg.MaxIntents {
 		return nil, host.Errorf(host.CodeTooLarge, "intents: at most %d per manifest (this one has %d)", cfg.MaxIntents, len(in))
 	}
-	by := map[string]host.LeasePredicate{}
-	for i, it := range in {
-		res, err := host.NormalizeResource(it.Resource)
-		if err != nil {
-			var he *host.Error
-			errors.As(err, &he)
-			return nil, host.Errorf(host.CodeInvalidResource, "intents[%d].%s", i, he.Detail)
-		}
-		p, err := host.ParsePredicate(string(it.Predicate))
-		if err != nil {
-			return nil, host.Errorf(host.CodeBadRequest, "intents[%d].%s", i, host.ErrorDetail(err))
-		}
-		if by[res] != host.PredicateMutates {
-			by[res] = p
-		}
-	}
-	out := make([]ResourceIntent, 0, len(by))
-	for r, p := range by {
-		out = append(out, ResourceIntent{Resource: r, Predicate: p})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Resource < out[j].Resource })
-	return out, nil
+	return host.NormalizeIntents("intents", in)
 }
 
 func (e *Engine) resourceTTL(d time.Duration) (time.Duration, error) {
@@ -507,6 +483,9 @@ func loadOwned(ctx context.Context, tx store.Reader, a Actor, ids []string) ([]*
 		if l.Holder != a.Principal && a.Role != RoleAdmin {
 			return nil, host.Errorf(host.CodeForbidden, "resource lease %s is held by %s, not by %s", id, l.Holder, a.Principal)
 		}
+		if l.TaskID != "" && l.State == host.ResourceLeaseActive {
+			return nil, host.Errorf(host.CodeConflict, "resource lease %s is held for task %s: it follows the task's lease (heartbeat, complete, fail or release the task)", id, l.TaskID)
+		}
 		out = append(out, l)
 	}
 	return out, nil
@@ -812,9 +791,11 @@ func (e *Engine) DieRestart(ctx context.Context, a Actor) (*ResourceLeasesResult
 		if err != nil {
 			return err
 		}
-		ids := make([]string, len(ls))
-		for i, l := range ls {
-			ids[i] = l.ID
+		ids := make([]string, 0, len(ls))
+		for _, l := range ls {
+			if l.TaskID == "" { // a task's leases follow the task's lease
+				ids = append(ids, l.ID)
+			}
 		}
 		if len(ids) == 0 {
 			out = &ResourceLeasesResult{Leases: []*host.ResourceLease{}, ServerTime: start}

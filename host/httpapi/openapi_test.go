@@ -70,3 +70,13 @@ func TestOpenAPIDiffReportsBothWays(t *testing.T) {
 		t.Errorf("no extra operations reported for routes that are not registered")
 	}
 }
+
+// BenchmarkOpenAPIDocument measures building the document (done once per
+// server, on the first GET /openapi.json).
+func BenchmarkOpenAPIDocument(b *testing.B) {
+	for b.Loop() {
+		if _, err := openapi.Document("bench"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -98,6 +99,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler
+	e.JSONSerializer = rawJSONSerializer{}
 	e.Use(s.recoverer, s.bodyLimit)
 	if s.metrics != nil {
 		e.Use(s.metrics.middleware)
@@ -351,4 +353,26 @@ func queryInt(c echo.Context, name string, def int) (int, error) {
 		return 0, badRequest("query parameter %s must be a non-negative integer", name)
 	}
 	return n, nil
+}
+
+// rawJSONSerializer is echo's JSON serializer without HTML escaping: a
+// receipt's body is hashed over its stored bytes, and an answer that wrote
+// its <, > and & as \u003c, \u003e and \u0026 would hand verifiers bytes the
+// hash does not cover. The API answers JSON, never HTML, so nothing needs the
+// escapes.
+type rawJSONSerializer struct{}
+
+// Serialize writes i as JSON (indented when indent is not empty).
+func (rawJSONSerializer) Serialize(c echo.Context, i any, indent string) error {
+	enc := json.NewEncoder(c.Response())
+	enc.SetEscapeHTML(false)
+	if indent != "" {
+		enc.SetIndent("", indent)
+	}
+	return enc.Encode(i)
+}
+
+// Deserialize reads a JSON request body into i, as echo's default does.
+func (rawJSONSerializer) Deserialize(c echo.Context, i any) error {
+	return echo.DefaultJSONSerializer{}.Deserialize(c, i)
 }

@@ -81,7 +81,7 @@ func notFound(what, id string) error { return host.Errorf(host.CodeNotFound, "no
 const taskCols = `id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
 created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
 cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
-progress_message, result, last_error, dead_reason, assign_receipt, seq, version, lease_seconds`
+progress_message, result, last_error, dead_reason, assign_receipt, seq, version, lease_seconds, resource_intents`
 
 // taskRow scans one row of taskCols.
 type taskRow struct {
@@ -97,11 +97,15 @@ func scanTask(row pgx.Rows) (*host.Task, int64, error) {
 	var pct *float64
 	var result *string
 	var seq int64
+	var intents string
 	err := row.Scan(&t.ID, &t.Tenant, &t.Type, &t.CreatedBy, &t.Recipient, &state, &t.Priority, &params, &t.Summary, &t.IdempotencyKey,
 		&created, &updated, &avail, &t.LeaseID, &t.WorkerID, &leasedAt, &expires, &accepted, &t.AcceptReceipt,
 		&t.CancelRequested, &t.Attempts, &t.MaxRetries, &t.LeaseCount, &t.LeaseExpiries, &started, &completed, &pct,
-		&t.ProgressMessage, &result, &t.LastError, &t.DeadReason, &t.AssignReceipt, &seq, &t.Version, &t.LeaseSeconds)
+		&t.ProgressMessage, &result, &t.LastError, &t.DeadReason, &t.AssignReceipt, &seq, &t.Version, &t.LeaseSeconds, &intents)
 	if err != nil {
+		return nil, 0, err
+	}
+	if t.ResourceIntents, err = host.IntentsFromJSON(intents); err != nil {
 		return nil, 0, err
 	}
 	t.State = host.TaskState(state)
@@ -394,13 +398,13 @@ func (w *writeTx) InsertTask(ctx context.Context, t *host.Task) error {
 	n, err := w.ss.exec(w.c(ctx), `INSERT INTO tasks (id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
 created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
 cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
-progress_message, result, last_error, dead_reason, assign_receipt)
-VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29,$30,$31,$32)
+progress_message, result, last_error, dead_reason, assign_receipt, resource_intents)
+VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29,$30,$31,$32,$33)
 ON CONFLICT DO NOTHING`,
 		t.ID, t.Tenant, t.Type, t.CreatedBy, t.Recipient, string(t.State), t.Priority, string(t.Params), t.Summary, t.IdempotencyKey,
 		us(t.CreatedAt), us(t.UpdatedAt), us(t.AvailableAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt), nus(t.AcceptedAt), t.AcceptReceipt,
 		t.CancelRequested, t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt), nus(t.CompletedAt), t.ProgressPercent,
-		t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt)
+		t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, host.IntentsJSON(t.ResourceIntents))
 	if err != nil {
 		return err
 	}

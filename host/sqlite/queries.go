@@ -179,7 +179,7 @@ func nullJSON(b json.RawMessage) any {
 const taskCols = `id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
 created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
 cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
-progress_message, result, last_error, dead_reason, assign_receipt, seq, version, lease_seconds`
+progress_message, result, last_error, dead_reason, assign_receipt, seq, version, lease_seconds, resource_intents`
 
 type scanner interface{ Scan(...any) error }
 
@@ -192,11 +192,15 @@ func scanTask(sc scanner) (*host.Task, int64, error) {
 	var pct sql.NullFloat64
 	var result sql.NullString
 	var seq int64
+	var intents string
 	err := sc.Scan(&t.ID, &t.Tenant, &t.Type, &t.CreatedBy, &t.Recipient, &state, &t.Priority, &params, &t.Summary, &t.IdempotencyKey,
 		&created, &updated, &avail, &t.LeaseID, &t.WorkerID, &leasedAt, &expires, &accepted, &t.AcceptReceipt,
 		&cancel, &t.Attempts, &t.MaxRetries, &t.LeaseCount, &t.LeaseExpiries, &started, &completed, &pct,
-		&t.ProgressMessage, &result, &t.LastError, &t.DeadReason, &t.AssignReceipt, &seq, &t.Version, &t.LeaseSeconds)
+		&t.ProgressMessage, &result, &t.LastError, &t.DeadReason, &t.AssignReceipt, &seq, &t.Version, &t.LeaseSeconds, &intents)
 	if err != nil {
+		return nil, 0, err
+	}
+	if t.ResourceIntents, err = host.IntentsFromJSON(intents); err != nil {
 		return nil, 0, err
 	}
 	t.State = host.TaskState(state)

@@ -96,9 +96,9 @@ func (b *behind) empty() bool { return len(b.newTasks) == 0 && len(b.newReceipts
 const taskInsertCols = `id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
 created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
 cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
-progress_message, result, last_error, dead_reason, assign_receipt, lease_seconds`
+progress_message, result, last_error, dead_reason, assign_receipt, lease_seconds, resource_intents`
 
-const taskInsertN = 33
+const taskInsertN = 34
 
 var (
 	errTaskClash    = host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists")
@@ -114,7 +114,7 @@ func (w *writeTx) bufferTask(t *host.Task) error {
 	a := []any{t.ID, t.Tenant, t.Type, t.CreatedBy, t.Recipient, string(t.State), t.Priority, string(t.Params), t.Summary, t.IdempotencyKey,
 		us(t.CreatedAt), us(t.UpdatedAt), us(t.AvailableAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt), nus(t.AcceptedAt), t.AcceptReceipt,
 		b2i(t.CancelRequested), t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt), nus(t.CompletedAt), t.ProgressPercent,
-		t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, t.LeaseSeconds}
+		t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, t.LeaseSeconds, host.IntentsJSON(t.ResourceIntents)}
 	idem := ""
 	if t.IdempotencyKey != "" {
 		idem = "k\x00" + t.Tenant + "\x00" + t.Recipient + "\x00" + t.IdempotencyKey

@@ -446,3 +446,33 @@ func ResultAs[R any](ctx context.Context, c *Client, taskID string) (R, *Result,
 	}
 	return v, r, nil
 }
+
+// ProgressReport is one progress report of a worker.
+type ProgressReport struct {
+	Percent *float64  `json:"percent,omitempty"`
+	Message string    `json:"message,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// Progress returns a task's progress history, newest first (limit 0: the
+// gate's default).
+func (c *Client) Progress(ctx context.Context, taskID string, limit int) ([]ProgressReport, error) {
+	path := "/v1/tasks/" + url.PathEscape(taskID) + "/progress"
+	if limit > 0 {
+		path += "?limit=" + strconv.Itoa(limit)
+	}
+	var out struct {
+		Progress []ProgressReport `json:"progress"`
+	}
+	if _, err := c.Do(ctx, http.MethodGet, path, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Progress, nil
+}
+
+// Archive archives a finished task's result once it has been kept
+// elsewhere; the task stays readable.
+func (c *Client) Archive(ctx context.Context, taskID string) error {
+	_, err := c.Do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(taskID)+"/archive", nil, nil)
+	return err
+}

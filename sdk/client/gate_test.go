@@ -152,6 +152,10 @@ type resizeResult struct {
 	Thumb string `json:"thumb"`
 }
 
+// TestClientAgainstTheGate drives every method of the client against a real
+// gate: typed enqueue (and its idempotent repeat and a schema refusal),
+// status, list, wait while a worker reports progress and completes, the
+// typed result, progress history, archive, cancel, and bounded waits.
 func TestClientAgainstTheGate(t *testing.T) {
 	g := startGate(t)
 	ctx := context.Background()
@@ -239,6 +243,17 @@ func TestClientAgainstTheGate(t *testing.T) {
 		t.Fatalf("result %+v %+v %v", out, res, err)
 	}
 
+	hist, err := c.Progress(ctx, ack.TaskID, 0)
+	if err != nil || len(hist) != 1 || hist[0].Percent == nil || *hist[0].Percent != 50 || hist[0].Message != "half" || hist[0].At.IsZero() {
+		t.Fatalf("progress history %+v %v", hist, err)
+	}
+	if err := c.Archive(ctx, ack.TaskID); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Status(ctx, ack.TaskID); err != nil || st.Result == nil || st.Result.ArchivedAt == nil {
+		t.Fatalf("archived task %+v %v", st, err)
+	}
+
 	// Cancel a queued task: canceled at once; Wait returns at once.
 	other, err := c.Enqueue(ctx, "image.resize", map[string]any{"url": "u", "width": 2}, &client.EnqueueOptions{Delay: time.Hour})
 	if err != nil {
@@ -254,6 +269,12 @@ func TestClientAgainstTheGate(t *testing.T) {
 	if _, err := c.Result(ctx, other.TaskID); err == nil {
 		t.Fatalf("a canceled task has a result")
 	}
+	// A refused key: a 401 unauthorized APIError.
+	_, err = client.New(g.URL, "agw_wrong").Status(ctx, ack.TaskID)
+	if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized || ae.Code != "unauthorized" {
+		t.Fatalf("wrong key: %v", err)
+	}
+
 	// A wait bounded by its context ends with the context's error.
 	pending, err := c.Enqueue(ctx, "image.resize", map[string]any{"url": "u", "width": 3}, &client.EnqueueOptions{Delay: time.Hour})
 	if err != nil {
@@ -268,15 +289,5 @@ func TestClientAgainstTheGate(t *testing.T) {
 	}})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("bounded wait: %v", err)
-	}
-}
-
-// TestClientErrorsWithoutAKey checks the error of a refused key.
-func TestClientErrorsWithoutAKey(t *testing.T) {
-	g := startGate(t)
-	_, err := client.New(g.URL, "agw_wrong").Status(context.Background(), "T-1")
-	var ae *client.APIError
-	if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized || ae.Code != "unauthorized" {
-		t.Fatalf("%v", err)
 	}
 }

@@ -88,9 +88,23 @@ var NoContent = noContent{}
 type Text string
 
 var (
-	mu  sync.Mutex
-	ops []Op
+	mu    sync.Mutex
+	ops   []Op
+	enums = map[reflect.Type][]string{}
 )
+
+// Enum declares the values of a named string type (e.g. the task states):
+// wherever the type appears, its schema lists them.
+func Enum[T ~string](values ...T) {
+	mu.Lock()
+	defer mu.Unlock()
+	var zero T
+	vs := make([]string, len(values))
+	for i, v := range values {
+		vs[i] = string(v)
+	}
+	enums[reflect.TypeOf(zero)] = vs
+}
 
 // Add registers operations. Call it from an init function.
 func Add(o ...Op) {
@@ -135,7 +149,7 @@ func Document(version string) ([]byte, error) {
 		}
 		paths[p][m] = op
 	}
-	g.schemas["Error"] = g.schemaOf(reflect.TypeOf(errorBody{}), false, false)
+	g.schemas["Error"] = g.structSchema(reflect.TypeOf(errorBody{}), false, false)
 	doc := map[string]any{
 		"openapi": "3.1.0",
 		"info": map[string]any{
@@ -375,7 +389,7 @@ func (g *gen) schemaOf(t reflect.Type, request, strict bool) any {
 
 func orNull(s any) any {
 	if m, ok := s.(Schema); ok {
-		if typ, ok := m["type"].(string); ok && len(m) <= 3 {
+		if typ, ok := m["type"].(string); ok && m["enum"] == nil && m["$ref"] == nil {
 			c := Schema{}
 			for k, v := range m {
 				c[k] = v
@@ -401,6 +415,12 @@ func (g *gen) baseSchema(t reflect.Type, request, strict bool) any {
 	}
 	switch t.Kind() {
 	case reflect.String:
+		mu.Lock()
+		vs := enums[t]
+		mu.Unlock()
+		if len(vs) > 0 {
+			return Schema{"type": "string", "enum": vs}
+		}
 		return Schema{"type": "string"}
 	case reflect.Bool:
 		return Schema{"type": "boolean"}

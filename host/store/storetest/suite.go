@@ -70,6 +70,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		})
 	}
 	runResourceLeases(t, open, hammer)
+	runTaskResources(t, open) // taskresources.go
 }
 
 func testEnqueue(t *testing.T, b *Bundle) {

@@ -1,0 +1,91 @@
+package openapi
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+)
+
+type state string
+
+type inner struct {
+	A string `json:"a"`
+	B int    `json:"b,omitempty"`
+}
+
+type outer struct {
+	*inner
+	When    time.Time       `json:"when"`
+	Maybe   *time.Time      `json:"maybe,omitempty"`
+	Raw     json.RawMessage `json:"raw"`
+	List    []inner         `json:"list"`
+	Tags    map[string]int  `json:"tags,omitempty"`
+	State   state           `json:"state"`
+	Hidden  string          `json:"-"`
+	private string          //lint:ignore U1000 an unexported field, to check it stays out
+}
+
+// TestSchemaOfFollowsEncodingJSON checks the derived schemas against how
+// encoding/json writes and reads the type: embedded fields flattened,
+// omitempty fields optional, pointers and slices nullable in answers, raw
+// JSON any value, enums, and strict request bodies closed.
+func TestSchemaOfFollowsEncodingJSON(t *testing.T) {
+	Enum[state]("on", "off")
+	g := newGen()
+	ref := g.schemaOf(reflect.TypeOf(outer{}), false, false).(Schema)
+	if ref["$ref"] != "#/components/schemas/outer" {
+		t.Fatalf("answer schema %v", ref)
+	}
+	s := g.schemas["outer"].(Schema)
+	props := s["properties"].(map[string]any)
+	for _, f := range []string{"a", "b", "when", "maybe", "raw", "list", "tags", "state"} {
+		if props[f] == nil {
+			t.Errorf("field %s missing: %v", f, props)
+		}
+	}
+	if props["Hidden"] != nil || props["private"] != nil || props["-"] != nil {
+		t.Errorf("hidden fields shown: %v", props)
+	}
+	if !reflect.DeepEqual(s["required"], []string{"a", "list", "raw", "state", "when"}) {
+		t.Errorf("required %v", s["required"])
+	}
+	if !reflect.DeepEqual(props["when"], Schema{"type": "string", "format": "date-time"}) {
+		t.Errorf("when %v", props["when"])
+	}
+	if !reflect.DeepEqual(props["maybe"], Schema{"type": []string{"string", "null"}, "format": "date-time"}) {
+		t.Errorf("maybe %v", props["maybe"])
+	}
+	if !reflect.DeepEqual(props["raw"], Schema{}) {
+		t.Errorf("raw %v", props["raw"])
+	}
+	if !reflect.DeepEqual(props["state"], Schema{"type": "string", "enum": []string{"on", "off"}}) {
+		t.Errorf("state %v", props["state"])
+	}
+	if l := props["list"].(Schema); !reflect.DeepEqual(l["type"], []string{"array", "null"}) || l["items"].(Schema)["$ref"] != "#/components/schemas/inner" {
+		t.Errorf("list %v", l)
+	}
+	if s["additionalProperties"] != nil {
+		t.Errorf("an answer's schema is closed: %v", s)
+	}
+
+	req := g.schemaOf(reflect.TypeOf(outer{}), true, true).(Schema)
+	if req["additionalProperties"] != false || req["required"] != nil || req["$ref"] != nil {
+		t.Errorf("strict request schema %v", req)
+	}
+	if lenient := g.schemaOf(reflect.TypeOf(outer{}), true, false).(Schema); lenient["additionalProperties"] != nil {
+		t.Errorf("lenient request schema %v", lenient)
+	}
+}
+
+func TestOpenAPIPathAndOperationID(t *testing.T) {
+	if p := OpenAPIPath("/v1/leases/:lease_id/accept"); p != "/v1/leases/{lease_id}/accept" {
+		t.Errorf("path %s", p)
+	}
+	if id := operationID("POST", "/v1/receipts/check-terminator"); id != "postV1ReceiptsCheckTerminator" {
+		t.Errorf("operation id %s", id)
+	}
+	if !IsExcluded("/ui/tasks") || !IsExcluded("/mcp") || IsExcluded("/uix") {
+		t.Errorf("exclusions")
+	}
+}
