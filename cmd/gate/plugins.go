@@ -140,6 +140,7 @@ func tenantPluginView(in []plugin.Info) []tenantPlugin {
 type pluginWiring struct {
 	Plugins engine.Plugins
 	Routes  httpapi.Option
+	Info    httpapi.Option // the plugin list for the dashboard
 	Close   func()
 	// Ready reports whether every plugin finished its first load; until
 	// then a call that needs one still loading answers 503
@@ -199,6 +200,7 @@ func startPlugins(cfg serveConfig, log *slog.Logger) (*pluginWiring, error) {
 				return c.JSON(http.StatusOK, map[string]any{"ready": reg.Ready(), "plugins": tenantPluginView(reg.List())})
 			}, auth)
 		}),
+		Info: httpapi.WithPluginInfo(func() (bool, []plugin.Info) { return reg.Ready(), reg.List() }),
 		Close: func() {
 			cancel()
 			reg.Close()

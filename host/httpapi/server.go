@@ -17,6 +17,7 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/plugin"
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
@@ -61,6 +62,8 @@ type Server struct {
 	auth    *Authenticator
 	metrics *Metrics
 	extra   []func(*echo.Echo, echo.MiddlewareFunc)
+
+	pluginInfo func() (bool, []plugin.Info) // for the dashboard (WithPluginInfo)
 
 	hsMu    sync.Mutex
 	methods routeMethods
@@ -277,6 +280,7 @@ func (s *Server) routes() {
 	s.openAPIRoutes()
 	s.statsRoutes(auth)
 	s.resourceLeaseRoutes(e, auth, admins)
+	s.uiRoutes() // the operator dashboard at /ui (ui.go)
 }
 
 // seedErrors marks the seed /worker/* and /workers/* routes, whose error

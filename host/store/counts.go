@@ -67,4 +67,21 @@ func (qs *QueueStats) AddCount(typ string, state host.TaskState, n int64) {
 	if state == host.StateQueued || state == host.StateLeased {
 		qs.ByType[typ] += n
 	}
+	qs.addTypeState(typ, state, n)
+}
+
+// addTypeState counts n tasks of a type in a state in ByTypeState.
+func (qs *QueueStats) addTypeState(typ string, state host.TaskState, n int64) {
+	if qs.ByTypeState == nil {
+		qs.ByTypeState = map[string]map[host.TaskState]int64{}
+	}
+	m := qs.ByTypeState[typ]
+	if m == nil {
+		m = map[host.TaskState]int64{}
+		qs.ByTypeState[typ] = m
+	}
+	m[state] += n
+	if m[state] == 0 {
+		delete(m, state)
+	}
 }

@@ -281,6 +281,9 @@ type QueueStats struct {
 	ByState        map[host.TaskState]int64
 	ByType         map[string]int64 // queued and leased tasks by type
 	OldestReadyAge time.Duration    // age of the oldest ready queued task, 0 if none
+
+	// Dashboard (issue 12): every state of every type, from the same counters.
+	ByTypeState map[string]map[host.TaskState]int64
 }
 
 // Progress is one progress report from a worker.
