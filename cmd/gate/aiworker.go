@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -174,53 +171,14 @@ func runAIWorker(args []string, stdout, stderr io.Writer) int {
 // yet (lease_seconds from the config, default 120); existing ones are left
 // alone.
 func registerAITaskTypes(ctx context.Context, base, adminKey string, cfg ai.Config, log *slog.Logger) error {
-	hc := &http.Client{Timeout: 30 * time.Second}
-	do := func(method, path string, body any) (int, []byte, error) {
-		var rd io.Reader
-		if body != nil {
-			b, _ := json.Marshal(body)
-			rd = bytes.NewReader(b)
-		}
-		req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(base, "/")+path, rd)
-		if err != nil {
-			return 0, nil, err
-		}
-		req.Header.Set("Authorization", "Bearer "+adminKey)
-		req.Header.Set("Content-Type", "application/json")
-		res, err := hc.Do(req)
-		if err != nil {
-			return 0, nil, err
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
-		return res.StatusCode, b, nil
-	}
+	bodies := make(map[string]map[string]any, len(cfg.TaskTypes))
 	for name, tt := range cfg.TaskTypes {
-		path := "/v1/admin/task-types/" + url.PathEscape(name)
-		st, b, err := do(http.MethodGet, path, nil)
-		if err != nil {
-			return err
-		}
-		if st == http.StatusOK {
-			log.Info("task type exists; leaving it as it is", "task_type", name)
-			continue
-		}
-		if st != http.StatusNotFound {
-			return fmt.Errorf("GET %s: %d %s", path, st, b)
-		}
 		lease := tt.LeaseSeconds
 		if lease <= 0 {
 			lease = 120
 		}
-		body := map[string]any{"task_type": name, "lease_seconds": lease,
+		bodies[name] = map[string]any{"task_type": name, "lease_seconds": lease,
 			"description": "AI worker: chat-completion loop with profile " + tt.Profile}
-		if st, b, err = do(http.MethodPut, path, body); err != nil {
-			return err
-		}
-		if st != http.StatusOK {
-			return fmt.Errorf("PUT %s: %d %s", path, st, b)
-		}
-		log.Info("registered task type", "task_type", name)
 	}
-	return nil
+	return ensureTaskTypes(ctx, base, adminKey, bodies, log)
 }

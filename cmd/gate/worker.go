@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -160,8 +161,23 @@ var referenceTypes = map[string]map[string]any{
 	"shell.exec": {"description": "run an argv without a shell; exit code and capped output", "lease_seconds": 120},
 }
 
-// registerTaskTypes creates the task types that do not exist yet.
+// registerTaskTypes creates the reference task types that do not exist yet.
 func registerTaskTypes(ctx context.Context, base, adminKey string, types []string, log *slog.Logger) error {
+	bodies := make(map[string]map[string]any, len(types))
+	for _, name := range types {
+		body := map[string]any{"task_type": name}
+		for k, v := range referenceTypes[name] {
+			body[k] = v
+		}
+		bodies[name] = body
+	}
+	return ensureTaskTypes(ctx, base, adminKey, bodies, log)
+}
+
+// ensureTaskTypes creates, with an admin key over HTTP, each task type in
+// bodies (name → PUT body) that does not exist yet; existing ones are left
+// as they are. Names are taken in order, so logs and errors are stable.
+func ensureTaskTypes(ctx context.Context, base, adminKey string, bodies map[string]map[string]any, log *slog.Logger) error {
 	hc := &http.Client{Timeout: 30 * time.Second}
 	do := func(method, path string, body any) (int, []byte, error) {
 		var rd io.Reader
@@ -183,7 +199,12 @@ func registerTaskTypes(ctx context.Context, base, adminKey string, types []strin
 		b, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
 		return res.StatusCode, b, nil
 	}
-	for _, name := range types {
+	names := make([]string, 0, len(bodies))
+	for name := range bodies {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
 		path := "/v1/admin/task-types/" + url.PathEscape(name)
 		st, b, err := do(http.MethodGet, path, nil)
 		if err != nil {
@@ -196,11 +217,7 @@ func registerTaskTypes(ctx context.Context, base, adminKey string, types []strin
 		if st != http.StatusNotFound {
 			return fmt.Errorf("GET %s: %d %s", path, st, b)
 		}
-		body := map[string]any{"task_type": name}
-		for k, v := range referenceTypes[name] {
-			body[k] = v
-		}
-		st, b, err = do(http.MethodPut, path, body)
+		st, b, err = do(http.MethodPut, path, bodies[name])
 		if err != nil {
 			return err
 		}
