@@ -1,6 +1,7 @@
 package mcpapi_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -13,9 +14,16 @@ import (
 // queue_task: the intent is stored on the task (normalized), the task is not
 // leased while the agent holds a MUTATES resource lease on that resource, and
 // is leased, with its resource lease held for it, once the agent releases.
-// A bad resource name or predicate is a tool error.
+// A bad resource name or predicate is a tool error. A task-type tool queues
+// with its type's intents.
 func TestQueueTaskResourceIntents(t *testing.T) {
 	b := setup(t, mcpapi.Config{})
+	tt := host.NewTaskType("code.edit")
+	tt.Tenant = "default"
+	tt.ResourceIntents = []host.ResourceIntent{{Resource: "REPO:github.com/a/b", Predicate: host.PredicateReads}}
+	if _, err := b.eng.PutTaskType(context.Background(), tt); err != nil {
+		t.Fatal(err)
+	}
 	agent, worker := b.connect(t, b.agent), b.connect(t, b.worker)
 
 	var held mcpapi.AcquireToolResult
@@ -60,6 +68,15 @@ func TestQueueTaskResourceIntents(t *testing.T) {
 		map[string]any{"resource": "FILE:/repo/x.go", "predicate": "READS"}}}, &refused)
 	if refused.Granted || refused.Conflict == nil || refused.Conflict.TaskID != ack.TaskID {
 		t.Fatalf("the running task's resource lease does not hold off the agent: %+v", refused)
+	}
+
+	// The task-type tool takes params only; the type's intents come with it.
+	var typed mcpapi.TaskTypeCallResult
+	ok(t, agent, "code.edit", map[string]any{}, &typed)
+	var tst mcpapi.TaskStatus
+	ok(t, agent, "check_task_status", map[string]any{"task_id": typed.TaskID}, &tst)
+	if tst.Task == nil || host.IntentsJSON(tst.ResourceIntents) != host.IntentsJSON(tt.ResourceIntents) {
+		t.Fatalf("task-type tool: intents %+v, want %+v", tst.Task, tt.ResourceIntents)
 	}
 
 	fails(t, agent, "queue_task", map[string]any{"task_type": "echo", "resource_intents": []any{
