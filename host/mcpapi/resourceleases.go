@@ -40,6 +40,18 @@ type LeaseIDsArgs struct {
 	TTLMs    int64    `json:"ttl_ms,omitempty"`
 }
 
+// intentItem is the JSON Schema of one {resource, predicate} intent.
+func intentItem() map[string]any {
+	return map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"resource":  map[string]any{"type": "string", "description": "The resource name (at most 512 bytes)."},
+			"predicate": map[string]any{"type": "string", "enum": []string{"READS", "MUTATES"}},
+		},
+		"required": []string{"resource", "predicate"},
+	}
+}
+
 // resourceLeaseTools registers the resource lease tools, for every role.
 func (s *Server) resourceLeaseTools() {
 	leaseIDs := mcp.WithArray("lease_ids", mcp.Required(), mcp.WithStringItems(), mcp.Description("The lease_id values from acquire_resource_leases (at most 100)."))
@@ -49,14 +61,7 @@ Granted: keep every lease_id; heartbeat_resource_leases before expires_at (every
 Refused (granted=false): conflict names the lease in the way. wait_die "die" means you are younger than its holder: do not wait; retry later, keeping your priority_at (your_priority_at) to keep your seniority. wait_die "wait" means you are older: call again with the same priority_at and wait_seconds to wait for it.`,
 		returns[AcquireToolResult](), writes(false, false),
 		props(
-			mcp.WithArray("intents", mcp.Required(), mcp.Items(map[string]any{
-				"type": "object",
-				"properties": map[string]any{
-					"resource":  map[string]any{"type": "string", "description": "The resource name (at most 512 bytes)."},
-					"predicate": map[string]any{"type": "string", "enum": []string{"READS", "MUTATES"}},
-				},
-				"required": []string{"resource", "predicate"},
-			}), mcp.Description("The (resource, predicate) pairs to lease together.")),
+			mcp.WithArray("intents", mcp.Required(), mcp.Items(intentItem()), mcp.Description("The (resource, predicate) pairs to lease together.")),
 			mcp.WithInteger("ttl_ms", mcp.Min(1), mcp.Description("Lease TTL in milliseconds. Default 60000; capped (5 minutes unless configured).")),
 			mcp.WithString("priority_at", mcp.Description("Your request's wait-die timestamp (RFC 3339). Default: now. Send the same value again when you retry.")),
 			mcp.WithNumber("wait_seconds", mcp.Min(0), mcp.Description(fmt.Sprintf("When you are older than every conflicting holder, wait up to this long (at most %d).", int(s.cfg.MaxLeaseWait.Seconds())))),

@@ -52,6 +52,9 @@ type QueueTaskArgs struct {
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
 	TaskSummary    string          `json:"task_summary,omitempty"`
 	DelaySeconds   int             `json:"delay_seconds,omitempty"`
+	// ResourceIntents are resource leases the task needs while it runs,
+	// besides its type's (see docs/http.md "Tasks that need resources").
+	ResourceIntents []engine.ResourceIntent `json:"resource_intents,omitempty"`
 }
 
 // QueueTaskResult is queue_task's rich acknowledgement: the engine's answer
@@ -161,6 +164,8 @@ After queuing, continue with your other work. Do not wait and do not poll in a l
 			mcp.WithString("idempotency_key", mcp.MaxLength(200), mcp.Description("Optional key: queuing again with the same key and recipient returns the first task with is_duplicate true.")),
 			mcp.WithString("task_summary", mcp.MaxLength(1000), mcp.Description("One line saying what this task is for; shown in lists and receipts.")),
 			mcp.WithInteger("delay_seconds", mcp.Min(0), mcp.Description("Do not start before this many seconds from now. Default 0.")),
+			mcp.WithArray("resource_intents", mcp.Items(intentItem()), mcp.MaxItems(host.MaxTaskResourceIntents),
+				mcp.Description("Resources the task needs while it runs, besides its type's: {resource, predicate} with predicate READS (shared) or MUTATES (exclusive). The task starts only when every one can be leased (an agent's MUTATES lease on one keeps it waiting); a worker holds them for the task. A bad name is an invalid_resource error.")),
 		)),
 		agentRoles, s.queueTask)
 
@@ -244,6 +249,7 @@ func (s *Server) queueTask(ctx context.Context, a engine.Actor, req mcp.CallTool
 	res, err := s.eng.Enqueue(wctx, a, engine.EnqueueRequest{
 		TaskType: in.TaskType, Params: in.Params, Priority: in.Priority, Recipient: in.RecipientAI,
 		IdempotencyKey: in.IdempotencyKey, Summary: in.TaskSummary, DelaySeconds: in.DelaySeconds,
+		ResourceIntents: in.ResourceIntents,
 	})
 	if err != nil {
 		return nil, "", s.explainType(ctx, a.Tenant, err)

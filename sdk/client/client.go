@@ -170,6 +170,23 @@ type EnqueueOptions struct {
 	Delay          time.Duration
 	NotBefore      time.Time
 	MaxRetries     *int // failures allowed; nil: the task type's default
+	// ResourceIntents are resource leases the task needs while it runs,
+	// besides its type's: it starts only when the gate can grant them all,
+	// and the worker holds them for it (docs/http.md "Tasks that need
+	// resources"). A bad name is a 400 invalid_resource APIError.
+	ResourceIntents []ResourceIntent
+}
+
+// The predicates of a resource intent.
+const (
+	Reads   = "READS"   // shared with other readers
+	Mutates = "MUTATES" // exclusive
+)
+
+// ResourceIntent is one resource a task needs and how: Reads or Mutates.
+type ResourceIntent struct {
+	Resource  string `json:"resource"`
+	Predicate string `json:"predicate"`
 }
 
 // Enqueued is the gate's acknowledgement of an enqueue.
@@ -213,6 +230,9 @@ func (c *Client) Enqueue(ctx context.Context, taskType string, params any, opts 
 		}
 		if o.MaxRetries != nil {
 			body["max_retries"] = *o.MaxRetries
+		}
+		if len(o.ResourceIntents) > 0 {
+			body["resource_intents"] = o.ResourceIntents
 		}
 	}
 	var out Enqueued
@@ -283,6 +303,9 @@ type Task struct {
 	ErrorMessage    string          `json:"error_message,omitempty"`
 	DeadReason      string          `json:"dead_reason,omitempty"`
 	AssignReceiptID string          `json:"assign_receipt_id"`
+	// ResourceIntents are the resources the task runs under (its type's
+	// and its enqueue's, normalized), fixed at enqueue.
+	ResourceIntents []ResourceIntent `json:"resource_intents,omitempty"`
 }
 
 // Terminal reports whether the task has finished.
