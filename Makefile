@@ -68,8 +68,7 @@ FUZZ_TARGETS := \
 	./host/plugin:FuzzDecodeDecision \
 	./host/plugin:FuzzFailureRecord \
 	./host/plugin:FuzzHTTPHostCall \
-	./host/sqlite:FuzzParseCursor \
-	./host/postgres:FuzzParseCursor \
+	./host/store:FuzzParseCursor \
 	./sdk/plugin:FuzzParseJSON \
 	./sdk/plugin:FuzzDecodeFailureRecord \
 	./sdk/worker:FuzzSpoolLoad \

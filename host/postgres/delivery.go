@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,7 +32,7 @@ func scanInbox(row pgx.Rows) (host.InboxItem, error) {
 
 // ListInbox implements store.Reader.
 func (r *reader) ListInbox(ctx context.Context, f store.InboxFilter) ([]host.InboxItem, string, error) {
-	after, err := parseCursor(f.Cursor)
+	after, err := store.ParseCursor(f.Cursor)
 	if err != nil {
 		return nil, "", err
 	}
@@ -66,11 +65,7 @@ func (r *reader) ListInbox(ctx context.Context, f store.InboxFilter) ([]host.Inb
 	if err != nil {
 		return nil, "", err
 	}
-	cur := ""
-	if len(out) > f.Limit {
-		out = out[:f.Limit]
-		cur = strconv.FormatInt(out[f.Limit-1].Seq, 10)
-	}
+	out, cur := store.Page(out, f.Limit, func(i int) int64 { return out[i].Seq })
 	return out, cur, nil
 }
 

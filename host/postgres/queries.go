@@ -190,17 +190,6 @@ func (r *reader) FindTaskByIdempotency(ctx context.Context, tenant, recipient, k
 	return t, err
 }
 
-func parseCursor(c string) (int64, error) {
-	if c == "" {
-		return 0, nil
-	}
-	v, err := strconv.ParseInt(c, 10, 64)
-	if err != nil || v < 0 {
-		return 0, host.Errorf(host.CodeBadRequest, "bad cursor %q", c)
-	}
-	return v, nil
-}
-
 // args collects positional arguments and hands out their placeholders.
 type args []any
 
@@ -210,7 +199,7 @@ func (a *args) add(v any) string {
 }
 
 func (r *reader) ListTasks(ctx context.Context, f store.TaskFilter) ([]*host.Task, string, error) {
-	after, err := parseCursor(f.Cursor)
+	after, err := store.ParseCursor(f.Cursor)
 	if err != nil {
 		return nil, "", err
 	}
@@ -244,11 +233,7 @@ func (r *reader) ListTasks(ctx context.Context, f store.TaskFilter) ([]*host.Tas
 	if err != nil {
 		return nil, "", err
 	}
-	cur := ""
-	if len(rows) > f.Limit {
-		rows = rows[:f.Limit]
-		cur = strconv.FormatInt(rows[len(rows)-1].seq, 10)
-	}
+	rows, cur := store.Page(rows, f.Limit, func(i int) int64 { return rows[i].seq })
 	out := make([]*host.Task, len(rows))
 	for i, tr := range rows {
 		out[i] = tr.t
@@ -657,7 +642,7 @@ func (r *reader) GetReceiptByDedupe(ctx context.Context, tenant, key string) (*h
 }
 
 func (r *reader) ListReceipts(ctx context.Context, f store.ReceiptFilter) ([]*host.Receipt, string, error) {
-	after, err := parseCursor(f.Cursor)
+	after, err := store.ParseCursor(f.Cursor)
 	if err != nil {
 		return nil, "", err
 	}
@@ -674,11 +659,7 @@ func (r *reader) ListReceipts(ctx context.Context, f store.ReceiptFilter) ([]*ho
 	if err != nil {
 		return nil, "", err
 	}
-	cur := ""
-	if len(rs) > f.Limit {
-		rs = rs[:f.Limit]
-		cur = strconv.FormatInt(rs[len(rs)-1].Seq, 10)
-	}
+	rs, cur := store.Page(rs, f.Limit, func(i int) int64 { return rs[i].Seq })
 	return rs, cur, nil
 }
 
@@ -699,7 +680,7 @@ func (r *reader) Terminator(ctx context.Context, tenant, receiptID string) (stri
 }
 
 func (r *reader) ListOpenObligations(ctx context.Context, f store.ObligationFilter) ([]host.Obligation, string, error) {
-	after, err := parseCursor(f.Cursor)
+	after, err := store.ParseCursor(f.Cursor)
 	if err != nil {
 		return nil, "", err
 	}
@@ -740,11 +721,7 @@ FROM (` + open + `) o LEFT JOIN receipts r ON r.id = o.receipt_id ORDER BY o.seq
 	if err != nil {
 		return nil, "", err
 	}
-	cur := ""
-	if len(out) > f.Limit {
-		out = out[:f.Limit]
-		cur = strconv.FormatInt(out[len(out)-1].Seq, 10)
-	}
+	out, cur := store.Page(out, f.Limit, func(i int) int64 { return out[i].Seq })
 	return out, cur, nil
 }
 

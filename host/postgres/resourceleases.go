@@ -5,7 +5,6 @@ import (
 	"errors"
 	"hash/fnv"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -73,7 +72,7 @@ func (r *reader) GetResourceLease(ctx context.Context, tenant, id string) (*host
 }
 
 func (r *reader) ListResourceLeases(ctx context.Context, f store.ResourceLeaseFilter) ([]*host.ResourceLease, string, error) {
-	after, err := parseCursor(f.Cursor)
+	after, err := store.ParseCursor(f.Cursor)
 	if err != nil {
 		return nil, "", err
 	}
@@ -117,11 +116,7 @@ func (r *reader) ListResourceLeases(ctx context.Context, f store.ResourceLeaseFi
 	if err != nil {
 		return nil, "", err
 	}
-	cur := ""
-	if len(rows) > f.Limit {
-		rows = rows[:f.Limit]
-		cur = strconv.FormatInt(rows[len(rows)-1].seq, 10)
-	}
+	rows, cur := store.Page(rows, f.Limit, func(i int) int64 { return rows[i].seq })
 	out := make([]*host.ResourceLease, len(rows))
 	for i, lr := range rows {
 		out[i] = lr.l
@@ -130,7 +125,7 @@ func (r *reader) ListResourceLeases(ctx context.Context, f store.ResourceLeaseFi
 }
 
 func (r *reader) ListResourceLeaseEvents(ctx context.Context, f store.ResourceLeaseEventFilter) ([]host.ResourceLeaseEvent, string, error) {
-	after, err := parseCursor(f.Cursor)
+	after, err := store.ParseCursor(f.Cursor)
 	if err != nil {
 		return nil, "", err
 	}
@@ -164,11 +159,7 @@ FROM resource_lease_events WHERE tenant = ` + a.add(f.Tenant) + ` AND seq > ` + 
 	if err != nil {
 		return nil, "", err
 	}
-	cur := ""
-	if len(out) > f.Limit {
-		out = out[:f.Limit]
-		cur = strconv.FormatInt(out[f.Limit-1].Seq, 10)
-	}
+	out, cur := store.Page(out, f.Limit, func(i int) int64 { return out[i].Seq })
 	return out, cur, nil
 }
 

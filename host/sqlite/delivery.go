@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"strconv"
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -32,7 +31,7 @@ func scanInbox(sc scanner) (host.InboxItem, error) {
 
 // ListInbox implements store.Reader.
 func (r *reader) ListInbox(ctx context.Context, f store.InboxFilter) ([]host.InboxItem, string, error) {
-	after, err := parseCursor(f.Cursor)
+	after, err := store.ParseCursor(f.Cursor)
 	if err != nil {
 		return nil, "", err
 	}
@@ -76,11 +75,7 @@ func (r *reader) ListInbox(ctx context.Context, f store.InboxFilter) ([]host.Inb
 	if err := rows.Err(); err != nil {
 		return nil, "", err
 	}
-	cur := ""
-	if len(out) > f.Limit {
-		out = out[:f.Limit]
-		cur = strconv.FormatInt(out[f.Limit-1].Seq, 10)
-	}
+	out, cur := store.Page(out, f.Limit, func(i int) int64 { return out[i].Seq })
 	return out, cur, nil
 }
 

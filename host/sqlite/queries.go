@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -274,23 +273,12 @@ func (r *reader) tasks(ctx context.Context, q string, args ...any) ([]*host.Task
 	return out, seqs, rows.Err()
 }
 
-func parseCursor(c string) (int64, error) {
-	if c == "" {
-		return 0, nil
-	}
-	v, err := strconv.ParseInt(c, 10, 64)
-	if err != nil || v < 0 {
-		return 0, host.Errorf(host.CodeBadRequest, "bad cursor %q", c)
-	}
-	return v, nil
-}
-
 func placeholders(n int) string {
 	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
 }
 
 func (r *reader) ListTasks(ctx context.Context, f store.TaskFilter) ([]*host.Task, string, error) {
-	after, err := parseCursor(f.Cursor)
+	after, err := store.ParseCursor(f.Cursor)
 	if err != nil {
 		return nil, "", err
 	}
@@ -329,11 +317,7 @@ func (r *reader) ListTasks(ctx context.Context, f store.TaskFilter) ([]*host.Tas
 	if err != nil {
 		return nil, "", err
 	}
-	cur := ""
-	if len(ts) > f.Limit {
-		ts = ts[:f.Limit]
-		cur = strconv.FormatInt(seqs[f.Limit-1], 10) // the seq of the last task returned
-	}
+	ts, cur := store.Page(ts, f.Limit, func(i int) int64 { return seqs[i] })
 	return ts, cur, nil
 }
 
@@ -779,7 +763,7 @@ func (r *reader) GetReceiptByDedupe(ctx context.Context, tenant, key string) (*h
 }
 
 func (r *reader) ListReceipts(ctx context.Context, f store.ReceiptFilter) ([]*host.Receipt, string, error) {
-	after, err := parseCursor(f.Cursor)
+	after, err := store.ParseCursor(f.Cursor)
 	if err != nil {
 		return nil, "", err
 	}
@@ -798,11 +782,7 @@ func (r *reader) ListReceipts(ctx context.Context, f store.ReceiptFilter) ([]*ho
 	if err != nil {
 		return nil, "", err
 	}
-	cur := ""
-	if len(rs) > f.Limit {
-		rs = rs[:f.Limit]
-		cur = strconv.FormatInt(rs[len(rs)-1].Seq, 10)
-	}
+	rs, cur := store.Page(rs, f.Limit, func(i int) int64 { return rs[i].Seq })
 	return rs, cur, nil
 }
 
@@ -820,7 +800,7 @@ func (r *reader) Terminator(ctx context.Context, tenant, receiptID string) (stri
 }
 
 func (r *reader) ListOpenObligations(ctx context.Context, f store.ObligationFilter) ([]host.Obligation, string, error) {
-	after, err := parseCursor(f.Cursor)
+	after, err := store.ParseCursor(f.Cursor)
 	if err != nil {
 		return nil, "", err
 	}
@@ -860,11 +840,7 @@ func (r *reader) ListOpenObligations(ctx context.Context, f store.ObligationFilt
 	if err := rows.Err(); err != nil {
 		return nil, "", err
 	}
-	cur := ""
-	if len(out) > f.Limit {
-		out = out[:f.Limit]
-		cur = strconv.FormatInt(out[len(out)-1].Seq, 10)
-	}
+	out, cur := store.Page(out, f.Limit, func(i int) int64 { return out[i].Seq })
 	// Attach bodies (one indexed lookup per obligation on the page).
 	for i := range out {
 		var body string

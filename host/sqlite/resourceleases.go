@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"strconv"
 	"strings"
 	"time"
 
@@ -44,7 +43,7 @@ func (r *reader) GetResourceLease(ctx context.Context, tenant, id string) (*host
 }
 
 func (r *reader) ListResourceLeases(ctx context.Context, f store.ResourceLeaseFilter) ([]*host.ResourceLease, string, error) {
-	after, err := parseCursor(f.Cursor)
+	after, err := store.ParseCursor(f.Cursor)
 	if err != nil {
 		return nil, "", err
 	}
@@ -113,16 +112,12 @@ func (r *reader) ListResourceLeases(ctx context.Context, f store.ResourceLeaseFi
 	if err := rows.Err(); err != nil {
 		return nil, "", err
 	}
-	cur := ""
-	if len(out) > f.Limit {
-		out = out[:f.Limit]
-		cur = strconv.FormatInt(seqs[f.Limit-1], 10)
-	}
+	out, cur := store.Page(out, f.Limit, func(i int) int64 { return seqs[i] })
 	return out, cur, nil
 }
 
 func (r *reader) ListResourceLeaseEvents(ctx context.Context, f store.ResourceLeaseEventFilter) ([]host.ResourceLeaseEvent, string, error) {
-	after, err := parseCursor(f.Cursor)
+	after, err := store.ParseCursor(f.Cursor)
 	if err != nil {
 		return nil, "", err
 	}
@@ -163,11 +158,7 @@ FROM resource_lease_events WHERE tenant = ? AND seq > ?`
 	if err := rows.Err(); err != nil {
 		return nil, "", err
 	}
-	cur := ""
-	if len(out) > f.Limit {
-		out = out[:f.Limit]
-		cur = strconv.FormatInt(out[f.Limit-1].Seq, 10)
-	}
+	out, cur := store.Page(out, f.Limit, func(i int) int64 { return out[i].Seq })
 	return out, cur, nil
 }
 

@@ -1,4 +1,4 @@
-package postgres
+package store
 
 import (
 	"strconv"
@@ -16,7 +16,7 @@ func FuzzParseCursor(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, c string) {
-		v, err := parseCursor(c)
+		v, err := ParseCursor(c)
 		if err != nil {
 			if host.ErrorCode(err) != host.CodeBadRequest {
 				t.Fatalf("cursor %q: error %v is not bad_request", c, err)
@@ -32,8 +32,23 @@ func FuzzParseCursor(f *testing.F) {
 			}
 			return
 		}
-		if back, _ := parseCursor(strconv.FormatInt(v, 10)); back != v {
+		if back, _ := ParseCursor(strconv.FormatInt(v, 10)); back != v {
 			t.Fatalf("cursor %q: %d does not round-trip", c, v)
 		}
 	})
+}
+
+// TestPage checks the trimming of a limit+1 listing and its next cursor.
+func TestPage(t *testing.T) {
+	seqs := []int64{10, 20, 30}
+	at := func(i int) int64 { return seqs[i] }
+	if got, cur := Page([]string{"a", "b", "c"}, 2, at); len(got) != 2 || got[1] != "b" || cur != "20" {
+		t.Fatalf("a full page: %v %q", got, cur)
+	}
+	if got, cur := Page([]string{"a", "b"}, 2, at); len(got) != 2 || cur != "" {
+		t.Fatalf("the last page: %v %q", got, cur)
+	}
+	if got, cur := Page([]string{}, 2, at); len(got) != 0 || cur != "" {
+		t.Fatalf("an empty page: %v %q", got, cur)
+	}
 }
