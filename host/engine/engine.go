@@ -346,7 +346,7 @@ func appendValid(ctx context.Context, tx store.Tx, r *host.Receipt, parentTypes 
 			continue
 		}
 		if r.Type.Terminates(pt) {
-			if _, err := tx.Terminate(ctx, r.Tenant, p, r.ID); err != nil {
+			if err := tx.Terminate(ctx, r.Tenant, p, r.ID); err != nil {
 				return err
 			}
 		}

@@ -81,6 +81,13 @@ func (d *deliveryTx) AppendReceipt(ctx context.Context, r *host.Receipt) error {
 	}
 	if d.e.outboxOn() {
 		d.outboxed = true
+		if r.Seq == 0 {
+			// The store sends the receipt with its batch: the entry
+			// carries the receipt as the ledger holds it, seq included.
+			if err := d.Tx.Flush(ctx); err != nil {
+				return err
+			}
+		}
 		body, err := json.Marshal(r)
 		if err != nil {
 			return err

@@ -15,7 +15,30 @@ import (
 type stmt struct {
 	sql  string
 	args []any
+	// check, when set, reads the statement's result instead of a plain
+	// Exec: a deferred write whose answer (rows written, a returned seq) is
+	// learnt only when the pipeline is next sent. An error from check, or
+	// the statement's own failure, is errDeferred: the batch is rerun with
+	// every write answered at once, so the failure is pinned on its request.
+	check func(pgx.BatchResults) error
 }
+
+// errDeferred reports that a deferred write did not do what its request
+// assumed (a conflict, a lost fence, a refused value). Nothing of the batch
+// is committed; it runs again in strict mode.
+var errDeferred = errors.New("postgres: a deferred write failed; the batch runs again with immediate writes")
+
+// mismatch is a deferred write's check finding an answer other than the one
+// its request assumed.
+type mismatch struct{ what string }
+
+func (m *mismatch) Error() string { return m.what }
+
+// deferredFailure wraps what went wrong with a deferred write.
+type deferredFailure struct{ err error }
+
+func (d *deferredFailure) Error() string { return errDeferred.Error() + ": " + d.err.Error() }
+func (d *deferredFailure) Unwrap() error { return errDeferred }
 
 // sess wraps one connection and pipelines statements whose results nobody waits
 // for (BEGIN, SAVEPOINT, RELEASE, write-behind inserts) in front of the next
@@ -31,9 +54,31 @@ type sess struct {
 	fatal error
 	// failed is the first statement error since the current savepoint.
 	failed error
+	// deferred is the first failure of a deferred write; checks counts the
+	// deferred writes queued and not yet read.
+	deferred error
+	checks   int
 }
 
-func (s *sess) queue(sql string, args ...any) { s.pre = append(s.pre, stmt{sql, args}) }
+func (s *sess) queue(sql string, args ...any) { s.pre = append(s.pre, stmt{sql: sql, args: args}) }
+
+// queueChecked queues a deferred write whose result check reads when the
+// pipeline is next sent.
+func (s *sess) queueChecked(check func(pgx.BatchResults) error, sql string, args ...any) {
+	s.pre = append(s.pre, stmt{sql: sql, args: args, check: check})
+	s.checks++
+}
+
+// truncate drops queued statements from index i on (a request that wrote
+// nothing the database has seen is forgotten).
+func (s *sess) truncate(i int) {
+	for _, p := range s.pre[i:] {
+		if p.check != nil {
+			s.checks--
+		}
+	}
+	s.pre = s.pre[:i]
+}
 
 // note records err's consequences for the transaction.
 func (s *sess) note(err error) error {
@@ -106,12 +151,32 @@ func (s *sess) send(ctx context.Context, extra ...stmt) (pgx.BatchResults, error
 	for _, p := range extra {
 		b.Queue(p.sql, p.args...)
 	}
-	n := len(s.pre)
-	s.pre = s.pre[:0]
+	pre := s.pre
+	s.pre = nil
+	s.checks = 0
 	s.flushes++
 	br := s.conn.SendBatch(ctx, b)
-	for i := 0; i < n; i++ {
-		if _, err := br.Exec(); err != nil {
+	for _, p := range pre {
+		var err error
+		if p.check != nil {
+			if err = p.check(br); err != nil {
+				var pe *pgconn.PgError
+				var mm *mismatch
+				if errors.As(err, &mm) || errors.Is(err, pgx.ErrNoRows) || (errors.As(err, &pe) && !isFatal(err)) {
+					// A conflict, a lost fence or a refused value: the
+					// batch runs again in strict mode, where the same write
+					// is answered at once and fails its request alone.
+					br.Close()
+					if s.deferred == nil {
+						s.deferred = &deferredFailure{err}
+					}
+					return nil, s.deferred
+				}
+			}
+		} else {
+			_, err = br.Exec()
+		}
+		if err != nil {
 			br.Close()
 			// A queued statement belongs to an earlier point of the batch
 			// (perhaps an earlier request): its failure cannot be pinned on
@@ -126,13 +191,25 @@ func (s *sess) send(ctx context.Context, extra ...stmt) (pgx.BatchResults, error
 	return br, nil
 }
 
+// flush sends the queued statements and reads their results.
+func (s *sess) flush(ctx context.Context) error {
+	if len(s.pre) == 0 {
+		return nil
+	}
+	br, err := s.send(ctx)
+	if err != nil {
+		return err
+	}
+	return s.note(br.Close())
+}
+
 // exec runs a statement that changes rows and returns how many it changed.
 func (s *sess) exec(ctx context.Context, sql string, args ...any) (int64, error) {
 	if len(s.pre) == 0 {
 		tag, err := s.conn.Exec(ctx, sql, args...)
 		return tag.RowsAffected(), s.note(err)
 	}
-	br, err := s.send(ctx, stmt{sql, args})
+	br, err := s.send(ctx, stmt{sql: sql, args: args})
 	if err != nil {
 		return 0, err
 	}
@@ -169,7 +246,7 @@ func (s *sess) query(ctx context.Context, each func(pgx.Rows) error, sql string,
 	if len(s.pre) == 0 {
 		rows, err = s.conn.Query(ctx, sql, args...)
 	} else {
-		br, err = s.send(ctx, stmt{sql, args})
+		br, err = s.send(ctx, stmt{sql: sql, args: args})
 		if err != nil {
 			return err
 		}

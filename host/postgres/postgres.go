@@ -89,6 +89,9 @@ type Store struct {
 	writerPIDs map[uint32]bool
 
 	retries atomic.Int64 // batches rerun after a deadlock or a lost connection
+	// strictReruns counts batches rerun in strict mode after a deferred
+	// write failed.
+	strictReruns atomic.Int64
 }
 
 var (
@@ -182,6 +185,10 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // BatchRetries reports how many batches were rerun after a deadlock,
 // serialization failure or lost connection.
 func (s *Store) BatchRetries() int64 { return s.retries.Load() }
+
+// StrictReruns reports how many batches ran again in strict mode because a
+// deferred write failed (a conflict or a lost fence found at the batch's end).
+func (s *Store) StrictReruns() int64 { return s.strictReruns.Load() }
 
 // migrate applies the embedded migrations that are not applied yet, in version
 // order, under an advisory lock so hosts starting together apply each once.
@@ -458,10 +465,18 @@ func (w *writer) run(batch []*request) {
 	if len(live) == 0 {
 		return
 	}
+	strict := false
 	for attempt := 1; ; attempt++ {
-		out := w.runTx(live)
+		out := w.runTx(live, strict)
 		if out.err == nil {
 			return
+		}
+		if out.strict && !strict {
+			// A deferred write failed: run the batch again with every write
+			// answered at once, so the failure belongs to its request alone.
+			strict = true
+			w.s.strictReruns.Add(1)
+			continue
 		}
 		if !out.retry || attempt >= maxAttempts {
 			for _, r := range live {
@@ -490,14 +505,24 @@ type txState struct {
 
 // txResult is the outcome of one batch transaction.
 type txResult struct {
-	err   error // the transaction failed; no request was finished
-	retry bool  // the failed transaction may simply run again
+	err    error // the transaction failed; no request was finished
+	retry  bool  // the failed transaction may simply run again
+	strict bool  // a deferred write failed: run again with immediate writes
 }
 
 // runTx runs reqs in one transaction and commits. On success it finishes every
 // request. On failure it finishes nothing and reports whether the batch may be
 // rerun.
-func (w *writer) runTx(reqs []*request) txResult {
+//
+// Unless strict, the writes whose answer a request does not need before it
+// goes on (new tasks and receipts, fenced task updates, inbox rows, obligation
+// terminations) are deferred: queued into the pipeline with a check read when
+// it is next sent, so a batch costs a few round trips, not several per
+// request. They are all read before COMMIT is sent; should one fail (a
+// conflict, a lost fence), nothing is committed and the batch runs again in
+// strict mode, where every write is answered at once and fails its request
+// alone, exactly as the engine expects.
+func (w *writer) runTx(reqs []*request, strict bool) txResult {
 	if err := w.connect(); err != nil {
 		return txResult{err: unavailable("connect", err), retry: true}
 	}
@@ -509,6 +534,12 @@ func (w *writer) runTx(reqs []*request) txResult {
 	// connection is dropped; either way nothing was written, so the batch may
 	// run again after a lost connection, a deadlock or a serialization failure.
 	fail := func(what string, err error) txResult {
+		if ss.deferred != nil {
+			if _, rerr := w.conn.Exec(bg, `ROLLBACK`); rerr != nil {
+				w.discard()
+			}
+			return txResult{err: unavailable(what, ss.deferred), strict: true}
+		}
 		broken := isBroken(err)
 		if broken {
 			w.discard()
@@ -519,7 +550,7 @@ func (w *writer) runTx(reqs []*request) txResult {
 		}
 		return txResult{err: unavailable(what, err), retry: broken || isRetryable(err)}
 	}
-	wtx := &writeTx{reader: reader{s: w.s, ss: ss, write: true}, st: st}
+	wtx := &writeTx{reader: reader{s: w.s, ss: ss, write: true}, st: st, deferWrites: !strict}
 	for _, r := range reqs {
 		r.err = nil
 		if err := r.ctx.Err(); err != nil {
@@ -533,6 +564,9 @@ func (w *writer) runTx(reqs []*request) txResult {
 		flushes := ss.flushes
 		ss.failed = nil
 		ferr := runFn(r.fn, wtx)
+		if ss.deferred != nil {
+			return fail("deferred write", ss.deferred)
+		}
 		if ss.fatal != nil {
 			return fail("update", ss.fatal)
 		}
@@ -542,7 +576,7 @@ func (w *writer) runTx(reqs []*request) txResult {
 		sent := ss.flushes != flushes
 		if ferr == nil {
 			if !sent && len(ss.pre) == spIdx+1 {
-				ss.pre = ss.pre[:spIdx] // fn wrote nothing: no savepoint needed
+				ss.truncate(spIdx) // fn wrote nothing: no savepoint needed
 			} else {
 				ss.queue(`RELEASE SAVEPOINT op`)
 			}
@@ -551,12 +585,12 @@ func (w *writer) runTx(reqs []*request) txResult {
 		// Undo fn's writes and what it taught us about the chain.
 		switch {
 		case !sent:
-			ss.pre = ss.pre[:spIdx] // nothing reached the database yet: forget it
+			ss.truncate(spIdx) // nothing reached the database yet: forget it
 		case ss.failed != nil:
 			// A statement failed, so the transaction is in the aborted state
 			// and would refuse even the prepare of the next new statement:
 			// roll back now. What fn queued after its last flush is its own.
-			ss.pre = ss.pre[:0]
+			ss.truncate(0)
 			if _, err := ss.conn.Exec(bg, `ROLLBACK TO SAVEPOINT op; RELEASE SAVEPOINT op`); err != nil {
 				ss.note(err)
 				return fail("rollback to savepoint", err)
@@ -572,7 +606,7 @@ func (w *writer) runTx(reqs []*request) txResult {
 	}
 	if ss.flushes == 0 && len(ss.pre) == 1 {
 		// Nothing but BEGIN: no transaction to commit.
-		ss.pre = ss.pre[:0]
+		ss.truncate(0)
 		finish(reqs)
 		return txResult{}
 	}
@@ -589,6 +623,16 @@ func (w *writer) runTx(reqs []*request) txResult {
 				err = ss.fatal
 			}
 			return fail("ledger checkpoint", err)
+		}
+	}
+	if ss.checks > 0 {
+		// Read every deferred write's answer before COMMIT is sent: a
+		// failed one must stop the commit, not follow it.
+		if err := ss.flush(bg); err != nil {
+			if ss.fatal != nil && ss.deferred == nil {
+				err = ss.fatal
+			}
+			return fail("deferred writes", err)
 		}
 	}
 	seen := map[string]bool{}

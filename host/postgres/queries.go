@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,6 +31,24 @@ type reader struct {
 type writeTx struct {
 	reader
 	st *txState
+	// deferWrites is set outside strict mode: writes whose answer the
+	// request need not wait for are queued with a check (see runTx).
+	deferWrites bool
+}
+
+// expectOne is the check of a deferred write that must change exactly one
+// row.
+func expectOne(what string) func(pgx.BatchResults) error {
+	return func(br pgx.BatchResults) error {
+		tag, err := br.Exec()
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != 1 {
+			return &mismatch{fmt.Sprintf("%s changed %d rows", what, tag.RowsAffected())}
+		}
+		return nil
+	}
 }
 
 var (
@@ -380,21 +399,26 @@ func (w *writeTx) InsertTask(ctx context.Context, t *host.Task) error {
 	if err != nil {
 		return err
 	}
-	n, err := w.ss.exec(w.c(ctx), `INSERT INTO tasks (id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
+	q := `INSERT INTO tasks (id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
 created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
 cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
 progress_message, result, last_error, dead_reason, assign_receipt, resource_intents)
 VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29,$30,$31,$32,$33)
-ON CONFLICT DO NOTHING`,
-		t.ID, t.Tenant, t.Type, t.CreatedBy, t.Recipient, string(t.State), t.Priority, string(t.Params), t.Summary, t.IdempotencyKey,
+ON CONFLICT DO NOTHING`
+	a := []any{t.ID, t.Tenant, t.Type, t.CreatedBy, t.Recipient, string(t.State), t.Priority, string(t.Params), t.Summary, t.IdempotencyKey,
 		us(t.CreatedAt), us(t.UpdatedAt), us(t.AvailableAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt), nus(t.AcceptedAt), t.AcceptReceipt,
 		t.CancelRequested, t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt), nus(t.CompletedAt), t.ProgressPercent,
-		t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, host.IntentsJSON(t.ResourceIntents))
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists")
+		t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, host.IntentsJSON(t.ResourceIntents)}
+	if w.deferWrites {
+		w.ss.queueChecked(expectOne("task insert"), q, a...)
+	} else {
+		n, err := w.ss.exec(w.c(ctx), q, a...)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists")
+		}
 	}
 	t.Version = 1
 	w.st.counts = store.Moved(w.st.counts, t, "", t.State)
@@ -429,7 +453,7 @@ lease_seconds=$24, version=version+1 WHERE id = ` + a.add(t.ID) + ` AND state = 
 	if f.Version != 0 {
 		q += ` AND version = ` + a.add(f.Version)
 	}
-	return stmt{q, a}, nil
+	return stmt{sql: q, args: a}, nil
 }
 
 func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) error {
@@ -437,12 +461,16 @@ func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) e
 	if err != nil {
 		return err
 	}
-	n, err := w.ss.exec(w.c(ctx), u.sql, u.args...)
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return store.ErrFenced
+	if w.deferWrites {
+		w.ss.queueChecked(expectOne("fenced task update"), u.sql, u.args...)
+	} else {
+		n, err := w.ss.exec(w.c(ctx), u.sql, u.args...)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return store.ErrFenced
+		}
 	}
 	t.Version++
 	w.st.counts = store.Moved(w.st.counts, t, f.State, t.State)
@@ -745,11 +773,21 @@ func (w *writeTx) AppendReceipt(ctx context.Context, rc *host.Receipt) error {
 			return err
 		}
 	}
+	q := `INSERT INTO receipts (id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key,
+created_at, prev_hash, hash, chain_id, chain_seq) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15) ON CONFLICT DO NOTHING RETURNING seq`
+	a := []any{rc.ID, rc.Tenant, string(rc.Type), rc.From, rc.To, rc.TaskID, rc.LeaseID, string(parents), string(rc.Body),
+		rc.DedupeKey, us(rc.CreatedAt), rc.PrevHash, rc.Hash, rc.ChainID, rc.ChainSeq}
+	if w.deferWrites {
+		// Deferred: the seq is read with the pipeline's answers, before
+		// the batch commits and its callers hear of it (Flush forces it
+		// sooner); an obligation opened on this receipt meanwhile reads it
+		// in the database.
+		w.ss.queueChecked(func(br pgx.BatchResults) error { return br.QueryRow().Scan(&rc.Seq) }, q, a...)
+		c.seq, c.hash = rc.ChainSeq, rc.Hash
+		return nil
+	}
 	var seq int64
-	err := w.ss.queryRow(w.c(ctx), []any{&seq}, `INSERT INTO receipts (id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key,
-created_at, prev_hash, hash, chain_id, chain_seq) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15) ON CONFLICT DO NOTHING RETURNING seq`,
-		rc.ID, rc.Tenant, string(rc.Type), rc.From, rc.To, rc.TaskID, rc.LeaseID, string(parents), string(rc.Body),
-		rc.DedupeKey, us(rc.CreatedAt), rc.PrevHash, rc.Hash, rc.ChainID, rc.ChainSeq)
+	err := w.ss.queryRow(w.c(ctx), []any{&seq}, q, a...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return host.Errorf(host.CodeConflict, "a receipt with this id or dedupe key exists")
 	}
@@ -891,6 +929,14 @@ func (r *reader) ScanCheckpoints(ctx context.Context, afterID int64, limit int) 
 // receipt with the same ones was just inserted); should it fail anyway, the
 // whole batch is abandoned, never a request acknowledged without its writes.
 func (w *writeTx) OpenObligation(ctx context.Context, o host.Obligation) error {
+	if o.Seq == 0 {
+		// The receipt's insert is deferred (its seq is not known yet) and
+		// runs before this one in the same pipeline.
+		w.ss.queue(`INSERT INTO obligations (receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq)
+SELECT $1,$2,$3,$4,$5,$6,$7, seq FROM receipts WHERE id = $1`,
+			o.ReceiptID, o.Tenant, string(o.Type), o.Obligor, o.Obligee, o.TaskID, us(o.CreatedAt))
+		return nil
+	}
 	w.ss.queue(`INSERT INTO obligations (receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq) VALUES ($1,$2,$3,$4,$5,$6,$7,$8)`,
 		o.ReceiptID, o.Tenant, string(o.Type), o.Obligor, o.Obligee, o.TaskID, us(o.CreatedAt), o.Seq)
 	return nil
@@ -903,11 +949,20 @@ func (w *writeTx) OpenObligation(ctx context.Context, o host.Obligation) error {
 // every open obligation of the tenant, so each completion cost grew with the
 // depth of the queue. The coalesce form says the same and matches no
 // partial index.
-func (w *writeTx) Terminate(ctx context.Context, tenant, parentID, terminatorID string) (bool, error) {
-	n, err := w.ss.exec(w.c(ctx), `UPDATE obligations SET terminated_by = $1 WHERE receipt_id = $2 AND tenant = $3 AND coalesce(terminated_by, '') = ''`,
-		terminatorID, parentID, tenant)
-	return n > 0, err
+func (w *writeTx) Terminate(ctx context.Context, tenant, parentID, terminatorID string) error {
+	const q = `UPDATE obligations SET terminated_by = $1 WHERE receipt_id = $2 AND tenant = $3 AND coalesce(terminated_by, '') = ''`
+	if w.deferWrites {
+		// Nothing waits for it: it rides along with the next statement.
+		w.ss.queue(q, terminatorID, parentID, tenant)
+		return nil
+	}
+	_, err := w.ss.exec(w.c(ctx), q, terminatorID, parentID, tenant)
+	return err
 }
+
+// Flush implements store.Tx: deferred writes are sent and their answers
+// (receipt seqs) read.
+func (w *writeTx) Flush(ctx context.Context) error { return w.ss.flush(w.c(ctx)) }
 
 // --- workers and keys
 

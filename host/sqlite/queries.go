@@ -1024,23 +1024,22 @@ func (w *writeTx) OpenObligation(ctx context.Context, o host.Obligation) error {
 
 // Terminate implements store.Tx. An obligation opened in this batch and not
 // written yet is terminated in memory.
-func (w *writeTx) Terminate(ctx context.Context, tenant, parentID, terminatorID string) (bool, error) {
+func (w *writeTx) Terminate(ctx context.Context, tenant, parentID, terminatorID string) error {
 	for i := range w.obligations {
 		if p := &w.obligations[i]; p.o.ReceiptID == parentID && p.o.Tenant == tenant {
-			if p.terminatedBy != "" {
-				return false, nil
+			if p.terminatedBy == "" {
+				p.terminatedBy = terminatorID
 			}
-			p.terminatedBy = terminatorID
-			return true, nil
+			return nil
 		}
 	}
-	res, err := w.rawExec(ctx, `UPDATE obligations SET terminated_by = ? WHERE receipt_id = ? AND tenant = ? AND terminated_by IS NULL`, terminatorID, parentID, tenant)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n > 0, err
+	_, err := w.rawExec(ctx, `UPDATE obligations SET terminated_by = ? WHERE receipt_id = ? AND tenant = ? AND terminated_by IS NULL`, terminatorID, parentID, tenant)
+	return err
 }
+
+// Flush implements store.Tx. Receipts get their seq as they are appended;
+// the rows held back are written.
+func (w *writeTx) Flush(ctx context.Context) error { return w.flushBehind(ctx) }
 
 // Terminator implements store.Reader inside the batch: obligations written
 // behind are written first.

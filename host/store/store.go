@@ -141,17 +141,23 @@ type Tx interface {
 	// InsertProgress records one progress report.
 	InsertProgress(ctx context.Context, p Progress) error
 
-	// AppendReceipt appends r to the ledger: it sets r.Seq (its place in the
-	// whole ledger) and links it into this writer's own chain (r.ChainID,
-	// r.ChainSeq, r.PrevHash, r.Hash). Writers never share a chain, so no
-	// append waits for another writer's. A clash on (tenant, dedupe key) is a
-	// host.CodeConflict error.
+	// AppendReceipt appends r to the ledger: it links it into this writer's
+	// own chain (r.ChainID, r.ChainSeq, r.PrevHash, r.Hash) at once and sets
+	// r.Seq (its place in the whole ledger) by the time Update returns, or
+	// sooner after Flush: a driver may send the write with the rest of the
+	// batch. Writers never share a chain, so no append waits for another
+	// writer's. A clash on (tenant, dedupe key) is a host.CodeConflict error
+	// from Update (a driver that finds it late runs the batch again with
+	// every write answered at once).
 	AppendReceipt(ctx context.Context, r *host.Receipt) error
 	// OpenObligation records an obligation created by an appended receipt.
 	OpenObligation(ctx context.Context, o host.Obligation) error
-	// Terminate records that terminatorID discharged the obligation parentID and
-	// reports whether it was open. Terminating a closed one changes nothing.
-	Terminate(ctx context.Context, tenant, parentID, terminatorID string) (bool, error)
+	// Terminate records that terminatorID discharged the obligation parentID
+	// if it is open. A closed one keeps its first terminator.
+	Terminate(ctx context.Context, tenant, parentID, terminatorID string) error
+	// Flush sends the writes the driver is holding back and reads their
+	// answers, so every receipt appended so far has its Seq.
+	Flush(ctx context.Context) error
 
 	// PutTaskType creates or replaces a task type.
 	PutTaskType(ctx context.Context, tt *host.TaskType) error

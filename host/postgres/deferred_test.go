@@ -1,0 +1,113 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/storetest"
+)
+
+// A batch whose deferred writes fail at its end (a lost fence, a clash with a
+// committed receipt) runs again in strict mode: each failure is its own
+// request's error, the other requests of the batch commit, and nothing of the
+// failed requests is written.
+func TestDeferredWriteFailureFailsItsRequestAlone(t *testing.T) {
+	st := openIn(t, newSchema(t), Options{})
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	ctx := b.Ctx
+	stale := b.Enqueue(t, "work")
+	fresh := b.Enqueue(t, "work")
+	receipt := func(dedupe string) *host.Receipt {
+		rc := &host.Receipt{ID: host.NewID("R"), Tenant: "acme", Type: host.ReceiptProgress, From: "agent.kee", To: "agent.kee",
+			Body: []byte(`{}`), Parents: []string{}, DedupeKey: dedupe, CreatedAt: b.Clock.Now()}
+		if err := rc.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		return rc
+	}
+	if err := st.Update(ctx, func(tx store.Tx) error { return tx.AppendReceipt(ctx, receipt("taken")) }); err != nil {
+		t.Fatal(err)
+	}
+	reruns := st.StrictReruns()
+
+	// Hold the writer so the three updates below queue and run as one batch.
+	hold, held := make(chan struct{}), make(chan struct{})
+	go st.Update(ctx, func(store.Tx) error { close(held); <-hold; return nil })
+	<-held
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	kept := receipt("kept")
+	run := func(i int, fn func(tx store.Tx) error) {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = st.Update(ctx, fn) }()
+	}
+	run(0, func(tx store.Tx) error { // a fence that no longer holds
+		task, err := tx.GetTask(ctx, "acme", stale.TaskID)
+		if err != nil {
+			return err
+		}
+		task.Priority = 7
+		return tx.UpdateTask(ctx, task, store.Fence{State: host.StateQueued, Version: task.Version + 3})
+	})
+	run(1, func(tx store.Tx) error { // a dedupe key a committed receipt holds
+		return tx.AppendReceipt(ctx, receipt("taken"))
+	})
+	run(2, func(tx store.Tx) error { // fine: must commit
+		task, err := tx.GetTask(ctx, "acme", fresh.TaskID)
+		if err != nil {
+			return err
+		}
+		task.Priority = 9
+		if err := tx.UpdateTask(ctx, task, store.Fence{State: host.StateQueued, Version: task.Version}); err != nil {
+			return err
+		}
+		return tx.AppendReceipt(ctx, kept)
+	})
+	for deadline := time.Now().Add(30 * time.Second); len(st.reqs) < 3; {
+		if time.Now().After(deadline) {
+			t.Fatal("the updates never queued behind the held batch")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(hold)
+	wg.Wait()
+
+	if !errors.Is(errs[0], store.ErrFenced) {
+		t.Errorf("stale fence: %v, want store.ErrFenced", errs[0])
+	}
+	storetest.WantCode(t, errs[1], host.CodeConflict)
+	if errs[2] != nil {
+		t.Fatalf("the sound update failed with its batch: %v", errs[2])
+	}
+	if st.StrictReruns() <= reruns {
+		t.Errorf("strict reruns %d → %d: the deferred failure was not found at the batch's end", reruns, st.StrictReruns())
+	}
+	if kept.Seq == 0 {
+		t.Error("a committed deferred receipt has no seq")
+	}
+	if got := b.Task(t, stale.TaskID); got.Priority == 7 {
+		t.Error("the fenced-out update was written")
+	}
+	if got := b.Task(t, fresh.TaskID); got.Priority != 9 {
+		t.Errorf("the sound update's task has priority %d, want 9", got.Priority)
+	}
+	err := st.View(context.Background(), func(r store.Reader) error {
+		rc, err := r.GetReceipt(ctx, "acme", kept.ID)
+		if err != nil {
+			return err
+		}
+		if rc.Seq != kept.Seq {
+			t.Errorf("stored seq %d, reported %d", rc.Seq, kept.Seq)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Verify(t)
+}
