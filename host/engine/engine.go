@@ -114,6 +114,7 @@ type Config struct {
 // Engine is the lease engine and receipt ledger. It is safe for concurrent use.
 type Engine struct {
 	st      store.Store
+	leases  *leaseCache // tasks leased here, by lease id
 	clock   host.Clock
 	log     *slog.Logger
 	cfg     Config
@@ -174,7 +175,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.ResultQueueWait <= 0 {
 		cfg.ResultQueueWait = DefaultResultQueueWait
 	}
-	e := &Engine{
+	e := &Engine{leases: newLeaseCache(),
 		st: cfg.Store, clock: cfg.Clock, log: cfg.Logger, cfg: cfg,
 		policy:  cfg.DefaultPolicy,
 		waiters: newWaiters(),

@@ -207,6 +207,7 @@ func (e *Engine) claim(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 	}
 	offers := make([]host.Offer, len(tasks))
 	for i, t := range tasks {
+		e.leases.put(t, now)
 		offers[i] = host.Offer{LeaseID: t.LeaseID, RunID: t.LeaseID, LeaseExpiresAt: *t.LeaseExpiresAt, Attempt: t.Attempts + 1, Task: t,
 			LeaseSeconds: int(t.LeaseExpiresAt.Sub(now) / time.Second), ServerTime: now}
 		e.emit(Event{Kind: EvLeased, Tenant: t.Tenant, TaskType: t.Type, WorkerID: req.WorkerID, Duration: now.Sub(t.AvailableAt)})
@@ -261,6 +262,11 @@ func liveLease(ctx context.Context, r store.Reader, c WorkerCall, now time.Time)
 		}
 		return nil, err
 	}
+	return checkLive(t, c, now)
+}
+
+// checkLive reports whether t is the live lease c names at now.
+func checkLive(t *host.Task, c WorkerCall, now time.Time) (*host.Task, error) {
 	if t.Tenant != c.Tenant || (c.TaskID != "" && c.TaskID != t.ID) {
 		return nil, host.Errorf(host.CodeLeaseExpired, "no live lease %s for this task", c.LeaseID)
 	}
@@ -300,16 +306,28 @@ func (e *Engine) Accept(ctx context.Context, c WorkerCall) (*host.Task, string, 
 	var pre *host.Task
 	var preTask host.Task
 	var preReceipt *host.Receipt
-	_ = e.view(ctx, func(r store.Reader) error {
-		if t, err := liveLease(ctx, r, c, now); err == nil && t.AcceptReceipt == "" {
+	prebuild := func(t *host.Task) {
+		if t.AcceptReceipt == "" {
 			pre, preTask = t, *t
 			preReceipt = acceptTask(&preTask, now)
 			if preReceipt.Validate() != nil {
 				pre = nil // the writer builds it again and reports why
 			}
 		}
-		return nil
-	})
+	}
+	if t, ok := e.leases.get(c.LeaseID); ok && c.LeaseID != "" {
+		if _, err := checkLive(t, c, now); err == nil {
+			prebuild(t) // leased here: no read needed
+		}
+	}
+	if pre == nil {
+		_ = e.view(ctx, func(r store.Reader) error {
+			if t, err := liveLease(ctx, r, c, now); err == nil {
+				prebuild(t)
+			}
+			return nil
+		})
+	}
 	err := e.update(ctx, func(tx store.Tx) error {
 		if pre != nil {
 			t := preTask
@@ -343,6 +361,7 @@ func (e *Engine) Accept(ctx context.Context, c WorkerCall) (*host.Task, string, 
 	if err != nil {
 		return nil, "", err
 	}
+	e.leases.put(out, now)
 	e.emit(Event{Kind: EvAccepted, Tenant: out.Tenant, TaskType: out.Type, WorkerID: out.WorkerID})
 	return out, rid, nil
 }
@@ -397,7 +416,9 @@ func (e *Engine) Heartbeat(ctx context.Context, req HeartbeatRequest) (*Heartbea
 	}
 	now := e.now()
 	var res HeartbeatResult
+	var written *host.Task
 	err := e.update(ctx, func(tx store.Tx) error {
+		written = nil
 		t, err := liveLease(ctx, tx, req.WorkerCall, now)
 		if err != nil {
 			return err
@@ -446,11 +467,13 @@ func (e *Engine) Heartbeat(ctx context.Context, req HeartbeatRequest) (*Heartbea
 			return err
 		}
 		res = HeartbeatResult{Status: "ok", LeaseExpiresAt: *t.LeaseExpiresAt, CancelRequested: t.CancelRequested, ServerTime: now}
+		written = t
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	e.leases.put(written, now)
 	e.sawWorker(ctx, req.Tenant, req.WorkerID, nil)
 	return &res, nil
 }
@@ -562,17 +585,28 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 	var preTask host.Task
 	var preReceipt *host.Receipt
 	var preTypes map[string]host.ReceiptType
-	_ = e.view(ctx, func(r store.Reader) error {
-		if t, err := liveLease(ctx, r, req.WorkerCall, now); err == nil {
-			pre = t
-			preTask = *t
-			preReceipt, preTypes = completeTask(&preTask, res, now)
-			if preReceipt.Validate() != nil {
-				pre = nil // the writer builds it again and reports why
-			}
+	prebuild := func(t *host.Task) {
+		pre = t
+		preTask = *t
+		preReceipt, preTypes = completeTask(&preTask, res, now)
+		if preReceipt.Validate() != nil {
+			pre = nil // the writer builds it again and reports why
 		}
-		return nil
-	})
+	}
+	if t, ok := e.leases.get(req.LeaseID); ok && req.LeaseID != "" {
+		if _, err := checkLive(t, req.WorkerCall, now); err == nil {
+			prebuild(t) // leased here: no read needed
+		}
+	}
+	if pre == nil {
+		_ = e.view(ctx, func(r store.Reader) error {
+			if t, err := liveLease(ctx, r, req.WorkerCall, now); err == nil {
+				prebuild(t)
+			}
+			return nil
+		})
+	}
+	defer e.leases.drop(req.LeaseID)
 	var rsReleased, rsExpired int
 	err := e.update(ctx, func(tx store.Tx) error {
 		rsReleased, rsExpired = 0, 0
@@ -738,6 +772,7 @@ func failDedupe(leaseID string) string { return "fail:" + leaseID }
 // failure on a task whose cancel was requested cancels it. Failing the same lease
 // again returns the first outcome.
 func (e *Engine) Fail(ctx context.Context, req FailRequest) (*FailResult, error) {
+	defer e.leases.drop(req.LeaseID) // the lease ends here, or was not live
 	if len(req.Error) > 8192 {
 		req.Error = req.Error[:8192]
 	}
@@ -1007,6 +1042,7 @@ func checkDecision(d host.Decision) error {
 // Release gives a leased task back to the queue at once without using an
 // attempt. Releasing a lease that is already gone is a no-op (KLIS-3 §5.3).
 func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*host.Task, error) {
+	defer e.leases.drop(c.LeaseID) // the lease ends here, or was not live
 	now := e.now()
 	var out *host.Task
 	var released bool
