@@ -24,6 +24,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		fn   func(t *testing.T, b *Bundle)
 	}{
 		{"EnqueueWritesAssignedObligation", testEnqueue},
+		{"RememberedLeaseGoneElsewhere", testRememberedLeaseGoneElsewhere},
 		{"EnqueueIdempotency", testIdempotency},
 		{"EnqueueIdempotencyConflict", testIdempotencyConflict},
 		{"EnqueueRefusesBadInput", testEnqueueBadInput},
