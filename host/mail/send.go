@@ -31,6 +31,10 @@ type Message struct {
 	AttachmentName string
 	// Headers are extra X-Asyncgate-* headers (name → value).
 	Headers map[string]string
+	// BccSelf also delivers the message to the gate's own From address (an
+	// envelope recipient only, not a header): the gate's archive copy. A
+	// refusal of that copy does not fail the send.
+	BccSelf bool
 }
 
 // Check validates m against the allowlist and the limits, without sending.
@@ -74,10 +78,10 @@ func (c *Client) Send(ctx context.Context, m Message) (string, error) {
 		return "", err
 	}
 	raw := c.compose(&m, time.Now())
-	return m.MessageID, c.smtpSend(ctx, m.To, raw)
+	return m.MessageID, c.smtpSend(ctx, m.To, m.BccSelf, raw)
 }
 
-func (c *Client) smtpSend(ctx context.Context, to string, raw []byte) error {
+func (c *Client) smtpSend(ctx context.Context, to string, self bool, raw []byte) error {
 	conn, err := c.dial(ctx, c.cfg.SMTP)
 	if err != nil {
 		return fmt.Errorf("connecting to the SMTP server: %w", err)
@@ -113,6 +117,9 @@ func (c *Client) smtpSend(ctx context.Context, to string, raw []byte) error {
 	}
 	if err := cl.Rcpt(to); err != nil {
 		return classify(err)
+	}
+	if self && !strings.EqualFold(to, c.cfg.From) {
+		_ = cl.Rcpt(c.cfg.From) // best effort: the archive copy
 	}
 	w, err := cl.Data()
 	if err != nil {
