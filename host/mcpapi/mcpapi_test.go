@@ -235,9 +235,9 @@ func toolNames(t *testing.T, c *client.Client) []string {
 
 // agentToolNames are an agent's tools in a tenant whose one task type is echo
 // (a tool of its own).
-var agentToolNames = []string{"acquire_resource_leases", "archive_task_result", "cancel_task", "check_task_status", "echo",
-	"fetch_task_result", "get_receipt", "get_receipt_chain", "get_task_progress", "heartbeat_resource_leases", "list_active_tasks",
-	"list_inbox", "list_open_obligations", "list_task_types", "mark_read", "queue_task", "release_resource_leases", "session_bootstrap",
+var agentToolNames = []string{"acquire_resource_leases", "archive_task_email", "archive_task_result", "cancel_task", "check_task_status", "echo",
+	"fetch_task_email", "fetch_task_result", "get_receipt", "get_receipt_chain", "get_task_progress", "heartbeat_resource_leases", "list_active_tasks",
+	"list_inbox", "list_open_obligations", "list_task_types", "mark_read", "queue_task", "release_resource_leases", "send_email", "session_bootstrap",
 	"store_task_result_in_memory", "verify_resource_leases"}
 
 func TestToolsByRole(t *testing.T) {
