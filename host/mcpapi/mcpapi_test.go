@@ -43,7 +43,7 @@ type testBundle struct {
 	worker string // tenant default, worker echo.w1
 }
 
-func setup(t testing.TB, cfg mcpapi.Config) *testBundle {
+func setup(t testing.TB, cfg mcpapi.Config, opts ...func(*engine.Config)) *testBundle {
 	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
 	if err != nil {
@@ -52,7 +52,11 @@ func setup(t testing.TB, cfg mcpapi.Config) *testBundle {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// MaxWait well above any test's bound, so a long-poll that is not ended
 	// by Close would outlast the test's own deadline.
-	eng, err := engine.New(engine.Config{Store: st, Logger: log, Plugins: registryPlugins{builtins}, MaxWait: 10 * time.Minute})
+	ecfg := engine.Config{Store: st, Logger: log, Plugins: registryPlugins{builtins}, MaxWait: 10 * time.Minute}
+	for _, o := range opts {
+		o(&ecfg)
+	}
+	eng, err := engine.New(ecfg)
 	if err != nil {
 		t.Fatal(err)
 	}
