@@ -71,6 +71,9 @@ FUZZ_TARGETS := \
 	./host/plugin:FuzzDecodeDecision \
 	./host/plugin:FuzzFailureRecord \
 	./host/plugin:FuzzHTTPHostCall \
+	./host/plugin:FuzzMailHostCall \
+	./host/mail:FuzzParse \
+	./host/mail:FuzzCheckAddress \
 	./host/store:FuzzParseCursor \
 	./sdk/plugin:FuzzParseJSON \
 	./sdk/plugin:FuzzDecodeFailureRecord \

@@ -174,7 +174,11 @@ func (e *Engine) OutboxRound(ctx context.Context) (int, error) {
 			ev.Kind = EvOutboxDelivered
 		case store.OutboxDead:
 			ev.Kind = EvOutboxDead
-			e.log.Warn("outbox: the sink refused an entry; it is on the dead list (gate outbox retry)", "id", en.ID, "key", en.Key, "err", en.LastError)
+			what := "the sink"
+			if en.Kind == OutboxKindEmail {
+				what = "the mail server"
+			}
+			e.log.Warn("outbox: "+what+" refused an entry; it is on the dead list (gate outbox retry)", "id", en.ID, "key", en.Key, "err", en.LastError)
 		default:
 			ev.Kind = EvOutboxFailed
 			e.log.Debug("outbox: delivery failed; retrying", "id", en.ID, "key", en.Key, "attempts", en.Attempts, "next", en.NextAt, "err", en.LastError)

@@ -56,20 +56,26 @@ func (p *Plugin) mailFunc(op func(ctx context.Context, raw []byte) []byte) api.G
 		}
 		ptr, n := uint32(stack[0]), uint32(stack[1])
 		var resp []byte
-		switch raw, ok := mod.Memory().Read(ptr, n); {
-		case !ok:
+		if raw, ok := mod.Memory().Read(ptr, n); !ok {
 			resp = mailErrorFrame("bad_request", "request frame outside guest memory")
-		case !p.Manifest.Capabilities.Mail || p.grant.Mail == nil:
-			p.rt.log.Warn("plugin mail call denied", "plugin", p.Manifest.Name)
-			resp = mailErrorFrame("mail_denied", "mail is not granted to this plugin")
-		case len(raw) < 4 || uint64(binary.LittleEndian.Uint32(raw))+4 > uint64(len(raw)):
-			resp = mailErrorFrame("bad_request", "malformed request frame")
-		default:
-			resp = op(ctx, bytes.Clone(raw))
+		} else {
+			resp = p.mailCall(ctx, bytes.Clone(raw), op)
 		}
 		inst.pending = resp
 		stack[0] = uint64(len(resp))
 	}
+}
+
+// mailCall checks the grant and the frame, then runs op on raw.
+func (p *Plugin) mailCall(ctx context.Context, raw []byte, op func(ctx context.Context, raw []byte) []byte) []byte {
+	switch {
+	case !p.Manifest.Capabilities.Mail || p.grant.Mail == nil:
+		p.rt.log.Warn("plugin mail call denied", "plugin", p.Manifest.Name)
+		return mailErrorFrame("mail_denied", "mail is not granted to this plugin")
+	case len(raw) < 4 || uint64(binary.LittleEndian.Uint32(raw))+4 > uint64(len(raw)):
+		return mailErrorFrame("bad_request", "malformed request frame")
+	}
+	return op(ctx, raw)
 }
 
 func mailErrorFrame(code, msg string) []byte {
