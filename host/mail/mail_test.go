@@ -134,3 +134,32 @@ func TestSendOutcomes(t *testing.T) {
 		t.Fatalf("fetch with the server down: %v", err)
 	}
 }
+
+// TestTLSModes: SMTP with STARTTLS and authentication, POP3 over TLS, against
+// a mailpit that requires them.
+func TestTLSModes(t *testing.T) {
+	mp := mailtest.Start(t, mailtest.WithTLS())
+	cfg := mp.Config("*@example.com")
+	c, err := mail.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	id, err := c.Send(ctx, mail.Message{To: "a@example.com", Subject: "over TLS", Body: []byte("secret")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.Fetch(ctx, id)
+	if err != nil || string(f.Body) != "secret" {
+		t.Fatalf("fetch over TLS: %+v %v", f, err)
+	}
+	// Plain SMTP to a server that requires STARTTLS is refused, not sent.
+	cfg.SMTP.TLS = mail.TLSNone
+	plain, err := mail.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.Send(ctx, mail.Message{To: "a@example.com", Subject: "plain", Body: []byte("x")}); err == nil {
+		t.Fatal("plain SMTP to a STARTTLS-only server succeeded")
+	}
+}

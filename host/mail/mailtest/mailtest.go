@@ -6,8 +6,15 @@ package mailtest
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"net/http"
 	"net/url"
@@ -38,7 +45,16 @@ type Server struct {
 	HTTPPort           int
 	cmd                *exec.Cmd
 	exited             chan struct{}
+	// TLS: SMTP requires STARTTLS and POP3 speaks TLS from the first byte,
+	// with a self-signed certificate (Config sets InsecureSkipVerify).
+	TLS bool
 }
+
+// Option changes how Start runs mailpit.
+type Option func(*Server)
+
+// WithTLS makes SMTP require STARTTLS and POP3 speak implicit TLS.
+func WithTLS() Option { return func(s *Server) { s.TLS = true } }
 
 // Binary finds mailpit: $ASYNCGATE_MAILPIT, PATH, $(go env GOPATH)/bin, ./bin.
 func Binary() string {
@@ -75,7 +91,7 @@ func trim(b []byte) []byte {
 
 // Start starts mailpit and waits until its three ports answer. It is
 // stopped when the test ends.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	bin := Binary()
 	if bin == "" {
@@ -89,6 +105,12 @@ func Start(t testing.TB) *Server {
 		t.Fatal(err)
 	}
 	s := &Server{t: t, bin: bin, dir: dir, SMTPPort: freePort(t), POP3Port: freePort(t), HTTPPort: freePort(t)}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.TLS {
+		writeCert(t, dir)
+	}
 	s.start()
 	t.Cleanup(s.Stop)
 	return s
@@ -111,11 +133,18 @@ func (s *Server) start() {
 		"--smtp", "127.0.0.1:"+strconv.Itoa(s.SMTPPort),
 		"--pop3", "127.0.0.1:"+strconv.Itoa(s.POP3Port),
 		"--pop3-auth-file", filepath.Join(s.dir, "pop3-auth"),
-		"--smtp-auth-accept-any", "--smtp-auth-allow-insecure", "--smtp-disable-rdns",
+		"--smtp-auth-accept-any", "--smtp-disable-rdns",
 		// Recipients in .com and .org domains are accepted, any other
 		// (RefusingDomain) is refused with 550.
 		"--smtp-allowed-recipients", `\.(com|org)$`,
 		"--quiet")
+	if s.TLS {
+		cert, key := filepath.Join(s.dir, "cert.pem"), filepath.Join(s.dir, "key.pem")
+		s.cmd.Args = append(s.cmd.Args, "--smtp-tls-cert", cert, "--smtp-tls-key", key, "--smtp-require-starttls",
+			"--pop3-tls-cert", cert, "--pop3-tls-key", key)
+	} else {
+		s.cmd.Args = append(s.cmd.Args, "--smtp-auth-allow-insecure")
+	}
 	logf, err := os.OpenFile(filepath.Join(s.dir, "mailpit.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		s.t.Fatal(err)
@@ -163,12 +192,45 @@ func (s *Server) Restart() { s.start() }
 
 // Config returns a mail config for this server that allows allowed.
 func (s *Server) Config(allowed ...string) mail.Config {
-	return mail.Config{
+	c := mail.Config{
 		SMTP:              mail.Server{Host: "127.0.0.1", Port: s.SMTPPort, TLS: mail.TLSNone},
 		From:              "gate@asyncgate.example.com",
 		POP3:              &mail.Server{Host: "127.0.0.1", Port: s.POP3Port, TLS: mail.TLSNone, Username: User, Password: Password},
 		AllowedRecipients: allowed,
 		Timeout:           10 * time.Second,
+	}
+	if s.TLS {
+		c.SMTP.TLS, c.SMTP.InsecureSkipVerify = mail.TLSStartTLS, true
+		c.SMTP.Username, c.SMTP.Password = "gate", "smtp-secret"
+		c.POP3.TLS, c.POP3.InsecureSkipVerify = mail.TLSImplicit, true
+	}
+	return c
+}
+
+// writeCert writes a self-signed certificate for 127.0.0.1 into dir.
+func writeCert(t testing.TB, dir string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
 
