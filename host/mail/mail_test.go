@@ -86,6 +86,18 @@ func TestSendFetchDeleteAgainstMailpit(t *testing.T) {
 	if len(f.Attachments) != 1 || f.Attachments[0].Filename != "result.json" || string(f.Attachments[0].Content) != `{"a":1}` {
 		t.Fatalf("attachments %+v", f.Attachments)
 	}
+	// The archive copy goes to the gate's own address, as an envelope
+	// recipient only.
+	arch, err := c.Send(ctx, mail.Message{To: "agent@example.com", Subject: "copy", Body: []byte("b"), BccSelf: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := mp.Find(t, arch); !ok || len(s.Bcc) != 1 || s.Bcc[0].Address != "gate@asyncgate.example.com" {
+		t.Fatalf("archive copy: %+v (%v)", s, ok)
+	}
+	if f, err := c.Fetch(ctx, arch); err != nil || strings.Contains(f.To, "gate@") {
+		t.Fatalf("the archive copy's address leaked into the headers: %+v %v", f, err)
+	}
 	if err := c.Delete(ctx, id); err != nil {
 		t.Fatal(err)
 	}

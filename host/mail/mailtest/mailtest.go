@@ -242,6 +242,10 @@ type Summary struct {
 	To        []struct {
 		Address string `json:"Address"`
 	} `json:"To"`
+	// Bcc lists the envelope recipients not named in a header.
+	Bcc []struct {
+		Address string `json:"Address"`
+	} `json:"Bcc"`
 	Snippet string `json:"Snippet"`
 }
 
