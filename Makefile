@@ -29,12 +29,15 @@ vet:
 
 # The dashboard's browser test needs Chromium; scripts/ensure-chromium.sh
 # installs Debian's package when it is missing, with the same CI rule.
+# The mail tests need mailpit (SMTP + POP3); scripts/ensure-mailpit.sh
+# installs it with go install, with the same CI rule.
 # PostgreSQL tests need a server on 127.0.0.1:5432; scripts/ensure-postgres.sh
 # starts (or installs) one. Under CI it must succeed; on a laptop without
 # PostgreSQL its tests skip with a message.
 test: plugins vet
 	@bash scripts/ensure-postgres.sh || { if [ -n "$$CI" ]; then exit 1; fi; echo "PostgreSQL unavailable here: its tests will skip"; }
 	@bash scripts/ensure-chromium.sh || { if [ -n "$$CI" ]; then exit 1; fi; echo "Chromium unavailable here: the dashboard's browser test will skip"; }
+	@bash scripts/ensure-mailpit.sh || { if [ -n "$$CI" ]; then exit 1; fi; echo "mailpit unavailable here: the mail tests will skip"; }
 	$(GO) test -race -count=1 -timeout 25m ./...
 	@for m in $(SDK_MODULES); do (cd $$m && $(GO) test -race -count=1 -timeout 10m ./...) || exit 1; done
 
@@ -68,6 +71,9 @@ FUZZ_TARGETS := \
 	./host/plugin:FuzzDecodeDecision \
 	./host/plugin:FuzzFailureRecord \
 	./host/plugin:FuzzHTTPHostCall \
+	./host/plugin:FuzzMailHostCall \
+	./host/mail:FuzzParse \
+	./host/mail:FuzzCheckAddress \
 	./host/store:FuzzParseCursor \
 	./sdk/plugin:FuzzParseJSON \
 	./sdk/plugin:FuzzDecodeFailureRecord \

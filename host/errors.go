@@ -126,7 +126,21 @@ func HTTPStatus(code string) int {
 		return 409
 	case CodeQuotaExceeded:
 		return 429
+	case CodeInvalidEmailAddress, CodeEmailRecipientNotAllowed:
+		return 400
+	case CodeNotEmailChannel:
+		return 409
+	case CodeMailUnavailable:
+		return 503
 	default:
 		return 500
 	}
 }
+
+// Email (issue 13).
+const (
+	CodeInvalidEmailAddress      = "invalid_email_address"       // not one bare address, or a header with CR/LF (400)
+	CodeEmailRecipientNotAllowed = "email_recipient_not_allowed" // the address is outside the operator's allowlist (400)
+	CodeNotEmailChannel          = "not_email_channel"           // the task's result did not go through the email channel (409)
+	CodeMailUnavailable          = "mail_unavailable"            // no mail server configured, or it cannot be reached now (503)
+)

@@ -24,6 +24,12 @@ const (
 	ReceiptRetryScheduled ReceiptType = "task.retry_scheduled" // a failed attempt, retried later
 	ReceiptEscalated      ReceiptType = "task.escalated"       // lease expired, retries exhausted, policy fault
 	ReceiptReleased       ReceiptType = "task.released"        // a worker gave the task back
+
+	// Email (send_email): the gate owes the sender a delivery from the
+	// moment it queues one until the mail server took it or refused it.
+	ReceiptEmailQueued ReceiptType = "email.queued" // queued in the outbox; obligation of the gate
+	ReceiptEmailSent   ReceiptType = "email.sent"   // the mail server took it (body: message_id)
+	ReceiptEmailFailed ReceiptType = "email.failed" // the mail server refused it for good; on the outbox's dead list
 )
 
 // Escalation reasons carried in task.escalated bodies.
@@ -40,14 +46,16 @@ const (
 // can discharge which obligation-creating types. The other half is database
 // evidence: a receipt of such a type whose parents name the obligation.
 var terminators = map[ReceiptType][]ReceiptType{
-	ReceiptAssigned: {ReceiptCompleted, ReceiptFailed, ReceiptCanceled},
-	ReceiptAccepted: {ReceiptCompleted, ReceiptFailed, ReceiptRetryScheduled, ReceiptEscalated, ReceiptReleased, ReceiptCanceled},
+	ReceiptAssigned:    {ReceiptCompleted, ReceiptFailed, ReceiptCanceled},
+	ReceiptAccepted:    {ReceiptCompleted, ReceiptFailed, ReceiptRetryScheduled, ReceiptEscalated, ReceiptReleased, ReceiptCanceled},
+	ReceiptEmailQueued: {ReceiptEmailSent, ReceiptEmailFailed},
 }
 
 var knownReceiptTypes = map[ReceiptType]bool{
 	ReceiptAssigned: true, ReceiptAccepted: true, ReceiptProgress: true, ReceiptCompleted: true,
 	ReceiptFailed: true, ReceiptCanceled: true, ReceiptRetryScheduled: true, ReceiptEscalated: true,
-	ReceiptReleased: true,
+	ReceiptReleased:    true,
+	ReceiptEmailQueued: true, ReceiptEmailSent: true, ReceiptEmailFailed: true,
 }
 
 // Known reports whether t is a receipt type of this ledger.

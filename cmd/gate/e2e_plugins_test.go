@@ -53,6 +53,10 @@ func TestE2EPluginsWired(t *testing.T) {
 	if states["http"] != "/missing" {
 		t.Fatalf("unconfigured http channel is %q", states["http"])
 	}
+	// So does the email channel without the gate's mail section.
+	if states["email"] != "/missing" {
+		t.Fatalf("unconfigured email channel is %q", states["email"])
+	}
 	r := call(t, "GET", g.URL+"/v1/admin/plugins", g.newKey(t, "agent", "agent.kee", ""), nil)
 	want(t, r, 403, "forbidden")
 

@@ -91,6 +91,11 @@ func pluginGrants(cfg serveConfig) (map[string]plugin.Grant, error) {
 		}
 		grants["http"] = plugin.Grant{HTTPHosts: hosts, HTTPPrefixes: prefixes, Config: conf}
 	}
+	if g, ok, err := cfg.Mail.emailGrant(); err != nil {
+		return nil, fmt.Errorf("mail: %w", err)
+	} else if ok {
+		grants["email"] = g
+	}
 	return grants, nil
 }
 

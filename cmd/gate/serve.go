@@ -63,6 +63,9 @@ type serveConfig struct {
 	ResourceLeases *resourceLeaseConfig `json:"resource_leases"`
 	// Delivery configures retention and the outbox to an external ledger (delivery.go).
 	Delivery *deliveryConfig `json:"delivery"`
+	// Mail is the gate's mail server: send_email, the email channel,
+	// fetch_task_email (mail.go).
+	Mail *mailConfig `json:"mail"`
 }
 
 func defaultServeConfig() serveConfig {
@@ -299,6 +302,11 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	ecfg.Plugins = plugins.Plugins
 	if ecfg.Delivery, err = cfg.Delivery.engineConfig(ecfg.Plugins); err != nil {
 		return err
+	}
+	if mc, err := cfg.Mail.client(); err != nil {
+		return fmt.Errorf("mail: %w", err)
+	} else if mc != nil {
+		ecfg.Delivery.Mail = mc
 	}
 	eng, err := engine.New(ecfg)
 	if err != nil {

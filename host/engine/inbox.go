@@ -20,6 +20,10 @@ type DeliveryConfig struct {
 	OutboxConfig OutboxConfig
 	// Retention says how long finished tasks keep their payloads.
 	Retention RetentionConfig
+	// Mail is the gate's mail client (email.go): send_email queues outbox
+	// entries of kind email that it sends; fetch_task_email reads back
+	// through it. With it the outbox dispatcher runs even without a Sink.
+	Mail Mailer
 }
 
 // deliveryTx is the transaction every engine update runs in: it passes

@@ -105,11 +105,14 @@ func (c *OutboxConfig) backoff(attempts int) time.Duration {
 }
 
 // OutboxRound claims the due entries, delivers them and records the
-// outcomes. It returns how many it claimed. Without a sink it does nothing.
+// outcomes. It returns how many it claimed. Entries of kind email go to the
+// gate's mail server (email.go), every other to the sink; without either it
+// does nothing. The outcomes of emails (email.sent, email.failed) are
+// appended in the transaction that records them.
 func (e *Engine) OutboxRound(ctx context.Context) (int, error) {
 	cfg := e.cfg.Delivery.OutboxConfig
 	cfg.defaults()
-	if cfg.Sink == nil {
+	if cfg.Sink == nil && e.cfg.Delivery.Mail == nil {
 		return 0, nil
 	}
 	now := e.now()
@@ -129,7 +132,15 @@ func (e *Engine) OutboxRound(ctx context.Context) (int, error) {
 		go func(en *store.OutboxEntry) {
 			defer func() { <-sem; wg.Done() }()
 			dctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-			err := cfg.Sink.Deliver(dctx, *en)
+			var err error
+			switch {
+			case en.Kind == OutboxKindEmail:
+				err = e.deliverEmail(dctx, *en)
+			case cfg.Sink == nil:
+				err = errors.New("this host has no sink for the external ledger (delivery.sink); the entry waits for one")
+			default:
+				err = cfg.Sink.Deliver(dctx, *en)
+			}
 			cancel()
 			var refused *RefusedError
 			switch {
@@ -144,10 +155,17 @@ func (e *Engine) OutboxRound(ctx context.Context) (int, error) {
 		}(&claimed[i])
 	}
 	wg.Wait()
-	if err := storeErr(e.st.Update(context.WithoutCancel(ctx), func(tx store.Tx) error {
-		return tx.FinishOutbox(ctx, claimed)
-	})); err != nil {
+	var outboxed bool
+	if err := storeErr(e.st.Update(context.WithoutCancel(ctx), e.wrapTx(func(tx store.Tx) error {
+		if err := tx.FinishOutbox(ctx, claimed); err != nil {
+			return err
+		}
+		return e.emailOutcomes(ctx, tx, claimed)
+	}, &outboxed))); err != nil {
 		return len(claimed), err // the claims end by themselves; the entries are tried again
+	}
+	if outboxed {
+		e.wakeOutbox() // email outcome receipts queued for the external ledger
 	}
 	for _, en := range claimed {
 		ev := Event{Tenant: en.Tenant, Detail: en.LastError}
@@ -156,7 +174,11 @@ func (e *Engine) OutboxRound(ctx context.Context) (int, error) {
 			ev.Kind = EvOutboxDelivered
 		case store.OutboxDead:
 			ev.Kind = EvOutboxDead
-			e.log.Warn("outbox: the sink refused an entry; it is on the dead list (gate outbox retry)", "id", en.ID, "key", en.Key, "err", en.LastError)
+			what := "the sink"
+			if en.Kind == OutboxKindEmail {
+				what = "the mail server"
+			}
+			e.log.Warn("outbox: "+what+" refused an entry; it is on the dead list (gate outbox retry)", "id", en.ID, "key", en.Key, "err", en.LastError)
 		default:
 			ev.Kind = EvOutboxFailed
 			e.log.Debug("outbox: delivery failed; retrying", "id", en.ID, "key", en.Key, "attempts", en.Attempts, "next", en.NextAt, "err", en.LastError)

@@ -251,7 +251,7 @@ func (e *Engine) startDelivery() {
 		e.wg.Add(1)
 		go e.retentionLoop(r.Interval)
 	}
-	if e.cfg.Delivery.OutboxConfig.Sink != nil {
+	if e.cfg.Delivery.OutboxConfig.Sink != nil || e.cfg.Delivery.Mail != nil {
 		e.wg.Add(1)
 		go e.outboxLoop()
 	}

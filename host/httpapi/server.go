@@ -260,6 +260,7 @@ func (s *Server) routes() {
 	v1.GET("/receipts/:id", s.getReceipt)
 	v1.GET("/receipts/:id/chain", s.chain)
 	s.deliveryRoutes(auth)
+	s.emailRoutes(auth)
 
 	// Operator API.
 	a := e.Group("/v1/admin", auth, admins)

@@ -43,7 +43,7 @@ type testBundle struct {
 	worker string // tenant default, worker echo.w1
 }
 
-func setup(t testing.TB, cfg mcpapi.Config) *testBundle {
+func setup(t testing.TB, cfg mcpapi.Config, opts ...func(*engine.Config)) *testBundle {
 	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
 	if err != nil {
@@ -52,7 +52,11 @@ func setup(t testing.TB, cfg mcpapi.Config) *testBundle {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// MaxWait well above any test's bound, so a long-poll that is not ended
 	// by Close would outlast the test's own deadline.
-	eng, err := engine.New(engine.Config{Store: st, Logger: log, Plugins: registryPlugins{builtins}, MaxWait: 10 * time.Minute})
+	ecfg := engine.Config{Store: st, Logger: log, Plugins: registryPlugins{builtins}, MaxWait: 10 * time.Minute}
+	for _, o := range opts {
+		o(&ecfg)
+	}
+	eng, err := engine.New(ecfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,9 +239,9 @@ func toolNames(t *testing.T, c *client.Client) []string {
 
 // agentToolNames are an agent's tools in a tenant whose one task type is echo
 // (a tool of its own).
-var agentToolNames = []string{"acquire_resource_leases", "archive_task_result", "cancel_task", "check_task_status", "echo",
-	"fetch_task_result", "get_receipt", "get_receipt_chain", "get_task_progress", "heartbeat_resource_leases", "list_active_tasks",
-	"list_inbox", "list_open_obligations", "list_task_types", "mark_read", "queue_task", "release_resource_leases", "session_bootstrap",
+var agentToolNames = []string{"acquire_resource_leases", "archive_task_email", "archive_task_result", "cancel_task", "check_task_status", "echo",
+	"fetch_task_email", "fetch_task_result", "get_receipt", "get_receipt_chain", "get_task_progress", "heartbeat_resource_leases", "list_active_tasks",
+	"list_inbox", "list_open_obligations", "list_task_types", "mark_read", "queue_task", "release_resource_leases", "send_email", "session_bootstrap",
 	"store_task_result_in_memory", "verify_resource_leases"}
 
 func TestToolsByRole(t *testing.T) {

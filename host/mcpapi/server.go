@@ -126,6 +126,7 @@ func New(cfg Config) (*Server, error) {
 	s.taskResources()
 	s.resourceLeaseTools()
 	s.deliveryTools()
+	s.emailTools()
 	s.http = server.NewStreamableHTTPServer(s.mcp,
 		server.WithHTTPContextFunc(contextWithActor),
 		server.WithDisableLocalhostProtection(cfg.AllowAnyHost),

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/mail"
 	sdk "github.com/asyncgate/asyncgate/sdk/plugin"
 )
 
@@ -207,4 +208,63 @@ func TestFailureRecordFields(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v %v, want %+v", got, err, want)
 	}
+}
+
+// checkingMail is a Mail that checks messages as the gate's client does and
+// sends nothing.
+type checkingMail struct{ c *mail.Client }
+
+func (m checkingMail) Send(_ context.Context, msg mail.Message) (string, error) {
+	if msg.MessageID == "" {
+		msg.MessageID = m.c.NewMessageID()
+	}
+	return msg.MessageID, m.c.Check(&msg)
+}
+func (m checkingMail) Fetch(_ context.Context, id string) (*mail.Fetched, error) {
+	return &mail.Fetched{MessageID: id, Body: []byte("body"), Attachments: []mail.Attachment{{Filename: "a", Content: []byte("x")}}}, nil
+}
+func (m checkingMail) Delete(context.Context, string) error { return nil }
+
+// FuzzMailHostCall: whatever frame a guest hands mail_send, mail_fetch or
+// mail_delete, the answer is a well-formed frame, and a plugin without the
+// grant is always denied.
+func FuzzMailHostCall(f *testing.F) {
+	mc, err := mail.New(mail.Config{SMTP: mail.Server{Host: "127.0.0.1", Port: 1}, From: "gate@example.com", AllowedRecipients: []string{"*@example.com"}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	p := &Plugin{Manifest: &Manifest{Name: "fuzz", Capabilities: Capabilities{Mail: true}}, grant: Grant{Mail: checkingMail{mc}}, rt: &Runtime{log: log}}
+	denied := &Plugin{Manifest: &Manifest{Name: "fuzz"}, grant: Grant{Mail: checkingMail{mc}}, rt: &Runtime{log: log}}
+	f.Add(uint8(0), append(le32([]byte(`{"to":"a@example.com","subject":"s","body_len":2}`)), 'h', 'i', '{', '}'))
+	f.Add(uint8(0), le32([]byte(`{"to":"a@example.com\r\nBcc: x@evil.com","subject":"s","body_len":0}`)))
+	f.Add(uint8(0), le32([]byte(`{"to":"a@example.com","subject":"s","body_len":9}`)))
+	f.Add(uint8(1), le32([]byte(`{"message_id":"a@b.com"}`)))
+	f.Add(uint8(2), le32([]byte(`{"message_id":"a b"}`)))
+	f.Add(uint8(1), []byte{9, 0, 0, 0, '{'})
+	ops := []func(*Plugin) func(context.Context, []byte) []byte{
+		func(p *Plugin) func(context.Context, []byte) []byte { return p.mailSend },
+		func(p *Plugin) func(context.Context, []byte) []byte { return p.mailFetch },
+		func(p *Plugin) func(context.Context, []byte) []byte { return p.mailDelete },
+	}
+	f.Fuzz(func(t *testing.T, op uint8, raw []byte) {
+		fn := ops[int(op)%len(ops)]
+		for _, pl := range []*Plugin{p, denied} {
+			resp := pl.mailCall(context.Background(), raw, fn(pl))
+			if len(resp) < 4 {
+				t.Fatalf("response frame of %d bytes", len(resp))
+			}
+			n := binary.LittleEndian.Uint32(resp)
+			if uint64(n) > uint64(len(resp)-4) {
+				t.Fatalf("response frame length %d exceeds the frame (%d)", n, len(resp)-4)
+			}
+			var head map[string]any
+			if err := json.Unmarshal(resp[4:4+n], &head); err != nil {
+				t.Fatalf("response head is not JSON: %q", resp[4:4+n])
+			}
+			if pl == denied && head["code"] != "mail_denied" {
+				t.Fatalf("a plugin without the grant got %v", head)
+			}
+		}
+	})
 }

@@ -42,6 +42,9 @@ const maxHTTPBody = 16 << 20
 //	    costs an exit to the host per loop iteration under wazero's
 //	    termination checks (~8 MB/s), natively it runs at memory speed.
 //
+// mail_send, mail_fetch, mail_delete and mail_response (hostmail.go) follow
+// the same pattern for plugins granted mail.
+//
 // Two calls instead of one avoid calling back into the guest (to allocate)
 // from inside a host function, which the Go wasip1 runtime does not support.
 func (p *Plugin) instantiateHostModule(ctx context.Context) error {
@@ -55,6 +58,18 @@ func (p *Plugin) instantiateHostModule(ctx context.Context) error {
 		NewFunctionBuilder().
 		WithGoModuleFunction(api.GoModuleFunc(hostSHA256), []api.ValueType{api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32}, []api.ValueType{api.ValueTypeI32}).
 		Export("sha256").
+		NewFunctionBuilder().
+		WithGoModuleFunction(p.mailFunc(p.mailSend), []api.ValueType{api.ValueTypeI32, api.ValueTypeI32}, []api.ValueType{api.ValueTypeI32}).
+		Export("mail_send").
+		NewFunctionBuilder().
+		WithGoModuleFunction(p.mailFunc(p.mailFetch), []api.ValueType{api.ValueTypeI32, api.ValueTypeI32}, []api.ValueType{api.ValueTypeI32}).
+		Export("mail_fetch").
+		NewFunctionBuilder().
+		WithGoModuleFunction(p.mailFunc(p.mailDelete), []api.ValueType{api.ValueTypeI32, api.ValueTypeI32}, []api.ValueType{api.ValueTypeI32}).
+		Export("mail_delete").
+		NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(httpResponse), []api.ValueType{api.ValueTypeI32, api.ValueTypeI32}, []api.ValueType{api.ValueTypeI32}).
+		Export("mail_response").
 		Instantiate(ctx)
 	return err
 }

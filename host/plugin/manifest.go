@@ -41,6 +41,7 @@ type Capabilities struct {
 	FS    string `json:"fs,omitempty"`    // "dir": one operator-chosen directory at /data
 	HTTP  bool   `json:"http,omitempty"`  // the asyncgate.http_request host function
 	Clock bool   `json:"clock,omitempty"` // the real wall clock
+	Mail  bool   `json:"mail,omitempty"`  // the asyncgate.mail_* host functions (the gate's mail server)
 }
 
 // ManifestLimits are a plugin's requests for resources; the operator's

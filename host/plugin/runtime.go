@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,9 +63,13 @@ type Grant struct {
 	// redirect must be under one of these URLs (same scheme, host and port,
 	// path at or below the prefix's path, no dot segments).
 	HTTPPrefixes []string
-	Clock        bool            // allow the real wall clock (capability "clock")
-	Config       json.RawMessage // the operator's config for a channel plugin
-	Limits       Limits          // overrides of the runtime's limits for this plugin (zero = runtime's)
+	Clock        bool // allow the real wall clock (capability "clock")
+	// Mail is the gate's mail client behind the mail_* host functions
+	// (capability "mail"); its server, credentials and recipient allowlist
+	// stay in the gate.
+	Mail   Mail
+	Config json.RawMessage // the operator's config for a channel plugin
+	Limits Limits          // overrides of the runtime's limits for this plugin (zero = runtime's)
 	// SHA256 binds the grant to modules (hex sha256 of the .wasm). Empty: the
 	// grant is for the built-in of its name only, never for a plugin dropped
 	// into the folder under that name (see RegistryOptions.Grants).
@@ -201,6 +206,9 @@ func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, 
 	if m.Capabilities.HTTP && len(grant.HTTPHosts) == 0 {
 		return nil, fmt.Errorf("plugin %s asks for http but the operator allowlisted no hosts", m.Name)
 	}
+	if m.Capabilities.Mail && grant.Mail == nil {
+		return nil, fmt.Errorf("plugin %s asks for mail but the operator granted none (configure mail)", m.Name)
+	}
 	if m.Capabilities.Clock && grant.Clock {
 		modCfg = modCfg.WithSysWalltime().WithSysNanotime()
 	}
@@ -243,7 +251,16 @@ func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, 
 	}
 	for _, imp := range p.compiled.ImportedFunctions() {
 		mod, name, _ := imp.Import()
-		if mod == hostModule && name != "sha256" && !m.Capabilities.HTTP {
+		if mod != hostModule || name == "sha256" {
+			continue
+		}
+		if strings.HasPrefix(name, "mail_") {
+			if !m.Capabilities.Mail {
+				return nil, fmt.Errorf("plugin %s imports %s.%s but its manifest does not ask for mail", m.Name, mod, name)
+			}
+			continue
+		}
+		if !m.Capabilities.HTTP {
 			return nil, fmt.Errorf("plugin %s imports %s.%s but its manifest does not ask for http", m.Name, mod, name)
 		}
 	}

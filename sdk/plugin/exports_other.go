@@ -13,3 +13,8 @@ func SHA256(b []byte) [32]byte { return sha256.Sum256(b) }
 func roundTrip([]byte) ([]byte, error) {
 	return nil, Errorf("http_error", "http is only available to a plugin running in the host")
 }
+
+// mailCall is only available inside the host (GOOS=wasip1).
+func mailCall(int, []byte) ([]byte, error) {
+	return nil, Errorf("mail_error", "mail is only available to a plugin running in the host")
+}

@@ -108,3 +108,36 @@ func SHA256(b []byte) [32]byte {
 	}
 	return sum
 }
+
+//go:wasmimport asyncgate mail_send
+func hostMailSend(p, n uint32) uint32
+
+//go:wasmimport asyncgate mail_fetch
+func hostMailFetch(p, n uint32) uint32
+
+//go:wasmimport asyncgate mail_delete
+func hostMailDelete(p, n uint32) uint32
+
+//go:wasmimport asyncgate mail_response
+func hostMailResponse(p, n uint32) uint32
+
+// mailCall calls one of the mail host functions with frame and copies its
+// pending answer out.
+func mailCall(op int, frame []byte) ([]byte, error) {
+	p, l := uint32(uintptr(unsafe.Pointer(&frame[0]))), uint32(len(frame))
+	var n uint32
+	switch op {
+	case mailOpSend:
+		n = hostMailSend(p, l)
+	case mailOpFetch:
+		n = hostMailFetch(p, l)
+	default:
+		n = hostMailDelete(p, l)
+	}
+	if n == 0 {
+		return nil, Errorf("mail_error", "host returned no response")
+	}
+	out := make([]byte, n)
+	hostMailResponse(uint32(uintptr(unsafe.Pointer(&out[0]))), n)
+	return out, nil
+}

@@ -92,7 +92,9 @@ async function main() {
     // KLIS-3 resource leases, for every role.
     "acquire_resource_leases", "heartbeat_resource_leases", "release_resource_leases", "verify_resource_leases",
     // Delivery (issue 13): the inbox and memory promotion.
-    "list_inbox", "mark_read", "session_bootstrap", "store_task_result_in_memory"].sort();
+    "list_inbox", "mark_read", "session_bootstrap", "store_task_result_in_memory",
+    // Email (seed 002).
+    "archive_task_email", "fetch_task_email", "send_email"].sort();
   check(JSON.stringify(names) === JSON.stringify(want), "agent lists exactly the agent tools", names);
   check(tools.every((t) => t.description && t.inputSchema?.type === "object" && t.outputSchema?.type === "object"),
     "every tool has a description, an input schema and an output schema");

@@ -24,6 +24,7 @@ var deliveryCases = []struct {
 	{"RetentionBoundedBatchesAndOrphans", testRetentionBatches},
 	{"OutboxClaimOrderPerTask", testOutboxClaimOrder},
 	{"OutboxQueuesEveryReceipt", testOutboxWithReceipts},
+	{"EmailOutboxOutcomes", testEmailOutbox},
 }
 
 func runDelivery(t *testing.T, open Opener) {

@@ -1,0 +1,126 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/mail"
+	"github.com/asyncgate/asyncgate/host/mail/mailtest"
+)
+
+// TestEmailChannelRoundTrip: put sends the payload through a real SMTP
+// server (seen in mailpit's API with the seed's subject), get reads it back
+// through POP3 byte for byte, ack deletes it from the mailbox.
+func TestEmailChannelRoundTrip(t *testing.T) {
+	t.Parallel()
+	mp := mailtest.Start(t)
+	mc, err := mail.New(mp.Config("*@example.com"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, map[string]Grant{"email": {Mail: mc, Config: json.RawMessage(`{"to": "agent@example.com"}`)}}, Limits{}, "email")
+	ch, err := b.reg.Channel("email")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	payload := []byte(`{"summary": "done", "rows": [1, 2, 3]}`)
+	ptr, proof, err := ch.(*ChannelAdapter).PutWithProof(ctx, "tsk_email1", payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, ok := strings.CutPrefix(ptr, "email:")
+	if !ok {
+		t.Fatalf("pointer %q", ptr)
+	}
+	var pr struct {
+		MessageID string `json:"message_id"`
+		To        string `json:"to"`
+		Size      int    `json:"size"`
+	}
+	if err := json.Unmarshal(proof, &pr); err != nil || pr.MessageID != id || pr.To != "agent@example.com" || pr.Size != len(payload) {
+		t.Fatalf("proof %s (%v)", proof, err)
+	}
+	sum, ok := mp.Find(t, id)
+	if !ok || sum.Subject != "Task Results - tsk_email1" || len(sum.To) != 1 || sum.To[0].Address != "agent@example.com" {
+		t.Fatalf("mailpit has %+v (found %v)", sum, ok)
+	}
+	got, err := ch.Get(ctx, ptr)
+	if err != nil || string(got) != string(payload) {
+		t.Fatalf("Get: %q %v", got, err)
+	}
+	if err := ch.Ack(ctx, ptr); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := mp.Find(t, id); ok {
+		t.Fatal("ack left the message in the mailbox")
+	}
+	if _, err := ch.Get(ctx, ptr); !host.IsCode(err, host.CodeNotFound) {
+		t.Fatalf("Get after ack: %v, want not_found", err)
+	}
+	for _, bad := range []string{"email:", "email:no-at-sign", "email:a@b\r\nX: y", "file:a@b"} {
+		if _, err := ch.Get(ctx, bad); !host.IsCode(err, host.CodeBadRequest) {
+			t.Errorf("Get(%q): %v, want bad_request", bad, err)
+		}
+	}
+}
+
+// TestEmailChannelFailures: a recipient the server refuses, one outside the
+// gate's allowlist and a server that is down each fail the put with a
+// channel error naming the cause; nothing is sent.
+func TestEmailChannelFailures(t *testing.T) {
+	t.Parallel()
+	mp := mailtest.Start(t)
+	mc, err := mail.New(mp.Config("*@example.com", "*@"+mailtest.RefusingDomain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	off := setup(t, map[string]Grant{"email": {Mail: mc, Config: json.RawMessage(`{"to": "x@elsewhere.com"}`)}}, Limits{}, "email")
+	ch, err := off.reg.Channel("email")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.Put(ctx, "tsk_1", []byte("x")); !host.IsCode(err, host.CodeChannelError) || !strings.Contains(err.Error(), host.CodeEmailRecipientNotAllowed) {
+		t.Fatalf("recipient off the allowlist: %v", err)
+	}
+	b := setup(t, map[string]Grant{"email": {Mail: mc, Config: json.RawMessage(`{"to": "x@` + mailtest.RefusingDomain + `"}`)}}, Limits{}, "email")
+	if ch, err = b.reg.Channel("email"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.Put(ctx, "tsk_1", []byte("x")); !host.IsCode(err, host.CodeChannelError) || !strings.Contains(err.Error(), "mail_refused") || !strings.Contains(err.Error(), "550") {
+		t.Fatalf("refused recipient: %v", err)
+	}
+	if n := len(mp.Messages(t)); n != 0 {
+		t.Fatalf("mailpit stored %d messages", n)
+	}
+	mp.Stop()
+	if _, err := ch.Put(ctx, "tsk_1", []byte("x")); !host.IsCode(err, host.CodeChannelError) || !strings.Contains(err.Error(), "mail_error") {
+		t.Fatalf("server down: %v", err)
+	}
+}
+
+// TestMailNotGrantedIsRefused: a plugin that asks for mail without the
+// operator's grant, or imports the mail functions without asking for mail,
+// is refused at load and never reaches the mail server.
+func TestMailNotGrantedIsRefused(t *testing.T) {
+	t.Parallel()
+	wasm, man := readBuilt(t, "email")
+	rt := newTestRuntime(t, Limits{})
+	ctx := context.Background()
+	cfg := json.RawMessage(`{"to": "agent@example.com"}`)
+	if _, err := rt.Load(ctx, wasm, man, Grant{Config: cfg}, "test"); err == nil || !strings.Contains(err.Error(), "asks for mail but the operator granted none") {
+		t.Fatalf("no grant: %v", err)
+	}
+	var m map[string]any
+	_ = json.Unmarshal(man, &m)
+	m["capabilities"] = map[string]any{}
+	noCap, _ := json.Marshal(m)
+	mc, _ := mail.New(mail.Config{SMTP: mail.Server{Host: "127.0.0.1", Port: 1}, From: "gate@example.com", AllowedRecipients: []string{"*@example.com"}})
+	if _, err := rt.Load(ctx, wasm, noCap, Grant{Config: cfg, Mail: mc}, "test"); err == nil || !strings.Contains(err.Error(), "does not ask for mail") {
+		t.Fatalf("imports without the capability: %v", err)
+	}
+}
