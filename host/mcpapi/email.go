@@ -52,18 +52,13 @@ func (s *Server) sendEmail(ctx context.Context, a engine.Actor, req mcp.CallTool
 }
 
 func (s *Server) fetchTaskEmail(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
-	var in struct {
-		TaskID string `json:"task_id"`
-	}
-	if err := bind(req, &in); err != nil {
-		return nil, "", err
-	}
-	if err := required("task_id", in.TaskID); err != nil {
+	taskID, err := taskIDOf(req)
+	if err != nil {
 		return nil, "", err
 	}
 	wctx, cancel := detached(ctx)
 	defer cancel()
-	res, err := s.eng.FetchTaskEmail(wctx, a, in.TaskID)
+	res, err := s.eng.FetchTaskEmail(wctx, a, taskID)
 	if err != nil {
 		return nil, "", err
 	}
@@ -71,18 +66,13 @@ func (s *Server) fetchTaskEmail(ctx context.Context, a engine.Actor, req mcp.Cal
 }
 
 func (s *Server) archiveTaskEmail(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
-	var in struct {
-		TaskID string `json:"task_id"`
-	}
-	if err := bind(req, &in); err != nil {
-		return nil, "", err
-	}
-	if err := required("task_id", in.TaskID); err != nil {
+	taskID, err := taskIDOf(req)
+	if err != nil {
 		return nil, "", err
 	}
 	wctx, cancel := detached(ctx)
 	defer cancel()
-	t, err := s.eng.ArchiveTaskEmail(wctx, a, in.TaskID)
+	t, err := s.eng.ArchiveTaskEmail(wctx, a, taskID)
 	if err != nil {
 		return nil, "", err
 	}

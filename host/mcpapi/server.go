@@ -294,6 +294,17 @@ func result(v any, text string) *mcp.CallToolResult {
 
 // bind decodes a tool's arguments into dst, refusing unknown fields so a
 // misspelt argument is a clear bad_request rather than silently ignored.
+// taskIDOf binds a call whose only argument is task_id, which is required.
+func taskIDOf(req mcp.CallToolRequest) (string, error) {
+	var in struct {
+		TaskID string `json:"task_id"`
+	}
+	if err := bind(req, &in); err != nil {
+		return "", err
+	}
+	return in.TaskID, required("task_id", in.TaskID)
+}
+
 func bind(req mcp.CallToolRequest, dst any) error {
 	var raw []byte
 	switch v := req.GetRawArguments().(type) {

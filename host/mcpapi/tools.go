@@ -267,16 +267,11 @@ func (s *Server) queueTask(ctx context.Context, a engine.Actor, req mcp.CallTool
 }
 
 func (s *Server) checkTaskStatus(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
-	var in struct {
-		TaskID string `json:"task_id"`
-	}
-	if err := bind(req, &in); err != nil {
+	taskID, err := taskIDOf(req)
+	if err != nil {
 		return nil, "", err
 	}
-	if err := required("task_id", in.TaskID); err != nil {
-		return nil, "", err
-	}
-	st, err := s.taskStatus(ctx, a, in.TaskID)
+	st, err := s.taskStatus(ctx, a, taskID)
 	if err != nil {
 		return nil, "", err
 	}
@@ -392,16 +387,11 @@ func (s *Server) listActiveTasks(ctx context.Context, a engine.Actor, req mcp.Ca
 }
 
 func (s *Server) fetchTaskResult(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
-	var in struct {
-		TaskID string `json:"task_id"`
-	}
-	if err := bind(req, &in); err != nil {
+	taskID, err := taskIDOf(req)
+	if err != nil {
 		return nil, "", err
 	}
-	if err := required("task_id", in.TaskID); err != nil {
-		return nil, "", err
-	}
-	fr, err := s.eng.FetchResult(ctx, a, in.TaskID)
+	fr, err := s.eng.FetchResult(ctx, a, taskID)
 	if err != nil {
 		return nil, "", err
 	}
@@ -424,18 +414,13 @@ func (s *Server) fetchTaskResult(ctx context.Context, a engine.Actor, req mcp.Ca
 }
 
 func (s *Server) archiveTaskResult(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
-	var in struct {
-		TaskID string `json:"task_id"`
-	}
-	if err := bind(req, &in); err != nil {
-		return nil, "", err
-	}
-	if err := required("task_id", in.TaskID); err != nil {
+	taskID, err := taskIDOf(req)
+	if err != nil {
 		return nil, "", err
 	}
 	wctx, cancel := detached(ctx)
 	defer cancel()
-	t, err := s.eng.ArchiveResult(wctx, a, in.TaskID)
+	t, err := s.eng.ArchiveResult(wctx, a, taskID)
 	if err != nil {
 		return nil, "", err
 	}
