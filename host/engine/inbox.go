@@ -96,7 +96,7 @@ func (d *deliveryTx) AppendReceipt(ctx context.Context, r *host.Receipt) error {
 		if err != nil {
 			return err
 		}
-		return d.Tx.InsertOutbox(ctx, []store.OutboxEntry{{Tenant: r.Tenant, TaskID: r.TaskID, Kind: "receipt",
+		return d.Tx.InsertOutbox(ctx, []store.OutboxEntry{{Tenant: r.Tenant, TaskID: r.TaskID, Kind: OutboxKindReceipt,
 			Key: "receipt:" + r.ID, Body: body, NextAt: r.CreatedAt, CreatedAt: r.CreatedAt}})
 	}
 	return nil

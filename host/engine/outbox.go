@@ -104,6 +104,13 @@ func (c *OutboxConfig) backoff(attempts int) time.Duration {
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
+// The kinds of outbox entries: receipts and memory items go to the external
+// ledger's sink, email to the mail server.
+const (
+	OutboxKindReceipt = "receipt"
+	OutboxKindMemory  = "memory"
+)
+
 // OutboxRound claims the due entries, delivers them and records the
 // outcomes. It returns how many it claimed. Entries of kind email go to the
 // gate's mail server (email.go), every other to the sink; without either it
@@ -115,11 +122,21 @@ func (e *Engine) OutboxRound(ctx context.Context) (int, error) {
 	if cfg.Sink == nil && e.cfg.Delivery.Mail == nil {
 		return 0, nil
 	}
+	// This host claims only what it can deliver: a host without a sink
+	// leaves receipts and memory items to one with a sink, a host without
+	// mail leaves email to one with mail.
+	var kinds []string
+	if cfg.Sink != nil {
+		kinds = append(kinds, OutboxKindReceipt, OutboxKindMemory)
+	}
+	if e.cfg.Delivery.Mail != nil {
+		kinds = append(kinds, OutboxKindEmail)
+	}
 	now := e.now()
 	var claimed []store.OutboxEntry
 	if err := storeErr(e.st.Update(ctx, func(tx store.Tx) error {
 		var err error
-		claimed, err = tx.ClaimOutbox(ctx, now, now.Add(cfg.ClaimFor), cfg.Batch)
+		claimed, err = tx.ClaimOutbox(ctx, now, now.Add(cfg.ClaimFor), cfg.Batch, kinds)
 		return err
 	})); err != nil || len(claimed) == 0 {
 		return 0, err
@@ -359,7 +376,7 @@ func (e *Engine) PromoteToMemory(ctx context.Context, actor Actor, req PromoteRe
 				return nil
 			}
 		}
-		if err := tx.InsertOutbox(ctx, []store.OutboxEntry{{Tenant: t.Tenant, TaskID: t.ID, Kind: "memory", Key: out.MemoryKey,
+		if err := tx.InsertOutbox(ctx, []store.OutboxEntry{{Tenant: t.Tenant, TaskID: t.ID, Kind: OutboxKindMemory, Key: out.MemoryKey,
 			Body: body, NextAt: now, CreatedAt: now}}); err != nil {
 			return err
 		}

@@ -192,11 +192,14 @@ func (w *writeTx) InsertOutbox(ctx context.Context, es []store.OutboxEntry) erro
 }
 
 // ClaimOutbox implements store.Tx. Rows another host is claiming are skipped.
-func (w *writeTx) ClaimOutbox(ctx context.Context, now, claimUntil time.Time, limit int) ([]store.OutboxEntry, error) {
+func (w *writeTx) ClaimOutbox(ctx context.Context, now, claimUntil time.Time, limit int, kinds []string) ([]store.OutboxEntry, error) {
+	if len(kinds) == 0 {
+		return nil, nil
+	}
 	return w.outbox(ctx, `UPDATE outbox SET claimed_until = $3 WHERE id IN (
 SELECT id FROM outbox o WHERE state = 'pending' AND next_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $1)
-AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.state = 'pending' AND p.task_id = o.task_id AND o.task_id <> '' AND p.id < o.id)
-ORDER BY next_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING `+outboxCols, us(now), limit, us(claimUntil))
+AND kind = ANY($4::text[]) AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.state = 'pending' AND p.task_id = o.task_id AND o.task_id <> '' AND p.id < o.id)
+ORDER BY next_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING `+outboxCols, us(now), limit, us(claimUntil), kinds)
 }
 
 // FinishOutbox implements store.Tx.

@@ -232,14 +232,22 @@ func (w *writeTx) InsertOutbox(ctx context.Context, es []store.OutboxEntry) erro
 }
 
 // ClaimOutbox implements store.Tx.
-func (w *writeTx) ClaimOutbox(ctx context.Context, now, claimUntil time.Time, limit int) ([]store.OutboxEntry, error) {
+func (w *writeTx) ClaimOutbox(ctx context.Context, now, claimUntil time.Time, limit int, kinds []string) ([]store.OutboxEntry, error) {
+	if len(kinds) == 0 {
+		return nil, nil
+	}
+	args := []any{us(now), us(now)}
+	for _, k := range kinds {
+		args = append(args, k)
+	}
 	es, err := w.outbox(ctx, `SELECT `+outboxCols+` FROM outbox o WHERE state = 'pending' AND next_at <= ? AND (claimed_until IS NULL OR claimed_until <= ?)
+AND kind IN (`+placeholders(len(kinds))+`)
 AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.state = 'pending' AND p.task_id = o.task_id AND o.task_id <> '' AND p.id < o.id)
-ORDER BY next_at, id LIMIT ?`, us(now), us(now), limit)
+ORDER BY next_at, id LIMIT ?`, append(args, limit)...)
 	if err != nil || len(es) == 0 {
 		return es, err
 	}
-	args := []any{us(claimUntil)}
+	args = []any{us(claimUntil)}
 	for i := range es {
 		args = append(args, es[i].ID)
 		es[i].ClaimedTill = &claimUntil

@@ -206,8 +206,10 @@ type Tx interface {
 	InsertOutbox(ctx context.Context, es []OutboxEntry) error
 	// ClaimOutbox claims up to limit pending entries that are due at now and
 	// are the oldest pending entry of their task (ledger order per task),
-	// unclaimed or with an ended claim, until claimUntil; oldest first.
-	ClaimOutbox(ctx context.Context, now, claimUntil time.Time, limit int) ([]OutboxEntry, error)
+	// unclaimed or with an ended claim, until claimUntil; oldest first. Only
+	// entries of the given kinds are claimed (a host claims what it can
+	// deliver); no kinds claims nothing.
+	ClaimOutbox(ctx context.Context, now, claimUntil time.Time, limit int, kinds []string) ([]OutboxEntry, error)
 	// FinishOutbox records deliveries: delivered entries are removed, the
 	// others written back with their state, attempts, next attempt and error.
 	FinishOutbox(ctx context.Context, es []OutboxEntry) error

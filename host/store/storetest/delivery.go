@@ -23,6 +23,7 @@ var deliveryCases = []struct {
 	{"RetentionArchivesAndPurges", testRetention},
 	{"RetentionBoundedBatchesAndOrphans", testRetentionBatches},
 	{"OutboxClaimOrderPerTask", testOutboxClaimOrder},
+	{"OutboxClaimsOnlyItsKinds", testOutboxClaimsOnlyItsKinds},
 	{"OutboxQueuesEveryReceipt", testOutboxWithReceipts},
 	{"EmailOutboxOutcomes", testEmailOutbox},
 }
@@ -226,7 +227,7 @@ func testOutboxClaimOrder(t *testing.T, b *Bundle) {
 		var got []store.OutboxEntry
 		if err := b.Store.Update(b.Ctx, func(tx store.Tx) error {
 			var err error
-			got, err = tx.ClaimOutbox(b.Ctx, at, at.Add(time.Minute), 10)
+			got, err = tx.ClaimOutbox(b.Ctx, at, at.Add(time.Minute), 10, []string{"receipt"})
 			return err
 		}); err != nil {
 			t.Fatal(err)
@@ -337,5 +338,43 @@ func testOutboxWithReceipts(t *testing.T, b *Bundle) {
 	_ = b.Store.View(b.Ctx, func(r store.Reader) error { st, _ = r.OutboxStats(b.Ctx); return nil })
 	if st.Pending != 3 {
 		t.Fatalf("pending %d after an enqueue on an engine without outbox", st.Pending)
+	}
+}
+
+// testOutboxClaimsOnlyItsKinds: a host claims only the kinds it can deliver
+// (one without a sink leaves receipts to one with a sink, one without mail
+// leaves email), so an entry never waits out claims by a host that cannot
+// deliver it.
+func testOutboxClaimsOnlyItsKinds(t *testing.T, b *Bundle) {
+	now := b.Clock.Now()
+	es := []store.OutboxEntry{
+		{Tenant: "acme", TaskID: "T-K", Kind: "receipt", Key: "k/receipt", Body: []byte(`{}`), NextAt: now, CreatedAt: now},
+		{Tenant: "acme", Kind: "email", Key: "k/email", Body: []byte(`{}`), NextAt: now, CreatedAt: now},
+	}
+	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error { return tx.InsertOutbox(b.Ctx, es) }); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(kinds ...string) []string {
+		t.Helper()
+		var keys []string
+		if err := b.Store.Update(b.Ctx, func(tx store.Tx) error {
+			got, err := tx.ClaimOutbox(b.Ctx, now, now.Add(time.Minute), 10, kinds)
+			for _, e := range got {
+				keys = append(keys, e.Key)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return keys
+	}
+	if got := claim(); len(got) != 0 {
+		t.Fatalf("a host that delivers nothing claimed %v", got)
+	}
+	if got := claim("email"); len(got) != 1 || got[0] != "k/email" {
+		t.Fatalf("a mail-only host claimed %v, want the email alone", got)
+	}
+	if got := claim("receipt", "memory"); len(got) != 1 || got[0] != "k/receipt" {
+		t.Fatalf("a sink-only host claimed %v, want the receipt alone", got)
 	}
 }
