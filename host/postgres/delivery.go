@@ -75,12 +75,7 @@ func (w *writeTx) InsertInbox(ctx context.Context, it host.InboxItem) error {
 VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)`
 	a := []any{it.ID, it.Tenant, it.Recipient, string(it.Kind), it.TaskID, it.TaskType, it.ReceiptID, it.Summary,
 		us(it.CreatedAt), nus(it.DeliveredAt), nus(it.ReadAt), nus(it.FetchedAt), nus(it.PromotedAt)}
-	if w.deferWrites {
-		w.ss.queueChecked(expectOne("inbox insert"), q, a...)
-		return nil
-	}
-	_, err := w.ss.exec(w.c(ctx), q, a...)
-	return err
+	return w.writeOne(ctx, "inbox insert", nil, q, a...)
 }
 
 // MarkInbox implements store.Tx.

@@ -36,6 +36,21 @@ type writeTx struct {
 	deferWrites bool
 }
 
+// writeOne runs a write that must change one row: deferred outside strict
+// mode (checked when the pipeline is read), answered at once in strict mode,
+// where changing no row is the error none (nil: not an error).
+func (w *writeTx) writeOne(ctx context.Context, what string, none error, q string, a ...any) error {
+	if w.deferWrites {
+		w.ss.queueChecked(expectOne(what), q, a...)
+		return nil
+	}
+	n, err := w.ss.exec(w.c(ctx), q, a...)
+	if err == nil && n == 0 {
+		err = none
+	}
+	return err
+}
+
 // expectOne is the check of a deferred write that must change exactly one
 // row.
 func expectOne(what string) func(pgx.BatchResults) error {
@@ -409,16 +424,8 @@ ON CONFLICT DO NOTHING`
 		us(t.CreatedAt), us(t.UpdatedAt), us(t.AvailableAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt), nus(t.AcceptedAt), t.AcceptReceipt,
 		t.CancelRequested, t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt), nus(t.CompletedAt), t.ProgressPercent,
 		t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, host.IntentsJSON(t.ResourceIntents)}
-	if w.deferWrites {
-		w.ss.queueChecked(expectOne("task insert"), q, a...)
-	} else {
-		n, err := w.ss.exec(w.c(ctx), q, a...)
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists")
-		}
+	if err := w.writeOne(ctx, "task insert", host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists"), q, a...); err != nil {
+		return err
 	}
 	t.Version = 1
 	w.st.counts = store.Moved(w.st.counts, t, "", t.State)
@@ -461,16 +468,8 @@ func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) e
 	if err != nil {
 		return err
 	}
-	if w.deferWrites {
-		w.ss.queueChecked(expectOne("fenced task update"), u.sql, u.args...)
-	} else {
-		n, err := w.ss.exec(w.c(ctx), u.sql, u.args...)
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return store.ErrFenced
-		}
+	if err := w.writeOne(ctx, "fenced task update", store.ErrFenced, u.sql, u.args...); err != nil {
+		return err
 	}
 	t.Version++
 	w.st.counts = store.Moved(w.st.counts, t, f.State, t.State)
