@@ -265,6 +265,26 @@ func liveLease(ctx context.Context, r store.Reader, c WorkerCall, now time.Time)
 	return checkLive(t, c, now)
 }
 
+// leasedTask returns a copy of the task under c's live lease, to build a
+// change outside the writer: the one this engine remembers leasing, or else
+// one read now; nil when neither is live. The change must be written fenced
+// on the copy's version (a remembered copy may be stale).
+func (e *Engine) leasedTask(ctx context.Context, c WorkerCall, now time.Time) *host.Task {
+	if t, ok := e.leases.get(c.LeaseID); ok && c.LeaseID != "" {
+		if _, err := checkLive(t, c, now); err == nil {
+			return t // leased here: no read needed
+		}
+	}
+	var live *host.Task
+	_ = e.view(ctx, func(r store.Reader) error {
+		if t, err := liveLease(ctx, r, c, now); err == nil {
+			live = t
+		}
+		return nil
+	})
+	return live
+}
+
 // checkLive reports whether t is the live lease c names at now.
 func checkLive(t *host.Task, c WorkerCall, now time.Time) (*host.Task, error) {
 	if t.Tenant != c.Tenant || (c.TaskID != "" && c.TaskID != t.ID) {
@@ -315,18 +335,8 @@ func (e *Engine) Accept(ctx context.Context, c WorkerCall) (*host.Task, string, 
 			}
 		}
 	}
-	if t, ok := e.leases.get(c.LeaseID); ok && c.LeaseID != "" {
-		if _, err := checkLive(t, c, now); err == nil {
-			prebuild(t) // leased here: no read needed
-		}
-	}
-	if pre == nil {
-		_ = e.view(ctx, func(r store.Reader) error {
-			if t, err := liveLease(ctx, r, c, now); err == nil {
-				prebuild(t)
-			}
-			return nil
-		})
+	if t := e.leasedTask(ctx, c, now); t != nil {
+		prebuild(t)
 	}
 	err := e.update(ctx, func(tx store.Tx) error {
 		if pre != nil {
@@ -593,18 +603,8 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 			pre = nil // the writer builds it again and reports why
 		}
 	}
-	if t, ok := e.leases.get(req.LeaseID); ok && req.LeaseID != "" {
-		if _, err := checkLive(t, req.WorkerCall, now); err == nil {
-			prebuild(t) // leased here: no read needed
-		}
-	}
-	if pre == nil {
-		_ = e.view(ctx, func(r store.Reader) error {
-			if t, err := liveLease(ctx, r, req.WorkerCall, now); err == nil {
-				prebuild(t)
-			}
-			return nil
-		})
+	if t := e.leasedTask(ctx, req.WorkerCall, now); t != nil {
+		prebuild(t)
 	}
 	defer e.leases.drop(req.LeaseID)
 	var rsReleased, rsExpired int
