@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"sort"
 	"strings"
 	"sync"
 
@@ -139,7 +138,7 @@ func validateJSON(s *jsonschema.Schema, doc []byte) error {
 	if err != nil {
 		return err
 	}
-	return schemaError(s.Validate(v))
+	return schemas.FlattenError(s.Validate(v))
 }
 
 func decodeAny(doc []byte) (any, error) {
@@ -156,35 +155,4 @@ func decodeAny(doc []byte) (any, error) {
 		return nil, errors.New("invalid JSON: trailing data")
 	}
 	return v, nil
-}
-
-// schemaError flattens a jsonschema validation error into one readable line.
-func schemaError(err error) error {
-	if err == nil {
-		return nil
-	}
-	var ve *jsonschema.ValidationError
-	if !errors.As(err, &ve) {
-		return err
-	}
-	var parts []string
-	for _, u := range ve.BasicOutput().Errors {
-		if u.Error == "" || strings.HasPrefix(u.Error, "doesn't validate with") {
-			continue
-		}
-		loc := u.InstanceLocation
-		if loc == "" {
-			loc = "/"
-		}
-		parts = append(parts, loc+": "+u.Error)
-	}
-	// The validator walks properties in map order: sort for stable messages.
-	sort.Strings(parts)
-	if len(parts) > 3 {
-		parts = parts[:3]
-	}
-	if len(parts) == 0 {
-		return errors.New(ve.Message)
-	}
-	return errors.New(strings.Join(parts, "; "))
 }

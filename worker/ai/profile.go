@@ -9,7 +9,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 
@@ -87,7 +86,7 @@ func ParseProfile(doc []byte) (*Profile, error) {
 		return nil, errors.New("invalid JSON: trailing data")
 	}
 	if err := s.Validate(v); err != nil {
-		return nil, schemaError(err)
+		return nil, schemas.FlattenError(err)
 	}
 	var p Profile
 	if err := json.Unmarshal(doc, &p); err != nil {
@@ -99,33 +98,6 @@ func ParseProfile(doc []byte) (*Profile, error) {
 		}
 	}
 	return &p, nil
-}
-
-// schemaError flattens a validation error into one readable line.
-func schemaError(err error) error {
-	var ve *jsonschema.ValidationError
-	if !errors.As(err, &ve) {
-		return err
-	}
-	var parts []string
-	for _, u := range ve.BasicOutput().Errors {
-		if u.Error == "" || strings.HasPrefix(u.Error, "doesn't validate with") {
-			continue
-		}
-		loc := u.InstanceLocation
-		if loc == "" {
-			loc = "/"
-		}
-		parts = append(parts, loc+": "+u.Error)
-	}
-	sort.Strings(parts)
-	if len(parts) > 3 {
-		parts = parts[:3]
-	}
-	if len(parts) == 0 {
-		return err
-	}
-	return errors.New(strings.Join(parts, "; "))
 }
 
 // LoadProfiles reads every *.json file of dir as a profile. Every file must
