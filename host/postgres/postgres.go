@@ -486,6 +486,16 @@ func (w *writer) run(batch []*request) {
 			return
 		}
 		w.s.retries.Add(1)
+		if attempt > 1 && len(live) > 1 {
+			// A batch takes its requests' locks in request order, not in one
+			// order for all writers, so the same mix can deadlock again with
+			// another writer's batch: run each request in a transaction of
+			// its own (each takes its locks in sorted order).
+			for _, r := range live {
+				w.run([]*request{r})
+			}
+			return
+		}
 		if attempt > 1 {
 			time.Sleep(time.Duration(attempt*attempt) * time.Millisecond)
 		}
