@@ -118,14 +118,14 @@ func BenchmarkFileChannel(b *testing.B) {
 				payload[1] = byte(i >> 8)
 				payload[2] = byte(i >> 16)
 				t0 := time.Now()
-				if _, err := ch.Put(ctx, "t", payload); err != nil {
+				if _, err := ch.Put(ctx, "tsk_bench", payload); err != nil {
 					b.Fatal(err)
 				}
 				lat = append(lat, time.Since(t0))
 			}
 			reportLatency(b, lat)
 		})
-		ptr, err := ch.Put(ctx, "t", payload)
+		ptr, err := ch.Put(ctx, "tsk_bench", payload)
 		if err != nil {
 			b.Fatal(err)
 		}
