@@ -120,6 +120,15 @@ func runCycles(b *testing.B, sts []store.Store, workers int) {
 	default:
 	}
 	b.ReportMetric(float64(done.Load())/elapsed.Seconds(), "cycles/s")
+	var trips int64
+	for _, st := range sts {
+		if pg, ok := st.(*Store); ok {
+			trips += pg.WriterTrips()
+		}
+	}
+	if trips > 0 && done.Load() > 0 {
+		b.ReportMetric(float64(trips)/float64(done.Load()), "trips/cycle")
+	}
 }
 
 // BenchmarkBurnDown queues depth tasks first (64 concurrent enqueuers), then

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -58,6 +59,15 @@ type sess struct {
 	// deferred writes queued and not yet read.
 	deferred error
 	checks   int
+	// trips, when set, counts the round trips this session makes.
+	trips *atomic.Int64
+}
+
+// trip counts a round trip.
+func (s *sess) trip() {
+	if s.trips != nil {
+		s.trips.Add(1)
+	}
 }
 
 func (s *sess) queue(sql string, args ...any) { s.pre = append(s.pre, stmt{sql: sql, args: args}) }
@@ -155,6 +165,7 @@ func (s *sess) send(ctx context.Context, extra ...stmt) (pgx.BatchResults, error
 	s.pre = nil
 	s.checks = 0
 	s.flushes++
+	s.trip()
 	br := s.conn.SendBatch(ctx, b)
 	for _, p := range pre {
 		var err error
@@ -206,6 +217,7 @@ func (s *sess) flush(ctx context.Context) error {
 // exec runs a statement that changes rows and returns how many it changed.
 func (s *sess) exec(ctx context.Context, sql string, args ...any) (int64, error) {
 	if len(s.pre) == 0 {
+		s.trip()
 		tag, err := s.conn.Exec(ctx, sql, args...)
 		return tag.RowsAffected(), s.note(err)
 	}
@@ -244,6 +256,7 @@ func (s *sess) query(ctx context.Context, each func(pgx.Rows) error, sql string,
 	var br pgx.BatchResults
 	var err error
 	if len(s.pre) == 0 {
+		s.trip()
 		rows, err = s.conn.Query(ctx, sql, args...)
 	} else {
 		br, err = s.send(ctx, stmt{sql: sql, args: args})

@@ -111,3 +111,65 @@ func TestDeferredWriteFailureFailsItsRequestAlone(t *testing.T) {
 	}
 	b.Verify(t)
 }
+
+// A batch whose writes are all deferred costs two round trips, however many
+// requests it carries: one pipeline with every write, whose answers are read
+// before COMMIT is sent, and COMMIT. WriterTrips counts them.
+func TestDeferredBatchRoundTrips(t *testing.T) {
+	st := openIn(t, newSchema(t), Options{})
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	ctx := b.Ctx
+	var tasks []*host.Task
+	for range 4 {
+		tasks = append(tasks, b.Task(t, b.Enqueue(t, "work").TaskID))
+	}
+	hold, held := make(chan struct{}), make(chan struct{})
+	go st.Update(ctx, func(store.Tx) error { close(held); <-hold; return nil })
+	<-held
+	trips := st.WriterTrips()
+	var wg sync.WaitGroup
+	errs := make([]error, len(tasks))
+	rcs := make([]*host.Receipt, len(tasks))
+	for i, task := range tasks {
+		rcs[i] = &host.Receipt{ID: host.NewID("R"), Tenant: "acme", Type: host.ReceiptProgress, From: "agent.kee", To: "agent.kee",
+			TaskID: task.ID, Body: []byte(`{}`), Parents: []string{}, CreatedAt: b.Clock.Now()}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = st.Update(ctx, func(tx store.Tx) error {
+				c := *task
+				c.Priority = 5
+				if err := tx.UpdateTask(ctx, &c, store.Fence{State: host.StateQueued, Version: task.Version}); err != nil {
+					return err
+				}
+				return tx.AppendReceipt(ctx, rcs[i])
+			})
+		}()
+	}
+	for deadline := time.Now().Add(30 * time.Second); len(st.reqs) < len(tasks); {
+		if time.Now().After(deadline) {
+			t.Fatal("the updates never queued behind the held batch")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if st.WriterTrips() != trips {
+		t.Fatalf("the held batch made %d round trips", st.WriterTrips()-trips)
+	}
+	close(hold)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("update %d: %v", i, err)
+		}
+		if rcs[i].Seq == 0 {
+			t.Errorf("receipt %d committed without a seq", i)
+		}
+		if got := b.Task(t, tasks[i].ID); got.Priority != 5 {
+			t.Errorf("task %d: priority %d, want 5", i, got.Priority)
+		}
+	}
+	if got := st.WriterTrips() - trips; got != 2 {
+		t.Errorf("a batch of %d requests with deferred writes made %d round trips, want 2 (the writes, then COMMIT)", len(tasks), got)
+	}
+	b.Verify(t)
+}

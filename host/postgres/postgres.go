@@ -92,6 +92,8 @@ type Store struct {
 	// strictReruns counts batches rerun in strict mode after a deferred
 	// write failed.
 	strictReruns atomic.Int64
+	// writerTrips counts the writers' round trips to the server.
+	writerTrips atomic.Int64
 }
 
 var (
@@ -189,6 +191,12 @@ func (s *Store) BatchRetries() int64 { return s.retries.Load() }
 // StrictReruns reports how many batches ran again in strict mode because a
 // deferred write failed (a conflict or a lost fence found at the batch's end).
 func (s *Store) StrictReruns() int64 { return s.strictReruns.Load() }
+
+// WriterTrips reports how many round trips to the server the writers made
+// (pipelines sent and statements run at once, COMMIT's included). Trips per
+// task cycle, beside cycles per second, tell a batch bound by latency from
+// one bound by the server's work.
+func (s *Store) WriterTrips() int64 { return s.writerTrips.Load() }
 
 // migrate applies the embedded migrations that are not applied yet, in version
 // order, under an advisory lock so hosts starting together apply each once.
@@ -537,7 +545,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		return txResult{err: unavailable("connect", err), retry: true}
 	}
 	bg := context.Background()
-	ss := &sess{conn: w.conn.Conn()}
+	ss := &sess{conn: w.conn.Conn(), trips: &w.s.writerTrips}
 	st := &txState{chain: w.chain, lastCheckpoint: w.lastCheckpoint, checkpointed: w.checkpointed}
 	ss.queue(`BEGIN`)
 	// fail abandons the transaction before COMMIT was sent. A broken
