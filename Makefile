@@ -8,7 +8,7 @@ export GOFLAGS ?= -buildvcs=false
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS ?= -X main.version=$(VERSION)
 
-.PHONY: all build run test test-go vet lint fmt bench bench-compare clean plugins fuzz cover
+.PHONY: all build run test test-go vet lint fmt bench bench-smoke bench-compare clean plugins fuzz cover
 
 all: build
 
@@ -40,6 +40,12 @@ test: plugins vet
 	@bash scripts/ensure-mailpit.sh || { if [ -n "$$CI" ]; then exit 1; fi; echo "mailpit unavailable here: the mail tests will skip"; }
 	$(GO) test -race -count=1 -timeout 25m ./...
 	@for m in $(SDK_MODULES); do (cd $$m && $(GO) test -race -count=1 -timeout 10m ./...) || exit 1; done
+	$(MAKE) bench-smoke
+
+# Every benchmark once (-benchtime 1x, no figures worth reading): a benchmark
+# that no longer runs fails here instead of on the day someone measures.
+bench-smoke:
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 15m ./...
 
 # staticcheck, pinned, installed into ./bin from the Go module proxy.
 lint: vet
