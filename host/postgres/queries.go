@@ -117,6 +117,15 @@ created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expi
 cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
 progress_message, result, last_error, dead_reason, assign_receipt, seq, version, lease_seconds, resource_intents`
 
+// listedTaskCols is taskCols of tasks t joined to task_list l.
+var listedTaskCols = func() string {
+	cols := strings.Split(taskCols, ",")
+	for i, c := range cols {
+		cols[i] = "t." + strings.TrimSpace(c)
+	}
+	return strings.Join(cols, ", ")
+}()
+
 // taskRow scans one row of taskCols.
 type taskRow struct {
 	t   *host.Task
@@ -240,29 +249,48 @@ func (r *reader) ListTasks(ctx context.Context, f store.TaskFilter) ([]*host.Tas
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
+	// A list by state alone (and type) walks tasks' state indexes; any
+	// other walks the listing rows (task_list, migration 0015) in seq order
+	// and joins each to its task by seq until the page is full.
 	var a args
-	q := `SELECT ` + taskCols + ` FROM tasks WHERE tenant = ` + a.add(f.Tenant) + ` AND seq > ` + a.add(after)
+	var q string
+	byState := len(f.States) > 0 && f.Recipient == "" && f.CreatedBy == "" && f.Principal == ""
+	if byState {
+		q = `SELECT ` + taskCols + ` FROM tasks l WHERE l.tenant = ` + a.add(f.Tenant) + ` AND l.seq > ` + a.add(after)
+	} else {
+		q = `SELECT ` + listedTaskCols + ` FROM task_list l JOIN tasks t ON t.seq = l.seq WHERE l.tenant = ` + a.add(f.Tenant) + ` AND l.seq > ` + a.add(after)
+	}
 	if f.Recipient != "" {
-		q += ` AND recipient = ` + a.add(f.Recipient)
+		q += ` AND l.recipient = ` + a.add(f.Recipient)
 	}
 	if f.CreatedBy != "" {
-		q += ` AND created_by = ` + a.add(f.CreatedBy)
+		q += ` AND l.created_by = ` + a.add(f.CreatedBy)
 	}
 	if f.Principal != "" {
 		p := a.add(f.Principal)
-		q += ` AND (created_by = ` + p + ` OR recipient = ` + p + `)`
+		q += ` AND (l.created_by = ` + p + ` OR l.recipient = ` + p + `)`
 	}
-	if len(f.Types) > 0 {
-		q += ` AND task_type = ANY(` + a.add(f.Types) + `::text[])`
+	switch len(f.Types) {
+	case 0:
+	case 1:
+		// Plain equality lets the (tenant, task_type, seq) index give seq
+		// order, which = ANY(…) does not, so the plan needs no statistics.
+		q += ` AND l.task_type = ` + a.add(f.Types[0])
+	default:
+		q += ` AND l.task_type = ANY(` + a.add(f.Types) + `::text[])`
 	}
 	if len(f.States) > 0 {
 		states := make([]string, len(f.States))
 		for i, s := range f.States {
 			states[i] = string(s)
 		}
-		q += ` AND state = ANY(` + a.add(states) + `::text[])`
+		col := "t.state"
+		if byState {
+			col = "l.state"
+		}
+		q += ` AND ` + col + ` = ANY(` + a.add(states) + `::text[])`
 	}
-	q += ` ORDER BY seq LIMIT ` + a.add(f.Limit+1)
+	q += ` ORDER BY l.seq LIMIT ` + a.add(f.Limit+1)
 	rows, err := r.tasks(ctx, q, a...)
 	if err != nil {
 		return nil, "", err
@@ -419,7 +447,10 @@ created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expi
 cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
 progress_message, result, last_error, dead_reason, assign_receipt, resource_intents)
 VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29,$30,$31,$32,$33)
-ON CONFLICT DO NOTHING`
+ON CONFLICT DO NOTHING RETURNING seq, tenant, task_type, created_by, recipient`
+	// One statement writes the task and its listing row (task_list,
+	// migration 0015); it changes one row, or none on a clash.
+	q = `WITH t AS (` + q + `) INSERT INTO task_list (seq, tenant, task_type, created_by, recipient) SELECT * FROM t`
 	a := []any{t.ID, t.Tenant, t.Type, t.CreatedBy, t.Recipient, string(t.State), t.Priority, string(t.Params), t.Summary, t.IdempotencyKey,
 		us(t.CreatedAt), us(t.UpdatedAt), us(t.AvailableAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt), nus(t.AcceptedAt), t.AcceptReceipt,
 		t.CancelRequested, t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt), nus(t.CompletedAt), t.ProgressPercent,

@@ -286,6 +286,7 @@ func dropSchema(b *testing.B, url, schema string) {
 
 func analyze(b *testing.B, url, schema string) {
 	pgExec(b, url, `ANALYZE `+pgx.Identifier{schema, "tasks"}.Sanitize())
+	pgExec(b, url, `ANALYZE `+pgx.Identifier{schema, "task_list"}.Sanitize())
 }
 
 func pgExec(b *testing.B, url, sql string) {

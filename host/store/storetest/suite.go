@@ -51,6 +51,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"GroupCommitIsolatesFailures", testGroupCommit},
 		{"KeysTypesWorkers", testKeys},
 		{"ListTasksPaging", testListPaging},
+		{"ListTasksFilters", testListTasksFilters},
 		{"VersionFence", testVersionFence},
 		{"DedupeNamespaces", testDedupeNamespaces},
 		{"HostileInput", testHostileInput},
