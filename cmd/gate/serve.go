@@ -22,6 +22,7 @@ import (
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/mcpapi"
+	"github.com/asyncgate/asyncgate/host/postgres"
 	"github.com/asyncgate/asyncgate/host/store"
 	"github.com/asyncgate/asyncgate/schemas"
 )
@@ -33,9 +34,12 @@ func init() {
 // serveConfig is the config file's content (schemas/config.schema.json) after
 // defaults and flags are applied.
 type serveConfig struct {
-	Listen                 string `json:"listen"`
-	Data                   string `json:"data"`
-	DB                     string `json:"db"`
+	Listen string `json:"listen"`
+	Data   string `json:"data"`
+	DB     string `json:"db"`
+	// DBWriters is how many writer connections a gate host runs on
+	// PostgreSQL (0: one); SQLite always has one writer.
+	DBWriters              int    `json:"db_writers"`
 	BodyLimitBytes         int64  `json:"body_limit_bytes"`
 	MetricsPublic          bool   `json:"metrics_public"`
 	MaxLeaseSeconds        int    `json:"max_lease_seconds"`
@@ -118,6 +122,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	listen := fs.String("listen", cfg.Listen, "address to listen on (host:port; :0 picks a free port)")
 	data := fs.String("data", cfg.Data, "data folder (SQLite database and admin.key)")
 	db := fs.String("db", "", "database URL (empty: SQLite in the data folder; postgres://… for PostgreSQL)")
+	dbWriters := fs.Int("db-writers", 0, "writer connections of this gate host on PostgreSQL, 1 to 16 (0: 1); each batches the updates waiting when it is free")
 	bodyLimit := fs.Int64("body-limit", cfg.BodyLimitBytes, "largest request body in bytes")
 	metricsPublic := fs.Bool("metrics-public", false, "serve /metrics without an admin key")
 	maxLease := fs.Int("max-lease-seconds", cfg.MaxLeaseSeconds, "cap on every lease grant and extension")
@@ -155,6 +160,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 			cfg.Data = *data
 		case "db":
 			cfg.DB = *db
+		case "db-writers":
+			cfg.DBWriters = *dbWriters
 		case "body-limit":
 			cfg.BodyLimitBytes = *bodyLimit
 		case "metrics-public":
@@ -186,6 +193,12 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	}
 	if cfg.MemoryLimitMiB < 0 {
 		return cfg, errors.New("--memory-limit-mib must not be negative")
+	}
+	if cfg.DBWriters < 0 || cfg.DBWriters > maxDBWriters {
+		return cfg, fmt.Errorf("--db-writers must be between 0 and %d, not %d", maxDBWriters, cfg.DBWriters)
+	}
+	if cfg.DBWriters > 1 && !isPostgresURL(cfg.DB) {
+		return cfg, fmt.Errorf("--db-writers %d needs PostgreSQL (--db postgres://…): SQLite has one writer", cfg.DBWriters)
 	}
 	if cfg.MaxLeaseSeconds < 1 || cfg.SweepIntervalMS < 10 || cfg.ExpiryJitterMS < 0 || cfg.AuthCacheSeconds < 0 {
 		return cfg, errors.New("--max-lease-seconds, --sweep-interval, --expiry-jitter and --auth-cache must be positive")
@@ -253,7 +266,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	if ctx.Err() != nil {
 		return stopped("listen")
 	}
-	st, created, err := openStore(ctx, cfg.Data, cfg.DB, openOrCreate)
+	st, created, err := openStoreWith(ctx, cfg.Data, cfg.DB, openOrCreate, postgres.Options{Writers: cfg.DBWriters})
 	if err != nil {
 		if ctx.Err() != nil {
 			return stopped("store")

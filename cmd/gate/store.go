@@ -40,6 +40,20 @@ var newFolderEntries = map[string]bool{"plugins": true, "wasm-cache": true, "los
 // (host/postgres), which several gate hosts can share. It reports whether it
 // created a new SQLite database; only mode openOrCreate ever does.
 func openStore(ctx context.Context, dataDir, dbURL string, mode openMode) (store.Store, bool, error) {
+	return openStoreWith(ctx, dataDir, dbURL, mode, postgres.Options{})
+}
+
+// maxDBWriters caps --db-writers: each writer holds a connection and a
+// ledger chain of its own.
+const maxDBWriters = 16
+
+// isPostgresURL reports whether dbURL names a PostgreSQL database.
+func isPostgresURL(dbURL string) bool {
+	return strings.HasPrefix(dbURL, "postgres://") || strings.HasPrefix(dbURL, "postgresql://")
+}
+
+// openStoreWith is openStore with the PostgreSQL store's options.
+func openStoreWith(ctx context.Context, dataDir, dbURL string, mode openMode, pgOpts postgres.Options) (store.Store, bool, error) {
 	switch {
 	case dbURL == "":
 		path := filepath.Join(dataDir, "gate.db")
@@ -56,11 +70,11 @@ func openStore(ctx context.Context, dataDir, dbURL string, mode openMode) (store
 			return nil, false, fmt.Errorf("--db %q names no file", dbURL)
 		}
 		return openSQLite(path, mode)
-	case strings.HasPrefix(dbURL, "postgres://"), strings.HasPrefix(dbURL, "postgresql://"):
+	case isPostgresURL(dbURL):
 		// Several gate hosts may share the database (see docs/postgres.md).
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		st, err := postgres.Open(ctx, dbURL, postgres.Options{})
+		st, err := postgres.Open(ctx, dbURL, pgOpts)
 		if err != nil {
 			return nil, false, fmt.Errorf("--db %s: %w", redactURL(dbURL), err)
 		}

@@ -192,6 +192,10 @@ func (s *Store) BatchRetries() int64 { return s.retries.Load() }
 // deferred write failed (a conflict or a lost fence found at the batch's end).
 func (s *Store) StrictReruns() int64 { return s.strictReruns.Load() }
 
+// Writers reports how many writers (each a connection and a ledger chain)
+// the store runs.
+func (s *Store) Writers() int { return s.opts.Writers }
+
 // WriterTrips reports how many round trips to the server the writers made
 // (pipelines sent and statements run at once, COMMIT's included). Trips per
 // task cycle, beside cycles per second, tell a batch bound by latency from
