@@ -30,6 +30,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"path"
 	"sort"
 	"sync"
@@ -450,7 +451,17 @@ func (w *writer) connect() error {
 }
 
 // maxAttempts bounds how often one batch is rerun.
-const maxAttempts = 8
+const maxAttempts = 12
+
+// retryPause is the pause before attempt n+1 of a batch that failed n times
+// with a deadlock or a serialization failure: random, up to 2^n ms capped at
+// 250 ms. A request rerun in a transaction of its own after a deadlock is
+// the side PostgreSQL tends to abort again (it waits first, so its deadlock
+// check runs first); the random pause lets the other side's batch finish.
+func retryPause(n int) time.Duration {
+	ceiling := min(time.Duration(1)<<min(n, 8)*time.Millisecond, 250*time.Millisecond)
+	return time.Duration(rand.Int64N(int64(ceiling))) + time.Millisecond
+}
 
 // closeChain records a last checkpoint when the writer's chain grew since
 // its last one, so the chain's tail is bound too.
@@ -508,9 +519,7 @@ func (w *writer) run(batch []*request) {
 			}
 			return
 		}
-		if attempt > 1 {
-			time.Sleep(time.Duration(attempt*attempt) * time.Millisecond)
-		}
+		time.Sleep(retryPause(attempt))
 	}
 }
 

@@ -122,3 +122,31 @@ func TestWriterRetriesDeadlock(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRetryPauseIsBoundedAndRandom: the pause before a rerun after a deadlock
+// or serialization failure grows with the attempt up to 250 ms, is never
+// zero, and is random (two requests that deadlocked together do not come
+// back at the same moment).
+func TestRetryPauseIsBoundedAndRandom(t *testing.T) {
+	for n := 1; n <= maxAttempts+4; n++ {
+		ceiling := min(time.Duration(1)<<min(n, 8)*time.Millisecond, 250*time.Millisecond) + time.Millisecond
+		seen := map[time.Duration]bool{}
+		for range 200 {
+			p := retryPause(n)
+			if p < time.Millisecond || p > ceiling {
+				t.Fatalf("attempt %d: pause %v outside [1ms, %v]", n, p, ceiling)
+			}
+			seen[p] = true
+		}
+		if n >= 3 && len(seen) < 2 {
+			t.Fatalf("attempt %d: 200 pauses all %v", n, p0(seen))
+		}
+	}
+}
+
+func p0(m map[time.Duration]bool) time.Duration {
+	for k := range m {
+		return k
+	}
+	return 0
+}
