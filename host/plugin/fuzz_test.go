@@ -174,17 +174,7 @@ func FuzzHTTPHostCall(f *testing.F) {
 	f.Add([]byte{9, 0, 0, 0, '{'})
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		resp := p.doHTTP(context.Background(), raw)
-		if len(resp) < 4 {
-			t.Fatalf("response frame of %d bytes", len(resp))
-		}
-		n := binary.LittleEndian.Uint32(resp)
-		if uint64(n) > uint64(len(resp)-4) {
-			t.Fatalf("response frame length %d exceeds the frame (%d)", n, len(resp)-4)
-		}
-		var head map[string]any
-		if err := json.Unmarshal(resp[4:4+n], &head); err != nil {
-			t.Fatalf("response head is not JSON: %q", resp[4:4+n])
-		}
+		head, sent := frameHead(t, resp)
 		if _, ok := head["status"]; ok {
 			return
 		}
@@ -195,7 +185,7 @@ func FuzzHTTPHostCall(f *testing.F) {
 				keys = append(keys, k)
 			}
 			sort.Strings(keys)
-			t.Fatalf("response head has neither status nor a known error code: %v %s", keys, resp[4:4+n])
+			t.Fatalf("response head has neither status nor a known error code: %v %s", keys, sent)
 		}
 	})
 }
@@ -250,21 +240,29 @@ func FuzzMailHostCall(f *testing.F) {
 	f.Fuzz(func(t *testing.T, op uint8, raw []byte) {
 		fn := ops[int(op)%len(ops)]
 		for _, pl := range []*Plugin{p, denied} {
-			resp := pl.mailCall(context.Background(), raw, fn(pl))
-			if len(resp) < 4 {
-				t.Fatalf("response frame of %d bytes", len(resp))
-			}
-			n := binary.LittleEndian.Uint32(resp)
-			if uint64(n) > uint64(len(resp)-4) {
-				t.Fatalf("response frame length %d exceeds the frame (%d)", n, len(resp)-4)
-			}
-			var head map[string]any
-			if err := json.Unmarshal(resp[4:4+n], &head); err != nil {
-				t.Fatalf("response head is not JSON: %q", resp[4:4+n])
-			}
+			head, _ := frameHead(t, pl.mailCall(context.Background(), raw, fn(pl)))
 			if pl == denied && head["code"] != "mail_denied" {
 				t.Fatalf("a plugin without the grant got %v", head)
 			}
 		}
 	})
+}
+
+// frameHead checks a host call's response frame (a little-endian length,
+// then that many bytes of JSON head, then any body) and returns the head,
+// decoded and as sent.
+func frameHead(t *testing.T, resp []byte) (map[string]any, []byte) {
+	t.Helper()
+	if len(resp) < 4 {
+		t.Fatalf("response frame of %d bytes", len(resp))
+	}
+	n := binary.LittleEndian.Uint32(resp)
+	if uint64(n) > uint64(len(resp)-4) {
+		t.Fatalf("response frame length %d exceeds the frame (%d)", n, len(resp)-4)
+	}
+	var head map[string]any
+	if err := json.Unmarshal(resp[4:4+n], &head); err != nil {
+		t.Fatalf("response head is not JSON: %q", resp[4:4+n])
+	}
+	return head, resp[4 : 4+n]
 }
