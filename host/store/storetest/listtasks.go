@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -46,9 +47,9 @@ func testListTasksFilters(t *testing.T, b *Bundle) {
 			tk.State = next
 			if next == host.StateLeased {
 				tk.LeaseID, tk.WorkerID = "L-"+tk.ID, "w.1"
-				tk.LeaseExpiresAt = ptrTime(Epoch.Add(3600e9))
+				tk.LeaseExpiresAt = timePtr(Epoch.Add(time.Hour))
 			} else {
-				tk.CompletedAt = ptrTime(Epoch)
+				tk.CompletedAt = timePtr(Epoch)
 			}
 			if err := tx.UpdateTask(ctx, tk, store.Fence{State: from}); err != nil {
 				return err
@@ -152,4 +153,4 @@ func testListTasksFilters(t *testing.T, b *Bundle) {
 	}
 }
 
-func ptrTime[T any](v T) *T { return &v }
+func timePtr(v time.Time) *time.Time { return &v }
