@@ -173,3 +173,87 @@ func TestDeferredBatchRoundTrips(t *testing.T) {
 	}
 	b.Verify(t)
 }
+
+// A claim's task updates are deferred too: the rows are locked by the claim,
+// so they cannot lose their fence. A batch that claims tasks and then makes
+// deferred writes costs three round trips: the claim's read, one pipeline
+// with every write, and COMMIT.
+func TestClaimUpdatesAreDeferred(t *testing.T) {
+	st := openIn(t, newSchema(t), Options{Writers: 1})
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	ctx := b.Ctx
+	for range 3 {
+		b.Enqueue(t, "work")
+	}
+	other := b.Task(t, b.Enqueue(t, "other").TaskID)
+	hold, held := make(chan struct{}), make(chan struct{})
+	go st.Update(ctx, func(store.Tx) error { close(held); <-hold; return nil })
+	<-held
+	trips := st.WriterTrips()
+	var wg sync.WaitGroup
+	var claimed []*host.Task
+	var claimErr, updateErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		claimErr = st.Update(ctx, func(tx store.Tx) error {
+			var err error
+			claimed, err = tx.ClaimTasks(ctx, store.ClaimQuery{Tenant: "acme", Types: []string{"work"}, Now: b.Clock.Now(), Limit: 3,
+				Grant: func(t *host.Task) {
+					t.State, t.LeaseID, t.WorkerID = host.StateLeased, host.NewID("L"), "w1"
+					exp := b.Clock.Now().Add(time.Minute)
+					t.LeaseExpiresAt = &exp
+					t.Attempts++
+				}})
+			return err
+		})
+	}()
+	for deadline := time.Now().Add(30 * time.Second); len(st.reqs) < 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the claim never queued behind the held batch")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	rc := &host.Receipt{ID: host.NewID("R"), Tenant: "acme", Type: host.ReceiptProgress, From: "agent.kee", To: "agent.kee",
+		TaskID: other.ID, Body: []byte(`{}`), Parents: []string{}, CreatedAt: b.Clock.Now()}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		updateErr = st.Update(ctx, func(tx store.Tx) error {
+			c := *other
+			c.Priority = 5
+			if err := tx.UpdateTask(ctx, &c, store.Fence{State: host.StateQueued, Version: other.Version}); err != nil {
+				return err
+			}
+			return tx.AppendReceipt(ctx, rc)
+		})
+	}()
+	for deadline := time.Now().Add(30 * time.Second); len(st.reqs) < 2; {
+		if time.Now().After(deadline) {
+			t.Fatal("the update never queued behind the held batch")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(hold)
+	wg.Wait()
+	if claimErr != nil || updateErr != nil {
+		t.Fatalf("claim: %v; update: %v", claimErr, updateErr)
+	}
+	if len(claimed) != 3 {
+		t.Fatalf("claimed %d tasks, want 3", len(claimed))
+	}
+	for _, c := range claimed {
+		got := b.Task(t, c.ID)
+		if got.State != host.StateLeased || got.LeaseID != c.LeaseID || got.Version != c.Version {
+			t.Errorf("task %s: stored state %s lease %q version %d; claimed lease %q version %d",
+				c.ID, got.State, got.LeaseID, got.Version, c.LeaseID, c.Version)
+		}
+	}
+	if got := b.Task(t, other.ID); got.Priority != 5 {
+		t.Errorf("the other task's priority is %d, want 5", got.Priority)
+	}
+	if got := st.WriterTrips() - trips; got != 3 {
+		t.Errorf("a batch that claims and then writes made %d round trips, want 3 (the claim, the writes, COMMIT)", got)
+	}
+	b.Verify(t)
+}

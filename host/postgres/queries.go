@@ -557,8 +557,19 @@ func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.T
 			return nil, err
 		}
 	}
-	ns, err := w.ss.execAll(w.c(ctx), stmts)
-	if err != nil {
+	var ns []int64
+	if w.deferWrites {
+		// The rows are locked FOR UPDATE by this transaction and were
+		// queued when read, so their fenced updates cannot lose: they are
+		// deferred like every other write that must change one row, and
+		// cost no round trip of their own. Should one change no row after
+		// all, the batch runs again in strict mode, which skips that row.
+		ns = make([]int64, len(stmts))
+		for i, u := range stmts {
+			w.ss.queueChecked(expectOne("claimed task update"), u.sql, u.args...)
+			ns[i] = 1
+		}
+	} else if ns, err = w.ss.execAll(w.c(ctx), stmts); err != nil {
 		return nil, err
 	}
 	out := make([]*host.Task, 0, len(rows))
