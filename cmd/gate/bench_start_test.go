@@ -46,52 +46,8 @@ func BenchmarkStartFresh(b *testing.B) {
 // its first served lease, and stops it.
 func startOnce(b *testing.B, cache string) (toHealth, toLease time.Duration) {
 	b.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	data := filepath.Join(b.TempDir(), "data")
-	args := []string{"serve", "--data", data, "--listen", addr, "--log-level", "warn"}
-	if cache != "" {
-		args = append(args, "--wasm-cache", cache)
-	}
-	cmd := exec.Command(gateBin, args...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	began := time.Now()
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(60 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}()
-	url := "http://" + addr
-	deadline := began.Add(5 * time.Minute)
-	for {
-		r, err := tryCall("GET", url+"/healthz", "", nil)
-		if err == nil && r.Status == 200 {
-			break
-		}
-		select {
-		case err := <-done:
-			b.Fatalf("the gate exited: %v\n%s", err, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("no /healthz after 5 minutes: %v %d", err, r.Status)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	url, data, began, stop := launchGate(b, cache)
+	defer stop()
 	toHealth = time.Since(began)
 	key, err := os.ReadFile(filepath.Join(data, "admin.key"))
 	if err != nil {
@@ -124,4 +80,59 @@ func startOnce(b *testing.B, cache string) (toHealth, toLease time.Duration) {
 	must(r, err, 200)
 	toLease = time.Since(began)
 	return toHealth, toLease
+}
+
+// launchGate starts `gate serve` on a new data folder (and the compilation
+// cache given, or the folder's own when empty) and returns once /healthz
+// answers 200, with when the process was started and a func that stops it.
+func launchGate(tb testing.TB, cache string) (url, data string, began time.Time, stop func()) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	data = filepath.Join(tb.TempDir(), "data")
+	args := []string{"serve", "--data", data, "--listen", addr, "--log-level", "warn"}
+	if cache != "" {
+		args = append(args, "--wasm-cache", cache)
+	}
+	cmd := exec.Command(gateBin, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	began = time.Now()
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	stop = func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	url = "http://" + addr
+	deadline := began.Add(5 * time.Minute)
+	for {
+		r, err := tryCall("GET", url+"/healthz", "", nil)
+		if err == nil && r.Status == 200 {
+			break
+		}
+		select {
+		case err := <-done:
+			tb.Fatalf("the gate exited: %v\n%s", err, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			stop()
+			tb.Fatalf("no /healthz after 5 minutes: %v %d", err, r.Status)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return url, data, began, stop
 }
