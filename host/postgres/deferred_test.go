@@ -68,12 +68,7 @@ func TestDeferredWriteFailureFailsItsRequestAlone(t *testing.T) {
 		}
 		return tx.AppendReceipt(ctx, kept)
 	})
-	for deadline := time.Now().Add(30 * time.Second); len(st.reqs) < 3; {
-		if time.Now().After(deadline) {
-			t.Fatal("the updates never queued behind the held batch")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitQueued(t, st, 3, "the updates never queued behind the held batch")
 	close(hold)
 	wg.Wait()
 
@@ -146,12 +141,7 @@ func TestDeferredBatchRoundTrips(t *testing.T) {
 			})
 		}()
 	}
-	for deadline := time.Now().Add(30 * time.Second); len(st.reqs) < len(tasks); {
-		if time.Now().After(deadline) {
-			t.Fatal("the updates never queued behind the held batch")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitQueued(t, st, len(tasks), "the updates never queued behind the held batch")
 	if st.WriterTrips() != trips {
 		t.Fatalf("the held batch made %d round trips", st.WriterTrips()-trips)
 	}
@@ -208,12 +198,7 @@ func TestClaimUpdatesAreDeferred(t *testing.T) {
 			return err
 		})
 	}()
-	for deadline := time.Now().Add(30 * time.Second); len(st.reqs) < 1; {
-		if time.Now().After(deadline) {
-			t.Fatal("the claim never queued behind the held batch")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitQueued(t, st, 1, "the claim never queued behind the held batch")
 	rc := &host.Receipt{ID: host.NewID("R"), Tenant: "acme", Type: host.ReceiptProgress, From: "agent.kee", To: "agent.kee",
 		TaskID: other.ID, Body: []byte(`{}`), Parents: []string{}, CreatedAt: b.Clock.Now()}
 	wg.Add(1)
@@ -228,12 +213,7 @@ func TestClaimUpdatesAreDeferred(t *testing.T) {
 			return tx.AppendReceipt(ctx, rc)
 		})
 	}()
-	for deadline := time.Now().Add(30 * time.Second); len(st.reqs) < 2; {
-		if time.Now().After(deadline) {
-			t.Fatal("the update never queued behind the held batch")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitQueued(t, st, 2, "the update never queued behind the held batch")
 	close(hold)
 	wg.Wait()
 	if claimErr != nil || updateErr != nil {
@@ -256,4 +236,16 @@ func TestClaimUpdatesAreDeferred(t *testing.T) {
 		t.Errorf("a batch that claims and then writes made %d round trips, want 3 (the claim, the writes, COMMIT)", got)
 	}
 	b.Verify(t)
+}
+
+// waitQueued waits until n requests wait for st's writer (held by a batch
+// that blocks), failing the test with what after 30 s.
+func waitQueued(t *testing.T, st *Store, n int, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); len(st.reqs) < n; {
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
