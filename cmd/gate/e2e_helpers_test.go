@@ -186,21 +186,13 @@ func startGate(t *testing.T, dir string, extra ...string) *gateProc {
 	return g
 }
 
-// waitPluginsReady polls GET /v1/admin/plugins until the gate reports every
+// waitPluginsReady waits, as gate bench does, until the gate reports every
 // plugin loaded, failing the test after five minutes (compiling six plugins
 // into an empty cache took over two on a busy 2-core machine).
 func (g *gateProc) waitPluginsReady(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		r, err := tryCall("GET", g.URL+"/v1/admin/plugins", g.Admin, nil)
-		if err == nil && r.Status == 200 && bytes.Contains(r.Body, []byte(`"ready":true`)) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("plugins not ready after 5 minutes: %v %s\n%s", err, r.Body, g.Log())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if _, err := waitPluginsReady(newBenchClient(g.URL, 1), g.Admin, 5*time.Minute); err != nil {
+		t.Fatalf("%v\n%s", err, g.Log())
 	}
 }
 
