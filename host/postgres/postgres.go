@@ -28,6 +28,7 @@ package postgres
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
@@ -93,6 +94,10 @@ type Store struct {
 	// strictReruns counts batches rerun in strict mode after a deferred
 	// write failed.
 	strictReruns atomic.Int64
+	// lockReorders counts requests that ran after their batch, in a
+	// transaction of their own, because they asked for a resource lock below
+	// one their batch held and found it taken (resourceleases.go).
+	lockReorders atomic.Int64
 	// writerTrips counts the writers' round trips to the server.
 	writerTrips atomic.Int64
 }
@@ -107,6 +112,9 @@ type request struct {
 	fn   func(store.Tx) error
 	err  error
 	done chan struct{}
+	// later is set when the request gave way for lock order (errLockOrder)
+	// in the transaction that just ran: it runs again after it, alone.
+	later bool
 }
 
 // Open connects to the database at url (a postgres:// URL or a libpq
@@ -192,6 +200,10 @@ func (s *Store) BatchRetries() int64 { return s.retries.Load() }
 // StrictReruns reports how many batches ran again in strict mode because a
 // deferred write failed (a conflict or a lost fence found at the batch's end).
 func (s *Store) StrictReruns() int64 { return s.strictReruns.Load() }
+
+// LockReorders reports how many requests ran after their batch, on their
+// own, because they needed a resource lock out of key order (LockResources).
+func (s *Store) LockReorders() int64 { return s.lockReorders.Load() }
 
 // Writers reports how many writers (each a connection and a ledger chain)
 // the store runs.
@@ -492,6 +504,12 @@ func (w *writer) run(batch []*request) {
 	for attempt := 1; ; attempt++ {
 		out := w.runTx(live, strict)
 		if out.err == nil {
+			for _, r := range out.later {
+				// Its batch has committed and released its locks: now it
+				// waits for its own in key order.
+				w.s.lockReorders.Add(1)
+				w.run([]*request{r})
+			}
 			return
 		}
 		if out.strict && !strict {
@@ -539,6 +557,9 @@ type txResult struct {
 	err    error // the transaction failed; no request was finished
 	retry  bool  // the failed transaction may simply run again
 	strict bool  // a deferred write failed: run again with immediate writes
+	// later are the requests that gave way for lock order, undone and not
+	// finished: they run after the committed transaction, each alone.
+	later []*request
 }
 
 // runTx runs reqs in one transaction and commits. On success it finishes every
@@ -582,8 +603,11 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		return txResult{err: unavailable(what, err), retry: broken || isRetryable(err)}
 	}
 	wtx := &writeTx{reader: reader{s: w.s, ss: ss, write: true}, st: st, deferWrites: !strict}
+	wtx.locks.alone = len(reqs) == 1
+	var later []*request
 	for _, r := range reqs {
 		r.err = nil
+		r.later = false
 		if err := r.ctx.Err(); err != nil {
 			r.err = err // finished with its own error, wrote nothing
 			continue
@@ -633,13 +657,18 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		notify := st.notify[:nNotify]
 		*st = mark
 		st.notify = notify
+		if errors.Is(ferr, errLockOrder) {
+			r.later = true
+			later = append(later, r)
+			continue
+		}
 		r.err = ferr
 	}
 	if ss.flushes == 0 && len(ss.pre) == 1 {
 		// Nothing but BEGIN: no transaction to commit.
 		ss.truncate(0)
 		finish(reqs)
-		return txResult{}
+		return txResult{later: later}
 	}
 	if err := wtx.flushCounts(bg); err != nil {
 		if ss.fatal != nil {
@@ -699,7 +728,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 	}
 	w.chain, w.lastCheckpoint, w.checkpointed = st.chain, st.lastCheckpoint, st.checkpointed
 	finish(reqs)
-	return txResult{}
+	return txResult{later: later}
 }
 
 // forgetChain follows a commit whose outcome is unknown: the chain's head is
@@ -713,9 +742,13 @@ func (w *writer) forgetChain(st *txState) {
 	w.chain.known = false
 }
 
+// finish finishes every request of a committed transaction but those that
+// run again after it (later).
 func finish(rs []*request) {
 	for _, r := range rs {
-		close(r.done)
+		if !r.later {
+			close(r.done)
+		}
 	}
 }
 

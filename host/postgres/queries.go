@@ -34,6 +34,20 @@ type writeTx struct {
 	// deferWrites is set outside strict mode: writes whose answer the
 	// request need not wait for are queued with a check (see runTx).
 	deferWrites bool
+	// locks is what the transaction knows of the resource locks it took
+	// (LockResources).
+	locks lockOrder
+}
+
+// lockOrder is a transaction's resource-lock bookkeeping: whether it took
+// any, the highest key it took, and whether it runs one request alone (then
+// it waits for every key in order, as nothing else of its own is held). A
+// request that fails keeps its keys counted: a key thought held that was
+// released only makes a later request try where it could have waited.
+type lockOrder struct {
+	any   bool
+	max   int32
+	alone bool
 }
 
 // writeOne runs a write that must change one row: deferred outside strict

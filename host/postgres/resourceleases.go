@@ -200,15 +200,57 @@ func resourceLockKeys(tenant string, resources []string) []int32 {
 	return slices.Compact(keys)
 }
 
+// errLockOrder is LockResources' answer to a request that would wait for a
+// lock below one its batch holds: the writer undoes the request and runs it
+// after the batch, in a transaction of its own.
+var errLockOrder = errors.New("resource lock out of key order")
+
 // LockResources implements store.Tx with transaction-scoped advisory locks,
 // taken in key order (unnest keeps the array's order).
+//
+// A batch takes its requests' locks one request after another, so a later
+// request may need a key below one an earlier request took. Waiting for it
+// could close a cycle with another writer's batch that holds it and waits for
+// ours (a deadlock PostgreSQL breaks only after deadlock_timeout, by aborting
+// a whole batch). So a transaction waits only for keys above every key it
+// holds; one below is only tried, and if another transaction holds it the
+// request gives way (errLockOrder): the writer undoes it and runs it alone
+// after the batch commits, where it waits in key order from the start. No
+// transaction then waits for a key while holding a higher one, so waits
+// between writers cannot form a cycle (a request that locks twice, as a claim
+// stepping past held tasks does, may still, alone; the batch is then rerun).
 func (w *writeTx) LockResources(ctx context.Context, tenant string, resources []string) (bool, error) {
 	if len(resources) == 0 {
 		return false, nil
 	}
-	_, err := w.ss.exec(w.c(ctx), `SELECT pg_advisory_xact_lock($1::int4, k) FROM unnest($2::int4[]) AS k`,
-		int32(resourceLockClass), resourceLockKeys(tenant, resources))
-	return err == nil, err
+	keys := resourceLockKeys(tenant, resources)
+	wait := keys
+	if w.locks.any && !w.locks.alone {
+		// keys is sorted: the ones at or below the highest held come first.
+		i, _ := slices.BinarySearch(keys, w.locks.max+1)
+		var ok bool
+		if i > 0 {
+			if err := w.ss.queryRow(w.c(ctx), []any{&ok}, `SELECT bool_and(pg_try_advisory_xact_lock($1::int4, k)) FROM unnest($2::int4[]) AS k`,
+				int32(resourceLockClass), keys[:i]); err != nil {
+				return false, err
+			}
+			if !ok {
+				return false, errLockOrder
+			}
+		}
+		wait = keys[i:]
+	}
+	if len(wait) > 0 {
+		if _, err := w.ss.exec(w.c(ctx), `SELECT pg_advisory_xact_lock($1::int4, k) FROM unnest($2::int4[]) AS k`,
+			int32(resourceLockClass), wait); err != nil {
+			return false, err
+		}
+	}
+	if last := keys[len(keys)-1]; !w.locks.any || last > w.locks.max {
+		w.locks.max = last
+	}
+	w.locks.any = true
+	return true, nil
 }
 
 func (w *writeTx) InsertResourceLease(ctx context.Context, l *host.ResourceLease) error {
