@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -227,7 +228,7 @@ func (w *writeTx) LockResources(ctx context.Context, tenant string, resources []
 	wait := keys
 	if w.locks.any && !w.locks.alone {
 		// keys is sorted: the ones at or below the highest held come first.
-		i, _ := slices.BinarySearch(keys, w.locks.max+1)
+		i := sort.Search(len(keys), func(j int) bool { return keys[j] > w.locks.max })
 		var ok bool
 		if i > 0 {
 			if err := w.ss.queryRow(w.c(ctx), []any{&ok}, `SELECT bool_and(pg_try_advisory_xact_lock($1::int4, k)) FROM unnest($2::int4[]) AS k`,
