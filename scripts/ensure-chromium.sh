@@ -27,8 +27,12 @@ if [ "$(id -u)" != 0 ]; then
 fi
 echo "ensure-chromium: installing Debian's chromium package" >&2
 export DEBIAN_FRONTEND=noninteractive
-if ! $SUDO apt-get install -y --no-install-recommends chromium >/dev/null 2>&1; then
-	$SUDO apt-get update >/dev/null 2>&1 && $SUDO apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 || {
+# Another apt or dpkg run (a second test run installing the same package, the
+# system's own updates) holds dpkg's lock for a while: wait for it instead of
+# failing at once.
+APT="$SUDO apt-get -o DPkg::Lock::Timeout=600"
+if ! $APT install -y --no-install-recommends chromium >/dev/null 2>&1; then
+	$APT update >/dev/null 2>&1 && $APT install -y --no-install-recommends chromium >/dev/null 2>&1 || {
 		echo "ensure-chromium: apt-get install chromium failed" >&2
 		exit 1
 	}

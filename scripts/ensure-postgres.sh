@@ -15,8 +15,9 @@ say() { echo "ensure-postgres: $*" >&2; }
 if ! command -v pg_ctlcluster >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
 	say "installing postgresql"
 	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq >/dev/null
-	apt-get install -y -qq postgresql >/dev/null
+	# Wait for dpkg's lock should another apt run hold it.
+	apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+	apt-get -o DPkg::Lock::Timeout=600 install -y -qq postgresql >/dev/null
 fi
 
 version=$(ls /usr/lib/postgresql | sort -V | tail -n 1)
