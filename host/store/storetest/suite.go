@@ -61,6 +61,8 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"ObligationsWithinOneUpdate", testObligationsWithinOneUpdate},
 		{"RowsWithinOneUpdate", testRowsWithinOneUpdate}, {"ClashWithCommittedRow", testClashWithCommittedRow}, {"OldestReady", testOldestReady}, // writebehind.go, oldestready.go
 		{"QueueCountsByTypeAndState", testQueueCountsByTypeAndState}, // typestate.go
+		{"UpdateWritesEachField", testUpdateWritesEachField},         // taskupdate.go
+		{"UpdateWritesTheTaskGiven", testUpdateWritesTheTaskGiven},   // taskupdate.go
 	}
 	t.Run("Delivery", func(t *testing.T) { t.Parallel(); runDelivery(t, open) })
 	for _, c := range cases {
