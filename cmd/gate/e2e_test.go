@@ -372,7 +372,8 @@ func TestE2EDeadLettersRedriveWorkersKeys(t *testing.T) {
 	want(t, r, 200, "")
 	for _, m := range []string{"asyncgate_tasks_queued_total", "asyncgate_tasks_failed_total", "asyncgate_tasks_dead_lettered_total",
 		"asyncgate_task_duration_seconds", "asyncgate_tasks_by_type", "asyncgate_workers_active", "asyncgate_worker_heartbeat_age_seconds",
-		"asyncgate_task_queue_depth", "asyncgate_oldest_pending_task_age_seconds", "asyncgate_receipts_total", "asyncgate_http_request_duration_seconds"} {
+		"asyncgate_task_queue_depth", "asyncgate_oldest_pending_task_age_seconds", "asyncgate_receipts_total", "asyncgate_http_request_duration_seconds",
+		"asyncgate_store_writers 1", "asyncgate_store_batches_total", "asyncgate_store_batched_updates_total", "asyncgate_store_writer_busy_seconds_total"} {
 		if !strings.Contains(string(r.Body), m) {
 			t.Errorf("metrics lack %s", m)
 		}

@@ -121,6 +121,9 @@ func (m *Metrics) watch(eng *engine.Engine, st store.Store) {
 	m.gauges.MustRegister(&gaugeCollector{eng: eng, st: st})
 	m.gauges.MustRegister(resourceHeldCollector{eng: eng})
 	m.gauges.MustRegister(outboxCollector{eng})
+	if ws, ok := st.(store.WriterStatser); ok {
+		m.gauges.MustRegister(writerCollector{ws})
+	}
 }
 
 // handler serves every metric to the gate's operators (admins of the

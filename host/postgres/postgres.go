@@ -100,11 +100,15 @@ type Store struct {
 	lockReorders atomic.Int64
 	// writerTrips counts the writers' round trips to the server.
 	writerTrips atomic.Int64
+	// batches, updates and busy (nanoseconds) are the writers' work
+	// (WriterStats).
+	batches, updates, busy atomic.Int64
 }
 
 var (
-	_ store.Store    = (*Store)(nil)
-	_ store.Notifier = (*Store)(nil)
+	_ store.Store         = (*Store)(nil)
+	_ store.Notifier      = (*Store)(nil)
+	_ store.WriterStatser = (*Store)(nil)
 )
 
 type request struct {
@@ -204,6 +208,12 @@ func (s *Store) StrictReruns() int64 { return s.strictReruns.Load() }
 // LockReorders reports how many requests ran after their batch, on their
 // own, because they needed a resource lock out of key order (LockResources).
 func (s *Store) LockReorders() int64 { return s.lockReorders.Load() }
+
+// WriterStats implements store.WriterStatser.
+func (s *Store) WriterStats() store.WriterStats {
+	return store.WriterStats{Writers: s.opts.Writers, Batches: s.batches.Load(), Updates: s.updates.Load(),
+		Busy: time.Duration(s.busy.Load())}
+}
 
 // Writers reports how many writers (each a connection and a ledger chain)
 // the store runs.
@@ -399,7 +409,11 @@ func (s *Store) writer() {
 				break drain
 			}
 		}
+		start := time.Now()
 		w.run(batch)
+		s.busy.Add(int64(time.Since(start)))
+		s.batches.Add(1)
+		s.updates.Add(int64(len(batch)))
 	}
 }
 

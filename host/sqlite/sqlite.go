@@ -67,6 +67,7 @@ type Store struct {
 	prepWG      sync.WaitGroup
 
 	batches, ops atomic.Int64
+	busy         atomic.Int64 // nanoseconds the writer spent running batches
 
 	// chain is the writer's view of its own receipt chain; only the writer
 	// goroutine touches it.
@@ -88,7 +89,10 @@ type chainState struct {
 	loaded bool   // global and the chain's head were read in this transaction
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store         = (*Store)(nil)
+	_ store.WriterStatser = (*Store)(nil)
+)
 
 type request struct {
 	ctx  context.Context
@@ -330,7 +334,9 @@ func (s *Store) writer() {
 				break drain
 			}
 		}
+		start := time.Now()
 		s.runBatch(batch)
+		s.busy.Add(int64(time.Since(start)))
 		s.preparePending()
 	}
 }
@@ -338,6 +344,11 @@ func (s *Store) writer() {
 // CommitStats reports how many write transactions the writer committed and how
 // many updates they carried: their ratio is the group-commit batch size.
 func (s *Store) CommitStats() (batches, updates int64) { return s.batches.Load(), s.ops.Load() }
+
+// WriterStats implements store.WriterStatser.
+func (s *Store) WriterStats() store.WriterStats {
+	return store.WriterStats{Writers: 1, Batches: s.batches.Load(), Updates: s.ops.Load(), Busy: time.Duration(s.busy.Load())}
+}
 
 // runBatch runs a batch in one transaction. It first runs it optimistically,
 // without savepoints: an update that fails before writing anything needs no

@@ -44,6 +44,27 @@ type Notifier interface {
 	Subscribe(ctx context.Context) (<-chan string, error)
 }
 
+// WriterStats is what a store's group-commit writers have done since the
+// store opened. Busy divided by the wall clock and by Writers is how
+// saturated they are: near 1, the writers are the gate's ceiling, and more
+// producers or workers only lengthen the queue in front of them.
+type WriterStats struct {
+	// Writers is how many writers run batches (each a connection).
+	Writers int
+	// Batches counts the batches they ran (one per group commit, however
+	// often it had to be retried), Updates the updates those batches
+	// carried (their ratio is the batch size).
+	Batches, Updates int64
+	// Busy is the time the writers spent running batches, summed over
+	// writers.
+	Busy time.Duration
+}
+
+// WriterStatser is implemented by stores that report their writers' work.
+type WriterStatser interface {
+	WriterStats() WriterStats
+}
+
 // Reader is the read side of a transaction or view.
 type Reader interface {
 	// GetTask returns a task or a host.CodeNotFound error.
