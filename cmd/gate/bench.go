@@ -261,6 +261,8 @@ func bench(o benchOpts, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stderr, "gate bench: %s; %d producers, %d workers (batch %d, %d completers each, wait %ds)\n",
 		mode, o.producers, o.workers, o.batch, o.completeWorkers, o.wait)
+	writersBefore, writersOK := scrapeWriters(c, admin)
+	writersStart := time.Now()
 	var st benchStats
 	start := time.Now()
 	stopProducing := make(chan struct{})
@@ -352,6 +354,13 @@ func bench(o benchOpts, stdout, stderr io.Writer) error {
 			break
 		}
 	}
+	// The writers' work is read as the last task completes, before the
+	// workers' last long-polls end: the window is the run's.
+	var writersAfter writersSample
+	writersEnd := time.Now()
+	if writersOK {
+		writersAfter, writersOK = scrapeWriters(c, admin)
+	}
 	if o.progress {
 		fmt.Fprintln(stderr)
 	}
@@ -382,6 +391,9 @@ func bench(o benchOpts, stdout, stderr io.Writer) error {
 	row("accept", st.accept)
 	row("complete", st.complete)
 	row("enqueue→lease", st.e2l)
+	if writersOK {
+		fmt.Fprintf(stdout, "  %s\n", writersLine(writersBefore, writersAfter, writersEnd.Sub(writersStart)))
+	}
 	if n := st.errors.Load(); n > 0 {
 		fmt.Fprintf(stdout, "  errors %d (first: %v)\n", n, st.firstErr.Load())
 	}
@@ -541,4 +553,68 @@ func spawnGate(dir string) (string, func(), error) {
 		_ = cmd.Wait()
 		return "", nil, errors.New("the gate subprocess did not start")
 	}
+}
+
+// writersSample is the store's writer series on a gate's /metrics.
+type writersSample struct {
+	writers, batches, updates, busySeconds float64
+}
+
+// scrapeWriters reads the store's writer series from the gate's /metrics
+// (an operator's view), or reports false when the gate does not show them.
+func scrapeWriters(c *benchClient, admin string) (writersSample, bool) {
+	req, err := http.NewRequest("GET", c.base+"/metrics", nil)
+	if err != nil {
+		return writersSample{}, false
+	}
+	req.Header.Set("Authorization", "Bearer "+admin)
+	res, err := c.hc.Do(req)
+	if err != nil {
+		return writersSample{}, false
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, res.Body)
+		return writersSample{}, false
+	}
+	var w writersSample
+	found := 0
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		var dst *float64
+		switch name {
+		case "asyncgate_store_writers":
+			dst = &w.writers
+		case "asyncgate_store_batches_total":
+			dst = &w.batches
+		case "asyncgate_store_batched_updates_total":
+			dst = &w.updates
+		case "asyncgate_store_writer_busy_seconds_total":
+			dst = &w.busySeconds
+		default:
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return writersSample{}, false
+		}
+		*dst = v
+		found++
+	}
+	return w, sc.Err() == nil && found == 4 && w.writers > 0
+}
+
+// writersLine says how busy the gate's writers were between two samples
+// taken elapsed apart: near 100%, the store's writers were the ceiling of
+// the run.
+func writersLine(before, after writersSample, elapsed time.Duration) string {
+	batches := after.batches - before.batches
+	busy := (after.busySeconds - before.busySeconds) / after.writers / elapsed.Seconds()
+	return fmt.Sprintf("store writers %.0f: busy %.0f%% of the run, %.0f batches of %.1f updates",
+		after.writers, 100*busy, batches, (after.updates-before.updates)/max(batches, 1))
 }

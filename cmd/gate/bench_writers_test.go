@@ -1,0 +1,56 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBenchReportsTheStoreWriters: gate bench reads the store's writer
+// series from a real gate's /metrics with the admin key, sees them move
+// with the gate's writes, and says how busy the writers were; with a key
+// that may not read /metrics it reports nothing rather than failing.
+func TestBenchReportsTheStoreWriters(t *testing.T) {
+	ensureGate(t)
+	url, data, _, stop := launchGate(t, filepath.Join(t.TempDir(), "cache"))
+	defer stop()
+	key, err := os.ReadFile(filepath.Join(data, "admin.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := strings.TrimSpace(string(key))
+	c := newBenchClient(url, 2)
+	before, ok := scrapeWriters(c, admin)
+	if !ok || before.writers != 1 {
+		t.Fatalf("writer series before: %+v, found %v; want one writer", before, ok)
+	}
+	start := time.Now()
+	if _, err := c.do("PUT", "/v1/admin/task-types/bench", admin, []byte(`{}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		body := `{"role":"agent","principal":"bench.w` + string(rune('a'+i)) + `"}`
+		if _, err := c.do("POST", "/v1/admin/keys", admin, []byte(body), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, ok := scrapeWriters(c, admin)
+	if !ok || after.batches <= before.batches || after.updates < before.updates+4 || after.busySeconds <= before.busySeconds {
+		t.Fatalf("writer series after four writes: %+v (found %v), before %+v", after, ok, before)
+	}
+	line := writersLine(before, after, time.Since(start))
+	if !strings.HasPrefix(line, "store writers 1: busy ") || !strings.Contains(line, "% of the run") {
+		t.Fatalf("writers line = %q", line)
+	}
+	var agent struct {
+		APIKey string `json:"api_key"`
+	}
+	if _, err := c.do("POST", "/v1/admin/keys", admin, []byte(`{"role":"agent","principal":"bench.nosy"}`), &agent); err != nil {
+		t.Fatal(err)
+	}
+	if w, ok := scrapeWriters(c, agent.APIKey); ok {
+		t.Fatalf("an agent key read the writer series: %+v", w)
+	}
+}
