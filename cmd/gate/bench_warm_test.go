@@ -13,14 +13,7 @@ import (
 // only when the gate says every plugin's first load is done, and a wrong
 // key is a clear error, not an endless wait.
 func TestBenchWaitsForPlugins(t *testing.T) {
-	ensureGate(t)
-	url, data, _, stop := launchGate(t, filepath.Join(t.TempDir(), "cold-cache"))
-	defer stop()
-	key, err := os.ReadFile(filepath.Join(data, "admin.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := strings.TrimSpace(string(key))
+	url, admin := benchTarget(t, filepath.Join(t.TempDir(), "cold-cache"))
 	c := newBenchClient(url, 2)
 	waited, err := waitPluginsReady(c, admin, pluginWarmTimeout)
 	if err != nil {
@@ -36,4 +29,19 @@ func TestBenchWaitsForPlugins(t *testing.T) {
 	if _, err := waitPluginsReady(c, "agk_wrong", pluginWarmTimeout); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("a wrong admin key: %v, want an error carrying the 401", err)
 	}
+}
+
+// benchTarget starts a real gate (compilation cache in cache) for the
+// bench's helpers to load, stopped when the test ends, and returns its URL
+// and admin key.
+func benchTarget(t *testing.T, cache string) (url, admin string) {
+	t.Helper()
+	ensureGate(t)
+	url, data, _, stop := launchGate(t, cache)
+	t.Cleanup(stop)
+	key, err := os.ReadFile(filepath.Join(data, "admin.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url, strings.TrimSpace(string(key))
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,14 +12,7 @@ import (
 // with the gate's writes, and says how busy the writers were; with a key
 // that may not read /metrics it reports nothing rather than failing.
 func TestBenchReportsTheStoreWriters(t *testing.T) {
-	ensureGate(t)
-	url, data, _, stop := launchGate(t, filepath.Join(t.TempDir(), "cache"))
-	defer stop()
-	key, err := os.ReadFile(filepath.Join(data, "admin.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := strings.TrimSpace(string(key))
+	url, admin := benchTarget(t, filepath.Join(t.TempDir(), "cache"))
 	c := newBenchClient(url, 2)
 	before, ok := scrapeWriters(c, admin)
 	if !ok || before.writers != 1 {
