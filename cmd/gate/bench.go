@@ -262,7 +262,6 @@ func bench(o benchOpts, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "gate bench: %s; %d producers, %d workers (batch %d, %d completers each, wait %ds)\n",
 		mode, o.producers, o.workers, o.batch, o.completeWorkers, o.wait)
 	writersBefore, writersOK := scrapeWriters(c, admin)
-	writersStart := time.Now()
 	var st benchStats
 	start := time.Now()
 	stopProducing := make(chan struct{})
@@ -392,7 +391,7 @@ func bench(o benchOpts, stdout, stderr io.Writer) error {
 	row("complete", st.complete)
 	row("enqueue→lease", st.e2l)
 	if writersOK {
-		fmt.Fprintf(stdout, "  %s\n", writersLine(writersBefore, writersAfter, writersEnd.Sub(writersStart)))
+		fmt.Fprintf(stdout, "  %s\n", writersLine(writersBefore, writersAfter, writersEnd.Sub(start)))
 	}
 	if n := st.errors.Load(); n > 0 {
 		fmt.Fprintf(stdout, "  errors %d (first: %v)\n", n, st.firstErr.Load())

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -89,16 +88,9 @@ func TestRetentionSweepRouteAndMetrics(t *testing.T) {
 	}
 	b.srv.cfg.Metrics.OnEvent(engine.Event{Kind: engine.EvArchived, Tenant: "default", TaskType: "echo"})
 	b.srv.cfg.Metrics.OnEvent(engine.Event{Kind: engine.EvPayloadPurged, Tenant: "default", TaskType: "echo"})
-	req, _ := http.NewRequest(http.MethodGet, b.ts.URL+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+b.admin)
-	res, err := b.ts.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
+	metrics := b.scrape(t)
 	for _, want := range []string{`asyncgate_tasks_archived_total{task_type="echo",tenant="default"} 1`, `asyncgate_payloads_purged_total{task_type="echo",tenant="default"} 1`} {
-		if !strings.Contains(string(raw), want) {
+		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}

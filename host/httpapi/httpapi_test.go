@@ -68,7 +68,9 @@ func setup(t testing.TB, opts ...Option) *testBundle {
 	return b
 }
 
-func (b *testBundle) do(t testing.TB, method, path, key, body string) (int, map[string]any) {
+// raw makes one call with key (none when empty) and returns the status and
+// the body as sent.
+func (b *testBundle) raw(t testing.TB, method, path, key, body string) (int, []byte) {
 	t.Helper()
 	req, _ := http.NewRequest(method, b.ts.URL+path, strings.NewReader(body))
 	if key != "" {
@@ -80,13 +82,20 @@ func (b *testBundle) do(t testing.TB, method, path, key, body string) (int, map[
 	}
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
+	return res.StatusCode, raw
+}
+
+// do makes one call and decodes its JSON answer.
+func (b *testBundle) do(t testing.TB, method, path, key, body string) (int, map[string]any) {
+	t.Helper()
+	code, raw := b.raw(t, method, path, key, body)
 	var m map[string]any
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &m); err != nil {
-			t.Fatalf("%s %s: %d, not JSON: %q", method, path, res.StatusCode, raw)
+			t.Fatalf("%s %s: %d, not JSON: %q", method, path, code, raw)
 		}
 	}
-	return res.StatusCode, m
+	return code, m
 }
 
 func TestPanicBecomesLoggedInternalError(t *testing.T) {

@@ -133,16 +133,10 @@ func TestResourceLeasesHTTP(t *testing.T) {
 	}
 }
 
+// scrape returns /metrics as the gate's operator sees it.
 func (b *testBundle) scrape(t testing.TB) string {
 	t.Helper()
-	req, _ := http.NewRequest("GET", b.ts.URL+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+b.admin)
-	res, err := b.ts.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
+	_, raw := b.raw(t, "GET", "/metrics", b.admin, "")
 	return string(raw)
 }
 

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,20 +10,13 @@ import (
 	"github.com/asyncgate/asyncgate/host/engine"
 )
 
-// scrape returns /metrics as key sees it, each sample line's value by its
+// samples returns /metrics as key sees it: each sample's value by its
 // series (name and labels as written).
-func scrape(t *testing.T, b *testBundle, key string) map[string]float64 {
+func samples(t *testing.T, b *testBundle, key string) map[string]float64 {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, b.ts.URL+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+key)
-	res, err := b.ts.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	if res.StatusCode != 200 {
-		t.Fatalf("/metrics = %d %s", res.StatusCode, raw)
+	code, raw := b.raw(t, http.MethodGet, "/metrics", key, "")
+	if code != 200 {
+		t.Fatalf("/metrics = %d %s", code, raw)
 	}
 	out := map[string]float64{}
 	for _, line := range strings.Split(string(raw), "\n") {
@@ -51,7 +43,7 @@ func TestStoreWriterMetrics(t *testing.T) {
 	if code, m := b.do(t, http.MethodPut, "/v1/admin/task-types/echo", b.admin, `{}`); code != 200 {
 		t.Fatalf("PUT task type = %d %v", code, m)
 	}
-	before := scrape(t, b, b.admin)
+	before := samples(t, b, b.admin)
 	if before["asyncgate_store_writers"] != 1 {
 		t.Fatalf("asyncgate_store_writers = %v, want 1 (SQLite has one writer)", before["asyncgate_store_writers"])
 	}
@@ -61,7 +53,7 @@ func TestStoreWriterMetrics(t *testing.T) {
 			t.Fatalf("enqueue = %d %v", c, m)
 		}
 	}
-	after := scrape(t, b, b.admin)
+	after := samples(t, b, b.admin)
 	batches := after["asyncgate_store_batches_total"] - before["asyncgate_store_batches_total"]
 	updates := after["asyncgate_store_batched_updates_total"] - before["asyncgate_store_batched_updates_total"]
 	if updates < n || batches < 1 || batches > updates {
@@ -74,7 +66,7 @@ func TestStoreWriterMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for series := range scrape(t, b, other.APIKey) {
+	for series := range samples(t, b, other.APIKey) {
 		if strings.HasPrefix(series, "asyncgate_store_") {
 			t.Fatalf("a tenant admin sees the gate-wide series %s", series)
 		}
