@@ -1072,8 +1072,11 @@ func (w *writeTx) flushObligations(ctx context.Context) error {
 			o := p.o
 			args = append(args, o.ReceiptID, o.Tenant, string(o.Type), o.Obligor, o.Obligee, o.TaskID, us(o.CreatedAt), o.Seq, term)
 		}
-		if _, err := w.rawExec(ctx, `INSERT INTO obligations (receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq, terminated_by) VALUES `+
+		// OR FAIL, as the rows written behind (writebehind.go): no statement
+		// journal, and a failure sticks, so that it is undone whole.
+		if _, err := w.rawExec(ctx, `INSERT OR FAIL INTO obligations (receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq, terminated_by) VALUES `+
 			strings.TrimSuffix(strings.Repeat("(?,?,?,?,?,?,?,?,?),", n), ","), args...); err != nil {
+			w.failed = err
 			return err
 		}
 		w.obligations = w.obligations[n:]

@@ -80,3 +80,55 @@ func TestBatchRowRefusedFailsOnlyItsUpdate(t *testing.T) {
 	}
 	g.afterwards(t, "after", 3)
 }
+
+// TestBatchRowRefusedMidStatementLeavesNoneOfItsRows: the rows written
+// behind go out as multi-row INSERT OR FAIL statements, which keep the rows
+// before a refused one. An update appends a good receipt and then a refused
+// one, reads (which writes its rows first) and ignores the error it gets:
+// the refusal still fails that update alone with the database's error, none
+// of its rows remain, and the batch's other updates commit once each.
+func TestBatchRowRefusedMidStatementLeavesNoneOfItsRows(t *testing.T) {
+	g := newFailGate(t)
+	g.exec(t, `CREATE TRIGGER refuse_poison BEFORE INSERT ON receipts WHEN NEW.from_p = 'poison'
+		BEGIN SELECT RAISE(ABORT, 'poison receipt refused'); END`)
+	ctx := context.Background()
+	good := host.NewID(host.PrefixReceipt)
+	ignoring := func() error {
+		return g.st.Update(ctx, func(tx store.Tx) error {
+			for _, from := range []string{"agent.kee", "poison"} {
+				id := good
+				if from == "poison" {
+					id = host.NewID(host.PrefixReceipt)
+				}
+				if err := tx.AppendReceipt(ctx, &host.Receipt{ID: id, Tenant: "acme", Type: host.ReceiptProgress, From: from,
+					To: "agent.kee", Parents: []string{}, Body: json.RawMessage(`{}`), CreatedAt: storetest.Epoch}); err != nil {
+					return err
+				}
+			}
+			_, _ = tx.GetReceipt(ctx, "acme", good) // writes the kept rows first; its error is ignored
+			return nil
+		})
+	}
+	errs := g.oneBatch(t,
+		g.enqueue("agent.kee", "a-1"),
+		g.appendProgress("agent.kee", ""),
+		ignoring,
+		g.enqueue("agent.kee", "a-2"),
+	)
+	if errs[2] == nil || !strings.Contains(errs[2].Error(), "poison receipt refused") || host.IsCode(errs[2], host.CodeDatabaseUnavailable) {
+		t.Fatalf("the update whose receipt was refused: %v, want the database's error", errs[2])
+	}
+	for _, i := range []int{0, 1, 3} {
+		if errs[i] != nil {
+			t.Fatalf("update %d shared a batch with the refused one and failed too: %v", i, errs[i])
+		}
+	}
+	if n := g.count(t, `SELECT count(*) FROM receipts WHERE id = '`+good+`'`); n != 0 {
+		t.Fatal("the refused update's first receipt was committed (half-written)")
+	}
+	if n := g.tasksKeyed(t, "a-"); n != 2 {
+		t.Fatalf("%d of the batch's 2 tasks committed", n)
+	}
+	// 2 task.assigned and 1 progress in the batch, 1 after.
+	g.afterwards(t, "after", 4)
+}
