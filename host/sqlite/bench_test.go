@@ -74,8 +74,8 @@ func BenchmarkFullCycle(b *testing.B) {
 			}
 			wg.Wait()
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "cycles/s")
-			if bt, ops := st.CommitStats(); bt > 0 {
-				b.ReportMetric(float64(ops)/float64(bt), "updates/commit")
+			if ws := st.WriterStats(); ws.Batches > 0 {
+				b.ReportMetric(float64(ws.Updates)/float64(ws.Batches), "updates/commit")
 			}
 		})
 	}
@@ -192,7 +192,7 @@ func pipeline(b *testing.B, workers int, keyed bool) {
 	}
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "cycles/s")
-	if bt, ops := st.CommitStats(); bt > 0 {
-		b.ReportMetric(float64(ops)/float64(bt), "updates/commit")
+	if ws := st.WriterStats(); ws.Batches > 0 {
+		b.ReportMetric(float64(ws.Updates)/float64(ws.Batches), "updates/commit")
 	}
 }

@@ -341,10 +341,6 @@ func (s *Store) writer() {
 	}
 }
 
-// CommitStats reports how many write transactions the writer committed and how
-// many updates they carried: their ratio is the group-commit batch size.
-func (s *Store) CommitStats() (batches, updates int64) { return s.batches.Load(), s.ops.Load() }
-
 // WriterStats implements store.WriterStatser.
 func (s *Store) WriterStats() store.WriterStats {
 	return store.WriterStats{Writers: 1, Batches: s.batches.Load(), Updates: s.ops.Load(), Busy: time.Duration(s.busy.Load())}

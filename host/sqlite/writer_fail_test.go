@@ -98,7 +98,7 @@ func (g *failGate) oneBatch(t *testing.T, calls ...func() error) []error {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	batches, _ := g.st.CommitStats()
+	batches := g.st.WriterStats().Batches
 	close(hold)
 	if err := <-held; err != nil {
 		t.Fatalf("holding update: %v", err)
@@ -110,7 +110,7 @@ func (g *failGate) oneBatch(t *testing.T, calls ...func() error) []error {
 			t.Fatal("the batch's updates did not all return within 60 s")
 		}
 	}
-	if after, _ := g.st.CommitStats(); after != batches+1 {
+	if after := g.st.WriterStats().Batches; after != batches+1 {
 		t.Fatalf("the %d updates ran in %d batches, want 1", len(calls), after-batches)
 	}
 	return errs
