@@ -409,11 +409,14 @@ func (s *Store) writer() {
 				break drain
 			}
 		}
-		start := time.Now()
-		w.run(batch)
-		s.busy.Add(int64(time.Since(start)))
+		// The batch is counted before any of its callers is answered, so
+		// that a caller reading WriterStats afterwards finds its update.
 		s.batches.Add(1)
 		s.updates.Add(int64(len(batch)))
+		w.mark = time.Now()
+		w.run(batch)
+		w.account()
+		w.mark = time.Time{}
 	}
 }
 
@@ -430,6 +433,21 @@ type writer struct {
 	// checkpointed the length of its chain that checkpoint recorded.
 	lastCheckpoint time.Time
 	checkpointed   int64
+	// mark is when the busy time of the batch running was last counted
+	// (account); zero when the writer loop runs no batch.
+	mark time.Time
+}
+
+// account adds the batch's time since mark to the store's busy time. Every
+// place that answers callers calls it first, so their batch's time so far
+// is counted before they can read WriterStats.
+func (w *writer) account() {
+	if w.mark.IsZero() {
+		return
+	}
+	now := time.Now()
+	w.s.busy.Add(int64(now.Sub(w.mark)))
+	w.mark = now
 }
 
 // chainHead is a writer's view of its own chain.
@@ -506,6 +524,7 @@ func (w *writer) run(batch []*request) {
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
 			r.err = err
+			w.account()
 			close(r.done)
 			continue
 		}
@@ -534,6 +553,7 @@ func (w *writer) run(batch []*request) {
 			continue
 		}
 		if !out.retry || attempt >= maxAttempts {
+			w.account()
 			for _, r := range live {
 				r.err = out.err
 				close(r.done)
@@ -681,7 +701,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 	if ss.flushes == 0 && len(ss.pre) == 1 {
 		// Nothing but BEGIN: no transaction to commit.
 		ss.truncate(0)
-		finish(reqs)
+		w.finish(reqs)
 		return txResult{later: later}
 	}
 	if err := wtx.flushCounts(bg); err != nil {
@@ -741,7 +761,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		return txResult{err: host.Errorf(host.CodeDatabaseUnavailable, "postgres commit failed: the transaction was rolled back"), retry: true}
 	}
 	w.chain, w.lastCheckpoint, w.checkpointed = st.chain, st.lastCheckpoint, st.checkpointed
-	finish(reqs)
+	w.finish(reqs)
 	return txResult{later: later}
 }
 
@@ -758,7 +778,8 @@ func (w *writer) forgetChain(st *txState) {
 
 // finish finishes every request of a committed transaction but those that
 // run again after it (later).
-func finish(rs []*request) {
+func (w *writer) finish(rs []*request) {
+	w.account()
 	for _, r := range rs {
 		if !r.later {
 			close(r.done)

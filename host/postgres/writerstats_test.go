@@ -47,4 +47,20 @@ func TestWriterStatsCountTheWritersWork(t *testing.T) {
 	if after.Busy <= before.Busy {
 		t.Fatalf("busy time did not grow: %v → %v", before.Busy, after.Busy)
 	}
+	// A caller that was answered finds its update counted, with its
+	// batch's time, the moment it reads.
+	for i := range 20 {
+		prev := s.WriterStats()
+		if err := s.Update(context.Background(), func(tx store.Tx) error {
+			tt := host.NewTaskType(fmt.Sprintf("ws-seq-%d", i))
+			tt.Tenant = "acme"
+			return tx.PutTaskType(context.Background(), &tt)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		now := s.WriterStats()
+		if now.Updates != prev.Updates+1 || now.Batches != prev.Batches+1 || now.Busy <= prev.Busy {
+			t.Fatalf("update %d answered before it was counted: %+v → %+v", i, prev, now)
+		}
+	}
 }

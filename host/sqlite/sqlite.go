@@ -334,9 +334,7 @@ func (s *Store) writer() {
 				break drain
 			}
 		}
-		start := time.Now()
 		s.runBatch(batch)
-		s.busy.Add(int64(time.Since(start)))
 		s.preparePending()
 	}
 }
@@ -352,19 +350,24 @@ func (s *Store) WriterStats() store.WriterStats {
 // update fails after it wrote does the batch roll back and run again with a
 // savepoint around each update, so that failure undoes itself alone.
 func (s *Store) runBatch(batch []*request) {
+	// The batch is counted, and its time (in finish), before any of its
+	// callers is answered, so that a caller reading WriterStats afterwards
+	// finds its update.
+	start := time.Now()
 	s.batches.Add(1)
 	s.ops.Add(int64(len(batch)))
-	if s.tryBatch(batch, false) {
+	if s.tryBatch(batch, false, start) {
 		return
 	}
-	s.tryBatch(batch, true)
+	s.tryBatch(batch, true, start)
 }
 
 // tryBatch runs and commits batch and reports true, or, in optimistic mode,
 // rolls back and reports false when an update failed after writing.
-func (s *Store) tryBatch(batch []*request, savepoints bool) bool {
+func (s *Store) tryBatch(batch []*request, savepoints bool, began time.Time) bool {
 	ctx := context.Background()
 	finish := func(err error) bool {
+		s.busy.Add(int64(time.Since(began)))
 		for _, r := range batch {
 			if err != nil && r.err == nil {
 				r.err = err
