@@ -120,14 +120,16 @@ func runCycles(b *testing.B, sts []store.Store, workers int) {
 	default:
 	}
 	b.ReportMetric(float64(done.Load())/elapsed.Seconds(), "cycles/s")
-	var trips int64
+	var trips, stmts int64
 	for _, st := range sts {
 		if pg, ok := st.(*Store); ok {
 			trips += pg.WriterTrips()
+			stmts += pg.WriterStatements()
 		}
 	}
 	if trips > 0 && done.Load() > 0 {
 		b.ReportMetric(float64(trips)/float64(done.Load()), "trips/cycle")
+		b.ReportMetric(float64(stmts)/float64(done.Load()), "stmts/cycle")
 	}
 }
 

@@ -59,14 +59,28 @@ type sess struct {
 	// deferred writes queued and not yet read.
 	deferred error
 	checks   int
-	// trips, when set, counts the round trips this session makes.
-	trips *atomic.Int64
+	// trips and stmts, when set, count the round trips this session makes
+	// and the statements they carry.
+	trips, stmts *atomic.Int64
+	// before, when set, runs before anything is sent: a write transaction
+	// queues its rows written behind (writeTx.materialize).
+	before func()
 }
 
-// trip counts a round trip.
-func (s *sess) trip() {
+// ready runs the before hook.
+func (s *sess) ready() {
+	if s.before != nil {
+		s.before()
+	}
+}
+
+// trip counts a round trip carrying n statements.
+func (s *sess) trip(n int) {
 	if s.trips != nil {
 		s.trips.Add(1)
+	}
+	if s.stmts != nil {
+		s.stmts.Add(int64(n))
 	}
 }
 
@@ -154,6 +168,7 @@ func pgCode(err error) string {
 // send sends the queued statements followed by extra in one pipeline and
 // returns the open results positioned at the first statement of extra.
 func (s *sess) send(ctx context.Context, extra ...stmt) (pgx.BatchResults, error) {
+	s.ready()
 	b := &pgx.Batch{}
 	for _, p := range s.pre {
 		b.Queue(p.sql, p.args...)
@@ -165,7 +180,7 @@ func (s *sess) send(ctx context.Context, extra ...stmt) (pgx.BatchResults, error
 	s.pre = nil
 	s.checks = 0
 	s.flushes++
-	s.trip()
+	s.trip(len(pre) + len(extra))
 	br := s.conn.SendBatch(ctx, b)
 	for _, p := range pre {
 		var err error
@@ -204,6 +219,7 @@ func (s *sess) send(ctx context.Context, extra ...stmt) (pgx.BatchResults, error
 
 // flush sends the queued statements and reads their results.
 func (s *sess) flush(ctx context.Context) error {
+	s.ready()
 	if len(s.pre) == 0 {
 		return nil
 	}
@@ -216,8 +232,9 @@ func (s *sess) flush(ctx context.Context) error {
 
 // exec runs a statement that changes rows and returns how many it changed.
 func (s *sess) exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	s.ready()
 	if len(s.pre) == 0 {
-		s.trip()
+		s.trip(1)
 		tag, err := s.conn.Exec(ctx, sql, args...)
 		return tag.RowsAffected(), s.note(err)
 	}
@@ -255,8 +272,9 @@ func (s *sess) query(ctx context.Context, each func(pgx.Rows) error, sql string,
 	var rows pgx.Rows
 	var br pgx.BatchResults
 	var err error
+	s.ready()
 	if len(s.pre) == 0 {
-		s.trip()
+		s.trip(1)
 		rows, err = s.conn.Query(ctx, sql, args...)
 	} else {
 		br, err = s.send(ctx, stmt{sql: sql, args: args})

@@ -71,6 +71,10 @@ func (r *reader) ListInbox(ctx context.Context, f store.InboxFilter) ([]host.Inb
 
 // InsertInbox implements store.Tx.
 func (w *writeTx) InsertInbox(ctx context.Context, it host.InboxItem) error {
+	if w.deferWrites {
+		w.bh.inbox = append(w.bh.inbox, it) // written behind
+		return nil
+	}
 	q := `INSERT INTO inbox (id, tenant, recipient, kind, task_id, task_type, receipt_id, summary, created_at, delivered_at, read_at, fetched_at, promoted_at)
 VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)`
 	a := []any{it.ID, it.Tenant, it.Recipient, string(it.Kind), it.TaskID, it.TaskType, it.ReceiptID, it.Summary,

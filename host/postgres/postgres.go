@@ -98,8 +98,10 @@ type Store struct {
 	// transaction of their own, because they asked for a resource lock below
 	// one their batch held and found it taken (resourceleases.go).
 	lockReorders atomic.Int64
-	// writerTrips counts the writers' round trips to the server.
+	// writerTrips counts the writers' round trips to the server, and
+	// writerStmts the statements they carried.
 	writerTrips atomic.Int64
+	writerStmts atomic.Int64
 	// batches, updates and busy (nanoseconds) are the writers' work
 	// (WriterStats).
 	batches, updates, busy atomic.Int64
@@ -224,6 +226,10 @@ func (s *Store) Writers() int { return s.opts.Writers }
 // task cycle, beside cycles per second, tell a batch bound by latency from
 // one bound by the server's work.
 func (s *Store) WriterTrips() int64 { return s.writerTrips.Load() }
+
+// WriterStatements returns how many statements the writers have sent the
+// server, BEGIN and COMMIT included.
+func (s *Store) WriterStatements() int64 { return s.writerStmts.Load() }
 
 // migrate applies the embedded migrations that are not applied yet, in version
 // order, under an advisory lock so hosts starting together apply each once.
@@ -613,7 +619,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		return txResult{err: unavailable("connect", err), retry: true}
 	}
 	bg := context.Background()
-	ss := &sess{conn: w.conn.Conn(), trips: &w.s.writerTrips}
+	ss := &sess{conn: w.conn.Conn(), trips: &w.s.writerTrips, stmts: &w.s.writerStmts}
 	st := &txState{chain: w.chain, lastCheckpoint: w.lastCheckpoint, checkpointed: w.checkpointed}
 	ss.queue(`BEGIN`)
 	// fail abandons the transaction before COMMIT was sent. A broken
@@ -638,6 +644,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 	}
 	wtx := &writeTx{reader: reader{s: w.s, ss: ss, write: true}, st: st, deferWrites: !strict}
 	wtx.locks.alone = len(reqs) == 1
+	ss.before = wtx.materialize
 	var later []*request
 	for _, r := range reqs {
 		r.err = nil
@@ -649,6 +656,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		mark := *st
 		nNotify := len(st.notify)
 		spIdx := len(ss.pre)
+		wtx.bh.startRequest(spIdx)
 		ss.queue(`SAVEPOINT op`)
 		flushes := ss.flushes
 		ss.failed = nil
@@ -663,9 +671,10 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 			ferr = ss.failed // fn went on after a failed statement
 		}
 		sent := ss.flushes != flushes
+		wtx.bh.endRequest(ferr == nil)
 		if ferr == nil {
 			if !sent && len(ss.pre) == spIdx+1 {
-				ss.truncate(spIdx) // fn wrote nothing: no savepoint needed
+				ss.truncate(spIdx) // fn queued nothing (its rows written behind wait): no savepoint needed
 			} else {
 				ss.queue(`RELEASE SAVEPOINT op`)
 			}
@@ -698,6 +707,9 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		}
 		r.err = ferr
 	}
+	// The requests' rows written behind join the queue at its end.
+	wtx.bh.blockAt = len(ss.pre)
+	wtx.materialize()
 	if ss.flushes == 0 && len(ss.pre) == 1 {
 		// Nothing but BEGIN: no transaction to commit.
 		ss.truncate(0)

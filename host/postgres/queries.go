@@ -37,6 +37,8 @@ type writeTx struct {
 	// locks is what the transaction knows of the resource locks it took
 	// (LockResources).
 	locks lockOrder
+	// bh holds the rows written behind (writebehind.go), outside strict mode.
+	bh behind
 }
 
 // lockOrder is a transaction's resource-lock bookkeeping: whether it took
@@ -821,28 +823,25 @@ func (w *writeTx) AppendReceipt(ctx context.Context, rc *host.Receipt) error {
 	}
 	rc.ChainID, rc.ChainSeq, rc.PrevHash = c.id, c.seq+1, c.hash
 	rc.Hash = host.ChainHashV2(rc, rc.PrevHash)
-	parents := []byte("[]")
-	if rc.Parents != nil {
-		var err error
-		if parents, err = json.Marshal(rc.Parents); err != nil {
-			return err
-		}
+	parents, err := receiptParents(rc)
+	if err != nil {
+		return err
 	}
-	q := `INSERT INTO receipts (id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key,
-created_at, prev_hash, hash, chain_id, chain_seq) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15) ON CONFLICT DO NOTHING RETURNING seq`
-	a := []any{rc.ID, rc.Tenant, string(rc.Type), rc.From, rc.To, rc.TaskID, rc.LeaseID, string(parents), string(rc.Body),
-		rc.DedupeKey, us(rc.CreatedAt), rc.PrevHash, rc.Hash, rc.ChainID, rc.ChainSeq}
 	if w.deferWrites {
-		// Deferred: the seq is read with the pipeline's answers, before
-		// the batch commits and its callers hear of it (Flush forces it
-		// sooner); an obligation opened on this receipt meanwhile reads it
-		// in the database.
-		w.ss.queueChecked(func(br pgx.BatchResults) error { return br.QueryRow().Scan(&rc.Seq) }, q, a...)
+		// Written behind: its seq is read with the pipeline's answers,
+		// before the batch commits and its callers hear of it (Flush
+		// forces it sooner); an obligation opened on this receipt takes
+		// it from the same statement.
+		w.bh.receipts, w.bh.parents = append(w.bh.receipts, rc), append(w.bh.parents, parents)
 		c.seq, c.hash = rc.ChainSeq, rc.Hash
 		return nil
 	}
+	q := `INSERT INTO receipts (id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key,
+created_at, prev_hash, hash, chain_id, chain_seq) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15) ON CONFLICT DO NOTHING RETURNING seq`
+	a := []any{rc.ID, rc.Tenant, string(rc.Type), rc.From, rc.To, rc.TaskID, rc.LeaseID, parents, string(rc.Body),
+		rc.DedupeKey, us(rc.CreatedAt), rc.PrevHash, rc.Hash, rc.ChainID, rc.ChainSeq}
 	var seq int64
-	err := w.ss.queryRow(w.c(ctx), []any{&seq}, q, a...)
+	err = w.ss.queryRow(w.c(ctx), []any{&seq}, q, a...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return host.Errorf(host.CodeConflict, "a receipt with this id or dedupe key exists")
 	}
@@ -979,11 +978,17 @@ func (r *reader) ScanCheckpoints(ctx context.Context, afterID int64, limit int) 
 	return out, err
 }
 
-// OpenObligation implements store.Tx. The insert is written behind: it rides
-// along with the next statement of the batch. It cannot fail on its values (the
-// receipt with the same ones was just inserted); should it fail anyway, the
-// whole batch is abandoned, never a request acknowledged without its writes.
+// OpenObligation implements store.Tx. Outside strict mode the row is written
+// behind (writebehind.go); in strict mode it rides along with the next
+// statement of the batch. It cannot fail on its values (the receipt with the
+// same ones was just inserted); should it fail anyway, the batch runs again
+// in strict mode (written behind) or is abandoned (strict), never a request
+// acknowledged without its writes.
 func (w *writeTx) OpenObligation(ctx context.Context, o host.Obligation) error {
+	if w.deferWrites {
+		w.bh.obligations = append(w.bh.obligations, o)
+		return nil
+	}
 	if o.Seq == 0 {
 		// The receipt's insert is deferred (its seq is not known yet) and
 		// runs before this one in the same pipeline.
@@ -1005,15 +1010,17 @@ SELECT $1,$2,$3,$4,$5,$6,$7, seq FROM receipts WHERE id = $1`,
 // depth of the queue. The coalesce form says the same and matches no
 // partial index.
 func (w *writeTx) Terminate(ctx context.Context, tenant, parentID, terminatorID string) error {
-	const q = `UPDATE obligations SET terminated_by = $1 WHERE receipt_id = $2 AND tenant = $3 AND coalesce(terminated_by, '') = ''`
+	const q = terminateQ
 	if w.deferWrites {
-		// Nothing waits for it: it rides along with the next statement.
-		w.ss.queue(q, terminatorID, parentID, tenant)
+		// Nothing waits for it: it is written behind.
+		w.bh.terms = append(w.bh.terms, termination{tenant: tenant, parent: parentID, by: terminatorID})
 		return nil
 	}
 	_, err := w.ss.exec(w.c(ctx), q, terminatorID, parentID, tenant)
 	return err
 }
+
+const terminateQ = `UPDATE obligations SET terminated_by = $1 WHERE receipt_id = $2 AND tenant = $3 AND coalesce(terminated_by, '') = ''`
 
 // Flush implements store.Tx: deferred writes are sent and their answers
 // (receipt seqs) read.

@@ -1,0 +1,230 @@
+package postgres
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/asyncgate/asyncgate/host"
+)
+
+// Rows written behind (outside strict mode): a batch's new receipts,
+// obligations, obligation terminations and inbox rows wait in the writeTx.
+// Receipts and obligations go to the server as one statement, inbox rows as
+// another (arrays through unnest), not one statement per row. A statement's fixed cost in the server (executor
+// start-up, opening the table's indexes, a portal) is then paid once per batch
+// and table (RATIONALE.md, "Rows written behind on PostgreSQL").
+//
+// The rows reach the pipeline whenever it is next sent (before any read, so
+// every statement sees them) and before the batch's answers are read ahead of
+// COMMIT. Each request's savepoint still undoes exactly its own writes:
+//   - the rows of requests that have ended go in front of the running
+//     request's SAVEPOINT, so undoing that request cannot undo them;
+//   - the running request's own rows go after everything it queued, inside its
+//     savepoint;
+//   - a request that fails drops the rows it buffered and did not send.
+//
+// Within a flush the rows are written in the order receipts and
+// obligations, terminations, inbox: an obligation takes its receipt's seq,
+// and a termination may end an obligation opened in the same batch. Nothing else the writer queues without reading touches these tables
+// (reads send the pipeline first), so the rows' later arrival is seen by
+// nobody. In strict mode every write is answered at once and nothing waits
+// here.
+type behind struct {
+	receipts    []*host.Receipt
+	parents     []string // receipts' parents as JSON, in step with receipts
+	obligations []host.Obligation
+	terms       []termination
+	inbox       []host.InboxItem
+	// ended is how many of each belong to requests that have ended; the
+	// rest are the running request's.
+	ended behindMark
+	// blockAt is where in the session's queue the ended requests' rows go:
+	// the index of the running request's SAVEPOINT, or the queue's end
+	// between requests.
+	blockAt int
+}
+
+type termination struct{ tenant, parent, by string }
+
+type behindMark struct{ receipts, obligations, terms, inbox int }
+
+func (b *behind) mark() behindMark {
+	return behindMark{len(b.receipts), len(b.obligations), len(b.terms), len(b.inbox)}
+}
+
+// empty reports whether no row waits.
+func (b *behind) empty() bool { return b.mark() == behindMark{} }
+
+// startRequest notes that a request begins with its SAVEPOINT at index at of
+// the queue.
+func (b *behind) startRequest(at int) {
+	b.blockAt = at
+	b.ended = b.mark()
+}
+
+// endRequest keeps the running request's rows (ok) or drops those it did not
+// send.
+func (b *behind) endRequest(ok bool) {
+	if ok {
+		b.ended = b.mark()
+		return
+	}
+	e := b.ended
+	b.receipts, b.parents = b.receipts[:e.receipts], b.parents[:e.receipts]
+	b.obligations, b.terms, b.inbox = b.obligations[:e.obligations], b.terms[:e.terms], b.inbox[:e.inbox]
+}
+
+// materialize moves the waiting rows into the session's queue as statements:
+// the ended requests' at blockAt, the running request's at the end. The
+// session calls it before it sends anything.
+func (w *writeTx) materialize() {
+	b := &w.bh
+	if b.empty() {
+		return
+	}
+	e := b.ended
+	block := behindStmts(b.receipts[:e.receipts], b.parents[:e.receipts], b.obligations[:e.obligations], b.terms[:e.terms], b.inbox[:e.inbox])
+	own := behindStmts(b.receipts[e.receipts:], b.parents[e.receipts:], b.obligations[e.obligations:], b.terms[e.terms:], b.inbox[e.inbox:])
+	ss := w.ss
+	at := min(b.blockAt, len(ss.pre))
+	ss.pre = slices.Insert(ss.pre, at, block...)
+	ss.pre = append(ss.pre, own...)
+	for _, st := range block {
+		if st.check != nil {
+			ss.checks++
+		}
+	}
+	for _, st := range own {
+		if st.check != nil {
+			ss.checks++
+		}
+	}
+	*b = behind{}
+}
+
+// The statements of rows written behind take their rows as arrays, so a
+// statement's text (and its prepared statement) is the same whatever their
+// number. Neither looks a row up in a table: a prepared statement's generic
+// plan is made while the tables are small, and a join to one of them would
+// keep a sequential scan as they grow (measured: the cycle rate halved within
+// 8,000 cycles). So an obligation takes its receipt's seq from the receipts
+// the same statement inserted, and terminations stay one statement each,
+// found by primary key.
+const (
+	// receiptsBehind inserts receipts and the obligations they open, and
+	// answers how many obligations it wrote and the receipts' ids and seqs.
+	receiptsBehind = `WITH r AS (
+INSERT INTO receipts (id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key,
+created_at, prev_hash, hash, chain_id, chain_seq)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+$10::text[], $11::int8[], $12::text[], $13::text[], $14::int8[], $15::int8[])
+ON CONFLICT DO NOTHING RETURNING id, seq
+), o AS (
+INSERT INTO obligations (receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq)
+SELECT v.receipt_id, v.tenant, v.type, v.obligor, v.obligee, v.task_id, v.created_at, coalesce(nullif(v.seq, 0), r.seq)
+FROM unnest($16::text[], $17::text[], $18::text[], $19::text[], $20::text[], $21::text[], $22::int8[], $23::int8[]) WITH ORDINALITY
+  AS v(receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq, n)
+LEFT JOIN r ON r.id = v.receipt_id ORDER BY v.n
+RETURNING 1
+)
+SELECT (SELECT count(*) FROM o), (SELECT coalesce(array_agg(id ORDER BY seq), '{}') FROM r), (SELECT coalesce(array_agg(seq ORDER BY seq), '{}') FROM r)`
+	inboxBehind = `INSERT INTO inbox (id, tenant, recipient, kind, task_id, task_type, receipt_id, summary, created_at, delivered_at,
+read_at, fetched_at, promoted_at)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int8[],
+$10::int8[], $11::int8[], $12::int8[], $13::int8[])`
+)
+
+// behindStmts returns the statements that write the given rows: receipts and
+// obligations, then terminations in their order, then inbox rows.
+func behindStmts(rcs []*host.Receipt, parents []string, obs []host.Obligation, terms []termination, inbox []host.InboxItem) []stmt {
+	var out []stmt
+	if len(rcs) > 0 || len(obs) > 0 {
+		n := len(rcs)
+		var id, tenant, typ, from, to, task, lease, body, dedupe, prev, hash = col(n), col(n), col(n), col(n), col(n), col(n), col(n), col(n), col(n), col(n), col(n)
+		created, chain, chainSeq := make([]int64, n), make([]int64, n), make([]int64, n)
+		byID := make(map[string]*host.Receipt, n)
+		for i, rc := range rcs {
+			id[i], tenant[i], typ[i], from[i], to[i], task[i], lease[i] = rc.ID, rc.Tenant, string(rc.Type), rc.From, rc.To, rc.TaskID, rc.LeaseID
+			body[i], dedupe[i], prev[i], hash[i] = string(rc.Body), rc.DedupeKey, rc.PrevHash, rc.Hash
+			created[i], chain[i], chainSeq[i] = us(rc.CreatedAt), rc.ChainID, rc.ChainSeq
+			byID[rc.ID] = rc
+		}
+		m := len(obs)
+		oRID, oTenant, oType, obligor, obligee, oTask := col(m), col(m), col(m), col(m), col(m), col(m)
+		oCreated, oSeq := make([]int64, m), make([]int64, m)
+		for i, o := range obs {
+			oRID[i], oTenant[i], oType[i], obligor[i], obligee[i], oTask[i] = o.ReceiptID, o.Tenant, string(o.Type), o.Obligor, o.Obligee, o.TaskID
+			oCreated[i], oSeq[i] = us(o.CreatedAt), o.Seq
+		}
+		out = append(out, stmt{
+			sql: receiptsBehind,
+			args: []any{id, tenant, typ, from, to, task, lease, parents, body, dedupe, created, prev, hash, chain, chainSeq,
+				oRID, oTenant, oType, obligor, obligee, oTask, oCreated, oSeq},
+			check: func(br pgx.BatchResults) error {
+				var wrote int64
+				var ids []string
+				var seqs []int64
+				if err := br.QueryRow().Scan(&wrote, &ids, &seqs); err != nil {
+					return err
+				}
+				if len(ids) != n || len(seqs) != n || wrote != int64(m) {
+					// A clash (an id or dedupe key taken): strict mode pins
+					// it on its request.
+					return &mismatch{fmt.Sprintf("wrote %d of %d receipts and %d of %d obligations", len(ids), n, wrote, m)}
+				}
+				for i, rid := range ids {
+					rc := byID[rid]
+					if rc == nil {
+						return &mismatch{"the receipt insert answered an id it was not given: " + rid}
+					}
+					rc.Seq = seqs[i]
+				}
+				return nil
+			},
+		})
+	}
+	for _, t := range terms {
+		out = append(out, stmt{sql: terminateQ, args: []any{t.by, t.parent, t.tenant}})
+	}
+	if len(inbox) > 0 {
+		n := len(inbox)
+		id, tenant, recipient, kind, task, taskType, receipt, summary := col(n), col(n), col(n), col(n), col(n), col(n), col(n), col(n)
+		created := make([]int64, n)
+		delivered, read, fetched, promoted := make([]*int64, n), make([]*int64, n), make([]*int64, n), make([]*int64, n)
+		for i, it := range inbox {
+			id[i], tenant[i], recipient[i], kind[i], task[i], taskType[i], receipt[i], summary[i] = it.ID, it.Tenant, it.Recipient, string(it.Kind), it.TaskID, it.TaskType, it.ReceiptID, it.Summary
+			created[i], delivered[i], read[i], fetched[i], promoted[i] = us(it.CreatedAt), nus(it.DeliveredAt), nus(it.ReadAt), nus(it.FetchedAt), nus(it.PromotedAt)
+		}
+		out = append(out, stmt{sql: inboxBehind, args: []any{id, tenant, recipient, kind, task, taskType, receipt, summary, created, delivered, read, fetched, promoted},
+			check: expectRows("inbox insert", n)})
+	}
+	return out
+}
+
+func col(n int) []string { return make([]string, n) }
+
+// expectRows is the check of a deferred write that must change n rows.
+func expectRows(what string, n int) func(pgx.BatchResults) error {
+	return func(br pgx.BatchResults) error {
+		tag, err := br.Exec()
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != int64(n) {
+			return &mismatch{fmt.Sprintf("%s wrote %d of %d rows", what, tag.RowsAffected(), n)}
+		}
+		return nil
+	}
+}
+
+// receiptParents is a receipt's parents as the JSON the receipts table keeps.
+func receiptParents(rc *host.Receipt) (string, error) {
+	if rc.Parents == nil {
+		return "[]", nil
+	}
+	b, err := json.Marshal(rc.Parents)
+	return string(b), err
+}

@@ -1,0 +1,227 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/storetest"
+)
+
+// behindRows writes, through tx, a receipt that opens an obligation, the
+// termination of an earlier obligation and an inbox row: every kind of row
+// written behind.
+func behindRows(ctx context.Context, tx store.Tx, rc *host.Receipt, ends string, inboxID string) error {
+	if err := tx.AppendReceipt(ctx, rc); err != nil {
+		return err
+	}
+	if err := tx.OpenObligation(ctx, host.Obligation{ReceiptID: rc.ID, Tenant: rc.Tenant, Type: rc.Type, Obligor: rc.From,
+		Obligee: rc.To, TaskID: rc.TaskID, CreatedAt: rc.CreatedAt, Seq: rc.Seq}); err != nil {
+		return err
+	}
+	if ends != "" {
+		if err := tx.Terminate(ctx, rc.Tenant, ends, rc.ID); err != nil {
+			return err
+		}
+	}
+	return tx.InsertInbox(ctx, host.InboxItem{ID: inboxID, Tenant: rc.Tenant, Recipient: rc.To, Kind: host.InboxKind("result"),
+		TaskID: rc.TaskID, ReceiptID: rc.ID, Summary: "s", CreatedAt: rc.CreatedAt})
+}
+
+func behindReceipt(b *storetest.Bundle) *host.Receipt {
+	rc := &host.Receipt{ID: host.NewID("R"), Tenant: "acme", Type: host.ReceiptAssigned, From: "agent.kee", To: "worker.one",
+		TaskID: "T-" + host.NewID("x"), Body: []byte(`{}`), Parents: []string{}, CreatedAt: b.Clock.Now()}
+	return rc
+}
+
+// runHeld runs fns as one batch, queued in their order behind a held batch,
+// and returns their errors.
+func runHeld(t *testing.T, st *Store, fns ...func(store.Tx) error) []error {
+	t.Helper()
+	ctx := context.Background()
+	hold, held := make(chan struct{}), make(chan struct{})
+	go st.Update(ctx, func(store.Tx) error { close(held); <-hold; return nil })
+	<-held
+	var wg sync.WaitGroup
+	errs := make([]error, len(fns))
+	for i, fn := range fns {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = st.Update(ctx, fn) }()
+		waitQueued(t, st, i+1, "an update never queued behind the held batch")
+	}
+	close(hold)
+	wg.Wait()
+	return errs
+}
+
+// Rows written behind by requests that have ended are not undone with a
+// later request of the same batch: they reach the server in front of its
+// savepoint. A failed request's own rows are undone with it, whether its read
+// had sent them before it failed or they were still waiting.
+func TestRowsWrittenBehindSurviveALaterRequestsUndo(t *testing.T) {
+	st := openIn(t, newSchema(t), Options{})
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	ctx := b.Ctx
+	task := b.Enqueue(t, "work")
+	first, undone, last, dropped := behindReceipt(b), behindReceipt(b), behindReceipt(b), behindReceipt(b)
+	giveUp := errors.New("give up")
+	errs := runHeld(t, st,
+		func(tx store.Tx) error { return behindRows(ctx, tx, first, "", "I-first") },
+		func(tx store.Tx) error {
+			if err := behindRows(ctx, tx, undone, first.ID, "I-undone"); err != nil {
+				return err
+			}
+			// A read sends the pipeline: the first request's rows and this
+			// one's reach the server before this request fails.
+			if _, err := tx.GetTask(ctx, "acme", task.TaskID); err != nil {
+				return err
+			}
+			return giveUp
+		},
+		func(tx store.Tx) error { return behindRows(ctx, tx, last, "", "I-last") },
+		func(tx store.Tx) error {
+			// Fails before anything of its own was sent.
+			if err := behindRows(ctx, tx, dropped, last.ID, "I-dropped"); err != nil {
+				return err
+			}
+			return giveUp
+		},
+	)
+	if errs[0] != nil || errs[2] != nil {
+		t.Fatalf("the sound requests failed: %v, %v", errs[0], errs[2])
+	}
+	if !errors.Is(errs[1], giveUp) || !errors.Is(errs[3], giveUp) {
+		t.Fatalf("the failing requests: %v, %v, want their own errors", errs[1], errs[3])
+	}
+	if first.Seq == 0 || last.Seq == 0 {
+		t.Fatalf("committed receipts without a seq: %d, %d", first.Seq, last.Seq)
+	}
+	err := st.View(ctx, func(r store.Reader) error {
+		for _, c := range []struct {
+			rc   *host.Receipt
+			want bool
+		}{{first, true}, {undone, false}, {last, true}, {dropped, false}} {
+			got, err := r.GetReceipt(ctx, "acme", c.rc.ID)
+			switch {
+			case c.want && err != nil:
+				t.Errorf("receipt %s of a committed request: %v", c.rc.ID, err)
+			case c.want && got.Seq != c.rc.Seq:
+				t.Errorf("receipt %s: stored seq %d, reported %d", c.rc.ID, got.Seq, c.rc.Seq)
+			case !c.want && err == nil:
+				t.Errorf("receipt %s of the undone request was written", c.rc.ID)
+			}
+		}
+		// The failed requests' terminations are undone too: the first and
+		// the last obligation are still open.
+		for _, rc := range []*host.Receipt{first, last} {
+			if by, err := r.Terminator(ctx, "acme", rc.ID); err != nil || by != "" {
+				t.Errorf("obligation %s: terminator %q (%v), want none", rc.ID, by, err)
+			}
+		}
+		obs, _, err := r.ListOpenObligations(ctx, store.ObligationFilter{Tenant: "acme", Principal: "worker.one", Limit: 10})
+		if err != nil {
+			return err
+		}
+		open := map[string]int64{}
+		for _, o := range obs {
+			open[o.ReceiptID] = o.Seq
+		}
+		if len(open) != 2 || open[first.ID] != first.Seq || open[last.ID] != last.Seq {
+			t.Errorf("open obligations %v, want the first (seq %d) and the last (seq %d)", open, first.Seq, last.Seq)
+		}
+		items, _, err := r.ListInbox(ctx, store.InboxFilter{Tenant: "acme", Recipient: "worker.one", Limit: 10})
+		if err != nil {
+			return err
+		}
+		var ids []string
+		for _, it := range items {
+			ids = append(ids, it.ID)
+		}
+		if len(ids) != 2 || ids[0] != "I-first" || ids[1] != "I-last" {
+			t.Errorf("inbox %v, want [I-first I-last]", ids)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Verify(t)
+}
+
+// A batch's receipts, obligations and inbox rows cost two statements however
+// many requests wrote them: a batch of six such requests sends five more
+// statements than a batch of one, its five more terminations. Of the six terminations of one obligation, the first
+// request's is written, as when each was its own statement.
+func TestRowsWrittenBehindCostTwoStatementsABatch(t *testing.T) {
+	st := openIn(t, newSchema(t), Options{})
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	ctx := b.Ctx
+	batch := func(n int) int64 {
+		opener := behindReceipt(b)
+		if err := st.Update(ctx, func(tx store.Tx) error { return behindRows(ctx, tx, opener, "", "I-"+opener.ID) }); err != nil {
+			t.Fatal(err)
+		}
+		var fns []func(store.Tx) error
+		var rcs []*host.Receipt
+		for range n {
+			rc := behindReceipt(b)
+			rcs = append(rcs, rc)
+			fns = append(fns, func(tx store.Tx) error { return behindRows(ctx, tx, rc, opener.ID, "I-"+rc.ID) })
+		}
+		before := st.WriterStatements()
+		for i, err := range runHeld(t, st, fns...) {
+			if err != nil {
+				t.Fatalf("request %d of %d: %v", i, n, err)
+			}
+		}
+		sent := st.WriterStatements() - before
+		err := st.View(ctx, func(r store.Reader) error {
+			for i, rc := range rcs {
+				got, err := r.GetReceipt(ctx, "acme", rc.ID)
+				if err != nil {
+					return err
+				}
+				if rc.Seq == 0 || got.Seq != rc.Seq {
+					t.Errorf("batch of %d, receipt %d: stored seq %d, reported %d", n, i, got.Seq, rc.Seq)
+				}
+			}
+			by, err := r.Terminator(ctx, "acme", opener.ID)
+			if err != nil {
+				return err
+			}
+			if by != rcs[0].ID {
+				t.Errorf("batch of %d: the obligation was terminated by %q, want the first request's %s", n, by, rcs[0].ID)
+			}
+			items, _, err := r.ListInbox(ctx, store.InboxFilter{Tenant: "acme", Recipient: "worker.one", Limit: 100})
+			if err != nil {
+				return err
+			}
+			have := map[string]bool{}
+			for _, it := range items {
+				have[it.ID] = true
+			}
+			for _, rc := range rcs {
+				if !have["I-"+rc.ID] {
+					t.Errorf("batch of %d: inbox row of %s missing", n, rc.ID)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sent
+	}
+	one := batch(1)
+	six := batch(6)
+	// Each request's termination is a statement of its own (found by
+	// primary key); the receipts, obligations and inbox rows of all six
+	// cost what one request's do.
+	if six != one+5 {
+		t.Errorf("a batch of six requests sent %d statements, a batch of one %d: want %d, one more for each termination", six, one, one+5)
+	}
+	b.Verify(t)
+}
