@@ -708,8 +708,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		r.err = ferr
 	}
 	// The requests' rows written behind join the queue at its end.
-	wtx.bh.blockAt = len(ss.pre)
-	wtx.materialize()
+	wtx.materializeAtEnd()
 	if ss.flushes == 0 && len(ss.pre) == 1 {
 		// Nothing but BEGIN: no transaction to commit.
 		ss.truncate(0)

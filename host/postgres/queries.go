@@ -979,22 +979,16 @@ func (r *reader) ScanCheckpoints(ctx context.Context, afterID int64, limit int) 
 }
 
 // OpenObligation implements store.Tx. Outside strict mode the row is written
-// behind (writebehind.go); in strict mode it rides along with the next
-// statement of the batch. It cannot fail on its values (the receipt with the
-// same ones was just inserted); should it fail anyway, the batch runs again
-// in strict mode (written behind) or is abandoned (strict), never a request
-// acknowledged without its writes.
+// behind (writebehind.go) and takes its receipt's seq from the statement that
+// inserts the receipt. In strict mode the receipt was inserted at once, so
+// o.Seq is known, and the insert rides along with the next statement of the
+// batch. It cannot fail on its values (the receipt with the same ones was just
+// inserted); should it fail anyway, the batch runs again in strict mode
+// (written behind) or is abandoned (strict), never a request acknowledged
+// without its writes.
 func (w *writeTx) OpenObligation(ctx context.Context, o host.Obligation) error {
 	if w.deferWrites {
 		w.bh.obligations = append(w.bh.obligations, o)
-		return nil
-	}
-	if o.Seq == 0 {
-		// The receipt's insert is deferred (its seq is not known yet) and
-		// runs before this one in the same pipeline.
-		w.ss.queue(`INSERT INTO obligations (receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq)
-SELECT $1,$2,$3,$4,$5,$6,$7, seq FROM receipts WHERE id = $1`,
-			o.ReceiptID, o.Tenant, string(o.Type), o.Obligor, o.Obligee, o.TaskID, us(o.CreatedAt))
 		return nil
 	}
 	w.ss.queue(`INSERT INTO obligations (receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq) VALUES ($1,$2,$3,$4,$5,$6,$7,$8)`,
@@ -1010,13 +1004,12 @@ SELECT $1,$2,$3,$4,$5,$6,$7, seq FROM receipts WHERE id = $1`,
 // depth of the queue. The coalesce form says the same and matches no
 // partial index.
 func (w *writeTx) Terminate(ctx context.Context, tenant, parentID, terminatorID string) error {
-	const q = terminateQ
 	if w.deferWrites {
 		// Nothing waits for it: it is written behind.
 		w.bh.terms = append(w.bh.terms, termination{tenant: tenant, parent: parentID, by: terminatorID})
 		return nil
 	}
-	_, err := w.ss.exec(w.c(ctx), q, terminatorID, parentID, tenant)
+	_, err := w.ss.exec(w.c(ctx), terminateQ, terminatorID, parentID, tenant)
 	return err
 }
 

@@ -92,17 +92,19 @@ func (w *writeTx) materialize() {
 	at := min(b.blockAt, len(ss.pre))
 	ss.pre = slices.Insert(ss.pre, at, block...)
 	ss.pre = append(ss.pre, own...)
-	for _, st := range block {
-		if st.check != nil {
-			ss.checks++
-		}
-	}
-	for _, st := range own {
+	for _, st := range append(block, own...) {
 		if st.check != nil {
 			ss.checks++
 		}
 	}
 	*b = behind{}
+}
+
+// materializeAtEnd queues every waiting row at the end of the queue: the
+// batch's requests have all ended.
+func (w *writeTx) materializeAtEnd() {
+	w.bh.blockAt = len(w.ss.pre)
+	w.materialize()
 }
 
 // The statements of rows written behind take their rows as arrays, so a
