@@ -217,12 +217,14 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 	if err != nil {
 		return nil, err
 	}
-	prio := e.now()
+	var prio time.Time
 	if req.PriorityAt != nil {
-		prio = req.PriorityAt.UTC().Truncate(time.Microsecond)
 		if req.PriorityAt.IsZero() {
 			return nil, host.Errorf(host.CodeBadRequest, "priority_at: must be a timestamp")
 		}
+		prio = req.PriorityAt.UTC().Truncate(time.Microsecond)
+	} else {
+		prio = e.now()
 	}
 	if req.Wait > e.cfg.MaxWait {
 		req.Wait = e.cfg.MaxWait
@@ -900,27 +902,59 @@ func (e *Engine) CountLiveResourceLeases(ctx context.Context, tenant string) (ma
 // SweepResourceLeases records active leases past their expiry as expired
 // (the audit trail's expiry entries) and wakes waiting acquires. Expiry does
 // not wait for it: every decision reads expires_at against the clock.
+//
+// Like every other change to a lease, the record is made under the locks of
+// the leases' resources, with the clock read after them. Another host may be
+// deciding an acquire of the resource at a time just before the expiry; an
+// expiry recorded between its reading of the clock and its reading of the
+// leases would hide a lease that was live at the acquire's time, and grant a
+// conflicting lease overlapping it.
 func (e *Engine) SweepResourceLeases(ctx context.Context) (int, error) {
+	const page = 200
 	total := 0
 	for {
-		n := 0
-		var tenants []string
+		n, more := 0, false
+		var tenant string
 		err := e.update(ctx, func(tx store.Tx) error {
-			n, tenants = 0, nil
+			n, more, tenant = 0, false, ""
 			now := e.now()
-			ls, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{ExpiredAt: &now, Limit: 200})
+			ls, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{ExpiredAt: &now, Limit: page})
+			if err != nil || len(ls) == 0 {
+				return err
+			}
+			// One tenant a transaction: a tenant's resources are locked in
+			// one call, in key order.
+			more = len(ls) == page
+			tenant = ls[0].Tenant
+			var ids, resources []string
+			for _, l := range ls {
+				if l.Tenant != tenant {
+					more = true
+					continue
+				}
+				ids, resources = append(ids, l.ID), append(resources, l.Resource)
+			}
+			locked, err := tx.LockResources(ctx, tenant, resources)
 			if err != nil {
 				return err
 			}
+			if locked {
+				now = e.now()
+				if ls, _, err = tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: tenant, IDs: ids, ExpiredAt: &now, Limit: page}); err != nil {
+					return err
+				}
+			}
 			for _, l := range ls {
+				if l.Tenant != tenant {
+					continue
+				}
 				if err := expireLease(ctx, tx, l, now); err != nil {
 					if errors.Is(err, store.ErrFenced) {
-						continue // ended or swept by another host meanwhile
+						continue // ended by another host meanwhile
 					}
 					return err
 				}
 				n++
-				tenants = append(tenants, l.Tenant)
 			}
 			return nil
 		})
@@ -928,13 +962,13 @@ func (e *Engine) SweepResourceLeases(ctx context.Context) (int, error) {
 			return total, err
 		}
 		total += n
-		for _, t := range tenants {
-			e.emit(Event{Kind: EvResourceExpired, Tenant: t})
+		for i := 0; i < n; i++ {
+			e.emit(Event{Kind: EvResourceExpired, Tenant: tenant})
 		}
 		if n > 0 {
 			e.rl().wake()
 		}
-		if n < 200 {
+		if !more {
 			return total, nil
 		}
 	}
