@@ -105,12 +105,29 @@ func StampManifest(manifest, wasm []byte) ([]byte, error) {
 	return append(out, '\n'), nil
 }
 
+// writeAtomic writes b to path through a temporary file of its own, so
+// that builds of one plugin into one folder at once (two test binaries)
+// never rename each other's file.
 func writeAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	tmp := f.Name()
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
 }
 
 // BuildAll builds every plugin source folder in srcDirs into outDir, two at a

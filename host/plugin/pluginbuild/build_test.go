@@ -3,6 +3,7 @@ package pluginbuild
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -38,5 +39,37 @@ func TestSourceKeyCoversScaffoldSDK(t *testing.T) {
 	}
 	if before == after {
 		t.Fatal("changing the scaffold's SDK copy did not change the build cache key")
+	}
+}
+
+// TestWriteAtomicConcurrent: two test binaries (or a build and a running
+// gate's scaffold) may build the same plugin into one folder at once; each
+// write must land whole, and neither may fail because the other renamed a
+// temporary file they shared.
+func TestWriteAtomicConcurrent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.wasm")
+	const writers = 8
+	errs := make(chan error, writers)
+	for i := 0; i < writers; i++ {
+		go func() {
+			var err error
+			for k := 0; k < 50 && err == nil; k++ {
+				err = writeAtomic(path, []byte(strings.Repeat("x", 4096)))
+			}
+			errs <- err
+		}()
+	}
+	for i := 0; i < writers; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) != 4096 {
+		t.Fatalf("read back %d bytes, %v; want 4096", len(b), err)
+	}
+	left, _ := filepath.Glob(path + ".tmp*")
+	if len(left) > 0 {
+		t.Fatalf("temporary files left behind: %v", left)
 	}
 }
