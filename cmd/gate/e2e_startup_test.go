@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -291,5 +292,60 @@ func TestVersionStamp(t *testing.T) {
 		if got := versionFrom(tc.stamp, tc.bi); got.Version != tc.want {
 			t.Errorf("stamp %q: version %q, want %q", tc.stamp, got.Version, tc.want)
 		}
+	}
+}
+
+// runtimeGauge reads one of the Go runtime's gauges from the gate's /metrics.
+func runtimeGauge(t *testing.T, g *gateProc, name string) float64 {
+	t.Helper()
+	r := call(t, "GET", g.URL+"/metrics", g.Admin, nil)
+	want(t, r, 200, "")
+	for _, line := range strings.Split(string(r.Body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("/metrics has no %s", name)
+	return 0
+}
+
+// TestE2ECollectorSettings: the gate sets its collector's target (GOGC 400)
+// and soft memory limit (768 MiB) unless told otherwise, and the flags
+// change both; the runtime reports what is in force.
+func TestE2ECollectorSettings(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args       []string
+		gogc, mlim float64
+	}{
+		{nil, defaultGCPercent, defaultMemoryLimitMiB << 20},
+		{[]string{"--gc-percent", "150", "--memory-limit-mib", "300"}, 150, 300 << 20},
+		{[]string{"--gc-percent", "0"}, 100, defaultMemoryLimitMiB << 20},
+	} {
+		g := startGate(t, t.TempDir(), tc.args...)
+		if got := runtimeGauge(t, g, "go_gc_gogc_percent"); got != tc.gogc {
+			t.Errorf("%v: GOGC %v, want %v", tc.args, got, tc.gogc)
+		}
+		if got := runtimeGauge(t, g, "go_gc_gomemlimit_bytes"); got != tc.mlim {
+			t.Errorf("%v: memory limit %v, want %v", tc.args, got, tc.mlim)
+		}
+	}
+}
+
+// TestE2ECollectorSettingsFromEnvironment: GOGC and GOMEMLIMIT, the
+// runtime's own variables, win over the gate's defaults and flags.
+func TestE2ECollectorSettingsFromEnvironment(t *testing.T) {
+	t.Setenv("GOGC", "50")
+	t.Setenv("GOMEMLIMIT", "200MiB")
+	g := startGate(t, t.TempDir(), "--gc-percent", "150", "--memory-limit-mib", "300")
+	if got := runtimeGauge(t, g, "go_gc_gogc_percent"); got != 50 {
+		t.Errorf("GOGC %v, want the environment's 50", got)
+	}
+	if got := runtimeGauge(t, g, "go_gc_gomemlimit_bytes"); got != 200<<20 {
+		t.Errorf("memory limit %v, want the environment's 200 MiB", got)
 	}
 }

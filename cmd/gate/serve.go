@@ -63,6 +63,10 @@ type serveConfig struct {
 	// MemoryLimitMiB is the gate's soft memory limit (debug.SetMemoryLimit);
 	// 0 sets none. A GOMEMLIMIT environment variable takes precedence.
 	MemoryLimitMiB int64 `json:"memory_limit_mib"`
+	// GCPercent is the collector's target (debug.SetGCPercent, as GOGC);
+	// 0 keeps the runtime's default of 100. A GOGC environment variable
+	// takes precedence.
+	GCPercent int `json:"gc_percent"`
 	// ResourceLeases tunes resource leases (KLIS-3); see resourceleases.go.
 	ResourceLeases *resourceLeaseConfig `json:"resource_leases"`
 	// Delivery configures retention and the outbox to an external ledger (delivery.go).
@@ -77,6 +81,7 @@ func defaultServeConfig() serveConfig {
 		Listen: "127.0.0.1:8080", Data: "./gate-data", BodyLimitBytes: httpapi.DefaultBodyLimit,
 		MaxLeaseSeconds: 3600, ExpiryJitterMS: 3000, SweepIntervalMS: 1000, AuthCacheSeconds: 5,
 		ShutdownTimeoutSeconds: 15, LogLevel: "info", LogFormat: "text", MemoryLimitMiB: defaultMemoryLimitMiB,
+		GCPercent: defaultGCPercent,
 	}
 }
 
@@ -134,6 +139,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	wasmCache := fs.String("wasm-cache", "", "folder of compiled plugins (default <data>/wasm-cache)")
 	resultsDir := fs.String("results-dir", "", "the file channel's folder (default <data>/results; on PostgreSQL one folder shared by every gate host)")
 	memLimit := fs.Int64("memory-limit-mib", cfg.MemoryLimitMiB, "soft memory limit of the gate in MiB (0: none; GOMEMLIMIT wins when set)")
+	gcPercent := fs.Int("gc-percent", cfg.GCPercent, "the collector's target, as GOGC (0: the runtime's default, 100; GOGC wins when set)")
 	mcpAnyHost := fs.Bool("mcp-allow-any-host", false, "let /mcp answer loopback requests whose Host header is not localhost (behind a local reverse proxy)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -184,6 +190,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 			cfg.ResultsDir = *resultsDir
 		case "memory-limit-mib":
 			cfg.MemoryLimitMiB = *memLimit
+		case "gc-percent":
+			cfg.GCPercent = *gcPercent
 		case "mcp-allow-any-host":
 			cfg.MCPAllowAnyHost = *mcpAnyHost
 		}
@@ -193,6 +201,9 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	}
 	if cfg.MemoryLimitMiB < 0 {
 		return cfg, errors.New("--memory-limit-mib must not be negative")
+	}
+	if cfg.GCPercent < 0 {
+		return cfg, errors.New("--gc-percent must not be negative")
 	}
 	if cfg.DBWriters < 0 || cfg.DBWriters > maxDBWriters {
 		return cfg, fmt.Errorf("--db-writers must be between 0 and %d, not %d", maxDBWriters, cfg.DBWriters)
@@ -236,6 +247,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	setMemoryLimit(cfg.MemoryLimitMiB, log)
+	setGCPercent(cfg.GCPercent, log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serve(ctx, cfg, log, nil); err != nil {
