@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+
+	"github.com/asyncgate/asyncgate/host"
 )
 
 // defaultMemoryLimitMiB is the gate's soft memory limit unless configured:
@@ -26,14 +28,8 @@ func setMemoryLimit(mib int64, log *slog.Logger) {
 	log.Debug("memory limit set", "mib", mib)
 }
 
-// defaultGCPercent is the gate's GOGC unless configured. The collector's
-// default (100) starts a cycle each time the heap doubles its live part; a
-// gate's live heap is small and its garbage (request bodies, JSON, rows) is
-// made fast, so at 100 it collects many times a second under load and takes
-// CPU from the store's writer. 400 collects a quarter as often; the soft
-// memory limit still bounds the heap, and makes the collector work harder
-// as the process nears it.
-const defaultGCPercent = 400
+// defaultGCPercent is the gate's GOGC unless configured (host.GCPercent).
+const defaultGCPercent = host.GCPercent
 
 // setGCPercent applies the configured GOGC, unless the GOGC environment
 // variable already set one (the runtime read it). 0 keeps the runtime's.
@@ -42,9 +38,7 @@ func setGCPercent(pct int, log *slog.Logger) {
 		log.Info("collector target from GOGC", "gogc", v)
 		return
 	}
-	if pct <= 0 {
-		return
+	if changed, _ := host.SetGCPercent(pct); changed {
+		log.Debug("collector target set", "gogc", pct)
 	}
-	debug.SetGCPercent(pct)
-	log.Debug("collector target set", "gogc", pct)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/sqlite"
 	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/storetest"
 )
 
 // BenchmarkCycle measures full task cycles per second — enqueue (task.assigned)
@@ -55,6 +56,7 @@ func BenchmarkCycle(b *testing.B) {
 var benchWriters, _ = strconv.Atoi(os.Getenv("AG_BENCH_WRITERS"))
 
 func runCycles(b *testing.B, sts []store.Store, workers int) {
+	storetest.GCAsGate(b)
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var engs []*engine.Engine
@@ -141,6 +143,7 @@ func runCycles(b *testing.B, sts []store.Store, workers int) {
 func BenchmarkBurnDown(b *testing.B) {
 	for _, depth := range []int{2_000, 20_000} {
 		b.Run(fmt.Sprintf("queued=%d", depth), func(b *testing.B) {
+			storetest.GCAsGate(b)
 			ctx := context.Background()
 			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 			st := openIn(b, newSchema(b), Options{})

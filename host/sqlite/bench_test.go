@@ -13,10 +13,12 @@ import (
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/sqlite"
+	"github.com/asyncgate/asyncgate/host/store/storetest"
 )
 
 func benchEngine(b *testing.B) (*engine.Engine, *sqlite.Store) {
 	b.Helper()
+	storetest.GCAsGate(b)
 	st, err := sqlite.Open(filepath.Join(b.TempDir(), "gate.db"), sqlite.Options{})
 	if err != nil {
 		b.Fatal(err)

@@ -17,10 +17,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/debug"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/asyncgate/asyncgate/host"
 )
 
 // options are compare's flags.
@@ -43,6 +47,7 @@ type options struct {
 	stderr     io.Writer
 	wasmCache  string // compiled plugins shared by every gate serve of one invocation
 	scratchDir string // temp folder of this invocation
+	gogc       int    // the collector's target of every process of the run
 }
 
 func main() {
@@ -69,6 +74,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&only, "only", "", "run only workloads whose id matches this regexp (ids: "+strings.Join(workloadIDs(), ", ")+")")
 	fs.BoolVar(&o.skipRiver, "skip-river", false, "run the gate side only")
 	fs.BoolVar(&o.verbose, "v", false, "print every run as it ends")
+	fs.IntVar(&o.gogc, "gogc", host.GCPercent, "the collector's target (GOGC) of this process, River and the in-process gate alike, and of the gate processes it starts (default: the gate's own; GOGC wins when set)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -83,6 +89,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	o.stderr = stderr
+	if v := os.Getenv("GOGC"); v != "" {
+		o.gogc, _ = strconv.Atoi(v) // 0 for "off"
+	} else if o.gogc > 0 {
+		debug.SetGCPercent(o.gogc)
+		os.Setenv("GOGC", strconv.Itoa(o.gogc)) // gate serve and gate bench inherit it
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := compare(ctx, o, stdout); err != nil {
@@ -252,7 +264,7 @@ func countErrs(rows []*row) int {
 }
 
 func printTable(w io.Writer, o options, rows []*row, started time.Time, pgInfo string) {
-	fmt.Fprintf(w, "AsyncGate vs River %s, %s, GOMAXPROCS %d, %s/%s\n", riverVersion, started.Format("2006-01-02 15:04 UTC"), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(w, "AsyncGate vs River %s, %s, GOMAXPROCS %d, GOGC %d, %s/%s\n", riverVersion, started.Format("2006-01-02 15:04 UTC"), runtime.GOMAXPROCS(0), o.gogc, runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(w, "durable commits on both sides: SQLite WAL synchronous=FULL; PostgreSQL %s\n", pgInfo)
 	fmt.Fprintf(w, "medians of %d runs; burn-down %d tasks; steady window %s; gate in-process: %d workers leasing %d and completing them concurrently; River: MaxWorkers %d, FetchCooldown 2ms, FetchPollInterval 20ms\n\n",
 		o.runs, o.burn, o.duration, o.workers, o.batch, o.riverMax)

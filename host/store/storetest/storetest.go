@@ -7,6 +7,7 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -190,5 +191,14 @@ func WantCode(t testing.TB, err error, code string) {
 	}
 	if got := host.ErrorCode(err); got != code {
 		t.Fatalf("got error %q (%v), want code %s", got, err, code)
+	}
+}
+
+// GCAsGate runs the rest of a benchmark with the collector's target a gate
+// runs with (host.GCPercent; GOGC wins when set), and restores the previous
+// one when it ends: the figures are the gate's, not a default test binary's.
+func GCAsGate(tb testing.TB) {
+	if changed, prev := host.SetGCPercent(host.GCPercent); changed {
+		tb.Cleanup(func() { debug.SetGCPercent(prev) })
 	}
 }
