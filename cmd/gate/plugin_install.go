@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/asyncgate/asyncgate/host/plugin"
+	"github.com/asyncgate/asyncgate/host/plugin/pluginbuild"
 )
 
 // readPluginFiles reads a built plugin and its manifest: NAME.manifest.json
@@ -145,10 +146,10 @@ func pluginInstall(args []string, stdout, stderr io.Writer) int {
 	// file is written under a temp name and renamed in, the module first and
 	// the manifest last, so the gate never loads half a plugin; a manifest
 	// that names its module's sha256 makes the pair unambiguous.
-	if err := writeFileAtomic(wasmDst, wasm); err != nil {
+	if err := pluginbuild.WriteFileAtomic(wasmDst, wasm); err != nil {
 		return fail("%v", err)
 	}
-	if err := writeFileAtomic(manDst, man); err != nil {
+	if err := pluginbuild.WriteFileAtomic(manDst, man); err != nil {
 		return fail("%v", err)
 	}
 	written := time.Now()

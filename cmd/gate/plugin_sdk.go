@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -17,6 +16,7 @@ import (
 	"sync"
 
 	"github.com/asyncgate/asyncgate/host/plugin"
+	"github.com/asyncgate/asyncgate/host/plugin/pluginbuild"
 	"github.com/asyncgate/asyncgate/schemas"
 	sdkplugin "github.com/asyncgate/asyncgate/sdk/plugin"
 )
@@ -216,7 +216,7 @@ func writeSDKCopy(root string) (sdkPin, error) {
 		return pin, err
 	}
 	b, _ := json.MarshalIndent(pin, "", "  ")
-	return pin, writeFileAtomic(filepath.Join(root, filepath.FromSlash(sdkPinFile)), append(b, '\n'))
+	return pin, pluginbuild.WriteFileAtomic(filepath.Join(root, filepath.FromSlash(sdkPinFile)), append(b, '\n'))
 }
 
 // readSDKCopy hashes the SDK copy on disk (empty if it is missing).
@@ -328,31 +328,4 @@ func scaffoldFiles(kind, name string) (map[string][]byte, error) {
 		return nil, err
 	}
 	return out, nil
-}
-
-// writeFileAtomic writes b to a temp file beside p, syncs it and renames it
-// over p.
-func writeFileAtomic(p string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = io.Copy(f, bytes.NewReader(b))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp, p)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
 }

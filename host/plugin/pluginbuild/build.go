@@ -79,10 +79,10 @@ func Build(ctx context.Context, srcDir, outDir, cacheDir string) (string, error)
 	// Write the module first and the manifest last under temp names, then
 	// rename: a watching registry never sees half a plugin, and loads the
 	// pair only once the manifest's wasm_sha256 matches the module.
-	if err := writeAtomic(filepath.Join(outDir, m.Name+".wasm"), wasm); err != nil {
+	if err := WriteFileAtomic(filepath.Join(outDir, m.Name+".wasm"), wasm); err != nil {
 		return "", err
 	}
-	if err := writeAtomic(filepath.Join(outDir, m.Name+".manifest.json"), man); err != nil {
+	if err := WriteFileAtomic(filepath.Join(outDir, m.Name+".manifest.json"), man); err != nil {
 		return "", err
 	}
 	return m.Name, nil
@@ -105,16 +105,21 @@ func StampManifest(manifest, wasm []byte) ([]byte, error) {
 	return append(out, '\n'), nil
 }
 
-// writeAtomic writes b to path through a temporary file of its own, so
-// that builds of one plugin into one folder at once (two test binaries)
-// never rename each other's file.
-func writeAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+// WriteFileAtomic writes b to a hidden temporary file of its own beside
+// path, syncs it and renames it over path, so that a reader (or a watching
+// plugin registry) sees the old content or the new, never half, and two
+// writers of one path at once (two test binaries building the plugins) never
+// rename each other's file.
+func WriteFileAtomic(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
 	}
 	tmp := f.Name()
 	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

@@ -54,7 +54,7 @@ func TestWriteAtomicConcurrent(t *testing.T) {
 		go func() {
 			var err error
 			for k := 0; k < 50 && err == nil; k++ {
-				err = writeAtomic(path, []byte(strings.Repeat("x", 4096)))
+				err = WriteFileAtomic(path, []byte(strings.Repeat("x", 4096)))
 			}
 			errs <- err
 		}()
@@ -68,7 +68,7 @@ func TestWriteAtomicConcurrent(t *testing.T) {
 	if err != nil || len(b) != 4096 {
 		t.Fatalf("read back %d bytes, %v; want 4096", len(b), err)
 	}
-	left, _ := filepath.Glob(path + ".tmp*")
+	left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".p.wasm.tmp*"))
 	if len(left) > 0 {
 		t.Fatalf("temporary files left behind: %v", left)
 	}
