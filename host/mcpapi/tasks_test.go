@@ -95,6 +95,18 @@ func (b *testBundle) listen(t *testing.T, key string) (*client.Client, *notes) {
 	n := &notes{}
 	c.OnNotification(n.add)
 	initializeAt(t, c, mcp.ProtocolVersion20251125) // sessions and event streams: the era of today's clients
+	// The client opens its event stream in the background, and a session
+	// without one misses notifications: wait until one reaches it.
+	const ready = "notifications/asyncgate_test/stream_ready"
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b.mcp.MCPServer().SendNotificationToSpecificClient(c.GetSessionId(), ready, nil) == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the session's event stream did not open within 20 s")
+		}
+	}
+	n.wait(t, "stream_ready", func(m mcp.JSONRPCNotification) bool { return m.Method == ready })
 	return c, n
 }
 
