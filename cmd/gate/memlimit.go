@@ -31,14 +31,13 @@ func setMemoryLimit(mib int64, log *slog.Logger) {
 // defaultGCPercent is the gate's GOGC unless configured (host.GCPercent).
 const defaultGCPercent = host.GCPercent
 
-// setGCPercent applies the configured GOGC, unless the GOGC environment
-// variable already set one (the runtime read it). 0 keeps the runtime's.
+// setGCPercent applies the configured GOGC (host.SetGCPercent), unless the
+// GOGC environment variable already set one (the runtime read it). 0 keeps
+// the runtime's.
 func setGCPercent(pct int, log *slog.Logger) {
-	if v := os.Getenv("GOGC"); v != "" {
-		log.Info("collector target from GOGC", "gogc", v)
-		return
-	}
 	if changed, _ := host.SetGCPercent(pct); changed {
 		log.Debug("collector target set", "gogc", pct)
+	} else if v := os.Getenv("GOGC"); v != "" {
+		log.Info("collector target from GOGC", "gogc", v)
 	}
 }

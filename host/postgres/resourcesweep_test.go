@@ -70,6 +70,12 @@ func TestResourceLeaseSweepWaitsForDecisionsOnItsResources(t *testing.T) {
 	}
 	held := first.Leases[0]
 
+	locks, err := pgx.Connect(ctx, testURL()) // reads pg_locks, outside the gate
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locks.Close(ctx)
+
 	clock.Advance(99 * time.Millisecond)
 	clock.armed.Store(true)
 	prio := epoch // given, so the acquire's one clock reading is the one under the lock
@@ -84,7 +90,7 @@ func TestResourceLeaseSweepWaitsForDecisionsOnItsResources(t *testing.T) {
 		acquired <- outcome{res, err}
 	}()
 	decidedAt := <-clock.reached
-	if lockHolders(t, tenant, resource, true) != 1 {
+	if lockHolders(t, locks, tenant, resource, true) != 1 {
 		t.Fatal("the acquire read the clock without holding the resource's lock")
 	}
 	if !decidedAt.Before(held.ExpiresAt) {
@@ -101,7 +107,7 @@ func TestResourceLeaseSweepWaitsForDecisionsOnItsResources(t *testing.T) {
 	}()
 	// Let the acquire go on once the sweep has finished, or is waiting for
 	// the resource's lock (before the fix it finished, the expiry recorded).
-	waiting := func() bool { return lockHolders(t, tenant, resource, false) > 0 }
+	waiting := func() bool { return lockHolders(t, locks, tenant, resource, false) > 0 }
 	var sweepErr error
 	sweepDone := false
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
@@ -152,19 +158,13 @@ func TestResourceLeaseSweepWaitsForDecisionsOnItsResources(t *testing.T) {
 	storetest.CheckResourceLeaseHistory(t, stA, tenant)
 }
 
-// lockHolders counts the sessions holding (granted) or waiting for the
-// advisory lock of tenant's resource.
-func lockHolders(t *testing.T, tenant, resource string, granted bool) int {
+// lockHolders counts, through conn, the sessions holding (granted) or
+// waiting for the advisory lock of tenant's resource.
+func lockHolders(t *testing.T, conn *pgx.Conn, tenant, resource string, granted bool) int {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, testURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	key := resourceLockKeys(tenant, []string{resource})[0]
 	var n int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted = $3
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted = $3
 AND classid = $1 AND objid = $2 AND objsubid = 2`, uint32(resourceLockClass), uint32(key), granted).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
