@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -91,8 +90,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	o.stderr = stderr
 	if v := os.Getenv("GOGC"); v != "" {
 		o.gogc, _ = strconv.Atoi(v) // 0 for "off"
-	} else if o.gogc > 0 {
-		debug.SetGCPercent(o.gogc)
+	} else if changed, _ := host.SetGCPercent(o.gogc); changed {
 		os.Setenv("GOGC", strconv.Itoa(o.gogc)) // gate serve and gate bench inherit it
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
