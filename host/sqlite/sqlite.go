@@ -134,7 +134,7 @@ func Open(path string, opts Options) (*Store, error) {
 	dsn := func(extra string) string {
 		return "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(off)" + extra
 	}
-	wdb, err := sql.Open("sqlite", dsn("&_pragma=synchronous("+opts.Synchronous+")&_txlock=immediate"))
+	wdb, err := openPool(dsn("&_pragma=synchronous(" + opts.Synchronous + ")&_txlock=immediate"))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open: %w", err)
 	}
@@ -151,7 +151,7 @@ func Open(path string, opts Options) (*Store, error) {
 		wdb.Close()
 		return nil, err
 	}
-	rdb, err := sql.Open("sqlite", dsn("&_pragma=query_only(1)"))
+	rdb, err := openPool(dsn("&_pragma=query_only(1)"))
 	if err != nil {
 		wdb.Close()
 		return nil, fmt.Errorf("sqlite: open readers: %w", err)
