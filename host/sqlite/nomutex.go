@@ -21,7 +21,8 @@ import (
 // the writer's CPU. database/sql never uses one connection from two
 // goroutines at once, which is all NOMUTEX asks of its caller (the driver's
 // cancellation calls sqlite3_interrupt from another goroutine, which takes no
-// mutex). RATIONALE.md, "SQLite's connection mutex", has the measurements.
+// mutex). RATIONALE.md, "SQLite's connection mutex, released at connect",
+// has the measurements.
 func openPool(dsn string) (*sql.DB, error) {
 	c, err := msqlite.NewConnector(dsn)
 	if err != nil {
