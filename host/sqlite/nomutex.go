@@ -60,19 +60,6 @@ func connHandle(conn driver.Conn) uintptr {
 	return uintptr(f.Uint())
 }
 
-// connMutex returns the connection's mutex as SQLite reports it
-// (sqlite3_db_mutex): 0 once released, and 0 when conn is not a connection of
-// the driver.
-func connMutex(conn driver.Conn) uintptr {
-	db := connHandle(conn)
-	if db == 0 {
-		return 0
-	}
-	tls := libc.NewTLS()
-	defer tls.Close()
-	return sqlite3.Xsqlite3_db_mutex(tls, db)
-}
-
 // releaseConnMutex does what SQLITE_OPEN_NOMUTEX does at open: the
 // connection's mutex pointer is null, and SQLite's mutex calls do nothing for
 // a null mutex. It must run before the connection is shared, which Connect

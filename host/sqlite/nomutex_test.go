@@ -8,10 +8,26 @@ import (
 	"sync"
 	"testing"
 
+	"modernc.org/libc"
+	sqlite3 "modernc.org/sqlite/lib"
+
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
 	"github.com/asyncgate/asyncgate/host/store/storetest"
 )
+
+// connMutex returns the connection's mutex as SQLite reports it
+// (sqlite3_db_mutex): 0 once released, and 0 when conn is not a connection of
+// the driver.
+func connMutex(conn driver.Conn) uintptr {
+	db := connHandle(conn)
+	if db == 0 {
+		return 0
+	}
+	tls := libc.NewTLS()
+	defer tls.Close()
+	return sqlite3.Xsqlite3_db_mutex(tls, db)
+}
 
 // rawMutex returns the SQLite mutex of a connection db hands out, failing the
 // test when the connection is not one whose handle connHandle can read.
