@@ -672,6 +672,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		}
 		sent := ss.flushes != flushes
 		wtx.bh.endRequest(ferr == nil)
+		wtx.endNew(ferr == nil)
 		if ferr == nil {
 			if !sent && len(ss.pre) == spIdx+1 {
 				ss.truncate(spIdx) // fn queued nothing (its rows written behind wait): no savepoint needed

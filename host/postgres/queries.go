@@ -39,6 +39,11 @@ type writeTx struct {
 	locks lockOrder
 	// bh holds the rows written behind (writebehind.go), outside strict mode.
 	bh behind
+	// newKeys holds the unique keys of the rows the batch inserted behind,
+	// so a second insert of one is a conflict at once (noteNew); ownKeys
+	// are the running request's, forgotten should it fail.
+	newKeys map[string]bool
+	ownKeys []string
 }
 
 // lockOrder is a transaction's resource-lock bookkeeping: whether it took
@@ -458,21 +463,29 @@ func (w *writeTx) InsertTask(ctx context.Context, t *host.Task) error {
 	if err != nil {
 		return err
 	}
-	q := `INSERT INTO tasks (id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
+	if w.deferWrites {
+		// Written behind, with the batch's other new tasks in one statement
+		// (writebehind.go).
+		if !w.noteNew(uniqueKey("task", t.ID), uniqueKey("task key", t.Tenant, t.Recipient, t.IdempotencyKey)) {
+			return host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists")
+		}
+		w.bh.tasks = append(w.bh.tasks, newTaskOf(t, res))
+	} else {
+		// One statement writes the task and its listing row (task_list,
+		// migration 0015); it changes one row, or none on a clash.
+		q := `WITH t AS (INSERT INTO tasks (id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
 created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
 cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
 progress_message, result, last_error, dead_reason, assign_receipt, resource_intents)
 VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29,$30,$31,$32,$33)
-ON CONFLICT DO NOTHING RETURNING seq, tenant, task_type, created_by, recipient`
-	// One statement writes the task and its listing row (task_list,
-	// migration 0015); it changes one row, or none on a clash.
-	q = `WITH t AS (` + q + `) INSERT INTO task_list (seq, tenant, task_type, created_by, recipient) SELECT * FROM t`
-	a := []any{t.ID, t.Tenant, t.Type, t.CreatedBy, t.Recipient, string(t.State), t.Priority, string(t.Params), t.Summary, t.IdempotencyKey,
-		us(t.CreatedAt), us(t.UpdatedAt), us(t.AvailableAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt), nus(t.AcceptedAt), t.AcceptReceipt,
-		t.CancelRequested, t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt), nus(t.CompletedAt), t.ProgressPercent,
-		t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, host.IntentsJSON(t.ResourceIntents)}
-	if err := w.writeOne(ctx, "task insert", host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists"), q, a...); err != nil {
-		return err
+ON CONFLICT DO NOTHING RETURNING seq, tenant, task_type, created_by, recipient) INSERT INTO task_list (seq, tenant, task_type, created_by, recipient) SELECT * FROM t`
+		a := []any{t.ID, t.Tenant, t.Type, t.CreatedBy, t.Recipient, string(t.State), t.Priority, string(t.Params), t.Summary, t.IdempotencyKey,
+			us(t.CreatedAt), us(t.UpdatedAt), us(t.AvailableAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt), nus(t.AcceptedAt), t.AcceptReceipt,
+			t.CancelRequested, t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt), nus(t.CompletedAt), t.ProgressPercent,
+			t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, host.IntentsJSON(t.ResourceIntents)}
+		if err := w.writeOne(ctx, "task insert", host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists"), q, a...); err != nil {
+			return err
+		}
 	}
 	t.Version = 1
 	w.st.counts = store.Moved(w.st.counts, t, "", t.State)
@@ -514,6 +527,9 @@ func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) e
 	u, err := updateTask(t, f)
 	if err != nil {
 		return err
+	}
+	if w.bh.holdsTask(t.ID) {
+		w.materialize() // the task's insert goes into the queue ahead of its update
 	}
 	if err := w.writeOne(ctx, "fenced task update", store.ErrFenced, u.sql, u.args...); err != nil {
 		return err
@@ -828,6 +844,9 @@ func (w *writeTx) AppendReceipt(ctx context.Context, rc *host.Receipt) error {
 		return err
 	}
 	if w.deferWrites {
+		if !w.noteNew(uniqueKey("receipt", rc.ID), uniqueKey("receipt key", rc.Tenant, rc.DedupeKey)) {
+			return host.Errorf(host.CodeConflict, "a receipt with this id or dedupe key exists")
+		}
 		// Written behind: its seq is read with the pipeline's answers,
 		// before the batch commits and its callers hear of it (Flush
 		// forces it sooner); an obligation opened on this receipt takes

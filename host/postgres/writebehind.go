@@ -4,18 +4,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/asyncgate/asyncgate/host"
 )
 
-// Rows written behind (outside strict mode): a batch's new receipts,
+// Rows written behind (outside strict mode): a batch's new tasks, receipts,
 // obligations, obligation terminations and inbox rows wait in the writeTx.
-// Receipts and obligations go to the server as one statement, inbox rows as
-// another (arrays through unnest), not one statement per row. A statement's fixed cost in the server (executor
-// start-up, opening the table's indexes, a portal) is then paid once per batch
-// and table (RATIONALE.md, "Rows written behind on PostgreSQL").
+// Tasks (with their listing rows) go to the server as one statement,
+// receipts and obligations as another, inbox rows as a third (arrays through
+// unnest), not one statement per row. A statement's fixed cost in the server
+// (executor start-up, opening the table's indexes, a portal) is then paid once
+// per batch and table (RATIONALE.md, "PostgreSQL, rows written behind").
 //
 // The rows reach the pipeline whenever it is next sent (before any read, so
 // every statement sees them) and before the batch's answers are read ahead of
@@ -26,13 +28,17 @@ import (
 //     savepoint;
 //   - a request that fails drops the rows it buffered and did not send.
 //
-// Within a flush the rows are written in the order receipts and
+// Within a flush the rows are written in the order tasks, receipts and
 // obligations, terminations, inbox: an obligation takes its receipt's seq,
-// and a termination may end an obligation opened in the same batch. Nothing else the writer queues without reading touches these tables
-// (reads send the pipeline first), so the rows' later arrival is seen by
-// nobody. In strict mode every write is answered at once and nothing waits
-// here.
+// and a termination may end an obligation opened in the same batch. Nothing
+// else the writer queues without reading touches these tables (reads send
+// the pipeline first) except a fenced update of a task, which sends the
+// waiting rows into the queue ahead of it when its task is among them; so the
+// rows' later arrival is seen by nobody. A second insert of a key the batch
+// holds is refused at once (noteNew). In strict mode every write is answered
+// at once and nothing waits here.
 type behind struct {
+	tasks       []newTask
 	receipts    []*host.Receipt
 	parents     []string // receipts' parents as JSON, in step with receipts
 	obligations []host.Obligation
@@ -49,10 +55,44 @@ type behind struct {
 
 type termination struct{ tenant, parent, by string }
 
-type behindMark struct{ receipts, obligations, terms, inbox int }
+// newTask is a new task as InsertTask was given it: a copy of its values,
+// with the ones behind pointers and slices encoded at once, so the caller may
+// change the task before the row is sent.
+type newTask struct {
+	t                                                  host.Task
+	params, intents                                    string
+	result                                             *string
+	leasedAt, expiresAt, acceptedAt, startedAt, doneAt *int64
+	pct                                                *float64
+}
+
+// newTaskOf copies t for writing behind; res is its result as the column
+// keeps it.
+func newTaskOf(t *host.Task, res *string) newTask {
+	n := newTask{t: *t, params: string(t.Params), intents: host.IntentsJSON(t.ResourceIntents), result: res,
+		leasedAt: nus(t.LeasedAt), expiresAt: nus(t.LeaseExpiresAt), acceptedAt: nus(t.AcceptedAt), startedAt: nus(t.StartedAt), doneAt: nus(t.CompletedAt)}
+	if t.ProgressPercent != nil {
+		n.pct = new(*t.ProgressPercent)
+	}
+	n.t.Params, n.t.ResourceIntents, n.t.Result = nil, nil, nil
+	n.t.LeasedAt, n.t.LeaseExpiresAt, n.t.AcceptedAt, n.t.StartedAt, n.t.CompletedAt, n.t.ProgressPercent = nil, nil, nil, nil, nil, nil
+	return n
+}
+
+type behindMark struct{ tasks, receipts, obligations, terms, inbox int }
 
 func (b *behind) mark() behindMark {
-	return behindMark{len(b.receipts), len(b.obligations), len(b.terms), len(b.inbox)}
+	return behindMark{len(b.tasks), len(b.receipts), len(b.obligations), len(b.terms), len(b.inbox)}
+}
+
+// holdsTask reports whether the task with this id waits here to be inserted.
+func (b *behind) holdsTask(id string) bool {
+	for i := range b.tasks {
+		if b.tasks[i].t.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // empty reports whether no row waits.
@@ -73,6 +113,7 @@ func (b *behind) endRequest(ok bool) {
 		return
 	}
 	e := b.ended
+	b.tasks = b.tasks[:e.tasks]
 	b.receipts, b.parents = b.receipts[:e.receipts], b.parents[:e.receipts]
 	b.obligations, b.terms, b.inbox = b.obligations[:e.obligations], b.terms[:e.terms], b.inbox[:e.inbox]
 }
@@ -86,8 +127,8 @@ func (w *writeTx) materialize() {
 		return
 	}
 	e := b.ended
-	block := behindStmts(b.receipts[:e.receipts], b.parents[:e.receipts], b.obligations[:e.obligations], b.terms[:e.terms], b.inbox[:e.inbox])
-	own := behindStmts(b.receipts[e.receipts:], b.parents[e.receipts:], b.obligations[e.obligations:], b.terms[e.terms:], b.inbox[e.inbox:])
+	block := behindStmts(b.tasks[:e.tasks], b.receipts[:e.receipts], b.parents[:e.receipts], b.obligations[:e.obligations], b.terms[:e.terms], b.inbox[:e.inbox])
+	own := behindStmts(b.tasks[e.tasks:], b.receipts[e.receipts:], b.parents[e.receipts:], b.obligations[e.obligations:], b.terms[e.terms:], b.inbox[e.inbox:])
 	ss := w.ss
 	at := min(b.blockAt, len(ss.pre))
 	ss.pre = slices.Insert(ss.pre, at, block...)
@@ -133,16 +174,78 @@ LEFT JOIN r ON r.id = v.receipt_id ORDER BY v.n
 RETURNING 1
 )
 SELECT (SELECT count(*) FROM o), (SELECT coalesce(array_agg(id ORDER BY seq), '{}') FROM r), (SELECT coalesce(array_agg(seq ORDER BY seq), '{}') FROM r)`
+	// tasksBehind inserts tasks and their listing rows (migration 0015). A
+	// clash (an id or idempotency key taken) inserts fewer rows than it was
+	// given, which its check reports.
+	tasksBehind = `WITH t AS (
+INSERT INTO tasks (id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
+created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
+cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
+progress_message, result, last_error, dead_reason, assign_receipt, resource_intents)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int4[], $8::text[], $9::text[],
+$10::text[], $11::int8[], $12::int8[], $13::int8[], $14::text[], $15::text[], $16::int8[], $17::int8[], $18::int8[], $19::text[],
+$20::bool[], $21::int4[], $22::int4[], $23::int4[], $24::int4[], $25::int8[], $26::int8[], $27::float8[],
+$28::text[], $29::text[], $30::text[], $31::text[], $32::text[], $33::text[])
+ON CONFLICT DO NOTHING RETURNING seq, tenant, task_type, created_by, recipient
+) INSERT INTO task_list (seq, tenant, task_type, created_by, recipient) SELECT * FROM t`
 	inboxBehind = `INSERT INTO inbox (id, tenant, recipient, kind, task_id, task_type, receipt_id, summary, created_at, delivered_at,
 read_at, fetched_at, promoted_at)
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int8[],
 $10::int8[], $11::int8[], $12::int8[], $13::int8[])`
 )
 
-// behindStmts returns the statements that write the given rows: receipts and
-// obligations, then terminations in their order, then inbox rows.
-func behindStmts(rcs []*host.Receipt, parents []string, obs []host.Obligation, terms []termination, inbox []host.InboxItem) []stmt {
+// noteNew records the keys of a row inserted behind (a task's id and
+// idempotency key, a receipt's id and dedupe key), or reports false when the
+// batch already inserted a row with one of them: a second insert is a
+// conflict at once, as the store contract asks. A clash with a row committed
+// earlier shows only when the rows are sent, in the statement's check, and
+// the batch then runs again in strict mode.
+func (w *writeTx) noteNew(keys ...string) bool {
+	for _, k := range keys {
+		if k != "" && w.newKeys[k] {
+			return false
+		}
+	}
+	if w.newKeys == nil {
+		w.newKeys = map[string]bool{}
+	}
+	for _, k := range keys {
+		if k != "" {
+			w.newKeys[k] = true
+			w.ownKeys = append(w.ownKeys, k)
+		}
+	}
+	return true
+}
+
+// endNew ends a request's share of newKeys: kept when it succeeded,
+// forgotten when it failed (its rows are dropped or undone).
+func (w *writeTx) endNew(ok bool) {
+	if !ok {
+		for _, k := range w.ownKeys {
+			delete(w.newKeys, k)
+		}
+	}
+	w.ownKeys = w.ownKeys[:0]
+}
+
+// uniqueKey joins a row's kind and the columns of one of its unique keys, or is
+// empty when the last column is (no key).
+func uniqueKey(parts ...string) string {
+	if parts[len(parts)-1] == "" {
+		return ""
+	}
+	return strings.Join(parts, "\x00")
+}
+
+// behindStmts returns the statements that write the given rows: tasks (with
+// their listing rows), receipts and obligations, then terminations in their
+// order, then inbox rows.
+func behindStmts(tasks []newTask, rcs []*host.Receipt, parents []string, obs []host.Obligation, terms []termination, inbox []host.InboxItem) []stmt {
 	var out []stmt
+	if len(tasks) > 0 {
+		out = append(out, tasksStmt(tasks))
+	}
 	if len(rcs) > 0 || len(obs) > 0 {
 		n := len(rcs)
 		var id, tenant, typ, from, to, task, lease, body, dedupe, prev, hash = col(n), col(n), col(n), col(n), col(n), col(n), col(n), col(n), col(n), col(n), col(n)
@@ -204,6 +307,31 @@ func behindStmts(rcs []*host.Receipt, parents []string, obs []host.Obligation, t
 			check: expectRows("inbox insert", n)})
 	}
 	return out
+}
+
+// tasksStmt is the statement that inserts the given tasks.
+func tasksStmt(rows []newTask) stmt {
+	n := len(rows)
+	id, tenant, typ, by, to, state, params, summary, idem := col(n), col(n), col(n), col(n), col(n), col(n), col(n), col(n), col(n)
+	lease, worker, accRc, progMsg, lastErr, dead, assign, intents := col(n), col(n), col(n), col(n), col(n), col(n), col(n), col(n)
+	prio, attempts, maxRetries, leaseCount, expiries := make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
+	created, updated, avail := make([]int64, n), make([]int64, n), make([]int64, n)
+	leasedAt, expiresAt, acceptedAt, startedAt, completedAt := make([]*int64, n), make([]*int64, n), make([]*int64, n), make([]*int64, n), make([]*int64, n)
+	cancel, pct, result := make([]bool, n), make([]*float64, n), make([]*string, n)
+	for i := range rows {
+		r := &rows[i]
+		t := &r.t
+		id[i], tenant[i], typ[i], by[i], to[i], state[i], params[i], summary[i], idem[i] = t.ID, t.Tenant, t.Type, t.CreatedBy, t.Recipient, string(t.State), r.params, t.Summary, t.IdempotencyKey
+		lease[i], worker[i], accRc[i], progMsg[i], lastErr[i], dead[i], assign[i], intents[i] = t.LeaseID, t.WorkerID, t.AcceptReceipt, t.ProgressMessage, t.LastError, t.DeadReason, t.AssignReceipt, r.intents
+		prio[i], attempts[i], maxRetries[i], leaseCount[i], expiries[i] = int32(t.Priority), int32(t.Attempts), int32(t.MaxRetries), int32(t.LeaseCount), int32(t.LeaseExpiries)
+		created[i], updated[i], avail[i] = us(t.CreatedAt), us(t.UpdatedAt), us(t.AvailableAt)
+		leasedAt[i], expiresAt[i], acceptedAt[i], startedAt[i], completedAt[i] = r.leasedAt, r.expiresAt, r.acceptedAt, r.startedAt, r.doneAt
+		cancel[i], pct[i], result[i] = t.CancelRequested, r.pct, r.result
+	}
+	return stmt{sql: tasksBehind,
+		args: []any{id, tenant, typ, by, to, state, prio, params, summary, idem, created, updated, avail, lease, worker, leasedAt, expiresAt, acceptedAt, accRc,
+			cancel, attempts, maxRetries, leaseCount, expiries, startedAt, completedAt, pct, progMsg, result, lastErr, dead, assign, intents},
+		check: expectRows("task insert", n)}
 }
 
 func col(n int) []string { return make([]string, n) }

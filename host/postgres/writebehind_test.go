@@ -225,3 +225,149 @@ func TestRowsWrittenBehindCostTwoStatementsABatch(t *testing.T) {
 	}
 	b.Verify(t)
 }
+
+// behindTask is a new queued task of tenant acme created by agent.kee.
+func behindTask(b *storetest.Bundle, key string) *host.Task {
+	now := b.Clock.Now()
+	return &host.Task{ID: host.NewID(host.PrefixTask), Tenant: "acme", Type: "work", CreatedBy: "agent.kee", Recipient: "worker.one",
+		State: host.StateQueued, Priority: 5, Params: []byte(`{"n":1}`), IdempotencyKey: key, CreatedAt: now, UpdatedAt: now,
+		AvailableAt: now, MaxRetries: 3}
+}
+
+// A batch's new tasks cost one statement however many requests inserted
+// them, and a request that only inserted rows written behind needs no
+// savepoint: a batch of six enqueueing requests sends as many statements as a
+// batch of one. Every task is stored with its listing row, in the order its
+// request ran.
+func TestTasksWrittenBehindCostOneStatementABatch(t *testing.T) {
+	st := openIn(t, newSchema(t), Options{})
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	ctx := b.Ctx
+	var all []*host.Task
+	batch := func(n int) int64 {
+		var fns []func(store.Tx) error
+		for range n {
+			tk := behindTask(b, "")
+			all = append(all, tk)
+			fns = append(fns, func(tx store.Tx) error {
+				if err := tx.InsertTask(ctx, tk); err != nil {
+					return err
+				}
+				return tx.AppendReceipt(ctx, &host.Receipt{ID: host.NewID(host.PrefixReceipt), Tenant: "acme", Type: host.ReceiptAssigned,
+					From: tk.CreatedBy, To: tk.Recipient, TaskID: tk.ID, Body: []byte(`{}`), Parents: []string{}, CreatedAt: tk.CreatedAt})
+			})
+		}
+		before, reruns := st.WriterStatements(), st.StrictReruns()
+		for i, err := range runHeld(t, st, fns...) {
+			if err != nil {
+				t.Fatalf("request %d of %d: %v", i, n, err)
+			}
+		}
+		if st.StrictReruns() != reruns {
+			t.Fatalf("a batch of %d new tasks ran again in strict mode", n)
+		}
+		return st.WriterStatements() - before
+	}
+	batch(1) // the writer's first batch also registers its ledger chain
+	one := batch(1)
+	six := batch(6)
+	if six != one {
+		t.Errorf("a batch of six enqueueing requests sent %d statements, a batch of one %d: want the same", six, one)
+	}
+	err := st.View(ctx, func(r store.Reader) error {
+		// Listing by creator walks the listing rows (task_list).
+		ts, _, err := r.ListTasks(ctx, store.TaskFilter{Tenant: "acme", CreatedBy: "agent.kee", Limit: 100})
+		if err != nil {
+			return err
+		}
+		if len(ts) != len(all) {
+			t.Fatalf("listed %d tasks, want %d", len(ts), len(all))
+		}
+		for i, tk := range ts {
+			if tk.ID != all[i].ID || tk.Version != 1 || tk.State != host.StateQueued || string(tk.Params) != `{"n":1}` {
+				t.Errorf("task %d: %s v%d %s %s, want %s v1 queued {\"n\":1}", i, tk.ID, tk.Version, tk.State, tk.Params, all[i].ID)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Verify(t)
+}
+
+// A second insert of a task id, idempotency key, receipt id or dedupe key in
+// one batch is a conflict at once, for the request that made it alone; the
+// batch does not run again in strict mode. A key of a request that failed is
+// free again. A task inserted and then updated by the same request without a
+// read between is written before its update.
+func TestClashWithinTheBatchIsAConflictAtOnce(t *testing.T) {
+	st := openIn(t, newSchema(t), Options{})
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	ctx := b.Ctx
+	first, again := behindTask(b, "k1"), behindTask(b, "k1")
+	sameID := behindTask(b, "")
+	sameID.ID = first.ID
+	updated := behindTask(b, "")
+	failedFirst, freeAgain := behindTask(b, "k2"), behindTask(b, "k2")
+	giveUp := errors.New("give up")
+	rc := func(id, dedupe string) *host.Receipt {
+		return &host.Receipt{ID: id, Tenant: "acme", Type: host.ReceiptProgress, From: "worker.one", To: "agent.kee", Body: []byte(`{}`),
+			Parents: []string{}, DedupeKey: dedupe, CreatedAt: b.Clock.Now()}
+	}
+	r1 := rc(host.NewID(host.PrefixReceipt), "d1")
+	reruns := st.StrictReruns()
+	errs := runHeld(t, st,
+		func(tx store.Tx) error {
+			if err := tx.InsertTask(ctx, first); err != nil {
+				return err
+			}
+			return tx.AppendReceipt(ctx, r1)
+		},
+		func(tx store.Tx) error { return tx.InsertTask(ctx, again) },
+		func(tx store.Tx) error { return tx.InsertTask(ctx, sameID) },
+		func(tx store.Tx) error { return tx.AppendReceipt(ctx, rc(host.NewID(host.PrefixReceipt), "d1")) },
+		func(tx store.Tx) error { return tx.AppendReceipt(ctx, rc(r1.ID, "")) },
+		func(tx store.Tx) error {
+			if err := tx.InsertTask(ctx, updated); err != nil {
+				return err
+			}
+			updated.Priority = 9
+			return tx.UpdateTask(ctx, updated, store.Fence{State: host.StateQueued, Version: 1})
+		},
+		func(tx store.Tx) error {
+			if err := tx.InsertTask(ctx, failedFirst); err != nil {
+				return err
+			}
+			return giveUp
+		},
+		func(tx store.Tx) error { return tx.InsertTask(ctx, freeAgain) },
+	)
+	if errs[0] != nil || errs[5] != nil || errs[7] != nil {
+		t.Fatalf("the sound requests failed: %v, %v, %v", errs[0], errs[5], errs[7])
+	}
+	if !errors.Is(errs[6], giveUp) {
+		t.Fatalf("the failing request: %v, want its own error", errs[6])
+	}
+	for i, what := range []string{"", "a second idempotency key", "a second task id", "a second dedupe key", "a second receipt id"} {
+		if i > 0 && !host.IsCode(errs[i], host.CodeConflict) {
+			t.Errorf("%s in the batch: %v, want conflict", what, errs[i])
+		}
+	}
+	if n := st.StrictReruns() - reruns; n != 0 {
+		t.Errorf("the batch ran again in strict mode %d times, want none", n)
+	}
+	err := st.View(ctx, func(r store.Reader) error {
+		if got, err := r.GetTask(ctx, "acme", updated.ID); err != nil || got.Priority != 9 || got.Version != 2 {
+			t.Errorf("task inserted and updated in one request: %+v %v, want priority 9, version 2", got, err)
+		}
+		if _, err := r.GetTask(ctx, "acme", again.ID); !host.IsCode(err, host.CodeNotFound) {
+			t.Errorf("the clashing task was written: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Verify(t)
+}
