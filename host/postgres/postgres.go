@@ -657,6 +657,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		nNotify := len(st.notify)
 		spIdx := len(ss.pre)
 		wtx.bh.startRequest(spIdx)
+		keysMark := wtx.keys.Mark()
 		ss.queue(`SAVEPOINT op`)
 		flushes := ss.flushes
 		ss.failed = nil
@@ -672,7 +673,9 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		}
 		sent := ss.flushes != flushes
 		wtx.bh.endRequest(ferr == nil)
-		wtx.endNew(ferr == nil)
+		if ferr != nil {
+			wtx.keys.Undo(keysMark) // its rows are dropped or undone
+		}
 		if ferr == nil {
 			if !sent && len(ss.pre) == spIdx+1 {
 				ss.truncate(spIdx) // fn queued nothing (its rows written behind wait): no savepoint needed

@@ -14,6 +14,7 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/batchkeys"
 )
 
 // reader implements store.Reader over one session.
@@ -39,11 +40,12 @@ type writeTx struct {
 	locks lockOrder
 	// bh holds the rows written behind (writebehind.go), outside strict mode.
 	bh behind
-	// newKeys holds the unique keys of the rows the batch inserted behind,
-	// so a second insert of one is a conflict at once (noteNew); ownKeys
-	// are the running request's, forgotten should it fail.
-	newKeys map[string]bool
-	ownKeys []string
+	// keys are the unique keys of the rows the batch inserted behind, so a
+	// second insert of one is a conflict at once; a failed request's are
+	// forgotten (runTx). A clash with a row committed earlier shows only
+	// when the rows are sent, in the statement's check, and the batch then
+	// runs again in strict mode.
+	keys batchkeys.Set
 }
 
 // lockOrder is a transaction's resource-lock bookkeeping: whether it took
@@ -466,7 +468,7 @@ func (w *writeTx) InsertTask(ctx context.Context, t *host.Task) error {
 	if w.deferWrites {
 		// Written behind, with the batch's other new tasks in one statement
 		// (writebehind.go).
-		if !w.noteNew(uniqueKey("task", t.ID), uniqueKey("task key", t.Tenant, t.Recipient, t.IdempotencyKey)) {
+		if !w.keys.Claim(batchkeys.Task(t)) {
 			return host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists")
 		}
 		w.bh.tasks = append(w.bh.tasks, newTaskOf(t, res))
@@ -844,7 +846,7 @@ func (w *writeTx) AppendReceipt(ctx context.Context, rc *host.Receipt) error {
 		return err
 	}
 	if w.deferWrites {
-		if !w.noteNew(uniqueKey("receipt", rc.ID), uniqueKey("receipt key", rc.Tenant, rc.DedupeKey)) {
+		if !w.keys.Claim(batchkeys.Receipt(rc)) {
 			return host.Errorf(host.CodeConflict, "a receipt with this id or dedupe key exists")
 		}
 		// Written behind: its seq is read with the pipeline's answers,

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -35,7 +34,7 @@ import (
 // the pipeline first) except a fenced update of a task, which sends the
 // waiting rows into the queue ahead of it when its task is among them; so the
 // rows' later arrival is seen by nobody. A second insert of a key the batch
-// holds is refused at once (noteNew). In strict mode every write is answered
+// holds is refused at once (writeTx.keys). In strict mode every write is answered
 // at once and nothing waits here.
 type behind struct {
 	tasks       []newTask
@@ -193,50 +192,6 @@ read_at, fetched_at, promoted_at)
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int8[],
 $10::int8[], $11::int8[], $12::int8[], $13::int8[])`
 )
-
-// noteNew records the keys of a row inserted behind (a task's id and
-// idempotency key, a receipt's id and dedupe key), or reports false when the
-// batch already inserted a row with one of them: a second insert is a
-// conflict at once, as the store contract asks. A clash with a row committed
-// earlier shows only when the rows are sent, in the statement's check, and
-// the batch then runs again in strict mode.
-func (w *writeTx) noteNew(keys ...string) bool {
-	for _, k := range keys {
-		if k != "" && w.newKeys[k] {
-			return false
-		}
-	}
-	if w.newKeys == nil {
-		w.newKeys = map[string]bool{}
-	}
-	for _, k := range keys {
-		if k != "" {
-			w.newKeys[k] = true
-			w.ownKeys = append(w.ownKeys, k)
-		}
-	}
-	return true
-}
-
-// endNew ends a request's share of newKeys: kept when it succeeded,
-// forgotten when it failed (its rows are dropped or undone).
-func (w *writeTx) endNew(ok bool) {
-	if !ok {
-		for _, k := range w.ownKeys {
-			delete(w.newKeys, k)
-		}
-	}
-	w.ownKeys = w.ownKeys[:0]
-}
-
-// uniqueKey joins a row's kind and the columns of one of its unique keys, or is
-// empty when the last column is (no key).
-func uniqueKey(parts ...string) string {
-	if parts[len(parts)-1] == "" {
-		return ""
-	}
-	return strings.Join(parts, "\x00")
-}
 
 // behindStmts returns the statements that write the given rows: tasks (with
 // their listing rows), receipts and obligations, then terminations in their

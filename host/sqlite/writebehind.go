@@ -7,6 +7,7 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/batchkeys"
 )
 
 // Rows written behind. InsertTask and AppendReceipt do not run a statement
@@ -54,9 +55,8 @@ type behind struct {
 	newInbox    [][]any // InsertInbox's values (delivery.go)
 	// keys are the task ids, idempotency keys, receipt ids and dedupe keys
 	// the batch inserted, written or not, to refuse a clash among them at
-	// once; journal lists them in order, so a failed update drops its own.
-	keys    map[string]bool
-	journal []string
+	// once; a failed update forgets its own.
+	keys batchkeys.Set
 	// failed is the error of a write of the kept rows that failed: the batch
 	// runs again with savepoints (or, in savepoint mode, the update fails).
 	failed error
@@ -66,7 +66,7 @@ type behind struct {
 type behindMark struct{ tasks, receipts, journal, inbox int }
 
 func (b *behind) mark() behindMark {
-	return behindMark{len(b.newTasks), len(b.newReceipts), len(b.journal), len(b.newInbox)}
+	return behindMark{len(b.newTasks), len(b.newReceipts), b.keys.Mark(), len(b.newInbox)}
 }
 
 // undo drops the rows kept since m and forgets their keys (the update that
@@ -75,33 +75,11 @@ func (b *behind) undo(m behindMark) {
 	b.newTasks = b.newTasks[:min(m.tasks, len(b.newTasks))]
 	b.newReceipts = b.newReceipts[:min(m.receipts, len(b.newReceipts))]
 	b.newInbox = b.newInbox[:min(m.inbox, len(b.newInbox))]
-	for _, k := range b.journal[min(m.journal, len(b.journal)):] {
-		delete(b.keys, k)
-	}
-	b.journal = b.journal[:min(m.journal, len(b.journal))]
-}
-
-// claim records keys as the batch's, or reports that one is taken.
-func (b *behind) claim(keys ...string) bool {
-	for _, k := range keys {
-		if k != "" && b.keys[k] {
-			return false
-		}
-	}
-	if b.keys == nil {
-		b.keys = map[string]bool{}
-	}
-	for _, k := range keys {
-		if k != "" {
-			b.keys[k] = true
-			b.journal = append(b.journal, k)
-		}
-	}
-	return true
+	b.keys.Undo(m.journal)
 }
 
 // inserted reports whether the batch inserted task id.
-func (b *behind) inserted(id string) bool { return b.keys["t\x00"+id] }
+func (b *behind) inserted(id string) bool { return b.keys.HasTask(id) }
 
 func (b *behind) empty() bool {
 	return len(b.newTasks) == 0 && len(b.newReceipts) == 0 && len(b.newInbox) == 0
@@ -129,11 +107,7 @@ func (w *writeTx) bufferTask(t *host.Task) error {
 		us(t.CreatedAt), us(t.UpdatedAt), us(t.AvailableAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt), nus(t.AcceptedAt), t.AcceptReceipt,
 		b2i(t.CancelRequested), t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt), nus(t.CompletedAt), t.ProgressPercent,
 		t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, t.LeaseSeconds, host.IntentsJSON(t.ResourceIntents)}
-	idem := ""
-	if t.IdempotencyKey != "" {
-		idem = "k\x00" + t.Tenant + "\x00" + t.Recipient + "\x00" + t.IdempotencyKey
-	}
-	if !w.claim("t\x00"+t.ID, idem) {
+	if !w.keys.Claim(batchkeys.Task(t)) {
 		return errTaskClash
 	}
 	w.newTasks = append(w.newTasks, a)
@@ -153,11 +127,7 @@ func (w *writeTx) bufferReceipt(rc *host.Receipt) error {
 	}
 	a := []any{rc.Seq, rc.ID, rc.Tenant, string(rc.Type), rc.From, rc.To, rc.TaskID, rc.LeaseID, string(parents), string(rc.Body),
 		rc.DedupeKey, us(rc.CreatedAt), rc.PrevHash, rc.Hash, rc.ChainID, rc.ChainSeq}
-	dedupe := ""
-	if rc.DedupeKey != "" {
-		dedupe = "d\x00" + rc.Tenant + "\x00" + rc.DedupeKey
-	}
-	if !w.claim("r\x00"+rc.ID, dedupe) {
+	if !w.keys.Claim(batchkeys.Receipt(rc)) {
 		return errReceiptClash
 	}
 	w.newReceipts = append(w.newReceipts, a)
