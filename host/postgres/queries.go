@@ -475,17 +475,8 @@ func (w *writeTx) InsertTask(ctx context.Context, t *host.Task) error {
 	} else {
 		// One statement writes the task and its listing row (task_list,
 		// migration 0015); it changes one row, or none on a clash.
-		q := `WITH t AS (INSERT INTO tasks (id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
-created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
-cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
-progress_message, result, last_error, dead_reason, assign_receipt, resource_intents)
-VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29,$30,$31,$32,$33)
-ON CONFLICT DO NOTHING RETURNING seq, tenant, task_type, created_by, recipient) INSERT INTO task_list (seq, tenant, task_type, created_by, recipient) SELECT * FROM t`
-		a := []any{t.ID, t.Tenant, t.Type, t.CreatedBy, t.Recipient, string(t.State), t.Priority, string(t.Params), t.Summary, t.IdempotencyKey,
-			us(t.CreatedAt), us(t.UpdatedAt), us(t.AvailableAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt), nus(t.AcceptedAt), t.AcceptReceipt,
-			t.CancelRequested, t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt), nus(t.CompletedAt), t.ProgressPercent,
-			t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, host.IntentsJSON(t.ResourceIntents)}
-		if err := w.writeOne(ctx, "task insert", host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists"), q, a...); err != nil {
+		row := newTaskOf(t, res)
+		if err := w.writeOne(ctx, "task insert", host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists"), taskInsert, row.args()...); err != nil {
 			return err
 		}
 	}
