@@ -34,8 +34,8 @@ import (
 // the pipeline first) except a fenced update of a task, which sends the
 // waiting rows into the queue ahead of it when its task is among them; so the
 // rows' later arrival is seen by nobody. A second insert of a key the batch
-// holds is refused at once (writeTx.keys). In strict mode every write is answered
-// at once and nothing waits here.
+// holds is refused at once (writeTx.keys). In strict mode every write is
+// answered at once and nothing waits here.
 type behind struct {
 	tasks       []newTask
 	receipts    []*host.Receipt
