@@ -521,8 +521,10 @@ func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) e
 	if err != nil {
 		return err
 	}
-	if w.bh.holdsTask(t.ID) {
-		w.materialize() // the task's insert goes into the queue ahead of its update
+	if w.keys.HasTask(t.ID) {
+		// Inserted in this batch: its insert, should it still wait here,
+		// goes into the queue ahead of its update.
+		w.materialize()
 	}
 	if err := w.writeOne(ctx, "fenced task update", store.ErrFenced, u.sql, u.args...); err != nil {
 		return err

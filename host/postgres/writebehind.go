@@ -32,10 +32,10 @@ import (
 // and a termination may end an obligation opened in the same batch. Nothing
 // else the writer queues without reading touches these tables (reads send
 // the pipeline first) except a fenced update of a task, which sends the
-// waiting rows into the queue ahead of it when its task is among them; so the
-// rows' later arrival is seen by nobody. A second insert of a key the batch
-// holds is refused at once (writeTx.keys). In strict mode every write is
-// answered at once and nothing waits here.
+// waiting rows into the queue ahead of it when the batch inserted its task;
+// so the rows' later arrival is seen by nobody. A second insert of a key the
+// batch holds is refused at once (writeTx.keys). In strict mode every write
+// is answered at once and nothing waits here.
 type behind struct {
 	tasks       []newTask
 	receipts    []*host.Receipt
@@ -82,16 +82,6 @@ type behindMark struct{ tasks, receipts, obligations, terms, inbox int }
 
 func (b *behind) mark() behindMark {
 	return behindMark{len(b.tasks), len(b.receipts), len(b.obligations), len(b.terms), len(b.inbox)}
-}
-
-// holdsTask reports whether the task with this id waits here to be inserted.
-func (b *behind) holdsTask(id string) bool {
-	for i := range b.tasks {
-		if b.tasks[i].t.ID == id {
-			return true
-		}
-	}
-	return false
 }
 
 // empty reports whether no row waits.
