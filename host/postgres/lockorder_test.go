@@ -24,7 +24,7 @@ func TestBatchLockWaitsFollowKeyOrder(t *testing.T) {
 	b := openIn(t, schema, Options{Writers: 1})
 	const tenant = "t"
 	lo, hi := "res-1", "res-2"
-	if resourceLockKeys(tenant, []string{lo})[0] > resourceLockKeys(tenant, []string{hi})[0] {
+	if resourceLockKeys(a.schema, tenant, []string{lo})[0] > resourceLockKeys(a.schema, tenant, []string{hi})[0] {
 		lo, hi = hi, lo
 	}
 

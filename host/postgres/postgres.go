@@ -84,6 +84,10 @@ type Store struct {
 	closeMu  sync.RWMutex
 	isClosed bool
 
+	// schema is the schema the store's tables live in (current_schema() of
+	// its connections), read once at open; resource lock keys cover it.
+	schema string
+
 	// writerPIDs are the backend PIDs of this store's writer connections, so
 	// Subscribe can skip this host's own notifications (the engine already
 	// woke its local waiters).
@@ -169,6 +173,10 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
+	}
+	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&s.schema); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: read the current schema: %w", err)
 	}
 	for i := 0; i < opts.Writers; i++ {
 		s.wg.Add(1)

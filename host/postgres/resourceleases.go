@@ -184,14 +184,19 @@ func (r *reader) CountLiveResourceLeases(ctx context.Context, tenant string, now
 }
 
 // resourceLockKeys returns the sorted, distinct advisory lock keys of a
-// tenant's resources. Taking them in one order on every writer means two
-// writers never wait on each other in a cycle for one request's locks; a
-// cycle across the requests of two batches is a deadlock PostgreSQL breaks,
-// and the batch it aborts runs again.
-func resourceLockKeys(tenant string, resources []string) []int32 {
+// tenant's resources in the schema space. Advisory locks belong to the
+// database, not to a schema, so the key covers the schema too: gates that
+// share a server in separate schemas never wait on each other's resources.
+// Taking the keys in one order on every writer means two writers never wait
+// on each other in a cycle for one request's locks; a cycle across the
+// requests of two batches is a deadlock PostgreSQL breaks, and the batch it
+// aborts runs again.
+func resourceLockKeys(space, tenant string, resources []string) []int32 {
 	keys := make([]int32, 0, len(resources))
 	for _, res := range resources {
 		h := fnv.New32a()
+		h.Write([]byte(space))
+		h.Write([]byte{0})
 		h.Write([]byte(tenant))
 		h.Write([]byte{0})
 		h.Write([]byte(res))
@@ -224,7 +229,7 @@ func (w *writeTx) LockResources(ctx context.Context, tenant string, resources []
 	if len(resources) == 0 {
 		return false, nil
 	}
-	keys := resourceLockKeys(tenant, resources)
+	keys := resourceLockKeys(w.s.schema, tenant, resources)
 	wait := keys
 	if w.locks.any && !w.locks.alone {
 		// keys is sorted: the ones at or below the highest held come first.

@@ -90,7 +90,7 @@ func TestResourceLeaseSweepWaitsForDecisionsOnItsResources(t *testing.T) {
 		acquired <- outcome{res, err}
 	}()
 	decidedAt := <-clock.reached
-	if lockHolders(t, locks, tenant, resource, true) != 1 {
+	if lockHolders(t, locks, stA.schema, tenant, resource, true) != 1 {
 		t.Fatal("the acquire read the clock without holding the resource's lock")
 	}
 	if !decidedAt.Before(held.ExpiresAt) {
@@ -107,7 +107,7 @@ func TestResourceLeaseSweepWaitsForDecisionsOnItsResources(t *testing.T) {
 	}()
 	// Let the acquire go on once the sweep has finished, or is waiting for
 	// the resource's lock (before the fix it finished, the expiry recorded).
-	waiting := func() bool { return lockHolders(t, locks, tenant, resource, false) > 0 }
+	waiting := func() bool { return lockHolders(t, locks, stA.schema, tenant, resource, false) > 0 }
 	var sweepErr error
 	sweepDone := false
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
@@ -159,14 +159,70 @@ func TestResourceLeaseSweepWaitsForDecisionsOnItsResources(t *testing.T) {
 }
 
 // lockHolders counts, through conn, the sessions holding (granted) or
-// waiting for the advisory lock of tenant's resource.
-func lockHolders(t *testing.T, conn *pgx.Conn, tenant, resource string, granted bool) int {
+// waiting for the advisory lock of tenant's resource in schema.
+func lockHolders(t *testing.T, conn *pgx.Conn, schema, tenant, resource string, granted bool) int {
 	t.Helper()
-	key := resourceLockKeys(tenant, []string{resource})[0]
+	key := resourceLockKeys(schema, tenant, []string{resource})[0]
 	var n int
 	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted = $3
 AND classid = $1 AND objid = $2 AND objsubid = 2`, uint32(resourceLockClass), uint32(key), granted).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestResourceLocksAreSchemaScoped runs two gates on one server in separate
+// schemas, each locking a resource of the same name for the same tenant.
+// Advisory locks belong to the database, not to a schema, so before the keys
+// covered the schema, gate b's batch waited for the lock gate a's batch held
+// on its own, unrelated resource.
+func TestResourceLocksAreSchemaScoped(t *testing.T) {
+	a := openIn(t, newSchema(t), Options{Writers: 1})
+	b := openIn(t, newSchema(t), Options{Writers: 1})
+	ctx := context.Background()
+	const tenant, resource = "acme", "FILE:/shared/name"
+
+	// Hold gate a's lock on the resource as a's batch does, in a transaction
+	// outside both gates, until the test ends.
+	holder, err := pgx.Connect(ctx, testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int4, $2::int4)`, int32(resourceLockClass),
+		resourceLockKeys(a.schema, tenant, []string{resource})[0]); err != nil {
+		t.Fatal(err)
+	}
+
+	locks, err := pgx.Connect(ctx, testURL()) // reads pg_locks
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locks.Close(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- b.Update(ctx, func(tx store.Tx) error {
+			_, err := tx.LockResources(ctx, tenant, []string{resource})
+			return err
+		})
+	}()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		default:
+		}
+		if lockHolders(t, locks, a.schema, tenant, resource, false) > 0 {
+			t.Fatal("gate b's batch waits for the lock gate a holds on its own resource of the same name")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
