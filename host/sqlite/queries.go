@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -285,6 +286,12 @@ func (r *reader) ListTasks(ctx context.Context, f store.TaskFilter) ([]*host.Tas
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
+	if len(f.States) > 0 && f.Recipient == "" && f.CreatedBy == "" && f.Principal == "" {
+		ts, cur, ok, err := r.listByState(ctx, f, after)
+		if ok || err != nil {
+			return ts, cur, err
+		}
+	}
 	q := `SELECT ` + taskCols + ` FROM tasks WHERE tenant = ? AND seq > ?`
 	args := []any{f.Tenant, after}
 	if f.Recipient != "" {
@@ -319,6 +326,108 @@ func (r *reader) ListTasks(ctx context.Context, f store.TaskFilter) ([]*host.Tas
 	}
 	ts, cur := store.Page(ts, f.Limit, func(i int) int64 { return seqs[i] })
 	return ts, cur, nil
+}
+
+// maxStateRanges bounds the index ranges a list by state merges (states ×
+// types); a list that would need more is one filtered walk of the tenant's
+// tasks in seq order instead.
+const maxStateRanges = 64
+
+// stateListSQL is the merge of n ranges of tasks_state_type_seq in seq order
+// (args: tenant, state, type and cursor for each range, then the limit).
+func stateListSQL(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(" UNION ALL ")
+		}
+		b.WriteString(`SELECT ` + taskCols + ` FROM tasks INDEXED BY tasks_state_type_seq
+WHERE tenant = ? AND state = ? AND task_type = ? AND seq > ?`)
+	}
+	b.WriteString(` ORDER BY seq LIMIT ?`)
+	return b.String()
+}
+
+// typesInSQL walks tasks_state_type_seq loosely: one seek per type of a
+// tenant's tasks in a state (args: tenant, state).
+const typesInSQL = `WITH RECURSIVE ty(v) AS (
+  SELECT (SELECT task_type FROM tasks INDEXED BY tasks_state_type_seq WHERE tenant = ?1 AND state = ?2 ORDER BY task_type LIMIT 1)
+  UNION ALL
+  SELECT (SELECT task_type FROM tasks INDEXED BY tasks_state_type_seq WHERE tenant = ?1 AND state = ?2 AND task_type > ty.v
+    ORDER BY task_type LIMIT 1) FROM ty WHERE ty.v IS NOT NULL
+) SELECT v FROM ty WHERE v IS NOT NULL`
+
+// listByState lists tasks by state (and type) with no principal filter.
+// There is no (tenant, state, seq) index: every transition would move the
+// task's entry in it, and the writer's cost per cycle follows the index
+// entries it moves (RATIONALE.md, "One state index, not two"). The page is a
+// merge, in seq order, of one walk of tasks_state_type_seq per state and
+// type: a compound SELECT whose ORDER BY SQLite applies to each branch (each
+// an index range already in seq order, no sort) and merges lazily, so a page
+// reads about one row per range plus the page itself. The types of a state
+// come from the same index, one seek per type. ok is false when the ranges
+// would exceed maxStateRanges.
+func (r *reader) listByState(ctx context.Context, f store.TaskFilter, after int64) (ts []*host.Task, cur string, ok bool, err error) {
+	states := distinct(f.States)
+	var pairs [][2]string
+	for _, st := range states {
+		types := distinct(f.Types)
+		if len(types) == 0 {
+			if types, err = r.typesIn(ctx, f.Tenant, string(st)); err != nil {
+				return nil, "", false, err
+			}
+		}
+		for _, ty := range types {
+			pairs = append(pairs, [2]string{string(st), ty})
+		}
+		if len(pairs) > r.s.stateRanges {
+			return nil, "", false, nil
+		}
+	}
+	if len(pairs) == 0 {
+		return nil, "", true, nil
+	}
+	args := make([]any, 0, len(pairs)*4+1)
+	for _, p := range pairs {
+		args = append(args, f.Tenant, p[0], p[1], after)
+	}
+	args = append(args, f.Limit+1)
+	ts, seqs, err := r.tasks(ctx, stateListSQL(len(pairs)), args...)
+	if err != nil {
+		return nil, "", false, err
+	}
+	ts, cur = store.Page(ts, f.Limit, func(i int) int64 { return seqs[i] })
+	return ts, cur, true, nil
+}
+
+// typesIn returns the types of a tenant's tasks in state, in name order, one
+// index seek per type however many tasks each has (typesInSQL).
+func (r *reader) typesIn(ctx context.Context, tenant, state string) ([]string, error) {
+	rows, err := r.query(ctx, typesInSQL, tenant, state)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// distinct returns xs without repeats, in first-seen order.
+func distinct[T comparable](xs []T) []T {
+	out := make([]T, 0, len(xs))
+	for _, x := range xs {
+		if !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 func (r *reader) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*host.Task, error) {
@@ -361,8 +470,7 @@ func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStat
 	now := time.Now()
 	for _, tn := range queued {
 		var avail int64
-		err := r.queryRow(ctx, `SELECT available_at FROM tasks INDEXED BY tasks_state WHERE tenant = ? AND state = 'queued' AND available_at <= ? ORDER BY seq LIMIT 1`,
-			tn, us(now)).Scan(&avail)
+		err := r.queryRow(ctx, oldestReady, tn, us(now)).Scan(&avail)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
@@ -375,6 +483,14 @@ func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStat
 	}
 	return qs, nil
 }
+
+// oldestReady finds a tenant's oldest ready queued task with one probe of
+// the lease index (tasks_ready: tenant, priority, seq) per priority (1..10,
+// enforced on every task): the oldest by seq of each priority's ready tasks,
+// then the oldest of those.
+const oldestReady = `WITH p(v) AS (VALUES (1),(2),(3),(4),(5),(6),(7),(8),(9),(10))
+SELECT available_at FROM tasks WHERE seq = (SELECT min((SELECT seq FROM tasks INDEXED BY tasks_ready
+  WHERE tenant = ?1 AND state = 'queued' AND priority = p.v AND available_at <= ?2 ORDER BY seq LIMIT 1)) FROM p)`
 
 // flushCounts adds the batch's task state changes to queue_counts in one
 // statement.

@@ -53,6 +53,9 @@ type Store struct {
 	wdb  *sql.DB // exactly one connection: the writer
 	rdb  *sql.DB // readers
 	opts Options
+	// stateRanges bounds the index ranges a list by state merges
+	// (maxStateRanges; tests lower it to reach the walk past the bound).
+	stateRanges int
 
 	reqs     chan *request
 	closed   chan struct{}
@@ -145,7 +148,7 @@ func Open(path string, opts Options) (*Store, error) {
 		wdb.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	s := &Store{path: path, wdb: wdb, opts: opts, reqs: make(chan *request, 4096),
+	s := &Store{path: path, wdb: wdb, opts: opts, stateRanges: maxStateRanges, reqs: make(chan *request, 4096),
 		closed: make(chan struct{}), done: make(chan struct{}), stmts: map[*sql.DB]map[string]*sql.Stmt{}}
 	if err := s.migrate(); err != nil {
 		wdb.Close()

@@ -15,6 +15,10 @@ import (
 // through exactly the tasks a plain scan of all tasks selects, oldest first,
 // across two tenants, after the tasks have moved through updates (a driver
 // may keep listing columns apart from the row that updates rewrite).
+// ListTasksFilters runs the conformance case of that name alone, for a driver
+// test that opens its store in a way of its own (a lower bound, a setting).
+func ListTasksFilters(t *testing.T, open Opener) { testListTasksFilters(t, Setup(t, open)) }
+
 func testListTasksFilters(t *testing.T, b *Bundle) {
 	ctx := b.Ctx
 	principals := []string{"agent.a", "agent.b", "agent.c"}
@@ -139,6 +143,17 @@ func testListTasksFilters(t *testing.T, b *Bundle) {
 			f.States = []host.TaskState{s}
 			filters = append(filters, f)
 			f.Types = []string{"review"}
+			filters = append(filters, f)
+		}
+		// Several states, with and without types, and repeats.
+		for _, f := range []store.TaskFilter{
+			{States: []host.TaskState{host.StateQueued, host.StateSucceeded}},
+			{States: []host.TaskState{host.StateLeased, host.StateDeadLetter, host.StateQueued}, Types: []string{"work", "index"}},
+			{States: []host.TaskState{host.StateSucceeded, host.StateSucceeded}, Types: []string{"review", "review", "work"}},
+			{States: []host.TaskState{host.StateCanceled}},
+			{States: []host.TaskState{host.StateQueued}, Types: []string{"no-such-type"}},
+		} {
+			f.Tenant, f.Limit = tenant, base.Limit
 			filters = append(filters, f)
 		}
 	}
