@@ -4,6 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -131,27 +134,83 @@ func (w *writeTx) MarkInbox(ctx context.Context, m store.InboxMark) (int64, erro
 	return n, err
 }
 
-// RetentionDue implements store.Reader.
+// RetentionDue implements store.Reader. Both kinds of query walk
+// tasks_finished (tenant, task_type, state, completed_at): one type's due
+// tasks directly; orphans (tasks of types no longer registered) by a loose
+// walk of the index's (tenant, type) pairs, one seek each, then each orphan
+// type's due tasks, merged by completion time. A global index on completed_at
+// would serve orphans in one walk, but every completion would write it an
+// entry (RATIONALE.md, "One state index, not two").
 func (r *reader) RetentionDue(ctx context.Context, q store.RetentionQuery) ([]*host.Task, error) {
 	if len(q.States) == 0 || q.Limit <= 0 {
 		return nil, nil
 	}
-	sq := `SELECT ` + taskCols + ` FROM tasks WHERE state IN (` + placeholders(len(q.States)) + `) AND completed_at IS NOT NULL AND completed_at <= ?`
-	var args []any
-	for _, s := range q.States {
-		args = append(args, string(s))
+	if !q.Orphans {
+		return r.retentionDueOf(ctx, q, q.Tenant, q.Type)
 	}
-	args = append(args, us(q.Before))
-	if q.Orphans {
-		sq += ` AND NOT EXISTS (SELECT 1 FROM task_types tt WHERE tt.tenant = tasks.tenant AND tt.name = tasks.task_type)`
-	} else {
-		sq += ` AND tenant = ? AND task_type = ?`
-		args = append(args, q.Tenant, q.Type)
+	var out []*host.Task
+	tenant, typ := "", ""
+	for {
+		var registered bool
+		err := r.queryRow(ctx, nextFinishedTypeSQL, tenant, typ).Scan(&tenant, &typ, &registered)
+		if errors.Is(err, sql.ErrNoRows) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if registered {
+			continue
+		}
+		ts, err := r.retentionDueOf(ctx, q, tenant, typ)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ts...)
 	}
-	sq += ` ORDER BY completed_at LIMIT ?`
+	sort.SliceStable(out, func(i, j int) bool { return out[i].CompletedAt.Before(*out[j].CompletedAt) })
+	if len(out) > q.Limit {
+		out = out[:q.Limit]
+	}
+	return out, nil
+}
+
+// nextFinishedTypeSQL is one step of the loose walk of tasks_finished: the
+// first (tenant, type) pair of a finished task after the one given, and
+// whether that type is registered.
+const nextFinishedTypeSQL = `SELECT tenant, task_type, EXISTS (SELECT 1 FROM task_types tt WHERE tt.tenant = tasks.tenant AND tt.name = tasks.task_type)
+FROM tasks INDEXED BY tasks_finished WHERE completed_at IS NOT NULL AND (tenant, task_type) > (?, ?) ORDER BY tenant, task_type LIMIT 1`
+
+// retentionDueOf returns up to q.Limit tasks of one type in q.States that
+// completed at or before q.Before, oldest first: a merge of one range of
+// tasks_finished per state, each already in completion order (finishedSQL).
+func (r *reader) retentionDueOf(ctx context.Context, q store.RetentionQuery, tenant, typ string) ([]*host.Task, error) {
+	states := distinct(q.States)
+	args := make([]any, 0, 4*len(states)+1)
+	for _, s := range states {
+		args = append(args, tenant, typ, string(s), us(q.Before))
+	}
 	args = append(args, q.Limit)
-	ts, _, err := r.tasks(ctx, sq, args...)
+	ts, _, err := r.tasks(ctx, finishedSQL(len(states)), args...)
 	return ts, err
+}
+
+// finishedSQL merges n ranges of tasks_finished in completion order (args:
+// tenant, type, state and time bound of each range, then the limit). SQLite
+// applies the ORDER BY to each branch, an index range already in that order,
+// and merges them lazily, so a batch reads about its own size however many
+// tasks are due.
+func finishedSQL(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(" UNION ALL ")
+		}
+		b.WriteString(`SELECT ` + taskCols + ` FROM tasks INDEXED BY tasks_finished
+WHERE tenant = ? AND task_type = ? AND state = ? AND completed_at IS NOT NULL AND completed_at <= ?`)
+	}
+	b.WriteString(` ORDER BY completed_at LIMIT ?`)
+	return b.String()
 }
 
 // ListTaskTypeKeys implements store.Reader.

@@ -10,10 +10,11 @@ import (
 )
 
 // TestStateListsSeekTheirRanges checks the plans of the statements that
-// replaced the (tenant, state, seq) index: a list by state merges ranges of
-// tasks_state_type_seq that are already in seq order (no sort, no scan of
-// tasks), the types of a state are found by seeks of the same index, and the
-// oldest ready task by seeks of tasks_ready. With a sort or a scan a page
+// replaced the (tenant, state, seq) and (completed_at) indexes: a list by
+// state merges ranges of tasks_state_type_seq that are already in seq order
+// (no sort, no scan of tasks), the types of a state are found by seeks of the
+// same index, the oldest ready task by seeks of tasks_ready, and retention's
+// orphaned types by seeks of tasks_finished. With a sort or a scan a page
 // would cost as much as its state holds.
 func TestStateListsSeekTheirRanges(t *testing.T) {
 	st, err := Open(filepath.Join(t.TempDir(), "gate.db"), Options{})
@@ -30,6 +31,8 @@ func TestStateListsSeekTheirRanges(t *testing.T) {
 		{"a list merging three ranges", stateListSQL(3), 13, "tasks_state_type_seq"},
 		{"the types of a state", typesInSQL, 2, "tasks_state_type_seq"},
 		{"the oldest ready task", oldestReady, 2, "tasks_ready"},
+		{"the next type of finished tasks (retention's orphans)", nextFinishedTypeSQL, 2, "tasks_finished"},
+		{"a type's tasks due for retention, two states", finishedSQL(2), 9, "tasks_finished"},
 	} {
 		args := make([]any, c.args)
 		for i := range args {

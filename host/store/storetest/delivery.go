@@ -22,6 +22,7 @@ var deliveryCases = []struct {
 	{"SessionBootstrapShape", testSessionBootstrap},
 	{"RetentionArchivesAndPurges", testRetention},
 	{"RetentionBoundedBatchesAndOrphans", testRetentionBatches},
+	{"RetentionOrphansOldestFirst", testRetentionOrphansOldestFirst},
 	{"OutboxClaimOrderPerTask", testOutboxClaimOrder},
 	{"OutboxClaimsOnlyItsKinds", testOutboxClaimsOnlyItsKinds},
 	{"OutboxQueuesEveryReceipt", testOutboxWithReceipts},

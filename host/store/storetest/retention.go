@@ -218,3 +218,39 @@ func testRetentionBatches(t *testing.T, b *Bundle) {
 		}
 	}
 }
+
+// testRetentionOrphansOldestFirst finishes tasks of two types alternately,
+// deletes both types, and sweeps one bounded batch: it must archive the two
+// oldest across both types, not the oldest two of one.
+func testRetentionOrphansOldestFirst(t *testing.T, b *Bundle) {
+	for _, name := range []string{"gone-x", "gone-y"} {
+		tt := host.NewTaskType(name)
+		tt.Tenant = "acme"
+		b.MustPutType(t, tt)
+	}
+	eng, _ := retentionEngine(t, b, engine.RetentionConfig{Batch: 2, MaxBatches: 1, DefaultDays: 3})
+	var ids []string // x, y, x, y: in completion order
+	for i := 0; i < 4; i++ {
+		ids = append(ids, b.finish(t, eng, []string{"gone-x", "gone-y"}[i%2], "inline"))
+		b.Clock.Advance(time.Second)
+	}
+	for _, name := range []string{"gone-x", "gone-y"} {
+		if err := eng.DeleteTaskType(b.Ctx, "acme", name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Clock.Advance(3 * 24 * time.Hour)
+	rep, err := eng.RetentionSweep(b.Ctx)
+	if err != nil || rep.Archived != 2 {
+		t.Fatalf("bounded sweep: %+v %v", rep, err)
+	}
+	for i, id := range ids {
+		want := host.StateSucceeded
+		if i < 2 {
+			want = host.StateArchived
+		}
+		if tk := b.Task(t, id); tk.State != want {
+			t.Errorf("task %d (%s) is %s after one batch of two, want %s", i, id, tk.State, want)
+		}
+	}
+}
