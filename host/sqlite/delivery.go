@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -196,21 +195,11 @@ func (r *reader) retentionDueOf(ctx context.Context, q store.RetentionQuery, ten
 }
 
 // finishedSQL merges n ranges of tasks_finished in completion order (args:
-// tenant, type, state and time bound of each range, then the limit). SQLite
-// applies the ORDER BY to each branch, an index range already in that order,
-// and merges them lazily, so a batch reads about its own size however many
-// tasks are due.
+// tenant, type, state and time bound of each range, then the limit), so a
+// batch reads about its own size however many tasks are due (mergeSQL).
 func finishedSQL(n int) string {
-	var b strings.Builder
-	for i := range n {
-		if i > 0 {
-			b.WriteString(" UNION ALL ")
-		}
-		b.WriteString(`SELECT ` + taskCols + ` FROM tasks INDEXED BY tasks_finished
-WHERE tenant = ? AND task_type = ? AND state = ? AND completed_at IS NOT NULL AND completed_at <= ?`)
-	}
-	b.WriteString(` ORDER BY completed_at LIMIT ?`)
-	return b.String()
+	return mergeSQL(n, `SELECT `+taskCols+` FROM tasks INDEXED BY tasks_finished
+WHERE tenant = ? AND task_type = ? AND state = ? AND completed_at IS NOT NULL AND completed_at <= ?`, "completed_at")
 }
 
 // ListTaskTypeKeys implements store.Reader.

@@ -336,15 +336,24 @@ const maxStateRanges = 64
 // stateListSQL is the merge of n ranges of tasks_state_type_seq in seq order
 // (args: tenant, state, type and cursor for each range, then the limit).
 func stateListSQL(n int) string {
+	return mergeSQL(n, `SELECT `+taskCols+` FROM tasks INDEXED BY tasks_state_type_seq
+WHERE tenant = ? AND state = ? AND task_type = ? AND seq > ?`, "seq")
+}
+
+// mergeSQL repeats a range n times under UNION ALL and one ORDER BY … LIMIT
+// ? (the limit is the last argument). SQLite applies the ORDER BY to each
+// branch and merges the branches lazily as coroutines; when each branch is
+// an index range already in that order, nothing is sorted and a page reads
+// about one row per range plus the page itself.
+func mergeSQL(n int, branch, orderBy string) string {
 	var b strings.Builder
 	for i := range n {
 		if i > 0 {
 			b.WriteString(" UNION ALL ")
 		}
-		b.WriteString(`SELECT ` + taskCols + ` FROM tasks INDEXED BY tasks_state_type_seq
-WHERE tenant = ? AND state = ? AND task_type = ? AND seq > ?`)
+		b.WriteString(branch)
 	}
-	b.WriteString(` ORDER BY seq LIMIT ?`)
+	b.WriteString(` ORDER BY ` + orderBy + ` LIMIT ?`)
 	return b.String()
 }
 
