@@ -377,10 +377,10 @@ const typesInSQL = `WITH RECURSIVE ty(v) AS (
 // come from the same index, one seek per type. ok is false when the ranges
 // would exceed maxStateRanges.
 func (r *reader) listByState(ctx context.Context, f store.TaskFilter, after int64) (ts []*host.Task, cur string, ok bool, err error) {
-	states := distinct(f.States)
+	given := distinct(f.Types)
 	var pairs [][2]string
-	for _, st := range states {
-		types := distinct(f.Types)
+	for _, st := range distinct(f.States) {
+		types := given
 		if len(types) == 0 {
 			if types, err = r.typesIn(ctx, f.Tenant, string(st)); err != nil {
 				return nil, "", false, err
