@@ -113,18 +113,41 @@ func testRowsWithinOneUpdate(t *testing.T, b *Bundle) {
 	if !errors.Is(err, failed) {
 		t.Fatalf("failing update: %v", err)
 	}
+	// An update that fails after its writes reached the database (a read
+	// sends them) leaves nothing either, alone in its batch or not.
+	err = b.Store.Update(ctx, func(tx store.Tx) error {
+		t7 := wbTask("T-WB7", "k-wb7")
+		if err := tx.InsertTask(ctx, t7); err != nil {
+			return err
+		}
+		if err := tx.AppendReceipt(ctx, wbReceipt("R-WB7", "d-wb7")); err != nil {
+			return err
+		}
+		got, err := tx.GetTask(ctx, "acme", "T-WB7")
+		if err != nil {
+			return err
+		}
+		got.Priority = 8
+		if err := tx.UpdateTask(ctx, got, store.Fence{State: host.StateQueued, Version: got.Version}); err != nil {
+			return err
+		}
+		return failed
+	})
+	if !errors.Is(err, failed) {
+		t.Fatalf("update failing after its writes were sent: %v", err)
+	}
 	err = b.Store.View(ctx, func(r store.Reader) error {
 		for id, want := range map[string]int{"T-WB1": 5, "T-WB2": 5, "T-WB4": 9, "T-WB5": 5} {
 			if got, err := r.GetTask(ctx, "acme", id); err != nil || got.Priority != want {
 				t.Errorf("%s after commit: %+v %v, want priority %d", id, got, err, want)
 			}
 		}
-		for _, id := range []string{"T-WB3", "T-WB6"} {
+		for _, id := range []string{"T-WB3", "T-WB6", "T-WB7"} {
 			if _, err := r.GetTask(ctx, "acme", id); !host.IsCode(err, host.CodeNotFound) {
 				t.Errorf("%s after commit: %v, want not found", id, err)
 			}
 		}
-		for _, id := range []string{"R-WB3", "R-WB6"} {
+		for _, id := range []string{"R-WB3", "R-WB6", "R-WB7"} {
 			if _, err := r.GetReceipt(ctx, "acme", id); !host.IsCode(err, host.CodeNotFound) {
 				t.Errorf("%s after commit: %v, want not found", id, err)
 			}
