@@ -651,11 +651,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		return txResult{err: unavailable(what, err), retry: broken || isRetryable(err)}
 	}
 	wtx := &writeTx{reader: reader{s: w.s, ss: ss, write: true}, st: st, deferWrites: !strict}
-	// A batch of one request needs no savepoint: should it fail after its
-	// writes reached the server, the transaction, which holds nothing else,
-	// is rolled back instead.
-	sole := len(reqs) == 1
-	wtx.locks.alone = sole
+	wtx.locks.alone = len(reqs) == 1
 	ss.before = wtx.materialize
 	var later []*request
 	for _, r := range reqs {
@@ -670,9 +666,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		spIdx := len(ss.pre)
 		wtx.bh.startRequest(spIdx)
 		keysMark := wtx.keys.Mark()
-		if !sole {
-			ss.queue(`SAVEPOINT op`)
-		}
+		ss.queue(`SAVEPOINT op`)
 		flushes := ss.flushes
 		ss.failed = nil
 		ferr := runFn(r.fn, wtx)
@@ -691,9 +685,6 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 			wtx.keys.Undo(keysMark) // its rows are dropped or undone
 		}
 		if ferr == nil {
-			if sole {
-				continue
-			}
 			if !sent && len(ss.pre) == spIdx+1 {
 				ss.truncate(spIdx) // fn queued nothing (its rows written behind wait): no savepoint needed
 			} else {
@@ -705,27 +696,6 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		switch {
 		case !sent:
 			ss.truncate(spIdx) // nothing reached the database yet: forget it
-		case sole:
-			// No savepoint to return to: the transaction is the request's
-			// alone, so rolling it back undoes exactly its writes. A deferred
-			// write still unanswered is read first, as the COMMIT path would:
-			// should it have failed, fn's error may follow from the answer it
-			// was not given, and the request runs again in strict mode.
-			if ss.failed == nil && ss.checks > 0 {
-				if err := ss.flush(bg); err != nil {
-					if ss.fatal != nil && ss.deferred == nil {
-						err = ss.fatal
-					}
-					return fail("deferred writes", err)
-				}
-			}
-			ss.truncate(0)
-			if _, err := ss.conn.Exec(bg, `ROLLBACK`); err != nil {
-				w.discard()
-			}
-			r.err = ferr
-			w.finish(reqs)
-			return txResult{}
 		case ss.failed != nil:
 			// A statement failed, so the transaction is in the aborted state
 			// and would refuse even the prepare of the next new statement:
