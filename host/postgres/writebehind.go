@@ -235,7 +235,13 @@ func behindStmts(tasks []newTask, rcs []*host.Receipt, parents []string, obs []h
 			oRID[i], oTenant[i], oType[i], obligor[i], obligee[i], oTask[i] = o.ReceiptID, o.Tenant, string(o.Type), o.Obligor, o.Obligee, o.TaskID
 			oCreated[i], oSeq[i] = us(o.CreatedAt), o.Seq
 		}
-		out = append(out, stmt{
+		// The statement runs on its generic plan. Left to the default
+		// (auto), the server saw arrays of known length cheaper to a plan
+		// made for them and planned the statement afresh at every execution
+		// (its two inserts, the join and the ON CONFLICT each time), which
+		// cost more than the rows. The generic plan looks no table up, so
+		// one made while the tables are small stays good.
+		out = append(out, stmt{sql: `SET LOCAL plan_cache_mode = force_generic_plan`}, stmt{
 			sql: receiptsBehind,
 			args: []any{id, tenant, typ, from, to, task, lease, parents, body, dedupe, created, prev, hash, chain, chainSeq,
 				oRID, oTenant, oType, obligor, obligee, oTask, oCreated, oSeq},
@@ -260,7 +266,7 @@ func behindStmts(tasks []newTask, rcs []*host.Receipt, parents []string, obs []h
 				}
 				return nil
 			},
-		})
+		}, stmt{sql: `SET LOCAL plan_cache_mode TO DEFAULT`})
 	}
 	for _, t := range terms {
 		out = append(out, stmt{sql: terminateQ, args: []any{t.by, t.parent, t.tenant}})

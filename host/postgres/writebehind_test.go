@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
 	"github.com/asyncgate/asyncgate/host/store/storetest"
@@ -368,6 +370,42 @@ func TestClashWithinTheBatchIsAConflictAtOnce(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	b.Verify(t)
+}
+
+// The statement that writes a batch's receipts and obligations runs on its
+// generic plan, planned once per connection: left to plan_cache_mode=auto,
+// the server planned it afresh at every execution (arrays of known length
+// look cheaper to a custom plan), which cost more than the insert.
+func TestReceiptsWrittenBehindKeepOnePlan(t *testing.T) {
+	st := openIn(t, newSchema(t), Options{})
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	ctx := b.Ctx
+	const runs = 12
+	for range runs {
+		rc := behindReceipt(b)
+		if err := st.Update(ctx, func(tx store.Tx) error { return behindRows(ctx, tx, rc, "", "I-"+rc.ID) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var found bool
+	var generic, custom int64
+	err := st.Update(ctx, func(tx store.Tx) error {
+		found = false
+		return tx.(*writeTx).ss.query(ctx, func(r pgx.Rows) error {
+			found = true
+			return r.Scan(&generic, &custom)
+		}, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`, receiptsBehind)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !found {
+		t.Fatal("the receipts statement is not among the writer connection's prepared statements")
+	}
+	if custom != 0 || generic < runs {
+		t.Errorf("after %d batches the receipts statement ran on %d generic and %d custom plans: want %d or more generic, no custom", runs, generic, custom, runs)
 	}
 	b.Verify(t)
 }
