@@ -151,9 +151,9 @@ func (w *writeTx) materializeAtEnd() {
 // allocation is 16 KB, so a 33-column insert allocated and freed half a
 // megabyte per statement, and the server's malloc returned it to the kernel
 // each time: page faults and TLB flushes on every execution (without them
-// BenchmarkCycle on PostgreSQL ran 12-20% faster). Set-returning functions in the
-// select list run in step, a value per call, with nothing materialized; for
-// arrays of one length the rows are the same.
+// BenchmarkCycle on PostgreSQL ran 12-20% faster). Set-returning functions
+// in the select list run in step, a value per call, with nothing
+// materialized; for arrays of one length the rows are the same.
 const (
 	// receiptsBehind inserts receipts and the obligations they open, and
 	// answers how many obligations it wrote and the receipts' ids and seqs.

@@ -114,7 +114,7 @@ func testRowsWithinOneUpdate(t *testing.T, b *Bundle) {
 		t.Fatalf("failing update: %v", err)
 	}
 	// An update that fails after its writes reached the database (a read
-	// sends them) leaves nothing either, alone in its batch or not.
+	// sends them on PostgreSQL) leaves nothing either.
 	err = b.Store.Update(ctx, func(tx store.Tx) error {
 		t7 := wbTask("T-WB7", "k-wb7")
 		if err := tx.InsertTask(ctx, t7); err != nil {
