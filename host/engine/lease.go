@@ -67,6 +67,14 @@ func (e *Engine) Lease(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 			w = e.waiters.add(req.Tenant, req.Types)
 		}
 		offers, err := e.claim(ctx, req)
+		if err != nil && req.Wait > 0 && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			// The long-poll's caller stopped waiting (it went away, or the
+			// server began shutting down) while a claim ran. A store reports
+			// the context's error only for work it did not commit, so nothing
+			// was offered: the poll ends empty, as it does when ctx ends
+			// while parked below.
+			offers, err = nil, nil
+		}
 		if err != nil || len(offers) > 0 || req.Wait <= 0 {
 			if w != nil {
 				e.waiters.remove(req.Tenant, w)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -147,5 +148,88 @@ func TestServeHealthAndShutdown(t *testing.T) {
 	if resp, err := http.Get(url + "/healthz"); err == nil {
 		resp.Body.Close()
 		t.Fatalf("a request after Shutdown was answered %d", resp.StatusCode)
+	}
+}
+
+// TestShutdownDuringClaimEndsLongPollEmpty: when shutdown begins while a
+// long-poll's claim is inside the store (not parked between claims), the poll
+// still answers 204, not an error: the store did not commit the cut claim, so
+// there is nothing to offer and nothing the worker did wrong.
+func TestShutdownDuringClaimEndsLongPollEmpty(t *testing.T) {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := faultstore.New(st, nil)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	eng, err := engine.New(engine.Config{Store: fs, Logger: log, MaxWait: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close(); st.Close() })
+	srv, err := New(Config{Engine: eng, Logger: log, AuthCacheTTL: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	wk, err := CreateKey(ctx, st, NewKeyRequest{Role: engine.RoleWorker, Principal: "echo.w1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.PutTaskType(ctx, host.NewTaskType("echo")); err != nil {
+		t.Fatal(err)
+	}
+	// From now on every write waits inside the store until its caller's
+	// context ends; the first one to arrive says so.
+	inStore := make(chan struct{})
+	var once sync.Once
+	fs.SetPlan(func(op faultstore.Op) faultstore.Fault {
+		if op.Step != faultstore.Begin {
+			return faultstore.Fault{}
+		}
+		once.Do(func() { close(inStore) })
+		return faultstore.Fault{Latency: time.Hour}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	polled := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/leases", strings.NewReader(`{"worker_id":"echo.w1","wait_seconds":30}`))
+		req.Header.Set("Authorization", "Bearer "+wk.APIKey)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			polled <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		polled <- strings.TrimSpace(resp.Status + " " + string(b))
+	}()
+	select {
+	case <-inStore:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the long-poll did not reach the store within 30 s")
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	select {
+	case got := <-polled:
+		if got != "204 No Content" {
+			t.Fatalf("long-poll cut mid-claim by shutdown answered %q, want 204 No Content", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the long-poll was still open 30 s after Shutdown returned")
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("Serve after Shutdown: %v, want nil", err)
 	}
 }
