@@ -162,7 +162,9 @@ func TestShutdownDuringClaimEndsLongPollEmpty(t *testing.T) {
 	}
 	fs := faultstore.New(st, nil)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	eng, err := engine.New(engine.Config{Store: fs, Logger: log, MaxWait: 10 * time.Minute})
+	// No sweeps during the test: the plan below holds every write in the
+	// store until its context ends, and a sweep's context never does.
+	eng, err := engine.New(engine.Config{Store: fs, Logger: log, MaxWait: 10 * time.Minute, SweepInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
