@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,36 +25,9 @@ import (
 // database_unavailable while it fails), and Shutdown ends a parked long-poll
 // with 204, makes Serve return nil and stops accepting connections.
 func TestServeHealthAndShutdown(t *testing.T) {
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs := faultstore.New(st, nil)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	eng, err := engine.New(engine.Config{Store: fs, Logger: log, MaxWait: 10 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close(); st.Close() })
-	srv, err := New(Config{Engine: eng, Logger: log, AuthCacheTTL: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := serveOnListener(t, 0)
+	fs, eng, wk, url := g.fs, g.eng, g.worker, g.url
 	ctx := context.Background()
-	wk, err := CreateKey(ctx, st, NewKeyRequest{Role: engine.RoleWorker, Principal: "echo.w1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := eng.PutTaskType(ctx, host.NewTaskType("echo")); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "http://" + ln.Addr().String()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
 
 	get := func(path string) (int, map[string]any) {
 		t.Helper()
@@ -96,19 +70,7 @@ func TestServeHealthAndShutdown(t *testing.T) {
 	fs.SetPlan(nil)
 
 	// A long-poll parks (the worker is recorded before it waits)...
-	polled := make(chan int, 1)
-	go func() {
-		req, _ := http.NewRequest(http.MethodPost, url+"/v1/leases", strings.NewReader(`{"worker_id":"echo.w1","wait_seconds":600}`))
-		req.Header.Set("Authorization", "Bearer "+wk.APIKey)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			polled <- -1
-			return
-		}
-		resp.Body.Close()
-		polled <- resp.StatusCode
-	}()
+	polled := longPoll(url, wk.APIKey, 600)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ws, err := eng.Workers(ctx, "default")
@@ -124,27 +86,7 @@ func TestServeHealthAndShutdown(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	// ...and Shutdown ends it long before its 600 s wait.
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		t.Fatalf("Shutdown: %v", err)
-	}
-	select {
-	case code := <-polled:
-		if code != http.StatusNoContent {
-			t.Fatalf("long-poll during shutdown answered %d, want 204", code)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the long-poll was still open 30 s after Shutdown returned")
-	}
-	select {
-	case err := <-served:
-		if err != nil {
-			t.Fatalf("Serve after Shutdown: %v, want nil", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Serve did not return within 30 s of Shutdown")
-	}
+	g.shutdownEndsPoll(t, polled)
 	if resp, err := http.Get(url + "/healthz"); err == nil {
 		resp.Body.Close()
 		t.Fatalf("a request after Shutdown was answered %d", resp.StatusCode)
@@ -156,15 +98,52 @@ func TestServeHealthAndShutdown(t *testing.T) {
 // still answers 204, not an error: the store did not commit the cut claim, so
 // there is nothing to offer and nothing the worker did wrong.
 func TestShutdownDuringClaimEndsLongPollEmpty(t *testing.T) {
+	// No sweeps during the test: the plan below holds every write in the
+	// store until its context ends, and a sweep's context never does.
+	g := serveOnListener(t, time.Hour)
+	fs, wk, url := g.fs, g.worker, g.url
+	// From now on every write waits inside the store until its caller's
+	// context ends; the first one to arrive says so.
+	inStore := make(chan struct{})
+	var once sync.Once
+	fs.SetPlan(func(op faultstore.Op) faultstore.Fault {
+		if op.Step != faultstore.Begin {
+			return faultstore.Fault{}
+		}
+		once.Do(func() { close(inStore) })
+		return faultstore.Fault{Latency: time.Hour}
+	})
+	polled := longPoll(url, wk.APIKey, 30)
+	select {
+	case <-inStore:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the long-poll did not reach the store within 30 s")
+	}
+	g.shutdownEndsPoll(t, polled)
+}
+
+// servedFixture is a Server answering on a real listener over a SQLite store
+// wrapped in a fault store, with a worker key (echo.w1) and the echo type.
+type servedFixture struct {
+	fs     *faultstore.Store
+	eng    *engine.Engine
+	srv    *Server
+	worker *CreatedKey
+	url    string
+	served chan error // Serve's return
+}
+
+// serveOnListener builds a servedFixture; sweep is the engine's lease sweep
+// interval (0: the default).
+func serveOnListener(t *testing.T, sweep time.Duration) servedFixture {
+	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	fs := faultstore.New(st, nil)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	// No sweeps during the test: the plan below holds every write in the
-	// store until its context ends, and a sweep's context never does.
-	eng, err := engine.New(engine.Config{Store: fs, Logger: log, MaxWait: 10 * time.Minute, SweepInterval: time.Hour})
+	eng, err := engine.New(engine.Config{Store: fs, Logger: log, MaxWait: 10 * time.Minute, SweepInterval: sweep})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,57 +160,59 @@ func TestShutdownDuringClaimEndsLongPollEmpty(t *testing.T) {
 	if _, err := eng.PutTaskType(ctx, host.NewTaskType("echo")); err != nil {
 		t.Fatal(err)
 	}
-	// From now on every write waits inside the store until its caller's
-	// context ends; the first one to arrive says so.
-	inStore := make(chan struct{})
-	var once sync.Once
-	fs.SetPlan(func(op faultstore.Op) faultstore.Fault {
-		if op.Step != faultstore.Begin {
-			return faultstore.Fault{}
-		}
-		once.Do(func() { close(inStore) })
-		return faultstore.Fault{Latency: time.Hour}
-	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := "http://" + ln.Addr().String()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	polled := make(chan string, 1)
+	g := servedFixture{fs: fs, eng: eng, srv: srv, worker: wk, url: "http://" + ln.Addr().String(), served: make(chan error, 1)}
+	go func() { g.served <- srv.Serve(ln) }()
+	return g
+}
+
+// longPoll sends echo.w1's lease call with wait_seconds in the background; the
+// channel gets the answer's status line and body, or the transport error.
+func longPoll(url, key string, wait int) <-chan string {
+	out := make(chan string, 1)
 	go func() {
-		req, _ := http.NewRequest(http.MethodPost, url+"/v1/leases", strings.NewReader(`{"worker_id":"echo.w1","wait_seconds":30}`))
-		req.Header.Set("Authorization", "Bearer "+wk.APIKey)
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/leases",
+			strings.NewReader(`{"worker_id":"echo.w1","wait_seconds":`+strconv.Itoa(wait)+`}`))
+		req.Header.Set("Authorization", "Bearer "+key)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			polled <- err.Error()
+			out <- err.Error()
 			return
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		polled <- strings.TrimSpace(resp.Status + " " + string(b))
+		out <- strings.TrimSpace(resp.Status + " " + string(b))
 	}()
-	select {
-	case <-inStore:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the long-poll did not reach the store within 30 s")
-	}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	return out
+}
+
+// shutdownEndsPoll shuts the server down and checks that the long-poll on
+// polled answers 204 and that Serve returns nil, each within 30 s.
+func (g servedFixture) shutdownEndsPoll(t *testing.T, polled <-chan string) {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
+	if err := g.srv.Shutdown(sctx); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
 	select {
 	case got := <-polled:
 		if got != "204 No Content" {
-			t.Fatalf("long-poll cut mid-claim by shutdown answered %q, want 204 No Content", got)
+			t.Fatalf("long-poll during shutdown answered %q, want 204 No Content", got)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the long-poll was still open 30 s after Shutdown returned")
 	}
-	if err := <-served; err != nil {
-		t.Fatalf("Serve after Shutdown: %v, want nil", err)
+	select {
+	case err := <-g.served:
+		if err != nil {
+			t.Fatalf("Serve after Shutdown: %v, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serve did not return within 30 s of Shutdown")
 	}
 }
