@@ -51,6 +51,9 @@ type serveConfig struct {
 	LogFormat              string `json:"log_format"`
 	// MCPAllowAnyHost turns off the MCP door's DNS-rebinding protection (see docs/mcp.md).
 	MCPAllowAnyHost bool `json:"mcp_allow_any_host"`
+	// PprofListen serves Go's profiling endpoints (/debug/pprof/) on a
+	// loopback address of their own, without a key (empty: off; pprof.go).
+	PprofListen string `json:"pprof_listen"`
 	// WasmCacheDir holds compiled plugins (default <data>/wasm-cache); gates
 	// may share one, so only the first start on a machine compiles.
 	WasmCacheDir string `json:"wasm_cache_dir"`
@@ -140,6 +143,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	resultsDir := fs.String("results-dir", "", "the file channel's folder (default <data>/results; on PostgreSQL one folder shared by every gate host)")
 	memLimit := fs.Int64("memory-limit-mib", cfg.MemoryLimitMiB, "soft memory limit of the gate in MiB (0: none; GOMEMLIMIT wins when set)")
 	gcPercent := fs.Int("gc-percent", cfg.GCPercent, "the collector's target, as GOGC (0: the runtime's default, 100; GOGC wins when set)")
+	pprofListen := fs.String("pprof-listen", "", "serve Go's profiling endpoints (/debug/pprof/) on this loopback address, apart from --listen and without a key (empty: off)")
 	mcpAnyHost := fs.Bool("mcp-allow-any-host", false, "let /mcp answer loopback requests whose Host header is not localhost (behind a local reverse proxy)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -194,8 +198,13 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 			cfg.GCPercent = *gcPercent
 		case "mcp-allow-any-host":
 			cfg.MCPAllowAnyHost = *mcpAnyHost
+		case "pprof-listen":
+			cfg.PprofListen = *pprofListen
 		}
 	})
+	if err := checkPprofListen(cfg.PprofListen); err != nil {
+		return cfg, err
+	}
 	if cfg.BodyLimitBytes < 1024 {
 		return cfg, errors.New("--body-limit must be at least 1024 bytes")
 	}
@@ -274,6 +283,13 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	stopped := func(phase string) error {
 		log.Info("stopped during start-up", "phase", phase)
 		return nil
+	}
+	if cfg.PprofListen != "" {
+		stopPprof, err := servePprof(cfg.PprofListen, log)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
 	}
 	if ctx.Err() != nil {
 		return stopped("listen")
