@@ -223,7 +223,7 @@ func infoOf(reg *Registry, name string) Info {
 	return Info{}
 }
 
-// waitFor polls cond until it holds, failing the test after 20 s.
+// waitFor polls cond until it holds, failing the test after a bound (below).
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	// A reload compiles the new module. Alone under -race with a cold
