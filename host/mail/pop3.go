@@ -10,10 +10,12 @@ import (
 	"mime"
 	"mime/multipart"
 	"mime/quotedprintable"
+	"net"
 	netmail "net/mail"
 	"net/textproto"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 )
@@ -41,9 +43,26 @@ type Fetched struct {
 	Attachments []Attachment
 }
 
+// quitGrace bounds how long Delete waits, after the server has answered
+// QUIT, for the server to end the session (see awaitClose).
+const quitGrace = 5 * time.Second
+
 // pop3 is one POP3 session.
 type pop3 struct {
-	tp *textproto.Conn
+	tp   *textproto.Conn
+	conn net.Conn
+}
+
+// awaitClose waits, after QUIT was answered, until the server closes the
+// connection, at most quitGrace. RFC 1939 has the server remove the messages
+// marked deleted before it answers QUIT; some servers (mailpit among them)
+// answer first, then remove them, then close. Waiting for the close makes a
+// message Delete removed gone from the mailbox when Delete returns, on both
+// kinds. A server that neither closes nor sends anything within the bound is
+// taken at its word (its +OK); the caller's context still cuts the wait short.
+func (p *pop3) awaitClose() {
+	_ = p.conn.SetReadDeadline(time.Now().Add(quitGrace))
+	_, _ = io.Copy(io.Discard, io.LimitReader(p.tp.R, 1<<16))
 }
 
 func (p *pop3) cmd(format string, args ...any) (string, error) {
@@ -75,7 +94,7 @@ func (c *Client) openPOP3(ctx context.Context) (*pop3, func(), error) {
 		return nil, nil, host.WrapError(host.CodeMailUnavailable, err, "connecting to the POP3 server: "+err.Error())
 	}
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	p := &pop3{tp: textproto.NewConn(conn)}
+	p := &pop3{tp: textproto.NewConn(conn), conn: conn}
 	done := func() { stop(); p.tp.Close() }
 	fail := func(err error) (*pop3, func(), error) {
 		done()
@@ -184,6 +203,9 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 	// QUIT commits the deletion (RFC 1939 UPDATE state).
 	if _, err := p.cmd("QUIT"); err != nil {
 		return host.WrapError(host.CodeMailUnavailable, err, "POP3: "+err.Error())
+	}
+	if n > 0 {
+		p.awaitClose()
 	}
 	return nil
 }
