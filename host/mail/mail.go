@@ -123,6 +123,12 @@ func New(cfg Config) (*Client, error) {
 	return &Client{cfg: cfg, domain: domain}, nil
 }
 
+// CallBound is the longest one Send, Fetch or Delete takes: one session's
+// bound (Config.Timeout), plus the wait for the server to end a session in
+// which a message was deleted (QuitGrace). A caller that puts a deadline of
+// its own around these calls (a plugin call) needs at least this.
+func (c *Client) CallBound() time.Duration { return c.cfg.Timeout + QuitGrace }
+
 // CanRead reports whether a POP3 mailbox is configured.
 func (c *Client) CanRead() bool { return c.cfg.POP3 != nil }
 

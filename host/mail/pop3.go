@@ -43,9 +43,9 @@ type Fetched struct {
 	Attachments []Attachment
 }
 
-// quitGrace bounds how long Delete waits, after the server has answered
+// QuitGrace bounds how long Delete waits, after the server has answered
 // QUIT, for the server to end the session (see awaitClose).
-const quitGrace = 5 * time.Second
+const QuitGrace = 5 * time.Second
 
 // pop3 is one POP3 session.
 type pop3 struct {
@@ -54,14 +54,14 @@ type pop3 struct {
 }
 
 // awaitClose waits, after QUIT was answered, until the server closes the
-// connection, at most quitGrace. RFC 1939 has the server remove the messages
+// connection, at most QuitGrace. RFC 1939 has the server remove the messages
 // marked deleted before it answers QUIT; some servers (mailpit among them)
 // answer first, then remove them, then close. Waiting for the close makes a
 // message Delete removed gone from the mailbox when Delete returns, on both
 // kinds. A server that neither closes nor sends anything within the bound is
 // taken at its word (its +OK); the caller's context still cuts the wait short.
 func (p *pop3) awaitClose() {
-	_ = p.conn.SetReadDeadline(time.Now().Add(quitGrace))
+	_ = p.conn.SetReadDeadline(time.Now().Add(QuitGrace))
 	_, _ = io.Copy(io.Discard, io.LimitReader(p.tp.R, 1<<16))
 }
 

@@ -3,8 +3,13 @@ package plugin
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/mail"
@@ -66,6 +71,73 @@ func TestEmailChannelRoundTrip(t *testing.T) {
 			t.Errorf("Get(%q): %v, want bad_request", bad, err)
 		}
 	}
+}
+
+// TestEmailChannelSlowServer: a mail server slower than the runtime's
+// default call deadline (2 s) still gets its message: a plugin granted mail
+// gets a call as long as a mail session may take (the mail client's
+// timeout), not the default. The server here is mailpit behind a proxy that
+// holds each connection 3 s before it passes it on; before the plugin's
+// deadline followed the mail client's, that deadline cut the SMTP session
+// and the put failed with mail_error.
+func TestEmailChannelSlowServer(t *testing.T) {
+	t.Parallel()
+	mp := mailtest.Start(t)
+	cfg := mp.Config("*@example.com")
+	cfg.SMTP.Port = slowProxy(t, mp.SMTPPort, 3*time.Second)
+	mc, err := mail.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, map[string]Grant{"email": {Mail: mc, Config: json.RawMessage(`{"to": "agent@example.com"}`)}}, Limits{}, "email")
+	ch, err := b.reg.Channel("email")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ptr, err := ch.Put(context.Background(), "tsk_slow", []byte(`{"ok": true}`))
+	if err != nil {
+		t.Fatalf("put through a slow server: %v", err)
+	}
+	id, _ := strings.CutPrefix(ptr, "email:")
+	if sum, ok := mp.Find(t, id); !ok || sum.Subject != "Task Results - tsk_slow" {
+		t.Fatalf("mailpit has %+v (found %v)", sum, ok)
+	}
+}
+
+// slowProxy listens on a free port and passes each connection to
+// 127.0.0.1:port after holding it for delay; it returns its port.
+func slowProxy(t *testing.T, port int, delay time.Duration) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				time.Sleep(delay)
+				up, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { _, _ = io.Copy(up, c); up.Close() }()
+				_, _ = io.Copy(c, up)
+			}()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // TestEmailChannelFailures: a recipient the server refuses, one outside the

@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/mail"
@@ -214,6 +215,7 @@ func (m checkingMail) Fetch(_ context.Context, id string) (*mail.Fetched, error)
 	return &mail.Fetched{MessageID: id, Body: []byte("body"), Attachments: []mail.Attachment{{Filename: "a", Content: []byte("x")}}}, nil
 }
 func (m checkingMail) Delete(context.Context, string) error { return nil }
+func (m checkingMail) CallBound() time.Duration             { return m.c.CallBound() }
 
 // FuzzMailHostCall: whatever frame a guest hands mail_send, mail_fetch or
 // mail_delete, the answer is a well-formed frame, and a plugin without the

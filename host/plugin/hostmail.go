@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/mail"
@@ -19,6 +20,9 @@ type Mail interface {
 	Send(ctx context.Context, m mail.Message) (string, error)
 	Fetch(ctx context.Context, id string) (*mail.Fetched, error)
 	Delete(ctx context.Context, id string) error
+	// CallBound is the longest one of the calls above takes; a plugin
+	// granted mail gets at least this long a call (see Runtime.Load).
+	CallBound() time.Duration
 }
 
 // Mail host functions, for plugins whose manifest asks for "mail" and

@@ -171,7 +171,14 @@ func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, 
 	if p.stats == nil {
 		p.stats = newStats()
 	}
-	p.limits = mergeLimits(r.opts.Limits, m.Limits, grant.Limits)
+	base := r.opts.Limits
+	if grant.Mail != nil && grant.Mail.CallBound() > base.Timeout {
+		// A call that talks to a mail server needs as long as a session
+		// may take (mail timeout_seconds), not the runtime's default; the
+		// manifest may still ask for less and the grant may set its own.
+		base.Timeout = grant.Mail.CallBound()
+	}
+	p.limits = mergeLimits(base, m.Limits, grant.Limits)
 	p.pool = pool{p: p, sem: make(chan struct{}, p.limits.MaxInstances)}
 
 	modCfg := wazero.NewModuleConfig().
