@@ -311,7 +311,9 @@ func TestAIWorkerToolLoopOnTheGate(t *testing.T) {
 func TestAIWorkerCancelMidLoop(t *testing.T) {
 	hold := make(chan struct{})
 	defer close(hold)
-	b := newAIBundle(t, 3, func(r aitest.Request) aitest.Reply {
+	// A 6 s lease: heartbeats every 2 s, each with seconds to spare on a
+	// busy machine (a lost lease would ask the model again).
+	b := newAIBundle(t, 6, func(r aitest.Request) aitest.Reply {
 		if r.Step() == 1 {
 			return aitest.Calls(aitest.Call{Name: "calc__add", Args: `{"a":1,"b":2}`})
 		}
@@ -335,7 +337,7 @@ func TestAIWorkerKilledMidLoop(t *testing.T) {
 	hold := make(chan struct{})
 	defer close(hold)
 	var killed atomic.Bool
-	b := newAIBundle(t, 4, func(r aitest.Request) aitest.Reply {
+	b := newAIBundle(t, 6, func(r aitest.Request) aitest.Reply {
 		switch {
 		case r.Step() == 1:
 			return aitest.Calls(aitest.Call{Name: "calc__add", Args: `{"a":1,"b":2}`})
@@ -355,7 +357,7 @@ func TestAIWorkerKilledMidLoop(t *testing.T) {
 	// The second worker starts once the lease has expired and the task is
 	// back in the queue. (Started earlier, its long-poll would hand it the
 	// task with a local lease deadline counted from when the poll was sent,
-	// which a 4 s lease does not survive: see the report on sdk/worker.)
+	// which a short lease does not survive: see the report on sdk/worker.)
 	waitFor(t, 60*time.Second, "the killed worker's lease to expire", func() bool {
 		tk := b.task(t, id)
 		return tk.Status == "queued" && tk.LeaseExpiries == 1
@@ -418,14 +420,14 @@ func TestAIWorkerCheck(t *testing.T) {
 }
 
 // TestAIWorkerHeartbeatsThroughASlowModel: a model that takes longer than
-// the 4 s lease to answer does not lose the task: the worker heartbeats for
+// the 6 s lease to answer does not lose the task: the worker heartbeats for
 // the whole run, and the one lease it was granted completes it.
 func TestAIWorkerHeartbeatsThroughASlowModel(t *testing.T) {
-	b := newAIBundle(t, 4, func(r aitest.Request) aitest.Reply {
+	b := newAIBundle(t, 6, func(r aitest.Request) aitest.Reply {
 		if r.Step() == 1 {
-			// The scripted model thinks for 6 s: longer than the lease.
+			// The scripted model thinks for 9 s: longer than the lease.
 			hold := make(chan struct{})
-			time.AfterFunc(6*time.Second, func() { close(hold) })
+			time.AfterFunc(9*time.Second, func() { close(hold) })
 			return aitest.Reply{Hold: hold, Content: "slow but sure"}
 		}
 		return aitest.Answer("unexpected step")

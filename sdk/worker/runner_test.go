@@ -316,7 +316,9 @@ func TestWorkerLeaseLostOn409(t *testing.T) {
 
 func TestWorkerCancelMidTask(t *testing.T) {
 	g := sharedGate(t)
-	g.putType("x-long", 3, nil)
+	// A 6 s lease: the cancel arrives with a heartbeat (every 2 s), each
+	// with seconds to spare on a busy machine.
+	g.putType("x-long", 6, nil)
 	started := make(chan struct{}, 1)
 	causes := make(chan error, 1)
 	start(t, g.URL, g.Worker, testConfig(t), map[string]worker.HandlerFunc{
