@@ -132,7 +132,7 @@ func TestE2EPluginAuthorFromEmptyFolder(t *testing.T) {
 	// install drops it into a running gate and returns once it is loaded.
 	g := startGate(t, t.TempDir())
 	installStart := time.Now()
-	out = mustIn(t, work, env, gateBin, "plugin", "install", "--url", g.URL, "--key", g.Admin, "mypolicy/mypolicy.wasm")
+	out = mustIn(t, work, env, gateBin, "plugin", "install", "--url", g.URL, "--key", g.Admin, "--timeout", "5m", "mypolicy/mypolicy.wasm")
 	if !strings.Contains(out, "loaded mypolicy v0.1.0") {
 		t.Fatalf("install:\n%s", out)
 	}

@@ -149,14 +149,14 @@ func TestE2ECLIAgainstARunningGate(t *testing.T) {
 	if queued == leased {
 		queued = t2
 	}
-	out, errs, code := cli(t, u, agentFile, "tasks", "wait", queued, "--progress", "bar", "--for", "300ms", "--interval", "50ms")
+	out, errs, code := cli(t, u, agentFile, "tasks", "wait", queued, "--progress", "bar", "--for", "3s", "--interval", "50ms")
 	if code != exitWaitTimedOut || !strings.Contains(out, "\r"+queued+" queued") || !strings.Contains(out, "░") || !strings.Contains(errs, "still queued") {
 		t.Fatalf("tasks wait --for: exit %d\n%q\n%s", code, out, errs)
 	}
 	// On a real terminal (a pty from util-linux's script), auto draws the bar;
 	// into a pipe it printed lines (above).
 	if scriptBin, err := exec.LookPath("script"); err == nil {
-		line := strings.Join([]string{gateBin, "tasks", "wait", queued, "--for", "300ms", "--interval", "50ms", "--url", u, "--key-file", agentFile}, " ")
+		line := strings.Join([]string{gateBin, "tasks", "wait", queued, "--for", "3s", "--interval", "50ms", "--url", u, "--key-file", agentFile}, " ")
 		b, err := exec.Command(scriptBin, "-qec", line, "/dev/null").Output()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitWaitTimedOut || !strings.Contains(string(b), "\r"+queued+" queued") || !strings.Contains(string(b), "░") {
 			t.Fatalf("tasks wait on a terminal: %v %q", err, b)

@@ -153,9 +153,17 @@ func TestE2ECrashRecovery(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d acknowledged tasks never completed after the restart", remaining)
 		}
-		for _, o := range g2.lease(t, w2, "crash.w2", map[string]any{"max_tasks": 50, "wait_seconds": 1}) {
-			want(t, call(t, "POST", g2.URL+"/v1/leases/"+o.LeaseID+"/complete", w2, map[string]any{"result_pointer": "crash:" + o.Task.ID}), 200, "")
-			done[o.Task.ID] = true
+		for _, o := range g2.lease(t, w2, "crash.w2", map[string]any{"max_tasks": 10, "wait_seconds": 1}) {
+			r := call(t, "POST", g2.URL+"/v1/leases/"+o.LeaseID+"/complete", w2, map[string]any{"result_pointer": "crash:" + o.Task.ID})
+			switch {
+			case r.Status == 200:
+				done[o.Task.ID] = true
+			case r.Status == 409 && jsonField(r.Body, "error") == "lease_expired":
+				// The 2 s lease ran out while a busy machine worked through
+				// the batch: the task is offered again in a later round.
+			default:
+				t.Fatalf("complete %s after the restart: %d %s", o.Task.ID, r.Status, r.Body)
+			}
 		}
 	}
 	// Held tasks expired with an escalation receipt and no attempt used.
