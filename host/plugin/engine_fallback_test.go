@@ -37,7 +37,7 @@ func (p registryPlugins) Channel(string) (host.Channel, error) { return nil, nil
 // A healthy answer from the same plugin is used as is, with no escalation.
 func TestEngineFallsBackWhenPolicyPluginFails(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, Limits{Timeout: 300 * time.Millisecond}, "hostile")
+	b := setup(t, nil, Limits{Timeout: time.Second}, "hostile")
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -125,7 +125,7 @@ func TestHostileReadsUngrantedFile(t *testing.T) {
 
 func TestFallbackPolicy(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, Limits{Timeout: 200 * time.Millisecond}, "hostile")
+	b := setup(t, nil, Limits{Timeout: time.Second}, "hostile")
 	pol, _ := b.reg.Policy("hostile", nil)
 	fb := FallbackPolicy{Policy: pol, Fallback: host.ExponentialBackoff{Base: time.Second, Max: time.Minute, Jitter: -1}}
 	in := host.FailureInput{TaskID: "t", TaskType: "loop", Kind: host.FailureError, Retryable: true, Attempts: 2, MaxRetries: 3}
