@@ -104,16 +104,28 @@ func Start(t testing.TB, opts ...Option) *Server {
 	if err := os.WriteFile(filepath.Join(dir, "pop3-auth"), []byte(User+":"+Password+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{t: t, bin: bin, dir: dir, SMTPPort: freePort(t), POP3Port: freePort(t), HTTPPort: freePort(t)}
+	s := &Server{t: t, bin: bin, dir: dir}
 	for _, o := range opts {
 		o(s)
 	}
 	if s.TLS {
 		writeCert(t, dir)
 	}
-	s.start()
 	t.Cleanup(s.Stop)
-	return s
+	// The ports are free when chosen but bound by mailpit later; another
+	// test may take one in between. Then mailpit exits at start, and it is
+	// started again on other ports.
+	for try := 1; ; try++ {
+		s.SMTPPort, s.POP3Port, s.HTTPPort = freePort(t), freePort(t), freePort(t)
+		err := s.start()
+		if err == nil {
+			return s
+		}
+		if try == 3 {
+			t.Fatal(err)
+		}
+		t.Logf("%v; trying other ports", err)
+	}
 }
 
 func freePort(t testing.TB) int {
@@ -125,7 +137,9 @@ func freePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func (s *Server) start() {
+// start starts mailpit on s's ports and waits until they answer. It
+// returns an error when mailpit exited at start (a port was taken, say).
+func (s *Server) start() error {
 	s.t.Helper()
 	s.cmd = exec.Command(s.bin,
 		"--database", filepath.Join(s.dir, "mailpit.db"),
@@ -167,7 +181,8 @@ func (s *Server) start() {
 			select {
 			case <-s.exited:
 				log, _ := os.ReadFile(filepath.Join(s.dir, "mailpit.log"))
-				s.t.Fatalf("mailpit exited at start: %s", log)
+				s.cmd = nil
+				return fmt.Errorf("mailpit exited at start: %s", log)
 			case <-time.After(20 * time.Millisecond):
 			}
 			if time.Now().After(deadline) {
@@ -175,6 +190,7 @@ func (s *Server) start() {
 			}
 		}
 	}
+	return nil
 }
 
 // Stop stops mailpit and waits for it to exit; its ports close.
@@ -188,7 +204,12 @@ func (s *Server) Stop() {
 }
 
 // Restart starts mailpit again on the same ports and database.
-func (s *Server) Restart() { s.start() }
+func (s *Server) Restart() {
+	s.t.Helper()
+	if err := s.start(); err != nil {
+		s.t.Fatal(err)
+	}
+}
 
 // Config returns a mail config for this server that allows allowed.
 func (s *Server) Config(allowed ...string) mail.Config {
