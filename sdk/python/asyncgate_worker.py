@@ -251,14 +251,20 @@ class Client:
         return status, (json.loads(raw) if raw else None), server
 
     @staticmethod
-    def _clock(sent: float, server: Optional[float], expires_at: str):
+    def _clock(sent: float, server: Optional[float], expires_at: str, server_time: Optional[str] = None):
         """Lease length and conservative local deadline (KLIS-3 §6.2): the
-        remaining time by the gate's clock (Date has whole seconds: one is taken
-        off), counted from the later of the send and the arrival less one more
+        remaining time by the gate's clock, its ``server_time`` (to the
+        microsecond) or else the Date header (whole seconds: one is taken off),
+        counted from the later of the send and the arrival less one more
         second: latency only makes it earlier, and a long-poll's wait is not
         taken off the lease."""
         exp = _parse_time(expires_at)
-        ttl = (exp - server - 1.0) if server is not None else (exp - time.time())
+        if server_time:
+            ttl = exp - _parse_time(server_time)
+        elif server is not None:
+            ttl = exp - server - 1.0
+        else:
+            ttl = exp - time.time()
         ttl = max(ttl, 0.0)
         return ttl, max(sent, time.time() - 1.0) + ttl
 
@@ -279,7 +285,7 @@ class Client:
             return []
         offers = out.get("leases") or []
         for o in offers:
-            o["_ttl"], o["_deadline"] = self._clock(sent, server, o["lease_expires_at"])
+            o["_ttl"], o["_deadline"] = self._clock(sent, server, o["lease_expires_at"], o.get("server_time"))
         return offers
 
     def accept(self, lease_id: str, task_id: str = "") -> Dict[str, Any]:
@@ -299,7 +305,7 @@ class Client:
             body["extend_lease_seconds"] = extend_lease_seconds
         sent = time.time()
         _, out, server = self._call("POST", "/v1/leases/%s/heartbeat" % urllib.parse.quote(lease_id), body)
-        out["_ttl"], out["_deadline"] = self._clock(sent, server, out["lease_expires_at"])
+        out["_ttl"], out["_deadline"] = self._clock(sent, server, out["lease_expires_at"], out.get("server_time"))
         return out
 
     def complete(self, lease_id: str, body: Dict[str, Any]) -> Dict[str, Any]:

@@ -364,6 +364,32 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual((tb["status"], tb["attempts"]), ("queued", 0))
 
 
+class LeaseClockTests(unittest.TestCase):
+    """Client._clock: the lease length by the gate's clock."""
+
+    def test_server_time_takes_nothing_off(self):
+        sent = time.time()
+        ttl, deadline = aw.Client._clock(sent, None, "2026-01-01T00:00:04.7Z", "2026-01-01T00:00:00.7Z")
+        self.assertAlmostEqual(ttl, 4.0, places=3)
+        self.assertAlmostEqual(deadline, sent + 4.0, delta=0.5)
+
+    def test_date_header_takes_a_second_off(self):
+        server = aw._parse_time("2026-01-01T00:00:00Z")
+        ttl, _ = aw.Client._clock(time.time(), server, "2026-01-01T00:00:04.7Z")
+        self.assertAlmostEqual(ttl, 3.7, places=3)
+
+    def test_live_offer_carries_server_time(self):
+        put_type("py.clock", lease_seconds=7)
+        enqueue("py.clock", {})
+        c = aw.Client(URL, WORKER)
+        offers = []
+        wait_for("an offer", lambda: offers.extend(c.lease(["py.clock"], WORKER_ID)) or offers)
+        o = offers[0]
+        self.assertIn("server_time", o)
+        self.assertAlmostEqual(o["_ttl"], 7.0, places=3)
+        c.complete(o["lease_id"], {"result_pointer": "s3://bucket/clock"})
+
+
 class ResourceLeaseTests(unittest.TestCase):
     """Resource leases (KLIS-3) through ResourceLeases and ResourceHolder."""
 

@@ -87,6 +87,9 @@ type Offer struct {
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
 	Attempt        int       `json:"attempt"`
 	Task           Task      `json:"task"`
+	// ServerTime is the gate's clock when it granted the lease (zero from a
+	// gate that does not send it).
+	ServerTime time.Time `json:"server_time"`
 
 	// ttl is the lease's length as the gate granted it, and deadline the
 	// conservative local expiry (see leaseClock). Set by Client.Lease.
@@ -130,6 +133,9 @@ type HeartbeatResult struct {
 	Status          string    `json:"status"`
 	LeaseExpiresAt  time.Time `json:"lease_expires_at"`
 	CancelRequested bool      `json:"cancel_requested"`
+	// ServerTime is the gate's clock when it extended the lease (zero from
+	// a gate that does not send it).
+	ServerTime time.Time `json:"server_time"`
 
 	ttl      time.Duration
 	deadline time.Time
@@ -289,18 +295,23 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 
 // leaseClock turns the gate's lease_expires_at into a lease length and a
 // conservative local deadline (KLIS-3 §6.2). The gate's clock is the truth:
-// the remaining time is measured against the answer's Date header (whole
-// seconds, so one second is taken off). The Date was written at some local
+// the remaining time is measured against the answer's server_time (the
+// gate's clock when it granted or extended the lease, to the microsecond)
+// or, from a gate that does not send it, against the Date header (whole
+// seconds, so one second is taken off). Either was read at some local
 // instant between sending the request and receiving the answer; the deadline
 // counts from the later of the send and the arrival less one more second, so
 // network latency only makes it earlier, and a long-poll that waited W
-// seconds does not lose W seconds of the lease. Without a Date header the
-// local clock is used.
-func leaseClock(sent, received time.Time, serverDate, expires time.Time) (ttl time.Duration, deadline time.Time) {
-	if serverDate.IsZero() {
-		ttl = time.Until(expires)
-	} else {
+// seconds does not lose W seconds of the lease. Without either the local
+// clock is used.
+func leaseClock(sent, received, serverTime, serverDate, expires time.Time) (ttl time.Duration, deadline time.Time) {
+	switch {
+	case !serverTime.IsZero():
+		ttl = expires.Sub(serverTime)
+	case !serverDate.IsZero():
 		ttl = expires.Sub(serverDate) - time.Second
+	default:
+		ttl = time.Until(expires)
 	}
 	if ttl < 0 {
 		ttl = 0
@@ -329,7 +340,7 @@ func (c *Client) Lease(ctx context.Context, req LeaseRequest) ([]Offer, error) {
 	}
 	for i := range out.Leases {
 		o := &out.Leases[i]
-		o.ttl, o.deadline = leaseClock(sent, received, date, o.LeaseExpiresAt)
+		o.ttl, o.deadline = leaseClock(sent, received, o.ServerTime, date, o.LeaseExpiresAt)
 	}
 	return out.Leases, nil
 }
@@ -350,7 +361,7 @@ func (c *Client) Heartbeat(ctx context.Context, leaseID string, req HeartbeatReq
 	if err != nil {
 		return nil, err
 	}
-	out.ttl, out.deadline = leaseClock(sent, time.Now(), date, out.LeaseExpiresAt)
+	out.ttl, out.deadline = leaseClock(sent, time.Now(), out.ServerTime, date, out.LeaseExpiresAt)
 	return &out, nil
 }
 

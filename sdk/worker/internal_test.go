@@ -62,20 +62,36 @@ func TestDataURIFallback(t *testing.T) {
 func TestLeaseClock(t *testing.T) {
 	sent := time.Now()
 	server := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	// A quick answer: the deadline counts from the send.
-	ttl, dl := leaseClock(sent, sent.Add(50*time.Millisecond), server, server.Add(30*time.Second))
+	var none time.Time
+	// A quick answer with a Date header only: the deadline counts from the
+	// send, and a second is taken off for the header's whole seconds.
+	ttl, dl := leaseClock(sent, sent.Add(50*time.Millisecond), none, server, server.Add(30*time.Second))
 	if ttl != 29*time.Second || !dl.Equal(sent.Add(29*time.Second)) {
 		t.Fatalf("ttl %v deadline %v", ttl, dl.Sub(sent))
 	}
 	// A long-poll answered 20 s after the send: the lease was granted near the
 	// answer, so the wait is not taken off the lease (one more second is).
 	received := sent.Add(20 * time.Second)
-	ttl, dl = leaseClock(sent, received, server, server.Add(4*time.Second))
+	ttl, dl = leaseClock(sent, received, none, server, server.Add(4*time.Second))
 	if ttl != 3*time.Second || !dl.Equal(received.Add(2*time.Second)) {
 		t.Fatalf("long-poll: ttl %v deadline %v after the answer", ttl, dl.Sub(received))
 	}
-	if ttl, _ := leaseClock(sent, sent, server, server.Add(-time.Second)); ttl != 0 {
+	// With the gate's server_time (to the microsecond) nothing is taken off
+	// the lease for the clock's resolution, whatever the Date header says.
+	granted := server.Add(700 * time.Millisecond)
+	ttl, dl = leaseClock(sent, sent.Add(50*time.Millisecond), granted, server, granted.Add(4*time.Second))
+	if ttl != 4*time.Second || !dl.Equal(sent.Add(4*time.Second)) {
+		t.Fatalf("server_time: ttl %v deadline %v", ttl, dl.Sub(sent))
+	}
+	ttl, dl = leaseClock(sent, received, granted, none, granted.Add(4*time.Second))
+	if ttl != 4*time.Second || !dl.Equal(received.Add(3*time.Second)) {
+		t.Fatalf("server_time, long-poll: ttl %v deadline %v after the answer", ttl, dl.Sub(received))
+	}
+	if ttl, _ := leaseClock(sent, sent, none, server, server.Add(-time.Second)); ttl != 0 {
 		t.Fatalf("expired lease ttl %v", ttl)
+	}
+	if ttl, _ := leaseClock(sent, sent, granted, server, granted.Add(-time.Millisecond)); ttl != 0 {
+		t.Fatalf("expired lease ttl %v (server_time)", ttl)
 	}
 }
 

@@ -468,3 +468,39 @@ func TestWorkerGracefulShutdown(t *testing.T) {
 		t.Fatalf("C: %+v", tv)
 	}
 }
+
+// TestOfferTTLIsTheGatesLease: an offer's TTL is the lease length the gate
+// granted, measured by the gate's server_time (to the microsecond), not
+// shortened by a second for the Date header's whole seconds; a heartbeat's
+// likewise.
+func TestOfferTTLIsTheGatesLease(t *testing.T) {
+	t.Parallel()
+	g := sharedGate(t)
+	g.putType("x-clock", 7, nil)
+	g.enqueue("x-clock", map[string]any{}, nil)
+	c := worker.NewClient(g.URL, g.Worker)
+	ctx := context.Background()
+	var offers []worker.Offer
+	eventually(t, "an offer", func() bool {
+		o, err := c.Lease(ctx, worker.LeaseRequest{TaskTypes: []string{"x-clock"}, MaxTasks: 1})
+		offers = o
+		return err == nil && len(o) == 1
+	})
+	o := offers[0]
+	if o.ServerTime.IsZero() || o.TTL() != 7*time.Second || o.LeaseExpiresAt.Sub(o.ServerTime) != 7*time.Second {
+		t.Fatalf("offer: server_time %v, TTL %v, expires %v", o.ServerTime, o.TTL(), o.LeaseExpiresAt)
+	}
+	if !o.LocalDeadline().Before(time.Now().Add(7 * time.Second)) {
+		t.Fatalf("local deadline %v is not before now + the lease", time.Until(o.LocalDeadline()))
+	}
+	hb, err := c.Heartbeat(ctx, o.LeaseID, worker.HeartbeatRequest{TaskID: o.Task.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hb.ServerTime.IsZero() || hb.LeaseExpiresAt.Sub(hb.ServerTime) != 7*time.Second {
+		t.Fatalf("heartbeat: server_time %v, expires %v", hb.ServerTime, hb.LeaseExpiresAt)
+	}
+	if _, err := c.Complete(ctx, o.LeaseID, worker.Completion{ResultPointer: "s3://bucket/clock"}); err != nil {
+		t.Fatal(err)
+	}
+}
