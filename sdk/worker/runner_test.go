@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -419,7 +420,10 @@ func TestWorkerSpoolDeliveredAfterGateReturns(t *testing.T) {
 
 func TestWorkerGracefulShutdown(t *testing.T) {
 	g := sharedGate(t)
-	g.putType("g-job", 30, nil)
+	// A type of its own each run: B and C stay queued at the end, and with
+	// -count a later run on the shared gate must not lease them.
+	typ := "g-job-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	g.putType(typ, 30, nil)
 	cfg := testConfig(t)
 	cfg.Concurrency = 2
 	cfg.ShutdownTimeout = 2 * time.Second
@@ -427,7 +431,7 @@ func TestWorkerGracefulShutdown(t *testing.T) {
 	finishA := make(chan struct{})
 	causeB := make(chan error, 1)
 	rr := start(t, g.URL, g.Worker, cfg, map[string]worker.HandlerFunc{
-		"g-job": func(ctx context.Context, task *worker.Task) (any, error) {
+		typ: func(ctx context.Context, task *worker.Task) (any, error) {
 			var p struct{ Name string }
 			if err := task.Bind(&p); err != nil {
 				return nil, worker.Fatal(err)
@@ -442,8 +446,8 @@ func TestWorkerGracefulShutdown(t *testing.T) {
 			return nil, ctx.Err()
 		},
 	})
-	a := g.enqueue("g-job", map[string]any{"name": "A"}, nil)
-	b := g.enqueue("g-job", map[string]any{"name": "B"}, nil)
+	a := g.enqueue(typ, map[string]any{"name": "A"}, nil)
+	b := g.enqueue(typ, map[string]any{"name": "B"}, nil)
 	<-started
 	<-started
 	rr.cancel()
@@ -462,7 +466,7 @@ func TestWorkerGracefulShutdown(t *testing.T) {
 		t.Fatalf("B: %+v", tv)
 	}
 	// No leasing after shutdown.
-	c := g.enqueue("g-job", map[string]any{"name": "C"}, nil)
+	c := g.enqueue(typ, map[string]any{"name": "C"}, nil)
 	time.Sleep(300 * time.Millisecond)
 	if tv := g.task(c); tv.Status != "queued" {
 		t.Fatalf("C: %+v", tv)
