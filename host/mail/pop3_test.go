@@ -108,15 +108,12 @@ func (s *lateRemover) config(timeout time.Duration) mail.Config {
 	}
 }
 
-// TestDeleteWaitsForTheServerToRemove: a server that answers QUIT before it
-// removes the message (mailpit does) has removed it by the time Delete
-// returns, because Delete waits for the server to end the session. Without
-// that wait Delete returned on the +OK and a read right after it still found
-// the message (a CI failure of the email channel's round trip).
-func TestDeleteWaitsForTheServerToRemove(t *testing.T) {
-	t.Parallel()
+// deleteFrom deletes the one message of a lateRemover (hold as given) and
+// returns the server.
+func deleteFrom(t *testing.T, hold bool) *lateRemover {
+	t.Helper()
 	const id = "m1@example.com"
-	s := startLateRemover(t, id, false)
+	s := startLateRemover(t, id, hold)
 	c, err := mail.New(s.config(time.Minute))
 	if err != nil {
 		t.Fatal(err)
@@ -124,6 +121,17 @@ func TestDeleteWaitsForTheServerToRemove(t *testing.T) {
 	if err := c.Delete(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// TestDeleteWaitsForTheServerToRemove: a server that answers QUIT before it
+// removes the message (mailpit does) has removed it by the time Delete
+// returns, because Delete waits for the server to end the session. Without
+// that wait Delete returned on the +OK and a read right after it still found
+// the message (a CI failure of the email channel's round trip).
+func TestDeleteWaitsForTheServerToRemove(t *testing.T) {
+	t.Parallel()
+	s := deleteFrom(t, false)
 	if s.quits.Load() != 1 || !s.removed.Load() {
 		t.Fatalf("Delete returned before the server removed the message (quits %d, removed %v)", s.quits.Load(), s.removed.Load())
 	}
@@ -134,15 +142,7 @@ func TestDeleteWaitsForTheServerToRemove(t *testing.T) {
 // Delete returns without an error.
 func TestDeleteServerKeepsSessionAfterQuit(t *testing.T) {
 	t.Parallel()
-	const id = "m2@example.com"
-	s := startLateRemover(t, id, true)
-	c, err := mail.New(s.config(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Delete(context.Background(), id); err != nil {
-		t.Fatal(err)
-	}
+	s := deleteFrom(t, true)
 	if s.quits.Load() != 1 {
 		t.Fatalf("quits %d", s.quits.Load())
 	}

@@ -22,15 +22,7 @@ import (
 func TestEmailChannelRoundTrip(t *testing.T) {
 	t.Parallel()
 	mp := mailtest.Start(t)
-	mc, err := mail.New(mp.Config("*@example.com"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := setup(t, map[string]Grant{"email": {Mail: mc, Config: json.RawMessage(`{"to": "agent@example.com"}`)}}, Limits{}, "email")
-	ch, err := b.reg.Channel("email")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := emailChannel(t, mp.Config("*@example.com"))
 	ctx := context.Background()
 	payload := []byte(`{"summary": "done", "rows": [1, 2, 3]}`)
 	ptr, proof, err := ch.(*ChannelAdapter).PutWithProof(ctx, "tsk_email1", payload)
@@ -85,6 +77,20 @@ func TestEmailChannelSlowServer(t *testing.T) {
 	mp := mailtest.Start(t)
 	cfg := mp.Config("*@example.com")
 	cfg.SMTP.Port = slowProxy(t, mp.SMTPPort, 3*time.Second)
+	ptr, err := emailChannel(t, cfg).Put(context.Background(), "tsk_slow", []byte(`{"ok": true}`))
+	if err != nil {
+		t.Fatalf("put through a slow server: %v", err)
+	}
+	id, _ := strings.CutPrefix(ptr, "email:")
+	if sum, ok := mp.Find(t, id); !ok || sum.Subject != "Task Results - tsk_slow" {
+		t.Fatalf("mailpit has %+v (found %v)", sum, ok)
+	}
+}
+
+// emailChannel loads the email channel with the runtime's default limits,
+// granted a mail client of cfg, sending to agent@example.com.
+func emailChannel(t *testing.T, cfg mail.Config) host.Channel {
+	t.Helper()
 	mc, err := mail.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -94,14 +100,7 @@ func TestEmailChannelSlowServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ptr, err := ch.Put(context.Background(), "tsk_slow", []byte(`{"ok": true}`))
-	if err != nil {
-		t.Fatalf("put through a slow server: %v", err)
-	}
-	id, _ := strings.CutPrefix(ptr, "email:")
-	if sum, ok := mp.Find(t, id); !ok || sum.Subject != "Task Results - tsk_slow" {
-		t.Fatalf("mailpit has %+v (found %v)", sum, ok)
-	}
+	return ch
 }
 
 // slowProxy listens on a free port and passes each connection to
