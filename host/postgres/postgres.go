@@ -680,6 +680,12 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 			ferr = ss.failed // fn went on after a failed statement
 		}
 		sent := ss.flushes != flushes
+		if !sent {
+			// Rows of ended requests queued in front of its SAVEPOINT
+			// since it began (a fenced update of a task they inserted)
+			// moved it.
+			spIdx = wtx.bh.savepointAt()
+		}
 		wtx.bh.endRequest(ferr == nil)
 		if ferr != nil {
 			wtx.keys.Undo(keysMark) // its rows are dropped or undone

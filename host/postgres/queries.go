@@ -848,6 +848,7 @@ func (w *writeTx) AppendReceipt(ctx context.Context, rc *host.Receipt) error {
 		// it from the same statement.
 		w.bh.receipts, w.bh.parents = append(w.bh.receipts, rc), append(w.bh.parents, parents)
 		c.seq, c.hash = rc.ChainSeq, rc.Hash
+		rc.Seq = 0 // not known yet: one read in an earlier run of the batch no longer holds
 		return nil
 	}
 	q := `INSERT INTO receipts (id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key,

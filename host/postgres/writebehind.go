@@ -48,7 +48,9 @@ type behind struct {
 	ended behindMark
 	// blockAt is where in the session's queue the ended requests' rows go:
 	// the index of the running request's SAVEPOINT, or the queue's end
-	// between requests.
+	// between requests. Rows queued there move the SAVEPOINT back, and
+	// blockAt with it, so it stays the index to truncate at when the running
+	// request fails before anything is sent.
 	blockAt int
 }
 
@@ -127,8 +129,13 @@ func (w *writeTx) materialize() {
 			ss.checks++
 		}
 	}
-	*b = behind{}
+	// The running request's SAVEPOINT now follows the block.
+	*b = behind{blockAt: at + len(block)}
 }
+
+// savepointAt is the index in the session's queue of the running request's
+// SAVEPOINT, as long as nothing has been sent since it was queued.
+func (b *behind) savepointAt() int { return b.blockAt }
 
 // materializeAtEnd queues every waiting row at the end of the queue: the
 // batch's requests have all ended.
@@ -166,7 +173,7 @@ unnest($11::int8[]), unnest($12::text[]), unnest($13::text[]), unnest($14::int8[
 ON CONFLICT DO NOTHING RETURNING id, seq
 ), o AS (
 INSERT INTO obligations (receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq)
-SELECT v.receipt_id, v.tenant, v.type, v.obligor, v.obligee, v.task_id, v.created_at, coalesce(nullif(v.seq, 0), r.seq)
+SELECT v.receipt_id, v.tenant, v.type, v.obligor, v.obligee, v.task_id, v.created_at, coalesce(r.seq, nullif(v.seq, 0))
 FROM (SELECT unnest($16::text[]) AS receipt_id, unnest($17::text[]) AS tenant, unnest($18::text[]) AS type,
   unnest($19::text[]) AS obligor, unnest($20::text[]) AS obligee, unnest($21::text[]) AS task_id,
   unnest($22::int8[]) AS created_at, unnest($23::int8[]) AS seq,

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -408,4 +409,124 @@ func TestReceiptsWrittenBehindKeepOnePlan(t *testing.T) {
 		t.Errorf("after %d batches the receipts statement ran on %d generic and %d custom plans: want %d or more generic, no custom", runs, generic, custom, runs)
 	}
 	b.Verify(t)
+}
+
+// A request that updates a task an ended request of its batch inserted
+// queues that request's rows (still written behind) in front of its own
+// SAVEPOINT before anything is sent. Should it then fail, undoing it must
+// drop only its own statements: the ended request was told it committed,
+// and its task, its receipt and the queue counts must say so.
+func TestAFailedUpdateOfATaskInsertedEarlierInTheBatchKeepsTheInsert(t *testing.T) {
+	st := openIn(t, newSchema(t), Options{})
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	ctx := b.Ctx
+	task := func(id string) *host.Task {
+		now := b.Clock.Now()
+		return &host.Task{ID: id, Tenant: "acme", Type: "work", CreatedBy: "agent.kee", Recipient: "agent.kee", State: host.StateQueued,
+			Priority: 5, Params: []byte(`{}`), CreatedAt: now, UpdatedAt: now, AvailableAt: now, MaxRetries: 3}
+	}
+	inserted, assigned := task("T-WBKEPT"), behindReceipt(b)
+	giveUp := errors.New("give up")
+	errs := runHeld(t, st,
+		func(tx store.Tx) error {
+			if err := tx.InsertTask(ctx, inserted); err != nil {
+				return err
+			}
+			return behindRows(ctx, tx, assigned, "", "I-kept")
+		},
+		func(tx store.Tx) error {
+			// No read first: the update itself puts the insert ahead of it.
+			u := task(inserted.ID)
+			u.Priority = 9
+			if err := tx.UpdateTask(ctx, u, store.Fence{State: host.StateQueued}); err != nil {
+				return err
+			}
+			return giveUp
+		},
+		func(tx store.Tx) error { return tx.InsertTask(ctx, task("T-WBLAST")) },
+	)
+	if errs[0] != nil || !errors.Is(errs[1], giveUp) || errs[2] != nil {
+		t.Fatalf("errors %v, want nil, %v, nil", errs, giveUp)
+	}
+	err := st.View(ctx, func(r store.Reader) error {
+		for _, id := range []string{inserted.ID, "T-WBLAST"} {
+			got, err := r.GetTask(ctx, "acme", id)
+			if err != nil {
+				t.Errorf("task %s of a committed request: %v", id, err)
+			} else if got.Priority != 5 {
+				t.Errorf("task %s: priority %d, want 5 (the failed update undone)", id, got.Priority)
+			}
+		}
+		if got, err := r.GetReceipt(ctx, "acme", assigned.ID); err != nil || got.Seq != assigned.Seq || got.Seq == 0 {
+			t.Errorf("receipt of the committed request: %+v, %v (reported seq %d)", got, err, assigned.Seq)
+		}
+		qs, err := r.QueueStats(ctx, "acme")
+		if err != nil {
+			return err
+		}
+		ts, _, err := r.ListTasks(ctx, store.TaskFilter{Tenant: "acme", States: []host.TaskState{host.StateQueued}, Limit: 10})
+		if err != nil {
+			return err
+		}
+		if qs.ByState[host.StateQueued] != int64(len(ts)) || len(ts) != 2 {
+			t.Errorf("queue counts say %d queued, the table holds %d, want 2", qs.ByState[host.StateQueued], len(ts))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Verify(t)
+}
+
+// A batch that runs again after a serialization failure runs its requests
+// again with the same receipts, whose Seq the first run set when a read sent
+// them. The obligation a receipt opens must take the seq its receipt is
+// given in the run that commits, not the first run's.
+func TestAnObligationTakesItsReceiptsSeqFromTheRunThatCommits(t *testing.T) {
+	st := openIn(t, newSchema(t), Options{})
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	ctx := b.Ctx
+	rc := behindReceipt(b)
+	runs, firstSeq := 0, int64(0)
+	err := st.Update(ctx, func(tx store.Tx) error {
+		runs++
+		if err := tx.AppendReceipt(ctx, rc); err != nil {
+			return err
+		}
+		if err := tx.OpenObligation(ctx, host.Obligation{ReceiptID: rc.ID, Tenant: rc.Tenant, Type: rc.Type, Obligor: rc.From,
+			Obligee: rc.To, TaskID: rc.TaskID, CreatedAt: rc.CreatedAt, Seq: rc.Seq}); err != nil {
+			return err
+		}
+		if runs > 1 {
+			return nil
+		}
+		// A read sends the receipt (its seq is read), then the
+		// transaction fails as a serialization failure would.
+		if _, err := tx.GetTask(ctx, "acme", "T-none"); !host.IsCode(err, host.CodeNotFound) {
+			return fmt.Errorf("reading a missing task: %v", err)
+		}
+		firstSeq = rc.Seq
+		_, err := tx.(*writeTx).ss.exec(context.Background(), `DO $$BEGIN RAISE EXCEPTION USING ERRCODE = '40001'; END$$`)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs != 2 || firstSeq == 0 || rc.Seq == firstSeq {
+		t.Fatalf("runs %d, seq %d in the first and %d in the last: the test did not run the batch twice with a new seq", runs, firstSeq, rc.Seq)
+	}
+	err = st.View(ctx, func(r store.Reader) error {
+		obs, _, err := r.ListOpenObligations(ctx, store.ObligationFilter{Tenant: "acme", Principal: rc.To, Limit: 10})
+		if err != nil {
+			return err
+		}
+		if len(obs) != 1 || obs[0].ReceiptID != rc.ID || obs[0].Seq != rc.Seq {
+			t.Errorf("open obligations %+v, want one for %s at seq %d", obs, rc.ID, rc.Seq)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
