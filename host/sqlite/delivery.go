@@ -121,8 +121,13 @@ func (w *writeTx) MarkInbox(ctx context.Context, m store.InboxMark) (int64, erro
 	default:
 		return 0, nil
 	}
+	// The kept rows are written first (an item may be one of them), and
+	// that write stays a write whatever the UPDATE matches.
+	if err := w.flushBehind(ctx); err != nil {
+		return 0, err
+	}
 	wrote := w.wrote
-	res, err := w.exec(ctx, q, args...)
+	res, err := w.rawExec(ctx, q, args...)
 	if err != nil {
 		return 0, err
 	}

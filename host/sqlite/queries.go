@@ -39,6 +39,12 @@ type writeTx struct {
 	// them with one multi-row INSERT when the batch ends (or an update ends,
 	// in savepoint mode), or before anything reads obligations.
 	obligations []pendingObligation
+	// ended is how many of obligations belong to updates that have ended;
+	// endedTerms are those of them the running update terminated in memory,
+	// which its failure must reopen (their rows stay: their updates
+	// succeeded).
+	ended      int
+	endedTerms []int
 	// behind holds the inserted tasks and receipts not written yet
 	// (writebehind.go).
 	behind
@@ -1154,6 +1160,9 @@ func (w *writeTx) Terminate(ctx context.Context, tenant, parentID, terminatorID 
 		if p := &w.obligations[i]; p.o.ReceiptID == parentID && p.o.Tenant == tenant {
 			if p.terminatedBy == "" {
 				p.terminatedBy = terminatorID
+				if i < w.ended {
+					w.endedTerms = append(w.endedTerms, i)
+				}
 			}
 			return nil
 		}

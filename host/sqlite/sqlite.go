@@ -415,6 +415,7 @@ func (s *Store) tryBatch(batch []*request, savepoints bool, began time.Time) boo
 		mark := s.chain
 		markCk, markCkSeq := s.lastCheckpoint, s.checkpointed
 		nCounts, nObligations := len(wtx.counts), len(wtx.obligations)
+		wtx.ended, wtx.endedTerms = nObligations, wtx.endedTerms[:0]
 		behindAt := wtx.mark()
 		wtx.wrote = false
 		r.err = runFn(r.fn, wtx)
@@ -453,6 +454,11 @@ func (s *Store) tryBatch(batch []*request, savepoints bool, began time.Time) boo
 			wtx.undo(behindAt)
 			if nObligations <= len(wtx.obligations) {
 				wtx.obligations = wtx.obligations[:nObligations]
+			}
+			for _, i := range wtx.endedTerms {
+				if i < len(wtx.obligations) {
+					wtx.obligations[i].terminatedBy = "" // an ended update's obligation it terminated in memory
+				}
 			}
 		default:
 			if savepoints {
@@ -544,7 +550,10 @@ func (s *Store) Ping(ctx context.Context) error {
 		return err
 	}
 	return s.Update(ctx, func(tx store.Tx) error {
-		_, err := tx.(*writeTx).tx.ExecContext(ctx, `PRAGMA application_id = 1095197044`) // "AGat"
+		w := tx.(*writeTx)
+		// On the writer's context, as every statement of a batch: the
+		// caller's cancellation must not interrupt the batch's transaction.
+		_, err := w.tx.ExecContext(w.c(ctx), `PRAGMA application_id = 1095197044`) // "AGat"
 		return err
 	})
 }

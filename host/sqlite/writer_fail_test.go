@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -273,4 +274,82 @@ func TestBatchFailingInsideASavepointWritesNothing(t *testing.T) {
 		t.Fatalf("%d receipts and obligations after the rolled-back batch, want none", n)
 	}
 	g.afterwards(t, "after", 1)
+}
+
+// An update that keeps a new task, marks inbox items (which writes the kept
+// rows first) matching none, then fails, must leave nothing: the mark
+// matched nothing, but the rows written before it are a write its failure
+// must undo, while the other update of the batch commits.
+func TestAFailedUpdateIsUndoneAfterAMarkThatMatchedNothing(t *testing.T) {
+	g := newFailGate(t)
+	ctx := context.Background()
+	errFail := errors.New("the update fails on purpose")
+	failing := func() error {
+		return g.st.Update(ctx, func(tx store.Tx) error {
+			tk := &host.Task{ID: "T-MARKED", Tenant: "acme", Type: "work", CreatedBy: "agent.kee", Recipient: "agent.kee",
+				State: host.StateQueued, Priority: 5, Params: json.RawMessage(`{}`), CreatedAt: storetest.Epoch,
+				UpdatedAt: storetest.Epoch, AvailableAt: storetest.Epoch, MaxRetries: 3}
+			if err := tx.InsertTask(ctx, tk); err != nil {
+				return err
+			}
+			if n, err := tx.MarkInbox(ctx, store.InboxMark{Tenant: "acme", TaskID: "T-NONE", Field: host.InboxRead, At: storetest.Epoch}); err != nil || n != 0 {
+				return fmt.Errorf("marking no item: %d, %v", n, err)
+			}
+			return errFail
+		})
+	}
+	errs := g.oneBatch(t, failing, g.putTypes("other"))
+	if !errors.Is(errs[0], errFail) || errs[1] != nil {
+		t.Fatalf("errors %v, want %v and nil", errs, errFail)
+	}
+	if n := g.count(t, `SELECT count(*) FROM tasks WHERE id = 'T-MARKED'`); n != 0 {
+		t.Errorf("the failed update's task was committed (%d rows)", n)
+	}
+	if !g.hasType(t, "other") {
+		t.Error("the other update of the batch did not commit")
+	}
+	tasks := g.count(t, `SELECT count(*) FROM tasks WHERE tenant = 'acme' AND task_type = 'work'`)
+	counted := g.count(t, `SELECT coalesce(sum(n), 0) FROM queue_counts WHERE tenant = 'acme' AND task_type = 'work'`)
+	if tasks != counted {
+		t.Errorf("tasks holds %d tasks of type work, queue_counts %d", tasks, counted)
+	}
+}
+
+// An update that terminates an obligation an earlier update of its batch
+// opened (still kept in memory) and then fails must leave the obligation
+// open: its termination is undone with it.
+func TestAFailedUpdatesTerminationOfAnObligationOpenedEarlierInTheBatchIsUndone(t *testing.T) {
+	g := newFailGate(t)
+	ctx := context.Background()
+	errFail := errors.New("the update fails on purpose")
+	opener := func() error {
+		return g.st.Update(ctx, func(tx store.Tx) error {
+			rc := &host.Receipt{ID: "R-OPENED", Tenant: "acme", Type: host.ReceiptAssigned, From: "a", To: "b", Parents: []string{},
+				Body: json.RawMessage(`{}`), CreatedAt: storetest.Epoch}
+			if err := tx.AppendReceipt(ctx, rc); err != nil {
+				return err
+			}
+			return tx.OpenObligation(ctx, host.Obligation{ReceiptID: rc.ID, Tenant: "acme", Type: rc.Type, Obligor: "b", Obligee: "a",
+				CreatedAt: storetest.Epoch, Seq: rc.Seq})
+		})
+	}
+	terminator := func() error {
+		return g.st.Update(ctx, func(tx store.Tx) error {
+			if err := tx.Terminate(ctx, "acme", "R-OPENED", "R-NEVER"); err != nil {
+				return err
+			}
+			return errFail
+		})
+	}
+	errs := g.oneBatch(t, opener, terminator, g.putTypes("other"))
+	if errs[0] != nil || !errors.Is(errs[1], errFail) || errs[2] != nil {
+		t.Fatalf("errors %v, want nil, %v, nil", errs, errFail)
+	}
+	var term string
+	if err := g.db.QueryRow(`SELECT coalesce(terminated_by, '') FROM obligations WHERE receipt_id = 'R-OPENED'`).Scan(&term); err != nil {
+		t.Fatal(err)
+	}
+	if term != "" {
+		t.Errorf("obligation R-OPENED is terminated by %q, which a failed update wrote", term)
+	}
 }
