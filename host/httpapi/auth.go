@@ -264,6 +264,21 @@ func ActorOf(c echo.Context) engine.Actor {
 }
 
 // requireRole refuses callers whose role is not in roles.
+// requireOperator admits only admins of the default tenant, the gate's
+// operators. The routes it guards act on the whole gate, across tenants (the
+// outbox to the external ledger holds every tenant's receipts and results;
+// a retention sweep archives every tenant's due tasks), so no other tenant's
+// admin may read or drive them.
+func requireOperator(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if a := ActorOf(c); a.Role != engine.RoleAdmin || a.Tenant != DefaultTenant {
+			return host.Errorf(host.CodeForbidden, "this route acts on every tenant's data and needs an admin key of the %q tenant; yours is a %s of tenant %q",
+				DefaultTenant, a.Role, a.Tenant)
+		}
+		return next(c)
+	}
+}
+
 func requireRole(roles ...string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {

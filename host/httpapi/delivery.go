@@ -18,7 +18,8 @@ func (s *Server) deliveryRoutes(auth echo.MiddlewareFunc) {
 	v1.GET("/inbox", s.inbox)
 	v1.POST("/inbox/mark-read", s.markRead)
 	v1.POST("/tasks/:id/store-in-memory", s.storeInMemory, requireRole(engine.RoleAgent, engine.RoleAdmin))
-	a := s.e.Group("/v1/admin", auth, requireRole(engine.RoleAdmin))
+	// Gate-wide: operators only (requireOperator).
+	a := s.e.Group("/v1/admin", auth, requireOperator)
 	a.POST("/retention/sweep", s.retentionSweep)
 	a.GET("/outbox", s.outboxStatus)
 	a.POST("/outbox/retry", s.outboxRetry)

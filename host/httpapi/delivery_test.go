@@ -95,3 +95,31 @@ func TestRetentionSweepRouteAndMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestGateWideDeliveryRoutesAreOperatorsOnly: the outbox (every tenant's
+// receipts and results) and the retention sweep (every tenant's tasks) answer
+// only admins of the default tenant; another tenant's admin gets 403 and
+// changes nothing.
+func TestGateWideDeliveryRoutesAreOperatorsOnly(t *testing.T) {
+	b := setup(t)
+	ck, err := CreateKey(context.Background(), b.st, NewKeyRequest{Role: engine.RoleAdmin, Principal: "ops.globex", Tenant: "globex"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := []struct{ method, path, body string }{
+		{http.MethodGet, "/v1/admin/outbox", ""},
+		{http.MethodGet, "/v1/admin/outbox?tenant=globex", ""},
+		{http.MethodPost, "/v1/admin/outbox/retry", `{}`},
+		{http.MethodPost, "/v1/admin/retention/sweep", ""},
+	}
+	for _, r := range routes {
+		for _, key := range []string{ck.APIKey, b.agent, b.worker} {
+			if c, m := b.do(t, r.method, r.path, key, r.body); c != 403 || m["error"] != "forbidden" || m["detail"] == "" {
+				t.Errorf("%s %s with a non-operator key = %d %v, want 403 forbidden", r.method, r.path, c, m)
+			}
+		}
+		if c, m := b.do(t, r.method, r.path, b.admin, r.body); c != 200 {
+			t.Errorf("%s %s by an operator = %d %v, want 200", r.method, r.path, c, m)
+		}
+	}
+}

@@ -65,7 +65,12 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case http.MethodDelete:
 		if sid != "" {
-			s.dropSession(sid)
+			// Only its own key may end a session: another key would lock
+			// its owner out (and take the session over on its next call).
+			if !ok || !s.dropSessionOf(sid, a) {
+				writeForeignSession(w, nil)
+				return
+			}
 		}
 		s.http.ServeHTTP(w, r)
 		return

@@ -78,6 +78,19 @@ func (s *Server) dropSession(id string) {
 	s.sessMu.Unlock()
 }
 
+// dropSessionOf forgets session id for a, its owner, and reports false (and
+// keeps it) when it belongs to another key. A session not seen yet is a's to
+// end.
+func (s *Server) dropSessionOf(id string, a engine.Actor) bool {
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
+	if sess, ok := s.sessions[id]; ok && sess.actor != a {
+		return false
+	}
+	delete(s.sessions, id)
+	return true
+}
+
 // sessionStarted records the tenant's task types (so a later change is
 // noticed) and watches the principal's tasks in flight.
 func (s *Server) sessionStarted(a engine.Actor) {

@@ -487,6 +487,22 @@ func TestMissingSessionID(t *testing.T) {
 	if r2.StatusCode != http.StatusNotFound || !strings.Contains(string(b2), "another key") {
 		t.Fatalf("another key's session: %d %s", r2.StatusCode, b2)
 	}
+	// Nor end it: the DELETE is refused and the owner's session goes on.
+	del, _ := http.NewRequest(http.MethodDelete, b.ts.URL+mcpapi.Path, nil)
+	del.Header.Set("Authorization", "Bearer "+b.admin)
+	del.Header.Set("Mcp-Session-Id", c.GetSessionId())
+	r3, err := http.DefaultClient.Do(del)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b3, _ := io.ReadAll(r3.Body)
+	r3.Body.Close()
+	if r3.StatusCode != http.StatusNotFound || !strings.Contains(string(b3), "another key") {
+		t.Fatalf("another key ends the session: %d %s", r3.StatusCode, b3)
+	}
+	if _, err := c.ListTools(context.Background(), mcp.ListToolsRequest{}); err != nil {
+		t.Fatalf("the owner's session after another key's DELETE: %v", err)
+	}
 
 	resp, body = post("")
 	var e mcpapi.ErrorBody
