@@ -817,7 +817,9 @@ func (e *Engine) Fail(ctx context.Context, req FailRequest) (*FailResult, error)
 	var dead bool
 	var rsReleased, rsExpired int
 	err = e.update(ctx, func(tx store.Tx) error {
-		rsReleased, rsExpired = 0, 0
+		// The store may run this again (a batch rerun): nothing of a run
+		// that did not commit may reach the answer or the events.
+		*out, dead, rsReleased, rsExpired = FailResult{}, false, 0, 0
 		t, err := liveLease(ctx, tx, req.WorkerCall, now)
 		if err != nil {
 			return err
