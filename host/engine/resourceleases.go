@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -286,10 +287,17 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 	for i, it := range intents {
 		resources[i] = it.Resource
 	}
+	lock := resources
+	if cfg.MaxLeasesPerHolder > 0 {
+		// The cap counts the holder's live leases, which its acquires of
+		// other resources change too: those decisions must be made one at
+		// a time, on every host, as decisions on one resource are.
+		lock = append(slices.Clone(resources), holderLockName(req.Holder))
+	}
 	var out *AcquireResult
 	err := e.update(ctx, func(tx store.Tx) error {
 		out = nil
-		if _, err := tx.LockResources(ctx, req.Tenant, resources); err != nil {
+		if _, err := tx.LockResources(ctx, req.Tenant, lock); err != nil {
 			return err
 		}
 		now := e.now()
@@ -424,19 +432,32 @@ func (e *Engine) bookHold(ctx context.Context, tx store.Tx, tenant string, adds 
 }
 
 // refundHold gives back the unused part of a released lease's time, when
-// its quota window is still the current one.
+// every booking of that time fell in the current quota window: the lease was
+// acquired in it (its heartbeats came later). A lease acquired in an earlier
+// window gets nothing back, since the current window never counted the time
+// booked before it; nor does a DIE_RESTART grace period, which was never
+// booked.
 func (e *Engine) refundHold(ctx context.Context, tx store.Tx, l *host.ResourceLease, now time.Time) error {
 	cfg := e.rl().cfg
-	if cfg.HoldQuota < 0 || !now.Before(l.ExpiresAt) {
+	unused := l.ExpiresAt.Sub(now)
+	if l.GraceUsed {
+		unused -= cfg.Grace
+	}
+	if cfg.HoldQuota < 0 || unused <= 0 {
 		return nil
 	}
 	h, err := tx.GetResourceHold(ctx, l.Tenant, l.Holder, l.Resource)
-	if err != nil || h.WindowStart.IsZero() || !now.Before(h.WindowStart.Add(cfg.QuotaWindow)) {
+	if err != nil || h.WindowStart.IsZero() || !now.Before(h.WindowStart.Add(cfg.QuotaWindow)) || l.AcquiredAt.Before(h.WindowStart) {
 		return err
 	}
-	h.Held -= min(l.ExpiresAt.Sub(now), h.Held)
+	h.Held -= min(unused, h.Held)
 	return tx.PutResourceHold(ctx, h)
 }
+
+// holderLockName is the name under which acquires by holder lock each other
+// (LockResources) while the concurrent-lease cap is counted. A resource name
+// cannot hold a NUL, so it names no resource.
+func holderLockName(holder string) string { return "\x00holder\x00" + holder }
 
 func leaseEvent(l *host.ResourceLease, kind host.ResourceLeaseEventKind, at time.Time, prev *time.Time) *host.ResourceLeaseEvent {
 	return &host.ResourceLeaseEvent{Tenant: l.Tenant, LeaseID: l.ID, Resource: l.Resource, Predicate: l.Predicate,

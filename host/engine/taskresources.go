@@ -133,8 +133,22 @@ func (e *Engine) taskResources(ctx context.Context, tx store.Tx, ref taskLeaseRe
 // been granted to someone else since.
 func (e *Engine) extendTaskResources(ctx context.Context, tx store.Tx, t *host.Task) error {
 	ls, now, err := e.taskResources(ctx, tx, refOf(t))
-	if err != nil || len(ls) == 0 {
+	if err != nil {
 		return err
+	}
+	// Every intent was granted with the task's lease; one whose lease is no
+	// longer active (the resource sweeper recorded its expiry while this
+	// heartbeat waited for the writer, or it was released) is no longer the
+	// task's, and may be someone else's by now.
+	held := make(map[string]bool, len(ls))
+	for _, l := range ls {
+		held[l.Resource] = true
+	}
+	for _, it := range t.ResourceIntents {
+		if !held[it.Resource] {
+			return host.Errorf(host.CodeLeaseExpired, "lease %s: the resource lease on %s held for task %s has ended (expired or released): the task no longer holds the resource",
+				t.LeaseID, it.Resource, t.ID)
+		}
 	}
 	for _, l := range ls {
 		if !l.LiveAt(now) {

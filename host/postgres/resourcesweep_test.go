@@ -3,8 +3,10 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -224,5 +226,51 @@ func TestResourceLocksAreSchemaScoped(t *testing.T) {
 			t.Fatal("gate b's batch waits for the lock gate a holds on its own resource of the same name")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// The concurrent-lease cap per holder holds across hosts: two hosts grant
+// one holder leases on two different resources at the same moment, and at
+// most one of them may be granted under a cap of 1. The resources' own locks
+// do not order the two decisions; the holder's lock does.
+func TestHolderCapHoldsAcrossHosts(t *testing.T) {
+	schema := newSchema(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var engs []*engine.Engine
+	for range 2 {
+		eng, err := engine.New(engine.Config{Store: openIn(t, schema, Options{}), ExpiryJitter: -1, Logger: quiet,
+			ResourceLeases: engine.ResourceLeaseConfig{MaxLeasesPerHolder: 1, HoldQuota: -1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(eng.Close)
+		engs = append(engs, eng)
+	}
+	ctx := context.Background()
+	for round := range 200 {
+		holder := fmt.Sprintf("agent.%d", round)
+		var wg sync.WaitGroup
+		granted := make([]string, len(engs))
+		for i, eng := range engs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r, err := eng.AcquireResources(ctx, engine.AcquireRequest{Tenant: "acme", Holder: holder, TTL: time.Minute,
+					Intents: []host.ResourceIntent{{Resource: fmt.Sprintf("FILE:/cap/%d/%d", round, i), Predicate: host.PredicateMutates}}})
+				switch {
+				case err == nil:
+					granted[i] = r.Leases[0].ID
+				case !host.IsCode(err, host.CodeQuotaExceeded):
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		if granted[0] != "" && granted[1] != "" {
+			t.Fatalf("round %d: %s holds two live leases (%s, %s) under a cap of 1", round, holder, granted[0], granted[1])
+		}
+		if granted[0] == "" && granted[1] == "" {
+			t.Fatalf("round %d: neither acquire was granted", round)
+		}
 	}
 }

@@ -37,6 +37,7 @@ func runResourceLeases(t *testing.T, open Opener, hammer bool) {
 		{"ResourceLeaseWaitDie", testRLWaitDie},
 		{"ResourceLeaseGraceOnceThenVerify", testRLGrace},
 		{"ResourceLeaseQuotas", testRLQuotas},
+		{"ResourceLeaseRefundStaysInItsWindow", testRLRefundWindow},
 		{"ResourceLeaseVerifyAll", testRLVerify},
 		{"ResourceLeaseOtherHolder", testRLOtherHolder},
 		{"ResourceLeaseSweepAndAudit", testRLSweepAudit},
@@ -413,6 +414,36 @@ func testRLQuotas(t *testing.T, b *Bundle, eng *engine.Engine, _ *eventLog) {
 	_, err = acquire(eng, "a", 5*time.Minute, "Q:9", "MUTATES")
 	WantCode(t, err, host.CodeQuotaExceeded)
 	mustAcquire(t, eng, "b", 5*time.Minute, "Q:9", "MUTATES") // another holder has its own
+}
+
+// testRLRefundWindow: a release gives the unused time of a lease back to the
+// quota window it was booked in, never to a later one (10 min per hour in
+// this suite).
+func testRLRefundWindow(t *testing.T, b *Bundle, eng *engine.Engine, _ *eventLog) {
+	start := b.Clock.Now()
+	// Within one window the refund is made: 8 min booked and given back at
+	// once leave room for 10 more.
+	l := mustAcquire(t, eng, "c", 8*time.Minute, "W:2", "READS").Leases[0]
+	if _, err := eng.ReleaseResources(b.Ctx, rlActor("c"), []string{l.ID}); err != nil {
+		t.Fatal(err)
+	}
+	mustAcquire(t, eng, "c", 10*time.Minute, "W:2", "READS")
+	// A lease booked at the end of one window and released in the next
+	// gives nothing to the next.
+	mustAcquire(t, eng, "a", 5*time.Minute, "W:1", "READS")
+	b.Clock.Set(start.Add(59 * time.Minute))
+	late := mustAcquire(t, eng, "a", 5*time.Minute, "W:1", "READS").Leases[0] // the first window is full
+	b.Clock.Set(start.Add(60 * time.Minute))
+	mustAcquire(t, eng, "a", 5*time.Minute, "W:1", "READS") // opens the second window: 5 min
+	if _, err := eng.ReleaseResources(b.Ctx, rlActor("a"), []string{late.ID}); err != nil {
+		t.Fatal(err)
+	}
+	mustAcquire(t, eng, "a", 5*time.Minute, "W:1", "READS") // 10 min: the quota
+	_, err := acquire(eng, "a", 4*time.Minute, "W:1", "READS")
+	WantCode(t, err, host.CodeQuotaExceeded)
+	if !strings.Contains(host.ErrorDetail(err), "of lease time on W:1") {
+		t.Fatalf("detail = %q", host.ErrorDetail(err))
+	}
 }
 
 func testRLVerify(t *testing.T, b *Bundle, eng *engine.Engine, _ *eventLog) {

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ func runTaskResources(t *testing.T, open Opener) {
 		{"TaskResourceReadsShared", testTRReads},
 		{"TaskResourceBlockedTaskStepsAside", testTRStepAside},
 		{"TaskResourceHeartbeatExtends", testTRHeartbeat},
+		{"TaskResourceHeartbeatRefusedOnceSwept", testTRHeartbeatAfterSweep},
 		{"TaskResourceEndsWithTheLease", testTREnds},
 		{"TaskResourceWaitsForAgentLease", testTRAgent},
 		{"TaskResourceWorkersNeverOverlap", testTRWorkers},
@@ -294,6 +296,67 @@ func testTRHeartbeat(t *testing.T, b *Bundle) {
 	WantCode(t, err, host.CodeConflict)
 	_, err = b.Engine.HeartbeatResources(b.Ctx, b.Admin, []string{l.ID}, 0)
 	WantCode(t, err, host.CodeConflict)
+}
+
+// hookClock is a manual clock that runs hook once, the first time it is read
+// after being armed.
+type hookClock struct {
+	*host.ManualClock
+	armed atomic.Bool
+	hook  func()
+}
+
+func (c *hookClock) Now() time.Time {
+	now := c.ManualClock.Now()
+	if c.armed.CompareAndSwap(true, false) {
+		c.hook()
+	}
+	return now
+}
+
+// testTRHeartbeatAfterSweep: a heartbeat that read the clock just before the
+// task's lease expired, and reached the writer after the resource sweeper
+// had recorded the task's resource lease expired and an agent had taken the
+// resource, is refused: the task no longer holds its resource, and extending
+// its lease would let it run beside the agent's MUTATES.
+func testTRHeartbeatAfterSweep(t *testing.T, b *Bundle) {
+	clock := &hookClock{ManualClock: host.NewManualClock(b.Clock.Now())}
+	eng, err := engine.New(engine.Config{Store: b.Store, Clock: clock, ExpiryJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eng.Close)
+	b.Enqueue(t, "edit")
+	offers, err := eng.Lease(b.Ctx, engine.LeaseRequest{Tenant: "acme", WorkerID: "w.1"})
+	if err != nil || len(offers) != 1 {
+		t.Fatalf("lease: %v, %d offers", err, len(offers))
+	}
+	exp := offers[0].LeaseExpiresAt
+	clock.Set(exp.Add(-time.Millisecond))
+	var agentLease *host.ResourceLease
+	clock.hook = func() {
+		clock.Set(exp.Add(time.Millisecond))
+		if n, err := eng.SweepResourceLeases(b.Ctx); err != nil || n != 1 {
+			t.Errorf("resource sweep: %d expired, %v; want 1", n, err)
+		}
+		res, err := eng.AcquireResources(b.Ctx, engine.AcquireRequest{Tenant: "acme", Holder: "agent.kee", TTL: time.Minute,
+			Intents: []host.ResourceIntent{{Resource: "file:/repo/x.go", Predicate: host.PredicateMutates}}})
+		if err != nil {
+			t.Errorf("the agent's MUTATES after the sweep: %v", err)
+			return
+		}
+		agentLease = res.Leases[0]
+	}
+	clock.armed.Store(true)
+	hb, err := eng.Heartbeat(b.Ctx, engine.HeartbeatRequest{WorkerCall: Call("w.1", offers[0])})
+	if agentLease == nil {
+		t.Fatal("the hook did not run between the heartbeat's clock reading and its transaction")
+	}
+	if err == nil {
+		t.Fatalf("the heartbeat extended the task's lease to %s while agent.kee holds MUTATES lease %s on its resource until %s",
+			hb.LeaseExpiresAt, agentLease.ID, agentLease.ExpiresAt)
+	}
+	WantCode(t, err, host.CodeLeaseExpired)
 }
 
 func testTREnds(t *testing.T, b *Bundle) {
