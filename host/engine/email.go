@@ -7,6 +7,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -23,6 +24,8 @@ type Mailer interface {
 	Delete(ctx context.Context, id string) error
 	CanRead() bool
 	NewMessageID() string
+	// CallBound is the longest one Send, Fetch or Delete may take.
+	CallBound() time.Duration
 }
 
 // OutboxKindEmail is the outbox kind of a queued email: the mail sink
@@ -161,7 +164,7 @@ func (e *Engine) deliverEmail(ctx context.Context, en store.OutboxEntry) error {
 // written again.
 func (e *Engine) emailOutcomes(ctx context.Context, tx store.Tx, es []store.OutboxEntry) error {
 	for _, en := range es {
-		if en.Kind != OutboxKindEmail || en.State == store.OutboxPending {
+		if en.Kind != OutboxKindEmail || en.State == store.OutboxPending || en.State == store.OutboxReclaimed {
 			continue
 		}
 		var ent emailEntry

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -155,6 +156,13 @@ func inboxItemFor(r *host.Receipt, t *host.Task) (host.InboxItem, bool) {
 		return it, false
 	}
 	return it, true
+}
+
+// errorText is err's text as the store may keep it: valid UTF-8 with no NUL
+// (a sink's or a mail server's answer may hold any bytes, and PostgreSQL
+// refuses those in text), at most about n bytes.
+func errorText(err error, n int) string {
+	return clip(strings.ToValidUTF8(strings.ReplaceAll(err.Error(), "\x00", ""), "\uFFFD"), n)
 }
 
 func clip(s string, n int) string {

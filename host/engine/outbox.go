@@ -132,23 +132,44 @@ func (e *Engine) OutboxRound(ctx context.Context) (int, error) {
 	if e.cfg.Delivery.Mail != nil {
 		kinds = append(kinds, OutboxKindEmail)
 	}
+	claimFor := cfg.ClaimFor
+	if m := e.cfg.Delivery.Mail; m != nil {
+		claimFor = max(claimFor, 2*m.CallBound()) // room for an email's session
+	}
 	now := e.now()
+	claimEnd := now.Add(claimFor)
 	var claimed []store.OutboxEntry
 	if err := storeErr(e.st.Update(ctx, func(tx store.Tx) error {
 		var err error
-		claimed, err = tx.ClaimOutbox(ctx, now, now.Add(cfg.ClaimFor), cfg.Batch, kinds)
+		claimed, err = tx.ClaimOutbox(ctx, now, claimEnd, cfg.Batch, kinds)
 		return err
 	})); err != nil || len(claimed) == 0 {
 		return 0, err
 	}
+	// A delivery that could outlast the round's claim is not started:
+	// another dispatcher may take the entry once the claim ends, and two
+	// deliveries at once are what the claim is there to prevent. Such an
+	// entry is handed back as it was, due at once.
+	released := make([]bool, len(claimed))
 	sem := make(chan struct{}, cfg.Workers)
 	var wg sync.WaitGroup
 	for i := range claimed {
-		wg.Add(1)
+		bound := cfg.Timeout
+		if claimed[i].Kind == OutboxKindEmail && e.cfg.Delivery.Mail != nil {
+			// One mail session may take longer than a sink's call.
+			bound = max(bound, e.cfg.Delivery.Mail.CallBound())
+		}
 		sem <- struct{}{}
+		if e.now().Add(bound).After(claimEnd) {
+			<-sem
+			released[i] = true
+			claimed[i].State, claimed[i].NextAt = store.OutboxPending, e.now()
+			continue
+		}
+		wg.Add(1)
 		go func(en *store.OutboxEntry) {
 			defer func() { <-sem; wg.Done() }()
-			dctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+			dctx, cancel := context.WithTimeout(ctx, bound)
 			var err error
 			switch {
 			case en.Kind == OutboxKindEmail:
@@ -164,27 +185,33 @@ func (e *Engine) OutboxRound(ctx context.Context) (int, error) {
 			case err == nil:
 				en.State = store.OutboxDone
 			case errors.As(err, &refused):
-				en.State, en.Attempts, en.LastError = store.OutboxDead, en.Attempts+1, clip(err.Error(), 1000)
+				en.State, en.Attempts, en.LastError = store.OutboxDead, en.Attempts+1, errorText(err, 1000)
 			default:
-				en.State, en.Attempts, en.LastError = store.OutboxPending, en.Attempts+1, clip(err.Error(), 1000)
+				en.State, en.Attempts, en.LastError = store.OutboxPending, en.Attempts+1, errorText(err, 1000)
 				en.NextAt = e.now().Add(cfg.backoff(en.Attempts))
 			}
 		}(&claimed[i])
 	}
 	wg.Wait()
+	// The outcomes are recorded even when the gate is stopping: a delivery
+	// made and not recorded would be made again.
 	var outboxed bool
-	if err := storeErr(e.st.Update(context.WithoutCancel(ctx), e.wrapTx(func(tx store.Tx) error {
-		if err := tx.FinishOutbox(ctx, claimed); err != nil {
+	rctx := context.WithoutCancel(ctx)
+	if err := storeErr(e.st.Update(rctx, e.wrapTx(func(tx store.Tx) error {
+		if err := tx.FinishOutbox(rctx, claimed); err != nil {
 			return err
 		}
-		return e.emailOutcomes(ctx, tx, claimed)
+		return e.emailOutcomes(rctx, tx, claimed)
 	}, &outboxed))); err != nil {
 		return len(claimed), err // the claims end by themselves; the entries are tried again
 	}
 	if outboxed {
 		e.wakeOutbox() // email outcome receipts queued for the external ledger
 	}
-	for _, en := range claimed {
+	for i, en := range claimed {
+		if released[i] || en.State == store.OutboxReclaimed {
+			continue // not tried, or its outcome is another dispatcher's now
+		}
 		ev := Event{Tenant: en.Tenant, Detail: en.LastError}
 		switch en.State {
 		case store.OutboxDone:

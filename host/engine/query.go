@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"strings"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -263,11 +262,7 @@ func (e *Engine) ArchiveResult(ctx context.Context, actor Actor, id string) (*ho
 	if t.Result.ArchivedAt != nil {
 		return t, nil
 	}
-	if t.Result.Pointer != "" && e.cfg.Plugins != nil {
-		name := t.Result.Channel
-		if name == "" {
-			name, _, _ = strings.Cut(t.Result.Pointer, ":")
-		}
+	if name := pointerChannel(t.Result); name != "" && e.cfg.Plugins != nil {
 		if ch, err := e.cfg.Plugins.Channel(name); err == nil {
 			if err := ch.Ack(ctx, t.Result.Pointer); err != nil {
 				return nil, host.WrapError(host.CodeChannelError, err, "result channel "+name+" failed to archive: "+err.Error())

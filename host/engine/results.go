@@ -187,9 +187,9 @@ func (e *Engine) openResult(ctx context.Context, actor Actor, id string, whole b
 	if e.cfg.Plugins == nil {
 		return nil, host.Errorf(host.CodeConflict, "this gate has no result channels to fetch %s", t.Result.Pointer)
 	}
-	name := out.Channel
+	name := pointerChannel(t.Result)
 	if name == "" {
-		name, _, _ = strings.Cut(t.Result.Pointer, ":")
+		return nil, host.Errorf(host.CodeConflict, "the result is at %s, a location the worker gave, not a channel of this gate; fetch it from there", t.Result.Pointer)
 	}
 	ch, err := e.cfg.Plugins.Channel(name)
 	if err != nil {
@@ -247,4 +247,20 @@ func channelReadErr(err error, pointer, name string) error {
 		return host.WrapError(host.CodeChannelError, err, "result channel "+name+" failed: "+err.Error())
 	}
 	return err
+}
+
+// pointerChannel names the channel a result's pointer belongs to: the one
+// recorded with it (the gate records the channel of every payload it
+// stores), else the pointer's prefix (channel:data). A URL (scheme://…) the
+// worker gave names no channel, even when its scheme is a channel's name
+// (checkWorkerPointer lets such pointers through as the worker's own): "".
+func pointerChannel(res *host.Result) string {
+	if res.Channel != "" {
+		return res.Channel
+	}
+	name, rest, _ := strings.Cut(res.Pointer, ":")
+	if strings.HasPrefix(rest, "//") {
+		return ""
+	}
+	return name
 }

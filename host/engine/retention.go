@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -141,9 +140,9 @@ func (e *Engine) managedChannel(res *host.Result) (host.Channel, string, bool) {
 	if res == nil || res.Pointer == "" || res.PurgedAt != nil {
 		return nil, "", false
 	}
-	name := res.Channel
+	name := pointerChannel(res)
 	if name == "" {
-		name, _, _ = strings.Cut(res.Pointer, ":")
+		return nil, "", false // the worker's own location: not the gate's to purge
 	}
 	if name == "inline" {
 		return nil, name, true

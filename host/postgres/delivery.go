@@ -205,14 +205,19 @@ ORDER BY next_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING `+outboxCols, us
 // Delivered entries go in one DELETE.
 func (w *writeTx) FinishOutbox(ctx context.Context, es []store.OutboxEntry) error {
 	var done []int64
-	for _, e := range es {
+	for i, e := range es {
 		if e.State == store.OutboxDone {
 			done = append(done, e.ID)
 			continue
 		}
-		if _, err := w.ss.exec(w.c(ctx), `UPDATE outbox SET state = $1, attempts = $2, next_at = $3, last_error = $4, claimed_until = NULL WHERE id = $5`,
-			string(e.State), e.Attempts, us(e.NextAt), e.LastError, e.ID); err != nil {
+		n, err := w.ss.exec(w.c(ctx), `UPDATE outbox SET state = $1, attempts = $2, next_at = $3, last_error = $4, claimed_until = NULL
+WHERE id = $5 AND claimed_until IS NOT DISTINCT FROM $6`,
+			string(e.State), e.Attempts, us(e.NextAt), e.LastError, e.ID, nus(e.ClaimedTill))
+		if err != nil {
 			return err
+		}
+		if n == 0 {
+			es[i].State = store.OutboxReclaimed
 		}
 	}
 	if len(done) > 0 {

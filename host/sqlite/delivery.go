@@ -313,14 +313,21 @@ ORDER BY next_at, id LIMIT ?`, append(args, limit)...)
 // Delivered entries go in one DELETE per 500.
 func (w *writeTx) FinishOutbox(ctx context.Context, es []store.OutboxEntry) error {
 	var done []any
-	for _, e := range es {
+	for i, e := range es {
 		if e.State == store.OutboxDone {
 			done = append(done, e.ID)
 			continue
 		}
-		if _, err := w.exec(ctx, `UPDATE outbox SET state = ?, attempts = ?, next_at = ?, last_error = ?, claimed_until = NULL WHERE id = ?`,
-			string(e.State), e.Attempts, us(e.NextAt), e.LastError, e.ID); err != nil {
+		res, err := w.exec(ctx, `UPDATE outbox SET state = ?, attempts = ?, next_at = ?, last_error = ?, claimed_until = NULL
+WHERE id = ? AND claimed_until IS ?`,
+			string(e.State), e.Attempts, us(e.NextAt), e.LastError, e.ID, nus(e.ClaimedTill))
+		if err != nil {
 			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			es[i].State = store.OutboxReclaimed
 		}
 	}
 	for len(done) > 0 {

@@ -232,7 +232,10 @@ type Tx interface {
 	// deliver); no kinds claims nothing.
 	ClaimOutbox(ctx context.Context, now, claimUntil time.Time, limit int, kinds []string) ([]OutboxEntry, error)
 	// FinishOutbox records deliveries: delivered entries are removed, the
-	// others written back with their state, attempts, next attempt and error.
+	// others written back with their state, attempts, next attempt and error
+	// while their claim (ClaimedTill, as ClaimOutbox returned it) is still
+	// the stored one; an entry claimed again since is left alone and its
+	// State set to OutboxReclaimed.
 	FinishOutbox(ctx context.Context, es []OutboxEntry) error
 	// RetryOutbox moves dead entries (all when ids is empty) back to pending,
 	// due at now, and returns how many it moved.
@@ -442,6 +445,11 @@ const (
 	OutboxPending OutboxState = "pending"
 	OutboxDead    OutboxState = "dead" // the sink refused it; `gate outbox retry` sends it again
 	OutboxDone    OutboxState = "delivered"
+	// OutboxReclaimed is set by FinishOutbox on an entry whose claim had
+	// ended and passed to another dispatcher before its outcome was
+	// recorded: the outcome is that dispatcher's to record, and nothing was
+	// written.
+	OutboxReclaimed OutboxState = "reclaimed"
 )
 
 // OutboxEntry is one receipt (or memory item) waiting for the external

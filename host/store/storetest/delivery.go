@@ -1,10 +1,15 @@
 package storetest
 
 import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
 	"strings"
-	"time"
-
+	"sync/atomic"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
@@ -26,6 +31,10 @@ var deliveryCases = []struct {
 	{"OutboxClaimOrderPerTask", testOutboxClaimOrder},
 	{"OutboxClaimsOnlyItsKinds", testOutboxClaimsOnlyItsKinds},
 	{"OutboxQueuesEveryReceipt", testOutboxWithReceipts},
+	{"OutboxRecordsAnyErrorText", testOutboxErrorText},
+	{"OutboxOutcomeOfALostClaim", testOutboxLostClaim},
+	{"OutboxStartsNoDeliveryPastItsClaim", testOutboxClaimDeadline},
+	{"RetentionLeavesAWorkersURL", testRetentionWorkerURL},
 	{"EmailOutboxOutcomes", testEmailOutbox},
 }
 
@@ -377,5 +386,163 @@ func testOutboxClaimsOnlyItsKinds(t *testing.T, b *Bundle) {
 	}
 	if got := claim("receipt", "memory"); len(got) != 1 || got[0] != "k/receipt" {
 		t.Fatalf("a sink-only host claimed %v, want the receipt alone", got)
+	}
+}
+
+// funcSink is a sink that answers with fn.
+type funcSink func(store.OutboxEntry) error
+
+func (f funcSink) Deliver(_ context.Context, e store.OutboxEntry) error { return f(e) }
+
+// testOutboxErrorText: a sink's answer may hold any bytes (a Latin-1 error
+// page, a multi-byte character cut short, a NUL); the round still records
+// every outcome, the failure's text as valid UTF-8.
+func testOutboxErrorText(t *testing.T, b *Bundle) {
+	var calls atomic.Int64
+	sink := funcSink(func(e store.OutboxEntry) error {
+		if calls.Add(1) == 1 {
+			return errors.New("503: Service indisponible \xe9t\xe9 \x00 \xe2\x82")
+		}
+		return nil
+	})
+	eng, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Delivery: engine.DeliveryConfig{OutboxConfig: engine.OutboxConfig{Sink: sink, Workers: 1}, Retention: engine.RetentionConfig{Interval: -1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eng.Close)
+	for range 3 {
+		if _, err := eng.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "work"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := eng.OutboxRound(b.Ctx); err != nil || n != 3 {
+		t.Fatalf("round: %d claimed, %v", n, err)
+	}
+	var pending []store.OutboxEntry
+	_ = b.Store.View(b.Ctx, func(r store.Reader) error {
+		pending, err = r.ListOutbox(b.Ctx, store.OutboxPending, 0, 10)
+		return err
+	})
+	if len(pending) != 1 || pending[0].Attempts != 1 || !utf8.ValidString(pending[0].LastError) ||
+		strings.ContainsRune(pending[0].LastError, 0) || !strings.Contains(pending[0].LastError, "Service indisponible") {
+		t.Fatalf("after the round: %+v, want the two delivered gone and the failed one pending with attempts 1 and its error as UTF-8", pending)
+	}
+}
+
+// testOutboxLostClaim: a dispatcher whose claim ended, and passed to another
+// before it recorded its failure, records nothing: the other's claim and
+// the entry stay as they are.
+func testOutboxLostClaim(t *testing.T, b *Bundle) {
+	now := b.Clock.Now()
+	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error {
+		return tx.InsertOutbox(b.Ctx, []store.OutboxEntry{{Tenant: "acme", Kind: "receipt", Key: "k-lost", Body: []byte(`{}`), NextAt: now, CreatedAt: now}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(at time.Time) []store.OutboxEntry {
+		t.Helper()
+		var got []store.OutboxEntry
+		if err := b.Store.Update(b.Ctx, func(tx store.Tx) error {
+			var err error
+			got, err = tx.ClaimOutbox(b.Ctx, at, at.Add(time.Minute), 10, []string{"receipt"})
+			return err
+		}); err != nil || len(got) != 1 {
+			t.Fatalf("claim at %s: %v, %v", at, got, err)
+		}
+		return got
+	}
+	first := claim(now)
+	second := claim(now.Add(2 * time.Minute)) // the first claim has ended
+	first[0].State, first[0].Attempts, first[0].NextAt, first[0].LastError = store.OutboxDead, 1, now, "late refusal"
+	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error { return tx.FinishOutbox(b.Ctx, first) }); err != nil {
+		t.Fatal(err)
+	}
+	if first[0].State != store.OutboxReclaimed {
+		t.Fatalf("the first dispatcher's outcome: state %s, want %s", first[0].State, store.OutboxReclaimed)
+	}
+	var dead, pending []store.OutboxEntry
+	_ = b.Store.View(b.Ctx, func(r store.Reader) error {
+		dead, _ = r.ListOutbox(b.Ctx, store.OutboxDead, 0, 10)
+		pending, _ = r.ListOutbox(b.Ctx, store.OutboxPending, 0, 10)
+		return nil
+	})
+	if len(dead) != 0 || len(pending) != 1 || pending[0].Attempts != 0 || pending[0].ClaimedTill == nil || !pending[0].ClaimedTill.Equal(*second[0].ClaimedTill) {
+		t.Fatalf("after a lost claim's outcome: dead %+v, pending %+v; want it pending under the second claim", dead, pending)
+	}
+	// The second dispatcher records its own.
+	second[0].State, second[0].Attempts, second[0].NextAt, second[0].LastError = store.OutboxPending, 1, now.Add(time.Hour), "503"
+	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error { return tx.FinishOutbox(b.Ctx, second) }); err != nil || second[0].State != store.OutboxPending {
+		t.Fatalf("the second dispatcher's outcome: %v, state %s", err, second[0].State)
+	}
+}
+
+// testRetentionWorkerURL: a worker's own URL whose scheme is the name of a
+// channel the gate manages (mem://…, as http://… with the http channel) is
+// the worker's, accepted at completion as such: retention archives the task
+// without acking or purging it through the channel.
+func testRetentionWorkerURL(t *testing.T, b *Bundle) {
+	short := host.NewTaskType("short")
+	short.Tenant, short.DefaultRetentionDays = "acme", 1
+	b.MustPutType(t, short)
+	eng, ch := retentionEngine(t, b, engine.RetentionConfig{})
+	res, err := eng.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "short"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	offers, err := eng.Lease(b.Ctx, engine.LeaseRequest{Tenant: "acme", WorkerID: "w.1", Types: []string{"short"}, MaxTasks: 1})
+	if err != nil || len(offers) != 1 {
+		t.Fatalf("lease %v %v", offers, err)
+	}
+	url := "mem://worker.example/results/42"
+	if _, err := eng.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", offers[0]), Result: host.Result{Pointer: url}}); err != nil {
+		t.Fatalf("completion with the worker's URL: %v", err)
+	}
+	b.Clock.Advance(24*time.Hour + time.Second)
+	rep, err := eng.RetentionSweep(b.Ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := b.Task(t, res.TaskID)
+	if len(ch.acked) != 0 || rep.ChannelErrors != 0 || rep.Archived != 1 || tk.State != host.StateArchived || tk.Result.Pointer != url || tk.Result.PurgedAt != nil {
+		t.Fatalf("sweep %+v, acked %v, task %s pointer %q purged %v; want it archived with its URL untouched", rep, ch.acked, tk.State, tk.Result.Pointer, tk.Result.PurgedAt)
+	}
+}
+
+// testOutboxClaimDeadline: a round does not start a delivery that could
+// outlast its claim (another dispatcher may take the entry then); such an
+// entry is handed back untried, due at once, and counts no attempt.
+func testOutboxClaimDeadline(t *testing.T, b *Bundle) {
+	var delivered atomic.Int64
+	sink := funcSink(func(e store.OutboxEntry) error {
+		b.Clock.Advance(10 * time.Second) // each delivery takes its whole timeout
+		delivered.Add(1)
+		return nil
+	})
+	eng, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Delivery: engine.DeliveryConfig{OutboxConfig: engine.OutboxConfig{Sink: sink, Workers: 1, Timeout: 10 * time.Second, ClaimFor: 25 * time.Second},
+			Retention: engine.RetentionConfig{Interval: -1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eng.Close)
+	for range 3 {
+		if _, err := eng.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "work"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := eng.OutboxRound(b.Ctx); err != nil || n != 3 {
+		t.Fatalf("round: %d claimed, %v", n, err)
+	}
+	var pending []store.OutboxEntry
+	_ = b.Store.View(b.Ctx, func(r store.Reader) error {
+		pending, err = r.ListOutbox(b.Ctx, store.OutboxPending, 0, 10)
+		return err
+	})
+	if delivered.Load() != 2 || len(pending) != 1 || pending[0].Attempts != 0 || pending[0].ClaimedTill != nil || pending[0].NextAt.After(b.Clock.Now()) {
+		t.Fatalf("delivered %d; pending %+v; want 2 delivered and the third handed back untried, unclaimed and due", delivered.Load(), pending)
+	}
+	if n, err := eng.OutboxRound(b.Ctx); err != nil || n != 1 || delivered.Load() != 3 {
+		t.Fatalf("the next round: %d claimed, %v, %d delivered in all", n, err, delivered.Load())
 	}
 }
