@@ -149,8 +149,13 @@ func NormalizeResource(s string) (string, error) {
 	if i := strings.IndexByte(s, ':'); i > 0 && validKind(s[:i]) {
 		kind, rest := strings.ToUpper(s[:i]), strings.TrimSpace(s[i+1:])
 		if kind == "FILE" {
-			// Cleaning and trimming until neither changes the path.
-			for n := 0; n < 8 && rest != ""; n++ {
+			if len(rest) > 4*MaxResourceLen {
+				return "", Errorf(CodeInvalidResource, "resource: at most %d bytes (this one is %d)", MaxResourceLen, len(s))
+			}
+			// Cleaning and trimming until neither changes the path: each
+			// round that changes it makes it shorter, so this ends, and the
+			// result is a fixed point (normalizing it again changes nothing).
+			for rest != "" {
 				next := strings.TrimSpace(path.Clean(rest))
 				if next == rest {
 					break

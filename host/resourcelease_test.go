@@ -14,6 +14,8 @@ func TestNormalizeResource(t *testing.T) {
 		"plain name":            "plain name",
 		"1x:y":                  "1x:y", // not a kind: starts with a digit
 		"http://x/y":            "HTTP://x/y",
+		// Each round of cleaning uncovers another "./" behind a space.
+		"FILE:" + strings.Repeat("./ ", 12) + "x": "FILE:x",
 	} {
 		got, err := NormalizeResource(in)
 		if err != nil || got != want {
@@ -23,7 +25,7 @@ func TestNormalizeResource(t *testing.T) {
 }
 
 func FuzzNormalizeResource(f *testing.F) {
-	for _, s := range []string{"FILE:/a", "", " x ", "a\x00", "REPO:", strings.Repeat("y", 600), "file:../../.."} {
+	for _, s := range []string{"FILE:/a", "", " x ", "a\x00", "REPO:", strings.Repeat("y", 600), "file:../../..", "FILE:" + strings.Repeat("./ ", 12) + "x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
