@@ -230,7 +230,7 @@ func waitTask(rc *remoteCtx, id string, waitFor, interval time.Duration, mode st
 			}
 		}
 	}
-	t, err := rc.c.Wait(ctx, id, &client.WaitOptions{Interval: interval, OnPoll: draw})
+	t, err := rc.c.Wait(ctx, id, &client.WaitOptions{Interval: interval, OnPoll: draw, PollTimeout: rc.timeout})
 	if mode == "bar" {
 		fmt.Fprintln(rc.out)
 	}

@@ -382,6 +382,9 @@ type WaitOptions struct {
 	Interval time.Duration
 	// OnPoll, when set, sees the task after every poll (a progress bar).
 	OnPoll func(*Task)
+	// PollTimeout bounds each poll (0: only ctx bounds it), so a gate that
+	// stops answering fails the wait instead of holding it forever.
+	PollTimeout time.Duration
 }
 
 // Wait polls a task until it finishes (succeeded, canceled or dead letter)
@@ -389,16 +392,25 @@ type WaitOptions struct {
 func (c *Client) Wait(ctx context.Context, taskID string, o *WaitOptions) (*Task, error) {
 	interval := 500 * time.Millisecond
 	var onPoll func(*Task)
+	var pollTimeout time.Duration
 	if o != nil {
 		if o.Interval > 0 {
 			interval = o.Interval
 		}
-		onPoll = o.OnPoll
+		onPoll, pollTimeout = o.OnPoll, o.PollTimeout
+	}
+	poll := func() (*Task, error) {
+		if pollTimeout <= 0 {
+			return c.Status(ctx, taskID)
+		}
+		pctx, cancel := context.WithTimeout(ctx, pollTimeout)
+		defer cancel()
+		return c.Status(pctx, taskID)
 	}
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
-		t, err := c.Status(ctx, taskID)
+		t, err := poll()
 		if err != nil {
 			return nil, err
 		}

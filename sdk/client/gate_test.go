@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -289,5 +290,34 @@ func TestClientAgainstTheGate(t *testing.T) {
 	}})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("bounded wait: %v", err)
+	}
+}
+
+// TestWaitPollTimeout: with PollTimeout, a gate that accepts a poll and
+// never answers fails the wait with the poll's deadline instead of holding it
+// for as long as the caller's context allows.
+func TestWaitPollTimeout(t *testing.T) {
+	stall := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-stall:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(stall)
+	c := client.New(srv.URL, "k")
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Wait(context.Background(), "T-1", &client.WaitOptions{PollTimeout: 200 * time.Millisecond})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Wait against a stalled gate: %v, want the poll's deadline", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Wait against a stalled gate did not return within 30 s with a 200 ms poll timeout")
 	}
 }
