@@ -1126,14 +1126,22 @@ func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*hos
 // flagging it so the worker learns from its next heartbeat. Canceling a task
 // that is already finished is a conflict; canceling twice is a no-op.
 func (e *Engine) Cancel(ctx context.Context, actor Actor, taskID, reason string) (*host.Task, error) {
+	t, _, err := e.CancelChanged(ctx, actor, taskID, reason)
+	return t, err
+}
+
+// CancelChanged is Cancel that also reports whether this call changed the
+// task: false when it was already canceled, or its cancellation already
+// requested, before the call (the no-op of canceling twice).
+func (e *Engine) CancelChanged(ctx context.Context, actor Actor, taskID, reason string) (*host.Task, bool, error) {
 	if len(reason) > 1000 {
-		return nil, host.Errorf(host.CodeBadRequest, "reason is longer than 1000 characters")
+		return nil, false, host.Errorf(host.CodeBadRequest, "reason is longer than 1000 characters")
 	}
 	now := e.now()
 	var out *host.Task
-	var canceled bool
+	var canceled, changed bool
 	err := e.update(ctx, func(tx store.Tx) error {
-		canceled = false
+		canceled, changed = false, false
 		t, err := tx.GetTask(ctx, actor.Tenant, taskID)
 		if err != nil {
 			return err
@@ -1155,7 +1163,7 @@ func (e *Engine) Cancel(ctx context.Context, actor Actor, taskID, reason string)
 			if err := tx.UpdateTask(ctx, t, fence); err != nil {
 				return host.Errorf(host.CodeConflict, "task %s changed while canceling; try again", taskID)
 			}
-			out, canceled = t, true
+			out, canceled, changed = t, true, true
 			return appendReceipt(ctx, tx, r, types)
 		case host.StateLeased:
 			if t.CancelRequested {
@@ -1167,19 +1175,19 @@ func (e *Engine) Cancel(ctx context.Context, actor Actor, taskID, reason string)
 			if err := tx.UpdateTask(ctx, t, fence); err != nil {
 				return host.Errorf(host.CodeConflict, "task %s changed while canceling; try again", taskID)
 			}
-			out = t
+			out, changed = t, true
 			return nil
 		default:
 			return host.Errorf(host.CodeConflict, "task %s is %s and can no longer be canceled", taskID, t.State)
 		}
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if canceled {
 		e.emit(Event{Kind: EvCanceled, Tenant: out.Tenant, TaskType: out.Type})
 	}
-	return out, nil
+	return out, changed, nil
 }
 
 // Sweep handles every lease that has expired by the engine's clock: the task

@@ -304,9 +304,15 @@ func (s *Server) tasksCancel(ctx context.Context, a engine.Actor, params json.Ra
 	}
 	wctx, cancel := detached(ctx)
 	defer cancel()
-	t, err := s.eng.Cancel(wctx, a, id, "canceled with MCP tasks/cancel")
+	t, changed, err := s.eng.CancelChanged(wctx, a, id, "canceled with MCP tasks/cancel")
 	if err != nil {
 		return nil, errFor(err)
+	}
+	// The engine keeps canceling twice a no-op (the REST route is
+	// idempotent); the spec makes canceling a task already in a terminal
+	// status an error, as for a succeeded or dead-letter task.
+	if !changed && t.State.Terminal() {
+		return nil, errFor(host.Errorf(host.CodeConflict, "task %s is already %s and can no longer be canceled", id, t.State))
 	}
 	s.watch(t)
 	return mcpTask(t, s.pollSuggestion(ctx, t)), nil

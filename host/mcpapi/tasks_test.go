@@ -550,3 +550,38 @@ func TestStdioTasks(t *testing.T) {
 		t.Fatalf("ServeStdio: %v", err)
 	}
 }
+
+// TestTasksCancelOfAFinishedTaskIsAnError: tasks/cancel of a task that was
+// already terminal before the call — canceled included — is invalid params,
+// as the spec words it; the cancel that cancels succeeds, and a repeated
+// cancel of a leased task (not terminal: cancellation requested) still
+// answers working.
+func TestTasksCancelOfAFinishedTaskIsAnError(t *testing.T) {
+	b := setup(t, mcpapi.Config{TaskResultWait: 300 * time.Millisecond})
+	c := b.connect(t, b.agent)
+	var ct createTask
+	rpcOK(t, c, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{}, "task": map[string]any{}}, &ct)
+	var got mcp.Task
+	rpcOK(t, c, "tasks/cancel", map[string]any{"taskId": ct.Task.TaskId}, &got)
+	if got.Status != mcp.TaskStatusCancelled {
+		t.Fatalf("tasks/cancel of a queued task: %+v", got)
+	}
+	if res, e := rpc(t, c, "tasks/cancel", map[string]any{"taskId": ct.Task.TaskId}); e == nil || e.Code != -32602 || !strings.Contains(e.Message, "conflict") {
+		t.Fatalf("tasks/cancel of a cancelled task: %s %+v", res, e)
+	}
+
+	rpcOK(t, c, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{}, "task": map[string]any{}}, &ct)
+	worker := b.connect(t, b.worker)
+	var lease mcpapi.LeaseResult
+	ok(t, worker, "worker_lease_task", map[string]any{"task_types": []string{"echo"}}, &lease)
+	if lease.TaskID == nil || *lease.TaskID != ct.Task.TaskId {
+		t.Fatalf("leased %+v, want %s", lease, ct.Task.TaskId)
+	}
+	for i := range 2 {
+		got = mcp.Task{}
+		rpcOK(t, c, "tasks/cancel", map[string]any{"taskId": ct.Task.TaskId}, &got)
+		if got.Status != mcp.TaskStatusWorking || !strings.Contains(got.StatusMessage, "cancellation requested") {
+			t.Fatalf("tasks/cancel #%d of a leased task: %+v", i+1, got)
+		}
+	}
+}
