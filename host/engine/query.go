@@ -10,6 +10,10 @@ import (
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
+// Visible reports whether actor may see task t, by the rule every read of a
+// task follows (visible).
+func Visible(a Actor, t *host.Task) bool { return visible(a, t) }
+
 // visible reports whether actor may see task t. Admins see their whole tenant;
 // agents see the tasks they queued or that are addressed to them; workers see
 // the tasks they hold. Another tenant's task is never visible.

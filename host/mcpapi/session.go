@@ -221,13 +221,14 @@ func (s *Server) unwatch(id string) {
 
 // notifyTask sends notifications/tasks/status to the sessions of the task's
 // requester and recipient, and notifications/resources/updated to the
-// sessions subscribed to it.
+// sessions subscribed to it; only to sessions whose key may read the task
+// (a worker key named as an agent is neither).
 func (s *Server) notifyTask(t *host.Task, mt mcp.Task) {
 	params := toParams(mt)
 	uri := TaskURIPrefix + t.ID
 	for _, sess := range s.sessionList() {
 		a := sess.actor
-		if a.Tenant != t.Tenant {
+		if !engine.Visible(a, t) {
 			continue
 		}
 		if a.Principal == t.CreatedBy || a.Principal == t.Recipient {

@@ -585,3 +585,41 @@ func TestTasksCancelOfAFinishedTaskIsAnError(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusNotificationsOnlyToWhoMaySeeTheTask: a worker key whose
+// principal has the name of an agent's cannot read the agent's task, and so
+// does not hear of it either; the agent does.
+func TestStatusNotificationsOnlyToWhoMaySeeTheTask(t *testing.T) {
+	b := setup(t, mcpapi.Config{TaskResultWait: 300 * time.Millisecond, WatchInterval: 50 * time.Millisecond})
+	ck, err := httpapi.CreateKey(context.Background(), b.eng.Store(), httpapi.NewKeyRequest{Role: engine.RoleWorker, Principal: "agent.a", Tenant: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc, wn := b.listen(t, ck.APIKey)
+	agent, an := b.listen(t, b.agent)
+	var ct createTask
+	rpcOK(t, agent, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{}, "task": map[string]any{}}, &ct)
+	id := ct.Task.TaskId
+	if _, e := rpc(t, wc, "tasks/get", map[string]any{"taskId": id}); e == nil || !strings.Contains(e.Message, "not_found") {
+		t.Fatalf("the worker key reads the agent's task: %+v", e)
+	}
+	rpcOK(t, agent, "tasks/cancel", map[string]any{"taskId": id}, nil)
+	isStatus := func(m mcp.JSONRPCNotification) bool {
+		return m.Method == "notifications/tasks/status" && m.Params.AdditionalFields["taskId"] == id
+	}
+	an.wait(t, "tasks/status to the agent", isStatus)
+	// The watcher notifies every session in one pass: a marker sent to the
+	// worker's stream now arrives after anything that pass sent it.
+	const marker = "notifications/asyncgate_test/after"
+	if err := b.mcp.MCPServer().SendNotificationToSpecificClient(wc.GetSessionId(), marker, nil); err != nil {
+		t.Fatal(err)
+	}
+	wn.wait(t, "marker", func(m mcp.JSONRPCNotification) bool { return m.Method == marker })
+	wn.mu.Lock()
+	defer wn.mu.Unlock()
+	for _, m := range wn.got {
+		if isStatus(m) {
+			t.Fatalf("the worker key heard of a task it cannot see: %+v", m.Params)
+		}
+	}
+}
