@@ -120,17 +120,20 @@ func storeErr(err error) error {
 // to the Actor it stands for, reading the store every time. A missing,
 // unknown or revoked key is an unauthorized error.
 func Authenticate(ctx context.Context, st store.Store, bearer string) (engine.Actor, error) {
-	key := strings.TrimSpace(bearer)
-	if len(key) > 7 && strings.EqualFold(key[:7], "bearer ") {
-		key = strings.TrimSpace(key[7:])
-	}
+	key := bearerKey(bearer)
 	if key == "" {
 		return engine.Actor{}, host.Errorf(host.CodeUnauthorized, "an API key is required: Authorization: Bearer agw_…")
 	}
 	if !strings.HasPrefix(key, KeyPrefix) || len(key) > 200 {
 		return engine.Actor{}, host.Errorf(host.CodeUnauthorized, "the API key is not valid")
 	}
-	hash := HashKey(key)
+	return AuthenticateHash(ctx, st, HashKey(key))
+}
+
+// AuthenticateHash resolves the stored hash of a key (as KeyHashFromContext
+// gives it) to the Actor it stands for, reading the store. An unknown or
+// revoked key is an unauthorized error.
+func AuthenticateHash(ctx context.Context, st store.Store, hash string) (engine.Actor, error) {
 	var k *store.Key
 	err := st.View(ctx, func(r store.Reader) error {
 		var err error
@@ -174,12 +177,19 @@ func NewAuthenticator(st store.Store, ttl time.Duration) *Authenticator {
 	return &Authenticator{st: st, ttl: ttl, m: map[string]authEntry{}}
 }
 
-// Authenticate resolves a bearer key like the package function, through the cache.
-func (a *Authenticator) Authenticate(ctx context.Context, bearer string) (engine.Actor, error) {
+// bearerKey is the key of an Authorization header's value, with or without
+// the "Bearer " prefix.
+func bearerKey(bearer string) string {
 	key := strings.TrimSpace(bearer)
 	if len(key) > 7 && strings.EqualFold(key[:7], "bearer ") {
 		key = strings.TrimSpace(key[7:])
 	}
+	return key
+}
+
+// Authenticate resolves a bearer key like the package function, through the cache.
+func (a *Authenticator) Authenticate(ctx context.Context, bearer string) (engine.Actor, error) {
+	key := bearerKey(bearer)
 	if a.ttl < 0 || key == "" {
 		return Authenticate(ctx, a.st, key)
 	}
@@ -221,7 +231,8 @@ func (a *Authenticator) Forget() {
 func (a *Authenticator) Middleware() echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			actor, err := a.Authenticate(c.Request().Context(), c.Request().Header.Get(echo.HeaderAuthorization))
+			bearer := c.Request().Header.Get(echo.HeaderAuthorization)
+			actor, err := a.Authenticate(c.Request().Context(), bearer)
 			if err != nil {
 				if host.IsCode(err, host.CodeUnauthorized) {
 					c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="asyncgate"`)
@@ -235,7 +246,8 @@ func (a *Authenticator) Middleware() echo.MiddlewareFunc {
 				return badRequest("?tenant= applies to /v1/admin routes only; this key acts in tenant %q", actor.Tenant)
 			}
 			c.Set(ctxKeyActor, actor)
-			c.SetRequest(c.Request().WithContext(WithActor(c.Request().Context(), actor)))
+			ctx := context.WithValue(WithActor(c.Request().Context(), actor), keyHashKey{}, HashKey(bearerKey(bearer)))
+			c.SetRequest(c.Request().WithContext(ctx))
 			return next(c)
 		}
 	}
@@ -255,6 +267,17 @@ func WithActor(ctx context.Context, actor engine.Actor) context.Context {
 func ActorFromContext(ctx context.Context) (engine.Actor, bool) {
 	a, ok := ctx.Value(actorKey{}).(engine.Actor)
 	return a, ok
+}
+
+type keyHashKey struct{}
+
+// KeyHashFromContext returns the stored hash of the key the auth middleware
+// authenticated a request's caller with (for handlers that hold on to a
+// caller beyond one request, e.g. the MCP door's event streams, and check
+// again with AuthenticateHash that the key was not revoked since).
+func KeyHashFromContext(ctx context.Context) (string, bool) {
+	h, ok := ctx.Value(keyHashKey{}).(string)
+	return h, ok && h != ""
 }
 
 // ActorOf returns the caller of an authenticated echo request.

@@ -39,6 +39,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a, ok := httpapi.ActorFromContext(r.Context())
+	keyHash, _ := httpapi.KeyHashFromContext(r.Context())
 	sid := r.Header.Get(headerSessionID)
 	switch r.Method {
 	case http.MethodGet:
@@ -47,11 +48,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		stop := context.AfterFunc(s.drain, cancel) // a parked stream must not hold shutdown
 		defer stop()
 		if ok && sid != "" {
-			sess := s.touchSession(sid, a, s.httpSender(sid))
-			if sess == nil {
-				writeForeignSession(w, nil)
+			sess, err := s.touchSession(sid, a, keyHash, s.httpSender(sid))
+			if err != nil {
+				writeRefusedSession(w, nil, err)
 				return
 			}
+			// A session dropped (its key revoked, or ended) ends its stream.
+			stopGone := context.AfterFunc(sess.gone, cancel)
+			defer stopGone()
 			s.sessMu.Lock()
 			sess.streams++
 			s.sessMu.Unlock()
@@ -106,8 +110,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if ok && head.Method != "" && (sid != "" || modern) {
 		sess := &session{actor: a} // a modern request: a session of its own, never notified
 		if sid != "" {
-			if sess = s.touchSession(sid, a, s.httpSender(sid)); sess == nil {
-				writeForeignSession(w, head.ID)
+			var err error
+			if sess, err = s.touchSession(sid, a, keyHash, s.httpSender(sid)); err != nil {
+				writeRefusedSession(w, head.ID, err)
 				return
 			}
 		}
@@ -127,6 +132,19 @@ func (s *Server) httpSender(sid string) func(string, map[string]any) error {
 	return func(method string, params map[string]any) error {
 		return s.mcp.SendNotificationToSpecificClient(sid, method, params)
 	}
+}
+
+// writeRefusedSession answers a request touchSession refused: a revoked
+// key is 401 (as the auth middleware answers it once its cache expires),
+// another key's session 404.
+func writeRefusedSession(w http.ResponseWriter, id json.RawMessage, err error) {
+	if errors.Is(err, errKeyRevoked) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="asyncgate"`)
+		writeRPC(w, http.StatusUnauthorized, rpcFail(id, &rpcError{Code: rpcServerError,
+			Message: "unauthorized: the API key is not valid or was revoked"}))
+		return
+	}
+	writeForeignSession(w, id)
 }
 
 // writeForeignSession answers a request that names another key's session
@@ -166,7 +184,7 @@ func (s *Server) ServeStdio(ctx context.Context, actor engine.Actor, in io.Reade
 	lw := &lockedWriter{w: out}
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
-	sess := s.touchSession("stdio-"+hex.EncodeToString(rnd[:]), actor, func(method string, params map[string]any) error {
+	sess, _ := s.touchSession("stdio-"+hex.EncodeToString(rnd[:]), actor, "", func(method string, params map[string]any) error {
 		msg := map[string]any{"jsonrpc": "2.0", "method": method}
 		if params != nil {
 			msg["params"] = params

@@ -55,6 +55,11 @@ type Config struct {
 	// WatchInterval is how often the tasks connected sessions care about are
 	// read again for notifications (default DefaultWatchInterval).
 	WatchInterval time.Duration
+	// KeyCheckInterval is how long a key found valid is believed before a
+	// session that outlives its requests (an open event stream, a
+	// notification) reads it again; a session whose key was revoked is
+	// dropped, its open event streams ended (default DefaultKeyCheckInterval).
+	KeyCheckInterval time.Duration
 	// ValidateOutput checks every tool result against the tool's output
 	// schema (a failure becomes a tool error). For tests.
 	ValidateOutput bool
@@ -74,6 +79,9 @@ type Server struct {
 	sessMu   sync.Mutex
 	sessions map[string]*session // by session id
 	typeFP   map[string]string   // tenant -> fingerprint of its task types
+
+	keyMu     sync.Mutex
+	keyChecks map[string]keyCheck // key hash -> last read of the key
 
 	watchMu   sync.Mutex
 	watched   map[string]*watched // task id -> last seen
@@ -104,8 +112,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.WatchInterval <= 0 {
 		cfg.WatchInterval = DefaultWatchInterval
 	}
+	if cfg.KeyCheckInterval <= 0 {
+		cfg.KeyCheckInterval = DefaultKeyCheckInterval
+	}
 	s := &Server{eng: cfg.Engine, log: cfg.Logger, cfg: cfg, roles: map[string][]string{},
-		sessions: map[string]*session{}, typeFP: map[string]string{}, watched: map[string]*watched{}, watchDone: make(chan struct{})}
+		sessions: map[string]*session{}, typeFP: map[string]string{}, keyChecks: map[string]keyCheck{}, watched: map[string]*watched{}, watchDone: make(chan struct{})}
 	s.drain, s.endDrain = context.WithCancel(context.Background())
 	opts := []server.ServerOption{
 		server.WithToolCapabilities(true), // the task types are tools: they change

@@ -3,6 +3,7 @@ package mcpapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
@@ -25,13 +27,31 @@ const sessionIdle = time.Hour
 // maxWatched bounds the tasks watched for notifications.
 const maxWatched = 10000
 
+// DefaultKeyCheckInterval is how long a session's key, found valid, is
+// believed before it is read again: a revoked key's event stream ends, and
+// hears nothing more, within about this long.
+const DefaultKeyCheckInterval = 5 * time.Second
+
+// Answers of touchSession that refuse a session.
+var (
+	errForeignSession = errors.New("the session belongs to another key")
+	errKeyRevoked     = errors.New("the key was revoked")
+)
+
 // session is a connected MCP session: who it acts as, how to send it a
 // notification, and the resources it subscribed to. Tasks do not belong to
 // sessions; a session only hears about the tasks of its principal.
 type session struct {
 	id    string
 	actor engine.Actor
-	send  func(method string, params map[string]any) error
+	// keyHash is the stored hash of the key that opened the session, read
+	// again (keyValid) while the session lives; empty for stdio, whose key
+	// was checked when the process started.
+	keyHash string
+	send    func(method string, params map[string]any) error
+	// gone is done once the session is dropped: its open event streams end.
+	gone context.Context
+	end  context.CancelFunc
 
 	mu   sync.Mutex
 	subs map[string]bool // subscribed resource URIs
@@ -49,33 +69,49 @@ type watched struct {
 	msg                          string
 }
 
-// touchSession returns the session id of actor, registering it (and what
-// it will be notified about) on first sight. A session belongs to the key
-// that first used it: another key gets nil.
-func (s *Server) touchSession(id string, a engine.Actor, send func(string, map[string]any) error) *session {
+// touchSession returns the session id of actor, who came with the key of
+// hash keyHash, registering it (and what it will be notified about) on first
+// sight. A session belongs to the key that first used it: another key gets
+// errForeignSession. A revoked key gets errKeyRevoked; a session whose own
+// key was revoked is dropped, and starts anew for the caller's key.
+func (s *Server) touchSession(id string, a engine.Actor, keyHash string, send func(string, map[string]any) error) (*session, error) {
+	if !s.keyValid(keyHash) {
+		return nil, errKeyRevoked
+	}
+	s.sessMu.Lock()
+	old := s.sessions[id]
+	s.sessMu.Unlock()
+	if old != nil && old.actor == a && old.keyHash != keyHash && !s.keyValid(old.keyHash) {
+		s.endSession(old)
+	}
 	s.sessMu.Lock()
 	sess, ok := s.sessions[id]
 	if ok {
 		if sess.actor != a {
 			s.sessMu.Unlock()
-			return nil
+			return nil, errForeignSession
 		}
 		sess.seen = time.Now()
 		s.sessMu.Unlock()
-		return sess
+		return sess, nil
 	}
-	sess = &session{id: id, actor: a, send: send, seen: time.Now()}
+	sess = &session{id: id, actor: a, keyHash: keyHash, send: send, seen: time.Now()}
+	sess.gone, sess.end = context.WithCancel(context.Background())
 	s.sessions[id] = sess
 	s.sessMu.Unlock()
 	s.sessionStarted(a)
-	return sess
+	return sess, nil
 }
 
 // dropSession forgets session id.
 func (s *Server) dropSession(id string) {
 	s.sessMu.Lock()
+	sess := s.sessions[id]
 	delete(s.sessions, id)
 	s.sessMu.Unlock()
+	if sess != nil {
+		sess.end()
+	}
 }
 
 // dropSessionOf forgets session id for a, its owner, and reports false (and
@@ -83,12 +119,66 @@ func (s *Server) dropSession(id string) {
 // end.
 func (s *Server) dropSessionOf(id string, a engine.Actor) bool {
 	s.sessMu.Lock()
-	defer s.sessMu.Unlock()
-	if sess, ok := s.sessions[id]; ok && sess.actor != a {
+	sess, ok := s.sessions[id]
+	if ok && sess.actor != a {
+		s.sessMu.Unlock()
 		return false
 	}
 	delete(s.sessions, id)
+	s.sessMu.Unlock()
+	if ok {
+		sess.end()
+	}
 	return true
+}
+
+// endSession forgets sess (not a later session of the same id) and ends its
+// open event streams.
+func (s *Server) endSession(sess *session) {
+	s.sessMu.Lock()
+	if s.sessions[sess.id] == sess {
+		delete(s.sessions, sess.id)
+	}
+	s.sessMu.Unlock()
+	sess.end()
+}
+
+// keyCheck is what the store last said of a key.
+type keyCheck struct {
+	valid bool
+	at    time.Time
+}
+
+// keyValid says whether the key of hash is still valid, reading the store at
+// most once per KeyCheckInterval for each key (a revocation is final, so it
+// is not read again). An empty hash is a session without a key to check. A
+// store that does not answer leaves the last answer standing.
+func (s *Server) keyValid(hash string) bool {
+	if hash == "" {
+		return true
+	}
+	now := time.Now()
+	s.keyMu.Lock()
+	c, known := s.keyChecks[hash]
+	s.keyMu.Unlock()
+	if known && (!c.valid || now.Sub(c.at) < s.cfg.KeyCheckInterval) {
+		return c.valid
+	}
+	ctx, cancel := context.WithTimeout(s.drain, 5*time.Second)
+	_, err := httpapi.AuthenticateHash(ctx, s.eng.Store(), hash)
+	cancel()
+	valid := err == nil
+	if err != nil && !host.IsCode(err, host.CodeUnauthorized) {
+		s.log.Debug("mcp: a session's key could not be read again", "err", err)
+		valid = !known || c.valid
+	}
+	s.keyMu.Lock()
+	if len(s.keyChecks) >= 10000 { // bound the map; a full reset only costs reads
+		s.keyChecks = map[string]keyCheck{}
+	}
+	s.keyChecks[hash] = keyCheck{valid: valid, at: now}
+	s.keyMu.Unlock()
+	return valid
 }
 
 // sessionStarted records the tenant's task types (so a later change is
@@ -276,16 +366,28 @@ func (s *Server) pollTypes() {
 }
 
 // pruneSessions forgets HTTP sessions idle for sessionIdle without an open
-// event stream (a client that went away without DELETE).
+// event stream (a client that went away without DELETE), and drops the
+// sessions whose key was revoked, ending their open event streams.
 func (s *Server) pruneSessions() {
 	cut := time.Now().Add(-sessionIdle)
+	var keyed []*session
 	s.sessMu.Lock()
 	for id, sess := range s.sessions {
 		if sess.streams == 0 && sess.seen.Before(cut) && !sess.stdio() {
 			delete(s.sessions, id)
+			sess.end()
+			continue
+		}
+		if sess.keyHash != "" {
+			keyed = append(keyed, sess)
 		}
 	}
 	s.sessMu.Unlock()
+	for _, sess := range keyed {
+		if !s.keyValid(sess.keyHash) {
+			s.endSession(sess)
+		}
+	}
 }
 
 func (sess *session) stdio() bool { return len(sess.id) > 6 && sess.id[:6] == "stdio-" }
@@ -301,9 +403,14 @@ func (s *Server) sessionList() []*session {
 }
 
 // send delivers a notification; a session without a way to receive one now
-// (an HTTP session without an open event stream) misses it.
+// (an HTTP session without an open event stream) misses it, and a session
+// whose key was revoked is dropped instead.
 func (s *Server) send(sess *session, method string, params map[string]any) {
 	if sess.send == nil {
+		return
+	}
+	if !s.keyValid(sess.keyHash) {
+		s.endSession(sess)
 		return
 	}
 	if err := sess.send(method, params); err != nil {

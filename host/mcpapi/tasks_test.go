@@ -623,3 +623,85 @@ func TestStatusNotificationsOnlyToWhoMaySeeTheTask(t *testing.T) {
 		}
 	}
 }
+
+// TestRevokedKeyLosesItsEventStream: once its key is revoked, a session's
+// open event stream ends (within KeyCheckInterval and a watcher pass) and
+// hears nothing more, while another key's session of the same principal
+// still hears of the principal's tasks.
+func TestRevokedKeyLosesItsEventStream(t *testing.T) {
+	b := setup(t, mcpapi.Config{TaskResultWait: 300 * time.Millisecond, WatchInterval: 50 * time.Millisecond, KeyCheckInterval: 100 * time.Millisecond})
+	ctx := context.Background()
+	revoked, err := httpapi.CreateKey(ctx, b.eng.Store(), httpapi.NewKeyRequest{Role: engine.RoleAgent, Principal: "agent.z", Tenant: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := httpapi.CreateKey(ctx, b.eng.Store(), httpapi.NewKeyRequest{Role: engine.RoleAgent, Principal: "agent.z", Tenant: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := b.connectAt(t, revoked.APIKey, mcp.ProtocolVersion20251125)
+	// The revoked key's event stream, read raw to see it end.
+	req, _ := http.NewRequest(http.MethodGet, b.ts.URL+mcpapi.Path, nil)
+	req.Header.Set("Authorization", "Bearer "+revoked.APIKey)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", c.GetSessionId())
+	req.Header.Set(mcp.HeaderProtocolVersion, mcp.ProtocolVersion20251125)
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	resp, err := http.DefaultClient.Do(req.WithContext(sctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("event stream: %d", resp.StatusCode)
+	}
+	var mu sync.Mutex
+	var stream bytes.Buffer
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		buf := make([]byte, 4096)
+		for {
+			n, err := resp.Body.Read(buf)
+			mu.Lock()
+			stream.Write(buf[:n])
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	received := func(s string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Contains(stream.String(), s)
+	}
+	const ready = "notifications/asyncgate_test/stream_ready"
+	for deadline := time.Now().Add(20 * time.Second); !received(ready); time.Sleep(20 * time.Millisecond) {
+		_ = b.mcp.MCPServer().SendNotificationToSpecificClient(c.GetSessionId(), ready, nil)
+		if time.Now().After(deadline) {
+			t.Fatal("the event stream did not open within 20 s")
+		}
+	}
+	other, n := b.listen(t, kept.APIKey)
+	var ct createTask
+	rpcOK(t, other, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{}, "task": map[string]any{}}, &ct)
+
+	if err := httpapi.RevokeKey(ctx, b.eng.Store(), revoked.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the revoked key's event stream is still open 10 s after the revocation")
+	}
+	complete(t, b, ct.Task.TaskId, map[string]any{"secret": 1})
+	n.wait(t, "tasks/status to the kept key", func(m mcp.JSONRPCNotification) bool {
+		return m.Method == "notifications/tasks/status" && m.Params.AdditionalFields["taskId"] == ct.Task.TaskId
+	})
+	if received("notifications/tasks/status") {
+		mu.Lock()
+		t.Fatalf("the revoked key's stream heard of a task: %s", stream.String())
+	}
+}
