@@ -35,6 +35,10 @@ const ReceiptURIPrefix = "asyncgate://receipts/"
 // DefaultTaskResultWait bounds how long tasks/result waits for a task to end.
 const DefaultTaskResultWait = 25 * time.Second
 
+// resultFetchTimeout bounds tasks/result's read of a finished task's result,
+// which comes after (and is not bounded by) the wait.
+const resultFetchTimeout = 30 * time.Second
+
 // Error codes in the structured content of a tasks/result tool error.
 const (
 	CodeTaskFailed   = "task_failed"   // the task ended as a dead letter; detail is its error
@@ -326,15 +330,15 @@ func (s *Server) tasksResult(ctx context.Context, a engine.Actor, params json.Ra
 	if rerr != nil {
 		return nil, rerr
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.TaskResultWait)
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.TaskResultWait)
 	defer cancel()
 	stop := context.AfterFunc(s.drain, cancel)
 	defer stop()
 	var t *host.Task
 	for {
 		var err error
-		if t, err = s.eng.GetTask(ctx, a, id); err != nil {
-			if ctx.Err() != nil {
+		if t, err = s.eng.GetTask(wctx, a, id); err != nil {
+			if wctx.Err() != nil {
 				break
 			}
 			return nil, errFor(err)
@@ -343,7 +347,7 @@ func (s *Server) tasksResult(ctx context.Context, a engine.Actor, params json.Ra
 			break
 		}
 		select {
-		case <-ctx.Done():
+		case <-wctx.Done():
 		case <-time.After(s.cfg.WatchInterval / 2):
 			continue
 		}
@@ -357,7 +361,11 @@ func (s *Server) tasksResult(ctx context.Context, a engine.Actor, params json.Ra
 	var out *mcp.CallToolResult
 	switch t.State {
 	case host.StateSucceeded:
-		fr, err := s.eng.FetchResult(ctx, a, id)
+		// The read gets a bound of its own, not what is left of the wait: a
+		// task that ended just before it would otherwise answer an error.
+		fctx, cancel := context.WithTimeout(ctx, resultFetchTimeout)
+		fr, err := s.eng.FetchResult(fctx, a, id)
+		cancel()
 		if err != nil {
 			out = toolError(err)
 			break

@@ -705,3 +705,55 @@ func TestRevokedKeyLosesItsEventStream(t *testing.T) {
 		t.Fatalf("the revoked key's stream heard of a task: %s", stream.String())
 	}
 }
+
+// slowReads are the registry's plugins with result channels that take
+// delay to read a result (or until the read's context ends).
+type slowReads struct {
+	registryPlugins
+	delay time.Duration
+}
+
+func (p slowReads) Channel(name string) (host.Channel, error) {
+	ch, err := p.registryPlugins.Channel(name)
+	if err != nil {
+		return nil, err
+	}
+	return slowChannel{ch, p.delay}, nil
+}
+
+type slowChannel struct {
+	host.Channel
+	delay time.Duration
+}
+
+func (c slowChannel) Get(ctx context.Context, pointer string) ([]byte, error) {
+	select {
+	case <-time.After(c.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return c.Channel.Get(ctx, pointer)
+}
+
+// TestTasksResultFetchHasItsOwnBound: reading a finished task's result is
+// not bounded by what is left of tasks/result's wait: a read that takes
+// longer than the whole wait still answers the result.
+func TestTasksResultFetchHasItsOwnBound(t *testing.T) {
+	const wait = 200 * time.Millisecond
+	b := setup(t, mcpapi.Config{TaskResultWait: wait}, func(c *engine.Config) {
+		c.Plugins = slowReads{registryPlugins{builtins}, 3 * wait}
+	})
+	agent := b.connect(t, b.agent)
+	var ct createTask
+	rpcOK(t, agent, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{}, "task": map[string]any{}}, &ct)
+	complete(t, b, ct.Task.TaskId, map[string]any{"answer": 42})
+	var tr struct {
+		StructuredContent mcpapi.TaskTypeCallResult `json:"structuredContent"`
+		Content           []mcp.TextContent         `json:"content"`
+		IsError           bool                      `json:"isError"`
+	}
+	rpcOK(t, agent, "tasks/result", map[string]any{"taskId": ct.Task.TaskId}, &tr)
+	if tr.IsError || tr.StructuredContent.Result == nil || string(tr.StructuredContent.Result.Content) != `{"answer":42}` {
+		t.Fatalf("tasks/result of a succeeded task whose read outlasts the wait: %+v", tr)
+	}
+}
