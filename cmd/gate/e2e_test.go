@@ -218,9 +218,26 @@ func TestE2EFullCycleAndReceipts(t *testing.T) {
 	if !strings.Contains(g.Log(), "msg=stopped") {
 		t.Fatalf("no clean stop logged:\n%s", g.Log())
 	}
-	out, errOut, code := gateCLI(t, "ledger", "verify", "--data", g.dir)
-	if code != 0 || !strings.Contains(out, "ledger intact") {
+	out, errOut, code := gateCLI(t, "ledger", "verify", "--data", g.dir, "--json")
+	if code != 0 || !strings.Contains(out, `"ok": true`) {
 		t.Fatalf("ledger verify: %d %s %s", code, out, errOut)
+	}
+	// A checkpoint hash kept from this verify must be found by later ones;
+	// one the ledger never had fails the verify, and a malformed one is a usage error.
+	var rep struct {
+		HeadHash string `json:"head_hash"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.HeadHash == "" {
+		t.Fatalf("ledger verify --json: %v %s", err, out)
+	}
+	if out, errOut, code := gateCLI(t, "ledger", "verify", "--data", g.dir, "--expect-checkpoint", rep.HeadHash); code != 0 {
+		t.Fatalf("verify against its own checkpoint: %d %s %s", code, out, errOut)
+	}
+	if _, errOut, code := gateCLI(t, "ledger", "verify", "--data", g.dir, "--expect-checkpoint", strings.Repeat("ab", 32)); code != 1 || !strings.Contains(errOut, "not in the checkpoint chain") {
+		t.Fatalf("verify against a checkpoint the ledger never had: %d %s", code, errOut)
+	}
+	if _, _, code := gateCLI(t, "ledger", "verify", "--data", g.dir, "--expect-checkpoint", "xyz"); code != 2 {
+		t.Fatalf("a malformed checkpoint hash: exit %d, want 2", code)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/asyncgate/asyncgate/host/engine"
 )
@@ -15,14 +16,27 @@ func init() {
 }
 
 const ledgerUsage = `Usage:
-  gate ledger verify --data DIR [--db URL] [--json]
+  gate ledger verify --data DIR [--db URL] [--json] [--expect-checkpoint HASH]...
 
 Walks the whole ledger in one consistent read: every writer's receipt chain
 link by link, every chain's recorded head, and the checkpoints that bind the
 chains together. Exits 0 when the ledger is intact, 1 naming the first bad
-receipt (or checkpoint) otherwise. Keep the printed checkpoint hash: a ledger
-rewritten later cannot verify against it.
+receipt (or checkpoint) otherwise. Keep the printed checkpoint hash outside
+the gate's store, and give it back with --expect-checkpoint: a ledger whose
+checkpoints were rewritten (with everything they bound) fails against it.
 `
+
+// hashList is a repeatable flag.
+type hashList []string
+
+func (h *hashList) String() string { return fmt.Sprint(*h) }
+func (h *hashList) Set(v string) error {
+	if len(v) != 64 || strings.Trim(v, "0123456789abcdef") != "" {
+		return fmt.Errorf("%q is not a checkpoint hash (64 lowercase hex digits)", v)
+	}
+	*h = append(*h, v)
+	return nil
+}
 
 func runLedger(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "verify" {
@@ -34,6 +48,8 @@ func runLedger(args []string, stdout, stderr io.Writer) int {
 	data := fs.String("data", "./gate-data", "data folder")
 	db := fs.String("db", "", "database URL (empty: SQLite in the data folder)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	var expect hashList
+	fs.Var(&expect, "expect-checkpoint", "a checkpoint hash kept from an earlier verify that must still be in the checkpoint chain (repeatable)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -43,7 +59,7 @@ func runLedger(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer st.Close()
-	rep, err := engine.VerifyLedger(context.Background(), st)
+	rep, err := engine.VerifyLedgerExpecting(context.Background(), st, expect)
 	if err != nil {
 		fmt.Fprintln(stderr, "gate ledger verify:", err)
 		return 1

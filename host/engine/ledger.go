@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -300,16 +301,26 @@ type claim struct {
 // recorded, so a tail cut together with its chain's head row, or a whole
 // chain removed, is caught as far as the last checkpoint that saw it.
 func VerifyLedger(ctx context.Context, st store.Store) (*VerifyReport, error) {
+	return VerifyLedgerExpecting(ctx, st, nil)
+}
+
+// VerifyLedgerExpecting is VerifyLedger that also requires every hash in
+// checkpoints, each a checkpoint hash kept outside the store (as a verify
+// printed it, or a checkpoint published earlier), to be in the checkpoint
+// chain. Without such a hash a store rewritten whole (its checkpoints with
+// their head row, and the chains with theirs) can verify; with one, any
+// rewrite of what that checkpoint bound is caught.
+func VerifyLedgerExpecting(ctx context.Context, st store.Store, checkpoints []string) (*VerifyReport, error) {
 	var rep *VerifyReport
 	err := st.View(ctx, func(r store.Reader) error {
 		var err error
-		rep, err = verifyLedger(ctx, r)
+		rep, err = verifyLedger(ctx, r, checkpoints)
 		return err
 	})
 	return rep, err
 }
 
-func verifyLedger(ctx context.Context, r store.Reader) (*VerifyReport, error) {
+func verifyLedger(ctx context.Context, r store.Reader, expect []string) (*VerifyReport, error) {
 	rep := &VerifyReport{OK: true}
 	fail := func(id string, seq int64, problem string) (*VerifyReport, error) {
 		rep.OK, rep.FirstBad, rep.BadSeq, rep.Problem = false, id, seq, problem
@@ -321,7 +332,14 @@ func verifyLedger(ctx context.Context, r store.Reader) (*VerifyReport, error) {
 	}
 	chains := map[int64]*chainWalk{}
 	for _, h := range heads.Chains {
+		if h.Version != host.ChainV1 && h.Version != host.ChainV2 {
+			return fail(fmt.Sprintf("chain %d", h.ID), 0, fmt.Sprintf("chain %d records hash version %d, which no gate writes: its head record was altered", h.ID, h.Version))
+		}
 		chains[h.ID] = &chainWalk{head: h}
+	}
+	expected := map[string]bool{}
+	for _, h := range expect {
+		expected[h] = false
 	}
 	rep.Chains = len(chains)
 
@@ -351,6 +369,9 @@ func verifyLedger(ctx context.Context, r store.Reader) (*VerifyReport, error) {
 				}
 				claims[claimKey{h.ID, h.Seq}] = claim{h.Hash, c.ID}
 			}
+			if _, ok := expected[c.Hash]; ok {
+				expected[c.Hash] = true
+			}
 			cpID, cpHash = c.ID, c.Hash
 			rep.Checkpoints++
 		}
@@ -362,16 +383,27 @@ func verifyLedger(ctx context.Context, r store.Reader) (*VerifyReport, error) {
 		return fail(fmt.Sprintf("checkpoint %d", cpID), 0, fmt.Sprintf("the checkpoint head records checkpoint %d (%.12s…) but the checkpoints end at %d: checkpoints were removed from the end",
 			heads.Checkpoint.Seq, heads.Checkpoint.Hash, cpID))
 	}
+	for _, h := range expect {
+		if !expected[h] {
+			return fail("", 0, fmt.Sprintf("checkpoint hash %.12s… (kept outside the store) is not in the checkpoint chain: checkpoints were removed or rewritten", h))
+		}
+	}
 	rep.HeadHash = cpHash
 
-	// The receipts, in ledger order.
+	// The receipts, in ledger order, from the lowest seq the store holds:
+	// a seq starts at 1, so one at 0 or below can only have been put there.
 	var lastSeq int64
+	after := int64(math.MinInt64)
 	for {
-		page, err := r.ScanReceipts(ctx, lastSeq, 1000)
+		page, err := r.ScanReceipts(ctx, after, 1000)
 		if err != nil {
 			return nil, err
 		}
 		for _, rc := range page {
+			after = rc.Seq
+			if rc.Seq <= 0 {
+				return fail(rc.ID, rc.Seq, fmt.Sprintf("the receipt is stored at seq %d, below the ledger's first (1): a receipt was inserted", rc.Seq))
+			}
 			cw := chains[rc.ChainID]
 			if cw == nil {
 				return fail(rc.ID, rc.Seq, fmt.Sprintf("the receipt names chain %d, which has no head record: a receipt was inserted", rc.ChainID))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -192,5 +193,32 @@ VALUES (?, 'acme', 'work', 'a', 'b', ?, 1, '{}', 0, 0, 0, 3)`, fmt.Sprintf("T-OL
 	tamper(t, path, `UPDATE receipts SET from_p = 'z' WHERE seq = 3`)
 	if rep := verify(t, path); rep.OK || rep.BadSeq != 3 {
 		t.Fatalf("an altered receipt of chain 1 went unnoticed: %+v", rep)
+	}
+}
+
+// A store rewritten whole (its checkpoints with their head row, a chain with
+// its head row) verifies on its own: nothing inside it is left to
+// contradict the rewrite. A checkpoint hash kept from an earlier verify
+// catches it.
+func TestLedgerVerifyAgainstAKeptCheckpoint(t *testing.T) {
+	path := ledgerWith(t)
+	kept := verify(t, path).HeadHash
+	tamper(t, path,
+		`DELETE FROM ledger_checkpoints`, `UPDATE ledger_checkpoint_head SET checkpoint_id = 0, hash = ''`,
+		`DELETE FROM receipts WHERE chain_id = 3`, `DELETE FROM ledger_chains WHERE chain_id = 3`)
+	if rep := verify(t, path); !rep.OK {
+		t.Fatalf("the whole rewrite was expected to verify without a kept hash (or the fixture changed): %+v", rep)
+	}
+	st, err := sqlite.Open(path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rep, err := engine.VerifyLedgerExpecting(context.Background(), st, []string{kept})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK || !strings.Contains(rep.Problem, "not in the checkpoint chain") {
+		t.Fatalf("verify against the kept checkpoint %s: %+v, want it missing", kept, rep)
 	}
 }

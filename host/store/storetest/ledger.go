@@ -75,6 +75,10 @@ SELECT 3, 'R-FAKE', tenant, type, from_p, to_p, task_id, lease_id, parents, body
 		`INSERT INTO ledger_chains (chain_id, seq, hash, hash_version, opened_at) VALUES (9, 1, 'x', 2, 0)`,
 		`INSERT INTO receipts (seq, id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key, created_at, prev_hash, hash, chain_id, chain_seq)
 SELECT 100, 'R-FAKE', tenant, type, from_p, to_p, task_id, lease_id, parents, body, '', created_at, '', 'x', 9, 1 FROM receipts WHERE seq = 2`}, 100, "altered"},
+	{"inserted below the first seq", []string{
+		`INSERT INTO receipts (seq, id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key, created_at, prev_hash, hash, chain_id, chain_seq)
+SELECT 0, 'R-FAKE', tenant, type, from_p, 'mallory', task_id, lease_id, parents, body, '', created_at, prev_hash, hash, chain_id, chain_seq FROM receipts WHERE seq = 2`}, 0, "below the ledger's first"},
+	{"unknown hash version", []string{`UPDATE ledger_chains SET hash_version = 0 WHERE chain_id = ` + fixtureChainA}, 0, "hash version 0"},
 	{"reordered", []string{`UPDATE receipts SET seq = -1 WHERE seq = 2`, `UPDATE receipts SET seq = 2 WHERE seq = 3`, `UPDATE receipts SET seq = 3 WHERE seq = -1`}, 2, "reordered"},
 	{"reordered with positions swapped", []string{
 		`UPDATE receipts SET chain_seq = -1 WHERE seq = 2`, `UPDATE receipts SET chain_seq = 2 WHERE seq = 3`, `UPDATE receipts SET chain_seq = 3 WHERE seq = 2`,
