@@ -29,8 +29,16 @@
 //     got through before the lease's conservative local expiry (KLIS-3 §6.1:
 //     an agent that cannot heartbeat must assume it lost the lease), or when
 //     a heartbeat answers cancel_requested. context.Cause tells which
-//     (ErrLeaseLost, ErrTaskCanceled, ErrShutdown).
-//   - Progress(ctx, percent, msg) sends progress with an early heartbeat.
+//     (ErrLeaseLost, ErrTaskCanceled, ErrShutdown). Each heartbeat call is
+//     bounded by that local expiry. A failed heartbeat (network error, 429,
+//     5xx) is retried after 250 ms doubling with each failure, at most the
+//     regular interval and half the time left on the lease.
+//   - Progress(ctx, percent, msg) sends progress with an early heartbeat,
+//     but early heartbeats are at least max(1 s, a tenth of the lease) apart
+//     (never more than the regular interval): faster reports are coalesced
+//     and the latest is sent when the gap is over. Progress still unsent
+//     when the handler returns goes with one last heartbeat before the
+//     outcome.
 //   - The result: bytes or JSON go inline for the gate's result channel;
 //     a Pointer names a result the handler stored itself.
 //   - Errors: plain errors and Retryable(err) are retryable; Fatal(err)

@@ -133,3 +133,38 @@ func TestBackoffBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestHeartbeatPacing: early heartbeats for progress are max(1 s, lease/10)
+// apart, never more than the regular third of the lease; retries after a
+// failed heartbeat back off (never faster with more failures) and stay
+// within half the time left on the lease.
+func TestHeartbeatPacing(t *testing.T) {
+	for _, tc := range []struct{ ttl, want time.Duration }{
+		{30 * time.Second, 3 * time.Second},
+		{5 * time.Second, time.Second},
+		{2 * time.Second, 666666666 * time.Nanosecond},
+		{60 * time.Millisecond, 50 * time.Millisecond},
+	} {
+		if got := progressGap(tc.ttl); got != tc.want {
+			t.Errorf("progressGap(%v) = %v, want %v", tc.ttl, got, tc.want)
+		}
+	}
+	interval, left := 10*time.Second, 25*time.Second
+	prev := time.Duration(0)
+	for fails := 1; fails <= 10; fails++ {
+		d := heartbeatRetry(fails, interval, left)
+		if d < prev || d > interval || d > left/2 {
+			t.Fatalf("retry %d waits %v after %v (interval %v, %v left)", fails, d, prev, interval, left)
+		}
+		prev = d
+	}
+	if prev != interval {
+		t.Fatalf("retries settle at %v, want the interval %v", prev, interval)
+	}
+	if d := heartbeatRetry(1, interval, 300*time.Millisecond); d != 150*time.Millisecond {
+		t.Fatalf("retry with 300 ms left waits %v, want half of it", d)
+	}
+	if d := heartbeatRetry(1, interval, 10*time.Millisecond); d != 50*time.Millisecond {
+		t.Fatalf("retry with 10 ms left waits %v, want the 50 ms floor", d)
+	}
+}

@@ -348,6 +348,7 @@ type lease struct {
 	deadline time.Time // conservative local expiry
 	ttl      time.Duration
 	pending  *HeartbeatRequest // progress not yet sent
+	beatMu   sync.Mutex        // one heartbeat at a time
 	lost     bool
 	canceled bool
 	nudge    chan struct{}
@@ -413,6 +414,9 @@ func (r *Runner) work(o Offer) {
 	val, err := r.call(l.ctx, h, &l.o.Task)
 	took := time.Since(start).Round(time.Millisecond)
 	cause := context.Cause(l.ctx)
+	if cause == nil {
+		l.flushProgress()
+	}
 	switch {
 	case l.isLost():
 		log.Warn("task stopped: the lease was lost; its outcome is not reported (the gate will lease it again)", "took", took, "handler_err", err)
@@ -481,63 +485,121 @@ func (r *Runner) accept(o Offer, log *slog.Logger) bool {
 }
 
 // heartbeatLoop extends the lease at a third of its length, sends progress
-// when nudged, and cancels the handler when the lease is lost or the task
-// canceled.
+// early (but at most once per progressGap), and cancels the handler when the
+// lease is lost or the task canceled.
 func (l *lease) heartbeatLoop(stop <-chan struct{}) {
 	fails := 0
+	var last time.Time // when the last heartbeat was sent
 	for {
 		l.mu.Lock()
-		interval := l.ttl / 3
-		deadline := l.deadline
+		ttl, deadline := l.ttl, l.deadline
 		l.mu.Unlock()
-		if interval < 50*time.Millisecond {
-			interval = 50 * time.Millisecond
-		}
-		if fails > 0 {
-			// Retry sooner, but still before the lease runs out.
-			retry := time.Duration(fails) * 250 * time.Millisecond
-			if retry < interval {
-				interval = retry
-			}
-		}
+		interval := heartbeatInterval(ttl)
 		untilDeadline := time.Until(deadline)
 		if untilDeadline <= 0 {
 			l.loseLease("no heartbeat reached the gate before the lease's local expiry")
 			return
 		}
-		t := time.NewTimer(interval)
-		dl := time.NewTimer(untilDeadline)
-		select {
-		case <-stop:
-			t.Stop()
-			dl.Stop()
-			return
-		case <-dl.C:
-			t.Stop()
-			l.loseLease("no heartbeat reached the gate before the lease's local expiry")
-			return
-		case <-t.C:
-		case <-l.nudge:
-			t.Stop()
+		if fails > 0 {
+			interval = heartbeatRetry(fails, interval, untilDeadline)
 		}
-		dl.Stop()
-		if !l.beat(stop, deadline) {
+		if !l.waitBeat(stop, interval, untilDeadline, last, progressGap(ttl), fails > 0) {
+			return
+		}
+		last = time.Now()
+		if !l.beat(stop) {
 			fails++
 			continue
 		}
 		fails = 0
-		l.mu.Lock()
-		lost := l.lost
-		l.mu.Unlock()
-		if lost {
+		if l.isLost() {
 			return
 		}
 	}
 }
 
-// beat sends one heartbeat; it reports whether the gate answered.
-func (l *lease) beat(stop <-chan struct{}, deadline time.Time) bool {
+// waitBeat waits until the next heartbeat is due: after interval, or, for
+// progress reported meanwhile, once gap has passed since last (never while
+// retrying a failed heartbeat: the retry carries the progress). It reports
+// false when the loop must end (stopped, or the lease's local expiry passed).
+func (l *lease) waitBeat(stop <-chan struct{}, interval, untilDeadline time.Duration, last time.Time, gap time.Duration, retrying bool) bool {
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	dl := time.NewTimer(untilDeadline)
+	defer dl.Stop()
+	nudge := l.nudge
+	if retrying {
+		nudge = nil
+	}
+	var early <-chan time.Time
+	for {
+		select {
+		case <-stop:
+			return false
+		case <-dl.C:
+			l.mu.Lock()
+			extended := time.Now().Before(l.deadline) // by flushProgress meanwhile
+			l.mu.Unlock()
+			if extended {
+				return true
+			}
+			l.loseLease("no heartbeat reached the gate before the lease's local expiry")
+			return false
+		case <-t.C:
+			return true
+		case <-early:
+			return true
+		case <-nudge:
+			l.mu.Lock()
+			pending := l.pending != nil
+			l.mu.Unlock()
+			if !pending {
+				continue // progress an earlier heartbeat already carried
+			}
+			d := time.Until(last.Add(gap))
+			if d <= 0 {
+				return true
+			}
+			nudge = nil // the latest progress is read when the heartbeat is sent
+			pt := time.NewTimer(d)
+			defer pt.Stop()
+			early = pt.C
+		}
+	}
+}
+
+// heartbeatInterval is the regular heartbeat period: a third of the lease.
+func heartbeatInterval(ttl time.Duration) time.Duration {
+	return max(ttl/3, 50*time.Millisecond)
+}
+
+// progressGap is the least time between two heartbeats sent early for
+// Progress: max(1 s, a tenth of the lease), never longer than the regular
+// interval. Progress reported faster is coalesced; the latest wins.
+func progressGap(ttl time.Duration) time.Duration {
+	return min(max(time.Second, ttl/10), heartbeatInterval(ttl))
+}
+
+// heartbeatRetry is the wait before retrying a failed heartbeat (after fails
+// failures in a row): 250 ms doubling with every failure, at most the regular
+// interval and half the time left before the lease's local expiry (at least
+// 50 ms), so that a retry still has time to get through.
+func heartbeatRetry(fails int, interval, untilDeadline time.Duration) time.Duration {
+	d := 250 * time.Millisecond
+	for i := 1; i < fails && d < interval; i++ {
+		d *= 2
+	}
+	return max(min(d, interval, untilDeadline/2), 50*time.Millisecond)
+}
+
+// beat sends one heartbeat with the latest unsent progress; it reports
+// whether the gate answered. beatMu keeps it from running alongside
+// flushProgress.
+func (l *lease) beat(stop <-chan struct{}) bool {
+	l.beatMu.Lock()
+	defer l.beatMu.Unlock()
 	l.mu.Lock()
+	deadline := l.deadline
 	req := HeartbeatRequest{TaskID: l.o.Task.ID, ExtendLeaseSeconds: l.r.cfg.LeaseSeconds}
 	sent := l.pending
 	if sent != nil {
@@ -592,6 +654,18 @@ func (l *lease) beat(stop <-chan struct{}, deadline time.Time) bool {
 	return true
 }
 
+// flushProgress sends the handler's last progress, if no heartbeat carried
+// it yet, before the outcome is reported: progress held back by the gap is
+// not lost when the task ends.
+func (l *lease) flushProgress() {
+	l.mu.Lock()
+	pending, lost, deadline := l.pending != nil, l.lost, l.deadline
+	l.mu.Unlock()
+	if pending && !lost && time.Now().Before(deadline) {
+		l.beat(nil)
+	}
+}
+
 func (l *lease) loseLease(why string) {
 	l.mu.Lock()
 	first := !l.lost
@@ -605,9 +679,13 @@ func (l *lease) loseLease(why string) {
 
 // Progress reports a task's progress from inside its handler: percent
 // (0..100, or negative for none) and a message. It is sent with an early
-// heartbeat; reports made faster than the gate can be told are coalesced, so
-// the latest one wins. It returns an error when ctx is not a handler's
-// context or percent is over 100.
+// heartbeat, but early heartbeats are at least max(1 s, a tenth of the
+// lease) apart (never more than the regular third of the lease): reports
+// made faster are coalesced and the latest one is sent when the gap is over.
+// Progress not yet sent when the handler returns goes with one last
+// heartbeat before the outcome. Calling it in a tight loop is cheap. It
+// returns an error when ctx is not a handler's context or percent is over
+// 100.
 func Progress(ctx context.Context, percent float64, msg string) error {
 	l, _ := ctx.Value(leaseKey{}).(*lease)
 	if l == nil {

@@ -225,10 +225,12 @@ func TestWorkerFatalAndPanic(t *testing.T) {
 }
 
 // proxy forwards to the gate and can drop heartbeats (503), as a network
-// partition between the worker and the gate would.
+// partition between the worker and the gate would. beats counts the
+// heartbeats that reached it.
 type proxy struct {
 	*httptest.Server
-	drop atomic.Bool
+	drop  atomic.Bool
+	beats atomic.Int64
 }
 
 func newProxy(t *testing.T, target string) *proxy {
@@ -236,6 +238,9 @@ func newProxy(t *testing.T, target string) *proxy {
 	p := &proxy{}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/heartbeat") {
+			p.beats.Add(1)
+		}
 		if p.drop.Load() && strings.HasSuffix(r.URL.Path, "/heartbeat") {
 			http.Error(w, "dropped", http.StatusServiceUnavailable)
 			return
@@ -277,6 +282,41 @@ func TestWorkerLeaseLostWhenHeartbeatsFail(t *testing.T) {
 	tv := g.waitTask(id, "succeeded", status("succeeded"))
 	if tv.LeaseExpiries < 1 || tv.Attempts != 0 {
 		t.Fatalf("lease_expiries %d attempts %d", tv.LeaseExpiries, tv.Attempts)
+	}
+}
+
+// TestWorkerProgressDoesNotFloodTheGate: a handler that reports progress in
+// a tight loop for a second sends a handful of heartbeats, not one per
+// report (early heartbeats are at least max(1 s, lease/10) apart), and the
+// last progress it reported still reaches the gate before the outcome.
+func TestWorkerProgressDoesNotFloodTheGate(t *testing.T) {
+	g := sharedGate(t)
+	g.putType("p-busy", 30, nil)
+	px := newProxy(t, g.URL)
+	reports := make(chan int, 1)
+	start(t, px.URL, g.Worker, testConfig(t), map[string]worker.HandlerFunc{
+		"p-busy": func(ctx context.Context, task *worker.Task) (any, error) {
+			n := 0
+			for end := time.Now().Add(time.Second); time.Now().Before(end); n++ {
+				if err := worker.Progress(ctx, float64(n%100), "step"); err != nil {
+					return nil, err
+				}
+			}
+			worker.Progress(ctx, 100, "all done")
+			reports <- n + 1
+			return "ok", nil
+		},
+	})
+	id := g.enqueue("p-busy", map[string]any{}, nil)
+	tv := g.waitTask(id, "succeeded", status("succeeded"))
+	n := <-reports
+	// A 30 s lease: a 3 s gap. The first report goes at once, the last one
+	// before the completion; at most one regular heartbeat besides.
+	if beats := px.beats.Load(); beats > 3 {
+		t.Fatalf("%d progress reports in a second sent %d heartbeats", n, beats)
+	}
+	if tv.ProgressMessage != "all done" || tv.ProgressPercent == nil || *tv.ProgressPercent != 100 {
+		t.Fatalf("the last progress did not reach the gate: %q %v", tv.ProgressMessage, tv.ProgressPercent)
 	}
 }
 
