@@ -61,6 +61,7 @@ try:
 except ImportError:  # not on Windows: the spool is not locked there
     fcntl = None
 import hashlib
+import http.client
 import json
 import logging
 import os
@@ -107,12 +108,20 @@ class AsyncGateError(Exception):
         return self.status >= 500 or self.status in (408, 429)
 
 
+class BadAnswerError(http.client.HTTPException):
+    """A 2xx answer of the gate whose body is not JSON: cut off mid-body or
+    garbled on the way. Temporary: the call is retried."""
+
+
 def is_temporary(exc: BaseException) -> bool:
     """Report whether a client call error is worth retrying later: network
-    errors, timeouts and 5xx/408/429 answers. Other 4xx answers are final."""
+    errors, timeouts, answers cut off or garbled on the way (IncompleteRead,
+    BadStatusLine, a body that is not JSON) and 5xx/408/429 answers. Other
+    4xx answers are final."""
     if isinstance(exc, AsyncGateError):
         return exc.temporary
-    return isinstance(exc, (urllib.error.URLError, OSError, socket.timeout, TimeoutError, ConnectionError))
+    return isinstance(exc, (urllib.error.URLError, OSError, socket.timeout, TimeoutError, ConnectionError,
+                            http.client.HTTPException))
 
 
 class RetryableError(Exception):
@@ -248,7 +257,11 @@ class Client:
                 server = email.utils.parsedate_to_datetime(date).timestamp()
             except (TypeError, ValueError):
                 server = None
-        return status, (json.loads(raw) if raw else None), server
+        try:
+            out = json.loads(raw) if raw else None
+        except ValueError as e:
+            raise BadAnswerError("the gate's %d answer to %s %s is not JSON: %s" % (status, method, path, e)) from None
+        return status, out, server
 
     @staticmethod
     def _clock(sent: float, server: Optional[float], expires_at: str, server_time: Optional[str] = None):

@@ -5,9 +5,15 @@ Usage: python3 test_worker.py URL ADMIN_KEY AGENT_KEY WORKER_KEY WORKER_ID
 Run from Go by cmd/gate's TestWorkerPython (``go test ./cmd/gate -run
 Worker``), which starts ``gate serve`` and makes the keys. No timing
 assertions: conditions are polled with generous timeouts.
+
+FakeGateTests run against a local fake gate that misbehaves on purpose
+(hung heartbeats, answers cut mid-body) and need no arguments:
+``python3 -m unittest -v test_worker.FakeGateTests``.
 """
 
 import base64
+import datetime
+import http.client
 import json
 import logging
 import os
@@ -19,6 +25,7 @@ import time
 import unittest
 import urllib.error
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import asyncgate_worker as aw  # noqa: E402
@@ -126,6 +133,125 @@ class FlakyClient(aw.Client):
         if self.drop_completions:
             raise urllib.error.URLError("completion dropped by the test")
         return super().complete(*a, **kw)
+
+
+def iso(t):
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+class FakeGate:
+    """A local stand-in for the gate's worker API that offers one task of
+    type "fake" with a ``lease_s`` lease, then no more. ``hang_heartbeats``
+    keeps heartbeat answers back until ``release`` is set; ``cut_completions``
+    cuts that many completion answers off mid-body. ``calls`` records (path,
+    body) of every request."""
+
+    def __init__(self, test, lease_s=30.0, hang_heartbeats=False, cut_completions=0):
+        self.lease_s, self.hang_heartbeats, self.cut_completions = lease_s, hang_heartbeats, cut_completions
+        self.release = threading.Event()
+        self.lock = threading.Lock()
+        self.calls = []
+        self.offered = False
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def answer(self, code, obj):
+                b = b"" if obj is None else json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(b)))
+                self.end_headers()
+                try:
+                    self.wfile.write(b)
+                except OSError:
+                    pass  # the worker gave up on a hung answer
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
+                with fake.lock:
+                    fake.calls.append((self.path, body))
+                    first = not fake.offered and self.path == "/v1/leases"
+                    fake.offered = fake.offered or first
+                    cut = self.path.endswith("/complete") and fake.cut_completions > 0
+                    if cut:
+                        fake.cut_completions -= 1
+                now = time.time()
+                lease = {"lease_expires_at": iso(now + fake.lease_s), "server_time": iso(now)}
+                if self.path == "/v1/leases":
+                    if not first:
+                        return self.answer(204, None)
+                    return self.answer(200, {"leases": [dict(lease, lease_id="L1", run_id="L1", attempt=1, task={
+                        "task_id": "T1", "task_type": "fake", "params": {}})]})
+                if self.path.endswith("/heartbeat"):
+                    if fake.hang_heartbeats:
+                        fake.release.wait(60)
+                    now = time.time()
+                    return self.answer(200, {"status": "leased", "lease_expires_at": iso(now + fake.lease_s),
+                                             "server_time": iso(now), "cancel_requested": False})
+                if cut:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", "100")
+                    self.end_headers()
+                    self.wfile.write(b'{"status":')
+                    self.close_connection = True
+                    return
+                if self.path.endswith("/complete"):
+                    return self.answer(200, {"status": "succeeded", "task_id": "T1", "receipt_id": "R1"})
+                return self.answer(200, {"status": "ok"})
+
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.srv.daemon_threads = True
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        self.url = "http://127.0.0.1:%d" % self.srv.server_address[1]
+        test.addCleanup(self.close)
+
+    def close(self):
+        self.release.set()
+        self.srv.shutdown()
+        self.srv.server_close()
+
+    def paths(self, suffix):
+        with self.lock:
+            return [b for p, b in self.calls if p.endswith(suffix)]
+
+
+class FakeGateTests(unittest.TestCase):
+    """The Runner against a fake gate that misbehaves on purpose."""
+
+    def run_worker(self, fake, handler, **kw):
+        opts = dict(poll_wait=0, idle_wait=0.1, delivery_backoff=(0.05, 0.2), shutdown_timeout=10.0,
+                    spool_path=os.path.join(tempfile.mkdtemp(), "spool.jsonl"))
+        opts.update(kw)
+        r = aw.Runner(aw.Client(fake.url, "agw_fake"), **opts)
+        r.task("fake")(handler)
+        th = threading.Thread(target=r.run, daemon=True)
+        th.start()
+
+        def stop():
+            r.stop()
+            fake.release.set()
+            th.join(60)
+            self.assertFalse(th.is_alive(), "run() did not return")
+        self.addCleanup(stop)
+        return r
+
+    def test_completion_cut_mid_answer_is_retried(self):
+        # An answer cut off mid-body is a temporary error: the completion is
+        # sent again (the gate answers a repeat as a duplicate), not dropped.
+        fake = FakeGate(self, cut_completions=1)
+        self.run_worker(fake, lambda task: {"ok": 1}, spool_path="")
+        wait_for("the completion to be sent again", lambda: len(fake.paths("/complete")) >= 2, timeout=20)
+        self.assertEqual(fake.paths("/complete"), [{"result": {"ok": 1}, "task_id": "T1"}] * 2)
+        for exc in (http.client.IncompleteRead(b"{"), http.client.BadStatusLine(""),
+                    http.client.RemoteDisconnected(), aw.BadAnswerError("not JSON")):
+            self.assertTrue(aw.is_temporary(exc), repr(exc))
+        self.assertFalse(aw.is_temporary(ValueError("a bug, not the network")))
 
 
 class WorkerTest(unittest.TestCase):
