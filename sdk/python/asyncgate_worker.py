@@ -36,6 +36,7 @@ Receipt flow") and the Go SDK (``sdk/worker``):
   conservative local expiry (KLIS-3 §6.1), when a heartbeat answers
   ``cancel_requested``, or when the shutdown grace is over, the task's
   ``cancelled`` event is set and ``task.check()`` raises ``TaskStopped``.
+  Each heartbeat call is bounded by that local expiry.
   Python threads cannot be killed: handlers must call ``task.check()`` (or
   wait on ``task.cancelled``) in their loops;
 * results: ``dict``/``list``/str/numbers go inline as JSON, ``bytes`` inline as
@@ -306,9 +307,10 @@ class Client:
         return self._call("POST", "/v1/leases/%s/accept" % urllib.parse.quote(lease_id), {"task_id": task_id})[1]
 
     def heartbeat(self, lease_id: str, task_id: str = "", progress_percent: Optional[float] = None,
-                  progress_message: str = "", extend_lease_seconds: int = 0) -> Dict[str, Any]:
+                  progress_message: str = "", extend_lease_seconds: int = 0,
+                  timeout: Optional[float] = None) -> Dict[str, Any]:
         """POST /v1/leases/{id}/heartbeat; the answer has ``cancel_requested``
-        and ``_ttl``/``_deadline``."""
+        and ``_ttl``/``_deadline``. ``timeout`` overrides the client's."""
         body: Dict[str, Any] = {"task_id": task_id}
         if progress_percent is not None:
             body["progress_percent"] = progress_percent
@@ -317,7 +319,8 @@ class Client:
         if extend_lease_seconds:
             body["extend_lease_seconds"] = extend_lease_seconds
         sent = time.time()
-        _, out, server = self._call("POST", "/v1/leases/%s/heartbeat" % urllib.parse.quote(lease_id), body)
+        _, out, server = self._call("POST", "/v1/leases/%s/heartbeat" % urllib.parse.quote(lease_id), body,
+                                    timeout=timeout)
         out["_ttl"], out["_deadline"] = self._clock(sent, server, out["lease_expires_at"], out.get("server_time"))
         return out
 
@@ -658,7 +661,10 @@ class Runner:
                 continue  # the check at the top stops the task
             with task._lock:
                 pending = task._pending
-            kw: Dict[str, Any] = {"extend_lease_seconds": self.lease_seconds}
+            # Bounded by the lease's local expiry: a hung call must not keep
+            # the handler working on a lease that has run out.
+            kw: Dict[str, Any] = {"extend_lease_seconds": self.lease_seconds,
+                                  "timeout": min(self.client.timeout, max(deadline - time.time(), 0.01))}
             if pending:
                 kw.update(pending)
             try:

@@ -241,6 +241,22 @@ class FakeGateTests(unittest.TestCase):
         self.addCleanup(stop)
         return r
 
+    def test_hung_heartbeat_loses_lease_at_local_expiry(self):
+        # The heartbeat call is bounded by the lease's local expiry, not by
+        # the client's 30 s socket timeout: the handler is told the lease is
+        # lost when it runs out.
+        fake = FakeGate(self, lease_s=3.0, hang_heartbeats=True)
+        told = []
+
+        def handler(task):
+            task.cancelled.wait(60)
+            told.append(task.stop_reason)
+
+        self.run_worker(fake, handler)
+        wait_for("the handler to be told (lease 3 s, client timeout 30 s)", lambda: told, timeout=20)
+        self.assertEqual(told, ["lease_lost"])
+        self.assertEqual(fake.paths("/complete") + fake.paths("/fail"), [])
+
     def test_completion_cut_mid_answer_is_retried(self):
         # An answer cut off mid-body is a temporary error: the completion is
         # sent again (the gate answers a repeat as a duplicate), not dropped.
