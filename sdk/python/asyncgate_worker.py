@@ -36,7 +36,13 @@ Receipt flow") and the Go SDK (``sdk/worker``):
   conservative local expiry (KLIS-3 §6.1), when a heartbeat answers
   ``cancel_requested``, or when the shutdown grace is over, the task's
   ``cancelled`` event is set and ``task.check()`` raises ``TaskStopped``.
-  Each heartbeat call is bounded by that local expiry.
+  Each heartbeat call is bounded by that local expiry; a failed one (network
+  error, 429, 5xx) is retried after 250 ms doubling with each failure, at
+  most the regular interval and half the time left on the lease.
+  ``task.progress()`` sends progress with an early heartbeat, at most once
+  per max(1 s, a tenth of the lease); faster reports are coalesced (the
+  latest wins) and progress still unsent when the handler returns goes with
+  one last heartbeat before the outcome.
   Python threads cannot be killed: handlers must call ``task.check()`` (or
   wait on ``task.cancelled``) in their loops;
 * results: ``dict``/``list``/str/numbers go inline as JSON, ``bytes`` inline as
@@ -371,10 +377,15 @@ class Task:
         self._deadline: float = offer.get("_deadline", 0.0)
         self._pending: Optional[Dict[str, Any]] = None
         self._nudge = threading.Event()
+        self._beat_lock = threading.Lock()  # one heartbeat at a time
 
     def progress(self, percent: Optional[float] = None, message: str = "") -> None:
         """Report progress (percent 0..100 and/or a message). It is sent with an
-        early heartbeat; reports faster than that are coalesced."""
+        early heartbeat, but early heartbeats are at least max(1 s, a tenth of
+        the lease) apart (never more than the regular third of the lease):
+        faster reports are coalesced and the latest is sent when the gap is
+        over. Progress still unsent when the handler returns goes with one
+        last heartbeat before the outcome. Cheap to call in a tight loop."""
         if percent is not None and not (0 <= percent <= 100):
             raise ValueError("progress percent must be 0..100")
         with self._lock:
@@ -596,6 +607,11 @@ class Runner:
                 error, tb = e, traceback.format_exc()
             took = time.time() - started
             reason = task.stop_reason
+            if reason is None and task._pending is not None:
+                # Progress the gap held back goes before the outcome.
+                self._beat(task)
+                if task.stop_reason == "lease_lost":
+                    reason = task.stop_reason
             if reason == "lease_lost":
                 task.log.warning("task %s stopped: the lease was lost; outcome not reported", task.task_id)
             elif reason == "canceled":
@@ -640,46 +656,88 @@ class Runner:
                     return False
                 time.sleep(d)
 
+    @staticmethod
+    def _heartbeat_interval(ttl: float) -> float:
+        """The regular heartbeat period: a third of the lease."""
+        return max(ttl / 3.0, 0.05)
+
+    @staticmethod
+    def _progress_gap(ttl: float) -> float:
+        """The least time between two heartbeats sent early for progress:
+        max(1 s, a tenth of the lease), never longer than the regular
+        interval. Faster reports are coalesced; the latest wins."""
+        return min(max(1.0, ttl / 10.0), Runner._heartbeat_interval(ttl))
+
+    @staticmethod
+    def _heartbeat_retry(fails: int, interval: float, left: float) -> float:
+        """The wait before retrying a failed heartbeat after ``fails`` failures
+        in a row: 250 ms doubling with every failure, at most the regular
+        interval and half the time left on the lease (at least 50 ms), so a
+        retry still has time to get through."""
+        return max(min(0.25 * 2.0 ** min(fails - 1, 30), interval, left / 2.0), 0.05)
+
     def _heartbeat_loop(self, task: Task, done: threading.Event) -> None:
         fails = 0
+        last = 0.0  # when the last heartbeat was sent
         while not done.is_set():
             with task._lock:
-                interval = max(task._ttl / 3.0, 0.05)
-                deadline = task._deadline
-            if fails:
-                interval = min(interval, 0.25 * fails)
+                ttl, deadline = task._ttl, task._deadline
+            interval = self._heartbeat_interval(ttl)
             remaining = deadline - time.time()
             if remaining <= 0:
                 if task._stop("lease_lost"):
                     task.log.warning("lease %s lost: no heartbeat reached the gate before its local expiry", task.lease_id)
                 return
-            task._nudge.wait(min(interval, remaining))
-            task._nudge.clear()
+            if fails:
+                interval = self._heartbeat_retry(fails, interval, remaining)
+            due = time.time() + min(interval, remaining)
+            gap = self._progress_gap(ttl)
+            while not done.is_set():
+                task._nudge.clear()
+                with task._lock:
+                    # Progress goes early, once the gap since the last
+                    # heartbeat is over; never while retrying a failed one
+                    # (the retry carries it).
+                    wake = due if fails or task._pending is None else min(due, last + gap)
+                wait = wake - time.time()
+                if wait <= 0:
+                    break
+                task._nudge.wait(wait)
             if done.is_set():
                 return
-            if time.time() >= deadline:
+            if time.time() >= task._deadline:
                 continue  # the check at the top stops the task
+            last = time.time()
+            if self._beat(task, done):
+                fails = 0
+            else:
+                fails += 1
+
+    def _beat(self, task: Task, done: Optional[threading.Event] = None) -> bool:
+        """Send one heartbeat with the latest unsent progress; the call is
+        bounded by the lease's local expiry (and the client's timeout). Report
+        whether the gate answered; a refusal stops the task (lease_lost)."""
+        with task._beat_lock:
             with task._lock:
-                pending = task._pending
-            # Bounded by the lease's local expiry: a hung call must not keep
-            # the handler working on a lease that has run out.
+                pending, deadline = task._pending, task._deadline
+            left = deadline - time.time()
+            if left <= 0:
+                return False
             kw: Dict[str, Any] = {"extend_lease_seconds": self.lease_seconds,
-                                  "timeout": min(self.client.timeout, max(deadline - time.time(), 0.01))}
+                                  "timeout": min(self.client.timeout, left)}
             if pending:
                 kw.update(pending)
             try:
                 res = self.client.heartbeat(task.lease_id, task.task_id, **kw)
             except Exception as e:  # noqa: BLE001
-                if done.is_set():
-                    return
-                if (isinstance(e, AsyncGateError) and (e.lease_lost or not e.temporary)):
+                if done is not None and done.is_set():
+                    return True  # the task is over; nothing more to do
+                if isinstance(e, AsyncGateError) and (e.lease_lost or not e.temporary):
                     if task._stop("lease_lost"):
                         task.log.warning("lease %s lost: %s", task.lease_id, e)
-                    return
-                fails += 1
+                    return True
                 task.log.warning("heartbeat for %s failed: %s", task.lease_id, e)
-                continue
-            fails = 0
+                return False
             with task._lock:
                 if res.get("_ttl", 0) > 0:
                     task._ttl, task._deadline = res["_ttl"], res["_deadline"]
@@ -687,6 +745,7 @@ class Runner:
                     task._pending = None
             if res.get("cancel_requested") and task._stop("canceled"):
                 task.log.info("the gate asks to cancel task %s", task.task_id)
+            return True
 
     # ---- outcomes
 

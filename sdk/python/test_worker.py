@@ -269,6 +269,46 @@ class FakeGateTests(unittest.TestCase):
             self.assertTrue(aw.is_temporary(exc), repr(exc))
         self.assertFalse(aw.is_temporary(ValueError("a bug, not the network")))
 
+    def test_progress_does_not_flood_the_gate(self):
+        # Progress in a tight loop for a second sends a handful of heartbeats
+        # (early ones are max(1 s, lease/10) apart), and the last progress
+        # still reaches the gate before the completion.
+        fake = FakeGate(self, lease_s=30.0)
+        reports = []
+
+        def handler(task):
+            n, end = 0, time.time() + 1.0
+            while time.time() < end:
+                task.progress(n % 100, "step")
+                n += 1
+            task.progress(100, "all done")
+            reports.append(n + 1)
+            return "ok"
+
+        self.run_worker(fake, handler)
+        wait_for("the completion", lambda: fake.paths("/complete"), timeout=20)
+        with fake.lock:
+            before = [b for p, b in fake.calls[:[p for p, _ in fake.calls].index("/v1/leases/L1/complete")]
+                      if p.endswith("/heartbeat")]
+        # A 30 s lease: a 3 s gap. The first report goes at once, the last
+        # one before the completion; at most one regular heartbeat besides.
+        self.assertLessEqual(len(before), 3, "%d progress reports sent %d heartbeats" % (reports[0], len(before)))
+        self.assertEqual((before[-1].get("progress_percent"), before[-1].get("progress_message")), (100, "all done"))
+
+    def test_heartbeat_pacing(self):
+        # Early heartbeats: max(1 s, lease/10), never more than lease/3.
+        self.assertEqual(aw.Runner._progress_gap(30.0), 3.0)
+        self.assertEqual(aw.Runner._progress_gap(5.0), 1.0)
+        self.assertAlmostEqual(aw.Runner._progress_gap(2.0), 2.0 / 3)
+        self.assertEqual(aw.Runner._progress_gap(0.06), 0.05)
+        # Retries after failed heartbeats back off, never faster with more
+        # failures, up to the interval and within half the time left.
+        waits = [aw.Runner._heartbeat_retry(n, 10.0, 25.0) for n in range(1, 11)]
+        self.assertEqual(waits, sorted(waits))
+        self.assertEqual((waits[0], waits[-1]), (0.25, 10.0))
+        self.assertEqual(aw.Runner._heartbeat_retry(1, 10.0, 0.3), 0.15)
+        self.assertEqual(aw.Runner._heartbeat_retry(1, 10.0, 0.01), 0.05)
+
 
 class WorkerTest(unittest.TestCase):
     def make_runner(self, client=None, **kw):
