@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/experimental/sysfs"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
@@ -226,7 +227,13 @@ func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, 
 	}
 	p.modCfg = modCfg
 
+	// A table lives in the gate's heap, outside the memory cap, and
+	// table.grow runs in host code the call deadline cannot stop: without
+	// reference types a module has no table.grow (nor table.fill, nor more
+	// than one table), and checkTables bounds the one it declares once the
+	// module compiled. Go's wasip1 output uses no reference-types instruction.
 	cfg := wazero.NewRuntimeConfig().
+		WithCoreFeatures(api.CoreFeaturesV2 &^ api.CoreFeatureReferenceTypes).
 		WithCloseOnContextDone(true).
 		WithMemoryLimitPages(p.limits.MemoryPages).
 		WithCompilationCache(r.cache)
@@ -249,6 +256,9 @@ func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, 
 	cctx := experimental.WithCompilationWorkers(ctx, 2)
 	if p.compiled, err = p.wrt.CompileModule(cctx, wasm); err != nil {
 		return nil, fmt.Errorf("plugin %s: compile: %w", m.Name, err)
+	}
+	if err := checkTables(wasm); err != nil {
+		return nil, fmt.Errorf("plugin %s: %w", m.Name, err)
 	}
 	exports := p.compiled.ExportedFunctions()
 	for _, name := range append([]string{"_initialize", "asyncgate_abi_version", "asyncgate_alloc"}, kindOps[m.Kind]...) {
