@@ -404,6 +404,12 @@ func (p *Plugin) call(ctx context.Context, op string, input, data []byte, schema
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.limits.Timeout)
 	frame, f := inst.call(cctx, op, input, data)
+	if f == nil && cctx.Err() != nil {
+		// The answer came after the deadline (a host function ran past
+		// it and the guest returned without another check): it is a
+		// timeout, and wazero has closed the instance meanwhile.
+		f = &Fault{Kind: FaultTimeout, Message: "deadline exceeded; the answer came too late", Err: cctx.Err()}
+	}
 	cancel()
 	if f == nil {
 		var res Result
