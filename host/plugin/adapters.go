@@ -50,16 +50,16 @@ func (b *binding) plugin() (*Plugin, error) {
 // call runs op on the current version, retrying once if that version was
 // retired between lookup and call (a reload raced with the call).
 func (b *binding) call(ctx context.Context, op string, input, data []byte) (Result, error) {
-	return b.run(ctx, op, input, data, true)
+	return b.run(ctx, op, input, data, true, nil)
 }
 
-func (b *binding) run(ctx context.Context, op string, input, data []byte, schemas bool) (Result, error) {
+func (b *binding) run(ctx context.Context, op string, input, data []byte, schemas bool, check func(json.RawMessage) error) (Result, error) {
 	for try := 0; ; try++ {
 		p, err := b.plugin()
 		if err != nil {
 			return Result{}, err
 		}
-		res, err := p.run(ctx, op, input, data, schemas)
+		res, err := p.run(ctx, op, input, data, schemas, check)
 		var f *Fault
 		if try == 0 && errors.As(err, &f) && errors.Is(f.Err, errRetired) {
 			continue
@@ -85,18 +85,16 @@ func (a *PolicyAdapter) Decide(ctx context.Context, in host.FailureInput) (host.
 	if err := checkFailureInput(in); err != nil {
 		return host.Decision{}, host.WrapError(host.CodeBadRequest, err, "policy input: "+err.Error())
 	}
-	res, err := a.b.run(ctx, "decide", encodeFailureRecord(in, a.b.config), nil, false)
+	// The decision is decoded before the instance goes back to the pool: an
+	// instance that answers garbage is discarded, and the fault names the
+	// version that answered.
+	var d host.Decision
+	_, err := a.b.run(ctx, "decide", encodeFailureRecord(in, a.b.config), nil, false, func(raw json.RawMessage) (err error) {
+		d, err = decodeDecision(raw)
+		return err
+	})
 	if err != nil {
 		return host.Decision{}, ErrorFor(KindPolicy, err)
-	}
-	d, err := decodeDecision(res.JSON)
-	if err != nil {
-		f := &Fault{Plugin: a.b.name, Op: "decide", Kind: FaultBadOutput, Message: "result: " + err.Error()}
-		if p, perr := a.b.reg.Plugin(a.b.name); perr == nil {
-			f.Version = p.Manifest.Version
-			p.stats.fault(f.Error())
-		}
-		return host.Decision{}, ErrorFor(KindPolicy, f)
 	}
 	return d, nil
 }

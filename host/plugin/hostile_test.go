@@ -156,6 +156,40 @@ func TestFallbackPolicy(t *testing.T) {
 	}
 }
 
+// TestDecideGarbageDiscardsInstance: an instance whose decision fails the
+// output checks is discarded, not returned to the pool, and the fault is
+// counted once against the version that answered.
+func TestDecideGarbageDiscardsInstance(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, Limits{Timeout: time.Second, MemoryPages: 256}, "hostile")
+	pol, err := b.reg.Policy("hostile", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := b.reg.Plugin("hostile")
+	in := host.FailureInput{TaskID: "t", TaskType: "garbage", Kind: host.FailureError, Retryable: true, Attempts: 1, MaxRetries: 3}
+	before := p.Stats()
+	_, err = pol.Decide(context.Background(), in)
+	var f *Fault
+	if !errors.As(err, &f) || f.Kind != FaultBadOutput || f.Version != p.Manifest.Version {
+		t.Fatalf("got %v, want bad_output of hostile@%s", err, p.Manifest.Version)
+	}
+	if live, idle := p.Instances(); live != 0 || idle != 0 {
+		t.Fatalf("the instance that answered garbage was kept (live=%d idle=%d)", live, idle)
+	}
+	in.TaskType = "fine"
+	if _, err := pol.Decide(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	after := p.Stats()
+	if after.ColdStarts != before.ColdStarts+1 {
+		t.Errorf("cold starts %d → %d: the instance that answered garbage was reused", before.ColdStarts, after.ColdStarts)
+	}
+	if after.Calls != before.Calls+2 || after.Failures != before.Failures+1 || after.Faults != before.Faults+1 {
+		t.Errorf("stats %+v → %+v, want 2 calls, 1 failure, 1 fault", before, after)
+	}
+}
+
 func TestRawGarbageFrames(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, Limits{}, "rawgarbage")

@@ -362,14 +362,17 @@ type envelope struct {
 // validates the result against the output schema. Any error is a *Fault; the
 // instance that produced a trap, timeout, panic or bad output is discarded.
 func (p *Plugin) Call(ctx context.Context, op string, input, data []byte) (Result, error) {
-	return p.run(ctx, op, input, data, true)
+	return p.run(ctx, op, input, data, true, nil)
 }
 
 // run is Call with the schema checks optional: the decide fast path checks
 // its binary input and its output with typed code equivalent to the schemas.
-func (p *Plugin) run(ctx context.Context, op string, input, data []byte, schemas bool) (Result, error) {
+// check, when not nil, is one more check of the result JSON; like the
+// schemas it runs before the instance goes back to the pool, and an error
+// from it is a FaultBadOutput that discards the instance.
+func (p *Plugin) run(ctx context.Context, op string, input, data []byte, schemas bool, check func(json.RawMessage) error) (Result, error) {
 	start := time.Now()
-	res, f := p.call(ctx, op, input, data, schemas)
+	res, f := p.call(ctx, op, input, data, schemas, check)
 	if f == nil {
 		p.stats.observe(time.Since(start), false, false, "")
 		return res, nil
@@ -389,7 +392,7 @@ func (p *Plugin) run(ctx context.Context, op string, input, data []byte, schemas
 	return Result{}, f
 }
 
-func (p *Plugin) call(ctx context.Context, op string, input, data []byte, schemas bool) (Result, *Fault) {
+func (p *Plugin) call(ctx context.Context, op string, input, data []byte, schemas bool, check func(json.RawMessage) error) (Result, *Fault) {
 	if schemas {
 		if err := validateJSON(schemaSet.in[op], input); err != nil {
 			return Result{}, &Fault{Kind: FaultBadInput, Code: "bad_request", Message: "input: " + err.Error()}
@@ -414,6 +417,11 @@ func (p *Plugin) call(ctx context.Context, op string, input, data []byte, schema
 	if f == nil {
 		var res Result
 		res, f = p.parseFrame(op, frame, schemas)
+		if f == nil && check != nil {
+			if err := check(res.JSON); err != nil {
+				f = &Fault{Kind: FaultBadOutput, Message: "result: " + err.Error()}
+			}
+		}
 		if f == nil {
 			p.pool.put(inst, true)
 			return res, nil

@@ -51,16 +51,6 @@ func (s *stats) observe(d time.Duration, failed, fault bool, msg string) {
 	s.mu.Unlock()
 }
 
-// fault turns the last call, counted as a success, into a fault (the output
-// failed a check made after the call returned).
-func (s *stats) fault(msg string) {
-	s.mu.Lock()
-	s.failures++
-	s.faults++
-	s.lastError, s.lastErrAt = msg, time.Now()
-	s.mu.Unlock()
-}
-
 func (s *stats) coldStart() {
 	s.mu.Lock()
 	s.coldStarts++

@@ -110,7 +110,7 @@ const handManifest = `{"name":"tbl","kind":"policy","version":"0.0.1","abi_versi
 
 func decideOnce(p *Plugin) error {
 	in := encodeFailureRecord(host.FailureInput{TaskID: "t", TaskType: "x", Kind: host.FailureError, Attempts: 1}, nil)
-	_, err := p.run(context.Background(), "decide", in, nil, false)
+	_, err := p.run(context.Background(), "decide", in, nil, false, nil)
 	return err
 }
 
