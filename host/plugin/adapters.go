@@ -47,15 +47,32 @@ func (b *binding) plugin() (*Plugin, error) {
 	return p, nil
 }
 
-// call runs op on the current version, retrying once if that version was
-// retired between lookup and call (a reload raced with the call).
-func (b *binding) call(ctx context.Context, op string, input, data []byte) (Result, error) {
-	return b.run(ctx, op, input, data, true, nil)
+// build makes a call's input and data for the version p that will answer
+// it: a channel's input carries p's operator config and must fit p's limits.
+// An error ends the call before the plugin is called.
+type build func(p *Plugin) (input, data []byte, err error)
+
+// fixed is a build whose input does not depend on the version.
+func fixed(input, data []byte) build {
+	return func(*Plugin) ([]byte, []byte, error) { return input, data, nil }
 }
 
-func (b *binding) run(ctx context.Context, op string, input, data []byte, schemas bool, check func(json.RawMessage) error) (Result, error) {
+// call runs op on the current version with the schema checks; see run.
+func (b *binding) call(ctx context.Context, op string, in build) (Result, error) {
+	return b.run(ctx, op, in, true, nil)
+}
+
+// run runs op on the current version, retrying once if that version was
+// retired between lookup and call (a reload raced with the call). The input
+// is built for each attempt from the version looked up for it, so one
+// version's config or limits never go with a call another version answers.
+func (b *binding) run(ctx context.Context, op string, in build, schemas bool, check func(json.RawMessage) error) (Result, error) {
 	for try := 0; ; try++ {
 		p, err := b.plugin()
+		if err != nil {
+			return Result{}, err
+		}
+		input, data, err := in(p)
 		if err != nil {
 			return Result{}, err
 		}
@@ -89,7 +106,7 @@ func (a *PolicyAdapter) Decide(ctx context.Context, in host.FailureInput) (host.
 	// instance that answers garbage is discarded, and the fault names the
 	// version that answered.
 	var d host.Decision
-	_, err := a.b.run(ctx, "decide", encodeFailureRecord(in, a.b.config), nil, false, func(raw json.RawMessage) (err error) {
+	_, err := a.b.run(ctx, "decide", fixed(encodeFailureRecord(in, a.b.config), nil), false, func(raw json.RawMessage) (err error) {
 		d, err = decodeDecision(raw)
 		return err
 	})
@@ -178,7 +195,7 @@ func (a *ValidatorAdapter) Validate(ctx context.Context, taskType string, params
 	if err != nil {
 		return host.WrapError(host.CodeInvalidParams, err, "params are not valid JSON")
 	}
-	res, err := a.b.call(ctx, "validate", input, nil)
+	res, err := a.b.call(ctx, "validate", fixed(input, nil))
 	if err != nil {
 		return ErrorFor(KindValidator, err)
 	}
@@ -223,16 +240,13 @@ func (a *ChannelAdapter) Put(ctx context.Context, taskID string, payload []byte)
 // PutWithProof stores payload and returns the pointer and, for push channels,
 // the plugin's delivery proof (a JSON object, or nil).
 func (a *ChannelAdapter) PutWithProof(ctx context.Context, taskID string, payload []byte) (string, json.RawMessage, error) {
-	p, err := a.b.plugin()
-	if err != nil {
-		return "", nil, ErrorFor(KindChannel, err)
-	}
-	var caps host.ChannelCapabilities
-	if json.Unmarshal(p.caps, &caps) == nil && caps.MaxSizeBytes > 0 && int64(len(payload)) > caps.MaxSizeBytes {
-		return "", nil, host.Errorf(host.CodeTooLarge, "payload of %d bytes exceeds channel %s's limit of %d", len(payload), a.b.name, caps.MaxSizeBytes)
-	}
-	input := p.withConfig(map[string]any{"task_id": taskID, "size": len(payload)}, p.grant.Config)
-	res, err := a.b.call(ctx, "put", input, payload)
+	res, err := a.b.call(ctx, "put", func(p *Plugin) ([]byte, []byte, error) {
+		var caps host.ChannelCapabilities
+		if json.Unmarshal(p.caps, &caps) == nil && caps.MaxSizeBytes > 0 && int64(len(payload)) > caps.MaxSizeBytes {
+			return nil, nil, host.Errorf(host.CodeTooLarge, "payload of %d bytes exceeds channel %s's limit of %d", len(payload), a.b.name, caps.MaxSizeBytes)
+		}
+		return p.withConfig(map[string]any{"task_id": taskID, "size": len(payload)}, p.grant.Config), payload, nil
+	})
 	if err != nil {
 		return "", nil, ErrorFor(KindChannel, err)
 	}
@@ -251,11 +265,7 @@ func (a *ChannelAdapter) Get(ctx context.Context, pointer string) ([]byte, error
 	if err := a.checkPointer(pointer); err != nil {
 		return nil, err
 	}
-	p, err := a.b.plugin()
-	if err != nil {
-		return nil, ErrorFor(KindChannel, err)
-	}
-	res, err := a.b.call(ctx, "get", p.withConfig(map[string]any{"pointer": pointer}, p.grant.Config), nil)
+	res, err := a.b.call(ctx, "get", withPointer(pointer))
 	if err != nil {
 		return nil, ErrorFor(KindChannel, err)
 	}
@@ -267,12 +277,16 @@ func (a *ChannelAdapter) Ack(ctx context.Context, pointer string) error {
 	if err := a.checkPointer(pointer); err != nil {
 		return err
 	}
-	p, err := a.b.plugin()
-	if err != nil {
-		return ErrorFor(KindChannel, err)
-	}
-	_, err = a.b.call(ctx, "ack", p.withConfig(map[string]any{"pointer": pointer}, p.grant.Config), nil)
+	_, err := a.b.call(ctx, "ack", withPointer(pointer))
 	return ErrorFor(KindChannel, err)
+}
+
+// withPointer builds get's and ack's input: the pointer and the config of
+// the version that answers.
+func withPointer(pointer string) build {
+	return func(p *Plugin) ([]byte, []byte, error) {
+		return p.withConfig(map[string]any{"pointer": pointer}, p.grant.Config), nil, nil
+	}
 }
 
 // Capabilities implements host.Channel. It returns what the plugin reported

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -238,5 +239,52 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatalf("condition not met in %v", bound)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestChannelReloadRaceUsesAnsweringVersion: a put that races a reload is
+// answered by the new version with the new version's operator config and
+// limits, never with those of the version it first looked up. The first
+// version is the inline module with no grant (limit 4096 bytes); the second
+// is the same code with a custom section appended (another module, another
+// digest) that the operator granted a limit of 8 bytes.
+func TestChannelReloadRaceUsesAnsweringVersion(t *testing.T) {
+	t.Parallel()
+	wasm, man := readBuilt(t, "inline")
+	v2 := append(append([]byte(nil), wasm...), wasmSection(0, append(wasmName("version"), "two"...))...)
+	grants := map[string]Grant{"inline": {Config: json.RawMessage(`{"max_size_bytes": 8}`), SHA256: []string{Digest(v2)}}}
+	b := setup(t, grants, Limits{MaxInstances: 1}, "inline")
+	ch, err := b.reg.Channel("inline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, _ := b.reg.Plugin("inline")
+	if caps, _ := ch.Capabilities(context.Background()); caps.MaxSizeBytes != 4096 {
+		t.Fatalf("first version's limit %d, want 4096 (no grant)", caps.MaxSizeBytes)
+	}
+
+	// Hold the first version's only instance slot, so the put looks it up,
+	// then waits for an instance while the reload retires it.
+	v1.pool.sem <- struct{}{}
+	type answer struct {
+		ptr string
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		ptr, err := ch.Put(context.Background(), "task-1", []byte("more than eight bytes"))
+		done <- answer{ptr, err}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	writePair(t, b.dir, "inline", v2, man)
+	b.reg.Scan(context.Background())
+	if p, _ := b.reg.Plugin("inline"); p.Digest != Digest(v2) {
+		t.Fatalf("the second version did not load: %+v", b.reg.List())
+	}
+	<-v1.pool.sem
+
+	a := <-done
+	if !host.IsCode(a.err, host.CodeTooLarge) {
+		t.Fatalf("put answered by the second version got %q, %v; want too_large by its own limit of 8 bytes", a.ptr, a.err)
 	}
 }
