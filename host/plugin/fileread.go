@@ -7,8 +7,10 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"syscall"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/tetratelabs/wazero/sys"
 )
 
 // OpenResult streams a payload of the built-in file channel straight from its
@@ -39,7 +41,8 @@ func (a *ChannelAdapter) OpenResult(ctx context.Context, taskID, pointer string)
 		return nil, 0, true, host.WrapError(host.CodeChannelError, err, "result channel file: "+err.Error())
 	}
 	defer root.Close()
-	f, err := root.Open(rel)
+	// O_NONBLOCK: a FIFO planted in the folder must not block the open.
+	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, 0, true, host.Errorf(host.CodeNotFound, "no such result")
@@ -50,6 +53,12 @@ func (a *ChannelAdapter) OpenResult(ctx context.Context, taskID, pointer string)
 	if err != nil || !st.Mode().IsRegular() {
 		f.Close()
 		return nil, 0, true, host.Errorf(host.CodeChannelError, "result channel file: %s is not a regular file", rel)
+	}
+	if sys.NewStat_t(st).Nlink > 1 {
+		// A hard link planted from outside the folder, refused as the
+		// plugin's own filesystem refuses it (rootfs.go).
+		f.Close()
+		return nil, 0, true, host.Errorf(host.CodeChannelError, "result channel file: %s has more than one link", rel)
 	}
 	return f, st.Size(), true, nil
 }

@@ -123,7 +123,10 @@ func (r *rootFS) OpenFile(path string, flag experimentalsys.Oflag, perm fs.FileM
 	}
 	// O_TRUNC waits until the link count is checked: truncating at open
 	// would empty a planted hard link's target before it is refused.
-	f, err := r.root.OpenFile(p, osFlags(flag&^experimentalsys.O_TRUNC), perm)
+	// O_NONBLOCK: opening a FIFO planted in the folder would otherwise
+	// wait for a writer, in host code no call deadline interrupts; it has
+	// no effect on the regular files and folders that are let through.
+	f, err := r.root.OpenFile(p, osFlags(flag&^experimentalsys.O_TRUNC)|syscall.O_NONBLOCK, perm)
 	if err != nil {
 		return nil, errno(err)
 	}
@@ -131,6 +134,11 @@ func (r *rootFS) OpenFile(path string, flag experimentalsys.Oflag, perm fs.FileM
 	if err != nil {
 		f.Close()
 		return nil, errno(err)
+	}
+	if !fi.Mode().IsRegular() && !fi.IsDir() {
+		// A FIFO, socket or device someone put in the folder.
+		f.Close()
+		return nil, experimentalsys.EPERM
 	}
 	st := sys.NewStat_t(fi)
 	if fi.Mode().IsRegular() && st.Nlink > 1 {

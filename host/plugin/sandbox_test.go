@@ -3,10 +3,16 @@ package plugin
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
 )
 
 // victim is a data folder with an admin.key beside the folder granted to a
@@ -149,4 +155,83 @@ func TestDropInDoesNotInheritGrant(t *testing.T) {
 		t.Fatalf("a drop-in with a grant bound to its digest: %+v", in)
 	}
 	v.check(t)
+}
+
+// TestRootFSRefusesFIFO: a FIFO planted in the granted folder is refused
+// at once; opening it for reading would wait for a writer, in host code no
+// call deadline interrupts.
+func TestRootFSRefusesFIFO(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "pipe")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skip("no FIFOs here:", err)
+	}
+	rfs, err := newRootFS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rfs.close()
+	done := make(chan experimentalsys.Errno, 1)
+	go func() {
+		f, e := rfs.OpenFile("/pipe", experimentalsys.O_RDONLY, 0)
+		if e == 0 {
+			f.Close()
+		}
+		done <- e
+	}()
+	select {
+	case e := <-done:
+		if e != experimentalsys.EPERM {
+			t.Fatalf("opening a FIFO: errno %v, want EPERM", e)
+		}
+	case <-time.After(5 * time.Second):
+		// Let the blocked open go: a writer arriving ends its wait.
+		if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			w.Close()
+		}
+		t.Fatal("opening a FIFO in the granted folder blocked")
+	}
+}
+
+// TestOpenResultRefusesHardLink: the host's own read of a file channel
+// result refuses a file with more than one link, as the plugin's
+// filesystem does, so a hard link planted in the results folder does not
+// hand out the file it points at.
+func TestOpenResultRefusesHardLink(t *testing.T) {
+	t.Parallel()
+	v := newVictim(t)
+	builtins := t.TempDir()
+	copyPlugin(t, "file", "file", builtins)
+	rt := newTestRuntime(t, Limits{})
+	reg, err := NewRegistry(context.Background(), rt, RegistryOptions{Builtins: os.DirFS(builtins), Grants: map[string]Grant{"file": {Dir: v.granted}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	if err := reg.WaitReady(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := reg.Channel("file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const task = "task-1"
+	sum := strings.Repeat("ab", 32)
+	folder := filepath.Join(v.granted, task[len(task)-2:], task)
+	if err := os.MkdirAll(folder, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(v.key, filepath.Join(folder, sum)); err != nil {
+		t.Skip("no hard links here:", err)
+	}
+	rc, _, ok, err := ch.(*ChannelAdapter).OpenResult(context.Background(), task, "file:"+task+"/"+sum)
+	if err == nil {
+		b, _ := io.ReadAll(rc)
+		rc.Close()
+		t.Fatalf("a hard link to admin.key was served (%d bytes)", len(b))
+	}
+	if !ok || !host.IsCode(err, host.CodeChannelError) {
+		t.Fatalf("got ok=%v %v, want a channel error", ok, err)
+	}
 }
