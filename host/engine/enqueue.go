@@ -167,6 +167,16 @@ func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	if err := assigned.Validate(); err != nil {
 		return nil, err
 	}
+	// duplicateOf answers an enqueue whose key old already holds: the same
+	// task is a duplicate, a different one a conflict.
+	duplicateOf := func(old *host.Task) error {
+		if diff := sameEnqueue(old, t, req); diff != "" {
+			return host.Errorf(host.CodeIdempotencyConflict,
+				"idempotency_key %q was used for task %s with a different %s; use a new key for a different task", t.IdempotencyKey, old.ID, diff)
+		}
+		res.Task, res.IsDuplicate = old, true
+		return nil
+	}
 	err = e.update(ctx, func(tx store.Tx) error {
 		res.IsDuplicate = false
 		if t.IdempotencyKey != "" {
@@ -175,12 +185,7 @@ func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 				return err
 			}
 			if old != nil {
-				if diff := sameEnqueue(old, t, req); diff != "" {
-					return host.Errorf(host.CodeIdempotencyConflict,
-						"idempotency_key %q was used for task %s with a different %s; use a new key for a different task", t.IdempotencyKey, old.ID, diff)
-				}
-				res.Task, res.IsDuplicate = old, true
-				return nil
+				return duplicateOf(old)
 			}
 		}
 		t.AssignReceipt = assigned.ID
@@ -195,14 +200,15 @@ func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	})
 	if err != nil && t.IdempotencyKey != "" && host.IsCode(err, host.CodeConflict) {
 		// A concurrent enqueue with the same key committed between our lookup
-		// and our insert (another writer or host): answer with its task.
+		// and our insert (another writer or host): answer as if it had
+		// committed first, by the same rule.
 		var old *host.Task
 		if verr := e.view(ctx, func(r store.Reader) error {
 			var err error
 			old, err = r.FindTaskByIdempotency(ctx, t.Tenant, t.Recipient, t.IdempotencyKey)
 			return err
 		}); verr == nil && old != nil {
-			res.Task, res.IsDuplicate, err = old, true, nil
+			err = duplicateOf(old)
 		}
 	}
 	if err != nil {
