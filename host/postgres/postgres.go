@@ -261,6 +261,17 @@ func (s *Store) migrate(ctx context.Context) error {
 		return err
 	}
 	sort.Strings(names)
+	known := 0
+	if len(names) > 0 {
+		fmt.Sscanf(path.Base(names[len(names)-1]), "%04d_", &known)
+	}
+	var applied int
+	if err := conn.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&applied); err != nil {
+		return fmt.Errorf("postgres: read migrations: %w", err)
+	}
+	if applied > known {
+		return store.NewerSchemaError("postgres", applied, known)
+	}
 	for _, name := range names {
 		var v int
 		if _, err := fmt.Sscanf(path.Base(name), "%04d_", &v); err != nil {

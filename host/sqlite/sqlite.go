@@ -182,6 +182,17 @@ func (s *Store) migrate() error {
 		return err
 	}
 	sort.Strings(names)
+	known := 0
+	if len(names) > 0 {
+		fmt.Sscanf(filepath.Base(names[len(names)-1]), "%04d_", &known)
+	}
+	var applied int
+	if err := s.wdb.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&applied); err != nil {
+		return fmt.Errorf("sqlite: read migrations: %w", err)
+	}
+	if applied > known {
+		return store.NewerSchemaError("sqlite", applied, known)
+	}
 	for _, name := range names {
 		var v int
 		if _, err := fmt.Sscanf(filepath.Base(name), "%04d_", &v); err != nil {

@@ -475,3 +475,11 @@ type OutboxStats struct {
 	Dead            int64      `json:"dead"`
 	OldestPendingAt *time.Time `json:"oldest_pending_at,omitempty"`
 }
+
+// NewerSchemaError is a driver's refusal to open a database that a newer
+// gate has migrated past the last migration this one knows: its code would
+// read and write tables whose meaning it does not know.
+func NewerSchemaError(driver string, applied, known int) error {
+	return host.Errorf(host.CodeConflict, "%s: the database's schema is at version %d, written by a newer gate; this gate knows versions up to %d: run a gate at least as new as the one that migrated it",
+		driver, applied, known)
+}
