@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 
@@ -76,7 +77,14 @@ func decodeBody(b []byte, v any, mode decodeMode) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return badRequest("unexpected data after the JSON object")
 	}
-	return nil
+	// encoding/json keeps the last of duplicate keys and matches field
+	// names case-insensitively; the walk refuses both (case only when
+	// strict), over the whole body, params included.
+	var typ reflect.Type
+	if mode == strict {
+		typ = reflect.TypeOf(v)
+	}
+	return checkKeys(b, typ)
 }
 
 // jsonError turns a decoding error into a bad_request that names the field.

@@ -1,0 +1,317 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// checkKeys walks b, one JSON object that encoding/json has already
+// decoded (so valid, and nested no deeper than it allows), and refuses any
+// object in it with a duplicate key. With typ (the strict routes), a key of
+// an object decoded into a struct must also name one of its fields exactly:
+// encoding/json would take "TASK_TYPE" for task_type. One pass over the
+// bytes; nothing is kept but the keys of the objects open along the current
+// path (as offsets into b), and nothing is allocated unless a key has an
+// escape or an object has many keys.
+func checkKeys(b []byte, typ reflect.Type) error {
+	// Room for the keys and the path of a typical body, in one allocation.
+	room := new(struct {
+		keys [16]keySpan
+		path [4]pathElem
+	})
+	w := keyWalker{b: b, keys: room.keys[:0], path: room.path[:0]}
+	_, err := w.value(w.space(0), typ)
+	return err
+}
+
+type keyWalker struct {
+	b []byte
+	// keys are the keys of the open objects, innermost last.
+	keys []keySpan
+	// path is where the walk is, for the error: a key or an array index.
+	path []pathElem
+}
+
+type keySpan struct {
+	s, e int // the key's text in b, without the quotes
+	esc  bool
+}
+
+type pathElem struct {
+	key keySpan
+	idx int // -1 for a key
+}
+
+// manyKeys is how many keys an object has before duplicates are looked up
+// in a map rather than by comparing with each key seen.
+const manyKeys = 16
+
+func (w *keyWalker) space(i int) int {
+	for i < len(w.b) && (w.b[i] == ' ' || w.b[i] == '\t' || w.b[i] == '\n' || w.b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// str returns the end of the string starting at b[i] (the opening quote),
+// past the closing quote, and whether it has an escape.
+func (w *keyWalker) str(i int) (int, bool) {
+	esc := false
+	for i++; i < len(w.b); i++ {
+		switch w.b[i] {
+		case '\\':
+			esc = true
+			i++
+		case '"':
+			return i + 1, esc
+		}
+	}
+	return i, esc
+}
+
+// text is a key as encoding/json reads it.
+func (w *keyWalker) text(k keySpan) string {
+	if !k.esc {
+		return string(w.b[k.s:k.e])
+	}
+	var s string
+	// A copy, so that the walker's buffers do not escape through Unmarshal.
+	_ = json.Unmarshal(bytes.Clone(w.b[k.s-1:k.e+1]), &s)
+	return s
+}
+
+func (w *keyWalker) same(a, b keySpan) bool {
+	if !a.esc && !b.esc {
+		return bytes.Equal(w.b[a.s:a.e], w.b[b.s:b.e])
+	}
+	return w.text(a) == w.text(b)
+}
+
+func (w *keyWalker) value(i int, typ reflect.Type) (int, error) {
+	if i >= len(w.b) {
+		return i, nil
+	}
+	switch w.b[i] {
+	case '{':
+		var fields *structFields
+		var elem reflect.Type
+		if t := checkedType(typ); t != nil {
+			switch t.Kind() {
+			case reflect.Struct:
+				fields = fieldsOf(t)
+			case reflect.Map:
+				elem = t.Elem()
+			}
+		}
+		return w.object(i, fields, elem)
+	case '[':
+		var elem reflect.Type
+		if t := checkedType(typ); t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			elem = t.Elem()
+		}
+		return w.array(i, elem)
+	case '"':
+		end, _ := w.str(i)
+		return end, nil
+	}
+	// A number, true, false or null.
+	for ; i < len(w.b); i++ {
+		switch w.b[i] {
+		case ',', '}', ']', ' ', '\t', '\r', '\n':
+			return i, nil
+		}
+	}
+	return i, nil
+}
+
+func (w *keyWalker) object(i int, fields *structFields, elem reflect.Type) (int, error) {
+	first := len(w.keys)
+	defer func() { w.keys = w.keys[:first] }()
+	var many map[string]struct{}
+	i = w.space(i + 1)
+	for i < len(w.b) && w.b[i] != '}' {
+		end, esc := w.str(i)
+		k := keySpan{s: i + 1, e: end - 1, esc: esc}
+		if many != nil {
+			t := w.text(k)
+			if _, dup := many[t]; dup {
+				return i, w.refuse("duplicate key", t, "")
+			}
+			many[t] = struct{}{}
+		} else {
+			for _, seen := range w.keys[first:] {
+				if w.same(seen, k) {
+					return i, w.refuse("duplicate key", w.text(k), "")
+				}
+			}
+			if len(w.keys)-first == manyKeys {
+				many = make(map[string]struct{}, 2*manyKeys)
+				for _, seen := range w.keys[first:] {
+					many[w.text(seen)] = struct{}{}
+				}
+				many[w.text(k)] = struct{}{}
+			}
+		}
+		w.keys = append(w.keys, k)
+		vt := elem
+		if fields != nil {
+			var ok bool
+			if esc {
+				vt, ok = fields.exact[w.text(k)]
+			} else {
+				vt, ok = fields.exact[string(w.b[k.s:k.e])]
+			}
+			if !ok {
+				name := w.text(k)
+				return i, w.refuse("unknown field", name, fields.hint(name))
+			}
+		}
+		i = w.space(end)
+		i = w.space(i + 1) // the colon
+		w.path = append(w.path, pathElem{key: k, idx: -1})
+		var err error
+		if i, err = w.value(i, vt); err != nil {
+			return i, err
+		}
+		w.path = w.path[:len(w.path)-1]
+		i = w.space(i)
+		if i < len(w.b) && w.b[i] == ',' {
+			i = w.space(i + 1)
+		}
+	}
+	return i + 1, nil
+}
+
+func (w *keyWalker) array(i int, elem reflect.Type) (int, error) {
+	i = w.space(i + 1)
+	for n := 0; i < len(w.b) && w.b[i] != ']'; n++ {
+		w.path = append(w.path, pathElem{idx: n})
+		var err error
+		if i, err = w.value(i, elem); err != nil {
+			return i, err
+		}
+		w.path = w.path[:len(w.path)-1]
+		i = w.space(i)
+		if i < len(w.b) && w.b[i] == ',' {
+			i = w.space(i + 1)
+		}
+	}
+	return i + 1, nil
+}
+
+// refuse is a bad_request naming the key and the object it is in:
+// "the body", "params", "params.options", "artifacts[2]".
+func (w *keyWalker) refuse(what, key, hint string) error {
+	where := "the body"
+	if len(w.path) > 0 {
+		var sb strings.Builder
+		for n, p := range w.path {
+			if p.idx >= 0 {
+				sb.WriteByte('[')
+				sb.WriteString(strconv.Itoa(p.idx))
+				sb.WriteByte(']')
+				continue
+			}
+			if n > 0 {
+				sb.WriteByte('.')
+			}
+			sb.WriteString(w.text(p.key))
+		}
+		where = sb.String()
+	}
+	return badRequest("%s %q in %s%s", what, key, where, hint)
+}
+
+var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+
+// checkedType is the type whose field names the walk checks for a value
+// decoded into t: pointers are followed; a type that decodes itself
+// (json.RawMessage, time.Time, rawObject) and interfaces are not checked.
+func checkedType(t reflect.Type) reflect.Type {
+	for t != nil {
+		if t.Kind() == reflect.Interface || t.Implements(unmarshalerType) || reflect.PointerTo(t).Implements(unmarshalerType) {
+			return nil
+		}
+		if t.Kind() != reflect.Pointer {
+			return t
+		}
+		t = t.Elem()
+	}
+	return nil
+}
+
+// structFields are the JSON field names of a struct, as encoding/json sees
+// them (embedded structs' fields promoted), with their types.
+type structFields struct {
+	exact map[string]reflect.Type
+}
+
+// hint is the end of the error for a key that is not a field: the field it
+// would have matched by case.
+func (f *structFields) hint(k string) string {
+	for name := range f.exact {
+		if strings.EqualFold(name, k) {
+			return "; field names are case-sensitive: did you mean " + strconv.Quote(name) + "?"
+		}
+	}
+	return ""
+}
+
+var fieldCache sync.Map // reflect.Type → *structFields
+
+func fieldsOf(t reflect.Type) *structFields {
+	if f, ok := fieldCache.Load(t); ok {
+		return f.(*structFields)
+	}
+	f := &structFields{exact: map[string]reflect.Type{}}
+	collectFields(t, f.exact, 0)
+	fieldCache.Store(t, f)
+	return f
+}
+
+// collectFields adds t's JSON fields to into; a shallower field wins over a
+// promoted one of the same name, as in encoding/json.
+func collectFields(t reflect.Type, into map[string]reflect.Type, depth int) {
+	if depth > 8 {
+		return
+	}
+	var embedded []reflect.Type
+	for i := 0; i < t.NumField(); i++ {
+		sf := t.Field(i)
+		tag := sf.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if sf.Anonymous && name == "" {
+			et := sf.Type
+			if et.Kind() == reflect.Pointer {
+				et = et.Elem()
+			}
+			if et.Kind() == reflect.Struct {
+				embedded = append(embedded, et)
+				continue
+			}
+		}
+		if !sf.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = sf.Name
+		}
+		into[name] = sf.Type
+	}
+	for _, et := range embedded {
+		sub := map[string]reflect.Type{}
+		collectFields(et, sub, depth+1)
+		for k, v := range sub {
+			if _, ok := into[k]; !ok {
+				into[k] = v
+			}
+		}
+	}
+}
