@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -141,11 +142,8 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 			detail = "an internal error occurred; it was logged"
 		}
 	}
-	if code == host.CodeBusy {
-		c.Response().Header().Set("Retry-After", "2")
-	}
-	if code == host.CodePluginNotReady {
-		c.Response().Header().Set("Retry-After", "1")
+	if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
+		c.Response().Header().Set("Retry-After", strconv.Itoa(retryAfter(code)))
 	}
 	body := ErrorBody{Error: code, Detail: detail}
 	if v, _ := c.Get(ctxKeySeedErrors).(bool); v {
@@ -156,6 +154,24 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		return
 	}
 	_ = c.JSON(status, body)
+}
+
+// retryAfter is the Retry-After, in seconds, of a 503 or 429 answer: how
+// long the cause usually lasts (docs/http.md lists them).
+func retryAfter(code string) int {
+	switch code {
+	case host.CodePluginNotReady:
+		return 1 // a plugin loads in well under a second
+	case host.CodeBusy:
+		return 2 // a large result fetch frees its slot
+	case host.CodeDatabaseUnavailable:
+		return 5 // a reconnect, a failover, a lock released
+	case host.CodeMailUnavailable:
+		return 30 // a mail server down or unreachable
+	case host.CodeQuotaExceeded:
+		return 60 // a lease released or expired, a quota window moving on
+	}
+	return 5
 }
 
 // classify returns the code and detail of err. Context cancellation (the
