@@ -114,6 +114,15 @@ func workerCall(c echo.Context, leaseID, bodyWorker, taskID string) (engine.Work
 	return engine.WorkerCall{Tenant: a.Tenant, WorkerID: wid, LeaseID: leaseID, TaskID: taskID}, nil
 }
 
+// sameRun refuses a body whose run_id names another lease than the path's
+// (run_id is the lease id; it is optional where the path names the lease).
+func sameRun(leaseID, runID string) error {
+	if runID != "" && runID != leaseID {
+		return badRequest("run_id %q in the body differs from the lease id %q in the path", runID, leaseID)
+	}
+	return nil
+}
+
 // LeaseCallBody is the body of accept and release (all fields optional).
 type LeaseCallBody struct {
 	WorkerID string `json:"worker_id,omitempty"`
@@ -172,6 +181,9 @@ type HeartbeatResponse struct {
 }
 
 func (s *Server) doHeartbeat(c echo.Context, leaseID string, b HeartbeatBody) (*HeartbeatResponse, error) {
+	if err := sameRun(leaseID, b.RunID); err != nil {
+		return nil, err
+	}
 	call, err := workerCall(c, leaseID, b.WorkerID, b.TaskID)
 	if err != nil {
 		return nil, err
@@ -230,6 +242,9 @@ type CompleteResponse struct {
 }
 
 func (s *Server) doComplete(c echo.Context, leaseID string, b CompleteBody) (*CompleteResponse, error) {
+	if err := sameRun(leaseID, b.RunID); err != nil {
+		return nil, err
+	}
 	call, err := workerCall(c, leaseID, b.WorkerID, b.TaskID)
 	if err != nil {
 		return nil, err
@@ -291,6 +306,9 @@ type FailResponse struct {
 }
 
 func (s *Server) doFail(c echo.Context, leaseID string, b FailBody) (*FailResponse, error) {
+	if err := sameRun(leaseID, b.RunID); err != nil {
+		return nil, err
+	}
 	call, err := workerCall(c, leaseID, b.WorkerID, b.TaskID)
 	if err != nil {
 		return nil, err
