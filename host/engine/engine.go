@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -137,6 +138,11 @@ type Engine struct {
 	wg       sync.WaitGroup
 }
 
+// MaxLeaseSecondsLimit is the most Config.MaxLeaseSeconds may be, whatever
+// the configuration allows: a year keeps every lease expiry far from the
+// range of time.Duration.
+const MaxLeaseSecondsLimit = 366 * 24 * 3600
+
 // New returns an Engine over cfg.Store.
 func New(cfg Config) (*Engine, error) {
 	if cfg.Store == nil {
@@ -150,6 +156,11 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.MaxLeaseSeconds <= 0 {
 		cfg.MaxLeaseSeconds = 3600
+	}
+	if cfg.MaxLeaseSeconds > MaxLeaseSecondsLimit {
+		// now + a lease this long would overflow time.Duration (or come
+		// close): every lease would expire before it was granted.
+		return nil, fmt.Errorf("engine: MaxLeaseSeconds %d is over %d (a year)", cfg.MaxLeaseSeconds, MaxLeaseSecondsLimit)
 	}
 	if cfg.ExpiryJitter == 0 {
 		cfg.ExpiryJitter = 3 * time.Second
