@@ -14,6 +14,11 @@ import (
 // makes the process big.
 const defaultMemoryLimitMiB = 768
 
+// maxMemoryLimitMiB is the largest memory limit (16 TiB), as in the config
+// schema: mib<<20 of a larger one could overflow into a tiny or negative
+// limit, and the collector would run without pause.
+const maxMemoryLimitMiB = 1 << 24
+
 // setMemoryLimit applies the configured soft memory limit, unless the
 // GOMEMLIMIT environment variable already set one (the runtime read it).
 func setMemoryLimit(mib int64, log *slog.Logger) {
@@ -23,6 +28,10 @@ func setMemoryLimit(mib int64, log *slog.Logger) {
 	}
 	if mib <= 0 {
 		return
+	}
+	if mib > maxMemoryLimitMiB {
+		log.Warn("memory limit capped", "mib", mib, "cap_mib", maxMemoryLimitMiB)
+		mib = maxMemoryLimitMiB
 	}
 	debug.SetMemoryLimit(mib << 20)
 	log.Debug("memory limit set", "mib", mib)

@@ -162,7 +162,12 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	if err := loadConfigEnv(os.Environ(), &cfg, stderr); err != nil {
 		return cfg, err
 	}
+	var durErr error
+	given := map[string]string{} // config field → the flag that set it
 	fs.Visit(func(f *flag.Flag) {
+		if field, ok := flagFields[f.Name]; ok {
+			given[field] = "--" + f.Name
+		}
 		switch f.Name {
 		case "listen":
 			cfg.Listen = *listen
@@ -179,11 +184,11 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 		case "max-lease-seconds":
 			cfg.MaxLeaseSeconds = *maxLease
 		case "expiry-jitter":
-			cfg.ExpiryJitterMS = int(jitter.Milliseconds())
+			cfg.ExpiryJitterMS, durErr = wholeUnits(durErr, "--expiry-jitter", *jitter, time.Millisecond)
 		case "sweep-interval":
-			cfg.SweepIntervalMS = int(sweep.Milliseconds())
+			cfg.SweepIntervalMS, durErr = wholeUnits(durErr, "--sweep-interval", *sweep, time.Millisecond)
 		case "auth-cache":
-			cfg.AuthCacheSeconds = int(authCache.Seconds())
+			cfg.AuthCacheSeconds, durErr = wholeUnits(durErr, "--auth-cache", *authCache, time.Second)
 		case "log-level":
 			cfg.LogLevel = *logLevel
 		case "log-format":
@@ -202,28 +207,75 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 			cfg.PprofListen = *pprofListen
 		}
 	})
-	if err := checkPprofListen(cfg.PprofListen); err != nil {
+	if durErr != nil {
+		return cfg, durErr
+	}
+	// The flags get the config file's bounds, from the same schema.
+	if err := checkFlagBounds(cfg, given); err != nil {
 		return cfg, err
 	}
-	if cfg.BodyLimitBytes < 1024 {
-		return cfg, errors.New("--body-limit must be at least 1024 bytes")
-	}
-	if cfg.MemoryLimitMiB < 0 {
-		return cfg, errors.New("--memory-limit-mib must not be negative")
-	}
-	if cfg.GCPercent < 0 {
-		return cfg, errors.New("--gc-percent must not be negative")
-	}
-	if cfg.DBWriters < 0 || cfg.DBWriters > maxDBWriters {
-		return cfg, fmt.Errorf("--db-writers must be between 0 and %d, not %d", maxDBWriters, cfg.DBWriters)
+	if err := checkPprofListen(cfg.PprofListen); err != nil {
+		return cfg, err
 	}
 	if cfg.DBWriters > 1 && !isPostgresURL(cfg.DB) {
 		return cfg, fmt.Errorf("--db-writers %d needs PostgreSQL (--db postgres://…): SQLite has one writer", cfg.DBWriters)
 	}
-	if cfg.MaxLeaseSeconds < 1 || cfg.SweepIntervalMS < 10 || cfg.ExpiryJitterMS < 0 || cfg.AuthCacheSeconds < 0 {
-		return cfg, errors.New("--max-lease-seconds, --sweep-interval, --expiry-jitter and --auth-cache must be positive")
-	}
 	return cfg, nil
+}
+
+// flagFields are the flags whose values the config schema bounds, by the
+// config field they set.
+var flagFields = map[string]string{
+	"db-writers": "db_writers", "body-limit": "body_limit_bytes", "max-lease-seconds": "max_lease_seconds",
+	"expiry-jitter": "expiry_jitter_ms", "sweep-interval": "sweep_interval_ms", "auth-cache": "auth_cache_seconds",
+	"memory-limit-mib": "memory_limit_mib", "gc-percent": "gc_percent",
+}
+
+// checkFlagBounds checks the fields the flags set against the config schema,
+// the one place their bounds are written: "--max-lease-seconds: must be <=
+// 604800 but found 10000000000".
+func checkFlagBounds(cfg serveConfig, given map[string]string) error {
+	if len(given) == 0 {
+		return nil
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	var all map[string]any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&all); err != nil {
+		return err
+	}
+	obj := map[string]any{}
+	for field := range given {
+		obj[field] = all[field]
+	}
+	sch, err := compileConfigSchema()
+	if err != nil {
+		return err
+	}
+	if err := sch.Validate(obj); err != nil {
+		return envSchemaError(err, given)
+	}
+	return nil
+}
+
+// wholeUnits is d in units, refusing a value that is not a whole number of
+// them: --auth-cache 500ms would otherwise be 0 seconds, the cache off.
+func wholeUnits(prev error, name string, d, unit time.Duration) (int, error) {
+	if prev != nil {
+		return 0, prev
+	}
+	if d%unit != 0 {
+		what := "milliseconds"
+		if unit == time.Second {
+			what = "seconds"
+		}
+		return 0, fmt.Errorf("%s %s: must be a whole number of %s", name, d, what)
+	}
+	return int(d / unit), nil
 }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
