@@ -405,25 +405,7 @@ func testOutboxErrorText(t *testing.T, b *Bundle) {
 		}
 		return nil
 	})
-	eng, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Delivery: engine.DeliveryConfig{OutboxConfig: engine.OutboxConfig{Sink: sink, Workers: 1}, Retention: engine.RetentionConfig{Interval: -1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(eng.Close)
-	for range 3 {
-		if _, err := eng.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "work"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n, err := eng.OutboxRound(b.Ctx); err != nil || n != 3 {
-		t.Fatalf("round: %d claimed, %v", n, err)
-	}
-	var pending []store.OutboxEntry
-	_ = b.Store.View(b.Ctx, func(r store.Reader) error {
-		pending, err = r.ListOutbox(b.Ctx, store.OutboxPending, 0, 10)
-		return err
-	})
+	_, pending := outboxRound(t, b, engine.OutboxConfig{Sink: sink})
 	if len(pending) != 1 || pending[0].Attempts != 1 || !utf8.ValidString(pending[0].LastError) ||
 		strings.ContainsRune(pending[0].LastError, 0) || !strings.Contains(pending[0].LastError, "Service indisponible") {
 		t.Fatalf("after the round: %+v, want the two delivered gone and the failed one pending with attempts 1 and its error as UTF-8", pending)
@@ -519,9 +501,23 @@ func testOutboxClaimDeadline(t *testing.T, b *Bundle) {
 		delivered.Add(1)
 		return nil
 	})
+	eng, pending := outboxRound(t, b, engine.OutboxConfig{Sink: sink, Timeout: 10 * time.Second, ClaimFor: 25 * time.Second})
+	if delivered.Load() != 2 || len(pending) != 1 || pending[0].Attempts != 0 || pending[0].ClaimedTill != nil || pending[0].NextAt.After(b.Clock.Now()) {
+		t.Fatalf("delivered %d; pending %+v; want 2 delivered and the third handed back untried, unclaimed and due", delivered.Load(), pending)
+	}
+	if n, err := eng.OutboxRound(b.Ctx); err != nil || n != 1 || delivered.Load() != 3 {
+		t.Fatalf("the next round: %d claimed, %v, %d delivered in all", n, err, delivered.Load())
+	}
+}
+
+// outboxRound queues three receipts' worth of tasks through an engine whose
+// outbox delivers to sink (cfg with Sink set; one worker), runs one round,
+// and returns the engine and what the round left pending.
+func outboxRound(t *testing.T, b *Bundle, cfg engine.OutboxConfig) (*engine.Engine, []store.OutboxEntry) {
+	t.Helper()
+	cfg.Workers = 1
 	eng, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Delivery: engine.DeliveryConfig{OutboxConfig: engine.OutboxConfig{Sink: sink, Workers: 1, Timeout: 10 * time.Second, ClaimFor: 25 * time.Second},
-			Retention: engine.RetentionConfig{Interval: -1}}})
+		Delivery: engine.DeliveryConfig{OutboxConfig: cfg, Retention: engine.RetentionConfig{Interval: -1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -535,14 +531,11 @@ func testOutboxClaimDeadline(t *testing.T, b *Bundle) {
 		t.Fatalf("round: %d claimed, %v", n, err)
 	}
 	var pending []store.OutboxEntry
-	_ = b.Store.View(b.Ctx, func(r store.Reader) error {
+	if err := b.Store.View(b.Ctx, func(r store.Reader) error {
 		pending, err = r.ListOutbox(b.Ctx, store.OutboxPending, 0, 10)
 		return err
-	})
-	if delivered.Load() != 2 || len(pending) != 1 || pending[0].Attempts != 0 || pending[0].ClaimedTill != nil || pending[0].NextAt.After(b.Clock.Now()) {
-		t.Fatalf("delivered %d; pending %+v; want 2 delivered and the third handed back untried, unclaimed and due", delivered.Load(), pending)
+	}); err != nil {
+		t.Fatal(err)
 	}
-	if n, err := eng.OutboxRound(b.Ctx); err != nil || n != 1 || delivered.Load() != 3 {
-		t.Fatalf("the next round: %d claimed, %v, %d delivered in all", n, err, delivered.Load())
-	}
+	return eng, pending
 }
