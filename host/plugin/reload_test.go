@@ -275,7 +275,11 @@ func TestChannelReloadRaceUsesAnsweringVersion(t *testing.T) {
 		ptr, err := ch.Put(context.Background(), "task-1", []byte("more than eight bytes"))
 		done <- answer{ptr, err}
 	}()
-	time.Sleep(200 * time.Millisecond)
+	for deadline := time.Now().Add(30 * time.Second); v1.pool.waiting.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the put never waited for the first version's instance")
+		}
+	}
 	writePair(t, b.dir, "inline", v2, man)
 	b.reg.Scan(context.Background())
 	if p, _ := b.reg.Plugin("inline"); p.Digest != Digest(v2) {

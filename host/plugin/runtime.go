@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -525,12 +526,17 @@ type pool struct {
 	live    int
 	retired bool
 	closed  bool
+	// waiting counts the calls waiting for an instance slot.
+	waiting atomic.Int32
 }
 
 func (pl *pool) get(ctx context.Context) (*instance, error) {
+	pl.waiting.Add(1)
 	select {
 	case pl.sem <- struct{}{}:
+		pl.waiting.Add(-1)
 	case <-ctx.Done():
+		pl.waiting.Add(-1)
 		return nil, ctx.Err()
 	}
 	pl.mu.Lock()
