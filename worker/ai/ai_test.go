@@ -609,3 +609,40 @@ func TestModelPrecedence(t *testing.T) {
 		t.Fatalf("no model: %v", err)
 	}
 }
+
+// A stdio MCP server started for a task does not inherit the keys in the
+// worker's environment (the provider's, the worker's, an admin's): a tool
+// process, or a tool the model drives, could read them back into a result.
+func TestStdioServerDoesNotInheritTheWorkersKeys(t *testing.T) {
+	t.Setenv("AI_API_KEY", "sk-PROVIDER-SECRET")
+	t.Setenv("ASYNCGATE_KEY", "agw_WORKER-SECRET")
+	t.Setenv("ASYNCGATE_ADMIN_KEY", "agw_ADMIN-SECRET")
+	out := filepath.Join(t.TempDir(), "env")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := ai.MCPServer{Name: "calc", Command: "/bin/sh", Args: []string{"-c", "env > " + out + "; exec " + exe},
+		Env: []string{aitest.StdioEnv + "=1"}}
+	prov := aitest.NewServer(func(r aitest.Request) aitest.Reply {
+		if r.Step() == 1 {
+			return aitest.Calls(aitest.Call{ID: "c1", Name: "calc__add", Args: `{"a":1,"b":2}`})
+		}
+		return aitest.Answer("3")
+	})
+	defer prov.Close()
+	p := ai.Profile{Name: "calc", SystemPrompt: "s", Tools: []string{"calc/add"}}
+	w := newWorker(t, ai.ProviderConfig{BaseURL: prov.URL}, p, []ai.MCPServer{srv}, ai.TaskTypeConfig{})
+	if _, err := run(w, context.Background(), map[string]any{"prompt": "add"}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil || !strings.Contains(string(b), "PATH=") {
+		t.Fatalf("the server's environment as it saw it: %q, %v", b, err)
+	}
+	for _, s := range []string{"sk-PROVIDER-SECRET", "agw_WORKER-SECRET", "agw_ADMIN-SECRET"} {
+		if strings.Contains(string(b), s) {
+			t.Errorf("the stdio MCP server's environment holds %s", s)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 )
 
 // Config is the AI worker's configuration (gate ai-worker --config, a JSON
@@ -111,5 +112,24 @@ func httpURL(s string) bool {
 
 func getenv(name string) string { return os.Getenv(name) }
 
-// expandEnv replaces ${NAME} and $NAME with environment variables.
-func expandEnv(s string) string { return os.Expand(s, os.Getenv) }
+// expandEnv replaces each ${NAME} with the environment variable NAME. Any
+// other "$" is kept as it is: a header or a value may hold one (pa$$word),
+// and only a variable the configuration names in braces is read.
+func expandEnv(s string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "${")
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		j := strings.IndexByte(s[i+2:], '}')
+		if j < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		b.WriteString(s[:i])
+		b.WriteString(os.Getenv(s[i+2 : i+2+j]))
+		s = s[i+3+j:]
+	}
+}

@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/exec"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -28,8 +31,9 @@ type MCPServer struct {
 	// Headers sent to an HTTP server; values may name environment variables
 	// as ${NAME} (for example "Authorization": "Bearer ${ASYNCGATE_AGENT_KEY}").
 	Headers map[string]string `json:"headers,omitempty"`
-	// Command and Args start a stdio server; Env adds KEY=VALUE entries
-	// (values may use ${NAME}) to the worker's environment.
+	// Command and Args start a stdio server; its environment is the
+	// worker's PATH, HOME, locale and a few more (stdioEnvKept), never the
+	// worker's keys, plus Env's KEY=VALUE entries (values may use ${NAME}).
 	Command string   `json:"command,omitempty"`
 	Args    []string `json:"args,omitempty"`
 	Env     []string `json:"env,omitempty"`
@@ -133,7 +137,7 @@ func (tb *Toolbox) conn(ctx context.Context, name string) (*mcpConn, error) {
 		for i, e := range s.Env {
 			env[i] = expandEnv(e)
 		}
-		c, err = client.NewStdioMCPClient(s.Command, env, s.Args...)
+		c, err = client.NewStdioMCPClientWithOptions(s.Command, env, s.Args, transport.WithCommandFunc(stdioCommand))
 	} else {
 		h := map[string]string{}
 		for k, v := range s.Headers {
@@ -348,4 +352,31 @@ func (tb *Toolbox) Close() error {
 		delete(tb.conns, n)
 	}
 	return errors.Join(errs...)
+}
+
+// stdioEnvKept are the variables of the worker's environment a stdio MCP
+// server inherits: what a program needs to find its tools and its locale.
+// Nothing else passes (the provider's key, the worker's and the gate agent's
+// keys are in that environment, and a tool the model drives could read them
+// back into a result); a server that needs another variable names it in its
+// env entry ("NAME=${NAME}").
+var stdioEnvKept = []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM"}
+
+// stdioCommand starts a stdio MCP server with stdioEnvKept and LC_* from
+// the worker's environment, then the server's own env entries.
+func stdioCommand(ctx context.Context, command string, env, args []string) (*exec.Cmd, error) {
+	cmd := exec.CommandContext(ctx, command, args...)
+	cmd.Env = stdioEnv(os.Environ(), env)
+	return cmd, nil
+}
+
+func stdioEnv(worker, own []string) []string {
+	out := make([]string, 0, len(stdioEnvKept)+len(own))
+	for _, kv := range worker {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "LC_") || slices.Contains(stdioEnvKept, name) {
+			out = append(out, kv)
+		}
+	}
+	return append(out, own...)
 }
