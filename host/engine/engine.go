@@ -255,6 +255,10 @@ func (e *Engine) forward(ch <-chan string) {
 			if !ok {
 				return
 			}
+			if tenant == store.NotifyEveryone {
+				e.waiters.wakeEveryone() // notifications were missed
+				continue
+			}
 			e.waiters.wakeAll(tenant)
 		}
 	}

@@ -489,3 +489,47 @@ func checkLeaseWindows(t *testing.T, tk *host.Task, offers []host.Offer) {
 		}
 	}
 }
+
+// A host whose LISTEN connection was lost hears nothing committed while it
+// was down; once it listens again it says so (store.NotifyEveryone), so
+// its long-polls look at every queue instead of waiting for their next
+// poll.
+func TestNotifierReportsWhatItMayHaveMissed(t *testing.T) {
+	schema := newSchema(t)
+	a, b := openIn(t, schema, Options{}), openIn(t, schema, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := a.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listenPID := func() (pid int32) {
+		if err := b.pool.QueryRow(ctx, `SELECT coalesce(max(pid), 0) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%'`, schema).Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		return pid
+	}
+	waitPID := func(what string, ok func(int32) bool) int32 {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if p := listenPID(); ok(p) {
+				return p
+			}
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+		}
+	}
+	old := waitPID("host A never listened", func(p int32) bool { return p != 0 })
+	if _, err := b.pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, old); err != nil {
+		t.Fatal(err)
+	}
+	waitPID("host A never listened again", func(p int32) bool { return p != 0 && p != old })
+	select {
+	case got := <-ch:
+		if got != store.NotifyEveryone {
+			t.Fatalf("first thing heard after the LISTEN connection came back: %q, want store.NotifyEveryone", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing heard after the LISTEN connection came back")
+	}
+}

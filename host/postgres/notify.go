@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/asyncgate/asyncgate/host/store"
 )
 
 // Subscribe implements store.Notifier. It LISTENs on a connection of its own
@@ -53,6 +55,14 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan string, error) {
 					continue
 				}
 				backoff = 50 * time.Millisecond
+				// Whatever was notified while no connection listened was
+				// missed: every queue may have changed. This one is not
+				// coalesced away: it waits for room.
+				select {
+				case out <- store.NotifyEveryone:
+				case <-ctx.Done():
+					return
+				}
 			}
 			n, err := conn.WaitForNotification(ctx)
 			if err != nil {

@@ -40,9 +40,15 @@ type Store interface {
 // see their own host's writes.
 type Notifier interface {
 	// Subscribe returns a channel that receives tenant names whose queues changed
-	// on any host, until ctx is done.
+	// on any host, until ctx is done, and NotifyEveryone when changes may have
+	// gone unheard (the subscription was re-established after a loss).
 	Subscribe(ctx context.Context) (<-chan string, error)
 }
+
+// NotifyEveryone is what a Notifier sends when it may have missed
+// notifications (no tenant is ever named ""): every tenant's queues may have
+// changed.
+const NotifyEveryone = ""
 
 // WriterStats is what a store's group-commit writers have done since the
 // store opened. Busy divided by the wall clock and by Writers is how
