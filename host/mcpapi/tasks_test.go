@@ -64,10 +64,11 @@ func (n *notes) add(m mcp.JSONRPCNotification) {
 	n.mu.Unlock()
 }
 
-// wait waits (bounded) for a notification that match accepts.
+// wait waits for a notification that match accepts; the bound is there for
+// a hang, not a timing.
 func (n *notes) wait(t *testing.T, what string, match func(mcp.JSONRPCNotification) bool) mcp.JSONRPCNotification {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		n.mu.Lock()
 		for _, m := range n.got {
@@ -78,7 +79,7 @@ func (n *notes) wait(t *testing.T, what string, match func(mcp.JSONRPCNotificati
 		}
 		n.mu.Unlock()
 		if time.Now().After(deadline) {
-			t.Fatalf("no %s notification within 20 s", what)
+			t.Fatalf("no %s notification within 60 s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -96,18 +97,35 @@ func (b *testBundle) listen(t *testing.T, key string) (*client.Client, *notes) {
 	c.OnNotification(n.add)
 	initializeAt(t, c, mcp.ProtocolVersion20251125) // sessions and event streams: the era of today's clients
 	// The client opens its event stream in the background, and a session
-	// without one misses notifications: wait until one reaches it.
+	// without one misses notifications (one sent before the stream opened
+	// may be lost even when the send succeeds): send a marker until one
+	// reaches the client.
 	const ready = "notifications/asyncgate_test/stream_ready"
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if b.mcp.MCPServer().SendNotificationToSpecificClient(c.GetSessionId(), ready, nil) == nil {
-			break
-		}
+	isReady := func(m mcp.JSONRPCNotification) bool { return m.Method == ready }
+	for deadline := time.Now().Add(60 * time.Second); !n.has(isReady); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("the session's event stream did not open within 20 s")
+			t.Fatal("no notification reached the session's event stream within 60 s")
+		}
+		if b.mcp.MCPServer().SendNotificationToSpecificClient(c.GetSessionId(), ready, nil) != nil {
+			continue // the session is not registered yet
+		}
+		for wait := time.Now().Add(250 * time.Millisecond); time.Now().Before(wait) && !n.has(isReady); {
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	n.wait(t, "stream_ready", func(m mcp.JSONRPCNotification) bool { return m.Method == ready })
 	return c, n
+}
+
+// has reports whether a notification that match accepts has arrived.
+func (n *notes) has(match func(mcp.JSONRPCNotification) bool) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, m := range n.got {
+		if match(m) {
+			return true
+		}
+	}
+	return false
 }
 
 type createTask struct {
