@@ -5,6 +5,7 @@
 package mailtest
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -13,6 +14,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -22,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -190,7 +193,53 @@ func (s *Server) start() error {
 			}
 		}
 	}
+	// A port may answer because another server took it between freePort
+	// and mailpit's bind (mailpit then exits, perhaps only after the dial
+	// above succeeded): each must be this mailpit's.
+	if err := s.ours(); err != nil {
+		s.Stop()
+		return fmt.Errorf("a port answered but not as this mailpit: %w", err)
+	}
 	return nil
+}
+
+// ours checks that the three ports are this mailpit's: its API names this
+// server's database, and the mail ports greet as SMTP and POP3 servers do.
+func (s *Server) ours() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/api/v1/info", s.HTTPPort), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("HTTP port %d: %w", s.HTTPPort, err)
+	}
+	var info struct{ Database string }
+	err = json.NewDecoder(resp.Body).Decode(&info)
+	resp.Body.Close()
+	if err != nil || info.Database != filepath.Join(s.dir, "mailpit.db") {
+		return fmt.Errorf("HTTP port %d answers for database %q (%v)", s.HTTPPort, info.Database, err)
+	}
+	if s.TLS {
+		return nil // the mail ports speak TLS first (POP3) or after a greeting checked by the tests
+	}
+	for port, want := range map[int]string{s.SMTPPort: "220 ", s.POP3Port: "+OK"} {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), 5*time.Second)
+		if err != nil {
+			return fmt.Errorf("port %d: %w", port, err)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		c.Close()
+		if err != nil || !strings.HasPrefix(line, want) {
+			return fmt.Errorf("port %d greets %q (%v), want %q", port, line, err, want)
+		}
+	}
+	select {
+	case <-s.exited:
+		return errors.New("mailpit exited")
+	default:
+		return nil
+	}
 }
 
 // Stop stops mailpit and waits for it to exit; its ports close.
