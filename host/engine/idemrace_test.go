@@ -3,12 +3,10 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 
 	"github.com/asyncgate/asyncgate/host"
-	"github.com/asyncgate/asyncgate/host/sqlite"
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
@@ -41,12 +39,7 @@ func (s *hideKeyStore) Update(ctx context.Context, fn func(store.Tx) error) erro
 // task is a duplicate, a different one 409 idempotency_conflict.
 func TestIdempotencyKeyLostInARaceKeepsTheRule(t *testing.T) {
 	ctx := context.Background()
-	raw, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	st := &hideKeyStore{Store: raw}
+	st := &hideKeyStore{Store: openSQLite(t)}
 	eng, err := New(Config{Store: st, ExpiryJitter: -1})
 	if err != nil {
 		t.Fatal(err)

@@ -42,11 +42,7 @@ func (s *rerunStore) Update(ctx context.Context, fn func(store.Tx) error) error 
 // did (canceled, no retry) and emits no retry event.
 func TestFailAnswersTheRunThatCommits(t *testing.T) {
 	ctx := context.Background()
-	raw, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
+	raw := openSQLite(t)
 	st := &rerunStore{Store: raw}
 	var retried atomic.Int64
 	eng, err := New(Config{Store: st, ExpiryJitter: -1, OnEvent: func(ev Event) {
@@ -94,4 +90,15 @@ func TestFailAnswersTheRunThatCommits(t *testing.T) {
 		t.Fatalf("Fail of a task canceled before the committed run: will_retry %v, retry_scheduled_at %v, %d retry or dead-letter events",
 			fr.WillRetry, fr.RetryScheduledAt, retried.Load())
 	}
+}
+
+// openSQLite opens a store in a file of the test's own, closed when it ends.
+func openSQLite(t *testing.T) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }

@@ -306,14 +306,8 @@ func TestMultiHost(t *testing.T) {
 // TestNotifyAcrossHosts checks that a task queued through one host wakes the
 // listener of another, and that a host does not hear its own notifications.
 func TestNotifyAcrossHosts(t *testing.T) {
-	schema := newSchema(t)
-	a, b := openIn(t, schema, Options{}), openIn(t, schema, Options{})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ch, err := a.Subscribe(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, a, b, ch := listening(t)
+	ctx := t.Context()
 	enqueue := func(s *Store, tenant string) {
 		t.Helper()
 		now := time.Now().UTC().Truncate(time.Microsecond)
@@ -338,7 +332,7 @@ func TestNotifyAcrossHosts(t *testing.T) {
 	}
 	// A delayed task is not ready: it notifies nobody. A ready one after it does.
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	err = b.Update(ctx, func(tx store.Tx) error {
+	err := b.Update(ctx, func(tx store.Tx) error {
 		return tx.InsertTask(ctx, &host.Task{ID: host.NewID(host.PrefixTask), Tenant: "later", Type: "work", CreatedBy: "x", Recipient: "x",
 			State: host.StateQueued, Priority: 5, Params: json.RawMessage(`{}`), CreatedAt: now, UpdatedAt: now, AvailableAt: now.Add(time.Hour)})
 	})
@@ -495,14 +489,8 @@ func checkLeaseWindows(t *testing.T, tk *host.Task, offers []host.Offer) {
 // its long-polls look at every queue instead of waiting for their next
 // poll.
 func TestNotifierReportsWhatItMayHaveMissed(t *testing.T) {
-	schema := newSchema(t)
-	a, b := openIn(t, schema, Options{}), openIn(t, schema, Options{})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ch, err := a.Subscribe(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	schema, _, b, ch := listening(t)
+	ctx := t.Context()
 	listenPID := func() (pid int32) {
 		if err := b.pool.QueryRow(ctx, `SELECT coalesce(max(pid), 0) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%'`, schema).Scan(&pid); err != nil {
 			t.Fatal(err)
@@ -532,4 +520,17 @@ func TestNotifierReportsWhatItMayHaveMissed(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("nothing heard after the LISTEN connection came back")
 	}
+}
+
+// listening opens two hosts on a fresh schema and subscribes the first to
+// the notifications, until the test ends.
+func listening(t *testing.T) (schema string, a, b *Store, ch <-chan string) {
+	t.Helper()
+	schema = newSchema(t)
+	a, b = openIn(t, schema, Options{}), openIn(t, schema, Options{})
+	ch, err := a.Subscribe(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return schema, a, b, ch
 }

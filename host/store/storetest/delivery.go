@@ -232,18 +232,7 @@ func testOutboxClaimOrder(t *testing.T, b *Bundle) {
 	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error { return tx.InsertOutbox(b.Ctx, es) }); err != nil {
 		t.Fatal(err)
 	}
-	claim := func(at time.Time) []store.OutboxEntry {
-		t.Helper()
-		var got []store.OutboxEntry
-		if err := b.Store.Update(b.Ctx, func(tx store.Tx) error {
-			var err error
-			got, err = tx.ClaimOutbox(b.Ctx, at, at.Add(time.Minute), 10, []string{"receipt"})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
+	claim := func(at time.Time) []store.OutboxEntry { return b.claimReceipts(t, at) }
 	finish := func(es ...store.OutboxEntry) {
 		t.Helper()
 		if err := b.Store.Update(b.Ctx, func(tx store.Tx) error { return tx.FinishOutbox(b.Ctx, es) }); err != nil {
@@ -424,13 +413,9 @@ func testOutboxLostClaim(t *testing.T, b *Bundle) {
 	}
 	claim := func(at time.Time) []store.OutboxEntry {
 		t.Helper()
-		var got []store.OutboxEntry
-		if err := b.Store.Update(b.Ctx, func(tx store.Tx) error {
-			var err error
-			got, err = tx.ClaimOutbox(b.Ctx, at, at.Add(time.Minute), 10, []string{"receipt"})
-			return err
-		}); err != nil || len(got) != 1 {
-			t.Fatalf("claim at %s: %v, %v", at, got, err)
+		got := b.claimReceipts(t, at)
+		if len(got) != 1 {
+			t.Fatalf("claim at %s: %v", at, got)
 		}
 		return got
 	}
@@ -538,4 +523,18 @@ func outboxRound(t *testing.T, b *Bundle, cfg engine.OutboxConfig) (*engine.Engi
 		t.Fatal(err)
 	}
 	return eng, pending
+}
+
+// claimReceipts claims up to ten due receipt entries at at, for a minute.
+func (b *Bundle) claimReceipts(t *testing.T, at time.Time) []store.OutboxEntry {
+	t.Helper()
+	var got []store.OutboxEntry
+	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error {
+		var err error
+		got, err = tx.ClaimOutbox(b.Ctx, at, at.Add(time.Minute), 10, []string{"receipt"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
