@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // Resource leases (seed 003, KLIS-3): temporary, named intents on resources
@@ -130,7 +132,7 @@ type ResourceLeaseEvent struct {
 
 // NormalizeResource returns the canonical form of a resource name or a
 // CodeInvalidResource error naming the rule it breaks. Surrounding space is
-// trimmed; a KIND: prefix (letters, digits, "_", starting with a letter) is
+// trimmed; the name is put in Unicode NFC; a KIND: prefix (letters, digits, "_", starting with a letter) is
 // upper-cased; a FILE: path is cleaned ("a/./b/../c" is "a/c"). Names are
 // 1..MaxResourceLen bytes of valid UTF-8 without control characters.
 func NormalizeResource(s string) (string, error) {
@@ -141,6 +143,11 @@ func NormalizeResource(s string) (string, error) {
 	if !utf8.ValidString(s) {
 		return "", Errorf(CodeInvalidResource, "resource: must be valid UTF-8")
 	}
+	// One name however its characters are composed (NFC: "é" typed as
+	// U+00E9 or as "e" and U+0301 is one resource). The steps below only
+	// trim at the ends and drop whole path segments between "/", which keep
+	// a string in NFC, so normalizing once, first, is enough.
+	s = norm.NFC.String(s)
 	for _, r := range s {
 		if unicode.IsControl(r) {
 			return "", Errorf(CodeInvalidResource, "resource: must not contain control characters (found %U)", r)

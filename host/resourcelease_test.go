@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 func TestNormalizeResource(t *testing.T) {
@@ -16,6 +18,8 @@ func TestNormalizeResource(t *testing.T) {
 		"http://x/y":            "HTTP://x/y",
 		// Each round of cleaning uncovers another "./" behind a space.
 		"FILE:" + strings.Repeat("./ ", 12) + "x": "FILE:x",
+		"FILE:/caf\u00e9":                         "FILE:/caf\u00e9",
+		"FILE:/cafe\u0301":                        "FILE:/caf\u00e9", // composed (NFC)
 	} {
 		got, err := NormalizeResource(in)
 		if err != nil || got != want {
@@ -25,7 +29,7 @@ func TestNormalizeResource(t *testing.T) {
 }
 
 func FuzzNormalizeResource(f *testing.F) {
-	for _, s := range []string{"FILE:/a", "", " x ", "a\x00", "REPO:", strings.Repeat("y", 600), "file:../../..", "FILE:" + strings.Repeat("./ ", 12) + "x"} {
+	for _, s := range []string{"FILE:/a", "", " x ", "a\x00", "REPO:", strings.Repeat("y", 600), "file:../../..", "FILE:" + strings.Repeat("./ ", 12) + "x", "FILE:cafe\u0301", "FILE: \u0301", "e/./\u0301", "x:\u0301"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -36,7 +40,7 @@ func FuzzNormalizeResource(f *testing.F) {
 			}
 			return
 		}
-		if got == "" || len(got) > MaxResourceLen || !utf8.ValidString(got) {
+		if got == "" || len(got) > MaxResourceLen || !utf8.ValidString(got) || !norm.NFC.IsNormalString(got) {
 			t.Fatalf("%q normalized to %q", s, got)
 		}
 		again, err := NormalizeResource(got)

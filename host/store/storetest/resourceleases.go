@@ -168,6 +168,15 @@ func testRLNames(t *testing.T, b *Bundle, eng *engine.Engine, _ *eventLog) {
 	}
 	_, err := acquire(eng, "b", 0, "FILE:/repo/x.go", "READS")
 	wantConflict(t, err, m.Leases[0].ID, false)
+	// One name however its characters are composed: "é" as one code point
+	// (U+00E9) and as "e" and a combining acute (U+0301) look the same to
+	// whoever typed them, so they must lock the same resource.
+	composed := mustAcquire(t, eng, "a", 0, "FILE:/repo/caf\u00e9.go", "MUTATES")
+	if got := composed.Leases[0].Resource; got != "FILE:/repo/caf\u00e9.go" {
+		t.Fatalf("composed name normalized to %q", got)
+	}
+	_, err = acquire(eng, "b", 0, "FILE:/repo/cafe\u0301.go", "MUTATES")
+	wantConflict(t, err, composed.Leases[0].ID, false)
 	for _, bad := range []struct{ res, rule string }{
 		{"", "must not be empty"},
 		{"   ", "must not be empty"},
