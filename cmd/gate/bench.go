@@ -52,7 +52,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gate bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.url, "url", "", "gate to load (default: start one on a temp data folder)")
-	fs.StringVar(&o.key, "key", "", "admin key of the gate given by --url (creates the bench task type and keys)")
+	fs.StringVar(&o.key, "key", "", "admin key of the gate given by --url (the run makes a task type and keys of its own, and removes them when it ends)")
 	fs.BoolVar(&o.spawn, "spawn", false, "start the gate as a subprocess instead of in this process")
 	fs.StringVar(&o.data, "data", "", "data folder for the gate it starts (default: a temp folder, removed after)")
 	fs.IntVar(&o.producers, "producers", 8, "producers enqueueing tasks (P)")
@@ -219,27 +219,38 @@ func bench(o benchOpts, stdout, stderr io.Writer) error {
 	conns := o.producers + o.workers*(o.completeWorkers+1) + 4
 	c := newBenchClient(base, conns)
 
-	// Task type and keys for this run.
-	if _, err := c.do("PUT", "/v1/admin/task-types/bench", admin, []byte(`{"lease_seconds":300,"requeue_delay_seconds":0,"description":"gate bench"}`), nil); err != nil {
+	// Task type and keys for this run, named for it: a gate given by --url
+	// may be somebody's, so the run replaces none of its task types, and
+	// when it ends it revokes the keys it made and deletes its type.
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	taskType := "bench-" + run
+	var made benchLeftovers
+	defer made.clean(c, admin, stderr)
+	if _, err := c.do("PUT", "/v1/admin/task-types/"+taskType, admin, []byte(`{"lease_seconds":300,"requeue_delay_seconds":0,"description":"gate bench"}`), nil); err != nil {
 		return err
 	}
-	run := strconv.FormatInt(time.Now().UnixNano(), 36)
-	var agentKey struct {
-		APIKey string `json:"api_key"`
+	made.taskType = taskType
+	newKey := func(role, principal string) (string, error) {
+		var k struct {
+			ID     string `json:"key_id"`
+			APIKey string `json:"api_key"`
+		}
+		body := fmt.Sprintf(`{"role":%q,"principal":%q}`, role, principal)
+		if _, err := c.do("POST", "/v1/admin/keys", admin, []byte(body), &k); err != nil {
+			return "", err
+		}
+		made.keys = append(made.keys, k.ID)
+		return k.APIKey, nil
 	}
-	if _, err := c.do("POST", "/v1/admin/keys", admin, []byte(`{"role":"agent","principal":"bench.agent-`+run+`"}`), &agentKey); err != nil {
+	agentKey, err := newKey("agent", "bench.agent-"+run)
+	if err != nil {
 		return err
 	}
 	workerKeys := make([]string, o.workers)
 	for i := range workerKeys {
-		var wk struct {
-			APIKey string `json:"api_key"`
-		}
-		body := fmt.Sprintf(`{"role":"worker","principal":"bench.w%d-%s"}`, i, run)
-		if _, err := c.do("POST", "/v1/admin/keys", admin, []byte(body), &wk); err != nil {
+		if workerKeys[i], err = newKey("worker", fmt.Sprintf("bench.w%d-%s", i, run)); err != nil {
 			return err
 		}
-		workerKeys[i] = wk.APIKey
 	}
 
 	if o.warm {
@@ -289,11 +300,11 @@ func bench(o benchOpts, stdout, stderr io.Writer) error {
 				if o.tasks > 0 && claimed.Add(1) > o.tasks {
 					return
 				}
-				buf = append(buf[:0], `{"task_type":"bench","params":{"n":`...)
+				buf = append(buf[:0], `{"task_type":"`+taskType+`","params":{"n":`...)
 				buf = strconv.AppendInt(buf, int64(n), 10)
 				buf = append(buf, `}}`...)
 				t0 := time.Now()
-				if _, err := c.do("POST", "/v1/tasks", agentKey.APIKey, buf, nil); err != nil {
+				if _, err := c.do("POST", "/v1/tasks", agentKey, buf, nil); err != nil {
 					st.fail(err)
 					time.Sleep(10 * time.Millisecond)
 					continue
@@ -308,7 +319,7 @@ func bench(o benchOpts, stdout, stderr io.Writer) error {
 		wwg.Add(1)
 		go func(w int) {
 			defer wwg.Done()
-			benchWorker(c, &st, o, workerKeys[w], fmt.Sprintf("bench.w%d-%s", w, run), doneWorking)
+			benchWorker(c, &st, o, workerKeys[w], fmt.Sprintf("bench.w%d-%s", w, run), taskType, doneWorking)
 		}(w)
 	}
 
@@ -408,9 +419,31 @@ func bench(o benchOpts, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// benchLeftovers is what a run made on the gate it loads.
+type benchLeftovers struct {
+	taskType string
+	keys     []string
+}
+
+// clean revokes the run's keys and deletes its task type; what it cannot
+// undo (a type that still has tasks, after a run that did not finish) it
+// names on stderr.
+func (l *benchLeftovers) clean(c *benchClient, admin string, stderr io.Writer) {
+	for _, id := range l.keys {
+		if _, err := c.do("DELETE", "/v1/admin/keys/"+id, admin, nil, nil); err != nil {
+			fmt.Fprintf(stderr, "gate bench: key %s left active: %v\n", id, err)
+		}
+	}
+	if l.taskType != "" {
+		if _, err := c.do("DELETE", "/v1/admin/task-types/"+l.taskType, admin, nil, nil); err != nil {
+			fmt.Fprintf(stderr, "gate bench: task type %s left: %v\n", l.taskType, err)
+		}
+	}
+}
+
 // benchWorker leases in batches with long-poll and completes each offer
 // through a small pool of concurrent completers.
-func benchWorker(c *benchClient, st *benchStats, o benchOpts, key, id string, stop <-chan struct{}) {
+func benchWorker(c *benchClient, st *benchStats, o benchOpts, key, id, taskType string, stop <-chan struct{}) {
 	var leaseLat, e2l latencies
 	jobs := make(chan string, o.batch)
 	var cwg sync.WaitGroup
@@ -440,7 +473,7 @@ func benchWorker(c *benchClient, st *benchStats, o benchOpts, key, id string, st
 			}
 		}()
 	}
-	req := []byte(fmt.Sprintf(`{"worker_id":%q,"task_types":["bench"],"max_tasks":%d,"wait_seconds":%d}`, id, o.batch, o.wait))
+	req := []byte(fmt.Sprintf(`{"worker_id":%q,"task_types":[%q],"max_tasks":%d,"wait_seconds":%d}`, id, taskType, o.batch, o.wait))
 	type leaseResp struct {
 		Leases []struct {
 			LeaseID string `json:"lease_id"`
