@@ -393,9 +393,14 @@ func verifyLedger(ctx context.Context, r store.Reader, expect []string) (*Verify
 	// The receipts, in ledger order, from the lowest seq the store holds:
 	// a seq starts at 1, so one at 0 or below can only have been put there.
 	var lastSeq int64
+	obs := obligationWalk{open: map[string]*obligationState{}}
 	after := int64(math.MinInt64)
 	for {
 		page, err := r.ScanReceipts(ctx, after, 1000)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := obligationRows(ctx, r, page)
 		if err != nil {
 			return nil, err
 		}
@@ -424,6 +429,9 @@ func verifyLedger(ctx context.Context, r store.Reader, expect []string) (*Verify
 			cw.seq, cw.hash, cw.lastSeq = rc.ChainSeq, rc.Hash, rc.Seq
 			lastSeq = rc.Seq
 			rep.Receipts++
+			if problem := obs.receipt(rc, rows); problem != "" {
+				return fail(rc.ID, rc.Seq, problem)
+			}
 		}
 		if len(page) < 1000 {
 			break
@@ -445,7 +453,116 @@ func verifyLedger(ctx context.Context, r store.Reader, expect []string) (*Verify
 				c.checkpoint, k.chain, k.seq, cw.seq))
 		}
 	}
+
+	// The obligation index agrees with the receipts.
+	if id, seq, problem := obs.end(); problem != "" {
+		return fail(id, seq, problem)
+	}
+	n, err := r.CountObligations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if n != obs.rows {
+		return fail("", 0, fmt.Sprintf("the obligation index holds %d rows but the ledger's receipts create %d obligations: a row was inserted", n, obs.rows))
+	}
 	return rep, nil
+}
+
+// obligationState is what the verifier knows of one obligation the ledger
+// created: its type, the terminator its index row names, and whether a
+// receipt of the ledger has terminated it.
+type obligationState struct {
+	typ       host.ReceiptType
+	seq       int64
+	indexTerm string
+	ledger    bool // a receipt of the ledger terminated it
+}
+
+// obligationWalk checks the obligation index (the table open-obligation
+// queries read, which no hash covers) against the receipts as the verifier
+// walks them: every receipt that creates an obligation has its row, with the
+// receipt's parties, task, time and place; a row is open exactly while no
+// receipt of the ledger terminates it (a receipt of a terminating type whose
+// parents name it); and a terminated row names a receipt that terminates it.
+// An obligation is remembered from its receipt until the receipt its row
+// names is seen, so memory follows the obligations open at a point of the
+// walk, not the ledger's length.
+type obligationWalk struct {
+	open map[string]*obligationState
+	rows int64 // obligations the receipts created
+}
+
+// obligationRows reads the index rows of the obligations a page of receipts
+// creates.
+func obligationRows(ctx context.Context, r store.Reader, page []*host.Receipt) (map[string]store.ObligationRow, error) {
+	var ids []string
+	for _, rc := range page {
+		if rc.Type.CreatesObligation() {
+			ids = append(ids, rc.ID)
+		}
+	}
+	out := make(map[string]store.ObligationRow, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := r.GetObligations(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range rows {
+		out[o.ReceiptID] = o
+	}
+	return out, nil
+}
+
+// receipt checks one receipt, in ledger order, against the index and
+// returns the problem found ("" for none).
+func (w *obligationWalk) receipt(rc *host.Receipt, rows map[string]store.ObligationRow) string {
+	for _, p := range rc.Parents {
+		o := w.open[p]
+		if o == nil || !rc.Type.Terminates(o.typ) {
+			continue
+		}
+		if !o.ledger {
+			o.ledger = true
+			if o.indexTerm == "" {
+				return fmt.Sprintf("receipt %s terminates obligation %s, which the obligation index lists as open: its row was altered", rc.ID, p)
+			}
+		}
+		if o.indexTerm == rc.ID {
+			delete(w.open, p)
+		}
+	}
+	if !rc.Type.CreatesObligation() {
+		return ""
+	}
+	w.rows++
+	o, ok := rows[rc.ID]
+	switch {
+	case !ok:
+		return "the receipt creates an obligation that the obligation index has no row for: the row was removed"
+	case o.Tenant != rc.Tenant || o.Type != rc.Type || o.Obligor != rc.From || o.Obligee != rc.To || o.TaskID != rc.TaskID ||
+		o.Seq != rc.Seq || !o.CreatedAt.Equal(rc.CreatedAt):
+		return "the obligation index's row for the receipt does not match it (tenant, type, parties, task, time or seq): the row was altered"
+	}
+	w.open[rc.ID] = &obligationState{typ: rc.Type, seq: rc.Seq, indexTerm: o.TerminatedBy}
+	return ""
+}
+
+// end reports the first obligation (in ledger order) whose row names a
+// terminator that the walk never met terminating it.
+func (w *obligationWalk) end() (id string, seq int64, problem string) {
+	for pid, o := range w.open {
+		if o.indexTerm == "" || (id != "" && o.seq > seq) {
+			continue
+		}
+		id, seq = pid, o.seq
+		problem = fmt.Sprintf("the obligation index marks the obligation terminated by %s, but no receipt of the ledger terminates it: its row was altered", o.indexTerm)
+		if o.ledger {
+			problem = fmt.Sprintf("the obligation index names %s as the obligation's terminator, but that receipt does not terminate it: its row was altered", o.indexTerm)
+		}
+	}
+	return id, seq, problem
 }
 
 // VerifyLedger verifies this engine's store; see the package function.

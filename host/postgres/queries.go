@@ -821,6 +821,34 @@ FROM (` + open + `) o LEFT JOIN receipts r ON r.id = o.receipt_id ORDER BY o.seq
 	return out, cur, nil
 }
 
+// GetObligations implements store.Reader.
+func (r *reader) GetObligations(ctx context.Context, ids []string) ([]store.ObligationRow, error) {
+	out := []store.ObligationRow{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		var o store.ObligationRow
+		var typ string
+		var created int64
+		if err := rows.Scan(&o.ReceiptID, &o.Tenant, &typ, &o.Obligor, &o.Obligee, &o.TaskID, &created, &o.Seq, &o.TerminatedBy); err != nil {
+			return err
+		}
+		o.Type, o.CreatedAt = host.ReceiptType(typ), fromUS(created)
+		out = append(out, o)
+		return nil
+	}, `SELECT receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq, coalesce(terminated_by, '')
+FROM obligations WHERE receipt_id = ANY($1)`, ids)
+	return out, err
+}
+
+// CountObligations implements store.Reader.
+func (r *reader) CountObligations(ctx context.Context) (int64, error) {
+	var n int64
+	err := r.ss.queryRow(r.c(ctx), []any{&n}, `SELECT count(*) FROM obligations`)
+	return n, err
+}
+
 // AppendReceipt implements store.Tx: the receipt is linked into this
 // writer's own chain, which no other writer touches, and takes its place in
 // the whole ledger from the receipts_seq sequence. Nothing is locked that

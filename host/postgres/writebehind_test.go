@@ -18,20 +18,33 @@ import (
 // termination of an earlier obligation and an inbox row: every kind of row
 // written behind.
 func behindRows(ctx context.Context, tx store.Tx, rc *host.Receipt, ends string, inboxID string) error {
-	if err := tx.AppendReceipt(ctx, rc); err != nil {
-		return err
-	}
-	if err := tx.OpenObligation(ctx, host.Obligation{ReceiptID: rc.ID, Tenant: rc.Tenant, Type: rc.Type, Obligor: rc.From,
-		Obligee: rc.To, TaskID: rc.TaskID, CreatedAt: rc.CreatedAt, Seq: rc.Seq}); err != nil {
-		return err
-	}
-	if ends != "" {
+	if ends == "" {
+		if err := behindAssigned(ctx, tx, rc); err != nil {
+			return err
+		}
+	} else {
+		// A receipt that terminates an obligation names it as its parent
+		// and is of a type that can (the ledger verifier checks both).
+		rc.Type, rc.Parents = host.ReceiptCompleted, []string{ends}
+		if err := tx.AppendReceipt(ctx, rc); err != nil {
+			return err
+		}
 		if err := tx.Terminate(ctx, rc.Tenant, ends, rc.ID); err != nil {
 			return err
 		}
 	}
 	return tx.InsertInbox(ctx, host.InboxItem{ID: inboxID, Tenant: rc.Tenant, Recipient: rc.To, Kind: host.InboxKind("result"),
 		TaskID: rc.TaskID, ReceiptID: rc.ID, Summary: "s", CreatedAt: rc.CreatedAt})
+}
+
+// behindAssigned appends rc, a task.assigned receipt, and opens its
+// obligation, as the engine does.
+func behindAssigned(ctx context.Context, tx store.Tx, rc *host.Receipt) error {
+	if err := tx.AppendReceipt(ctx, rc); err != nil {
+		return err
+	}
+	return tx.OpenObligation(ctx, host.Obligation{ReceiptID: rc.ID, Tenant: rc.Tenant, Type: rc.Type, Obligor: rc.From,
+		Obligee: rc.To, TaskID: rc.TaskID, CreatedAt: rc.CreatedAt, Seq: rc.Seq})
 }
 
 func behindReceipt(b *storetest.Bundle) *host.Receipt {
@@ -256,7 +269,7 @@ func TestTasksWrittenBehindCostOneStatementABatch(t *testing.T) {
 				if err := tx.InsertTask(ctx, tk); err != nil {
 					return err
 				}
-				return tx.AppendReceipt(ctx, &host.Receipt{ID: host.NewID(host.PrefixReceipt), Tenant: "acme", Type: host.ReceiptAssigned,
+				return behindAssigned(ctx, tx, &host.Receipt{ID: host.NewID(host.PrefixReceipt), Tenant: "acme", Type: host.ReceiptAssigned,
 					From: tk.CreatedBy, To: tk.Recipient, TaskID: tk.ID, Body: []byte(`{}`), Parents: []string{}, CreatedAt: tk.CreatedAt})
 			})
 		}
@@ -428,7 +441,7 @@ func TestAFailedUpdateOfATaskInsertedEarlierInTheBatchKeepsTheInsert(t *testing.
 	inserted, assigned := task("T-WBKEPT"), behindReceipt(b)
 	// The writer's chain is loaded first, so that nothing the batch below
 	// does before the failing update sends anything.
-	if err := st.Update(ctx, func(tx store.Tx) error { return tx.AppendReceipt(ctx, behindReceipt(b)) }); err != nil {
+	if err := st.Update(ctx, func(tx store.Tx) error { return behindAssigned(ctx, tx, behindReceipt(b)) }); err != nil {
 		t.Fatal(err)
 	}
 	giveUp := errors.New("give up")

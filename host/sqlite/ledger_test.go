@@ -197,7 +197,7 @@ VALUES (?, 'acme', 'work', 'a', 'b', ?, 1, '{}', 0, 0, 0, 3)`, fmt.Sprintf("T-OL
 }
 
 // A store rewritten whole (its checkpoints with their head row, a chain with
-// its head row) verifies on its own: nothing inside it is left to
+// its head row and its rows in the obligation index) verifies on its own: nothing inside it is left to
 // contradict the rewrite. A checkpoint hash kept from an earlier verify
 // catches it.
 func TestLedgerVerifyAgainstAKeptCheckpoint(t *testing.T) {
@@ -205,6 +205,7 @@ func TestLedgerVerifyAgainstAKeptCheckpoint(t *testing.T) {
 	kept := verify(t, path).HeadHash
 	tamper(t, path,
 		`DELETE FROM ledger_checkpoints`, `UPDATE ledger_checkpoint_head SET checkpoint_id = 0, hash = ''`,
+		`DELETE FROM obligations WHERE receipt_id IN (SELECT id FROM receipts WHERE chain_id = 3)`,
 		`DELETE FROM receipts WHERE chain_id = 3`, `DELETE FROM ledger_chains WHERE chain_id = 3`)
 	if rep := verify(t, path); !rep.OK {
 		t.Fatalf("the whole rewrite was expected to verify without a kept hash (or the fixture changed): %+v", rep)
@@ -220,5 +221,30 @@ func TestLedgerVerifyAgainstAKeptCheckpoint(t *testing.T) {
 	}
 	if rep.OK || !strings.Contains(rep.Problem, "not in the checkpoint chain") {
 		t.Fatalf("verify against the kept checkpoint %s: %+v, want it missing", kept, rep)
+	}
+}
+
+// An open obligation hidden from open-obligation queries by marking its
+// index row terminated (the index is what those queries read, and no hash
+// covers it) is caught: no receipt of the ledger terminates it.
+func TestLedgerVerifyFindsAnObligationHiddenInTheIndex(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gate.db")
+	st, err := sqlite.Open(path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	b.Enqueue(t, "work")
+	b.Engine.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if rep := verify(t, path); !rep.OK || rep.Receipts != 1 {
+		t.Fatalf("ledger of one open assignment: %+v", rep)
+	}
+	tamper(t, path, `UPDATE obligations SET terminated_by = 'R-FAKE'`)
+	rep := verify(t, path)
+	if rep.OK || rep.BadSeq != 1 || !strings.Contains(rep.Problem, "no receipt of the ledger terminates it") {
+		t.Fatalf("an open obligation marked terminated in the index: %+v", rep)
 	}
 }

@@ -982,6 +982,47 @@ func (r *reader) ListOpenObligations(ctx context.Context, f store.ObligationFilt
 	return out, cur, nil
 }
 
+// GetObligations implements store.Reader.
+func (r *reader) GetObligations(ctx context.Context, ids []string) ([]store.ObligationRow, error) {
+	out := []store.ObligationRow{}
+	for len(ids) > 0 {
+		n := min(len(ids), 500)
+		args := make([]any, n)
+		for i, id := range ids[:n] {
+			args[i] = id
+		}
+		ids = ids[n:]
+		rows, err := r.query(ctx, `SELECT receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq, coalesce(terminated_by, '')
+FROM obligations WHERE receipt_id IN (?`+strings.Repeat(",?", n-1)+`)`, args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var o store.ObligationRow
+			var typ string
+			var created int64
+			if err := rows.Scan(&o.ReceiptID, &o.Tenant, &typ, &o.Obligor, &o.Obligee, &o.TaskID, &created, &o.Seq, &o.TerminatedBy); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			o.Type, o.CreatedAt = host.ReceiptType(typ), fromUS(created)
+			out = append(out, o)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// CountObligations implements store.Reader.
+func (r *reader) CountObligations(ctx context.Context) (int64, error) {
+	var n int64
+	err := r.queryRow(ctx, `SELECT count(*) FROM obligations`).Scan(&n)
+	return n, err
+}
+
 // AppendReceipt implements store.Tx: the receipt goes at the end of the
 // ledger (receipts.seq, read under the write lock, so processes sharing the
 // file share one order) and at the end of this store's own chain.
@@ -1182,6 +1223,24 @@ func (w *writeTx) Terminator(ctx context.Context, tenant, receiptID string) (str
 		return "", err
 	}
 	return w.reader.Terminator(ctx, tenant, receiptID)
+}
+
+// GetObligations implements store.Reader inside the batch: obligations
+// written behind are written first.
+func (w *writeTx) GetObligations(ctx context.Context, ids []string) ([]store.ObligationRow, error) {
+	if err := w.flushObligations(ctx); err != nil {
+		return nil, err
+	}
+	return w.reader.GetObligations(ctx, ids)
+}
+
+// CountObligations implements store.Reader inside the batch: obligations
+// written behind are written first.
+func (w *writeTx) CountObligations(ctx context.Context) (int64, error) {
+	if err := w.flushObligations(ctx); err != nil {
+		return 0, err
+	}
+	return w.reader.CountObligations(ctx)
 }
 
 // ListOpenObligations implements store.Reader inside the batch: obligations

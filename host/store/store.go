@@ -115,6 +115,13 @@ type Reader interface {
 	// ListOpenObligations lists open obligations in ledger order from the cursor on.
 	// It never scans the ledger.
 	ListOpenObligations(ctx context.Context, f ObligationFilter) ([]host.Obligation, string, error)
+	// GetObligations returns the obligation index's rows of the receipts ids
+	// (of any tenant), each with the receipt that terminated it; a receipt
+	// without a row is left out. The ledger verifier checks the index
+	// against the receipts with it.
+	GetObligations(ctx context.Context, ids []string) ([]ObligationRow, error)
+	// CountObligations counts the obligation index's rows.
+	CountObligations(ctx context.Context) (int64, error)
 
 	// ListWorkers returns the workers a tenant has seen.
 	ListWorkers(ctx context.Context, tenant string) ([]Worker, error)
@@ -294,6 +301,13 @@ type ReceiptFilter struct {
 	TaskID string
 	Cursor string
 	Limit  int
+}
+
+// ObligationRow is a row of the obligation index: the obligation and the
+// receipt that terminated it ("" while it is open).
+type ObligationRow struct {
+	host.Obligation
+	TerminatedBy string
 }
 
 // ObligationFilter selects open obligations.

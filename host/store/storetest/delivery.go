@@ -42,7 +42,9 @@ func runDelivery(t *testing.T, open Opener) {
 	for _, c := range deliveryCases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			c.fn(t, Setup(t, open))
+			b := Setup(t, open)
+			c.fn(t, b)
+			b.VerifyAfter(t)
 		})
 	}
 }

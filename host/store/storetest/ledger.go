@@ -85,6 +85,16 @@ SELECT 0, 'R-FAKE', tenant, type, from_p, 'mallory', task_id, lease_id, parents,
 		`UPDATE receipts SET seq = -1 WHERE seq = 2`, `UPDATE receipts SET seq = 2 WHERE seq = 3`, `UPDATE receipts SET seq = 3 WHERE seq = -1`}, 2, ""},
 	{"altered checkpoint", []string{`UPDATE ledger_checkpoints SET at = at + 1 WHERE id = 1`}, 0, "checkpoint was altered"},
 	{"removed checkpoint tail", []string{`DELETE FROM ledger_checkpoints WHERE id = (SELECT max(id) FROM ledger_checkpoints)`}, 0, "checkpoints were removed from the end"},
+	// The obligation index (what open-obligation queries read; no hash
+	// covers it) must agree with the receipts. Odd seqs are task.assigned,
+	// each terminated by the task.completed after it.
+	{"obligation reopened in the index", []string{`UPDATE obligations SET terminated_by = NULL WHERE seq = 3`}, 4, "lists as open"},
+	{"obligation's terminator renamed", []string{`UPDATE obligations SET terminated_by = (SELECT id FROM receipts WHERE seq = 2) WHERE seq = 3`}, 3, "that receipt does not terminate it"},
+	{"obligation's terminator invented", []string{`UPDATE obligations SET terminated_by = 'R-FAKE' WHERE seq = 5`}, 5, "R-FAKE"},
+	{"obligation row removed", []string{`DELETE FROM obligations WHERE seq = 1`}, 1, "no row"},
+	{"obligation row's party altered", []string{`UPDATE obligations SET obligor = 'mallory' WHERE seq = 7`}, 7, "row was altered"},
+	{"obligation row inserted", []string{`INSERT INTO obligations (receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq)
+SELECT id, tenant, 'task.assigned', from_p, to_p, task_id, created_at, seq FROM receipts WHERE seq = 2`}, 0, "a row was inserted"},
 }
 
 // CheckTamper fails the test unless rep reports c.

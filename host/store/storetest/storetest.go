@@ -170,6 +170,16 @@ func (b *Bundle) Verify(t testing.TB) *engine.VerifyReport {
 	return rep
 }
 
+// VerifyAfter is Verify at the end of a conformance case that passed:
+// whatever a case did through the engine (or the store, as the engine
+// would), it leaves a ledger that verifies, obligation index included.
+func (b *Bundle) VerifyAfter(t *testing.T) {
+	t.Helper()
+	if !t.Failed() {
+		b.Verify(t)
+	}
+}
+
 // NoOffers fails the test unless a lease call succeeds and offers nothing:
 // an error is not "no work".
 func (b *Bundle) NoOffers(t testing.TB, req engine.LeaseRequest, why string) {

@@ -71,7 +71,9 @@ func run(t *testing.T, open Opener, hammer bool) {
 		}
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			c.fn(t, Setup(t, open))
+			b := Setup(t, open)
+			c.fn(t, b)
+			b.VerifyAfter(t)
 		})
 	}
 	runResourceLeases(t, open, hammer)

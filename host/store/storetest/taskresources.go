@@ -47,6 +47,7 @@ func runTaskResources(t *testing.T, open Opener) {
 				b.MustPutType(t, ty)
 			}
 			c.fn(t, b)
+			b.VerifyAfter(t)
 		})
 	}
 }
