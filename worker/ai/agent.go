@@ -2,11 +2,14 @@ package ai
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -140,14 +143,80 @@ type Conversation struct {
 
 var fnUnsafe = regexp.MustCompile(`[^A-Za-z0-9_-]`)
 
-// functionName is the name a tool is offered to the model under:
-// server__tool, restricted to the characters and length the API allows.
-func functionName(t Tool) string {
-	n := fnUnsafe.ReplaceAllString(t.Server+"__"+t.Name, "_")
-	if len(n) > 64 {
-		n = n[:64]
+// maxFunctionName is the longest function name the API takes.
+const maxFunctionName = 64
+
+// offeredNames returns the names tools are offered to the model under, one
+// for each of tools, which must be distinct (server, tool) pairs. A tool's
+// name is server__tool with the characters the API refuses replaced by _,
+// unless that is longer than 64 characters or is also another tool's name:
+// then it is cut and ends in _ and 8 hex digits of a SHA-256 of the pair
+// (16 when even that collides; a plain name that equals a hashed one is the
+// one that changes). So names are distinct, fit the API, and depend only on
+// the set of tools, not on their order. A tool that still
+// has no name of its own gets "" (not offered); that takes two pairs whose
+// hashes agree in 64 bits.
+func offeredNames(tools []Tool) []string {
+	base := make([]string, len(tools))
+	digits := make([]int, len(tools)) // 0: the plain name; -1: no name
+	for i, t := range tools {
+		base[i] = fnUnsafe.ReplaceAllString(t.Server+"__"+t.Name, "_")
+		if len(base[i]) > maxFunctionName {
+			digits[i] = 8
+		}
 	}
-	return n
+	names := make([]string, len(tools))
+	for {
+		holders := map[string][]int{}
+		for i, t := range tools {
+			names[i] = hashedName(base[i], t, digits[i])
+			if names[i] != "" {
+				holders[names[i]] = append(holders[names[i]], i)
+			}
+		}
+		changed := false
+		for _, held := range holders {
+			if len(held) < 2 {
+				continue
+			}
+			// A plain name gives way to a hashed one: a tool named like
+			// another's hashed name takes nothing from it.
+			plain := slices.DeleteFunc(slices.Clone(held), func(i int) bool { return digits[i] != 0 })
+			if len(plain) > 0 {
+				held = plain
+			}
+			for _, i := range held {
+				switch digits[i] {
+				case 0:
+					digits[i] = 8
+				case 8:
+					digits[i] = 16
+				default:
+					digits[i] = -1
+				}
+				changed = true
+			}
+		}
+		if !changed {
+			return names
+		}
+	}
+}
+
+// hashedName is base as it is (digits 0), or cut to end in _ and that
+// many hex digits of a SHA-256 of t's server and name.
+func hashedName(base string, t Tool, digits int) string {
+	switch {
+	case digits == 0:
+		return base
+	case digits < 0:
+		return ""
+	}
+	sum := sha256.Sum256([]byte(t.Server + "\x00" + t.Name))
+	if keep := maxFunctionName - 1 - digits; len(base) > keep {
+		base = base[:keep]
+	}
+	return base + "_" + hex.EncodeToString(sum[:])[:digits]
 }
 
 // Converse runs the seed's loop ("Lease to Receipt flow"): before every
@@ -160,11 +229,24 @@ func functionName(t Tool) string {
 func (w *Worker) Converse(ctx context.Context, c Conversation) (*Answer, error) {
 	start := time.Now()
 	out := &Answer{Model: c.Model}
+	log := w.log.With("model", c.Model, "profile", c.Profile.Name)
+	if _, ok := worker.Lease(ctx); ok {
+		log = worker.Logger(ctx).With("model", c.Model, "profile", c.Profile.Name)
+	}
+	var distinct []Tool
+	seen := map[[2]string]bool{}
+	for _, t := range c.Tools {
+		if k := [2]string{t.Server, t.Name}; !seen[k] {
+			seen[k] = true
+			distinct = append(distinct, t)
+		}
+	}
 	byName := map[string]Tool{}
 	var tools []openai.ChatCompletionToolUnionParam
-	for _, t := range c.Tools {
-		fn := functionName(t)
-		if _, dup := byName[fn]; dup {
+	for i, fn := range offeredNames(distinct) {
+		t := distinct[i]
+		if fn == "" {
+			log.Warn("no name of its own for a tool; not offered", "server", t.Server, "tool", t.Name)
 			continue
 		}
 		byName[fn] = t
@@ -177,10 +259,6 @@ func (w *Worker) Converse(ctx context.Context, c Conversation) (*Answer, error) 
 	msgs := []openai.ChatCompletionMessageParamUnion{
 		openai.SystemMessage(c.Profile.SystemPrompt),
 		openai.UserMessage(c.Prompt),
-	}
-	log := w.log.With("model", c.Model, "profile", c.Profile.Name)
-	if _, ok := worker.Lease(ctx); ok {
-		log = worker.Logger(ctx).With("model", c.Model, "profile", c.Profile.Name)
 	}
 	for step := 1; step <= c.MaxIterations; step++ {
 		if ctx.Err() != nil {

@@ -1,0 +1,94 @@
+package ai_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/asyncgate/asyncgate/worker/ai"
+	"github.com/asyncgate/asyncgate/worker/ai/aitest"
+)
+
+// namedServer is an MCP server over streamable HTTP whose tools each answer
+// "server/tool", so a test sees which tool a call reached.
+func namedServer(t testing.TB, name string, tools ...string) ai.MCPServer {
+	s := server.NewMCPServer(name, "1", server.WithToolCapabilities(false))
+	for _, tool := range tools {
+		s.AddTool(mcp.NewTool(tool), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText(name + "/" + tool), nil
+		})
+	}
+	ts := httptest.NewServer(server.NewStreamableHTTPServer(s))
+	t.Cleanup(ts.Close)
+	return ai.MCPServer{Name: name, URL: ts.URL + "/mcp"}
+}
+
+var apiFunctionName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// TestToolNamesAreInjective: tools whose server__tool names collide (a
+// common prefix past 64 characters, a server name holding "__", characters
+// the API refuses) are each offered under a name of their own, the
+// ordinary names stay server__tool, and a call of each name reaches its
+// own tool.
+func TestToolNamesAreInjective(t *testing.T) {
+	long := strings.Repeat("t", 60)
+	servers := []ai.MCPServer{
+		namedServer(t, "long", long+"_one", long+"_two"),
+		namedServer(t, "a__b", "c"),
+		namedServer(t, "a", "b__c", "plain", "x.y", "x_y"),
+	}
+	want := []string{"a/b__c", "a/plain", "a/x.y", "a/x_y", "a__b/c", "long/" + long + "_one", "long/" + long + "_two"}
+	prov := aitest.NewServer(func(r aitest.Request) aitest.Reply {
+		if r.Step() == 1 {
+			var calls []aitest.Call
+			for _, n := range r.ToolNames() {
+				calls = append(calls, aitest.Call{ID: n, Name: n, Args: `{}`})
+			}
+			return aitest.Calls(calls...)
+		}
+		return aitest.Answer("done")
+	})
+	defer prov.Close()
+	p := ai.Profile{Name: "p", SystemPrompt: "s", Tools: []string{"long/*", "a__b/c", "a/*"}}
+	w := newWorker(t, ai.ProviderConfig{BaseURL: prov.URL}, p, servers, ai.TaskTypeConfig{MaxToolCalls: intp(20)})
+	var offered []string
+	for range 2 {
+		if _, err := run(w, context.Background(), map[string]any{"prompt": "x"}); err != nil {
+			t.Fatal(err)
+		}
+		reqs := prov.Requests()
+		names := reqs[len(reqs)-2].ToolNames()
+		if offered != nil && !slices.Equal(names, offered) {
+			t.Fatalf("offered %q, then %q", offered, names)
+		}
+		offered = names
+	}
+	if len(offered) != len(want) {
+		t.Fatalf("offered %d tools %q, want %d", len(offered), offered, len(want))
+	}
+	for _, n := range offered {
+		if !apiFunctionName.MatchString(n) {
+			t.Errorf("offered name %q does not fit the API", n)
+		}
+	}
+	if !slices.Contains(offered, "a__plain") {
+		t.Errorf("offered %q: the ordinary name a__plain is missing", offered)
+	}
+	var reached []string
+	for id, text := range prov.Requests()[len(prov.Requests())-1].ToolResults() {
+		if strings.HasPrefix(text, "error") {
+			t.Errorf("call %q answered %q", id, text)
+		}
+		reached = append(reached, text)
+	}
+	slices.Sort(reached)
+	if !slices.Equal(reached, want) {
+		t.Fatalf("the calls of every offered name reached %q, want each tool once: %q", reached, want)
+	}
+}
