@@ -135,7 +135,9 @@ type Conversation struct {
 	Prompt        string
 	MaxIterations int
 	MaxToolCalls  int
-	// Tools are the tools offered (Toolbox.Allowed).
+	// Tools are the tools offered (Toolbox.Allowed); those the profile does
+	// not allow are left out, and a call is run only if the profile allows
+	// the (server, tool) it is routed to.
 	Tools []Tool
 	// Progress, when set, is told before every step.
 	Progress func(step, max int)
@@ -236,6 +238,10 @@ func (w *Worker) Converse(ctx context.Context, c Conversation) (*Answer, error) 
 	var distinct []Tool
 	seen := map[[2]string]bool{}
 	for _, t := range c.Tools {
+		if !c.Profile.Allows(t.Server, t.Name) {
+			log.Warn("a tool the profile does not allow; not offered", "server", t.Server, "tool", t.Name)
+			continue
+		}
 		if k := [2]string{t.Server, t.Name}; !seen[k] {
 			seen[k] = true
 			distinct = append(distinct, t)
@@ -314,6 +320,10 @@ func (w *Worker) runTool(ctx context.Context, log *slog.Logger, c Conversation, 
 	if !ok {
 		log.Warn("the model called a tool it was not offered", "tool", name)
 		return fmt.Sprintf("error: no tool named %q is offered; use one of the tools listed", name)
+	}
+	if !c.Profile.Allows(t.Server, t.Name) {
+		log.Warn("the model called a tool the profile does not allow", "server", t.Server, "tool", t.Name)
+		return fmt.Sprintf("error: the tool %q is not allowed", name)
 	}
 	if *n >= c.MaxToolCalls {
 		log.Warn("tool-call budget used up", "tool", name, "max_tool_calls", c.MaxToolCalls)

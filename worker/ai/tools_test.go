@@ -92,3 +92,29 @@ func TestToolNamesAreInjective(t *testing.T) {
 		t.Fatalf("the calls of every offered name reached %q, want each tool once: %q", reached, want)
 	}
 }
+
+// TestConverseKeepsToTheAllowlist: a Conversation whose Tools list a tool
+// its profile does not allow neither offers nor runs it.
+func TestConverseKeepsToTheAllowlist(t *testing.T) {
+	prov := aitest.NewServer(func(r aitest.Request) aitest.Reply {
+		if r.Step() == 1 {
+			return aitest.Calls(aitest.Call{ID: "ok", Name: "a__plain", Args: `{}`}, aitest.Call{ID: "no", Name: "a__secret", Args: `{}`})
+		}
+		return aitest.Answer("done")
+	})
+	defer prov.Close()
+	p := ai.Profile{Name: "p", SystemPrompt: "s", Tools: []string{"a/plain"}}
+	w := newWorker(t, ai.ProviderConfig{BaseURL: prov.URL}, p, []ai.MCPServer{namedServer(t, "a", "plain", "secret")}, ai.TaskTypeConfig{})
+	tools := []ai.Tool{{Server: "a", Name: "plain"}, {Server: "a", Name: "secret"}}
+	if _, err := w.Converse(context.Background(), ai.Conversation{Profile: &p, Model: "m", Prompt: "x", MaxIterations: 2, MaxToolCalls: 4, Tools: tools}); err != nil {
+		t.Fatal(err)
+	}
+	reqs := prov.Requests()
+	got := reqs[1].ToolResults()
+	if got["ok"] != "a/plain" || !strings.HasPrefix(got["no"], "error: ") {
+		t.Fatalf("tool results %q: a/secret is not on the allowlist", got)
+	}
+	if names := reqs[0].ToolNames(); !slices.Equal(names, []string{"a__plain"}) {
+		t.Fatalf("offered %q", names)
+	}
+}
