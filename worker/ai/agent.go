@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -134,13 +135,47 @@ type Conversation struct {
 	Model         string
 	Prompt        string
 	MaxIterations int
-	MaxToolCalls  int
+	// MaxToolCalls bounds the tool calls the conversation runs; the models
+	// of a task's fan-out share one budget of MaxToolCalls.
+	MaxToolCalls int
 	// Tools are the tools offered (Toolbox.Allowed); those the profile does
 	// not allow are left out, and a call is run only if the profile allows
 	// the (server, tool) it is routed to.
 	Tools []Tool
 	// Progress, when set, is told before every step.
 	Progress func(step, max int)
+
+	// budget, when set, is the task's tool-call budget, shared with the
+	// other conversations of a fan-out; else Converse gives the
+	// conversation one of MaxToolCalls.
+	budget *toolBudget
+}
+
+// toolBudget is the number of tool calls a task may still run. It is safe
+// for concurrent use: a fan-out's conversations draw on one budget.
+type toolBudget struct {
+	max    int
+	shared bool
+	left   atomic.Int64
+}
+
+func newToolBudget(max int, shared bool) *toolBudget {
+	b := &toolBudget{max: max, shared: shared}
+	b.left.Store(int64(max))
+	return b
+}
+
+// take uses one call of the budget; false when none is left.
+func (b *toolBudget) take() bool {
+	for {
+		n := b.left.Load()
+		if n <= 0 {
+			return false
+		}
+		if b.left.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
 }
 
 var fnUnsafe = regexp.MustCompile(`[^A-Za-z0-9_-]`)
@@ -231,6 +266,9 @@ func hashedName(base string, t Tool, digits int) string {
 func (w *Worker) Converse(ctx context.Context, c Conversation) (*Answer, error) {
 	start := time.Now()
 	out := &Answer{Model: c.Model}
+	if c.budget == nil {
+		c.budget = newToolBudget(c.MaxToolCalls, false)
+	}
 	log := w.log.With("model", c.Model, "profile", c.Profile.Name)
 	if _, ok := worker.Lease(ctx); ok {
 		log = worker.Logger(ctx).With("model", c.Model, "profile", c.Profile.Name)
@@ -325,9 +363,12 @@ func (w *Worker) runTool(ctx context.Context, log *slog.Logger, c Conversation, 
 		log.Warn("the model called a tool the profile does not allow", "server", t.Server, "tool", t.Name)
 		return fmt.Sprintf("error: the tool %q is not allowed", name)
 	}
-	if *n >= c.MaxToolCalls {
-		log.Warn("tool-call budget used up", "tool", name, "max_tool_calls", c.MaxToolCalls)
-		return fmt.Sprintf("error: the tool-call budget (%d) is used up; answer with what you have", c.MaxToolCalls)
+	if !c.budget.take() {
+		log.Warn("tool-call budget used up", "tool", name, "max_tool_calls", c.budget.max, "shared", c.budget.shared)
+		if c.budget.shared {
+			return fmt.Sprintf("error: the tool-call budget (%d, shared by every model consulted) is used up; answer with what you have", c.budget.max)
+		}
+		return fmt.Sprintf("error: the tool-call budget (%d) is used up; answer with what you have", c.budget.max)
 	}
 	*n++
 	args := json.RawMessage(tc.Function.Arguments)
@@ -443,6 +484,9 @@ type FanOut struct {
 func (w *Worker) fanOut(ctx context.Context, conv Conversation, models []string) (any, error) {
 	start := time.Now()
 	out := FanOut{Answers: make([]Answer, len(models))}
+	// max_tool_calls bounds the task: the models draw on one budget, first
+	// come, first served.
+	conv.budget = newToolBudget(conv.MaxToolCalls, true)
 	var mu sync.Mutex
 	done := 0
 	var wg sync.WaitGroup

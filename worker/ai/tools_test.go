@@ -2,6 +2,7 @@ package ai_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http/httptest"
 	"regexp"
 	"slices"
@@ -116,5 +117,55 @@ func TestConverseKeepsToTheAllowlist(t *testing.T) {
 	}
 	if names := reqs[0].ToolNames(); !slices.Equal(names, []string{"a__plain"}) {
 		t.Fatalf("offered %q", names)
+	}
+}
+
+// TestFanOutSharesTheToolBudget: the models of a fan-out run at most
+// max_tool_calls tool calls between them, not max_tool_calls each.
+func TestFanOutSharesTheToolBudget(t *testing.T) {
+	prov := aitest.NewServer(func(r aitest.Request) aitest.Reply {
+		if r.Step() <= 3 {
+			return aitest.Calls(aitest.Call{Name: "a__ping", Args: `{}`}, aitest.Call{Name: "a__ping", Args: `{}`})
+		}
+		return aitest.Answer("done")
+	})
+	defer prov.Close()
+	p := ai.Profile{Name: "p", SystemPrompt: "s", Tools: []string{"a/ping"}, MaxToolCalls: intp(4)}
+	w := newWorker(t, ai.ProviderConfig{BaseURL: prov.URL}, p, []ai.MCPServer{namedServer(t, "a", "ping")}, ai.TaskTypeConfig{})
+	comp, err := run(w, context.Background(), map[string]any{"prompt": "x", "models": []string{"m1", "m2", "m3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res ai.FanOut
+	if err := json.Unmarshal(comp.Result, &res); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	for _, a := range res.Answers {
+		if a.Error != "" {
+			t.Fatalf("model %s: %s", a.Model, a.Error)
+		}
+		calls += a.ToolCalls
+	}
+	// Every tool result the models saw: 4 ran, the rest hit the budget.
+	ran, refused := 0, 0
+	for _, r := range prov.Requests() {
+		if r.Step() != 4 {
+			continue
+		}
+		for _, m := range r.Messages {
+			switch text := m.Text(); {
+			case m.Role != "tool":
+			case text == "a/ping":
+				ran++
+			case strings.Contains(text, "tool-call budget (4"):
+				refused++
+			default:
+				t.Errorf("tool result %q", text)
+			}
+		}
+	}
+	if calls != 4 || ran != 4 || refused != 3*6-4 {
+		t.Fatalf("the models ran %d tool calls (%d results, %d refused), want 4 (4, 14) under max_tool_calls 4", calls, ran, refused)
 	}
 }
