@@ -532,8 +532,11 @@ func (s *swappable) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.h.Load
 
 // sessionServer is the test MCP server on a protocol version with sessions
 // (before 2026-07-28), which a restart forgets.
-func sessionServer() *server.StreamableHTTPServer {
-	return server.NewStreamableHTTPServer(aitest.NewMCPServer(), server.WithStateful(true),
+func sessionServer() *server.StreamableHTTPServer { return sessionServerOf(aitest.NewMCPServer()) }
+
+// sessionServerOf serves s on a protocol version with sessions.
+func sessionServerOf(s *server.MCPServer) *server.StreamableHTTPServer {
+	return server.NewStreamableHTTPServer(s, server.WithStateful(true),
 		server.WithStreamableHTTPProtocolVersions("2025-06-18"))
 }
 

@@ -63,21 +63,44 @@ type Tool struct {
 }
 
 // Toolbox holds the worker's MCP client sessions, one per configured server,
-// opened on first use and reopened after a transport error. It is safe for
+// opened on first use and replaced after a transport error. It is safe for
 // concurrent use.
+//
+// Every session is a generation of its server's: a call uses the current
+// generation and holds it until it returns. A call that fails with a
+// transport error retires its generation if it is still the current one,
+// so the next call opens a new one; the calls still in flight on the
+// retired generation finish or fail on their own, and the last of them
+// closes it.
 type Toolbox struct {
 	log     *slog.Logger
 	servers map[string]MCPServer
 	mu      sync.Mutex
 	conns   map[string]*mcpConn
+	// gens counts each server's sessions opened.
+	gens map[string]uint64
 	// dialing serializes the opening of each server's session, so a slow
 	// server does not hold up calls to the others.
 	dialing map[string]*sync.Mutex
 }
 
+// mcpConn is one generation of a server's session.
 type mcpConn struct {
 	c     *client.Client
 	tools []Tool
+	gen   uint64
+	// users counts the calls holding the session, and retired is set once
+	// it is no longer its server's current session; the session is closed
+	// when both say it is unused. Both are guarded by Toolbox.mu.
+	users   int
+	retired bool
+	closing sync.Once
+}
+
+// close ends the session once.
+func (c *mcpConn) close() (err error) {
+	c.closing.Do(func() { err = c.c.Close() })
+	return err
 }
 
 // NewToolbox checks the servers' settings; it connects to none yet.
@@ -85,7 +108,8 @@ func NewToolbox(servers []MCPServer, log *slog.Logger) (*Toolbox, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	tb := &Toolbox{log: log, servers: map[string]MCPServer{}, conns: map[string]*mcpConn{}, dialing: map[string]*sync.Mutex{}}
+	tb := &Toolbox{log: log, servers: map[string]MCPServer{}, conns: map[string]*mcpConn{}, gens: map[string]uint64{},
+		dialing: map[string]*sync.Mutex{}}
 	for _, s := range servers {
 		if err := s.validate(); err != nil {
 			return nil, err
@@ -109,26 +133,21 @@ func (tb *Toolbox) Servers() []string {
 	return out
 }
 
-// conn returns the session of server, opening it when needed.
-func (tb *Toolbox) conn(ctx context.Context, name string) (*mcpConn, error) {
+// acquire returns the current session of server, opening it when needed,
+// and holds it for the caller, who must release it.
+func (tb *Toolbox) acquire(ctx context.Context, name string) (*mcpConn, error) {
 	s, ok := tb.servers[name]
 	if !ok {
 		return nil, fmt.Errorf("no mcp server named %q is configured", name)
 	}
-	tb.mu.Lock()
-	c0 := tb.conns[name]
-	tb.mu.Unlock()
-	if c0 != nil {
-		return c0, nil
+	if c := tb.current(name); c != nil {
+		return c, nil
 	}
 	dial := tb.dialing[name]
 	dial.Lock()
 	defer dial.Unlock()
-	tb.mu.Lock()
-	c0 = tb.conns[name]
-	tb.mu.Unlock()
-	if c0 != nil {
-		return c0, nil
+	if c := tb.current(name); c != nil {
+		return c, nil
 	}
 	var c *client.Client
 	var err error
@@ -170,16 +189,41 @@ func (tb *Toolbox) conn(ctx context.Context, name string) (*mcpConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mcp server %s: tools/list: %w", name, err)
 	}
-	conn := &mcpConn{c: c}
+	conn := &mcpConn{c: c, users: 1}
 	for _, t := range lt.Tools {
 		conn.tools = append(conn.tools, Tool{Server: name, Name: t.Name, Description: t.Description, InputSchema: inputSchema(t)})
 	}
 	ok = true
 	tb.mu.Lock()
+	tb.gens[name]++
+	conn.gen = tb.gens[name]
 	tb.conns[name] = conn
 	tb.mu.Unlock()
-	tb.log.Info("mcp server connected", "server", name, "tools", len(conn.tools))
+	tb.log.Info("mcp server connected", "server", name, "generation", conn.gen, "tools", len(conn.tools))
 	return conn, nil
+}
+
+// current holds and returns server's current session, or nil.
+func (tb *Toolbox) current(name string) *mcpConn {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	c := tb.conns[name]
+	if c != nil {
+		c.users++
+	}
+	return c
+}
+
+// release lets go of a session acquire returned; the last user of a
+// retired session closes it.
+func (tb *Toolbox) release(c *mcpConn) {
+	tb.mu.Lock()
+	c.users--
+	unused := c.users == 0 && c.retired
+	tb.mu.Unlock()
+	if unused {
+		c.close()
+	}
 }
 
 // inputSchema returns a tool's argument schema as a JSON object.
@@ -199,14 +243,17 @@ func inputSchema(t mcp.Tool) map[string]any {
 	return map[string]any{"type": "object", "properties": map[string]any{}}
 }
 
-// drop closes server's session after a transport error, so the next use
-// opens a new one.
-func (tb *Toolbox) drop(name string, c *mcpConn) {
+// retire makes c, a session the caller holds, no longer server's current
+// one after a transport error, so the next call opens a new one. A session
+// already replaced is left be. The session is closed when its last user
+// releases it.
+func (tb *Toolbox) retire(name string, c *mcpConn) {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
-	if c != nil && tb.conns[name] == c {
+	if tb.conns[name] == c {
 		delete(tb.conns, name)
-		c.c.Close()
+		c.retired = true
+		tb.log.Info("mcp session retired", "server", name, "generation", c.gen, "in_use", c.users)
 	}
 }
 
@@ -230,7 +277,7 @@ func (tb *Toolbox) Allowed(ctx context.Context, p *Profile) ([]Tool, error) {
 		if !named {
 			continue
 		}
-		c, err := tb.conn(ctx, name)
+		c, err := tb.acquire(ctx, name)
 		if err != nil {
 			return nil, err
 		}
@@ -239,6 +286,7 @@ func (tb *Toolbox) Allowed(ctx context.Context, p *Profile) ([]Tool, error) {
 				out = append(out, t)
 			}
 		}
+		tb.release(c)
 	}
 	return out, nil
 }
@@ -247,13 +295,14 @@ func (tb *Toolbox) Allowed(ctx context.Context, p *Profile) ([]Tool, error) {
 // true for a tool error (the server's isError, or a call that failed); err
 // is only for a cancelled ctx. Tool errors go back to the model, never up.
 func (tb *Toolbox) Call(ctx context.Context, server, tool string, args json.RawMessage) (text string, isError bool, err error) {
-	c, cerr := tb.conn(ctx, server)
+	c, cerr := tb.acquire(ctx, server)
 	if cerr != nil {
 		if ctx.Err() != nil {
 			return "", true, context.Cause(ctx)
 		}
 		return "error: " + cerr.Error(), true, nil
 	}
+	defer func() { tb.release(c) }()
 	var m map[string]any
 	if len(args) > 0 && string(args) != "null" {
 		if jerr := json.Unmarshal(args, &m); jerr != nil {
@@ -274,14 +323,15 @@ func (tb *Toolbox) Call(ctx context.Context, server, tool string, args json.RawM
 		// The server forgot the session (it restarted) and refused the call
 		// before running it: open a new session and call once more.
 		tb.log.Info("mcp session ended by the server; reconnecting", "server", server)
-		tb.drop(server, c)
-		c2, err2 := tb.conn(ctx, server)
+		tb.retire(server, c)
+		c2, err2 := tb.acquire(ctx, server)
 		if err2 != nil {
 			if ctx.Err() != nil {
 				return "", true, context.Cause(ctx)
 			}
 			return "error: " + err2.Error(), true, nil
 		}
+		tb.release(c)
 		c = c2
 		res, cerr = c.c.CallTool(cctx, req)
 	}
@@ -294,8 +344,8 @@ func (tb *Toolbox) Call(ctx context.Context, server, tool string, args json.RawM
 		}
 		var te *transport.Error
 		if errors.As(cerr, &te) {
-			// A transport failure: reconnect on the next call.
-			tb.drop(server, c)
+			// A transport failure: the next call opens a new session.
+			tb.retire(server, c)
 		}
 		return "error: " + cerr.Error(), true, nil
 	}
@@ -342,14 +392,21 @@ func carries(parts []string, b []byte) bool {
 	return false
 }
 
-// Close ends every session (stdio servers are stopped).
+// Close ends the current sessions (stdio servers are stopped); calls in
+// flight on them fail. A retired session still in use is closed by its
+// last call.
 func (tb *Toolbox) Close() error {
 	tb.mu.Lock()
-	defer tb.mu.Unlock()
-	var errs []error
+	var cs []*mcpConn
 	for n, c := range tb.conns {
-		errs = append(errs, c.c.Close())
+		c.retired = true
+		cs = append(cs, c)
 		delete(tb.conns, n)
+	}
+	tb.mu.Unlock()
+	var errs []error
+	for _, c := range cs {
+		errs = append(errs, c.close())
 	}
 	return errors.Join(errs...)
 }

@@ -1,13 +1,18 @@
 package ai_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -167,5 +172,130 @@ func TestFanOutSharesTheToolBudget(t *testing.T) {
 	}
 	if calls != 4 || ran != 4 || refused != 3*6-4 {
 		t.Fatalf("the models ran %d tool calls (%d results, %d refused), want 4 (4, 14) under max_tool_calls 4", calls, ran, refused)
+	}
+}
+
+// TestTransportErrorSparesCallsInFlight: one call's transport error
+// replaces the session for the calls that follow, while the calls in
+// flight on the old session finish on it; the old session is closed when
+// the last of them is done, and a late failure on it leaves the new one be.
+func TestTransportErrorSparesCallsInFlight(t *testing.T) {
+	const holds = 4
+	entered := make(chan string, holds+1)
+	release := make(chan struct{})
+	var initializes, deletes atomic.Int32
+	deleted := make(chan struct{}, 8)
+	s := server.NewMCPServer("held", "1", server.WithToolCapabilities(false))
+	s.AddTool(mcp.NewTool("hold"), func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		entered <- "hold"
+		select {
+		case <-release:
+			return mcp.NewToolResultText("held"), nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	for _, name := range []string{"ping", "crash", "late_crash"} {
+		s.AddTool(mcp.NewTool(name), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText("pong"), nil
+		})
+	}
+	h := sessionServerOf(s)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			deletes.Add(1)
+			defer func() { deleted <- struct{}{} }()
+		}
+		if r.Method == http.MethodPost {
+			b, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			switch {
+			case bytes.Contains(b, []byte(`"method":"initialize"`)):
+				initializes.Add(1)
+			case bytes.Contains(b, []byte(`"name":"crash"`)):
+				http.Error(w, "crashed", http.StatusInternalServerError)
+				return
+			case bytes.Contains(b, []byte(`"name":"late_crash"`)):
+				entered <- "late_crash"
+				select {
+				case <-release:
+				case <-r.Context().Done():
+				}
+				http.Error(w, "crashed", http.StatusInternalServerError)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	tb, err := ai.NewToolbox([]ai.MCPServer{{Name: "web", URL: ts.URL + "/mcp"}}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	ctx := context.Background()
+	call := func(tool string) (string, bool) {
+		text, isErr, err := tb.Call(ctx, "web", tool, json.RawMessage(`{}`))
+		if err != nil {
+			t.Errorf("%s: %v", tool, err)
+		}
+		return text, isErr
+	}
+	within := func(what string, ch <-chan struct{}) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no %s within 30 s", what)
+		}
+	}
+	if text, _ := call("ping"); text != "pong" {
+		t.Fatalf("ping: %q", text)
+	}
+	type result struct {
+		tool, text string
+		isErr      bool
+	}
+	results := make(chan result, holds+1)
+	for _, tool := range append(slices.Repeat([]string{"hold"}, holds), "late_crash") {
+		go func() {
+			text, isErr := call(tool)
+			results <- result{tool, text, isErr}
+		}()
+	}
+	for range holds + 1 {
+		select {
+		case <-entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the calls did not all reach the server within 30 s")
+		}
+	}
+	if text, isErr := call("crash"); !isErr || !strings.HasPrefix(text, "error: ") {
+		t.Fatalf("crash answered %q (isError %v)", text, isErr)
+	}
+	deletesAtCrash := deletes.Load()
+	if text, _ := call("ping"); text != "pong" {
+		t.Fatalf("ping after the crash: %q", text)
+	}
+	close(release)
+	for range holds + 1 {
+		r := <-results
+		switch {
+		case r.tool == "hold" && (r.text != "held" || r.isErr):
+			t.Errorf("a call in flight when another failed answered %q", r.text)
+		case r.tool == "late_crash" && !r.isErr:
+			t.Errorf("late_crash answered %q", r.text)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	within("DELETE of the old session", deleted)
+	if text, _ := call("ping"); text != "pong" {
+		t.Fatalf("ping after the calls in flight: %q", text)
+	}
+	if deletesAtCrash != 0 || deletes.Load() != 1 || initializes.Load() != 2 {
+		t.Fatalf("%d sessions closed at the crash, %d after the calls in flight, %d opened; want 0, 1 and 2",
+			deletesAtCrash, deletes.Load(), initializes.Load())
 	}
 }
