@@ -190,9 +190,9 @@ const maxFunctionName = 64
 // then it is cut and ends in _ and 8 hex digits of a SHA-256 of the pair
 // (16 when even that collides; a plain name that equals a hashed one is the
 // one that changes). So names are distinct, fit the API, and depend only on
-// the set of tools, not on their order. A tool that still
-// has no name of its own gets "" (not offered); that takes two pairs whose
-// hashes agree in 64 bits.
+// the set of tools, not on their order. A tool that still has no name of
+// its own gets "" (not offered); that takes two pairs whose hashes agree in
+// 64 bits.
 func offeredNames(tools []Tool) []string {
 	base := make([]string, len(tools))
 	digits := make([]int, len(tools)) // 0: the plain name; -1: no name
