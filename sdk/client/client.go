@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -77,7 +78,12 @@ type APIError struct {
 	Status int
 	Code   string
 	Detail string
-	// RetryAfter is the Retry-After header of a 503 busy answer (0 when absent).
+	// RetryAfter is the answer's Retry-After, delay-seconds or an HTTP-date
+	// (measured against the answer's Date): how long the gate asks the caller
+	// to wait before trying again. The gate sets it on every 429
+	// (quota_exceeded) and 503 (busy, database_unavailable,
+	// plugin_not_ready, mail_unavailable) answer; 0 when absent, unreadable
+	// or already past.
 	RetryAfter time.Duration
 }
 
@@ -148,9 +154,8 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) (in
 				ae.Detail = ae.Detail[:200]
 			}
 		}
-		if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil {
-			ae.RetryAfter = time.Duration(s) * time.Second
-		}
+		date, _ := http.ParseTime(res.Header.Get("Date"))
+		ae.RetryAfter = parseRetryAfter(res.Header.Get("Retry-After"), date)
 		return res.StatusCode, ae
 	}
 	if out != nil && res.StatusCode != http.StatusNoContent && len(raw) > 0 {
@@ -388,7 +393,11 @@ type WaitOptions struct {
 }
 
 // Wait polls a task until it finishes (succeeded, canceled or dead letter)
-// or ctx ends, and returns it. Put a deadline on ctx to bound the wait.
+// or ctx ends, and returns it. Put a deadline on ctx to bound the wait. A
+// poll answered 429 or 5xx with Retry-After (the gate's 503 while its
+// database is away, for one) is tried again after that long (plus up to 10%
+// jitter, at least the interval, at most MaxRetryAfter), unless ctx would end
+// first; any other error ends the wait.
 func (c *Client) Wait(ctx context.Context, taskID string, o *WaitOptions) (*Task, error) {
 	interval := 500 * time.Millisecond
 	var onPoll func(*Task)
@@ -412,7 +421,23 @@ func (c *Client) Wait(ctx context.Context, taskID string, o *WaitOptions) (*Task
 	for {
 		t, err := poll()
 		if err != nil {
-			return nil, err
+			d := retryAfter(err)
+			if d <= 0 {
+				return nil, err
+			}
+			d = max(d, interval)
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+				return nil, err // the context would end before the gate asks to be tried again
+			}
+			wait := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				wait.Stop()
+				return nil, ctx.Err()
+			case <-wait.C:
+			}
+			tick.Reset(interval)
+			continue
 		}
 		if onPoll != nil {
 			onPoll(t)
@@ -460,7 +485,8 @@ func (r *Result) Decode(v any) error {
 }
 
 // Result fetches a finished task's result through its channel. A 503 busy
-// answer (too many large fetches) is an *APIError with RetryAfter set.
+// answer (too many large fetches) is an *APIError with RetryAfter set: try
+// again after that long.
 func (c *Client) Result(ctx context.Context, taskID string) (*Result, error) {
 	var r Result
 	if _, err := c.Do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(taskID)+"/result", nil, &r); err != nil {
@@ -510,4 +536,49 @@ func (c *Client) Progress(ctx context.Context, taskID string, limit int) ([]Prog
 func (c *Client) Archive(ctx context.Context, taskID string) error {
 	_, err := c.Do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(taskID)+"/archive", nil, nil)
 	return err
+}
+
+// MaxRetryAfter caps how long Wait waits for a refused poll's Retry-After.
+const MaxRetryAfter = 60 * time.Second
+
+// parseRetryAfter reads a Retry-After header: delay-seconds, or an
+// HTTP-date measured against the answer's Date (serverDate; the local clock
+// when it is zero). It returns 0 for an absent or unreadable header and for
+// a date already past.
+func parseRetryAfter(v string, serverDate time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if s <= 0 {
+			return 0
+		}
+		if s > int64(24*time.Hour/time.Second) {
+			s = int64(24 * time.Hour / time.Second)
+		}
+		return time.Duration(s) * time.Second
+	}
+	at, err := http.ParseTime(v)
+	if err != nil {
+		return 0
+	}
+	now := serverDate
+	if now.IsZero() {
+		now = time.Now()
+	}
+	return max(at.Sub(now), 0)
+}
+
+// retryAfter returns how long a temporary answer (408, 429, 5xx) asks to
+// wait before the next attempt: its Retry-After plus up to 10% jitter, at
+// most MaxRetryAfter. It is 0 for other errors and answers without one.
+func retryAfter(err error) time.Duration {
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.RetryAfter <= 0 ||
+		!(ae.Status >= 500 || ae.Status == http.StatusTooManyRequests || ae.Status == http.StatusRequestTimeout) {
+		return 0
+	}
+	d := ae.RetryAfter + time.Duration(rand.Float64()*0.1*float64(ae.RetryAfter))
+	return min(d, MaxRetryAfter)
 }

@@ -55,12 +55,13 @@ type gate struct {
 	log        bytes.Buffer
 }
 
-// startGate runs `gate serve` on a fresh data folder and waits until its
-// plugins are loaded.
-func startGate(t *testing.T) *gate {
+// startGate runs `gate serve` on a fresh data folder, with extra flags,
+// and waits until its plugins are loaded.
+func startGate(t *testing.T, extra ...string) *gate {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "data")
-	cmd := exec.Command(gateBin, "serve", "--data", dir, "--listen", "127.0.0.1:0", "--wasm-cache", wasmCache, "--sweep-interval", "100ms")
+	args := append([]string{"serve", "--data", dir, "--listen", "127.0.0.1:0", "--wasm-cache", wasmCache, "--sweep-interval", "100ms"}, extra...)
+	cmd := exec.Command(gateBin, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,43 @@
+package client
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+)
+
+func TestParseRetryAfter(t *testing.T) {
+	date := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		v    string
+		want time.Duration
+	}{
+		{"", 0},
+		{"2", 2 * time.Second},
+		{"0", 0},
+		{"-1", 0},
+		{"later", 0},
+		{"Sat, 01 Mar 2025 12:00:30 GMT", 30 * time.Second},
+		{"Sat, 01 Mar 2025 11:00:00 GMT", 0},
+	} {
+		if got := parseRetryAfter(tc.v, date); got != tc.want {
+			t.Errorf("parseRetryAfter(%q) = %v, want %v", tc.v, got, tc.want)
+		}
+	}
+}
+
+func TestRetryAfterCapped(t *testing.T) {
+	if d := retryAfter(&APIError{Status: http.StatusTooManyRequests, RetryAfter: time.Hour}); d != MaxRetryAfter {
+		t.Fatalf("a Retry-After of an hour: %v, want %v", d, MaxRetryAfter)
+	}
+	if d := retryAfter(&APIError{Status: http.StatusServiceUnavailable, RetryAfter: 2 * time.Second}); d < 2*time.Second || d > 2200*time.Millisecond {
+		t.Fatalf("a Retry-After of 2 s: %v, want 2 s plus at most 10%%", d)
+	}
+	if d := retryAfter(&APIError{Status: http.StatusNotFound, RetryAfter: 2 * time.Second}); d != 0 {
+		t.Fatalf("a 404 with Retry-After: %v, want 0 (not retried)", d)
+	}
+	if d := retryAfter(errors.New("network")); d != 0 {
+		t.Fatalf("a network error: %v", d)
+	}
+}
