@@ -199,6 +199,11 @@ type APIError struct {
 	Status int
 	Code   string
 	Detail string
+	// RetryAfter is the answer's Retry-After (0 when absent, unreadable or
+	// already past): how long the gate asks the caller to wait before trying
+	// again. The gate sets it on every 429 and 503 answer; the Runner waits
+	// at least that long, at most MaxRetryAfter, before its next attempt.
+	RetryAfter time.Duration
 }
 
 // Error implements error.
@@ -283,6 +288,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 				ae.Detail = ae.Detail[:200]
 			}
 		}
+		ae.RetryAfter = parseRetryAfter(res.Header.Get("Retry-After"), date)
 		return res.StatusCode, date, ae
 	}
 	if out != nil && res.StatusCode != http.StatusNoContent && len(raw) > 0 {

@@ -4,6 +4,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -152,7 +154,7 @@ func TestHeartbeatPacing(t *testing.T) {
 	interval, left := 10*time.Second, 25*time.Second
 	prev := time.Duration(0)
 	for fails := 1; fails <= 10; fails++ {
-		d := heartbeatRetry(fails, interval, left)
+		d := heartbeatRetry(fails, interval, left, 0)
 		if d < prev || d > interval || d > left/2 {
 			t.Fatalf("retry %d waits %v after %v (interval %v, %v left)", fails, d, prev, interval, left)
 		}
@@ -161,10 +163,85 @@ func TestHeartbeatPacing(t *testing.T) {
 	if prev != interval {
 		t.Fatalf("retries settle at %v, want the interval %v", prev, interval)
 	}
-	if d := heartbeatRetry(1, interval, 300*time.Millisecond); d != 150*time.Millisecond {
+	if d := heartbeatRetry(1, interval, 300*time.Millisecond, 0); d != 150*time.Millisecond {
 		t.Fatalf("retry with 300 ms left waits %v, want half of it", d)
 	}
-	if d := heartbeatRetry(1, interval, 10*time.Millisecond); d != 50*time.Millisecond {
+	if d := heartbeatRetry(1, interval, 10*time.Millisecond, 0); d != 50*time.Millisecond {
 		t.Fatalf("retry with 10 ms left waits %v, want the 50 ms floor", d)
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	date := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		v    string
+		want time.Duration
+	}{
+		{"", 0},
+		{"5", 5 * time.Second},
+		{" 60 ", time.Minute},
+		{"0", 0},
+		{"-3", 0},
+		{"1.5", 0}, // delay-seconds is a whole number
+		{"soon", 0},
+		{"Sat, 01 Mar 2025 12:00:07 GMT", 7 * time.Second}, // against the answer's Date
+		{"Sat, 01 Mar 2025 11:59:00 GMT", 0},               // already past
+		{"99999999999", 24 * time.Hour},
+	} {
+		if got := parseRetryAfter(tc.v, date); got != tc.want {
+			t.Errorf("parseRetryAfter(%q) = %v, want %v", tc.v, got, tc.want)
+		}
+	}
+	// Without a Date header, a date counts from the local clock.
+	if got := parseRetryAfter(time.Now().Add(time.Hour).UTC().Format(http.TimeFormat), time.Time{}); got < 58*time.Minute || got > time.Hour {
+		t.Errorf("an HTTP-date an hour away without a Date header: %v", got)
+	}
+}
+
+func TestRetryWait(t *testing.T) {
+	busy := &APIError{Status: http.StatusServiceUnavailable, Code: "busy", RetryAfter: 2 * time.Second}
+	for range 100 {
+		if d := retryWait(busy, 100*time.Millisecond); d < 2*time.Second || d > 2200*time.Millisecond {
+			t.Fatalf("after a Retry-After of 2 s: %v, want 2 s plus at most 10%%", d)
+		}
+	}
+	if d := retryWait(busy, 5*time.Second); d != 5*time.Second {
+		t.Fatalf("a longer backoff: %v, want it kept", d)
+	}
+	long := &APIError{Status: http.StatusTooManyRequests, Code: "quota_exceeded", RetryAfter: time.Hour}
+	if d := retryWait(long, time.Second); d != MaxRetryAfter {
+		t.Fatalf("a Retry-After of an hour: %v, want the cap %v", d, MaxRetryAfter)
+	}
+	final := &APIError{Status: http.StatusBadRequest, Code: "bad_request", RetryAfter: 10 * time.Second}
+	if d := retryWait(fmt.Errorf("wrapped: %w", final), time.Second); d != time.Second {
+		t.Fatalf("a Retry-After on a final answer: %v, want the backoff", d)
+	}
+	if d := retryWait(errors.New("network"), time.Second); d != time.Second {
+		t.Fatalf("a network error: %v, want the backoff", d)
+	}
+}
+
+// TestRetryAfterKeepsLeaseBounds: a heartbeat retry (of a task's lease or
+// of a Holder's) waits for Retry-After, but never past half the time left
+// on the lease.
+func TestRetryAfterKeepsLeaseBounds(t *testing.T) {
+	interval := 3 * time.Second
+	if d := heartbeatRetry(1, interval, 20*time.Second, 5*time.Second); d != 5*time.Second {
+		t.Fatalf("heartbeat retry with a Retry-After of 5 s, 20 s left: %v, want 5 s", d)
+	}
+	if d := heartbeatRetry(1, interval, 4*time.Second, 5*time.Second); d != 2*time.Second {
+		t.Fatalf("heartbeat retry with a Retry-After of 5 s, 4 s left: %v, want half the time left", d)
+	}
+	if d := heartbeatRetry(5, interval, time.Minute, 100*time.Millisecond); d != interval {
+		t.Fatalf("heartbeat retry with a short Retry-After: %v, want its own backoff %v", d, interval)
+	}
+	if d := holderRetry(3*time.Second, 20*time.Second, 5*time.Second); d != 5*time.Second {
+		t.Fatalf("holder retry with a Retry-After of 5 s, 20 s left: %v", d)
+	}
+	if d := holderRetry(3*time.Second, 4*time.Second, 5*time.Second); d != 2*time.Second {
+		t.Fatalf("holder retry with a Retry-After of 5 s, 4 s left: %v, want half the time left", d)
+	}
+	if d := holderRetry(3*time.Second, 20*time.Second, 0); d != 751*time.Millisecond {
+		t.Fatalf("holder retry without Retry-After: %v, want a quarter of the period", d)
 	}
 }

@@ -276,11 +276,25 @@ func (h *Holder) run(ttl time.Duration) {
 			h.cancel(err) // 429 quota_exceeded is final for these leases, not a busy gate
 			return
 		case Temporary(err):
-			// Try again soon; the deadline still bounds how long.
-			next.Reset(min(every/4+time.Millisecond, time.Second))
+			// Try again soon, or after the answer's Retry-After; the
+			// deadline still bounds how long: at most half the time left,
+			// so that the retry has time to get through.
+			next.Reset(holderRetry(every, time.Until(deadline), retryAfter(err)))
 		default:
 			h.cancel(err) // a refusal such as verify_required or a quota: the leases cannot be kept
 			return
 		}
 	}
+}
+
+// holderRetry is the wait before retrying a Holder's failed heartbeat: a
+// quarter of the heartbeat period (at most 1 s), or the failed answer's
+// Retry-After (hint) when that is longer, but never more than half the time
+// left before the leases' expiry.
+func holderRetry(every, untilDeadline, hint time.Duration) time.Duration {
+	d := min(every/4+time.Millisecond, time.Second)
+	if hint > d {
+		d = max(min(hint, untilDeadline/2), d)
+	}
+	return d
 }

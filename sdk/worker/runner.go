@@ -312,7 +312,7 @@ func (r *Runner) leaseLoop(ctx context.Context, types []string, wg *sync.WaitGro
 				return fmt.Errorf("worker: leasing: %w", err)
 			}
 			fails++
-			d := r.cfg.PollBackoff.Delay(fails)
+			d := retryWait(err, r.cfg.PollBackoff.Delay(fails))
 			r.log.Warn("lease call failed; backing off", "err", err, "retry_in", d.Round(time.Millisecond), "failures", fails)
 			if !sleep(ctx, d) {
 				return nil
@@ -474,7 +474,7 @@ func (r *Runner) accept(o Offer, log *slog.Logger) bool {
 			r.release(context.Background(), log, o, "accept refused")
 			return false
 		}
-		d := r.cfg.DeliveryBackoff.Delay(n)
+		d := retryWait(err, r.cfg.DeliveryBackoff.Delay(n))
 		if time.Now().Add(d).After(dl) {
 			log.Warn("could not accept the offer before its lease ran out; the gate will lease it again", "err", err)
 			return false
@@ -489,7 +489,8 @@ func (r *Runner) accept(o Offer, log *slog.Logger) bool {
 // lease is lost or the task canceled.
 func (l *lease) heartbeatLoop(stop <-chan struct{}) {
 	fails := 0
-	var last time.Time // when the last heartbeat was sent
+	var wait time.Duration // the last failed heartbeat's Retry-After
+	var last time.Time     // when the last heartbeat was sent
 	for {
 		l.mu.Lock()
 		ttl, deadline := l.ttl, l.deadline
@@ -501,17 +502,19 @@ func (l *lease) heartbeatLoop(stop <-chan struct{}) {
 			return
 		}
 		if fails > 0 {
-			interval = heartbeatRetry(fails, interval, untilDeadline)
+			interval = heartbeatRetry(fails, interval, untilDeadline, wait)
 		}
 		if !l.waitBeat(stop, interval, untilDeadline, last, progressGap(ttl), fails > 0) {
 			return
 		}
 		last = time.Now()
-		if !l.beat(stop) {
+		ok, err := l.beat(stop)
+		if !ok {
 			fails++
+			wait = retryAfter(err)
 			continue
 		}
-		fails = 0
+		fails, wait = 0, 0
 		if l.isLost() {
 			return
 		}
@@ -582,20 +585,22 @@ func progressGap(ttl time.Duration) time.Duration {
 
 // heartbeatRetry is the wait before retrying a failed heartbeat (after fails
 // failures in a row): 250 ms doubling with every failure, at most the regular
-// interval and half the time left before the lease's local expiry (at least
-// 50 ms), so that a retry still has time to get through.
-func heartbeatRetry(fails int, interval, untilDeadline time.Duration) time.Duration {
+// interval, or the failed answer's Retry-After (hint) when that is
+// longer; never more than half the time left before the lease's local
+// expiry (at least 50 ms), so that a retry still has time to get through.
+func heartbeatRetry(fails int, interval, untilDeadline, hint time.Duration) time.Duration {
 	d := 250 * time.Millisecond
 	for i := 1; i < fails && d < interval; i++ {
 		d *= 2
 	}
-	return max(min(d, interval, untilDeadline/2), 50*time.Millisecond)
+	d = max(min(d, interval), hint)
+	return max(min(d, untilDeadline/2), 50*time.Millisecond)
 }
 
 // beat sends one heartbeat with the latest unsent progress; it reports
-// whether the gate answered. beatMu keeps it from running alongside
-// flushProgress.
-func (l *lease) beat(stop <-chan struct{}) bool {
+// whether the gate answered, and otherwise the error. beatMu keeps it from
+// running alongside flushProgress.
+func (l *lease) beat(stop <-chan struct{}) (bool, error) {
 	l.beatMu.Lock()
 	defer l.beatMu.Unlock()
 	l.mu.Lock()
@@ -619,21 +624,21 @@ func (l *lease) beat(stop <-chan struct{}) bool {
 	if err != nil {
 		select {
 		case <-stop:
-			return true // the task is over; nothing more to do
+			return true, nil // the task is over; nothing more to do
 		default:
 		}
 		if errors.Is(err, ErrLeaseLost) {
 			l.loseLease(err.Error())
-			return true
+			return true, nil
 		}
 		l.log.Warn("heartbeat failed", "err", err, "lease_local_expiry_in", time.Until(deadline).Round(time.Millisecond))
 		if ae := (*APIError)(nil); errors.As(err, &ae) && !Temporary(err) {
 			// A refusal that is not lease_expired (400, 403): the lease
 			// cannot be kept, so the work must stop.
 			l.loseLease(err.Error())
-			return true
+			return true, nil
 		}
-		return false
+		return false, err
 	}
 	l.mu.Lock()
 	if res.ttl > 0 {
@@ -651,7 +656,7 @@ func (l *lease) beat(stop <-chan struct{}) bool {
 		l.log.Info("the gate asks to cancel the task; canceling the handler")
 		l.cancel(ErrTaskCanceled)
 	}
-	return true
+	return true, nil
 }
 
 // flushProgress sends the handler's last progress, if no heartbeat carried
@@ -745,7 +750,7 @@ func (r *Runner) release(ctx context.Context, log *slog.Logger, o Offer, reason 
 		}
 		select {
 		case <-r.hard:
-		case <-time.After(r.cfg.DeliveryBackoff.Delay(n)):
+		case <-time.After(retryWait(err, r.cfg.DeliveryBackoff.Delay(n))):
 		}
 	}
 }
@@ -834,7 +839,7 @@ func (r *Runner) deliver(l *lease, send func(context.Context) error, kind string
 		if n == r.cfg.DeliveryAttempts {
 			break
 		}
-		d := r.cfg.DeliveryBackoff.Delay(n)
+		d := retryWait(err, r.cfg.DeliveryBackoff.Delay(n))
 		l.log.Warn("could not deliver the outcome; retrying", "kind", kind, "err", err, "retry_in", d.Round(time.Millisecond), "attempt", n)
 		select {
 		case <-r.hard:

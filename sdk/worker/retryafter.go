@@ -1,0 +1,63 @@
+package worker
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxRetryAfter caps how long the Runner and Holder wait for an answer's
+// Retry-After: a gate, or a proxy in front of it, that asks for longer is
+// tried again after MaxRetryAfter.
+const MaxRetryAfter = 60 * time.Second
+
+// parseRetryAfter reads a Retry-After header: delay-seconds, or an
+// HTTP-date measured against the answer's Date (serverDate; the local clock
+// when it is zero). It returns 0 for an absent or unreadable header and for
+// a date already past.
+func parseRetryAfter(v string, serverDate time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if s <= 0 {
+			return 0
+		}
+		if s > int64(24*time.Hour/time.Second) {
+			s = int64(24 * time.Hour / time.Second)
+		}
+		return time.Duration(s) * time.Second
+	}
+	at, err := http.ParseTime(v)
+	if err != nil {
+		return 0
+	}
+	now := serverDate
+	if now.IsZero() {
+		now = time.Now()
+	}
+	return max(at.Sub(now), 0)
+}
+
+// retryAfter returns how long a temporary answer asks to wait before the
+// next attempt: its Retry-After plus up to 10% jitter (so that workers told
+// the same do not come back at the same instant), at most MaxRetryAfter. It
+// is 0 for other errors.
+func retryAfter(err error) time.Duration {
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.RetryAfter <= 0 || !Temporary(err) {
+		return 0
+	}
+	d := ae.RetryAfter + time.Duration(rand.Float64()*0.1*float64(ae.RetryAfter))
+	return min(d, MaxRetryAfter)
+}
+
+// retryWait is the wait before the next attempt after err: backoff, or the
+// answer's Retry-After when that is longer (see retryAfter).
+func retryWait(err error, backoff time.Duration) time.Duration {
+	return max(backoff, retryAfter(err))
+}
