@@ -50,6 +50,12 @@ Receipt flow") and the Go SDK (``sdk/worker``):
 * exceptions: ``FatalError`` dead-letters the task at once; any other
   exception (including ``RetryableError``) is a retryable failure with the
   traceback in the failure's metadata;
+* every call it retries (lease, accept, heartbeat, complete, fail, release,
+  a ResourceHolder's heartbeat) waits at least the Retry-After of a 429 or
+  5xx answer (seconds or an HTTP-date, plus up to 10% jitter, at most
+  ``MAX_RETRY_AFTER``) when that is longer than its own backoff, within the
+  bounds it already keeps (an accept is dropped rather than retried past the
+  lease; a heartbeat retry never waits past half the time left on it);
 * completions and failures are retried with exponential backoff, then
   appended (fsync'd) to a spool file of JSON lines — the same format as the Go
   SDK's — which is retried at start and every ``spool_interval`` seconds;
@@ -98,11 +104,16 @@ log = logging.getLogger("asyncgate_worker")
 
 
 class AsyncGateError(Exception):
-    """An error answer of the gate: ``{"error": code, "detail": text}``."""
+    """An error answer of the gate: ``{"error": code, "detail": text}``.
+    ``retry_after`` is the answer's Retry-After in seconds (0 when absent,
+    unreadable or past): the gate sets it on every 429 and 503, and the
+    Runner waits at least that long (at most ``MAX_RETRY_AFTER``) before
+    it tries again."""
 
-    def __init__(self, status: int, code: str, detail: str = ""):
+    def __init__(self, status: int, code: str, detail: str = "", retry_after: float = 0.0):
         super().__init__("gate answered %d %s: %s" % (status, code, detail))
         self.status, self.code, self.detail = status, code, detail
+        self.retry_after = retry_after
 
     @property
     def lease_lost(self) -> bool:
@@ -113,6 +124,42 @@ class AsyncGateError(Exception):
     def temporary(self) -> bool:
         """True for answers worth retrying later (5xx, 408, 429)."""
         return self.status >= 500 or self.status in (408, 429)
+
+
+MAX_RETRY_AFTER = 60.0
+"""The longest the Runner and ResourceHolder wait for a Retry-After (s)."""
+
+
+def _parse_retry_after(value: Optional[str], server: Optional[float]) -> float:
+    """Read a Retry-After header: delay-seconds, or an HTTP-date measured
+    against the answer's Date (``server``, Unix time; the local clock when
+    None). 0 for an absent or unreadable header and for a date past."""
+    value = (value or "").strip()
+    if not value:
+        return 0.0
+    if value.isdigit():
+        return float(min(int(value), 86400))
+    try:
+        at = email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError):
+        return 0.0
+    return max(at - (time.time() if server is None else server), 0.0)
+
+
+def retry_after(exc: BaseException) -> float:
+    """How long a temporary answer asks to wait before the next attempt, in
+    seconds: its Retry-After plus up to 10% jitter (so that workers told the
+    same do not come back at the same instant), at most MAX_RETRY_AFTER; 0
+    for other errors."""
+    if not isinstance(exc, AsyncGateError) or exc.retry_after <= 0 or not exc.temporary:
+        return 0.0
+    return min(exc.retry_after * (1 + random.uniform(0, 0.1)), MAX_RETRY_AFTER)
+
+
+def _retry_wait(exc: BaseException, backoff: float) -> float:
+    """The wait before the next attempt after exc: backoff, or the answer's
+    Retry-After when that is longer (see retry_after)."""
+    return max(backoff, retry_after(exc))
 
 
 class BadAnswerError(http.client.HTTPException):
@@ -257,7 +304,12 @@ class Client:
                 code, detail = j.get("error", code), j.get("detail", "")
             except ValueError:
                 pass
-            raise AsyncGateError(e.code, code, detail) from None
+            try:
+                edate = email.utils.parsedate_to_datetime(e.headers.get("Date")).timestamp()
+            except (TypeError, ValueError, IndexError, AttributeError):
+                edate = None
+            raise AsyncGateError(e.code, code, detail,
+                                 _parse_retry_after(e.headers.get("Retry-After") if e.headers else None, edate)) from None
         server = None
         if date:
             try:
@@ -378,6 +430,7 @@ class Task:
         self._pending: Optional[Dict[str, Any]] = None
         self._nudge = threading.Event()
         self._beat_lock = threading.Lock()  # one heartbeat at a time
+        self._retry_after = 0.0  # the last failed heartbeat's Retry-After (s)
 
     def progress(self, percent: Optional[float] = None, message: str = "") -> None:
         """Report progress (percent 0..100 and/or a message). It is sent with an
@@ -555,7 +608,7 @@ class Runner:
                     self.log.error("the gate refuses this worker's lease calls: %s", e)
                     raise
                 fails += 1
-                d = self._delay(self.poll_backoff, fails)
+                d = _retry_wait(e, self._delay(self.poll_backoff, fails))
                 self.log.warning("lease call failed (%s); retrying in %.1fs", e, d)
                 self._sleep(d)
                 continue
@@ -650,7 +703,7 @@ class Runner:
                     task.log.error("the gate refused to accept %s: %s", task.lease_id, e)
                     self._release(task, "accept refused")
                     return False
-                d = self._delay(self.delivery_backoff, n)
+                d = _retry_wait(e, self._delay(self.delivery_backoff, n))
                 if task._deadline and time.time() + d > task._deadline:
                     task.log.warning("could not accept %s before its lease ran out: %s", task.lease_id, e)
                     return False
@@ -669,12 +722,14 @@ class Runner:
         return min(max(1.0, ttl / 10.0), Runner._heartbeat_interval(ttl))
 
     @staticmethod
-    def _heartbeat_retry(fails: int, interval: float, left: float) -> float:
+    def _heartbeat_retry(fails: int, interval: float, left: float, hint: float = 0.0) -> float:
         """The wait before retrying a failed heartbeat after ``fails`` failures
         in a row: 250 ms doubling with every failure, at most the regular
-        interval and half the time left on the lease (at least 50 ms), so a
-        retry still has time to get through."""
-        return max(min(0.25 * 2.0 ** min(fails - 1, 30), interval, left / 2.0), 0.05)
+        interval, or the failed answer's Retry-After (``hint``) when that is
+        longer; never more than half the time left on the lease (at least
+        50 ms), so a retry still has time to get through."""
+        d = max(min(0.25 * 2.0 ** min(fails - 1, 30), interval), hint)
+        return max(min(d, left / 2.0), 0.05)
 
     def _heartbeat_loop(self, task: Task, done: threading.Event) -> None:
         fails = 0
@@ -689,7 +744,7 @@ class Runner:
                     task.log.warning("lease %s lost: no heartbeat reached the gate before its local expiry", task.lease_id)
                 return
             if fails:
-                interval = self._heartbeat_retry(fails, interval, remaining)
+                interval = self._heartbeat_retry(fails, interval, remaining, task._retry_after)
             due = time.time() + min(interval, remaining)
             gap = self._progress_gap(ttl)
             while not done.is_set():
@@ -737,6 +792,7 @@ class Runner:
                         task.log.warning("lease %s lost: %s", task.lease_id, e)
                     return True
                 task.log.warning("heartbeat for %s failed: %s", task.lease_id, e)
+                task._retry_after = retry_after(e)
                 return False
             with task._lock:
                 if res.get("_ttl", 0) > 0:
@@ -758,7 +814,7 @@ class Runner:
                 if not is_temporary(e) or n == 3:
                     task.log.warning("could not release %s (%s); it will expire on its own", task.lease_id, e)
                     return
-                time.sleep(self._delay(self.delivery_backoff, n))
+                time.sleep(_retry_wait(e, self._delay(self.delivery_backoff, n)))
 
     def _deliver_complete(self, task: Task, body: Dict[str, Any], took: float) -> None:
         tried_fallback = False
@@ -816,7 +872,7 @@ class Runner:
                 return err
             if task.stop_reason == "lease_lost" or n == self.delivery_attempts or self._hard.is_set():
                 break
-            d = self._delay(self.delivery_backoff, n)
+            d = _retry_wait(err, self._delay(self.delivery_backoff, n))
             task.log.warning("could not deliver %s for %s (%s); retrying in %.1fs", kind, task.lease_id, err, d)
             self._hard.wait(d)
         if not self.spool_path:
@@ -1079,6 +1135,16 @@ class ResourceHolder:
         left = min(_parse_time(l["expires_at"]) - now for l in answer["leases"])
         return sent + max(left, 0.0)
 
+    @staticmethod
+    def _retry(every: float, left: float, hint: float) -> float:
+        """The wait before retrying a failed heartbeat: a quarter of the
+        period (at most 1 s), or the failed answer's Retry-After (``hint``)
+        when that is longer, but never more than half the time left."""
+        d = min(every / 4.0, 1.0)
+        if hint > d:
+            d = max(min(hint, left / 2.0), d)
+        return d
+
     def _lose(self, reason: str) -> None:
         self.lost_reason = reason
         self.lost.set()
@@ -1095,7 +1161,7 @@ class ResourceHolder:
             except Exception as exc:  # noqa: BLE001 - classified below
                 quota = isinstance(exc, AsyncGateError) and exc.code == "quota_exceeded"
                 if is_temporary(exc) and not quota:
-                    wait = min(self._every / 4.0, 1.0)
+                    wait = self._retry(self._every, self._deadline - time.time(), retry_after(exc))
                     continue
                 self._lose(str(exc))
                 return

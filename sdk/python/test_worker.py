@@ -13,6 +13,7 @@ FakeGateTests run against a local fake gate that misbehaves on purpose
 
 import base64
 import datetime
+import email.utils
 import http.client
 import json
 import logging
@@ -146,8 +147,14 @@ class FakeGate:
     cuts that many completion answers off mid-body. ``calls`` records (path,
     body) of every request."""
 
-    def __init__(self, test, lease_s=30.0, hang_heartbeats=False, cut_completions=0):
+    def __init__(self, test, lease_s=30.0, hang_heartbeats=False, cut_completions=0, refuse=None):
         self.lease_s, self.hang_heartbeats, self.cut_completions = lease_s, hang_heartbeats, cut_completions
+        # refuse=(suffix, status, retry_after(now)): the first request whose
+        # path ends in suffix is answered status with that Retry-After (and
+        # Date now); refused_at is when that answer began, retried_at when
+        # the next such request arrived.
+        self.refuse = refuse
+        self.refused_at = self.retried_at = None
         self.release = threading.Event()
         self.lock = threading.Lock()
         self.calls = []
@@ -173,8 +180,28 @@ class FakeGate:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
+                arrived = time.time()
                 with fake.lock:
                     fake.calls.append((self.path, body))
+                    refused = False
+                    if fake.refuse and self.path.endswith(fake.refuse[0]):
+                        if fake.refused_at is None:
+                            fake.refused_at, refused = arrived, True
+                        elif fake.retried_at is None:
+                            fake.retried_at = arrived
+                if refused:
+                    _, status, retry_after = fake.refuse
+                    b = json.dumps({"error": "database_unavailable" if status == 503 else "quota_exceeded",
+                                    "detail": "refused by the test"}).encode()
+                    self.send_response_only(status)
+                    self.send_header("Date", email.utils.formatdate(arrived, usegmt=True))
+                    self.send_header("Retry-After", retry_after(arrived))
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(b)))
+                    self.end_headers()
+                    self.wfile.write(b)
+                    return
+                with fake.lock:
                     first = not fake.offered and self.path == "/v1/leases"
                     fake.offered = fake.offered or first
                     cut = self.path.endswith("/complete") and fake.cut_completions > 0
@@ -308,6 +335,64 @@ class FakeGateTests(unittest.TestCase):
         self.assertEqual((waits[0], waits[-1]), (0.25, 10.0))
         self.assertEqual(aw.Runner._heartbeat_retry(1, 10.0, 0.3), 0.15)
         self.assertEqual(aw.Runner._heartbeat_retry(1, 10.0, 0.01), 0.05)
+
+
+    def refused_then_retried(self, suffix, status, retry_after, lease_s=30.0):
+        """Run a worker against a fake gate that refuses the first request
+        for suffix; return how long after the refusal began it was retried
+        (a lower bound of the worker's wait)."""
+        fake = FakeGate(self, lease_s=lease_s, refuse=(suffix, status, retry_after))
+
+        def handler(task):
+            if suffix == "/heartbeat":  # run until the refused heartbeat was retried
+                wait_for("the heartbeat to be retried", lambda: fake.retried_at or task.cancelled.is_set())
+            return {"ok": 1}
+
+        # The worker's own backoffs are short: only Retry-After makes it wait.
+        self.run_worker(fake, handler, poll_backoff=(0.05, 0.2))
+        wait_for("the refused %s to be retried" % suffix, lambda: fake.retried_at, timeout=60)
+        return fake.retried_at - fake.refused_at
+
+    def test_lease_call_waits_for_retry_after(self):
+        waited = self.refused_then_retried("/v1/leases", 503, lambda now: "1")
+        self.assertGreaterEqual(waited, 1.0, "the lease call was retried %.3fs after a Retry-After of 1 s" % waited)
+
+    def test_accept_waits_for_retry_after(self):
+        waited = self.refused_then_retried("/accept", 503, lambda now: "1")
+        self.assertGreaterEqual(waited, 1.0, "the accept was retried %.3fs after a Retry-After of 1 s" % waited)
+
+    def test_heartbeat_waits_for_retry_after(self):
+        # A 9 s lease: heartbeats every 3 s, and half the lease left at the
+        # first one (the bound of a heartbeat retry) is well over 1 s.
+        waited = self.refused_then_retried("/heartbeat", 503, lambda now: "1", lease_s=9.0)
+        self.assertGreaterEqual(waited, 1.0, "the heartbeat was retried %.3fs after a Retry-After of 1 s" % waited)
+
+    def test_completion_waits_for_retry_after_date(self):
+        # A 429 whose Retry-After is an HTTP-date 2 s after the answer's Date.
+        date = lambda now: email.utils.formatdate(int(now) + 2, usegmt=True)  # noqa: E731
+        waited = self.refused_then_retried("/complete", 429, date)
+        self.assertGreaterEqual(waited, 2.0, "the completion was retried %.3fs after a Retry-After of 2 s" % waited)
+
+    def test_retry_after_parsing_and_bounds(self):
+        self.assertEqual(aw._parse_retry_after("5", None), 5.0)
+        self.assertEqual(aw._parse_retry_after("", None), 0.0)
+        self.assertEqual(aw._parse_retry_after("soon", None), 0.0)
+        self.assertEqual(aw._parse_retry_after("-1", None), 0.0)
+        self.assertEqual(aw._parse_retry_after("Sat, 01 Mar 2025 12:00:07 GMT", 1740830400.0), 7.0)
+        self.assertEqual(aw._parse_retry_after("Sat, 01 Mar 2025 11:00:00 GMT", 1740830400.0), 0.0)
+        busy = aw.AsyncGateError(503, "busy", "", retry_after=2.0)
+        for _ in range(100):
+            self.assertTrue(2.0 <= aw.retry_after(busy) <= 2.2)
+        self.assertEqual(aw.retry_after(aw.AsyncGateError(429, "quota_exceeded", "", 3600.0)), aw.MAX_RETRY_AFTER)
+        self.assertEqual(aw.retry_after(aw.AsyncGateError(400, "bad_request", "", 5.0)), 0.0)
+        self.assertEqual(aw.retry_after(OSError("network")), 0.0)
+        # Heartbeat retries wait for it, never past half the time left.
+        self.assertEqual(aw.Runner._heartbeat_retry(1, 3.0, 20.0, 5.0), 5.0)
+        self.assertEqual(aw.Runner._heartbeat_retry(1, 3.0, 4.0, 5.0), 2.0)
+        self.assertEqual(aw.Runner._heartbeat_retry(5, 3.0, 60.0, 0.1), 3.0)
+        self.assertEqual(aw.ResourceHolder._retry(3.0, 20.0, 5.0), 5.0)
+        self.assertEqual(aw.ResourceHolder._retry(3.0, 4.0, 5.0), 2.0)
+        self.assertEqual(aw.ResourceHolder._retry(3.0, 20.0, 0.0), 0.75)
 
 
 class WorkerTest(unittest.TestCase):
