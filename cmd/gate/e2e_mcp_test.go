@@ -371,3 +371,49 @@ func TestMCPBridgeNotifications(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestMCPStdioKeyRevoked: `gate mcp --data --key` reads its key again while
+// it serves, as the HTTP door does. Once the key is revoked (through the
+// running gate serve, on the same data folder), the session's next requests
+// are refused with the HTTP door's error, within about the key check
+// interval; the process stays up and keeps refusing.
+func TestMCPStdioKeyRevoked(t *testing.T) {
+	dir := t.TempDir()
+	g := startGate(t, dir)
+	g.putType(t, "echo", map[string]any{}, "")
+	r := call(t, "POST", g.URL+"/v1/admin/keys", g.Admin, map[string]any{"role": "agent", "principal": "claude.r"})
+	want(t, r, 201, "")
+	k := r.JSON(t)
+	key, kid := k["api_key"].(string), k["key_id"].(string)
+
+	c := stdioClient(t, "mcp", "--data", dir, "--key", key, "--wasm-cache", wasmCache)
+	if ack, isErr := callTool(t, c, "queue_task", map[string]any{"task_type": "echo"}); isErr {
+		t.Fatalf("queue_task before the revocation: %v", ack)
+	}
+	want(t, call(t, "DELETE", g.URL+"/v1/admin/keys/"+kid, g.Admin, nil), 200, "")
+
+	const refused = "unauthorized: the API key is not valid or was revoked"
+	status := func() error {
+		req := mcp.CallToolRequest{}
+		req.Params.Name = "list_active_tasks"
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := c.CallTool(ctx, req)
+		return err
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		err := status()
+		if err != nil && strings.Contains(err.Error(), refused) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("list_active_tasks after the revocation: %v, want %q", err, refused)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stdio session still serves its key 60 s after the key was revoked")
+		}
+	}
+	if err := status(); err == nil || !strings.Contains(err.Error(), refused) {
+		t.Fatalf("the next call after the refusal: %v, want %q", err, refused)
+	}
+}

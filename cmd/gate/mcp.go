@@ -38,7 +38,9 @@ Serves AsyncGate's MCP tools on stdin/stdout for an agent (Claude Desktop,
 Cursor, …) that starts the gate as a subprocess.
 
 With --data the gate opens the store itself, as the principal given (trusted:
-whoever can read the data folder owns it) or as the key's principal. SQLite
+whoever can read the data folder owns it) or as the key's principal (read
+again every few seconds: once the key is revoked, every request is refused
+until the client closes the session). SQLite
 allows one writer at a time: when a gate serve already runs on the same
 folder, prefer --url, which forwards the session to that server's /mcp
 endpoint with the key (a stdio-to-HTTP bridge). Logs go to stderr.
@@ -145,6 +147,11 @@ func serveMCPStdio(ctx context.Context, data, dbURL, wasmCache, key string, acto
 	}
 	defer srv.Close()
 	log.Info("serving MCP on stdio", "tenant", actor.Tenant, "principal", actor.Principal, "role", actor.Role, "store", st.Driver())
+	if key != "" {
+		// The key is read again while the session lasts: a revoked key's
+		// requests are refused from then on.
+		return srv.ServeStdioKey(ctx, key, os.Stdin, stdout)
+	}
 	return srv.ServeStdio(ctx, actor, os.Stdin, stdout)
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi"
 )
@@ -140,8 +141,7 @@ func (s *Server) httpSender(sid string) func(string, map[string]any) error {
 func writeRefusedSession(w http.ResponseWriter, id json.RawMessage, err error) {
 	if errors.Is(err, errKeyRevoked) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="asyncgate"`)
-		writeRPC(w, http.StatusUnauthorized, rpcFail(id, &rpcError{Code: rpcServerError,
-			Message: "unauthorized: the API key is not valid or was revoked"}))
+		writeRPC(w, http.StatusUnauthorized, rpcFail(id, revokedError()))
 		return
 	}
 	writeForeignSession(w, id)
@@ -152,6 +152,12 @@ func writeRefusedSession(w http.ResponseWriter, id json.RawMessage, err error) {
 func writeForeignSession(w http.ResponseWriter, id json.RawMessage) {
 	writeRPC(w, http.StatusNotFound, rpcFail(id, &rpcError{Code: -32001,
 		Message: "Session not found: this Mcp-Session-Id belongs to another key; send initialize to start a session of your own"}))
+}
+
+// revokedError answers a request of a session whose key was revoked, on
+// either transport.
+func revokedError() *rpcError {
+	return &rpcError{Code: rpcServerError, Message: "unauthorized: the API key is not valid or was revoked"}
 }
 
 func writeRPC(w http.ResponseWriter, status int, msg []byte) {
@@ -178,13 +184,38 @@ func (l *lockedWriter) message(msg []byte) {
 }
 
 // ServeStdio serves one MCP session on in and out as actor until ctx is done
-// or in reaches EOF. Nothing else may write to out.
+// or in reaches EOF. Nothing else may write to out. The caller vouches for
+// actor for as long as the session lasts; a session opened with an API key
+// is served by ServeStdioKey.
 func (s *Server) ServeStdio(ctx context.Context, actor engine.Actor, in io.Reader, out io.Writer) error {
+	return s.serveStdio(ctx, actor, "", in, out)
+}
+
+// ServeStdioKey serves one MCP session on in and out as the principal of
+// key, as ServeStdio does. The key is read again while the session lasts,
+// as the streamable HTTP door reads a session's key (at most once per
+// KeyCheckInterval): once it is revoked, every request is answered with the
+// error the HTTP door answers a revoked key's session with, and nothing is
+// notified; the session stays open until the client closes in, which is
+// how a stdio client ends a session. An unknown or revoked key is an
+// unauthorized error before anything is served.
+func (s *Server) ServeStdioKey(ctx context.Context, key string, in io.Reader, out io.Writer) error {
+	hash := httpapi.HashKey(strings.TrimSpace(key))
+	actor, err := httpapi.AuthenticateHash(ctx, s.eng.Store(), hash)
+	if err != nil {
+		return err
+	}
+	return s.serveStdio(ctx, actor, hash, in, out)
+}
+
+// serveStdio serves a stdio session as actor, who came with the key of
+// hash keyHash (empty: no key to read again).
+func (s *Server) serveStdio(ctx context.Context, actor engine.Actor, keyHash string, in io.Reader, out io.Writer) error {
 	ctx = httpapi.WithActor(ctx, actor)
 	lw := &lockedWriter{w: out}
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
-	sess, _ := s.touchSession("stdio-"+hex.EncodeToString(rnd[:]), actor, "", func(method string, params map[string]any) error {
+	sess, err := s.touchSession("stdio-"+hex.EncodeToString(rnd[:]), actor, keyHash, func(method string, params map[string]any) error {
 		msg := map[string]any{"jsonrpc": "2.0", "method": method}
 		if params != nil {
 			msg["params"] = params
@@ -196,6 +227,9 @@ func (s *Server) ServeStdio(ctx context.Context, actor engine.Actor, in io.Reade
 		lw.message(b)
 		return nil
 	})
+	if err != nil {
+		return host.Errorf(host.CodeUnauthorized, "the API key is not valid or was revoked")
+	}
 	defer s.dropSession(sess.id)
 
 	st := server.NewStdioServer(s.mcp)
@@ -244,7 +278,17 @@ func (s *Server) ServeStdio(ctx context.Context, actor engine.Actor, in io.Reade
 			return lerr
 		case line := <-lines:
 			var head rpcMessage
-			if json.Unmarshal(line, &head) == nil && head.Method != "" && len(head.ID) > 0 && handledHere(head.Method) {
+			perr := json.Unmarshal(line, &head)
+			if !s.keyValid(keyHash) {
+				// As the HTTP door: the session ends (no more notifications)
+				// and every request is refused; a notification is dropped.
+				s.endSession(sess)
+				if perr != nil || len(head.ID) > 0 {
+					lw.message(rpcFail(head.ID, revokedError()))
+				}
+				continue
+			}
+			if perr == nil && head.Method != "" && len(head.ID) > 0 && handledHere(head.Method) {
 				wg.Add(1)
 				go func() { // tasks/result may wait: never hold the input
 					defer wg.Done()

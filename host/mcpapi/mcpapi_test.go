@@ -780,3 +780,69 @@ func TestStdio(t *testing.T) {
 		t.Fatalf("ServeStdio: %v", err)
 	}
 }
+
+// TestStdioKeyRevoked: a stdio session served with a key reads the key again
+// (KeyCheckInterval); once it is revoked in the store, the session's
+// requests are refused with the HTTP door's error, and keep being refused.
+func TestStdioKeyRevoked(t *testing.T) {
+	b := setup(t, mcpapi.Config{KeyCheckInterval: 50 * time.Millisecond})
+	ctx := context.Background()
+	k, err := httpapi.CreateKey(ctx, b.eng.Store(), httpapi.NewKeyRequest{Role: engine.RoleAgent, Principal: "agent.r", Tenant: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.mcp.ServeStdioKey(ctx, "agw_unknown", strings.NewReader(""), io.Discard); host.ErrorCode(err) != host.CodeUnauthorized {
+		t.Fatalf("an unknown key: %v, want unauthorized", err)
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		served <- b.mcp.ServeStdioKey(sctx, k.APIKey, inR, outW)
+		outW.Close()
+	}()
+	c := client.NewClient(transport.NewIO(outR, inW, io.NopCloser(&bytes.Buffer{})))
+	initialize(t, c)
+	ok(t, c, "queue_task", map[string]any{"task_type": "echo"}, nil)
+	if err := httpapi.RevokeKey(ctx, b.eng.Store(), k.ID); err != nil {
+		t.Fatal(err)
+	}
+	const refused = "unauthorized: the API key is not valid or was revoked"
+	list := func() error {
+		req := mcp.CallToolRequest{}
+		req.Params.Name = "list_active_tasks"
+		cctx, stop := context.WithTimeout(ctx, 30*time.Second)
+		defer stop()
+		_, err := c.CallTool(cctx, req)
+		return err
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		err := list()
+		if err != nil && strings.Contains(err.Error(), refused) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("after the revocation: %v, want %q", err, refused)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stdio session still serves its key 60 s after the key was revoked")
+		}
+	}
+	if err := list(); err == nil || !strings.Contains(err.Error(), refused) {
+		t.Fatalf("the next call: %v, want %q", err, refused)
+	}
+	if _, err := c.ListTools(ctx, mcp.ListToolsRequest{}); err == nil || !strings.Contains(err.Error(), refused) {
+		t.Fatalf("tools/list: %v, want %q", err, refused)
+	}
+	inW.Close()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("ServeStdioKey: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("ServeStdioKey still serves 60 s after its input ended")
+	}
+}

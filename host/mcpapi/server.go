@@ -57,8 +57,10 @@ type Config struct {
 	WatchInterval time.Duration
 	// KeyCheckInterval is how long a key found valid is believed before a
 	// session that outlives its requests (an open event stream, a
-	// notification) reads it again; a session whose key was revoked is
-	// dropped, its open event streams ended (default DefaultKeyCheckInterval).
+	// notification, a stdio session's next request) reads it again; a
+	// session whose key was revoked is dropped, its open event streams
+	// ended, and a stdio session's requests refused (default
+	// DefaultKeyCheckInterval).
 	KeyCheckInterval time.Duration
 	// ValidateOutput checks every tool result against the tool's output
 	// schema (a failure becomes a tool error). For tests.

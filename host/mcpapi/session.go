@@ -45,8 +45,8 @@ type session struct {
 	id    string
 	actor engine.Actor
 	// keyHash is the stored hash of the key that opened the session, read
-	// again (keyValid) while the session lives; empty for stdio, whose key
-	// was checked when the process started.
+	// again (keyValid) while the session lives; empty for a stdio session
+	// served as a principal without a key (ServeStdio).
 	keyHash string
 	send    func(method string, params map[string]any) error
 	// gone is done once the session is dropped: its open event streams end.
