@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/jsonkeys"
 )
 
 // decodeMode says how strictly a body is decoded.
@@ -85,6 +86,15 @@ func decodeBody(b []byte, v any, mode decodeMode) error {
 		typ = reflect.TypeOf(v)
 	}
 	return checkKeys(b, typ)
+}
+
+// checkKeys refuses a body with a duplicate key, or with typ a key that
+// names no field exactly (jsonkeys.Check), as a bad_request.
+func checkKeys(b []byte, typ reflect.Type) error {
+	if err := jsonkeys.Check(b, typ); err != nil {
+		return badRequest("%s", err.Error())
+	}
+	return nil
 }
 
 // jsonError turns a decoding error into a bad_request that names the field.

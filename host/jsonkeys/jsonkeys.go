@@ -1,4 +1,9 @@
-package httpapi
+// Package jsonkeys refuses JSON objects whose keys JSON readers disagree
+// on: encoding/json keeps the last of duplicate keys (other readers the
+// first, or both) and matches field names case-insensitively, so a body
+// checked on one value may be acted on with another. Both doors use it: the
+// HTTP door on every body, the MCP door on every JSON-RPC message.
+package jsonkeys
 
 import (
 	"bytes"
@@ -7,23 +12,56 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode"
+	"unicode/utf8"
 )
 
-// checkKeys walks b, one JSON object that encoding/json has already
-// decoded (so valid, and nested no deeper than it allows), and refuses any
-// object in it with a duplicate key. With typ (the strict routes), a key of
-// an object decoded into a struct must also name one of its fields exactly:
-// encoding/json would take "TASK_TYPE" for task_type. One pass over the
-// bytes; nothing is kept but the keys of the objects open along the current
-// path (as offsets into b), and nothing is allocated unless a key has an
-// escape or an object has many keys.
-func checkKeys(b []byte, typ reflect.Type) error {
+// Error is a key Check or CheckFolded refused.
+type Error struct {
+	// Problem is "duplicate key" or "unknown field".
+	Problem string
+	// Key is the refused key, as encoding/json reads it.
+	Key string
+	// Where is the object it is in: the root name ("the body") or a path
+	// ("params", "params.options", "artifacts[2]").
+	Where string
+	// Hint ends the message: the key or field it matches but for case.
+	Hint string
+}
+
+func (e *Error) Error() string {
+	return e.Problem + " " + strconv.Quote(e.Key) + " in " + e.Where + e.Hint
+}
+
+// Check walks b, one JSON object that encoding/json has already decoded
+// (so valid, and nested no deeper than it allows), and refuses any object in
+// it with a duplicate key. With typ (the HTTP door's strict routes), a key
+// of an object decoded into a struct must also name one of its fields
+// exactly: encoding/json would take "TASK_TYPE" for task_type. The error is
+// an *Error whose Where calls b "the body". One pass over the bytes; nothing
+// is kept but the keys of the objects open along the current path (as
+// offsets into b), and nothing is allocated unless a key has an escape or an
+// object has many keys.
+func Check(b []byte, typ reflect.Type) error {
+	return check(b, typ, false, "the body")
+}
+
+// CheckFolded is Check without a type, for b, any valid JSON value, whose
+// objects may reach readers that fold case: two keys of one object that are
+// equal, or equal but for case as encoding/json folds names ("task_type",
+// "TASK_TYPE"), are refused. The error is an *Error whose Where calls b
+// root.
+func CheckFolded(b []byte, root string) error {
+	return check(b, nil, true, root)
+}
+
+func check(b []byte, typ reflect.Type, fold bool, root string) error {
 	// Room for the keys and the path of a typical body, in one allocation.
 	room := new(struct {
 		keys [16]keySpan
-		path [4]pathElem
+		path [8]pathElem
 	})
-	w := keyWalker{b: b, keys: room.keys[:0], path: room.path[:0]}
+	w := keyWalker{b: b, keys: room.keys[:0], path: room.path[:0], fold: fold, root: root}
 	_, err := w.value(w.space(0), typ)
 	return err
 }
@@ -34,6 +72,10 @@ type keyWalker struct {
 	keys []keySpan
 	// path is where the walk is, for the error: a key or an array index.
 	path []pathElem
+	// fold compares keys as encoding/json matches names: case folded.
+	fold bool
+	// root names b in the error.
+	root string
 }
 
 type keySpan struct {
@@ -85,10 +127,93 @@ func (w *keyWalker) text(k keySpan) string {
 }
 
 func (w *keyWalker) same(a, b keySpan) bool {
+	if w.fold {
+		if !a.esc && !b.esc {
+			return foldEqual(w.b[a.s:a.e], w.b[b.s:b.e])
+		}
+		return foldName(w.text(a)) == foldName(w.text(b))
+	}
 	if !a.esc && !b.esc {
 		return bytes.Equal(w.b[a.s:a.e], w.b[b.s:b.e])
 	}
 	return w.text(a) == w.text(b)
+}
+
+// mapKey is a key as the map of a large object holds it.
+func (w *keyWalker) mapKey(k keySpan) string {
+	if w.fold {
+		return foldName(w.text(k))
+	}
+	return w.text(k)
+}
+
+// duplicate is the error for k, a duplicate of seen.
+func (w *keyWalker) duplicate(k, seen keySpan) error {
+	key, hint := w.text(k), ""
+	if first := w.text(seen); first != key {
+		hint = ": it differs from " + strconv.Quote(first) + " only in case"
+	}
+	return w.refuse("duplicate key", key, hint)
+}
+
+// foldName is name as encoding/json compares names case-insensitively
+// (its appendFoldedName): ASCII upper-cased, any other rune mapped to
+// unicode.ToUpper(unicode.ToLower(r)).
+func foldName(name string) string {
+	var sb strings.Builder
+	sb.Grow(len(name))
+	for _, r := range name {
+		if r < utf8.RuneSelf {
+			if 'a' <= r && r <= 'z' {
+				r -= 'a' - 'A'
+			}
+			sb.WriteByte(byte(r))
+			continue
+		}
+		sb.WriteRune(unicode.ToUpper(unicode.ToLower(r)))
+	}
+	return sb.String()
+}
+
+// foldEqual is foldName(a) == foldName(b) without allocating for ASCII keys.
+func foldEqual(a, b []byte) bool {
+	ascii := true
+	if len(a) == len(b) {
+		for i := range a {
+			x, y := a[i], b[i]
+			if x|y >= utf8.RuneSelf {
+				ascii = false
+				break
+			}
+			if 'a' <= x && x <= 'z' {
+				x -= 'a' - 'A'
+			}
+			if 'a' <= y && y <= 'z' {
+				y -= 'a' - 'A'
+			}
+			if x != y {
+				return false
+			}
+		}
+		if ascii {
+			return true
+		}
+	} else {
+		ascii = isASCII(a) && isASCII(b)
+	}
+	if ascii {
+		return false // ASCII folds to ASCII: lengths that differ never match
+	}
+	return foldName(string(a)) == foldName(string(b))
+}
+
+func isASCII(b []byte) bool {
+	for _, c := range b {
+		if c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 func (w *keyWalker) value(i int, typ reflect.Type) (int, error) {
@@ -131,29 +256,29 @@ func (w *keyWalker) value(i int, typ reflect.Type) (int, error) {
 func (w *keyWalker) object(i int, fields *structFields, elem reflect.Type) (int, error) {
 	first := len(w.keys)
 	defer func() { w.keys = w.keys[:first] }()
-	var many map[string]struct{}
+	var many map[string]keySpan
 	i = w.space(i + 1)
 	for i < len(w.b) && w.b[i] != '}' {
 		end, esc := w.str(i)
 		k := keySpan{s: i + 1, e: end - 1, esc: esc}
 		if many != nil {
-			t := w.text(k)
-			if _, dup := many[t]; dup {
-				return i, w.refuse("duplicate key", t, "")
+			t := w.mapKey(k)
+			if seen, dup := many[t]; dup {
+				return i, w.duplicate(k, seen)
 			}
-			many[t] = struct{}{}
+			many[t] = k
 		} else {
 			for _, seen := range w.keys[first:] {
 				if w.same(seen, k) {
-					return i, w.refuse("duplicate key", w.text(k), "")
+					return i, w.duplicate(k, seen)
 				}
 			}
 			if len(w.keys)-first == manyKeys {
-				many = make(map[string]struct{}, 2*manyKeys)
+				many = make(map[string]keySpan, 2*manyKeys)
 				for _, seen := range w.keys[first:] {
-					many[w.text(seen)] = struct{}{}
+					many[w.mapKey(seen)] = seen
 				}
-				many[w.text(k)] = struct{}{}
+				many[w.mapKey(k)] = k
 			}
 		}
 		w.keys = append(w.keys, k)
@@ -203,10 +328,10 @@ func (w *keyWalker) array(i int, elem reflect.Type) (int, error) {
 	return i + 1, nil
 }
 
-// refuse is a bad_request naming the key and the object it is in:
-// "the body", "params", "params.options", "artifacts[2]".
+// refuse is an *Error naming the key and the object it is in: the root
+// ("the body"), "params", "params.options", "artifacts[2]".
 func (w *keyWalker) refuse(what, key, hint string) error {
-	where := "the body"
+	where := w.root
 	if len(w.path) > 0 {
 		var sb strings.Builder
 		for n, p := range w.path {
@@ -223,7 +348,7 @@ func (w *keyWalker) refuse(what, key, hint string) error {
 		}
 		where = sb.String()
 	}
-	return badRequest("%s %q in %s%s", what, key, where, hint)
+	return &Error{Problem: what, Key: key, Where: where, Hint: hint}
 }
 
 var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
