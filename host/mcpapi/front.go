@@ -22,6 +22,7 @@ import (
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi"
+	"github.com/asyncgate/asyncgate/host/jsonkeys"
 )
 
 // maxMessage bounds one JSON-RPC message on /mcp.
@@ -86,7 +87,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxMessage))
 	if err != nil {
-		writeRPC(w, http.StatusRequestEntityTooLarge, rpcFail(nil, &rpcError{Code: -32600, Message: "the message is larger than 16 MiB"}))
+		writeRPC(w, http.StatusRequestEntityTooLarge, rpcFail(nil, &rpcError{Code: rpcInvalidRequest, Message: "the message is larger than 16 MiB"}))
 		return
 	}
 	var head struct {
@@ -95,7 +96,15 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			Meta map[string]any `json:"_meta"`
 		} `json:"params"`
 	}
-	_ = json.Unmarshal(body, &head)
+	herr := json.Unmarshal(body, &head)
+	if msg, to := refuseKeys(body, herr, head.rpcMessage); msg != nil {
+		status := http.StatusOK // a JSON-RPC error answers the request
+		if to != toRequest {
+			status = http.StatusBadRequest
+		}
+		writeRPC(w, status, msg)
+		return
+	}
 	// Protocol 2026-07-28 has no sessions: each request names its version.
 	version, _ := head.Params.Meta["io.modelcontextprotocol/protocolVersion"].(string)
 	modern := mcp.IsModernProtocol(version) || mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion))
@@ -288,6 +297,14 @@ func (s *Server) serveStdio(ctx context.Context, actor engine.Actor, keyHash str
 				}
 				continue
 			}
+			if msg, to := refuseKeys(line, perr, head); msg != nil {
+				if to == toNobody {
+					s.log.Warn("mcp: dropped a message with duplicate keys that asks for no answer", "method", head.Method)
+				} else {
+					lw.message(msg)
+				}
+				continue
+			}
 			if perr == nil && head.Method != "" && len(head.ID) > 0 && handledHere(head.Method) {
 				wg.Add(1)
 				go func() { // tasks/result may wait: never hold the input
@@ -305,6 +322,52 @@ func (s *Server) serveStdio(ctx context.Context, actor engine.Actor, keyHash str
 			}
 		}
 	}
+}
+
+// Whom refuseKeys's answer is for.
+const (
+	toRequest = iota // the request of the message's id
+	toUnknown        // a request whose id is unknown (a batch, a duplicated id): id null
+	toNobody         // a notification or a response, which get no answer
+)
+
+// refuseKeys answers msg, one JSON-RPC message (or a batch) that decoded
+// with err into head, when an object in it has a duplicate key or two keys
+// equal but for case (jsonkeys.CheckFolded). Readers disagree on which
+// value counts: mcp-go and the tools read with encoding/json, which keeps
+// the last and folds case, while a task type's params are checked against
+// its schema and stored as sent, both keys kept. The answer is a JSON-RPC
+// error naming the key, invalid params (-32602) when it is in params and
+// invalid request (-32600) elsewhere. It is nil for a message without such
+// keys, and for one that is not JSON (mcp-go answers that).
+func refuseKeys(msg []byte, err error, head rpcMessage) (answer []byte, to int) {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return nil, 0
+	}
+	kerr := jsonkeys.CheckFolded(msg, "the message")
+	if kerr == nil {
+		return nil, 0
+	}
+	id, to := head.ID, toRequest
+	switch {
+	case err != nil:
+		id, to = nil, toUnknown
+	case len(id) == 0 || head.Method == "":
+		to = toNobody
+	}
+	code, detail := rpcInvalidRequest, kerr.Error()
+	var ke *jsonkeys.Error
+	if errors.As(kerr, &ke) {
+		if ke.Where == "params" || strings.HasPrefix(ke.Where, "params.") || strings.HasPrefix(ke.Where, "params[") {
+			code = rpcInvalidParams
+		}
+		if ke.Where == "the message" && strings.EqualFold(ke.Key, "id") && to == toRequest {
+			id, to = nil, toUnknown
+		}
+	}
+	return rpcFail(id, &rpcError{Code: code, Message: host.CodeBadRequest + ": " + detail,
+		Data: ErrorBody{Error: host.CodeBadRequest, Detail: detail}}), to
 }
 
 // handledHere says whether handle may answer method (it may still decline).

@@ -47,6 +47,7 @@ const (
 
 // JSON-RPC error codes.
 const (
+	rpcInvalidRequest = -32600
 	rpcMethodNotFound = -32601
 	rpcInvalidParams  = -32602
 	rpcInternal       = -32603

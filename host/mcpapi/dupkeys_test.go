@@ -1,0 +1,157 @@
+package mcpapi_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/mcpapi"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// dupMessages are messages with a duplicate key, or keys equal but for
+// case, each with the JSON-RPC error code and message it must be refused
+// with. Every one would queue an echo task if a reader took the last value.
+var dupMessages = []struct{ msg, code, want string }{
+	{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"queue_task","arguments":{"task_type":"nope","task_type":"echo"}}}`,
+		"-32602", `duplicate key \"task_type\" in params.arguments`},
+	{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"queue_task","arguments":{"task_type":"nope","TASK_TYPE":"echo"}}}`,
+		"-32602", `duplicate key \"TASK_TYPE\" in params.arguments: it differs from \"task_type\" only in case`},
+	{`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"n":"x","n":1}}}`,
+		"-32602", `duplicate key \"n\" in params.arguments`},
+	{`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo","arguments":{"n":1},"task":{},"Task":null}}`,
+		"-32602", `duplicate key \"Task\" in params: it differs from \"task\" only in case`},
+	{`{"jsonrpc":"2.0","id":5,"method":"tools/list","method":"tools/call","params":{"name":"echo","arguments":{"n":1}}}`,
+		"-32600", `duplicate key \"method\" in the message`},
+}
+
+// TestDuplicateKeysRefused: the MCP door refuses a message with a
+// duplicate key, or two keys equal but for case, anywhere in it (the tool's
+// arguments included) with a JSON-RPC error naming the key, before any tool
+// runs: on streamable HTTP and on stdio nothing is queued.
+func TestDuplicateKeysRefused(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	c := b.connectAt(t, b.agent, mcp.ProtocolVersion20251125)
+	post := func(msg string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, b.ts.URL+mcpapi.Path, strings.NewReader(msg))
+		req.Header.Set("Authorization", "Bearer "+b.agent)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", c.GetSessionId())
+		req.Header.Set(mcp.HeaderProtocolVersion, mcp.ProtocolVersion20251125)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	for i, d := range dupMessages {
+		code, body := post(d.msg)
+		if code != http.StatusOK || !strings.Contains(body, fmt.Sprintf(`"id":%d`, i+1)) ||
+			!strings.Contains(body, `"code":`+d.code) || !strings.Contains(body, d.want) {
+			t.Errorf("HTTP %s:\n%d %s\nwant %s %s", d.msg, code, body, d.code, d.want)
+		}
+	}
+	// A duplicated id leaves the request without one to answer.
+	const dupID = `{"jsonrpc":"2.0","id":6,"id":7,"method":"tools/call","params":{"name":"echo","arguments":{"n":1}}}`
+	if code, body := post(dupID); code != http.StatusBadRequest || !strings.Contains(body, `"id":null`) ||
+		!strings.Contains(body, `duplicate key \"id\" in the message`) {
+		t.Errorf("a duplicated id: %d %s", code, body)
+	}
+	// A notification gets no answer but is not acted on either.
+	if code, body := post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"requestId":2}}`); code != http.StatusBadRequest ||
+		!strings.Contains(body, `duplicate key \"requestId\" in params`) {
+		t.Errorf("a notification: %d %s", code, body)
+	}
+	noTasks(t, b, "over HTTP")
+
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		served <- b.mcp.ServeStdio(ctx, engine.Actor{Tenant: "default", Principal: "agent.a", Role: engine.RoleAgent}, inR, outW)
+		outW.Close()
+	}()
+	answers := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(outR)
+		for sc.Scan() {
+			answers <- sc.Text()
+		}
+		close(answers)
+	}()
+	answer := func(id string) string {
+		t.Helper()
+		timeout := time.After(60 * time.Second)
+		for {
+			select {
+			case line, ok := <-answers:
+				if !ok {
+					t.Fatalf("stdio ended before answering id %s", id)
+				}
+				var m struct {
+					ID json.RawMessage `json:"id"`
+				}
+				if json.Unmarshal([]byte(line), &m) == nil && string(m.ID) == id {
+					return line
+				}
+			case <-timeout:
+				t.Fatalf("no answer to id %s over stdio within 60 s", id)
+			}
+		}
+	}
+	send := func(msg string) {
+		t.Helper()
+		if _, err := io.WriteString(inW, msg+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":100,"method":"initialize","params":{"protocolVersion":"` + mcp.ProtocolVersion20251125 + `","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	answer("100")
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	for i, d := range dupMessages {
+		send(d.msg)
+		if got := answer(fmt.Sprint(i + 1)); !strings.Contains(got, `"code":`+d.code) || !strings.Contains(got, d.want) {
+			t.Errorf("stdio %s:\n%s\nwant %s %s", d.msg, got, d.code, d.want)
+		}
+	}
+	send(dupID)
+	if got := answer("null"); !strings.Contains(got, `duplicate key \"id\" in the message`) {
+		t.Errorf("stdio, a duplicated id: %s", got)
+	}
+	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"requestId":2}}`)
+	send(`{"jsonrpc":"2.0","id":101,"method":"ping"}`) // answered after everything before it
+	answer("101")
+	noTasks(t, b, "over stdio")
+	inW.Close()
+	if err := <-served; err != nil {
+		t.Fatalf("ServeStdio: %v", err)
+	}
+}
+
+// noTasks fails the test when agent.a has any task.
+func noTasks(t *testing.T, b *testBundle, where string) {
+	t.Helper()
+	ts, _, err := b.eng.ListTasks(context.Background(), engine.Actor{Tenant: "default", Principal: "agent.a", Role: engine.RoleAgent},
+		store.TaskFilter{States: []host.TaskState{host.StateQueued, host.StateLeased, host.StateSucceeded, host.StateCanceled, host.StateDeadLetter}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range ts {
+		t.Errorf("%s: a message with duplicate keys queued %s (%s, params %s)", where, tk.ID, tk.Type, tk.Params)
+	}
+}
