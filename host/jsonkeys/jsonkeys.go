@@ -29,6 +29,8 @@ type Error struct {
 	Hint string
 }
 
+// Error reads as the HTTP door's bad_request detail: duplicate key "prompt"
+// in params.
 func (e *Error) Error() string {
 	return e.Problem + " " + strconv.Quote(e.Key) + " in " + e.Where + e.Hint
 }
