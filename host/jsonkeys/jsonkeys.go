@@ -12,8 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"unicode"
-	"unicode/utf8"
 )
 
 // Error is a key Check or CheckFolded refused.
@@ -45,25 +43,22 @@ func (e *Error) Error() string {
 // offsets into b), and nothing is allocated unless a key has an escape or an
 // object has many keys.
 func Check(b []byte, typ reflect.Type) error {
-	return check(b, typ, false, "the body")
+	return check(b, typ, "the body")
 }
 
-// CheckFolded is Check without a type, for b, any valid JSON value, whose
-// objects may reach readers that fold case: two keys of one object that are
-// equal, or equal but for case as encoding/json folds names ("task_type",
-// "TASK_TYPE"), are refused. The error is an *Error whose Where calls b
-// root.
-func CheckFolded(b []byte, root string) error {
-	return check(b, nil, true, root)
+// CheckNamed is Check for b, any valid JSON value, whose error calls b
+// root: "the message" (a JSON-RPC message), "arguments" (a tool's).
+func CheckNamed(b []byte, typ reflect.Type, root string) error {
+	return check(b, typ, root)
 }
 
-func check(b []byte, typ reflect.Type, fold bool, root string) error {
+func check(b []byte, typ reflect.Type, root string) error {
 	// Room for the keys and the path of a typical body, in one allocation.
 	room := new(struct {
 		keys [16]keySpan
 		path [8]pathElem
 	})
-	w := keyWalker{b: b, keys: room.keys[:0], path: room.path[:0], fold: fold, root: root}
+	w := keyWalker{b: b, keys: room.keys[:0], path: room.path[:0], root: root}
 	_, err := w.value(w.space(0), typ)
 	return err
 }
@@ -74,8 +69,6 @@ type keyWalker struct {
 	keys []keySpan
 	// path is where the walk is, for the error: a key or an array index.
 	path []pathElem
-	// fold compares keys as encoding/json matches names: case folded.
-	fold bool
 	// root names b in the error.
 	root string
 }
@@ -129,93 +122,15 @@ func (w *keyWalker) text(k keySpan) string {
 }
 
 func (w *keyWalker) same(a, b keySpan) bool {
-	if w.fold {
-		if !a.esc && !b.esc {
-			return foldEqual(w.b[a.s:a.e], w.b[b.s:b.e])
-		}
-		return foldName(w.text(a)) == foldName(w.text(b))
-	}
 	if !a.esc && !b.esc {
 		return bytes.Equal(w.b[a.s:a.e], w.b[b.s:b.e])
 	}
 	return w.text(a) == w.text(b)
 }
 
-// mapKey is a key as the map of a large object holds it.
-func (w *keyWalker) mapKey(k keySpan) string {
-	if w.fold {
-		return foldName(w.text(k))
-	}
-	return w.text(k)
-}
-
-// duplicate is the error for k, a duplicate of seen.
-func (w *keyWalker) duplicate(k, seen keySpan) error {
-	key, hint := w.text(k), ""
-	if first := w.text(seen); first != key {
-		hint = ": it differs from " + strconv.Quote(first) + " only in case"
-	}
-	return w.refuse("duplicate key", key, hint)
-}
-
-// foldName is name as encoding/json compares names case-insensitively
-// (its appendFoldedName): ASCII upper-cased, any other rune mapped to
-// unicode.ToUpper(unicode.ToLower(r)).
-func foldName(name string) string {
-	var sb strings.Builder
-	sb.Grow(len(name))
-	for _, r := range name {
-		if r < utf8.RuneSelf {
-			if 'a' <= r && r <= 'z' {
-				r -= 'a' - 'A'
-			}
-			sb.WriteByte(byte(r))
-			continue
-		}
-		sb.WriteRune(unicode.ToUpper(unicode.ToLower(r)))
-	}
-	return sb.String()
-}
-
-// foldEqual is foldName(a) == foldName(b) without allocating for ASCII keys.
-func foldEqual(a, b []byte) bool {
-	ascii := true
-	if len(a) == len(b) {
-		for i := range a {
-			x, y := a[i], b[i]
-			if x|y >= utf8.RuneSelf {
-				ascii = false
-				break
-			}
-			if 'a' <= x && x <= 'z' {
-				x -= 'a' - 'A'
-			}
-			if 'a' <= y && y <= 'z' {
-				y -= 'a' - 'A'
-			}
-			if x != y {
-				return false
-			}
-		}
-		if ascii {
-			return true
-		}
-	} else {
-		ascii = isASCII(a) && isASCII(b)
-	}
-	if ascii {
-		return false // ASCII folds to ASCII: lengths that differ never match
-	}
-	return foldName(string(a)) == foldName(string(b))
-}
-
-func isASCII(b []byte) bool {
-	for _, c := range b {
-		if c >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
+// duplicate is the error for k, a duplicate of an earlier key.
+func (w *keyWalker) duplicate(k keySpan) error {
+	return w.refuse("duplicate key", w.text(k), "")
 }
 
 func (w *keyWalker) value(i int, typ reflect.Type) (int, error) {
@@ -258,29 +173,29 @@ func (w *keyWalker) value(i int, typ reflect.Type) (int, error) {
 func (w *keyWalker) object(i int, fields *structFields, elem reflect.Type) (int, error) {
 	first := len(w.keys)
 	defer func() { w.keys = w.keys[:first] }()
-	var many map[string]keySpan
+	var many map[string]struct{}
 	i = w.space(i + 1)
 	for i < len(w.b) && w.b[i] != '}' {
 		end, esc := w.str(i)
 		k := keySpan{s: i + 1, e: end - 1, esc: esc}
 		if many != nil {
-			t := w.mapKey(k)
-			if seen, dup := many[t]; dup {
-				return i, w.duplicate(k, seen)
+			t := w.text(k)
+			if _, dup := many[t]; dup {
+				return i, w.duplicate(k)
 			}
-			many[t] = k
+			many[t] = struct{}{}
 		} else {
 			for _, seen := range w.keys[first:] {
 				if w.same(seen, k) {
-					return i, w.duplicate(k, seen)
+					return i, w.duplicate(k)
 				}
 			}
 			if len(w.keys)-first == manyKeys {
-				many = make(map[string]keySpan, 2*manyKeys)
+				many = make(map[string]struct{}, 2*manyKeys)
 				for _, seen := range w.keys[first:] {
-					many[w.mapKey(seen)] = seen
+					many[w.text(seen)] = struct{}{}
 				}
-				many[w.mapKey(k)] = k
+				many[w.text(k)] = struct{}{}
 			}
 		}
 		w.keys = append(w.keys, k)

@@ -19,26 +19,37 @@ import (
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
-// dupMessages are messages with a duplicate key, or keys equal but for
-// case, each with the JSON-RPC error code and message it must be refused
-// with. Every one would queue an echo task if a reader took the last value.
+// dupMessages are messages with a duplicate key, or with a tool argument
+// named but for case, each with what it must be refused with: a JSON-RPC
+// error (its code) for a duplicate key, a tool error ("tool") for an
+// argument's name. Every one would queue an echo task if a reader took the
+// last value, or took the name for the argument it folds to.
 var dupMessages = []struct{ msg, code, want string }{
 	{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"queue_task","arguments":{"task_type":"nope","task_type":"echo"}}}`,
 		"-32602", `duplicate key \"task_type\" in params.arguments`},
 	{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"queue_task","arguments":{"task_type":"nope","TASK_TYPE":"echo"}}}`,
-		"-32602", `duplicate key \"TASK_TYPE\" in params.arguments: it differs from \"task_type\" only in case`},
+		"tool", `unknown field \\\"TASK_TYPE\\\" in arguments`},
 	{`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"n":"x","n":1}}}`,
 		"-32602", `duplicate key \"n\" in params.arguments`},
-	{`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo","arguments":{"n":1},"task":{},"Task":null}}`,
-		"-32602", `duplicate key \"Task\" in params: it differs from \"task\" only in case`},
+	{`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"queue_task","arguments":{"TASK_TYPE":"echo"}}}`,
+		"tool", `unknown field \\\"TASK_TYPE\\\" in arguments`},
 	{`{"jsonrpc":"2.0","id":5,"method":"tools/list","method":"tools/call","params":{"name":"echo","arguments":{"n":1}}}`,
 		"-32600", `duplicate key \"method\" in the message`},
 }
 
+// refusedAs reports whether answer, a JSON-RPC answer, refuses as d says.
+func refusedAs(answer string, d struct{ msg, code, want string }) bool {
+	if d.code == "tool" {
+		return strings.Contains(answer, `"isError":true`) && strings.Contains(answer, d.want)
+	}
+	return strings.Contains(answer, `"code":`+d.code) && strings.Contains(answer, d.want)
+}
+
 // TestDuplicateKeysRefused: the MCP door refuses a message with a
-// duplicate key, or two keys equal but for case, anywhere in it (the tool's
-// arguments included) with a JSON-RPC error naming the key, before any tool
-// runs: on streamable HTTP and on stdio nothing is queued.
+// duplicate key anywhere in it (the tool's arguments included) with a
+// JSON-RPC error naming the key, before any tool runs, and a tool argument
+// named but for case with a tool error naming it: on streamable HTTP and on
+// stdio nothing is queued.
 func TestDuplicateKeysRefused(t *testing.T) {
 	b := setup(t, mcpapi.Config{})
 	c := b.connectAt(t, b.agent, mcp.ProtocolVersion20251125)
@@ -59,8 +70,7 @@ func TestDuplicateKeysRefused(t *testing.T) {
 	}
 	for i, d := range dupMessages {
 		code, body := post(d.msg)
-		if code != http.StatusOK || !strings.Contains(body, fmt.Sprintf(`"id":%d`, i+1)) ||
-			!strings.Contains(body, `"code":`+d.code) || !strings.Contains(body, d.want) {
+		if code != http.StatusOK || !strings.Contains(body, fmt.Sprintf(`"id":%d`, i+1)) || !refusedAs(body, d) {
 			t.Errorf("HTTP %s:\n%d %s\nwant %s %s", d.msg, code, body, d.code, d.want)
 		}
 	}
@@ -125,7 +135,7 @@ func TestDuplicateKeysRefused(t *testing.T) {
 	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	for i, d := range dupMessages {
 		send(d.msg)
-		if got := answer(fmt.Sprint(i + 1)); !strings.Contains(got, `"code":`+d.code) || !strings.Contains(got, d.want) {
+		if got := answer(fmt.Sprint(i + 1)); !refusedAs(got, d) {
 			t.Errorf("stdio %s:\n%s\nwant %s %s", d.msg, got, d.code, d.want)
 		}
 	}
@@ -140,6 +150,25 @@ func TestDuplicateKeysRefused(t *testing.T) {
 	inW.Close()
 	if err := <-served; err != nil {
 		t.Fatalf("ServeStdio: %v", err)
+	}
+	// Keys equal but for case are two keys of a task's free-form params,
+	// as on the HTTP door.
+	free := host.NewTaskType("free")
+	free.Tenant = "default"
+	if _, err := b.eng.PutTaskType(context.Background(), free); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := post(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"queue_task","arguments":{"task_type":"free","params":{"Name":1,"name":2}}}}`); code != http.StatusOK ||
+		strings.Contains(body, `"isError":true`) || strings.Contains(body, `"error"`) {
+		t.Errorf("params with keys equal but for case: %d %s", code, body)
+	}
+	ts, _, err := b.eng.ListTasks(context.Background(), engine.Actor{Tenant: "default", Principal: "agent.a", Role: engine.RoleAgent},
+		store.TaskFilter{States: []host.TaskState{host.StateQueued}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ts) != 1 || ts[0].Type != "free" || string(ts[0].Params) != `{"Name":1,"name":2}` {
+		t.Errorf("queued %+v, want one free task with params {\"Name\":1,\"name\":2}", ts)
 	}
 }
 

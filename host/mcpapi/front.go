@@ -332,11 +332,13 @@ const (
 )
 
 // refuseKeys answers msg, one JSON-RPC message (or a batch) that decoded
-// with err into head, when an object in it has a duplicate key or two keys
-// equal but for case (jsonkeys.CheckFolded). Readers disagree on which
-// value counts: mcp-go and the tools read with encoding/json, which keeps
-// the last and folds case, while a task type's params are checked against
-// its schema and stored as sent, both keys kept. The answer is a JSON-RPC
+// with err into head, when an object in it has a duplicate key
+// (jsonkeys.CheckNamed). Readers disagree on which value counts:
+// encoding/json, which mcp-go and the tools read with, keeps the last, other
+// readers the first or both, and a task type's params are checked against
+// its schema and stored as sent. (Keys equal but for case are two keys of a
+// task's free-form params; a tool's arguments, which are decoded into a
+// struct, must name its fields exactly: bind.) The answer is a JSON-RPC
 // error naming the key, invalid params (-32602) when it is in params and
 // invalid request (-32600) elsewhere. It is nil for a message without such
 // keys, and for one that is not JSON (mcp-go answers that).
@@ -345,7 +347,7 @@ func refuseKeys(msg []byte, err error, head rpcMessage) (answer []byte, to int) 
 	if errors.As(err, &se) {
 		return nil, 0
 	}
-	kerr := jsonkeys.CheckFolded(msg, "the message")
+	kerr := jsonkeys.CheckNamed(msg, nil, "the message")
 	if kerr == nil {
 		return nil, 0
 	}
@@ -362,7 +364,7 @@ func refuseKeys(msg []byte, err error, head rpcMessage) (answer []byte, to int) 
 		if ke.Where == "params" || strings.HasPrefix(ke.Where, "params.") || strings.HasPrefix(ke.Where, "params[") {
 			code = rpcInvalidParams
 		}
-		if ke.Where == "the message" && strings.EqualFold(ke.Key, "id") && to == toRequest {
+		if ke.Where == "the message" && ke.Key == "id" && to == toRequest {
 			id, to = nil, toUnknown
 		}
 	}

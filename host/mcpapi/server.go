@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi"
+	"github.com/asyncgate/asyncgate/host/jsonkeys"
 )
 
 // Path is where the streamable HTTP endpoint is mounted.
@@ -339,6 +341,12 @@ func bind(req mcp.CallToolRequest, dst any) error {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
 		return host.Errorf(host.CodeBadRequest, "arguments: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	// encoding/json matches field names case-insensitively: "TASK_TYPE"
+	// would be read as task_type. As on the HTTP door, a field is named
+	// exactly (and once).
+	if err := jsonkeys.CheckNamed(raw, reflect.TypeOf(dst), "arguments"); err != nil {
+		return host.Errorf(host.CodeBadRequest, "%v", err)
 	}
 	return nil
 }
