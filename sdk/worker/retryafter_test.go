@@ -197,3 +197,39 @@ func TestHolderWaitsForRetryAfter(t *testing.T) {
 		t.Fatalf("the holder lost its leases: %v", context.Cause(h.Context()))
 	}
 }
+
+// TestShutdownEndsAnAcceptsRetryWait: an accept waiting out a long
+// Retry-After does not hold the Runner's shutdown past its grace: the offer
+// is left unaccepted and Run returns.
+func TestShutdownEndsAnAcceptsRetryWait(t *testing.T) {
+	t.Parallel()
+	g := sharedGate(t)
+	tt := "ra-shutdown"
+	g.putType(tt, 120, nil)
+	rf := newRefuser(t, g.URL, "/accept", http.StatusServiceUnavailable, seconds("50"))
+	cfg := testConfig(t)
+	cfg.ShutdownTimeout = 100 * time.Millisecond
+	ran := make(chan struct{}, 1)
+	rr := start(t, rf.URL, g.Worker, cfg, map[string]worker.HandlerFunc{
+		tt: func(ctx context.Context, task *worker.Task) (any, error) { ran <- struct{}{}; return nil, nil },
+	})
+	g.enqueue(tt, map[string]any{}, nil)
+	eventually(t, "the accept to be refused", func() bool {
+		rf.mu.Lock()
+		defer rf.mu.Unlock()
+		return rf.seen > 0
+	})
+	rr.cancel()
+	// A hang bound far below the 50 s asked for; the shutdown itself takes
+	// the 100 ms grace and a lease call's return.
+	select {
+	case <-rr.done:
+	case <-time.After(25 * time.Second):
+		t.Fatal("Run did not return within 25 s of its shutdown: an accept is waiting out its Retry-After")
+	}
+	select {
+	case <-ran:
+		t.Fatal("the handler ran for an offer never accepted")
+	default:
+	}
+}

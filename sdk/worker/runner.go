@@ -480,7 +480,14 @@ func (r *Runner) accept(o Offer, log *slog.Logger) bool {
 			return false
 		}
 		log.Warn("accept failed; retrying", "err", err, "retry_in", d.Round(time.Millisecond))
-		time.Sleep(d)
+		select {
+		case <-time.After(d):
+		case <-r.hard:
+			// Shutting down past its grace: the work would not start, so
+			// the offer is left to expire and be leased again.
+			log.Warn("shutting down; the offer is left unaccepted", "err", err)
+			return false
+		}
 	}
 }
 
