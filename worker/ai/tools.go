@@ -79,6 +79,8 @@ type Toolbox struct {
 	conns   map[string]*mcpConn
 	// gens counts each server's sessions opened.
 	gens map[string]uint64
+	// closed is set by Close: no session opens after it.
+	closed bool
 	// dialing serializes the opening of each server's session, so a slow
 	// server does not hold up calls to the others.
 	dialing map[string]*sync.Mutex
@@ -149,6 +151,9 @@ func (tb *Toolbox) acquire(ctx context.Context, name string) (*mcpConn, error) {
 	if c := tb.current(name); c != nil {
 		return c, nil
 	}
+	if tb.isClosed() {
+		return nil, errToolboxClosed
+	}
 	var c *client.Client
 	var err error
 	if s.Command != "" {
@@ -193,14 +198,29 @@ func (tb *Toolbox) acquire(ctx context.Context, name string) (*mcpConn, error) {
 	for _, t := range lt.Tools {
 		conn.tools = append(conn.tools, Tool{Server: name, Name: t.Name, Description: t.Description, InputSchema: inputSchema(t)})
 	}
-	ok = true
 	tb.mu.Lock()
+	if tb.closed {
+		// Closed while this session was opening: nobody would close it.
+		tb.mu.Unlock()
+		return nil, errToolboxClosed
+	}
+	ok = true
 	tb.gens[name]++
 	conn.gen = tb.gens[name]
 	tb.conns[name] = conn
 	tb.mu.Unlock()
 	tb.log.Info("mcp server connected", "server", name, "generation", conn.gen, "tools", len(conn.tools))
 	return conn, nil
+}
+
+// errToolboxClosed answers a call made after Close.
+var errToolboxClosed = errors.New("the toolbox is closed (the worker is stopping)")
+
+// isClosed reports whether Close was called.
+func (tb *Toolbox) isClosed() bool {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	return tb.closed
 }
 
 // current holds and returns server's current session, or nil.
@@ -394,9 +414,11 @@ func carries(parts []string, b []byte) bool {
 
 // Close ends the current sessions (stdio servers are stopped); calls in
 // flight on them fail. A retired session still in use is closed by its
-// last call.
+// last call. No session opens after Close: a later call is answered with
+// an error.
 func (tb *Toolbox) Close() error {
 	tb.mu.Lock()
+	tb.closed = true
 	var cs []*mcpConn
 	for n, c := range tb.conns {
 		c.retired = true

@@ -299,3 +299,37 @@ func TestTransportErrorSparesCallsInFlight(t *testing.T) {
 			deletesAtCrash, deletes.Load(), initializes.Load())
 	}
 }
+
+// TestNoSessionOpensAfterClose: a call made after the toolbox closed (a
+// task still running when the worker stops) is answered with an error and
+// opens no session, which nothing would close (a stdio server's process
+// would be left running).
+func TestNoSessionOpensAfterClose(t *testing.T) {
+	s := server.NewMCPServer("a", "1", server.WithToolCapabilities(false))
+	s.AddTool(mcp.NewTool("x"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("a/x"), nil
+	})
+	h := server.NewStreamableHTTPServer(s)
+	var hits atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); h.ServeHTTP(w, r) }))
+	t.Cleanup(ts.Close)
+	tb, err := ai.NewToolbox([]ai.MCPServer{{Name: "a", URL: ts.URL + "/mcp"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if text, isErr, err := tb.Call(ctx, "a", "x", nil); err != nil || isErr || text != "a/x" {
+		t.Fatalf("a call before Close: %q, %v, %v", text, isErr, err)
+	}
+	if err := tb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := hits.Load()
+	text, isErr, err := tb.Call(ctx, "a", "x", nil)
+	if err != nil || !isErr || !strings.Contains(text, "closed") {
+		t.Fatalf("a call after Close: %q, %v, %v; want an error naming the closed toolbox", text, isErr, err)
+	}
+	if n := hits.Load() - before; n != 0 {
+		t.Fatalf("a call after Close sent %d requests to the server (a new session)", n)
+	}
+}
