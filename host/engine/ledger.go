@@ -474,8 +474,9 @@ func verifyLedger(ctx context.Context, r store.Reader, expect []string) (*Verify
 type obligationState struct {
 	typ       host.ReceiptType
 	seq       int64
-	indexTerm string
-	ledger    bool // a receipt of the ledger terminated it
+	indexOpen bool   // the index lists it as open
+	indexTerm string // else the receipt its row names
+	ledger    bool   // a receipt of the ledger terminated it
 }
 
 // obligationWalk checks the obligation index (the table open-obligation
@@ -525,11 +526,11 @@ func (w *obligationWalk) receipt(rc *host.Receipt, rows map[string]store.Obligat
 		}
 		if !o.ledger {
 			o.ledger = true
-			if o.indexTerm == "" {
+			if o.indexOpen {
 				return fmt.Sprintf("receipt %s terminates obligation %s, which the obligation index lists as open: its row was altered", rc.ID, p)
 			}
 		}
-		if o.indexTerm == rc.ID {
+		if !o.indexOpen && o.indexTerm == rc.ID {
 			delete(w.open, p)
 		}
 	}
@@ -545,7 +546,7 @@ func (w *obligationWalk) receipt(rc *host.Receipt, rows map[string]store.Obligat
 		o.Seq != rc.Seq || !o.CreatedAt.Equal(rc.CreatedAt):
 		return "the obligation index's row for the receipt does not match it (tenant, type, parties, task, time or seq): the row was altered"
 	}
-	w.open[rc.ID] = &obligationState{typ: rc.Type, seq: rc.Seq, indexTerm: o.TerminatedBy}
+	w.open[rc.ID] = &obligationState{typ: rc.Type, seq: rc.Seq, indexOpen: o.Open, indexTerm: o.TerminatedBy}
 	return ""
 }
 
@@ -553,13 +554,13 @@ func (w *obligationWalk) receipt(rc *host.Receipt, rows map[string]store.Obligat
 // terminator that the walk never met terminating it.
 func (w *obligationWalk) end() (id string, seq int64, problem string) {
 	for pid, o := range w.open {
-		if o.indexTerm == "" || (id != "" && o.seq > seq) {
+		if o.indexOpen || (id != "" && o.seq > seq) {
 			continue
 		}
 		id, seq = pid, o.seq
-		problem = fmt.Sprintf("the obligation index marks the obligation terminated by %s, but no receipt of the ledger terminates it: its row was altered", o.indexTerm)
+		problem = fmt.Sprintf("the obligation index marks the obligation terminated by %q, but no receipt of the ledger terminates it: its row was altered", o.indexTerm)
 		if o.ledger {
-			problem = fmt.Sprintf("the obligation index names %s as the obligation's terminator, but that receipt does not terminate it: its row was altered", o.indexTerm)
+			problem = fmt.Sprintf("the obligation index names %q as the obligation's terminator, but that receipt does not terminate it: its row was altered", o.indexTerm)
 		}
 	}
 	return id, seq, problem

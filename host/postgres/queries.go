@@ -831,13 +831,13 @@ func (r *reader) GetObligations(ctx context.Context, ids []string) ([]store.Obli
 		var o store.ObligationRow
 		var typ string
 		var created int64
-		if err := rows.Scan(&o.ReceiptID, &o.Tenant, &typ, &o.Obligor, &o.Obligee, &o.TaskID, &created, &o.Seq, &o.TerminatedBy); err != nil {
+		if err := rows.Scan(&o.ReceiptID, &o.Tenant, &typ, &o.Obligor, &o.Obligee, &o.TaskID, &created, &o.Seq, &o.Open, &o.TerminatedBy); err != nil {
 			return err
 		}
 		o.Type, o.CreatedAt = host.ReceiptType(typ), fromUS(created)
 		out = append(out, o)
 		return nil
-	}, `SELECT receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq, coalesce(terminated_by, '')
+	}, `SELECT receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq, terminated_by IS NULL, coalesce(terminated_by, '')
 FROM obligations WHERE receipt_id = ANY($1)`, ids)
 	return out, err
 }

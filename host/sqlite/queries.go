@@ -992,7 +992,7 @@ func (r *reader) GetObligations(ctx context.Context, ids []string) ([]store.Obli
 			args[i] = id
 		}
 		ids = ids[n:]
-		rows, err := r.query(ctx, `SELECT receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq, coalesce(terminated_by, '')
+		rows, err := r.query(ctx, `SELECT receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq, terminated_by IS NULL, coalesce(terminated_by, '')
 FROM obligations WHERE receipt_id IN (?`+strings.Repeat(",?", n-1)+`)`, args...)
 		if err != nil {
 			return nil, err
@@ -1001,7 +1001,7 @@ FROM obligations WHERE receipt_id IN (?`+strings.Repeat(",?", n-1)+`)`, args...)
 			var o store.ObligationRow
 			var typ string
 			var created int64
-			if err := rows.Scan(&o.ReceiptID, &o.Tenant, &typ, &o.Obligor, &o.Obligee, &o.TaskID, &created, &o.Seq, &o.TerminatedBy); err != nil {
+			if err := rows.Scan(&o.ReceiptID, &o.Tenant, &typ, &o.Obligor, &o.Obligee, &o.TaskID, &created, &o.Seq, &o.Open, &o.TerminatedBy); err != nil {
 				rows.Close()
 				return nil, err
 			}

@@ -303,10 +303,12 @@ type ReceiptFilter struct {
 	Limit  int
 }
 
-// ObligationRow is a row of the obligation index: the obligation and the
-// receipt that terminated it ("" while it is open).
+// ObligationRow is a row of the obligation index: the obligation, whether
+// the index lists it as open (terminated_by is NULL), and the receipt that
+// terminated it otherwise.
 type ObligationRow struct {
 	host.Obligation
+	Open         bool
 	TerminatedBy string
 }
 
