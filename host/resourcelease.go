@@ -260,7 +260,9 @@ func IntentsJSON(in []ResourceIntent) string {
 	return string(b)
 }
 
-// IntentsFromJSON reads what IntentsJSON wrote.
+// IntentsFromJSON reads what IntentsJSON wrote, normalized again: a task
+// queued by a gate whose names were not yet in Unicode NFC must lock what a
+// name typed today locks.
 func IntentsFromJSON(s string) ([]ResourceIntent, error) {
 	if s == "" {
 		return nil, nil
@@ -268,6 +270,9 @@ func IntentsFromJSON(s string) ([]ResourceIntent, error) {
 	var out []ResourceIntent
 	if err := json.Unmarshal([]byte(s), &out); err != nil {
 		return nil, fmt.Errorf("stored resource intents: %w", err)
+	}
+	if n, err := NormalizeIntents("resource_intents", out); err == nil {
+		out = n
 	}
 	return out, nil
 }

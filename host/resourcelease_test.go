@@ -49,3 +49,13 @@ func FuzzNormalizeResource(f *testing.F) {
 		}
 	})
 }
+
+// A task's intents stored before names were put in NFC come back in NFC
+// (and merged, should two spellings of one name now meet), so the task
+// locks what a name typed today locks.
+func TestStoredIntentsReadInNFC(t *testing.T) {
+	got, err := IntentsFromJSON(`[{"resource":"FILE:/cafe\u0301","predicate":"READS"},{"resource":"FILE:/caf\u00e9","predicate":"MUTATES"}]`)
+	if err != nil || len(got) != 1 || got[0].Resource != "FILE:/caf\u00e9" || got[0].Predicate != PredicateMutates {
+		t.Fatalf("stored intents read as %+v, %v; want one MUTATES FILE:/caf\u00e9", got, err)
+	}
+}
