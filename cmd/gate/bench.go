@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
 	"sort"
@@ -20,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -128,7 +130,7 @@ const pluginWarmTimeout = 10 * time.Minute
 // waitPluginsReady polls the admin plugin list until the gate reports every
 // plugin's first load finished, and returns how long that took (0 when they
 // were ready at once).
-func waitPluginsReady(c *benchClient, admin string, timeout time.Duration) (time.Duration, error) {
+func waitPluginsReady(c *benchClient, admin string, timeout time.Duration, stop <-chan struct{}) (time.Duration, error) {
 	start := time.Now()
 	for polls := 0; ; polls++ {
 		var list struct {
@@ -146,9 +148,16 @@ func waitPluginsReady(c *benchClient, admin string, timeout time.Duration) (time
 		if time.Since(start) > timeout {
 			return 0, fmt.Errorf("the gate's plugins were still compiling after %s", timeout)
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-stop:
+			return 0, errBenchInterrupted
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
+
+// errBenchInterrupted ends a run stopped by Ctrl-C or SIGTERM.
+var errBenchInterrupted = errors.New("interrupted")
 
 // latencies collects durations from one goroutine; merge them at the end.
 type latencies []time.Duration
@@ -219,17 +228,42 @@ func bench(o benchOpts, stdout, stderr io.Writer) error {
 	conns := o.producers + o.workers*(o.completeWorkers+1) + 4
 	c := newBenchClient(base, conns)
 
-	// Task type and keys for this run, named for it: a gate given by --url
-	// may be somebody's, so the run replaces none of its task types, and
-	// when it ends it revokes the keys it made and deletes its type.
+	// Ctrl-C (or SIGTERM) ends the run early, and the run still removes
+	// what it made on the gate; a second one exits at once.
+	interrupt := make(chan struct{})
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer func() { signal.Stop(sigs); close(sigs) }()
+	go func() {
+		if _, ok := <-sigs; !ok {
+			return
+		}
+		close(interrupt)
+		fmt.Fprintln(stderr, "\ngate bench: interrupted; removing what the run made on the gate (again to exit at once)")
+		if _, ok := <-sigs; ok {
+			os.Exit(130)
+		}
+	}()
+
+	// A task type and keys of the run's own: a gate given by --url may be
+	// somebody's, so the run replaces none of its task types, and when it
+	// ends it cancels its tasks still open, revokes the keys it made and
+	// deletes its type. The type's name is fixed, so the gate's metrics
+	// gain one set of series for it, not one per run.
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
-	taskType := "bench-" + run
-	var made benchLeftovers
-	defer made.clean(c, admin, stderr)
-	if _, err := c.do("PUT", "/v1/admin/task-types/"+taskType, admin, []byte(`{"lease_seconds":300,"requeue_delay_seconds":0,"description":"gate bench"}`), nil); err != nil {
+	taskType := benchTaskType
+	if code, err := c.do("GET", "/v1/admin/task-types/"+taskType, admin, nil, nil); err == nil {
+		return fmt.Errorf("the gate already has a task type %s (an earlier run's, stopped before it could remove it, or one of its users'); "+
+			"remove it (DELETE /v1/admin/task-types/%s) to run gate bench on this gate", taskType, taskType)
+	} else if code != http.StatusNotFound {
 		return err
 	}
-	made.taskType = taskType
+	var made benchLeftovers
+	defer made.clean(c, admin, stderr)
+	made.taskType = taskType // set first: a PUT the gate took but whose answer was lost is undone too
+	if _, err := c.do("PUT", "/v1/admin/task-types/"+taskType, admin, []byte(`{"lease_seconds":300,"requeue_delay_seconds":0,"description":"gate bench (removed when the run ends)"}`), nil); err != nil {
+		return err
+	}
 	newKey := func(role, principal string) (string, error) {
 		var k struct {
 			ID     string `json:"key_id"`
@@ -246,6 +280,7 @@ func bench(o benchOpts, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	made.agentKey = agentKey
 	workerKeys := make([]string, o.workers)
 	for i := range workerKeys {
 		if workerKeys[i], err = newKey("worker", fmt.Sprintf("bench.w%d-%s", i, run)); err != nil {
@@ -257,7 +292,7 @@ func bench(o benchOpts, stdout, stderr io.Writer) error {
 		// A gate on a fresh data folder compiles its plugins in the
 		// background while it serves; that one-time work would share the
 		// CPU with the load and lower the figure.
-		waited, err := waitPluginsReady(c, admin, pluginWarmTimeout)
+		waited, err := waitPluginsReady(c, admin, pluginWarmTimeout, interrupt)
 		if err != nil {
 			return err
 		}
@@ -331,6 +366,7 @@ func bench(o benchOpts, stdout, stderr io.Writer) error {
 	go func() { pwg.Wait(); close(prodDoneCh) }()
 	prodDone := prodDoneCh
 	var drainDeadline time.Time
+	interrupted := false
 	var lastDone int64
 	var lastAt time.Time
 	for {
@@ -342,8 +378,17 @@ func bench(o benchOpts, stdout, stderr io.Writer) error {
 				drainDeadline = time.Now().Add(30 * time.Second)
 			}
 		case <-ticker.C:
+		case <-interrupt:
+			interrupted = true
 		}
 		el := time.Since(start)
+		if interrupted {
+			if producing && o.tasks == 0 {
+				close(stopProducing)
+			}
+			pwg.Wait()
+			break
+		}
 		if producing && o.tasks == 0 && el >= o.duration {
 			close(stopProducing)
 			pwg.Wait()
@@ -413,32 +458,73 @@ func bench(o benchOpts, stdout, stderr io.Writer) error {
 	if n := st.errors.Load(); n > 0 {
 		fmt.Fprintf(stdout, "  errors %d (first: %v)\n", n, st.firstErr.Load())
 	}
+	if interrupted {
+		return errBenchInterrupted
+	}
 	if done < st.enqueued.Load() {
 		return fmt.Errorf("%d tasks were enqueued but not completed", st.enqueued.Load()-done)
 	}
 	return nil
 }
 
+// benchTaskType is the task type gate bench makes for a run and removes
+// after it.
+const benchTaskType = "gate-bench"
+
 // benchLeftovers is what a run made on the gate it loads.
 type benchLeftovers struct {
 	taskType string
+	agentKey string // the key the run's tasks were queued with
 	keys     []string
 }
 
-// clean revokes the run's keys and deletes its task type; what it cannot
-// undo (a type that still has tasks, after a run that did not finish) it
-// names on stderr.
+// clean cancels the run's tasks still open (a run stopped early, or one
+// whose drain ran out of time), revokes the run's keys and deletes its
+// task type; what it cannot undo it names on stderr.
 func (l *benchLeftovers) clean(c *benchClient, admin string, stderr io.Writer) {
+	if l.taskType != "" && l.agentKey != "" {
+		if n, err := cancelOpen(c, l.agentKey, l.taskType); err != nil {
+			fmt.Fprintf(stderr, "gate bench: tasks of %s left open: %v\n", l.taskType, err)
+		} else if n > 0 {
+			fmt.Fprintf(stderr, "gate bench: canceled the run's %d open tasks\n", n)
+		}
+	}
 	for _, id := range l.keys {
 		if _, err := c.do("DELETE", "/v1/admin/keys/"+id, admin, nil, nil); err != nil {
 			fmt.Fprintf(stderr, "gate bench: key %s left active: %v\n", id, err)
 		}
 	}
 	if l.taskType != "" {
-		if _, err := c.do("DELETE", "/v1/admin/task-types/"+l.taskType, admin, nil, nil); err != nil {
+		if code, err := c.do("DELETE", "/v1/admin/task-types/"+l.taskType, admin, nil, nil); err != nil && code != http.StatusNotFound {
 			fmt.Fprintf(stderr, "gate bench: task type %s left: %v\n", l.taskType, err)
 		}
 	}
+}
+
+// cancelOpen cancels the queued and leased tasks of taskType that key
+// queued, and returns how many.
+func cancelOpen(c *benchClient, key, taskType string) (int, error) {
+	n := 0
+	for range 1000 { // a bound: each round cancels a page or ends
+		var page struct {
+			Tasks []struct {
+				ID string `json:"task_id"`
+			} `json:"tasks"`
+		}
+		if _, err := c.do("GET", "/v1/tasks?status=queued,leased&limit=500&task_type="+taskType, key, nil, &page); err != nil {
+			return n, err
+		}
+		if len(page.Tasks) == 0 {
+			return n, nil
+		}
+		for _, t := range page.Tasks {
+			if _, err := c.do("POST", "/v1/tasks/"+t.ID+"/cancel", key, []byte(`{"reason":"gate bench ended"}`), nil); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, errors.New("still open after 1,000 pages")
 }
 
 // benchWorker leases in batches with long-poll and completes each offer

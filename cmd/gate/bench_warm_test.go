@@ -15,7 +15,7 @@ import (
 func TestBenchWaitsForPlugins(t *testing.T) {
 	url, admin := benchTarget(t, filepath.Join(t.TempDir(), "cold-cache"))
 	c := newBenchClient(url, 2)
-	waited, err := waitPluginsReady(c, admin, pluginWarmTimeout)
+	waited, err := waitPluginsReady(c, admin, pluginWarmTimeout, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func TestBenchWaitsForPlugins(t *testing.T) {
 	if !list.Ready {
 		t.Fatalf("waitPluginsReady returned (after %s) while the gate's plugins were still compiling", waited)
 	}
-	if _, err := waitPluginsReady(c, "agk_wrong", pluginWarmTimeout); err == nil || !strings.Contains(err.Error(), "401") {
+	if _, err := waitPluginsReady(c, "agk_wrong", pluginWarmTimeout, nil); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("a wrong admin key: %v, want an error carrying the 401", err)
 	}
 }

@@ -191,7 +191,7 @@ func startGate(t *testing.T, dir string, extra ...string) *gateProc {
 // into an empty cache took over two on a busy 2-core machine).
 func (g *gateProc) waitPluginsReady(t *testing.T) {
 	t.Helper()
-	if _, err := waitPluginsReady(newBenchClient(g.URL, 1), g.Admin, 5*time.Minute); err != nil {
+	if _, err := waitPluginsReady(newBenchClient(g.URL, 1), g.Admin, 5*time.Minute, nil); err != nil {
 		t.Fatalf("%v\n%s", err, g.Log())
 	}
 }
