@@ -395,9 +395,9 @@ type WaitOptions struct {
 // Wait polls a task until it finishes (succeeded, canceled or dead letter)
 // or ctx ends, and returns it. Put a deadline on ctx to bound the wait. A
 // poll answered 429 or 5xx with Retry-After (the gate's 503 while its
-// database is away, for one) is tried again after that long (plus up to 10%
-// jitter, at least the interval, at most MaxRetryAfter), unless ctx would end
-// first; any other error ends the wait.
+// database is away, for one) is tried again after that long (at most
+// MaxRetryAfter, plus up to 10% jitter, at least the interval), unless ctx
+// would end first; any other error ends the wait.
 func (c *Client) Wait(ctx context.Context, taskID string, o *WaitOptions) (*Task, error) {
 	interval := 500 * time.Millisecond
 	var onPoll func(*Task)
@@ -538,7 +538,8 @@ func (c *Client) Archive(ctx context.Context, taskID string) error {
 	return err
 }
 
-// MaxRetryAfter caps how long Wait waits for a refused poll's Retry-After.
+// MaxRetryAfter caps the Retry-After Wait waits for after a refused poll;
+// up to 10% jitter comes on top of the capped wait.
 const MaxRetryAfter = 60 * time.Second
 
 // parseRetryAfter reads a Retry-After header: delay-seconds, or an
@@ -571,14 +572,15 @@ func parseRetryAfter(v string, serverDate time.Time) time.Duration {
 }
 
 // retryAfter returns how long a temporary answer (408, 429, 5xx) asks to
-// wait before the next attempt: its Retry-After plus up to 10% jitter, at
-// most MaxRetryAfter. It is 0 for other errors and answers without one.
+// wait before the next attempt: its Retry-After, at most MaxRetryAfter, plus
+// up to 10% jitter (the cap comes first, so a Retry-After at or past it is
+// jittered too). It is 0 for other errors and answers without one.
 func retryAfter(err error) time.Duration {
 	var ae *APIError
 	if !errors.As(err, &ae) || ae.RetryAfter <= 0 ||
 		!(ae.Status >= 500 || ae.Status == http.StatusTooManyRequests || ae.Status == http.StatusRequestTimeout) {
 		return 0
 	}
-	d := ae.RetryAfter + time.Duration(rand.Float64()*0.1*float64(ae.RetryAfter))
-	return min(d, MaxRetryAfter)
+	d := min(ae.RetryAfter, MaxRetryAfter)
+	return d + time.Duration(rand.Float64()*0.1*float64(d))
 }

@@ -28,8 +28,21 @@ func TestParseRetryAfter(t *testing.T) {
 }
 
 func TestRetryAfterCapped(t *testing.T) {
-	if d := retryAfter(&APIError{Status: http.StatusTooManyRequests, RetryAfter: time.Hour}); d != MaxRetryAfter {
-		t.Fatalf("a Retry-After of an hour: %v, want %v", d, MaxRetryAfter)
+	// Capped first, then jittered: a poll told 60 s (the gate's 429
+	// quota_exceeded) or more does not come back at the same instant as
+	// every other poll told the same.
+	for _, ra := range []time.Duration{MaxRetryAfter, time.Hour} {
+		seen := map[time.Duration]bool{}
+		for range 100 {
+			d := retryAfter(&APIError{Status: http.StatusTooManyRequests, RetryAfter: ra})
+			if d < MaxRetryAfter || d > MaxRetryAfter+MaxRetryAfter/10 {
+				t.Fatalf("a Retry-After of %v: %v, want %v plus at most 10%%", ra, d, MaxRetryAfter)
+			}
+			seen[d] = true
+		}
+		if len(seen) < 2 {
+			t.Fatalf("a Retry-After of %v: every wait was %v, want jitter", ra, MaxRetryAfter)
+		}
 	}
 	if d := retryAfter(&APIError{Status: http.StatusServiceUnavailable, RetryAfter: 2 * time.Second}); d < 2*time.Second || d > 2200*time.Millisecond {
 		t.Fatalf("a Retry-After of 2 s: %v, want 2 s plus at most 10%%", d)

@@ -52,8 +52,8 @@ Receipt flow") and the Go SDK (``sdk/worker``):
   traceback in the failure's metadata;
 * every call it retries (lease, accept, heartbeat, complete, fail, release,
   a ResourceHolder's heartbeat) waits at least the Retry-After of a 429 or
-  5xx answer (seconds or an HTTP-date, plus up to 10% jitter, at most
-  ``MAX_RETRY_AFTER``) when that is longer than its own backoff, within the
+  5xx answer (seconds or an HTTP-date, at most ``MAX_RETRY_AFTER``, plus up
+  to 10% jitter) when that is longer than its own backoff, within the
   bounds it already keeps (an accept is dropped rather than retried past the
   lease; a heartbeat retry never waits past half the time left on it);
 * completions and failures are retried with exponential backoff, then
@@ -107,8 +107,8 @@ class AsyncGateError(Exception):
     """An error answer of the gate: ``{"error": code, "detail": text}``.
     ``retry_after`` is the answer's Retry-After in seconds (0 when absent,
     unreadable or past): the gate sets it on every 429 and 503, and the
-    Runner waits at least that long (at most ``MAX_RETRY_AFTER``) before
-    it tries again."""
+    Runner waits at least that long (at most ``MAX_RETRY_AFTER``, plus up to
+    10% jitter) before it tries again."""
 
     def __init__(self, status: int, code: str, detail: str = "", retry_after: float = 0.0):
         super().__init__("gate answered %d %s: %s" % (status, code, detail))
@@ -127,7 +127,8 @@ class AsyncGateError(Exception):
 
 
 MAX_RETRY_AFTER = 60.0
-"""The longest the Runner and ResourceHolder wait for a Retry-After (s)."""
+"""The cap on the Retry-After the Runner and ResourceHolder wait for (s); up
+to 10% jitter comes on top of the capped wait."""
 
 
 def _parse_retry_after(value: Optional[str], server: Optional[float]) -> float:
@@ -148,12 +149,13 @@ def _parse_retry_after(value: Optional[str], server: Optional[float]) -> float:
 
 def retry_after(exc: BaseException) -> float:
     """How long a temporary answer asks to wait before the next attempt, in
-    seconds: its Retry-After plus up to 10% jitter (so that workers told the
-    same do not come back at the same instant), at most MAX_RETRY_AFTER; 0
-    for other errors."""
+    seconds: its Retry-After, at most MAX_RETRY_AFTER, plus up to 10% jitter
+    (so that workers told the same do not come back at the same instant; the
+    cap comes first, so a Retry-After at or past it is jittered too); 0 for
+    other errors."""
     if not isinstance(exc, AsyncGateError) or exc.retry_after <= 0 or not exc.temporary:
         return 0.0
-    return min(exc.retry_after * (1 + random.uniform(0, 0.1)), MAX_RETRY_AFTER)
+    return min(exc.retry_after, MAX_RETRY_AFTER) * (1 + random.uniform(0, 0.1))
 
 
 def _retry_wait(exc: BaseException, backoff: float) -> float:

@@ -383,7 +383,12 @@ class FakeGateTests(unittest.TestCase):
         busy = aw.AsyncGateError(503, "busy", "", retry_after=2.0)
         for _ in range(100):
             self.assertTrue(2.0 <= aw.retry_after(busy) <= 2.2)
-        self.assertEqual(aw.retry_after(aw.AsyncGateError(429, "quota_exceeded", "", 3600.0)), aw.MAX_RETRY_AFTER)
+        for ra in (aw.MAX_RETRY_AFTER, 3600.0):
+            # Capped first, then jittered: workers told 60 s (the gate's 429
+            # quota_exceeded) or more do not all come back at once.
+            waits = {aw.retry_after(aw.AsyncGateError(429, "quota_exceeded", "", ra)) for _ in range(100)}
+            self.assertTrue(all(aw.MAX_RETRY_AFTER <= w <= 1.1 * aw.MAX_RETRY_AFTER for w in waits), waits)
+            self.assertGreater(len(waits), 1, "a Retry-After of %s: every wait was %s, want jitter" % (ra, waits))
         self.assertEqual(aw.retry_after(aw.AsyncGateError(400, "bad_request", "", 5.0)), 0.0)
         self.assertEqual(aw.retry_after(OSError("network")), 0.0)
         # Heartbeat retries wait for it, never past half the time left.

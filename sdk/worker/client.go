@@ -202,7 +202,8 @@ type APIError struct {
 	// RetryAfter is the answer's Retry-After (0 when absent, unreadable or
 	// already past): how long the gate asks the caller to wait before trying
 	// again. The gate sets it on every 429 and 503 answer; the Runner waits
-	// at least that long, at most MaxRetryAfter, before its next attempt.
+	// at least that long (at most MaxRetryAfter, plus up to 10% jitter)
+	// before its next attempt.
 	RetryAfter time.Duration
 }
 

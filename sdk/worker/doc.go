@@ -35,8 +35,8 @@
 //     regular interval and half the time left on the lease.
 //   - Retry-After: every call it retries (lease, accept, heartbeat,
 //     complete, fail, release, a Holder's heartbeat) waits at least the
-//     Retry-After of a 429 or 5xx answer (seconds or an HTTP-date; plus up
-//     to 10% jitter, at most MaxRetryAfter) when that is longer than its own
+//     Retry-After of a 429 or 5xx answer (seconds or an HTTP-date; at most
+//     MaxRetryAfter, plus up to 10% jitter) when that is longer than its own
 //     backoff, within the bounds it already keeps: Run's context, and for
 //     accepts and heartbeats the lease (never past half the time left).
 //   - Progress(ctx, percent, msg) sends progress with an early heartbeat,

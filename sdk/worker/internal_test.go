@@ -209,8 +209,8 @@ func TestRetryWait(t *testing.T) {
 		t.Fatalf("a longer backoff: %v, want it kept", d)
 	}
 	long := &APIError{Status: http.StatusTooManyRequests, Code: "quota_exceeded", RetryAfter: time.Hour}
-	if d := retryWait(long, time.Second); d != MaxRetryAfter {
-		t.Fatalf("a Retry-After of an hour: %v, want the cap %v", d, MaxRetryAfter)
+	if d := retryWait(long, time.Second); d < MaxRetryAfter || d > MaxRetryAfter+MaxRetryAfter/10 {
+		t.Fatalf("a Retry-After of an hour: %v, want the cap %v plus at most 10%%", d, MaxRetryAfter)
 	}
 	final := &APIError{Status: http.StatusBadRequest, Code: "bad_request", RetryAfter: 10 * time.Second}
 	if d := retryWait(fmt.Errorf("wrapped: %w", final), time.Second); d != time.Second {
@@ -218,6 +218,26 @@ func TestRetryWait(t *testing.T) {
 	}
 	if d := retryWait(errors.New("network"), time.Second); d != time.Second {
 		t.Fatalf("a network error: %v, want the backoff", d)
+	}
+}
+
+// TestRetryAfterJitterAtCap: a Retry-After at or past MaxRetryAfter (the
+// gate's 429 quota_exceeded asks for 60 s) is capped first and then
+// jittered, so that workers told the same do not all come back at once.
+func TestRetryAfterJitterAtCap(t *testing.T) {
+	for _, ra := range []time.Duration{MaxRetryAfter, time.Hour} {
+		e := &APIError{Status: http.StatusTooManyRequests, Code: "quota_exceeded", RetryAfter: ra}
+		seen := map[time.Duration]bool{}
+		for range 100 {
+			d := retryAfter(e)
+			if d < MaxRetryAfter || d > MaxRetryAfter+MaxRetryAfter/10 {
+				t.Fatalf("a Retry-After of %v: %v, want %v plus at most 10%%", ra, d, MaxRetryAfter)
+			}
+			seen[d] = true
+		}
+		if len(seen) < 2 {
+			t.Fatalf("a Retry-After of %v: every wait was %v, want jitter", ra, MaxRetryAfter)
+		}
 	}
 }
 

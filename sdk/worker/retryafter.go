@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// MaxRetryAfter caps how long the Runner and Holder wait for an answer's
-// Retry-After: a gate, or a proxy in front of it, that asks for longer is
-// tried again after MaxRetryAfter.
+// MaxRetryAfter caps the Retry-After the Runner and Holder wait for: a gate,
+// or a proxy in front of it, that asks for longer is tried again after
+// MaxRetryAfter plus up to 10% jitter.
 const MaxRetryAfter = 60 * time.Second
 
 // parseRetryAfter reads a Retry-After header: delay-seconds, or an
@@ -44,16 +44,17 @@ func parseRetryAfter(v string, serverDate time.Time) time.Duration {
 }
 
 // retryAfter returns how long a temporary answer asks to wait before the
-// next attempt: its Retry-After plus up to 10% jitter (so that workers told
-// the same do not come back at the same instant), at most MaxRetryAfter. It
-// is 0 for other errors.
+// next attempt: its Retry-After, at most MaxRetryAfter, plus up to 10%
+// jitter (so that workers told the same do not come back at the same
+// instant; the cap comes first, so a Retry-After at or past it is jittered
+// too). It is 0 for other errors.
 func retryAfter(err error) time.Duration {
 	var ae *APIError
 	if !errors.As(err, &ae) || ae.RetryAfter <= 0 || !Temporary(err) {
 		return 0
 	}
-	d := ae.RetryAfter + time.Duration(rand.Float64()*0.1*float64(ae.RetryAfter))
-	return min(d, MaxRetryAfter)
+	d := min(ae.RetryAfter, MaxRetryAfter)
+	return d + time.Duration(rand.Float64()*0.1*float64(d))
 }
 
 // retryWait is the wait before the next attempt after err: backoff, or the
