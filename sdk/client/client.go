@@ -542,6 +542,10 @@ func (c *Client) Archive(ctx context.Context, taskID string) error {
 // up to 10% jitter comes on top of the capped wait.
 const MaxRetryAfter = 60 * time.Second
 
+// retryAfterBound bounds the Retry-After parseRetryAfter reads: a larger
+// delay-seconds, even one past int64, reads as retryAfterBound.
+const retryAfterBound = 24 * time.Hour
+
 // parseRetryAfter reads a Retry-After header: delay-seconds, or an
 // HTTP-date measured against the answer's Date (serverDate; the local clock
 // when it is zero). It returns 0 for an absent or unreadable header and for
@@ -551,12 +555,10 @@ func parseRetryAfter(v string, serverDate time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if s <= 0 {
-			return 0
-		}
-		if s > int64(24*time.Hour/time.Second) {
-			s = int64(24 * time.Hour / time.Second)
+	if isDelaySeconds(v) {
+		s, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || s > int64(retryAfterBound/time.Second) {
+			return retryAfterBound // all digits, so err is only ever out of range
 		}
 		return time.Duration(s) * time.Second
 	}
@@ -569,6 +571,20 @@ func parseRetryAfter(v string, serverDate time.Time) time.Duration {
 		now = time.Now()
 	}
 	return max(at.Sub(now), 0)
+}
+
+// isDelaySeconds reports whether v is a Retry-After's delay-seconds: one or
+// more ASCII digits, no sign (RFC 9110 §10.2.3).
+func isDelaySeconds(v string) bool {
+	if v == "" {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // retryAfter returns how long a temporary answer (408, 429, 5xx) asks to

@@ -18,6 +18,10 @@ func TestParseRetryAfter(t *testing.T) {
 		{"0", 0},
 		{"-1", 0},
 		{"later", 0},
+		{"99999999999", 24 * time.Hour},
+		{"99999999999999999999", 24 * time.Hour}, // past int64: still the bound, not 0
+		{"+5", 0},                                // delay-seconds is digits only
+		{"0x10", 0},
 		{"Sat, 01 Mar 2025 12:00:30 GMT", 30 * time.Second},
 		{"Sat, 01 Mar 2025 11:00:00 GMT", 0},
 	} {

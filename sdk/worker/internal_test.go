@@ -187,6 +187,9 @@ func TestParseRetryAfter(t *testing.T) {
 		{"Sat, 01 Mar 2025 12:00:07 GMT", 7 * time.Second}, // against the answer's Date
 		{"Sat, 01 Mar 2025 11:59:00 GMT", 0},               // already past
 		{"99999999999", 24 * time.Hour},
+		{"99999999999999999999", 24 * time.Hour}, // past int64: still the bound, not 0
+		{"+5", 0},                                // delay-seconds is digits only
+		{"0x10", 0},
 	} {
 		if got := parseRetryAfter(tc.v, date); got != tc.want {
 			t.Errorf("parseRetryAfter(%q) = %v, want %v", tc.v, got, tc.want)
