@@ -542,14 +542,15 @@ func (c *Client) Archive(ctx context.Context, taskID string) error {
 // up to 10% jitter comes on top of the capped wait.
 const MaxRetryAfter = 60 * time.Second
 
-// retryAfterBound bounds the Retry-After parseRetryAfter reads: a larger
-// delay-seconds, even one past int64, reads as retryAfterBound.
+// retryAfterBound bounds the Retry-After parseRetryAfter reads, in both of
+// its forms: a larger delay-seconds (even one past int64) or an HTTP-date
+// further away reads as retryAfterBound.
 const retryAfterBound = 24 * time.Hour
 
 // parseRetryAfter reads a Retry-After header: delay-seconds, or an
 // HTTP-date measured against the answer's Date (serverDate; the local clock
-// when it is zero). It returns 0 for an absent or unreadable header and for
-// a date already past.
+// when it is zero), at most retryAfterBound. It returns 0 for an absent or
+// unreadable header and for a date already past.
 func parseRetryAfter(v string, serverDate time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
@@ -570,7 +571,7 @@ func parseRetryAfter(v string, serverDate time.Time) time.Duration {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	return max(at.Sub(now), 0)
+	return min(max(at.Sub(now), 0), retryAfterBound)
 }
 
 // isDelaySeconds reports whether v is a Retry-After's delay-seconds: one or

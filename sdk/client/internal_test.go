@@ -24,6 +24,8 @@ func TestParseRetryAfter(t *testing.T) {
 		{"0x10", 0},
 		{"Sat, 01 Mar 2025 12:00:30 GMT", 30 * time.Second},
 		{"Sat, 01 Mar 2025 11:00:00 GMT", 0},
+		{"Mon, 03 Mar 2025 12:00:00 GMT", 24 * time.Hour}, // bounded as delay-seconds is
+		{"Fri, 31 Dec 9999 23:59:59 GMT", 24 * time.Hour},
 	} {
 		if got := parseRetryAfter(tc.v, date); got != tc.want {
 			t.Errorf("parseRetryAfter(%q) = %v, want %v", tc.v, got, tc.want)

@@ -131,20 +131,25 @@ MAX_RETRY_AFTER = 60.0
 to 10% jitter comes on top of the capped wait."""
 
 
+_RETRY_AFTER_BOUND = 86400.0
+"""The bound on a Retry-After _parse_retry_after reads, in both forms (s)."""
+
+
 def _parse_retry_after(value: Optional[str], server: Optional[float]) -> float:
     """Read a Retry-After header: delay-seconds, or an HTTP-date measured
     against the answer's Date (``server``, Unix time; the local clock when
-    None). 0 for an absent or unreadable header and for a date past."""
+    None), at most _RETRY_AFTER_BOUND. 0 for an absent or unreadable header
+    and for a date past."""
     value = (value or "").strip()
     if not value:
         return 0.0
     if value.isdigit():
-        return float(min(int(value), 86400))
+        return float(min(int(value), _RETRY_AFTER_BOUND))
     try:
         at = email.utils.parsedate_to_datetime(value).timestamp()
     except (TypeError, ValueError, IndexError):
         return 0.0
-    return max(at - (time.time() if server is None else server), 0.0)
+    return min(max(at - (time.time() if server is None else server), 0.0), _RETRY_AFTER_BOUND)
 
 
 def retry_after(exc: BaseException) -> float:

@@ -380,6 +380,10 @@ class FakeGateTests(unittest.TestCase):
         self.assertEqual(aw._parse_retry_after("-1", None), 0.0)
         self.assertEqual(aw._parse_retry_after("Sat, 01 Mar 2025 12:00:07 GMT", 1740830400.0), 7.0)
         self.assertEqual(aw._parse_retry_after("Sat, 01 Mar 2025 11:00:00 GMT", 1740830400.0), 0.0)
+        # An HTTP-date is bounded to 24 h as delay-seconds is.
+        self.assertEqual(aw._parse_retry_after("99999999999", None), 86400.0)
+        self.assertEqual(aw._parse_retry_after("Mon, 03 Mar 2025 12:00:00 GMT", 1740830400.0), 86400.0)
+        self.assertEqual(aw._parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", 1740830400.0), 86400.0)
         busy = aw.AsyncGateError(503, "busy", "", retry_after=2.0)
         for _ in range(100):
             self.assertTrue(2.0 <= aw.retry_after(busy) <= 2.2)

@@ -186,6 +186,8 @@ func TestParseRetryAfter(t *testing.T) {
 		{"soon", 0},
 		{"Sat, 01 Mar 2025 12:00:07 GMT", 7 * time.Second}, // against the answer's Date
 		{"Sat, 01 Mar 2025 11:59:00 GMT", 0},               // already past
+		{"Mon, 03 Mar 2025 12:00:00 GMT", 24 * time.Hour},  // bounded as delay-seconds is
+		{"Fri, 31 Dec 9999 23:59:59 GMT", 24 * time.Hour},
 		{"99999999999", 24 * time.Hour},
 		{"99999999999999999999", 24 * time.Hour}, // past int64: still the bound, not 0
 		{"+5", 0},                                // delay-seconds is digits only
