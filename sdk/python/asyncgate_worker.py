@@ -143,8 +143,11 @@ def _parse_retry_after(value: Optional[str], server: Optional[float]) -> float:
     value = (value or "").strip()
     if not value:
         return 0.0
-    if value.isdigit():
-        return float(min(int(value), _RETRY_AFTER_BOUND))
+    if value.isascii() and value.isdigit():  # delay-seconds: ASCII digits only
+        digits = value.lstrip("0")
+        if len(digits) > len(str(int(_RETRY_AFTER_BOUND))):
+            return _RETRY_AFTER_BOUND  # past the bound (and maybe past int()'s digit limit)
+        return float(min(int(digits or "0"), _RETRY_AFTER_BOUND))
     try:
         at = email.utils.parsedate_to_datetime(value).timestamp()
     except (TypeError, ValueError, IndexError):

@@ -403,6 +403,20 @@ class FakeGateTests(unittest.TestCase):
         self.assertEqual(aw.ResourceHolder._retry(3.0, 4.0, 5.0), 2.0)
         self.assertEqual(aw.ResourceHolder._retry(3.0, 20.0, 0.0), 0.75)
 
+    def test_retry_after_is_ascii_digits(self):
+        # delay-seconds is ASCII digits (RFC 9110): a digit Python's isdigit
+        # takes but int() does not ("²"), another script's digit, a sign, all
+        # read as unreadable (0), never as an exception.
+        for v in ("\xb2", "\u0663", "+5", "5\xb2"):
+            self.assertEqual(aw._parse_retry_after(v, None), 0.0, repr(v))
+        self.assertEqual(aw._parse_retry_after("9" * 5000, None), 86400.0)  # past int()'s digit limit
+        # A stray byte in a 503's Retry-After keeps the answer temporary.
+        fake = FakeGate(self, refuse=("/v1/leases", 503, lambda now: "\xb2"))
+        with self.assertRaises(aw.AsyncGateError) as cm:
+            aw.Client(fake.url, "agw_fake").lease(["fake"])
+        self.assertTrue(cm.exception.temporary)
+        self.assertEqual(cm.exception.retry_after, 0.0)
+
 
 class WorkerTest(unittest.TestCase):
     def make_runner(self, client=None, **kw):
