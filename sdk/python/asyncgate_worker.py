@@ -131,6 +131,21 @@ MAX_RETRY_AFTER = 60.0
 to 10% jitter comes on top of the capped wait."""
 
 
+def _http_date(value: Optional[str]) -> Optional[float]:
+    """Read an HTTP-date (a Date or Retry-After header) as Unix time; None
+    when absent or unreadable. A date without a zone (asctime format, or
+    "-0000") is UTC, never local time."""
+    if not value:
+        return None
+    try:
+        at = email.utils.parsedate_to_datetime(value)
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=_dt.timezone.utc)
+        return at.timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+
+
 _RETRY_AFTER_BOUND = 86400.0
 """The bound on a Retry-After _parse_retry_after reads, in both forms (s)."""
 
@@ -148,9 +163,8 @@ def _parse_retry_after(value: Optional[str], server: Optional[float]) -> float:
         if len(digits) > len(str(int(_RETRY_AFTER_BOUND))):
             return _RETRY_AFTER_BOUND  # past the bound (and maybe past int()'s digit limit)
         return float(min(int(digits or "0"), _RETRY_AFTER_BOUND))
-    try:
-        at = email.utils.parsedate_to_datetime(value).timestamp()
-    except (TypeError, ValueError, IndexError):
+    at = _http_date(value)
+    if at is None:
         return 0.0
     return min(max(at - (time.time() if server is None else server), 0.0), _RETRY_AFTER_BOUND)
 
@@ -314,18 +328,10 @@ class Client:
                 code, detail = j.get("error", code), j.get("detail", "")
             except ValueError:
                 pass
-            try:
-                edate = email.utils.parsedate_to_datetime(e.headers.get("Date")).timestamp()
-            except (TypeError, ValueError, IndexError, AttributeError):
-                edate = None
+            edate = _http_date(e.headers.get("Date") if e.headers else None)
             raise AsyncGateError(e.code, code, detail,
                                  _parse_retry_after(e.headers.get("Retry-After") if e.headers else None, edate)) from None
-        server = None
-        if date:
-            try:
-                server = email.utils.parsedate_to_datetime(date).timestamp()
-            except (TypeError, ValueError):
-                server = None
+        server = _http_date(date)
         try:
             out = json.loads(raw) if raw else None
         except ValueError as e:

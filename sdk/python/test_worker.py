@@ -403,6 +403,26 @@ class FakeGateTests(unittest.TestCase):
         self.assertEqual(aw.ResourceHolder._retry(3.0, 4.0, 5.0), 2.0)
         self.assertEqual(aw.ResourceHolder._retry(3.0, 20.0, 0.0), 0.75)
 
+    def test_retry_after_zoneless_date_is_utc(self):
+        # An asctime-format HTTP-date (and one with the "-0000" zone) has no
+        # zone: it is UTC, whatever the local zone is.
+        old = os.environ.get("TZ")
+        os.environ["TZ"] = "America/New_York"
+        time.tzset()
+        try:
+            self.assertEqual(aw._parse_retry_after("Sat Mar  1 12:00:07 2025", 1740830400.0), 7.0)
+            self.assertEqual(aw._parse_retry_after("Sat, 01 Mar 2025 12:00:07 -0000", 1740830400.0), 7.0)
+            self.assertEqual(aw._http_date("Sat Mar  1 12:00:00 2025"), 1740830400.0)  # an answer's Date
+            self.assertEqual(aw._http_date("Sat, 01 Mar 2025 12:00:00 GMT"), 1740830400.0)
+            self.assertIsNone(aw._http_date("soon"))
+            self.assertIsNone(aw._http_date(None))
+        finally:
+            if old is None:
+                del os.environ["TZ"]
+            else:
+                os.environ["TZ"] = old
+            time.tzset()
+
     def test_retry_after_is_ascii_digits(self):
         # delay-seconds is ASCII digits (RFC 9110): a digit Python's isdigit
         # takes but int() does not ("²"), another script's digit, a sign, all
