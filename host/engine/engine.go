@@ -331,7 +331,8 @@ func ptr[T any](v T) *T { return &v }
 
 // appendReceipt validates r, appends it, opens its obligation if its type
 // creates one, and terminates each parent it can terminate. parentTypes gives
-// the types of parents the caller already knows; others are looked up.
+// the types of the parents the caller means it to terminate; a parent not in
+// it is only cited, never looked up or terminated.
 func appendReceipt(ctx context.Context, tx store.Tx, r *host.Receipt, parentTypes map[string]host.ReceiptType) error {
 	if r.ID == "" {
 		r.ID = host.NewID(host.PrefixReceipt)
