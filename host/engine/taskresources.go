@@ -142,7 +142,13 @@ func (e *Engine) extendTaskResources(ctx context.Context, tx store.Tx, t *host.T
 	// task's, and may be someone else's by now.
 	held := make(map[string]bool, len(ls))
 	for _, l := range ls {
-		held[l.Resource] = true
+		// As the intents are read (normalized again): a lease granted by a
+		// gate whose names were not yet in NFC is still the task's.
+		name := l.Resource
+		if n, err := host.NormalizeResource(name); err == nil {
+			name = n
+		}
+		held[name] = true
 	}
 	for _, it := range t.ResourceIntents {
 		if !held[it.Resource] {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
@@ -258,5 +259,30 @@ func TestLedgerVerifyFindsAnObligationHiddenInTheIndex(t *testing.T) {
 				t.Fatalf("an open obligation marked terminated in the index: %+v", rep)
 			}
 		})
+	}
+}
+
+// A task leased by a gate whose resource names were not yet in NFC (its
+// intents and its resource lease stored with a decomposed "é") keeps its
+// resource on a heartbeat after the upgrade, which reads the intents in NFC.
+func TestTaskLeasedUnderAnOldSpellingKeepsItsResource(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gate.db")
+	st, err := sqlite.Open(path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	tt := host.NewTaskType("edit")
+	tt.Tenant, tt.LeaseSeconds = "acme", 3600
+	tt.ResourceIntents = []host.ResourceIntent{{Resource: "FILE:/caf\u00e9.go", Predicate: host.PredicateMutates}}
+	b.MustPutType(t, tt)
+	b.Enqueue(t, "edit")
+	o := b.LeaseOne(t, "w.1")
+	old := "FILE:/cafe\u0301.go"
+	tamper(t, path, `UPDATE resource_leases SET resource = '`+old+`'`,
+		`UPDATE tasks SET resource_intents = '[{"resource":"`+old+`","predicate":"MUTATES"}]'`)
+	b.Clock.Advance(30 * time.Second)
+	if _, err := b.Engine.Heartbeat(b.Ctx, engine.HeartbeatRequest{WorkerCall: storetest.Call("w.1", o)}); err != nil {
+		t.Fatalf("heartbeat of a task leased under the old spelling: %v", err)
 	}
 }
