@@ -143,16 +143,26 @@ func BenchmarkPipelineKeyed(b *testing.B) { pipeline(b, 8, true) }
 
 func pipeline(b *testing.B, workers int, keyed bool) {
 	eng, st := benchEngine(b)
+	b.ResetTimer()
+	start := time.Now()
+	runCycles(b, eng, b.N, workers, keyed)
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "cycles/s")
+	if ws := st.WriterStats(); ws.Batches > 0 {
+		b.ReportMetric(float64(ws.Updates)/float64(ws.Batches), "updates/commit")
+	}
+}
+
+// runCycles runs total whole cycles: 64 producers enqueue, workers lease up to
+// 50 at a time and complete each.
+func runCycles(b *testing.B, eng *engine.Engine, total, workers int, keyed bool) {
 	ctx := context.Background()
 	var produced, completed atomic.Int64
 	var wg sync.WaitGroup
-	b.ResetTimer()
-	start := time.Now()
 	for p := 0; p < 64; p++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for n := produced.Add(1); n <= int64(b.N); n = produced.Add(1) {
+			for n := produced.Add(1); n <= int64(total); n = produced.Add(1) {
 				key := ""
 				if keyed {
 					key = fmt.Sprintf("k-%d", n)
@@ -169,7 +179,7 @@ func pipeline(b *testing.B, workers int, keyed bool) {
 		worker := fmt.Sprintf("bench.%d", w)
 		go func() {
 			defer wg.Done()
-			for completed.Load() < int64(b.N) {
+			for completed.Load() < int64(total) {
 				offers, err := eng.Lease(ctx, engine.LeaseRequest{Tenant: "t", WorkerID: worker, Types: []string{"bench"}, MaxTasks: 50, Wait: 50 * time.Millisecond})
 				if err != nil {
 					b.Error(err)
@@ -193,8 +203,21 @@ func pipeline(b *testing.B, workers int, keyed bool) {
 		}()
 	}
 	wg.Wait()
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "cycles/s")
-	if ws := st.WriterStats(); ws.Batches > 0 {
-		b.ReportMetric(float64(ws.Updates)/float64(ws.Batches), "updates/commit")
+}
+
+// BenchmarkVerifyLedger times gate ledger verify (engine.VerifyLedger) over
+// the ledger of b.N × 1,000 whole cycles (two receipts and an obligation
+// each), built before the clock starts.
+//
+//	go test ./host/sqlite -run '^$' -bench VerifyLedger -benchtime 50x
+func BenchmarkVerifyLedger(b *testing.B) {
+	eng, st := benchEngine(b)
+	runCycles(b, eng, b.N*1000, 8, false)
+	b.ResetTimer()
+	start := time.Now()
+	rep, err := engine.VerifyLedger(context.Background(), st)
+	if err != nil || !rep.OK {
+		b.Fatalf("verify: %+v, %v", rep, err)
 	}
+	b.ReportMetric(float64(rep.Receipts)/time.Since(start).Seconds(), "receipts/s")
 }
