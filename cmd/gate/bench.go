@@ -81,6 +81,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	host.SetGCPercent(host.GCPercent)
 	if err := bench(o, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "gate bench:", err)
+		if errors.Is(err, errBenchInterrupted) {
+			return 130 // as a shell reports a run ended by Ctrl-C
+		}
 		return 1
 	}
 	return 0
@@ -259,7 +262,10 @@ func bench(o benchOpts, stdout, stderr io.Writer) error {
 		return err
 	}
 	var made benchLeftovers
-	defer made.clean(c, admin, stderr)
+	if o.url != "" || o.data != "" {
+		// A gate that outlives the run (a throwaway one is removed whole).
+		defer made.clean(c, admin, stderr)
+	}
 	made.taskType = taskType // set first: a PUT the gate took but whose answer was lost is undone too
 	if _, err := c.do("PUT", "/v1/admin/task-types/"+taskType, admin, []byte(`{"lease_seconds":300,"requeue_delay_seconds":0,"description":"gate bench (removed when the run ends)"}`), nil); err != nil {
 		return err
@@ -383,7 +389,7 @@ func bench(o benchOpts, stdout, stderr io.Writer) error {
 		}
 		el := time.Since(start)
 		if interrupted {
-			if producing && o.tasks == 0 {
+			if producing {
 				close(stopProducing)
 			}
 			pwg.Wait()
@@ -502,29 +508,40 @@ func (l *benchLeftovers) clean(c *benchClient, admin string, stderr io.Writer) {
 }
 
 // cancelOpen cancels the queued and leased tasks of taskType that key
-// queued, and returns how many.
+// queued, and returns how many. A queued task ends when canceled; a leased
+// one is only asked to stop (its worker ends it), so each is asked once.
 func cancelOpen(c *benchClient, key, taskType string) (int, error) {
 	n := 0
-	for range 1000 { // a bound: each round cancels a page or ends
-		var page struct {
-			Tasks []struct {
-				ID string `json:"task_id"`
-			} `json:"tasks"`
-		}
-		if _, err := c.do("GET", "/v1/tasks?status=queued,leased&limit=500&task_type="+taskType, key, nil, &page); err != nil {
-			return n, err
-		}
-		if len(page.Tasks) == 0 {
-			return n, nil
-		}
-		for _, t := range page.Tasks {
-			if _, err := c.do("POST", "/v1/tasks/"+t.ID+"/cancel", key, []byte(`{"reason":"gate bench ended"}`), nil); err != nil {
+	asked := map[string]bool{}
+	for _, status := range []string{"queued", "leased"} {
+		for {
+			var page struct {
+				Tasks []struct {
+					ID string `json:"task_id"`
+				} `json:"tasks"`
+				Cursor string `json:"cursor"`
+			}
+			if _, err := c.do("GET", "/v1/tasks?status="+status+"&limit=500&task_type="+taskType, key, nil, &page); err != nil {
 				return n, err
 			}
-			n++
+			fresh := 0
+			for _, t := range page.Tasks {
+				if asked[t.ID] {
+					continue
+				}
+				asked[t.ID] = true
+				fresh++
+				if _, err := c.do("POST", "/v1/tasks/"+t.ID+"/cancel", key, []byte(`{"reason":"gate bench ended"}`), nil); err != nil {
+					return n, err
+				}
+				n++
+			}
+			if fresh == 0 {
+				break
+			}
 		}
 	}
-	return n, errors.New("still open after 1,000 pages")
+	return n, nil
 }
 
 // benchWorker leases in batches with long-poll and completes each offer
@@ -645,6 +662,9 @@ func spawnGate(dir string) (string, func(), error) {
 		return "", nil, err
 	}
 	cmd := exec.Command(exe, "serve", "--data", dir, "--listen", "127.0.0.1:0", "--log-level", "info")
+	// A process group of its own: Ctrl-C in the terminal interrupts the
+	// run, which then stops this gate itself.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
 		return "", nil, err

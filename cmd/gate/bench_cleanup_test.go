@@ -117,6 +117,14 @@ func TestBenchRefusesAGateWithItsTaskType(t *testing.T) {
 // while its queue is deep still cancels its open tasks, revokes its keys
 // and deletes its task type.
 func TestBenchInterruptedLeavesNothing(t *testing.T) {
+	for _, mode := range [][]string{{"--duration", "10m"}, {"--tasks", "100000000"}} {
+		t.Run(mode[0][2:], func(t *testing.T) { benchInterrupted(t, mode) })
+	}
+}
+
+// benchInterrupted runs TestBenchInterruptedLeavesNothing with a run that
+// would last long in mode (its --duration or its --tasks).
+func benchInterrupted(t *testing.T, mode []string) {
 	url, admin := benchTarget(t, filepath.Join(t.TempDir(), "cache"))
 	c := newBenchClient(url, 2)
 	var before struct {
@@ -127,8 +135,8 @@ func TestBenchInterruptedLeavesNothing(t *testing.T) {
 	if _, err := c.do("GET", "/v1/admin/keys", admin, nil, &before); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(gateBin, "bench", "--url", url, "--key", admin, "--duration", "10m", "--producers", "4",
-		"--workers", "1", "--batch", "1", "--completers", "1", "--wait", "1", "--progress=false")
+	cmd := exec.Command(gateBin, append([]string{"bench", "--url", url, "--key", admin, "--producers", "4",
+		"--workers", "1", "--batch", "1", "--completers", "1", "--wait", "1", "--progress=false"}, mode...)...)
 	errPipe, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
