@@ -120,7 +120,7 @@ func storeErr(err error) error {
 // to the Actor it stands for, reading the store every time. A missing,
 // unknown or revoked key is an unauthorized error.
 func Authenticate(ctx context.Context, st store.Store, bearer string) (engine.Actor, error) {
-	key := bearerKey(bearer)
+	key := BearerKey(bearer)
 	if key == "" {
 		return engine.Actor{}, host.Errorf(host.CodeUnauthorized, "an API key is required: Authorization: Bearer agw_…")
 	}
@@ -177,9 +177,9 @@ func NewAuthenticator(st store.Store, ttl time.Duration) *Authenticator {
 	return &Authenticator{st: st, ttl: ttl, m: map[string]authEntry{}}
 }
 
-// bearerKey is the key of an Authorization header's value, with or without
+// BearerKey is the key of an Authorization header's value, with or without
 // the "Bearer " prefix.
-func bearerKey(bearer string) string {
+func BearerKey(bearer string) string {
 	key := strings.TrimSpace(bearer)
 	if len(key) > 7 && strings.EqualFold(key[:7], "bearer ") {
 		key = strings.TrimSpace(key[7:])
@@ -189,7 +189,7 @@ func bearerKey(bearer string) string {
 
 // Authenticate resolves a bearer key like the package function, through the cache.
 func (a *Authenticator) Authenticate(ctx context.Context, bearer string) (engine.Actor, error) {
-	key := bearerKey(bearer)
+	key := BearerKey(bearer)
 	if a.ttl < 0 || key == "" {
 		return Authenticate(ctx, a.st, key)
 	}
@@ -246,7 +246,7 @@ func (a *Authenticator) Middleware() echo.MiddlewareFunc {
 				return badRequest("?tenant= applies to /v1/admin routes only; this key acts in tenant %q", actor.Tenant)
 			}
 			c.Set(ctxKeyActor, actor)
-			ctx := context.WithValue(WithActor(c.Request().Context(), actor), keyHashKey{}, HashKey(bearerKey(bearer)))
+			ctx := context.WithValue(WithActor(c.Request().Context(), actor), keyHashKey{}, HashKey(BearerKey(bearer)))
 			c.SetRequest(c.Request().WithContext(ctx))
 			return next(c)
 		}

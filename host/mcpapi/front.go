@@ -209,12 +209,12 @@ func (s *Server) ServeStdio(ctx context.Context, actor engine.Actor, in io.Reade
 // how a stdio client ends a session. An unknown or revoked key is an
 // unauthorized error before anything is served.
 func (s *Server) ServeStdioKey(ctx context.Context, key string, in io.Reader, out io.Writer) error {
-	hash := httpapi.HashKey(strings.TrimSpace(key))
-	actor, err := httpapi.AuthenticateHash(ctx, s.eng.Store(), hash)
+	// As the HTTP door reads a key: with or without "Bearer ".
+	actor, err := httpapi.Authenticate(ctx, s.eng.Store(), key)
 	if err != nil {
 		return err
 	}
-	return s.serveStdio(ctx, actor, hash, in, out)
+	return s.serveStdio(ctx, actor, httpapi.HashKey(httpapi.BearerKey(key)), in, out)
 }
 
 // serveStdio serves a stdio session as actor, who came with the key of
@@ -292,9 +292,15 @@ func (s *Server) serveStdio(ctx context.Context, actor engine.Actor, keyHash str
 				// As the HTTP door: the session ends (no more notifications)
 				// and every request is refused; a notification is dropped.
 				s.endSession(sess)
-				if perr != nil || len(head.ID) > 0 {
+				switch {
+				case perr != nil:
+					lw.message(rpcFail(nil, revokedError()))
+				case head.Method != "" && len(head.ID) > 0:
 					lw.message(rpcFail(head.ID, revokedError()))
 				}
+				// A notification, or a response to a request of the
+				// gate's, gets no answer: an error with a response's id
+				// would read as the answer to the client's own request.
 				continue
 			}
 			if msg, to := refuseKeys(line, perr, head); msg != nil {

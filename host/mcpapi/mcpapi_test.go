@@ -1,6 +1,7 @@
 package mcpapi_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -800,7 +801,7 @@ func TestStdioKeyRevoked(t *testing.T) {
 	defer cancel()
 	served := make(chan error, 1)
 	go func() {
-		served <- b.mcp.ServeStdioKey(sctx, k.APIKey, inR, outW)
+		served <- b.mcp.ServeStdioKey(sctx, "Bearer "+k.APIKey, inR, outW) // as gate mcp --key takes it
 		outW.Close()
 	}()
 	c := client.NewClient(transport.NewIO(outR, inW, io.NopCloser(&bytes.Buffer{})))
@@ -844,5 +845,73 @@ func TestStdioKeyRevoked(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("ServeStdioKey still serves 60 s after its input ended")
+	}
+}
+
+// TestStdioRevokedAnswersOnlyRequests: once a stdio session's key is
+// revoked, a request is refused, but a response to a request of the gate's
+// (an id and no method) is not answered: an error carrying its id would read
+// as the answer to the client's own request of that id.
+func TestStdioRevokedAnswersOnlyRequests(t *testing.T) {
+	b := setup(t, mcpapi.Config{KeyCheckInterval: 50 * time.Millisecond})
+	ctx := context.Background()
+	k, err := httpapi.CreateKey(ctx, b.eng.Store(), httpapi.NewKeyRequest{Role: engine.RoleAgent, Principal: "agent.r", Tenant: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		_ = b.mcp.ServeStdioKey(sctx, k.APIKey, inR, outW)
+		outW.Close()
+	}()
+	lines := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(outR)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	send := func(msg string) {
+		t.Helper()
+		if _, err := io.WriteString(inW, msg+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := func() string {
+		t.Helper()
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("the session ended")
+			}
+			return l
+		case <-time.After(60 * time.Second):
+			t.Fatal("no answer within 60 s")
+		}
+		return ""
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"` + mcp.ProtocolVersion20251125 + `","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	next()
+	if err := httpapi.RevokeKey(ctx, b.eng.Store(), k.ID); err != nil {
+		t.Fatal(err)
+	}
+	const refused = "unauthorized: the API key is not valid or was revoked"
+	for id := 2; ; id++ {
+		send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping"}`, id))
+		if l := next(); strings.Contains(l, refused) {
+			break
+		}
+		if id > 10000 {
+			t.Fatal("the revoked key is still served")
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":7,"result":{}}`)
+	send(`{"jsonrpc":"2.0","id":"after","method":"ping"}`)
+	if l := next(); !strings.Contains(l, `"id":"after"`) || !strings.Contains(l, refused) {
+		t.Fatalf("after a response line: %s, want only the refusal of the ping that followed it", l)
 	}
 }
