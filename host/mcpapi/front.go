@@ -118,7 +118,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if ok && head.Method != "" && (sid != "" || modern) {
-		sess := &session{actor: a} // a modern request: a session of its own, never notified
+		sess := &session{actor: a, keyHash: keyHash} // a modern request: a session of its own, never notified
 		if sid != "" {
 			var err error
 			if sess, err = s.touchSession(sid, a, keyHash, s.httpSender(sid)); err != nil {
@@ -130,6 +130,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			writeRPC(w, http.StatusOK, out)
 			return
 		}
+		r = r.WithContext(withSession(r.Context(), sess))
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
@@ -245,6 +246,7 @@ func (s *Server) serveStdio(ctx context.Context, actor engine.Actor, keyHash str
 	st.SetErrorLogger(slog.NewLogLogger(s.log.Handler(), slog.LevelWarn))
 	pr, pw := io.Pipe()
 	listened := make(chan error, 1)
+	ctx = withSession(ctx, sess) // the tools' calls end once the session is dropped
 	go func() { listened <- st.Listen(ctx, pr, lw) }()
 
 	var wg sync.WaitGroup

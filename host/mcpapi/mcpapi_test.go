@@ -29,6 +29,7 @@ import (
 	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/mcpapi"
 	"github.com/asyncgate/asyncgate/host/sqlite"
+	"github.com/asyncgate/asyncgate/host/store"
 )
 
 // testBundle is an in-process gate (real SQLite store, engine with the real
@@ -913,5 +914,109 @@ func TestStdioRevokedAnswersOnlyRequests(t *testing.T) {
 	send(`{"jsonrpc":"2.0","id":"after","method":"ping"}`)
 	if l := next(); !strings.Contains(l, `"id":"after"`) || !strings.Contains(l, refused) {
 		t.Fatalf("after a response line: %s, want only the refusal of the ping that followed it", l)
+	}
+}
+
+// TestRevocationEndsARequestInFlight: a worker_lease_task long-polling when
+// its session's key is revoked ends with the session instead of leasing a
+// task for a key that can no longer complete it.
+func TestRevocationEndsARequestInFlight(t *testing.T) {
+	for _, over := range []string{"stdio", "http"} {
+		t.Run(over, func(t *testing.T) { revocationInFlight(t, over) })
+	}
+}
+
+func revocationInFlight(t *testing.T, over string) {
+	b := setup(t, mcpapi.Config{KeyCheckInterval: 50 * time.Millisecond, WatchInterval: 20 * time.Millisecond, MaxLeaseWait: 5 * time.Minute})
+	ctx := context.Background()
+	k, err := httpapi.CreateKey(ctx, b.eng.Store(), httpapi.NewKeyRequest{Role: engine.RoleWorker, Principal: "echo.w9", Tenant: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c *client.Client
+	if over == "http" {
+		c = b.connect(t, k.APIKey)
+	} else {
+		inR, inW := io.Pipe()
+		outR, outW := io.Pipe()
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			_ = b.mcp.ServeStdioKey(sctx, k.APIKey, inR, outW)
+			outW.Close()
+		}()
+		c = client.NewClient(transport.NewIO(outR, inW, io.NopCloser(&bytes.Buffer{})))
+		initialize(t, c)
+	}
+	type answer struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	polled := make(chan answer, 1)
+	go func() {
+		req := mcp.CallToolRequest{}
+		req.Params.Name = "worker_lease_task"
+		req.Params.Arguments = map[string]any{"worker_id": "echo.w9", "task_types": []string{"echo"}, "wait_seconds": 120}
+		res, err := c.CallTool(ctx, req)
+		polled <- answer{res, err}
+	}()
+	// The call has reached the engine once its worker sighting is stored
+	// (the lease call records it before it claims and waits).
+	seen := func() bool {
+		found := false
+		err := b.eng.Store().View(ctx, func(r store.Reader) error {
+			ws, err := r.ListWorkers(ctx, "default")
+			for _, w := range ws {
+				found = found || w.ID == "echo.w9"
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return found
+	}
+	for deadline := time.Now().Add(60 * time.Second); !seen(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the lease call never reached the engine")
+		}
+	}
+	if err := httpapi.RevokeKey(ctx, b.eng.Store(), k.ID); err != nil {
+		t.Fatal(err)
+	}
+	// The session is dropped once a request of it is refused (the door
+	// checks the key on every request, and drops the session then). A
+	// call of a tool that does not exist answers nothing else.
+	const refused = "unauthorized: the API key is not valid or was revoked"
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		req := mcp.CallToolRequest{}
+		req.Params.Name = "no_such_tool"
+		_, err := c.CallTool(ctx, req)
+		if err != nil && (strings.Contains(err.Error(), refused) || strings.Contains(err.Error(), "authorization required")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the revoked key's session still answers: %v", err)
+		}
+	}
+	// The long-poll (120 s asked) ends with its session: 20 s is a bound on
+	// a hang, not a timing.
+	var got answer
+	select {
+	case got = <-polled:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the long-poll of a revoked key's session did not end within 20 s of the session's end")
+	}
+	// A task queued now is nobody's.
+	qr, err := b.eng.Enqueue(ctx, engine.Actor{Tenant: "default", Principal: "agent.a", Role: engine.RoleAgent}, engine.EnqueueRequest{TaskType: "echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.err == nil && !got.res.IsError && !strings.Contains(fmt.Sprint(got.res.StructuredContent), "No tasks available") {
+		t.Errorf("the revoked key's lease call answered %+v", got.res.StructuredContent)
+	}
+	tk, err := b.eng.GetTask(ctx, engine.Actor{Tenant: "default", Principal: "ops", Role: engine.RoleAdmin}, qr.TaskID)
+	if err != nil || tk.State != host.StateQueued {
+		t.Fatalf("a task queued after the revocation: %s (worker %s), %v; want it queued", tk.State, tk.WorkerID, err)
 	}
 }

@@ -250,6 +250,8 @@ func (s *Server) add(t mcp.Tool, roles []string, h handlerFunc) {
 		if !allowed {
 			return toolError(host.Errorf(host.CodeForbidden, "%s needs a key with role %s; yours is %s", t.Name, strings.Join(roles, " or "), a.Role)), nil
 		}
+		ctx, done := s.bound(ctx, sessionFrom(ctx))
+		defer done()
 		v, text, err := h(ctx, a, req)
 		if err != nil {
 			if host.ErrorCode(err) == host.CodeInternal {

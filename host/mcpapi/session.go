@@ -390,6 +390,54 @@ func (s *Server) pruneSessions() {
 	}
 }
 
+// sessionKey carries a request's session in its context.
+type sessionKey struct{}
+
+// withSession is ctx carrying sess.
+func withSession(ctx context.Context, sess *session) context.Context {
+	return context.WithValue(ctx, sessionKey{}, sess)
+}
+
+// sessionFrom is the session ctx carries, or nil.
+func sessionFrom(ctx context.Context) *session {
+	sess, _ := ctx.Value(sessionKey{}).(*session)
+	return sess
+}
+
+// bound is ctx, also done once sess is dropped (its key revoked, its
+// client gone) or, for a request that has no session of its own (protocol
+// 2026-07-28), once its key is revoked: a request still running then (a
+// lease call's long-poll, a tasks/result wait) ends instead of acting for a
+// key that no longer holds.
+func (s *Server) bound(ctx context.Context, sess *session) (context.Context, context.CancelFunc) {
+	if sess == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	switch {
+	case sess.gone != nil:
+		stop := context.AfterFunc(sess.gone, cancel)
+		return ctx, func() { stop(); cancel() }
+	case sess.keyHash != "":
+		go func() {
+			tick := time.NewTicker(s.cfg.KeyCheckInterval)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					if !s.keyValid(sess.keyHash) {
+						cancel()
+						return
+					}
+				}
+			}
+		}()
+	}
+	return ctx, cancel
+}
+
 func (sess *session) stdio() bool { return len(sess.id) > 6 && sess.id[:6] == "stdio-" }
 
 func (s *Server) sessionList() []*session {

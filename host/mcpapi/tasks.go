@@ -118,6 +118,8 @@ func (s *Server) handle(ctx context.Context, sess *session, raw []byte) (out []b
 			out, handled = rpcFail(m.ID, &rpcError{Code: rpcInternal, Message: "internal_error: an internal error occurred; it was logged"}), true
 		}
 	}()
+	ctx, done := s.bound(ctx, sess)
+	defer done()
 	a := sess.actor
 	var res any
 	var rerr *rpcError
