@@ -1,7 +1,6 @@
 package mcpapi_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -96,14 +95,7 @@ func TestDuplicateKeysRefused(t *testing.T) {
 		served <- b.mcp.ServeStdio(ctx, engine.Actor{Tenant: "default", Principal: "agent.a", Role: engine.RoleAgent}, inR, outW)
 		outW.Close()
 	}()
-	answers := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(outR)
-		for sc.Scan() {
-			answers <- sc.Text()
-		}
-		close(answers)
-	}()
+	answers := outputLines(outR)
 	answer := func(id string) string {
 		t.Helper()
 		timeout := time.After(60 * time.Second)

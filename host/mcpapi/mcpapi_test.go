@@ -796,15 +796,7 @@ func TestStdioKeyRevoked(t *testing.T) {
 	if err := b.mcp.ServeStdioKey(ctx, "agw_unknown", strings.NewReader(""), io.Discard); host.ErrorCode(err) != host.CodeUnauthorized {
 		t.Fatalf("an unknown key: %v, want unauthorized", err)
 	}
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	served := make(chan error, 1)
-	go func() {
-		served <- b.mcp.ServeStdioKey(sctx, "Bearer "+k.APIKey, inR, outW) // as gate mcp --key takes it
-		outW.Close()
-	}()
+	inW, outR, served := stdioKeySession(t, b, "Bearer "+k.APIKey) // as gate mcp --key takes it
 	c := client.NewClient(transport.NewIO(outR, inW, io.NopCloser(&bytes.Buffer{})))
 	initialize(t, c)
 	ok(t, c, "queue_task", map[string]any{"task_type": "echo"}, nil)
@@ -849,6 +841,37 @@ func TestStdioKeyRevoked(t *testing.T) {
 	}
 }
 
+// stdioKeySession serves a stdio session of key (ServeStdioKey) on pipes
+// until the test ends, and returns its input, its output and what
+// ServeStdioKey returned, sent once it has (its output is closed then).
+func stdioKeySession(t *testing.T, b *testBundle, key string) (*io.PipeWriter, *io.PipeReader, <-chan error) {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	served := make(chan error, 1)
+	go func() {
+		served <- b.mcp.ServeStdioKey(ctx, key, inR, outW)
+		outW.Close()
+	}()
+	return inW, outR, served
+}
+
+// outputLines is a stdio session's output, a line at a time, closed when the
+// output ends.
+func outputLines(out io.Reader) <-chan string {
+	lines := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	return lines
+}
+
 // TestStdioRevokedAnswersOnlyRequests: once a stdio session's key is
 // revoked, a request is refused, but a response to a request of the gate's
 // (an id and no method) is not answered: an error carrying its id would read
@@ -860,22 +883,8 @@ func TestStdioRevokedAnswersOnlyRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		_ = b.mcp.ServeStdioKey(sctx, k.APIKey, inR, outW)
-		outW.Close()
-	}()
-	lines := make(chan string, 64)
-	go func() {
-		sc := bufio.NewScanner(outR)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
+	inW, outR, _ := stdioKeySession(t, b, k.APIKey)
+	lines := outputLines(outR)
 	send := func(msg string) {
 		t.Helper()
 		if _, err := io.WriteString(inW, msg+"\n"); err != nil {
@@ -937,14 +946,7 @@ func revocationInFlight(t *testing.T, over string) {
 	if over == "http" {
 		c = b.connect(t, k.APIKey)
 	} else {
-		inR, inW := io.Pipe()
-		outR, outW := io.Pipe()
-		sctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		go func() {
-			_ = b.mcp.ServeStdioKey(sctx, k.APIKey, inR, outW)
-			outW.Close()
-		}()
+		inW, outR, _ := stdioKeySession(t, b, k.APIKey)
 		c = client.NewClient(transport.NewIO(outR, inW, io.NopCloser(&bytes.Buffer{})))
 		initialize(t, c)
 	}
