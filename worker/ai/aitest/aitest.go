@@ -111,6 +111,9 @@ type Reply struct {
 	// Status, when not 0 or 200, answers an error with an OpenAI-style body.
 	Status     int
 	RetryAfter string
+	// Header is added to the answer's headers (a Date of the test's
+	// choosing, Retry-After-Ms); a Date given here replaces the server's.
+	Header http.Header
 	// Raw, when set, is the 200 body as given (malformed JSON, for example).
 	Raw string
 	// Content is the final answer; Calls are tool calls instead.
@@ -206,6 +209,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if rep.RetryAfter != "" {
 		w.Header().Set("Retry-After", rep.RetryAfter)
+	}
+	for k, vs := range rep.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
 	}
 	if rep.Status != 0 && rep.Status != http.StatusOK {
 		w.WriteHeader(rep.Status)
