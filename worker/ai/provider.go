@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -34,8 +35,8 @@ type ProviderConfig struct {
 	// this many times in all (default 4) before the task fails retryable.
 	MaxAttempts int `json:"max_attempts,omitempty"`
 	// BackoffInitialSeconds and BackoffMaxSeconds pace those attempts
-	// (default 1 s doubling to 30 s, ±10% jitter; a Retry-After answer
-	// header is honoured up to the maximum).
+	// (default 1 s doubling to 30 s, ±10% jitter; an answer's Retry-After,
+	// in seconds or as an HTTP-date, is honoured up to the maximum).
 	BackoffInitialSeconds float64 `json:"backoff_initial_seconds,omitempty"`
 	BackoffMaxSeconds     float64 `json:"backoff_max_seconds,omitempty"`
 	// Headers are sent with every request (OpenRouter's HTTP-Referer and
@@ -193,16 +194,57 @@ func (e *ProviderError) Error() string {
 // Unwrap returns the last attempt's error.
 func (e *ProviderError) Unwrap() error { return e.Err }
 
-// retryAfter reads a Retry-After header in seconds (dates are ignored).
+// retryAfterBound bounds the wait retryAfter reads: a longer delay, or an
+// HTTP-date further away, reads as retryAfterBound (Complete caps the wait
+// at the backoff's maximum in any case).
+const retryAfterBound = 24 * time.Hour
+
+// retryAfter reads an answer's Retry-After: delay-seconds (a fraction
+// allowed), or an HTTP-date measured against the answer's Date (the local
+// clock when it has none), at most retryAfterBound. It is 0 without an
+// answer, for an absent or unreadable header and for a date already past.
 func retryAfter(res *http.Response) time.Duration {
 	if res == nil {
 		return 0
 	}
-	s, err := strconv.ParseFloat(res.Header.Get("Retry-After"), 64)
-	if err != nil || s <= 0 {
+	v := strings.TrimSpace(res.Header.Get("Retry-After"))
+	if d, ok := parseDelay(v, time.Second); ok {
+		return d
+	}
+	at, err := http.ParseTime(v)
+	if err != nil {
 		return 0
 	}
-	return seconds(s)
+	now, err := http.ParseTime(res.Header.Get("Date"))
+	if err != nil {
+		now = time.Now()
+	}
+	return min(max(at.Sub(now), 0), retryAfterBound)
+}
+
+// parseDelay reads v as a number of units: ASCII digits with an optional
+// fraction ("2", "1.5"), no sign or exponent, at most retryAfterBound. ok is
+// false for anything else.
+func parseDelay(v string, unit time.Duration) (d time.Duration, ok bool) {
+	whole, frac, _ := strings.Cut(v, ".")
+	if whole+frac == "" || !digits(whole) || !digits(frac) {
+		return 0, false
+	}
+	n, err := strconv.ParseFloat(v, 64)
+	if err != nil || n >= float64(retryAfterBound)/float64(unit) {
+		return retryAfterBound, true // digits only, so err is only ever out of range
+	}
+	return time.Duration(n * float64(unit)), true
+}
+
+// digits reports whether s is ASCII digits only (true for "").
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 func truncate(s string, n int) string {
