@@ -36,7 +36,8 @@ type ProviderConfig struct {
 	MaxAttempts int `json:"max_attempts,omitempty"`
 	// BackoffInitialSeconds and BackoffMaxSeconds pace those attempts
 	// (default 1 s doubling to 30 s, ±10% jitter; an answer's Retry-After,
-	// in seconds or as an HTTP-date, is honoured up to the maximum).
+	// in seconds or as an HTTP-date, or its Retry-After-Ms, is honoured up
+	// to the maximum).
 	BackoffInitialSeconds float64 `json:"backoff_initial_seconds,omitempty"`
 	BackoffMaxSeconds     float64 `json:"backoff_max_seconds,omitempty"`
 	// Headers are sent with every request (OpenRouter's HTTP-Referer and
@@ -199,13 +200,19 @@ func (e *ProviderError) Unwrap() error { return e.Err }
 // at the backoff's maximum in any case).
 const retryAfterBound = 24 * time.Hour
 
-// retryAfter reads an answer's Retry-After: delay-seconds (a fraction
-// allowed), or an HTTP-date measured against the answer's Date (the local
-// clock when it has none), at most retryAfterBound. It is 0 without an
-// answer, for an absent or unreadable header and for a date already past.
+// retryAfter reads how long an answer asks to wait: its Retry-After-Ms (in
+// milliseconds, a fraction allowed; OpenAI sends it, and openai-go's own
+// retries, off here, prefer it) when that reads, else its Retry-After:
+// delay-seconds (a fraction allowed), or an HTTP-date measured against the
+// answer's Date (the local clock when it has none). It is at most
+// retryAfterBound, and 0 without an answer, for absent or unreadable
+// headers and for a date already past.
 func retryAfter(res *http.Response) time.Duration {
 	if res == nil {
 		return 0
+	}
+	if d, ok := parseDelay(strings.TrimSpace(res.Header.Get("Retry-After-Ms")), time.Millisecond); ok {
+		return d
 	}
 	v := strings.TrimSpace(res.Header.Get("Retry-After"))
 	if d, ok := parseDelay(v, time.Second); ok {

@@ -101,3 +101,23 @@ func TestProviderHonoursRetryAfterSeconds(t *testing.T) {
 		}
 	}
 }
+
+// TestProviderHonoursRetryAfterMs: OpenAI's Retry-After-Ms, in
+// milliseconds, sets the wait, and is preferred to a Retry-After (as
+// openai-go's own retries prefer it); one that does not read leaves it to
+// Retry-After.
+func TestProviderHonoursRetryAfterMs(t *testing.T) {
+	for _, tc := range []struct {
+		ms, ra string
+		want   time.Duration
+	}{
+		{"2500", "", 2500 * time.Millisecond},
+		{"1250", "2", 1250 * time.Millisecond},
+		{"soon", "3", 3 * time.Second},
+	} {
+		rep := aitest.Reply{Status: http.StatusTooManyRequests, RetryAfter: tc.ra, Header: http.Header{"Retry-After-Ms": {tc.ms}}}
+		if d := firstRetryWait(t, rep, 60); d != tc.want {
+			t.Errorf("a 429 with Retry-After-Ms %q and Retry-After %q: retry_in %v, want %v", tc.ms, tc.ra, d, tc.want)
+		}
+	}
+}

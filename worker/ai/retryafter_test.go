@@ -16,8 +16,9 @@ func answer(kv ...string) *http.Response {
 }
 
 // TestRetryAfterForms: delay-seconds (with a fraction too) and HTTP-dates
-// in RFC 9110's three forms, measured against the answer's Date; never
-// negative, at most retryAfterBound; anything else is 0.
+// in RFC 9110's three forms, measured against the answer's Date; a readable
+// Retry-After-Ms before either; never negative, at most retryAfterBound;
+// anything else is 0.
 func TestRetryAfterForms(t *testing.T) {
 	date := time.Date(2001, time.February, 3, 4, 5, 6, 0, time.UTC)
 	dated := func(ra string) *http.Response { return answer("Date", date.Format(http.TimeFormat), "Retry-After", ra) }
@@ -50,6 +51,14 @@ func TestRetryAfterForms(t *testing.T) {
 		{"date before Date", dated(date.Add(-time.Minute).Format(http.TimeFormat)), 0},
 		{"date past the bound", dated(date.AddDate(1, 0, 0).Format(http.TimeFormat)), retryAfterBound},
 		{"date past, by the local clock", answer("Retry-After", date.Add(7*time.Second).Format(http.TimeFormat)), 0},
+		{"milliseconds", answer("Retry-After-Ms", "2500"), 2500 * time.Millisecond},
+		{"fractional milliseconds", answer("Retry-After-Ms", "0.5"), 500 * time.Microsecond},
+		{"milliseconds before seconds", answer("Retry-After-Ms", "1250", "Retry-After", "2"), 1250 * time.Millisecond},
+		{"milliseconds before a date", answer("Date", date.Format(http.TimeFormat), "Retry-After", date.Add(7*time.Second).Format(http.TimeFormat), "Retry-After-Ms", "300"), 300 * time.Millisecond},
+		{"zero milliseconds", answer("Retry-After-Ms", "0", "Retry-After", "2"), 0},
+		{"milliseconds past the bound", answer("Retry-After-Ms", "86400001"), retryAfterBound},
+		{"unreadable milliseconds", answer("Retry-After-Ms", "-5", "Retry-After", "2"), 2 * time.Second},
+		{"empty milliseconds", answer("Retry-After-Ms", "", "Retry-After", "2"), 2 * time.Second},
 	} {
 		if got := retryAfter(tc.res); got != tc.want {
 			t.Errorf("%s: retryAfter = %v, want %v", tc.name, got, tc.want)
