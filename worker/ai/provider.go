@@ -204,7 +204,7 @@ const retryAfterBound = 24 * time.Hour
 // milliseconds, a fraction allowed; OpenAI sends it, and openai-go's own
 // retries, off here, prefer it) when that reads, else its Retry-After:
 // delay-seconds (a fraction allowed), or an HTTP-date measured against the
-// answer's Date (the local clock when it has none). It is at most
+// answer's Date (the local clock when it has none that reads). It is at most
 // retryAfterBound, and 0 without an answer, for absent or unreadable
 // headers and for a date already past.
 func retryAfter(res *http.Response) time.Duration {
