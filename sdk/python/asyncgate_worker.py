@@ -69,12 +69,14 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import email.utils
+import functools
 try:
     import fcntl
 except ImportError:  # not on Windows: the spool is not locked there
     fcntl = None
 import hashlib
 import http.client
+import io
 import json
 import logging
 import os
@@ -294,12 +296,138 @@ def _parse_time(s: str) -> float:
     return _dt.datetime.fromisoformat(s).timestamp()
 
 
+# A deadline for a whole call. urllib's timeout bounds each socket operation
+# (connect, one send, one read), not the call: an answer trickled a byte at a
+# time keeps a call alive indefinitely. The connections below set the socket
+# timeout to the time left before every connect, send and read, and raise
+# socket.timeout once the deadline has passed.
+
+
+def _time_left(deadline: float) -> float:
+    """Seconds left before deadline (time.monotonic); socket.timeout when
+    none are."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise socket.timeout("the call's deadline passed")
+    return left
+
+
+class _DeadlineReader(io.RawIOBase):
+    """An answer's socket stream whose every read is bounded by the time left
+    before the deadline."""
+
+    def __init__(self, sock, deadline: float):
+        super().__init__()
+        self._sock, self._deadline = sock, deadline
+        self._raw = sock.makefile("rb", buffering=0)  # holds the socket open until closed, as urllib expects
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        self._sock.settimeout(_time_left(self._deadline))
+        return self._raw.readinto(b)
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()
+        super().close()
+
+
+class _DeadlineResponse(http.client.HTTPResponse):
+    def __init__(self, sock, debuglevel=0, method=None, url=None, *, deadline: float):
+        super().__init__(sock, debuglevel, method, url)
+        fp, self.fp = self.fp, io.BufferedReader(_DeadlineReader(sock, deadline))
+        fp.close()
+
+
+class _DeadlineConnectionMixin:
+    def __init__(self, *args, deadline: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._deadline = deadline
+        self.response_class = functools.partial(_DeadlineResponse, deadline=deadline)
+
+    def connect(self) -> None:
+        self.timeout = _time_left(self._deadline)
+        super().connect()
+        self.sock.settimeout(_time_left(self._deadline))
+
+    def send(self, data) -> None:
+        if self.sock is not None:
+            self.sock.settimeout(_time_left(self._deadline))
+        super().send(data)
+
+
+class _DeadlineHTTPConnection(_DeadlineConnectionMixin, http.client.HTTPConnection):
+    pass
+
+
+_DEADLINE_CONNECTIONS = [(http.client.HTTPConnection, _DeadlineHTTPConnection)]
+if hasattr(http.client, "HTTPSConnection"):  # Python built with ssl
+    class _DeadlineHTTPSConnection(_DeadlineConnectionMixin, http.client.HTTPSConnection):
+        pass
+
+    _DEADLINE_CONNECTIONS.insert(0, (http.client.HTTPSConnection, _DeadlineHTTPSConnection))
+
+
+_call_deadline = threading.local()
+"""The deadline (time.monotonic) of the call this thread is making, in
+``at``: urllib opens a redirect's connection in the same thread."""
+
+
+class _DeadlineHandlerMixin:
+    """Opens urllib's connections as deadline connections while this thread
+    makes a call with a deadline (proxies, redirects and TLS settings as
+    urllib's defaults)."""
+
+    def do_open(self, http_class, req, **http_conn_args):
+        deadline = getattr(_call_deadline, "at", None)
+        if deadline is not None:
+            for base, cls in _DEADLINE_CONNECTIONS:
+                if issubclass(http_class, base):
+                    return super().do_open(functools.partial(cls, deadline=deadline), req, **http_conn_args)
+        return super().do_open(http_class, req, **http_conn_args)
+
+
+class _DeadlineHTTPHandler(_DeadlineHandlerMixin, urllib.request.HTTPHandler):
+    pass
+
+
+_DEADLINE_HANDLERS: List[Any] = [_DeadlineHTTPHandler]
+if hasattr(urllib.request, "HTTPSHandler"):  # Python built with ssl
+    class _DeadlineHTTPSHandler(_DeadlineHandlerMixin, urllib.request.HTTPSHandler):
+        pass
+
+    _DEADLINE_HANDLERS.append(_DeadlineHTTPSHandler)
+
+_opener: Optional[urllib.request.OpenerDirector] = None
+
+
+def _open(req: urllib.request.Request, deadline: float, timeout: float):
+    """Open req as urllib.request.urlopen does (one opener built on first
+    use), its connect, send and answer all bounded by deadline."""
+    global _opener
+    if _opener is None:
+        _opener = urllib.request.build_opener(*(h() for h in _DEADLINE_HANDLERS))
+    _call_deadline.at = deadline
+    try:
+        return _opener.open(req, timeout=timeout)
+    finally:
+        _call_deadline.at = None
+
+
 class Client:
     """The gate's worker API over HTTP. Thread-safe (one request per call).
 
     ``base_url`` is the gate (``http://127.0.0.1:8080``); ``api_key`` a worker
-    (or admin) key; ``timeout`` the socket timeout for calls that do not
-    long-poll."""
+    (or admin) key; ``timeout`` the deadline of a whole call in seconds
+    (connect, send, and the answer's headers and body: an answer trickled
+    byte by byte does not keep a call alive past it); a lease call that
+    long-polls gets it plus its ``wait_seconds``. A call past its deadline
+    raises ``socket.timeout`` (``TimeoutError``), a temporary error."""
 
     def __init__(self, base_url: str, api_key: str, timeout: float = 30.0):
         self.base_url = base_url.rstrip("/")
@@ -316,21 +444,32 @@ class Client:
         req.add_header("User-Agent", "asyncgate-worker-python/1")
         if data is not None:
             req.add_header("Content-Type", "application/json")
+        budget = timeout or self.timeout
+        deadline = time.monotonic() + budget
+        refused: Optional[urllib.error.HTTPError] = None
         try:
-            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as res:
-                raw = res.read()
-                status, date = res.status, res.headers.get("Date")
-        except urllib.error.HTTPError as e:
-            raw = e.read()
-            code, detail = "http_%d" % e.code, raw.decode("utf-8", "replace")[:200]
+            try:
+                with _open(req, deadline, budget) as res:
+                    raw = res.read()
+                    status, date = res.status, res.headers.get("Date")
+            except urllib.error.HTTPError as e:
+                refused, raw = e, e.read()
+        except (OSError, http.client.HTTPException) as e:
+            if isinstance(e, socket.timeout) or isinstance(getattr(e, "reason", None), socket.timeout) or \
+                    time.monotonic() >= deadline:
+                raise socket.timeout("%s %s: no complete answer within %gs" % (method, path, budget)) from e
+            raise
+        if refused is not None:
+            code, detail = "http_%d" % refused.code, raw.decode("utf-8", "replace")[:200]
             try:
                 j = json.loads(raw)
                 code, detail = j.get("error", code), j.get("detail", "")
             except ValueError:
                 pass
-            edate = _http_date(e.headers.get("Date") if e.headers else None)
-            raise AsyncGateError(e.code, code, detail,
-                                 _parse_retry_after(e.headers.get("Retry-After") if e.headers else None, edate)) from None
+            hdrs = refused.headers
+            edate = _http_date(hdrs.get("Date") if hdrs else None)
+            raise AsyncGateError(refused.code, code, detail,
+                                 _parse_retry_after(hdrs.get("Retry-After") if hdrs else None, edate))
         server = _http_date(date)
         try:
             out = json.loads(raw) if raw else None

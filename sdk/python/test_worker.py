@@ -18,6 +18,7 @@ import http.client
 import json
 import logging
 import os
+import socket
 import sys
 import subprocess
 import tempfile
@@ -248,6 +249,56 @@ class FakeGate:
             return [b for p, b in self.calls if p.endswith(suffix)]
 
 
+class TrickleServer:
+    """A local server that answers every request with a 200 trickled a byte
+    every 0.1 s, for much longer than any client timeout in these tests:
+    ``where="body"`` sends the headers at once (a 1000-byte body announced),
+    ``where="headers"`` sends the status line and then one long header a byte
+    at a time. It stops when the test ends."""
+
+    def __init__(self, test, where):
+        self.where, self.done = where, threading.Event()
+        self.ls = socket.create_server(("127.0.0.1", 0))
+        self.url = "http://127.0.0.1:%d" % self.ls.getsockname()[1]
+        threading.Thread(target=self.serve, daemon=True).start()
+        test.addCleanup(self.close)
+
+    def serve(self):
+        while not self.done.is_set():
+            try:
+                conn, _ = self.ls.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.trickle, args=(conn,), daemon=True).start()
+
+    def trickle(self, conn):
+        with conn:
+            try:
+                got = b""
+                while b"\r\n\r\n" not in got:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    got += chunk
+                if self.where == "body":
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: 1000\r\n\r\n")
+                    drip = b" " * 1000
+                else:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\n")
+                    drip = b"X-Slow: " + b"a" * 990
+                for i in range(len(drip)):
+                    if self.done.wait(0.1):
+                        return
+                    conn.sendall(drip[i:i + 1])
+            except OSError:
+                pass  # the client gave up
+
+    def close(self):
+        self.done.set()
+        self.ls.close()
+
+
 class FakeGateTests(unittest.TestCase):
     """The Runner against a fake gate that misbehaves on purpose."""
 
@@ -436,6 +487,29 @@ class FakeGateTests(unittest.TestCase):
             aw.Client(fake.url, "agw_fake").lease(["fake"])
         self.assertTrue(cm.exception.temporary)
         self.assertEqual(cm.exception.retry_after, 0.0)
+
+    def test_call_deadline_covers_a_trickled_answer(self):
+        # The client's timeout bounds the whole call, not each socket read:
+        # an answer trickled a byte every 0.1 s (headers or body, for 100 s)
+        # ends in a timeout error, which is temporary, long before it ends.
+        for where in ("body", "headers"):
+            with self.subTest(where=where):
+                srv = TrickleServer(self, where)
+                box = {}
+
+                def complete():
+                    try:
+                        box["out"] = aw.Client(srv.url, "agw_fake", timeout=0.5).complete("L1", {"result": {}})
+                    except Exception as e:  # noqa: BLE001 - checked below
+                        box["err"] = e
+
+                th = threading.Thread(target=complete, daemon=True)
+                th.start()
+                th.join(20)
+                self.assertFalse(th.is_alive(), "a call with a 0.5 s timeout was still running after 20 s")
+                self.assertNotIn("out", box)
+                self.assertIsInstance(box.get("err"), socket.timeout)
+                self.assertTrue(aw.is_temporary(box["err"]))
 
 
 class WorkerTest(unittest.TestCase):
