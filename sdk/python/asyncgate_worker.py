@@ -58,7 +58,9 @@ Receipt flow") and the Go SDK (``sdk/worker``):
   lease; a heartbeat retry never waits past half the time left on it);
 * completions and failures are retried with exponential backoff, then
   appended (fsync'd) to a spool file of JSON lines — the same format as the Go
-  SDK's — which is retried at start and every ``spool_interval`` seconds;
+  SDK's — which is retried at start and every ``spool_interval`` seconds; a
+  pass stops at the first outcome that fails for now (network error, 429,
+  5xx), leaving it and the rest spooled for the next;
 * ``stop()`` (or SIGINT/SIGTERM in ``run_forever``) stops leasing, lets
   in-flight tasks finish for ``shutdown_timeout`` seconds, then stops them and
   releases their leases so the tasks go back to the queue.
@@ -1111,8 +1113,10 @@ class Runner:
             f.close()  # closing releases the flock
 
     def flush_spool(self) -> int:
-        """Try every spooled outcome once; return how many remain. Delivered
-        ones and ones the gate refuses for good leave the spool. Raises
+        """Try the spooled outcomes once, in order; return how many remain.
+        Delivered ones and ones the gate refuses for good leave the spool.
+        The first that fails for now (network error, timeout, 429, 5xx) ends
+        the pass: it and the ones after it stay for the next, untried. Raises
         SpoolLockedError when another worker process holds the spool."""
         if not self.spool_path:
             return 0
@@ -1137,10 +1141,14 @@ class Runner:
                 self.log.info("spool: delivered %s for task %s", e["kind"], e.get("task_id"))
                 done.add(key)
             except Exception as exc:  # noqa: BLE001
-                if not is_temporary(exc):
-                    self.log.warning("spool: the gate refused %s for task %s (%s); dropping it",
-                                     e["kind"], e.get("task_id"), exc)
-                    done.add(key)
+                if is_temporary(exc):
+                    self.log.warning("spool: could not deliver %s for task %s (%s); %d spooled outcome(s) "
+                                     "left for the next try", e["kind"], e.get("task_id"), exc,
+                                     len(entries) - len(done))
+                    break
+                self.log.warning("spool: the gate refused %s for task %s (%s); dropping it",
+                                 e["kind"], e.get("task_id"), exc)
+                done.add(key)
         if done:
             with self._spool_lock:
                 keep = [e for e in self._spool_load() if (e["kind"], e["lease_id"]) not in done]

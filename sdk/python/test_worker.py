@@ -299,6 +299,65 @@ class TrickleServer:
         self.ls.close()
 
 
+class OutcomeGate:
+    """A local gate for spool tests: lease calls get 204 (no work); each
+    completion or failure is recorded in ``outcomes`` as (time.monotonic(),
+    path) and answered ``answer(n, path)`` -> (status, extra headers), n
+    counting from 0. Non-2xx answers carry the gate's error body."""
+
+    def __init__(self, test, answer):
+        self.answer, self.lock, self.outcomes = answer, threading.Lock(), []
+        gate = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path == "/v1/leases":
+                    status, headers, obj = 204, {}, None
+                else:
+                    with gate.lock:
+                        n = len(gate.outcomes)
+                        gate.outcomes.append((time.monotonic(), self.path))
+                    status, headers = gate.answer(n, self.path)
+                    obj = ({"status": "succeeded"} if status < 300 else
+                           {"error": "lease_expired" if status == 409 else "database_unavailable", "detail": "test"})
+                b = b"" if obj is None else json.dumps(obj).encode()
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(b)))
+                self.end_headers()
+                self.wfile.write(b)
+
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.srv.daemon_threads = True
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        self.url = "http://127.0.0.1:%d" % self.srv.server_address[1]
+        test.addCleanup(self.close)
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+    def paths(self):
+        with self.lock:
+            return [p for _, p in self.outcomes]
+
+
+def write_spool(path, leases):
+    """A spool file (the SDKs' JSON lines) with one completion per lease id."""
+    with open(path, "w") as f:
+        for lid in leases:
+            f.write(json.dumps({"kind": "complete", "lease_id": lid, "task_id": "T-" + lid, "task_type": "fake",
+                                "body": {"result": {"lease": lid}}, "spooled_at": "2025-03-01T12:00:00Z"}) + "\n")
+
+
 class FakeGateTests(unittest.TestCase):
     """The Runner against a fake gate that misbehaves on purpose."""
 
@@ -510,6 +569,30 @@ class FakeGateTests(unittest.TestCase):
                 self.assertNotIn("out", box)
                 self.assertIsInstance(box.get("err"), socket.timeout)
                 self.assertTrue(aw.is_temporary(box["err"]))
+
+    def test_spool_pass_stops_at_first_temporary_failure(self):
+        # A gate answering 503 + Retry-After gets one request per pass, not
+        # one per spooled outcome: the pass stops there and every entry
+        # stays, untouched. Outcomes refused for good are still dropped.
+        mode = {"L1": 503, "L2": 503, "L3": 503}
+        gate = OutcomeGate(self, lambda n, path: (mode[path.split("/")[3]], {"Retry-After": "1"}))
+        spool = os.path.join(tempfile.mkdtemp(), "spool.jsonl")
+        write_spool(spool, ["L1", "L2", "L3"])
+        before = read_file(spool)
+        r = aw.Runner(aw.Client(gate.url, "agw_fake"), spool_path=spool)
+        self.assertEqual(r.flush_spool(), 3)
+        self.assertEqual(gate.paths(), ["/v1/leases/L1/complete"])
+        self.assertEqual(read_file(spool), before)
+        # The first refused for good (409 lease_expired): dropped, and the
+        # pass goes on to the next, which stops it.
+        mode["L1"] = 409
+        self.assertEqual(r.flush_spool(), 2)
+        self.assertEqual(gate.paths()[1:], ["/v1/leases/L1/complete", "/v1/leases/L2/complete"])
+        self.assertEqual([json.loads(ln)["lease_id"] for ln in read_file(spool).splitlines()], ["L2", "L3"])
+        mode.update(L2=200, L3=200)
+        self.assertEqual(r.flush_spool(), 0)
+        self.assertEqual(gate.paths()[3:], ["/v1/leases/L2/complete", "/v1/leases/L3/complete"])
+        self.assertFalse(os.path.exists(spool))
 
 
 class WorkerTest(unittest.TestCase):
