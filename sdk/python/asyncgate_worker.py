@@ -51,16 +51,18 @@ Receipt flow") and the Go SDK (``sdk/worker``):
   exception (including ``RetryableError``) is a retryable failure with the
   traceback in the failure's metadata;
 * every call it retries (lease, accept, heartbeat, complete, fail, release,
-  a ResourceHolder's heartbeat) waits at least the Retry-After of a 429 or
-  5xx answer (seconds or an HTTP-date, at most ``MAX_RETRY_AFTER``, plus up
-  to 10% jitter) when that is longer than its own backoff, within the
-  bounds it already keeps (an accept is dropped rather than retried past the
-  lease; a heartbeat retry never waits past half the time left on it);
+  a ResourceHolder's heartbeat, a spool pass) waits at least the Retry-After
+  of a 429 or 5xx answer (seconds or an HTTP-date, at most
+  ``MAX_RETRY_AFTER``, plus up to 10% jitter) when that is longer than its
+  own backoff, within the bounds it already keeps (an accept is dropped
+  rather than retried past the lease; a heartbeat retry never waits past
+  half the time left on it);
 * completions and failures are retried with exponential backoff, then
   appended (fsync'd) to a spool file of JSON lines — the same format as the Go
   SDK's — which is retried at start and every ``spool_interval`` seconds; a
   pass stops at the first outcome that fails for now (network error, 429,
-  5xx), leaving it and the rest spooled for the next;
+  5xx), leaving it and the rest spooled for the next, which waits for that
+  answer's Retry-After when it is longer than ``spool_interval``;
 * ``stop()`` (or SIGINT/SIGTERM in ``run_forever``) stops leasing, lets
   in-flight tasks finish for ``shutdown_timeout`` seconds, then stops them and
   releases their leases so the tasks go back to the queue.
@@ -638,8 +640,10 @@ class Runner:
     the key>.jsonl`` without a worker_id; ``""`` disables the spool; run()
     holds a flock on ``<spool_path>.lock`` and raises SpoolLockedError when
     another process holds it),
-    ``spool_interval``, ``shutdown_timeout``, ``data_uri_fallback`` (complete
-    with a data: URI when the gate refuses an inline result with 400)."""
+    ``spool_interval`` (seconds between spool passes; longer after a 429 or
+    503 whose Retry-After asks for more), ``shutdown_timeout``,
+    ``data_uri_fallback`` (complete with a data: URI when the gate refuses an
+    inline result with 400)."""
 
     def __init__(self, client: Client, worker_id: str = "", concurrency: int = 1, lease_seconds: int = 0,
                  poll_wait: float = 30.0, idle_wait: float = 5.0, poll_backoff=(5.0, 60.0),
@@ -1118,8 +1122,13 @@ class Runner:
         The first that fails for now (network error, timeout, 429, 5xx) ends
         the pass: it and the ones after it stay for the next, untried. Raises
         SpoolLockedError when another worker process holds the spool."""
+        return self._flush_spool_pass()[0]
+
+    def _flush_spool_pass(self):
+        """flush_spool, also returning the error that ended the pass early
+        (None when it tried every outcome)."""
         if not self.spool_path:
-            return 0
+            return 0, None
         held = self._lock_spool()
         try:
             return self._flush_spool()
@@ -1127,10 +1136,11 @@ class Runner:
             if held:
                 self._unlock_spool()
 
-    def _flush_spool(self) -> int:
+    def _flush_spool(self):
         with self._spool_lock:
             entries = self._spool_load()
         done = set()
+        stopped: Optional[BaseException] = None
         for e in entries:
             key = (e["kind"], e["lease_id"])
             try:
@@ -1145,6 +1155,7 @@ class Runner:
                     self.log.warning("spool: could not deliver %s for task %s (%s); %d spooled outcome(s) "
                                      "left for the next try", e["kind"], e.get("task_id"), exc,
                                      len(entries) - len(done))
+                    stopped = exc
                     break
                 self.log.warning("spool: the gate refused %s for task %s (%s); dropping it",
                                  e["kind"], e.get("task_id"), exc)
@@ -1167,15 +1178,20 @@ class Runner:
                         os.fsync(f.fileno())
                     os.replace(tmp, self.spool_path)
                 _fsync_dir(d)
-        return len(entries) - len(done)
+        return len(entries) - len(done), stopped
 
     def _spool_loop(self) -> None:
         while True:
+            wait = self.spool_interval
             try:
-                self.flush_spool()
+                _, stopped = self._flush_spool_pass()
+                if stopped is not None:
+                    # The answer's Retry-After (capped, jittered) when it
+                    # asks for longer than the interval.
+                    wait = _retry_wait(stopped, self.spool_interval)
             except Exception as e:  # noqa: BLE001
                 self.log.warning("spool retry failed: %s", e)
-            if self._stop.wait(self.spool_interval):
+            if self._stop.wait(wait):
                 return
 
 

@@ -594,6 +594,31 @@ class FakeGateTests(unittest.TestCase):
         self.assertEqual(gate.paths()[3:], ["/v1/leases/L2/complete", "/v1/leases/L3/complete"])
         self.assertFalse(os.path.exists(spool))
 
+    def test_spool_waits_for_retry_after(self):
+        # The spool is retried every 0.05 s, but after a 503 with
+        # Retry-After: 1 the next pass waits at least that second.
+        gate = OutcomeGate(self, lambda n, path: (503, {"Retry-After": "1"}) if n == 0 else (200, {}))
+        spool = os.path.join(tempfile.mkdtemp(), "spool.jsonl")
+        write_spool(spool, ["L1", "L2"])
+        r = aw.Runner(aw.Client(gate.url, "agw_fake"), poll_wait=0, idle_wait=0.1, spool_path=spool,
+                      spool_interval=0.05, shutdown_timeout=10.0)
+        r.task("fake")(lambda task: None)
+        th = threading.Thread(target=r.run, daemon=True)
+        th.start()
+
+        def stop():
+            r.stop()
+            th.join(60)
+            self.assertFalse(th.is_alive(), "run() did not return")
+        self.addCleanup(stop)
+        wait_for("the spool to be delivered", lambda: not os.path.exists(spool), timeout=30)
+        with gate.lock:
+            (refused, first), (retried, second) = gate.outcomes[:2]
+        self.assertGreaterEqual(retried - refused, 1.0, "the next spooled outcome went %.3fs after a 503 "
+                                "with Retry-After: 1" % (retried - refused))
+        self.assertEqual((first, second), ("/v1/leases/L1/complete",) * 2)
+        self.assertEqual(gate.paths()[2:], ["/v1/leases/L2/complete"])
+
 
 class WorkerTest(unittest.TestCase):
     def make_runner(self, client=None, **kw):
