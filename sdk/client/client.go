@@ -82,9 +82,16 @@ type APIError struct {
 	// (measured against the answer's Date): how long the gate asks the caller
 	// to wait before trying again. The gate sets it on every 429
 	// (quota_exceeded) and 503 (busy, database_unavailable,
-	// plugin_not_ready, mail_unavailable) answer; 0 when absent, unreadable
-	// or already past.
+	// plugin_not_ready, mail_unavailable) answer. It is 0 when the header
+	// is absent or unreadable, and also when it is 0 or a date already past
+	// (HasRetryAfter tells these apart).
 	RetryAfter time.Duration
+	// HasRetryAfter reports whether the answer carried a Retry-After that
+	// could be read; it is true whenever RetryAfter is positive. With
+	// RetryAfter 0 it means "try again now" (Retry-After: 0, or an
+	// HTTP-date already past); false means the answer did not say when to
+	// try again.
+	HasRetryAfter bool
 }
 
 // Error implements error.
@@ -155,7 +162,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) (in
 			}
 		}
 		date, _ := http.ParseTime(res.Header.Get("Date"))
-		ae.RetryAfter = parseRetryAfter(res.Header.Get("Retry-After"), date)
+		ae.RetryAfter, ae.HasRetryAfter = parseRetryAfter(res.Header.Get("Retry-After"), date)
 		return res.StatusCode, ae
 	}
 	if out != nil && res.StatusCode != http.StatusNoContent && len(raw) > 0 {
@@ -394,10 +401,12 @@ type WaitOptions struct {
 
 // Wait polls a task until it finishes (succeeded, canceled or dead letter)
 // or ctx ends, and returns it. Put a deadline on ctx to bound the wait. A
-// poll answered 429 or 5xx with Retry-After (the gate's 503 while its
-// database is away, for one) is tried again after that long (at most
-// MaxRetryAfter, plus up to 10% jitter, at least the interval), unless ctx
-// would end first; any other error ends the wait.
+// poll answered 408, 429 or 5xx with a readable Retry-After (the gate's 503
+// while its database is away, for one) is tried again after that long (at
+// most MaxRetryAfter, plus up to 10% jitter, at least the interval: a
+// Retry-After of 0 or a date already past is tried again after the
+// interval), unless ctx would end first; any other error, and such an
+// answer without a Retry-After, ends the wait.
 func (c *Client) Wait(ctx context.Context, taskID string, o *WaitOptions) (*Task, error) {
 	interval := 500 * time.Millisecond
 	var onPoll func(*Task)
@@ -421,8 +430,8 @@ func (c *Client) Wait(ctx context.Context, taskID string, o *WaitOptions) (*Task
 	for {
 		t, err := poll()
 		if err != nil {
-			d := retryAfter(err)
-			if d <= 0 {
+			d, ok := retryAfter(err)
+			if !ok {
 				return nil, err
 			}
 			d = max(d, interval)
@@ -549,29 +558,30 @@ const retryAfterBound = 24 * time.Hour
 
 // parseRetryAfter reads a Retry-After header: delay-seconds, or an
 // HTTP-date measured against the answer's Date (serverDate; the local clock
-// when it is zero), at most retryAfterBound. It returns 0 for an absent or
-// unreadable header and for a date already past.
-func parseRetryAfter(v string, serverDate time.Time) time.Duration {
+// when it is zero), at most retryAfterBound, and whether it could be read.
+// It returns 0, false for an absent or unreadable header, and 0, true for
+// delay-seconds 0 or a date already past (try again now).
+func parseRetryAfter(v string, serverDate time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
-		return 0
+		return 0, false
 	}
 	if isDelaySeconds(v) {
 		s, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || s > int64(retryAfterBound/time.Second) {
-			return retryAfterBound // all digits, so err is only ever out of range
+			return retryAfterBound, true // all digits, so err is only ever out of range
 		}
-		return time.Duration(s) * time.Second
+		return time.Duration(s) * time.Second, true
 	}
 	at, err := http.ParseTime(v)
 	if err != nil {
-		return 0
+		return 0, false
 	}
 	now := serverDate
 	if now.IsZero() {
 		now = time.Now()
 	}
-	return min(max(at.Sub(now), 0), retryAfterBound)
+	return min(max(at.Sub(now), 0), retryAfterBound), true
 }
 
 // isDelaySeconds reports whether v is a Retry-After's delay-seconds: one or
@@ -591,13 +601,15 @@ func isDelaySeconds(v string) bool {
 // retryAfter returns how long a temporary answer (408, 429, 5xx) asks to
 // wait before the next attempt: its Retry-After, at most MaxRetryAfter, plus
 // up to 10% jitter (the cap comes first, so a Retry-After at or past it is
-// jittered too). It is 0 for other errors and answers without one.
-func retryAfter(err error) time.Duration {
+// jittered too), and true; 0 and true for a Retry-After of 0 (try again
+// now). It is 0 and false for other errors and answers without a readable
+// Retry-After.
+func retryAfter(err error) (time.Duration, bool) {
 	var ae *APIError
-	if !errors.As(err, &ae) || ae.RetryAfter <= 0 ||
+	if !errors.As(err, &ae) || !(ae.HasRetryAfter || ae.RetryAfter > 0) ||
 		!(ae.Status >= 500 || ae.Status == http.StatusTooManyRequests || ae.Status == http.StatusRequestTimeout) {
-		return 0
+		return 0, false
 	}
-	d := min(ae.RetryAfter, MaxRetryAfter)
-	return d + time.Duration(rand.Float64()*0.1*float64(d))
+	d := min(max(ae.RetryAfter, 0), MaxRetryAfter)
+	return d + time.Duration(rand.Float64()*0.1*float64(d)), true
 }

@@ -12,23 +12,24 @@ func TestParseRetryAfter(t *testing.T) {
 	for _, tc := range []struct {
 		v    string
 		want time.Duration
+		ok   bool // the header could be read
 	}{
-		{"", 0},
-		{"2", 2 * time.Second},
-		{"0", 0},
-		{"-1", 0},
-		{"later", 0},
-		{"99999999999", 24 * time.Hour},
-		{"99999999999999999999", 24 * time.Hour}, // past int64: still the bound, not 0
-		{"+5", 0},                                // delay-seconds is digits only
-		{"0x10", 0},
-		{"Sat, 01 Mar 2025 12:00:30 GMT", 30 * time.Second},
-		{"Sat, 01 Mar 2025 11:00:00 GMT", 0},
-		{"Mon, 03 Mar 2025 12:00:00 GMT", 24 * time.Hour}, // bounded as delay-seconds is
-		{"Fri, 31 Dec 9999 23:59:59 GMT", 24 * time.Hour},
+		{"", 0, false},
+		{"2", 2 * time.Second, true},
+		{"0", 0, true}, // try again now
+		{"-1", 0, false},
+		{"later", 0, false},
+		{"99999999999", 24 * time.Hour, true},
+		{"99999999999999999999", 24 * time.Hour, true}, // past int64: still the bound, not 0
+		{"+5", 0, false},                               // delay-seconds is digits only
+		{"0x10", 0, false},
+		{"Sat, 01 Mar 2025 12:00:30 GMT", 30 * time.Second, true},
+		{"Sat, 01 Mar 2025 11:00:00 GMT", 0, true},              // already past: try again now
+		{"Mon, 03 Mar 2025 12:00:00 GMT", 24 * time.Hour, true}, // bounded as delay-seconds is
+		{"Fri, 31 Dec 9999 23:59:59 GMT", 24 * time.Hour, true},
 	} {
-		if got := parseRetryAfter(tc.v, date); got != tc.want {
-			t.Errorf("parseRetryAfter(%q) = %v, want %v", tc.v, got, tc.want)
+		if got, ok := parseRetryAfter(tc.v, date); got != tc.want || ok != tc.ok {
+			t.Errorf("parseRetryAfter(%q) = %v, %v, want %v, %v", tc.v, got, ok, tc.want, tc.ok)
 		}
 	}
 }
@@ -40,7 +41,7 @@ func TestRetryAfterCapped(t *testing.T) {
 	for _, ra := range []time.Duration{MaxRetryAfter, time.Hour} {
 		seen := map[time.Duration]bool{}
 		for range 100 {
-			d := retryAfter(&APIError{Status: http.StatusTooManyRequests, RetryAfter: ra})
+			d, _ := retryAfter(&APIError{Status: http.StatusTooManyRequests, RetryAfter: ra, HasRetryAfter: true})
 			if d < MaxRetryAfter || d > MaxRetryAfter+MaxRetryAfter/10 {
 				t.Fatalf("a Retry-After of %v: %v, want %v plus at most 10%%", ra, d, MaxRetryAfter)
 			}
@@ -50,13 +51,19 @@ func TestRetryAfterCapped(t *testing.T) {
 			t.Fatalf("a Retry-After of %v: every wait was %v, want jitter", ra, MaxRetryAfter)
 		}
 	}
-	if d := retryAfter(&APIError{Status: http.StatusServiceUnavailable, RetryAfter: 2 * time.Second}); d < 2*time.Second || d > 2200*time.Millisecond {
-		t.Fatalf("a Retry-After of 2 s: %v, want 2 s plus at most 10%%", d)
+	if d, ok := retryAfter(&APIError{Status: http.StatusServiceUnavailable, RetryAfter: 2 * time.Second, HasRetryAfter: true}); !ok || d < 2*time.Second || d > 2200*time.Millisecond {
+		t.Fatalf("a Retry-After of 2 s: %v, %v, want 2 s plus at most 10%%", d, ok)
 	}
-	if d := retryAfter(&APIError{Status: http.StatusNotFound, RetryAfter: 2 * time.Second}); d != 0 {
-		t.Fatalf("a 404 with Retry-After: %v, want 0 (not retried)", d)
+	if d, ok := retryAfter(&APIError{Status: http.StatusServiceUnavailable, HasRetryAfter: true}); !ok || d != 0 {
+		t.Fatalf("a Retry-After of 0: %v, %v, want 0, true (try again now)", d, ok)
 	}
-	if d := retryAfter(errors.New("network")); d != 0 {
-		t.Fatalf("a network error: %v", d)
+	if d, ok := retryAfter(&APIError{Status: http.StatusServiceUnavailable}); ok || d != 0 {
+		t.Fatalf("a 503 without Retry-After: %v, %v, want 0, false (not retried)", d, ok)
+	}
+	if d, ok := retryAfter(&APIError{Status: http.StatusNotFound, RetryAfter: 2 * time.Second, HasRetryAfter: true}); ok || d != 0 {
+		t.Fatalf("a 404 with Retry-After: %v, %v, want 0, false (not retried)", d, ok)
+	}
+	if d, ok := retryAfter(errors.New("network")); ok || d != 0 {
+		t.Fatalf("a network error: %v, %v", d, ok)
 	}
 }

@@ -45,8 +45,8 @@ func TestRetryAfterOnQuotaExceeded(t *testing.T) {
 }
 
 // refusingGate answers the first GET of a task 503 database_unavailable
-// with the Retry-After retryAfter(now) (and Date now), then the task as
-// succeeded. It records when it began the refusal and when the next poll
+// with the Retry-After retryAfter(now) (none when it is "") and Date now,
+// then the task as succeeded. It records when it began the refusal and when the next poll
 // arrived: the difference is a lower bound of the client's wait.
 type refusingGate struct {
 	*httptest.Server
@@ -72,7 +72,9 @@ func newRefusingGate(t *testing.T, retryAfter func(now time.Time) string) *refus
 		w.Header().Set("Content-Type", "application/json")
 		if n == 1 {
 			w.Header().Set("Date", now.UTC().Format(http.TimeFormat))
-			w.Header().Set("Retry-After", retryAfter(now))
+			if ra := retryAfter(now); ra != "" {
+				w.Header().Set("Retry-After", ra)
+			}
 			w.WriteHeader(http.StatusServiceUnavailable)
 			w.Write([]byte(`{"error":"database_unavailable","detail":"refused by the test"}`))
 			return
@@ -92,8 +94,8 @@ func TestRetryAfterHTTPDate(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable {
 		t.Fatalf("status: %v, want a 503 APIError", err)
 	}
-	if ae.RetryAfter != 3*time.Second {
-		t.Fatalf("RetryAfter %v, want 3 s (an HTTP-date 3 s after the answer's Date)", ae.RetryAfter)
+	if ae.RetryAfter != 3*time.Second || !ae.HasRetryAfter {
+		t.Fatalf("RetryAfter %v (HasRetryAfter %v), want 3 s (an HTTP-date 3 s after the answer's Date)", ae.RetryAfter, ae.HasRetryAfter)
 	}
 }
 
@@ -134,5 +136,72 @@ func TestWaitRetryAfterPastDeadline(t *testing.T) {
 	defer rg.mu.Unlock()
 	if rg.polls != 1 {
 		t.Fatalf("%d polls, want 1", rg.polls)
+	}
+}
+
+// TestRetryAfterZero: an answer with Retry-After: 0 ("try again now") has
+// HasRetryAfter set, though its RetryAfter is 0 as for no header.
+func TestRetryAfterZero(t *testing.T) {
+	rg := newRefusingGate(t, func(time.Time) string { return "0" })
+	_, err := client.New(rg.URL, "k").Status(context.Background(), "T-1")
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable {
+		t.Fatalf("status: %v, want a 503 APIError", err)
+	}
+	if ae.RetryAfter != 0 || !ae.HasRetryAfter {
+		t.Fatalf("Retry-After: 0 read as RetryAfter %v, HasRetryAfter %v; want 0, true", ae.RetryAfter, ae.HasRetryAfter)
+	}
+}
+
+// TestWaitRetryAfterZero: a poll answered 503 with Retry-After: 0, or with
+// an HTTP-date already past, is asked to be tried again now: Wait polls
+// again after its interval instead of returning the refusal.
+func TestWaitRetryAfterZero(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		retryAfter func(time.Time) string
+	}{
+		{"zero", func(time.Time) string { return "0" }},
+		{"past date", func(now time.Time) string { return now.Add(-time.Minute).UTC().Format(http.TimeFormat) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rg := newRefusingGate(t, tc.retryAfter)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			tk, err := client.New(rg.URL, "k").Wait(ctx, "T-1", &client.WaitOptions{Interval: 10 * time.Millisecond})
+			if err != nil || tk.Status != client.StateSucceeded {
+				t.Fatalf("wait through a 503 with Retry-After %s: %+v %v, want the task succeeded", tc.name, tk, err)
+			}
+			rg.mu.Lock()
+			defer rg.mu.Unlock()
+			if rg.polls != 2 {
+				t.Fatalf("%d polls, want 2", rg.polls)
+			}
+		})
+	}
+}
+
+// TestWaitEndsWithoutRetryAfter: a poll answered 503 without a Retry-After,
+// or with one that cannot be read, ends the wait with the refusal.
+func TestWaitEndsWithoutRetryAfter(t *testing.T) {
+	for _, tc := range []struct{ name, retryAfter string }{
+		{"absent", ""},
+		{"unreadable", "soon"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rg := newRefusingGate(t, func(time.Time) string { return tc.retryAfter })
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, err := client.New(rg.URL, "k").Wait(ctx, "T-1", &client.WaitOptions{Interval: 10 * time.Millisecond})
+			var ae *client.APIError
+			if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || ae.HasRetryAfter {
+				t.Fatalf("wait through a 503 with Retry-After %s: %v, want the 503 APIError without a Retry-After", tc.name, err)
+			}
+			rg.mu.Lock()
+			defer rg.mu.Unlock()
+			if rg.polls != 1 {
+				t.Fatalf("%d polls, want 1", rg.polls)
+			}
+		})
 	}
 }
