@@ -52,8 +52,11 @@
 //   - Completions and failures are retried with exponential backoff; when the
 //     gate still cannot be reached they are appended (fsync'd) to a local
 //     spool file of JSON lines, which is retried when Run starts and every
-//     Config.SpoolInterval. The gate refuses outcomes for leases that expired
-//     meanwhile (strict expiry); such a task is leased again, never lost.
+//     Config.SpoolInterval. A retry stops at the first outcome the gate
+//     cannot take now (network error, 429, 5xx), leaving it and the rest
+//     spooled for the next one. The gate refuses outcomes for leases that
+//     expired meanwhile (strict expiry); such a task is leased again, never
+//     lost.
 //   - Graceful shutdown: when Run's context is done it stops leasing, lets
 //     in-flight tasks finish for Config.ShutdownTimeout, then cancels them
 //     (ErrShutdown) and releases their leases so the tasks go back to the

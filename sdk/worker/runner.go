@@ -63,7 +63,8 @@ type Config struct {
 	// DisableSpool drops undeliverable outcomes (logged) instead.
 	DisableSpool bool
 	// SpoolInterval is how often the spool is retried (default 30 s); it is
-	// also retried when Run starts.
+	// also retried when Run starts. A pass stops at the first outcome the
+	// gate cannot take now (a network error, 429, 5xx).
 	SpoolInterval time.Duration
 	// ShutdownTimeout is how long in-flight tasks may run on after Run's
 	// context is done (default 30 s). Then their contexts are cancelled with
@@ -891,10 +892,14 @@ func (r *Runner) spoolLoop(ctx context.Context) {
 	}
 }
 
-// FlushSpool tries to deliver every spooled outcome once. Delivered ones,
-// and ones the gate refuses for good (a lease that expired meanwhile: the
-// task was leased again), leave the spool; ones that fail with a network
-// error or 5xx stay. It returns how many left and how many remain.
+// FlushSpool makes one pass over the spool, delivering the spooled outcomes
+// in order. Delivered ones, and ones the gate refuses for good (a lease
+// that expired meanwhile: the task was leased again), leave the spool. The
+// pass stops at the first one that fails with a temporary error (a network
+// error, a 408, 429 or 5xx answer): the gate is unreachable or busy, so
+// that one and all after it stay spooled for the next pass. It returns how
+// many it delivered and how many of the outcomes it found are still
+// spooled.
 func (r *Runner) FlushSpool(ctx context.Context) (delivered, remaining int, err error) {
 	if r.sp == nil {
 		return 0, 0, nil
@@ -916,7 +921,7 @@ func (r *Runner) FlushSpool(ctx context.Context) (delivered, remaining int, err 
 		return 0, 0, nil
 	}
 	done := map[string]bool{}
-	for _, e := range entries {
+	for i, e := range entries {
 		if ctx.Err() != nil {
 			break
 		}
@@ -942,19 +947,23 @@ func (r *Runner) FlushSpool(ctx context.Context) (delivered, remaining int, err 
 			}
 		}
 		cancel()
-		switch {
-		case derr == nil:
-			done[e.key()] = true
-			delivered++
-		case Temporary(derr):
-		default:
-			log.Warn("spool: the gate refused a spooled outcome; dropping it (the task is leased again or already settled)", "err", derr)
-			done[e.key()] = true
+		if Temporary(derr) {
+			// The gate is unreachable or busy: sending the rest now would
+			// only add to its load.
+			log.Warn("spool: could not deliver a spooled outcome; it and the rest stay for the next pass",
+				"err", derr, "staying", len(entries)-i)
+			break
 		}
+		if derr == nil {
+			delivered++
+		} else {
+			log.Warn("spool: the gate refused a spooled outcome; dropping it (the task is leased again or already settled)", "err", derr)
+		}
+		done[e.key()] = true
 	}
 	if len(done) > 0 {
 		if err := r.sp.remove(done); err != nil {
-			return delivered, remaining, err
+			return delivered, len(entries), err // nothing left the spool
 		}
 	}
 	return delivered, len(entries) - len(done), nil

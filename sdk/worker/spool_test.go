@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -145,5 +148,159 @@ func TestSpoolLockedAgainstSecondProcess(t *testing.T) {
 	}
 	if _, _, err := newRunner().FlushSpool(ctx); err != nil {
 		t.Fatalf("FlushSpool after the holder stopped: %v", err)
+	}
+}
+
+// writeSpool writes a spool file of completions, one per lease id, in the
+// spool's format (JSON lines).
+func writeSpool(t *testing.T, path string, leaseIDs ...string) {
+	t.Helper()
+	var b bytes.Buffer
+	for _, id := range leaseIDs {
+		line, err := json.Marshal(map[string]any{"kind": "complete", "lease_id": id, "task_id": "T-" + id, "task_type": "spooled",
+			"body": map[string]any{"task_id": "T-" + id, "result": map[string]string{"lease": id}}, "spooled_at": time.Now().UTC()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(append(line, '\n'))
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// spooledLeases returns the lease ids in the spool file and each entry's
+// body, in order.
+func spooledLeases(t *testing.T, path string) (ids []string, bodies []string) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range bytes.Split(bytes.TrimSpace(raw), []byte("\n")) {
+		var e struct {
+			LeaseID string          `json:"lease_id"`
+			Body    json.RawMessage `json:"body"`
+		}
+		if err := json.Unmarshal(line, &e); err != nil {
+			t.Fatalf("spool line %q: %v", line, err)
+		}
+		ids, bodies = append(ids, e.LeaseID), append(bodies, string(e.Body))
+	}
+	return ids, bodies
+}
+
+// TestFlushSpoolStopsAtTemporaryFailure: a spool pass stops at the first
+// outcome the gate answers with a temporary error (a 503 with Retry-After,
+// a dropped connection): the outcomes after it are not sent in that pass
+// and stay spooled as they were, with the one that failed. An outcome the
+// gate refused for good before it is dropped. The next pass delivers the
+// rest.
+func TestFlushSpoolStopsAtTemporaryFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		refuse  func(w http.ResponseWriter) // the answer to lease L-busy
+		spooled []string
+		sent    []string // the completions the first pass sends, in order
+		kept    []string // the spool after it
+	}{
+		{"503 Retry-After", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", "5")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"error":"database_unavailable","detail":"refused by the test"}`))
+		}, []string{"L-gone", "L-busy", "L-3", "L-4"}, []string{"L-gone", "L-busy"}, []string{"L-busy", "L-3", "L-4"}},
+		{"429 Retry-After", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", "5")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte(`{"error":"quota_exceeded","detail":"refused by the test"}`))
+		}, []string{"L-busy", "L-2", "L-3"}, []string{"L-busy"}, []string{"L-busy", "L-2", "L-3"}},
+		{"network error", func(w http.ResponseWriter) {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close() // no answer at all
+			}
+		}, []string{"L-busy", "L-2", "L-gone"}, []string{"L-busy"}, []string{"L-busy", "L-2", "L-gone"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				mu    sync.Mutex
+				sent  []string
+				ready bool // the gate has room again: everything is taken
+			)
+			fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				id := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/leases/"), "/complete")
+				mu.Lock()
+				sent = append(sent, id)
+				busy := !ready
+				mu.Unlock()
+				switch {
+				case id == "L-gone":
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(http.StatusConflict)
+					_, _ = w.Write([]byte(`{"error":"lease_expired","detail":"refused by the test"}`))
+				case id == "L-busy" && busy:
+					tc.refuse(w)
+				default:
+					w.Header().Set("Content-Type", "application/json")
+					_, _ = w.Write([]byte(`{"status":"succeeded","task_id":"T-` + id + `","receipt_id":"R-` + id + `"}`))
+				}
+			}))
+			defer fake.Close()
+			path := filepath.Join(t.TempDir(), "spool.jsonl")
+			writeSpool(t, path, tc.spooled...)
+			_, bodies := spooledLeases(t, path)
+			body := map[string]string{}
+			for i, id := range tc.spooled {
+				body[id] = bodies[i]
+			}
+			r := worker.NewRunner(worker.NewClient(fake.URL, "agw_x"), worker.Config{WorkerID: "w.1", SpoolPath: path, Logger: testLogger(t)})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+
+			delivered, remaining, err := r.FlushSpool(ctx)
+			mu.Lock()
+			got := append([]string(nil), sent...)
+			sent = nil
+			ready = true
+			mu.Unlock()
+			if err != nil {
+				t.Fatalf("FlushSpool: %v", err)
+			}
+			if strings.Join(got, ",") != strings.Join(tc.sent, ",") {
+				t.Fatalf("a pass against a busy gate sent %v, want %v (none after the first temporary failure)", got, tc.sent)
+			}
+			if delivered != 0 || remaining != len(tc.kept) {
+				t.Fatalf("FlushSpool = %d delivered, %d remaining; want 0, %d", delivered, remaining, len(tc.kept))
+			}
+			ids, after := spooledLeases(t, path)
+			if strings.Join(ids, ",") != strings.Join(tc.kept, ",") {
+				t.Fatalf("spool after the pass: %v, want %v", ids, tc.kept)
+			}
+			for i, id := range ids {
+				if after[i] != body[id] {
+					t.Fatalf("spooled %s changed: %s, was %s", id, after[i], body[id])
+				}
+			}
+
+			// The gate has room again: the next pass delivers the rest.
+			delivered, remaining, err = r.FlushSpool(ctx)
+			want := 0
+			for _, id := range tc.kept {
+				if id != "L-gone" {
+					want++
+				}
+			}
+			if err != nil || delivered != want || remaining != 0 {
+				t.Fatalf("the next pass: %d delivered, %d remaining, %v; want %d, 0", delivered, remaining, err, want)
+			}
+			if ids, _ := spooledLeases(t, path); len(ids) != 0 {
+				t.Fatalf("spool after the next pass: %v, want it empty", ids)
+			}
+		})
 	}
 }
