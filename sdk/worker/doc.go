@@ -34,11 +34,12 @@
 //     5xx) is retried after 250 ms doubling with each failure, at most the
 //     regular interval and half the time left on the lease.
 //   - Retry-After: every call it retries (lease, accept, heartbeat,
-//     complete, fail, release, a Holder's heartbeat) waits at least the
-//     Retry-After of a 429 or 5xx answer (seconds or an HTTP-date; at most
-//     MaxRetryAfter, plus up to 10% jitter) when that is longer than its own
-//     backoff, within the bounds it already keeps: Run's context, and for
-//     accepts and heartbeats the lease (never past half the time left).
+//     complete, fail, release, the spool, a Holder's heartbeat) waits at
+//     least the Retry-After of a 429 or 5xx answer (seconds or an
+//     HTTP-date; at most MaxRetryAfter, plus up to 10% jitter) when that is
+//     longer than its own backoff, within the bounds it already keeps: Run's
+//     context, and for accepts and heartbeats the lease (never past half
+//     the time left).
 //   - Progress(ctx, percent, msg) sends progress with an early heartbeat,
 //     but early heartbeats are at least max(1 s, a tenth of the lease) apart
 //     (never more than the regular interval): faster reports are coalesced
@@ -54,9 +55,9 @@
 //     spool file of JSON lines, which is retried when Run starts and every
 //     Config.SpoolInterval. A retry stops at the first outcome the gate
 //     cannot take now (network error, 429, 5xx), leaving it and the rest
-//     spooled for the next one. The gate refuses outcomes for leases that
-//     expired meanwhile (strict expiry); such a task is leased again, never
-//     lost.
+//     spooled for the next one, which waits at least that answer's
+//     Retry-After. The gate refuses outcomes for leases that expired
+//     meanwhile (strict expiry); such a task is leased again, never lost.
 //   - Graceful shutdown: when Run's context is done it stops leasing, lets
 //     in-flight tasks finish for Config.ShutdownTimeout, then cancels them
 //     (ErrShutdown) and releases their leases so the tasks go back to the

@@ -233,3 +233,25 @@ func TestShutdownEndsAnAcceptsRetryWait(t *testing.T) {
 	default:
 	}
 }
+
+// TestSpoolRetryWaitsForRetryAfter: after a spool pass the gate answered 503
+// with Retry-After, the spool is not retried before that long, though the
+// SpoolInterval (testConfig: 200 ms) is shorter. Only the lower bound is
+// checked.
+func TestSpoolRetryWaitsForRetryAfter(t *testing.T) {
+	t.Parallel()
+	g := sharedGate(t)
+	tt := "ra-spool"
+	g.putType(tt, 10, nil)
+	rf := newRefuser(t, g.URL, "/complete", http.StatusServiceUnavailable, seconds("1"))
+	cfg := testConfig(t)
+	// An outcome spooled for a lease the gate no longer knows: the retry
+	// is refused for good and dropped, which does not matter here.
+	writeSpool(t, cfg.SpoolPath, "L-spooled")
+	start(t, rf.URL, g.Worker, cfg, map[string]worker.HandlerFunc{
+		tt: func(ctx context.Context, task *worker.Task) (any, error) { return nil, nil },
+	})
+	if w := rf.waited(t); w < time.Second {
+		t.Fatalf("the spool was retried %v after a Retry-After of 1 s", w)
+	}
+}

@@ -64,7 +64,9 @@ type Config struct {
 	DisableSpool bool
 	// SpoolInterval is how often the spool is retried (default 30 s); it is
 	// also retried when Run starts. A pass stops at the first outcome the
-	// gate cannot take now (a network error, 429, 5xx).
+	// gate cannot take now (a network error, 429, 5xx); when that answer's
+	// Retry-After is longer, the next pass waits for it (at most
+	// MaxRetryAfter, plus up to 10% jitter).
 	SpoolInterval time.Duration
 	// ShutdownTimeout is how long in-flight tasks may run on after Run's
 	// context is done (default 30 s). Then their contexts are cancelled with
@@ -876,18 +878,17 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// spoolLoop retries the spool at start and every SpoolInterval.
+// spoolLoop retries the spool at start and then every SpoolInterval, or
+// after the Retry-After of the answer that stopped the last pass when that
+// is longer (at most MaxRetryAfter, plus up to 10% jitter).
 func (r *Runner) spoolLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.SpoolInterval)
-	defer t.Stop()
 	for {
-		if _, _, err := r.FlushSpool(ctx); err != nil && ctx.Err() == nil {
+		_, _, busy, err := r.flushSpool(ctx)
+		if err != nil && ctx.Err() == nil {
 			r.log.Warn("spool retry failed", "err", err)
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep(ctx, retryWait(busy, r.cfg.SpoolInterval)) {
 			return
-		case <-t.C:
 		}
 	}
 }
@@ -901,24 +902,32 @@ func (r *Runner) spoolLoop(ctx context.Context) {
 // many it delivered and how many of the outcomes it found are still
 // spooled.
 func (r *Runner) FlushSpool(ctx context.Context) (delivered, remaining int, err error) {
+	delivered, remaining, _, err = r.flushSpool(ctx)
+	return delivered, remaining, err
+}
+
+// flushSpool is FlushSpool; it also returns the temporary error that
+// stopped the pass (nil when none did), whose Retry-After the next pass
+// waits for.
+func (r *Runner) flushSpool(ctx context.Context) (delivered, remaining int, busy, err error) {
 	if r.sp == nil {
-		return 0, 0, nil
+		return 0, 0, nil, nil
 	}
 	if !r.sp.locked() {
 		if err := r.sp.lock(); err != nil {
-			return 0, 0, err
+			return 0, 0, nil, err
 		}
 		defer r.sp.unlock()
 	}
 	entries, bad, err := r.sp.load()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	if bad > 0 {
 		r.log.Warn("spool: skipped lines that do not parse", "count", bad, "spool", r.sp.path)
 	}
 	if len(entries) == 0 {
-		return 0, 0, nil
+		return 0, 0, nil, nil
 	}
 	done := map[string]bool{}
 	for i, e := range entries {
@@ -950,6 +959,7 @@ func (r *Runner) FlushSpool(ctx context.Context) (delivered, remaining int, err 
 		if Temporary(derr) {
 			// The gate is unreachable or busy: sending the rest now would
 			// only add to its load.
+			busy = derr
 			log.Warn("spool: could not deliver a spooled outcome; it and the rest stay for the next pass",
 				"err", derr, "staying", len(entries)-i)
 			break
@@ -963,8 +973,8 @@ func (r *Runner) FlushSpool(ctx context.Context) (delivered, remaining int, err 
 	}
 	if len(done) > 0 {
 		if err := r.sp.remove(done); err != nil {
-			return delivered, len(entries), err // nothing left the spool
+			return delivered, len(entries), busy, err // nothing left the spool
 		}
 	}
-	return delivered, len(entries) - len(done), nil
+	return delivered, len(entries) - len(done), busy, nil
 }
