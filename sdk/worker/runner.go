@@ -898,7 +898,8 @@ func (r *Runner) spoolLoop(ctx context.Context) {
 // that expired meanwhile: the task was leased again), leave the spool. The
 // pass stops at the first one that fails with a temporary error (a network
 // error, a 408, 429 or 5xx answer): the gate is unreachable or busy, so
-// that one and all after it stay spooled for the next pass. It returns how
+// that one and all after it stay spooled for the next pass, as they do when
+// ctx ends before the gate answers one. It returns how
 // many it delivered and how many of the outcomes it found are still
 // spooled.
 func (r *Runner) FlushSpool(ctx context.Context) (delivered, remaining int, err error) {
@@ -956,6 +957,11 @@ func (r *Runner) flushSpool(ctx context.Context) (delivered, remaining int, busy
 			}
 		}
 		cancel()
+		if derr != nil && ctx.Err() != nil {
+			// The pass was stopped (Run's shutdown) before the gate
+			// answered: nothing says the outcome was delivered or refused.
+			break
+		}
 		if Temporary(derr) {
 			// The gate is unreachable or busy: sending the rest now would
 			// only add to its load.

@@ -304,3 +304,32 @@ func TestFlushSpoolStopsAtTemporaryFailure(t *testing.T) {
 		})
 	}
 }
+
+// TestFlushSpoolCutShortKeepsTheOutcome: a pass whose context ends while an
+// outcome is on its way (Run's shutdown stops the spool loop so) keeps that
+// outcome and the rest spooled: the gate never answered, so nothing says it
+// was delivered or refused.
+func TestFlushSpoolCutShortKeepsTheOutcome(t *testing.T) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		<-release // no answer while the pass runs
+	}))
+	defer fake.Close()
+	defer close(release) // before Close, which waits for the handler
+	path := filepath.Join(t.TempDir(), "spool.jsonl")
+	writeSpool(t, path, "L-1", "L-2")
+	r := worker.NewRunner(worker.NewClient(fake.URL, "agw_x"), worker.Config{WorkerID: "w.1", SpoolPath: path, Logger: testLogger(t)})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-arrived
+		cancel()
+	}()
+	delivered, remaining, err := r.FlushSpool(ctx)
+	if err != nil {
+		t.Fatalf("FlushSpool: %v", err)
+	}
+	if ids, _ := spooledLeases(t, path); strings.Join(ids, ",") != "L-1,L-2" || delivered != 0 || remaining != 2 {
+		t.Fatalf("a pass cut short: spool %v, %d delivered, %d remaining; want [L-1 L-2], 0, 2", ids, delivered, remaining)
+	}
+}
