@@ -899,9 +899,8 @@ func (r *Runner) spoolLoop(ctx context.Context) {
 // pass stops at the first one that fails with a temporary error (a network
 // error, a 408, 429 or 5xx answer): the gate is unreachable or busy, so
 // that one and all after it stay spooled for the next pass, as they do when
-// ctx ends before the gate answers one. It returns how
-// many it delivered and how many of the outcomes it found are still
-// spooled.
+// ctx ends before the gate answers one. It returns how many it delivered
+// and how many of the outcomes it found are still spooled.
 func (r *Runner) FlushSpool(ctx context.Context) (delivered, remaining int, err error) {
 	delivered, remaining, _, err = r.flushSpool(ctx)
 	return delivered, remaining, err
