@@ -54,9 +54,10 @@
 //     gate still cannot be reached they are appended (fsync'd) to a local
 //     spool file of JSON lines, which is retried when Run starts and every
 //     Config.SpoolInterval. A retry stops at the first outcome the gate
-//     cannot take now (network error, 429, 5xx), leaving it and the rest
-//     spooled for the next one, which waits at least that answer's
-//     Retry-After. The gate refuses outcomes for leases that expired
+//     cannot take now (network error or timeout, 408, 429, 503), leaving it
+//     and the rest spooled for the next one, which waits at least that
+//     answer's Retry-After; one answered with another 5xx (its result
+//     channel down) stays spooled while the retry goes on. The gate refuses outcomes for leases that expired
 //     meanwhile (strict expiry); such a task is leased again, never lost.
 //   - Graceful shutdown: when Run's context is done it stops leasing, lets
 //     in-flight tasks finish for Config.ShutdownTimeout, then cancels them

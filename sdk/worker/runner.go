@@ -64,9 +64,9 @@ type Config struct {
 	DisableSpool bool
 	// SpoolInterval is how often the spool is retried (default 30 s); it is
 	// also retried when Run starts. A pass stops at the first outcome the
-	// gate cannot take now (a network error, 429, 5xx); when that answer's
-	// Retry-After is longer, the next pass waits for it (at most
-	// MaxRetryAfter, plus up to 10% jitter).
+	// gate cannot take now (a network error or timeout, 408, 429, 503; see
+	// FlushSpool); when that answer's Retry-After is longer, the next pass
+	// waits for it (at most MaxRetryAfter, plus up to 10% jitter).
 	SpoolInterval time.Duration
 	// ShutdownTimeout is how long in-flight tasks may run on after Run's
 	// context is done (default 30 s). Then their contexts are cancelled with
@@ -896,14 +896,28 @@ func (r *Runner) spoolLoop(ctx context.Context) {
 // FlushSpool makes one pass over the spool, delivering the spooled outcomes
 // in order. Delivered ones, and ones the gate refuses for good (a lease
 // that expired meanwhile: the task was leased again), leave the spool. The
-// pass stops at the first one that fails with a temporary error (a network
-// error, a 408, 429 or 5xx answer): the gate is unreachable or busy, so
-// that one and all after it stay spooled for the next pass, as they do when
-// ctx ends before the gate answers one. It returns how many it delivered
+// pass stops at the first one that fails because the gate is unreachable
+// or busy (a network error or timeout, a 408, 429 or 503 answer): that one
+// and all after it stay spooled for the next pass, as they do when ctx
+// ends before the gate answers one. One that fails with another 5xx (its
+// result channel down, 502 or 504; a 500) stays spooled and the pass goes
+// on. It returns how many it delivered
 // and how many of the outcomes it found are still spooled.
 func (r *Runner) FlushSpool(ctx context.Context) (delivered, remaining int, err error) {
 	delivered, remaining, _, err = r.flushSpool(ctx)
 	return delivered, remaining, err
+}
+
+// gateBusy reports whether err says the whole gate cannot take outcomes
+// now: a network error or timeout, or a 408, 429 or 503 answer. Other 5xx
+// answers (a result channel down or slow, 502 and 504; a 500) may concern
+// one outcome only.
+func gateBusy(err error) bool {
+	var ae *APIError
+	if !errors.As(err, &ae) {
+		return Temporary(err)
+	}
+	return ae.Status == http.StatusRequestTimeout || ae.Status == http.StatusTooManyRequests || ae.Status == http.StatusServiceUnavailable
 }
 
 // flushSpool is FlushSpool; it also returns the temporary error that
@@ -961,13 +975,19 @@ func (r *Runner) flushSpool(ctx context.Context) (delivered, remaining int, busy
 			// answered: nothing says the outcome was delivered or refused.
 			break
 		}
-		if Temporary(derr) {
+		if gateBusy(derr) {
 			// The gate is unreachable or busy: sending the rest now would
 			// only add to its load.
 			busy = derr
 			log.Warn("spool: could not deliver a spooled outcome; it and the rest stay for the next pass",
 				"err", derr, "staying", len(entries)-i)
 			break
+		}
+		if Temporary(derr) {
+			// An answer about this outcome (its result channel down or
+			// slow: 502, 504; a 500): it stays, the rest go on.
+			log.Warn("spool: could not deliver a spooled outcome; it stays for the next pass", "err", derr)
+			continue
 		}
 		if derr == nil {
 			delivered++

@@ -333,3 +333,41 @@ func TestFlushSpoolCutShortKeepsTheOutcome(t *testing.T) {
 		t.Fatalf("a pass cut short: spool %v, %d delivered, %d remaining; want [L-1 L-2], 0, 2", ids, delivered, remaining)
 	}
 }
+
+// TestFlushSpoolGoesOnPastAnOutcomesOwnFailure: a 5xx about one outcome (its
+// result channel down: 502 channel_error) keeps that outcome spooled but
+// does not hold back the ones after it, as a busy or unreachable gate does.
+func TestFlushSpoolGoesOnPastAnOutcomesOwnFailure(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		sent []string
+	)
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/leases/"), "/complete")
+		mu.Lock()
+		sent = append(sent, id)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if id == "L-stuck" {
+			w.WriteHeader(http.StatusBadGateway)
+			_, _ = w.Write([]byte(`{"error":"channel_error","detail":"refused by the test"}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"status":"succeeded","task_id":"T-` + id + `","receipt_id":"R-` + id + `"}`))
+	}))
+	defer fake.Close()
+	path := filepath.Join(t.TempDir(), "spool.jsonl")
+	writeSpool(t, path, "L-stuck", "L-2", "L-3")
+	r := worker.NewRunner(worker.NewClient(fake.URL, "agw_x"), worker.Config{WorkerID: "w.1", SpoolPath: path, Logger: testLogger(t)})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	delivered, remaining, err := r.FlushSpool(ctx)
+	mu.Lock()
+	got := strings.Join(sent, ",")
+	mu.Unlock()
+	ids, _ := spooledLeases(t, path)
+	if err != nil || got != "L-stuck,L-2,L-3" || delivered != 2 || remaining != 1 || strings.Join(ids, ",") != "L-stuck" {
+		t.Fatalf("a pass past a 502: sent %s, %d delivered, %d remaining, spool %v, %v; want L-stuck,L-2,L-3, 2, 1, [L-stuck], <nil>",
+			got, delivered, remaining, ids, err)
+	}
+}
