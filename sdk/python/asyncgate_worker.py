@@ -71,6 +71,7 @@ Receipt flow") and the Go SDK (``sdk/worker``):
 from __future__ import annotations
 
 import base64
+import copy
 import datetime as _dt
 import email.utils
 import functools
@@ -407,18 +408,62 @@ if hasattr(urllib.request, "HTTPSHandler"):  # Python built with ssl
 
     _DEADLINE_HANDLERS.append(_DeadlineHTTPSHandler)
 
-_opener: Optional[urllib.request.OpenerDirector] = None
+
+def _deadline_handler(h: urllib.request.BaseHandler) -> urllib.request.BaseHandler:
+    """A copy of an application's handler for the SDK's opener: an
+    HTTPHandler or HTTPSHandler (or a subclass) becomes its deadline version
+    with the same state (an HTTPS handler's SSL context, check_hostname,
+    debuglevel); any other handler is copied as is, so that the copy's
+    parent is the SDK's opener and the application's stays untouched."""
+    h = copy.copy(h)
+    if isinstance(h, urllib.request.AbstractHTTPHandler) and not isinstance(h, _DeadlineHandlerMixin):
+        cls = type(h)
+        derived = _DEADLINE_CLASSES.get(cls)
+        if derived is None:
+            derived = type("_Deadline" + cls.__name__, (_DeadlineHandlerMixin, cls), {})
+            _DEADLINE_CLASSES[cls] = derived
+        h.__class__ = derived
+    return h
 
 
-def _open(req: urllib.request.Request, deadline: float, timeout: float):
-    """Open req as urllib.request.urlopen does (one opener built on first
-    use), its connect, send and answer all bounded by deadline."""
-    global _opener
-    if _opener is None:
-        _opener = urllib.request.build_opener(*(h() for h in _DEADLINE_HANDLERS))
+_DEADLINE_CLASSES: Dict[type, type] = {urllib.request.HTTPHandler: _DeadlineHTTPHandler}
+if hasattr(urllib.request, "HTTPSHandler"):
+    _DEADLINE_CLASSES[urllib.request.HTTPSHandler] = _DeadlineHTTPSHandler
+
+_default_opener: Optional[urllib.request.OpenerDirector] = None
+_derived_opener: Optional[tuple] = None  # (the installed opener, the SDK's opener derived from it)
+
+
+def _client_opener(ssl_context) -> urllib.request.OpenerDirector:
+    """The opener of a call: built from ssl_context when given (cached on
+    the client, see Client); else derived from the opener the application
+    installed with urllib.request.install_opener, if any (rebuilt only when
+    another is installed); else urllib's defaults with deadline
+    connections (built once)."""
+    global _default_opener, _derived_opener
+    if ssl_context is not None:
+        return urllib.request.build_opener(_DeadlineHTTPHandler(), _DeadlineHTTPSHandler(context=ssl_context))
+    installed = urllib.request._opener
+    if installed is not None:
+        derived = _derived_opener
+        if derived is None or derived[0] is not installed:
+            opener = urllib.request.OpenerDirector()
+            opener.addheaders = list(installed.addheaders)
+            for h in installed.handlers:
+                opener.add_handler(_deadline_handler(h))
+            derived = _derived_opener = (installed, opener)
+        return derived[1]
+    if _default_opener is None:
+        _default_opener = urllib.request.build_opener(*(h() for h in _DEADLINE_HANDLERS))
+    return _default_opener
+
+
+def _open(opener: urllib.request.OpenerDirector, req: urllib.request.Request, deadline: float, timeout: float):
+    """Open req with opener as urllib.request.urlopen does, its connect,
+    send and answer all bounded by deadline."""
     _call_deadline.at = deadline
     try:
-        return _opener.open(req, timeout=timeout)
+        return opener.open(req, timeout=timeout)
     finally:
         _call_deadline.at = None
 
@@ -431,12 +476,26 @@ class Client:
     (connect, send, and the answer's headers and body: an answer trickled
     byte by byte does not keep a call alive past it); a lease call that
     long-polls gets it plus its ``wait_seconds``. A call past its deadline
-    raises ``socket.timeout`` (``TimeoutError``), a temporary error."""
+    raises ``socket.timeout`` (an OSError; the same class as
+    ``TimeoutError`` on Python 3.10+), a temporary error.
 
-    def __init__(self, base_url: str, api_key: str, timeout: float = 30.0):
+    ``ssl_context`` (an ``ssl.SSLContext``) verifies an HTTPS gate, e.g. one
+    whose certificate a private CA signed:
+    ``ssl.create_default_context(cafile="ca.pem")``. Without it the client
+    uses the opener the application installed with
+    ``urllib.request.install_opener``, if any: its handlers (an
+    ``HTTPSHandler(context=...)``, proxies, auth, cookies) see every call,
+    with HTTP and HTTPS connections made deadline-bound (a copy of the
+    opener, built again only when another is installed). Otherwise urllib's
+    defaults (the system's CAs). Given an ``ssl_context``, an installed
+    opener is not used."""
+
+    def __init__(self, base_url: str, api_key: str, timeout: float = 30.0, ssl_context=None):
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
+        self.ssl_context = ssl_context
+        self._opener = None if ssl_context is None else _client_opener(ssl_context)
 
     def _call(self, method: str, path: str, body: Any = None, timeout: Optional[float] = None):
         """Send a request; return (status, decoded JSON or None, server Date as
@@ -453,7 +512,8 @@ class Client:
         refused: Optional[urllib.error.HTTPError] = None
         try:
             try:
-                with _open(req, deadline, budget) as res:
+                opener = self._opener if self._opener is not None else _client_opener(None)
+                with _open(opener, req, deadline, budget) as res:
                     raw = res.read()
                     status, date = res.status, res.headers.get("Date")
             except urllib.error.HTTPError as e:

@@ -18,7 +18,9 @@ import http.client
 import json
 import logging
 import os
+import shutil
 import socket
+import ssl
 import sys
 import subprocess
 import tempfile
@@ -350,6 +352,82 @@ class OutcomeGate:
             return [p for _, p in self.outcomes]
 
 
+class HeaderGate:
+    """A local gate that answers every request 200 ``{"status":
+    "succeeded"}`` and records its headers in ``seen``; over HTTPS with
+    ``tls=(certfile, keyfile)``."""
+
+    def __init__(self, test, tls=None):
+        self.seen = []
+        gate = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                gate.seen.append(dict(self.headers))
+                b = json.dumps({"status": "succeeded"}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(b)))
+                self.end_headers()
+                self.wfile.write(b)
+
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.srv.daemon_threads = True
+        scheme = "http"
+        if tls is not None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self.srv.socket = ctx.wrap_socket(self.srv.socket, server_side=True)
+            scheme = "https"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        self.url = "%s://127.0.0.1:%d" % (scheme, self.srv.server_address[1])
+        test.addCleanup(self.close)
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def self_signed_cert(test):
+    """(certfile, keyfile) of a fresh self-signed certificate for 127.0.0.1,
+    made with the openssl command; skips the test without it."""
+    if not shutil.which("openssl"):
+        test.skipTest("no openssl command to make a certificate")
+    d = tempfile.mkdtemp()
+    test.addCleanup(shutil.rmtree, d, True)
+    cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                        "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=127.0.0.1",
+                        "-addext", "subjectAltName=IP:127.0.0.1"], capture_output=True, timeout=60)
+    if r.returncode != 0:
+        test.skipTest("openssl could not make a certificate: %s" % r.stderr.decode(errors="replace")[-300:])
+    return cert, key
+
+
+def install_opener(test, opener):
+    """urllib.request.install_opener for one test; the previous one (or
+    none) comes back when it ends."""
+    before = urllib.request._opener
+    urllib.request.install_opener(opener)
+    test.addCleanup(urllib.request.install_opener, before)
+
+
+class _MarkHandler(urllib.request.BaseHandler):
+    """An application's handler: marks every request it sees."""
+
+    def http_request(self, req):
+        req.add_unredirected_header("X-App-Handler", "yes")
+        return req
+
+    https_request = http_request
+
+
 def write_spool(path, leases):
     """A spool file (the SDKs' JSON lines) with one completion per lease id."""
     with open(path, "w") as f:
@@ -569,6 +647,56 @@ class FakeGateTests(unittest.TestCase):
                 self.assertNotIn("out", box)
                 self.assertIsInstance(box.get("err"), socket.timeout)
                 self.assertTrue(aw.is_temporary(box["err"]))
+
+    def test_installed_opener_handlers_are_used(self):
+        # An opener the application installed with install_opener is the
+        # base of the client's: its handlers see the gate's requests, and
+        # the call still keeps its deadline.
+        install_opener(self, urllib.request.build_opener(_MarkHandler()))
+        gate = HeaderGate(self)
+        c = aw.Client(gate.url, "agw_fake")
+        for _ in range(2):
+            self.assertEqual(c.complete("L1", {"result": {}})["status"], "succeeded")
+        self.assertEqual([h.get("X-App-Handler") for h in gate.seen], ["yes", "yes"])
+        self.assertEqual(gate.seen[0].get("User-Agent"), "asyncgate-worker-python/1")
+        # Not rebuilt per call; rebuilt when the application installs another.
+        first = aw._client_opener(None)
+        self.assertIs(aw._client_opener(None), first)
+        install_opener(self, urllib.request.build_opener())
+        self.assertIsNot(aw._client_opener(None), first)
+        self.assertEqual(c.complete("L1", {"result": {}})["status"], "succeeded")
+        self.assertIsNone(gate.seen[-1].get("X-App-Handler"))
+        install_opener(self, urllib.request.build_opener(_MarkHandler()))
+        srv = TrickleServer(self, "body")
+        start = time.monotonic()
+        with self.assertRaises(socket.timeout):
+            aw.Client(srv.url, "agw_fake", timeout=0.5).complete("L1", {"result": {}})
+        self.assertLess(time.monotonic() - start, 20, "the deadline was lost with an installed opener")
+
+    def test_https_gate_with_a_private_ca(self):
+        # A gate whose certificate only the application trusts: through an
+        # installed opener's HTTPSHandler(context=...), or the client's
+        # ssl_context. Without either the certificate is refused.
+        cert, key = self_signed_cert(self)
+        gate = HeaderGate(self, tls=(cert, key))
+        trusting = ssl.create_default_context(cafile=cert)
+        with self.subTest("installed opener"):
+            install_opener(self, urllib.request.build_opener(urllib.request.HTTPSHandler(context=trusting),
+                                                             _MarkHandler()))
+            out = aw.Client(gate.url, "agw_fake").complete("L1", {"result": {}})
+            self.assertEqual(out["status"], "succeeded")
+            self.assertEqual(gate.seen[-1].get("X-App-Handler"), "yes")
+        with self.subTest("ssl_context"):
+            install_opener(self, None)
+            n = len(gate.seen)
+            out = aw.Client(gate.url, "agw_fake", ssl_context=trusting).complete("L1", {"result": {}})
+            self.assertEqual(out["status"], "succeeded")
+            self.assertEqual(len(gate.seen), n + 1)
+        with self.subTest("neither"):
+            install_opener(self, None)
+            with self.assertRaises(urllib.error.URLError) as cm:
+                aw.Client(gate.url, "agw_fake").complete("L1", {"result": {}})
+            self.assertIsInstance(cm.exception.reason, ssl.SSLCertVerificationError)
 
     def test_spool_pass_stops_at_first_temporary_failure(self):
         # A gate answering 503 + Retry-After gets one request per pass, not
