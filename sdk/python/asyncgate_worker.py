@@ -60,9 +60,12 @@ Receipt flow") and the Go SDK (``sdk/worker``):
 * completions and failures are retried with exponential backoff, then
   appended (fsync'd) to a spool file of JSON lines — the same format as the Go
   SDK's — which is retried at start and every ``spool_interval`` seconds; a
-  pass stops at the first outcome that fails for now (network error, 429,
-  5xx), leaving it and the rest spooled for the next, which waits for that
-  answer's Retry-After when it is longer than ``spool_interval``;
+  pass stops at the first outcome that finds the gate unreachable or busy
+  (network error, timeout, 408, 429, 503), leaving it and the rest spooled
+  for the next, which waits for that answer's Retry-After when it is longer
+  than ``spool_interval``; an outcome that gets another 5xx (500, 502
+  ``channel_error``, 504 ``plugin_timeout``: about that outcome, not the
+  gate) stays spooled and the pass goes on with the next;
 * ``stop()`` (or SIGINT/SIGTERM in ``run_forever``) stops leasing, lets
   in-flight tasks finish for ``shutdown_timeout`` seconds, then stops them and
   releases their leases so the tasks go back to the queue.
@@ -700,8 +703,9 @@ class Runner:
     the key>.jsonl`` without a worker_id; ``""`` disables the spool; run()
     holds a flock on ``<spool_path>.lock`` and raises SpoolLockedError when
     another process holds it),
-    ``spool_interval`` (seconds between spool passes; longer after a 429 or
-    503 whose Retry-After asks for more), ``shutdown_timeout``,
+    ``spool_interval`` (seconds between spool passes; longer after a
+    temporary answer with Retry-After that stopped a pass, when it asks for
+    more), ``shutdown_timeout``,
     ``data_uri_fallback`` (complete with a data: URI when the gate refuses an
     inline result with 400)."""
 
@@ -1179,9 +1183,12 @@ class Runner:
     def flush_spool(self) -> int:
         """Try the spooled outcomes once, in order; return how many remain.
         Delivered ones and ones the gate refuses for good leave the spool.
-        The first that fails for now (network error, timeout, 429, 5xx) ends
-        the pass: it and the ones after it stay for the next, untried. Raises
-        SpoolLockedError when another worker process holds the spool."""
+        One that gets another 5xx answer (500, 502, 504, ...: about that
+        outcome, e.g. its result channel down) stays for the next pass and
+        this one goes on. The first that finds the gate unreachable or busy
+        (network error, timeout, 408, 429, 503) ends the pass: it and the
+        ones after it stay for the next, untried. Raises SpoolLockedError
+        when another worker process holds the spool."""
         return self._flush_spool_pass()[0]
 
     def _flush_spool_pass(self):
@@ -1211,6 +1218,10 @@ class Runner:
                 self.log.info("spool: delivered %s for task %s", e["kind"], e.get("task_id"))
                 done.add(key)
             except Exception as exc:  # noqa: BLE001
+                if is_temporary(exc) and not _gate_down(exc):
+                    self.log.warning("spool: could not deliver %s for task %s (%s); it stays for the next "
+                                     "try, going on with the rest", e["kind"], e.get("task_id"), exc)
+                    continue
                 if is_temporary(exc):
                     self.log.warning("spool: could not deliver %s for task %s (%s); %d spooled outcome(s) "
                                      "left for the next try", e["kind"], e.get("task_id"), exc,
@@ -1253,6 +1264,16 @@ class Runner:
                 self.log.warning("spool retry failed: %s", e)
             if self._stop.wait(wait):
                 return
+
+
+def _gate_down(exc: BaseException) -> bool:
+    """Report whether a temporary error says the whole gate is unreachable
+    or busy (a network error, a timeout, an answer cut off, 408, 429, 503),
+    so that a spool pass stops, rather than something about one outcome
+    (another 5xx: 500, 502 channel_error, 504 plugin_timeout)."""
+    if isinstance(exc, AsyncGateError):
+        return exc.status in (408, 429, 503)
+    return True
 
 
 class SpoolLockedError(RuntimeError):

@@ -3,8 +3,11 @@
 Usage: python3 test_worker.py URL ADMIN_KEY AGENT_KEY WORKER_KEY WORKER_ID
 
 Run from Go by cmd/gate's TestWorkerPython (``go test ./cmd/gate -run
-Worker``), which starts ``gate serve`` and makes the keys. No timing
-assertions: conditions are polled with generous timeouts.
+Worker``), which starts ``gate serve`` and makes the keys. Conditions are
+polled with generous timeouts; the only timing assertions are lower bounds
+(a wait that must last at least a Retry-After), never upper bounds on how
+fast something happens, beyond "within 20 s" for a call with a 0.5 s
+deadline.
 
 FakeGateTests run against a local fake gate that misbehaves on purpose
 (hung heartbeats, answers cut mid-body) and need no arguments:
@@ -301,6 +304,10 @@ class TrickleServer:
         self.ls.close()
 
 
+OUTCOME_ERRORS = {409: "lease_expired", 502: "channel_error", 504: "plugin_timeout", 500: "internal"}
+"""OutcomeGate's error codes by status (others: database_unavailable)."""
+
+
 class OutcomeGate:
     """A local gate for spool tests: lease calls get 204 (no work); each
     completion or failure is recorded in ``outcomes`` as (time.monotonic(),
@@ -327,7 +334,7 @@ class OutcomeGate:
                         gate.outcomes.append((time.monotonic(), self.path))
                     status, headers = gate.answer(n, self.path)
                     obj = ({"status": "succeeded"} if status < 300 else
-                           {"error": "lease_expired" if status == 409 else "database_unavailable", "detail": "test"})
+                           {"error": OUTCOME_ERRORS.get(status, "database_unavailable"), "detail": "test"})
                 b = b"" if obj is None else json.dumps(obj).encode()
                 self.send_response(status)
                 for k, v in headers.items():
@@ -697,6 +704,60 @@ class FakeGateTests(unittest.TestCase):
             with self.assertRaises(urllib.error.URLError) as cm:
                 aw.Client(gate.url, "agw_fake").complete("L1", {"result": {}})
             self.assertIsInstance(cm.exception.reason, ssl.SSLCertVerificationError)
+
+    def test_spool_pass_goes_past_an_entry_the_gate_fails(self):
+        # 502 channel_error, 504 plugin_timeout, 500: about one entry, not
+        # the gate. That entry stays spooled and the pass goes on; the next
+        # pass tries it again.
+        for status in (502, 504, 500):
+            with self.subTest(status=status):
+                mode = {"L1": status, "L2": 200, "L3": status}
+                gate = OutcomeGate(self, lambda n, path: (mode[path.split("/")[3]], {"Retry-After": "1"}))
+                spool = os.path.join(tempfile.mkdtemp(), "spool.jsonl")
+                write_spool(spool, ["L1", "L2", "L3"])
+                r = aw.Runner(aw.Client(gate.url, "agw_fake"), spool_path=spool)
+                left, stopped = r._flush_spool_pass()
+                self.assertEqual(left, 2)
+                self.assertIsNone(stopped)
+                self.assertEqual(gate.paths(), ["/v1/leases/%s/complete" % lid for lid in ("L1", "L2", "L3")])
+                self.assertEqual([json.loads(ln)["lease_id"] for ln in read_file(spool).splitlines()],
+                                 ["L1", "L3"])
+                mode["L3"] = 200
+                self.assertEqual(r.flush_spool(), 1)
+                self.assertEqual(gate.paths()[3:], ["/v1/leases/L1/complete", "/v1/leases/L3/complete"])
+                self.assertEqual([json.loads(ln)["lease_id"] for ln in read_file(spool).splitlines()], ["L1"])
+
+    def test_spool_pass_stops_when_the_gate_is_unreachable_or_busy(self):
+        # 408, 429, 503 and network errors say the gate, not the entry: the
+        # pass stops at the first, every entry left untouched.
+        for status in (408, 429, 503):
+            with self.subTest(status=status):
+                gate = OutcomeGate(self, lambda n, path: (status, {"Retry-After": "1"}))
+                spool = os.path.join(tempfile.mkdtemp(), "spool.jsonl")
+                write_spool(spool, ["L1", "L2"])
+                before = read_file(spool)
+                r = aw.Runner(aw.Client(gate.url, "agw_fake"), spool_path=spool)
+                left, stopped = r._flush_spool_pass()
+                self.assertEqual(left, 2)
+                self.assertEqual(getattr(stopped, "status", None), status)
+                self.assertEqual(gate.paths(), ["/v1/leases/L1/complete"])
+                self.assertEqual(read_file(spool), before)
+        with self.subTest("network error"):
+            ls = socket.create_server(("127.0.0.1", 0))
+            url = "http://127.0.0.1:%d" % ls.getsockname()[1]
+            ls.close()  # nothing listens there now
+            calls = []
+
+            class Counting(aw.Client):
+                def complete(self, *a, **kw):
+                    calls.append(a[0])
+                    return super().complete(*a, **kw)
+
+            spool = os.path.join(tempfile.mkdtemp(), "spool.jsonl")
+            write_spool(spool, ["L1", "L2"])
+            left, stopped = aw.Runner(Counting(url, "agw_fake"), spool_path=spool)._flush_spool_pass()
+            self.assertEqual((left, calls), (2, ["L1"]))
+            self.assertIsInstance(stopped, OSError)
 
     def test_spool_pass_stops_at_first_temporary_failure(self):
         # A gate answering 503 + Retry-After gets one request per pass, not
