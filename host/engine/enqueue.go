@@ -53,10 +53,14 @@ type EnqueueResult struct {
 }
 
 // Enqueue queues a task for actor and writes its task.assigned receipt in the
-// same transaction. A repeated idempotency key (per tenant and recipient)
-// returns the existing task with IsDuplicate set and writes nothing when the
-// request is the same task (see sameEnqueue); a different task under the same
-// key is refused with idempotency_conflict.
+// same transaction. An idempotency key belongs to the principal that
+// produces the task (actor.Principal, the task's created_by) and is unique
+// per tenant, producer and recipient (store.IdempotencyKey): a repeat by the
+// same producer returns the existing task with IsDuplicate set and writes
+// nothing when the request is the same task (see sameEnqueue), and a
+// different task under the same key is refused with idempotency_conflict.
+// Another principal's use of the same key, for any recipient, is a key of
+// its own: it neither finds nor blocks this producer's task.
 func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (*EnqueueResult, error) {
 	if actor.Tenant == "" || actor.Principal == "" {
 		return nil, host.Errorf(host.CodeBadRequest, "the caller has no tenant or principal")
@@ -180,7 +184,7 @@ func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	err = e.update(ctx, func(tx store.Tx) error {
 		res.IsDuplicate = false
 		if t.IdempotencyKey != "" {
-			old, err := tx.FindTaskByIdempotency(ctx, t.Tenant, t.Recipient, t.IdempotencyKey)
+			old, err := tx.FindTaskByIdempotency(ctx, store.IdempotencyKeyOf(t))
 			if err != nil {
 				return err
 			}
@@ -205,7 +209,7 @@ func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 		var old *host.Task
 		if verr := e.view(ctx, func(r store.Reader) error {
 			var err error
-			old, err = r.FindTaskByIdempotency(ctx, t.Tenant, t.Recipient, t.IdempotencyKey)
+			old, err = r.FindTaskByIdempotency(ctx, store.IdempotencyKeyOf(t))
 			return err
 		}); verr == nil && old != nil {
 			err = duplicateOf(old)

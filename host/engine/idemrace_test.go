@@ -23,11 +23,11 @@ type hideKeyTx struct {
 	s *hideKeyStore
 }
 
-func (t hideKeyTx) FindTaskByIdempotency(ctx context.Context, tenant, recipient, key string) (*host.Task, error) {
+func (t hideKeyTx) FindTaskByIdempotency(ctx context.Context, k store.IdempotencyKey) (*host.Task, error) {
 	if t.s.armed.Load() {
 		return nil, nil
 	}
-	return t.Tx.FindTaskByIdempotency(ctx, tenant, recipient, key)
+	return t.Tx.FindTaskByIdempotency(ctx, k)
 }
 
 func (s *hideKeyStore) Update(ctx context.Context, fn func(store.Tx) error) error {

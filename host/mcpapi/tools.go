@@ -161,7 +161,7 @@ After queuing, continue with your other work. Do not wait and do not poll in a l
 			mcp.WithObject("params", mcp.Description("Task-specific parameters, checked against the task type's JSON Schema (invalid_params on mismatch). Default {}.")),
 			mcp.WithInteger("priority", mcp.Min(1), mcp.Max(10), mcp.Description("1..10, 10 runs first. Default: the task type's (usually 5).")),
 			mcp.WithString("recipient_ai", mcp.Description("Who receives the outcome (its obligation). Default: you.")),
-			mcp.WithString("idempotency_key", mcp.MaxLength(200), mcp.Description("Optional key: queuing again with the same key and recipient returns the first task with is_duplicate true.")),
+			mcp.WithString("idempotency_key", mcp.MaxLength(200), mcp.Description("Optional key, yours alone: queuing again yourself with the same key and recipient returns the first task with is_duplicate true; another principal's use of the key never touches your task.")),
 			mcp.WithString("task_summary", mcp.MaxLength(1000), mcp.Description("One line saying what this task is for; shown in lists and receipts.")),
 			mcp.WithInteger("delay_seconds", mcp.Min(0), mcp.Description("Do not start before this many seconds from now. Default 0.")),
 			mcp.WithArray("resource_intents", mcp.Items(intentItem()), mcp.MaxItems(host.MaxTaskResourceIntents),

@@ -248,8 +248,9 @@ func (r *reader) GetTaskByLease(ctx context.Context, leaseID string) (*host.Task
 	return t, err
 }
 
-func (r *reader) FindTaskByIdempotency(ctx context.Context, tenant, recipient, key string) (*host.Task, error) {
-	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE tenant = $1 AND recipient = $2 AND idempotency_key = $3 AND idempotency_key <> ''`, tenant, recipient, key)
+func (r *reader) FindTaskByIdempotency(ctx context.Context, k store.IdempotencyKey) (*host.Task, error) {
+	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE tenant = $1 AND created_by = $2 AND recipient = $3 AND idempotency_key = $4 AND idempotency_key <> ''`,
+		k.Tenant, k.Producer, k.Recipient, k.Key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}

@@ -252,8 +252,9 @@ func (r *reader) GetTaskByLease(ctx context.Context, leaseID string) (*host.Task
 	return t, err
 }
 
-func (r *reader) FindTaskByIdempotency(ctx context.Context, tenant, recipient, key string) (*host.Task, error) {
-	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE tenant = ? AND recipient = ? AND idempotency_key = ? AND idempotency_key <> ''`, tenant, recipient, key)
+func (r *reader) FindTaskByIdempotency(ctx context.Context, k store.IdempotencyKey) (*host.Task, error) {
+	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE tenant = ? AND created_by = ? AND recipient = ? AND idempotency_key = ? AND idempotency_key <> ''`,
+		k.Tenant, k.Producer, k.Recipient, k.Key)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}

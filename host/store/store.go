@@ -78,8 +78,8 @@ type Reader interface {
 	// GetTaskByLease returns the task whose current or last lease is leaseID, or
 	// host.CodeNotFound.
 	GetTaskByLease(ctx context.Context, leaseID string) (*host.Task, error)
-	// FindTaskByIdempotency returns the task queued with the key, or nil.
-	FindTaskByIdempotency(ctx context.Context, tenant, recipient, key string) (*host.Task, error)
+	// FindTaskByIdempotency returns the task queued under k, or nil.
+	FindTaskByIdempotency(ctx context.Context, k IdempotencyKey) (*host.Task, error)
 	// ListTasks lists tasks in queue order (oldest first) from the cursor on.
 	ListTasks(ctx context.Context, f TaskFilter) ([]*host.Task, string, error)
 	// ExpiredLeases returns leased tasks whose lease ended at or before now, oldest expiry first.
@@ -161,8 +161,8 @@ type Reader interface {
 // Tx is a write transaction.
 type Tx interface {
 	Reader
-	// InsertTask inserts a new task. A clash on (tenant, recipient,
-	// idempotency key) is a host.CodeConflict error.
+	// InsertTask inserts a new task. A clash on its id or on its
+	// IdempotencyKeyOf is a host.CodeConflict error.
 	InsertTask(ctx context.Context, t *host.Task) error
 	// UpdateTask writes every mutable field of t, but only if the stored row
 	// still matches fence. A mismatch is ErrFenced and writes nothing. A
@@ -428,6 +428,23 @@ type InboxFilter struct {
 	IDs    []string
 	Cursor string
 	Limit  int
+}
+
+// IdempotencyKey is the scope an idempotency key is unique in: the tenant,
+// the producing principal (the task's created_by: the principal of the key,
+// or the session, that queued it), the recipient, and the key itself. A key
+// belongs to the principal that produced the task, so no other principal of
+// the tenant can find, take or probe it (issue 37).
+type IdempotencyKey struct {
+	Tenant    string
+	Producer  string
+	Recipient string
+	Key       string
+}
+
+// IdempotencyKeyOf returns the scope t's idempotency key is unique in.
+func IdempotencyKeyOf(t *host.Task) IdempotencyKey {
+	return IdempotencyKey{Tenant: t.Tenant, Producer: t.CreatedBy, Recipient: t.Recipient, Key: t.IdempotencyKey}
 }
 
 // InboxMark selects the inbox items whose Field to set: those of IDs, or

@@ -15,11 +15,11 @@ type Set struct {
 }
 
 // Task returns a task's keys: its id and, when it has one, its idempotency
-// key (unique per tenant and recipient).
+// key (unique per tenant, producing principal and recipient).
 func Task(t *host.Task) []string {
 	ks := []string{"t\x00" + t.ID}
 	if t.IdempotencyKey != "" {
-		ks = append(ks, "k\x00"+t.Tenant+"\x00"+t.Recipient+"\x00"+t.IdempotencyKey)
+		ks = append(ks, "k\x00"+t.Tenant+"\x00"+t.CreatedBy+"\x00"+t.Recipient+"\x00"+t.IdempotencyKey)
 	}
 	return ks
 }

@@ -27,6 +27,8 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"RememberedLeaseGoneElsewhere", testRememberedLeaseGoneElsewhere},
 		{"EnqueueIdempotency", testIdempotency},
 		{"EnqueueIdempotencyConflict", testIdempotencyConflict},
+		{"EnqueueIdempotencyPerProducer", testIdempotencyPerProducer},
+		{"EnqueueIdempotencyPerProducerConcurrent", testIdempotencyPerProducerConcurrent},
 		{"EnqueueRefusesBadInput", testEnqueueBadInput},
 		{"EnqueueDelayedStart", testDelayed},
 		{"LeaseOrderAndBatch", testLeaseOrder},

@@ -20,6 +20,12 @@ func wbTask(id, key string) *host.Task {
 		Priority: 5, Params: json.RawMessage(`{}`), IdempotencyKey: key, CreatedAt: Epoch, UpdatedAt: Epoch, AvailableAt: Epoch, MaxRetries: 3}
 }
 
+// byOther makes t a task agent.mallory produced for agent.kee.
+func byOther(t *host.Task) *host.Task {
+	t.CreatedBy = "agent.mallory"
+	return t
+}
+
 func wbReceipt(id, dedupe string) *host.Receipt {
 	return &host.Receipt{ID: id, Tenant: "acme", Type: host.ReceiptProgress, From: "x", To: "y", Parents: []string{},
 		Body: json.RawMessage(`{}`), DedupeKey: dedupe, CreatedAt: Epoch}
@@ -41,7 +47,7 @@ func testRowsWithinOneUpdate(t *testing.T, b *Bundle) {
 		if got, err := tx.GetTask(ctx, "acme", "T-WB1"); err != nil || got.ID != "T-WB1" || got.Version != 1 {
 			return fmt.Errorf("GetTask of a task inserted in this update: %+v %v", got, err)
 		}
-		if got, err := tx.FindTaskByIdempotency(ctx, "acme", "agent.kee", "k-wb1"); err != nil || got == nil || got.ID != "T-WB1" {
+		if got, err := tx.FindTaskByIdempotency(ctx, store.IdempotencyKeyOf(wbTask("", "k-wb1"))); err != nil || got == nil || got.ID != "T-WB1" {
 			return fmt.Errorf("FindTaskByIdempotency within the update: %+v %v", got, err)
 		}
 		if ts, _, err := tx.ListTasks(ctx, store.TaskFilter{Tenant: "acme", Limit: 10}); err != nil || len(ts) != 1 {
@@ -63,6 +69,18 @@ func testRowsWithinOneUpdate(t *testing.T, b *Bundle) {
 		if err := tx.InsertTask(ctx, wbTask("T-WB3", "k-wb2")); !host.IsCode(err, host.CodeConflict) {
 			return fmt.Errorf("a second task under key k-wb2: %v, want conflict", err)
 		}
+		// The same key produced by another principal, for the same
+		// recipient, is that principal's own key: no clash, and each
+		// producer's lookup finds its own task.
+		if err := tx.InsertTask(ctx, byOther(wbTask("T-WB8", "k-wb2"))); err != nil {
+			return fmt.Errorf("another producer's task under key k-wb2: %v, want inserted", err)
+		}
+		if got, err := tx.FindTaskByIdempotency(ctx, store.IdempotencyKeyOf(wbTask("", "k-wb2"))); err != nil || got == nil || got.ID != "T-WB2" {
+			return fmt.Errorf("agent.kee's task under k-wb2: %+v %v, want T-WB2", got, err)
+		}
+		if got, err := tx.FindTaskByIdempotency(ctx, store.IdempotencyKeyOf(byOther(wbTask("", "k-wb2")))); err != nil || got == nil || got.ID != "T-WB8" {
+			return fmt.Errorf("agent.mallory's task under k-wb2: %+v %v, want T-WB8", got, err)
+		}
 		if err := tx.AppendReceipt(ctx, wbReceipt("R-WB2", "d-wb2")); err != nil {
 			return err
 		}
@@ -74,7 +92,7 @@ func testRowsWithinOneUpdate(t *testing.T, b *Bundle) {
 			t.State, t.LeaseID, t.WorkerID = host.StateLeased, "L-"+t.ID, "w.1"
 			t.LeasedAt, t.LeaseExpiresAt = &Epoch, new(Epoch.Add(60e9))
 		}})
-		if err != nil || len(ts) != 2 {
+		if err != nil || len(ts) != 3 {
 			return fmt.Errorf("claim within the update: %d tasks, %v", len(ts), err)
 		}
 		if err := tx.InsertTask(ctx, wbTask("T-WB4", "")); err != nil {
@@ -137,7 +155,7 @@ func testRowsWithinOneUpdate(t *testing.T, b *Bundle) {
 		t.Fatalf("update failing after its writes were sent: %v", err)
 	}
 	err = b.Store.View(ctx, func(r store.Reader) error {
-		for id, want := range map[string]int{"T-WB1": 5, "T-WB2": 5, "T-WB4": 9, "T-WB5": 5} {
+		for id, want := range map[string]int{"T-WB1": 5, "T-WB2": 5, "T-WB4": 9, "T-WB5": 5, "T-WB8": 5} {
 			if got, err := r.GetTask(ctx, "acme", id); err != nil || got.Priority != want {
 				t.Errorf("%s after commit: %+v %v, want priority %d", id, got, err, want)
 			}
@@ -163,8 +181,9 @@ func testRowsWithinOneUpdate(t *testing.T, b *Bundle) {
 // testClashWithCommittedRow: many concurrent updates (sharing batches) each
 // insert a task and a receipt; a few of them reuse a committed idempotency
 // or dedupe key, which only the database can see. Those few get a conflict
-// and leave nothing; every other update commits whole, and the ledger
-// verifies.
+// and leave nothing; every other update commits whole (among them those
+// that use the committed idempotency key as another producing principal:
+// keys are per producer), and the ledger verifies.
 func testClashWithCommittedRow(t *testing.T, b *Bundle) {
 	ctx := b.Ctx
 	if err := b.Store.Update(ctx, func(tx store.Tx) error {
@@ -182,22 +201,29 @@ func testClashWithCommittedRow(t *testing.T, b *Bundle) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			key, dedupe := "", ""
+			key, dedupe, other := "", "", false
 			switch i % 10 {
 			case 3:
 				key = "k-taken"
+			case 5:
+				key, other = "k-taken", true
 			case 7:
 				dedupe = "d-taken"
 			}
 			errs[i] = b.Store.Update(ctx, func(tx store.Tx) error {
 				// Lookups of committed keys while other updates' rows wait.
-				if old, err := tx.FindTaskByIdempotency(ctx, "acme", "agent.kee", "k-taken"); err != nil || old == nil || old.ID != "T-CL0" {
+				if old, err := tx.FindTaskByIdempotency(ctx, store.IdempotencyKeyOf(wbTask("", "k-taken"))); err != nil || old == nil || old.ID != "T-CL0" {
 					return fmt.Errorf("the committed task under k-taken: %+v %v", old, err)
 				}
 				if old, err := tx.GetReceiptByDedupe(ctx, "acme", "d-taken"); err != nil || old == nil || old.ID != "R-CL0" {
 					return fmt.Errorf("the committed receipt under d-taken: %+v %v", old, err)
 				}
-				if err := tx.InsertTask(ctx, wbTask(fmt.Sprintf("T-CL%d", i+1), key)); err != nil {
+				tk := wbTask(fmt.Sprintf("T-CL%d", i+1), key)
+				if other {
+					// A producer of its own: the key is free for it.
+					tk.CreatedBy = fmt.Sprintf("agent.other%d", i)
+				}
+				if err := tx.InsertTask(ctx, tk); err != nil {
 					return err
 				}
 				return tx.AppendReceipt(ctx, wbReceipt(fmt.Sprintf("R-CL%d", i+1), dedupe))
