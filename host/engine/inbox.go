@@ -331,12 +331,15 @@ func (e *Engine) MarkRead(ctx context.Context, actor Actor, ids []string) (*Mark
 	return out, nil
 }
 
-// markTask sets field on every inbox item of a task that lacks it. It first
-// looks, so a fetch that finds nothing to set writes nothing.
-func (e *Engine) markTask(ctx context.Context, tenant, taskID string, field host.InboxField) error {
+// markTask sets field on who's own inbox items of a task that lack it: an
+// inbox mark records what that principal did (seed 002: fetched_at tracks
+// that that AI accessed the work), so another principal's act, the task's
+// creator's or an admin's, never marks the recipient's item. It first looks,
+// so a fetch that finds nothing to set writes nothing.
+func (e *Engine) markTask(ctx context.Context, tenant, who, taskID string, field host.InboxField) error {
 	need := false
 	if err := e.view(ctx, func(r store.Reader) error {
-		items, _, err := r.ListInbox(ctx, store.InboxFilter{Tenant: tenant, TaskID: taskID, Limit: 100})
+		items, _, err := r.ListInbox(ctx, store.InboxFilter{Tenant: tenant, Recipient: who, TaskID: taskID, Limit: 100})
 		for _, it := range items {
 			switch field {
 			case host.InboxFetched:
@@ -351,7 +354,7 @@ func (e *Engine) markTask(ctx context.Context, tenant, taskID string, field host
 	}
 	now := e.now()
 	return e.update(ctx, func(tx store.Tx) error {
-		_, err := tx.MarkInbox(ctx, store.InboxMark{Tenant: tenant, TaskID: taskID, Field: field, At: now})
+		_, err := tx.MarkInbox(ctx, store.InboxMark{Tenant: tenant, Recipient: who, TaskID: taskID, Field: field, At: now})
 		return err
 	})
 }
@@ -425,14 +428,14 @@ func (e *Engine) SessionBootstrap(ctx context.Context, actor Actor, limit int) (
 	return out, nil
 }
 
-// fetched records, after a result was opened for its reader, that the task's
-// inbox items were fetched. A failure to record it is logged, not returned:
-// the reader has the result.
-func (e *Engine) fetched(ctx context.Context, rs *ResultStream, err error) {
+// fetched records, after a result was opened for actor, that actor's own
+// inbox items of the task were fetched. A failure to record it is logged,
+// not returned: the reader has the result.
+func (e *Engine) fetched(ctx context.Context, actor Actor, rs *ResultStream, err error) {
 	if err != nil || rs == nil || rs.Task == nil {
 		return
 	}
-	if err := e.markTask(context.WithoutCancel(ctx), rs.Task.Tenant, rs.Task.ID, host.InboxFetched); err != nil {
+	if err := e.markTask(context.WithoutCancel(ctx), rs.Task.Tenant, actor.Principal, rs.Task.ID, host.InboxFetched); err != nil {
 		e.log.Warn("could not record the inbox item fetched", "task_id", rs.Task.ID, "err", err)
 	}
 }

@@ -356,8 +356,9 @@ const maxMemoryContent = 64 << 10
 
 // PromoteToMemory queues a succeeded task's result for the external ledger
 // as a memory item (kind "memory", key memory:<task_id>) and sets
-// promoted_to_memory on the task's inbox items, in one transaction. The
-// outbox delivers it at least once. The result's content is carried when it
+// promoted_to_memory on the acting principal's own inbox items of the task,
+// in one transaction. It answers already_promoted, queuing nothing, when an
+// item of the task was promoted. The outbox delivers it at least once. The result's content is carried when it
 // is at most 64 KiB; otherwise its pointer and checksum are.
 func (e *Engine) PromoteToMemory(ctx context.Context, actor Actor, req PromoteRequest) (*PromoteResult, error) {
 	if !e.outboxOn() {
@@ -407,7 +408,9 @@ func (e *Engine) PromoteToMemory(ctx context.Context, actor Actor, req PromoteRe
 			Body: body, NextAt: now, CreatedAt: now}}); err != nil {
 			return err
 		}
-		_, err = tx.MarkInbox(ctx, store.InboxMark{Tenant: t.Tenant, TaskID: t.ID, Field: host.InboxPromoted, At: now})
+		// Only the promoting principal's own items (seed 002: the mark
+		// records what that AI did); the answer above is the task's.
+		_, err = tx.MarkInbox(ctx, store.InboxMark{Tenant: t.Tenant, Recipient: actor.Principal, TaskID: t.ID, Field: host.InboxPromoted, At: now})
 		return err
 	})
 	if err != nil {

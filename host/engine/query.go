@@ -289,7 +289,9 @@ func (e *Engine) ArchiveResult(ctx context.Context, actor Actor, id string) (*ho
 		if err := tx.UpdateTask(ctx, cur, store.Fence{State: host.StateSucceeded}); err != nil {
 			return err
 		}
-		_, err = tx.MarkInbox(ctx, store.InboxMark{Tenant: cur.Tenant, TaskID: cur.ID, Field: host.InboxFetched, At: now})
+		// Only the archiving principal's own items: another's act is not
+		// theirs to record (seed 002).
+		_, err = tx.MarkInbox(ctx, store.InboxMark{Tenant: cur.Tenant, Recipient: actor.Principal, TaskID: cur.ID, Field: host.InboxFetched, At: now})
 		return err
 	})
 	return t, err

@@ -68,7 +68,7 @@ type FetchedResult struct {
 // send a payload as they read it use OpenResult instead.
 func (e *Engine) FetchResult(ctx context.Context, actor Actor, id string) (*FetchedResult, error) {
 	rs, err := e.openResult(ctx, actor, id, true)
-	e.fetched(ctx, rs, err)
+	e.fetched(ctx, actor, rs, err)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +166,7 @@ func (s *ResultStream) Close() error {
 // Config.ResultQueueWait the answer is busy (503, retry later).
 func (e *Engine) OpenResult(ctx context.Context, actor Actor, id string) (*ResultStream, error) {
 	rs, err := e.openResult(ctx, actor, id, false)
-	e.fetched(ctx, rs, err)
+	e.fetched(ctx, actor, rs, err)
 	return rs, err
 }
 

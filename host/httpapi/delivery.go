@@ -33,7 +33,8 @@ type StoreInMemoryBody struct {
 
 // storeInMemory is POST /v1/tasks/{id}/store-in-memory: the seed's
 // store_task_result_in_memory. The result is queued durably for the
-// external ledger as a memory item and promoted_to_memory is set.
+// external ledger as a memory item and promoted_to_memory is set on the
+// caller's own inbox items of the task.
 func (s *Server) storeInMemory(c echo.Context) error {
 	var b StoreInMemoryBody
 	if c.Request().ContentLength != 0 {

@@ -39,7 +39,7 @@ Each inbox item has inbox_id, kind (completed, failed, escalation, milestone), t
 		agentRoles, s.markRead)
 
 	s.add(tool("store_task_result_in_memory", "Store a task's result in long-term memory",
-		`Promote a succeeded task's result to the external ledger (MemoryGate) as a memory item, closing the loop task → result → permanent knowledge. The item carries the result (its content when at most 64 KiB, else its pointer and checksum), task_type, domain and as_observation; it is queued durably and delivered at least once, with memory_key as its dedupe key. Sets promoted_to_memory on the task's inbox items. Promoting twice is harmless (already_promoted). A conflict error means the task has no result yet or this gate has no external ledger configured.`,
+		`Promote a succeeded task's result to the external ledger (MemoryGate) as a memory item, closing the loop task → result → permanent knowledge. The item carries the result (its content when at most 64 KiB, else its pointer and checksum), task_type, domain and as_observation; it is queued durably and delivered at least once, with memory_key as its dedupe key. Sets promoted_to_memory on your own inbox items of the task (never on another agent's). Promoting twice is harmless (already_promoted). A conflict error means the task has no result yet or this gate has no external ledger configured.`,
 		returns[engine.PromoteResult](), writes(true, false), props(taskIDArg,
 			mcp.WithBoolean("as_observation", mcp.Description("Store as an observation (default true) rather than a pattern.")),
 			mcp.WithString("domain", mcp.Description("Memory domain; defaults to the task type.")),

@@ -120,3 +120,76 @@ func testIdempotencyPerProducerConcurrent(t *testing.T, b *Bundle) {
 		t.Fatalf("two producers share task %s", ids[0][0])
 	}
 }
+
+// testInboxMarksOnlyTheActor: an inbox mark records what its recipient did
+// (seed 002: fetched_at tracks that that AI accessed the work). When the
+// task's creator or an admin archives or promotes the result of a task
+// handed to another agent, the recipient's item keeps every mark unset; the
+// recipient's own acts set them.
+func testInboxMarksOnlyTheActor(t *testing.T, b *Bundle) {
+	eng, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1, Delivery: engine.DeliveryConfig{Outbox: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eng.Close)
+	hexy := engine.Actor{Tenant: "acme", Principal: "agent.hexy", Role: engine.RoleAgent}
+	handOff := func() string {
+		t.Helper()
+		res, err := eng.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "work", Recipient: hexy.Principal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		offers, err := eng.Lease(b.Ctx, engine.LeaseRequest{Tenant: "acme", WorkerID: "w.1", MaxTasks: 1})
+		if err != nil || len(offers) != 1 {
+			t.Fatal(offers, err)
+		}
+		if _, err := eng.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", offers[0]), Result: Pointer}); err != nil {
+			t.Fatal(err)
+		}
+		return res.TaskID
+	}
+	item := func(taskID string) host.InboxItem {
+		t.Helper()
+		items, _, err := eng.Inbox(b.Ctx, b.Admin, engine.InboxQuery{Recipient: hexy.Principal, TaskID: taskID})
+		if err != nil || len(items) != 1 {
+			t.Fatalf("agent.hexy's items of %s: %+v %v", taskID, items, err)
+		}
+		return items[0]
+	}
+	unmarked := func(id, what string) {
+		t.Helper()
+		if it := item(id); it.FetchedAt != nil || it.PromotedAt != nil || it.DeliveredAt != nil || it.ReadAt != nil {
+			t.Fatalf("%s marked the recipient's item: %+v", what, it)
+		}
+	}
+	id := handOff()
+	if _, err := eng.ArchiveResult(b.Ctx, b.Agent, id); err != nil {
+		t.Fatal(err)
+	}
+	unmarked(id, "the creator's archive")
+	for _, a := range []engine.Actor{b.Agent, b.Admin} {
+		if p, err := eng.PromoteToMemory(b.Ctx, a, engine.PromoteRequest{TaskID: id}); err != nil || p.AlreadyPromoted {
+			t.Fatalf("%s promotes: %+v %v", a.Principal, p, err)
+		}
+		unmarked(id, a.Principal+"'s promotion")
+	}
+	b.Clock.Advance(1e9)
+	if p, err := eng.PromoteToMemory(b.Ctx, hexy, engine.PromoteRequest{TaskID: id}); err != nil || p.AlreadyPromoted {
+		t.Fatalf("the recipient promotes: %+v %v", p, err)
+	}
+	if it := item(id); it.PromotedAt == nil || !it.PromotedAt.Equal(b.Clock.Now()) || it.FetchedAt != nil {
+		t.Fatalf("the recipient's promotion: %+v", it)
+	}
+	// Once an item of the task is promoted, a promotion by anyone is
+	// already_promoted: the memory item is the task's.
+	if p, err := eng.PromoteToMemory(b.Ctx, b.Agent, engine.PromoteRequest{TaskID: id}); err != nil || !p.AlreadyPromoted {
+		t.Fatalf("the creator promotes after the recipient: %+v %v", p, err)
+	}
+	id2 := handOff()
+	if _, err := eng.ArchiveResult(b.Ctx, hexy, id2); err != nil {
+		t.Fatal(err)
+	}
+	if it := item(id2); it.FetchedAt == nil || !it.FetchedAt.Equal(b.Clock.Now()) {
+		t.Fatalf("the recipient's archive: %+v", it)
+	}
+}

@@ -29,6 +29,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"EnqueueIdempotencyConflict", testIdempotencyConflict},
 		{"EnqueueIdempotencyPerProducer", testIdempotencyPerProducer},
 		{"EnqueueIdempotencyPerProducerConcurrent", testIdempotencyPerProducerConcurrent},
+		{"InboxMarksOnlyTheActor", testInboxMarksOnlyTheActor},
 		{"EnqueueRefusesBadInput", testEnqueueBadInput},
 		{"EnqueueDelayedStart", testDelayed},
 		{"LeaseOrderAndBatch", testLeaseOrder},
