@@ -177,7 +177,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) (in
 type EnqueueOptions struct {
 	Priority       int    // 1..10, 10 first; 0: the task type's default
 	Recipient      string // who receives the outcome; "": the caller
-	IdempotencyKey string // a repeat answers the first task (IsDuplicate)
+	IdempotencyKey string // yours alone: your repeat for the same recipient answers the first task (IsDuplicate)
 	Summary        string // a description for people
 	Delay          time.Duration
 	NotBefore      time.Time
