@@ -181,7 +181,7 @@ func (e *Engine) emailOutcomes(ctx context.Context, tx store.Tx, es []store.Outb
 			// gate outbox retry sends it again: a new refusal is a new failure.
 			key += ":" + strconv.FormatInt(en.ClaimedTill.UnixMicro(), 10)
 		}
-		if prev, err := tx.GetReceiptByDedupe(ctx, en.Tenant, key); err != nil {
+		if prev, err := tx.GetReceiptByDedupe(ctx, en.Tenant, "", key); err != nil {
 			return err
 		} else if prev != nil {
 			continue

@@ -641,7 +641,7 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 		t, err := liveLease(ctx, tx, req.WorkerCall, now)
 		if err != nil {
 			if host.IsCode(err, host.CodeLeaseExpired) {
-				if prev, _ := tx.GetReceiptByDedupe(ctx, req.Tenant, completeDedupe(req.LeaseID)); ownOutcome(prev, req.WorkerCall, host.ReceiptCompleted) {
+				if prev, _ := tx.GetReceiptByDedupe(ctx, req.Tenant, "", completeDedupe(req.LeaseID)); ownOutcome(prev, req.WorkerCall, host.ReceiptCompleted) {
 					out.Task, out.ReceiptID, out.Duplicate = t, prev.ID, true
 					if t == nil {
 						out.Task, _ = tx.GetTask(ctx, prev.Tenant, prev.TaskID)
@@ -683,7 +683,7 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 func (e *Engine) completeDuplicate(ctx context.Context, req CompleteRequest) *CompleteResult {
 	var out *CompleteResult
 	_ = e.view(ctx, func(r store.Reader) error {
-		prev, err := r.GetReceiptByDedupe(ctx, req.Tenant, completeDedupe(req.LeaseID))
+		prev, err := r.GetReceiptByDedupe(ctx, req.Tenant, "", completeDedupe(req.LeaseID))
 		if err != nil || !ownOutcome(prev, req.WorkerCall, host.ReceiptCompleted) {
 			return err
 		}
@@ -936,7 +936,7 @@ func (e *Engine) Fail(ctx context.Context, req FailRequest) (*FailResult, error)
 func (e *Engine) failDuplicate(ctx context.Context, req FailRequest) *FailResult {
 	var out *FailResult
 	_ = e.view(ctx, func(r store.Reader) error {
-		prev, err := r.GetReceiptByDedupe(ctx, req.Tenant, failDedupe(req.LeaseID))
+		prev, err := r.GetReceiptByDedupe(ctx, req.Tenant, "", failDedupe(req.LeaseID))
 		if err != nil || !ownOutcome(prev, req.WorkerCall, host.ReceiptRetryScheduled, host.ReceiptFailed, host.ReceiptCanceled) {
 			return err
 		}

@@ -157,7 +157,8 @@ type AppendRequest struct {
 // because they move task state (assigned, accepted, completed, failed,
 // canceled, retry_scheduled, released) are refused; a receipt may terminate
 // only obligations the caller owes or is owed. A repeated dedupe key returns
-// the first receipt.
+// the first receipt the caller appended with it: dedupe keys belong to the
+// principal that used them.
 func (e *Engine) AppendReceipt(ctx context.Context, actor Actor, req AppendRequest) (*host.Receipt, bool, error) {
 	switch req.Type {
 	case host.ReceiptProgress, host.ReceiptEscalated:
@@ -174,7 +175,9 @@ func (e *Engine) AppendReceipt(ctx context.Context, actor Actor, req AppendReque
 		req.To = actor.Principal
 	}
 	// Principals' dedupe keys live in their own namespace, apart from the keys
-	// the engine uses for its outcome receipts (complete:<lease>, fail:<lease>).
+	// the engine uses for its outcome receipts (complete:<lease>, fail:<lease>),
+	// and each principal's apart from every other's: the store looks a key up
+	// among the receipts its caller issued, and holds it unique per issuer.
 	dedupe := ""
 	if req.DedupeKey != "" {
 		dedupe = userDedupePrefix + req.DedupeKey
@@ -196,7 +199,7 @@ func (e *Engine) AppendReceipt(ctx context.Context, actor Actor, req AppendReque
 	err := e.update(ctx, func(tx store.Tx) error {
 		dup = false
 		if rc.DedupeKey != "" {
-			if prev, err := tx.GetReceiptByDedupe(ctx, actor.Tenant, rc.DedupeKey); err != nil {
+			if prev, err := tx.GetReceiptByDedupe(ctx, actor.Tenant, actor.Principal, rc.DedupeKey); err != nil {
 				return err
 			} else if prev != nil {
 				rc, dup = prev, true

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/asyncgate/asyncgate/host/store/storetest"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -31,4 +32,26 @@ func TestOpenRefusesANewerSchema(t *testing.T) {
 	if !strings.Contains(err.Error(), "version 9999") || !strings.Contains(err.Error(), "newer gate") {
 		t.Fatalf("refusal %q does not name the versions", err)
 	}
+}
+
+// A database from before migration 0020, where a receipt dedupe key was
+// unique in its tenant, migrates to keys per issuer (issue 37): the key its
+// receipt used still answers its issuer's repeat, and another principal
+// using it writes a receipt of its own instead of a conflict or the first
+// issuer's receipt.
+func TestMigrationDedupeKeysPerIssuer(t *testing.T) {
+	schema := newSchema(t)
+	st, err := Open(context.Background(), testURL(), Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	old := storetest.DedupeBeforeMigration(t, b)
+	b.Engine.Close()
+	st.Close()
+	// Wind the schema back to before 0020.
+	execIn(t, schema, `DROP INDEX receipts_dedupe`, `CREATE UNIQUE INDEX receipts_dedupe ON receipts (tenant, dedupe_key) WHERE dedupe_key <> ''`,
+		`DELETE FROM schema_migrations WHERE version = 20`)
+
+	storetest.CheckDedupeAfterMigration(t, storetest.Setup(t, func(testing.TB) storetest.Store { return openIn(t, schema, Options{}) }), old)
 }

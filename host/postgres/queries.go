@@ -730,8 +730,12 @@ func (r *reader) GetReceipt(ctx context.Context, tenant, id string) (*host.Recei
 	return rc, err
 }
 
-func (r *reader) GetReceiptByDedupe(ctx context.Context, tenant, key string) (*host.Receipt, error) {
-	rc, err := r.oneReceipt(ctx, `SELECT `+receiptCols+` FROM receipts WHERE tenant = $1 AND dedupe_key = $2 AND dedupe_key <> ''`, tenant, key)
+func (r *reader) GetReceiptByDedupe(ctx context.Context, tenant, from, key string) (*host.Receipt, error) {
+	q, args := `SELECT `+receiptCols+` FROM receipts WHERE tenant = $1 AND dedupe_key = $2 AND dedupe_key <> ''`, []any{tenant, key}
+	if from != "" {
+		q, args = q+` AND from_p = $3`, append(args, from)
+	}
+	rc, err := r.oneReceipt(ctx, q, args...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}

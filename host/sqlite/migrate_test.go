@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/asyncgate/asyncgate/host/sqlite"
+	"github.com/asyncgate/asyncgate/host/store/storetest"
 )
 
 // A database a newer gate migrated past this gate's last migration is
@@ -27,4 +28,31 @@ func TestOpenRefusesANewerSchema(t *testing.T) {
 	if !strings.Contains(err.Error(), "version 9999") || !strings.Contains(err.Error(), "newer gate") {
 		t.Fatalf("refusal %q does not name the versions", err)
 	}
+}
+
+// A data folder from before migration 0020, where a receipt dedupe key was
+// unique in its tenant, migrates to keys per issuer (issue 37): the key its
+// receipt used still answers its issuer's repeat, and another principal
+// using it writes a receipt of its own instead of a conflict or the first
+// issuer's receipt.
+func TestMigrationDedupeKeysPerIssuer(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gate.db")
+	st, err := sqlite.Open(path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	old := storetest.DedupeBeforeMigration(t, b)
+	b.Engine.Close()
+	st.Close()
+	// Wind the folder back to the schema before 0020.
+	tamper(t, path, `DROP INDEX receipts_dedupe`, `CREATE UNIQUE INDEX receipts_dedupe ON receipts (tenant, dedupe_key) WHERE dedupe_key <> ''`,
+		`DELETE FROM schema_migrations WHERE version = 20`)
+
+	st, err = sqlite.Open(path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	storetest.CheckDedupeAfterMigration(t, storetest.Setup(t, func(testing.TB) storetest.Store { return st }), old)
 }

@@ -886,8 +886,12 @@ func (r *reader) GetReceipt(ctx context.Context, tenant, id string) (*host.Recei
 	return rc, err
 }
 
-func (r *reader) GetReceiptByDedupe(ctx context.Context, tenant, key string) (*host.Receipt, error) {
-	rc, err := scanReceipt(r.queryRow(ctx, `SELECT `+receiptCols+` FROM receipts WHERE tenant = ? AND dedupe_key = ? AND dedupe_key <> ''`, tenant, key))
+func (r *reader) GetReceiptByDedupe(ctx context.Context, tenant, from, key string) (*host.Receipt, error) {
+	q, args := `SELECT `+receiptCols+` FROM receipts WHERE tenant = ? AND dedupe_key = ? AND dedupe_key <> ''`, []any{tenant, key}
+	if from != "" {
+		q, args = q+` AND from_p = ?`, append(args, from)
+	}
+	rc, err := scanReceipt(r.queryRow(ctx, q, args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}

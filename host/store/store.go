@@ -98,8 +98,12 @@ type Reader interface {
 
 	// GetReceipt returns a receipt or host.CodeNotFound.
 	GetReceipt(ctx context.Context, tenant, id string) (*host.Receipt, error)
-	// GetReceiptByDedupe returns the receipt appended with the dedupe key, or nil.
-	GetReceiptByDedupe(ctx context.Context, tenant, key string) (*host.Receipt, error)
+	// GetReceiptByDedupe returns the receipt appended with the dedupe key,
+	// or nil. A dedupe key is unique per (tenant, issuer): with from set it
+	// looks among the receipts that principal issued; with from empty among
+	// all of the tenant's, for the engine's own keys, which embed an id and
+	// so can have one issuer only.
+	GetReceiptByDedupe(ctx context.Context, tenant, from, key string) (*host.Receipt, error)
 	// ListReceipts lists receipts in ledger order from the cursor on.
 	ListReceipts(ctx context.Context, f ReceiptFilter) ([]*host.Receipt, string, error)
 	// ScanReceipts returns up to limit receipts of every tenant with Seq > afterSeq, in Seq order.
@@ -180,7 +184,7 @@ type Tx interface {
 	// r.Seq (its place in the whole ledger) by the time Update returns, or
 	// sooner after Flush: a driver may send the write with the rest of the
 	// batch. Writers never share a chain, so no append waits for another
-	// writer's. A clash on (tenant, dedupe key) is a host.CodeConflict error
+	// writer's. A clash on (tenant, dedupe key, issuer) is a host.CodeConflict error
 	// from Update (a driver that finds it late runs the batch again with
 	// every write answered at once).
 	AppendReceipt(ctx context.Context, r *host.Receipt) error

@@ -25,11 +25,11 @@ func Task(t *host.Task) []string {
 }
 
 // Receipt returns a receipt's keys: its id and, when it has one, its dedupe
-// key (unique per tenant).
+// key (unique per tenant and issuer).
 func Receipt(rc *host.Receipt) []string {
 	ks := []string{"r\x00" + rc.ID}
 	if rc.DedupeKey != "" {
-		ks = append(ks, "d\x00"+rc.Tenant+"\x00"+rc.DedupeKey)
+		ks = append(ks, "d\x00"+rc.Tenant+"\x00"+rc.From+"\x00"+rc.DedupeKey)
 	}
 	return ks
 }

@@ -56,7 +56,7 @@ func testRowsWithinOneUpdate(t *testing.T, b *Bundle) {
 		if got, err := tx.GetReceipt(ctx, "acme", "R-WB1"); err != nil || got.ID != "R-WB1" {
 			return fmt.Errorf("GetReceipt within the update: %+v %v", got, err)
 		}
-		if got, err := tx.GetReceiptByDedupe(ctx, "acme", "d-wb1"); err != nil || got == nil || got.ID != "R-WB1" {
+		if got, err := tx.GetReceiptByDedupe(ctx, "acme", "", "d-wb1"); err != nil || got == nil || got.ID != "R-WB1" {
 			return fmt.Errorf("GetReceiptByDedupe within the update: %+v %v", got, err)
 		}
 		// Clashes among the update's own rows, kept or written.
@@ -215,7 +215,7 @@ func testClashWithCommittedRow(t *testing.T, b *Bundle) {
 				if old, err := tx.FindTaskByIdempotency(ctx, store.IdempotencyKeyOf(wbTask("", "k-taken"))); err != nil || old == nil || old.ID != "T-CL0" {
 					return fmt.Errorf("the committed task under k-taken: %+v %v", old, err)
 				}
-				if old, err := tx.GetReceiptByDedupe(ctx, "acme", "d-taken"); err != nil || old == nil || old.ID != "R-CL0" {
+				if old, err := tx.GetReceiptByDedupe(ctx, "acme", "", "d-taken"); err != nil || old == nil || old.ID != "R-CL0" {
 					return fmt.Errorf("the committed receipt under d-taken: %+v %v", old, err)
 				}
 				tk := wbTask(fmt.Sprintf("T-CL%d", i+1), key)
