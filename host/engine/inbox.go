@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -139,19 +140,28 @@ func inboxItemFor(r *host.Receipt, t *host.Task) (host.InboxItem, bool) {
 		it.Kind = host.InboxCompleted
 		it.Summary = name + " completed"
 		if b.Summary != "" {
-			it.Summary += ": " + clip(b.Summary, 300)
+			it.Summary += "; " + words(r.From, b.Summary, maxQuoted)
 		}
 		it.Summary += ". Fetch the result (fetch_task_result), then archive it."
 	case host.ReceiptFailed:
 		it.Kind = host.InboxFailed
 		it.Summary = fmt.Sprintf("%s failed for good (%s)", name, b.DeadReason)
 		if b.Error != "" {
-			it.Summary += ": " + clip(b.Error, 300)
+			it.Summary += "; " + words(r.From, b.Error, maxQuoted)
 		}
 		it.Summary += ". Decide whether to queue it again."
 	case host.ReceiptEscalated:
 		it.Kind = host.InboxEscalated
-		it.Summary = fmt.Sprintf("%s escalated (%s). Look at its receipts and decide what to do.", name, b.Reason)
+		if r.From == GatePrincipal {
+			it.Summary = fmt.Sprintf("%s escalated (%s). Look at its receipts and decide what to do.", name, b.Reason)
+		} else {
+			// A principal's own escalation: its reason is its words, not the gate's.
+			it.Summary = fmt.Sprintf("%s escalated by %s", name, r.From)
+			if b.Reason != "" {
+				it.Summary += "; " + words(r.From, b.Reason, maxQuoted)
+			}
+			it.Summary += ". Look at its receipts and decide what to do."
+		}
 	default:
 		return it, false
 	}
@@ -163,6 +173,22 @@ func inboxItemFor(r *host.Receipt, t *host.Task) (host.InboxItem, bool) {
 // refuses those in text), at most about n bytes.
 func errorText(err error, n int) string {
 	return clip(strings.ToValidUTF8(strings.ReplaceAll(err.Error(), "\x00", ""), "\uFFFD"), n)
+}
+
+// maxQuoted bounds the bytes of one principal's text that an inbox item
+// quotes (before quoting).
+const maxQuoted = 300
+
+// words is text a principal wrote as it may reach another principal (issue
+// 37): at most n bytes of it, marked as who's words, on one line inside
+// double quotes it cannot close (strconv.Quote escapes quotes, backslashes,
+// newlines and other control characters). Whatever it says, the reader can
+// tell where the gate's words end and the principal's begin.
+func words(who, text string, n int) string {
+	if who == "" {
+		who = "an unnamed principal"
+	}
+	return who + " wrote: " + strconv.Quote(clip(strings.ToValidUTF8(text, "\uFFFD"), n))
 }
 
 func clip(s string, n int) string {
@@ -180,7 +206,7 @@ func clip(s string, n int) string {
 func milestone(ctx context.Context, tx store.Tx, t *host.Task, message string, now time.Time) error {
 	s := "Task " + t.ID + " (" + t.Type + ") reached a milestone"
 	if message != "" {
-		s += ": " + clip(message, 300)
+		s += "; " + words(t.WorkerID, message, maxQuoted)
 	}
 	return tx.InsertInbox(ctx, host.InboxItem{ID: host.NewID(host.PrefixInbox), Tenant: t.Tenant, Recipient: t.Recipient,
 		Kind: host.InboxMilestone, TaskID: t.ID, TaskType: t.Type, Summary: s, CreatedAt: now})

@@ -77,7 +77,9 @@ type ChainLink struct {
 const MaxChainDepth = 64
 
 // Chain walks from a receipt up through its parents (O(depth) lookups, never a
-// ledger scan) and returns the receipts found, nearest first.
+// ledger scan) and returns the receipts found, nearest first. A parent the
+// actor may not read is left out, as one not in the ledger is, and the walk
+// does not go past it.
 func (e *Engine) Chain(ctx context.Context, actor Actor, id string) ([]ChainLink, error) {
 	var out []ChainLink
 	err := e.view(ctx, func(r store.Reader) error {
@@ -110,6 +112,9 @@ func (e *Engine) Chain(ctx context.Context, actor Actor, id string) ([]ChainLink
 					}
 					if err != nil {
 						return err
+					}
+					if !e.receiptVisible(ctx, r, actor, pr) {
+						continue // one the actor may not read: left out as if it did not exist
 					}
 					next = append(next, pr)
 				}
@@ -159,6 +164,14 @@ type AppendRequest struct {
 // only obligations the caller owes or is owed. A repeated dedupe key returns
 // the first receipt the caller appended with it: dedupe keys belong to the
 // principal that used them.
+//
+// What a principal writes stays within what it is a party to (issue 37):
+// its task must be one it may see, every parent one it may read (a parent it
+// may not read is refused with the answer an unknown id gets), and the
+// receipt may be addressed only to a party of its task (who queued it, its
+// recipient, the worker holding it) or to the escalation target its task
+// type configures; a receipt without a task only to the caller or to a party
+// of one of its parents. Admins may address any principal of their tenant.
 func (e *Engine) AppendReceipt(ctx context.Context, actor Actor, req AppendRequest) (*host.Receipt, bool, error) {
 	switch req.Type {
 	case host.ReceiptProgress, host.ReceiptEscalated:
@@ -190,9 +203,23 @@ func (e *Engine) AppendReceipt(ctx context.Context, actor Actor, req AppendReque
 	if err := rc.Validate(); err != nil {
 		return nil, false, err
 	}
+	// to holds the principals the receipt may be addressed to.
+	to := map[string]bool{actor.Principal: true}
 	if req.TaskID != "" {
-		if _, err := e.GetTask(ctx, actor, req.TaskID); err != nil {
+		t, err := e.GetTask(ctx, actor, req.TaskID)
+		if err != nil {
 			return nil, false, err // only a task the caller may see (a worker: one it holds)
+		}
+		to[t.CreatedBy], to[t.Recipient] = true, true
+		if t.WorkerID != "" {
+			to[t.WorkerID] = true
+		}
+		if ct, err := e.types.get(ctx, t.Tenant, t.Type); err == nil {
+			if s := configuredEscalateTo(ct.tt); s != "" {
+				to[s] = true
+			}
+		} else if !host.IsCode(err, host.CodeUnknownTaskType) {
+			return nil, false, err
 		}
 	}
 	dup := false
@@ -207,20 +234,36 @@ func (e *Engine) AppendReceipt(ctx context.Context, actor Actor, req AppendReque
 			}
 		}
 		types := map[string]host.ReceiptType{}
+		parties := map[string]bool{}
 		for _, p := range rc.Parents {
 			pr, err := tx.GetReceipt(ctx, actor.Tenant, p)
+			if err == nil && !e.receiptVisible(ctx, tx, actor, pr) {
+				err = host.Errorf(host.CodeNotFound, "no receipt %s", p) // as if it did not exist
+			}
 			if err != nil {
 				if host.IsCode(err, host.CodeNotFound) {
 					return host.Errorf(host.CodeInvalidReceipt, "parent %s is not in this ledger", p)
 				}
 				return err
 			}
+			parties[pr.From], parties[pr.To] = true, true
 			if rc.Type.Terminates(pr.Type) {
 				if pr.From != actor.Principal && pr.To != actor.Principal && actor.Role != RoleAdmin {
 					return host.Errorf(host.CodeForbidden, "only a party to obligation %s may terminate it", p)
 				}
 				types[p] = pr.Type
 			}
+		}
+		if rc.TaskID == "" {
+			for p := range parties {
+				to[p] = true
+			}
+		}
+		if !to[rc.To] && actor.Role != RoleAdmin {
+			if rc.TaskID != "" {
+				return host.Errorf(host.CodeForbidden, "a receipt about task %s may be addressed only to the task's parties (who queued it, its recipient, the worker holding it) or to the escalation target its task type configures, not to %.80q", rc.TaskID, rc.To)
+			}
+			return host.Errorf(host.CodeForbidden, "a receipt without a task may be addressed only to yourself or to a party of one of its parents, not to %.80q", rc.To)
 		}
 		rc.CreatedAt = e.now()
 		return appendReceipt(ctx, tx, rc, types)

@@ -92,24 +92,44 @@ func (e *Engine) RetryPolicy(tt *host.TaskType) RetryPolicyView {
 		v.Effective = backoffView(tt, pick(o.BaseSeconds, c.BaseSeconds, 300), pick(o.MaxSeconds, c.MaxSeconds, 3600), pick(o.Jitter, c.Jitter, 0.1))
 	case "escalate":
 		// Mirrors plugins/policies/escalate: no jitter, a supervisor per type.
-		var c struct {
-			Supervisor  string            `json:"supervisor"`
-			TaskTypes   map[string]string `json:"task_types"`
-			BaseSeconds float64           `json:"base_seconds"`
-			MaxSeconds  float64           `json:"max_seconds"`
-			RetryPoison bool              `json:"retry_poison"`
-		}
-		_ = json.Unmarshal(tt.Policy.Config, &c)
+		c := escalateConfig(tt)
 		v.Effective = backoffView(tt, c.BaseSeconds, c.MaxSeconds, 0)
-		v.Effective.EscalateTo = c.Supervisor
-		if s, ok := c.TaskTypes[tt.Name]; ok {
-			v.Effective.EscalateTo = s
-		}
+		v.Effective.EscalateTo = configuredEscalateTo(tt)
 		v.Effective.RetryNonRetryable = c.RetryPoison
 	default:
 		v.Note = "policy plugin " + tt.Policy.Name + " decides each failure; the gate does not know its parameters"
 	}
 	return v
+}
+
+// escalatePolicy is the config of plugins/policies/escalate.
+type escalatePolicy struct {
+	Supervisor  string            `json:"supervisor"`
+	TaskTypes   map[string]string `json:"task_types"`
+	BaseSeconds float64           `json:"base_seconds"`
+	MaxSeconds  float64           `json:"max_seconds"`
+	RetryPoison bool              `json:"retry_poison"`
+}
+
+// escalateConfig reads a task type's escalate policy config (zero when the
+// type configures another policy or none).
+func escalateConfig(tt *host.TaskType) escalatePolicy {
+	var c escalatePolicy
+	if tt != nil && tt.Policy != nil && tt.Policy.Name == "escalate" {
+		_ = json.Unmarshal(tt.Policy.Config, &c)
+	}
+	return c
+}
+
+// configuredEscalateTo is the principal a task type sends its escalations
+// to besides the task's parties: the supervisor its escalate policy names
+// (for the type, else for all types), or "" when it names none.
+func configuredEscalateTo(tt *host.TaskType) string {
+	c := escalateConfig(tt)
+	if s, ok := c.TaskTypes[tt.Name]; ok {
+		return s
+	}
+	return c.Supervisor
 }
 
 func pick(override, base *float64, def float64) float64 {

@@ -57,7 +57,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"ListTasksFilters", testListTasksFilters},
 		{"VersionFence", testVersionFence},
 		{"DedupeNamespaces", testDedupeNamespaces},
-		{"DedupePerPrincipal", testDedupePerPrincipal}, // ledgerprincipals.go
+		{"ReceiptAddressing", testReceiptAddressing}, {"ReceiptReadsBetweenPrincipals", testReceiptReadsBetweenPrincipals}, {"DedupePerPrincipal", testDedupePerPrincipal}, // ledgerprincipals.go
 		{"HostileInput", testHostileInput},
 		{"CompleteAfterConcurrentWrite", testCompleteAfterConcurrentWrite},
 		{"Hammer", testHammer},
