@@ -3,10 +3,14 @@
 package main
 
 import (
+	"context"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // setFileSizeLimit sets RLIMIT_FSIZE of process pid (prlimit(2)): past that
@@ -47,4 +51,130 @@ func TestE2EReadyzWhenWritesFail(t *testing.T) {
 		return last.Status == 200
 	})
 	want(t, call(t, "PUT", g.URL+"/v1/admin/task-types/probe", g.Admin, map[string]any{}), 200, "")
+}
+
+// TestE2EOperatorDoorsBothStores runs the operator's doors on each store
+// (issue 38 item 1: /readyz answered 503 on every PostgreSQL host, its read
+// probe naming a tenant with a NUL byte PostgreSQL refuses). On SQLite and on
+// PostgreSQL alike: /healthz answers 200 with the version; /readyz answers
+// 200 naming the driver; /metrics wants an admin key and carries the store's
+// series; /v1/admin/stats counts what was queued. Then the store stops
+// answering (SQLite: no file of the gate can be written; PostgreSQL: the
+// gate's schema is renamed away, so no table of it is found): /readyz turns
+// 503 database_unavailable with a detail naming the store's error, while
+// /healthz stays 200 (the process runs); once the store answers again,
+// /readyz is 200 again.
+func TestE2EOperatorDoorsBothStores(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		driver string
+		start  func(t *testing.T) (g *gateProc, down, up func())
+		why    string // in /readyz's detail while the store is down
+	}{{
+		driver: "sqlite",
+		start: func(t *testing.T) (*gateProc, func(), func()) {
+			g := startGate(t, t.TempDir())
+			pid := g.cmd.Process.Pid
+			return g, func() { setFileSizeLimit(t, pid, 1) }, func() { setFileSizeLimit(t, pid, ^uint64(0)) }
+		},
+		why: "sqlite",
+	}, {
+		driver: "postgres",
+		start: func(t *testing.T) (*gateProc, func(), func()) {
+			db := postgresSchema(t)
+			g := startGate(t, t.TempDir(), "--db", db)
+			schema := db[strings.LastIndex(db, "search_path=")+len("search_path="):]
+			base := strings.TrimRight(strings.TrimSuffix(db, "search_path="+schema), "?&")
+			rename := func(from, to string) func() {
+				return func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					defer cancel()
+					c, err := pgx.Connect(ctx, base)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer c.Close(ctx)
+					if _, err := c.Exec(ctx, "ALTER SCHEMA "+from+" RENAME TO "+to); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			away := schema + "_away"
+			t.Cleanup(func() { // the schema's own cleanup drops it under its name
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if c, err := pgx.Connect(ctx, base); err == nil {
+					_, _ = c.Exec(ctx, "DROP SCHEMA IF EXISTS "+away+" CASCADE")
+					c.Close(ctx)
+				}
+			})
+			return g, rename(schema, away), rename(away, schema)
+		},
+		why: "does not exist",
+	}}
+	for _, tc := range cases {
+		t.Run(tc.driver, func(t *testing.T) {
+			t.Parallel()
+			g, down, up := tc.start(t)
+
+			r := call(t, "GET", g.URL+"/healthz", "", nil)
+			want(t, r, 200, "")
+			if h := r.JSON(t); h["status"] != "ok" || h["version"] == "" || h["version"] == nil {
+				t.Fatalf("/healthz %s", r.Body)
+			}
+			r = call(t, "GET", g.URL+"/readyz", "", nil)
+			want(t, r, 200, "")
+			if h := r.JSON(t); h["status"] != "ready" || h["database"] != tc.driver {
+				t.Fatalf("/readyz %s, want status ready and database %s", r.Body, tc.driver)
+			}
+
+			agent := g.newKey(t, "agent", "doors", "")
+			g.putType(t, "doors", map[string]any{}, "")
+			for range 2 {
+				g.enqueue(t, agent, "doors", map[string]any{})
+			}
+			want(t, call(t, "GET", g.URL+"/v1/admin/stats", agent, nil), 403, "forbidden")
+			r = call(t, "GET", g.URL+"/v1/admin/stats", g.Admin, nil)
+			want(t, r, 200, "")
+			var st struct {
+				Tenant  string           `json:"tenant"`
+				ByState map[string]int64 `json:"by_state"`
+				ByType  map[string]int64 `json:"by_type"`
+			}
+			r.Into(t, &st)
+			if st.Tenant != "default" || st.ByState["queued"] != 2 || st.ByType["doors"] != 2 {
+				t.Fatalf("/v1/admin/stats %s, want 2 queued tasks of type doors in tenant default", r.Body)
+			}
+
+			want(t, call(t, "GET", g.URL+"/metrics", "", nil), 401, "unauthorized")
+			want(t, call(t, "GET", g.URL+"/metrics", agent, nil), 403, "forbidden")
+			r = call(t, "GET", g.URL+"/metrics", g.Admin, nil)
+			want(t, r, 200, "")
+			for _, m := range []string{`asyncgate_tasks_queued_total`, `asyncgate_task_queue_depth`, `asyncgate_store_writers `,
+				`asyncgate_store_batches_total`, `asyncgate_receipts_total`, `asyncgate_http_request_duration_seconds`} {
+				if !strings.Contains(string(r.Body), m) {
+					t.Errorf("/metrics lacks %s", m)
+				}
+			}
+
+			down()
+			var last resp
+			waitFor(t, 30*time.Second, "/readyz still answers 200 while the store is down", func() bool {
+				last = call(t, "GET", g.URL+"/readyz", "", nil)
+				return last.Status != 200
+			})
+			want(t, last, 503, "database_unavailable")
+			if d, _ := last.JSON(t)["detail"].(string); !strings.Contains(d, tc.why) {
+				t.Fatalf("/readyz detail %q does not name the store's error (%q)", d, tc.why)
+			}
+			want(t, call(t, "GET", g.URL+"/healthz", "", nil), 200, "")
+
+			up()
+			waitFor(t, 30*time.Second, "/readyz did not answer 200 again once the store did", func() bool {
+				last = call(t, "GET", g.URL+"/readyz", "", nil)
+				return last.Status == 200
+			})
+			g.enqueue(t, agent, "doors", map[string]any{})
+		})
+	}
 }

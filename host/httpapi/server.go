@@ -316,7 +316,7 @@ func (p *readyProbe) check(ctx context.Context, st store.Store) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := st.View(ctx, func(r store.Reader) error {
-		_, err := r.QueueStats(ctx, "\x00ready")
+		_, err := r.QueueStats(ctx, store.ProbeTenant)
 		return err
 	}); err != nil {
 		return err
@@ -334,14 +334,24 @@ func (p *readyProbe) check(ctx context.Context, st store.Store) error {
 	return err
 }
 
-// readyz answers 200 when the store can read and commit a write, else 503
-// database_unavailable (a full disk or a damaged database shows here before
-// the next enqueue fails).
+// readyz answers 200 {"status":"ready","database":<driver>} when this host
+// can do its job now, else the 503 notReady gives.
 func (s *Server) readyz(c echo.Context) error {
-	if err := s.ready.check(c.Request().Context(), s.st); err != nil {
-		return host.WrapError(host.CodeDatabaseUnavailable, err, "the store is not available: "+err.Error())
+	if err := s.notReady(c.Request().Context()); err != nil {
+		return err
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready", "database": s.st.Driver()})
+}
+
+// notReady returns why this host cannot do its job now, one check per
+// reason, or nil. The store: it must read, and commit a write (a full disk,
+// a damaged or unreachable database answers 503 database_unavailable, whose
+// detail carries the store's error).
+func (s *Server) notReady(ctx context.Context) error {
+	if err := s.ready.check(ctx, s.st); err != nil {
+		return host.WrapError(host.CodeDatabaseUnavailable, err, "the store is not available: "+err.Error())
+	}
+	return nil
 }
 
 // queryInt reads an optional integer query parameter.

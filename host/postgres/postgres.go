@@ -375,13 +375,19 @@ func (s *Store) View(ctx context.Context, fn func(store.Reader) error) error {
 	return err
 }
 
-// Ping implements store.Store: it reads and writes the database.
+// Ping implements store.Store: it reads the gate's tables and commits a
+// transaction that holds a transaction id, so PostgreSQL writes its commit
+// to the WAL as it does an enqueue's (a read-only server or a WAL it cannot
+// write fails it).
 func (s *Store) Ping(ctx context.Context) error {
-	if err := s.pool.Ping(ctx); err != nil {
-		return unavailable("ping", err)
+	if err := s.View(ctx, func(r store.Reader) error {
+		_, err := r.QueueStats(ctx, store.ProbeTenant)
+		return err
+	}); err != nil {
+		return err
 	}
 	return s.Update(ctx, func(tx store.Tx) error {
-		_, err := tx.(*writeTx).ss.exec(ctx, `SELECT 1`)
+		_, err := tx.(*writeTx).ss.exec(ctx, `SELECT txid_current()`)
 		return err
 	})
 }

@@ -555,7 +555,7 @@ func (s *Store) View(ctx context.Context, fn func(store.Reader) error) error {
 // regardless), which also marks the file as the gate's.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.View(ctx, func(r store.Reader) error {
-		_, err := r.QueueStats(ctx, "\x00ping")
+		_, err := r.QueueStats(ctx, store.ProbeTenant)
 		return err
 	}); err != nil {
 		return err

@@ -50,6 +50,12 @@ type Notifier interface {
 // changed.
 const NotifyEveryone = ""
 
+// ProbeTenant is the tenant a health probe reads the queue counts of. It is
+// valid UTF-8 (PostgreSQL refuses a NUL byte in text, so a probe reading
+// "\x00…" failed on every call) and outside the pattern every tenant name
+// must match, so the probe reads no real tenant's rows.
+const ProbeTenant = "(probe)"
+
 // WriterStats is what a store's group-commit writers have done since the
 // store opened. Busy divided by the wall clock and by Writers is how
 // saturated they are: near 1, the writers are the gate's ceiling, and more

@@ -67,6 +67,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"QueueCountsByTypeAndState", testQueueCountsByTypeAndState}, // typestate.go
 		{"UpdateWritesEachField", testUpdateWritesEachField},         // taskupdate.go
 		{"UpdateWritesTheTaskGiven", testUpdateWritesTheTaskGiven},   // taskupdate.go
+		{"ProbeReadsAndCommits", testProbe},                          // probe.go
 	}
 	t.Run("Delivery", func(t *testing.T) { t.Parallel(); runDelivery(t, open) })
 	for _, c := range cases {
