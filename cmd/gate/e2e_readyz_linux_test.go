@@ -178,3 +178,79 @@ func TestE2EOperatorDoorsBothStores(t *testing.T) {
 		})
 	}
 }
+
+// pgExec runs statements on the database at url (with its search_path).
+func pgExec(t *testing.T, url string, sql ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	for _, q := range sql {
+		if _, err := c.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// TestE2EReadyzTurnsWithTheFirstRefusedCommit: the first /readyz after an
+// enqueue the database refused answers 503 (issue 38 item 4: on a full disk
+// enqueues failed 0.3-0.6 s after it filled and /readyz turned only 1.8-4.4 s
+// after: its probe's small write still fit, or its outcome of up to a second
+// earlier still answered).
+// SQLite: no file of the gate can be written (RLIMIT_FSIZE 1). PostgreSQL:
+// an insert into tasks fails as on a full disk (SQLSTATE 53100), while the
+// probe's own commit still succeeds, so only the refused enqueue can tell.
+// Once writes work again, /readyz is 200 again and enqueues succeed.
+func TestE2EReadyzTurnsWithTheFirstRefusedCommit(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		driver string
+		start  func(t *testing.T) (g *gateProc, refuse, allow func())
+	}{{
+		driver: "sqlite",
+		start: func(t *testing.T) (*gateProc, func(), func()) {
+			g := startGate(t, t.TempDir())
+			pid := g.cmd.Process.Pid
+			return g, func() { setFileSizeLimit(t, pid, 1) }, func() { setFileSizeLimit(t, pid, ^uint64(0)) }
+		},
+	}, {
+		driver: "postgres",
+		start: func(t *testing.T) (*gateProc, func(), func()) {
+			db := postgresSchema(t)
+			g := startGate(t, t.TempDir(), "--db", db)
+			return g, func() {
+					pgExec(t, db, `CREATE FUNCTION refuse_insert() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+						RAISE EXCEPTION 'could not extend file: No space left on device' USING ERRCODE = 'disk_full'; END $$`,
+						`CREATE TRIGGER refuse_insert BEFORE INSERT ON tasks FOR EACH ROW EXECUTE FUNCTION refuse_insert()`)
+				}, func() {
+					pgExec(t, db, `DROP TRIGGER refuse_insert ON tasks`)
+				}
+		},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.driver, func(t *testing.T) {
+			t.Parallel()
+			g, refuse, allow := tc.start(t)
+			agent := g.newKey(t, "agent", "full", "")
+			g.putType(t, "full", map[string]any{}, "")
+			g.enqueue(t, agent, "full", map[string]any{})
+			want(t, call(t, "GET", g.URL+"/readyz", "", nil), 200, "")
+
+			refuse()
+			want(t, call(t, "POST", g.URL+"/v1/tasks", agent, map[string]any{"task_type": "full"}), 503, "database_unavailable")
+			r := call(t, "GET", g.URL+"/readyz", "", nil)
+			want(t, r, 503, "database_unavailable")
+			t.Logf("/readyz after the refused enqueue: %s", r.Body)
+
+			allow()
+			waitFor(t, 30*time.Second, "/readyz did not answer 200 again once writes worked", func() bool {
+				return call(t, "GET", g.URL+"/readyz", "", nil).Status == 200
+			})
+			g.enqueue(t, agent, "full", map[string]any{})
+		})
+	}
+}

@@ -303,9 +303,18 @@ func (s *Server) healthz(c echo.Context) error {
 // second.
 const readyProbeInterval = time.Second
 
+// readyRefusedHold is how long a commit the database refused keeps /readyz
+// 503, whatever the probe's own write does meanwhile: on a full disk the
+// probe's small write may still fit where an enqueue's does not, and a host
+// whose enqueues fail must not look ready between them.
+const readyRefusedHold = 5 * time.Second
+
 // readyProbe reads the store on every call (cheap) and runs its Ping, which
 // commits a write, at most once per readyProbeInterval; callers in between,
-// or waiting on the probe in flight, share that outcome.
+// or waiting on the probe in flight, share that outcome. A commit the
+// database refused (store.CommitHealth: anyone's, not only the probe's)
+// answers at once and for readyRefusedHold after it: a full disk shows on
+// the first call after the first enqueue it failed.
 type readyProbe struct {
 	mu  sync.Mutex // held while a probe runs
 	at  time.Time
@@ -320,6 +329,11 @@ func (p *readyProbe) check(ctx context.Context, st store.Store) error {
 		return err
 	}); err != nil {
 		return err
+	}
+	if ch, ok := st.(store.CommitHealth); ok {
+		if at, err := ch.RefusedCommit(); err != nil && time.Since(at) < readyRefusedHold {
+			return err
+		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -349,7 +363,7 @@ func (s *Server) readyz(c echo.Context) error {
 // detail carries the store's error).
 func (s *Server) notReady(ctx context.Context) error {
 	if err := s.ready.check(ctx, s.st); err != nil {
-		return host.WrapError(host.CodeDatabaseUnavailable, err, "the store is not available: "+err.Error())
+		return host.WrapError(host.CodeDatabaseUnavailable, err, "the store is not available: "+host.ErrorDetail(err))
 	}
 	return nil
 }

@@ -109,12 +109,15 @@ type Store struct {
 	// batches, updates and busy (nanoseconds) are the writers' work
 	// (WriterStats).
 	batches, updates, busy atomic.Int64
+	// commits is the writers' latest commit outcome (store.CommitHealth).
+	commits store.CommitWatch
 }
 
 var (
 	_ store.Store         = (*Store)(nil)
 	_ store.Notifier      = (*Store)(nil)
 	_ store.WriterStatser = (*Store)(nil)
+	_ store.CommitHealth  = (*Store)(nil)
 )
 
 type request struct {
@@ -392,6 +395,11 @@ func (s *Store) Ping(ctx context.Context) error {
 	})
 }
 
+// RefusedCommit implements store.CommitHealth: the latest batch a writer
+// gave up on because PostgreSQL was unavailable or refused it (a full disk
+// is SQLSTATE 53100).
+func (s *Store) RefusedCommit() (time.Time, error) { return s.commits.RefusedCommit() }
+
 // Close waits for queued writes, then closes the pool.
 func (s *Store) Close() error {
 	s.closeMu.Lock()
@@ -584,6 +592,9 @@ func (w *writer) run(batch []*request) {
 			continue
 		}
 		if !out.retry || attempt >= maxAttempts {
+			if host.IsCode(out.err, host.CodeDatabaseUnavailable) {
+				w.s.commits.Refused(out.err) // before any caller hears of it
+			}
 			w.account()
 			for _, r := range live {
 				r.err = out.err

@@ -71,6 +71,7 @@ type Store struct {
 
 	batches, ops atomic.Int64
 	busy         atomic.Int64 // nanoseconds the writer spent running batches
+	commits      store.CommitWatch
 
 	// chain is the writer's view of its own receipt chain; only the writer
 	// goroutine touches it.
@@ -95,6 +96,7 @@ type chainState struct {
 var (
 	_ store.Store         = (*Store)(nil)
 	_ store.WriterStatser = (*Store)(nil)
+	_ store.CommitHealth  = (*Store)(nil)
 )
 
 type request struct {
@@ -382,6 +384,9 @@ func (s *Store) tryBatch(batch []*request, savepoints bool, began time.Time) boo
 	ctx := context.Background()
 	finish := func(err error) bool {
 		s.busy.Add(int64(time.Since(began)))
+		if err != nil {
+			s.commits.Refused(err) // before any caller hears of it: a probe after it sees it
+		}
 		for _, r := range batch {
 			if err != nil && r.err == nil {
 				r.err = err
@@ -531,6 +536,10 @@ func runFn(fn func(store.Tx) error, tx store.Tx) (err error) {
 func unavailable(what string, err error) error {
 	return host.WrapError(host.CodeDatabaseUnavailable, err, "sqlite "+what+" failed: "+err.Error())
 }
+
+// RefusedCommit implements store.CommitHealth: the latest batch SQLite
+// refused to begin or commit (a full disk, a damaged file).
+func (s *Store) RefusedCommit() (time.Time, error) { return s.commits.RefusedCommit() }
 
 // View implements store.Store.
 func (s *Store) View(ctx context.Context, fn func(store.Reader) error) error {

@@ -8,6 +8,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -55,6 +56,40 @@ const NotifyEveryone = ""
 // "\x00…" failed on every call) and outside the pattern every tenant name
 // must match, so the probe reads no real tenant's rows.
 const ProbeTenant = "(probe)"
+
+// CommitHealth is implemented by stores that remember the latest commit the
+// database refused, so a readiness probe learns of it (a full disk, a lost
+// database) at once, not at its own next write, which may still fit where
+// an enqueue's does not.
+type CommitHealth interface {
+	// RefusedCommit returns when the database last refused to begin or
+	// commit a batch of updates (host.CodeDatabaseUnavailable), and its
+	// error; a nil error when it never did. An update that failed on its own
+	// (a lost lease, a conflict) is no refused commit.
+	RefusedCommit() (time.Time, error)
+}
+
+// CommitWatch records a store's latest refused commit for CommitHealth.
+// Its zero value has seen none; it is safe for concurrent use.
+type CommitWatch struct {
+	last atomic.Pointer[refusedCommit]
+}
+
+type refusedCommit struct {
+	at  time.Time
+	err error
+}
+
+// Refused records a commit the database refused.
+func (w *CommitWatch) Refused(err error) { w.last.Store(&refusedCommit{at: time.Now(), err: err}) }
+
+// RefusedCommit implements CommitHealth.
+func (w *CommitWatch) RefusedCommit() (time.Time, error) {
+	if r := w.last.Load(); r != nil {
+		return r.at, r.err
+	}
+	return time.Time{}, nil
+}
 
 // WriterStats is what a store's group-commit writers have done since the
 // store opened. Busy divided by the wall clock and by Writers is how

@@ -68,6 +68,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"UpdateWritesEachField", testUpdateWritesEachField},         // taskupdate.go
 		{"UpdateWritesTheTaskGiven", testUpdateWritesTheTaskGiven},   // taskupdate.go
 		{"ProbeReadsAndCommits", testProbe},                          // probe.go
+		{"UpdatesFailingAloneAreNoRefusedCommit", testRefusedCommit}, // probe.go
 	}
 	t.Run("Delivery", func(t *testing.T) { t.Parallel(); runDelivery(t, open) })
 	for _, c := range cases {
