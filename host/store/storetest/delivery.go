@@ -31,6 +31,7 @@ var deliveryCases = []struct {
 	{"OutboxClaimOrderPerTask", testOutboxClaimOrder},
 	{"OutboxClaimsOnlyItsKinds", testOutboxClaimsOnlyItsKinds},
 	{"OutboxQueuesEveryReceipt", testOutboxWithReceipts},
+	{"OutboxQueuesEveryReceiptOfAnUpdate", testOutboxEveryReceiptOfAnUpdate}, // outboxupdate.go
 	{"OutboxRecordsAnyErrorText", testOutboxErrorText},
 	{"OutboxOutcomeOfALostClaim", testOutboxLostClaim},
 	{"OutboxStartsNoDeliveryPastItsClaim", testOutboxClaimDeadline},
