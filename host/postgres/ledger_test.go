@@ -133,3 +133,17 @@ func TestLedgerMigratesSingleChain(t *testing.T) {
 		t.Fatalf("an altered receipt of chain 1 went unnoticed: %+v", rep)
 	}
 }
+
+// TestLedgerVerifyDetectsRehashedRewrites: rewrites whose hashes were
+// recomputed are caught by what the checkpoints recorded
+// (storetest.RehashCases).
+func TestLedgerVerifyDetectsRehashedRewrites(t *testing.T) {
+	for _, c := range storetest.RehashCases {
+		t.Run(c.Name, func(t *testing.T) {
+			schema := ledgerIn(t)
+			execIn(t, schema, c.Stmts...)
+			execIn(t, schema, storetest.Rehash(t, openIn(t, schema, Options{}), c.Chain)...)
+			storetest.CheckTamper(t, c.TamperCase, verifyIn(t, schema))
+		})
+	}
+}

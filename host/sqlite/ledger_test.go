@@ -286,3 +286,25 @@ func TestTaskLeasedUnderAnOldSpellingKeepsItsResource(t *testing.T) {
 		t.Fatalf("heartbeat of a task leased under the old spelling: %v", err)
 	}
 }
+
+// TestLedgerVerifyDetectsRehashedRewrites: rewrites whose hashes were
+// recomputed are caught by what the checkpoints recorded
+// (storetest.RehashCases).
+func TestLedgerVerifyDetectsRehashedRewrites(t *testing.T) {
+	for _, c := range storetest.RehashCases {
+		t.Run(c.Name, func(t *testing.T) {
+			path := ledgerWith(t)
+			tamper(t, path, c.Stmts...)
+			st, err := sqlite.Open(path, sqlite.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stmts := storetest.Rehash(t, st, c.Chain)
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+			tamper(t, path, stmts...)
+			storetest.CheckTamper(t, c.TamperCase, verify(t, path))
+		})
+	}
+}

@@ -1,9 +1,15 @@
 package storetest
 
 import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
 	"testing"
 
+	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/store"
 )
 
 // LedgerFixture writes a ledger of two chains, as two writers (two gate
@@ -82,7 +88,11 @@ SELECT 0, 'R-FAKE', tenant, type, from_p, 'mallory', task_id, lease_id, parents,
 	{"reordered", []string{`UPDATE receipts SET seq = -1 WHERE seq = 2`, `UPDATE receipts SET seq = 2 WHERE seq = 3`, `UPDATE receipts SET seq = 3 WHERE seq = -1`}, 2, "reordered"},
 	{"reordered with positions swapped", []string{
 		`UPDATE receipts SET chain_seq = -1 WHERE seq = 2`, `UPDATE receipts SET chain_seq = 2 WHERE seq = 3`, `UPDATE receipts SET chain_seq = 3 WHERE seq = 2`,
-		`UPDATE receipts SET seq = -1 WHERE seq = 2`, `UPDATE receipts SET seq = 2 WHERE seq = 3`, `UPDATE receipts SET seq = 3 WHERE seq = -1`}, 2, ""},
+		`UPDATE receipts SET seq = -1 WHERE seq = 2`, `UPDATE receipts SET seq = 2 WHERE seq = 3`, `UPDATE receipts SET seq = 3 WHERE seq = -1`}, 2, "prev_hash does not match"},
+	// A receipt's prev_hash column is no part of its hash (the hash takes
+	// the predecessor's hash as the walk finds it): only the prev_hash check
+	// sees this one.
+	{"altered prev_hash", []string{`UPDATE receipts SET prev_hash = (SELECT hash FROM receipts WHERE seq = 1) WHERE seq = 3`}, 3, "prev_hash does not match"},
 	{"altered checkpoint", []string{`UPDATE ledger_checkpoints SET at = at + 1 WHERE id = 1`}, 0, "checkpoint was altered"},
 	{"removed checkpoint tail", []string{`DELETE FROM ledger_checkpoints WHERE id = (SELECT max(id) FROM ledger_checkpoints)`}, 0, "checkpoints were removed from the end"},
 	// The obligation index (what open-obligation queries read; no hash
@@ -100,10 +110,85 @@ SELECT id, tenant, 'task.assigned', from_p, to_p, task_id, created_at, seq FROM 
 // CheckTamper fails the test unless rep reports c.
 func CheckTamper(t *testing.T, c TamperCase, rep *engine.VerifyReport) {
 	t.Helper()
+	if c.Problem == "" {
+		t.Fatalf("case %q names no problem: any report would do", c.Name)
+	}
 	if rep.OK {
 		t.Fatalf("tampering went unnoticed: %+v", rep)
 	}
 	if rep.BadSeq != c.BadSeq || !contains(rep.Problem, c.Problem) {
 		t.Fatalf("report %+v, want bad seq %d and problem mentioning %q", rep, c.BadSeq, c.Problem)
 	}
+}
+
+// RehashCase is a rewrite of LedgerFixture's ledger by someone who knows the
+// hash function: Stmts change receipts, then Rehash recomputes every
+// prev_hash and hash of chain Chain, and the chain's head row, so each
+// receipt matches its content and its predecessor again. Only what a
+// checkpoint recorded can catch it.
+type RehashCase struct {
+	TamperCase
+	Chain int64
+}
+
+// RehashCases are the rewrites with hashes recomputed that
+// engine.VerifyLedger must catch (issue 38 item 6b: no tamper case
+// rewrote a checkpointed receipt with its hashes recomputed, so a verifier
+// that no longer compared checkpoints with the receipts they recorded
+// passed every case). Chain A's last receipt (seq 6) is what LedgerFixture's
+// checkpoints recorded of it.
+var RehashCases = []RehashCase{
+	{TamperCase{"checkpointed receipt rewritten, hashes recomputed",
+		[]string{`UPDATE receipts SET body = '{"result_pointer":"inline:ZXZpbA=="}' WHERE seq = 4`}, 6, "recorded another receipt"}, 2},
+}
+
+// Rehash returns the statements that recompute, as the gate would have
+// written them, the prev_hash and hash of every receipt of chain (in chain
+// order, each over its content as st reads it) and the chain's head row.
+func Rehash(t testing.TB, st store.Store, chain int64) []string {
+	t.Helper()
+	ctx := context.Background()
+	var rs []*host.Receipt
+	var version int
+	if err := st.View(ctx, func(r store.Reader) error {
+		heads, err := r.LedgerHeads(ctx)
+		if err != nil {
+			return err
+		}
+		for _, h := range heads.Chains {
+			if h.ID == chain {
+				version = h.Version
+			}
+		}
+		after := int64(math.MinInt64)
+		for {
+			page, err := r.ScanReceipts(ctx, after, 1000)
+			if err != nil {
+				return err
+			}
+			for _, rc := range page {
+				after = rc.Seq
+				if rc.ChainID == chain {
+					rs = append(rs, rc)
+				}
+			}
+			if len(page) < 1000 {
+				return nil
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if version == 0 || len(rs) == 0 {
+		t.Fatalf("chain %d: no head or no receipts", chain)
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].ChainSeq < rs[j].ChainSeq })
+	var stmts []string
+	prev := ""
+	for _, rc := range rs {
+		h := host.HashReceipt(version, rc, prev)
+		stmts = append(stmts, fmt.Sprintf(`UPDATE receipts SET prev_hash = '%s', hash = '%s' WHERE seq = %d`, prev, h, rc.Seq))
+		prev = h
+	}
+	return append(stmts, fmt.Sprintf(`UPDATE ledger_chains SET hash = '%s' WHERE chain_id = %d`, prev, chain))
 }
