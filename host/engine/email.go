@@ -35,6 +35,12 @@ const OutboxKindEmail = "email"
 // EmailChannel is the name of the built-in email result channel.
 const EmailChannel = "email"
 
+// TaskHeader is the header naming the task a message was sent for: the
+// email channel sets it on every result it sends, send_email on a message
+// sent with task_id. fetch_task_email reads back only a message whose
+// header names the task asked about.
+const TaskHeader = "X-Asyncgate-Task-Id"
+
 // MaxEmailBody bounds send_email's body (it waits in the outbox).
 const MaxEmailBody = 1 << 20
 
@@ -142,7 +148,7 @@ func (e *Engine) deliverEmail(ctx context.Context, en store.OutboxEntry) error {
 	}
 	msg := mail.Message{To: ent.To, Subject: ent.Subject, Body: []byte(ent.Body), MessageID: ent.MessageID, BccSelf: ent.ArchiveCopy}
 	if ent.TaskID != "" {
-		msg.Headers = map[string]string{"X-Asyncgate-Task-Id": ent.TaskID}
+		msg.Headers = map[string]string{TaskHeader: ent.TaskID}
 	}
 	_, err := m.Send(ctx, msg)
 	var he *host.Error
@@ -227,13 +233,15 @@ type EmailAttachment struct {
 }
 
 // emailPointer returns the Message-ID of a task whose result went through
-// the email channel.
+// the email channel: the gate records the channel with every payload it
+// stores, and a worker may not give an email: pointer (checkWorkerPointer),
+// so a pointer without the recorded channel is not the gate's.
 func emailPointer(t *host.Task) (string, error) {
 	if t.State != host.StateSucceeded || t.Result == nil {
 		return "", host.Errorf(host.CodeConflict, "task %s is %s and has no result yet", t.ID, t.State)
 	}
 	id, ok := strings.CutPrefix(t.Result.Pointer, EmailChannel+":")
-	if !ok || (t.Result.Channel != "" && t.Result.Channel != EmailChannel) {
+	if !ok || t.Result.Channel != EmailChannel {
 		ch := t.Result.Channel
 		if ch == "" {
 			ch, _, _ = strings.Cut(t.Result.Pointer, ":")
@@ -268,6 +276,12 @@ func (e *Engine) FetchTaskEmail(ctx context.Context, actor Actor, taskID string)
 			return nil, host.WrapError(host.CodeMailUnavailable, err, "the mailbox cannot be read now: "+host.ErrorDetail(err))
 		}
 		return nil, err
+	}
+	if f.Headers[TaskHeader] != t.ID {
+		// The message is not the one the gate sent for this task (a pointer
+		// recorded before issue 37, naming another task's or another
+		// tenant's mail): answered as a message that is not there.
+		return nil, host.Errorf(host.CodeNotFound, "message %s of task %s is no longer in the mailbox (archived or deleted)", id, t.ID)
 	}
 	out := &TaskEmail{TaskID: t.ID, MessageID: f.MessageID, Subject: f.Subject, From: f.From, To: f.To, Date: f.Date,
 		Attachments: []EmailAttachment{}}

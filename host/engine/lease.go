@@ -705,8 +705,13 @@ func (e *Engine) completeDuplicate(ctx context.Context, req CompleteRequest) *Co
 // another tenant's object must not become this task's result. Pointers of
 // channels the gate does not have (s3://…, a URL the worker owns) are the
 // worker's to give, and inline pointers carry their content.
+//
+// The built-in channels (GateChannels) are the gate's whether or not their
+// plugin is loaded here: a gate without mail.channel still reads email:
+// pointers back through fetch_task_email, so an email: pointer from a worker
+// is refused on every gate (issue 37).
 func (e *Engine) checkWorkerPointer(res host.Result) error {
-	if e.cfg.Plugins == nil || res.Pointer == "" {
+	if res.Pointer == "" {
 		return nil
 	}
 	prefix, rest, _ := strings.Cut(res.Pointer, ":")
@@ -717,11 +722,31 @@ func (e *Engine) checkWorkerPointer(res host.Result) error {
 		if name == "" || name == "inline" {
 			continue
 		}
+		if gateChannel(name) {
+			return host.Errorf(host.CodeForeignPointer, "result_pointer names channel %q, which is the gate's own: its pointers are made by the gate when it stores a payload, never taken from a worker; send the payload as result or result_base64", name)
+		}
+		if e.cfg.Plugins == nil {
+			continue
+		}
 		if _, err := e.cfg.Plugins.Channel(name); err == nil {
 			return host.Errorf(host.CodeForeignPointer, "result_pointer names channel %q, which this gate manages: its pointers are made by the gate when it stores a payload, never taken from a worker; send the payload as result or result_base64", name)
 		}
 	}
 	return nil
+}
+
+// GateChannels are the built-in channels whose pointers name objects the
+// gate stores and reads back with its own grants. A worker may never give
+// one of their pointers, whether or not the channel is loaded on this gate.
+var GateChannels = []string{EmailChannel, "file", "http"}
+
+func gateChannel(name string) bool {
+	for _, c := range GateChannels {
+		if c == name {
+			return true
+		}
+	}
+	return false
 }
 
 // completeTask moves a live leased task to succeeded with result res and

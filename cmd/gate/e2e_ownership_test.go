@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	_ "modernc.org/sqlite"
+
+	"github.com/asyncgate/asyncgate/host/mail/mailtest"
+)
+
+// storeCase is one store an e2e check runs on: extra serve flags, and a way
+// to run one SQL statement on the gate's database while it is stopped.
+type storeCase struct {
+	name string
+	args func(t *testing.T) []string
+	exec func(t *testing.T, dir string, extra []string, q string, params ...any)
+}
+
+// bothStores are SQLite (the default) and PostgreSQL (a fresh schema).
+func bothStores() []storeCase {
+	return []storeCase{
+		{name: "sqlite", args: func(*testing.T) []string { return nil },
+			exec: func(t *testing.T, dir string, _ []string, q string, params ...any) {
+				t.Helper()
+				db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "gate.db")+"?_pragma=busy_timeout(10000)")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer db.Close()
+				if _, err := db.Exec(q, params...); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "postgres", args: func(t *testing.T) []string { return []string{"--db", postgresSchema(t)} },
+			exec: func(t *testing.T, _ string, extra []string, q string, params ...any) {
+				t.Helper()
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				c, err := pgx.Connect(ctx, extra[1])
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close(ctx)
+				q = strings.ReplaceAll(q, "?", "$1")
+				if _, err := c.Exec(ctx, q, params...); err != nil {
+					t.Fatal(err)
+				}
+			}},
+	}
+}
+
+// mailOnlyGate starts a gate with a mail section (SMTP, POP3) but no
+// mail.channel, which the docs allow: send_email and fetch_task_email work,
+// the email channel plugin is not loaded.
+func mailOnlyGate(t *testing.T, dir string, extra ...string) (*gateProc, *mailtest.Server, []string) {
+	t.Helper()
+	mp := mailtest.Start(t)
+	cfg := filepath.Join(t.TempDir(), "gate.json")
+	conf := map[string]any{
+		"delivery": map[string]any{"retention_sweep_seconds": -1},
+		"mail": map[string]any{
+			"smtp":               map[string]any{"host": "127.0.0.1", "port": mp.SMTPPort},
+			"pop3":               map[string]any{"host": "127.0.0.1", "port": mp.POP3Port, "username": mailtest.User, "password": mailtest.Password},
+			"from":               "gate@asyncgate.example.com",
+			"allowed_recipients": []string{"*@example.com"},
+			"timeout_seconds":    5,
+		},
+	}
+	b, _ := json.Marshal(conf)
+	if err := os.WriteFile(cfg, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"--config", cfg}, extra...)
+	return startGate(t, dir, args...), mp, args
+}
+
+// TestE2EEmailPointerStaysWithItsTask (issue 37 item 5): on a gate with mail
+// but no mail.channel, tenant A's agent sends an email (its copy lands in the
+// gate's mailbox). A worker of tenant B may not complete with
+// email:<A's message id> (422 foreign_pointer, nothing recorded), and a
+// pointer to A's mail already stored on B's task (written before this rule)
+// reads back as not_found: fetch_task_email returns only the message the
+// gate sent for that very task. On SQLite and PostgreSQL.
+func TestE2EEmailPointerStaysWithItsTask(t *testing.T) {
+	t.Parallel()
+	for _, sc := range bothStores() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join(t.TempDir(), "data")
+			extra := sc.args(t)
+			g, mp, args := mailOnlyGate(t, dir, extra...)
+			g.putType(t, "plain", map[string]any{"default_result_channel": "inline"}, "ta")
+			g.putType(t, "plain", map[string]any{"default_result_channel": "inline"}, "tb")
+			agentA := g.newKey(t, "agent", "agent.a", "ta")
+			agentB, workerB := g.newKey(t, "agent", "agent.b", "tb"), g.newKey(t, "worker", "plain.b", "tb")
+
+			taskA := g.enqueue(t, agentA, "plain", nil)
+			r := call(t, "POST", g.URL+"/v1/email", agentA, map[string]any{"to": "a@example.com", "subject": "A's secret", "body": "tenant A only", "task_id": taskA})
+			want(t, r, 202, "")
+			msgA, _ := r.JSON(t)["message_id"].(string)
+			waitDelivery(t, "email.sent", func() bool { return has(g.taskReceiptTypes(t, agentA, taskA), "email.sent") })
+			if _, found := mp.Find(t, msgA); !found {
+				t.Fatal("A's email is not at the mail server")
+			}
+
+			// B's worker names A's message: refused, the task keeps its lease.
+			taskB := g.enqueue(t, agentB, "plain", nil)
+			o := g.lease(t, workerB, "plain.b", nil)
+			if len(o) != 1 || o[0].Task.ID != taskB {
+				t.Fatalf("lease: %+v", o)
+			}
+			for _, body := range []map[string]any{
+				{"result_pointer": "email:" + msgA},
+				{"result_pointer": "email:" + msgA, "result_channel": "email"},
+				{"result_pointer": "s3://bucket/x", "result_channel": "email"},
+			} {
+				want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/complete", workerB, body), 422, "foreign_pointer")
+			}
+			if st := call(t, "GET", g.URL+"/v1/tasks/"+taskB, agentB, nil).JSON(t)["status"]; st != "leased" {
+				t.Fatalf("task B is %v after refused completions", st)
+			}
+			want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/complete", workerB, map[string]any{"result": "ok"}), 200, "")
+			want(t, call(t, "GET", g.URL+"/v1/tasks/"+taskB+"/email", agentB, nil), 409, "not_email_channel")
+
+			// A pointer to A's mail recorded on B's task before the rule
+			// existed (written into the store while the gate is stopped).
+			g.Stop(syscall.SIGTERM)
+			res, _ := json.Marshal(map[string]any{"result_channel": "email", "result_pointer": "email:" + msgA})
+			sc.exec(t, dir, extra, "UPDATE tasks SET result = ? WHERE id = '"+taskB+"'", string(res))
+			g = startGate(t, dir, args...)
+			r = call(t, "GET", g.URL+"/v1/tasks/"+taskB+"/email", agentB, nil)
+			want(t, r, 404, "not_found")
+			if strings.Contains(string(r.Body), "tenant A only") || strings.Contains(string(r.Body), "secret") {
+				t.Fatalf("B read A's mail: %s", r.Body)
+			}
+		})
+	}
+}
