@@ -145,3 +145,42 @@ func TestE2EEmailPointerStaysWithItsTask(t *testing.T) {
 		})
 	}
 }
+
+// TestE2EReleaseForeignLease (issue 37 item 8d): a worker of tenant B that
+// releases tenant A's live lease gets 404 not_found with the same words as
+// for a lease that never existed, and A's lease is untouched (A still
+// heartbeats and completes it). A's own second release stays a 200 no-op.
+// On SQLite and PostgreSQL.
+func TestE2EReleaseForeignLease(t *testing.T) {
+	t.Parallel()
+	for _, sc := range bothStores() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			g := startGate(t, t.TempDir(), sc.args(t)...)
+			g.putType(t, "job", map[string]any{}, "ta")
+			g.putType(t, "job", map[string]any{}, "tb")
+			agentA, workerA := g.newKey(t, "agent", "agent.a", "ta"), g.newKey(t, "worker", "job.a", "ta")
+			workerB := g.newKey(t, "worker", "job.b", "tb")
+			id := g.enqueue(t, agentA, "job", nil)
+			o := g.lease(t, workerA, "job.a", nil)
+			if len(o) != 1 || o[0].Task.ID != id {
+				t.Fatalf("lease: %+v", o)
+			}
+			foreign := call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/release", workerB, map[string]any{"reason": "not mine"})
+			want(t, foreign, 404, "not_found")
+			unknownID := "lease-01M8GME6G9P78S4Y21S82KRJ2A"
+			unknown := call(t, "POST", g.URL+"/v1/leases/"+unknownID+"/release", workerB, nil)
+			want(t, unknown, 404, "not_found")
+			if a, b := strings.ReplaceAll(string(foreign.Body), o[0].LeaseID, "X"), strings.ReplaceAll(string(unknown.Body), unknownID, "X"); a != b {
+				t.Fatalf("a foreign lease and an unknown one answer differently:\n%s\n%s", a, b)
+			}
+			if st := call(t, "GET", g.URL+"/v1/tasks/"+id, agentA, nil).JSON(t)["status"]; st != "leased" {
+				t.Fatalf("task is %v after another tenant's release", st)
+			}
+			want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/heartbeat", workerA, nil), 200, "")
+			want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/release", workerA, nil), 200, "")
+			want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/release", workerA, nil), 200, "")
+			want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/release", workerB, nil), 404, "not_found")
+		})
+	}
+}

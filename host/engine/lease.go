@@ -1075,7 +1075,10 @@ func checkDecision(d host.Decision) error {
 }
 
 // Release gives a leased task back to the queue at once without using an
-// attempt. Releasing a lease that is already gone is a no-op (KLIS-3 §5.3).
+// attempt. Releasing a lease of the caller's tenant that is already gone is
+// a no-op (KLIS-3 §5.3); a lease id no task of the tenant holds or last held
+// (unknown, another tenant's, or replaced by a later lease of its task) is
+// 404 not_found, the same answer for each.
 func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*host.Task, error) {
 	defer e.leases.drop(c.LeaseID) // the lease ends here, or was not live
 	now := e.now()
@@ -1089,6 +1092,17 @@ func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*hos
 			if host.IsCode(err, host.CodeLeaseExpired) {
 				if t != nil && t.State == host.StateLeased && t.LeaseID == c.LeaseID && c.WorkerID != "" && t.WorkerID != c.WorkerID {
 					return err // someone else's live lease: not this caller's to release
+				}
+				if t == nil {
+					// A lease no task of this tenant has (had): unknown, or
+					// another tenant's. Both are 404 with the same words, so
+					// the answer says nothing of other tenants' leases.
+					cur, gerr := tx.GetTaskByLease(ctx, c.LeaseID)
+					if host.IsCode(gerr, host.CodeNotFound) || (gerr == nil && cur.Tenant != c.Tenant) {
+						return host.Errorf(host.CodeNotFound, "no lease %s", c.LeaseID)
+					} else if gerr != nil {
+						return gerr
+					}
 				}
 				out = nil // idempotent: already released or expired; say nothing of the task
 				return nil
