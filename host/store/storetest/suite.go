@@ -543,6 +543,23 @@ func testRelease(t *testing.T, b *Bundle) {
 	if _, _, err := b.Engine.Accept(b.Ctx, Call("w.1", o)); err != nil {
 		t.Fatal(err)
 	}
+	// Another tenant's worker releasing this live lease, and anyone
+	// releasing a lease id that never existed: 404, the same words, and the
+	// lease is untouched (issue 37).
+	foreign := Call("w.1", o)
+	foreign.Tenant = "other-tenant"
+	_, errF := b.Engine.Release(b.Ctx, foreign, "not mine")
+	WantCode(t, errF, host.CodeNotFound)
+	unknown := Call("w.1", o)
+	unknown.LeaseID = "lease-never"
+	_, errU := b.Engine.Release(b.Ctx, unknown, "")
+	WantCode(t, errU, host.CodeNotFound)
+	if strings.ReplaceAll(errF.Error(), o.LeaseID, "X") != strings.ReplaceAll(errU.Error(), "lease-never", "X") {
+		t.Fatalf("a foreign lease and an unknown one answer differently: %v / %v", errF, errU)
+	}
+	if tk := b.Task(t, o.Task.ID); tk.State != host.StateLeased || tk.LeaseID != o.LeaseID {
+		t.Fatalf("another tenant's release changed the task: %+v", tk)
+	}
 	tk, err := b.Engine.Release(b.Ctx, Call("w.1", o), "shutting down")
 	if err != nil || tk.State != host.StateQueued || tk.Attempts != 0 {
 		t.Fatalf("release: %+v %v", tk, err)
@@ -557,6 +574,10 @@ func testRelease(t *testing.T, b *Bundle) {
 	if o2.Task.ID != res.TaskID || o2.Attempt != 1 || o2.LeaseID == o.LeaseID {
 		t.Fatalf("re-lease after release: %+v", o2)
 	}
+	// The first lease, replaced by a later one of its task, is no longer
+	// known: 404 (the documented cost of keeping only a task's last lease).
+	_, err = b.Engine.Release(b.Ctx, Call("w.1", o), "late")
+	WantCode(t, err, host.CodeNotFound)
 }
 
 func testCancel(t *testing.T, b *Bundle) {
