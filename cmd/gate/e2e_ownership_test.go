@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -182,5 +183,139 @@ func TestE2EReleaseForeignLease(t *testing.T) {
 			want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/release", workerA, nil), 200, "")
 			want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/release", workerB, nil), 404, "not_found")
 		})
+	}
+}
+
+// TestE2EPrivateDataFolder (issue 37 item 8b): in a data folder an operator
+// created 0755, everything the gate creates — gate.db and its -wal and -shm,
+// admin.key, the plugins and results folders, a result the file channel
+// stored — is its user's only (files 0600, folders 0700). On SQLite and
+// PostgreSQL (whose data folder holds admin.key and the results).
+func TestE2EPrivateDataFolder(t *testing.T) {
+	t.Parallel()
+	for _, sc := range bothStores() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join(t.TempDir(), "data")
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(dir, 0o755); err != nil { // whatever the umask
+				t.Fatal(err)
+			}
+			g := startGate(t, dir, append(sc.args(t), "--results-dir", filepath.Join(dir, "results"))...)
+			g.putType(t, "big", map[string]any{"default_result_channel": "inline"}, "")
+			agent, worker := g.newKey(t, "agent", "agent.p", ""), g.newKey(t, "worker", "big.1", "")
+			id := g.enqueue(t, agent, "big", map[string]any{"secret": "params"})
+			ptr, _ := g.completeOne(t, worker, "big.1", id, map[string]any{"result": strings.Repeat("x", 200<<10)})["result_pointer"].(string)
+			if !strings.HasPrefix(ptr, "file:") {
+				t.Fatalf("pointer %q: the result was meant for the file channel", ptr)
+			}
+			g.Stop(syscall.SIGTERM) // gate.db-wal and -shm exist while it runs; checked below if left
+			seen := map[string]bool{}
+			err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+				if err != nil || p == dir {
+					return err
+				}
+				fi, err := d.Info()
+				if err != nil {
+					return err
+				}
+				rel, _ := filepath.Rel(dir, p)
+				seen[strings.SplitN(rel, string(filepath.Separator), 2)[0]] = true
+				if m := fi.Mode().Perm(); m&0o077 != 0 {
+					t.Errorf("%s is %v: others can read it", rel, fi.Mode())
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantSeen := []string{"admin.key", "plugins", "results"}
+			if sc.name == "sqlite" {
+				wantSeen = append(wantSeen, "gate.db")
+			}
+			for _, n := range wantSeen {
+				if !seen[n] {
+					t.Errorf("the data folder has no %s (it has %v)", n, seen)
+				}
+			}
+			stored := false
+			for n := range seen {
+				stored = stored || n == "results"
+			}
+			if ents, _ := os.ReadDir(filepath.Join(dir, "results")); len(ents) == 0 || !stored {
+				t.Errorf("no stored result under results/ to check")
+			}
+		})
+	}
+}
+
+// TestE2ERefusesFoldersOthersCanWrite (issue 37 items 8b and 8c): the gate
+// refuses, before it listens, a data folder its group or others can write
+// (a sticky /tmp-like one included) or that another user owns, and a wasm
+// compilation cache (code it runs) with such a folder or entry anywhere in
+// it.
+func TestE2ERefusesFoldersOthersCanWrite(t *testing.T) {
+	t.Parallel()
+	ensureGate(t)
+	serve := func(data string, extra ...string) (string, int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, gateBin, append([]string{"serve", "--data", data, "--listen", "127.0.0.1:0"}, extra...)...)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("gate serve: %v", err)
+		}
+		return string(out), code
+	}
+	mkdir := func(mode os.FileMode) string {
+		d := filepath.Join(t.TempDir(), "d")
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, mode); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for _, mode := range []os.FileMode{0o775, 0o757, 0o777 | os.ModeSticky} {
+		out, code := serve(mkdir(mode))
+		if code == 0 || !strings.Contains(out, "data folder") || !strings.Contains(out, "writable by its group or by others") {
+			t.Errorf("data folder %v: exit %d\n%s", mode, code, out)
+		}
+	}
+	if os.Geteuid() == 0 {
+		d := mkdir(0o700)
+		if err := os.Chown(d, 4242, 4242); err != nil {
+			t.Fatal(err)
+		}
+		if out, code := serve(d); code == 0 || !strings.Contains(out, "belongs to user 4242") {
+			t.Errorf("data folder of another user: exit %d\n%s", code, out)
+		}
+	}
+	// A compilation cache others can write, or holding an entry they can.
+	cache := mkdir(0o777)
+	if out, code := serve(mkdir(0o700), "--wasm-cache", cache); code == 0 || !strings.Contains(out, "wasm cache") {
+		t.Errorf("cache folder 0777: exit %d\n%s", code, out)
+	}
+	cache = mkdir(0o700)
+	sub := filepath.Join(cache, "wazero-v1.12.0-amd64-linux")
+	if err := os.Mkdir(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	entry := filepath.Join(sub, "0123abcd")
+	if err := os.WriteFile(entry, []byte("patched"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(entry, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := serve(mkdir(0o700), "--wasm-cache", cache); code == 0 || !strings.Contains(out, "wasm cache") || !strings.Contains(out, "0123abcd") {
+		t.Errorf("cache entry 0666: exit %d\n%s", code, out)
 	}
 }

@@ -166,6 +166,13 @@ func startPlugins(cfg serveConfig, log *slog.Logger) (*pluginWiring, error) {
 	if cache == "" && cfg.Data != "" {
 		cache = filepath.Join(cfg.Data, "wasm-cache")
 	}
+	// The compilation cache is code the gate runs, and wazero checks its
+	// entries with a CRC only: a cache another user can write is refused.
+	if cache != "" {
+		if err := ensurePrivateDir(cache, "wasm cache", true); err != nil {
+			return nil, err
+		}
+	}
 	rt, err := plugin.NewRuntime(plugin.Options{CacheDir: cache, Logger: log})
 	if err != nil {
 		return nil, err
@@ -181,6 +188,11 @@ func startPlugins(cfg serveConfig, log *slog.Logger) (*pluginWiring, error) {
 	}
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs // reported to `gate plugin install`
+	}
+	// Drop-in plugins are code the gate runs, too.
+	if err := ensurePrivateDir(dir, "plugins folder", true); err != nil {
+		rt.Close()
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	reg, err := plugin.NewRegistry(ctx, rt, plugin.RegistryOptions{Dir: dir, Builtins: plugins.Builtins(), Grants: grants, Background: true})

@@ -346,6 +346,11 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	if ctx.Err() != nil {
 		return stopped("listen")
 	}
+	// The data folder holds the database, admin.key and results: a folder
+	// another user can write is refused before anything is opened in it.
+	if err := ensurePrivateDir(cfg.Data, "data folder", false); err != nil {
+		return err
+	}
 	st, created, err := openStoreWith(ctx, cfg.Data, cfg.DB, openOrCreate, postgres.Options{Writers: cfg.DBWriters})
 	if err != nil {
 		if ctx.Err() != nil {

@@ -126,7 +126,8 @@ func (r *rootFS) OpenFile(path string, flag experimentalsys.Oflag, perm fs.FileM
 	// O_NONBLOCK: opening a FIFO planted in the folder would otherwise
 	// wait for a writer, in host code no call deadline interrupts; it has
 	// no effect on the regular files and folders that are let through.
-	f, err := r.root.OpenFile(p, osFlags(flag&^experimentalsys.O_TRUNC)|syscall.O_NONBLOCK, perm)
+	// perm&0o700: what a plugin creates (results) is its owner's only.
+	f, err := r.root.OpenFile(p, osFlags(flag&^experimentalsys.O_TRUNC)|syscall.O_NONBLOCK, perm&0o700)
 	if err != nil {
 		return nil, errno(err)
 	}
@@ -179,7 +180,7 @@ func (r *rootFS) Stat(path string) (sys.Stat_t, experimentalsys.Errno) {
 
 // Mkdir implements experimentalsys.FS.
 func (r *rootFS) Mkdir(path string, perm fs.FileMode) experimentalsys.Errno {
-	e := errno(r.root.Mkdir(rel(path), perm))
+	e := errno(r.root.Mkdir(rel(path), perm&0o700))
 	if e == experimentalsys.ENOTDIR {
 		e = experimentalsys.ENOENT
 	}
@@ -188,7 +189,7 @@ func (r *rootFS) Mkdir(path string, perm fs.FileMode) experimentalsys.Errno {
 
 // Chmod implements experimentalsys.FS.
 func (r *rootFS) Chmod(path string, perm fs.FileMode) experimentalsys.Errno {
-	return errno(r.root.Chmod(rel(path), perm))
+	return errno(r.root.Chmod(rel(path), perm&0o700))
 }
 
 // Rename implements experimentalsys.FS. Both names resolve beneath the root.

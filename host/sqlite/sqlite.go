@@ -127,15 +127,36 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	created := false
 	if exists {
 		if err := checkGateSchema(path); err != nil {
 			return nil, err
 		}
-	} else if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("sqlite: create data folder: %w", err)
+		privateFiles(path)
+	} else {
+		if dir := filepath.Dir(path); dir != "" {
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return nil, fmt.Errorf("sqlite: create data folder: %w", err)
+			}
 		}
+		// Create the file 0600 before SQLite does (it would create it 0644
+		// under the usual umask): its -wal and -shm files take its mode.
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: create %s: %w", path, err)
+		}
+		f.Close()
+		created = true
 	}
+	ok := false
+	defer func() {
+		if created && !ok {
+			// Leave no empty file behind: the next start would refuse it.
+			if fi, err := os.Stat(path); err == nil && fi.Size() == 0 {
+				os.Remove(path)
+			}
+		}
+	}()
 	dsn := func(extra string) string {
 		return "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(off)" + extra
 	}
@@ -165,7 +186,19 @@ func Open(path string, opts Options) (*Store, error) {
 	rdb.SetMaxIdleConns(opts.ReadConns)
 	s.rdb = rdb
 	go s.writer()
+	ok = true
 	return s, nil
+}
+
+// privateFiles narrows the database file and its -wal and -shm files to
+// their owner (0600) when an older gate left them readable by others. It is
+// best effort: a file the gate's user does not own keeps its mode.
+func privateFiles(path string) {
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			_ = os.Chmod(p, fi.Mode().Perm()&0o600)
+		}
+	}
 }
 
 // Path returns the database file's path.
