@@ -32,7 +32,12 @@ func ensurePrivateDir(dir, what string, entries bool) error {
 	if !entries {
 		return nil
 	}
+	// Another gate sharing the cache may rename or remove an entry while
+	// this walk runs: an entry gone meanwhile is no entry to check.
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
@@ -43,6 +48,9 @@ func ensurePrivateDir(dir, what string, entries bool) error {
 			return fmt.Errorf("%s %s: %s is neither a file nor a folder; remove it", what, dir, p)
 		}
 		fi, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
