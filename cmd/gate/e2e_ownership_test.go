@@ -4,9 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -317,5 +322,158 @@ func TestE2ERefusesFoldersOthersCanWrite(t *testing.T) {
 	}
 	if out, code := serve(mkdir(0o700), "--wasm-cache", cache); code == 0 || !strings.Contains(out, "wasm cache") || !strings.Contains(out, "0123abcd") {
 		t.Errorf("cache entry 0666: exit %d\n%s", code, out)
+	}
+}
+
+// uiClient is a browser without JavaScript: a cookie jar, redirects not
+// followed.
+type uiClient struct {
+	t    *testing.T
+	base string
+	c    *http.Client
+}
+
+func newUIClient(t *testing.T, base string) *uiClient {
+	jar, _ := cookiejar.New(nil)
+	return &uiClient{t: t, base: base, c: &http.Client{Jar: jar, Timeout: 30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+var uiCSRF = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+func (u *uiClient) do(method, path string, form url.Values) (int, http.Header, string) {
+	u.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, _ := http.NewRequest(method, u.base+path, body)
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	res, err := u.c.Do(req)
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header, string(b)
+}
+
+// signIn posts the key to the sign-in form and returns the status.
+func (u *uiClient) signIn(key string) (int, http.Header) {
+	u.t.Helper()
+	_, _, page := u.do("GET", "/ui/login", nil)
+	m := uiCSRF.FindStringSubmatch(page)
+	if m == nil {
+		u.t.Fatalf("no CSRF token on the sign-in page:\n%s", page)
+	}
+	st, h, _ := u.do("POST", "/ui/login", url.Values{"csrf": {m[1]}, "key": {key}})
+	return st, h
+}
+
+// signedIn reports whether the client's session still opens pages.
+func (u *uiClient) signedIn() bool {
+	u.t.Helper()
+	st, _, _ := u.do("GET", "/ui/", nil)
+	return st == 200
+}
+
+// TestE2EDashboardSessionsPerKey (issue 37 item 8a): a tenant admin signing
+// in over and over holds at most 16 sessions (its oldest end, the
+// operator's does not), and past 20 sign-ins at once it is throttled: 429
+// with Retry-After on the sign-in page, no session made.
+func TestE2EDashboardSessionsPerKey(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, t.TempDir())
+	acme := g.newKey(t, "admin", "acme-ops", "acme")
+	op := newUIClient(t, g.URL)
+	if st, _ := op.signIn(g.Admin); st != 303 || !op.signedIn() {
+		t.Fatalf("operator sign-in: %d", st)
+	}
+	var mine []*uiClient
+	for i := 0; i < 20; i++ {
+		u := newUIClient(t, g.URL)
+		if st, _ := u.signIn(acme); st != 303 {
+			t.Fatalf("sign-in %d: %d", i+1, st)
+		}
+		mine = append(mine, u)
+	}
+	if !op.signedIn() {
+		t.Fatal("a tenant admin's sign-ins signed the operator out")
+	}
+	live := 0
+	for i, u := range mine {
+		if u.signedIn() {
+			live++
+		} else if i >= 4 {
+			t.Errorf("session %d of 20 ended; only the 4 oldest should", i+1)
+		}
+	}
+	if live != 16 {
+		t.Fatalf("the key holds %d live sessions, want 16", live)
+	}
+	u := newUIClient(t, g.URL)
+	st, h := u.signIn(acme)
+	if st != 429 || h.Get("Retry-After") == "" || u.signedIn() {
+		t.Fatalf("sign-in 21 at once: %d, Retry-After %q", st, h.Get("Retry-After"))
+	}
+	if !mine[19].signedIn() || !op.signedIn() {
+		t.Fatal("a throttled sign-in ended a session")
+	}
+}
+
+// TestE2ETenantAdminLedgerPage (issue 37 item 8f): after an operator's
+// verification, a tenant admin's /ui/ledger (and its polled fragment) says
+// the whole ledger verified OK, and shows no gate-wide count, no chain or
+// checkpoint count and no head hash; the operator's shows them.
+func TestE2ETenantAdminLedgerPage(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, t.TempDir())
+	g.putType(t, "job", map[string]any{}, "")
+	agent := g.newKey(t, "agent", "agent.l", "")
+	for i := 0; i < 3; i++ {
+		g.enqueue(t, agent, "job", nil)
+	}
+	acme := g.newKey(t, "admin", "acme-ops", "acme")
+	op := newUIClient(t, g.URL)
+	if st, _ := op.signIn(g.Admin); st != 303 {
+		t.Fatalf("operator sign-in: %d", st)
+	}
+	_, _, page := op.do("GET", "/ui/ledger", nil)
+	m := uiCSRF.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no verify form for the operator:\n%s", page)
+	}
+	if st, _, _ := op.do("POST", "/ui/ledger/verify", url.Values{"csrf": {m[1]}}); st != 303 {
+		t.Fatalf("verify: %d", st)
+	}
+	var opPage string
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(opPage, "Verified OK") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no verification outcome within 60 s:\n%s", opPage)
+		}
+		time.Sleep(50 * time.Millisecond)
+		_, _, opPage = op.do("GET", "/ui/fragments/ledger", nil)
+	}
+	head := regexp.MustCompile(`Head hash <code>([0-9a-f]{16,})</code>`).FindStringSubmatch(opPage)
+	if head == nil || !strings.Contains(opPage, "Receipt chains") {
+		t.Fatalf("the operator's page lacks the head hash or the counts:\n%s", opPage)
+	}
+	ta := newUIClient(t, g.URL)
+	if st, _ := ta.signIn(acme); st != 303 {
+		t.Fatalf("tenant admin sign-in: %d", st)
+	}
+	for _, p := range []string{"/ui/ledger", "/ui/fragments/ledger"} {
+		st, _, page := ta.do("GET", p, nil)
+		if st != 200 || !strings.Contains(strings.ToLower(page), "verified ok") {
+			t.Fatalf("%s for a tenant admin: %d\n%s", p, st, page)
+		}
+		for _, leak := range []string{head[1], "Receipt chains", "checkpoints", " receipts in ", "Head hash"} {
+			if strings.Contains(page, leak) {
+				t.Errorf("%s shows a tenant admin %q:\n%s", p, leak, page)
+			}
+		}
 	}
 }

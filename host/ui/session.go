@@ -24,6 +24,19 @@ const (
 	sessionMax    = 12 * time.Hour // and any session ends after this
 	maxSessions   = 10000
 	ctxSession    = "asyncgate.ui.session"
+
+	// maxSessionsPerKey bounds one key's live sessions: signing in again
+	// past it ends that key's least recently used session, nobody else's.
+	maxSessionsPerKey = 16
+	// maxSessionsPerTenant bounds the sessions of one tenant's keys, so one
+	// tenant's admins (who may make more admin keys) never fill the table;
+	// when it is full all the same, the largest tenant gives one up.
+	maxSessionsPerTenant = maxSessions / 4
+
+	// A key signs in at most signinBurst times at once, then once per
+	// signinEvery: sign-in is not a way to churn the session table.
+	signinBurst = 20
+	signinEvery = 3 * time.Second
 )
 
 // session is one signed-in browser. It holds the hash of the key it signed
@@ -51,10 +64,13 @@ func (s *session) actor() engine.Actor {
 
 const defaultTenant = "default"
 
-// sessions is the in-memory session table.
+// sessions is the in-memory session table, indexed by key and counted by
+// the key's tenant.
 type sessions struct {
-	mu sync.Mutex
-	m  map[string]*session
+	mu        sync.Mutex
+	m         map[string]*session
+	byKey     map[string][]*session
+	perTenant map[string]int
 }
 
 func randomToken() string {
@@ -65,26 +81,135 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
+// create adds a session for the key. Room is made from the key's own
+// sessions first (maxSessionsPerKey), then its tenant's
+// (maxSessionsPerTenant), and only with the whole table full from the
+// tenant holding the most sessions: one key or tenant signing in over and
+// over never signs out another tenant's admins.
 func (ss *sessions) create(keyHash string, a engine.Actor, now time.Time) *session {
 	s := &session{id: randomToken(), csrf: randomToken(), keyHash: keyHash, principal: a.Principal,
 		keyTenant: a.Tenant, tenant: a.Tenant, created: now, used: now}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if len(ss.m) >= maxSessions {
-		var oldest *session
-		for id, o := range ss.m {
+	if ss.byKey == nil {
+		ss.byKey, ss.perTenant = map[string][]*session{}, map[string]int{}
+	}
+	own := ss.byKey[keyHash]
+	for _, o := range own {
+		if ss.expired(o, now) {
+			ss.remove(o)
+		}
+	}
+	if own = ss.byKey[keyHash]; len(own) >= maxSessionsPerKey {
+		ss.remove(lruOf(own, nil))
+	} else if ss.perTenant[a.Tenant] >= maxSessionsPerTenant || len(ss.m) >= maxSessions {
+		// Rare (a tenant with this many sessions has hundreds of keys):
+		// one pass drops the expired and finds whom to end.
+		for _, o := range ss.m {
 			if ss.expired(o, now) {
-				delete(ss.m, id)
-			} else if oldest == nil || o.used.Before(oldest.used) {
-				oldest = o
+				ss.remove(o)
 			}
 		}
-		if len(ss.m) >= maxSessions && oldest != nil {
-			delete(ss.m, oldest.id)
+		if ss.perTenant[a.Tenant] >= maxSessionsPerTenant {
+			ss.remove(lruOf(nil, func(o *session) bool { return o.keyTenant == a.Tenant }, ss.m))
+		} else if len(ss.m) >= maxSessions {
+			big := ""
+			for t, n := range ss.perTenant {
+				if big == "" || n > ss.perTenant[big] {
+					big = t
+				}
+			}
+			ss.remove(lruOf(nil, func(o *session) bool { return o.keyTenant == big }, ss.m))
 		}
 	}
 	ss.m[s.id] = s
+	ss.byKey[keyHash] = append(ss.byKey[keyHash], s)
+	ss.perTenant[a.Tenant]++
 	return s
+}
+
+// lruOf returns the least recently used session of list, or of the
+// sessions in the maps that match.
+func lruOf(list []*session, match func(*session) bool, maps ...map[string]*session) *session {
+	var out *session
+	for _, o := range list {
+		if out == nil || o.used.Before(out.used) {
+			out = o
+		}
+	}
+	for _, m := range maps {
+		for _, o := range m {
+			if match(o) && (out == nil || o.used.Before(out.used)) {
+				out = o
+			}
+		}
+	}
+	return out
+}
+
+// remove drops s from the table and its indexes; ss.mu is held.
+func (ss *sessions) remove(s *session) {
+	if s == nil || ss.m[s.id] != s {
+		return
+	}
+	delete(ss.m, s.id)
+	own := ss.byKey[s.keyHash]
+	for i, o := range own {
+		if o == s {
+			own = append(own[:i:i], own[i+1:]...)
+			break
+		}
+	}
+	if len(own) == 0 {
+		delete(ss.byKey, s.keyHash)
+	} else {
+		ss.byKey[s.keyHash] = own
+	}
+	if ss.perTenant[s.keyTenant]--; ss.perTenant[s.keyTenant] <= 0 {
+		delete(ss.perTenant, s.keyTenant)
+	}
+}
+
+// signins throttles sign-ins per key: a token bucket of signinBurst, one
+// token back every signinEvery.
+type signins struct {
+	mu sync.Mutex
+	m  map[string]*bucket
+}
+
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+// take spends one sign-in of the key, or returns how long until one is
+// available.
+func (si *signins) take(keyHash string, now time.Time) time.Duration {
+	si.mu.Lock()
+	defer si.mu.Unlock()
+	if si.m == nil {
+		si.m = map[string]*bucket{}
+	}
+	b := si.m[keyHash]
+	if b == nil {
+		if len(si.m) >= maxSessions {
+			// Full buckets say nothing: forget them.
+			for k, o := range si.m {
+				if now.Sub(o.at) >= signinEvery*signinBurst {
+					delete(si.m, k)
+				}
+			}
+		}
+		b = &bucket{tokens: signinBurst, at: now}
+		si.m[keyHash] = b
+	}
+	b.tokens = min(signinBurst, b.tokens+float64(now.Sub(b.at))/float64(signinEvery))
+	b.at = now
+	if b.tokens < 1 {
+		return time.Duration((1 - b.tokens) * float64(signinEvery))
+	}
+	b.tokens--
+	return 0
 }
 
 func (ss *sessions) expired(s *session, now time.Time) bool {
@@ -100,7 +225,7 @@ func (ss *sessions) get(id string, now time.Time) (session, bool) {
 		return session{}, false
 	}
 	if ss.expired(s, now) {
-		delete(ss.m, id)
+		ss.remove(s)
 		return session{}, false
 	}
 	s.used = now
@@ -109,7 +234,7 @@ func (ss *sessions) get(id string, now time.Time) (session, bool) {
 
 func (ss *sessions) end(id string) {
 	ss.mu.Lock()
-	delete(ss.m, id)
+	ss.remove(ss.m[id])
 	ss.mu.Unlock()
 }
 

@@ -20,6 +20,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -64,6 +65,7 @@ type UI struct {
 	log      *slog.Logger
 	pages    map[string]*template.Template
 	sessions sessions
+	signins  signins
 	sampler  *sampler
 	verify   verifier
 	ctx      context.Context
@@ -331,6 +333,14 @@ func (u *UI) login(c echo.Context) error {
 		tok := randomToken()
 		u.setCookie(c, loginCookie, tok, 600)
 		return u.render(c, http.StatusForbidden, "login", page{Title: "Sign in", CSRF: tok, Data: "The dashboard needs an admin key; this one is a " + a.Role + " key."})
+	}
+	if wait := u.signins.take(hashKey(key), u.now()); wait > 0 {
+		secs := int(wait/time.Second) + 1
+		tok := randomToken()
+		u.setCookie(c, loginCookie, tok, 600)
+		c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
+		return u.render(c, http.StatusTooManyRequests, "login", page{Title: "Sign in", CSRF: tok,
+			Data: "This key signed in too often; try again in " + strconv.Itoa(secs) + " s."})
 	}
 	s := u.sessions.create(hashKey(key), a, u.now())
 	u.setCookie(c, loginCookie, "", -1)
