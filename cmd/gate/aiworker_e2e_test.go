@@ -56,7 +56,7 @@ func newAIBundle(t *testing.T, leaseSeconds int, script func(aitest.Request) ait
 		t.Fatal(err)
 	}
 	profile := map[string]any{"name": "assistant", "system_prompt": "You are a careful assistant.",
-		"tools": []string{"gate/list_active_tasks", "calc/add", "calc/fail"}}
+		"tools": []string{"gate/list_active_tasks", "calc/add", "calc/fail"}, "allowed_models": []string{"model-*"}}
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/asyncgate/asyncgate/host/mail/mailtest"
+	"github.com/asyncgate/asyncgate/worker/ai/aitest"
 )
 
 // storeCase is one store an e2e check runs on: extra serve flags, and a way
@@ -474,6 +475,30 @@ func TestE2ETenantAdminLedgerPage(t *testing.T) {
 			if strings.Contains(page, leak) {
 				t.Errorf("%s shows a tenant admin %q:\n%s", p, leak, page)
 			}
+		}
+	}
+}
+
+// TestE2EAIWorkerRefusesModelsItsProfileDoesNotName (issue 37 item 8e): the
+// real gate and `gate ai-worker`; the profile allows model-*. A task asking
+// for another model (alone or in a fan-out) is dead-lettered as fatal and
+// the provider never sees that model; an allowed one is answered.
+func TestE2EAIWorkerRefusesModelsItsProfileDoesNotName(t *testing.T) {
+	t.Parallel()
+	b := newAIBundle(t, 30, func(r aitest.Request) aitest.Reply { return aitest.Answer("answer of " + r.Model) })
+	b.startAIWorker(t, "ai.models")
+	bad := b.g.enqueue(t, b.agent, "ai.chat", map[string]any{"prompt": "x", "model": "premium-9"})
+	badFan := b.g.enqueue(t, b.agent, "ai.chat", map[string]any{"prompt": "x", "models": []string{"model-a", "premium-9"}})
+	good := b.g.enqueue(t, b.agent, "ai.chat", map[string]any{"prompt": "x", "model": "model-a"})
+	for _, id := range []string{bad, badFan} {
+		if tk := b.waitStatus(t, id, "dead_letter"); !strings.Contains(tk.Error, "does not allow") {
+			t.Fatalf("task %s: %+v", id, tk)
+		}
+	}
+	b.waitStatus(t, good, "succeeded")
+	for _, r := range b.prov.Requests() {
+		if r.Model == "premium-9" {
+			t.Fatal("the provider was asked for a model the profile does not allow")
 		}
 	}
 }

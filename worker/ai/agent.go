@@ -442,6 +442,19 @@ func (w *Worker) handle(ctx context.Context, taskType string, t *worker.Task) (a
 			return nil, worker.Fatalf("params.models has an empty name")
 		}
 	}
+	// A task names only models the profile allows (or the config's own):
+	// a model is a cost and a data destination the operator chooses.
+	configured := []string{tt.Model, prof.Model, w.cfg.Provider.Model}
+	configured = append(configured, tt.Models...)
+	asked := slices.Clone(p.Models)
+	if p.Model != "" {
+		asked = append(asked, p.Model)
+	}
+	for _, m := range asked {
+		if !slices.Contains(configured, m) && !prof.AllowsModel(m) {
+			return nil, worker.Fatalf("params names model %q, which profile %s does not allow (allowed_models)", m, prof.Name)
+		}
+	}
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
 	}

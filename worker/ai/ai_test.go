@@ -311,7 +311,7 @@ func TestFanOut(t *testing.T) {
 		return aitest.Answer("answer of " + r.Model)
 	})
 	defer prov.Close()
-	w := newWorker(t, ai.ProviderConfig{BaseURL: prov.URL}, ai.Profile{Name: "p", SystemPrompt: "s"}, nil, ai.TaskTypeConfig{})
+	w := newWorker(t, ai.ProviderConfig{BaseURL: prov.URL}, ai.Profile{Name: "p", SystemPrompt: "s", AllowedModels: []string{"m*", "bad"}}, nil, ai.TaskTypeConfig{})
 	comp, err := run(w, context.Background(), map[string]any{"prompt": "x", "models": []string{"m1", "bad", "m2"}})
 	if err != nil {
 		t.Fatal(err)
@@ -573,13 +573,47 @@ func TestServerRestartReconnects(t *testing.T) {
 	}
 }
 
+// TestTaskModelsMustBeAllowed (issue 37 item 8e): a task may name only the
+// models its profile's allowed_models lists (exactly or by glob) or the
+// config's own; any other, alone or in a fan-out, is fatal before the
+// provider is asked anything.
+func TestTaskModelsMustBeAllowed(t *testing.T) {
+	prov := aitest.NewServer(func(r aitest.Request) aitest.Reply { return aitest.Answer(r.Model) })
+	defer prov.Close()
+	p := ai.Profile{Name: "p", SystemPrompt: "s", Model: "house", AllowedModels: []string{"cheap-1", "openai/*"}}
+	w := newWorker(t, ai.ProviderConfig{BaseURL: prov.URL, Model: "prov"}, p, nil, ai.TaskTypeConfig{Model: "typed"})
+	for _, params := range []map[string]any{
+		{"prompt": "x", "model": "very-expensive"},
+		{"prompt": "x", "model": "anthropic/claude-opus"},
+		{"prompt": "x", "models": []string{"cheap-1", "very-expensive"}},
+		{"prompt": "x", "models": []string{"openai/gpt-4o", "openai-evil"}},
+	} {
+		_, err := run(w, context.Background(), params)
+		if err == nil || worker.IsRetryable(err) || !strings.Contains(err.Error(), "does not allow") {
+			t.Fatalf("%v: err %v, want a fatal refusal", params, err)
+		}
+	}
+	if n := len(prov.Requests()); n != 0 {
+		t.Fatalf("the provider was asked %d times for refused models", n)
+	}
+	for _, params := range []map[string]any{
+		{"prompt": "x", "model": "cheap-1"}, {"prompt": "x", "model": "openai/gpt-4o"},
+		{"prompt": "x", "model": "house"}, {"prompt": "x", "model": "prov"}, {"prompt": "x", "model": "typed"},
+		{"prompt": "x", "models": []string{"cheap-1", "openai/o3"}},
+	} {
+		if _, err := run(w, context.Background(), params); err != nil {
+			t.Fatalf("%v: %v", params, err)
+		}
+	}
+}
+
 // TestModelPrecedence: the task's model, then the task type's, the
 // profile's and the provider's; none at all is fatal.
 func TestModelPrecedence(t *testing.T) {
 	prov := aitest.NewServer(func(r aitest.Request) aitest.Reply { return aitest.Answer(r.Model) })
 	defer prov.Close()
 	newW := func(provModel, profModel, typeModel string) *ai.Worker {
-		p := &ai.Profile{Name: "p", SystemPrompt: "s", Model: profModel}
+		p := &ai.Profile{Name: "p", SystemPrompt: "s", Model: profModel, AllowedModels: []string{"task"}}
 		w, err := ai.New(ai.Config{Provider: ai.ProviderConfig{BaseURL: prov.URL, Model: provModel},
 			TaskTypes: map[string]ai.TaskTypeConfig{"ai.test": {Profile: "p", Model: typeModel}}}, map[string]*ai.Profile{"p": p}, quiet)
 		if err != nil {

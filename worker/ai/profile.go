@@ -21,15 +21,31 @@ import (
 // model may call, and the loop's limits. Profiles are JSON files validated
 // against schemas/ai-profile.schema.json.
 type Profile struct {
-	Name                string   `json:"name"`
-	Description         string   `json:"description,omitempty"`
-	SystemPrompt        string   `json:"system_prompt"`
-	Tools               []string `json:"tools,omitempty"`
-	Model               string   `json:"model,omitempty"`
+	Name         string   `json:"name"`
+	Description  string   `json:"description,omitempty"`
+	SystemPrompt string   `json:"system_prompt"`
+	Tools        []string `json:"tools,omitempty"`
+	Model        string   `json:"model,omitempty"`
+	// AllowedModels are the models a task's params.model or params.models
+	// may name: exact names or path.Match globs ("openai/*"). The models
+	// the worker's config names (task type, profile, provider) need no
+	// entry; without the list a task may name no model of its own.
+	AllowedModels       []string `json:"allowed_models,omitempty"`
 	Temperature         *float64 `json:"temperature,omitempty"`
 	MaxCompletionTokens int64    `json:"max_completion_tokens,omitempty"`
 	MaxIterations       int      `json:"max_iterations,omitempty"`
 	MaxToolCalls        *int     `json:"max_tool_calls,omitempty"`
+}
+
+// AllowsModel reports whether a task may ask for model: the profile's
+// allowed_models names it (exactly or by glob).
+func (p *Profile) AllowsModel(model string) bool {
+	for _, e := range p.AllowedModels {
+		if m, err := path.Match(e, model); e == model || (err == nil && m) {
+			return true
+		}
+	}
+	return false
 }
 
 // Allows reports whether the profile's allowlist offers tool of server.

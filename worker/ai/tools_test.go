@@ -135,7 +135,7 @@ func TestFanOutSharesTheToolBudget(t *testing.T) {
 		return aitest.Answer("done")
 	})
 	defer prov.Close()
-	p := ai.Profile{Name: "p", SystemPrompt: "s", Tools: []string{"a/ping"}, MaxToolCalls: intp(4)}
+	p := ai.Profile{Name: "p", SystemPrompt: "s", Tools: []string{"a/ping"}, MaxToolCalls: intp(4), AllowedModels: []string{"m?"}}
 	w := newWorker(t, ai.ProviderConfig{BaseURL: prov.URL}, p, []ai.MCPServer{namedServer(t, "a", "ping")}, ai.TaskTypeConfig{})
 	comp, err := run(w, context.Background(), map[string]any{"prompt": "x", "models": []string{"m1", "m2", "m3"}})
 	if err != nil {
