@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -132,9 +133,13 @@ type ResourceLeaseEvent struct {
 
 // NormalizeResource returns the canonical form of a resource name or a
 // CodeInvalidResource error naming the rule it breaks. Surrounding space is
-// trimmed; the name is put in Unicode NFC; a KIND: prefix (letters, digits, "_", starting with a letter) is
-// upper-cased; a FILE: path is cleaned ("a/./b/../c" is "a/c"). Names are
-// 1..MaxResourceLen bytes of valid UTF-8 without control characters.
+// trimmed; the name is put in Unicode NFKC, which folds compatibility forms
+// (full-width "ＦＩＬＥ：" is "FILE:", "ﬁ" is "fi"); a KIND: prefix (letters,
+// digits, "_", starting with a letter) is upper-cased; a FILE: path is
+// cleaned ("a/./b/../c" is "a/c"). Names are 1..MaxResourceLen bytes of
+// valid UTF-8 without control or format characters (zero-width characters,
+// bidi controls, variation selectors and other invisible ones are refused),
+// and no word of a name mixes scripts (checkScripts).
 func NormalizeResource(s string) (string, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -143,22 +148,27 @@ func NormalizeResource(s string) (string, error) {
 	if !utf8.ValidString(s) {
 		return "", Errorf(CodeInvalidResource, "resource: must be valid UTF-8")
 	}
-	// One name however its characters are composed (NFC: "é" typed as
-	// U+00E9 or as "e" and U+0301 is one resource). The steps below only
-	// trim at the ends and drop whole path segments between "/", which keep
-	// a string in NFC, so normalizing once, first, is enough.
-	s = norm.NFC.String(s)
+	if len(s) > 4*MaxResourceLen {
+		return "", Errorf(CodeInvalidResource, "resource: at most %d bytes (this one is %d)", MaxResourceLen, len(s))
+	}
+	// One name however its characters are written: NFKC makes "é" typed as
+	// U+00E9 or as "e" and U+0301 one resource, and a full-width or
+	// otherwise compatibility-encoded letter the letter it stands for (so
+	// "ＦＩＬＥ：/a" is the FILE:/a it looks like). It runs first: it may
+	// make a "/" or a ":" of a look-alike. The steps below only trim at the
+	// ends and drop whole path segments between "/", which keep a string in
+	// NFKC, so normalizing once is enough.
+	s = strings.TrimSpace(norm.NFKC.String(s))
 	for _, r := range s {
-		if unicode.IsControl(r) {
-			return "", Errorf(CodeInvalidResource, "resource: must not contain control characters (found %U)", r)
+		if invisible(r) {
+			return "", Errorf(CodeInvalidResource, "resource: must not contain control characters or format characters (found %U)", r)
 		}
 	}
+	rest := s
 	if i := strings.IndexByte(s, ':'); i > 0 && validKind(s[:i]) {
-		kind, rest := strings.ToUpper(s[:i]), strings.TrimSpace(s[i+1:])
+		kind := strings.ToUpper(s[:i])
+		rest = strings.TrimSpace(s[i+1:])
 		if kind == "FILE" {
-			if len(rest) > 4*MaxResourceLen {
-				return "", Errorf(CodeInvalidResource, "resource: at most %d bytes (this one is %d)", MaxResourceLen, len(s))
-			}
 			// Cleaning and trimming until neither changes the path: each
 			// round that changes it makes it shorter, so this ends, and the
 			// result is a fixed point (normalizing it again changes nothing).
@@ -178,7 +188,105 @@ func NormalizeResource(s string) (string, error) {
 	if len(s) > MaxResourceLen {
 		return "", Errorf(CodeInvalidResource, "resource: at most %d bytes (this one is %d)", MaxResourceLen, len(s))
 	}
+	if err := checkScripts(rest); err != nil {
+		return "", err
+	}
 	return s, nil
+}
+
+// invisible reports whether r is a control or format character, or
+// another one that is not displayed: such a character makes a name that
+// looks like another but is not.
+func invisible(r rune) bool {
+	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp, unicode.Variation_Selector,
+		unicode.Other_Default_Ignorable_Code_Point, unicode.Co, unicode.Cs, unicode.Noncharacter_Code_Point)
+}
+
+// allowedMixes are the scripts one word may combine (UTS #39 "Highly
+// Restrictive": Latin with the scripts written beside it in Japanese,
+// Chinese and Korean).
+var allowedMixes = [][]*unicode.RangeTable{
+	{unicode.Latin, unicode.Han, unicode.Hiragana, unicode.Katakana},
+	{unicode.Latin, unicode.Han, unicode.Bopomofo},
+	{unicode.Latin, unicode.Han, unicode.Hangul},
+}
+
+// checkScripts refuses a name with a word that mixes scripts: "pаypal"
+// with a Cyrillic "а" looks like "paypal" and is another resource. A word
+// is a run of letters, marks and digits (names split at punctuation,
+// symbols and spaces: "FILE:/docs/документ.txt" has the words docs,
+// документ and txt, each of one script). Common and Inherited characters
+// go with any script; a word may combine only the scripts of one
+// allowedMixes entry. Whole-script look-alikes (a word all in Cyrillic that
+// looks Latin) are not caught: UTS #39's confusable data is not at hand.
+func checkScripts(name string) error {
+	var word []*unicode.RangeTable
+	flush := func() error {
+		if len(word) > 1 && !oneMix(word) {
+			names := make([]string, len(word))
+			for i, t := range word {
+				names[i] = scriptName(t)
+			}
+			return Errorf(CodeInvalidResource, "resource: a word mixes the scripts %s (a name that looks like another must not be another)", strings.Join(names, " and "))
+		}
+		word = word[:0]
+		return nil
+	}
+	for _, r := range name {
+		if !unicode.IsLetter(r) && !unicode.IsMark(r) && !unicode.IsDigit(r) && !unicode.IsNumber(r) {
+			if err := flush(); err != nil {
+				return err
+			}
+			continue
+		}
+		t := scriptOf(r)
+		if t == nil || slices.Contains(word, t) {
+			continue
+		}
+		word = append(word, t)
+	}
+	return flush()
+}
+
+// scriptOf returns r's script, nil for Common and Inherited.
+func scriptOf(r rune) *unicode.RangeTable {
+	if r < utf8.RuneSelf {
+		if 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' {
+			return unicode.Latin
+		}
+		return nil
+	}
+	if unicode.Is(unicode.Common, r) || unicode.Is(unicode.Inherited, r) {
+		return nil
+	}
+	for _, t := range unicode.Scripts {
+		if unicode.Is(t, r) {
+			return t
+		}
+	}
+	return nil
+}
+
+func scriptName(t *unicode.RangeTable) string {
+	for n, s := range unicode.Scripts {
+		if s == t {
+			return n
+		}
+	}
+	return "?"
+}
+
+func oneMix(word []*unicode.RangeTable) bool {
+	for _, mix := range allowedMixes {
+		all := true
+		for _, t := range word {
+			all = all && slices.Contains(mix, t)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
 }
 
 func validKind(k string) bool {
@@ -260,9 +368,9 @@ func IntentsJSON(in []ResourceIntent) string {
 	return string(b)
 }
 
-// IntentsFromJSON reads what IntentsJSON wrote, normalized again: a task
-// queued by a gate whose names were not yet in Unicode NFC must lock what a
-// name typed today locks.
+// IntentsFromJSON reads what IntentsJSON wrote, normalized again
+// (NormalizeStoredIntents): a task queued by a gate whose names were not
+// yet in NFKC must lock what a name typed today locks.
 func IntentsFromJSON(s string) ([]ResourceIntent, error) {
 	if s == "" {
 		return nil, nil
@@ -271,8 +379,42 @@ func IntentsFromJSON(s string) ([]ResourceIntent, error) {
 	if err := json.Unmarshal([]byte(s), &out); err != nil {
 		return nil, fmt.Errorf("stored resource intents: %w", err)
 	}
-	if n, err := NormalizeIntents("resource_intents", out); err == nil {
-		out = n
+	return NormalizeStoredIntents(out), nil
+}
+
+// NormalizeStoredIntents normalizes intents that were valid when stored:
+// each name goes through NormalizeResource, and one today's rules refuse
+// (a format character, a word mixing scripts) keeps its stored spelling,
+// so what a gate accepted before keeps working. Predicates that do not
+// parse are MUTATES, the safe side. Merged and sorted as NormalizeIntents.
+func NormalizeStoredIntents(in []ResourceIntent) []ResourceIntent {
+	if len(in) == 0 {
+		return nil
 	}
-	return out, nil
+	by := map[string]LeasePredicate{}
+	for _, it := range in {
+		res := StoredResource(it.Resource)
+		p, err := ParsePredicate(string(it.Predicate))
+		if err != nil {
+			p = PredicateMutates
+		}
+		if by[res] != PredicateMutates {
+			by[res] = p
+		}
+	}
+	out := make([]ResourceIntent, 0, len(by))
+	for r, p := range by {
+		out = append(out, ResourceIntent{Resource: r, Predicate: p})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Resource < out[j].Resource })
+	return out
+}
+
+// StoredResource is the name a stored resource name stands for today: its
+// normalized form, or the stored spelling when today's rules refuse it.
+func StoredResource(name string) string {
+	if n, err := NormalizeResource(name); err == nil {
+		return n
+	}
+	return name
 }

@@ -502,3 +502,70 @@ func TestE2EAIWorkerRefusesModelsItsProfileDoesNotName(t *testing.T) {
 		}
 	}
 }
+
+// TestE2ELookAlikeResourceNames (issue 37 item 6): agent A holds
+// FILE:/config.yaml. Agent B asking for it in full-width (ＦＩＬＥ：/ｃｏｎｆｉｇ.yaml)
+// is refused as a conflict — it is the same resource; names with a
+// zero-width character, a bidi override or a Cyrillic letter in a Latin
+// word are 400 invalid_resource, at the resource door and in a task's
+// resource_intents. A task queued with an intent today's rules refuse
+// (written into the store as an older gate would have accepted it) is still
+// leased, heartbeated and completed under its stored name. On SQLite and
+// PostgreSQL.
+func TestE2ELookAlikeResourceNames(t *testing.T) {
+	t.Parallel()
+	for _, sc := range bothStores() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join(t.TempDir(), "data")
+			extra := sc.args(t)
+			g := startGate(t, dir, extra...)
+			a, b := g.newKey(t, "agent", "agent.a", ""), g.newKey(t, "agent", "agent.b", "")
+			intent := func(name, pred string) map[string]any {
+				return map[string]any{"intents": []any{map[string]any{"resource": name, "predicate": pred}}}
+			}
+			want(t, call(t, "POST", g.URL+"/v1/resource-leases", a, intent("FILE:/config.yaml", "MUTATES")), 201, "")
+			for _, name := range []string{"\uff26\uff29\uff2c\uff25\uff1a/\uff43\uff4f\uff4e\uff46\uff49\uff47.yaml", "file\uff1a/config.yaml", "FILE:/./config.yaml"} {
+				want(t, call(t, "POST", g.URL+"/v1/resource-leases", b, intent(name, "READS")), 409, "resource_conflict")
+			}
+			for _, name := range []string{"FILE:/config\u200b.yaml", "FILE:/\u202elmay.gifnoc", "FILE:/c\u043enfig.yaml", "FILE:/config.yaml\u2060"} {
+				want(t, call(t, "POST", g.URL+"/v1/resource-leases", b, intent(name, "MUTATES")), 400, "invalid_resource")
+			}
+			g.putType(t, "edit", map[string]any{"lease_seconds": 30}, "")
+			want(t, call(t, "POST", g.URL+"/v1/tasks", b, map[string]any{"task_type": "edit", "params": map[string]any{},
+				"resource_intents": []any{map[string]any{"resource": "FILE:/c\u043enfig.yaml", "predicate": "MUTATES"}}}), 400, "invalid_resource")
+
+			// A task queued by an older gate under a name refused today.
+			worker := g.newKey(t, "worker", "edit.1", "")
+			r := call(t, "POST", g.URL+"/v1/tasks", b, map[string]any{"task_type": "edit", "params": map[string]any{},
+				"resource_intents": []any{map[string]any{"resource": "FILE:/legacy", "predicate": "MUTATES"}}})
+			want(t, r, 201, "")
+			id := r.JSON(t)["task_id"].(string)
+			g.Stop(syscall.SIGTERM)
+			old := "FILE:/c\u043enfig.yaml" // Cyrillic о: accepted before issue 37
+			raw, _ := json.Marshal([]map[string]string{{"resource": old, "predicate": "MUTATES"}})
+			sc.exec(t, dir, extra, "UPDATE tasks SET resource_intents = ? WHERE id = '"+id+"'", string(raw))
+			g = startGate(t, dir, extra...)
+			o := g.lease(t, worker, "edit.1", nil)
+			if len(o) != 1 || o[0].Task.ID != id {
+				t.Fatalf("the task with a stored name was not leased: %+v", o)
+			}
+			var held struct {
+				Leases []struct {
+					Resource string `json:"resource"`
+					TaskID   string `json:"task_id"`
+				} `json:"leases"`
+			}
+			call(t, "GET", g.URL+"/v1/admin/resource-leases?state=held", g.Admin, nil).Into(t, &held)
+			found := false
+			for _, l := range held.Leases {
+				found = found || (l.TaskID == id && l.Resource == old)
+			}
+			if !found {
+				t.Fatalf("no resource lease on %q for the task: %+v", old, held.Leases)
+			}
+			want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/heartbeat", worker, nil), 200, "")
+			want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/complete", worker, map[string]any{"result": "ok"}), 200, "")
+		})
+	}
+}

@@ -138,10 +138,9 @@ func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	}
 	if len(tt.ResourceIntents)+len(req.ResourceIntents) > 0 {
 		// The type's and the request's, merged (MUTATES wins), fixed now.
-		t.ResourceIntents, err = host.NormalizeIntents("resource_intents", append(append([]host.ResourceIntent{}, tt.ResourceIntents...), req.ResourceIntents...))
-		if err != nil {
-			return nil, err
-		}
+		// The request's were checked above; the type's were valid when
+		// stored and keep working under today's rules (issue 37).
+		t.ResourceIntents = host.NormalizeStoredIntents(append(append([]host.ResourceIntent{}, tt.ResourceIntents...), req.ResourceIntents...))
 	}
 	if req.MaxRetries != nil {
 		t.MaxRetries = *req.MaxRetries

@@ -177,7 +177,14 @@ func testRLNames(t *testing.T, b *Bundle, eng *engine.Engine, _ *eventLog) {
 	}
 	_, err = acquire(eng, "b", 0, "FILE:/repo/cafe\u0301.go", "MUTATES")
 	wantConflict(t, err, composed.Leases[0].ID, false)
+	// Compatibility forms fold (issue 37): full-width ＦＩＬＥ： and letters
+	// name the resource they look like.
+	_, err = acquire(eng, "b", 0, "\uff26\uff29\uff2c\uff25\uff1a/repo/\uff58.go", "READS")
+	wantConflict(t, err, m.Leases[0].ID, false)
 	for _, bad := range []struct{ res, rule string }{
+		{"FILE:/repo/x\u200b.go", "format characters"},
+		{"FILE:/repo/\u202eog.x", "format characters"},
+		{"FILE:/repo/x\u0445.go", "mixes the scripts"},
 		{"", "must not be empty"},
 		{"   ", "must not be empty"},
 		{"a\x00b", "control characters"},
