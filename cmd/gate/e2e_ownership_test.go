@@ -93,7 +93,9 @@ func mailOnlyGate(t *testing.T, dir string, extra ...string) (*gateProc, *mailte
 // TestE2EEmailPointerStaysWithItsTask (issue 37 item 5): on a gate with mail
 // but no mail.channel, tenant A's agent sends an email (its copy lands in the
 // gate's mailbox). A worker of tenant B may not complete with
-// email:<A's message id> (422 foreign_pointer, nothing recorded), and a
+// email:<A's message id> (422 foreign_pointer, nothing recorded: this gate
+// has a mailbox; on a gate without mail TestE2ESeedShapes records a
+// worker's own email pointer as given), and a
 // pointer to A's mail already stored on B's task (written before this rule)
 // reads back as not_found: fetch_task_email returns only the message the
 // gate sent for that very task. On SQLite and PostgreSQL.

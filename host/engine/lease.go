@@ -706,10 +706,12 @@ func (e *Engine) completeDuplicate(ctx context.Context, req CompleteRequest) *Co
 // channels the gate does not have (s3://…, a URL the worker owns) are the
 // worker's to give, and inline pointers carry their content.
 //
-// The built-in channels (GateChannels) are the gate's whether or not their
-// plugin is loaded here: a gate without mail.channel still reads email:
-// pointers back through fetch_task_email, so an email: pointer from a worker
-// is refused on every gate (issue 37).
+// Whether a channel is the gate's does not hang on its plugin being loaded:
+// a gate with a mailbox reads email: pointers back through fetch_task_email
+// with its own grants, mail.channel or not, so there an email: pointer from a
+// worker is refused (issue 37). A gate without mail cannot read such a
+// pointer back: it is the worker's own (seed 001's worker that mailed its
+// result itself), recorded as given.
 func (e *Engine) checkWorkerPointer(res host.Result) error {
 	if res.Pointer == "" {
 		return nil
@@ -722,7 +724,7 @@ func (e *Engine) checkWorkerPointer(res host.Result) error {
 		if name == "" || name == "inline" {
 			continue
 		}
-		if gateChannel(name) {
+		if name == EmailChannel && e.hasMailbox() {
 			return host.Errorf(host.CodeForeignPointer, "result_pointer names channel %q, which is the gate's own: its pointers are made by the gate when it stores a payload, never taken from a worker; send the payload as result or result_base64", name)
 		}
 		if e.cfg.Plugins == nil {
@@ -735,18 +737,11 @@ func (e *Engine) checkWorkerPointer(res host.Result) error {
 	return nil
 }
 
-// GateChannels are the built-in channels whose pointers name objects the
-// gate stores and reads back with its own grants. A worker may never give
-// one of their pointers, whether or not the channel is loaded on this gate.
-var GateChannels = []string{EmailChannel, "file", "http"}
-
-func gateChannel(name string) bool {
-	for _, c := range GateChannels {
-		if c == name {
-			return true
-		}
-	}
-	return false
+// hasMailbox reports whether this gate reads mail back (fetch_task_email):
+// then email: pointers name messages in its own mailbox.
+func (e *Engine) hasMailbox() bool {
+	m := e.cfg.Delivery.Mail
+	return m != nil && m.CanRead()
 }
 
 // completeTask moves a live leased task to succeeded with result res and
