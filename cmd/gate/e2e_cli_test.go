@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -142,6 +143,10 @@ func TestE2ECLIAgainstARunningGate(t *testing.T) {
 	}
 	if last := lines[len(lines)-1]; last != leased+" succeeded: said it" {
 		t.Fatalf("tasks wait last line %q", last)
+	}
+	// The finished task reads 100%, not the 40% its worker last reported.
+	if all := strings.Join(lines, "\n"); !strings.Contains(all, leased+" succeeded 100%") || strings.Contains(all, "succeeded 40%") {
+		t.Fatalf("tasks wait drew the finished task's progress wrong:\n%s", all)
 	}
 
 	// wait with a bar (forced, as on a terminal), bounded by --for: exit 4.
@@ -286,7 +291,7 @@ func TestCLIHelpAndCompletion(t *testing.T) {
 		t.Errorf("the hidden helper is offered: %s", out)
 	}
 	out, _, _ = cliRun(t, nil, "__complete", "tasks")
-	if out != "list\nshow\ncancel\nwait\n" {
+	if out != "create\nresult\nlist\nshow\ncancel\nwait\n" {
 		t.Errorf("tasks candidates %q", out)
 	}
 	out, _, _ = cliRun(t, nil, "__complete", "tasks", "wait")
@@ -319,5 +324,208 @@ COMP_WORDS=(gate dlq redrive --a); COMP_CWORD=3; _gate; echo "${COMPREPLY[*]}"`
 	b, err := cmd.CombinedOutput()
 	if err != nil || string(b) != "wait\ndlq\n--all\n" {
 		t.Fatalf("bash completion: %v %q", err, b)
+	}
+}
+
+// TestE2ECLICreateAndResult drives gate tasks create and gate tasks result
+// (the real binary) against a real gate on each store: params inline, from
+// a file and from stdin; --wait following a worker's progress to the end,
+// where a succeeded task reads 100%, not its last report; the gate's
+// refusals shown with exit 1; a JSON result printed, a 3 MiB binary one
+// streamed to --out with its checksum verified here, and an altered one
+// refused with exit 1 and no file left behind. The key comes from
+// ASYNCGATE_KEY, as the docs show it.
+func TestE2ECLICreateAndResult(t *testing.T) {
+	t.Parallel()
+	for _, store := range []string{"sqlite", "postgres"} {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			extra := []string{"--body-limit", "8388608"}
+			if store == "postgres" {
+				extra = append(extra, "--db", postgresSchema(t))
+			}
+			g := startGate(t, dir, extra...)
+			g.putType(t, "echo", map[string]any{"default_max_retries": 0}, "")
+			g.putType(t, "big", map[string]any{"default_result_channel": "file"}, "")
+			agent := g.newKey(t, "agent", "agent.cli", "")
+			worker := g.newKey(t, "worker", "echo.w1", "")
+			env := []string{"ASYNCGATE_URL=" + g.URL, "ASYNCGATE_KEY=" + agent}
+			run := func(stdin string, args ...string) (string, string, int) {
+				t.Helper()
+				cmd := exec.Command(gateBin, args...)
+				cmd.Env = append(os.Environ(), env...)
+				cmd.Stdin = strings.NewReader(stdin)
+				var out, errb bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &out, &errb
+				err := cmd.Run()
+				code := 0
+				if ee, ok := err.(*exec.ExitError); ok {
+					code = ee.ExitCode()
+				} else if err != nil {
+					t.Fatalf("gate %v: %v", args, err)
+				}
+				return out.String(), errb.String(), code
+			}
+			ok := func(stdin string, args ...string) string {
+				t.Helper()
+				out, errs, code := run(stdin, args...)
+				if code != 0 {
+					t.Fatalf("gate %v: exit %d\nstdout: %s\nstderr: %s", args, code, out, errs)
+				}
+				return out
+			}
+			paramsOf := func(id string) string {
+				t.Helper()
+				var task struct {
+					Params json.RawMessage `json:"params"`
+				}
+				if err := json.Unmarshal([]byte(ok("", "tasks", "show", id, "--json")), &task); err != nil {
+					t.Fatal(err)
+				}
+				var b bytes.Buffer
+				if err := json.Compact(&b, task.Params); err != nil {
+					t.Fatal(err)
+				}
+				return b.String()
+			}
+
+			// Params inline (--json: the gate's answer), from a file, from stdin.
+			var ack struct {
+				TaskID string `json:"task_id"`
+				Status string `json:"status"`
+			}
+			if err := json.Unmarshal([]byte(ok("", "tasks", "create", "echo", "--params", `{"n":1}`, "--priority", "9", "--json")), &ack); err != nil || ack.Status != "queued" || !strings.HasPrefix(ack.TaskID, "T-") {
+				t.Fatalf("create --json: %v %+v", err, ack)
+			}
+			if p := paramsOf(ack.TaskID); p != `{"n":1}` {
+				t.Fatalf("inline params stored as %s", p)
+			}
+			file := filepath.Join(t.TempDir(), "params.json")
+			if err := os.WriteFile(file, []byte(`{"from":"file"}`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out := ok("", "tasks", "create", "echo", "--params", "@"+file)
+			id, status, _ := strings.Cut(strings.TrimSpace(out), " ")
+			if status != "queued" || paramsOf(id) != `{"from":"file"}` {
+				t.Fatalf("create --params @file: %q, params %s", out, paramsOf(id))
+			}
+			id, _, _ = strings.Cut(strings.TrimSpace(ok(`{"from":"stdin"}`, "tasks", "create", "echo", "--params", "-")), " ")
+			if p := paramsOf(id); p != `{"from":"stdin"}` {
+				t.Fatalf("create --params -: params %s", p)
+			}
+			// Bad usage and the gate's refusals.
+			if _, errs, code := run("", "tasks", "create", "echo", "--params", "{nope"); code != 2 || !strings.Contains(errs, "not valid JSON") {
+				t.Fatalf("create with bad JSON: exit %d %s", code, errs)
+			}
+			if _, errs, code := run("", "tasks", "create", "no.such.type"); code != 1 || !strings.Contains(errs, "gate tasks create: unknown_task_type (4") {
+				t.Fatalf("create of an unknown type: exit %d %s", code, errs)
+			}
+			if _, errs, code := run("", "tasks", "result", ack.TaskID); code != 1 || !strings.Contains(errs, "gate tasks result: conflict (409)") {
+				t.Fatalf("result of a queued task: exit %d %s", code, errs)
+			}
+			if _, errs, code := run("", "tasks", "result", "T-unknown"); code != 1 || !strings.Contains(errs, "not_found (404)") {
+				t.Fatalf("result of an unknown task: exit %d %s", code, errs)
+			}
+			// Drain the queued ones so the next lease gets the waited task.
+			for range 3 {
+				o := g.lease(t, worker, "echo.w1", map[string]any{"max_tasks": 1})
+				want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/complete", worker, map[string]any{"result": map[string]any{"ok": true}}), 200, "")
+			}
+
+			// --wait: one line per change (stdout is a pipe); the worker
+			// reports 25%, then completes.
+			cmd := exec.Command(gateBin, "tasks", "create", "echo", "--params", `{"text":"hi"}`, "--wait", "--interval", "50ms", "--for", "60s")
+			cmd.Env = append(os.Environ(), env...)
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			sc := bufio.NewScanner(stdout)
+			var lines []string
+			var waited, lease string
+			for sc.Scan() {
+				line := sc.Text()
+				lines = append(lines, line)
+				switch {
+				case waited == "":
+					waited, _, _ = strings.Cut(line, " ")
+					o := g.lease(t, worker, "echo.w1", map[string]any{"max_tasks": 1})
+					if len(o) != 1 || o[0].Task.ID != waited {
+						t.Fatalf("first line %q; offers %+v", line, o)
+					}
+					lease = g.URL + "/v1/leases/" + o[0].LeaseID
+					want(t, call(t, "POST", lease+"/heartbeat", worker, map[string]any{"progress_percent": 25, "progress_message": "a quarter"}), 200, "")
+				case lease != "" && strings.HasSuffix(line, waited+" leased 25% a quarter"):
+					want(t, call(t, "POST", lease+"/complete", worker, map[string]any{"result": map[string]any{"said": "hi <&>"}, "summary": "said hi"}), 200, "")
+					lease = ""
+				}
+			}
+			if err := cmd.Wait(); err != nil || lease != "" || waited == "" {
+				t.Fatalf("create --wait: %v (completed: %v):\n%s", err, lease == "", strings.Join(lines, "\n"))
+			}
+			all := strings.Join(lines, "\n")
+			if lines[0] != waited+" queued" || !strings.HasSuffix(lines[len(lines)-2], waited+" succeeded 100%") || lines[len(lines)-1] != waited+" succeeded: said hi" || strings.Contains(all, "succeeded 25%") {
+				t.Fatalf("create --wait lines:\n%s", all)
+			}
+			mustContain(t, "show of the finished task", ok("", "tasks", "show", waited), "progress:", "100%", "25%", "a quarter")
+			if strings.Contains(ok("", "tasks", "show", waited), "progress:         25%") {
+				t.Fatal("show reads the last report as the finished task's progress")
+			}
+
+			// A JSON result: printed as JSON; the checksum is the gate's check.
+			out, errs, code := run("", "tasks", "result", waited)
+			var said map[string]string
+			if code != 0 || json.Unmarshal([]byte(out), &said) != nil || said["said"] != "hi <&>" || !strings.Contains(errs, "verified by the gate") {
+				t.Fatalf("result (JSON): exit %d %q %s", code, out, errs)
+			}
+
+			// A 3 MiB binary result through the file channel: streamed,
+			// decoded and hashed here, written to --out.
+			payload := make([]byte, 3<<20)
+			for i := range payload {
+				payload[i] = byte(i*7 + i>>9)
+			}
+			bigID := g.enqueue(t, agent, "big", nil)
+			ptr, _ := g.completeOne(t, worker, "echo.w1", bigID, map[string]any{"result_base64": base64.StdEncoding.EncodeToString(payload)})["result_pointer"].(string)
+			outDir := t.TempDir()
+			dest := filepath.Join(outDir, "big.bin")
+			_, errs, code = run("", "tasks", "result", bigID, "--out", dest)
+			got, _ := os.ReadFile(dest)
+			if code != 0 || !bytes.Equal(got, payload) || !strings.Contains(errs, "3145728 bytes from channel file to "+dest) || !strings.Contains(errs, "verified here and by the gate") {
+				t.Fatalf("result --out: exit %d, %d bytes written, %s", code, len(got), errs)
+			}
+			if out, _, code := run("", "tasks", "result", bigID); code != 0 || out != string(payload) {
+				t.Fatalf("result to stdout: exit %d, %d bytes", code, len(out))
+			}
+			var raw struct {
+				Content       []byte `json:"content_base64"`
+				ChecksumValid bool   `json:"checksum_valid"`
+			}
+			if err := json.Unmarshal([]byte(ok("", "tasks", "result", bigID, "--json")), &raw); err != nil || !bytes.Equal(raw.Content, payload) || !raw.ChecksumValid {
+				t.Fatalf("result --json: %v, %d bytes, checksum_valid %v", err, len(raw.Content), raw.ChecksumValid)
+			}
+			// Altered where it is stored: exit 1, nothing written.
+			task, sum, _ := strings.Cut(strings.TrimPrefix(ptr, "file:"), "/")
+			stored := filepath.Join(dir, "results", task[len(task)-2:], task, sum)
+			altered := bytes.Clone(payload)
+			altered[len(altered)/2] ^= 0xff
+			if err := os.WriteFile(stored, altered, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			dest2 := filepath.Join(outDir, "altered.bin")
+			if _, errs, code := run("", "tasks", "result", bigID, "--out", dest2); code != 1 || !strings.Contains(errs, "does not match its checksum") {
+				t.Fatalf("altered result: exit %d %s", code, errs)
+			}
+			if ents, _ := os.ReadDir(outDir); len(ents) != 1 {
+				t.Fatalf("an altered result left files behind: %v", ents)
+			}
+			if _, errs, code := run("", "tasks", "result", bigID, "--json"); code != 1 || !strings.Contains(errs, "does not match its checksum") {
+				t.Fatalf("altered result --json: exit %d %s", code, errs)
+			}
+		})
 	}
 }

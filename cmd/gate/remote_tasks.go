@@ -29,7 +29,90 @@ func init() {
 		waitFor, interval                time.Duration
 		progress                         string
 	)
-	registerRemote(remoteGroup{name: "tasks", summary: "list, show, cancel and wait for tasks on a running gate", subs: []remoteSub{
+	var (
+		params, idemKey, summary, createRecipient, outFile string
+		priority, maxRetries                               int
+		delay                                              time.Duration
+		wait                                               bool
+	)
+	registerRemote(remoteGroup{name: "tasks", summary: "create, list, show, cancel and wait for tasks and read their results on a running gate", subs: []remoteSub{
+		{name: "create", args: "TASK_TYPE", summary: "queue a task; --wait follows it to its end", minArgs: 1, maxArgs: 1,
+			more: `--params takes the task's params as inline JSON, @FILE or - (stdin); without
+it the task has no params. Prints the task's id (--json: the gate's answer).
+With --wait it then waits as "gate tasks wait" does, with the same progress,
+output and exit status (--json then prints only the finished task).`,
+			flags: func(fs *flag.FlagSet) {
+				fs.StringVar(&params, "params", "", "the params: inline JSON, @FILE, or - for stdin")
+				fs.IntVar(&priority, "priority", 0, "1..10, 10 first (0: the task type's default)")
+				fs.StringVar(&idemKey, "idempotency-key", "", "a repeat with the same key answers the first task")
+				fs.StringVar(&summary, "summary", "", "a description for people")
+				fs.StringVar(&createRecipient, "recipient", "", "who receives the outcome (default: you)")
+				fs.DurationVar(&delay, "delay", 0, "start no sooner than this from now (whole seconds)")
+				fs.IntVar(&maxRetries, "max-retries", -1, "failures allowed (-1: the task type's default)")
+				fs.BoolVar(&wait, "wait", false, "wait until the task ends, drawing its progress")
+				fs.DurationVar(&waitFor, "for", 0, "with --wait: give up after this long (0: wait until it ends)")
+				fs.DurationVar(&interval, "interval", 500*time.Millisecond, "with --wait: how often to ask the gate")
+				fs.StringVar(&progress, "progress", "auto", "with --wait: auto (a bar on a terminal), bar, plain or none")
+			},
+			run: func(rc *remoteCtx, args []string) error {
+				body := map[string]any{"task_type": args[0]}
+				if params != "" {
+					p, err := readJSONArg(params, os.Stdin)
+					if err != nil {
+						return exitErr{exitUsage, "--params: " + err.Error()}
+					}
+					body["params"] = p
+				}
+				if priority != 0 {
+					body["priority"] = priority
+				}
+				if maxRetries >= 0 {
+					body["max_retries"] = maxRetries
+				}
+				if delay > 0 {
+					body["delay_seconds"] = int((delay + time.Second - 1) / time.Second)
+				}
+				for k, v := range map[string]string{"idempotency_key": idemKey, "task_summary": summary, "recipient_ai": createRecipient} {
+					if v != "" {
+						body[k] = v
+					}
+				}
+				var raw json.RawMessage
+				if err := rc.call("POST", "/v1/tasks", body, &raw); err != nil {
+					return err
+				}
+				var ack client.Enqueued
+				if err := json.Unmarshal(raw, &ack); err != nil {
+					return err
+				}
+				switch {
+				case rc.json && !wait:
+					return rc.printJSON(raw)
+				case rc.json:
+				case ack.IsDuplicate:
+					fmt.Fprintf(rc.out, "%s (the task of idempotency key %q, queued before; now %s)\n", ack.TaskID, idemKey, ack.Status)
+				default:
+					fmt.Fprintf(rc.out, "%s %s\n", ack.TaskID, ack.Status)
+				}
+				if !wait {
+					return nil
+				}
+				return waitTask(rc, ack.TaskID, waitFor, interval, progress)
+			}},
+		{name: "result", args: "TASK_ID", summary: "print a succeeded task's result, checksum verified (--out FILE for large ones)", minArgs: 1, maxArgs: 1,
+			more: `Fetches the result through its channel and writes the payload, decoded, to
+stdout or to --out FILE (written beside it and renamed into place only once the
+whole payload arrived and its checksum matched). A line on stderr says how many
+bytes came, through which channel, and how the checksum was checked. A result
+without a payload (a pointer, artifacts) prints where it is. --json prints the
+gate's answer as it came. Exit status: 0 done, 1 the gate refused, could not be
+reached, or the payload does not match its checksum, 2 bad usage.`,
+			flags: func(fs *flag.FlagSet) {
+				fs.StringVar(&outFile, "out", "", "write the payload to this file instead of stdout")
+			},
+			run: func(rc *remoteCtx, args []string) error {
+				return printResult(rc, args[0], outFile)
+			}},
 		{name: "list", summary: "list tasks, newest first", maxArgs: 0,
 			more: "Agent keys see the tasks they queued or that are addressed to them; admin keys their tenant's.",
 			flags: func(fs *flag.FlagSet) {
@@ -127,11 +210,7 @@ reached, 2 bad usage.`,
 func printTaskTable(rc *remoteCtx, ts []client.Task, cursor string) {
 	rows := make([][]string, 0, len(ts))
 	for _, t := range ts {
-		prog := ""
-		if t.ProgressPercent != nil {
-			prog = strconv.FormatFloat(*t.ProgressPercent, 'f', -1, 64) + "%"
-		}
-		rows = append(rows, []string{t.TaskID, t.TaskType, t.Status, strconv.Itoa(t.Priority), strconv.Itoa(t.Attempts), prog, ago(t.CreatedAt), clip(t.Summary, 40)})
+		rows = append(rows, []string{t.TaskID, t.TaskType, t.Status, strconv.Itoa(t.Priority), strconv.Itoa(t.Attempts), progressPercent(&t), ago(t.CreatedAt), clip(t.Summary, 40)})
 	}
 	rc.table([]string{"TASK", "TYPE", "STATUS", "PRI", "FAILS", "PROGRESS", "AGE", "SUMMARY"}, rows)
 	if len(ts) == 0 {
@@ -153,13 +232,7 @@ func fmtTime(t *time.Time) string {
 }
 
 func printTask(rc *remoteCtx, t *client.Task) {
-	prog := ""
-	if t.ProgressPercent != nil {
-		prog = strconv.FormatFloat(*t.ProgressPercent, 'f', -1, 64) + "%"
-	}
-	if t.ProgressMessage != "" {
-		prog = strings.TrimSpace(prog + " " + t.ProgressMessage)
-	}
+	prog := progressText(t)
 	cancel := ""
 	if t.CancelRequested {
 		cancel = "yes"
@@ -214,13 +287,7 @@ func waitTask(rc *remoteCtx, id string, waitFor, interval time.Duration, mode st
 		case "bar":
 			fmt.Fprint(rc.out, "\r"+progressBar(t, time.Since(start), 30)+"\x1b[K")
 		case "plain":
-			line := t.Status
-			if t.ProgressPercent != nil {
-				line += " " + strconv.FormatFloat(*t.ProgressPercent, 'f', -1, 64) + "%"
-			}
-			if t.ProgressMessage != "" {
-				line += " " + t.ProgressMessage
-			}
+			line := strings.TrimSpace(t.Status + " " + progressText(t))
 			if t.CancelRequested && !t.Terminal() {
 				line += " (cancel requested)"
 			}
@@ -345,4 +412,34 @@ func printTaskHistory(rc *remoteCtx, id string) error {
 		}
 	}
 	return nil
+}
+
+// progressPercent is a task's progress as a percentage for a table: what
+// the worker last reported while it runs, 100% once it succeeded (whatever
+// its last report said), "stopped at" it when it was canceled or dead
+// lettered.
+func progressPercent(t *client.Task) string {
+	pct := ""
+	if t.ProgressPercent != nil {
+		pct = strconv.FormatFloat(*t.ProgressPercent, 'f', -1, 64) + "%"
+	}
+	switch {
+	case t.Status == client.StateSucceeded:
+		return "100%"
+	case t.Terminal() && pct != "":
+		return "stopped at " + pct
+	}
+	return pct
+}
+
+// progressText is a task's progress for a line: the percentage
+// (progressPercent) and, while the task runs, the worker's last message. A
+// finished task's last report is history (gate tasks show lists it), not
+// its progress: a succeeded task reads 100%, never the 25% its worker said
+// before it completed.
+func progressText(t *client.Task) string {
+	if t.Terminal() {
+		return progressPercent(t)
+	}
+	return strings.TrimSpace(progressPercent(t) + " " + t.ProgressMessage)
 }
