@@ -8,15 +8,28 @@ export GOFLAGS ?= -buildvcs=false
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS ?= -X main.version=$(VERSION)
 
-.PHONY: all build run test test-go vet lint fmt bench bench-smoke bench-compare clean plugins fuzz cover
+.PHONY: all build run test test-go vet lint fmt bench bench-smoke bench-compare clean plugins fuzz cover python-wheel
 
 all: build
 
 build: plugins
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/gate
 
-run: build
+# The first build downloads and compiles every dependency: minutes, and up to
+# ~2.8 GB of memory at its peak (openai-go alone ~1.5 GB) from a cold cache.
+# The gate listens at once but answers plugin_not_ready until its plugins have
+# compiled (13 s on a quiet machine, more on a busy one); the log line
+# "plugins loaded in the background" says they are ready.
+run:
+	@echo "make run: the first build takes minutes and up to ~2.8 GB of memory; the gate is ready when its log says \"plugins loaded in the background\"."
+	@$(MAKE) --no-print-directory build
 	./$(BIN) serve
+
+# The Python worker client as a wheel, built by its in-tree backend with the
+# standard library only (no pip, no setuptools, no network):
+# pip install dist/python/asyncgate_worker-*.whl
+python-wheel:
+	python3 sdk/python/_build/asyncgate_build.py dist/python
 
 # The SDKs are their own modules (sdk/plugin, sdk/worker, sdk/client), outside ./... of
 # the root module: vet and test them from their folders.
@@ -124,4 +137,4 @@ plugins:
 # --- end plugins ---
 
 clean:
-	rm -rf bin
+	rm -rf bin dist

@@ -66,8 +66,9 @@ Receipt flow") and the Go SDK (``sdk/worker``):
   than ``spool_interval``; an outcome that gets another 5xx (500, 502
   ``channel_error``, 504 ``plugin_timeout``: about that outcome, not the
   gate) stays spooled and the pass goes on with the next;
-* ``stop()`` (or SIGINT/SIGTERM in ``run_forever``) stops leasing, lets
-  in-flight tasks finish for ``shutdown_timeout`` seconds, then stops them and
+* ``stop()`` (or SIGINT/SIGTERM in ``run_forever``) stops leasing at once
+  (a lease call long-polling is cut off, so an idle worker exits within a
+  second), lets in-flight tasks finish for ``shutdown_timeout`` seconds, then stops them and
   releases their leases so the tasks go back to the queue.
 """
 
@@ -362,6 +363,9 @@ class _DeadlineConnectionMixin:
         self.timeout = _time_left(self._deadline)
         super().connect()
         self.sock.settimeout(_time_left(self._deadline))
+        abort = getattr(_call_deadline, "abort", None)
+        if abort is not None:
+            abort.add(self.sock)
 
     def send(self, data) -> None:
         if self.sock is not None:
@@ -383,7 +387,42 @@ if hasattr(http.client, "HTTPSConnection"):  # Python built with ssl
 
 _call_deadline = threading.local()
 """The deadline (time.monotonic) of the call this thread is making, in
-``at``: urllib opens a redirect's connection in the same thread."""
+``at``: urllib opens a redirect's connection in the same thread; and in
+``abort``, a _PollAbort that may cut the call short."""
+
+
+class _PollAbort:
+    """Cuts a Runner's long-poll short: the lease call's connections register
+    their sockets here, and fire() (from stop(), maybe in a signal handler
+    running on the very thread blocked in the poll's read) shuts them down,
+    so the read returns at once instead of when the poll's wait_seconds end.
+    No lock: a signal handler may run while add() is half done, and
+    appending before checking ``fired`` (fire() sets it before looking)
+    means one of the two always shuts the socket."""
+
+    def __init__(self):
+        self.fired = False
+        self._socks: List[Any] = []
+
+    def add(self, sock) -> None:
+        self._socks.append(sock)
+        if self.fired:
+            self._shut(sock)
+
+    def done(self) -> None:
+        self._socks = []
+
+    def fire(self) -> None:
+        self.fired = True
+        for sock in list(self._socks):
+            self._shut(sock)
+
+    @staticmethod
+    def _shut(sock) -> None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 class _DeadlineHandlerMixin:
@@ -739,6 +778,7 @@ class Runner:
         self._spool_file_lock = None  # the open <spool>.lock while held
         self._slots = threading.BoundedSemaphore(self.concurrency)
         self._threads: List[threading.Thread] = []
+        self._poll_abort = _PollAbort()
 
     # ---- registration
 
@@ -752,8 +792,13 @@ class Runner:
     # ---- life cycle
 
     def stop(self) -> None:
-        """Ask run() to stop gracefully (safe from any thread or signal handler)."""
+        """Ask run() to stop gracefully (safe from any thread or signal
+        handler). A lease call long-polling is cut off at once: the worker
+        stops within a second, not when the poll ends. The gate gives back
+        a task whose offer was on its way as the poll was cut off when that
+        lease expires."""
         self._stop.set()
+        self._poll_abort.fire()
 
     def run_forever(self) -> None:
         """run() with SIGINT and SIGTERM wired to a graceful stop."""
@@ -823,12 +868,15 @@ class Runner:
             while n < self.concurrency and self._slots.acquire(blocking=False):
                 n += 1
             start = time.time()
+            _call_deadline.abort = self._poll_abort
             try:
                 offers = self.client.lease(types, worker_id=self.worker_id, max_tasks=n,
                                            lease_seconds=self.lease_seconds, wait_seconds=self.poll_wait)
             except Exception as e:  # noqa: BLE001 - every error is classified
                 for _ in range(n):
                     self._slots.release()
+                if self._stop.is_set():
+                    break  # stop() cut the poll off
                 if isinstance(e, AsyncGateError) and e.status in (400, 401, 403):
                     self.log.error("the gate refuses this worker's lease calls: %s", e)
                     raise
@@ -837,6 +885,9 @@ class Runner:
                 self.log.warning("lease call failed (%s); retrying in %.1fs", e, d)
                 self._sleep(d)
                 continue
+            finally:
+                _call_deadline.abort = None
+                self._poll_abort.done()
             fails = 0
             for _ in range(n - len(offers)):
                 self._slots.release()
