@@ -417,3 +417,56 @@ func TestMCPStdioKeyRevoked(t *testing.T) {
 		t.Fatalf("the next call after the refusal: %v, want %q", err, refused)
 	}
 }
+
+// TestMCPInspectorDocumented runs the MCP Inspector commands docs/mcp.md
+// shows (the lines starting with scripts/mcp-inspector), as written, with
+// bash from the repository's root, against a real gate: only the gate's
+// address is put in for the documented one, and the key comes from
+// ASYNCGATE_KEY as the page says.
+func TestMCPInspectorDocumented(t *testing.T) {
+	_, npm := needNode(t)
+	mcpClientDir(t, npm) // installed from the lock file, as the script would
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash here")
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "mcp.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []string
+	for _, line := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(line, "scripts/mcp-inspector ") {
+			cmds = append(cmds, line)
+		}
+	}
+	if len(cmds) != 2 {
+		t.Fatalf("docs/mcp.md shows %d Inspector commands, want the 2 this test checks: %q", len(cmds), cmds)
+	}
+	g := startGate(t, t.TempDir())
+	agent := g.newKey(t, "agent", "claude.i", "default")
+	wants := [][]string{{`"name": "queue_task"`, `"name": "list_open_obligations"`}, {`open_obligations`}}
+	for i, c := range cmds {
+		if !strings.Contains(c, "http://127.0.0.1:8080/mcp") || !strings.Contains(c, `"Authorization: Bearer $ASYNCGATE_KEY"`) {
+			t.Fatalf("the documented command changed shape: %s", c)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cmd := exec.CommandContext(ctx, bash, "-c", strings.ReplaceAll(c, "http://127.0.0.1:8080", g.URL))
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "ASYNCGATE_KEY="+agent)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c, err, out)
+		}
+		for _, w := range wants[i] {
+			if !strings.Contains(string(out), w) {
+				t.Fatalf("%s: the output lacks %s:\n%s", c, w, out)
+			}
+		}
+	}
+}
