@@ -10,7 +10,11 @@
 //	out, _, err := client.ResultAs[ResizeResult](ctx, c, t.TaskID)
 //
 // It is a module of its own with the standard library only, like
-// sdk/worker, so producers do not take on the gate's dependencies.
+// sdk/worker, so producers do not take on the gate's dependencies. Until
+// the module path is published, one command makes a module use it from a
+// checkout of the repository beside it:
+//
+//	go mod edit -require=github.com/asyncgate/asyncgate/sdk/client@v0.0.0-00010101000000-000000000000 -replace=github.com/asyncgate/asyncgate/sdk/client=../asyncgate/sdk/client
 package client
 
 import (

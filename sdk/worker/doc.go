@@ -66,4 +66,10 @@
 //
 // Logs go to Config.Logger (log/slog) with task_id, lease_id and task_type on
 // every task line; Logger(ctx) gives a handler the same logger.
+//
+// Until the module path is published, one command makes a module use the SDK
+// from a checkout of the repository beside it (docs/workers.md has a go.work
+// alternative):
+//
+//	go mod edit -require=github.com/asyncgate/asyncgate/sdk/worker@v0.0.0-00010101000000-000000000000 -replace=github.com/asyncgate/asyncgate/sdk/worker=../asyncgate/sdk/worker
 package worker
