@@ -333,12 +333,15 @@ COMP_WORDS=(gate dlq redrive --a); COMP_CWORD=3; _gate; echo "${COMPREPLY[*]}"`
 // where a succeeded task reads 100%, not its last report; the gate's
 // refusals shown with exit 1; a JSON result printed, a 3 MiB binary one
 // streamed to --out with its checksum verified here, and an altered one
-// refused with exit 1 and no file left behind. The key comes from
-// ASYNCGATE_KEY, as the docs show it.
+// refused with exit 1 and no file left behind; a result with no payload at
+// the gate says where it is. The key comes from ASYNCGATE_KEY, as the docs
+// show it; the CLI's requests and answers are checked against the OpenAPI
+// document.
 func TestE2ECLICreateAndResult(t *testing.T) {
 	t.Parallel()
 	for _, store := range []string{"sqlite", "postgres"} {
 		t.Run(store, func(t *testing.T) {
+			contract(t)
 			t.Parallel()
 			dir := t.TempDir()
 			extra := []string{"--body-limit", "8388608"}
@@ -350,7 +353,9 @@ func TestE2ECLICreateAndResult(t *testing.T) {
 			g.putType(t, "big", map[string]any{"default_result_channel": "file"}, "")
 			agent := g.newKey(t, "agent", "agent.cli", "")
 			worker := g.newKey(t, "worker", "echo.w1", "")
-			env := []string{"ASYNCGATE_URL=" + g.URL, "ASYNCGATE_KEY=" + agent}
+			// Every request of the CLI, and its answer, is checked against
+			// the OpenAPI document on the way.
+			env := []string{"ASYNCGATE_URL=" + contractProxy(t, g), "ASYNCGATE_KEY=" + agent}
 			run := func(stdin string, args ...string) (string, string, int) {
 				t.Helper()
 				cmd := exec.Command(gateBin, args...)
@@ -481,6 +486,20 @@ func TestE2ECLICreateAndResult(t *testing.T) {
 			var said map[string]string
 			if code != 0 || json.Unmarshal([]byte(out), &said) != nil || said["said"] != "hi <&>" || !strings.Contains(errs, "verified by the gate") {
 				t.Fatalf("result (JSON): exit %d %q %s", code, out, errs)
+			}
+
+			// Results the worker stored itself: the gate says where (409 for a
+			// pointer of its own making, 200 without a payload for artifacts).
+			extID := g.enqueue(t, agent, "echo", nil)
+			g.completeOne(t, worker, "echo.w1", extID, map[string]any{"result_pointer": "s3://bucket/out.json"})
+			if _, errs, code := run("", "tasks", "result", extID); code != 1 || !strings.Contains(errs, "conflict (409)") || !strings.Contains(errs, "s3://bucket/out.json") {
+				t.Fatalf("result at a pointer of the worker's: exit %d %s", code, errs)
+			}
+			artID := g.enqueue(t, agent, "echo", nil)
+			g.completeOne(t, worker, "echo.w1", artID, map[string]any{"summary": "stored it", "artifacts": []map[string]any{{"type": "s3", "url": "s3://bucket/out.json"}}})
+			out, errs, code = run("", "tasks", "result", artID)
+			if code != 0 || !strings.Contains(out, artID+" has no payload at the gate") || !strings.Contains(out, "artifact: s3 s3://bucket/out.json") || !strings.Contains(out, "summary: stored it") {
+				t.Fatalf("result without a payload: exit %d %q %s", code, out, errs)
 			}
 
 			// A 3 MiB binary result through the file channel: streamed,
