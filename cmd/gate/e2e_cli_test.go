@@ -527,6 +527,9 @@ func TestE2ECLICreateAndResult(t *testing.T) {
 			if err := json.Unmarshal([]byte(ok("", "tasks", "result", bigID, "--json")), &raw); err != nil || !bytes.Equal(raw.Content, payload) || !raw.ChecksumValid {
 				t.Fatalf("result --json: %v, %d bytes, checksum_valid %v", err, len(raw.Content), raw.ChecksumValid)
 			}
+			if _, errs, code := run("", "tasks", "result", bigID, "--json", "--out", dest); code != 2 || !strings.Contains(errs, "not both") {
+				t.Fatalf("result --json --out: exit %d %s", code, errs)
+			}
 			// Altered where it is stored: exit 1, nothing written.
 			task, sum, _ := strings.Cut(strings.TrimPrefix(ptr, "file:"), "/")
 			stored := filepath.Join(dir, "results", task[len(task)-2:], task, sum)

@@ -47,6 +47,9 @@ type resultAnswer struct {
 
 // printResult is gate tasks result.
 func printResult(rc *remoteCtx, id, outFile string) error {
+	if outFile != "" && rc.json {
+		return exitErr{exitUsage, "give --out or --json, not both"}
+	}
 	body, err := openResult(rc, id)
 	if err != nil {
 		return err
@@ -55,7 +58,7 @@ func printResult(rc *remoteCtx, id, outFile string) error {
 
 	var out io.Writer = rc.out
 	var tmp *os.File
-	if outFile != "" && !rc.json {
+	if outFile != "" {
 		tmp, err = os.CreateTemp(filepath.Dir(outFile), "."+filepath.Base(outFile)+".part-*")
 		if err != nil {
 			return exitErr{exitError, fmt.Sprintf("--out: %v", err)}

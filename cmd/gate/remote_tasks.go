@@ -104,8 +104,8 @@ output and exit status (--json then prints only the finished task).`,
 stdout or to --out FILE (written beside it and renamed into place only once the
 whole payload arrived and its checksum matched). A line on stderr says how many
 bytes came, through which channel, and how the checksum was checked. A result
-without a payload (a pointer, artifacts) prints where it is. --json prints the
-gate's answer as it came. Exit status: 0 done, 1 the gate refused, could not be
+without a payload (artifacts only) prints where it is. --json prints the
+gate's answer as it came (not with --out). Exit status: 0 done, 1 the gate refused, could not be
 reached, or the payload does not match its checksum, 2 bad usage.`,
 			flags: func(fs *flag.FlagSet) {
 				fs.StringVar(&outFile, "out", "", "write the payload to this file instead of stdout")
