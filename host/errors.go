@@ -3,6 +3,7 @@ package host
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Error codes. They are part of the public contract: HTTP answers carry them as
@@ -44,6 +45,10 @@ type Error struct {
 	Code   string
 	Detail string
 	Err    error
+	// ServerTime, when set, is the server clock at which the refusal was
+	// decided; the doors answer it as server_time (resource lease refusals
+	// carry it, so a holder judges its leases by the gate's clock).
+	ServerTime time.Time
 }
 
 // Error implements the error interface.
@@ -56,6 +61,22 @@ func (e *Error) Error() string {
 
 // Unwrap returns the cause, if any.
 func (e *Error) Unwrap() error { return e.Err }
+
+// At sets the server time the refusal was decided at and returns e.
+func (e *Error) At(now time.Time) *Error {
+	e.ServerTime = now
+	return e
+}
+
+// ErrorServerTime returns the server time an *Error in err's chain was
+// decided at, or the zero time.
+func ErrorServerTime(err error) time.Time {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.ServerTime
+	}
+	return time.Time{}
+}
 
 // Errorf returns an *Error with the given code and a formatted detail.
 func Errorf(code, format string, args ...any) *Error {

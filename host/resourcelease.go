@@ -83,6 +83,13 @@ type ResourceLease struct {
 	GraceUsed bool `json:"grace_used,omitempty"`
 	// TaskID names the task the lease is held for, when a task named it.
 	TaskID string `json:"task_id,omitempty"`
+	// FencingToken is the grant's number on its resource: every grant of a
+	// resource gets a token greater than every earlier grant's, on every
+	// host and across restarts. A holder passes it with each change it makes
+	// to the protected system, which refuses a token lower than the highest
+	// it has seen: a holder that stalled past its expiry is then refused
+	// after the next holder wrote (docs/http.md "Fencing tokens").
+	FencingToken int64 `json:"fencing_token"`
 }
 
 // LiveAt reports whether the lease is honoured at now: active and now is

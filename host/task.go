@@ -363,4 +363,8 @@ type Offer struct {
 	ServerTime   time.Time `json:"server_time"`
 	Attempt      int       `json:"attempt"`
 	Task         *Task     `json:"task"`
+	// ResourceLeases are the leases granted with the task's lease on the
+	// resources its intents name (none for a task without intents), each
+	// with its fencing token: pass it with every change to the resource.
+	ResourceLeases []*ResourceLease `json:"resource_leases,omitempty"`
 }

@@ -218,6 +218,11 @@ func (e *Engine) claim(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 		e.leases.put(t, now)
 		offers[i] = host.Offer{LeaseID: t.LeaseID, RunID: t.LeaseID, LeaseExpiresAt: *t.LeaseExpiresAt, Attempt: t.Attempts + 1, Task: t,
 			LeaseSeconds: int(t.LeaseExpiresAt.Sub(now) / time.Second), ServerTime: now}
+		for _, l := range granted {
+			if l.TaskID == t.ID {
+				offers[i].ResourceLeases = append(offers[i].ResourceLeases, l)
+			}
+		}
 		e.emit(Event{Kind: EvLeased, Tenant: t.Tenant, TaskType: t.Type, WorkerID: req.WorkerID, Duration: now.Sub(t.AvailableAt)})
 	}
 	return offers, nil

@@ -29,6 +29,10 @@ type ResourceLeaseConfig struct {
 	DefaultTTL time.Duration
 	// MaxTTL caps every TTL (default 5 min).
 	MaxTTL time.Duration
+	// MinTTL is the shortest TTL granted: a shorter one is raised to it
+	// (default 100 ms; a lease that ends before its answer arrives protects
+	// nothing).
+	MinTTL time.Duration
 	// Grace is how long past its expiry a holder in DIE_RESTART keeps its
 	// leases, once per lease (default 15 s).
 	Grace time.Duration
@@ -51,8 +55,17 @@ func (c ResourceLeaseConfig) withDefaults() ResourceLeaseConfig {
 	if c.MaxTTL <= 0 {
 		c.MaxTTL = 5 * time.Minute
 	}
+	if c.MinTTL <= 0 {
+		c.MinTTL = 100 * time.Millisecond
+	}
+	if c.MinTTL > c.MaxTTL {
+		c.MinTTL = c.MaxTTL
+	}
 	if c.DefaultTTL > c.MaxTTL {
 		c.DefaultTTL = c.MaxTTL
+	}
+	if c.DefaultTTL < c.MinTTL {
+		c.DefaultTTL = c.MinTTL
 	}
 	if c.Grace <= 0 {
 		c.Grace = 15 * time.Second
@@ -131,8 +144,10 @@ type AcquireRequest struct {
 	// TTL of the leases (0: the default; capped).
 	TTL time.Duration
 	// PriorityAt is the request's immutable wait-die timestamp (nil: the
-	// server's now). An older request waits for younger holders; a younger
-	// one is refused at once.
+	// holder's bound priority while it holds live leases, else the server's
+	// now). An older request waits for younger holders; a younger one is
+	// refused at once. A holder's priority is bound while it holds live
+	// leases: a PriorityAt older than theirs is refused (409 conflict).
 	PriorityAt *time.Time
 	// Wait long-polls up to this long (capped by Config.MaxWait) while every
 	// conflicting holder is younger than the request.
@@ -160,6 +175,9 @@ type ResourceConflictError struct {
 	MayWait bool
 	// ServerTime is when the conflict was seen.
 	ServerTime time.Time
+	// PriorityAt is the priority the request ran with: send it again to
+	// keep the request's seniority.
+	PriorityAt time.Time
 }
 
 func (c *ResourceConflictError) Error() string { return c.Err.Error() }
@@ -187,8 +205,8 @@ func (e *Engine) resourceTTL(d time.Duration) (time.Duration, error) {
 		return 0, host.Errorf(host.CodeBadRequest, "ttl_ms: must not be negative")
 	case d == 0:
 		return cfg.DefaultTTL, nil
-	case d < time.Millisecond:
-		return 0, host.Errorf(host.CodeBadRequest, "ttl_ms: at least 1 ms")
+	case d < cfg.MinTTL:
+		return cfg.MinTTL, nil
 	case d > cfg.MaxTTL:
 		return cfg.MaxTTL, nil
 	}
@@ -219,7 +237,8 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 		return nil, err
 	}
 	var prio time.Time
-	if req.PriorityAt != nil {
+	explicit := req.PriorityAt != nil
+	if explicit {
 		if req.PriorityAt.IsZero() {
 			return nil, host.Errorf(host.CodeBadRequest, "priority_at: must be a timestamp")
 		}
@@ -244,7 +263,7 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 	}()
 	for {
 		changed := e.rl().changed()
-		res, err := e.tryAcquire(ctx, req, intents, ttl, prio)
+		res, err := e.tryAcquire(ctx, req, intents, ttl, prio, explicit)
 		var ce *ResourceConflictError
 		if err == nil || !errors.As(err, &ce) || !ce.MayWait || req.Wait <= 0 {
 			if err != nil && (ce != nil || host.IsCode(err, host.CodeQuotaExceeded)) {
@@ -281,19 +300,20 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 	}
 }
 
-func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []ResourceIntent, ttl time.Duration, prio time.Time) (*AcquireResult, error) {
+// tryAcquire decides an acquire once. prio is the request's priority;
+// explicit says the caller named it (otherwise a holder with live leases
+// acquires with its bound priority).
+func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []ResourceIntent, ttl time.Duration, prio time.Time, explicit bool) (*AcquireResult, error) {
 	cfg := e.rl().cfg
 	resources := make([]string, len(intents))
 	for i, it := range intents {
 		resources[i] = it.Resource
 	}
-	lock := resources
-	if cfg.MaxLeasesPerHolder > 0 {
-		// The cap counts the holder's live leases, which its acquires of
-		// other resources change too: those decisions must be made one at
-		// a time, on every host, as decisions on one resource are.
-		lock = append(slices.Clone(resources), holderLockName(req.Holder))
-	}
+	// The holder's live leases bind its priority and count against its
+	// cap; its acquires of other resources change them too, so those
+	// decisions are made one at a time, on every host, as decisions on one
+	// resource are.
+	lock := append(slices.Clone(resources), holderLockName(req.Holder))
 	var out *AcquireResult
 	err := e.update(ctx, func(tx store.Tx) error {
 		out = nil
@@ -301,6 +321,14 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 			return err
 		}
 		now := e.now()
+		mine, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: req.Tenant, Holder: req.Holder, LiveAt: &now, Limit: 100000})
+		if err != nil {
+			return err
+		}
+		prio, err := boundPriority(mine, prio, explicit, now)
+		if err != nil {
+			return err
+		}
 		live, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: req.Tenant, Resources: resources, LiveAt: &now, Limit: 100000})
 		if err != nil {
 			return err
@@ -318,15 +346,9 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 		if len(conflicts) > 0 {
 			return e.conflict(conflicts, prio, now)
 		}
-		if cfg.MaxLeasesPerHolder > 0 {
-			mine, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: req.Tenant, Holder: req.Holder, LiveAt: &now, Limit: cfg.MaxLeasesPerHolder + 1})
-			if err != nil {
-				return err
-			}
-			if len(mine)+len(intents) > cfg.MaxLeasesPerHolder {
-				return host.Errorf(host.CodeQuotaExceeded, "holder %s holds %d live leases; with %d more it would pass its quota of %d concurrent leases",
-					req.Holder, len(mine), len(intents), cfg.MaxLeasesPerHolder)
-			}
+		if cfg.MaxLeasesPerHolder > 0 && len(mine)+len(intents) > cfg.MaxLeasesPerHolder {
+			return host.Errorf(host.CodeQuotaExceeded, "holder %s holds %d live leases; with %d more it would pass its quota of %d concurrent leases",
+				req.Holder, len(mine), len(intents), cfg.MaxLeasesPerHolder).At(now)
 		}
 		adds := map[holdKey]time.Duration{}
 		for _, r := range resources {
@@ -361,6 +383,34 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 	return out, nil
 }
 
+// boundPriority is the priority an acquire runs with, given the holder's
+// live leases (mine). Wait-die is deadlock-free only when every request of a
+// holder is at least as young as every lease it holds: a cycle of waiters
+// would need some request older than a lease its own holder holds (KLIS-3
+// §3.1: the timestamp is immutable). So while a holder holds live leases its
+// priority is bound to the youngest of theirs: a request naming none runs
+// with it, one naming an older timestamp is refused, and a younger one (the
+// holder giving up seniority) is accepted.
+func boundPriority(mine []*host.ResourceLease, prio time.Time, explicit bool, now time.Time) (time.Time, error) {
+	if len(mine) == 0 {
+		return prio, nil
+	}
+	bound := mine[0].PriorityAt
+	for _, l := range mine[1:] {
+		if l.PriorityAt.After(bound) {
+			bound = l.PriorityAt
+		}
+	}
+	if !explicit {
+		return bound, nil
+	}
+	if prio.Before(bound) {
+		return prio, host.Errorf(host.CodeConflict, "priority_at %s is older than %s, the priority this holder's live leases were acquired with: a holder's wait-die timestamp is bound while it holds leases; send that one (or none), a younger one, or release them first",
+			prio.Format(time.RFC3339Nano), bound.Format(time.RFC3339Nano)).At(now)
+	}
+	return prio, nil
+}
+
 // conflict applies wait-die: the request may wait only when it is strictly
 // older than every conflicting holder; the refusal names the youngest
 // holder it would wait for, or the first holder at least as old as it.
@@ -383,7 +433,7 @@ func (e *Engine) conflict(conflicts []*host.ResourceLease, prio, now time.Time) 
 		detail = fmt.Sprintf("%s is held by lease %s, whose priority %s is not younger than this request's %s: wait-die refuses it at once",
 			named.Resource, named, named.PriorityAt.Format(time.RFC3339Nano), prio.Format(time.RFC3339Nano))
 	}
-	return &ResourceConflictError{Err: host.Errorf(host.CodeResourceConflict, "%s", detail), Holder: named, MayWait: mayWait, ServerTime: now}
+	return &ResourceConflictError{Err: host.Errorf(host.CodeResourceConflict, "%s", detail).At(now), Holder: named, MayWait: mayWait, ServerTime: now, PriorityAt: prio}
 }
 
 // holdKey names a holder's quota window on a resource.
@@ -418,7 +468,7 @@ func (e *Engine) bookHold(ctx context.Context, tx store.Tx, tenant string, adds 
 		add := adds[k]
 		if h.Held+add > cfg.HoldQuota {
 			return host.Errorf(host.CodeQuotaExceeded, "holder %s was granted %s of lease time on %s in the window from %s; %s more would pass its quota of %s per %s",
-				k.holder, h.Held.Round(time.Millisecond), k.resource, h.WindowStart.Format(time.RFC3339), add.Round(time.Millisecond), cfg.HoldQuota, cfg.QuotaWindow)
+				k.holder, h.Held.Round(time.Millisecond), k.resource, h.WindowStart.Format(time.RFC3339), add.Round(time.Millisecond), cfg.HoldQuota, cfg.QuotaWindow).At(now)
 		}
 		h.Held += add
 		hs = append(hs, h)
@@ -574,10 +624,10 @@ func (e *Engine) HeartbeatResources(ctx context.Context, a Actor, ids []string, 
 		for _, l := range ls {
 			if !l.LiveAt(now) {
 				return host.Errorf(host.CodeLeaseExpired, "resource lease %s is %s (server time %s, expires_at %s): it is no longer held; acquire again",
-					l.ID, l.StateAt(now), now.Format(time.RFC3339Nano), l.ExpiresAt.Format(time.RFC3339Nano))
+					l.ID, l.StateAt(now), now.Format(time.RFC3339Nano), l.ExpiresAt.Format(time.RFC3339Nano)).At(now)
 			}
 			if l.Restarting {
-				return host.Errorf(host.CodeVerifyRequired, "resource lease %s: the holder declared DIE_RESTART; run VERIFY_ALL before heartbeats resume", l.ID)
+				return host.Errorf(host.CodeVerifyRequired, "resource lease %s: the holder declared DIE_RESTART; run VERIFY_ALL before heartbeats resume", l.ID).At(now)
 			}
 		}
 		// The quota is per holder; an admin heartbeat counts against the lease's holder.
@@ -601,12 +651,13 @@ func (e *Engine) HeartbeatResources(ctx context.Context, a Actor, ids []string, 
 			} else {
 				l.TTLMs = d.Milliseconds()
 			}
+			// The expiry is now + TTL, as KLIS-3 §3.2 has it: a shorter
+			// ttl_ms shortens the lease, so the answer's expires_at and
+			// ttl_ms always agree.
 			prev := l.ExpiresAt
-			if next := now.Add(d); next.After(l.ExpiresAt) {
-				l.ExpiresAt = next
-			}
+			l.ExpiresAt = now.Add(d)
 			if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{LiveAt: &now}); err != nil {
-				return rlFenced(err, l)
+				return rlFenced(err, l, now)
 			}
 			if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventHeartbeat, now, &prev)); err != nil {
 				return err
@@ -621,9 +672,9 @@ func (e *Engine) HeartbeatResources(ctx context.Context, a Actor, ids []string, 
 	return out, nil
 }
 
-func rlFenced(err error, l *host.ResourceLease) error {
+func rlFenced(err error, l *host.ResourceLease, now time.Time) error {
 	if errors.Is(err, store.ErrFenced) {
-		return host.Errorf(host.CodeLeaseExpired, "resource lease %s changed under this call: it is no longer held", l.ID)
+		return host.Errorf(host.CodeLeaseExpired, "resource lease %s changed under this call: it is no longer held", l.ID).At(now)
 	}
 	return err
 }
@@ -653,7 +704,7 @@ func (e *Engine) ReleaseResources(ctx context.Context, a Actor, ids []string) (*
 				}
 				l.State, l.EndedAt = host.ResourceLeaseReleased, ptr(now)
 				if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{LiveAt: &now}); err != nil {
-					return rlFenced(err, l)
+					return rlFenced(err, l, now)
 				}
 				if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventReleased, now, nil)); err != nil {
 					return err
@@ -839,7 +890,7 @@ func (e *Engine) DieRestart(ctx context.Context, a Actor) (*ResourceLeasesResult
 			}
 			l.Restarting = true
 			if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{LiveAt: &now}); err != nil {
-				return rlFenced(err, l)
+				return rlFenced(err, l, now)
 			}
 			if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventGrace, now, &prev)); err != nil {
 				return err
@@ -993,4 +1044,41 @@ func (e *Engine) SweepResourceLeases(ctx context.Context) (int, error) {
 			return total, nil
 		}
 	}
+}
+
+// ResourceHolders answers who holds the named resources now, without taking
+// them: every lease honoured at the server's now on each resource of the
+// caller's tenant (at most MaxIntents names, normalized as an acquire
+// normalizes them). It shows what a conflicting acquire would name, and
+// nothing more.
+func (e *Engine) ResourceHolders(ctx context.Context, a Actor, resources []string) (*ResourceLeasesResult, error) {
+	cfg := e.rl().cfg
+	if len(resources) == 0 {
+		return nil, host.Errorf(host.CodeBadRequest, "resource: name at least one")
+	}
+	if len(resources) > cfg.MaxIntents {
+		return nil, host.Errorf(host.CodeTooLarge, "resource: at most %d per call (this one has %d)", cfg.MaxIntents, len(resources))
+	}
+	names := make([]string, 0, len(resources))
+	for i, r := range resources {
+		n, err := host.NormalizeResource(r)
+		if err != nil {
+			return nil, host.Errorf(host.CodeInvalidResource, "resource[%d]: %s", i, host.ErrorDetail(err))
+		}
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	var ls []*host.ResourceLease
+	var now time.Time
+	err := e.view(ctx, func(r store.Reader) error {
+		now = e.now()
+		var err error
+		ls, _, err = r.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: a.Tenant, Resources: names, LiveAt: &now, Limit: 1000})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &ResourceLeasesResult{Leases: ls, ServerTime: now}, nil
 }

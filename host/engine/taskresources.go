@@ -167,7 +167,7 @@ func (e *Engine) extendTaskResources(ctx context.Context, tx store.Tx, t *host.T
 		prev := l.ExpiresAt
 		l.ExpiresAt = *t.LeaseExpiresAt
 		if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{LiveAt: &now}); err != nil {
-			return rlFenced(err, l)
+			return rlFenced(err, l, now)
 		}
 		if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventHeartbeat, now, &prev)); err != nil {
 			return err

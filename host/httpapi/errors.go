@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -24,6 +25,10 @@ type ErrorBody struct {
 	// Message repeats Detail on the seed-compatible /worker/* and /workers/*
 	// routes, whose spec names the field "message".
 	Message string `json:"message,omitempty"`
+	// ServerTime is the gate's clock when the refusal was decided, on the
+	// refusals that judge a lease by it (resource leases: lease_expired,
+	// verify_required, quota_exceeded, conflict).
+	ServerTime *time.Time `json:"server_time,omitempty"`
 }
 
 // CodeMethodNotAllowed is the error code of a 405: the path exists, the
@@ -146,6 +151,9 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		c.Response().Header().Set("Retry-After", strconv.Itoa(retryAfter(code)))
 	}
 	body := ErrorBody{Error: code, Detail: detail}
+	if at := host.ErrorServerTime(err); !at.IsZero() {
+		body.ServerTime = &at
+	}
 	if v, _ := c.Get(ctxKeySeedErrors).(bool); v {
 		body.Message = detail
 	}

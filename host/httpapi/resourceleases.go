@@ -51,9 +51,12 @@ type AcquireBody struct {
 // the holder's lease it names, and whether wait-die lets the request wait.
 type ResourceConflictBody struct {
 	ErrorBody
-	Conflict   *host.ResourceLease `json:"conflict"`
-	WaitDie    string              `json:"wait_die"` // "wait" (older: may wait) or "die" (refused)
-	ServerTime time.Time           `json:"server_time"`
+	Conflict *host.ResourceLease `json:"conflict"`
+	WaitDie  string              `json:"wait_die"` // "wait" (older: may wait) or "die" (refused)
+	// PriorityAt is the priority the request ran with (its own, or the
+	// holder's bound one): send it again to keep its seniority.
+	PriorityAt time.Time `json:"priority_at"`
+	ServerTime time.Time `json:"server_time"`
 }
 
 // LeaseIDsBody is the body of heartbeat, release and verify calls.
@@ -107,7 +110,7 @@ func (s *Server) acquireResources(c echo.Context) error {
 			wd = "wait"
 		}
 		return c.JSON(http.StatusConflict, ResourceConflictBody{ErrorBody: ErrorBody{Error: ce.Err.Code, Detail: ce.Err.Detail},
-			Conflict: ce.Holder, WaitDie: wd, ServerTime: ce.ServerTime})
+			Conflict: ce.Holder, WaitDie: wd, PriorityAt: ce.PriorityAt, ServerTime: ce.ServerTime})
 	}
 	if err != nil {
 		if errors.Is(err, context.Canceled) && s.drain.Err() != nil {

@@ -99,6 +99,9 @@ type TaskEnvelope struct {
 	Priority       int             `json:"priority"`
 	LeaseExpiresAt time.Time       `json:"lease_expires_at"`
 	Metadata       map[string]any  `json:"metadata"`
+	// ResourceLeases are the task's resource leases with their fencing
+	// tokens (only for a task with resource intents).
+	ResourceLeases []*host.ResourceLease `json:"resource_leases,omitempty"`
 }
 
 func envelope(o host.Offer) TaskEnvelope {
@@ -108,7 +111,7 @@ func envelope(o host.Offer) TaskEnvelope {
 		md["task_summary"] = t.Summary
 	}
 	return TaskEnvelope{TaskID: t.ID, RunID: o.RunID, TaskType: t.Type, Params: t.Params, Priority: t.Priority,
-		LeaseExpiresAt: o.LeaseExpiresAt, Metadata: md}
+		LeaseExpiresAt: o.LeaseExpiresAt, Metadata: md, ResourceLeases: o.ResourceLeases}
 }
 
 // envelopeLease is POST /worker/lease (204 when idle) and, with noTaskBody,

@@ -32,6 +32,9 @@ type AcquireToolResult struct {
 	Conflict   *host.ResourceLease `json:"conflict,omitempty"`
 	WaitDie    string              `json:"wait_die,omitempty"`
 	PriorityAt *time.Time          `json:"your_priority_at,omitempty"`
+	// ServerTime is the gate's clock when the refusal was decided (a
+	// granted answer carries it in the manifest).
+	ServerTime time.Time `json:"server_time,omitzero"`
 }
 
 // LeaseIDsArgs name resource leases.
@@ -115,12 +118,8 @@ func (s *Server) acquireResourceLeases(ctx context.Context, a engine.Actor, req 
 		if ce.MayWait {
 			wd = "wait"
 		}
-		prio := in.PriorityAt
-		if prio == nil {
-			p := ce.ServerTime
-			prio = &p
-		}
-		return AcquireToolResult{Error: ce.Err.Code, Detail: ce.Err.Detail, Conflict: ce.Holder, WaitDie: wd, PriorityAt: prio},
+		prio := ce.PriorityAt
+		return AcquireToolResult{Error: ce.Err.Code, Detail: ce.Err.Detail, Conflict: ce.Holder, WaitDie: wd, PriorityAt: &prio, ServerTime: ce.ServerTime},
 			"Refused: " + ce.Err.Detail, nil
 	}
 	if err != nil {

@@ -267,6 +267,9 @@ func (s *Server) add(t mcp.Tool, roles []string, h handlerFunc) {
 type ErrorBody struct {
 	Error  string `json:"error"`
 	Detail string `json:"detail,omitempty"`
+	// ServerTime is the gate's clock when a resource lease refusal was
+	// decided (lease_expired, verify_required, quota_exceeded, conflict).
+	ServerTime *time.Time `json:"server_time,omitempty"`
 }
 
 // toolError turns err into an MCP tool error with the HTTP API's code: its
@@ -285,6 +288,9 @@ func toolError(err error) *mcp.CallToolResult {
 		detail = "an internal error occurred; it was logged"
 	}
 	body := ErrorBody{Error: code, Detail: detail}
+	if at := host.ErrorServerTime(err); !at.IsZero() {
+		body.ServerTime = &at
+	}
 	b, _ := json.Marshal(body)
 	return &mcp.CallToolResult{
 		Content: []mcp.Content{mcp.NewTextContent(string(b))},

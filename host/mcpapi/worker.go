@@ -64,7 +64,7 @@ var (
 func (s *Server) workerTools() {
 	s.add(tool("worker_lease_task", "Worker: lease a task",
 		`Worker shim, for a worker that is itself an agent with only MCP access (workers with HTTP should use the worker HTTP API). Take the next queued task (priority 10 first, then oldest).
-Returns the task envelope: task_id, run_id (keep both: every other worker_* call needs them), task_type, params, priority, lease_expires_at, attempt, and metadata. When nothing is queued, task_id is null: wait a while and call again.
+Returns the task envelope: task_id, run_id (keep both: every other worker_* call needs them), task_type, params, priority, lease_expires_at, attempt, metadata, and for a task that names resources its resource_leases, each with a fencing_token to pass with every change you make to that resource. When nothing is queued, task_id is null: wait a while and call again.
 By default the lease is accepted at once (a task.accepted receipt: you now owe a worker_complete_task or worker_fail_task). Send worker_heartbeat_task before lease_expires_at for long work, or the task goes back to the queue and your run_id stops working.
 wait_seconds long-polls when the queue is empty (capped at a few seconds' worth below client timeouts).`,
 		returns[LeaseResult](), writes(false, false),
@@ -159,7 +159,7 @@ func (s *Server) workerLease(ctx context.Context, a engine.Actor, req mcp.CallTo
 		md["task_summary"] = t.Summary
 	}
 	env := &httpapi.TaskEnvelope{TaskID: t.ID, RunID: o.RunID, TaskType: t.Type, Params: t.Params, Priority: t.Priority,
-		LeaseExpiresAt: o.LeaseExpiresAt, Metadata: md}
+		LeaseExpiresAt: o.LeaseExpiresAt, Metadata: md, ResourceLeases: o.ResourceLeases}
 	out := LeaseResult{TaskEnvelope: env, TaskID: &env.TaskID, Attempt: o.Attempt}
 	if in.Accept == nil || *in.Accept {
 		wctx, wcancel := detached(ctx)

@@ -26,7 +26,7 @@ import (
 const resourceLockClass = 1010
 
 const rleaseCols = `seq, id, tenant, resource, predicate, holder, state, manifest_id, priority_at, acquired_at,
-expires_at, ttl_ms, ended_at, restarting, grace_used, task_id`
+expires_at, ttl_ms, ended_at, restarting, grace_used, task_id, fencing_token`
 
 func scanResourceLease(row pgx.Rows) (*host.ResourceLease, int64, error) {
 	var l host.ResourceLease
@@ -34,7 +34,7 @@ func scanResourceLease(row pgx.Rows) (*host.ResourceLease, int64, error) {
 	var ended *int64
 	var pred, state string
 	if err := row.Scan(&seq, &l.ID, &l.Tenant, &l.Resource, &pred, &l.Holder, &state, &l.ManifestID, &prio, &acq,
-		&exp, &l.TTLMs, &ended, &l.Restarting, &l.GraceUsed, &l.TaskID); err != nil {
+		&exp, &l.TTLMs, &ended, &l.Restarting, &l.GraceUsed, &l.TaskID, &l.FencingToken); err != nil {
 		return nil, 0, err
 	}
 	l.Predicate, l.State = host.LeasePredicate(pred), host.ResourceLeaseState(state)
@@ -259,18 +259,28 @@ func (w *writeTx) LockResources(ctx context.Context, tenant string, resources []
 	return true, nil
 }
 
+// InsertResourceLease implements store.Tx in one statement: the resource's
+// counter row is bumped (or created at 1) and its new value is the lease's
+// fencing token. The upsert locks the counter row until the transaction
+// ends, so even without the resource's advisory lock two grants of one
+// resource would get their tokens in commit order.
 func (w *writeTx) InsertResourceLease(ctx context.Context, l *host.ResourceLease) error {
-	n, err := w.ss.exec(w.c(ctx), `INSERT INTO resource_leases (id, tenant, resource, predicate, holder, state, manifest_id,
-priority_at, acquired_at, expires_at, ttl_ms, ended_at, restarting, grace_used, task_id)
-VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15) ON CONFLICT DO NOTHING`,
+	var token int64
+	err := w.ss.queryRow(w.c(ctx), []any{&token}, `WITH f AS (
+  INSERT INTO resource_fences (tenant, resource, token) VALUES ($2, $3, 1)
+  ON CONFLICT (tenant, resource) DO UPDATE SET token = resource_fences.token + 1 RETURNING token)
+INSERT INTO resource_leases (id, tenant, resource, predicate, holder, state, manifest_id,
+priority_at, acquired_at, expires_at, ttl_ms, ended_at, restarting, grace_used, task_id, fencing_token)
+SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15, f.token FROM f ON CONFLICT DO NOTHING RETURNING fencing_token`,
 		l.ID, l.Tenant, l.Resource, string(l.Predicate), l.Holder, string(l.State), l.ManifestID,
 		us(l.PriorityAt), us(l.AcquiredAt), us(l.ExpiresAt), l.TTLMs, nus(l.EndedAt), l.Restarting, l.GraceUsed, l.TaskID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return host.Errorf(host.CodeConflict, "a resource lease with id %s exists", l.ID)
+	}
 	if err != nil {
 		return err
 	}
-	if n == 0 {
-		return host.Errorf(host.CodeConflict, "a resource lease with id %s exists", l.ID)
-	}
+	l.FencingToken = token
 	return nil
 }
 

@@ -15,7 +15,7 @@ import (
 // already runs alone, so LockResources has nothing to do.
 
 const rleaseCols = `seq, id, tenant, resource, predicate, holder, state, manifest_id, priority_at, acquired_at,
-expires_at, ttl_ms, ended_at, restarting, grace_used, task_id`
+expires_at, ttl_ms, ended_at, restarting, grace_used, task_id, fencing_token`
 
 func scanResourceLease(sc scanner) (*host.ResourceLease, int64, error) {
 	var l host.ResourceLease
@@ -24,7 +24,7 @@ func scanResourceLease(sc scanner) (*host.ResourceLease, int64, error) {
 	var restarting, grace int
 	var pred, state string
 	if err := sc.Scan(&seq, &l.ID, &l.Tenant, &l.Resource, &pred, &l.Holder, &state, &l.ManifestID, &prio, &acq,
-		&exp, &l.TTLMs, &ended, &restarting, &grace, &l.TaskID); err != nil {
+		&exp, &l.TTLMs, &ended, &restarting, &grace, &l.TaskID, &l.FencingToken); err != nil {
 		return nil, 0, err
 	}
 	l.Predicate, l.State = host.LeasePredicate(pred), host.ResourceLeaseState(state)
@@ -192,13 +192,23 @@ func (w *writeTx) LockResources(ctx context.Context, tenant string, resources []
 	return false, nil
 }
 
+// InsertResourceLease implements store.Tx: the resource's counter row is
+// bumped (or created at 1) and its new value is the lease's fencing token.
 func (w *writeTx) InsertResourceLease(ctx context.Context, l *host.ResourceLease) error {
+	var token int64
+	if err := w.queryRow(ctx, `INSERT INTO resource_fences (tenant, resource, token) VALUES (?, ?, 1)
+ON CONFLICT (tenant, resource) DO UPDATE SET token = token + 1 RETURNING token`, l.Tenant, l.Resource).Scan(&token); err != nil {
+		return err
+	}
 	_, err := w.exec(ctx, `INSERT INTO resource_leases (id, tenant, resource, predicate, holder, state, manifest_id,
-priority_at, acquired_at, expires_at, ttl_ms, ended_at, restarting, grace_used, task_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+priority_at, acquired_at, expires_at, ttl_ms, ended_at, restarting, grace_used, task_id, fencing_token) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		l.ID, l.Tenant, l.Resource, string(l.Predicate), l.Holder, string(l.State), l.ManifestID,
-		us(l.PriorityAt), us(l.AcquiredAt), us(l.ExpiresAt), l.TTLMs, nus(l.EndedAt), b2i(l.Restarting), b2i(l.GraceUsed), l.TaskID)
+		us(l.PriorityAt), us(l.AcquiredAt), us(l.ExpiresAt), l.TTLMs, nus(l.EndedAt), b2i(l.Restarting), b2i(l.GraceUsed), l.TaskID, token)
 	if err != nil && strings.Contains(err.Error(), "UNIQUE") {
 		return host.Errorf(host.CodeConflict, "a resource lease with id %s exists", l.ID)
+	}
+	if err == nil {
+		l.FencingToken = token
 	}
 	return err
 }

@@ -258,7 +258,12 @@ type Tx interface {
 	// server-time order. Drivers with a single writer need do nothing and
 	// report false: reads made before the call need not be made again.
 	LockResources(ctx context.Context, tenant string, resources []string) (locked bool, err error)
-	// InsertResourceLease inserts a new resource lease.
+	// InsertResourceLease inserts a new resource lease and sets
+	// l.FencingToken to the resource's next fencing token: one more than
+	// the last token of (tenant, resource), counted in a row of its own that
+	// outlives the leases, in the same transaction. Tokens of one resource
+	// are therefore strictly increasing in commit order, on every host of a
+	// store and across restarts, whatever happens to the lease rows.
 	InsertResourceLease(ctx context.Context, l *host.ResourceLease) error
 	// UpdateResourceLease writes l's state, expiry, end, restarting and
 	// grace fields, but only if the stored lease is still active and matches

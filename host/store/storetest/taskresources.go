@@ -34,6 +34,7 @@ func runTaskResources(t *testing.T, open Opener) {
 		{"TaskResourceEndsWithTheLease", testTREnds},
 		{"TaskResourceWaitsForAgentLease", testTRAgent},
 		{"TaskResourceWorkersNeverOverlap", testTRWorkers},
+		{"TaskResourceFencingTokens", testTRFencingTokens}, // fencing.go
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
