@@ -22,6 +22,7 @@ import (
 func (s *Server) resourceLeaseRoutes(e *echo.Echo, auth echo.MiddlewareFunc, admins echo.MiddlewareFunc) {
 	g := e.Group("/v1/resource-leases", auth)
 	g.POST("", s.acquireResources)
+	g.GET("", s.resourceHolders)
 	g.POST("/heartbeat", s.heartbeatResources)
 	g.POST("/release", s.releaseResources)
 	g.POST("/verify", s.verifyResources)
@@ -119,6 +120,25 @@ func (s *Server) acquireResources(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusCreated, res)
+}
+
+// resourceHolders is GET /v1/resource-leases?resource=: who holds the
+// resource now, without taking it (what a conflicting acquire would name).
+func (s *Server) resourceHolders(c echo.Context) error {
+	q := c.QueryParams()
+	for k := range q {
+		if k != "resource" {
+			return badRequest("unknown query parameter %q; this call takes resource", k)
+		}
+	}
+	if len(q["resource"]) != 1 {
+		return badRequest("name one resource: ?resource=NAME")
+	}
+	res, err := s.eng.ResourceHolders(c.Request().Context(), ActorOf(c), q["resource"])
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, res)
 }
 
 // leaseIDs reads the lease ids of a call: the path's, or the body's.

@@ -60,21 +60,28 @@ func (s *Server) resourceLeaseTools() {
 	leaseIDs := mcp.WithArray("lease_ids", mcp.Required(), mcp.WithStringItems(), mcp.Description("The lease_id values from acquire_resource_leases (at most 100)."))
 	s.add(tool("acquire_resource_leases", "Lock resources before changing them",
 		`Acquire leases on the resources you are about to read or change (KLIS-3), all together or none: intents is a list of {resource, predicate}, predicate READS (shared with other readers) or MUTATES (exclusive). Resources are strings such as "FILE:/repo/src/x.go" or "REPO:github.com/a/b".
-Granted: keep every lease_id; heartbeat_resource_leases before expires_at (every ttl/3 is right), and release_resource_leases when done. A lease you stop heartbeating expires: from then on assume you no longer hold it.
+Granted: keep every lease_id; heartbeat_resource_leases before expires_at (every ttl/3 is right), and release_resource_leases when done. Each lease has a fencing_token, larger than every earlier grant's on that resource: pass it with every change you make to the resource (a header, a column, a conditional write) so that the system holding it can refuse a change from a holder whose lease already ended. A lease you stop heartbeating expires: from then on assume you no longer hold it.
+While you hold leases your priority_at is bound to theirs: send none (or the one you were given); an older one is refused.
 Refused (granted=false): conflict names the lease in the way. wait_die "die" means you are younger than its holder: do not wait; retry later, keeping your priority_at (your_priority_at) to keep your seniority. wait_die "wait" means you are older: call again with the same priority_at and wait_seconds to wait for it.`,
 		returns[AcquireToolResult](), writes(false, false),
 		props(
 			mcp.WithArray("intents", mcp.Required(), mcp.Items(intentItem()), mcp.Description("The (resource, predicate) pairs to lease together.")),
-			mcp.WithInteger("ttl_ms", mcp.Min(1), mcp.Description("Lease TTL in milliseconds. Default 60000; capped (5 minutes unless configured).")),
+			mcp.WithInteger("ttl_ms", mcp.Min(1), mcp.Description("Lease TTL in milliseconds. Default 60000; raised to the minimum (100 ms unless configured) and capped (5 minutes unless configured).")),
 			mcp.WithString("priority_at", mcp.Description("Your request's wait-die timestamp (RFC 3339). Default: now. Send the same value again when you retry.")),
 			mcp.WithNumber("wait_seconds", mcp.Min(0), mcp.Description(fmt.Sprintf("When you are older than every conflicting holder, wait up to this long (at most %d).", int(s.cfg.MaxLeaseWait.Seconds())))),
 		)),
 		anyRole, s.acquireResourceLeases)
 
+	s.add(tool("list_resource_holders", "Who holds resources now",
+		`Ask who holds resources without trying to take them: the leases honoured now on each named resource in your tenant (holder, predicate, expires_at, fencing_token). Nothing is acquired; an acquire a moment later may still find them changed.`,
+		returns[engine.ResourceLeasesResult](), readOnly(),
+		props(mcp.WithArray("resources", mcp.Required(), mcp.WithStringItems(), mcp.Description("Resource names, as you would acquire them (at most 64).")))),
+		anyRole, s.listResourceHolders)
+
 	s.add(tool("heartbeat_resource_leases", "Keep resource leases alive",
 		`Extend your resource leases by their TTL (or ttl_ms) from the server's now: all of them, or none. A lease that already expired or was released is a lease_expired error: stop changing that resource and acquire it again. verify_required means you declared a restart: call verify_resource_leases first.`,
 		returns[engine.ResourceLeasesResult](), writes(false, false),
-		props(leaseIDs, mcp.WithInteger("ttl_ms", mcp.Min(1), mcp.Description("A new TTL in milliseconds from now on (capped). Default: the lease's own.")))),
+		props(leaseIDs, mcp.WithInteger("ttl_ms", mcp.Min(1), mcp.Description("A new TTL in milliseconds from now on (raised to the minimum, capped); the expiry becomes now + this TTL, so a shorter one shortens the lease. Default: the lease's own.")))),
 		anyRole, s.heartbeatResourceLeases)
 
 	s.add(tool("release_resource_leases", "Release resource leases",
@@ -186,4 +193,21 @@ func (s *Server) verifyResourceLeases(ctx context.Context, a engine.Actor, req m
 	}
 	return res, fmt.Sprintf("%d of %s still held (server time %s).", held, plural(len(res.Leases), "lease", "leases"),
 		res.ServerTime.Format(time.RFC3339Nano)), nil
+}
+
+func (s *Server) listResourceHolders(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in struct {
+		Resources []string `json:"resources"`
+	}
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	res, err := s.eng.ResourceHolders(ctx, a, in.Resources)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(res.Leases) == 0 {
+		return res, "Nobody holds them now (server time " + res.ServerTime.Format(time.RFC3339Nano) + ").", nil
+	}
+	return res, fmt.Sprintf("%s held now (server time %s).", plural(len(res.Leases), "lease", "leases"), res.ServerTime.Format(time.RFC3339Nano)), nil
 }

@@ -52,3 +52,37 @@ func TestResourceLeaseTools(t *testing.T) {
 	fails(t, agent, "acquire_resource_leases", map[string]any{"intents": []any{}, "bogus": 1}, host.CodeBadRequest)
 	fails(t, agent, "release_resource_leases", map[string]any{"lease_ids": []any{"rlease-nope"}}, host.CodeNotFound)
 }
+
+// TestResourceLeaseToolsFencingAndHolders: a grant carries its fencing token
+// (the next grant of the resource a larger one), list_resource_holders names
+// the holder without taking anything, and a refusal that judges a lease by
+// the gate's clock (lease_expired) carries server_time in the tool error.
+func TestResourceLeaseToolsFencingAndHolders(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	agent, worker := b.connect(t, b.agent), b.connect(t, b.worker)
+	in := map[string]any{"intents": []any{map[string]any{"resource": "FILE:/repo/f.go", "predicate": "MUTATES"}}}
+	var first mcpapi.AcquireToolResult
+	ok(t, agent, "acquire_resource_leases", in, &first)
+	if !first.Granted || first.Leases[0].FencingToken != 1 {
+		t.Fatalf("first grant: %+v", first)
+	}
+	var held engine.ResourceLeasesResult
+	ok(t, worker, "list_resource_holders", map[string]any{"resources": []any{"file:/repo/f.go"}}, &held)
+	if len(held.Leases) != 1 || held.Leases[0].Holder != "agent.a" || held.Leases[0].FencingToken != 1 || held.ServerTime.IsZero() {
+		t.Fatalf("holders: %+v", held)
+	}
+	var rel engine.ResourceLeasesResult
+	ok(t, agent, "release_resource_leases", map[string]any{"lease_ids": []any{first.Leases[0].ID}}, &rel)
+	var second mcpapi.AcquireToolResult
+	ok(t, worker, "acquire_resource_leases", in, &second)
+	if !second.Granted || second.Leases[0].FencingToken != 2 {
+		t.Fatalf("second grant: %+v", second)
+	}
+	var body mcpapi.ErrorBody
+	res := call(t, agent, "heartbeat_resource_leases", map[string]any{"lease_ids": []any{first.Leases[0].ID}}, &body)
+	if !res.IsError || body.Error != host.CodeLeaseExpired || body.ServerTime == nil || body.ServerTime.IsZero() {
+		t.Fatalf("heartbeat of a released lease: %s", text(res))
+	}
+	fails(t, agent, "list_resource_holders", map[string]any{"resources": []any{"FILE:"}}, host.CodeInvalidResource)
+	fails(t, agent, "list_resource_holders", map[string]any{"resources": []any{}}, host.CodeBadRequest)
+}

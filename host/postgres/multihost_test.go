@@ -16,6 +16,7 @@ import (
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/storetest"
 )
 
 // gateHost is one gate host in a test: its own pool, writer, listener and engine.
@@ -533,4 +534,138 @@ func listening(t *testing.T) (schema string, a, b *Store, ch <-chan string) {
 		t.Fatal(err)
 	}
 	return schema, a, b, ch
+}
+
+// TestMultiHostFencingTokens runs three gate hosts on one database. Holders
+// spread over the hosts take turns on a few resources at once, each writing
+// to a fenced store with its token while it holds the lease: every write must
+// be accepted, so each resource's tokens rise strictly in grant order
+// whichever host granted them. Stalled holders then sleep past their expiry
+// while another host grants the resource to the next holder: the late write
+// of each stalled holder is refused by the token check (and its heartbeat,
+// on a third host, by the gate). A hammer over the three hosts ends the test,
+// and the stored history must show every resource's tokens distinct and in
+// grant order.
+func TestMultiHostFencingTokens(t *testing.T) {
+	schema := newSchema(t)
+	hosts := []*gateHost{startHost(t, schema, "a"), startHost(t, schema, "b"), startHost(t, schema, "c")}
+	ctx := context.Background()
+	acquire := func(h *gateHost, holder, res string, ttl time.Duration) (*host.ResourceLease, error) {
+		r, err := h.eng.AcquireResources(ctx, engine.AcquireRequest{Tenant: "acme", Holder: holder, TTL: ttl,
+			Intents: []engine.ResourceIntent{{Resource: res, Predicate: host.PredicateMutates}}})
+		if err != nil {
+			return nil, err
+		}
+		return r.Leases[0], nil
+	}
+
+	// Turns: 3 holders per resource, one on each host, 20 grants each.
+	var db storetest.FencedStore
+	resources := []string{"F:1", "F:2", "F:3"}
+	var wg sync.WaitGroup
+	var grants atomic.Int64
+	for _, res := range resources {
+		for i, h := range hosts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				holder := fmt.Sprintf("turn-%s-%d", res, i)
+				me := engine.Actor{Tenant: "acme", Principal: holder, Role: engine.RoleAgent}
+				for n := 0; n < 20; {
+					l, err := acquire(h, holder, res, time.Minute)
+					if host.IsCode(err, host.CodeResourceConflict) {
+						time.Sleep(time.Millisecond)
+						continue
+					}
+					if err != nil {
+						t.Errorf("acquire: %v", err)
+						return
+					}
+					n++
+					grants.Add(1)
+					if err := db.Write(res, l.FencingToken, fmt.Sprintf("%d", l.FencingToken)); err != nil {
+						t.Errorf("a live holder's write (via host %s) was refused: %v", h.name, err)
+					}
+					if _, err := hosts[(i+1)%3].eng.ReleaseResources(ctx, me, []string{l.ID}); err != nil {
+						t.Errorf("release: %v", err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	for _, res := range resources {
+		w := db.Writes(res)
+		if len(w) != 60 {
+			t.Errorf("%s: %d writes accepted, want 60", res, len(w))
+		}
+		for i := 1; i < len(w); i++ {
+			var a, b int64
+			fmt.Sscan(w[i-1], &a)
+			fmt.Sscan(w[i], &b)
+			if b <= a {
+				t.Errorf("%s: token %d written after %d", res, b, a)
+			}
+		}
+	}
+
+	// Stalled holders, one resource each, all at once.
+	var stale atomic.Int64
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := fmt.Sprintf("S:%d", i)
+			stalled, err := acquire(hosts[i%3], "stalls-"+res, res, 200*time.Millisecond)
+			if err != nil {
+				t.Errorf("acquire: %v", err)
+				return
+			}
+			if err := db.Write(res, stalled.FencingToken, "stalled: early"); err != nil {
+				t.Error(err)
+				return
+			}
+			// The holder is paused: the next holder, on another host, gets
+			// the resource once the lease ran out by the server clock.
+			var next *host.ResourceLease
+			deadline := time.Now().Add(30 * time.Second)
+			for next == nil {
+				next, err = acquire(hosts[(i+1)%3], "next-"+res, res, time.Minute)
+				if err != nil && !host.IsCode(err, host.CodeResourceConflict) {
+					t.Errorf("acquire: %v", err)
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Errorf("%s: the stalled lease never ran out", res)
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if next.FencingToken <= stalled.FencingToken || next.AcquiredAt.Before(stalled.ExpiresAt) {
+				t.Errorf("%s: next grant %v (token %d) after the stalled %v (token %d)", res, next, next.FencingToken, stalled, stalled.FencingToken)
+			}
+			if err := db.Write(res, next.FencingToken, "next"); err != nil {
+				t.Error(err)
+			}
+			if err := db.Write(res, stalled.FencingToken, "stalled: late"); !errors.Is(err, storetest.ErrStaleToken) {
+				t.Errorf("%s: the stalled holder's late write: %v, want a stale-token refusal", res, err)
+			} else {
+				stale.Add(1)
+			}
+			_, err = hosts[(i+2)%3].eng.HeartbeatResources(ctx, engine.Actor{Tenant: "acme", Principal: "stalls-" + res, Role: engine.RoleAgent}, []string{stalled.ID}, 0)
+			if !host.IsCode(err, host.CodeLeaseExpired) {
+				t.Errorf("%s: the stalled holder's heartbeat: %v, want lease_expired", res, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if stale.Load() != 6 {
+		t.Fatalf("%d of 6 stalled holders' late writes refused", stale.Load())
+	}
+
+	engines := []*engine.Engine{hosts[0].eng, hosts[1].eng, hosts[2].eng}
+	st := storetest.HammerResourceLeases(t, engines, 9, 20)
+	t.Logf("turns: %d grants; hammer: %+v", grants.Load(), st)
+	storetest.CheckResourceLeaseHistory(t, hosts[0].st, "acme")
 }

@@ -119,12 +119,15 @@ class AsyncGateError(Exception):
     ``retry_after`` is the answer's Retry-After in seconds (0 when absent,
     unreadable or past): the gate sets it on every 429 and 503, and the
     Runner waits at least that long (at most ``MAX_RETRY_AFTER``, plus up to
-    10% jitter) before it tries again."""
+    10% jitter) before it tries again. ``server_time`` is the gate's clock
+    (RFC 3339) when it decided a refusal that judges a lease by it (resource
+    leases: lease_expired, verify_required, quota_exceeded), else ""."""
 
-    def __init__(self, status: int, code: str, detail: str = "", retry_after: float = 0.0):
+    def __init__(self, status: int, code: str, detail: str = "", retry_after: float = 0.0, server_time: str = ""):
         super().__init__("gate answered %d %s: %s" % (status, code, detail))
         self.status, self.code, self.detail = status, code, detail
         self.retry_after = retry_after
+        self.server_time = server_time
 
     @property
     def lease_lost(self) -> bool:
@@ -567,15 +570,17 @@ class Client:
             raise
         if refused is not None:
             code, detail = "http_%d" % refused.code, raw.decode("utf-8", "replace")[:200]
+            server_time = ""
             try:
                 j = json.loads(raw)
                 code, detail = j.get("error", code), j.get("detail", "")
-            except ValueError:
+                server_time = j.get("server_time") or ""
+            except (ValueError, AttributeError):
                 pass
             hdrs = refused.headers
             edate = _http_date(hdrs.get("Date") if hdrs else None)
             raise AsyncGateError(refused.code, code, detail,
-                                 _parse_retry_after(hdrs.get("Retry-After") if hdrs else None, edate))
+                                 _parse_retry_after(hdrs.get("Retry-After") if hdrs else None, edate), server_time)
         server = _http_date(date)
         try:
             out = json.loads(raw) if raw else None
@@ -1396,6 +1401,11 @@ class ResourceLeases:
             body["wait_seconds"] = wait_seconds
         return self.client._call("POST", "/v1/resource-leases", body, timeout=self.client.timeout + wait_seconds)[1]
 
+    def holders(self, resource: str) -> Dict[str, Any]:
+        """Who holds ``resource`` now, without taking it: ``{"leases": [...],
+        "server_time": ...}``, the leases honoured at the gate's now."""
+        return self.client._call("GET", "/v1/resource-leases?resource=" + urllib.parse.quote(resource, safe=""), None)[1]
+
     def heartbeat(self, lease_ids: List[str]) -> Dict[str, Any]:
         """Extend every lease by its TTL from the gate's now, or none."""
         return self.client._call("POST", "/v1/resource-leases/heartbeat", {"lease_ids": lease_ids})[1]
@@ -1425,7 +1435,12 @@ class ResourceHolder:
     ``lost_reason`` says why) the moment the holder can no longer be sure it
     holds every lease: a refused heartbeat, or no answer before the lease's
     expiry measured on the gate's clock from when the last heartbeat was sent.
-    Use it as a context manager, or call ``release``."""
+    Use it as a context manager, or call ``release``.
+
+    Every lease carries a ``fencing_token``, larger than every earlier
+    grant's of its resource: pass ``fencing_token(resource)`` with each change
+    to the resource, so that the system holding it refuses a change from a
+    holder whose lease already ended."""
 
     def __init__(self, rl: ResourceLeases, manifest: Dict[str, Any], sent: float):
         self.rl = rl
@@ -1479,6 +1494,14 @@ class ResourceHolder:
             self.leases = out["leases"]
             self._deadline = self._local_deadline(sent, out)
             wait = self._every
+
+    def fencing_token(self, resource: str) -> int:
+        """The fencing token of the held lease on ``resource`` (its name as
+        the gate normalized it), or 0 when the manifest holds none on it."""
+        for lease in self.leases:
+            if lease["resource"] == resource:
+                return int(lease.get("fencing_token", 0))
+        return 0
 
     def release(self) -> Dict[str, Any]:
         """Stop heartbeating and release the leases (idempotent)."""

@@ -1106,6 +1106,26 @@ class ResourceLeaseTests(unittest.TestCase):
         out = h.release()  # idempotent
         self.assertEqual(out["leases"][0]["state"], "released")
 
+    def test_fencing_tokens_holders_and_server_time(self):
+        rl = aw.ResourceLeases(aw.Client(URL, AGENT))
+        other = aw.ResourceLeases(aw.Client(URL, WORKER))
+        res = "FILE:/py/fenced.py"
+        with rl.hold([(res, "MUTATES")], ttl_ms=10000) as h:
+            first = h.fencing_token(res)
+            self.assertGreaterEqual(first, 1)
+            self.assertEqual(first, h.leases[0]["fencing_token"])
+            held = other.holders("file:/py/fenced.py")
+            self.assertEqual([(l["lease_id"], l["fencing_token"]) for l in held["leases"]], [(h.lease_ids[0], first)])
+            self.assertTrue(held["server_time"])
+        with self.assertRaises(aw.AsyncGateError) as cm:
+            rl.heartbeat(h.lease_ids)
+        self.assertEqual((cm.exception.status, cm.exception.code), (409, "lease_expired"))
+        self.assertTrue(cm.exception.server_time, "a lease_expired refusal without the gate's server time")
+        nxt = other.acquire([(res, "MUTATES")])
+        self.assertGreater(nxt["leases"][0]["fencing_token"], first)
+        other.release([nxt["leases"][0]["lease_id"]])
+        self.assertEqual(other.holders(res)["leases"], [])
+
 
 if __name__ == "__main__":
     if len(sys.argv) < 6:

@@ -90,6 +90,10 @@ type Offer struct {
 	// ServerTime is the gate's clock when it granted the lease (zero from a
 	// gate that does not send it).
 	ServerTime time.Time `json:"server_time"`
+	// ResourceLeases are the leases the gate granted with the task on the
+	// resources its intents name, each with its FencingToken: pass the
+	// token with every change the task makes to that resource.
+	ResourceLeases []ResourceLease `json:"resource_leases,omitempty"`
 
 	// ttl is the lease's length as the gate granted it, and deadline the
 	// conservative local expiry (see leaseClock). Set by Client.Lease.
@@ -205,6 +209,10 @@ type APIError struct {
 	// at least that long (at most MaxRetryAfter, plus up to 10% jitter)
 	// before its next attempt.
 	RetryAfter time.Duration
+	// ServerTime is the gate's clock when it decided the refusal, on the
+	// refusals that judge a lease by it (resource leases: lease_expired,
+	// verify_required, quota_exceeded); zero otherwise.
+	ServerTime time.Time
 }
 
 // Error implements error.
@@ -277,11 +285,12 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 	if res.StatusCode < 200 || res.StatusCode > 299 {
 		ae := &APIError{Status: res.StatusCode}
 		var eb struct {
-			Error  string `json:"error"`
-			Detail string `json:"detail"`
+			Error      string    `json:"error"`
+			Detail     string    `json:"detail"`
+			ServerTime time.Time `json:"server_time"`
 		}
 		if json.Unmarshal(raw, &eb) == nil && eb.Error != "" {
-			ae.Code, ae.Detail = eb.Error, eb.Detail
+			ae.Code, ae.Detail, ae.ServerTime = eb.Error, eb.Detail, eb.ServerTime
 		} else {
 			ae.Code = http.StatusText(res.StatusCode)
 			ae.Detail = strings.TrimSpace(string(raw))

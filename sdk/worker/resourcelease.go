@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 )
@@ -39,6 +40,14 @@ type ResourceLease struct {
 	TTLMs      int64      `json:"ttl_ms"`
 	EndedAt    *time.Time `json:"ended_at,omitempty"`
 	Restarting bool       `json:"restarting,omitempty"`
+	// TaskID names the task the lease is held for (a task's resource intents).
+	TaskID string `json:"task_id,omitempty"`
+	// FencingToken is the grant's number on its resource, larger than every
+	// earlier grant's of that resource. Pass it with every change to the
+	// resource; the system that holds the resource refuses a change whose
+	// token is lower than the highest it has seen, so a holder that stalled
+	// past its expiry cannot overwrite the next holder's work.
+	FencingToken int64 `json:"fencing_token"`
 }
 
 // AcquireRequest asks for a manifest: every intent, or none.
@@ -65,6 +74,16 @@ type Manifest struct {
 type ResourceLeases struct {
 	Leases     []ResourceLease `json:"leases"`
 	ServerTime time.Time       `json:"server_time"`
+}
+
+// ResourceHolders answers who holds a resource now, without taking it: the
+// leases honoured at the gate's now on it, in this key's tenant.
+func (c *Client) ResourceHolders(ctx context.Context, resource string) (*ResourceLeases, error) {
+	var out ResourceLeases
+	if _, _, err := c.do(ctx, http.MethodGet, "/v1/resource-leases?resource="+url.QueryEscape(resource), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // IsResourceConflict reports whether err is a refused acquire (409
@@ -216,6 +235,19 @@ func (h *Holder) Leases() []ResourceLease {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]ResourceLease(nil), h.leases...)
+}
+
+// FencingToken returns the fencing token of the held lease on resource (as
+// the gate normalized its name: the Resource of Leases), or 0 when the
+// manifest holds no lease on it. The token never changes while the lease is
+// held.
+func (h *Holder) FencingToken(resource string) int64 {
+	for _, l := range h.Leases() {
+		if l.Resource == resource {
+			return l.FencingToken
+		}
+	}
+	return 0
 }
 
 // IDs returns the lease ids.

@@ -80,3 +80,49 @@ func TestHolderCancelsWhenLost(t *testing.T) {
 		t.Fatalf("release of a lost lease (idempotent): %v", err)
 	}
 }
+
+// TestResourceFencingTokens: every grant carries a fencing token, larger for
+// each later grant of the resource (Holder.FencingToken reads it); another
+// key sees who holds the resource without taking it; a refused heartbeat
+// carries the gate's server time; and a task whose intents name the
+// resource is offered with its own resource lease and a larger token still.
+func TestResourceFencingTokens(t *testing.T) {
+	t.Parallel()
+	g := sharedGate(t)
+	agent := worker.NewClient(g.URL, g.Agent)
+	w := worker.NewClient(g.URL, g.Worker)
+	ctx := context.Background()
+	const res = "FILE:/sdk/fenced.go"
+	h, err := agent.Hold(ctx, worker.AcquireRequest{TTL: 10 * time.Second, Intents: []worker.ResourceIntent{{Resource: res, Predicate: worker.Mutates}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := h.FencingToken(res)
+	if first < 1 || first != h.Leases()[0].FencingToken {
+		t.Fatalf("first token %d, lease %+v", first, h.Leases()[0])
+	}
+	held, err := w.ResourceHolders(ctx, "file:/sdk/fenced.go")
+	if err != nil || len(held.Leases) != 1 || held.Leases[0].ID != h.IDs()[0] || held.Leases[0].FencingToken != first {
+		t.Fatalf("holders: %+v, %v", held, err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = agent.HeartbeatResources(ctx, h.IDs())
+	var ae *worker.APIError
+	if !errors.As(err, &ae) || ae.Code != "lease_expired" || ae.ServerTime.IsZero() {
+		t.Fatalf("heartbeat of a released lease: %v (%+v), want lease_expired with the server time", err, ae)
+	}
+	g.putType("fenced", 60, map[string]any{"resource_intents": []map[string]string{{"resource": res, "predicate": "MUTATES"}}})
+	id := g.enqueue("fenced", map[string]any{}, nil)
+	offers, err := w.Lease(ctx, worker.LeaseRequest{TaskTypes: []string{"fenced"}, WaitSeconds: 10})
+	if err != nil || len(offers) != 1 || offers[0].Task.ID != id {
+		t.Fatalf("lease: %+v, %v", offers, err)
+	}
+	if rl := offers[0].ResourceLeases; len(rl) != 1 || rl[0].Resource != res || rl[0].TaskID != id || rl[0].FencingToken <= first {
+		t.Fatalf("the offer's resource leases %+v: want one on %s with a token above %d", rl, res, first)
+	}
+	if err := w.Release(ctx, offers[0].LeaseID, id, "done looking"); err != nil {
+		t.Fatal(err)
+	}
+}
