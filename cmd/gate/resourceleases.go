@@ -11,6 +11,7 @@ import (
 type resourceLeaseConfig struct {
 	DefaultTTLMs       int64 `json:"default_ttl_ms"`
 	MaxTTLMs           int64 `json:"max_ttl_ms"`
+	MinTTLMs           int64 `json:"min_ttl_ms"`
 	GraceMs            int64 `json:"grace_ms"`
 	MaxIntents         int   `json:"max_intents"`
 	MaxLeasesPerHolder int   `json:"max_leases_per_holder"`
@@ -26,6 +27,7 @@ func (c *resourceLeaseConfig) engine() engine.ResourceLeaseConfig {
 	return engine.ResourceLeaseConfig{
 		DefaultTTL:         time.Duration(c.DefaultTTLMs) * time.Millisecond,
 		MaxTTL:             time.Duration(c.MaxTTLMs) * time.Millisecond,
+		MinTTL:             time.Duration(c.MinTTLMs) * time.Millisecond,
 		Grace:              time.Duration(c.GraceMs) * time.Millisecond,
 		MaxIntents:         c.MaxIntents,
 		MaxLeasesPerHolder: c.MaxLeasesPerHolder,

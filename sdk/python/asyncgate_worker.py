@@ -672,9 +672,11 @@ class Task:
     """One leased task, handed to a handler.
 
     Attributes: ``task_id``, ``task_type``, ``params`` (dict), ``priority``,
-    ``lease_id`` (also ``run_id``), ``attempt``, ``raw`` (the task JSON), and
-    ``cancelled`` — a ``threading.Event`` set when the task must stop
-    (``stop_reason`` says why)."""
+    ``lease_id`` (also ``run_id``), ``attempt``, ``raw`` (the task JSON),
+    ``resource_leases`` (the leases granted with this run on the resources
+    the task's intents name, each with its ``fencing_token``; see
+    ``fencing_token``), and ``cancelled`` — a ``threading.Event`` set when
+    the task must stop (``stop_reason`` says why)."""
 
     def __init__(self, runner: "Runner", offer: Dict[str, Any]):
         t = offer.get("task") or {}
@@ -686,6 +688,7 @@ class Task:
         self.lease_id: str = offer["lease_id"]
         self.run_id: str = offer.get("run_id", self.lease_id)
         self.attempt: int = offer.get("attempt", 1)
+        self.resource_leases: List[Dict[str, Any]] = offer.get("resource_leases") or []
         self.cancelled = threading.Event()
         self.stop_reason: Optional[str] = None
         self.log = logging.LoggerAdapter(log, {"task_id": self.task_id, "lease_id": self.lease_id})
@@ -697,6 +700,16 @@ class Task:
         self._nudge = threading.Event()
         self._beat_lock = threading.Lock()  # one heartbeat at a time
         self._retry_after = 0.0  # the last failed heartbeat's Retry-After (s)
+
+    def fencing_token(self, resource: str) -> int:
+        """The fencing token of this run's lease on ``resource`` (its name as
+        the gate normalized it), or 0 when the run holds none on it. Pass it
+        with every change the task makes to the resource, so that the system
+        holding it refuses a change from a run whose lease already ended."""
+        for lease in self.resource_leases:
+            if lease.get("resource") == resource:
+                return int(lease.get("fencing_token", 0))
+        return 0
 
     def progress(self, percent: Optional[float] = None, message: str = "") -> None:
         """Report progress (percent 0..100 and/or a message). It is sent with an

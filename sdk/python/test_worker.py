@@ -1106,6 +1106,12 @@ class ResourceLeaseTests(unittest.TestCase):
         out = h.release()  # idempotent
         self.assertEqual(out["leases"][0]["state"], "released")
 
+    def test_task_fencing_token(self):
+        t = aw.Task(None, {"lease_id": "lease-1", "task": {"task_id": "t1"},
+                           "resource_leases": [{"resource": "DB:x", "fencing_token": 7}]})
+        self.assertEqual((t.fencing_token("DB:x"), t.fencing_token("DB:y")), (7, 0))
+        self.assertEqual(aw.Task(None, {"lease_id": "lease-2", "task": {}}).resource_leases, [])
+
     def test_fencing_tokens_holders_and_server_time(self):
         rl = aw.ResourceLeases(aw.Client(URL, AGENT))
         other = aw.ResourceLeases(aw.Client(URL, WORKER))

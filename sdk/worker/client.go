@@ -67,6 +67,23 @@ type Task struct {
 	MaxRetries      int             `json:"max_retries"`
 	CancelRequested bool            `json:"cancel_requested"`
 	CreatedAt       time.Time       `json:"created_at"`
+	// ResourceLeases are the resource leases granted with this run of the
+	// task (its resource intents), as the offer listed them; set by
+	// Client.Lease, so a Runner's handler sees them too.
+	ResourceLeases []ResourceLease `json:"-"`
+}
+
+// FencingToken returns the fencing token of this run's lease on resource
+// (its name as the gate normalized it), or 0 when the run holds none on it.
+// Pass it with every change the task makes to the resource, so that the
+// system holding it refuses a change from a run whose lease already ended.
+func (t *Task) FencingToken(resource string) int64 {
+	for _, l := range t.ResourceLeases {
+		if l.Resource == resource {
+			return l.FencingToken
+		}
+	}
+	return 0
 }
 
 // Bind decodes the task's params into v.
@@ -357,6 +374,7 @@ func (c *Client) Lease(ctx context.Context, req LeaseRequest) ([]Offer, error) {
 	for i := range out.Leases {
 		o := &out.Leases[i]
 		o.ttl, o.deadline = leaseClock(sent, received, o.ServerTime, date, o.LeaseExpiresAt)
+		o.Task.ResourceLeases = o.ResourceLeases
 	}
 	return out.Leases, nil
 }

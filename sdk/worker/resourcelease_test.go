@@ -122,6 +122,9 @@ func TestResourceFencingTokens(t *testing.T) {
 	if rl := offers[0].ResourceLeases; len(rl) != 1 || rl[0].Resource != res || rl[0].TaskID != id || rl[0].FencingToken <= first {
 		t.Fatalf("the offer's resource leases %+v: want one on %s with a token above %d", rl, res, first)
 	}
+	if tok := offers[0].Task.FencingToken(res); tok != offers[0].ResourceLeases[0].FencingToken {
+		t.Fatalf("Task.FencingToken = %d, the offer's lease has %d", tok, offers[0].ResourceLeases[0].FencingToken)
+	}
 	if err := w.Release(ctx, offers[0].LeaseID, id, "done looking"); err != nil {
 		t.Fatal(err)
 	}
