@@ -37,10 +37,13 @@ func (s *Server) resourceLeaseRoutes(e *echo.Echo, auth echo.MiddlewareFunc, adm
 // AcquireBody is the body of POST /v1/resource-leases: an intent manifest.
 type AcquireBody struct {
 	Intents []engine.ResourceIntent `json:"intents"`
-	// TTLMs is the leases' TTL in milliseconds (default 60000, capped).
+	// TTLMs is the leases' TTL in milliseconds (default 60000, capped, and
+	// raised to the minimum).
 	TTLMs int64 `json:"ttl_ms,omitempty"`
 	// PriorityAt is the request's immutable wait-die timestamp (RFC 3339);
-	// default: the server's now, returned in the answer for retries.
+	// default: the holder's bound priority while it holds live leases, else
+	// the server's now, returned in the answer for retries. Older than the
+	// bound priority is 409 conflict.
 	PriorityAt *time.Time `json:"priority_at,omitempty"`
 	// WaitSeconds long-polls (at most 30) while wait-die lets the request wait.
 	WaitSeconds float64 `json:"wait_seconds,omitempty"`
@@ -63,7 +66,8 @@ type ResourceConflictBody struct {
 // LeaseIDsBody is the body of heartbeat, release and verify calls.
 type LeaseIDsBody struct {
 	LeaseIDs []string `json:"lease_ids,omitempty"`
-	// TTLMs, on a heartbeat, sets a new TTL (capped) from now on.
+	// TTLMs, on a heartbeat, sets a new TTL (capped, raised to the minimum)
+	// from now on: the expiry becomes now + TTL, shorter or longer.
 	TTLMs int64 `json:"ttl_ms,omitempty"`
 	// Holder, on verify, asks for every active lease of the holder.
 	Holder string `json:"holder,omitempty"`
