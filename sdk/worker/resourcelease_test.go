@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -92,7 +93,9 @@ func TestResourceFencingTokens(t *testing.T) {
 	agent := worker.NewClient(g.URL, g.Agent)
 	w := worker.NewClient(g.URL, g.Worker)
 	ctx := context.Background()
-	const res = "FILE:/sdk/fenced.go"
+	// Names of this run's own: the shared gate outlives a -count run.
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	res, taskType := "FILE:/sdk/fenced-"+run+".go", "fenced-"+run
 	h, err := agent.Hold(ctx, worker.AcquireRequest{TTL: 10 * time.Second, Intents: []worker.ResourceIntent{{Resource: res, Predicate: worker.Mutates}}})
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +104,7 @@ func TestResourceFencingTokens(t *testing.T) {
 	if first < 1 || first != h.Leases()[0].FencingToken {
 		t.Fatalf("first token %d, lease %+v", first, h.Leases()[0])
 	}
-	held, err := w.ResourceHolders(ctx, "file:/sdk/fenced.go")
+	held, err := w.ResourceHolders(ctx, "file:/sdk/fenced-"+run+".go")
 	if err != nil || len(held.Leases) != 1 || held.Leases[0].ID != h.IDs()[0] || held.Leases[0].FencingToken != first {
 		t.Fatalf("holders: %+v, %v", held, err)
 	}
@@ -113,9 +116,9 @@ func TestResourceFencingTokens(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Code != "lease_expired" || ae.ServerTime.IsZero() {
 		t.Fatalf("heartbeat of a released lease: %v (%+v), want lease_expired with the server time", err, ae)
 	}
-	g.putType("fenced", 60, map[string]any{"resource_intents": []map[string]string{{"resource": res, "predicate": "MUTATES"}}})
-	id := g.enqueue("fenced", map[string]any{}, nil)
-	offers, err := w.Lease(ctx, worker.LeaseRequest{TaskTypes: []string{"fenced"}, WaitSeconds: 10})
+	g.putType(taskType, 60, map[string]any{"resource_intents": []map[string]string{{"resource": res, "predicate": "MUTATES"}}})
+	id := g.enqueue(taskType, map[string]any{}, nil)
+	offers, err := w.Lease(ctx, worker.LeaseRequest{TaskTypes: []string{taskType}, WaitSeconds: 10})
 	if err != nil || len(offers) != 1 || offers[0].Task.ID != id {
 		t.Fatalf("lease: %+v, %v", offers, err)
 	}
