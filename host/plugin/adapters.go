@@ -29,8 +29,8 @@ type binding struct {
 	checked atomic.Pointer[Plugin] // the version config was last validated against
 }
 
-func (b *binding) plugin() (*Plugin, error) {
-	p, err := b.reg.Plugin(b.name)
+func (b *binding) plugin(ctx context.Context) (*Plugin, error) {
+	p, err := b.reg.pluginWhenReady(ctx, b.name)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +68,7 @@ func (b *binding) call(ctx context.Context, op string, in build) (Result, error)
 // version's config or limits never go with a call another version answers.
 func (b *binding) run(ctx context.Context, op string, in build, schemas bool, check func(json.RawMessage) error) (Result, error) {
 	for try := 0; ; try++ {
-		p, err := b.plugin()
+		p, err := b.plugin(ctx)
 		if err != nil {
 			return Result{}, err
 		}
@@ -292,7 +292,7 @@ func withPointer(pointer string) build {
 // Capabilities implements host.Channel. It returns what the plugin reported
 // when it was loaded; the answer does not change for a version.
 func (a *ChannelAdapter) Capabilities(ctx context.Context) (host.ChannelCapabilities, error) {
-	p, err := a.b.plugin()
+	p, err := a.b.plugin(ctx)
 	if err != nil {
 		return host.ChannelCapabilities{}, ErrorFor(KindChannel, err)
 	}

@@ -71,11 +71,11 @@ func BenchmarkPolicyDecideRaw(b *testing.B) {
 	bd := setup(b, nil, Limits{}, "backoff")
 	p, _ := bd.reg.Plugin("backoff")
 	input := encodeFailureRecord(benchInput, json.RawMessage(`{"base_seconds": 10, "max_seconds": 600, "jitter": 0.1}`))
-	inst, err := p.pool.get(context.Background())
+	inst, err := p.pool().get(context.Background())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer p.pool.put(inst, true)
+	defer p.pool().put(inst, true)
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for range b.N {

@@ -28,7 +28,7 @@ func (a *ChannelAdapter) OpenResult(ctx context.Context, taskID, pointer string)
 	if a.b.name != "file" {
 		return nil, 0, false, nil
 	}
-	p, err := a.b.plugin()
+	p, err := a.b.plugin(ctx)
 	if err != nil || p.Source != "builtin" || p.grant.Dir == "" {
 		return nil, 0, false, nil
 	}

@@ -26,9 +26,9 @@ func TestGuestGarbageIsCollected(t *testing.T) {
 		}
 	}
 	p, _ := b.reg.Plugin("inline")
-	p.pool.mu.Lock()
-	defer p.pool.mu.Unlock()
-	for _, inst := range p.pool.idle {
+	p.pool().mu.Lock()
+	defer p.pool().mu.Unlock()
+	for _, inst := range p.pool().idle {
 		if kib := inst.mod.Memory().Size() / 1024; kib > 12*1024 {
 			t.Errorf("guest memory grew to %d KiB", kib)
 		}

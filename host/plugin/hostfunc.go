@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 )
 
@@ -47,8 +48,8 @@ const maxHTTPBody = 16 << 20
 //
 // Two calls instead of one avoid calling back into the guest (to allocate)
 // from inside a host function, which the Go wasip1 runtime does not support.
-func (p *Plugin) instantiateHostModule(ctx context.Context) error {
-	_, err := p.wrt.NewHostModuleBuilder(hostModule).
+func (p *Plugin) instantiateHostModule(ctx context.Context, wrt wazero.Runtime) error {
+	_, err := wrt.NewHostModuleBuilder(hostModule).
 		NewFunctionBuilder().
 		WithGoModuleFunction(api.GoModuleFunc(p.httpRequest), []api.ValueType{api.ValueTypeI32, api.ValueTypeI32}, []api.ValueType{api.ValueTypeI32}).
 		Export("http_request").

@@ -13,10 +13,24 @@ import (
 )
 
 // TestHostilePlugin runs each kind of fault and checks that the host reports
-// it clearly, counts it, discards the instance, and keeps serving.
+// it clearly, counts it, discards the instance, and keeps serving: on
+// compiled code, and on the interpreter a start serves from until the
+// compiled code is ready (a loop must stop at the deadline there too).
 func TestHostilePlugin(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, Limits{Timeout: time.Second, MemoryPages: 256}, "hostile")
+	for _, eng := range []string{"compiler", "interpreter"} {
+		t.Run(eng, func(t *testing.T) {
+			t.Parallel()
+			testHostilePlugin(t, eng == "interpreter")
+		})
+	}
+}
+
+func testHostilePlugin(t *testing.T, interp bool) {
+	b := setupOn(t, interp, nil, Limits{Timeout: time.Second, MemoryPages: 256}, "hostile")
+	if p, _ := b.reg.Plugin("hostile"); p.Interpreted() != interp {
+		t.Fatalf("plugin runs interpreted=%v, want %v", p.Interpreted(), interp)
+	}
 	pol, err := b.reg.Policy("hostile", nil)
 	if err != nil {
 		t.Fatal(err)

@@ -22,18 +22,20 @@ type instance struct {
 	lastUsed time.Time
 	pending  []byte // http_request's response, waiting for http_response
 	plugin   *Plugin
+	pool     *pool // the pool it belongs to
 }
 
 type instanceKey struct{}
 
 // newInstance cold-starts an instance: instantiate, run _initialize, check the
 // ABI version.
-func (p *Plugin) newInstance(ctx context.Context) (*instance, error) {
+func (pl *pool) newInstance(ctx context.Context) (*instance, error) {
+	p := pl.p
 	p.stats.coldStart()
 	ctx, cancel := context.WithTimeout(ctx, p.limits.StartTimeout)
 	defer cancel()
 	stderr := &headBuffer{max: 1024}
-	mod, err := p.wrt.InstantiateModule(ctx, p.compiled, p.modCfg.WithStderr(stderr))
+	mod, err := pl.wrt.InstantiateModule(ctx, pl.compiled, p.modCfg.WithStderr(stderr))
 	if err != nil {
 		msg := err.Error()
 		if t := stderr.String(); t != "" {
@@ -41,7 +43,7 @@ func (p *Plugin) newInstance(ctx context.Context) (*instance, error) {
 		}
 		return nil, fmt.Errorf("plugin %s: start instance: %s", p.Manifest.Name, msg)
 	}
-	inst := &instance{mod: mod, stderr: stderr, ops: map[string]api.Function{}, plugin: p}
+	inst := &instance{mod: mod, stderr: stderr, ops: map[string]api.Function{}, plugin: p, pool: pl}
 	inst.alloc = mod.ExportedFunction("asyncgate_alloc")
 	for _, op := range kindOps[p.Manifest.Kind] {
 		inst.ops[op] = mod.ExportedFunction(op)

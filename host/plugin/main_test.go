@@ -108,6 +108,13 @@ type bundle struct {
 // grant to a plugin dropped into the folder (Grant.SHA256).
 func setup(t testing.TB, grants map[string]Grant, limits Limits, names ...string) *bundle {
 	t.Helper()
+	return setupOn(t, false, grants, limits, names...)
+}
+
+// setupOn is setup with every plugin on wazero's interpreter when interp
+// is set (as a start serves them until their compiled code is ready).
+func setupOn(t testing.TB, interp bool, grants map[string]Grant, limits Limits, names ...string) *bundle {
+	t.Helper()
 	dir := t.TempDir()
 	for _, n := range names {
 		copyPlugin(t, n, n, dir)
@@ -118,6 +125,7 @@ func setup(t testing.TB, grants map[string]Grant, limits Limits, names ...string
 		}
 	}
 	rt := newTestRuntime(t, limits)
+	rt.interpOnly = interp
 	reg, err := NewRegistry(context.Background(), rt, RegistryOptions{Dir: dir, Grants: grants})
 	if err != nil {
 		t.Fatal(err)

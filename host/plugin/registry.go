@@ -46,7 +46,13 @@ type RegistryOptions struct {
 	// Background makes NewRegistry return at once and load the plugins in
 	// the background; until a plugin is loaded, calls that need it fail with
 	// a FaultNotReady (host.CodePluginNotReady). See Ready and WaitReady.
+	// Each module is served from wazero's interpreter while it compiles
+	// (about a second after a start; see engineStaged), and a call that
+	// needs a plugin still in its first load waits up to ReadyWait for it.
 	Background bool
+	// ReadyWait bounds how long a call waits for a plugin still in its
+	// first load before it answers host.CodePluginNotReady; default 10 s.
+	ReadyWait time.Duration
 }
 
 // Registry holds the loaded plugins by name: the built-ins, overridden by any
@@ -76,14 +82,18 @@ type Registry struct {
 }
 
 type entry struct {
-	name    string
-	stats   *stats
-	cur     atomic.Pointer[Plugin]
-	builtin *Plugin
-	missing string // why a built-in is not available
-	fp      string // fingerprint of the folder files last tried
-	inDir   bool
-	gone    time.Time // when the folder files were first seen missing (zero: present)
+	// loaded is closed when the entry's first load ended (it serves, or it
+	// was refused).
+	loaded     chan struct{}
+	loadedOnce sync.Once
+	name       string
+	stats      *stats
+	cur        atomic.Pointer[Plugin]
+	builtin    *Plugin
+	missing    string // why a built-in is not available
+	fp         string // fingerprint of the folder files last tried
+	inDir      bool
+	gone       time.Time // when the folder files were first seen missing (zero: present)
 }
 
 // NewRegistry loads the plugins folder and the built-ins (a built-in serves
@@ -96,6 +106,9 @@ func NewRegistry(ctx context.Context, rt *Runtime, opts RegistryOptions) (*Regis
 	}
 	if opts.RemoveAfter <= 0 {
 		opts.RemoveAfter = 5 * time.Second
+	}
+	if opts.ReadyWait <= 0 {
+		opts.ReadyWait = defaultReadyWait
 	}
 	r := &Registry{rt: rt, opts: opts, log: rt.log, entries: map[string]*entry{}, closing: make(chan struct{}), ready: make(chan struct{})}
 	if opts.Dir != "" {
@@ -143,6 +156,15 @@ func NewRegistry(ctx context.Context, rt *Runtime, opts RegistryOptions) (*Regis
 	return r, nil
 }
 
+// engine is how the registry loads a module: a registry that loads in the
+// background serves each module from the interpreter while it compiles.
+func (r *Registry) engine() engineKind {
+	if r.opts.Background {
+		return engineStaged
+	}
+	return engineCompiler
+}
+
 // Ready reports whether the first load of every plugin has finished (each
 // either serves or was refused).
 func (r *Registry) Ready() bool {
@@ -152,6 +174,85 @@ func (r *Registry) Ready() bool {
 	default:
 		return false
 	}
+}
+
+// Pending returns the names of the plugins whose first load has not ended
+// yet, sorted (none once Ready).
+func (r *Registry) Pending() []string {
+	if r.Ready() {
+		return nil
+	}
+	var out []string
+	for _, in := range r.List() {
+		if in.State == "loading" {
+			out = append(out, in.Name)
+		}
+	}
+	return out
+}
+
+// WaitCompiled waits until every plugin loaded so far runs compiled code
+// (or its compile failed and it stays on the interpreter), or ctx ends.
+func (r *Registry) WaitCompiled(ctx context.Context) error {
+	if err := r.WaitReady(ctx); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	var ps []*Plugin
+	for _, e := range r.entries {
+		if p := e.cur.Load(); p != nil {
+			ps = append(ps, p)
+		}
+		if e.builtin != nil {
+			ps = append(ps, e.builtin)
+		}
+	}
+	r.mu.Unlock()
+	for _, p := range ps {
+		if err := p.WaitCompiled(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// defaultReadyWait is RegistryOptions.ReadyWait's default: a staged load
+// serves from the interpreter within about a second, so callers during a
+// start see a slower answer, not a refusal.
+const defaultReadyWait = 10 * time.Second
+
+// pluginWhenReady is Plugin, but waits (up to ReadyWait, or until ctx
+// ends) for a plugin that is still in its first load.
+func (r *Registry) pluginWhenReady(ctx context.Context, name string) (*Plugin, error) {
+	p, err := r.Plugin(name)
+	var f *Fault
+	if err == nil || !errors.As(err, &f) || f.Kind != FaultNotReady {
+		return p, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, r.opts.ReadyWait)
+	defer cancel()
+	r.mu.Lock()
+	e := r.entries[name]
+	r.mu.Unlock()
+	if e == nil {
+		// Every name a start loads is known from its first moment: this
+		// one is in neither the built-ins nor the folder.
+		return p, err
+	}
+	loaded := e.loaded
+	// The entry's own first load, then (a folder version refused, the
+	// built-in still loading) the end of the registry's first load.
+	for _, ch := range []chan struct{}{loaded, r.ready} {
+		select {
+		case <-ch:
+		case <-r.ready:
+		case <-wctx.Done():
+		}
+		if p, err = r.Plugin(name); err == nil || !errors.As(err, &f) || f.Kind != FaultNotReady || wctx.Err() != nil {
+			return p, err
+		}
+	}
+	return p, err
 }
 
 // WaitReady waits until Ready or ctx ends.
@@ -188,7 +289,7 @@ func (r *Registry) grantFor(name, digest string, builtin bool) Grant {
 func (r *Registry) entry(name string) *entry {
 	e := r.entries[name]
 	if e == nil {
-		e = &entry{name: name, stats: newStats()}
+		e = &entry{name: name, stats: newStats(), loaded: make(chan struct{})}
 		r.entries[name] = e
 	}
 	return e
@@ -205,6 +306,7 @@ func (r *Registry) loadBuiltins(ctx context.Context, manifests []string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer e.markLoaded()
 			man, err := fs.ReadFile(r.opts.Builtins, mf)
 			if err != nil {
 				r.setMissing(e, err.Error())
@@ -219,7 +321,7 @@ func (r *Registry) loadBuiltins(ctx context.Context, manifests []string) {
 				r.setMissing(e, "built-in "+name+".wasm does not match its manifest's wasm_sha256 (rebuild with make plugins)")
 				return
 			}
-			p, err := r.rt.load(ctx, wasm, man, r.grantFor(name, digestOf(wasm), true), "builtin", e.stats)
+			p, err := r.rt.load(ctx, wasm, man, r.grantFor(name, digestOf(wasm), true), "builtin", e.stats, r.engine())
 			if err == nil && p.Manifest.Name != name {
 				p.Close()
 				err = fmt.Errorf("manifest name %q does not match file name %q", p.Manifest.Name, name)
@@ -238,6 +340,9 @@ func (r *Registry) loadBuiltins(ctx context.Context, manifests []string) {
 	}
 	wg.Wait()
 }
+
+// markLoaded records that e's first load ended.
+func (e *entry) markLoaded() { e.loadedOnce.Do(func() { close(e.loaded) }) }
 
 func (r *Registry) setMissing(e *entry, why string) {
 	r.log.Warn("built-in plugin unavailable", "plugin", e.name, "reason", why)
@@ -391,7 +496,7 @@ func (r *Registry) loadFromDir(ctx context.Context, e *entry, manifestPath, wasm
 			"manifest_wasm_sha256", truncate(m.WasmSHA256, 12), "wasm_sha256", digest[:12])
 		return
 	}
-	p, err := r.rt.load(ctx, wasm, man, r.grantFor(e.name, digest, false), wasmPath, e.stats)
+	p, err := r.rt.load(ctx, wasm, man, r.grantFor(e.name, digest, false), wasmPath, e.stats, r.engine())
 	if err == nil && p.Manifest.Name != e.name {
 		p.Close()
 		err = fmt.Errorf("manifest name %q does not match file name %q", p.Manifest.Name, e.name)
@@ -405,6 +510,7 @@ func (r *Registry) loadFromDir(ctx context.Context, e *entry, manifestPath, wasm
 	e.inDir = true
 	old := e.cur.Swap(p)
 	r.mu.Unlock()
+	e.markLoaded()
 	e.stats.setRefused("")
 	if old != nil && old != e.builtin {
 		old.Close()
@@ -464,7 +570,7 @@ func (r *Registry) Plugin(name string) (*Plugin, error) {
 }
 
 func (r *Registry) bind(name, kind string, config json.RawMessage) (*binding, error) {
-	p, err := r.Plugin(name)
+	p, err := r.pluginWhenReady(context.Background(), name)
 	if err != nil {
 		var f *Fault
 		if errors.As(err, &f) && f.Kind == FaultNotReady {
@@ -485,7 +591,9 @@ func (r *Registry) bind(name, kind string, config json.RawMessage) (*binding, er
 // task type's policy config, validated now against the manifest's
 // config_schema). Wrap it in FallbackPolicy so a plugin fault still yields a
 // decision. Errors: host.CodeNotFound (no such plugin), host.CodeBadRequest
-// (wrong kind or invalid config).
+// (wrong kind or invalid config), host.CodePluginNotReady (still in its
+// first load after ReadyWait). Like every call that needs a plugin, it
+// waits (up to ReadyWait) for one still in its first load.
 func (r *Registry) Policy(name string, config json.RawMessage) (host.RetryPolicy, error) {
 	b, err := r.bind(name, KindPolicy, config)
 	if err != nil {
@@ -534,12 +642,15 @@ func (r *Registry) Channel(name string) (host.Channel, error) {
 
 // Info describes one plugin for the admin API (GET /v1/admin/plugins).
 type Info struct {
-	Name         string       `json:"name"`
-	Kind         string       `json:"kind,omitempty"`
-	Version      string       `json:"version,omitempty"`
-	Digest       string       `json:"sha256,omitempty"`
-	Source       string       `json:"source,omitempty"`
-	State        string       `json:"state"` // ready, loading (start-up), refused (nothing serving), missing (built-in not built)
+	Name    string `json:"name"`
+	Kind    string `json:"kind,omitempty"`
+	Version string `json:"version,omitempty"`
+	Digest  string `json:"sha256,omitempty"`
+	Source  string `json:"source,omitempty"`
+	State   string `json:"state"` // ready, loading (start-up), refused (nothing serving), missing (built-in not built)
+	// Engine is what runs the plugin's calls: "compiler" (machine code), or
+	// "interpreter" while its compile is still running after a start.
+	Engine       string       `json:"engine,omitempty"`
 	Refused      string       `json:"refused,omitempty"`
 	Capabilities Capabilities `json:"capabilities"`
 	Instances    int          `json:"instances"`
@@ -566,6 +677,7 @@ func (r *Registry) List() []Info {
 		if p := e.cur.Load(); p != nil {
 			in.Kind, in.Version, in.Digest, in.Source = p.Manifest.Kind, p.Manifest.Version, p.Digest, p.Source
 			in.Capabilities, in.LoadedAt, in.State = p.Manifest.Capabilities, p.loadedAt, "ready"
+			in.Engine = p.pool().engineName()
 			in.Instances, in.Idle = p.Instances()
 		} else if missing != "" {
 			in.State, in.Refused = "missing", missing

@@ -265,7 +265,7 @@ func TestChannelReloadRaceUsesAnsweringVersion(t *testing.T) {
 
 	// Hold the first version's only instance slot, so the put looks it up,
 	// then waits for an instance while the reload retires it.
-	v1.pool.sem <- struct{}{}
+	v1.sem <- struct{}{}
 	type answer struct {
 		ptr string
 		err error
@@ -275,7 +275,7 @@ func TestChannelReloadRaceUsesAnsweringVersion(t *testing.T) {
 		ptr, err := ch.Put(context.Background(), "task-1", []byte("more than eight bytes"))
 		done <- answer{ptr, err}
 	}()
-	for deadline := time.Now().Add(30 * time.Second); v1.pool.waiting.Load() == 0; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); v1.pool().waiting.Load() == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the put never waited for the first version's instance")
 		}
@@ -285,7 +285,7 @@ func TestChannelReloadRaceUsesAnsweringVersion(t *testing.T) {
 	if p, _ := b.reg.Plugin("inline"); p.Digest != Digest(v2) {
 		t.Fatalf("the second version did not load: %+v", b.reg.List())
 	}
-	<-v1.pool.sem
+	<-v1.sem
 
 	a := <-done
 	if !host.IsCode(a.err, host.CodeTooLarge) {

@@ -96,6 +96,50 @@ type Runtime struct {
 	opts  Options
 	cache wazero.CompilationCache
 	log   *slog.Logger
+	// compiling holds the slot of the staged compile in flight (one at a
+	// time: a cold start's interpreters and requests get the other core,
+	// and one compile's garbage is made at a time).
+	compiling chan struct{}
+	imu       sync.Mutex
+	interps   int           // interpreter loads in flight
+	noInterp  chan struct{} // closed when interps drops to 0
+	// headStart is interpHeadStart; beforeCompile, when set, runs before
+	// each staged compile (tests hold a compile with it).
+	headStart     time.Duration
+	beforeCompile func(ctx context.Context)
+	interpOnly    bool // every load runs on the interpreter only (tests)
+}
+
+// interpBegin and interpEnd count the interpreter loads in flight; a
+// staged compile that did not start within its head start waits for them
+// (interpsDone), so the interpreters of a cold start are not slowed by the
+// compiles they are there to hide.
+func (r *Runtime) interpBegin() {
+	r.imu.Lock()
+	if r.interps == 0 {
+		r.noInterp = make(chan struct{})
+	}
+	r.interps++
+	r.imu.Unlock()
+}
+
+func (r *Runtime) interpEnd() {
+	r.imu.Lock()
+	if r.interps--; r.interps == 0 {
+		close(r.noInterp)
+	}
+	r.imu.Unlock()
+}
+
+func (r *Runtime) interpsDone() <-chan struct{} {
+	r.imu.Lock()
+	defer r.imu.Unlock()
+	if r.interps == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return r.noInterp
 }
 
 // NewRuntime returns a Runtime. It compiles the embedded schemas once.
@@ -104,7 +148,7 @@ func NewRuntime(opts Options) (*Runtime, error) {
 		return nil, err
 	}
 	opts.Limits = opts.Limits.withDefaults()
-	r := &Runtime{opts: opts, log: opts.Logger}
+	r := &Runtime{opts: opts, log: opts.Logger, compiling: make(chan struct{}, 1), headStart: interpHeadStart}
 	if r.log == nil {
 		r.log = slog.Default()
 	}
@@ -133,14 +177,22 @@ type Plugin struct {
 	Digest   string // hex sha256 of the wasm module
 	Source   string // where it came from ("builtin" or a file path)
 
-	rt       *Runtime
-	wrt      wazero.Runtime
-	compiled wazero.CompiledModule
-	modCfg   wazero.ModuleConfig
-	grant    Grant
-	limits   Limits
-	stats    *stats
-	pool     pool
+	rt     *Runtime
+	modCfg wazero.ModuleConfig
+	grant  Grant
+	limits Limits
+	stats  *stats
+	// cur is the pool calls go to: the compiled module's, or the
+	// interpreter's until the compiled module is ready (see loadStaged).
+	cur atomic.Pointer[pool]
+	sem chan struct{} // one slot per instance in use, across pools
+	// mu guards closed and pools; rootFS closes once the plugin is closed
+	// and its last pool is gone.
+	mu       sync.Mutex
+	closed   bool
+	pools    int
+	upgraded chan struct{} // closed when no compile runs for this plugin anymore
+	stop     context.CancelFunc
 	caps     json.RawMessage // a channel's capabilities, read at load
 	rootFS   *rootFS         // the granted folder, when the plugin has one
 	loadedAt time.Time
@@ -161,15 +213,40 @@ func digestOf(b []byte) string {
 // operator's grant, starts one instance to check its ABI version and exports,
 // and returns it ready to call. st may be nil.
 func (r *Runtime) Load(ctx context.Context, wasm, manifest []byte, grant Grant, source string) (*Plugin, error) {
-	return r.load(ctx, wasm, manifest, grant, source, nil)
+	return r.load(ctx, wasm, manifest, grant, source, nil, engineCompiler)
 }
 
-func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, source string, st *stats) (_ *Plugin, err error) {
+// engineKind says how load runs a module.
+type engineKind int
+
+const (
+	// engineCompiler compiles the module to machine code before load
+	// returns (~1 s per built-in on a cold cache, ~50 ms from the cache).
+	engineCompiler engineKind = iota
+	// engineStaged starts compiling and, unless that ends within
+	// interpHeadStart, serves from wazero's interpreter meanwhile (~0.3 s
+	// to load, calls ~5-10x slower) and switches to the compiled module
+	// once it is ready: a start has no window without the plugin.
+	engineStaged
+	// engineInterpreter runs the module on the interpreter only (tests).
+	engineInterpreter
+)
+
+// interpHeadStart is how long a staged load waits for the compiled module
+// before it starts the interpreter too: a module in the compilation cache
+// loads well within it (~50 ms), so a warm start never pays for the
+// interpreter.
+const interpHeadStart = 300 * time.Millisecond
+
+func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, source string, st *stats, eng engineKind) (_ *Plugin, err error) {
 	m, err := ParseManifest(manifest)
 	if err != nil {
 		return nil, err
 	}
-	p := &Plugin{Manifest: m, Digest: digestOf(wasm), Source: source, rt: r, grant: grant, stats: st, loadedAt: time.Now()}
+	if r.interpOnly {
+		eng = engineInterpreter
+	}
+	p := &Plugin{Manifest: m, Digest: digestOf(wasm), Source: source, rt: r, grant: grant, stats: st, loadedAt: time.Now(), upgraded: make(chan struct{})}
 	if p.stats == nil {
 		p.stats = newStats()
 	}
@@ -181,7 +258,7 @@ func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, 
 		base.Timeout = grant.Mail.CallBound()
 	}
 	p.limits = mergeLimits(base, m.Limits, grant.Limits)
-	p.pool = pool{p: p, sem: make(chan struct{}, p.limits.MaxInstances)}
+	p.sem = make(chan struct{}, p.limits.MaxInstances)
 
 	modCfg := wazero.NewModuleConfig().
 		WithName("").
@@ -227,27 +304,58 @@ func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, 
 		}
 	}
 	p.modCfg = modCfg
+	var pl *pool
+	if eng == engineStaged {
+		pl, err = p.loadStaged(ctx, wasm)
+	} else {
+		close(p.upgraded)
+		if pl, err = p.newPool(ctx, wasm, eng == engineInterpreter); err == nil {
+			p.cur.Store(pl)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if m.Kind == KindChannel {
+		res, err := p.Call(ctx, "capabilities", p.withConfig(nil, grant.Config), nil)
+		if err != nil {
+			p.Close()
+			return nil, fmt.Errorf("plugin %s: capabilities: %w", m.Name, err)
+		}
+		p.caps = res.JSON
+	}
+	r.log.Info("plugin loaded", "plugin", m.Name, "kind", m.Kind, "version", m.Version, "sha256", p.Digest[:12], "source", source, "engine", pl.engineName())
+	return p, nil
+}
 
-	// A table lives in the gate's heap, outside the memory cap, and
-	// table.grow runs in host code the call deadline cannot stop: without
-	// reference types a module has no table.grow (nor table.fill, nor more
-	// than one table), and checkTables bounds the one it declares once the
-	// module compiled. Go's wasip1 output uses no reference-types instruction.
-	cfg := wazero.NewRuntimeConfig().
-		WithCoreFeatures(api.CoreFeaturesV2 &^ api.CoreFeatureReferenceTypes).
+// newPool builds a wazero runtime for the module (the compiler's, sharing
+// the compilation cache, or the interpreter's), compiles the module, checks
+// its imports and exports, and starts one instance, which checks the ABI
+// version and leaves the pool warm.
+func (p *Plugin) newPool(ctx context.Context, wasm []byte, interp bool) (_ *pool, err error) {
+	m := p.Manifest
+	cfg := wazero.NewRuntimeConfigCompiler()
+	if interp {
+		cfg = wazero.NewRuntimeConfigInterpreter()
+	}
+	cfg = cfg.WithCoreFeatures(api.CoreFeaturesV2 &^ api.CoreFeatureReferenceTypes).
 		WithCloseOnContextDone(true).
-		WithMemoryLimitPages(p.limits.MemoryPages).
-		WithCompilationCache(r.cache)
-	p.wrt = wazero.NewRuntimeWithConfig(ctx, cfg)
+		WithMemoryLimitPages(p.limits.MemoryPages)
+	if !interp {
+		// The interpreter's compiled form is not cached: it is quick to
+		// make and lives only until the compiled module replaces it.
+		cfg = cfg.WithCompilationCache(p.rt.cache)
+	}
+	pl := &pool{p: p, interp: interp, wrt: wazero.NewRuntimeWithConfig(ctx, cfg)}
 	defer func() {
 		if err != nil {
-			p.wrt.Close(context.Background())
+			pl.wrt.Close(context.Background())
 		}
 	}()
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, p.wrt); err != nil {
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, pl.wrt); err != nil {
 		return nil, fmt.Errorf("plugin %s: wasi: %w", m.Name, err)
 	}
-	if err := p.instantiateHostModule(ctx); err != nil {
+	if err := p.instantiateHostModule(ctx, pl.wrt); err != nil {
 		return nil, fmt.Errorf("plugin %s: host module: %w", m.Name, err)
 	}
 	// Two compile workers: wazero's single-worker compile never looks at
@@ -255,19 +363,24 @@ func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, 
 	// would wait for every module to finish; the worker pool stops at the
 	// next function once ctx ends (and is ~2x faster on a cold cache).
 	cctx := experimental.WithCompilationWorkers(ctx, 2)
-	if p.compiled, err = p.wrt.CompileModule(cctx, wasm); err != nil {
+	if pl.compiled, err = pl.wrt.CompileModule(cctx, wasm); err != nil {
 		return nil, fmt.Errorf("plugin %s: compile: %w", m.Name, err)
 	}
+	// A table lives in the gate's heap, outside the memory cap, and
+	// table.grow runs in host code the call deadline cannot stop: without
+	// reference types a module has no table.grow (nor table.fill, nor more
+	// than one table), and checkTables bounds the one it declares once the module compiled. Go's
+	// wasip1 output uses no reference-types instruction.
 	if err := checkTables(wasm); err != nil {
 		return nil, fmt.Errorf("plugin %s: %w", m.Name, err)
 	}
-	exports := p.compiled.ExportedFunctions()
+	exports := pl.compiled.ExportedFunctions()
 	for _, name := range append([]string{"_initialize", "asyncgate_abi_version", "asyncgate_alloc"}, kindOps[m.Kind]...) {
 		if _, ok := exports[name]; !ok {
 			return nil, fmt.Errorf("plugin %s: module does not export %s (is it built with -buildmode=c-shared and sdk/plugin?)", m.Name, name)
 		}
 	}
-	for _, imp := range p.compiled.ImportedFunctions() {
+	for _, imp := range pl.compiled.ImportedFunctions() {
 		mod, name, _ := imp.Import()
 		if mod != hostModule || name == "sha256" {
 			continue
@@ -282,22 +395,116 @@ func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, 
 			return nil, fmt.Errorf("plugin %s imports %s.%s but its manifest does not ask for http", m.Name, mod, name)
 		}
 	}
-	// Start one instance now: it checks the ABI version and leaves the pool warm.
-	inst, err := p.pool.get(ctx)
+	inst, err := pl.get(ctx)
 	if err != nil {
 		return nil, err
 	}
-	p.pool.put(inst, true)
-	if m.Kind == KindChannel {
-		res, err := p.Call(ctx, "capabilities", p.withConfig(nil, grant.Config), nil)
-		if err != nil {
-			p.pool.retire()
-			return nil, fmt.Errorf("plugin %s: capabilities: %w", m.Name, err)
-		}
-		p.caps = res.JSON
+	p.mu.Lock()
+	p.pools++
+	p.mu.Unlock()
+	pl.put(inst, true)
+	return pl, nil
+}
+
+// loadStaged starts compiling the module and serves its pool if that ends
+// within interpHeadStart (the module was in the compilation cache), else
+// the interpreter's pool, which serves until the compiled one replaces it
+// (then it swaps them). Staged compiles take turns (Runtime.compiling) and
+// wait for the interpreters in flight once past their head start.
+func (p *Plugin) loadStaged(ctx context.Context, wasm []byte) (*pool, error) {
+	type built struct {
+		pl  *pool
+		err error
 	}
-	r.log.Info("plugin loaded", "plugin", m.Name, "kind", m.Kind, "version", m.Version, "sha256", p.Digest[:12], "source", source)
-	return p, nil
+	cctx, cancel := context.WithCancel(ctx)
+	p.stop = cancel
+	done := make(chan built, 1)
+	began := time.Now()
+	go func() {
+		select {
+		case p.rt.compiling <- struct{}{}:
+		case <-cctx.Done():
+			done <- built{nil, cctx.Err()}
+			return
+		}
+		if time.Since(began) >= p.rt.headStart {
+			select {
+			case <-p.rt.interpsDone():
+			case <-cctx.Done():
+				<-p.rt.compiling
+				done <- built{nil, cctx.Err()}
+				return
+			}
+		}
+		if p.rt.beforeCompile != nil {
+			p.rt.beforeCompile(cctx)
+		}
+		pl, err := p.newPool(cctx, wasm, false)
+		<-p.rt.compiling
+		done <- built{pl, err}
+	}()
+	t := time.NewTimer(p.rt.headStart)
+	defer t.Stop()
+	select {
+	case b := <-done:
+		close(p.upgraded)
+		if b.err == nil {
+			p.cur.Store(b.pl)
+		}
+		return b.pl, b.err
+	case <-t.C:
+	}
+	p.rt.interpBegin()
+	ipl, err := p.newPool(ctx, wasm, true)
+	p.rt.interpEnd()
+	if err != nil {
+		// The compiler has the last word on a module the interpreter refused.
+		b := <-done
+		close(p.upgraded)
+		if b.err == nil {
+			p.cur.Store(b.pl)
+		}
+		return b.pl, b.err
+	}
+	p.cur.Store(ipl)
+	go func() {
+		defer close(p.upgraded)
+		b := <-done
+		if b.err != nil {
+			if cctx.Err() == nil {
+				p.rt.log.Warn("plugin did not compile; it keeps running on the interpreter", "plugin", p.Manifest.Name,
+					"version", p.Manifest.Version, "err", b.err)
+			}
+			return
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			b.pl.retire()
+			return
+		}
+		old := p.cur.Swap(b.pl)
+		p.mu.Unlock()
+		old.retire()
+		p.rt.log.Info("plugin compiled", "plugin", p.Manifest.Name, "version", p.Manifest.Version, "sha256", p.Digest[:12])
+	}()
+	return ipl, nil
+}
+
+// Interpreted reports whether calls run on wazero's interpreter now (the
+// compiled module is not ready yet).
+func (p *Plugin) Interpreted() bool { return p.cur.Load().interp }
+
+// WaitCompiled waits until no compile runs for the plugin anymore (it
+// serves compiled code, or its compile failed and it stays on the
+// interpreter) or ctx ends.
+func (p *Plugin) WaitCompiled(ctx context.Context) error {
+	select {
+	case <-p.upgraded:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func mergeLimits(base Limits, req ManifestLimits, grant Limits) Limits {
@@ -399,7 +606,7 @@ func (p *Plugin) call(ctx context.Context, op string, input, data []byte, schema
 			return Result{}, &Fault{Kind: FaultBadInput, Code: "bad_request", Message: "input: " + err.Error()}
 		}
 	}
-	inst, err := p.pool.get(ctx)
+	inst, err := p.getInstance(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{}, &Fault{Kind: FaultCanceled, Message: err.Error(), Err: err}
@@ -424,7 +631,7 @@ func (p *Plugin) call(ctx context.Context, op string, input, data []byte, schema
 			}
 		}
 		if f == nil {
-			p.pool.put(inst, true)
+			inst.pool.put(inst, true)
 			return res, nil
 		}
 	}
@@ -439,7 +646,7 @@ func (p *Plugin) call(ctx context.Context, op string, input, data []byte, schema
 			f.Trace += "guest stderr: " + truncate(tail, 2000)
 		}
 	}
-	p.pool.put(inst, !f.discard())
+	inst.pool.put(inst, !f.discard())
 	return Result{}, f
 }
 
@@ -499,33 +706,67 @@ func (p *Plugin) Stats() Stats { s, _ := p.stats.snapshot(); return s }
 
 // Instances returns how many instances are alive and how many of them are idle.
 func (p *Plugin) Instances() (live, idle int) {
-	p.pool.mu.Lock()
-	defer p.pool.mu.Unlock()
-	return p.pool.live, len(p.pool.idle)
+	pl := p.pool()
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.live, len(pl.idle)
 }
 
 // Reap closes instances idle for longer than the idle timeout, so an unused
 // plugin shrinks to zero instances; the next call cold-starts one.
-func (p *Plugin) Reap() { p.pool.reap(p.limits.IdleTimeout) }
+func (p *Plugin) Reap() { p.pool().reap(p.limits.IdleTimeout) }
 
 // Close retires the plugin: idle instances close now, busy ones when their
 // call ends, and the wazero runtime when the last instance is gone. Calls
 // after Close fail with FaultUnavailable.
-func (p *Plugin) Close() { p.pool.retire() }
+func (p *Plugin) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	p.mu.Unlock()
+	if p.stop != nil {
+		p.stop()
+	}
+	<-p.upgraded // a compile in flight stops at its next function
+	p.pool().retire()
+}
+
+// pool returns the pool calls go to now.
+func (p *Plugin) pool() *pool { return p.cur.Load() }
+
+// getInstance takes an instance from the current pool; when that pool was
+// replaced meanwhile (the compiled module took over from the interpreter)
+// it takes one from its successor.
+func (p *Plugin) getInstance(ctx context.Context) (*instance, error) {
+	for {
+		pl := p.pool()
+		inst, err := pl.get(ctx)
+		if errors.Is(err, errRetired) && p.pool() != pl {
+			continue
+		}
+		return inst, err
+	}
+}
 
 // errRetired is returned by pool.get after the plugin version was replaced.
 var errRetired = errors.New("plugin version retired")
 
-// pool holds a plugin version's instances. Idle instances are reused LIFO so
-// the busiest stay warm and the rest age out.
+// pool holds the instances of a plugin version on one wazero runtime (the
+// compiler's or the interpreter's). Idle instances are reused LIFO so the
+// busiest stay warm and the rest age out.
 type pool struct {
-	p       *Plugin
-	sem     chan struct{} // one slot per instance in use
-	mu      sync.Mutex
-	idle    []*instance
-	live    int
-	retired bool
-	closed  bool
+	p        *Plugin
+	interp   bool
+	wrt      wazero.Runtime
+	compiled wazero.CompiledModule
+	mu       sync.Mutex
+	idle     []*instance
+	live     int
+	retired  bool
+	closed   bool
 	// waiting counts the calls waiting for an instance slot.
 	waiting atomic.Int32
 }
@@ -533,7 +774,7 @@ type pool struct {
 func (pl *pool) get(ctx context.Context) (*instance, error) {
 	pl.waiting.Add(1)
 	select {
-	case pl.sem <- struct{}{}:
+	case pl.p.sem <- struct{}{}:
 		pl.waiting.Add(-1)
 	case <-ctx.Done():
 		pl.waiting.Add(-1)
@@ -542,7 +783,7 @@ func (pl *pool) get(ctx context.Context) (*instance, error) {
 	pl.mu.Lock()
 	if pl.retired {
 		pl.mu.Unlock()
-		<-pl.sem
+		<-pl.p.sem
 		return nil, errRetired
 	}
 	if n := len(pl.idle); n > 0 {
@@ -553,13 +794,13 @@ func (pl *pool) get(ctx context.Context) (*instance, error) {
 	}
 	pl.live++
 	pl.mu.Unlock()
-	inst, err := pl.p.newInstance(ctx)
+	inst, err := pl.newInstance(ctx)
 	if err != nil {
 		pl.mu.Lock()
 		pl.live--
 		closeRT := pl.retired && pl.live == 0
 		pl.mu.Unlock()
-		<-pl.sem
+		<-pl.p.sem
 		if closeRT {
 			pl.closeRuntime()
 		}
@@ -574,14 +815,14 @@ func (pl *pool) put(inst *instance, healthy bool) {
 		inst.lastUsed = time.Now()
 		pl.idle = append(pl.idle, inst)
 		pl.mu.Unlock()
-		<-pl.sem
+		<-pl.p.sem
 		return
 	}
 	pl.live--
 	closeRT := pl.retired && pl.live == 0
 	pl.mu.Unlock()
 	inst.close()
-	<-pl.sem
+	<-pl.p.sem
 	if closeRT {
 		pl.closeRuntime()
 	}
@@ -634,8 +875,20 @@ func (pl *pool) closeRuntime() {
 	}
 	pl.closed = true
 	pl.mu.Unlock()
-	pl.p.wrt.Close(context.Background())
-	if pl.p.rootFS != nil {
-		pl.p.rootFS.close()
+	pl.wrt.Close(context.Background())
+	p := pl.p
+	p.mu.Lock()
+	p.pools--
+	closeFS := p.closed && p.pools == 0
+	p.mu.Unlock()
+	if closeFS && p.rootFS != nil {
+		p.rootFS.close()
 	}
+}
+
+func (pl *pool) engineName() string {
+	if pl.interp {
+		return "interpreter"
+	}
+	return "compiler"
 }
