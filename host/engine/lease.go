@@ -833,10 +833,15 @@ func (e *Engine) Fail(ctx context.Context, req FailRequest) (*FailResult, error)
 		}
 		return nil, err
 	}
-	decision, fault := e.decide(ctx, t, host.FailureInput{
+	decision, fault, err := e.decide(ctx, t, host.FailureInput{
 		TaskID: t.ID, TaskType: t.Type, Kind: host.FailureError, Retryable: req.Retryable,
 		Attempts: t.Attempts + 1, MaxRetries: t.MaxRetries, LeaseExpiries: t.LeaseExpiries, Error: req.Error,
 	})
+	if err != nil {
+		// The task type's policy is still loading: nothing is decided or
+		// written, the lease stays live, and the worker retries the fail.
+		return nil, err
+	}
 	out := &FailResult{}
 	var leasedAt time.Time
 	var dead bool
@@ -1009,14 +1014,18 @@ func policyFaultReceipt(t *host.Task, fault error) *host.Receipt {
 
 // decide asks the task type's policy; on a policy fault it falls back to the
 // default policy and returns the fault so an escalation receipt is written.
-func (e *Engine) decide(ctx context.Context, t *host.Task, in host.FailureInput) (host.Decision, error) {
+// A policy that is still loading (host.CodePluginNotReady, after the
+// plugins' own bounded wait) is no fault: decide returns it as err and
+// decides nothing, since no other policy may decide for the task type's.
+func (e *Engine) decide(ctx context.Context, t *host.Task, in host.FailureInput) (_ host.Decision, fault, err error) {
 	pol := e.policy
-	var fault error
 	if e.cfg.Plugins != nil {
 		if ct, err := e.types.get(ctx, t.Tenant, t.Type); err == nil && ct.tt.Policy != nil {
 			in.Config = ct.tt.Policy.Config
 			p, err := e.cfg.Plugins.Policy(ct.tt)
 			switch {
+			case host.IsCode(err, host.CodePluginNotReady):
+				return host.Decision{}, nil, err
 			case err != nil:
 				fault = err
 			case p != nil:
@@ -1026,15 +1035,18 @@ func (e *Engine) decide(ctx context.Context, t *host.Task, in host.FailureInput)
 	}
 	if fault == nil {
 		d, err := pol.Decide(ctx, in)
+		if pol != e.policy && host.IsCode(err, host.CodePluginNotReady) {
+			return host.Decision{}, nil, err
+		}
 		if err == nil {
 			err = checkDecision(d)
 		}
 		if err == nil {
-			return d, nil
+			return d, nil, nil
 		}
 		if pol == e.policy {
 			// The built-in policy itself failed: dead-letter, never lose the task.
-			return host.Decision{Action: host.ActionDeadLetter, Reason: host.ReasonPolicyFault}, err
+			return host.Decision{Action: host.ActionDeadLetter, Reason: host.ReasonPolicyFault}, err, nil
 		}
 		fault = err
 	}
@@ -1044,7 +1056,7 @@ func (e *Engine) decide(ctx context.Context, t *host.Task, in host.FailureInput)
 	if err != nil || checkDecision(d) != nil {
 		d = host.Decision{Action: host.ActionDeadLetter, Reason: host.ReasonPolicyFault}
 	}
-	return d, fault
+	return d, fault, nil
 }
 
 // MaxReasonLen bounds a policy's reason, which becomes a dead letter's reason.
