@@ -131,18 +131,29 @@ func (c *benchClient) do(method, path, key string, body []byte, out any) (int, e
 const pluginWarmTimeout = 10 * time.Minute
 
 // waitPluginsReady polls the admin plugin list until the gate reports every
-// plugin's first load finished, and returns how long that took (0 when they
-// were ready at once).
+// plugin's first load finished and none running on the interpreter, and
+// returns how long that took (0 when they were compiled at once).
 func waitPluginsReady(c *benchClient, admin string, timeout time.Duration, stop <-chan struct{}) (time.Duration, error) {
 	start := time.Now()
 	for polls := 0; ; polls++ {
 		var list struct {
-			Ready bool `json:"ready"`
+			Ready   bool `json:"ready"`
+			Plugins []struct {
+				Engine string `json:"engine"`
+			} `json:"plugins"`
 		}
 		if _, err := c.do("GET", "/v1/admin/plugins", admin, nil, &list); err != nil {
 			return 0, fmt.Errorf("asking the gate whether its plugins are compiled: %w", err)
 		}
-		if list.Ready {
+		// Ready comes while plugins still run on the interpreter (a start
+		// serves from it while they compile): wait for the compiled code.
+		compiled := list.Ready
+		for _, p := range list.Plugins {
+			if p.Engine == "interpreter" {
+				compiled = false
+			}
+		}
+		if compiled {
 			if polls == 0 {
 				return 0, nil
 			}

@@ -121,8 +121,18 @@ type gateProc struct {
 }
 
 // startGate starts `gate serve` on 127.0.0.1:0 over the data folder dir and
-// waits for its "listening" log line.
+// waits for its "listening" log line and its plugins.
 func startGate(t *testing.T, dir string, extra ...string) *gateProc {
+	t.Helper()
+	g := startGateLoading(t, dir, extra...)
+	// Plugins load in the background after the port is bound; most tests
+	// want them all loaded (TestE2EStartOnEmptyCache checks the start).
+	g.waitPluginsReady(t)
+	return g
+}
+
+// startGateLoading is startGate without waiting for the plugins.
+func startGateLoading(t *testing.T, dir string, extra ...string) *gateProc {
 	t.Helper()
 	ensureGate(t)
 	args := append([]string{"serve", "--data", dir, "--listen", "127.0.0.1:0", "--expiry-jitter", "0", "--sweep-interval", "100ms",
@@ -173,10 +183,6 @@ func startGate(t *testing.T, dir string, extra ...string) *gateProc {
 	if strings.Contains(g.Log(), undocumentedRoutesMsg) {
 		t.Errorf("the gate serves routes the OpenAPI document lacks (or the reverse); add them with openapi.Add:\n%s", g.Log())
 	}
-	// Plugins load in the background after the port is bound; most tests
-	// want them all loaded (a call needing one earlier answers 503
-	// plugin_not_ready, which TestE2EFreshStart checks).
-	g.waitPluginsReady(t)
 	t.Cleanup(func() {
 		g.Stop(syscall.SIGTERM)
 		if t.Failed() {

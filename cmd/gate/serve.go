@@ -425,7 +425,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	srv, err := httpapi.New(httpapi.Config{
 		Engine: eng, Logger: log, BodyLimit: cfg.BodyLimitBytes, Metrics: metrics,
 		MetricsPublic: cfg.MetricsPublic, AuthCacheTTL: authTTL, Version: v,
-	}, plugins.Routes, plugins.Info, mcpSrv.Routes())
+	}, plugins.Routes, plugins.Info, plugins.Pending, mcpSrv.Routes())
 	if err != nil {
 		return err
 	}

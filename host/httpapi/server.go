@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,7 +64,8 @@ type Server struct {
 	metrics *Metrics
 	extra   []func(*echo.Echo, echo.MiddlewareFunc)
 
-	pluginInfo func() (bool, []plugin.Info) // for the dashboard (WithPluginInfo)
+	pluginInfo     func() (bool, []plugin.Info) // for the dashboard (WithPluginInfo)
+	pluginsPending func() []string              // plugins still loading (WithPluginsPending), for /readyz
 
 	hsMu    sync.Mutex
 	methods routeMethods
@@ -360,10 +362,26 @@ func (s *Server) readyz(c echo.Context) error {
 // notReady returns why this host cannot do its job now, one check per
 // reason, or nil. The store: it must read, and commit a write (a full disk,
 // a damaged or unreachable database answers 503 database_unavailable, whose
-// detail carries the store's error).
+// detail carries the store's error). The plugins: none may still be in its
+// first load (pluginsNotReady).
 func (s *Server) notReady(ctx context.Context) error {
 	if err := s.ready.check(ctx, s.st); err != nil {
 		return host.WrapError(host.CodeDatabaseUnavailable, err, "the store is not available: "+host.ErrorDetail(err))
+	}
+	return s.pluginsNotReady()
+}
+
+// pluginsNotReady is /readyz's plugin reason: 503 plugin_not_ready, naming
+// them, while any plugin is still in its first load. A start serves each
+// plugin from wazero's interpreter while it compiles, so this lasts about
+// a second on a fresh data folder and well under that from the
+// compilation cache.
+func (s *Server) pluginsNotReady() error {
+	if s.pluginsPending == nil {
+		return nil
+	}
+	if pending := s.pluginsPending(); len(pending) > 0 {
+		return host.Errorf(host.CodePluginNotReady, "plugins still loading: %s", strings.Join(pending, ", "))
 	}
 	return nil
 }

@@ -11,6 +11,13 @@ func WithPluginInfo(fn func() (ready bool, list []plugin.Info)) Option {
 	return func(s *Server) { s.pluginInfo = fn }
 }
 
+// WithPluginsPending makes /readyz answer 503 plugin_not_ready, naming the
+// plugins, while fn returns any: plugins still in their first load after a
+// start (see Server.readyz).
+func WithPluginsPending(fn func() []string) Option {
+	return func(s *Server) { s.pluginsPending = fn }
+}
+
 // uiRoutes mounts the operator dashboard at /ui. Its sampler stops when the
 // server shuts down.
 func (s *Server) uiRoutes() {
