@@ -322,6 +322,9 @@ func (r *Registry) loadBuiltins(ctx context.Context, manifests []string) {
 				return
 			}
 			p, err := r.rt.load(ctx, wasm, man, r.grantFor(name, digestOf(wasm), true), "builtin", e.stats, r.engine())
+			if err == nil {
+				p.reread = func() ([]byte, error) { return fs.ReadFile(r.opts.Builtins, name+".wasm") }
+			}
 			if err == nil && p.Manifest.Name != name {
 				p.Close()
 				err = fmt.Errorf("manifest name %q does not match file name %q", p.Manifest.Name, name)
@@ -497,6 +500,9 @@ func (r *Registry) loadFromDir(ctx context.Context, e *entry, manifestPath, wasm
 		return
 	}
 	p, err := r.rt.load(ctx, wasm, man, r.grantFor(e.name, digest, false), wasmPath, e.stats, r.engine())
+	if err == nil {
+		p.reread = func() ([]byte, error) { return os.ReadFile(wasmPath) }
+	}
 	if err == nil && p.Manifest.Name != e.name {
 		p.Close()
 		err = fmt.Errorf("manifest name %q does not match file name %q", p.Manifest.Name, e.name)
@@ -648,8 +654,10 @@ type Info struct {
 	Digest  string `json:"sha256,omitempty"`
 	Source  string `json:"source,omitempty"`
 	State   string `json:"state"` // ready, loading (start-up), refused (nothing serving), missing (built-in not built)
-	// Engine is what runs the plugin's calls: "compiler" (machine code), or
-	// "interpreter" while its compile is still running after a start.
+	// Engine is what runs the plugin's calls: "compiler" (machine code),
+	// "interpreter" while its compile is still running after a start, or
+	// "dormant" (idle: nothing loaded; the next call loads it from the
+	// compilation cache).
 	Engine       string       `json:"engine,omitempty"`
 	Refused      string       `json:"refused,omitempty"`
 	Capabilities Capabilities `json:"capabilities"`

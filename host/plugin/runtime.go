@@ -87,6 +87,10 @@ type Options struct {
 	Limits Limits
 	// Logger receives load, refusal and fault lines; default slog.Default().
 	Logger *slog.Logger
+	// Released, when set, is called after a wazero runtime closed (a
+	// plugin went dormant, was replaced, or left the interpreter): its
+	// memory is garbage now, which the process may want to return.
+	Released func()
 }
 
 // Runtime compiles plugins and runs them. Compiled code is shared through one
@@ -193,6 +197,10 @@ type Plugin struct {
 	pools    int
 	upgraded chan struct{} // closed when no compile runs for this plugin anymore
 	stop     context.CancelFunc
+	// reread reads the module again, for a dormant plugin's next call
+	// (nil: the plugin never goes dormant). wakeMu serializes wakes.
+	reread   func() ([]byte, error)
+	wakeMu   sync.Mutex
 	caps     json.RawMessage // a channel's capabilities, read at load
 	rootFS   *rootFS         // the granted folder, when the plugin has one
 	loadedAt time.Time
@@ -714,7 +722,68 @@ func (p *Plugin) Instances() (live, idle int) {
 
 // Reap closes instances idle for longer than the idle timeout, so an unused
 // plugin shrinks to zero instances; the next call cold-starts one.
-func (p *Plugin) Reap() { p.pool().reap(p.limits.IdleTimeout) }
+//
+// A compiled plugin that has had no instance for the idle timeout goes
+// dormant as well: its wazero runtime closes, and with it the module's
+// machine code (~13 MB per built-in), its decoded form (~6 MB) and the
+// instances' memory. The next call loads it again from the compilation
+// cache (~50 ms, see wake). Only plugins whose module can be read again and
+// whose runtime has an on-disk cache go dormant.
+func (p *Plugin) Reap() {
+	pl := p.pool()
+	pl.reap(p.limits.IdleTimeout)
+	if p.reread == nil || p.rt.opts.CacheDir == "" || pl.interp || pl.dormant {
+		return
+	}
+	pl.mu.Lock()
+	idle := pl.live == 0 && !pl.retired && time.Since(pl.lastUsed) >= p.limits.IdleTimeout
+	pl.mu.Unlock()
+	if !idle {
+		return
+	}
+	p.mu.Lock()
+	if p.closed || p.cur.Load() != pl {
+		p.mu.Unlock()
+		return
+	}
+	p.cur.Store(&pool{p: p, dormant: true})
+	p.mu.Unlock()
+	pl.retire() // a call that took an instance meanwhile finishes on it
+	p.rt.log.Debug("plugin dormant", "plugin", p.Manifest.Name, "version", p.Manifest.Version)
+}
+
+// wake replaces the dormant pool dpl with a compiled one: it reads the
+// module again (it must still have the plugin's digest) and loads it from
+// the compilation cache. Concurrent calls wait for one wake.
+func (p *Plugin) wake(ctx context.Context, dpl *pool) error {
+	p.wakeMu.Lock()
+	defer p.wakeMu.Unlock()
+	if p.pool() != dpl {
+		return nil // woken meanwhile
+	}
+	start := time.Now()
+	wasm, err := p.reread()
+	if err == nil && digestOf(wasm) != p.Digest {
+		err = errors.New("the module changed since it was loaded")
+	}
+	if err != nil {
+		return fmt.Errorf("plugin %s: reload after idle: %w", p.Manifest.Name, err)
+	}
+	pl, err := p.newPool(ctx, wasm, false)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	if p.closed || p.cur.Load() != dpl {
+		p.mu.Unlock()
+		pl.retire()
+		return errRetired
+	}
+	p.cur.Store(pl)
+	p.mu.Unlock()
+	p.rt.log.Debug("plugin woke", "plugin", p.Manifest.Name, "version", p.Manifest.Version, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
 
 // Close retires the plugin: idle instances close now, busy ones when their
 // call ends, and the wazero runtime when the last instance is gone. Calls
@@ -743,6 +812,12 @@ func (p *Plugin) pool() *pool { return p.cur.Load() }
 func (p *Plugin) getInstance(ctx context.Context) (*instance, error) {
 	for {
 		pl := p.pool()
+		if pl.dormant {
+			if err := p.wake(ctx, pl); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		inst, err := pl.get(ctx)
 		if errors.Is(err, errRetired) && p.pool() != pl {
 			continue
@@ -760,9 +835,11 @@ var errRetired = errors.New("plugin version retired")
 type pool struct {
 	p        *Plugin
 	interp   bool
+	dormant  bool // no runtime: the next call loads the module again (see Plugin.Reap)
 	wrt      wazero.Runtime
 	compiled wazero.CompiledModule
 	mu       sync.Mutex
+	lastUsed time.Time // when an instance last went back to the pool
 	idle     []*instance
 	live     int
 	retired  bool
@@ -813,6 +890,7 @@ func (pl *pool) put(inst *instance, healthy bool) {
 	pl.mu.Lock()
 	if healthy && !pl.retired {
 		inst.lastUsed = time.Now()
+		pl.lastUsed = inst.lastUsed
 		pl.idle = append(pl.idle, inst)
 		pl.mu.Unlock()
 		<-pl.p.sem
@@ -875,10 +953,21 @@ func (pl *pool) closeRuntime() {
 	}
 	pl.closed = true
 	pl.mu.Unlock()
-	pl.wrt.Close(context.Background())
 	p := pl.p
+	if pl.wrt != nil {
+		pl.wrt.Close(context.Background())
+		// With a shared compilation cache, closing the runtime leaves the
+		// module's machine code in the cache's engine: only closing the
+		// compiled module releases it (reference-counted per compile).
+		pl.compiled.Close(context.Background())
+		p.mu.Lock()
+		p.pools--
+		p.mu.Unlock()
+		if p.rt.opts.Released != nil {
+			p.rt.opts.Released()
+		}
+	}
 	p.mu.Lock()
-	p.pools--
 	closeFS := p.closed && p.pools == 0
 	p.mu.Unlock()
 	if closeFS && p.rootFS != nil {
@@ -887,8 +976,11 @@ func (pl *pool) closeRuntime() {
 }
 
 func (pl *pool) engineName() string {
-	if pl.interp {
+	switch {
+	case pl.interp:
 		return "interpreter"
+	case pl.dormant:
+		return "dormant"
 	}
 	return "compiler"
 }

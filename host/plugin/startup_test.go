@@ -141,7 +141,9 @@ func TestStagedStartServesFromInterpreter(t *testing.T) {
 		case <-ctx.Done():
 		}
 	}
-	reg, err := NewRegistry(context.Background(), rt, RegistryOptions{Builtins: held, Background: true})
+	// The wait is bounded by ReadyWait; under -race on a busy machine the
+	// interpreter's load takes longer than the default 10 s.
+	reg, err := NewRegistry(context.Background(), rt, RegistryOptions{Builtins: held, Background: true, ReadyWait: 2 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
