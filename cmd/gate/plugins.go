@@ -175,7 +175,7 @@ func startPlugins(cfg serveConfig, log *slog.Logger) (*pluginWiring, error) {
 			return nil, err
 		}
 	}
-	rt, err := plugin.NewRuntime(plugin.Options{CacheDir: cache, Logger: log})
+	rt, err := plugin.NewRuntime(plugin.Options{CacheDir: cache, Logger: log, Released: nudgeRelease})
 	if err != nil {
 		return nil, err
 	}

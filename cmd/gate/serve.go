@@ -397,6 +397,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 		return stopped("plugins")
 	}
 	defer plugins.Close()
+	go idleRelease(ctx, log)
 	ecfg.Plugins = plugins.Plugins
 	if ecfg.Delivery, err = cfg.Delivery.engineConfig(ecfg.Plugins); err != nil {
 		return err
