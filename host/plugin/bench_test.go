@@ -180,3 +180,61 @@ func BenchmarkRuntimeStart(b *testing.B) {
 		start()
 	}
 }
+
+// BenchmarkEngines compares one call on compiled code and on wazero's
+// interpreter (which serves a plugin after a start until its compiled code
+// is ready): a policy's decide, a validator's validate and an inline put,
+// each through its adapter.
+//
+//	go test -run '^$' -bench Engines ./host/plugin
+func BenchmarkEngines(b *testing.B) {
+	for _, eng := range []string{"compiler", "interpreter"} {
+		interp := eng == "interpreter"
+		b.Run("decide/"+eng, func(b *testing.B) {
+			bd := setupOn(b, interp, nil, Limits{}, "backoff")
+			pol, err := bd.reg.Policy("backoff", json.RawMessage(`{"base_seconds": 10, "max_seconds": 600, "jitter": 0.1}`))
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchCalls(b, func() error { _, err := pol.Decide(context.Background(), benchInput); return err })
+		})
+		b.Run("validate/"+eng, func(b *testing.B) {
+			bd := setupOn(b, interp, nil, Limits{}, "safe-paths")
+			v, err := bd.reg.Validator("safe-paths", nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			params := json.RawMessage(`{"path": "docs/index.md", "paths": ["a/b.txt", "c/d.txt"]}`)
+			benchCalls(b, func() error { return v.Validate(context.Background(), "index", params) })
+		})
+		b.Run("inline-put/"+eng, func(b *testing.B) {
+			bd := setupOn(b, interp, nil, Limits{}, "inline")
+			ch, err := bd.reg.Channel("inline")
+			if err != nil {
+				b.Fatal(err)
+			}
+			payload := []byte(`{"summary": "done", "result": {"hello": "world"}}`)
+			benchCalls(b, func() error { _, err := ch.Put(context.Background(), "tsk_bench", payload); return err })
+		})
+	}
+}
+
+// benchCalls warms up call, then times b.N of it with latency percentiles.
+func benchCalls(b *testing.B, call func() error) {
+	for range 20 {
+		if err := call(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if err := call(); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	reportLatency(b, lat)
+}

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,6 +114,51 @@ type Runtime struct {
 	headStart     time.Duration
 	beforeCompile func(ctx context.Context)
 	interpOnly    bool // every load runs on the interpreter only (tests)
+}
+
+// compiledMarks is the folder, in the compilation cache's, where a start
+// notes each module it compiled (an empty file named by wazero's version and
+// the module's sha256): wazero cannot be asked whether its cache holds a
+// module, and a staged load must choose between waiting for the cache and
+// starting the interpreter before it knows.
+const compiledMarks = "asyncgate-compiled"
+
+// markName names a module's mark: the wazero version keys the cache's own
+// entries too, so a binary with another wazero does not trust old marks.
+func markName(digest string) string { return wazeroVersion() + "-" + digest }
+
+var wazeroVersion = sync.OnceValue(func() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/tetratelabs/wazero" {
+				return d.Version
+			}
+		}
+	}
+	return "unknown"
+})
+
+// compiledBefore reports whether a module was compiled into this runtime's
+// on-disk cache before (markCompiled).
+func (r *Runtime) compiledBefore(digest string) bool {
+	if r.opts.CacheDir == "" {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(r.opts.CacheDir, compiledMarks, markName(digest)))
+	return err == nil
+}
+
+// markCompiled notes that the on-disk cache holds a module now.
+func (r *Runtime) markCompiled(digest string) {
+	if r.opts.CacheDir == "" || r.compiledBefore(digest) {
+		return
+	}
+	// Best effort: without the mark the next start only runs the
+	// interpreter for a while for nothing.
+	dir := filepath.Join(r.opts.CacheDir, compiledMarks)
+	if os.MkdirAll(dir, 0o700) == nil {
+		_ = os.WriteFile(filepath.Join(dir, markName(digest)), nil, 0o600)
+	}
 }
 
 // interpBegin and interpEnd count the interpreter loads in flight; a
@@ -231,20 +278,20 @@ const (
 	// engineCompiler compiles the module to machine code before load
 	// returns (~1 s per built-in on a cold cache, ~50 ms from the cache).
 	engineCompiler engineKind = iota
-	// engineStaged starts compiling and, unless that ends within
-	// interpHeadStart, serves from wazero's interpreter meanwhile (~0.3 s
-	// to load, calls ~5-10x slower) and switches to the compiled module
-	// once it is ready: a start has no window without the plugin.
+	// engineStaged serves a module the compilation cache does not hold
+	// from wazero's interpreter (~0.3 s to load, calls ~5-7x slower)
+	// while it compiles, and switches to the compiled module once it is
+	// ready: a start has no window without the plugin (loadStaged).
 	engineStaged
 	// engineInterpreter runs the module on the interpreter only (tests).
 	engineInterpreter
 )
 
-// interpHeadStart is how long a staged load waits for the compiled module
-// before it starts the interpreter too: a module in the compilation cache
-// loads well within it (~50 ms), so a warm start never pays for the
-// interpreter.
-const interpHeadStart = 300 * time.Millisecond
+// interpHeadStart is how long a staged load of a module the compilation
+// cache holds (~50 ms to load, seconds on a busy machine) waits before it
+// starts the interpreter too, in case the cache did not have it after all
+// (emptied, or written by another wazero version).
+const interpHeadStart = 2 * time.Second
 
 func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, source string, st *stats, eng engineKind) (_ *Plugin, err error) {
 	m, err := ParseManifest(manifest)
@@ -411,14 +458,17 @@ func (p *Plugin) newPool(ctx context.Context, wasm []byte, interp bool) (_ *pool
 	p.pools++
 	p.mu.Unlock()
 	pl.put(inst, true)
+	if !interp {
+		p.rt.markCompiled(p.Digest)
+	}
 	return pl, nil
 }
 
 // loadStaged starts compiling the module and serves its pool if that ends
 // within interpHeadStart (the module was in the compilation cache), else
 // the interpreter's pool, which serves until the compiled one replaces it
-// (then it swaps them). Staged compiles take turns (Runtime.compiling) and
-// wait for the interpreters in flight once past their head start.
+// (then it swaps them). Staged compiles take turns and yield to the
+// interpreters (compileStaged).
 func (p *Plugin) loadStaged(ctx context.Context, wasm []byte) (*pool, error) {
 	type built struct {
 		pl  *pool
@@ -427,34 +477,27 @@ func (p *Plugin) loadStaged(ctx context.Context, wasm []byte) (*pool, error) {
 	cctx, cancel := context.WithCancel(ctx)
 	p.stop = cancel
 	done := make(chan built, 1)
-	began := time.Now()
+	// A module compiled before (markCompiled) loads from the cache: wait
+	// for that. Any other goes to the interpreter at once, and its compile
+	// waits for the interpreters in flight.
+	cached := p.rt.compiledBefore(p.Digest)
+	wait := time.Duration(0)
+	if cached {
+		wait = p.rt.headStart
+	} else {
+		p.rt.interpBegin()
+	}
 	go func() {
-		select {
-		case p.rt.compiling <- struct{}{}:
-		case <-cctx.Done():
-			done <- built{nil, cctx.Err()}
-			return
-		}
-		if time.Since(began) >= p.rt.headStart {
-			select {
-			case <-p.rt.interpsDone():
-			case <-cctx.Done():
-				<-p.rt.compiling
-				done <- built{nil, cctx.Err()}
-				return
-			}
-		}
-		if p.rt.beforeCompile != nil {
-			p.rt.beforeCompile(cctx)
-		}
-		pl, err := p.newPool(cctx, wasm, false)
-		<-p.rt.compiling
+		pl, err := p.compileStaged(cctx, wasm, cached)
 		done <- built{pl, err}
 	}()
-	t := time.NewTimer(p.rt.headStart)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case b := <-done:
+		if !cached {
+			p.rt.interpEnd()
+		}
 		close(p.upgraded)
 		if b.err == nil {
 			p.cur.Store(b.pl)
@@ -462,7 +505,9 @@ func (p *Plugin) loadStaged(ctx context.Context, wasm []byte) (*pool, error) {
 		return b.pl, b.err
 	case <-t.C:
 	}
-	p.rt.interpBegin()
+	if cached {
+		p.rt.interpBegin()
+	}
 	ipl, err := p.newPool(ctx, wasm, true)
 	p.rt.interpEnd()
 	if err != nil {
@@ -497,6 +542,30 @@ func (p *Plugin) loadStaged(ctx context.Context, wasm []byte) (*pool, error) {
 		p.rt.log.Info("plugin compiled", "plugin", p.Manifest.Name, "version", p.Manifest.Version, "sha256", p.Digest[:12])
 	}()
 	return ipl, nil
+}
+
+// compileStaged compiles the module for loadStaged. A module the cache
+// holds loads at once (loads run side by side: they are short); a real
+// compile waits for the interpreters in flight, so they get the CPU first,
+// and compiles take turns, so one compile's garbage exists at a time.
+func (p *Plugin) compileStaged(ctx context.Context, wasm []byte, cached bool) (*pool, error) {
+	if !cached {
+		select {
+		case p.rt.compiling <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		defer func() { <-p.rt.compiling }()
+		select {
+		case <-p.rt.interpsDone():
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if p.rt.beforeCompile != nil {
+		p.rt.beforeCompile(ctx)
+	}
+	return p.newPool(ctx, wasm, false)
 }
 
 // Interpreted reports whether calls run on wazero's interpreter now (the
