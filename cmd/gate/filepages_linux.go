@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"debug/elf"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -16,9 +18,19 @@ import (
 // access, and the resident set keeps only what the gate touches. (The
 // kernel refuses writes to a running executable, so the file cannot change
 // under the mapping.)
+//
+// Only a position-dependent executable is touched: in a position-independent
+// one (-buildmode=pie, or external linking with -z relro) the loader
+// relocates pages and then makes them read-only (PT_GNU_RELRO), and dropping
+// those would bring back the unrelocated bytes of the file on the next
+// access — a crash.
 func dropExecutablePages() {
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
+		return
+	}
+	droppableOnce.Do(func() { droppable = pagesDroppable("/proc/self/exe") })
+	if !droppable {
 		return
 	}
 	f, err := os.Open("/proc/self/maps")
@@ -44,4 +56,30 @@ func dropExecutablePages() {
 		}
 		_, _, _ = syscall.Syscall(syscall.SYS_MADVISE, uintptr(start), uintptr(end-start), syscall.MADV_DONTNEED)
 	}
+}
+
+var (
+	droppableOnce sync.Once
+	droppable     bool
+)
+
+// pagesDroppable reports whether the read-only mappings of the executable at
+// path are clean copies of its file: a position-dependent ELF executable
+// (ET_EXEC) with no segment the loader relocates and then protects
+// (PT_GNU_RELRO). Anything it cannot read is not droppable.
+func pagesDroppable(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if f.Type != elf.ET_EXEC {
+		return false
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_GNU_RELRO {
+			return false
+		}
+	}
+	return true
 }
