@@ -404,6 +404,12 @@ func (p *Plugin) newPool(ctx context.Context, wasm []byte, interp bool) (_ *pool
 	pl := &pool{p: p, interp: interp, wrt: wazero.NewRuntimeWithConfig(ctx, cfg)}
 	defer func() {
 		if err != nil {
+			// Closing the runtime alone does not release the module's
+			// machine code while the compilation cache is shared: only
+			// closing the compiled module does (see closeRuntime).
+			if pl.compiled != nil {
+				pl.compiled.Close(context.Background())
+			}
 			pl.wrt.Close(context.Background())
 		}
 	}()
