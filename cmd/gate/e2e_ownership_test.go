@@ -571,3 +571,22 @@ func TestE2ELookAlikeResourceNames(t *testing.T) {
 		})
 	}
 }
+
+// TestE2EGatePrincipalIsReserved: the gate's own principal ("asyncgate",
+// the from of every receipt the gate issues) cannot hold a key — a tenant
+// admin that made one would give an agent every task.assigned receipt of
+// its tenant and escalations that read as the gate's own words.
+func TestE2EGatePrincipalIsReserved(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, t.TempDir())
+	tadmin := g.newKey(t, "admin", "ops.t", "tz")
+	for _, p := range []string{"asyncgate", "AsyncGate"} {
+		for _, key := range []string{g.Admin, tadmin} {
+			r := call(t, "POST", g.URL+"/v1/admin/keys", key, map[string]string{"role": "agent", "principal": p, "tenant": "tz"})
+			want(t, r, 403, "forbidden")
+		}
+	}
+	if out, _, code := gateCLI(t, "keys", "create", "--data", g.dir, "--role", "agent", "--principal", "asyncgate"); code == 0 {
+		t.Fatalf("gate keys create made a key for the gate's own principal: %s", out)
+	}
+}

@@ -70,6 +70,12 @@ func CreateKey(ctx context.Context, st store.Store, req NewKeyRequest) (*Created
 	if !principalPattern.MatchString(req.Principal) {
 		return nil, badRequest("principal must match %s", principalPattern)
 	}
+	// The gate's own name is what its receipts (task.assigned, escalations,
+	// checkpoints) come from: a key under it would read every receipt the
+	// gate issued in its tenant and write words that read as the gate's.
+	if strings.EqualFold(req.Principal, engine.GatePrincipal) {
+		return nil, host.Errorf(host.CodeForbidden, "principal %q is the gate's own and cannot hold a key", req.Principal)
+	}
 	if req.Role == engine.RoleWorker && !host.ValidWorkerID(req.Principal) {
 		return nil, host.Errorf(host.CodeInvalidWorkerID, "a worker key's principal is its worker id and must match pattern {type}.{instance}")
 	}
