@@ -571,9 +571,14 @@ func TestMultiHostFencingTokens(t *testing.T) {
 				defer wg.Done()
 				holder := fmt.Sprintf("turn-%s-%d", res, i)
 				me := engine.Actor{Tenant: "acme", Principal: holder, Role: engine.RoleAgent}
+				deadline := time.Now().Add(2 * time.Minute)
 				for n := 0; n < 20; {
 					l, err := acquire(h, holder, res, time.Minute)
 					if host.IsCode(err, host.CodeResourceConflict) {
+						if time.Now().After(deadline) {
+							t.Errorf("%s got %d of 20 grants of %s in 2 minutes: a release was lost?", holder, n, res)
+							return
+						}
 						time.Sleep(time.Millisecond)
 						continue
 					}
