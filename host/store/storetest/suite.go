@@ -69,6 +69,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"UpdateWritesTheTaskGiven", testUpdateWritesTheTaskGiven},   // taskupdate.go
 		{"ProbeReadsAndCommits", testProbe},                          // probe.go
 		{"UpdatesFailingAloneAreNoRefusedCommit", testRefusedCommit}, // probe.go
+		{"ResourceLeaseUpdateIsFenced", testResourceLeaseUpdateIsFenced},
 	}
 	t.Run("Delivery", func(t *testing.T) { t.Parallel(); runDelivery(t, open) })
 	for _, c := range cases {

@@ -1,0 +1,116 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+)
+
+// ResourceLeaseReader reads resource leases (KLIS-3, issue 10) and their
+// audit trail.
+type ResourceLeaseReader interface {
+	// GetResourceLease returns a resource lease or host.CodeNotFound.
+	GetResourceLease(ctx context.Context, tenant, id string) (*host.ResourceLease, error)
+	// ListResourceLeases lists resource leases in grant order from the
+	// cursor on, with the cursor of the next page; a bad cursor is
+	// host.CodeBadRequest.
+	ListResourceLeases(ctx context.Context, f ResourceLeaseFilter) ([]*host.ResourceLease, string, error)
+	// ListResourceLeaseEvents lists the resource lease audit trail in the
+	// order it was written, from the cursor on (storetest: ResourceLeaseSweepAndAudit,
+	// ResourceLeaseCheckerCatchesViolations).
+	ListResourceLeaseEvents(ctx context.Context, f ResourceLeaseEventFilter) ([]host.ResourceLeaseEvent, string, error)
+	// CountLiveResourceLeases counts the active leases not expired at now, by
+	// predicate, of a tenant ("" for all tenants). Unlike QueueStats it
+	// counts rows; the metrics endpoint calls it.
+	CountLiveResourceLeases(ctx context.Context, tenant string, now time.Time) (map[host.LeasePredicate]int64, error)
+}
+
+// ResourceLeaseWriter grants, changes and audits resource leases. A writer
+// deciding on a resource calls LockResources first, then reads the clock
+// and the leases; every change it then writes is fenced as well
+// (UpdateResourceLease), so a decision made on a stale read writes nothing.
+type ResourceLeaseWriter interface {
+	// LockResources serializes, until the transaction ends, every writer
+	// (of any host) that changes leases on these resources of a tenant. A
+	// writer takes the locks before it reads the clock and the leases it
+	// decides on, so decisions on one resource are made one at a time and in
+	// server-time order. Drivers with a single writer need do nothing and
+	// report false: reads made before the call need not be made again. The
+	// locks of one deployment must not block another's (PostgreSQL scopes
+	// them to its schema) (PostgreSQL's
+	// TestResourceLeaseSweepWaitsForDecisionsOnItsResources and
+	// TestResourceLocksAreSchemaScoped; the conformance suite's ResourceLeaseWaitDieNeverDeadlocks
+	// and ResourceLeaseHammer run it with one host).
+	LockResources(ctx context.Context, tenant string, resources []string) (locked bool, err error)
+	// InsertResourceLease inserts a new resource lease and sets
+	// l.FencingToken to the resource's next fencing token: one more than
+	// the last token of (tenant, resource), counted in a row of its own that
+	// outlives the leases, in the same transaction. Tokens of one resource
+	// are therefore strictly increasing in commit order, on every host of a
+	// store and across restarts, whatever happens to the lease rows. A lease
+	// whose id exists is a host.CodeConflict error (storetest:
+	// ResourceLeaseFencingTokens, TaskResourceFencingTokens; PostgreSQL's
+	// TestMultiHostFencingTokens; both drivers' TestMigrationFencingTokens).
+	InsertResourceLease(ctx context.Context, l *host.ResourceLease) error
+	// UpdateResourceLease writes l's state, expiry, end, restarting and
+	// grace fields, but only if the stored lease is still active and matches
+	// fence, checked in the UPDATE itself; a mismatch is ErrFenced and
+	// writes nothing (storetest: ResourceLeaseUpdateIsFenced,
+	// ResourceLeaseStalledHolderFenced).
+	UpdateResourceLease(ctx context.Context, l *host.ResourceLease, fence ResourceLeaseFence) error
+	// GetResourceHold returns the lease time granted to a holder on a
+	// resource in its current quota window; a zero ResourceHold (with the
+	// names set) when none. Callers hold the resource's lock
+	// (LockResources) (storetest: ResourceLeaseQuotas, ResourceLeaseRefundStaysInItsWindow).
+	GetResourceHold(ctx context.Context, tenant, holder, resource string) (ResourceHold, error)
+	// PutResourceHold creates or replaces a holder's quota window on a resource.
+	PutResourceHold(ctx context.Context, h ResourceHold) error
+	// AppendResourceLeaseEvent appends ev to the audit trail, in the
+	// transaction's order (ev.Seq is not set).
+	AppendResourceLeaseEvent(ctx context.Context, ev *host.ResourceLeaseEvent) error
+}
+
+// ResourceLeaseFilter selects resource leases. Empty fields do not filter.
+type ResourceLeaseFilter struct {
+	Tenant    string // "" only for operators' and the sweeper's reads across tenants
+	IDs       []string
+	Holder    string
+	Resources []string
+	States    []host.ResourceLeaseState
+	// LiveAt keeps active leases with expires_at > LiveAt (honoured then).
+	LiveAt *time.Time
+	// ExpiredAt keeps active leases with expires_at <= ExpiredAt (the sweeper).
+	ExpiredAt *time.Time
+	// EndsAfter keeps leases whose end (ended_at, or expires_at while
+	// active) is after it: the window of a quota.
+	EndsAfter *time.Time
+	Cursor    string
+	Limit     int // default 100
+}
+
+// ResourceHold is the lease time granted to a holder on one resource in a
+// fixed quota window (the squatting quota of KLIS-3 §7).
+type ResourceHold struct {
+	Tenant, Holder, Resource string
+	WindowStart              time.Time
+	Held                     time.Duration
+}
+
+// ResourceLeaseEventFilter selects audit trail entries. Empty fields do not filter.
+type ResourceLeaseEventFilter struct {
+	Tenant   string // required
+	LeaseID  string
+	Resource string
+	Cursor   string
+	Limit    int // default 100
+}
+
+// ResourceLeaseFence is the condition an UpdateResourceLease is conditioned
+// on, besides the lease being active. Exactly one of the fields is set.
+type ResourceLeaseFence struct {
+	// LiveAt requires expires_at > LiveAt: the lease is honoured (strict expiry).
+	LiveAt *time.Time
+	// ExpiredAt requires expires_at <= ExpiredAt: the lease ran out.
+	ExpiredAt *time.Time
+}
