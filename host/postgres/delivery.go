@@ -2,33 +2,16 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/sqlrows"
 )
 
 // Delivery (issue 13): the inbox, retention and the outbox.
-
-const inboxCols = `seq, id, tenant, recipient, kind, task_id, task_type, receipt_id, summary, created_at, delivered_at, read_at, fetched_at, promoted_at`
-
-func scanInbox(row pgx.Rows) (host.InboxItem, error) {
-	var it host.InboxItem
-	var kind string
-	var created int64
-	var dl, rd, ft, pr *int64
-	err := row.Scan(&it.Seq, &it.ID, &it.Tenant, &it.Recipient, &kind, &it.TaskID, &it.TaskType, &it.ReceiptID, &it.Summary, &created, &dl, &rd, &ft, &pr)
-	if err != nil {
-		return it, err
-	}
-	it.Kind = host.InboxKind(kind)
-	it.CreatedAt = fromUS(created)
-	it.DeliveredAt, it.ReadAt, it.FetchedAt, it.PromotedAt = fromNUS(dl), fromNUS(rd), fromNUS(ft), fromNUS(pr)
-	return it, nil
-}
 
 // ListInbox implements store.Reader.
 func (r *reader) ListInbox(ctx context.Context, f store.InboxFilter) ([]host.InboxItem, string, error) {
@@ -40,7 +23,7 @@ func (r *reader) ListInbox(ctx context.Context, f store.InboxFilter) ([]host.Inb
 		f.Limit = 100
 	}
 	var a args
-	q := `SELECT ` + inboxCols + ` FROM inbox WHERE tenant = ` + a.add(f.Tenant) + ` AND seq > ` + a.add(after)
+	q := `SELECT ` + sqlrows.InboxColumns + ` FROM inbox WHERE tenant = ` + a.add(f.Tenant) + ` AND seq > ` + a.add(after)
 	if f.Recipient != "" {
 		q += ` AND recipient = ` + a.add(f.Recipient)
 	}
@@ -56,7 +39,7 @@ func (r *reader) ListInbox(ctx context.Context, f store.InboxFilter) ([]host.Inb
 	q += ` ORDER BY seq LIMIT ` + a.add(f.Limit+1)
 	out := []host.InboxItem{}
 	err = r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
-		it, err := scanInbox(rows)
+		it, err := sqlrows.ScanInbox(rows)
 		if err == nil {
 			out = append(out, it)
 		}
@@ -114,7 +97,7 @@ func (r *reader) RetentionDue(ctx context.Context, q store.RetentionQuery) ([]*h
 		states[i] = string(s)
 	}
 	var a args
-	sq := `SELECT ` + taskCols + ` FROM tasks WHERE state = ANY(` + a.add(states) + `::text[]) AND completed_at IS NOT NULL AND completed_at <= ` + a.add(us(q.Before))
+	sq := `SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE state = ANY(` + a.add(states) + `::text[]) AND completed_at IS NOT NULL AND completed_at <= ` + a.add(us(q.Before))
 	if q.Orphans {
 		sq += ` AND NOT EXISTS (SELECT 1 FROM task_types tt WHERE tt.tenant = tasks.tenant AND tt.name = tasks.task_type)`
 	} else {
@@ -144,20 +127,13 @@ func (r *reader) ListTaskTypeKeys(ctx context.Context) ([]store.TaskTypeKey, err
 	return out, err
 }
 
-const outboxCols = `id, tenant, task_id, kind, dedupe_key, body, state, attempts, next_at, claimed_until, last_error, created_at`
-
 func (r *reader) outbox(ctx context.Context, q string, a ...any) ([]store.OutboxEntry, error) {
 	var out []store.OutboxEntry
 	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
-		var e store.OutboxEntry
-		var body, state string
-		var next, created int64
-		var claimed *int64
-		if err := rows.Scan(&e.ID, &e.Tenant, &e.TaskID, &e.Kind, &e.Key, &body, &state, &e.Attempts, &next, &claimed, &e.LastError, &created); err != nil {
+		e, err := sqlrows.ScanOutbox(rows)
+		if err != nil {
 			return err
 		}
-		e.Body, e.State = json.RawMessage(body), store.OutboxState(state)
-		e.NextAt, e.CreatedAt, e.ClaimedTill = fromUS(next), fromUS(created), fromNUS(claimed)
 		out = append(out, e)
 		return nil
 	}, q, a...)
@@ -166,7 +142,7 @@ func (r *reader) outbox(ctx context.Context, q string, a ...any) ([]store.Outbox
 
 // ListOutbox implements store.Reader.
 func (r *reader) ListOutbox(ctx context.Context, state store.OutboxState, afterID int64, limit int) ([]store.OutboxEntry, error) {
-	return r.outbox(ctx, `SELECT `+outboxCols+` FROM outbox WHERE state = $1 AND id > $2 ORDER BY id LIMIT $3`, string(state), afterID, limit)
+	return r.outbox(ctx, `SELECT `+sqlrows.OutboxColumns+` FROM outbox WHERE state = $1 AND id > $2 ORDER BY id LIMIT $3`, string(state), afterID, limit)
 }
 
 // OutboxStats implements store.Reader.
@@ -198,7 +174,7 @@ func (w *writeTx) ClaimOutbox(ctx context.Context, now, claimUntil time.Time, li
 	return w.outbox(ctx, `UPDATE outbox SET claimed_until = $3 WHERE id IN (
 SELECT id FROM outbox o WHERE state = 'pending' AND next_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $1)
 AND kind = ANY($4::text[]) AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.state = 'pending' AND p.task_id = o.task_id AND o.task_id <> '' AND p.id < o.id)
-ORDER BY next_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING `+outboxCols, us(now), limit, us(claimUntil), kinds)
+ORDER BY next_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING `+sqlrows.OutboxColumns, us(now), limit, us(claimUntil), kinds)
 }
 
 // FinishOutbox implements store.Tx.

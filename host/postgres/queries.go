@@ -15,6 +15,7 @@ import (
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
 	"github.com/asyncgate/asyncgate/host/store/batchkeys"
+	"github.com/asyncgate/asyncgate/host/store/sqlrows"
 )
 
 // reader implements store.Reader over one session.
@@ -103,25 +104,15 @@ func (r *reader) c(ctx context.Context) context.Context {
 
 // --- time and null helpers
 
-func us(t time.Time) int64 { return t.UnixMicro() }
+// us, fromUS, nus and fromNUS are sqlrows' time encodings, short for this
+// package's many statements.
+func us(t time.Time) int64 { return sqlrows.US(t) }
 
-func fromUS(v int64) time.Time { return time.UnixMicro(v).UTC() }
+func fromUS(v int64) time.Time { return sqlrows.FromUS(v) }
 
-func nus(t *time.Time) *int64 {
-	if t == nil {
-		return nil
-	}
-	v := t.UnixMicro()
-	return &v
-}
+func nus(t *time.Time) *int64 { return sqlrows.NUS(t) }
 
-func fromNUS(v *int64) *time.Time {
-	if v == nil {
-		return nil
-	}
-	t := fromUS(*v)
-	return &t
-}
+func fromNUS(v *int64) *time.Time { return sqlrows.FromNUS(v) }
 
 func nullJSON(b json.RawMessage) *string {
 	if len(b) == 0 {
@@ -135,65 +126,19 @@ func notFound(what, id string) error { return host.Errorf(host.CodeNotFound, "no
 
 // --- tasks
 
-const taskCols = `id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
-created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
-cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
-progress_message, result, last_error, dead_reason, assign_receipt, seq, version, lease_seconds, resource_intents`
+// listedTaskColumns is sqlrows.TaskColumns of tasks t joined to task_list l.
+var listedTaskColumns = sqlrows.Prefixed("t", sqlrows.TaskColumns)
 
-// listedTaskCols is taskCols of tasks t joined to task_list l.
-var listedTaskCols = func() string {
-	cols := strings.Split(taskCols, ",")
-	for i, c := range cols {
-		cols[i] = "t." + strings.TrimSpace(c)
-	}
-	return strings.Join(cols, ", ")
-}()
-
-// taskRow scans one row of taskCols.
+// taskRow scans one row of sqlrows.TaskColumns.
 type taskRow struct {
 	t   *host.Task
 	seq int64
 }
 
-func scanTask(row pgx.Rows) (*host.Task, int64, error) {
-	var t host.Task
-	var state, params string
-	var created, updated, avail int64
-	var leasedAt, expires, accepted, started, completed *int64
-	var pct *float64
-	var result *string
-	var seq int64
-	var intents string
-	err := row.Scan(&t.ID, &t.Tenant, &t.Type, &t.CreatedBy, &t.Recipient, &state, &t.Priority, &params, &t.Summary, &t.IdempotencyKey,
-		&created, &updated, &avail, &t.LeaseID, &t.WorkerID, &leasedAt, &expires, &accepted, &t.AcceptReceipt,
-		&t.CancelRequested, &t.Attempts, &t.MaxRetries, &t.LeaseCount, &t.LeaseExpiries, &started, &completed, &pct,
-		&t.ProgressMessage, &result, &t.LastError, &t.DeadReason, &t.AssignReceipt, &seq, &t.Version, &t.LeaseSeconds, &intents)
-	if err != nil {
-		return nil, 0, err
-	}
-	if t.ResourceIntents, err = host.IntentsFromJSON(intents); err != nil {
-		return nil, 0, err
-	}
-	t.State = host.TaskState(state)
-	t.Params = json.RawMessage(params)
-	t.CreatedAt, t.UpdatedAt, t.AvailableAt = fromUS(created), fromUS(updated), fromUS(avail)
-	t.LeasedAt, t.LeaseExpiresAt, t.AcceptedAt = fromNUS(leasedAt), fromNUS(expires), fromNUS(accepted)
-	t.StartedAt, t.CompletedAt = fromNUS(started), fromNUS(completed)
-	t.ProgressPercent = pct
-	if result != nil && *result != "" {
-		var res host.Result
-		if err := json.Unmarshal([]byte(*result), &res); err != nil {
-			return nil, 0, err
-		}
-		t.Result = &res
-	}
-	return &t, seq, nil
-}
-
 func (r *reader) tasks(ctx context.Context, q string, args ...any) ([]taskRow, error) {
 	var out []taskRow
 	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
-		t, seq, err := scanTask(rows)
+		t, seq, err := sqlrows.ScanTask(rows)
 		if err != nil {
 			return err
 		}
@@ -230,7 +175,7 @@ func (r *reader) lockRow() string {
 }
 
 func (r *reader) GetTask(ctx context.Context, tenant, id string) (*host.Task, error) {
-	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = $1 AND tenant = $2`+r.lockRow(), id, tenant)
+	t, err := r.oneTask(ctx, `SELECT `+sqlrows.TaskColumns+` FROM tasks WHERE id = $1 AND tenant = $2`+r.lockRow(), id, tenant)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("task", id)
 	}
@@ -241,7 +186,7 @@ func (r *reader) GetTaskByLease(ctx context.Context, leaseID string) (*host.Task
 	if leaseID == "" {
 		return nil, notFound("lease", leaseID)
 	}
-	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE lease_id = $1 AND lease_id <> ''`+r.lockRow(), leaseID)
+	t, err := r.oneTask(ctx, `SELECT `+sqlrows.TaskColumns+` FROM tasks WHERE lease_id = $1 AND lease_id <> ''`+r.lockRow(), leaseID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("lease", leaseID)
 	}
@@ -249,7 +194,7 @@ func (r *reader) GetTaskByLease(ctx context.Context, leaseID string) (*host.Task
 }
 
 func (r *reader) FindTaskByIdempotency(ctx context.Context, k store.IdempotencyKey) (*host.Task, error) {
-	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE tenant = $1 AND created_by = $2 AND recipient = $3 AND idempotency_key = $4 AND idempotency_key <> ''`,
+	t, err := r.oneTask(ctx, `SELECT `+sqlrows.TaskColumns+` FROM tasks WHERE tenant = $1 AND created_by = $2 AND recipient = $3 AND idempotency_key = $4 AND idempotency_key <> ''`,
 		k.Tenant, k.Producer, k.Recipient, k.Key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
@@ -280,9 +225,9 @@ func (r *reader) ListTasks(ctx context.Context, f store.TaskFilter) ([]*host.Tas
 	var q string
 	byState := len(f.States) > 0 && f.Recipient == "" && f.CreatedBy == "" && f.Principal == ""
 	if byState {
-		q = `SELECT ` + taskCols + ` FROM tasks l WHERE l.tenant = ` + a.add(f.Tenant) + ` AND l.seq > ` + a.add(after)
+		q = `SELECT ` + sqlrows.TaskColumns + ` FROM tasks l WHERE l.tenant = ` + a.add(f.Tenant) + ` AND l.seq > ` + a.add(after)
 	} else {
-		q = `SELECT ` + listedTaskCols + ` FROM task_list l JOIN tasks t ON t.seq = l.seq WHERE l.tenant = ` + a.add(f.Tenant) + ` AND l.seq > ` + a.add(after)
+		q = `SELECT ` + listedTaskColumns + ` FROM task_list l JOIN tasks t ON t.seq = l.seq WHERE l.tenant = ` + a.add(f.Tenant) + ` AND l.seq > ` + a.add(after)
 	}
 	if f.Recipient != "" {
 		q += ` AND l.recipient = ` + a.add(f.Recipient)
@@ -331,7 +276,7 @@ func (r *reader) ListTasks(ctx context.Context, f store.TaskFilter) ([]*host.Tas
 // returns and skips rows another transaction holds, so sweepers on several
 // hosts split the expired leases between them instead of contending.
 func (r *reader) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*host.Task, error) {
-	q := `SELECT ` + taskCols + ` FROM tasks WHERE state = 'leased' AND lease_expires_at <= $1 ORDER BY lease_expires_at LIMIT $2`
+	q := `SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE state = 'leased' AND lease_expires_at <= $1 ORDER BY lease_expires_at LIMIT $2`
 	if r.write {
 		q += ` FOR UPDATE SKIP LOCKED`
 	}
@@ -443,18 +388,6 @@ func (r *reader) ListProgress(ctx context.Context, tenant, taskID string, limit 
 	return out, err
 }
 
-func resultJSON(r *host.Result) (*string, error) {
-	if r == nil {
-		return nil, nil
-	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		return nil, err
-	}
-	s := string(b)
-	return &s, nil
-}
-
 // readyNow reports whether a queued task can be leased at once, which is when
 // other hosts' long-polls should hear of it.
 func readyNow(t *host.Task) bool {
@@ -462,7 +395,7 @@ func readyNow(t *host.Task) bool {
 }
 
 func (w *writeTx) InsertTask(ctx context.Context, t *host.Task) error {
-	res, err := resultJSON(t.Result)
+	row, err := sqlrows.TaskInsertValues(t)
 	if err != nil {
 		return err
 	}
@@ -472,12 +405,11 @@ func (w *writeTx) InsertTask(ctx context.Context, t *host.Task) error {
 		if !w.keys.Claim(batchkeys.Task(t)) {
 			return host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists")
 		}
-		w.bh.tasks = append(w.bh.tasks, newTaskOf(t, res))
+		w.bh.tasks = append(w.bh.tasks, row)
 	} else {
 		// One statement writes the task and its listing row (task_list,
 		// migration 0015); it changes one row, or none on a clash.
-		row := newTaskOf(t, res)
-		if err := w.writeOne(ctx, "task insert", host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists"), taskInsert, row.args()...); err != nil {
+		if err := w.writeOne(ctx, "task insert", host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists"), taskInsert, row...); err != nil {
 			return err
 		}
 	}
@@ -489,19 +421,26 @@ func (w *writeTx) InsertTask(ctx context.Context, t *host.Task) error {
 	return nil
 }
 
+// updateTaskSQL is a task update up to its fence's first value: every
+// column of sqlrows.TaskSetColumns, then the task's id.
+var updateTaskSQL = func() string {
+	var b strings.Builder
+	b.WriteString(`UPDATE tasks SET `)
+	for i, c := range sqlrows.TaskSetColumns {
+		b.WriteString(c + `=$` + strconv.Itoa(i+1) + `, `)
+	}
+	b.WriteString(`version=version+1 WHERE id = `)
+	return b.String()
+}()
+
 // updateTask returns the fenced UPDATE for t.
 func updateTask(t *host.Task, f store.Fence) (stmt, error) {
-	res, err := resultJSON(t.Result)
+	v, err := sqlrows.TaskSetValues(t)
 	if err != nil {
 		return stmt{}, err
 	}
-	a := args{string(t.State), t.Priority, us(t.AvailableAt), us(t.UpdatedAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt),
-		nus(t.AcceptedAt), t.AcceptReceipt, t.CancelRequested, t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt),
-		nus(t.CompletedAt), t.ProgressPercent, t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, t.LeaseSeconds}
-	q := `UPDATE tasks SET state=$1, priority=$2, available_at=$3, updated_at=$4, lease_id=$5, worker_id=$6, leased_at=$7, lease_expires_at=$8,
-accepted_at=$9, accept_receipt=$10, cancel_requested=$11, attempts=$12, max_retries=$13, lease_count=$14, lease_expiries=$15, started_at=$16,
-completed_at=$17, progress_percent=$18, progress_message=$19, result=$20, last_error=$21, dead_reason=$22, assign_receipt=$23,
-lease_seconds=$24, version=version+1 WHERE id = ` + a.add(t.ID) + ` AND state = ` + a.add(string(f.State))
+	a := args(v)
+	q := updateTaskSQL + a.add(t.ID) + ` AND state = ` + a.add(string(f.State))
 	if f.LeaseID != "" {
 		q += ` AND lease_id = ` + a.add(f.LeaseID)
 	}
@@ -538,13 +477,13 @@ func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) e
 	return nil
 }
 
-const claimAny = `SELECT ` + taskCols + ` FROM tasks WHERE tenant = $1 AND state = 'queued' AND available_at <= $2
+const claimAny = `SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE tenant = $1 AND state = 'queued' AND available_at <= $2
 ORDER BY priority DESC, seq LIMIT $3 FOR UPDATE SKIP LOCKED`
 
 // claimTyped walks one index range per type (tasks_ready_type), each locked
 // with SKIP LOCKED, and merges them: the cost follows the batch, not the queue.
 const claimTyped = `SELECT t.* FROM unnest($4::text[]) AS ty(name), LATERAL (
-  SELECT ` + taskCols + ` FROM tasks WHERE tenant = $1 AND task_type = ty.name AND state = 'queued' AND available_at <= $2
+  SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE tenant = $1 AND task_type = ty.name AND state = 'queued' AND available_at <= $2
   ORDER BY priority DESC, seq LIMIT $3 FOR UPDATE SKIP LOCKED) t
 ORDER BY t.priority DESC, t.seq LIMIT $3`
 
@@ -679,29 +618,10 @@ func (w *writeTx) DeleteTaskType(ctx context.Context, tenant, name string) error
 
 // --- receipts
 
-const receiptCols = `seq, id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key, created_at, prev_hash, hash, chain_id, chain_seq`
-
-func scanReceipt(row pgx.Rows) (*host.Receipt, error) {
-	var rc host.Receipt
-	var typ, parents, body string
-	var created int64
-	if err := row.Scan(&rc.Seq, &rc.ID, &rc.Tenant, &typ, &rc.From, &rc.To, &rc.TaskID, &rc.LeaseID, &parents, &body,
-		&rc.DedupeKey, &created, &rc.PrevHash, &rc.Hash, &rc.ChainID, &rc.ChainSeq); err != nil {
-		return nil, err
-	}
-	rc.Type = host.ReceiptType(typ)
-	rc.Body = json.RawMessage(body)
-	rc.CreatedAt = fromUS(created)
-	if err := json.Unmarshal([]byte(parents), &rc.Parents); err != nil {
-		return nil, err
-	}
-	return &rc, nil
-}
-
 func (r *reader) receipts(ctx context.Context, q string, args ...any) ([]*host.Receipt, error) {
 	var out []*host.Receipt
 	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
-		rc, err := scanReceipt(rows)
+		rc, err := sqlrows.ScanReceipt(rows)
 		if err != nil {
 			return err
 		}
@@ -723,7 +643,7 @@ func (r *reader) oneReceipt(ctx context.Context, q string, args ...any) (*host.R
 }
 
 func (r *reader) GetReceipt(ctx context.Context, tenant, id string) (*host.Receipt, error) {
-	rc, err := r.oneReceipt(ctx, `SELECT `+receiptCols+` FROM receipts WHERE id = $1 AND tenant = $2`, id, tenant)
+	rc, err := r.oneReceipt(ctx, `SELECT `+sqlrows.ReceiptColumns+` FROM receipts WHERE id = $1 AND tenant = $2`, id, tenant)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("receipt", id)
 	}
@@ -731,7 +651,7 @@ func (r *reader) GetReceipt(ctx context.Context, tenant, id string) (*host.Recei
 }
 
 func (r *reader) GetReceiptByDedupe(ctx context.Context, tenant, from, key string) (*host.Receipt, error) {
-	q, args := `SELECT `+receiptCols+` FROM receipts WHERE tenant = $1 AND dedupe_key = $2 AND dedupe_key <> ''`, []any{tenant, key}
+	q, args := `SELECT `+sqlrows.ReceiptColumns+` FROM receipts WHERE tenant = $1 AND dedupe_key = $2 AND dedupe_key <> ''`, []any{tenant, key}
 	if from != "" {
 		q, args = q+` AND from_p = $3`, append(args, from)
 	}
@@ -751,7 +671,7 @@ func (r *reader) ListReceipts(ctx context.Context, f store.ReceiptFilter) ([]*ho
 		f.Limit = 100
 	}
 	var a args
-	q := `SELECT ` + receiptCols + ` FROM receipts WHERE tenant = ` + a.add(f.Tenant) + ` AND seq > ` + a.add(after)
+	q := `SELECT ` + sqlrows.ReceiptColumns + ` FROM receipts WHERE tenant = ` + a.add(f.Tenant) + ` AND seq > ` + a.add(after)
 	if f.TaskID != "" {
 		q += ` AND task_id = ` + a.add(f.TaskID)
 	}
@@ -765,7 +685,7 @@ func (r *reader) ListReceipts(ctx context.Context, f store.ReceiptFilter) ([]*ho
 }
 
 func (r *reader) ScanReceipts(ctx context.Context, afterSeq int64, limit int) ([]*host.Receipt, error) {
-	return r.receipts(ctx, `SELECT `+receiptCols+` FROM receipts WHERE seq > $1 ORDER BY seq LIMIT $2`, afterSeq, limit)
+	return r.receipts(ctx, `SELECT `+sqlrows.ReceiptColumns+` FROM receipts WHERE seq > $1 ORDER BY seq LIMIT $2`, afterSeq, limit)
 }
 
 func (r *reader) Terminator(ctx context.Context, tenant, receiptID string) (string, error) {
@@ -867,7 +787,7 @@ func (w *writeTx) AppendReceipt(ctx context.Context, rc *host.Receipt) error {
 	}
 	rc.ChainID, rc.ChainSeq, rc.PrevHash = c.id, c.seq+1, c.hash
 	rc.Hash = host.ChainHashV2(rc, rc.PrevHash)
-	parents, err := receiptParents(rc)
+	parents, err := sqlrows.ReceiptParents(rc)
 	if err != nil {
 		return err
 	}
@@ -1099,26 +1019,13 @@ capabilities = coalesce(excluded.capabilities, workers.capabilities)`,
 	return nil
 }
 
-const keyCols = `id, hash, prefix, role, tenant, principal, created_at, revoked_at`
-
-func scanKey(row pgx.Rows) (*store.Key, error) {
-	var k store.Key
-	var created int64
-	var revoked *int64
-	if err := row.Scan(&k.ID, &k.Hash, &k.Prefix, &k.Role, &k.Tenant, &k.Principal, &created, &revoked); err != nil {
-		return nil, err
-	}
-	k.CreatedAt, k.RevokedAt = fromUS(created), fromNUS(revoked)
-	return &k, nil
-}
-
 func (r *reader) GetKeyByHash(ctx context.Context, hash string) (*store.Key, error) {
 	var k *store.Key
 	err := r.ss.scanRow(r.c(ctx), func(rows pgx.Rows) error {
 		var err error
-		k, err = scanKey(rows)
+		k, err = sqlrows.ScanKey(rows)
 		return err
-	}, `SELECT `+keyCols+` FROM api_keys WHERE hash = $1`, hash)
+	}, `SELECT `+sqlrows.KeyColumns+` FROM api_keys WHERE hash = $1`, hash)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, host.Errorf(host.CodeNotFound, "no such key")
 	}
@@ -1128,18 +1035,18 @@ func (r *reader) GetKeyByHash(ctx context.Context, hash string) (*store.Key, err
 func (r *reader) ListKeys(ctx context.Context) ([]store.Key, error) {
 	out := []store.Key{}
 	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
-		k, err := scanKey(rows)
+		k, err := sqlrows.ScanKey(rows)
 		if err != nil {
 			return err
 		}
 		out = append(out, *k)
 		return nil
-	}, `SELECT `+keyCols+` FROM api_keys ORDER BY created_at, id`)
+	}, `SELECT `+sqlrows.KeyColumns+` FROM api_keys ORDER BY created_at, id`)
 	return out, err
 }
 
 func (w *writeTx) PutKey(ctx context.Context, k store.Key) error {
-	n, err := w.ss.exec(w.c(ctx), `INSERT INTO api_keys (`+keyCols+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8) ON CONFLICT DO NOTHING`,
+	n, err := w.ss.exec(w.c(ctx), `INSERT INTO api_keys (`+sqlrows.KeyColumns+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8) ON CONFLICT DO NOTHING`,
 		k.ID, k.Hash, k.Prefix, k.Role, k.Tenant, k.Principal, us(k.CreatedAt), nus(k.RevokedAt))
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/sqlrows"
 )
 
 // Resource leases (KLIS-3). Several writers (of one host or many) run their
@@ -25,24 +26,6 @@ import (
 // migrations take.
 const resourceLockClass = 1010
 
-const rleaseCols = `seq, id, tenant, resource, predicate, holder, state, manifest_id, priority_at, acquired_at,
-expires_at, ttl_ms, ended_at, restarting, grace_used, task_id, fencing_token`
-
-func scanResourceLease(row pgx.Rows) (*host.ResourceLease, int64, error) {
-	var l host.ResourceLease
-	var seq, prio, acq, exp int64
-	var ended *int64
-	var pred, state string
-	if err := row.Scan(&seq, &l.ID, &l.Tenant, &l.Resource, &pred, &l.Holder, &state, &l.ManifestID, &prio, &acq,
-		&exp, &l.TTLMs, &ended, &l.Restarting, &l.GraceUsed, &l.TaskID, &l.FencingToken); err != nil {
-		return nil, 0, err
-	}
-	l.Predicate, l.State = host.LeasePredicate(pred), host.ResourceLeaseState(state)
-	l.PriorityAt, l.AcquiredAt, l.ExpiresAt = fromUS(prio), fromUS(acq), fromUS(exp)
-	l.EndedAt = fromNUS(ended)
-	return &l, seq, nil
-}
-
 type rleaseRow struct {
 	l   *host.ResourceLease
 	seq int64
@@ -51,7 +34,7 @@ type rleaseRow struct {
 func (r *reader) resourceLeases(ctx context.Context, q string, args ...any) ([]rleaseRow, error) {
 	var out []rleaseRow
 	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
-		l, seq, err := scanResourceLease(rows)
+		l, seq, err := sqlrows.ScanResourceLease(rows)
 		if err != nil {
 			return err
 		}
@@ -62,7 +45,7 @@ func (r *reader) resourceLeases(ctx context.Context, q string, args ...any) ([]r
 }
 
 func (r *reader) GetResourceLease(ctx context.Context, tenant, id string) (*host.ResourceLease, error) {
-	rows, err := r.resourceLeases(ctx, `SELECT `+rleaseCols+` FROM resource_leases WHERE id = $1 AND tenant = $2`, id, tenant)
+	rows, err := r.resourceLeases(ctx, `SELECT `+sqlrows.ResourceLeaseColumns+` FROM resource_leases WHERE id = $1 AND tenant = $2`, id, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +64,7 @@ func (r *reader) ListResourceLeases(ctx context.Context, f store.ResourceLeaseFi
 		f.Limit = 100
 	}
 	var a args
-	q := `SELECT ` + rleaseCols + ` FROM resource_leases WHERE seq > ` + a.add(after)
+	q := `SELECT ` + sqlrows.ResourceLeaseColumns + ` FROM resource_leases WHERE seq > ` + a.add(after)
 	if f.Tenant != "" {
 		q += ` AND tenant = ` + a.add(f.Tenant)
 	}
@@ -264,16 +247,18 @@ func (w *writeTx) LockResources(ctx context.Context, tenant string, resources []
 // fencing token. The upsert locks the counter row until the transaction
 // ends, so even without the resource's advisory lock two grants of one
 // resource would get their tokens in commit order.
-func (w *writeTx) InsertResourceLease(ctx context.Context, l *host.ResourceLease) error {
-	var token int64
-	err := w.ss.queryRow(w.c(ctx), []any{&token}, `WITH f AS (
+// insertResourceLease bumps the resource's counter row and inserts the
+// lease with its new value as the fencing token.
+var insertResourceLease = `WITH f AS (
   INSERT INTO resource_fences (tenant, resource, token) VALUES ($2, $3, 1)
   ON CONFLICT (tenant, resource) DO UPDATE SET token = resource_fences.token + 1 RETURNING token)
-INSERT INTO resource_leases (id, tenant, resource, predicate, holder, state, manifest_id,
-priority_at, acquired_at, expires_at, ttl_ms, ended_at, restarting, grace_used, task_id, fencing_token)
-SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15, f.token FROM f ON CONFLICT DO NOTHING RETURNING fencing_token`,
-		l.ID, l.Tenant, l.Resource, string(l.Predicate), l.Holder, string(l.State), l.ManifestID,
-		us(l.PriorityAt), us(l.AcquiredAt), us(l.ExpiresAt), l.TTLMs, nus(l.EndedAt), l.Restarting, l.GraceUsed, l.TaskID)
+INSERT INTO resource_leases (` + sqlrows.ResourceLeaseInsertColumns + `, fencing_token)
+SELECT ` + placeholders(1, len(sqlrows.Names(sqlrows.ResourceLeaseInsertColumns))) + `, f.token FROM f ON CONFLICT DO NOTHING RETURNING fencing_token`
+
+func (w *writeTx) InsertResourceLease(ctx context.Context, l *host.ResourceLease) error {
+	var token int64
+	err := w.ss.queryRow(w.c(ctx), []any{&token}, insertResourceLease,
+		sqlrows.ResourceLeaseInsertValues(l)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return host.Errorf(host.CodeConflict, "a resource lease with id %s exists", l.ID)
 	}

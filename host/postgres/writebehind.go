@@ -1,13 +1,15 @@
 package postgres
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store/sqlrows"
 )
 
 // Rows written behind (outside strict mode): a batch's new tasks, receipts,
@@ -37,7 +39,7 @@ import (
 // batch holds is refused at once (writeTx.keys). In strict mode every write
 // is answered at once and nothing waits here.
 type behind struct {
-	tasks       []newTask
+	tasks       [][]any // sqlrows.TaskInsertValues of each new task
 	receipts    []*host.Receipt
 	parents     []string // receipts' parents as JSON, in step with receipts
 	obligations []host.Obligation
@@ -55,30 +57,6 @@ type behind struct {
 }
 
 type termination struct{ tenant, parent, by string }
-
-// newTask is a new task as InsertTask was given it: a copy of its values,
-// with the ones behind pointers and slices encoded at once, so the caller may
-// change the task before the row is sent.
-type newTask struct {
-	t                                                  host.Task
-	params, intents                                    string
-	result                                             *string
-	leasedAt, expiresAt, acceptedAt, startedAt, doneAt *int64
-	pct                                                *float64
-}
-
-// newTaskOf copies t for writing behind; res is its result as the column
-// keeps it.
-func newTaskOf(t *host.Task, res *string) newTask {
-	n := newTask{t: *t, params: string(t.Params), intents: host.IntentsJSON(t.ResourceIntents), result: res,
-		leasedAt: nus(t.LeasedAt), expiresAt: nus(t.LeaseExpiresAt), acceptedAt: nus(t.AcceptedAt), startedAt: nus(t.StartedAt), doneAt: nus(t.CompletedAt)}
-	if t.ProgressPercent != nil {
-		n.pct = new(*t.ProgressPercent)
-	}
-	n.t.Params, n.t.ResourceIntents, n.t.Result = nil, nil, nil
-	n.t.LeasedAt, n.t.LeaseExpiresAt, n.t.AcceptedAt, n.t.StartedAt, n.t.CompletedAt, n.t.ProgressPercent = nil, nil, nil, nil, nil, nil
-	return n
-}
 
 type behindMark struct{ tasks, receipts, obligations, terms, inbox int }
 
@@ -182,44 +160,128 @@ LEFT JOIN r ON r.id = v.receipt_id ORDER BY v.n
 RETURNING 1
 )
 SELECT (SELECT count(*) FROM o), (SELECT coalesce(array_agg(id ORDER BY seq), '{}') FROM r), (SELECT coalesce(array_agg(seq ORDER BY seq), '{}') FROM r)`
+)
+
+// The statements of new tasks and inbox rows name their columns as sqlrows
+// does and take each column's values as an array of its type (unnestOf).
+var (
 	// tasksBehind inserts tasks and their listing rows (migration 0015). A
 	// clash (an id or idempotency key taken) inserts fewer rows than it was
 	// given, which its check reports.
 	tasksBehind = `WITH t AS (
-INSERT INTO tasks (id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
-created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
-cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
-progress_message, result, last_error, dead_reason, assign_receipt, resource_intents)
-SELECT unnest($1::text[]), unnest($2::text[]), unnest($3::text[]), unnest($4::text[]), unnest($5::text[]),
-unnest($6::text[]), unnest($7::int4[]), unnest($8::text[]), unnest($9::text[]), unnest($10::text[]),
-unnest($11::int8[]), unnest($12::int8[]), unnest($13::int8[]), unnest($14::text[]), unnest($15::text[]),
-unnest($16::int8[]), unnest($17::int8[]), unnest($18::int8[]), unnest($19::text[]), unnest($20::bool[]),
-unnest($21::int4[]), unnest($22::int4[]), unnest($23::int4[]), unnest($24::int4[]), unnest($25::int8[]),
-unnest($26::int8[]), unnest($27::float8[]), unnest($28::text[]), unnest($29::text[]), unnest($30::text[]),
-unnest($31::text[]), unnest($32::text[]), unnest($33::text[])
+INSERT INTO tasks (` + sqlrows.TaskInsertColumns + `)
+` + unnestOf(taskSample) + `
 ON CONFLICT DO NOTHING RETURNING seq, tenant, task_type, created_by, recipient
 ) INSERT INTO task_list (seq, tenant, task_type, created_by, recipient) SELECT * FROM t`
 	// taskInsert inserts one task and its listing row; it changes one row,
 	// or none on a clash. Strict mode writes each task with it, and a flush
 	// of rows written behind that holds a single task too: for one row the
 	// VALUES list costs the server less than the arrays.
-	taskInsert = `WITH t AS (INSERT INTO tasks (id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
-created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
-cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
-progress_message, result, last_error, dead_reason, assign_receipt, resource_intents)
-VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29,$30,$31,$32,$33)
+	taskInsert = `WITH t AS (INSERT INTO tasks (` + sqlrows.TaskInsertColumns + `)
+VALUES (` + placeholders(1, len(taskSample)) + `)
 ON CONFLICT DO NOTHING RETURNING seq, tenant, task_type, created_by, recipient) INSERT INTO task_list (seq, tenant, task_type, created_by, recipient) SELECT * FROM t`
-	inboxBehind = `INSERT INTO inbox (id, tenant, recipient, kind, task_id, task_type, receipt_id, summary, created_at, delivered_at,
-read_at, fetched_at, promoted_at)
-SELECT unnest($1::text[]), unnest($2::text[]), unnest($3::text[]), unnest($4::text[]), unnest($5::text[]),
-unnest($6::text[]), unnest($7::text[]), unnest($8::text[]), unnest($9::int8[]), unnest($10::int8[]),
-unnest($11::int8[]), unnest($12::int8[]), unnest($13::int8[])`
+	inboxBehind = `INSERT INTO inbox (` + sqlrows.InboxInsertColumns + `)
+` + unnestOf(sqlrows.InboxInsertValues(host.InboxItem{}))
+
+	// taskSample is a task's values, for their types.
+	taskSample = func() []any {
+		v, err := sqlrows.TaskInsertValues(&host.Task{})
+		if err != nil {
+			panic(err)
+		}
+		return v
+	}()
 )
+
+// placeholders is "$from, $from+1, …", n of them.
+func placeholders(from, n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("$" + strconv.Itoa(from+i))
+	}
+	return b.String()
+}
+
+// arrayType is the PostgreSQL type of the array that carries a column whose
+// values have v's Go type.
+func arrayType(v any) string {
+	switch v.(type) {
+	case string, *string:
+		return "text[]"
+	case int:
+		return "int4[]"
+	case int64, *int64:
+		return "int8[]"
+	case bool:
+		return "bool[]"
+	case *float64:
+		return "float8[]"
+	}
+	panic(fmt.Sprintf("postgres: no array type for a column of %T", v))
+}
+
+// unnestOf is the SELECT that makes rows of the arrays columnsOf returns for
+// rows shaped like sample, one array parameter a column.
+func unnestOf(sample []any) string {
+	var b strings.Builder
+	b.WriteString("SELECT ")
+	for i, v := range sample {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "unnest($%d::%s)", i+1, arrayType(v))
+	}
+	return b.String()
+}
+
+// columnsOf turns rows (each the values of one row, in one column order)
+// into one array a column, of the type arrayType names.
+func columnsOf(rows [][]any) []any {
+	n := len(rows)
+	out := make([]any, len(rows[0]))
+	for c, v := range rows[0] {
+		switch v.(type) {
+		case string:
+			out[c] = column[string](rows, c)
+		case *string:
+			out[c] = column[*string](rows, c)
+		case int:
+			a := make([]int32, n)
+			for i, r := range rows {
+				a[i] = int32(r[c].(int))
+			}
+			out[c] = a
+		case int64:
+			out[c] = column[int64](rows, c)
+		case *int64:
+			out[c] = column[*int64](rows, c)
+		case bool:
+			out[c] = column[bool](rows, c)
+		case *float64:
+			out[c] = column[*float64](rows, c)
+		default:
+			panic(fmt.Sprintf("postgres: no array for a column of %T", v))
+		}
+	}
+	return out
+}
+
+// column is column c of rows as a slice of T.
+func column[T any](rows [][]any, c int) []T {
+	a := make([]T, len(rows))
+	for i, r := range rows {
+		a[i] = r[c].(T)
+	}
+	return a
+}
 
 // behindStmts returns the statements that write the given rows: tasks (with
 // their listing rows), receipts and obligations, then terminations in their
 // order, then inbox rows.
-func behindStmts(tasks []newTask, rcs []*host.Receipt, parents []string, obs []host.Obligation, terms []termination, inbox []host.InboxItem) []stmt {
+func behindStmts(tasks [][]any, rcs []*host.Receipt, parents []string, obs []host.Obligation, terms []termination, inbox []host.InboxItem) []stmt {
 	var out []stmt
 	if len(tasks) > 0 {
 		out = append(out, tasksStmt(tasks))
@@ -279,55 +341,22 @@ func behindStmts(tasks []newTask, rcs []*host.Receipt, parents []string, obs []h
 		out = append(out, stmt{sql: terminateQ, args: []any{t.by, t.parent, t.tenant}})
 	}
 	if len(inbox) > 0 {
-		n := len(inbox)
-		id, tenant, recipient, kind, task, taskType, receipt, summary := col(n), col(n), col(n), col(n), col(n), col(n), col(n), col(n)
-		created := make([]int64, n)
-		delivered, read, fetched, promoted := make([]*int64, n), make([]*int64, n), make([]*int64, n), make([]*int64, n)
+		rows := make([][]any, len(inbox))
 		for i, it := range inbox {
-			id[i], tenant[i], recipient[i], kind[i], task[i], taskType[i], receipt[i], summary[i] = it.ID, it.Tenant, it.Recipient, string(it.Kind), it.TaskID, it.TaskType, it.ReceiptID, it.Summary
-			created[i], delivered[i], read[i], fetched[i], promoted[i] = us(it.CreatedAt), nus(it.DeliveredAt), nus(it.ReadAt), nus(it.FetchedAt), nus(it.PromotedAt)
+			rows[i] = sqlrows.InboxInsertValues(it)
 		}
-		out = append(out, stmt{sql: inboxBehind, args: []any{id, tenant, recipient, kind, task, taskType, receipt, summary, created, delivered, read, fetched, promoted},
-			check: expectRows("inbox insert", n)})
+		out = append(out, stmt{sql: inboxBehind, args: columnsOf(rows), check: expectRows("inbox insert", len(inbox))})
 	}
 	return out
 }
 
-// args are the task's values in the order of taskInsert's columns.
-func (r *newTask) args() []any {
-	t := &r.t
-	return []any{t.ID, t.Tenant, t.Type, t.CreatedBy, t.Recipient, string(t.State), t.Priority, r.params, t.Summary, t.IdempotencyKey,
-		us(t.CreatedAt), us(t.UpdatedAt), us(t.AvailableAt), t.LeaseID, t.WorkerID, r.leasedAt, r.expiresAt, r.acceptedAt, t.AcceptReceipt,
-		t.CancelRequested, t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, r.startedAt, r.doneAt, r.pct,
-		t.ProgressMessage, r.result, t.LastError, t.DeadReason, t.AssignReceipt, r.intents}
-}
-
-// tasksStmt is the statement that inserts the given tasks.
-func tasksStmt(rows []newTask) stmt {
-	n := len(rows)
-	if n == 1 {
-		return stmt{sql: taskInsert, args: rows[0].args(), check: expectRows("task insert", 1)}
+// tasksStmt is the statement that inserts the given tasks (each its
+// sqlrows.TaskInsertValues).
+func tasksStmt(rows [][]any) stmt {
+	if len(rows) == 1 {
+		return stmt{sql: taskInsert, args: rows[0], check: expectRows("task insert", 1)}
 	}
-	id, tenant, typ, by, to, state, params, summary, idem := col(n), col(n), col(n), col(n), col(n), col(n), col(n), col(n), col(n)
-	lease, worker, accRc, progMsg, lastErr, dead, assign, intents := col(n), col(n), col(n), col(n), col(n), col(n), col(n), col(n)
-	prio, attempts, maxRetries, leaseCount, expiries := make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
-	created, updated, avail := make([]int64, n), make([]int64, n), make([]int64, n)
-	leasedAt, expiresAt, acceptedAt, startedAt, completedAt := make([]*int64, n), make([]*int64, n), make([]*int64, n), make([]*int64, n), make([]*int64, n)
-	cancel, pct, result := make([]bool, n), make([]*float64, n), make([]*string, n)
-	for i := range rows {
-		r := &rows[i]
-		t := &r.t
-		id[i], tenant[i], typ[i], by[i], to[i], state[i], params[i], summary[i], idem[i] = t.ID, t.Tenant, t.Type, t.CreatedBy, t.Recipient, string(t.State), r.params, t.Summary, t.IdempotencyKey
-		lease[i], worker[i], accRc[i], progMsg[i], lastErr[i], dead[i], assign[i], intents[i] = t.LeaseID, t.WorkerID, t.AcceptReceipt, t.ProgressMessage, t.LastError, t.DeadReason, t.AssignReceipt, r.intents
-		prio[i], attempts[i], maxRetries[i], leaseCount[i], expiries[i] = int32(t.Priority), int32(t.Attempts), int32(t.MaxRetries), int32(t.LeaseCount), int32(t.LeaseExpiries)
-		created[i], updated[i], avail[i] = us(t.CreatedAt), us(t.UpdatedAt), us(t.AvailableAt)
-		leasedAt[i], expiresAt[i], acceptedAt[i], startedAt[i], completedAt[i] = r.leasedAt, r.expiresAt, r.acceptedAt, r.startedAt, r.doneAt
-		cancel[i], pct[i], result[i] = t.CancelRequested, r.pct, r.result
-	}
-	return stmt{sql: tasksBehind,
-		args: []any{id, tenant, typ, by, to, state, prio, params, summary, idem, created, updated, avail, lease, worker, leasedAt, expiresAt, acceptedAt, accRc,
-			cancel, attempts, maxRetries, leaseCount, expiries, startedAt, completedAt, pct, progMsg, result, lastErr, dead, assign, intents},
-		check: expectRows("task insert", n)}
+	return stmt{sql: tasksBehind, args: columnsOf(rows), check: expectRows("task insert", len(rows))}
 }
 
 func col(n int) []string { return make([]string, n) }
@@ -344,13 +373,4 @@ func expectRows(what string, n int) func(pgx.BatchResults) error {
 		}
 		return nil
 	}
-}
-
-// receiptParents is a receipt's parents as the JSON the receipts table keeps.
-func receiptParents(rc *host.Receipt) (string, error) {
-	if rc.Parents == nil {
-		return "[]", nil
-	}
-	b, err := json.Marshal(rc.Parents)
-	return string(b), err
 }

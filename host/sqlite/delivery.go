@@ -3,33 +3,16 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"sort"
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/sqlrows"
 )
 
 // Delivery (issue 13): the inbox, retention and the outbox.
-
-const inboxCols = `seq, id, tenant, recipient, kind, task_id, task_type, receipt_id, summary, created_at, delivered_at, read_at, fetched_at, promoted_at`
-
-func scanInbox(sc scanner) (host.InboxItem, error) {
-	var it host.InboxItem
-	var kind string
-	var created int64
-	var dl, rd, ft, pr sql.NullInt64
-	err := sc.Scan(&it.Seq, &it.ID, &it.Tenant, &it.Recipient, &kind, &it.TaskID, &it.TaskType, &it.ReceiptID, &it.Summary, &created, &dl, &rd, &ft, &pr)
-	if err != nil {
-		return it, err
-	}
-	it.Kind = host.InboxKind(kind)
-	it.CreatedAt = fromUS(created)
-	it.DeliveredAt, it.ReadAt, it.FetchedAt, it.PromotedAt = fromNUS(dl), fromNUS(rd), fromNUS(ft), fromNUS(pr)
-	return it, nil
-}
 
 // ListInbox implements store.Reader.
 func (r *reader) ListInbox(ctx context.Context, f store.InboxFilter) ([]host.InboxItem, string, error) {
@@ -40,7 +23,7 @@ func (r *reader) ListInbox(ctx context.Context, f store.InboxFilter) ([]host.Inb
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	q := `SELECT ` + inboxCols + ` FROM inbox WHERE tenant = ? AND seq > ?`
+	q := `SELECT ` + sqlrows.InboxColumns + ` FROM inbox WHERE tenant = ? AND seq > ?`
 	args := []any{f.Tenant, after}
 	if f.Recipient != "" {
 		q += ` AND recipient = ?`
@@ -68,7 +51,7 @@ func (r *reader) ListInbox(ctx context.Context, f store.InboxFilter) ([]host.Inb
 	defer rows.Close()
 	out := []host.InboxItem{}
 	for rows.Next() {
-		it, err := scanInbox(rows)
+		it, err := sqlrows.ScanInbox(rows)
 		if err != nil {
 			return nil, "", err
 		}
@@ -81,10 +64,8 @@ func (r *reader) ListInbox(ctx context.Context, f store.InboxFilter) ([]host.Inb
 	return out, cur, nil
 }
 
-const (
-	inboxInsertCols = `id, tenant, recipient, kind, task_id, task_type, receipt_id, summary, created_at, delivered_at, read_at, fetched_at, promoted_at`
-	inboxInsertN    = 13
-)
+// inboxInsertN is the number of sqlrows.InboxInsertColumns.
+var inboxInsertN = len(sqlrows.Names(sqlrows.InboxInsertColumns))
 
 var errInboxClash = host.Errorf(host.CodeConflict, "an inbox item with this id exists")
 
@@ -92,8 +73,7 @@ var errInboxClash = host.Errorf(host.CodeConflict, "an inbox item with this id e
 // batch's tasks and receipts (writebehind.go): one multi-row INSERT per
 // batch, so an outcome's inbox row costs no statement of its own.
 func (w *writeTx) InsertInbox(ctx context.Context, it host.InboxItem) error {
-	w.newInbox = append(w.newInbox, []any{it.ID, it.Tenant, it.Recipient, string(it.Kind), it.TaskID, it.TaskType, it.ReceiptID, it.Summary,
-		us(it.CreatedAt), nus(it.DeliveredAt), nus(it.ReadAt), nus(it.FetchedAt), nus(it.PromotedAt)})
+	w.newInbox = append(w.newInbox, sqlrows.InboxInsertValues(it))
 	return nil
 }
 
@@ -203,7 +183,7 @@ func (r *reader) retentionDueOf(ctx context.Context, q store.RetentionQuery, ten
 // tenant, type, state and time bound of each range, then the limit), so a
 // batch reads about its own size however many tasks are due (mergeSQL).
 func finishedSQL(n int) string {
-	return mergeSQL(n, `SELECT `+taskCols+` FROM tasks INDEXED BY tasks_finished
+	return mergeSQL(n, `SELECT `+sqlrows.TaskColumns+` FROM tasks INDEXED BY tasks_finished
 WHERE tenant = ? AND task_type = ? AND state = ? AND completed_at IS NOT NULL AND completed_at <= ?`, "completed_at")
 }
 
@@ -225,21 +205,6 @@ func (r *reader) ListTaskTypeKeys(ctx context.Context) ([]store.TaskTypeKey, err
 	return out, rows.Err()
 }
 
-const outboxCols = `id, tenant, task_id, kind, dedupe_key, body, state, attempts, next_at, claimed_until, last_error, created_at`
-
-func scanOutbox(sc scanner) (store.OutboxEntry, error) {
-	var e store.OutboxEntry
-	var body, state string
-	var next, created int64
-	var claimed sql.NullInt64
-	if err := sc.Scan(&e.ID, &e.Tenant, &e.TaskID, &e.Kind, &e.Key, &body, &state, &e.Attempts, &next, &claimed, &e.LastError, &created); err != nil {
-		return e, err
-	}
-	e.Body, e.State = json.RawMessage(body), store.OutboxState(state)
-	e.NextAt, e.CreatedAt, e.ClaimedTill = fromUS(next), fromUS(created), fromNUS(claimed)
-	return e, nil
-}
-
 func (r *reader) outbox(ctx context.Context, q string, args ...any) ([]store.OutboxEntry, error) {
 	rows, err := r.query(ctx, q, args...)
 	if err != nil {
@@ -248,7 +213,7 @@ func (r *reader) outbox(ctx context.Context, q string, args ...any) ([]store.Out
 	defer rows.Close()
 	var out []store.OutboxEntry
 	for rows.Next() {
-		e, err := scanOutbox(rows)
+		e, err := sqlrows.ScanOutbox(rows)
 		if err != nil {
 			return nil, err
 		}
@@ -259,7 +224,7 @@ func (r *reader) outbox(ctx context.Context, q string, args ...any) ([]store.Out
 
 // ListOutbox implements store.Reader.
 func (r *reader) ListOutbox(ctx context.Context, state store.OutboxState, afterID int64, limit int) ([]store.OutboxEntry, error) {
-	return r.outbox(ctx, `SELECT `+outboxCols+` FROM outbox WHERE state = ? AND id > ? ORDER BY id LIMIT ?`, string(state), afterID, limit)
+	return r.outbox(ctx, `SELECT `+sqlrows.OutboxColumns+` FROM outbox WHERE state = ? AND id > ? ORDER BY id LIMIT ?`, string(state), afterID, limit)
 }
 
 // OutboxStats implements store.Reader.
@@ -293,7 +258,7 @@ func (w *writeTx) ClaimOutbox(ctx context.Context, now, claimUntil time.Time, li
 	for _, k := range kinds {
 		args = append(args, k)
 	}
-	es, err := w.outbox(ctx, `SELECT `+outboxCols+` FROM outbox o WHERE state = 'pending' AND next_at <= ? AND (claimed_until IS NULL OR claimed_until <= ?)
+	es, err := w.outbox(ctx, `SELECT `+sqlrows.OutboxColumns+` FROM outbox o WHERE state = 'pending' AND next_at <= ? AND (claimed_until IS NULL OR claimed_until <= ?)
 AND kind IN (`+placeholders(len(kinds))+`)
 AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.state = 'pending' AND p.task_id = o.task_id AND o.task_id <> '' AND p.id < o.id)
 ORDER BY next_at, id LIMIT ?`, append(args, limit)...)

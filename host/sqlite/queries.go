@@ -12,6 +12,7 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/sqlrows"
 )
 
 // reader implements store.Reader over one transaction.
@@ -154,17 +155,15 @@ func (r *reader) rawExec(ctx context.Context, q string, args ...any) (sql.Result
 
 // --- time and null helpers
 
-func us(t time.Time) int64 { return t.UnixMicro() }
+// us, fromUS and nus are sqlrows' time encodings, short for this
+// package's many statements.
+func us(t time.Time) int64 { return sqlrows.US(t) }
 
-func fromUS(v int64) time.Time { return time.UnixMicro(v).UTC() }
+func fromUS(v int64) time.Time { return sqlrows.FromUS(v) }
 
-func nus(t *time.Time) any {
-	if t == nil {
-		return nil
-	}
-	return t.UnixMicro()
-}
+func nus(t *time.Time) *int64 { return sqlrows.NUS(t) }
 
+// fromNUS is sqlrows.FromNUS for a column scanned as sql.NullInt64.
 func fromNUS(v sql.NullInt64) *time.Time {
 	if !v.Valid {
 		return nil
@@ -182,62 +181,15 @@ func nullJSON(b json.RawMessage) any {
 
 // --- tasks
 
-const taskCols = `id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
-created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
-cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
-progress_message, result, last_error, dead_reason, assign_receipt, seq, version, lease_seconds, resource_intents`
-
-type scanner interface{ Scan(...any) error }
-
-func scanTask(sc scanner) (*host.Task, int64, error) {
-	var t host.Task
-	var state, params string
-	var created, updated, avail int64
-	var leasedAt, expires, accepted, started, completed sql.NullInt64
-	var cancel int
-	var pct sql.NullFloat64
-	var result sql.NullString
-	var seq int64
-	var intents string
-	err := sc.Scan(&t.ID, &t.Tenant, &t.Type, &t.CreatedBy, &t.Recipient, &state, &t.Priority, &params, &t.Summary, &t.IdempotencyKey,
-		&created, &updated, &avail, &t.LeaseID, &t.WorkerID, &leasedAt, &expires, &accepted, &t.AcceptReceipt,
-		&cancel, &t.Attempts, &t.MaxRetries, &t.LeaseCount, &t.LeaseExpiries, &started, &completed, &pct,
-		&t.ProgressMessage, &result, &t.LastError, &t.DeadReason, &t.AssignReceipt, &seq, &t.Version, &t.LeaseSeconds, &intents)
-	if err != nil {
-		return nil, 0, err
-	}
-	if t.ResourceIntents, err = host.IntentsFromJSON(intents); err != nil {
-		return nil, 0, err
-	}
-	t.State = host.TaskState(state)
-	t.Params = json.RawMessage(params)
-	t.CreatedAt, t.UpdatedAt, t.AvailableAt = fromUS(created), fromUS(updated), fromUS(avail)
-	t.LeasedAt, t.LeaseExpiresAt, t.AcceptedAt = fromNUS(leasedAt), fromNUS(expires), fromNUS(accepted)
-	t.StartedAt, t.CompletedAt = fromNUS(started), fromNUS(completed)
-	t.CancelRequested = cancel != 0
-	if pct.Valid {
-		v := pct.Float64
-		t.ProgressPercent = &v
-	}
-	if result.Valid && result.String != "" {
-		var res host.Result
-		if err := json.Unmarshal([]byte(result.String), &res); err != nil {
-			return nil, 0, err
-		}
-		t.Result = &res
-	}
-	return &t, seq, nil
-}
-
 func notFound(what, id string) error { return host.Errorf(host.CodeNotFound, "no %s %s", what, id) }
 
 func (r *reader) oneTask(ctx context.Context, q string, args ...any) (*host.Task, error) {
-	t, _, err := scanTask(r.queryRow(ctx, q, args...))
+	t, _, err := sqlrows.ScanTask(r.queryRow(ctx, q, args...))
 	return t, err
 }
 
 func (r *reader) GetTask(ctx context.Context, tenant, id string) (*host.Task, error) {
-	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = ? AND tenant = ?`, id, tenant)
+	t, err := r.oneTask(ctx, `SELECT `+sqlrows.TaskColumns+` FROM tasks WHERE id = ? AND tenant = ?`, id, tenant)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("task", id)
 	}
@@ -245,7 +197,7 @@ func (r *reader) GetTask(ctx context.Context, tenant, id string) (*host.Task, er
 }
 
 func (r *reader) GetTaskByLease(ctx context.Context, leaseID string) (*host.Task, error) {
-	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE lease_id = ? AND lease_id <> ''`, leaseID)
+	t, err := r.oneTask(ctx, `SELECT `+sqlrows.TaskColumns+` FROM tasks WHERE lease_id = ? AND lease_id <> ''`, leaseID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("lease", leaseID)
 	}
@@ -253,7 +205,7 @@ func (r *reader) GetTaskByLease(ctx context.Context, leaseID string) (*host.Task
 }
 
 func (r *reader) FindTaskByIdempotency(ctx context.Context, k store.IdempotencyKey) (*host.Task, error) {
-	t, err := r.oneTask(ctx, `SELECT `+taskCols+` FROM tasks WHERE tenant = ? AND created_by = ? AND recipient = ? AND idempotency_key = ? AND idempotency_key <> ''`,
+	t, err := r.oneTask(ctx, `SELECT `+sqlrows.TaskColumns+` FROM tasks WHERE tenant = ? AND created_by = ? AND recipient = ? AND idempotency_key = ? AND idempotency_key <> ''`,
 		k.Tenant, k.Producer, k.Recipient, k.Key)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
@@ -271,7 +223,7 @@ func (r *reader) tasks(ctx context.Context, q string, args ...any) ([]*host.Task
 	var out []*host.Task
 	var seqs []int64
 	for rows.Next() {
-		t, seq, err := scanTask(rows)
+		t, seq, err := sqlrows.ScanTask(rows)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -299,7 +251,7 @@ func (r *reader) ListTasks(ctx context.Context, f store.TaskFilter) ([]*host.Tas
 			return ts, cur, err
 		}
 	}
-	q := `SELECT ` + taskCols + ` FROM tasks WHERE tenant = ? AND seq > ?`
+	q := `SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE tenant = ? AND seq > ?`
 	args := []any{f.Tenant, after}
 	if f.Recipient != "" {
 		q += ` AND recipient = ?`
@@ -343,7 +295,7 @@ const maxStateRanges = 64
 // stateListSQL is the merge of n ranges of tasks_state_type_seq in seq order
 // (args: tenant, state, type and cursor for each range, then the limit).
 func stateListSQL(n int) string {
-	return mergeSQL(n, `SELECT `+taskCols+` FROM tasks INDEXED BY tasks_state_type_seq
+	return mergeSQL(n, `SELECT `+sqlrows.TaskColumns+` FROM tasks INDEXED BY tasks_state_type_seq
 WHERE tenant = ? AND state = ? AND task_type = ? AND seq > ?`, "seq")
 }
 
@@ -447,7 +399,7 @@ func distinct[T comparable](xs []T) []T {
 }
 
 func (r *reader) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*host.Task, error) {
-	ts, _, err := r.tasks(ctx, `SELECT `+taskCols+` FROM tasks WHERE state = 'leased' AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?`, us(now), limit)
+	ts, _, err := r.tasks(ctx, `SELECT `+sqlrows.TaskColumns+` FROM tasks WHERE state = 'leased' AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?`, us(now), limit)
 	return ts, err
 }
 
@@ -556,37 +508,25 @@ func (w *writeTx) InsertTask(ctx context.Context, t *host.Task) error {
 	return w.bufferTask(t)
 }
 
-func b2i(b bool) int {
-	if b {
-		return 1
+// updateTaskSQL is a task update's head: every column of
+// sqlrows.TaskSetColumns, fenced on the task's id and state.
+var updateTaskSQL = func() string {
+	var b strings.Builder
+	b.WriteString(`UPDATE tasks SET `)
+	for _, c := range sqlrows.TaskSetColumns {
+		b.WriteString(c + `=?, `)
 	}
-	return 0
-}
-
-func resultJSON(r *host.Result) (any, error) {
-	if r == nil {
-		return nil, nil
-	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		return nil, err
-	}
-	return string(b), nil
-}
+	b.WriteString(`version=version+1 WHERE id = ? AND state = ?`)
+	return b.String()
+}()
 
 func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) error {
-	res, err := resultJSON(t.Result)
+	args, err := sqlrows.TaskSetValues(t)
 	if err != nil {
 		return err
 	}
-	q := `UPDATE tasks SET state=?, priority=?, available_at=?, updated_at=?, lease_id=?, worker_id=?, leased_at=?, lease_expires_at=?,
-accepted_at=?, accept_receipt=?, cancel_requested=?, attempts=?, max_retries=?, lease_count=?, lease_expiries=?, started_at=?,
-completed_at=?, progress_percent=?, progress_message=?, result=?, last_error=?, dead_reason=?, assign_receipt=?,
-lease_seconds=?, version=version+1 WHERE id = ? AND state = ?`
-	args := []any{string(t.State), t.Priority, us(t.AvailableAt), us(t.UpdatedAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt),
-		nus(t.AcceptedAt), t.AcceptReceipt, b2i(t.CancelRequested), t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt),
-		nus(t.CompletedAt), t.ProgressPercent, t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, t.LeaseSeconds,
-		t.ID, string(f.State)}
+	q := updateTaskSQL
+	args = append(args, t.ID, string(f.State))
 	if f.LeaseID != "" {
 		q += ` AND lease_id = ?`
 		args = append(args, f.LeaseID)
@@ -645,7 +585,7 @@ func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.T
 		}
 		defer rows.Close()
 		for rows.Next() {
-			t, seq, err := scanTask(rows)
+			t, seq, err := sqlrows.ScanTask(rows)
 			if err != nil {
 				return err
 			}
@@ -654,7 +594,7 @@ func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.T
 		return rows.Err()
 	}
 	if len(q.Types) == 0 {
-		if err := collect(`SELECT `+taskCols+` FROM tasks INDEXED BY tasks_ready WHERE tenant = ? AND state = 'queued' AND available_at <= ?
+		if err := collect(`SELECT `+sqlrows.TaskColumns+` FROM tasks INDEXED BY tasks_ready WHERE tenant = ? AND state = 'queued' AND available_at <= ?
 ORDER BY priority DESC, seq LIMIT ?`, q.Tenant, now, q.Limit); err != nil {
 			return nil, err
 		}
@@ -666,7 +606,7 @@ ORDER BY priority DESC, seq LIMIT ?`, q.Tenant, now, q.Limit); err != nil {
 				continue
 			}
 			seen[typ] = true
-			if err := collect(`SELECT `+taskCols+` FROM tasks INDEXED BY tasks_ready_type WHERE tenant = ? AND task_type = ? AND state = 'queued'
+			if err := collect(`SELECT `+sqlrows.TaskColumns+` FROM tasks INDEXED BY tasks_ready_type WHERE tenant = ? AND task_type = ? AND state = 'queued'
 AND available_at <= ? ORDER BY priority DESC, seq LIMIT ?`, q.Tenant, typ, now, q.Limit); err != nil {
 				return nil, err
 			}
@@ -689,21 +629,6 @@ AND available_at <= ? ORDER BY priority DESC, seq LIMIT ?`, q.Tenant, typ, now, 
 	return w.updateQueued(ctx, ts)
 }
 
-// setCols are the columns a task update writes, in the order of setArgs.
-var setCols = []string{"state", "priority", "available_at", "updated_at", "lease_id", "worker_id", "leased_at", "lease_expires_at",
-	"accepted_at", "accept_receipt", "cancel_requested", "attempts", "max_retries", "lease_count", "lease_expiries", "started_at",
-	"completed_at", "progress_percent", "progress_message", "result", "last_error", "dead_reason", "assign_receipt", "lease_seconds"}
-
-func setArgs(t *host.Task) ([]any, error) {
-	res, err := resultJSON(t.Result)
-	if err != nil {
-		return nil, err
-	}
-	return []any{string(t.State), t.Priority, us(t.AvailableAt), us(t.UpdatedAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt),
-		nus(t.AcceptedAt), t.AcceptReceipt, b2i(t.CancelRequested), t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt),
-		nus(t.CompletedAt), t.ProgressPercent, t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, t.LeaseSeconds}, nil
-}
-
 // updateQueued writes every mutable field of each task in one statement
 // (UPDATE … FROM a VALUES list), each row fenced on still being queued, and
 // returns the tasks it wrote: a lease batch costs one statement, not one per
@@ -713,22 +638,22 @@ func (w *writeTx) updateQueued(ctx context.Context, ts []*host.Task) ([]*host.Ta
 		return nil, nil
 	}
 	var b strings.Builder
-	b.WriteString(`WITH v(id, ` + strings.Join(setCols, ", ") + `) AS (VALUES `)
-	row := "(" + placeholders(len(setCols)+1) + ")"
-	args := make([]any, 0, len(ts)*(len(setCols)+1))
+	b.WriteString(`WITH v(id, ` + strings.Join(sqlrows.TaskSetColumns, ", ") + `) AS (VALUES `)
+	row := "(" + placeholders(len(sqlrows.TaskSetColumns)+1) + ")"
+	args := make([]any, 0, len(ts)*(len(sqlrows.TaskSetColumns)+1))
 	for i, t := range ts {
 		if i > 0 {
 			b.WriteString(",")
 		}
 		b.WriteString(row)
-		a, err := setArgs(t)
+		a, err := sqlrows.TaskSetValues(t)
 		if err != nil {
 			return nil, err
 		}
 		args = append(append(args, t.ID), a...)
 	}
 	b.WriteString(`) UPDATE tasks SET `)
-	for i, c := range setCols {
+	for i, c := range sqlrows.TaskSetColumns {
 		if i > 0 {
 			b.WriteString(", ")
 		}
@@ -842,25 +767,6 @@ func (w *writeTx) DeleteTaskType(ctx context.Context, tenant, name string) error
 
 // --- receipts
 
-const receiptCols = `seq, id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key, created_at, prev_hash, hash, chain_id, chain_seq`
-
-func scanReceipt(sc scanner) (*host.Receipt, error) {
-	var rc host.Receipt
-	var typ, parents, body string
-	var created int64
-	if err := sc.Scan(&rc.Seq, &rc.ID, &rc.Tenant, &typ, &rc.From, &rc.To, &rc.TaskID, &rc.LeaseID, &parents, &body,
-		&rc.DedupeKey, &created, &rc.PrevHash, &rc.Hash, &rc.ChainID, &rc.ChainSeq); err != nil {
-		return nil, err
-	}
-	rc.Type = host.ReceiptType(typ)
-	rc.Body = json.RawMessage(body)
-	rc.CreatedAt = fromUS(created)
-	if err := json.Unmarshal([]byte(parents), &rc.Parents); err != nil {
-		return nil, err
-	}
-	return &rc, nil
-}
-
 func (r *reader) receipts(ctx context.Context, q string, args ...any) ([]*host.Receipt, error) {
 	rows, err := r.query(ctx, q, args...)
 	if err != nil {
@@ -869,7 +775,7 @@ func (r *reader) receipts(ctx context.Context, q string, args ...any) ([]*host.R
 	defer rows.Close()
 	var out []*host.Receipt
 	for rows.Next() {
-		rc, err := scanReceipt(rows)
+		rc, err := sqlrows.ScanReceipt(rows)
 		if err != nil {
 			return nil, err
 		}
@@ -879,7 +785,7 @@ func (r *reader) receipts(ctx context.Context, q string, args ...any) ([]*host.R
 }
 
 func (r *reader) GetReceipt(ctx context.Context, tenant, id string) (*host.Receipt, error) {
-	rc, err := scanReceipt(r.queryRow(ctx, `SELECT `+receiptCols+` FROM receipts WHERE id = ? AND tenant = ?`, id, tenant))
+	rc, err := sqlrows.ScanReceipt(r.queryRow(ctx, `SELECT `+sqlrows.ReceiptColumns+` FROM receipts WHERE id = ? AND tenant = ?`, id, tenant))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("receipt", id)
 	}
@@ -887,11 +793,11 @@ func (r *reader) GetReceipt(ctx context.Context, tenant, id string) (*host.Recei
 }
 
 func (r *reader) GetReceiptByDedupe(ctx context.Context, tenant, from, key string) (*host.Receipt, error) {
-	q, args := `SELECT `+receiptCols+` FROM receipts WHERE tenant = ? AND dedupe_key = ? AND dedupe_key <> ''`, []any{tenant, key}
+	q, args := `SELECT `+sqlrows.ReceiptColumns+` FROM receipts WHERE tenant = ? AND dedupe_key = ? AND dedupe_key <> ''`, []any{tenant, key}
 	if from != "" {
 		q, args = q+` AND from_p = ?`, append(args, from)
 	}
-	rc, err := scanReceipt(r.queryRow(ctx, q, args...))
+	rc, err := sqlrows.ScanReceipt(r.queryRow(ctx, q, args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -906,7 +812,7 @@ func (r *reader) ListReceipts(ctx context.Context, f store.ReceiptFilter) ([]*ho
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	q := `SELECT ` + receiptCols + ` FROM receipts WHERE tenant = ? AND seq > ?`
+	q := `SELECT ` + sqlrows.ReceiptColumns + ` FROM receipts WHERE tenant = ? AND seq > ?`
 	args := []any{f.Tenant, after}
 	if f.TaskID != "" {
 		q += ` AND task_id = ? AND task_id <> ''` // lets SQLite use the partial index
@@ -923,7 +829,7 @@ func (r *reader) ListReceipts(ctx context.Context, f store.ReceiptFilter) ([]*ho
 }
 
 func (r *reader) ScanReceipts(ctx context.Context, afterSeq int64, limit int) ([]*host.Receipt, error) {
-	return r.receipts(ctx, `SELECT `+receiptCols+` FROM receipts WHERE seq > ? ORDER BY seq LIMIT ?`, afterSeq, limit)
+	return r.receipts(ctx, `SELECT `+sqlrows.ReceiptColumns+` FROM receipts WHERE seq > ? ORDER BY seq LIMIT ?`, afterSeq, limit)
 }
 
 func (r *reader) Terminator(ctx context.Context, tenant, receiptID string) (string, error) {
@@ -1315,21 +1221,8 @@ ON CONFLICT (tenant, id) DO UPDATE SET last_seen = max(last_seen, excluded.last_
 	return err
 }
 
-const keyCols = `id, hash, prefix, role, tenant, principal, created_at, revoked_at`
-
-func scanKey(sc scanner) (*store.Key, error) {
-	var k store.Key
-	var created int64
-	var revoked sql.NullInt64
-	if err := sc.Scan(&k.ID, &k.Hash, &k.Prefix, &k.Role, &k.Tenant, &k.Principal, &created, &revoked); err != nil {
-		return nil, err
-	}
-	k.CreatedAt, k.RevokedAt = fromUS(created), fromNUS(revoked)
-	return &k, nil
-}
-
 func (r *reader) GetKeyByHash(ctx context.Context, hash string) (*store.Key, error) {
-	k, err := scanKey(r.queryRow(ctx, `SELECT `+keyCols+` FROM api_keys WHERE hash = ?`, hash))
+	k, err := sqlrows.ScanKey(r.queryRow(ctx, `SELECT `+sqlrows.KeyColumns+` FROM api_keys WHERE hash = ?`, hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, host.Errorf(host.CodeNotFound, "no such key")
 	}
@@ -1337,14 +1230,14 @@ func (r *reader) GetKeyByHash(ctx context.Context, hash string) (*store.Key, err
 }
 
 func (r *reader) ListKeys(ctx context.Context) ([]store.Key, error) {
-	rows, err := r.query(ctx, `SELECT `+keyCols+` FROM api_keys ORDER BY created_at, id`)
+	rows, err := r.query(ctx, `SELECT `+sqlrows.KeyColumns+` FROM api_keys ORDER BY created_at, id`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	out := []store.Key{}
 	for rows.Next() {
-		k, err := scanKey(rows)
+		k, err := sqlrows.ScanKey(rows)
 		if err != nil {
 			return nil, err
 		}
@@ -1354,7 +1247,7 @@ func (r *reader) ListKeys(ctx context.Context) ([]store.Key, error) {
 }
 
 func (w *writeTx) PutKey(ctx context.Context, k store.Key) error {
-	_, err := w.exec(ctx, `INSERT INTO api_keys (`+keyCols+`) VALUES (?,?,?,?,?,?,?,?)`,
+	_, err := w.exec(ctx, `INSERT INTO api_keys (`+sqlrows.KeyColumns+`) VALUES (?,?,?,?,?,?,?,?)`,
 		k.ID, k.Hash, k.Prefix, k.Role, k.Tenant, k.Principal, us(k.CreatedAt), nus(k.RevokedAt))
 	if err != nil && strings.Contains(err.Error(), "UNIQUE") {
 		return host.Errorf(host.CodeConflict, "a key with this id exists")

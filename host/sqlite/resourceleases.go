@@ -9,33 +9,14 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/sqlrows"
 )
 
 // Resource leases (KLIS-3). SQLite has one writer: every write transaction
 // already runs alone, so LockResources has nothing to do.
 
-const rleaseCols = `seq, id, tenant, resource, predicate, holder, state, manifest_id, priority_at, acquired_at,
-expires_at, ttl_ms, ended_at, restarting, grace_used, task_id, fencing_token`
-
-func scanResourceLease(sc scanner) (*host.ResourceLease, int64, error) {
-	var l host.ResourceLease
-	var seq, prio, acq, exp int64
-	var ended sql.NullInt64
-	var restarting, grace int
-	var pred, state string
-	if err := sc.Scan(&seq, &l.ID, &l.Tenant, &l.Resource, &pred, &l.Holder, &state, &l.ManifestID, &prio, &acq,
-		&exp, &l.TTLMs, &ended, &restarting, &grace, &l.TaskID, &l.FencingToken); err != nil {
-		return nil, 0, err
-	}
-	l.Predicate, l.State = host.LeasePredicate(pred), host.ResourceLeaseState(state)
-	l.PriorityAt, l.AcquiredAt, l.ExpiresAt = fromUS(prio), fromUS(acq), fromUS(exp)
-	l.EndedAt = fromNUS(ended)
-	l.Restarting, l.GraceUsed = restarting != 0, grace != 0
-	return &l, seq, nil
-}
-
 func (r *reader) GetResourceLease(ctx context.Context, tenant, id string) (*host.ResourceLease, error) {
-	l, _, err := scanResourceLease(r.queryRow(ctx, `SELECT `+rleaseCols+` FROM resource_leases WHERE id = ? AND tenant = ?`, id, tenant))
+	l, _, err := sqlrows.ScanResourceLease(r.queryRow(ctx, `SELECT `+sqlrows.ResourceLeaseColumns+` FROM resource_leases WHERE id = ? AND tenant = ?`, id, tenant))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("resource lease", id)
 	}
@@ -50,7 +31,7 @@ func (r *reader) ListResourceLeases(ctx context.Context, f store.ResourceLeaseFi
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	q := `SELECT ` + rleaseCols + ` FROM resource_leases WHERE seq > ?`
+	q := `SELECT ` + sqlrows.ResourceLeaseColumns + ` FROM resource_leases WHERE seq > ?`
 	args := []any{after}
 	if f.Tenant != "" {
 		q += ` AND tenant = ?`
@@ -102,7 +83,7 @@ func (r *reader) ListResourceLeases(ctx context.Context, f store.ResourceLeaseFi
 	out := []*host.ResourceLease{}
 	var seqs []int64
 	for rows.Next() {
-		l, seq, err := scanResourceLease(rows)
+		l, seq, err := sqlrows.ScanResourceLease(rows)
 		if err != nil {
 			return nil, "", err
 		}
@@ -194,16 +175,18 @@ func (w *writeTx) LockResources(ctx context.Context, tenant string, resources []
 
 // InsertResourceLease implements store.Tx: the resource's counter row is
 // bumped (or created at 1) and its new value is the lease's fencing token.
+// insertResourceLeaseSQL inserts a lease: its columns, then its fencing
+// token.
+var insertResourceLeaseSQL = `INSERT INTO resource_leases (` + sqlrows.ResourceLeaseInsertColumns + `, fencing_token) VALUES (` +
+	placeholders(len(sqlrows.Names(sqlrows.ResourceLeaseInsertColumns))+1) + `)`
+
 func (w *writeTx) InsertResourceLease(ctx context.Context, l *host.ResourceLease) error {
 	var token int64
 	if err := w.queryRow(ctx, `INSERT INTO resource_fences (tenant, resource, token) VALUES (?, ?, 1)
 ON CONFLICT (tenant, resource) DO UPDATE SET token = token + 1 RETURNING token`, l.Tenant, l.Resource).Scan(&token); err != nil {
 		return err
 	}
-	_, err := w.exec(ctx, `INSERT INTO resource_leases (id, tenant, resource, predicate, holder, state, manifest_id,
-priority_at, acquired_at, expires_at, ttl_ms, ended_at, restarting, grace_used, task_id, fencing_token) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
-		l.ID, l.Tenant, l.Resource, string(l.Predicate), l.Holder, string(l.State), l.ManifestID,
-		us(l.PriorityAt), us(l.AcquiredAt), us(l.ExpiresAt), l.TTLMs, nus(l.EndedAt), b2i(l.Restarting), b2i(l.GraceUsed), l.TaskID, token)
+	_, err := w.exec(ctx, insertResourceLeaseSQL, append(sqlrows.ResourceLeaseInsertValues(l), token)...)
 	if err != nil && strings.Contains(err.Error(), "UNIQUE") {
 		return host.Errorf(host.CodeConflict, "a resource lease with id %s exists", l.ID)
 	}
@@ -216,7 +199,7 @@ priority_at, acquired_at, expires_at, ttl_ms, ended_at, restarting, grace_used, 
 func (w *writeTx) UpdateResourceLease(ctx context.Context, l *host.ResourceLease, f store.ResourceLeaseFence) error {
 	q := `UPDATE resource_leases SET state = ?, expires_at = ?, ended_at = ?, restarting = ?, grace_used = ?
 WHERE id = ? AND tenant = ? AND state = 'active'`
-	args := []any{string(l.State), us(l.ExpiresAt), nus(l.EndedAt), b2i(l.Restarting), b2i(l.GraceUsed), l.ID, l.Tenant}
+	args := []any{string(l.State), us(l.ExpiresAt), nus(l.EndedAt), l.Restarting, l.GraceUsed, l.ID, l.Tenant}
 	switch {
 	case f.LiveAt != nil:
 		q += ` AND expires_at > ?`

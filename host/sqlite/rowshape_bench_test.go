@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/asyncgate/asyncgate/host/store/sqlrows"
 )
 
 // BenchmarkTaskRowShape measures the task-row half of a cycle on the gate's
@@ -62,7 +64,7 @@ CREATE INDEX queue_lease_id   ON queue (lease_id) WHERE lease_id <> '';`); err !
 		}
 	}
 	const n = 50
-	insertTasks := `INSERT INTO tasks (` + taskInsertCols + `) VALUES ` + strings.TrimSuffix(strings.Repeat("("+placeholders(taskInsertN)+"),", n), ",")
+	insertTasks := `INSERT INTO tasks (` + sqlrows.TaskInsertColumns + `) VALUES ` + strings.TrimSuffix(strings.Repeat("("+placeholders(taskInsertN)+"),", n), ",")
 	fullSet := `UPDATE tasks SET state=?, priority=?, available_at=?, updated_at=?, lease_id=?, worker_id=?, leased_at=?, lease_expires_at=?,
 accepted_at=?, accept_receipt=?, cancel_requested=?, attempts=?, max_retries=?, lease_count=?, lease_expiries=?, started_at=?,
 completed_at=?, progress_percent=?, progress_message=?, result=?, last_error=?, dead_reason=?, assign_receipt=?,
@@ -116,7 +118,7 @@ SELECT seq, tenant, task_type, priority, available_at, 'queued' FROM tasks WHERE
 				}
 				defer rows.Close()
 				for rows.Next() {
-					t, seq, err := scanTask(rows)
+					t, seq, err := sqlrows.ScanTask(rows)
 					if err != nil {
 						return err
 					}
@@ -125,7 +127,7 @@ SELECT seq, tenant, task_type, priority, available_at, 'queued' FROM tasks WHERE
 				return rows.Err()
 			}
 			if !narrow {
-				if err := read(`SELECT `+taskCols+` FROM tasks INDEXED BY tasks_ready_type WHERE tenant = ? AND task_type = ? AND state = 'queued'
+				if err := read(`SELECT `+sqlrows.TaskColumns+` FROM tasks INDEXED BY tasks_ready_type WHERE tenant = ? AND task_type = ? AND state = 'queued'
 AND available_at <= ? ORDER BY priority DESC, seq LIMIT ?`, "t", "bench", now, n); err != nil {
 					return err
 				}
@@ -167,7 +169,7 @@ WHERE seq = ? AND state = 'queued'`, lease, now+300e6, seq); err != nil {
 				}
 			}
 			// The lease's answer carries the task.
-			return read(`SELECT `+taskCols+` FROM tasks WHERE seq IN (SELECT value FROM json_each(?))`, "["+strings.Join(claimed, ",")+"]")
+			return read(`SELECT `+sqlrows.TaskColumns+` FROM tasks WHERE seq IN (SELECT value FROM json_each(?))`, "["+strings.Join(claimed, ",")+"]")
 		})
 		if len(ids) != n {
 			b.Fatalf("claimed %d tasks, want %d", len(ids), n)

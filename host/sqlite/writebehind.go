@@ -2,12 +2,12 @@ package sqlite
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
 	"github.com/asyncgate/asyncgate/host/store/batchkeys"
+	"github.com/asyncgate/asyncgate/host/store/sqlrows"
 )
 
 // Rows written behind. InsertTask and AppendReceipt do not run a statement
@@ -85,12 +85,11 @@ func (b *behind) empty() bool {
 	return len(b.newTasks) == 0 && len(b.newReceipts) == 0 && len(b.newInbox) == 0
 }
 
-const taskInsertCols = `id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
-created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
-cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
-progress_message, result, last_error, dead_reason, assign_receipt, lease_seconds, resource_intents`
+// receiptN is the number of sqlrows.ReceiptColumns.
+var receiptN = len(sqlrows.Names(sqlrows.ReceiptColumns))
 
-const taskInsertN = 34
+// taskInsertN is the number of sqlrows.TaskInsertColumns.
+var taskInsertN = len(sqlrows.Names(sqlrows.TaskInsertColumns))
 
 var (
 	errTaskClash    = host.Errorf(host.CodeConflict, "a task with this id or idempotency key exists")
@@ -99,14 +98,10 @@ var (
 
 // bufferTask keeps t's row to insert, with t.Version 1.
 func (w *writeTx) bufferTask(t *host.Task) error {
-	res, err := resultJSON(t.Result)
+	a, err := sqlrows.TaskInsertValues(t)
 	if err != nil {
 		return err
 	}
-	a := []any{t.ID, t.Tenant, t.Type, t.CreatedBy, t.Recipient, string(t.State), t.Priority, string(t.Params), t.Summary, t.IdempotencyKey,
-		us(t.CreatedAt), us(t.UpdatedAt), us(t.AvailableAt), t.LeaseID, t.WorkerID, nus(t.LeasedAt), nus(t.LeaseExpiresAt), nus(t.AcceptedAt), t.AcceptReceipt,
-		b2i(t.CancelRequested), t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, nus(t.StartedAt), nus(t.CompletedAt), t.ProgressPercent,
-		t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, t.LeaseSeconds, host.IntentsJSON(t.ResourceIntents)}
 	if !w.keys.Claim(batchkeys.Task(t)) {
 		return errTaskClash
 	}
@@ -118,15 +113,11 @@ func (w *writeTx) bufferTask(t *host.Task) error {
 
 // bufferReceipt keeps rc's row to insert; rc is complete (seq, chain, hash).
 func (w *writeTx) bufferReceipt(rc *host.Receipt) error {
-	parents, err := json.Marshal(rc.Parents)
+	parents, err := sqlrows.ReceiptParents(rc)
 	if err != nil {
 		return err
 	}
-	if rc.Parents == nil {
-		parents = []byte("[]")
-	}
-	a := []any{rc.Seq, rc.ID, rc.Tenant, string(rc.Type), rc.From, rc.To, rc.TaskID, rc.LeaseID, string(parents), string(rc.Body),
-		rc.DedupeKey, us(rc.CreatedAt), rc.PrevHash, rc.Hash, rc.ChainID, rc.ChainSeq}
+	a := sqlrows.ReceiptValues(rc, parents)
 	if !w.keys.Claim(batchkeys.Receipt(rc)) {
 		return errReceiptClash
 	}
@@ -155,17 +146,17 @@ func (w *writeTx) flushRows(ctx context.Context) error {
 	if w.empty() {
 		return nil
 	}
-	if err := w.insertRows(ctx, `INSERT OR FAIL INTO tasks (`+taskInsertCols+`) VALUES `, taskInsertN, w.newTasks, errTaskClash); err != nil {
+	if err := w.insertRows(ctx, `INSERT OR FAIL INTO tasks (`+sqlrows.TaskInsertColumns+`) VALUES `, taskInsertN, w.newTasks, errTaskClash); err != nil {
 		w.failed = err
 		return err
 	}
 	w.newTasks = w.newTasks[:0]
-	if err := w.insertRows(ctx, `INSERT OR FAIL INTO receipts (`+receiptCols+`) VALUES `, 16, w.newReceipts, errReceiptClash); err != nil {
+	if err := w.insertRows(ctx, `INSERT OR FAIL INTO receipts (`+sqlrows.ReceiptColumns+`) VALUES `, receiptN, w.newReceipts, errReceiptClash); err != nil {
 		w.failed = err
 		return err
 	}
 	w.newReceipts = w.newReceipts[:0]
-	if err := w.insertRows(ctx, `INSERT OR FAIL INTO inbox (`+inboxInsertCols+`) VALUES `, inboxInsertN, w.newInbox, errInboxClash); err != nil {
+	if err := w.insertRows(ctx, `INSERT OR FAIL INTO inbox (`+sqlrows.InboxInsertColumns+`) VALUES `, inboxInsertN, w.newInbox, errInboxClash); err != nil {
 		w.failed = err
 		return err
 	}

@@ -67,6 +67,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"QueueCountsByTypeAndState", testQueueCountsByTypeAndState}, // typestate.go
 		{"UpdateWritesEachField", testUpdateWritesEachField},         // taskupdate.go
 		{"UpdateWritesTheTaskGiven", testUpdateWritesTheTaskGiven},   // taskupdate.go
+		{"InsertWritesEveryField", testInsertWritesEveryField},       // taskupdate.go
 		{"ProbeReadsAndCommits", testProbe},                          // probe.go
 		{"UpdatesFailingAloneAreNoRefusedCommit", testRefusedCommit}, // probe.go
 		{"ResourceLeaseUpdateIsFenced", testResourceLeaseUpdateIsFenced},

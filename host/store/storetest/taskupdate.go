@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,5 +158,57 @@ func testUpdateWritesTheTaskGiven(t *testing.T, b *Bundle) {
 	if got.Priority != 5 || got.ProgressMessage != "second" || got.LastError != "e" || got.Version != firstVersion+1 {
 		t.Fatalf("row after two updates: priority %d, progress %q, error %q, version %d; want 5, second, e (the second task as given), %d",
 			got.Priority, got.ProgressMessage, got.LastError, got.Version, firstVersion+1)
+	}
+}
+
+// fullTask is a new task with every field set to a value other than its
+// zero, so that a column an insert leaves out shows as a difference.
+func fullTask(id string) *host.Task {
+	t := wbTask(id, "k-"+id)
+	for _, m := range taskMutations {
+		if !strings.HasSuffix(m.field, " cleared") {
+			m.set(t)
+		}
+	}
+	t.Summary = "every field"
+	t.ResourceIntents = []host.ResourceIntent{{Resource: "db/main", Predicate: host.PredicateMutates}}
+	return t
+}
+
+// testInsertWritesEveryField: an inserted task reads back as it was given,
+// every field, whether the batch inserts it alone or with others, read in
+// the same transaction or after the commit.
+func testInsertWritesEveryField(t *testing.T, b *Bundle) {
+	ctx := b.Ctx
+	for _, ids := range [][]string{{"T-FULL1"}, {"T-FULL2", "T-FULL3", "T-FULL4"}} {
+		var want []*host.Task
+		err := b.Store.Update(ctx, func(tx store.Tx) error {
+			want = want[:0]
+			for _, id := range ids {
+				tk := fullTask(id)
+				if err := tx.InsertTask(ctx, tk); err != nil {
+					return err
+				}
+				want = append(want, tk)
+			}
+			for _, w := range want {
+				got, err := tx.GetTask(ctx, "acme", w.ID)
+				if err != nil {
+					return err
+				}
+				if d := sameTask(got, w); d != "" {
+					return fmt.Errorf("%s read back in its transaction is not the task inserted:%s", w.ID, d)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range want {
+			if d := sameTask(b.Task(t, w.ID), w); d != "" {
+				t.Fatalf("%s committed is not the task inserted:%s", w.ID, d)
+			}
+		}
 	}
 }
