@@ -242,7 +242,7 @@ func TestClaimUpdatesAreDeferred(t *testing.T) {
 // that blocks), failing the test with what after 30 s.
 func waitQueued(t *testing.T, st *Store, n int, what string) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); len(st.reqs) < n; {
+	for deadline := time.Now().Add(30 * time.Second); st.queue.Len() < n; {
 		if time.Now().After(deadline) {
 			t.Fatal(what)
 		}

@@ -34,7 +34,7 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan string, error) {
 		defer cancel()
 		go func() {
 			select {
-			case <-s.closed:
+			case <-s.queue.Closing():
 				cancel()
 			case <-ctx.Done():
 			}

@@ -43,6 +43,7 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/groupcommit"
 )
 
 //go:embed migrations/*.sql
@@ -78,11 +79,8 @@ type Store struct {
 	connCfg *pgx.ConnConfig
 	opts    Options
 
-	reqs     chan *request
-	closed   chan struct{}
-	wg       sync.WaitGroup
-	closeMu  sync.RWMutex
-	isClosed bool
+	queue *groupcommit.Queue[*request]
+	wg    sync.WaitGroup
 
 	// schema is the schema the store's tables live in (current_schema() of
 	// its connections), read once at open; resource lock keys cover it.
@@ -172,7 +170,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	s := &Store{pool: pool, connCfg: cfg.ConnConfig, opts: opts,
-		reqs: make(chan *request, 4096), closed: make(chan struct{}), writerPIDs: map[uint32]bool{}}
+		queue: groupcommit.New[*request](4096), writerPIDs: map[uint32]bool{}}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -326,7 +324,7 @@ func (s *Store) Checkpoint(ctx context.Context) error {
 	})
 }
 
-var errClosed = host.Errorf(host.CodeDatabaseUnavailable, "the store is closed")
+var errClosed = groupcommit.ErrClosed
 
 func unavailable(what string, err error) error {
 	return host.WrapError(host.CodeDatabaseUnavailable, err, "postgres "+what+" failed: "+err.Error())
@@ -335,28 +333,16 @@ func unavailable(what string, err error) error {
 // Update implements store.Store with group commit.
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
 	r := &request{ctx: ctx, fn: fn, done: make(chan struct{})}
-	s.closeMu.RLock()
-	if s.isClosed {
-		s.closeMu.RUnlock()
-		return errClosed
+	if err := s.queue.Put(ctx, r); err != nil {
+		return err
 	}
-	select {
-	case s.reqs <- r:
-	case <-ctx.Done():
-		s.closeMu.RUnlock()
-		return ctx.Err()
-	}
-	s.closeMu.RUnlock()
 	<-r.done // once queued, the outcome is waited for: it may have been committed
 	return r.err
 }
 
 // View implements store.Store: fn reads one REPEATABLE READ snapshot.
 func (s *Store) View(ctx context.Context, fn func(store.Reader) error) error {
-	s.closeMu.RLock()
-	closed := s.isClosed
-	s.closeMu.RUnlock()
-	if closed {
+	if s.queue.IsClosed() {
 		return errClosed
 	}
 	c, err := s.pool.Acquire(ctx)
@@ -402,14 +388,9 @@ func (s *Store) RefusedCommit() (time.Time, error) { return s.commits.RefusedCom
 
 // Close waits for queued writes, then closes the pool.
 func (s *Store) Close() error {
-	s.closeMu.Lock()
-	if s.isClosed {
-		s.closeMu.Unlock()
+	if !s.queue.Close() {
 		return nil
 	}
-	s.isClosed = true
-	s.closeMu.Unlock()
-	close(s.closed)
 	s.wg.Wait()
 	s.pool.Close()
 	return nil
@@ -423,30 +404,10 @@ func (s *Store) writer() {
 	defer w.release()
 	batch := make([]*request, 0, s.opts.MaxBatch)
 	for {
-		var first *request
-		select {
-		case first = <-s.reqs:
-		case <-s.closed:
-			// Drain what was queued before Close.
-			for {
-				select {
-				case r := <-s.reqs:
-					w.run([]*request{r})
-				default:
-					w.closeChain()
-					return
-				}
-			}
-		}
-		batch = append(batch[:0], first)
-	drain:
-		for len(batch) < s.opts.MaxBatch {
-			select {
-			case r := <-s.reqs:
-				batch = append(batch, r)
-			default:
-				break drain
-			}
+		var ok bool
+		if batch, ok = s.queue.Next(batch, s.opts.MaxBatch); !ok {
+			w.closeChain()
+			return
 		}
 		// The batch is counted before any of its callers is answered, so
 		// that a caller reading WriterStats afterwards finds its update.

@@ -47,7 +47,7 @@ func TestUpdateCanceledWhileQueued(t *testing.T) {
 	queued := make(chan error, 1)
 	go func() { queued <- st.Update(qctx, put("canceled")) }()
 	deadline := time.Now().Add(30 * time.Second)
-	for len(st.reqs) == 0 {
+	for st.queue.Len() == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the second update was not queued within 30 s")
 		}

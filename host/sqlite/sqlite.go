@@ -24,6 +24,7 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/groupcommit"
 )
 
 //go:embed migrations/*.sql
@@ -57,11 +58,8 @@ type Store struct {
 	// (maxStateRanges; tests lower it to reach the walk past the bound).
 	stateRanges int
 
-	reqs     chan *request
-	closed   chan struct{}
-	done     chan struct{}
-	closeMu  sync.RWMutex
-	isClosed bool
+	queue *groupcommit.Queue[*request]
+	done  chan struct{}
 
 	stmtMu      sync.Mutex
 	stmts       map[*sql.DB]map[string]*sql.Stmt
@@ -171,8 +169,8 @@ func Open(path string, opts Options) (*Store, error) {
 		wdb.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	s := &Store{path: path, wdb: wdb, opts: opts, stateRanges: maxStateRanges, reqs: make(chan *request, 4096),
-		closed: make(chan struct{}), done: make(chan struct{}), stmts: map[*sql.DB]map[string]*sql.Stmt{}}
+	s := &Store{path: path, wdb: wdb, opts: opts, stateRanges: maxStateRanges, queue: groupcommit.New[*request](4096),
+		done: make(chan struct{}), stmts: map[*sql.DB]map[string]*sql.Stmt{}}
 	if err := s.migrate(); err != nil {
 		wdb.Close()
 		return nil, err
@@ -334,23 +332,14 @@ func (s *Store) preparePending() {
 	}
 }
 
-var errClosed = host.Errorf(host.CodeDatabaseUnavailable, "the store is closed")
+var errClosed = groupcommit.ErrClosed
 
 // Update implements store.Store with group commit.
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
 	r := &request{ctx: ctx, fn: fn, done: make(chan struct{})}
-	s.closeMu.RLock()
-	if s.isClosed {
-		s.closeMu.RUnlock()
-		return errClosed
+	if err := s.queue.Put(ctx, r); err != nil {
+		return err
 	}
-	select {
-	case s.reqs <- r:
-	case <-ctx.Done():
-		s.closeMu.RUnlock()
-		return ctx.Err()
-	}
-	s.closeMu.RUnlock()
 	<-r.done // once queued, the outcome is waited for: it may have been committed
 	return r.err
 }
@@ -359,29 +348,9 @@ func (s *Store) writer() {
 	defer close(s.done)
 	batch := make([]*request, 0, s.opts.MaxBatch)
 	for {
-		var first *request
-		select {
-		case first = <-s.reqs:
-		case <-s.closed:
-			// Drain what was queued before Close.
-			for {
-				select {
-				case r := <-s.reqs:
-					s.runBatch([]*request{r})
-				default:
-					return
-				}
-			}
-		}
-		batch = append(batch[:0], first)
-	drain:
-		for len(batch) < s.opts.MaxBatch {
-			select {
-			case r := <-s.reqs:
-				batch = append(batch, r)
-			default:
-				break drain
-			}
+		var ok bool
+		if batch, ok = s.queue.Next(batch, s.opts.MaxBatch); !ok {
+			return
 		}
 		s.runBatch(batch)
 		s.preparePending()
@@ -576,10 +545,7 @@ func (s *Store) RefusedCommit() (time.Time, error) { return s.commits.RefusedCom
 
 // View implements store.Store.
 func (s *Store) View(ctx context.Context, fn func(store.Reader) error) error {
-	s.closeMu.RLock()
-	closed := s.isClosed
-	s.closeMu.RUnlock()
-	if closed {
+	if s.queue.IsClosed() {
 		return errClosed
 	}
 	tx, err := s.rdb.BeginTx(ctx, nil)
@@ -613,14 +579,9 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close waits for queued writes, then closes the database.
 func (s *Store) Close() error {
-	s.closeMu.Lock()
-	if s.isClosed {
-		s.closeMu.Unlock()
+	if !s.queue.Close() {
 		return nil
 	}
-	s.isClosed = true
-	s.closeMu.Unlock()
-	close(s.closed)
 	<-s.done
 	var errCk error
 	if s.chain.id != 0 && s.chain.seq != s.checkpointed {

@@ -91,10 +91,10 @@ func (g *failGate) oneBatch(t *testing.T, calls ...func() error) []error {
 	for i, call := range calls {
 		go func() { errs[i] = call(); done <- i }()
 		deadline := time.Now().Add(30 * time.Second)
-		for len(g.st.reqs) < i+1 {
+		for g.st.queue.Len() < i+1 {
 			if time.Now().After(deadline) {
 				close(hold)
-				t.Fatalf("update %d of %d was not queued within 30 s (%d queued)", i+1, len(calls), len(g.st.reqs))
+				t.Fatalf("update %d of %d was not queued within 30 s (%d queued)", i+1, len(calls), g.st.queue.Len())
 			}
 			time.Sleep(time.Millisecond)
 		}
