@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/asyncgate/asyncgate/host/httpapi"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
@@ -38,7 +38,7 @@ func runKeys(args []string, stdout, stderr io.Writer) int {
 	db := fs.String("db", "", "database URL (empty: SQLite in the data folder)")
 	role := fs.String("role", "", "admin, agent or worker (create)")
 	principal := fs.String("principal", "", "agent name or worker id (create)")
-	tenant := fs.String("tenant", httpapi.DefaultTenant, "tenant (create)")
+	tenant := fs.String("tenant", auth.DefaultTenant, "tenant (create)")
 	asJSON := fs.Bool("json", false, "print JSON (list)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -57,7 +57,7 @@ func runKeys(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stderr, keysUsage)
 			return 2
 		}
-		k, err := httpapi.CreateKey(ctx, st, httpapi.NewKeyRequest{Role: *role, Principal: *principal, Tenant: *tenant})
+		k, err := auth.CreateKey(ctx, st, auth.NewKeyRequest{Role: *role, Principal: *principal, Tenant: *tenant})
 		if err != nil {
 			fmt.Fprintln(stderr, "gate keys create:", err)
 			return 1
@@ -66,7 +66,7 @@ func runKeys(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "created key %s (%s %s in tenant %s); it is shown only this once\n", k.ID, k.Role, k.Principal, k.Tenant)
 		return 0
 	case "list":
-		ks, err := httpapi.ListKeys(ctx, st)
+		ks, err := auth.ListKeys(ctx, st)
 		if err != nil {
 			fmt.Fprintln(stderr, "gate keys list:", err)
 			return 1
@@ -77,7 +77,7 @@ func runKeys(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stderr, keysUsage)
 			return 2
 		}
-		if err := httpapi.RevokeKey(ctx, st, fs.Arg(0)); err != nil {
+		if err := auth.RevokeKey(ctx, st, fs.Arg(0)); err != nil {
 			fmt.Fprintln(stderr, "gate keys revoke:", err)
 			return 1
 		}

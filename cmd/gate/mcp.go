@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
-	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/mcpapi"
 )
 
@@ -53,7 +53,7 @@ func runMCP(args []string, stdout, stderr io.Writer) int {
 	data := fs.String("data", "", "data folder (SQLite database) to open")
 	db := fs.String("db", "", "database URL (empty: SQLite in the data folder; postgres://… for PostgreSQL)")
 	principal := fs.String("principal", "", "act as this principal (agent name, or worker id with --role worker)")
-	tenant := fs.String("tenant", httpapi.DefaultTenant, "tenant of --principal")
+	tenant := fs.String("tenant", auth.DefaultTenant, "tenant of --principal")
 	role := fs.String("role", engine.RoleAgent, "role of --principal: agent or worker")
 	key := fs.String("key", "", "API key: act as its principal (with --data), or authenticate to --url")
 	serverURL := fs.String("url", "", "forward to a running gate serve at this URL instead of opening the store")
@@ -112,7 +112,7 @@ func serveMCPStdio(ctx context.Context, data, dbURL, wasmCache, key string, acto
 	}
 	defer st.Close()
 	if key != "" {
-		if actor, err = httpapi.Authenticate(ctx, st, key); err != nil {
+		if actor, err = auth.Authenticate(ctx, st, key); err != nil {
 			return err
 		}
 	} else {

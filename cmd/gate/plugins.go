@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/plugin"
@@ -207,17 +208,17 @@ func startPlugins(cfg serveConfig, log *slog.Logger) (*pluginWiring, error) {
 	log.Info("plugins loading in the background", "folder", dir, "wasm_cache", cache)
 	return &pluginWiring{
 		Plugins: pluginSet{reg},
-		Routes: httpapi.WithRoutes(func(e *echo.Echo, auth echo.MiddlewareFunc) {
+		Routes: httpapi.WithRoutes(func(e *echo.Echo, authn echo.MiddlewareFunc) {
 			e.GET("/v1/admin/plugins", func(c echo.Context) error {
 				a := httpapi.ActorOf(c)
 				if a.Role != engine.RoleAdmin {
 					return host.Errorf(host.CodeForbidden, "listing plugins needs an admin key")
 				}
-				if a.Tenant == httpapi.DefaultTenant {
+				if a.Tenant == auth.DefaultTenant {
 					return c.JSON(http.StatusOK, map[string]any{"ready": reg.Ready(), "plugins": reg.List(), "plugins_dir": dir})
 				}
 				return c.JSON(http.StatusOK, map[string]any{"ready": reg.Ready(), "plugins": tenantPluginView(reg.List())})
-			}, auth)
+			}, authn)
 		}),
 		Info:    httpapi.WithPluginInfo(func() (bool, []plugin.Info) { return reg.Ready(), reg.List() }),
 		Pending: httpapi.WithPluginsPending(reg.Pending),

@@ -19,6 +19,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
 
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/mcpapi"
@@ -494,7 +495,7 @@ func startPluginsUntil(ctx context.Context, cfg serveConfig, log *slog.Logger) (
 // overwrites an admin.key: one that exists beside a store without keys belongs
 // to another database, and the start is refused.
 func ensureAdminKey(ctx context.Context, st store.Store, dataDir string, log *slog.Logger) error {
-	ks, err := httpapi.ListKeys(ctx, st)
+	ks, err := auth.ListKeys(ctx, st)
 	if err != nil {
 		return fmt.Errorf("reading API keys: %w", err)
 	}
@@ -506,7 +507,7 @@ func ensureAdminKey(ctx context.Context, st store.Store, dataDir string, log *sl
 		return fmt.Errorf("the database has no API keys, but %s exists: it was written for another database; "+
 			"move it away to let this start create the first admin key, or create one with `gate keys create --role admin`", path)
 	}
-	k, err := httpapi.CreateKey(ctx, st, httpapi.NewKeyRequest{Role: engine.RoleAdmin, Principal: "admin", Tenant: httpapi.DefaultTenant})
+	k, err := auth.CreateKey(ctx, st, auth.NewKeyRequest{Role: engine.RoleAdmin, Principal: "admin", Tenant: auth.DefaultTenant})
 	if err != nil {
 		return fmt.Errorf("creating the admin key: %w", err)
 	}

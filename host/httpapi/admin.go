@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/store"
 )
@@ -23,11 +24,11 @@ func adminTenant(c echo.Context, fromBody string) (string, error) {
 	if t == "" || t == a.Tenant {
 		return a.Tenant, nil
 	}
-	if a.Tenant != DefaultTenant {
+	if a.Tenant != auth.DefaultTenant {
 		return "", host.Errorf(host.CodeForbidden, "an admin of tenant %q cannot act on tenant %q", a.Tenant, t)
 	}
-	if !tenantPattern.MatchString(t) {
-		return "", badRequest("tenant must match %s", tenantPattern)
+	if !auth.TenantPattern.MatchString(t) {
+		return "", badRequest("tenant must match %s", auth.TenantPattern)
 	}
 	return t, nil
 }
@@ -151,7 +152,7 @@ func (s *Server) listTaskTypes(c echo.Context) error {
 // createKey is POST /v1/admin/keys {"role", "principal", "tenant"}: 201 with
 // the secret api_key, shown only this once.
 func (s *Server) createKey(c echo.Context) error {
-	var b NewKeyRequest
+	var b auth.NewKeyRequest
 	if err := bind(c, &b, strict); err != nil {
 		return err
 	}
@@ -160,7 +161,7 @@ func (s *Server) createKey(c echo.Context) error {
 		return err
 	}
 	b.Tenant = tenant
-	k, err := CreateKey(c.Request().Context(), s.st, b)
+	k, err := auth.CreateKey(c.Request().Context(), s.st, b)
 	if err != nil {
 		return err
 	}
@@ -171,12 +172,12 @@ func (s *Server) createKey(c echo.Context) error {
 // (default tenant) unless ?tenant= narrows it, else its own tenant's.
 func (s *Server) visibleKeys(c echo.Context) ([]store.Key, error) {
 	a := ActorOf(c)
-	ks, err := ListKeys(c.Request().Context(), s.st)
+	ks, err := auth.ListKeys(c.Request().Context(), s.st)
 	if err != nil {
 		return nil, err
 	}
 	want := c.QueryParam("tenant")
-	if a.Tenant != DefaultTenant {
+	if a.Tenant != auth.DefaultTenant {
 		if want != "" && want != a.Tenant {
 			return nil, host.Errorf(host.CodeForbidden, "an admin of tenant %q cannot list tenant %q", a.Tenant, want)
 		}
@@ -214,10 +215,10 @@ func (s *Server) revokeKey(c echo.Context) error {
 		if k.ID != id {
 			continue
 		}
-		if err := RevokeKey(c.Request().Context(), s.st, id); err != nil {
+		if err := auth.RevokeKey(c.Request().Context(), s.st, id); err != nil {
 			return err
 		}
-		s.auth.Forget()
+		s.authn.Forget()
 		return c.JSON(http.StatusOK, map[string]any{"key_id": id, "status": "revoked"})
 	}
 	return host.Errorf(host.CodeNotFound, "no key %s", id)

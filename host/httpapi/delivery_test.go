@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 )
 
@@ -28,11 +29,11 @@ func TestInboxOverHTTP(t *testing.T) {
 	if code != 200 || len(bs["owed_to_you"].([]any)) != 1 || len(bs["inbox"].([]any)) != 0 || bs["principal"] != "agent.a" {
 		t.Fatalf("bootstrap before = %d %v", code, bs)
 	}
-	offers, err := b.eng.Lease(ctx, engine.LeaseRequest{Tenant: DefaultTenant, WorkerID: "echo.w1", MaxTasks: 1})
+	offers, err := b.eng.Lease(ctx, engine.LeaseRequest{Tenant: auth.DefaultTenant, WorkerID: "echo.w1", MaxTasks: 1})
 	if err != nil || len(offers) != 1 {
 		t.Fatalf("lease %v %v", offers, err)
 	}
-	if _, err := b.eng.Complete(ctx, engine.CompleteRequest{WorkerCall: engine.WorkerCall{Tenant: DefaultTenant, WorkerID: "echo.w1", LeaseID: offers[0].LeaseID},
+	if _, err := b.eng.Complete(ctx, engine.CompleteRequest{WorkerCall: engine.WorkerCall{Tenant: auth.DefaultTenant, WorkerID: "echo.w1", LeaseID: offers[0].LeaseID},
 		Result: host.Result{Pointer: "s3://bucket/out.json", Summary: "3 pages"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func TestRetentionSweepRouteAndMetrics(t *testing.T) {
 // changes nothing.
 func TestGateWideDeliveryRoutesAreOperatorsOnly(t *testing.T) {
 	b := setup(t)
-	ck, err := CreateKey(context.Background(), b.st, NewKeyRequest{Role: engine.RoleAdmin, Principal: "ops.globex", Tenant: "globex"})
+	ck, err := auth.CreateKey(context.Background(), b.st, auth.NewKeyRequest{Role: engine.RoleAdmin, Principal: "ops.globex", Tenant: "globex"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/sqlite"
 )
@@ -56,7 +57,7 @@ func setup(t testing.TB, opts ...Option) *testBundle {
 		dst        *string
 		role, name string
 	}{{&b.admin, engine.RoleAdmin, "root"}, {&b.agent, engine.RoleAgent, "agent.a"}, {&b.worker, engine.RoleWorker, "echo.w1"}} {
-		ck, err := CreateKey(ctx, st, NewKeyRequest{Role: k.role, Principal: k.name})
+		ck, err := auth.CreateKey(ctx, st, auth.NewKeyRequest{Role: k.role, Principal: k.name})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,15 +100,15 @@ func (b *testBundle) do(t testing.TB, method, path, key, body string) (int, map[
 }
 
 func TestPanicBecomesLoggedInternalError(t *testing.T) {
-	b := setup(t, WithRoutes(func(e *echo.Echo, auth echo.MiddlewareFunc) {
-		e.GET("/boom", func(c echo.Context) error { panic("kaboom") }, auth)
+	b := setup(t, WithRoutes(func(e *echo.Echo, authn echo.MiddlewareFunc) {
+		e.GET("/boom", func(c echo.Context) error { panic("kaboom") }, authn)
 		e.GET("/whoami", func(c echo.Context) error {
-			a, ok := ActorFromContext(c.Request().Context())
+			a, ok := auth.ActorFromContext(c.Request().Context())
 			if !ok {
 				return host.Errorf(host.CodeInternal, "no actor")
 			}
 			return c.JSON(200, a)
-		}, auth)
+		}, authn)
 	}))
 	code, body := b.do(t, "GET", "/boom", b.agent, "")
 	if code != 500 || body["error"] != "internal_error" {
@@ -128,17 +129,17 @@ func TestPanicBecomesLoggedInternalError(t *testing.T) {
 func TestAuthenticateAndCache(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
-	a, err := Authenticate(ctx, b.st, "Bearer "+b.agent)
+	a, err := auth.Authenticate(ctx, b.st, "Bearer "+b.agent)
 	if err != nil || a.Principal != "agent.a" || a.Role != engine.RoleAgent {
 		t.Fatalf("Authenticate: %+v %v", a, err)
 	}
 	for _, bad := range []string{"", "Bearer ", "agw_x", "nope", strings.Repeat("agw_", 100)} {
-		if _, err := Authenticate(ctx, b.st, bad); !host.IsCode(err, host.CodeUnauthorized) {
+		if _, err := auth.Authenticate(ctx, b.st, bad); !host.IsCode(err, host.CodeUnauthorized) {
 			t.Fatalf("Authenticate(%q) = %v", bad, err)
 		}
 	}
 	// Revocation through the admin API takes effect at once despite the cache.
-	ks, _ := ListKeys(ctx, b.st)
+	ks, _ := auth.ListKeys(ctx, b.st)
 	var id string
 	for _, k := range ks {
 		if k.Principal == "agent.a" {
@@ -203,7 +204,7 @@ func bodyTargets() []func() any {
 	return []func() any{
 		func() any { return &LeaseBody{} }, func() any { return &LeaseCallBody{} }, func() any { return &HeartbeatBody{} },
 		func() any { return &CompleteBody{} }, func() any { return &FailBody{} }, func() any { return &engine.EnqueueRequest{} },
-		func() any { return &AppendReceiptBody{} }, func() any { return &NewKeyRequest{} }, func() any { t := host.NewTaskType("x"); return &t },
+		func() any { return &AppendReceiptBody{} }, func() any { return &auth.NewKeyRequest{} }, func() any { t := host.NewTaskType("x"); return &t },
 		func() any { return &MarkReadBody{} }, func() any { return &StoreInMemoryBody{} }, func() any { return &OutboxRetryBody{} },
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/store"
 )
@@ -138,8 +139,8 @@ func (m *Metrics) handler(public bool) echo.HandlerFunc {
 	}
 	full := promhttp.HandlerFor(all, promhttp.HandlerOpts{})
 	return func(c echo.Context) error {
-		a, ok := ActorFromContext(c.Request().Context())
-		if public || !ok || a.Tenant == DefaultTenant {
+		a, ok := auth.ActorFromContext(c.Request().Context())
+		if public || !ok || a.Tenant == auth.DefaultTenant {
 			full.ServeHTTP(c.Response(), c.Request())
 			return nil
 		}
@@ -244,7 +245,7 @@ func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 		failed = 1
 	}
 	// Workers are registered per tenant; the tenants are those that have keys.
-	tenants := map[string]bool{DefaultTenant: true}
+	tenants := map[string]bool{auth.DefaultTenant: true}
 	active := 0
 	now := g.eng.Clock().Now()
 	err := g.st.View(ctx, func(r store.Reader) error {

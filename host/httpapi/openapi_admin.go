@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi/openapi"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -50,8 +51,8 @@ func init() {
 		openapi.Op{Method: "GET", Path: "/v1/admin/task-types/:name", Tag: "task types", Roles: admins, Query: tenant, Summary: "A task type",
 			Responses: map[int]any{200: typeView}},
 
-		openapi.Op{Method: "POST", Path: "/v1/admin/keys", Tag: "keys", Roles: admins, Strict: true, Body: NewKeyRequest{}, BodyRequired: true,
-			Summary: "Create an API key (the secret is shown once)", Responses: map[int]any{201: CreatedKey{}}},
+		openapi.Op{Method: "POST", Path: "/v1/admin/keys", Tag: "keys", Roles: admins, Strict: true, Body: auth.NewKeyRequest{}, BodyRequired: true,
+			Summary: "Create an API key (the secret is shown once)", Responses: map[int]any{201: auth.CreatedKey{}}},
 		openapi.Op{Method: "GET", Path: "/v1/admin/keys", Tag: "keys", Roles: admins, Query: tenant, Summary: "List API keys (never their secrets)",
 			Responses: map[int]any{200: openapi.Schema{"type": "object", "required": []string{"keys"},
 				"properties": map[string]any{"keys": openapi.Schema{"type": "array", "items": openapi.Ref(store.Key{})}}}}},

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 )
 
@@ -209,7 +210,7 @@ func (s *Server) seedCreateWorkerKey(c echo.Context) error {
 	if err := bind(c, &b, lenient); err != nil {
 		return err
 	}
-	k, err := CreateKey(c.Request().Context(), s.st, NewKeyRequest{Role: engine.RoleWorker, Principal: b.WorkerID, Tenant: ActorOf(c).Tenant})
+	k, err := auth.CreateKey(c.Request().Context(), s.st, auth.NewKeyRequest{Role: engine.RoleWorker, Principal: b.WorkerID, Tenant: ActorOf(c).Tenant})
 	if err != nil {
 		return err
 	}

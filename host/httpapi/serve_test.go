@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/sqlite"
 	"github.com/asyncgate/asyncgate/host/store/faultstore"
@@ -128,7 +129,7 @@ type servedFixture struct {
 	fs     *faultstore.Store
 	eng    *engine.Engine
 	srv    *Server
-	worker *CreatedKey
+	worker *auth.CreatedKey
 	url    string
 	served chan error // Serve's return
 }
@@ -153,7 +154,7 @@ func serveOnListener(t *testing.T, sweep time.Duration) servedFixture {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	wk, err := CreateKey(ctx, st, NewKeyRequest{Role: engine.RoleWorker, Principal: "echo.w1"})
+	wk, err := auth.CreateKey(ctx, st, auth.NewKeyRequest{Role: engine.RoleWorker, Principal: "echo.w1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/plugin"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -60,7 +61,7 @@ type Server struct {
 	log     *slog.Logger
 	cfg     Config
 	e       *echo.Echo
-	auth    *Authenticator
+	authn   *auth.Authenticator
 	metrics *Metrics
 	extra   []func(*echo.Echo, echo.MiddlewareFunc)
 
@@ -94,7 +95,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	}
 	s := &Server{eng: cfg.Engine, st: cfg.Engine.Store(), log: cfg.Logger, cfg: cfg, metrics: cfg.Metrics}
 	s.drain, s.endDrain = context.WithCancel(context.Background())
-	s.auth = NewAuthenticator(s.st, cfg.AuthCacheTTL)
+	s.authn = auth.NewAuthenticator(s.st, cfg.AuthCacheTTL)
 	for _, o := range opts {
 		o(s)
 	}
@@ -110,7 +111,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	s.e = e
 	s.routes()
 	for _, fn := range s.extra {
-		fn(e, s.auth.Middleware())
+		fn(e, authMiddleware(s.authn))
 	}
 	return s, nil
 }
@@ -122,10 +123,10 @@ func (s *Server) Echo() *echo.Echo { return s.e }
 func (s *Server) Handler() http.Handler { return s.e }
 
 // Authenticator returns the server's key resolver (shared with other doors).
-func (s *Server) Authenticator() *Authenticator { return s.auth }
+func (s *Server) Authenticator() *auth.Authenticator { return s.authn }
 
 // AuthMiddleware returns the bearer-key middleware.
-func (s *Server) AuthMiddleware() echo.MiddlewareFunc { return s.auth.Middleware() }
+func (s *Server) AuthMiddleware() echo.MiddlewareFunc { return authMiddleware(s.authn) }
 
 // Serve answers requests on ln until Shutdown. It returns nil after a clean shutdown.
 // Shutdown may come first (a signal during start-up): Serve then closes ln
@@ -205,7 +206,7 @@ func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 // and admin.go.
 func (s *Server) routes() {
 	e := s.e
-	auth := s.auth.Middleware()
+	auth := authMiddleware(s.authn)
 	workers := requireRole(engine.RoleWorker, engine.RoleAdmin)
 	agents := requireRole(engine.RoleAgent, engine.RoleAdmin)
 	admins := requireRole(engine.RoleAdmin)

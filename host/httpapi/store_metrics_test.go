@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 )
 
@@ -62,7 +63,7 @@ func TestStoreWriterMetrics(t *testing.T) {
 	if after["asyncgate_store_writer_busy_seconds_total"] <= before["asyncgate_store_writer_busy_seconds_total"] {
 		t.Fatalf("writer busy seconds did not grow: %v → %v", before["asyncgate_store_writer_busy_seconds_total"], after["asyncgate_store_writer_busy_seconds_total"])
 	}
-	other, err := CreateKey(context.Background(), b.st, NewKeyRequest{Role: engine.RoleAdmin, Principal: "ops.acme", Tenant: "acme"})
+	other, err := auth.CreateKey(context.Background(), b.st, auth.NewKeyRequest{Role: engine.RoleAdmin, Principal: "ops.acme", Tenant: "acme"})
 	if err != nil {
 		t.Fatal(err)
 	}

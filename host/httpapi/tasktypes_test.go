@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 )
 
@@ -101,7 +102,7 @@ func TestTaskTypePatchAndDelete(t *testing.T) {
 	if code, body = b.do(t, http.MethodDelete, "/v1/admin/task-types/code.gen", b.admin, ""); code != 409 || body["error"] != "conflict" || !strings.Contains(body["detail"].(string), taskID) {
 		t.Fatalf("DELETE with an open task = %d %v, want 409 conflict naming %s", code, body, taskID)
 	}
-	if _, err := b.eng.Cancel(context.Background(), engine.Actor{Tenant: DefaultTenant, Principal: "agent.a", Role: engine.RoleAgent}, taskID, ""); err != nil {
+	if _, err := b.eng.Cancel(context.Background(), engine.Actor{Tenant: auth.DefaultTenant, Principal: "agent.a", Role: engine.RoleAgent}, taskID, ""); err != nil {
 		t.Fatal(err)
 	}
 	if code, body = b.do(t, http.MethodDelete, "/v1/admin/task-types/code.gen", b.admin, ""); code != 200 || body["status"] != "deleted" {

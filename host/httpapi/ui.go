@@ -21,7 +21,7 @@ func WithPluginsPending(fn func() []string) Option {
 // uiRoutes mounts the operator dashboard at /ui. Its sampler stops when the
 // server shuts down.
 func (s *Server) uiRoutes() {
-	u, err := ui.New(ui.Config{Engine: s.eng, Authenticate: s.auth.Authenticate, Plugins: s.pluginInfo,
+	u, err := ui.New(ui.Config{Engine: s.eng, Authenticate: s.authn.Authenticate, Plugins: s.pluginInfo,
 		Version: s.cfg.Version, Logger: s.log, Context: s.drain})
 	if err != nil {
 		panic("httpapi: the dashboard's embedded templates do not parse: " + err.Error()) // a build defect

@@ -20,8 +20,8 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
-	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/jsonkeys"
 )
 
@@ -40,8 +40,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.http.ServeHTTP(w, r) // mcp-go refuses it (403)
 		return
 	}
-	a, ok := httpapi.ActorFromContext(r.Context())
-	keyHash, _ := httpapi.KeyHashFromContext(r.Context())
+	a, ok := auth.ActorFromContext(r.Context())
+	keyHash, _ := auth.KeyHashFromContext(r.Context())
 	sid := r.Header.Get(headerSessionID)
 	switch r.Method {
 	case http.MethodGet:
@@ -211,17 +211,17 @@ func (s *Server) ServeStdio(ctx context.Context, actor engine.Actor, in io.Reade
 // unauthorized error before anything is served.
 func (s *Server) ServeStdioKey(ctx context.Context, key string, in io.Reader, out io.Writer) error {
 	// As the HTTP door reads a key: with or without "Bearer ".
-	actor, err := httpapi.Authenticate(ctx, s.eng.Store(), key)
+	actor, err := auth.Authenticate(ctx, s.eng.Store(), key)
 	if err != nil {
 		return err
 	}
-	return s.serveStdio(ctx, actor, httpapi.HashKey(httpapi.BearerKey(key)), in, out)
+	return s.serveStdio(ctx, actor, auth.HashKey(auth.BearerKey(key)), in, out)
 }
 
 // serveStdio serves a stdio session as actor, who came with the key of
 // hash keyHash (empty: no key to read again).
 func (s *Server) serveStdio(ctx context.Context, actor engine.Actor, keyHash string, in io.Reader, out io.Writer) error {
-	ctx = httpapi.WithActor(ctx, actor)
+	ctx = auth.WithActor(ctx, actor)
 	lw := &lockedWriter{w: out}
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])

@@ -25,6 +25,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/mcpapi"
@@ -85,7 +86,7 @@ func setup(t testing.TB, cfg mcpapi.Config, opts ...func(*engine.Config)) *testB
 		{&b.other, engine.RoleAgent, "agent.b", "other"},
 		{&b.worker, engine.RoleWorker, "echo.w1", "default"},
 	} {
-		ck, err := httpapi.CreateKey(ctx, st, httpapi.NewKeyRequest{Role: k.role, Principal: k.name, Tenant: k.tenant})
+		ck, err := auth.CreateKey(ctx, st, auth.NewKeyRequest{Role: k.role, Principal: k.name, Tenant: k.tenant})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -789,7 +790,7 @@ func TestStdio(t *testing.T) {
 func TestStdioKeyRevoked(t *testing.T) {
 	b := setup(t, mcpapi.Config{KeyCheckInterval: 50 * time.Millisecond})
 	ctx := context.Background()
-	k, err := httpapi.CreateKey(ctx, b.eng.Store(), httpapi.NewKeyRequest{Role: engine.RoleAgent, Principal: "agent.r", Tenant: "default"})
+	k, err := auth.CreateKey(ctx, b.eng.Store(), auth.NewKeyRequest{Role: engine.RoleAgent, Principal: "agent.r", Tenant: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -800,7 +801,7 @@ func TestStdioKeyRevoked(t *testing.T) {
 	c := client.NewClient(transport.NewIO(outR, inW, io.NopCloser(&bytes.Buffer{})))
 	initialize(t, c)
 	ok(t, c, "queue_task", map[string]any{"task_type": "echo"}, nil)
-	if err := httpapi.RevokeKey(ctx, b.eng.Store(), k.ID); err != nil {
+	if err := auth.RevokeKey(ctx, b.eng.Store(), k.ID); err != nil {
 		t.Fatal(err)
 	}
 	const refused = "unauthorized: the API key is not valid or was revoked"
@@ -879,7 +880,7 @@ func outputLines(out io.Reader) <-chan string {
 func TestStdioRevokedAnswersOnlyRequests(t *testing.T) {
 	b := setup(t, mcpapi.Config{KeyCheckInterval: 50 * time.Millisecond})
 	ctx := context.Background()
-	k, err := httpapi.CreateKey(ctx, b.eng.Store(), httpapi.NewKeyRequest{Role: engine.RoleAgent, Principal: "agent.r", Tenant: "default"})
+	k, err := auth.CreateKey(ctx, b.eng.Store(), auth.NewKeyRequest{Role: engine.RoleAgent, Principal: "agent.r", Tenant: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -906,7 +907,7 @@ func TestStdioRevokedAnswersOnlyRequests(t *testing.T) {
 	}
 	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"` + mcp.ProtocolVersion20251125 + `","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
 	next()
-	if err := httpapi.RevokeKey(ctx, b.eng.Store(), k.ID); err != nil {
+	if err := auth.RevokeKey(ctx, b.eng.Store(), k.ID); err != nil {
 		t.Fatal(err)
 	}
 	const refused = "unauthorized: the API key is not valid or was revoked"
@@ -938,7 +939,7 @@ func TestRevocationEndsARequestInFlight(t *testing.T) {
 func revocationInFlight(t *testing.T, over string) {
 	b := setup(t, mcpapi.Config{KeyCheckInterval: 50 * time.Millisecond, WatchInterval: 20 * time.Millisecond, MaxLeaseWait: 5 * time.Minute})
 	ctx := context.Background()
-	k, err := httpapi.CreateKey(ctx, b.eng.Store(), httpapi.NewKeyRequest{Role: engine.RoleWorker, Principal: "echo.w9", Tenant: "default"})
+	k, err := auth.CreateKey(ctx, b.eng.Store(), auth.NewKeyRequest{Role: engine.RoleWorker, Principal: "echo.w9", Tenant: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -983,7 +984,7 @@ func revocationInFlight(t *testing.T, over string) {
 			t.Fatal("the lease call never reached the engine")
 		}
 	}
-	if err := httpapi.RevokeKey(ctx, b.eng.Store(), k.ID); err != nil {
+	if err := auth.RevokeKey(ctx, b.eng.Store(), k.ID); err != nil {
 		t.Fatal(err)
 	}
 	// The session is dropped once a request of it is refused (the door

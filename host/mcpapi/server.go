@@ -19,6 +19,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/jsonkeys"
@@ -163,7 +164,7 @@ Every error result is {"error": code, "detail": text}; not_found means the task 
 func (s *Server) MCPServer() *server.MCPServer { return s.mcp }
 
 // Handler returns the streamable HTTP handler. It expects the caller's Actor
-// in the request context (httpapi.WithActor); Mount puts it there through the
+// in the request context (auth.WithActor); Mount puts it there through the
 // gate's bearer-key middleware. A request without one is refused.
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 
@@ -190,8 +191,8 @@ func (s *Server) Close() {
 // contextWithActor carries the Actor the auth middleware put in the HTTP
 // request's context into the context mcp-go gives the tool handlers.
 func contextWithActor(ctx context.Context, r *http.Request) context.Context {
-	if a, ok := httpapi.ActorFromContext(r.Context()); ok {
-		return httpapi.WithActor(ctx, a)
+	if a, ok := auth.ActorFromContext(r.Context()); ok {
+		return auth.WithActor(ctx, a)
 	}
 	return ctx
 }
@@ -209,7 +210,7 @@ var (
 // It also adds the tools of the caller's task types (tasktypes.go) to a full
 // listing, but not to mcp-go's call-time check of one built-in tool.
 func (s *Server) filterTools(ctx context.Context, tools []mcp.Tool) (out []mcp.Tool) {
-	a, ok := httpapi.ActorFromContext(ctx)
+	a, ok := auth.ActorFromContext(ctx)
 	out = tools[:0:0]
 	if !ok {
 		return out
@@ -239,7 +240,7 @@ type handlerFunc func(ctx context.Context, a engine.Actor, req mcp.CallToolReque
 func (s *Server) add(t mcp.Tool, roles []string, h handlerFunc) {
 	s.roles[t.Name] = roles
 	s.mcp.AddTool(t, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		a, ok := httpapi.ActorFromContext(ctx)
+		a, ok := auth.ActorFromContext(ctx)
 		if !ok {
 			return toolError(host.Errorf(host.CodeUnauthorized, "no caller identity: connect with an API key")), nil
 		}

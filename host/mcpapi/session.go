@@ -10,8 +10,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
-	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
@@ -165,7 +165,7 @@ func (s *Server) keyValid(hash string) bool {
 		return c.valid
 	}
 	ctx, cancel := context.WithTimeout(s.drain, 5*time.Second)
-	_, err := httpapi.AuthenticateHash(ctx, s.eng.Store(), hash)
+	_, err := auth.AuthenticateHash(ctx, s.eng.Store(), hash)
 	cancel()
 	valid := err == nil
 	if err != nil && !host.IsCode(err, host.CodeUnauthorized) {

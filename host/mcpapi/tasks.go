@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -474,7 +475,7 @@ func (s *Server) taskResources() {
 }
 
 func (s *Server) readTask(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-	a, ok := httpapi.ActorFromContext(ctx)
+	a, ok := auth.ActorFromContext(ctx)
 	if !ok {
 		return nil, host.Errorf(host.CodeUnauthorized, "no caller identity: connect with an API key")
 	}
@@ -490,7 +491,7 @@ func (s *Server) readTask(ctx context.Context, req mcp.ReadResourceRequest) ([]m
 }
 
 func (s *Server) readChain(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-	a, ok := httpapi.ActorFromContext(ctx)
+	a, ok := auth.ActorFromContext(ctx)
 	if !ok {
 		return nil, host.Errorf(host.CodeUnauthorized, "no caller identity: connect with an API key")
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/mcpapi"
@@ -609,7 +610,7 @@ func TestTasksCancelOfAFinishedTaskIsAnError(t *testing.T) {
 // does not hear of it either; the agent does.
 func TestStatusNotificationsOnlyToWhoMaySeeTheTask(t *testing.T) {
 	b := setup(t, mcpapi.Config{TaskResultWait: 300 * time.Millisecond, WatchInterval: 50 * time.Millisecond})
-	ck, err := httpapi.CreateKey(context.Background(), b.eng.Store(), httpapi.NewKeyRequest{Role: engine.RoleWorker, Principal: "agent.a", Tenant: "default"})
+	ck, err := auth.CreateKey(context.Background(), b.eng.Store(), auth.NewKeyRequest{Role: engine.RoleWorker, Principal: "agent.a", Tenant: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -649,11 +650,11 @@ func TestStatusNotificationsOnlyToWhoMaySeeTheTask(t *testing.T) {
 func TestRevokedKeyLosesItsEventStream(t *testing.T) {
 	b := setup(t, mcpapi.Config{TaskResultWait: 300 * time.Millisecond, WatchInterval: 50 * time.Millisecond, KeyCheckInterval: 100 * time.Millisecond})
 	ctx := context.Background()
-	revoked, err := httpapi.CreateKey(ctx, b.eng.Store(), httpapi.NewKeyRequest{Role: engine.RoleAgent, Principal: "agent.z", Tenant: "default"})
+	revoked, err := auth.CreateKey(ctx, b.eng.Store(), auth.NewKeyRequest{Role: engine.RoleAgent, Principal: "agent.z", Tenant: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	kept, err := httpapi.CreateKey(ctx, b.eng.Store(), httpapi.NewKeyRequest{Role: engine.RoleAgent, Principal: "agent.z", Tenant: "default"})
+	kept, err := auth.CreateKey(ctx, b.eng.Store(), auth.NewKeyRequest{Role: engine.RoleAgent, Principal: "agent.z", Tenant: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -706,7 +707,7 @@ func TestRevokedKeyLosesItsEventStream(t *testing.T) {
 	var ct createTask
 	rpcOK(t, other, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{}, "task": map[string]any{}}, &ct)
 
-	if err := httpapi.RevokeKey(ctx, b.eng.Store(), revoked.ID); err != nil {
+	if err := auth.RevokeKey(ctx, b.eng.Store(), revoked.ID); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi"
 )
@@ -221,7 +222,7 @@ func (s *Server) listTaskTypes(ctx context.Context, a engine.Actor, req mcp.Call
 }
 
 func (s *Server) readTaskType(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-	a, ok := httpapi.ActorFromContext(ctx)
+	a, ok := auth.ActorFromContext(ctx)
 	if !ok {
 		return nil, host.Errorf(host.CodeUnauthorized, "no caller identity: connect with an API key")
 	}

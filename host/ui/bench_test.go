@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/postgres"
@@ -148,7 +149,7 @@ func openBenchGate(b *testing.B, n int) *benchGate {
 		}
 	}
 	// Fresh each run: a key, and a task with receipts, progress and an obligation.
-	ck, err := httpapi.CreateKey(ctx, st, httpapi.NewKeyRequest{Role: engine.RoleAdmin, Principal: "root"})
+	ck, err := auth.CreateKey(ctx, st, auth.NewKeyRequest{Role: engine.RoleAdmin, Principal: "root"})
 	if err != nil {
 		b.Fatal(err)
 	}

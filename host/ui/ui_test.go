@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/sqlite"
@@ -58,7 +59,7 @@ func setup(t testing.TB) *bundle {
 		role, name, tenant string
 	}{{&b.admin, engine.RoleAdmin, "root", ""}, {&b.acme, engine.RoleAdmin, "acme-ops", "acme"},
 		{&b.agent, engine.RoleAgent, "agent.a", ""}, {&b.worker, engine.RoleWorker, "echo.w1", ""}} {
-		ck, err := httpapi.CreateKey(ctx, st, httpapi.NewKeyRequest{Role: k.role, Principal: k.name, Tenant: k.tenant})
+		ck, err := auth.CreateKey(ctx, st, auth.NewKeyRequest{Role: k.role, Principal: k.name, Tenant: k.tenant})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,124 @@
+package auth
+
+import (
+	"context"
+	"crypto/subtle"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// Authenticate resolves a bearer credential (an Authorization header's
+// value, with or without the "Bearer " prefix) to the Actor it stands for,
+// reading the store every time. Today the credential is an API key; a
+// missing, unknown or revoked one is an unauthorized error.
+func Authenticate(ctx context.Context, st store.Store, bearer string) (engine.Actor, error) {
+	key := BearerKey(bearer)
+	if key == "" {
+		return engine.Actor{}, host.Errorf(host.CodeUnauthorized, "an API key is required: Authorization: Bearer agw_…")
+	}
+	if !strings.HasPrefix(key, KeyPrefix) || len(key) > 200 {
+		return engine.Actor{}, host.Errorf(host.CodeUnauthorized, "the API key is not valid")
+	}
+	return AuthenticateHash(ctx, st, HashKey(key))
+}
+
+// AuthenticateHash resolves the stored hash of a key (as KeyHashFromContext
+// gives it) to the Actor it stands for, reading the store. An unknown or
+// revoked key is an unauthorized error.
+func AuthenticateHash(ctx context.Context, st store.Store, hash string) (engine.Actor, error) {
+	var k *store.Key
+	err := st.View(ctx, func(r store.Reader) error {
+		var err error
+		k, err = r.GetKeyByHash(ctx, hash)
+		return err
+	})
+	if err != nil {
+		if host.IsCode(err, host.CodeNotFound) {
+			return engine.Actor{}, host.Errorf(host.CodeUnauthorized, "the API key is not valid")
+		}
+		return engine.Actor{}, storeErr(err)
+	}
+	if subtle.ConstantTimeCompare([]byte(k.Hash), []byte(hash)) != 1 || k.RevokedAt != nil {
+		return engine.Actor{}, host.Errorf(host.CodeUnauthorized, "the API key is not valid or was revoked")
+	}
+	return engine.Actor{Tenant: k.Tenant, Principal: k.Principal, Role: k.Role}, nil
+}
+
+// BearerKey is the key of an Authorization header's value, with or without
+// the "Bearer " prefix.
+func BearerKey(bearer string) string {
+	key := strings.TrimSpace(bearer)
+	if len(key) > 7 && strings.EqualFold(key[:7], "bearer ") {
+		key = strings.TrimSpace(key[7:])
+	}
+	return key
+}
+
+// Authenticator resolves bearer keys with a short-lived cache, so a busy
+// worker does not cost a database read per call. Keys revoked through the
+// same Authenticator stop working at once; a key revoked elsewhere (the
+// offline CLI, another gate) stops within TTL.
+type Authenticator struct {
+	st  store.Store
+	ttl time.Duration
+	mu  sync.RWMutex
+	m   map[string]authEntry // key hash -> actor
+}
+
+type authEntry struct {
+	actor engine.Actor
+	until time.Time
+}
+
+// NewAuthenticator returns an Authenticator over st that caches a resolved
+// key for ttl (0 means 5 s; negative disables the cache).
+func NewAuthenticator(st store.Store, ttl time.Duration) *Authenticator {
+	if ttl == 0 {
+		ttl = 5 * time.Second
+	}
+	return &Authenticator{st: st, ttl: ttl, m: map[string]authEntry{}}
+}
+
+// Authenticate resolves a bearer credential like the package function, through the cache.
+func (a *Authenticator) Authenticate(ctx context.Context, bearer string) (engine.Actor, error) {
+	key := BearerKey(bearer)
+	if a.ttl < 0 || key == "" {
+		return Authenticate(ctx, a.st, key)
+	}
+	h := HashKey(key)
+	now := time.Now()
+	a.mu.RLock()
+	e, ok := a.m[h]
+	a.mu.RUnlock()
+	if ok && now.Before(e.until) {
+		return e.actor, nil
+	}
+	actor, err := Authenticate(ctx, a.st, key)
+	if err != nil {
+		if ok {
+			a.mu.Lock()
+			delete(a.m, h)
+			a.mu.Unlock()
+		}
+		return actor, err
+	}
+	a.mu.Lock()
+	if len(a.m) > 10000 { // bound the cache; a full reset is fine
+		a.m = map[string]authEntry{}
+	}
+	a.m[h] = authEntry{actor: actor, until: now.Add(a.ttl)}
+	a.mu.Unlock()
+	return actor, nil
+}
+
+// Forget drops every cached key, so a revocation takes effect at once.
+func (a *Authenticator) Forget() {
+	a.mu.Lock()
+	a.m = map[string]authEntry{}
+	a.mu.Unlock()
+}

@@ -1,0 +1,119 @@
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// KeyPrefix starts every API key, as the spec spells them ("agw_abc123...").
+const KeyPrefix = "agw_"
+
+// DefaultTenant is the tenant of keys created without one.
+const DefaultTenant = "default"
+
+var keyEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// TenantPattern is what a tenant's name must match.
+var TenantPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$`)
+
+var principalPattern = host.PrincipalPattern
+
+// HashKey returns the stored form of an API key: the hex sha256 of the key.
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// NewKeyRequest describes an API key to create.
+type NewKeyRequest struct {
+	Role      string `json:"role"`
+	Principal string `json:"principal"`
+	Tenant    string `json:"tenant,omitempty"`
+}
+
+// CreatedKey is a new key: its stored record and the secret, shown only once.
+type CreatedKey struct {
+	store.Key
+	APIKey string `json:"api_key"`
+}
+
+// CreateKey makes a new API key "agw_" + 32 random bytes (base32), stores
+// only its sha256 hash and returns the secret once. Roles are admin, agent
+// and worker; a worker's principal is its worker id and must have the
+// {type}.{instance} form.
+func CreateKey(ctx context.Context, st store.Store, req NewKeyRequest) (*CreatedKey, error) {
+	if req.Tenant == "" {
+		req.Tenant = DefaultTenant
+	}
+	switch req.Role {
+	case engine.RoleAdmin, engine.RoleAgent, engine.RoleWorker:
+	default:
+		return nil, host.Errorf(host.CodeBadRequest, "role must be admin, agent or worker, got %q", req.Role)
+	}
+	if !TenantPattern.MatchString(req.Tenant) {
+		return nil, host.Errorf(host.CodeBadRequest, "tenant must match %s", TenantPattern)
+	}
+	if !principalPattern.MatchString(req.Principal) {
+		return nil, host.Errorf(host.CodeBadRequest, "principal must match %s", principalPattern)
+	}
+	// The gate's own name is what its receipts (task.assigned, escalations,
+	// checkpoints) come from: a key under it would read every receipt the
+	// gate issued in its tenant and write words that read as the gate's.
+	if strings.EqualFold(req.Principal, engine.GatePrincipal) {
+		return nil, host.Errorf(host.CodeForbidden, "principal %q is the gate's own and cannot hold a key", req.Principal)
+	}
+	if req.Role == engine.RoleWorker && !host.ValidWorkerID(req.Principal) {
+		return nil, host.Errorf(host.CodeInvalidWorkerID, "a worker key's principal is its worker id and must match pattern {type}.{instance}")
+	}
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return nil, err
+	}
+	secret := KeyPrefix + strings.ToLower(keyEncoding.EncodeToString(raw[:]))
+	k := store.Key{
+		ID: host.NewID(host.PrefixKey), Hash: HashKey(secret), Prefix: secret[:len(KeyPrefix)+6],
+		Role: req.Role, Tenant: req.Tenant, Principal: req.Principal, CreatedAt: time.Now().UTC().Truncate(time.Microsecond),
+	}
+	if err := st.Update(ctx, func(tx store.Tx) error { return tx.PutKey(ctx, k) }); err != nil {
+		return nil, storeErr(err)
+	}
+	return &CreatedKey{Key: k, APIKey: secret}, nil
+}
+
+// ListKeys returns every key (hashes are never shown).
+func ListKeys(ctx context.Context, st store.Store) ([]store.Key, error) {
+	var out []store.Key
+	err := st.View(ctx, func(r store.Reader) error {
+		var err error
+		out, err = r.ListKeys(ctx)
+		return err
+	})
+	return out, storeErr(err)
+}
+
+// RevokeKey revokes a key by id; a revoked key authenticates nothing.
+func RevokeKey(ctx context.Context, st store.Store, id string) error {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	return storeErr(st.Update(ctx, func(tx store.Tx) error { return tx.RevokeKey(ctx, id, now) }))
+}
+
+// storeErr makes driver errors database_unavailable, as the engine does.
+func storeErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := err.(*host.Error); ok || host.ErrorCode(err) != host.CodeInternal {
+		return err
+	}
+	return host.WrapError(host.CodeDatabaseUnavailable, err, "the store failed: "+err.Error())
+}
