@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/store"
 )
@@ -83,15 +84,6 @@ func (s *Server) getTask(c echo.Context) error {
 	return c.JSON(http.StatusOK, t)
 }
 
-// ProgressResponse is the answer of GET /v1/tasks/{id}/progress.
-type ProgressResponse struct {
-	TaskID          string           `json:"task_id"`
-	Status          host.TaskState   `json:"status"`
-	ProgressPercent *float64         `json:"progress_percent,omitempty"`
-	ProgressMessage string           `json:"progress_message,omitempty"`
-	Progress        []store.Progress `json:"progress"`
-}
-
 // progress is GET /v1/tasks/{id}/progress: the progress history, newest first.
 func (s *Server) progress(c echo.Context) error {
 	limit, err := queryInt(c, "limit", 0)
@@ -105,7 +97,7 @@ func (s *Server) progress(c echo.Context) error {
 	if ps == nil {
 		ps = []store.Progress{}
 	}
-	return c.JSON(http.StatusOK, ProgressResponse{TaskID: t.ID, Status: t.State, ProgressPercent: t.ProgressPercent, ProgressMessage: t.ProgressMessage, Progress: ps})
+	return c.JSON(http.StatusOK, api.ProgressResponse{TaskID: t.ID, Status: t.State, ProgressPercent: t.ProgressPercent, ProgressMessage: t.ProgressMessage, Progress: ps})
 }
 
 // cancel is POST /v1/tasks/{id}/cancel with an optional {"reason": …}.
@@ -121,23 +113,6 @@ func (s *Server) cancel(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, t)
-}
-
-// ResultResponse is the answer of GET /v1/tasks/{id}/result. Content is the
-// payload when it is JSON; other payloads come as content_base64.
-type ResultResponse struct {
-	TaskID         string          `json:"task_id"`
-	Channel        string          `json:"channel,omitempty"`
-	ResultPointer  string          `json:"result_pointer,omitempty"`
-	ResultChecksum string          `json:"result_checksum,omitempty"`
-	ChecksumValid  *bool           `json:"checksum_valid,omitempty"`
-	Content        json.RawMessage `json:"content,omitempty"`
-	ContentBase64  string          `json:"content_base64,omitempty"`
-	Summary        string          `json:"summary,omitempty"`
-	Metadata       json.RawMessage `json:"metadata,omitempty"`
-	Artifacts      []host.Artifact `json:"artifacts,omitempty"`
-	DeliveryProof  json.RawMessage `json:"delivery_proof,omitempty"`
-	ArchivedAt     *time.Time      `json:"archived_at,omitempty"`
 }
 
 // streamThreshold is the payload size above which a result is streamed
@@ -171,7 +146,7 @@ func (s *Server) fetchResult(c echo.Context) error {
 		return err
 	}
 	defer rs.Close()
-	out := ResultResponse{TaskID: rs.Task.ID, Channel: rs.Channel, ResultPointer: rs.Pointer}
+	out := api.ResultResponse{TaskID: rs.Task.ID, Channel: rs.Channel, ResultPointer: rs.Pointer}
 	if r := rs.Task.Result; r != nil {
 		out.ResultChecksum, out.Summary, out.Metadata = r.Checksum, r.Summary, r.Metadata
 		out.Artifacts, out.DeliveryProof, out.ArchivedAt = r.Artifacts, r.DeliveryProof, r.ArchivedAt
@@ -234,32 +209,6 @@ func (s *Server) archive(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-// ObligationsResponse is the Architecture document's /v1/obligations/open shape.
-type ObligationsResponse struct {
-	Server          ServerInfo        `json:"server"`
-	Relationship    Relationship      `json:"relationship"`
-	OpenObligations []host.Obligation `json:"open_obligations"`
-	Cursor          string            `json:"cursor"`
-}
-
-// ServerInfo describes the gate answering.
-type ServerInfo struct {
-	Name    string    `json:"name"`
-	Version string    `json:"version"`
-	Time    time.Time `json:"time"`
-	Driver  string    `json:"store"`
-}
-
-// Relationship says whose obligations these are.
-type Relationship struct {
-	Tenant    string `json:"tenant"`
-	Principal string `json:"principal"`
-	// Role is "obligor" (owes), "obligee" (is owed) or "" (both).
-	Role string `json:"role,omitempty"`
-	// CallerRole is the caller's key role.
-	CallerRole string `json:"caller_role"`
-}
-
 // openObligations is GET /v1/obligations/open?principal=&role=&limit=&cursor=
 // (principal_id is accepted for principal).
 func (s *Server) openObligations(c echo.Context) error {
@@ -283,9 +232,9 @@ func (s *Server) openObligations(c echo.Context) error {
 	if who == "" {
 		who = a.Principal
 	}
-	return c.JSON(http.StatusOK, ObligationsResponse{
-		Server:          ServerInfo{Name: "asyncgate", Version: s.cfg.Version, Time: s.eng.Clock().Now().UTC(), Driver: s.st.Driver()},
-		Relationship:    Relationship{Tenant: a.Tenant, Principal: who, Role: f.Role, CallerRole: a.Role},
+	return c.JSON(http.StatusOK, api.ObligationsResponse{
+		Server:          api.ServerInfo{Name: "asyncgate", Version: s.cfg.Version, Time: s.eng.Clock().Now().UTC(), Driver: s.st.Driver()},
+		Relationship:    api.Relationship{Tenant: a.Tenant, Principal: who, Role: f.Role, CallerRole: a.Role},
 		OpenObligations: obs, Cursor: cur,
 	})
 }
@@ -316,20 +265,13 @@ func (s *Server) listReceipts(c echo.Context) error {
 	return c.JSON(http.StatusOK, ReceiptList{Receipts: rs, Cursor: cur})
 }
 
-// ReceiptResponse is a receipt with the receipt that terminated it, if any.
-type ReceiptResponse struct {
-	*host.Receipt
-	TerminatedBy string `json:"terminated_by,omitempty"`
-	Duplicate    bool   `json:"duplicate,omitempty"`
-}
-
 // getReceipt is GET /v1/receipts/{id}.
 func (s *Server) getReceipt(c echo.Context) error {
 	rc, term, err := s.eng.GetReceipt(c.Request().Context(), ActorOf(c), c.Param("id"))
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, ReceiptResponse{Receipt: rc, TerminatedBy: term})
+	return c.JSON(http.StatusOK, api.ReceiptResponse{Receipt: rc, TerminatedBy: term})
 }
 
 // chain is GET /v1/receipts/{id}/chain: the receipt and its ancestors, nearest first.
@@ -393,5 +335,5 @@ func (s *Server) appendReceipt(c echo.Context) error {
 	if dup {
 		status = http.StatusOK
 	}
-	return c.JSON(status, ReceiptResponse{Receipt: rc, Duplicate: dup})
+	return c.JSON(status, api.ReceiptResponse{Receipt: rc, Duplicate: dup})
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/engine"
 )
 
@@ -111,13 +111,6 @@ func (s *Server) sessionBootstrap(c echo.Context) error {
 	return c.JSON(http.StatusOK, b)
 }
 
-// InboxList is a page of inbox items.
-type InboxList struct {
-	Recipient string           `json:"recipient"`
-	Items     []host.InboxItem `json:"items"`
-	Cursor    string           `json:"cursor"`
-}
-
 // inbox is GET /v1/inbox?unread=true&task_id=&recipient=&cursor=&limit=.
 func (s *Server) inbox(c echo.Context) error {
 	limit, err := queryInt(c, "limit", 0)
@@ -138,7 +131,7 @@ func (s *Server) inbox(c echo.Context) error {
 	if who == "" {
 		who = ActorOf(c).Principal
 	}
-	return c.JSON(http.StatusOK, InboxList{Recipient: who, Items: items, Cursor: cur})
+	return c.JSON(http.StatusOK, api.InboxList{Recipient: who, Items: items, Cursor: cur})
 }
 
 // MarkReadBody is the body of POST /v1/inbox/mark-read.

@@ -2,10 +2,10 @@ package httpapi
 
 import (
 	"net/http"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/engine"
 )
 
@@ -43,13 +43,6 @@ func (s *Server) fetchTaskEmail(c echo.Context) error {
 	return c.JSON(http.StatusOK, res)
 }
 
-// ArchivedEmail is the answer of archive_task_email.
-type ArchivedEmail struct {
-	TaskID     string     `json:"task_id"`
-	Status     string     `json:"status"` // "archived"
-	ArchivedAt *time.Time `json:"archived_at,omitempty"`
-}
-
 // archiveTaskEmail is POST /v1/tasks/{id}/email/archive: the email
 // channel's ack deletes the message from the mailbox; the result is marked
 // archived.
@@ -58,7 +51,7 @@ func (s *Server) archiveTaskEmail(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := ArchivedEmail{TaskID: t.ID, Status: "archived"}
+	out := api.ArchivedEmail{TaskID: t.ID, Status: "archived"}
 	if t.Result != nil {
 		out.ArchivedAt = t.Result.ArchivedAt
 	}

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi/openapi"
 )
@@ -31,14 +32,14 @@ func init() {
 			Responses: map[int]any{200: TaskList{}}},
 		openapi.Op{Method: "GET", Path: "/v1/tasks/:id", Tag: "tasks", Roles: anyKey, Summary: "A task", Responses: map[int]any{200: &host.Task{}}},
 		openapi.Op{Method: "GET", Path: "/v1/tasks/:id/progress", Tag: "tasks", Roles: anyKey, Summary: "A task's progress history, newest first",
-			Query: []openapi.Param{{Name: "limit", Type: "integer"}}, Responses: map[int]any{200: ProgressResponse{}}},
+			Query: []openapi.Param{{Name: "limit", Type: "integer"}}, Responses: map[int]any{200: api.ProgressResponse{}}},
 		openapi.Op{Method: "POST", Path: "/v1/tasks/:id/cancel", Tag: "tasks", Roles: agents, Strict: true,
 			Body: struct {
 				Reason string `json:"reason,omitempty"`
 			}{},
 			Summary: "Cancel a task (queued: at once; leased: cancel_requested)", Responses: map[int]any{200: &host.Task{}}},
 		openapi.Op{Method: "GET", Path: "/v1/tasks/:id/result", Tag: "tasks", Roles: anyKey,
-			Summary: "Fetch a finished task's result through its channel", Responses: map[int]any{200: ResultResponse{}}},
+			Summary: "Fetch a finished task's result through its channel", Responses: map[int]any{200: api.ResultResponse{}}},
 		openapi.Op{Method: "POST", Path: "/v1/tasks/:id/archive", Tag: "tasks", Roles: agents,
 			Summary: "Archive a task's result", Responses: map[int]any{200: openapi.Schema{
 				"type": "object", "required": []string{"task_id", "status"},
@@ -48,20 +49,20 @@ func init() {
 			Summary: "Open obligations of a principal",
 			Query: append([]openapi.Param{{Name: "principal"}, {Name: "principal_id"}, {Name: "role", Enum: []string{"obligor", "obligee"}},
 				{Name: "tenant", Description: "must be the key's tenant when given"}}, page...),
-			Responses: map[int]any{200: ObligationsResponse{}}},
+			Responses: map[int]any{200: api.ObligationsResponse{}}},
 		openapi.Op{Method: "GET", Path: "/v1/receipts", Tag: "receipts", Roles: anyKey, Summary: "A task's receipts in ledger order",
 			Query:     append([]openapi.Param{{Name: "task_id"}, {Name: "tenant"}}, page...),
 			Responses: map[int]any{200: ReceiptList{}}},
 		openapi.Op{Method: "POST", Path: "/v1/receipts", Tag: "receipts", Roles: anyKey, Strict: true, Body: AppendReceiptBody{}, BodyRequired: true,
 			Summary:   "Append a receipt (201; 200 with duplicate for a repeated dedupe_key)",
-			Responses: map[int]any{201: ReceiptResponse{}, 200: ReceiptResponse{}}},
+			Responses: map[int]any{201: api.ReceiptResponse{}, 200: api.ReceiptResponse{}}},
 		openapi.Op{Method: "POST", Path: "/v1/receipts/check-terminator", Tag: "receipts", Roles: anyKey, Strict: true, BodyRequired: true,
 			Body: struct {
 				ParentReceiptID string `json:"parent_receipt_id"`
 			}{},
 			Summary: "Whether a receipt has been terminated", Responses: map[int]any{200: engine.TerminatorCheck{}}},
 		openapi.Op{Method: "GET", Path: "/v1/receipts/:id", Tag: "receipts", Roles: anyKey, Summary: "A receipt and what terminated it",
-			Responses: map[int]any{200: ReceiptResponse{}}},
+			Responses: map[int]any{200: api.ReceiptResponse{}}},
 		openapi.Op{Method: "GET", Path: "/v1/receipts/:id/chain", Tag: "receipts", Roles: anyKey, Summary: "A receipt's chain up through its parents, nearest first",
 			Responses: map[int]any{200: openapi.Schema{"type": "object", "required": []string{"receipt_id", "chain"},
 				"properties": map[string]any{"receipt_id": str, "chain": openapi.Schema{"type": "array", "items": openapi.Ref(engine.ChainLink{})}}}}},

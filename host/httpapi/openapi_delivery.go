@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi/openapi"
 )
@@ -18,7 +19,7 @@ func init() {
 		openapi.Op{Method: "GET", Path: "/v1/inbox", Tag: "inbox", Roles: anyKey,
 			Query: []openapi.Param{{Name: "unread", Type: "boolean"}, {Name: "task_id"}, {Name: "recipient", Description: "another principal's inbox (admins)"},
 				{Name: "cursor"}, limit},
-			Summary: "Inbox items, oldest first (marks the caller's own delivered)", Responses: map[int]any{200: InboxList{}}},
+			Summary: "Inbox items, oldest first (marks the caller's own delivered)", Responses: map[int]any{200: api.InboxList{}}},
 		openapi.Op{Method: "POST", Path: "/v1/inbox/mark-read", Tag: "inbox", Roles: anyKey, Strict: true, Body: MarkReadBody{}, BodyRequired: true,
 			Summary: "Mark inbox items read (the only way read_at is set)", Responses: map[int]any{200: engine.MarkReadResult{}}},
 		openapi.Op{Method: "POST", Path: "/v1/tasks/:id/store-in-memory", Tag: "inbox", Roles: agents, Strict: true, Body: StoreInMemoryBody{},

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi/openapi"
 )
@@ -18,6 +19,6 @@ func init() {
 			Responses: map[int]any{200: engine.TaskEmail{}}},
 		openapi.Op{Method: "POST", Path: "/v1/tasks/:id/email/archive", Tag: "email", Roles: agents,
 			Summary:   "Archive a task's emailed result: delete the message from the gate's mailbox and mark the result archived",
-			Responses: map[int]any{200: ArchivedEmail{}}},
+			Responses: map[int]any{200: api.ArchivedEmail{}}},
 	)
 }

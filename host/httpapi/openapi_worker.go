@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/httpapi/openapi"
 )
 
@@ -15,26 +16,26 @@ func init() {
 		openapi.Op{Method: "POST", Path: "/v1/leases/:lease_id/accept", Tag: "worker", Roles: workers, Strict: true, Body: LeaseCallBody{},
 			Summary: "Accept a leased task (writes the task.accepted receipt)", Responses: map[int]any{200: AcceptResponse{}}},
 		openapi.Op{Method: "POST", Path: "/v1/leases/:lease_id/heartbeat", Tag: "worker", Roles: workers, Strict: true, Body: HeartbeatBody{},
-			Summary: "Extend a lease and report progress; answers cancel_requested", Responses: map[int]any{200: HeartbeatResponse{}}},
+			Summary: "Extend a lease and report progress; answers cancel_requested", Responses: map[int]any{200: api.HeartbeatResponse{}}},
 		openapi.Op{Method: "POST", Path: "/v1/leases/:lease_id/complete", Tag: "worker", Roles: workers, Strict: true, Body: CompleteBody{},
-			Summary: "Complete a leased task with a locatable result or an inline payload", Responses: map[int]any{200: CompleteResponse{}}},
+			Summary: "Complete a leased task with a locatable result or an inline payload", Responses: map[int]any{200: api.CompleteResponse{}}},
 		openapi.Op{Method: "POST", Path: "/v1/leases/:lease_id/fail", Tag: "worker", Roles: workers, Strict: true, Body: FailBody{},
-			Summary: "Report a failure: retry later or dead letter", Responses: map[int]any{200: FailResponse{}}},
+			Summary: "Report a failure: retry later or dead letter", Responses: map[int]any{200: api.FailResponse{}}},
 		openapi.Op{Method: "POST", Path: "/v1/leases/:lease_id/release", Tag: "worker", Roles: workers, Strict: true, Body: LeaseCallBody{},
 			Summary: "Give a lease back without using an attempt", Responses: map[int]any{200: ReleaseResponse{}}},
 
 		openapi.Op{Method: "POST", Path: "/lease", Tag: "worker (seed)", Roles: workers, Body: LeaseBody{},
 			Summary: "Lease Protocol: one offer or 204", Responses: map[int]any{200: SeedOffer{}, 204: openapi.NoContent}},
 		openapi.Op{Method: "POST", Path: "/lease/:lease_id/heartbeat", Tag: "worker (seed)", Roles: workers, Body: HeartbeatBody{},
-			Summary: "Lease Protocol heartbeat", Responses: map[int]any{200: HeartbeatResponse{}}},
+			Summary: "Lease Protocol heartbeat", Responses: map[int]any{200: api.HeartbeatResponse{}}},
 	)
 	for _, prefix := range []string{"/worker", "/workers"} {
 		lease := "/lease"
-		idle := map[int]any{200: TaskEnvelope{}, 204: openapi.NoContent}
+		idle := map[int]any{200: api.TaskEnvelope{}, 204: openapi.NoContent}
 		if prefix == "/workers" {
 			lease = "/lease_task"
 			idle = map[int]any{200: openapi.Schema{"oneOf": []any{
-				openapi.Ref(TaskEnvelope{}),
+				openapi.Ref(api.TaskEnvelope{}),
 				openapi.Schema{"type": "object", "required": []string{"task_id", "message"},
 					"properties": map[string]any{"task_id": openapi.Schema{"type": "null"}, "message": openapi.Schema{"type": "string"}}},
 			}}}

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 )
@@ -91,30 +92,6 @@ func (s *Server) seedLeaseHeartbeat(c echo.Context) error {
 	return c.JSON(http.StatusOK, res)
 }
 
-// TaskEnvelope is the spec's shared worker envelope; run_id is the lease id.
-type TaskEnvelope struct {
-	TaskID         string          `json:"task_id"`
-	RunID          string          `json:"run_id"`
-	TaskType       string          `json:"task_type"`
-	Params         json.RawMessage `json:"params"`
-	Priority       int             `json:"priority"`
-	LeaseExpiresAt time.Time       `json:"lease_expires_at"`
-	Metadata       map[string]any  `json:"metadata"`
-	// ResourceLeases are the task's resource leases with their fencing
-	// tokens (only for a task with resource intents).
-	ResourceLeases []*host.ResourceLease `json:"resource_leases,omitempty"`
-}
-
-func envelope(o host.Offer) TaskEnvelope {
-	t := o.Task
-	md := map[string]any{"attempt": o.Attempt, "principal_ai": t.CreatedBy, "recipient_ai": t.Recipient}
-	if t.Summary != "" {
-		md["task_summary"] = t.Summary
-	}
-	return TaskEnvelope{TaskID: t.ID, RunID: o.RunID, TaskType: t.Type, Params: t.Params, Priority: t.Priority,
-		LeaseExpiresAt: o.LeaseExpiresAt, Metadata: md, ResourceLeases: o.ResourceLeases}
-}
-
 // envelopeLease is POST /worker/lease (204 when idle) and, with noTaskBody,
 // POST /workers/lease_task (200 {"task_id": null, "message": …} when idle).
 func (s *Server) envelopeLease(noTaskBody bool) echo.HandlerFunc {
@@ -134,7 +111,7 @@ func (s *Server) envelopeLease(noTaskBody bool) echo.HandlerFunc {
 			}
 			return c.NoContent(http.StatusNoContent)
 		}
-		return c.JSON(http.StatusOK, envelope(offers[0]))
+		return c.JSON(http.StatusOK, api.NewTaskEnvelope(offers[0]))
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/engine"
 )
 
@@ -169,18 +170,7 @@ type HeartbeatBody struct {
 	Milestone bool `json:"milestone,omitempty"`
 }
 
-// HeartbeatResponse is the answer of a heartbeat.
-type HeartbeatResponse struct {
-	Status          string    `json:"status"`
-	LeaseID         string    `json:"lease_id,omitempty"`
-	LeaseExpiresAt  time.Time `json:"lease_expires_at"`
-	CancelRequested bool      `json:"cancel_requested"`
-	// ServerTime is the gate's clock at the extension, for a worker's
-	// conservative local expiry.
-	ServerTime time.Time `json:"server_time"`
-}
-
-func (s *Server) doHeartbeat(c echo.Context, leaseID string, b HeartbeatBody) (*HeartbeatResponse, error) {
+func (s *Server) doHeartbeat(c echo.Context, leaseID string, b HeartbeatBody) (*api.HeartbeatResponse, error) {
 	if err := sameRun(leaseID, b.RunID); err != nil {
 		return nil, err
 	}
@@ -195,7 +185,7 @@ func (s *Server) doHeartbeat(c echo.Context, leaseID string, b HeartbeatBody) (*
 	if err != nil {
 		return nil, err
 	}
-	return &HeartbeatResponse{Status: res.Status, LeaseID: leaseID, LeaseExpiresAt: res.LeaseExpiresAt, CancelRequested: res.CancelRequested, ServerTime: res.ServerTime}, nil
+	return &api.HeartbeatResponse{Status: res.Status, LeaseID: leaseID, LeaseExpiresAt: res.LeaseExpiresAt, CancelRequested: res.CancelRequested, ServerTime: res.ServerTime}, nil
 }
 
 // heartbeat is POST /v1/leases/{lease_id}/heartbeat.
@@ -229,19 +219,7 @@ type CompleteBody struct {
 	ResultBase64   *string         `json:"result_base64,omitempty"`
 }
 
-// CompleteResponse is the answer of a completion.
-type CompleteResponse struct {
-	Status         string `json:"status"`
-	TaskID         string `json:"task_id"`
-	LeaseID        string `json:"lease_id"`
-	ReceiptID      string `json:"receipt_id"`
-	Duplicate      bool   `json:"duplicate"`
-	ResultChannel  string `json:"result_channel,omitempty"`
-	ResultPointer  string `json:"result_pointer,omitempty"`
-	ResultChecksum string `json:"result_checksum,omitempty"`
-}
-
-func (s *Server) doComplete(c echo.Context, leaseID string, b CompleteBody) (*CompleteResponse, error) {
+func (s *Server) doComplete(c echo.Context, leaseID string, b CompleteBody) (*api.CompleteResponse, error) {
 	if err := sameRun(leaseID, b.RunID); err != nil {
 		return nil, err
 	}
@@ -261,7 +239,7 @@ func (s *Server) doComplete(c echo.Context, leaseID string, b CompleteBody) (*Co
 	if err != nil {
 		return nil, err
 	}
-	out := &CompleteResponse{Status: res.Status, LeaseID: leaseID, ReceiptID: res.ReceiptID, Duplicate: res.Duplicate}
+	out := &api.CompleteResponse{Status: res.Status, LeaseID: leaseID, ReceiptID: res.ReceiptID, Duplicate: res.Duplicate}
 	if res.Task != nil {
 		out.TaskID = res.Task.ID
 		if r := res.Task.Result; r != nil {
@@ -294,18 +272,7 @@ type FailBody struct {
 	Metadata     json.RawMessage `json:"metadata,omitempty"`
 }
 
-// FailResponse is the answer of a failure report.
-type FailResponse struct {
-	Status           string     `json:"status"`
-	TaskID           string     `json:"task_id"`
-	LeaseID          string     `json:"lease_id"`
-	WillRetry        bool       `json:"will_retry"`
-	RetryScheduledAt *time.Time `json:"retry_scheduled_at,omitempty"`
-	ReceiptID        string     `json:"receipt_id"`
-	Duplicate        bool       `json:"duplicate"`
-}
-
-func (s *Server) doFail(c echo.Context, leaseID string, b FailBody) (*FailResponse, error) {
+func (s *Server) doFail(c echo.Context, leaseID string, b FailBody) (*api.FailResponse, error) {
 	if err := sameRun(leaseID, b.RunID); err != nil {
 		return nil, err
 	}
@@ -318,7 +285,7 @@ func (s *Server) doFail(c echo.Context, leaseID string, b FailBody) (*FailRespon
 	if err != nil {
 		return nil, err
 	}
-	out := &FailResponse{Status: res.Status, LeaseID: leaseID, WillRetry: res.WillRetry, RetryScheduledAt: res.RetryScheduledAt,
+	out := &api.FailResponse{Status: res.Status, LeaseID: leaseID, WillRetry: res.WillRetry, RetryScheduledAt: res.RetryScheduledAt,
 		ReceiptID: res.ReceiptID, Duplicate: res.Duplicate}
 	if res.Task != nil {
 		out.TaskID = res.Task.ID

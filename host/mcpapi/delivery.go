@@ -6,8 +6,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/engine"
-	"github.com/asyncgate/asyncgate/host/httpapi"
 )
 
 // deliveryTools registers the delivery tools (issue 13): the session
@@ -23,7 +23,7 @@ Each inbox item has inbox_id, kind (completed, failed, escalation, milestone), t
 
 	s.add(tool("list_inbox", "List your inbox",
 		`List your inbox items, oldest first: only actionable outcomes (completed, failed, escalation, milestone), never progress. unread=true keeps those not marked read. Returning items marks them delivered, never read.`,
-		returns[httpapi.InboxList](), readOnly(), props(
+		returns[api.InboxList](), readOnly(), props(
 			mcp.WithBoolean("unread", mcp.Description("Only items not marked read.")),
 			mcp.WithString("task_id", mcp.Description("Only items of this task.")),
 			mcp.WithInteger("limit", mcp.Min(1), mcp.Max(500), mcp.Description("Page size. Default 100.")),
@@ -99,7 +99,7 @@ func (s *Server) listInbox(ctx context.Context, a engine.Actor, req mcp.CallTool
 	if err != nil {
 		return nil, "", err
 	}
-	return httpapi.InboxList{Recipient: a.Principal, Items: items, Cursor: cur}, fmt.Sprintf("%d inbox item(s).", len(items)), nil
+	return api.InboxList{Recipient: a.Principal, Items: items, Cursor: cur}, fmt.Sprintf("%d inbox item(s).", len(items)), nil
 }
 
 func (s *Server) markRead(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {

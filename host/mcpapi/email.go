@@ -5,8 +5,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/engine"
-	"github.com/asyncgate/asyncgate/host/httpapi"
 )
 
 // emailTools registers seed 002's email tools: send_email,
@@ -30,7 +30,7 @@ func (s *Server) emailTools() {
 
 	s.add(tool("archive_task_email", "Archive a task's result email",
 		`Archive a task's emailed result once you have kept what you need: the email channel deletes the message from the gate's mailbox and the result is marked archived. Archiving twice is harmless. Errors as fetch_task_email.`,
-		returns[httpapi.ArchivedEmail](), writes(true, true), props(taskIDArg)),
+		returns[api.ArchivedEmail](), writes(true, true), props(taskIDArg)),
 		agentRoles, s.archiveTaskEmail)
 }
 
@@ -76,7 +76,7 @@ func (s *Server) archiveTaskEmail(ctx context.Context, a engine.Actor, req mcp.C
 	if err != nil {
 		return nil, "", err
 	}
-	out := httpapi.ArchivedEmail{TaskID: t.ID, Status: "archived"}
+	out := api.ArchivedEmail{TaskID: t.ID, Status: "archived"}
 	if t.Result != nil {
 		out.ArchivedAt = t.Result.ArchivedAt
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi"
@@ -445,19 +446,19 @@ func TestAgentAndWorkerRoundTrip(t *testing.T) {
 		t.Fatalf("worker obligations: %+v", obs)
 	}
 
-	var hb httpapi.HeartbeatResponse
+	var hb api.HeartbeatResponse
 	ok(t, worker, "worker_heartbeat_task", map[string]any{"task_id": ack.TaskID, "run_id": lease.RunID,
 		"progress_percent": 50, "progress_message": "half", "extend_lease_seconds": 900}, &hb)
 	if hb.Status != "ok" || hb.CancelRequested || hb.LeaseExpiresAt.IsZero() {
 		t.Fatalf("heartbeat: %+v", hb)
 	}
-	var prog httpapi.ProgressResponse
+	var prog api.ProgressResponse
 	ok(t, agent, "get_task_progress", map[string]any{"task_id": ack.TaskID}, &prog)
 	if prog.Status != "leased" || len(prog.Progress) != 1 || prog.ProgressPercent == nil || *prog.ProgressPercent != 50 || prog.ProgressMessage != "half" {
 		t.Fatalf("progress: %+v", prog)
 	}
 
-	var done httpapi.CompleteResponse
+	var done api.CompleteResponse
 	ok(t, worker, "worker_complete_task", map[string]any{"task_id": ack.TaskID, "run_id": lease.RunID,
 		"result": map[string]any{"answer": 42}, "summary": "echoed"}, &done)
 	if done.Status != "completed" || done.TaskID != ack.TaskID || done.ReceiptID == "" || done.ResultChannel != "inline" ||
@@ -465,7 +466,7 @@ func TestAgentAndWorkerRoundTrip(t *testing.T) {
 		!strings.HasPrefix(done.ResultChecksum, "sha256:") || done.Duplicate {
 		t.Fatalf("complete: %+v", done)
 	}
-	var again httpapi.CompleteResponse
+	var again api.CompleteResponse
 	ok(t, worker, "worker_complete_task", map[string]any{"task_id": ack.TaskID, "run_id": lease.RunID, "result_pointer": "inline:x"}, &again)
 	if !again.Duplicate || again.ReceiptID != done.ReceiptID {
 		t.Fatalf("second complete: %+v", again)
@@ -475,7 +476,7 @@ func TestAgentAndWorkerRoundTrip(t *testing.T) {
 	if st.Status != "succeeded" || !st.HasResult || st.CanRetry || !strings.Contains(st.NextStep, "fetch_task_result") {
 		t.Fatalf("status after completion: %+v", st)
 	}
-	var fr httpapi.ResultResponse
+	var fr api.ResultResponse
 	ok(t, agent, "fetch_task_result", map[string]any{"task_id": ack.TaskID}, &fr)
 	if string(fr.Content) != `{"answer":42}` || fr.ChecksumValid == nil || !*fr.ChecksumValid || fr.Summary != "echoed" || fr.Channel != "inline" {
 		t.Fatalf("result: %+v", fr)
@@ -487,7 +488,7 @@ func TestAgentAndWorkerRoundTrip(t *testing.T) {
 	}
 
 	// The ledger: the assignment is discharged by the completion.
-	var rc httpapi.ReceiptResponse
+	var rc api.ReceiptResponse
 	ok(t, agent, "get_receipt", map[string]any{"receipt_id": ack.ReceiptID}, &rc)
 	if rc.Type != host.ReceiptAssigned || rc.TerminatedBy != done.ReceiptID || rc.To != "agent.a" {
 		t.Fatalf("receipt: %+v", rc)
@@ -545,7 +546,7 @@ func TestResultThroughFileChannel(t *testing.T) {
 	big := `{"text":"` + strings.Repeat("x", 10000) + `"}` // over the inline channel's 4096 bytes
 	sum := sha256.Sum256([]byte(big))
 	hexSum := hex.EncodeToString(sum[:])
-	var done httpapi.CompleteResponse
+	var done api.CompleteResponse
 	ok(t, worker, "worker_complete_task", map[string]any{"task_id": ack.TaskID, "run_id": lease.RunID,
 		"result": json.RawMessage(big), "summary": "big"}, &done)
 	if done.Status != "completed" || done.ResultChannel != "file" || done.ResultPointer != "file:"+ack.TaskID+"/"+hexSum ||
@@ -558,7 +559,7 @@ func TestResultThroughFileChannel(t *testing.T) {
 		t.Fatalf("the file channel did not store the payload in its folder: %d bytes, %v", len(stored), err)
 	}
 
-	var fr httpapi.ResultResponse
+	var fr api.ResultResponse
 	ok(t, agent, "fetch_task_result", map[string]any{"task_id": ack.TaskID}, &fr)
 	if fr.Channel != "file" || fr.ResultPointer != done.ResultPointer || fr.ChecksumValid == nil || !*fr.ChecksumValid ||
 		string(fr.Content) != big {
@@ -608,12 +609,12 @@ func TestCancelAndFail(t *testing.T) {
 	if task.State != host.StateLeased || !task.CancelRequested {
 		t.Fatalf("cancel leased: %+v", task)
 	}
-	var hb httpapi.HeartbeatResponse
+	var hb api.HeartbeatResponse
 	res := ok(t, worker, "worker_heartbeat_task", map[string]any{"task_id": id, "run_id": lease.RunID}, &hb)
 	if !hb.CancelRequested || !strings.Contains(text(res), "worker_fail_task") {
 		t.Fatalf("heartbeat after cancel: %+v", hb)
 	}
-	var fr httpapi.FailResponse
+	var fr api.FailResponse
 	ok(t, worker, "worker_fail_task", map[string]any{"task_id": id, "run_id": lease.RunID, "error_message": "stopped"}, &fr)
 	if fr.Status != "canceled" {
 		t.Fatalf("fail after cancel: %+v", fr)

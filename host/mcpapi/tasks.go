@@ -12,9 +12,9 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
-	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
@@ -400,8 +400,8 @@ func (s *Server) tasksResult(ctx context.Context, a engine.Actor, params json.Ra
 }
 
 // resultResponse is a fetched result as fetch_task_result shows it.
-func resultResponse(fr *engine.FetchedResult) httpapi.ResultResponse {
-	out := httpapi.ResultResponse{TaskID: fr.Task.ID, Channel: fr.Channel, ResultPointer: fr.Pointer, ChecksumValid: fr.ChecksumValid}
+func resultResponse(fr *engine.FetchedResult) api.ResultResponse {
+	out := api.ResultResponse{TaskID: fr.Task.ID, Channel: fr.Channel, ResultPointer: fr.Pointer, ChecksumValid: fr.ChecksumValid}
 	if r := fr.Task.Result; r != nil {
 		out.ResultChecksum, out.Summary, out.Metadata = r.Checksum, r.Summary, r.Metadata
 		out.Artifacts, out.DeliveryProof, out.ArchivedAt = r.Artifacts, r.DeliveryProof, r.ArchivedAt

@@ -17,9 +17,9 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
-	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/mcpapi"
 )
 
@@ -556,7 +556,7 @@ func TestStdioTasks(t *testing.T) {
 	if got.Status != mcp.TaskStatusWorking {
 		t.Fatalf("tasks/get over HTTP of a stdio task: %+v", got)
 	}
-	var st httpapi.ProgressResponse
+	var st api.ProgressResponse
 	ok(t, c, "get_task_progress", map[string]any{"task_id": ct.Task.TaskId}, &st)
 	complete(t, b, ct.Task.TaskId, map[string]any{"ok": true})
 	n.wait(t, "tasks/status completed over stdio", func(m mcp.JSONRPCNotification) bool {

@@ -12,9 +12,9 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
-	"github.com/asyncgate/asyncgate/host/httpapi"
 )
 
 // TaskTypeURIPrefix starts the URI of a task type's resource:
@@ -55,10 +55,10 @@ type TaskTypeList struct {
 // through tasks/result, with the task's result fetched through its channel
 // (result).
 type TaskTypeCallResult struct {
-	TaskID string                  `json:"task_id"`
-	Status string                  `json:"status"`
-	Queued *QueueTaskResult        `json:"queued,omitempty"`
-	Result *httpapi.ResultResponse `json:"result,omitempty"`
+	TaskID string              `json:"task_id"`
+	Status string              `json:"status"`
+	Queued *QueueTaskResult    `json:"queued,omitempty"`
+	Result *api.ResultResponse `json:"result,omitempty"`
 }
 
 func (s *Server) taskTypeInfo(tt *host.TaskType) TaskTypeInfo {

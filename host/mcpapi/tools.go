@@ -10,8 +10,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/engine"
-	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
@@ -98,7 +98,7 @@ type TaskList struct {
 // ObligationsResult is list_open_obligations' answer: the HTTP API's
 // /v1/obligations/open shape with the caller's side split out.
 type ObligationsResult struct {
-	httpapi.ObligationsResponse
+	api.ObligationsResponse
 	OwedToYou int `json:"owed_to_you"`
 	YouOwe    int `json:"you_owe"`
 }
@@ -179,7 +179,7 @@ Call it when you come back to a task, not in a loop: if it is still queued or le
 	s.add(tool("get_task_progress", "Get a task's progress history",
 		`Get the progress updates a worker reported for a task (newest first), with the current progress_percent and progress_message.
 Use it when check_task_status shows a long-running task and you want to see how it is moving; it does not make the task go faster.`,
-		returns[httpapi.ProgressResponse](), readOnly(), props(taskIDArg,
+		returns[api.ProgressResponse](), readOnly(), props(taskIDArg,
 			mcp.WithInteger("limit", mcp.Min(1), mcp.Max(1000), mcp.Description("Most updates to return. Default 100.")))),
 		anyRole, s.getTaskProgress)
 
@@ -207,7 +207,7 @@ Use it to get an overview at the start of a session; use check_task_status for d
 		`Fetch the result of a succeeded task from its result channel (inline, file, …).
 Returns channel, result_pointer, content (the payload when it is JSON; content_base64 otherwise), checksum_valid (false means the payload was altered), summary, metadata and artifacts.
 A task that has not succeeded yet is a conflict error: check_task_status first. After you have used the result, call archive_task_result.`,
-		returns[httpapi.ResultResponse](), readOnly(), props(taskIDArg)),
+		returns[api.ResultResponse](), readOnly(), props(taskIDArg)),
 		anyRole, s.fetchTaskResult)
 
 	s.add(tool("archive_task_result", "Archive a task's result",
@@ -227,7 +227,7 @@ Each entry has receipt_id, receipt_type, obligor, obligee, task_id and created_a
 
 	s.add(tool("get_receipt", "Get a receipt",
 		`Read one receipt of the ledger by id (receipt ids start with "R-"; queue_task returns one, check_task_status shows assign_receipt_id). Returns its type, from, to, task_id, parents, body, created_at, hash, and terminated_by when the obligation it created has been discharged.`,
-		returns[httpapi.ReceiptResponse](), readOnly(), props(mcp.WithString("receipt_id", mcp.Required(), mcp.Description("The receipt id.")))),
+		returns[api.ReceiptResponse](), readOnly(), props(mcp.WithString("receipt_id", mcp.Required(), mcp.Description("The receipt id.")))),
 		anyRole, s.getReceipt)
 
 	s.add(tool("get_receipt_chain", "Get a receipt's chain",
@@ -320,7 +320,7 @@ func (s *Server) getTaskProgress(ctx context.Context, a engine.Actor, req mcp.Ca
 	if ps == nil {
 		ps = []store.Progress{}
 	}
-	out := httpapi.ProgressResponse{TaskID: t.ID, Status: t.State, ProgressPercent: t.ProgressPercent, ProgressMessage: t.ProgressMessage, Progress: ps}
+	out := api.ProgressResponse{TaskID: t.ID, Status: t.State, ProgressPercent: t.ProgressPercent, ProgressMessage: t.ProgressMessage, Progress: ps}
 	return out, fmt.Sprintf("Task %s is %s; %s reported.", t.ID, t.State, plural(len(ps), "progress update", "progress updates")), nil
 }
 
@@ -447,9 +447,9 @@ func (s *Server) listOpenObligations(ctx context.Context, a engine.Actor, req mc
 	if obs == nil {
 		obs = []host.Obligation{}
 	}
-	out := ObligationsResult{ObligationsResponse: httpapi.ObligationsResponse{
-		Server:          httpapi.ServerInfo{Name: "asyncgate", Version: s.cfg.Version, Time: s.eng.Clock().Now().UTC(), Driver: s.eng.Store().Driver()},
-		Relationship:    httpapi.Relationship{Tenant: a.Tenant, Principal: a.Principal, Role: in.Role, CallerRole: a.Role},
+	out := ObligationsResult{ObligationsResponse: api.ObligationsResponse{
+		Server:          api.ServerInfo{Name: "asyncgate", Version: s.cfg.Version, Time: s.eng.Clock().Now().UTC(), Driver: s.eng.Store().Driver()},
+		Relationship:    api.Relationship{Tenant: a.Tenant, Principal: a.Principal, Role: in.Role, CallerRole: a.Role},
 		OpenObligations: obs, Cursor: cur,
 	}}
 	for _, o := range obs {
@@ -491,7 +491,7 @@ func (s *Server) getReceipt(ctx context.Context, a engine.Actor, req mcp.CallToo
 	case rc.Type.CreatesObligation():
 		text += " Its obligation is still open."
 	}
-	return httpapi.ReceiptResponse{Receipt: rc, TerminatedBy: term}, text, nil
+	return api.ReceiptResponse{Receipt: rc, TerminatedBy: term}, text, nil
 }
 
 func (s *Server) getReceiptChain(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {

@@ -10,8 +10,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/engine"
-	"github.com/asyncgate/asyncgate/host/httpapi"
 )
 
 // LeaseArgs are the arguments of worker_lease_task.
@@ -28,7 +28,7 @@ type LeaseArgs struct {
 // LeaseResult is worker_lease_task's answer: the spec's task envelope (run_id
 // is the lease id), or no task.
 type LeaseResult struct {
-	*httpapi.TaskEnvelope
+	*api.TaskEnvelope
 	TaskID          *string `json:"task_id"`
 	Attempt         int     `json:"attempt,omitempty"`
 	AcceptReceiptID string  `json:"accept_receipt_id,omitempty"`
@@ -79,7 +79,7 @@ wait_seconds long-polls when the queue is empty (capped at a few seconds' worth 
 	s.add(tool("worker_heartbeat_task", "Worker: heartbeat and progress",
 		`Worker shim. Report progress on a leased task and extend its lease. Call it well before lease_expires_at. Returns the new lease_expires_at and cancel_requested: when true, stop working and call worker_fail_task (the task is then canceled).
 A heartbeat after the lease expired is a lease_expired error: stop working on that task.`,
-		returns[httpapi.HeartbeatResponse](), writes(false, false),
+		returns[api.HeartbeatResponse](), writes(false, false),
 		props(workerIDArg, wTaskIDArg, runIDArg,
 			mcp.WithNumber("progress_percent", mcp.Min(0), mcp.Max(100), mcp.Description("0..100.")),
 			mcp.WithString("progress_message", mcp.MaxLength(4096), mcp.Description("Human-readable progress, e.g. \"4500/10000 files\".")),
@@ -91,7 +91,7 @@ A heartbeat after the lease expired is a lease_expired error: stop working on th
 	s.add(tool("worker_complete_task", "Worker: complete a task",
 		`Worker shim. Report success. The outcome must be locatable: give result_pointer (where you stored it, e.g. "s3://bucket/key", with result_channel), artifacts, or result (a JSON payload the gate stores through its result channel for you). A success that says nowhere where the result is, is a not_locatable error.
 Writes a task.completed receipt that discharges the requester's obligation. Completing the same run twice returns the first outcome (duplicate true).`,
-		returns[httpapi.CompleteResponse](), writes(true, false),
+		returns[api.CompleteResponse](), writes(true, false),
 		props(workerIDArg, wTaskIDArg, runIDArg,
 			mcp.WithString("summary", mcp.MaxLength(8192), mcp.Description("One or two sentences on the outcome, for the requester.")),
 			mcp.WithString("result_channel", mcp.Description("Channel of the result_pointer (e.g. s3, file, inline), or of the stored payload.")),
@@ -108,7 +108,7 @@ Writes a task.completed receipt that discharges the requester's obligation. Comp
 	s.add(tool("worker_fail_task", "Worker: fail a task",
 		`Worker shim. Report that this attempt failed. With retryable true (default) the task's retry policy may queue it again after a backoff (will_retry true); with retryable false, or when retries are used up, it becomes a dead letter and the requester's obligation is discharged with task.failed.
 Failing the same run twice returns the first outcome.`,
-		returns[httpapi.FailResponse](), writes(true, false),
+		returns[api.FailResponse](), writes(true, false),
 		props(workerIDArg, wTaskIDArg, runIDArg,
 			mcp.WithString("error_message", mcp.Required(), mcp.MaxLength(8192), mcp.Description("What went wrong.")),
 			mcp.WithBoolean("retryable", mcp.Description("Whether another attempt could succeed. Default true.")),
@@ -154,12 +154,8 @@ func (s *Server) workerLease(ctx context.Context, a engine.Actor, req mcp.CallTo
 	}
 	o := offers[0]
 	t := o.Task
-	md := map[string]any{"attempt": o.Attempt, "principal_ai": t.CreatedBy, "recipient_ai": t.Recipient}
-	if t.Summary != "" {
-		md["task_summary"] = t.Summary
-	}
-	env := &httpapi.TaskEnvelope{TaskID: t.ID, RunID: o.RunID, TaskType: t.Type, Params: t.Params, Priority: t.Priority,
-		LeaseExpiresAt: o.LeaseExpiresAt, Metadata: md, ResourceLeases: o.ResourceLeases}
+	e := api.NewTaskEnvelope(o)
+	env := &e
 	out := LeaseResult{TaskEnvelope: env, TaskID: &env.TaskID, Attempt: o.Attempt}
 	if in.Accept == nil || *in.Accept {
 		wctx, wcancel := detached(ctx)
@@ -196,7 +192,7 @@ func (s *Server) workerHeartbeat(ctx context.Context, a engine.Actor, req mcp.Ca
 	if err != nil {
 		return nil, "", err
 	}
-	out := httpapi.HeartbeatResponse{Status: res.Status, LeaseID: call.LeaseID, LeaseExpiresAt: res.LeaseExpiresAt, CancelRequested: res.CancelRequested}
+	out := api.HeartbeatResponse{Status: res.Status, LeaseID: call.LeaseID, LeaseExpiresAt: res.LeaseExpiresAt, CancelRequested: res.CancelRequested}
 	text := fmt.Sprintf("Lease extended until %s.", res.LeaseExpiresAt.Format(time.RFC3339))
 	if res.CancelRequested {
 		text += " The requester canceled this task: stop working and call worker_fail_task."
@@ -234,7 +230,7 @@ func (s *Server) workerComplete(ctx context.Context, a engine.Actor, req mcp.Cal
 	if err != nil {
 		return nil, "", err
 	}
-	out := httpapi.CompleteResponse{Status: res.Status, LeaseID: call.LeaseID, ReceiptID: res.ReceiptID, Duplicate: res.Duplicate}
+	out := api.CompleteResponse{Status: res.Status, LeaseID: call.LeaseID, ReceiptID: res.ReceiptID, Duplicate: res.Duplicate}
 	if res.Task != nil {
 		out.TaskID = res.Task.ID
 		if r := res.Task.Result; r != nil {
@@ -268,7 +264,7 @@ func (s *Server) workerFail(ctx context.Context, a engine.Actor, req mcp.CallToo
 	if err != nil {
 		return nil, "", err
 	}
-	out := httpapi.FailResponse{Status: res.Status, LeaseID: call.LeaseID, WillRetry: res.WillRetry, RetryScheduledAt: res.RetryScheduledAt,
+	out := api.FailResponse{Status: res.Status, LeaseID: call.LeaseID, WillRetry: res.WillRetry, RetryScheduledAt: res.RetryScheduledAt,
 		ReceiptID: res.ReceiptID, Duplicate: res.Duplicate}
 	if res.Task != nil {
 		out.TaskID = res.Task.ID
