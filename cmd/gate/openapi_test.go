@@ -42,7 +42,7 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mcpSrv.Close()
-	srv, err := httpapi.New(httpapi.Config{Engine: eng, Logger: log, Metrics: httpapi.NewMetrics()}, plugins.Routes, mcpSrv.Routes())
+	srv, err := httpapi.New(httpapi.Config{Engine: eng, Logger: log, Metrics: httpapi.NewMetrics()}, plugins.Routes, httpapi.WithRoutes(mcpSrv.Mount))
 	if err != nil {
 		t.Fatal(err)
 	}

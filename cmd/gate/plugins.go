@@ -146,8 +146,8 @@ func tenantPluginView(in []plugin.Info) []tenantPlugin {
 type pluginWiring struct {
 	Plugins engine.Plugins
 	Routes  httpapi.Option
-	Info    httpapi.Option // the plugin list for the dashboard
-	Pending httpapi.Option // /readyz's plugins reason
+	Info    func() (ready bool, list []plugin.Info) // the plugin list for the dashboard
+	Pending httpapi.Option                          // /readyz's plugins reason
 	Close   func()
 	// Ready reports whether every plugin finished its first load; until
 	// then a call that needs one still loading waits for it (up to 10 s,
@@ -220,7 +220,7 @@ func startPlugins(cfg serveConfig, log *slog.Logger) (*pluginWiring, error) {
 				return c.JSON(http.StatusOK, map[string]any{"ready": reg.Ready(), "plugins": tenantPluginView(reg.List())})
 			}, authn)
 		}),
-		Info:    httpapi.WithPluginInfo(func() (bool, []plugin.Info) { return reg.Ready(), reg.List() }),
+		Info:    func() (bool, []plugin.Info) { return reg.Ready(), reg.List() },
 		Pending: httpapi.WithPluginsPending(reg.Pending),
 		Close: func() {
 			cancel()

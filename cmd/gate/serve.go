@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/labstack/echo/v4"
 	"github.com/santhosh-tekuri/jsonschema/v5"
 
 	"github.com/asyncgate/asyncgate/host/auth"
@@ -25,6 +26,7 @@ import (
 	"github.com/asyncgate/asyncgate/host/mcpapi"
 	"github.com/asyncgate/asyncgate/host/postgres"
 	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/ui"
 	"github.com/asyncgate/asyncgate/schemas"
 )
 
@@ -420,14 +422,25 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 		authTTL = -1
 	}
 	v := buildVersion()
+	// The doors: the HTTP door serves the JSON API and mounts the MCP door,
+	// the dashboard and the plugins list; they share one key resolver, so a
+	// key revoked through the API is forgotten by the dashboard at once.
+	authn := auth.NewAuthenticator(st, authTTL)
 	mcpSrv, err := mcpapi.New(mcpapi.Config{Engine: eng, Logger: log, Version: v, AllowAnyHost: cfg.MCPAllowAnyHost})
 	if err != nil {
 		return err
 	}
+	dashCtx, stopDash := context.WithCancel(context.Background())
+	defer stopDash()
+	dash, err := ui.New(ui.Config{Engine: eng, Authenticate: authn.Authenticate, Plugins: plugins.Info,
+		Version: v, Logger: log, Context: dashCtx})
+	if err != nil {
+		return fmt.Errorf("dashboard: %w", err)
+	}
 	srv, err := httpapi.New(httpapi.Config{
 		Engine: eng, Logger: log, BodyLimit: cfg.BodyLimitBytes, Metrics: metrics,
-		MetricsPublic: cfg.MetricsPublic, AuthCacheTTL: authTTL, Version: v,
-	}, plugins.Routes, plugins.Info, plugins.Pending, mcpSrv.Routes())
+		MetricsPublic: cfg.MetricsPublic, Authenticator: authn, Version: v,
+	}, plugins.Routes, plugins.Pending, httpapi.WithRoutes(mcpSrv.Mount), httpapi.WithRoutes(mountDashboard(dash)))
 	if err != nil {
 		return err
 	}
@@ -446,6 +459,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	}
 	log.Info("shutting down", "timeout_seconds", cfg.ShutdownTimeoutSeconds)
 	mcpSrv.Close() // end MCP lease waits before draining
+	stopDash()     // and the dashboard's sampler and ledger checks
 	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.ShutdownTimeoutSeconds)*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
@@ -455,6 +469,12 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	eng.Close()
 	log.Info("stopped")
 	return nil
+}
+
+// mountDashboard mounts the operator dashboard at /ui. It signs operators
+// in with its own cookie sessions, not the bearer-key middleware.
+func mountDashboard(dash *ui.UI) func(*echo.Echo, echo.MiddlewareFunc) {
+	return func(e *echo.Echo, _ echo.MiddlewareFunc) { dash.Mount(e) }
 }
 
 // startPluginsUntil runs startPlugins, or gives up when ctx ends first: it

@@ -19,7 +19,6 @@ import (
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
-	"github.com/asyncgate/asyncgate/host/plugin"
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
@@ -38,7 +37,13 @@ type Config struct {
 	Metrics *Metrics
 	// MetricsPublic serves /metrics without a key; otherwise it needs an admin key.
 	MetricsPublic bool
-	// AuthCacheTTL is how long a resolved key is cached (0: 5 s; negative: off).
+	// Authenticator resolves bearer credentials; give the one the other
+	// doors use (the dashboard's sign-in) so a key revoked here is
+	// forgotten there too. Nil: one of the server's own, caching for
+	// AuthCacheTTL.
+	Authenticator *auth.Authenticator
+	// AuthCacheTTL is how long the server's own Authenticator caches a
+	// resolved key (0: 5 s; negative: off).
 	AuthCacheTTL time.Duration
 	// Version is reported by /healthz and in the obligations API's server block.
 	Version string
@@ -47,9 +52,10 @@ type Config struct {
 // Option changes a Server as it is built.
 type Option func(*Server)
 
-// WithRoutes lets another door (the MCP server, a dashboard) mount routes on
-// the gate's echo instance. auth is the bearer-key middleware; handlers behind
-// it find the caller with ActorOf or ActorFromContext.
+// WithRoutes lets another door (the MCP server, the dashboard, the plugins
+// list) mount routes on the gate's echo instance; cmd/gate composes them.
+// auth is the bearer-key middleware; handlers behind it find the caller
+// with ActorOf or auth.ActorFromContext.
 func WithRoutes(fn func(e *echo.Echo, auth echo.MiddlewareFunc)) Option {
 	return func(s *Server) { s.extra = append(s.extra, fn) }
 }
@@ -65,8 +71,7 @@ type Server struct {
 	metrics *Metrics
 	extra   []func(*echo.Echo, echo.MiddlewareFunc)
 
-	pluginInfo     func() (bool, []plugin.Info) // for the dashboard (WithPluginInfo)
-	pluginsPending func() []string              // plugins still loading (WithPluginsPending), for /readyz
+	pluginsPending func() []string // plugins still loading (WithPluginsPending), for /readyz
 
 	hsMu    sync.Mutex
 	methods routeMethods
@@ -95,7 +100,10 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	}
 	s := &Server{eng: cfg.Engine, st: cfg.Engine.Store(), log: cfg.Logger, cfg: cfg, metrics: cfg.Metrics}
 	s.drain, s.endDrain = context.WithCancel(context.Background())
-	s.authn = auth.NewAuthenticator(s.st, cfg.AuthCacheTTL)
+	s.authn = cfg.Authenticator
+	if s.authn == nil {
+		s.authn = auth.NewAuthenticator(s.st, cfg.AuthCacheTTL)
+	}
 	for _, o := range opts {
 		o(s)
 	}
@@ -122,7 +130,7 @@ func (s *Server) Echo() *echo.Echo { return s.e }
 // Handler returns the server as an http.Handler.
 func (s *Server) Handler() http.Handler { return s.e }
 
-// Authenticator returns the server's key resolver (shared with other doors).
+// Authenticator returns the server's key resolver.
 func (s *Server) Authenticator() *auth.Authenticator { return s.authn }
 
 // AuthMiddleware returns the bearer-key middleware.
@@ -284,7 +292,13 @@ func (s *Server) routes() {
 	s.openAPIRoutes()
 	s.statsRoutes(auth)
 	s.resourceLeaseRoutes(e, auth, admins)
-	s.uiRoutes() // the operator dashboard at /ui (ui.go)
+}
+
+// WithPluginsPending makes /readyz answer 503 plugin_not_ready, naming the
+// plugins, while fn returns any: plugins still in their first load after a
+// start (see Server.readyz).
+func WithPluginsPending(fn func() []string) Option {
+	return func(s *Server) { s.pluginsPending = fn }
 }
 
 // seedErrors marks the seed /worker/* and /workers/* routes, whose error

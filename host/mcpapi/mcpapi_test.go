@@ -70,7 +70,7 @@ func setup(t testing.TB, cfg mcpapi.Config, opts ...func(*engine.Config)) *testB
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := httpapi.New(httpapi.Config{Engine: eng, Logger: log, AuthCacheTTL: -1}, ms.Routes())
+	srv, err := httpapi.New(httpapi.Config{Engine: eng, Logger: log, AuthCacheTTL: -1}, httpapi.WithRoutes(ms.Mount))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,6 @@ import (
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
-	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/jsonkeys"
 )
 
@@ -170,13 +169,11 @@ func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 
 // Mount registers the streamable HTTP endpoint at Path on e behind auth, the
 // gate's bearer-key middleware: no or a bad key is a 401 JSON error before
-// mcp-go sees the request.
+// mcp-go sees the request. cmd/gate mounts it on the HTTP door with
+// httpapi.WithRoutes(s.Mount).
 func (s *Server) Mount(e *echo.Echo, auth echo.MiddlewareFunc) {
 	e.Any(Path, echo.WrapHandler(s.Handler()), auth)
 }
-
-// Routes returns the httpapi option that mounts this door on the gate's HTTP server.
-func (s *Server) Routes() httpapi.Option { return httpapi.WithRoutes(s.Mount) }
 
 // Close ends worker lease waits, tasks/result waits and open event streams
 // at once, and stops the notifications; call it when the gate begins to shut

@@ -19,7 +19,6 @@ import (
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
-	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/postgres"
 	"github.com/asyncgate/asyncgate/host/sqlite"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -133,11 +132,8 @@ func openBenchGate(b *testing.B, n int) *benchGate {
 		b.Fatal(err)
 	}
 	sctx, stop := context.WithCancel(ctx)
-	srv, err := httpapi.New(httpapi.Config{Engine: eng})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { stop(); _ = srv.Shutdown(sctx); eng.Close(); st.Close() })
+	srv, stopDash := serveGate(b, eng, 0)
+	b.Cleanup(func() { stop(); stopDash(); _ = srv.Shutdown(sctx); eng.Close(); st.Close() })
 	if !seeded {
 		start := time.Now()
 		seedTasks(b, st, n)

@@ -12,12 +12,16 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/sqlite"
+	"github.com/asyncgate/asyncgate/host/ui"
 )
 
 // bundle is an in-process gate over a real SQLite file, served over real HTTP.
@@ -41,13 +45,11 @@ func setup(t testing.TB) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := httpapi.New(httpapi.Config{Engine: eng, AuthCacheTTL: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, stop := serveGate(t, eng, -1)
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		ts.Close()
+		stop()
 		_ = srv.Shutdown(context.Background())
 		eng.Close()
 		st.Close()
@@ -73,6 +75,25 @@ func setup(t testing.TB) *bundle {
 		}
 	}
 	return b
+}
+
+// serveGate builds the gate's HTTP door with the dashboard mounted, as gate
+// serve composes them: one key resolver (caching for authTTL) shared by
+// both. stop ends the dashboard's sampler.
+func serveGate(t testing.TB, eng *engine.Engine, authTTL time.Duration) (srv *httpapi.Server, stop func()) {
+	t.Helper()
+	authn := auth.NewAuthenticator(eng.Store(), authTTL)
+	ctx, stop := context.WithCancel(context.Background())
+	dash, err := ui.New(ui.Config{Engine: eng, Authenticate: authn.Authenticate, Context: ctx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err = httpapi.New(httpapi.Config{Engine: eng, Authenticator: authn},
+		httpapi.WithRoutes(func(e *echo.Echo, _ echo.MiddlewareFunc) { dash.Mount(e) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, stop
 }
 
 // api calls the JSON API with a bearer key.
