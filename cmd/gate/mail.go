@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/mail"
 	"github.com/asyncgate/asyncgate/host/plugin"
 )
@@ -27,6 +28,9 @@ type emailChannelConfig struct {
 	To           string `json:"to"`
 	MaxSizeBytes int64  `json:"max_size_bytes,omitempty"`
 }
+
+// The engine reaches mail through its own interface; the client is it.
+var _ engine.Mailer = (*mail.Client)(nil)
 
 // client checks the section and returns the gate's mail client; nil
 // without a section.

@@ -11,16 +11,19 @@ import (
 	"unicode/utf8"
 
 	"github.com/asyncgate/asyncgate/host"
-	"github.com/asyncgate/asyncgate/host/mail"
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
-// Mailer is the gate's mail client (*mail.Client): its SMTP server, POP3
-// mailbox, credentials and recipient allowlist live in the gate's config.
+// Mailer is how the engine reaches the gate's mail client (host/mail's
+// *mail.Client, which cmd/gate passes in as Config.Delivery.Mail): its SMTP
+// server, POP3 mailbox, credentials and recipient allowlist live in the
+// gate's config. A final refusal of Send (the server will not take the
+// message, however often asked) is an error with a Permanent method that
+// returns true; any other error is retried.
 type Mailer interface {
-	Check(m *mail.Message) error
-	Send(ctx context.Context, m mail.Message) (string, error)
-	Fetch(ctx context.Context, id string) (*mail.Fetched, error)
+	Check(m *host.MailMessage) error
+	Send(ctx context.Context, m host.MailMessage) (string, error)
+	Fetch(ctx context.Context, id string) (*host.FetchedMail, error)
 	Delete(ctx context.Context, id string) error
 	CanRead() bool
 	NewMessageID() string
@@ -92,7 +95,7 @@ func (e *Engine) SendEmail(ctx context.Context, actor Actor, req SendEmailReques
 	if m == nil {
 		return nil, host.Errorf(host.CodeMailUnavailable, "this gate has no mail server configured (mail.smtp)")
 	}
-	msg := mail.Message{To: req.To, Subject: req.Subject, Body: []byte(req.Body)}
+	msg := host.MailMessage{To: req.To, Subject: req.Subject, Body: []byte(req.Body)}
 	if err := m.Check(&msg); err != nil {
 		return nil, err
 	}
@@ -146,7 +149,7 @@ func (e *Engine) deliverEmail(ctx context.Context, en store.OutboxEntry) error {
 	if err := json.Unmarshal(en.Body, &ent); err != nil {
 		return &RefusedError{Reason: "the queued email is not valid: " + err.Error()}
 	}
-	msg := mail.Message{To: ent.To, Subject: ent.Subject, Body: []byte(ent.Body), MessageID: ent.MessageID, BccSelf: ent.ArchiveCopy}
+	msg := host.MailMessage{To: ent.To, Subject: ent.Subject, Body: []byte(ent.Body), MessageID: ent.MessageID, BccSelf: ent.ArchiveCopy}
 	if ent.TaskID != "" {
 		msg.Headers = map[string]string{TaskHeader: ent.TaskID}
 	}
@@ -155,13 +158,20 @@ func (e *Engine) deliverEmail(ctx context.Context, en store.OutboxEntry) error {
 	switch {
 	case err == nil:
 		return nil
-	case mail.IsPermanent(err):
+	case permanentMailError(err):
 		return &RefusedError{Reason: err.Error()}
 	case errors.As(err, &he) && he.Code != host.CodeMailUnavailable:
 		// The allowlist changed since it was queued, or the entry is bad.
 		return &RefusedError{Reason: err.Error()}
 	}
 	return err
+}
+
+// permanentMailError reports whether err is the mail server's final
+// refusal (see Mailer).
+func permanentMailError(err error) bool {
+	var p interface{ Permanent() bool }
+	return errors.As(err, &p) && p.Permanent()
 }
 
 // emailOutcomes appends email.sent or email.failed for the email entries of

@@ -24,6 +24,15 @@ import (
 	"github.com/asyncgate/asyncgate/host"
 )
 
+// Message is one message to send (host.MailMessage).
+type Message = host.MailMessage
+
+// Fetched is a message read back from the mailbox (host.FetchedMail).
+type Fetched = host.FetchedMail
+
+// Attachment is one attachment of a fetched message (host.MailAttachment).
+type Attachment = host.MailAttachment
+
 // TLS modes of a server.
 const (
 	TLSNone     = "none"     // plain TCP (only sensible on a trusted network)
@@ -209,6 +218,10 @@ type PermanentError struct {
 func (e *PermanentError) Error() string {
 	return fmt.Sprintf("the mail server refused: %d %s", e.Code, e.Msg)
 }
+
+// Permanent reports true: the engine tells a final refusal from a failure
+// worth retrying by this method, without importing this package.
+func (e *PermanentError) Permanent() bool { return true }
 
 // IsPermanent reports whether err is a final refusal.
 func IsPermanent(err error) bool {

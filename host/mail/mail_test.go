@@ -3,6 +3,8 @@ package mail_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -173,5 +175,15 @@ func TestTLSModes(t *testing.T) {
 	}
 	if _, err := plain.Send(ctx, mail.Message{To: "a@example.com", Subject: "plain", Body: []byte("x")}); err == nil {
 		t.Fatal("plain SMTP to a STARTTLS-only server succeeded")
+	}
+}
+
+// TestPermanentErrorSaysSo: the engine, which does not import this package,
+// tells a final refusal from an outage by the error's Permanent method.
+func TestPermanentErrorSaysSo(t *testing.T) {
+	err := fmt.Errorf("send: %w", &mail.PermanentError{Code: 550, Msg: "no such user"})
+	var p interface{ Permanent() bool }
+	if !errors.As(err, &p) || !p.Permanent() || !mail.IsPermanent(err) {
+		t.Fatalf("%v does not say it is permanent", err)
 	}
 }

@@ -24,25 +24,6 @@ import (
 // Message-ID reads the headers of.
 const MaxScan = 2000
 
-// Attachment is one attachment of a fetched message.
-type Attachment struct {
-	Filename    string `json:"filename"`
-	ContentType string `json:"content_type"`
-	Content     []byte `json:"content"`
-}
-
-// Fetched is a message read back from the mailbox.
-type Fetched struct {
-	MessageID   string
-	From        string
-	To          string
-	Subject     string
-	Date        string
-	Headers     map[string]string // the X-Asyncgate-* headers
-	Body        []byte            // the first text (or only) part, decoded
-	Attachments []Attachment
-}
-
 // QuitGrace bounds how long Delete waits, after the server has answered
 // QUIT, for the server to end the session (see awaitClose).
 const QuitGrace = 5 * time.Second

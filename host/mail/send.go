@@ -17,26 +17,6 @@ import (
 	"github.com/asyncgate/asyncgate/host"
 )
 
-// Message is one message to send.
-type Message struct {
-	To      string
-	Subject string
-	Body    []byte // the text; sent base64-encoded so it comes back byte for byte
-	// MessageID (without angle brackets) is generated when empty. Giving the
-	// same one on a retry lets the receiver drop the repeat.
-	MessageID string
-	// Attachment, when set, is sent as a second part named AttachmentName
-	// (default "attachment.json") of type application/json.
-	Attachment     []byte
-	AttachmentName string
-	// Headers are extra X-Asyncgate-* headers (name → value).
-	Headers map[string]string
-	// BccSelf also delivers the message to the gate's own From address (an
-	// envelope recipient only, not a header): the gate's archive copy. A
-	// refusal of that copy does not fail the send.
-	BccSelf bool
-}
-
 // Check validates m against the allowlist and the limits, without sending.
 func (c *Client) Check(m *Message) error {
 	if err := c.CheckRecipient(m.To); err != nil {
