@@ -1,0 +1,79 @@
+package auth_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/sqlite"
+)
+
+// TestAuthenticatorCachesUntilForget: a key revoked behind the cache's back
+// (the offline CLI, another gate) still answers from the cache until Forget;
+// without a cache it is refused at once. Every form of the credential
+// ("Bearer …", bare) resolves to the key's Actor.
+func TestAuthenticatorCachesUntilForget(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ck, err := auth.CreateKey(ctx, st, auth.NewKeyRequest{Role: engine.RoleWorker, Principal: "echo.w1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := engine.Actor{Tenant: auth.DefaultTenant, Principal: "echo.w1", Role: engine.RoleWorker}
+	cached, uncached := auth.NewAuthenticator(st, 0), auth.NewAuthenticator(st, -1)
+	for _, bearer := range []string{ck.APIKey, "Bearer " + ck.APIKey, "bearer  " + ck.APIKey + " "} {
+		for _, a := range []*auth.Authenticator{cached, uncached} {
+			if got, err := a.Authenticate(ctx, bearer); err != nil || got != want {
+				t.Fatalf("Authenticate(%q) = %+v, %v; want %+v", bearer, got, err, want)
+			}
+		}
+	}
+	if err := auth.RevokeKey(ctx, st, ck.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := uncached.Authenticate(ctx, ck.APIKey); !host.IsCode(err, host.CodeUnauthorized) {
+		t.Fatalf("uncached, revoked: %v", err)
+	}
+	if _, err := cached.Authenticate(ctx, ck.APIKey); err != nil {
+		t.Fatalf("cached, revoked elsewhere: %v (want the cached answer until Forget)", err)
+	}
+	cached.Forget()
+	if _, err := cached.Authenticate(ctx, ck.APIKey); !host.IsCode(err, host.CodeUnauthorized) {
+		t.Fatalf("cached after Forget, revoked: %v", err)
+	}
+}
+
+// TestCreateKeyRefusesBadRequests: each bad field is refused with its code
+// and nothing is stored.
+func TestCreateKeyRefusesBadRequests(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, c := range []struct {
+		req  auth.NewKeyRequest
+		code string
+	}{
+		{auth.NewKeyRequest{Role: "root", Principal: "a"}, host.CodeBadRequest},
+		{auth.NewKeyRequest{Role: engine.RoleAgent, Principal: "a", Tenant: "-bad"}, host.CodeBadRequest},
+		{auth.NewKeyRequest{Role: engine.RoleAgent, Principal: ""}, host.CodeBadRequest},
+		{auth.NewKeyRequest{Role: engine.RoleAgent, Principal: engine.GatePrincipal}, host.CodeForbidden},
+		{auth.NewKeyRequest{Role: engine.RoleWorker, Principal: "nodot"}, host.CodeInvalidWorkerID},
+	} {
+		if _, err := auth.CreateKey(ctx, st, c.req); !host.IsCode(err, c.code) {
+			t.Errorf("CreateKey(%+v) = %v, want %s", c.req, err, c.code)
+		}
+	}
+	if ks, err := auth.ListKeys(ctx, st); err != nil || len(ks) != 0 {
+		t.Fatalf("stored %d keys (%v), want none", len(ks), err)
+	}
+}
