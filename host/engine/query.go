@@ -2,9 +2,6 @@ package engine
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -183,74 +180,6 @@ func (e *Engine) Stats(ctx context.Context, tenant string) (store.QueueStats, er
 		return err
 	})
 	return qs, err
-}
-
-// storePayload stores a completion's inline payload through a result channel:
-// the one the worker named, else the task type's default, else by size (inline
-// when it fits, file otherwise). It records pointer and sha256 checksum.
-func (e *Engine) storePayload(ctx context.Context, req *CompleteRequest) error {
-	if e.cfg.Plugins == nil {
-		return host.Errorf(host.CodeBadRequest, "this gate has no result channels; complete with a result_pointer")
-	}
-	var t *host.Task
-	err := e.view(ctx, func(r store.Reader) error {
-		var err error
-		t, err = liveLease(ctx, r, req.WorkerCall, e.now())
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	ct, err := e.types.get(ctx, t.Tenant, t.Type)
-	if err != nil {
-		return err
-	}
-	if ct.tt.MaxPayloadBytes > 0 && int64(len(req.Payload)) > ct.tt.MaxPayloadBytes {
-		return host.Errorf(host.CodeTooLarge, "result payload is %d bytes, task type %s allows %d", len(req.Payload), t.Type, ct.tt.MaxPayloadBytes)
-	}
-	name := req.Result.Channel
-	if name == "" {
-		name = ct.tt.DefaultResultChannel
-	}
-	ch, err := e.cfg.Plugins.Channel(name)
-	if err != nil {
-		if host.IsCode(err, host.CodeNotFound) {
-			return host.Errorf(host.CodeBadRequest, "no result channel named %q", name)
-		}
-		return err
-	}
-	if caps, err := ch.Capabilities(ctx); err == nil && caps.MaxSizeBytes > 0 && int64(len(req.Payload)) > caps.MaxSizeBytes && req.Result.Channel == "" {
-		// Auto-route by size: the default channel cannot hold it; use the file channel.
-		if alt, err2 := e.cfg.Plugins.Channel("file"); err2 == nil {
-			ch, name = alt, "file"
-		}
-	}
-	var ptr string
-	var proof json.RawMessage
-	if pp, ok := ch.(ProofChannel); ok {
-		ptr, proof, err = pp.PutWithProof(ctx, t.ID, req.Payload)
-	} else {
-		ptr, err = ch.Put(ctx, t.ID, req.Payload)
-	}
-	if err != nil {
-		if host.ErrorCode(err) == host.CodeInternal {
-			return host.WrapError(host.CodeChannelError, err, "result channel "+name+" failed to store the payload: "+err.Error())
-		}
-		return err
-	}
-	sum := sha256.Sum256(req.Payload)
-	req.Result.Channel, req.Result.Pointer = name, ptr
-	req.Result.Checksum = "sha256:" + hex.EncodeToString(sum[:])
-	if len(proof) > 0 && string(proof) != "null" && len(req.Result.DeliveryProof) == 0 {
-		req.Result.DeliveryProof = proof
-	}
-	return nil
-}
-
-// ProofChannel is a channel whose Put can also prove delivery (push channels):
-// the proof is recorded in the completion receipt.
-type ProofChannel interface {
-	PutWithProof(ctx context.Context, taskID string, payload []byte) (string, json.RawMessage, error)
 }
 
 // ArchiveResult calls the channel's ack for a visible succeeded task's payload

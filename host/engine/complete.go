@@ -1,0 +1,277 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// CompleteRequest reports success. The result must be locatable: a pointer,
+// artifacts or a delivery proof, or a Payload the gate stores through a channel.
+type CompleteRequest struct {
+	WorkerCall
+	Result host.Result
+	// Payload, when set, is stored through Result.Channel (or the task type's
+	// default channel, or by size) and its pointer and checksum recorded.
+	Payload []byte
+}
+
+// CompleteResult is the outcome of Complete.
+type CompleteResult struct {
+	Task      *host.Task `json:"-"`
+	Status    string     `json:"status"`
+	ReceiptID string     `json:"receipt_id"`
+	// Duplicate is set when this lease had already completed with this call.
+	Duplicate bool `json:"duplicate"`
+}
+
+func completeDedupe(leaseID string) string { return "complete:" + leaseID }
+
+var (
+	checksumPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,15}:[0-9a-fA-F]{1,128}$`)
+	channelPattern  = regexp.MustCompile(`^[a-z0-9][a-z0-9_.\-]{0,63}$`)
+)
+
+// Complete marks the leased task succeeded and writes task.completed, which
+// discharges the assignment and the acceptance. Completing the same lease again
+// returns the first outcome.
+func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteResult, error) {
+	if len(req.Payload) > 0 {
+		// The payload is stored only for a live lease. A repeat of a
+		// completion that already committed finds the lease gone: it is
+		// answered with the first outcome before anything is stored.
+		if err := e.storePayload(ctx, &req); err != nil {
+			if host.IsCode(err, host.CodeLeaseExpired) {
+				if dup := e.completeDuplicate(ctx, req); dup != nil {
+					return dup, nil
+				}
+			}
+			return nil, err
+		}
+	} else if err := e.checkWorkerPointer(req.Result); err != nil {
+		return nil, err
+	}
+	res := req.Result
+	if !res.Locatable() {
+		return nil, host.Errorf(host.CodeNotLocatable, "a success must be locatable: give result_pointer, artifacts or delivery_proof (or a payload to store)")
+	}
+	if len(res.Artifacts) > host.MaxArtifacts {
+		return nil, host.Errorf(host.CodeTooLarge, "%d artifacts, the limit is %d. %s", len(res.Artifacts), host.MaxArtifacts, host.ContractsNotChat)
+	}
+	if len(res.Pointer) > 8192 || len(res.Checksum) > 200 || len(res.Summary) > 8192 {
+		return nil, host.Errorf(host.CodeTooLarge, "result_pointer, result_checksum or summary is too long")
+	}
+	if res.Checksum != "" && !checksumPattern.MatchString(res.Checksum) {
+		return nil, host.Errorf(host.CodeBadRequest, "result_checksum must look like algorithm:hex (sha256:…)")
+	}
+	if res.Channel != "" && !channelPattern.MatchString(res.Channel) {
+		return nil, host.Errorf(host.CodeBadRequest, "result_channel must match %s", channelPattern)
+	}
+	if m := bytes.TrimSpace(res.Metadata); len(m) > 0 && string(m) != "null" && m[0] != '{' {
+		return nil, host.Errorf(host.CodeBadRequest, "metadata must be a JSON object")
+	}
+	for _, raw := range []*json.RawMessage{&res.Metadata, &res.DeliveryProof} {
+		if len(*raw) > 0 {
+			c, err := compactJSON(*raw)
+			if err != nil {
+				return nil, host.Errorf(host.CodeBadRequest, "metadata and delivery_proof must be valid JSON")
+			}
+			*raw = c
+		}
+	}
+	now := e.now()
+	out := &CompleteResult{}
+	var leasedAt time.Time
+	// Fast path: read the lease and build the change outside the single
+	// writer, then write it fenced on the row version read. Only if something
+	// wrote the task in between does the writer read it again itself.
+	var pre *host.Task
+	var preTask host.Task
+	var preReceipt *host.Receipt
+	var preTypes map[string]host.ReceiptType
+	prebuild := func(t *host.Task) {
+		pre = t
+		preTask = *t
+		preReceipt, preTypes = completeTask(&preTask, res, now)
+		if preReceipt.Validate() != nil {
+			pre = nil // the writer builds it again and reports why
+		}
+	}
+	if t := e.leasedTask(ctx, req.WorkerCall, now); t != nil {
+		prebuild(t)
+	}
+	defer e.leases.drop(req.LeaseID)
+	var rsReleased, rsExpired int
+	err := e.update(ctx, func(tx store.Tx) error {
+		rsReleased, rsExpired = 0, 0
+		if pre != nil {
+			t := preTask
+			fence := liveFence(pre, now)
+			fence.Version = pre.Version
+			err := tx.UpdateTask(ctx, &t, fence)
+			if err == nil {
+				if err := appendValid(ctx, tx, preReceipt, preTypes); err != nil {
+					return err
+				}
+				if rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, refOf(pre)); err != nil {
+					return err
+				}
+				leasedAt = *pre.LeasedAt
+				out.Task, out.ReceiptID, out.Duplicate = &t, preReceipt.ID, false
+				return nil
+			}
+			if !errors.Is(err, store.ErrFenced) {
+				return err
+			}
+		}
+		t, err := liveLease(ctx, tx, req.WorkerCall, now)
+		if err != nil {
+			if host.IsCode(err, host.CodeLeaseExpired) {
+				if prev, _ := tx.GetReceiptByDedupe(ctx, req.Tenant, "", completeDedupe(req.LeaseID)); ownOutcome(prev, req.WorkerCall, host.ReceiptCompleted) {
+					out.Task, out.ReceiptID, out.Duplicate = t, prev.ID, true
+					if t == nil {
+						out.Task, _ = tx.GetTask(ctx, prev.Tenant, prev.TaskID)
+					}
+					return nil
+				}
+			}
+			return err
+		}
+		fence := liveFence(t, now)
+		leasedAt = *t.LeasedAt
+		ref := refOf(t)
+		r, types := completeTask(t, res, now)
+		if err := tx.UpdateTask(ctx, t, fence); err != nil {
+			return fenced(err, req.LeaseID)
+		}
+		if err := appendReceipt(ctx, tx, r, types); err != nil {
+			return err
+		}
+		if rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, ref); err != nil {
+			return err
+		}
+		out.Task, out.ReceiptID, out.Duplicate = t, r.ID, false
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out.Status = "completed"
+	e.emitTaskResources(out.Task.Tenant, rsReleased, rsExpired)
+	if !out.Duplicate {
+		e.emit(Event{Kind: EvCompleted, Tenant: out.Task.Tenant, TaskType: out.Task.Type, WorkerID: req.WorkerID, Duration: now.Sub(leasedAt)})
+	}
+	return out, nil
+}
+
+// completeDuplicate returns the first outcome of a completion of this lease
+// by this caller, or nil when there is none.
+func (e *Engine) completeDuplicate(ctx context.Context, req CompleteRequest) *CompleteResult {
+	var out *CompleteResult
+	_ = e.view(ctx, func(r store.Reader) error {
+		prev, err := r.GetReceiptByDedupe(ctx, req.Tenant, "", completeDedupe(req.LeaseID))
+		if err != nil || !ownOutcome(prev, req.WorkerCall, host.ReceiptCompleted) {
+			return err
+		}
+		t, err := r.GetTask(ctx, prev.Tenant, prev.TaskID)
+		if err != nil {
+			return err
+		}
+		out = &CompleteResult{Task: t, Status: "completed", ReceiptID: prev.ID, Duplicate: true}
+		return nil
+	})
+	return out
+}
+
+// checkWorkerPointer refuses a result_pointer the worker made up for a
+// channel this gate manages. Such a channel's pointers name objects the gate
+// stores and later reads with its own grants (a folder, an endpoint's
+// credentials), so a pointer is only ever recorded when the gate stored the
+// payload itself in this very completion; a pointer naming another task's or
+// another tenant's object must not become this task's result. Pointers of
+// channels the gate does not have (s3://…, a URL the worker owns) are the
+// worker's to give, and inline pointers carry their content.
+//
+// Whether a channel is the gate's does not hang on its plugin being loaded:
+// a gate with a mailbox reads email: pointers back through fetch_task_email
+// with its own grants, mail.channel or not, so there an email: pointer from a
+// worker is refused (issue 37). A gate without mail cannot read such a
+// pointer back: it is the worker's own (seed 001's worker that mailed its
+// result itself), recorded as given.
+func (e *Engine) checkWorkerPointer(res host.Result) error {
+	if res.Pointer == "" {
+		return nil
+	}
+	prefix, rest, _ := strings.Cut(res.Pointer, ":")
+	if strings.HasPrefix(rest, "//") {
+		prefix = "" // a URL (http://…, s3://…), not a channel:data pointer
+	}
+	for _, name := range []string{res.Channel, prefix} {
+		if name == "" || name == "inline" {
+			continue
+		}
+		if name == EmailChannel && e.hasMailbox() {
+			return host.Errorf(host.CodeForeignPointer, "result_pointer names channel %q, which is the gate's own: its pointers are made by the gate when it stores a payload, never taken from a worker; send the payload as result or result_base64", name)
+		}
+		if e.cfg.Plugins == nil {
+			continue
+		}
+		if _, err := e.cfg.Plugins.Channel(name); err == nil {
+			return host.Errorf(host.CodeForeignPointer, "result_pointer names channel %q, which this gate manages: its pointers are made by the gate when it stores a payload, never taken from a worker; send the payload as result or result_base64", name)
+		}
+	}
+	return nil
+}
+
+// hasMailbox reports whether this gate reads mail back (fetch_task_email):
+// then email: pointers name messages in its own mailbox.
+func (e *Engine) hasMailbox() bool {
+	m := e.cfg.Delivery.Mail
+	return m != nil && m.CanRead()
+}
+
+// completeTask moves a live leased task to succeeded with result res and
+// returns the task.completed receipt that records it.
+func completeTask(t *host.Task, res host.Result, now time.Time) (*host.Receipt, map[string]host.ReceiptType) {
+	parents, types := taskParents(t)
+	body := map[string]any{
+		"lease_id": t.LeaseID, "worker_id": t.WorkerID, "attempt": t.Attempts + 1,
+		"result_channel": res.Channel, "result_pointer": res.Pointer, "result_checksum": res.Checksum,
+		"summary": res.Summary,
+	}
+	if len(res.Artifacts) > 0 {
+		body["artifacts"] = res.Artifacts
+	}
+	if len(res.DeliveryProof) > 0 {
+		body["delivery_proof"] = res.DeliveryProof
+	}
+	if len(res.Metadata) > 0 {
+		body["metadata"] = res.Metadata
+	}
+	r := &host.Receipt{
+		ID: host.NewID(host.PrefixReceipt), Tenant: t.Tenant, Type: host.ReceiptCompleted,
+		From: t.WorkerID, To: t.Recipient, TaskID: t.ID, LeaseID: t.LeaseID, Parents: parents,
+		Body: mustJSON(body), DedupeKey: completeDedupe(t.LeaseID), CreatedAt: now,
+	}
+	t.State, t.UpdatedAt, t.CompletedAt = host.StateSucceeded, now, ptr(now)
+	rc := res
+	t.Result = &rc
+	t.CancelRequested = false
+	t.LeaseExpiresAt = nil
+	return r, types
+}
+
+func compactJSON(raw json.RawMessage) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,101 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// DeliveryConfig configures what happens after the work (issue 13).
+type DeliveryConfig struct {
+	// Outbox, when set, queues every appended receipt in the outbox in the
+	// transaction that appends it, for delivery to an external ledger.
+	Outbox bool
+	// OutboxConfig is the dispatcher's; with a Sink the outbox is on and
+	// Start runs the dispatcher.
+	OutboxConfig OutboxConfig
+	// Retention says how long finished tasks keep their payloads.
+	Retention RetentionConfig
+	// Mail is the gate's mail client (email.go): send_email queues outbox
+	// entries of kind email that it sends; fetch_task_email reads back
+	// through it. With it the outbox dispatcher runs even without a Sink.
+	Mail Mailer
+}
+
+// deliveryTx is the transaction every engine update runs in: it passes
+// everything to the driver's, and after each appended receipt writes, in the
+// same transaction, the inbox item the receipt makes (if it is actionable)
+// and its outbox entry (if the outbox is on). It remembers the last task the
+// update wrote, so an inbox item can name the task's type and result summary
+// without reading the task again.
+type deliveryTx struct {
+	store.Tx
+	e    *Engine
+	last *host.Task
+	// outboxed is set when the update queued outbox entries.
+	outboxed bool
+}
+
+// wrapTx returns fn run on a deliveryTx; *outboxed says, once the update
+// committed, whether it queued outbox entries.
+func (e *Engine) wrapTx(fn func(store.Tx) error, outboxed *bool) func(store.Tx) error {
+	return func(tx store.Tx) error {
+		d := &deliveryTx{Tx: tx, e: e}
+		err := fn(d)
+		*outboxed = err == nil && d.outboxed
+		return err
+	}
+}
+
+// InsertTask implements store.Tx.
+func (d *deliveryTx) InsertTask(ctx context.Context, t *host.Task) error {
+	err := d.Tx.InsertTask(ctx, t)
+	if err == nil {
+		d.last = t
+	}
+	return err
+}
+
+// UpdateTask implements store.Tx.
+func (d *deliveryTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) error {
+	err := d.Tx.UpdateTask(ctx, t, f)
+	if err == nil {
+		d.last = t
+	}
+	return err
+}
+
+// AppendReceipt implements store.Tx.
+func (d *deliveryTx) AppendReceipt(ctx context.Context, r *host.Receipt) error {
+	if err := d.Tx.AppendReceipt(ctx, r); err != nil {
+		return err
+	}
+	var t *host.Task
+	if d.last != nil && d.last.ID == r.TaskID && d.last.Tenant == r.Tenant {
+		t = d.last
+	}
+	if it, ok := inboxItemFor(r, t); ok {
+		if err := d.Tx.InsertInbox(ctx, it); err != nil {
+			return err
+		}
+	}
+	if d.e.outboxOn() {
+		d.outboxed = true
+		if r.Seq == 0 {
+			// The store sends the receipt with its batch: the entry
+			// carries the receipt as the ledger holds it, seq included.
+			if err := d.Tx.Flush(ctx); err != nil {
+				return err
+			}
+		}
+		body, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		return d.Tx.InsertOutbox(ctx, []store.OutboxEntry{{Tenant: r.Tenant, TaskID: r.TaskID, Kind: OutboxKindReceipt,
+			Key: "receipt:" + r.ID, Body: body, NextAt: r.CreatedAt, CreatedAt: r.CreatedAt}})
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// Release gives a leased task back to the queue at once without using an
+// attempt. Releasing a lease of the caller's tenant that is already gone is
+// a no-op (KLIS-3 §5.3); a lease id no task of the tenant holds or last held
+// (unknown, another tenant's, or replaced by a later lease of its task) is
+// 404 not_found, the same answer for each.
+func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*host.Task, error) {
+	defer e.leases.drop(c.LeaseID) // the lease ends here, or was not live
+	now := e.now()
+	var out *host.Task
+	var released bool
+	var rsReleased, rsExpired int
+	err := e.update(ctx, func(tx store.Tx) error {
+		released, rsReleased, rsExpired = false, 0, 0
+		t, err := liveLease(ctx, tx, c, now)
+		if err != nil {
+			if host.IsCode(err, host.CodeLeaseExpired) {
+				if t != nil && t.State == host.StateLeased && t.LeaseID == c.LeaseID && c.WorkerID != "" && t.WorkerID != c.WorkerID {
+					return err // someone else's live lease: not this caller's to release
+				}
+				if t == nil {
+					// A lease no task of this tenant has (had): unknown, or
+					// another tenant's. Both are 404 with the same words, so
+					// the answer says nothing of other tenants' leases.
+					cur, gerr := tx.GetTaskByLease(ctx, c.LeaseID)
+					if host.IsCode(gerr, host.CodeNotFound) || (gerr == nil && cur.Tenant != c.Tenant) {
+						return host.Errorf(host.CodeNotFound, "no lease %s", c.LeaseID)
+					} else if gerr != nil {
+						return gerr
+					}
+				}
+				out = nil // idempotent: already released or expired; say nothing of the task
+				return nil
+			}
+			return err
+		}
+		fence := liveFence(t, now)
+		ref := refOf(t)
+		var r *host.Receipt
+		if t.CancelRequested {
+			parents, types := taskParents(t)
+			r = &host.Receipt{Type: host.ReceiptCanceled, From: t.WorkerID, Parents: parents, Body: mustJSON(map[string]any{"reason": "cancel_requested", "lease_id": t.LeaseID})}
+			fillTaskReceipt(r, t, t.LeaseID, now)
+			clearLease(t)
+			t.State, t.CompletedAt, t.UpdatedAt = host.StateCanceled, ptr(now), now
+			if err := tx.UpdateTask(ctx, t, fence); err != nil {
+				return fenced(err, c.LeaseID)
+			}
+			if rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, ref); err != nil {
+				return err
+			}
+			out = t
+			return appendReceipt(ctx, tx, r, types)
+		}
+		if t.AcceptReceipt != "" {
+			r = &host.Receipt{Type: host.ReceiptReleased, From: t.WorkerID, Parents: []string{t.AcceptReceipt},
+				Body: mustJSON(map[string]any{"reason": reason, "lease_id": t.LeaseID})}
+			fillTaskReceipt(r, t, t.LeaseID, now)
+		}
+		acc := t.AcceptReceipt
+		clearLease(t)
+		t.State, t.AvailableAt, t.UpdatedAt = host.StateQueued, now, now
+		if err := tx.UpdateTask(ctx, t, fence); err != nil {
+			return fenced(err, c.LeaseID)
+		}
+		if rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, ref); err != nil {
+			return err
+		}
+		out, released = t, true
+		if r != nil {
+			return appendReceipt(ctx, tx, r, map[string]host.ReceiptType{acc: host.ReceiptAccepted})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		return nil, nil
+	}
+	e.emitTaskResources(out.Tenant, rsReleased, rsExpired)
+	if released {
+		e.emit(Event{Kind: EvReleased, Tenant: out.Tenant, TaskType: out.Type, WorkerID: c.WorkerID})
+		e.waiters.wake(out.Tenant, out.Type, 1)
+	}
+	return out, nil
+}
