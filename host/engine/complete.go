@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"regexp"
 	"strings"
 	"time"
@@ -89,50 +88,23 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 	now := e.now()
 	out := &CompleteResult{}
 	var leasedAt time.Time
-	// Fast path: read the lease and build the change outside the single
-	// writer, then write it fenced on the row version read. Only if something
-	// wrote the task in between does the writer read it again itself.
-	var pre *host.Task
-	var preTask host.Task
-	var preReceipt *host.Receipt
-	var preTypes map[string]host.ReceiptType
-	prebuild := func(t *host.Task) {
-		pre = t
-		preTask = *t
-		preReceipt, preTypes = completeTask(&preTask, res, now)
-		if preReceipt.Validate() != nil {
-			pre = nil // the writer builds it again and reports why
-		}
-	}
-	if t := e.leasedTask(ctx, req.WorkerCall, now); t != nil {
-		prebuild(t)
-	}
 	defer e.leases.drop(req.LeaseID)
 	var rsReleased, rsExpired int
-	err := e.update(ctx, func(tx store.Tx) error {
-		rsReleased, rsExpired = 0, 0
-		if pre != nil {
-			t := preTask
-			fence := liveFence(pre, now)
-			fence.Version = pre.Version
-			err := tx.UpdateTask(ctx, &t, fence)
-			if err == nil {
-				if err := appendValid(ctx, tx, preReceipt, preTypes); err != nil {
+	_, err := e.changeLeased(ctx, req.WorkerCall, now, leaseChange{
+		reset: func() { rsReleased, rsExpired = 0, 0 },
+		prebuild: func(t *host.Task) *leaseWrite {
+			at, ref := *t.LeasedAt, refOf(t)
+			r, types := completeTask(t, res, now)
+			return &leaseWrite{receipts: []*host.Receipt{r}, parents: types, then: func(tx store.Tx, t *host.Task) (err error) {
+				if rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, ref); err != nil {
 					return err
 				}
-				if rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, refOf(pre)); err != nil {
-					return err
-				}
-				leasedAt = *pre.LeasedAt
-				out.Task, out.ReceiptID, out.Duplicate = &t, preReceipt.ID, false
+				leasedAt = at
+				out.Task, out.ReceiptID, out.Duplicate = t, r.ID, false
 				return nil
-			}
-			if !errors.Is(err, store.ErrFenced) {
-				return err
-			}
-		}
-		t, err := liveLease(ctx, tx, req.WorkerCall, now)
-		if err != nil {
+			}}
+		},
+		gone: func(tx store.Tx, t *host.Task, err error) error {
 			if host.IsCode(err, host.CodeLeaseExpired) {
 				if prev, _ := tx.GetReceiptByDedupe(ctx, req.Tenant, "", completeDedupe(req.LeaseID)); ownOutcome(prev, req.WorkerCall, host.ReceiptCompleted) {
 					out.Task, out.ReceiptID, out.Duplicate = t, prev.ID, true
@@ -143,22 +115,7 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 				}
 			}
 			return err
-		}
-		fence := liveFence(t, now)
-		leasedAt = *t.LeasedAt
-		ref := refOf(t)
-		r, types := completeTask(t, res, now)
-		if err := tx.UpdateTask(ctx, t, fence); err != nil {
-			return fenced(err, req.LeaseID)
-		}
-		if err := appendReceipt(ctx, tx, r, types); err != nil {
-			return err
-		}
-		if rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, ref); err != nil {
-			return err
-		}
-		out.Task, out.ReceiptID, out.Duplicate = t, r.ID, false
-		return nil
+		},
 	})
 	if err != nil {
 		return nil, err

@@ -86,6 +86,161 @@ func fenced(err error, leaseID string) error {
 	return err
 }
 
+// leaseChange is one change to the task under a worker's live lease: accept,
+// heartbeat (with its progress), complete, fail and release are each one,
+// and changeLeased writes each of them.
+type leaseChange struct {
+	// prebuild is the change of a verb that reads nothing but the task
+	// (accept, complete): it changes t in place and returns what follows
+	// the task's own write, or nil when there is nothing to write (t is the
+	// answer as it stands). As it needs no transaction it first runs outside
+	// the store's single writer, on a copy of the task this engine knows to
+	// be leased, and the writer only writes the result, fenced on the live
+	// lease and on that copy's row version; only when something wrote the
+	// task in between does it run again in the transaction, on the task
+	// read there.
+	prebuild func(t *host.Task) *leaseWrite
+	// build is the change of any other verb (heartbeat reads the task type
+	// and writes progress): it runs in the transaction only, on the task
+	// read there, and may write rows that precede the task's own. Exactly
+	// one of prebuild and build is set.
+	build func(tx store.Tx, t *host.Task) (*leaseWrite, error)
+	// gone, when set, answers a call whose lease is not live, given
+	// liveLease's error and the task it found, if any: an error, or nil
+	// when the verb recorded an answer itself (a repeated call's first
+	// outcome, a release of a lease already gone). Unset, the error is the
+	// answer.
+	gone func(tx store.Tx, t *host.Task, err error) error
+	// reset, when set, runs first in every run of the transaction (a
+	// store may run it more than once, a batch rerun): it clears what the
+	// verb gathered from an earlier run.
+	reset func()
+}
+
+// leaseWrite is what a leaseChange writes after the task itself, in this
+// order: the receipts, then whatever then writes.
+type leaseWrite struct {
+	// receipts are appended in order; each terminates those of its parents
+	// named in parents (appendReceipt).
+	receipts []*host.Receipt
+	parents  map[string]host.ReceiptType
+	// then, when set, writes the rest with the task as written (its
+	// resource leases; the receipts of a verb that writes those after its
+	// resource leases) and records the verb's answer.
+	then func(tx store.Tx, t *host.Task) error
+}
+
+// persist writes w after the task t. validated says the receipts were
+// already validated outside the writer.
+func (w *leaseWrite) persist(ctx context.Context, tx store.Tx, t *host.Task, validated bool) error {
+	for _, r := range w.receipts {
+		add := appendReceipt
+		if validated {
+			add = appendValid
+		}
+		if err := add(ctx, tx, r, w.parents); err != nil {
+			return err
+		}
+	}
+	if w.then != nil {
+		return w.then(tx, t)
+	}
+	return nil
+}
+
+// changeLeased makes ch to the task under c's live lease, in one store
+// transaction (e.update, which also writes the inbox and outbox rows of the
+// receipts: delivery.go). It loads the task by its lease and checks that the
+// lease is live (liveLease: tenant, task, holder, and expiry by the server
+// clock at now), lets ch change it, writes it fenced on the live lease, and
+// then writes what follows it (leaseWrite). A fence lost to a concurrent
+// change is lease_expired. It returns the task as written, or as found when
+// there was nothing to write, or nil when ch.gone answered.
+//
+// A change ch.prebuild makes is built first outside the writer (leasedTask:
+// the copy this engine remembers leasing, or one read now), its receipts
+// validated there, and written fenced on the copy's row version too; if
+// something wrote the task since, the transaction builds it again from the
+// task it reads.
+func (e *Engine) changeLeased(ctx context.Context, c WorkerCall, now time.Time, ch leaseChange) (*host.Task, error) {
+	var pre *prebuiltChange
+	if ch.prebuild != nil {
+		if t := e.leasedTask(ctx, c, now); t != nil {
+			pre = prebuild(t, ch.prebuild)
+		}
+	}
+	var out *host.Task
+	err := e.update(ctx, func(tx store.Tx) error {
+		out = nil
+		if ch.reset != nil {
+			ch.reset()
+		}
+		if pre != nil {
+			t := pre.task
+			fence := liveFence(pre.from, now)
+			fence.Version = pre.from.Version
+			err := tx.UpdateTask(ctx, &t, fence)
+			if err == nil {
+				out = &t
+				return pre.write.persist(ctx, tx, &t, true)
+			}
+			if !errors.Is(err, store.ErrFenced) {
+				return err
+			}
+		}
+		t, err := liveLease(ctx, tx, c, now)
+		if err != nil {
+			if ch.gone != nil {
+				return ch.gone(tx, t, err)
+			}
+			return err
+		}
+		fence := liveFence(t, now)
+		var w *leaseWrite
+		if ch.prebuild != nil {
+			w = ch.prebuild(t)
+		} else if w, err = ch.build(tx, t); err != nil {
+			return err
+		}
+		if w == nil {
+			out = t
+			return nil
+		}
+		if err := tx.UpdateTask(ctx, t, fence); err != nil {
+			return fenced(err, c.LeaseID)
+		}
+		out = t
+		return w.persist(ctx, tx, t, false)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// prebuiltChange is a leaseChange built outside the store's writer.
+type prebuiltChange struct {
+	from  *host.Task // the copy it was built from: its lease and version fence the write
+	task  host.Task  // the task as the change leaves it
+	write *leaseWrite
+}
+
+// prebuild runs build on a copy of from, the task under a live lease. It
+// returns nil when there is nothing to write or a receipt does not
+// validate: the writer builds the change again then, and reports why.
+func prebuild(from *host.Task, build func(*host.Task) *leaseWrite) *prebuiltChange {
+	p := &prebuiltChange{from: from, task: *from}
+	if p.write = build(&p.task); p.write == nil {
+		return nil
+	}
+	for _, r := range p.write.receipts {
+		if r.Validate() != nil {
+			return nil
+		}
+	}
+	return p
+}
+
 // ownOutcome reports whether prev is the outcome receipt the engine wrote for
 // this very lease (and, when the call names them, this worker and task): only
 // then may a repeated call be answered with it.
