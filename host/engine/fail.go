@@ -75,89 +75,85 @@ func (e *Engine) Fail(ctx context.Context, req FailRequest) (*FailResult, error)
 	var leasedAt time.Time
 	var dead bool
 	var rsReleased, rsExpired int
-	err = e.update(ctx, func(tx store.Tx) error {
+	_, err = e.changeLeased(ctx, req.WorkerCall, now, leaseChange{
 		// The store may run this again (a batch rerun): nothing of a run
 		// that did not commit may reach the answer or the events.
-		*out, dead, rsReleased, rsExpired = FailResult{}, false, 0, 0
-		t, err := liveLease(ctx, tx, req.WorkerCall, now)
-		if err != nil {
-			return err
-		}
-		leasedAt = *t.LeasedAt
-		fence := liveFence(t, now)
-		ref := refOf(t)
-		t.Attempts++
-		t.LastError = req.Error
-		t.UpdatedAt = now
-		body := map[string]any{"lease_id": t.LeaseID, "worker_id": t.WorkerID, "attempt": t.Attempts,
-			"error_message": req.Error, "retryable": req.Retryable}
-		if len(req.Metadata) > 0 {
-			body["metadata"] = req.Metadata
-		}
-		var rs []*host.Receipt
-		var rtypes map[string]host.ReceiptType
-		switch {
-		case t.CancelRequested:
-			parents, types := taskParents(t)
-			rtypes = types
-			body["reason"] = "cancel_requested"
-			rs = append(rs, &host.Receipt{Type: host.ReceiptCanceled, From: t.WorkerID, Parents: parents, Body: mustJSON(body)})
-			clearLease(t)
-			t.State, t.CompletedAt = host.StateCanceled, ptr(now)
-			out.Status = "canceled"
-		case decision.Action == host.ActionRetry:
-			parents, types := acceptParents(t)
-			rtypes = types
-			at := now.Add(time.Duration(decision.DelaySeconds * float64(time.Second)))
-			body["retry_scheduled_at"] = at
-			body["delay_seconds"] = decision.DelaySeconds
-			rs = append(rs, &host.Receipt{Type: host.ReceiptRetryScheduled, From: GatePrincipal, Parents: parents, Body: mustJSON(body)})
-			clearLease(t)
-			t.State, t.AvailableAt = host.StateQueued, at
-			out.Status, out.WillRetry, out.RetryScheduledAt = "failed", true, &at
-		default:
-			parents, types := taskParents(t)
-			rtypes = types
-			reason := decision.Reason
-			if reason == "" {
-				reason = host.ReasonPolicy
+		reset: func() { *out, dead, rsReleased, rsExpired = FailResult{}, false, 0, 0 },
+		build: func(_ store.Tx, t *host.Task) (*leaseWrite, error) {
+			leasedAt = *t.LeasedAt
+			ref := refOf(t)
+			t.Attempts++
+			t.LastError = req.Error
+			t.UpdatedAt = now
+			body := map[string]any{"lease_id": t.LeaseID, "worker_id": t.WorkerID, "attempt": t.Attempts,
+				"error_message": req.Error, "retryable": req.Retryable}
+			if len(req.Metadata) > 0 {
+				body["metadata"] = req.Metadata
 			}
-			body["dead_reason"] = reason
-			failed := &host.Receipt{ID: host.NewID(host.PrefixReceipt), Type: host.ReceiptFailed, From: t.WorkerID, Parents: parents, Body: mustJSON(body)}
-			rs = append(rs, failed)
-			if reason == host.ReasonMaxRetriesExceeded || decision.Action == host.ActionEscalate {
-				to := t.Recipient
-				if decision.EscalateTo != "" {
-					to = decision.EscalateTo
+			var rs []*host.Receipt
+			var rtypes map[string]host.ReceiptType
+			switch {
+			case t.CancelRequested:
+				parents, types := taskParents(t)
+				rtypes = types
+				body["reason"] = "cancel_requested"
+				rs = append(rs, &host.Receipt{Type: host.ReceiptCanceled, From: t.WorkerID, Parents: parents, Body: mustJSON(body)})
+				clearLease(t)
+				t.State, t.CompletedAt = host.StateCanceled, ptr(now)
+				out.Status = "canceled"
+			case decision.Action == host.ActionRetry:
+				parents, types := acceptParents(t)
+				rtypes = types
+				at := now.Add(time.Duration(decision.DelaySeconds * float64(time.Second)))
+				body["retry_scheduled_at"] = at
+				body["delay_seconds"] = decision.DelaySeconds
+				rs = append(rs, &host.Receipt{Type: host.ReceiptRetryScheduled, From: GatePrincipal, Parents: parents, Body: mustJSON(body)})
+				clearLease(t)
+				t.State, t.AvailableAt = host.StateQueued, at
+				out.Status, out.WillRetry, out.RetryScheduledAt = "failed", true, &at
+			default:
+				parents, types := taskParents(t)
+				rtypes = types
+				reason := decision.Reason
+				if reason == "" {
+					reason = host.ReasonPolicy
 				}
-				rs = append(rs, &host.Receipt{Type: host.ReceiptEscalated, From: GatePrincipal, To: to, Parents: []string{failed.ID},
-					Body: mustJSON(map[string]any{"escalation_class": "policy", "escalation_reason": reason, "attempts": t.Attempts, "error_message": req.Error})})
+				body["dead_reason"] = reason
+				failed := &host.Receipt{ID: host.NewID(host.PrefixReceipt), Type: host.ReceiptFailed, From: t.WorkerID, Parents: parents, Body: mustJSON(body)}
+				rs = append(rs, failed)
+				if reason == host.ReasonMaxRetriesExceeded || decision.Action == host.ActionEscalate {
+					to := t.Recipient
+					if decision.EscalateTo != "" {
+						to = decision.EscalateTo
+					}
+					rs = append(rs, &host.Receipt{Type: host.ReceiptEscalated, From: GatePrincipal, To: to, Parents: []string{failed.ID},
+						Body: mustJSON(map[string]any{"escalation_class": "policy", "escalation_reason": reason, "attempts": t.Attempts, "error_message": req.Error})})
+				}
+				clearLease(t)
+				t.State, t.DeadReason, t.CompletedAt = host.StateDeadLetter, reason, ptr(now)
+				out.Status = "dead_letter"
+				dead = true
 			}
-			clearLease(t)
-			t.State, t.DeadReason, t.CompletedAt = host.StateDeadLetter, reason, ptr(now)
-			out.Status = "dead_letter"
-			dead = true
-		}
-		if fault != nil {
-			rs = append(rs, policyFaultReceipt(t, fault))
-		}
-		if err := tx.UpdateTask(ctx, t, fence); err != nil {
-			return fenced(err, req.LeaseID)
-		}
-		if rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, ref); err != nil {
-			return err
-		}
-		for i, r := range rs {
-			fillTaskReceipt(r, t, req.LeaseID, now)
-			if i == 0 {
-				r.DedupeKey = failDedupe(req.LeaseID)
+			if fault != nil {
+				rs = append(rs, policyFaultReceipt(t, fault))
 			}
-			if err := appendReceipt(ctx, tx, r, rtypes); err != nil {
-				return err
-			}
-		}
-		out.Task, out.ReceiptID = t, rs[0].ID
-		return nil
+			return &leaseWrite{then: func(tx store.Tx, t *host.Task) (err error) {
+				if rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, ref); err != nil {
+					return err
+				}
+				for i, r := range rs {
+					fillTaskReceipt(r, t, req.LeaseID, now)
+					if i == 0 {
+						r.DedupeKey = failDedupe(req.LeaseID)
+					}
+					if err := appendReceipt(ctx, tx, r, rtypes); err != nil {
+						return err
+					}
+				}
+				out.Task, out.ReceiptID = t, rs[0].ID
+				return nil
+			}}, nil
+		},
 	})
 	if err != nil {
 		if host.IsCode(err, host.CodeLeaseExpired) {

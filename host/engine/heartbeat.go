@@ -45,59 +45,19 @@ func (e *Engine) Heartbeat(ctx context.Context, req HeartbeatRequest) (*Heartbea
 	}
 	now := e.now()
 	var res HeartbeatResult
-	var written *host.Task
-	err := e.update(ctx, func(tx store.Tx) error {
-		written = nil
-		t, err := liveLease(ctx, tx, req.WorkerCall, now)
-		if err != nil {
-			return err
-		}
-		ext := req.ExtendSeconds
-		if ext == 0 {
-			ext = t.LeaseSeconds
-		}
-		if ext == 0 {
-			// A lease granted before its TTL was recorded: the task type's length.
-			ext = int(t.LeaseExpiresAt.Sub(*t.LeasedAt).Seconds())
-			if ct, err := e.types.getIn(ctx, tx, t.Tenant, t.Type); err == nil {
-				ext = ct.tt.LeaseSeconds
+	written, err := e.changeLeased(ctx, req.WorkerCall, now, leaseChange{
+		build: func(tx store.Tx, t *host.Task) (*leaseWrite, error) {
+			if err := e.heartbeatTask(ctx, tx, t, req, now); err != nil {
+				return nil, err
 			}
-		}
-		if ext > e.cfg.MaxLeaseSeconds {
-			ext = e.cfg.MaxLeaseSeconds
-		}
-		fence := liveFence(t, now)
-		newExp := now.Add(time.Duration(ext) * time.Second)
-		if newExp.After(*t.LeaseExpiresAt) {
-			t.LeaseExpiresAt = &newExp
-		}
-		if req.ProgressPercent != nil || req.ProgressMessage != "" {
-			if req.ProgressPercent != nil {
-				t.ProgressPercent = ptr(*req.ProgressPercent)
-			}
-			if req.ProgressMessage != "" {
-				t.ProgressMessage = req.ProgressMessage
-			}
-			if err := tx.InsertProgress(ctx, store.Progress{Tenant: t.Tenant, TaskID: t.ID, LeaseID: t.LeaseID,
-				Percent: req.ProgressPercent, Message: req.ProgressMessage, At: now}); err != nil {
-				return err
-			}
-		}
-		if req.Milestone {
-			if err := milestone(ctx, tx, t, req.ProgressMessage, now); err != nil {
-				return err
-			}
-		}
-		t.UpdatedAt = now
-		if err := tx.UpdateTask(ctx, t, fence); err != nil {
-			return fenced(err, req.LeaseID)
-		}
-		if err := e.extendTaskResources(ctx, tx, t); err != nil {
-			return err
-		}
-		res = HeartbeatResult{Status: "ok", LeaseExpiresAt: *t.LeaseExpiresAt, CancelRequested: t.CancelRequested, ServerTime: now}
-		written = t
-		return nil
+			return &leaseWrite{then: func(tx store.Tx, t *host.Task) error {
+				if err := e.extendTaskResources(ctx, tx, t); err != nil {
+					return err
+				}
+				res = HeartbeatResult{Status: "ok", LeaseExpiresAt: *t.LeaseExpiresAt, CancelRequested: t.CancelRequested, ServerTime: now}
+				return nil
+			}}, nil
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -105,4 +65,46 @@ func (e *Engine) Heartbeat(ctx context.Context, req HeartbeatRequest) (*Heartbea
 	e.leases.put(written, now)
 	e.sawWorker(ctx, req.Tenant, req.WorkerID, nil)
 	return &res, nil
+}
+
+// heartbeatTask extends the live lease of t to now + the extension (capped)
+// and records the progress the heartbeat reports, in its transaction.
+func (e *Engine) heartbeatTask(ctx context.Context, tx store.Tx, t *host.Task, req HeartbeatRequest, now time.Time) error {
+	ext := req.ExtendSeconds
+	if ext == 0 {
+		ext = t.LeaseSeconds
+	}
+	if ext == 0 {
+		// A lease granted before its TTL was recorded: the task type's length.
+		ext = int(t.LeaseExpiresAt.Sub(*t.LeasedAt).Seconds())
+		if ct, err := e.types.getIn(ctx, tx, t.Tenant, t.Type); err == nil {
+			ext = ct.tt.LeaseSeconds
+		}
+	}
+	if ext > e.cfg.MaxLeaseSeconds {
+		ext = e.cfg.MaxLeaseSeconds
+	}
+	newExp := now.Add(time.Duration(ext) * time.Second)
+	if newExp.After(*t.LeaseExpiresAt) {
+		t.LeaseExpiresAt = &newExp
+	}
+	if req.ProgressPercent != nil || req.ProgressMessage != "" {
+		if req.ProgressPercent != nil {
+			t.ProgressPercent = ptr(*req.ProgressPercent)
+		}
+		if req.ProgressMessage != "" {
+			t.ProgressMessage = req.ProgressMessage
+		}
+		if err := tx.InsertProgress(ctx, store.Progress{Tenant: t.Tenant, TaskID: t.ID, LeaseID: t.LeaseID,
+			Percent: req.ProgressPercent, Message: req.ProgressMessage, At: now}); err != nil {
+			return err
+		}
+	}
+	if req.Milestone {
+		if err := milestone(ctx, tx, t, req.ProgressMessage, now); err != nil {
+			return err
+		}
+	}
+	t.UpdatedAt = now
+	return nil
 }

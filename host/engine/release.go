@@ -15,13 +15,11 @@ import (
 func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*host.Task, error) {
 	defer e.leases.drop(c.LeaseID) // the lease ends here, or was not live
 	now := e.now()
-	var out *host.Task
 	var released bool
 	var rsReleased, rsExpired int
-	err := e.update(ctx, func(tx store.Tx) error {
-		released, rsReleased, rsExpired = false, 0, 0
-		t, err := liveLease(ctx, tx, c, now)
-		if err != nil {
+	out, err := e.changeLeased(ctx, c, now, leaseChange{
+		reset: func() { released, rsReleased, rsExpired = false, 0, 0 },
+		gone: func(tx store.Tx, t *host.Task, err error) error {
 			if host.IsCode(err, host.CodeLeaseExpired) {
 				if t != nil && t.State == host.StateLeased && t.LeaseID == c.LeaseID && c.WorkerID != "" && t.WorkerID != c.WorkerID {
 					return err // someone else's live lease: not this caller's to release
@@ -37,48 +35,50 @@ func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*hos
 						return gerr
 					}
 				}
-				out = nil // idempotent: already released or expired; say nothing of the task
-				return nil
+				return nil // idempotent: already released or expired; say nothing of the task
 			}
 			return err
-		}
-		fence := liveFence(t, now)
-		ref := refOf(t)
-		var r *host.Receipt
-		if t.CancelRequested {
-			parents, types := taskParents(t)
-			r = &host.Receipt{Type: host.ReceiptCanceled, From: t.WorkerID, Parents: parents, Body: mustJSON(map[string]any{"reason": "cancel_requested", "lease_id": t.LeaseID})}
-			fillTaskReceipt(r, t, t.LeaseID, now)
-			clearLease(t)
-			t.State, t.CompletedAt, t.UpdatedAt = host.StateCanceled, ptr(now), now
-			if err := tx.UpdateTask(ctx, t, fence); err != nil {
-				return fenced(err, c.LeaseID)
-			}
-			if rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, ref); err != nil {
+		},
+		build: func(_ store.Tx, t *host.Task) (*leaseWrite, error) {
+			ref := refOf(t)
+			// The task's resource leases end before its receipt is appended.
+			end := func(tx store.Tx) (err error) {
+				rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, ref)
 				return err
 			}
-			out = t
-			return appendReceipt(ctx, tx, r, types)
-		}
-		if t.AcceptReceipt != "" {
-			r = &host.Receipt{Type: host.ReceiptReleased, From: t.WorkerID, Parents: []string{t.AcceptReceipt},
-				Body: mustJSON(map[string]any{"reason": reason, "lease_id": t.LeaseID})}
-			fillTaskReceipt(r, t, t.LeaseID, now)
-		}
-		acc := t.AcceptReceipt
-		clearLease(t)
-		t.State, t.AvailableAt, t.UpdatedAt = host.StateQueued, now, now
-		if err := tx.UpdateTask(ctx, t, fence); err != nil {
-			return fenced(err, c.LeaseID)
-		}
-		if rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, ref); err != nil {
-			return err
-		}
-		out, released = t, true
-		if r != nil {
-			return appendReceipt(ctx, tx, r, map[string]host.ReceiptType{acc: host.ReceiptAccepted})
-		}
-		return nil
+			if t.CancelRequested {
+				parents, types := taskParents(t)
+				r := &host.Receipt{Type: host.ReceiptCanceled, From: t.WorkerID, Parents: parents, Body: mustJSON(map[string]any{"reason": "cancel_requested", "lease_id": t.LeaseID})}
+				fillTaskReceipt(r, t, t.LeaseID, now)
+				clearLease(t)
+				t.State, t.CompletedAt, t.UpdatedAt = host.StateCanceled, ptr(now), now
+				return &leaseWrite{then: func(tx store.Tx, _ *host.Task) error {
+					if err := end(tx); err != nil {
+						return err
+					}
+					return appendReceipt(ctx, tx, r, types)
+				}}, nil
+			}
+			var r *host.Receipt
+			if t.AcceptReceipt != "" {
+				r = &host.Receipt{Type: host.ReceiptReleased, From: t.WorkerID, Parents: []string{t.AcceptReceipt},
+					Body: mustJSON(map[string]any{"reason": reason, "lease_id": t.LeaseID})}
+				fillTaskReceipt(r, t, t.LeaseID, now)
+			}
+			acc := t.AcceptReceipt
+			clearLease(t)
+			t.State, t.AvailableAt, t.UpdatedAt = host.StateQueued, now, now
+			return &leaseWrite{then: func(tx store.Tx, _ *host.Task) error {
+				if err := end(tx); err != nil {
+					return err
+				}
+				released = true
+				if r != nil {
+					return appendReceipt(ctx, tx, r, map[string]host.ReceiptType{acc: host.ReceiptAccepted})
+				}
+				return nil
+			}}, nil
+		},
 	})
 	if err != nil {
 		return nil, err
