@@ -8,6 +8,26 @@ import (
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
+// Delivery is what the engine writes beside the work itself so that its
+// outcomes reach the people waiting for them and other ledgers (issue 13).
+//
+// Every engine transaction (Engine.update, and the outbox dispatcher's
+// bookkeeping) runs on a deliveryTx, and every receipt appended through it
+// brings, in the same transaction:
+//
+//   - an inbox item for the receipt's addressee, when the receipt is one to
+//     act on: a completion, a final failure or an escalation (inboxItemFor,
+//     inbox.go);
+//   - an outbox entry carrying the receipt, seq included, to the external
+//     ledger, when the outbox is on (Delivery.Outbox or a Sink; outbox.go
+//     delivers it at least once).
+//
+// So a receipt and its delivery rows commit together or not at all, and no
+// verb writes them itself. The other rows of these tables are written where
+// they are made: a heartbeat's milestone writes its inbox item (inbox.go),
+// an email and a promotion to memory queue their own outbox entries
+// (email.go, PromoteToMemory in outbox.go).
+
 // DeliveryConfig configures what happens after the work (issue 13).
 type DeliveryConfig struct {
 	// Outbox, when set, queues every appended receipt in the outbox in the
@@ -24,12 +44,12 @@ type DeliveryConfig struct {
 	Mail Mailer
 }
 
-// deliveryTx is the transaction every engine update runs in: it passes
-// everything to the driver's, and after each appended receipt writes, in the
-// same transaction, the inbox item the receipt makes (if it is actionable)
-// and its outbox entry (if the outbox is on). It remembers the last task the
-// update wrote, so an inbox item can name the task's type and result summary
-// without reading the task again.
+// deliveryTx is the transaction every engine update runs in (withDelivery):
+// it passes everything to the driver's, and after each appended receipt
+// writes, in the same transaction, the inbox item the receipt makes (if it
+// is actionable) and its outbox entry (if the outbox is on). It remembers
+// the last task the update wrote, so an inbox item can name the task's type
+// and result summary without reading the task again.
 type deliveryTx struct {
 	store.Tx
 	e    *Engine
@@ -38,9 +58,10 @@ type deliveryTx struct {
 	outboxed bool
 }
 
-// wrapTx returns fn run on a deliveryTx; *outboxed says, once the update
-// committed, whether it queued outbox entries.
-func (e *Engine) wrapTx(fn func(store.Tx) error, outboxed *bool) func(store.Tx) error {
+// withDelivery returns fn run on a deliveryTx; *outboxed says, once the
+// update committed, whether it queued outbox entries (the dispatcher is woken
+// for them).
+func (e *Engine) withDelivery(fn func(store.Tx) error, outboxed *bool) func(store.Tx) error {
 	return func(tx store.Tx) error {
 		d := &deliveryTx{Tx: tx, e: e}
 		err := fn(d)

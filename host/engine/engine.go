@@ -314,9 +314,12 @@ func storeErr(err error) error {
 	return host.WrapError(host.CodeDatabaseUnavailable, err, "the store failed: "+err.Error())
 }
 
+// update runs fn in one store transaction on a deliveryTx (delivery.go), so
+// the receipts fn appends bring their inbox items and outbox entries with
+// them, and maps driver failures to database_unavailable.
 func (e *Engine) update(ctx context.Context, fn func(store.Tx) error) error {
 	var outboxed bool
-	err := e.st.Update(ctx, e.wrapTx(fn, &outboxed))
+	err := e.st.Update(ctx, e.withDelivery(fn, &outboxed))
 	if err == nil && outboxed {
 		e.wakeOutbox()
 	}

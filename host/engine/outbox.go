@@ -197,7 +197,7 @@ func (e *Engine) OutboxRound(ctx context.Context) (int, error) {
 	// made and not recorded would be made again.
 	var outboxed bool
 	rctx := context.WithoutCancel(ctx)
-	if err := storeErr(e.st.Update(rctx, e.wrapTx(func(tx store.Tx) error {
+	if err := storeErr(e.st.Update(rctx, e.withDelivery(func(tx store.Tx) error {
 		if err := tx.FinishOutbox(rctx, claimed); err != nil {
 			return err
 		}
