@@ -27,7 +27,15 @@ func TestHostilePlugin(t *testing.T) {
 }
 
 func testHostilePlugin(t *testing.T, interp bool) {
-	b := setupOn(t, interp, nil, Limits{Timeout: time.Second, MemoryPages: 256}, "hostile")
+	// The interpreter is several times slower than compiled code, and a Go
+	// guest's panic prints its whole stack before it exits: under -race on a
+	// loaded machine that alone took over a second there, so the interpreter
+	// gets a longer deadline (the loop case still has to reach it).
+	timeout := time.Second
+	if interp {
+		timeout = 5 * time.Second
+	}
+	b := setupOn(t, interp, nil, Limits{Timeout: timeout, MemoryPages: 256}, "hostile")
 	if p, _ := b.reg.Plugin("hostile"); p.Interpreted() != interp {
 		t.Fatalf("plugin runs interpreted=%v, want %v", p.Interpreted(), interp)
 	}
