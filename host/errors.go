@@ -153,6 +153,8 @@ func HTTPStatus(code string) int {
 		return 409
 	case CodeMailUnavailable:
 		return 503
+	case CodeTokenNotMapped, CodeInsufficientScope:
+		return 403
 	default:
 		return 500
 	}
@@ -164,4 +166,10 @@ const (
 	CodeEmailRecipientNotAllowed = "email_recipient_not_allowed" // the address is outside the operator's allowlist (400)
 	CodeNotEmailChannel          = "not_email_channel"           // the task's result did not go through the email channel (409)
 	CodeMailUnavailable          = "mail_unavailable"            // no mail server configured, or it cannot be reached now (503)
+)
+
+// OAuth access tokens (issue 44).
+const (
+	CodeTokenNotMapped    = "token_not_mapped"   // a valid access token whose claims no configured mapping names (403)
+	CodeInsufficientScope = "insufficient_scope" // a valid access token without a scope the gate requires (403)
 )

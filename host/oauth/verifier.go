@@ -1,0 +1,346 @@
+package oauth
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// signingAlgs are the asymmetric algorithms a token may be signed with.
+var signingAlgs = []jose.SignatureAlgorithm{jose.RS256, jose.RS384, jose.RS512, jose.PS256, jose.PS384, jose.PS512,
+	jose.ES256, jose.ES384, jose.ES512, jose.EdDSA}
+
+// maxToken bounds a bearer token's length.
+const maxToken = 16 << 10
+
+// discoveryRetry is how long a failed discovery is remembered before it is
+// tried again.
+const discoveryRetry = 5 * time.Second
+
+// Identity is who an accepted access token stands for.
+type Identity struct {
+	// Actor is the tenant, principal and role the token acts as.
+	Actor engine.Actor
+	// KeyHash is the stored hash of the principal's live key the token
+	// acts through: a holder of the caller beyond one request (an MCP
+	// session) checks it again to notice a revocation.
+	KeyHash string
+	// Issuer and Subject are the token's iss and sub.
+	Issuer, Subject string
+	// Expiry is when the token expires.
+	Expiry time.Time
+}
+
+// Verifier checks access tokens against the configured issuers and maps
+// them to principals. It is safe for concurrent use.
+type Verifier struct {
+	cfg     Config
+	st      store.Store
+	ttl     time.Duration
+	client  *http.Client
+	issuers map[string]*issuer
+
+	mu    sync.Mutex
+	cache map[string]Identity // sha256 of the token -> identity, until min(expiry, checked+ttl)
+	until map[string]time.Time
+}
+
+type issuer struct {
+	cfg      Issuer
+	mu       sync.Mutex
+	verifier *oidc.IDTokenVerifier
+	failed   time.Time
+	err      error
+}
+
+// New returns a Verifier for cfg (which must be valid and enabled) over the
+// store whose keys tokens act through. An accepted token is remembered for
+// ttl (never past its expiry), so a busy client does not cost a store read
+// per request; 0 means 5 s, negative disables it. A revocation is noticed
+// within ttl, as for API keys.
+func New(cfg Config, st store.Store, ttl time.Duration) (*Verifier, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if !cfg.Enabled() {
+		return nil, errors.New("oauth: no issuers configured")
+	}
+	if ttl == 0 {
+		ttl = 5 * time.Second
+	}
+	v := &Verifier{cfg: cfg, st: st, ttl: ttl, client: &http.Client{Timeout: 10 * time.Second},
+		issuers: map[string]*issuer{}, cache: map[string]Identity{}, until: map[string]time.Time{}}
+	for _, is := range cfg.Issuers {
+		v.issuers[is.Issuer] = &issuer{cfg: is}
+	}
+	return v, nil
+}
+
+// Config returns the verifier's configuration.
+func (v *Verifier) Config() Config { return v.cfg }
+
+// IsToken reports whether a bearer value is for Authenticate rather than an
+// API key: anything that does not start with the keys' "agw_".
+func IsToken(bearer string) bool { return bearer != "" && !strings.HasPrefix(bearer, "agw_") }
+
+// tokenError marks a refusal of a presented token, for Challenge.
+type tokenError struct{ msg string }
+
+func (e *tokenError) Error() string { return e.msg }
+
+func refuse(code, format string, args ...any) error {
+	detail := fmt.Sprintf(format, args...)
+	return host.WrapError(code, &tokenError{msg: detail}, detail)
+}
+
+// Authenticate verifies an access token and returns the identity it maps
+// to. Errors: unauthorized (not a JWT, unknown issuer, bad signature, wrong
+// audience, expired, or a principal without a live key), insufficient_scope
+// (a required scope missing), token_not_mapped (no rule matches), and
+// database_unavailable when the store cannot be read.
+func (v *Verifier) Authenticate(ctx context.Context, token string) (Identity, error) {
+	if len(token) > maxToken {
+		return Identity{}, refuse(host.CodeUnauthorized, "the access token is longer than %d bytes", maxToken)
+	}
+	sum := sha256.Sum256([]byte(token))
+	ck := hex.EncodeToString(sum[:])
+	now := time.Now()
+	if v.ttl > 0 {
+		v.mu.Lock()
+		id, ok := v.cache[ck]
+		until := v.until[ck]
+		v.mu.Unlock()
+		if ok && now.Before(until) {
+			return id, nil
+		}
+	}
+	id, err := v.authenticate(ctx, token)
+	if err != nil || v.ttl < 0 {
+		return id, err
+	}
+	until := now.Add(v.ttl)
+	if id.Expiry.Before(until) {
+		until = id.Expiry
+	}
+	v.mu.Lock()
+	if len(v.cache) >= 10000 { // bound the cache; a full reset only costs reads
+		v.cache, v.until = map[string]Identity{}, map[string]time.Time{}
+	}
+	v.cache[ck], v.until[ck] = id, until
+	v.mu.Unlock()
+	return id, nil
+}
+
+// Forget drops every remembered token, so a revocation takes effect at once.
+func (v *Verifier) Forget() {
+	v.mu.Lock()
+	v.cache, v.until = map[string]Identity{}, map[string]time.Time{}
+	v.mu.Unlock()
+}
+
+func (v *Verifier) authenticate(ctx context.Context, token string) (Identity, error) {
+	parsed, err := jwt.ParseSigned(token, signingAlgs)
+	if err != nil {
+		return Identity{}, refuse(host.CodeUnauthorized, "the bearer is neither an API key (agw_…) nor a signed JWT access token")
+	}
+	var head struct {
+		Issuer string `json:"iss"`
+	}
+	if err := parsed.UnsafeClaimsWithoutVerification(&head); err != nil || head.Issuer == "" {
+		return Identity{}, refuse(host.CodeUnauthorized, "the access token names no issuer (iss)")
+	}
+	is, ok := v.issuers[head.Issuer]
+	if !ok {
+		return Identity{}, refuse(host.CodeUnauthorized, "the access token's issuer %q is not one this gate trusts", head.Issuer)
+	}
+	verifier, err := is.get(ctx, v.client, v.cfg.Resource)
+	if err != nil {
+		return Identity{}, refuse(host.CodeUnauthorized, "the keys of issuer %q could not be read: %v", head.Issuer, err)
+	}
+	tok, err := verifier.Verify(oidc.ClientContext(ctx, v.client), token)
+	if err != nil {
+		var exp *oidc.TokenExpiredError
+		switch {
+		case errors.As(err, &exp):
+			return Identity{}, refuse(host.CodeUnauthorized, "the access token expired at %s", exp.Expiry.UTC().Format(time.RFC3339))
+		case strings.Contains(err.Error(), "expected audience"):
+			return Identity{}, refuse(host.CodeUnauthorized, "the access token is for another audience; this gate is %q (its aud must name it)", v.cfg.Resource)
+		}
+		return Identity{}, refuse(host.CodeUnauthorized, "the access token does not verify: %s", strings.TrimPrefix(err.Error(), "oidc: "))
+	}
+	var claims map[string]any
+	if err := tok.Claims(&claims); err != nil {
+		return Identity{}, refuse(host.CodeUnauthorized, "the access token's claims cannot be read")
+	}
+	have := scopesOf(claims)
+	for _, s := range v.cfg.Scopes {
+		if !slices.Contains(have, s) {
+			return Identity{}, refuse(host.CodeInsufficientScope, "the access token lacks scope %q (this gate requires %s)", s, strings.Join(v.cfg.Scopes, " "))
+		}
+	}
+	rule, principal, err := is.cfg.match(claims)
+	if err != nil {
+		return Identity{}, err
+	}
+	tenant := rule.Tenant
+	if tenant == "" {
+		tenant = DefaultTenant
+	}
+	key, err := v.liveKey(ctx, tenant, principal, rule.Role)
+	if err != nil {
+		return Identity{}, err
+	}
+	return Identity{Actor: engine.Actor{Tenant: tenant, Principal: principal, Role: rule.Role}, KeyHash: key.Hash,
+		Issuer: tok.Issuer, Subject: tok.Subject, Expiry: tok.Expiry}, nil
+}
+
+// get returns the issuer's verifier, reading its discovery document the
+// first time (and again, at most every discoveryRetry, while that fails).
+func (is *issuer) get(ctx context.Context, client *http.Client, audience string) (*oidc.IDTokenVerifier, error) {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	if is.verifier != nil {
+		return is.verifier, nil
+	}
+	if is.err != nil && time.Since(is.failed) < discoveryRetry {
+		return nil, is.err
+	}
+	cfg := &oidc.Config{ClientID: audience, SupportedSigningAlgs: algNames()}
+	// The key set lives as long as the gate: it reads the JWKS again when a
+	// token names a key it does not hold (the issuer rotated its keys).
+	bg := oidc.ClientContext(context.Background(), client)
+	if is.cfg.JWKSURI != "" {
+		is.verifier = oidc.NewVerifier(is.cfg.Issuer, oidc.NewRemoteKeySet(bg, is.cfg.JWKSURI), cfg)
+		return is.verifier, nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	p, err := oidc.NewProvider(oidc.ClientContext(dctx, client), is.cfg.Issuer)
+	if err != nil {
+		is.err, is.failed = err, time.Now()
+		return nil, err
+	}
+	var disc struct {
+		JWKSURI string `json:"jwks_uri"`
+	}
+	if err := p.Claims(&disc); err != nil || disc.JWKSURI == "" {
+		is.err, is.failed = errors.New("the discovery document names no jwks_uri"), time.Now()
+		return nil, is.err
+	}
+	is.verifier = oidc.NewVerifier(is.cfg.Issuer, oidc.NewRemoteKeySet(bg, disc.JWKSURI), cfg)
+	return is.verifier, nil
+}
+
+func algNames() []string {
+	out := make([]string, len(signingAlgs))
+	for i, a := range signingAlgs {
+		out[i] = string(a)
+	}
+	return out
+}
+
+// scopesOf reads a token's scopes: the space-separated scope claim (RFC
+// 9068), or scp as a string or an array (as some providers write it).
+func scopesOf(claims map[string]any) []string {
+	var out []string
+	for _, name := range []string{"scope", "scp"} {
+		switch v := claims[name].(type) {
+		case string:
+			out = append(out, strings.Fields(v)...)
+		case []any:
+			for _, s := range v {
+				if s, ok := s.(string); ok {
+					out = append(out, s)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// claimHas reports whether claim value v equals want (a string) or contains
+// it (an array); any value matches an empty want.
+func claimHas(v any, want string) bool {
+	switch v := v.(type) {
+	case string:
+		return want == "" || v == want
+	case []any:
+		if want == "" {
+			return len(v) > 0
+		}
+		for _, s := range v {
+			if s == want {
+				return true
+			}
+		}
+	case bool, float64:
+		return want == "" || fmt.Sprint(v) == want
+	}
+	return false
+}
+
+// match returns the first rule that matches claims and the principal it
+// names.
+func (is Issuer) match(claims map[string]any) (Rule, string, error) {
+	for _, r := range is.Map {
+		v, ok := claims[r.Claim]
+		if !ok || !claimHas(v, r.Value) {
+			continue
+		}
+		if r.Principal != "" {
+			return r, r.Principal, nil
+		}
+		p, _ := claims[r.PrincipalClaim].(string)
+		if !host.ValidPrincipal(p) || strings.EqualFold(p, engine.GatePrincipal) {
+			return r, "", refuse(host.CodeTokenNotMapped, "the access token's %s claim %q is not a valid principal name (%s)", r.PrincipalClaim, p, host.PrincipalPattern)
+		}
+		return r, p, nil
+	}
+	sub, _ := claims["sub"].(string)
+	return Rule{}, "", refuse(host.CodeTokenNotMapped, "no oauth mapping of issuer %q matches this access token (sub %q): add a rule to oauth.issuers[].map", is.Issuer, sub)
+}
+
+// liveKey returns the principal's unrevoked key of role in tenant: the
+// switch that admits its tokens.
+func (v *Verifier) liveKey(ctx context.Context, tenant, principal, role string) (store.Key, error) {
+	var keys []store.Key
+	err := v.st.View(ctx, func(r store.Reader) error {
+		var err error
+		keys, err = r.ListKeys(ctx)
+		return err
+	})
+	if err != nil {
+		return store.Key{}, host.WrapError(host.CodeDatabaseUnavailable, err, "the store failed: "+err.Error())
+	}
+	elsewhere := false
+	for _, k := range keys {
+		if k.Principal != principal || k.RevokedAt != nil {
+			continue
+		}
+		if k.Tenant == tenant && k.Role == role {
+			return k, nil
+		}
+		elsewhere = true
+	}
+	detail := fmt.Sprintf("the access token maps to principal %q (%s of tenant %q), which holds no live %s key there: its tokens are refused until it does (gate keys create --tenant %s --principal %s --role %s); a revoked key refuses them",
+		principal, role, tenant, role, tenant, principal, role)
+	if elsewhere {
+		detail += "; its keys of another tenant or role do not count"
+	}
+	return store.Key{}, host.WrapError(host.CodeUnauthorized, &tokenError{msg: detail}, detail)
+}
