@@ -24,6 +24,7 @@ import (
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/mcpapi"
+	"github.com/asyncgate/asyncgate/host/oauth"
 	"github.com/asyncgate/asyncgate/host/postgres"
 	"github.com/asyncgate/asyncgate/host/store"
 	"github.com/asyncgate/asyncgate/host/ui"
@@ -80,6 +81,8 @@ type serveConfig struct {
 	// Mail is the gate's mail server: send_email, the email channel,
 	// fetch_task_email (mail.go).
 	Mail *mailConfig `json:"mail"`
+	// OAuth makes the gate an OAuth protected resource (oauth.go).
+	OAuth *oauth.Config `json:"oauth"`
 }
 
 func defaultServeConfig() serveConfig {
@@ -222,6 +225,11 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	}
 	if cfg.DBWriters > 1 && !isPostgresURL(cfg.DB) {
 		return cfg, fmt.Errorf("--db-writers %d needs PostgreSQL (--db postgres://…): SQLite has one writer", cfg.DBWriters)
+	}
+	if cfg.OAuth != nil {
+		if err := cfg.OAuth.Validate(); err != nil {
+			return cfg, fmt.Errorf("config: %w", err)
+		}
 	}
 	return cfg, nil
 }
@@ -430,6 +438,10 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	if err != nil {
 		return err
 	}
+	oauthOpts, err := setupOAuth(cfg.OAuth, st, authTTL, authn)
+	if err != nil {
+		return err
+	}
 	dashCtx, stopDash := context.WithCancel(context.Background())
 	defer stopDash()
 	dash, err := ui.New(ui.Config{Engine: eng, Authenticate: authn.Authenticate, Plugins: plugins.Info,
@@ -440,7 +452,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	srv, err := httpapi.New(httpapi.Config{
 		Engine: eng, Logger: log, BodyLimit: cfg.BodyLimitBytes, Metrics: metrics,
 		MetricsPublic: cfg.MetricsPublic, Authenticator: authn, Version: v,
-	}, plugins.Routes, plugins.Pending, httpapi.WithRoutes(mcpSrv.Mount), httpapi.WithRoutes(mountDashboard(dash)))
+	}, append([]httpapi.Option{plugins.Routes, plugins.Pending, httpapi.WithRoutes(mcpSrv.Mount), httpapi.WithRoutes(mountDashboard(dash))}, oauthOpts...)...)
 	if err != nil {
 		return err
 	}

@@ -68,6 +68,8 @@ type Authenticator struct {
 	ttl time.Duration
 	mu  sync.RWMutex
 	m   map[string]authEntry // key hash -> actor
+	// tokens, when set, resolves OAuth access tokens (tokens.go).
+	tokens TokenVerifier
 }
 
 type authEntry struct {
@@ -121,4 +123,7 @@ func (a *Authenticator) Forget() {
 	a.mu.Lock()
 	a.m = map[string]authEntry{}
 	a.mu.Unlock()
+	if a.tokens != nil {
+		a.tokens.Forget()
+	}
 }

@@ -17,10 +17,11 @@ func authMiddleware(a *auth.Authenticator) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			bearer := c.Request().Header.Get(echo.HeaderAuthorization)
-			actor, err := a.Authenticate(c.Request().Context(), bearer)
+			path := c.Request().URL.Path
+			actor, keyHash, err := a.AuthenticateRequest(c.Request().Context(), path, bearer)
 			if err != nil {
-				if host.IsCode(err, host.CodeUnauthorized) {
-					c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="asyncgate"`)
+				if ch := a.Challenge(path, err); ch != "" {
+					c.Response().Header().Set(echo.HeaderWWWAuthenticate, ch)
 				}
 				return err
 			}
@@ -31,7 +32,7 @@ func authMiddleware(a *auth.Authenticator) echo.MiddlewareFunc {
 				return badRequest("?tenant= applies to /v1/admin routes only; this key acts in tenant %q", actor.Tenant)
 			}
 			c.Set(ctxKeyActor, actor)
-			ctx := auth.WithKeyHash(auth.WithActor(c.Request().Context(), actor), auth.HashKey(auth.BearerKey(bearer)))
+			ctx := auth.WithKeyHash(auth.WithActor(c.Request().Context(), actor), keyHash)
 			c.SetRequest(c.Request().WithContext(ctx))
 			return next(c)
 		}

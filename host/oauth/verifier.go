@@ -344,3 +344,24 @@ func (v *Verifier) liveKey(ctx context.Context, tenant, principal, role string) 
 	}
 	return store.Key{}, host.WrapError(host.CodeUnauthorized, &tokenError{msg: detail}, detail)
 }
+
+// MCPPath is where the gate serves MCP (mcpapi.Path): tokens are always
+// accepted there.
+const MCPPath = "/mcp"
+
+// Covers reports whether tokens are accepted on a request path: /mcp, and
+// the HTTP API (/v1/…) when Config.HTTPAPI is set.
+func (v *Verifier) Covers(path string) bool {
+	return path == MCPPath || strings.HasPrefix(path, MCPPath+"/") || (v.cfg.HTTPAPI && strings.HasPrefix(path, "/v1/"))
+}
+
+// VerifyToken is Authenticate for the HTTP doors: the actor a token stands
+// for and the hash of the key it acts through.
+func (v *Verifier) VerifyToken(ctx context.Context, token string) (engine.Actor, string, error) {
+	id, err := v.Authenticate(ctx, token)
+	return id.Actor, id.KeyHash, err
+}
+
+// Challenge is the WWW-Authenticate value of a refusal with err (see
+// Config.Challenge).
+func (v *Verifier) Challenge(err error) string { return v.cfg.Challenge(err) }

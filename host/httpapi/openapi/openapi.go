@@ -23,9 +23,10 @@ import (
 )
 
 // Excluded are the path prefixes that are not part of the JSON API and stay
-// out of the document: the dashboard's pages and the MCP endpoint, which
-// speaks JSON-RPC (docs/mcp.md).
-var Excluded = []string{"/ui", "/mcp"}
+// out of the document: the dashboard's pages, the MCP endpoint, which
+// speaks JSON-RPC (docs/mcp.md), and the well-known metadata documents
+// other specifications define (RFC 9728's protected resource metadata).
+var Excluded = []string{"/ui", "/mcp", "/.well-known"}
 
 // IsExcluded reports whether a route path (echo or OpenAPI syntax) is left
 // out of the document on purpose.
