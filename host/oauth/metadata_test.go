@@ -66,3 +66,21 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("the zero config is OAuth off: %v", err)
 	}
 }
+
+// TestCovers accepts tokens on /mcp, and on /v1/ only with http_api.
+func TestCovers(t *testing.T) {
+	cfg := oauth.Config{Resource: "https://gate.example.com/mcp",
+		Issuers: []oauth.Issuer{{Issuer: "https://idp.example.com", Map: []oauth.Rule{{Claim: "sub", Principal: "a", Role: "agent"}}}}}
+	for _, httpAPI := range []bool{false, true} {
+		cfg.HTTPAPI = httpAPI
+		v, err := oauth.New(cfg, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for path, want := range map[string]bool{"/mcp": true, "/mcpx": false, "/v1/tasks": httpAPI, "/ui/": false, "/v1": false} {
+			if got := v.Covers(path); got != want {
+				t.Errorf("http_api %v: Covers(%q) = %v", httpAPI, path, got)
+			}
+		}
+	}
+}
