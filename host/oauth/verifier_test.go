@@ -234,3 +234,28 @@ func TestVerifierCache(t *testing.T) {
 		t.Fatalf("after Forget: %v", err)
 	}
 }
+
+// TestVerifierIssuerAway refuses tokens while the issuer's discovery
+// document cannot be read, saying so, rather than failing open.
+func TestVerifierIssuerAway(t *testing.T) {
+	idp, err := oauthtest.Start(oauthtest.Client{ID: "svc", Secret: "s", Audience: []string{resource}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := idp.ClientCredentials(context.Background(), "svc", "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idp.Close() // the provider is away before the gate first reads its keys
+	st := stores(t)["sqlite"](t)
+	putKey(t, st, "default", "agent.svc", "agent")
+	v, err := oauth.New(oauth.Config{Resource: resource, Issuers: []oauth.Issuer{{Issuer: idp.Issuer,
+		Map: []oauth.Rule{{Claim: "sub", Value: "svc", Principal: "agent.svc", Role: "agent"}}}}}, st, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = v.Authenticate(context.Background(), tok)
+	if !host.IsCode(err, host.CodeUnauthorized) || !strings.Contains(err.Error(), "could not be read") {
+		t.Fatalf("issuer away: %v", err)
+	}
+}
