@@ -142,57 +142,42 @@ func SignIn(ctx context.Context, authURL, user, password string) (string, error)
 	if err != nil {
 		return "", err
 	}
-	next := authURL
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, authURL, nil)
+	if err != nil {
+		return "", err
+	}
 	for range 10 {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, next, nil)
-		if err != nil {
-			return "", err
-		}
 		resp, err := hc.Do(req)
 		if err != nil {
 			return "", err
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode/100 == 3 {
+		m := authRequestID.FindSubmatch(body)
+		switch {
+		case resp.StatusCode/100 == 3:
 			loc, err := resp.Request.URL.Parse(resp.Header.Get("Location"))
 			if err != nil {
 				return "", err
 			}
-			if loc.Host != base.Host {
+			if loc.Host != base.Host { // back to the client
 				return codeOf(loc)
 			}
-			next = loc.String()
-			continue
+			req, err = http.NewRequestWithContext(ctx, http.MethodGet, loc.String(), nil)
+			if err != nil {
+				return "", err
+			}
+		case resp.StatusCode == http.StatusOK && m != nil: // the login page
+			form := url.Values{"username": {user}, "password": {password}, "id": {string(m[1])}}
+			login, _ := resp.Request.URL.Parse("/login/username")
+			req, err = http.NewRequestWithContext(ctx, http.MethodPost, login.String(), strings.NewReader(form.Encode()))
+			if err != nil {
+				return "", err
+			}
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		default:
+			return "", fmt.Errorf("oauthtest: %s %s answered %d: %.300s", req.Method, req.URL, resp.StatusCode, body)
 		}
-		m := authRequestID.FindSubmatch(body)
-		if resp.StatusCode != http.StatusOK || m == nil {
-			return "", fmt.Errorf("oauthtest: %s answered %d without a login form: %.300s", next, resp.StatusCode, body)
-		}
-		form := url.Values{"username": {user}, "password": {password}, "id": {string(m[1])}}
-		login, _ := resp.Request.URL.Parse("/login/username")
-		preq, err := http.NewRequestWithContext(ctx, http.MethodPost, login.String(), strings.NewReader(form.Encode()))
-		if err != nil {
-			return "", err
-		}
-		preq.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		presp, err := hc.Do(preq)
-		if err != nil {
-			return "", err
-		}
-		pbody, _ := io.ReadAll(presp.Body)
-		presp.Body.Close()
-		if presp.StatusCode/100 != 3 {
-			return "", fmt.Errorf("oauthtest: sign-in answered %d: %.300s", presp.StatusCode, pbody)
-		}
-		loc, err := presp.Request.URL.Parse(presp.Header.Get("Location"))
-		if err != nil {
-			return "", err
-		}
-		if loc.Host != base.Host {
-			return codeOf(loc)
-		}
-		next = loc.String()
 	}
 	return "", errors.New("oauthtest: too many redirects")
 }
