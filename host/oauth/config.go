@@ -25,6 +25,9 @@ type Config struct {
 	HTTPAPI bool `json:"http_api,omitempty"`
 	// Issuers are the authorization servers whose tokens are accepted.
 	Issuers []Issuer `json:"issuers"`
+	// Dashboard, when set, signs people in to the dashboard through one
+	// of the issuers (login.go).
+	Dashboard *Dashboard `json:"dashboard,omitempty"`
 }
 
 // Issuer is one trusted authorization server.
@@ -103,7 +106,7 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	return nil
+	return c.Dashboard.validate(c)
 }
 
 func (r Rule) validate() error {

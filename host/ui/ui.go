@@ -55,6 +55,8 @@ type Config struct {
 	SampleEvery time.Duration
 	// Context ends the sampler and any ledger verification in progress.
 	Context context.Context
+	// SignIn, when set, offers sign-in through an identity provider (oauth.go).
+	SignIn SignIn
 }
 
 // UI is the dashboard.
@@ -182,6 +184,10 @@ func (u *UI) Mount(e *echo.Echo) {
 	open := []echo.MiddlewareFunc{u.headers, u.errorsAsPages}
 	e.GET("/ui/login", u.loginPage, open...)
 	e.POST("/ui/login", u.login, open...)
+	if u.cfg.SignIn != nil {
+		e.GET("/ui/oauth/start", u.oauthStart, open...)
+		e.GET("/ui/oauth/callback", u.oauthCallback, open...)
+	}
 	in := []echo.MiddlewareFunc{u.headers, u.errorsAsPages, u.signedIn}
 	e.POST("/ui/logout", u.logout, in...)
 	e.GET("/ui/", u.overview, in...)
@@ -258,6 +264,8 @@ type page struct {
 	Flash     string
 	Version   string
 	Data      any
+	// SignIn offers sign-in through the identity provider (login page).
+	SignIn bool
 }
 
 func (p *page) fill(s *session) {
@@ -277,6 +285,7 @@ func (u *UI) render(c echo.Context, status int, name string, p page) error {
 	if p.Version == "" {
 		p.Version = u.cfg.Version
 	}
+	p.SignIn = u.cfg.SignIn != nil
 	t := u.pages[name]
 	var b strings.Builder
 	if err := t.ExecuteTemplate(&b, "layout", p); err != nil {

@@ -117,10 +117,11 @@ func (p *Provider) AuthorizationCode(ctx context.Context, clientID, redirectURI 
 		"scope": {strings.Join(scopes, " ")}, "state": {"s1"},
 		"code_challenge": {base64.RawURLEncoding.EncodeToString(sum[:])}, "code_challenge_method": {"S256"},
 	}
-	code, err := SignIn(ctx, p.Issuer+"/auth?"+q.Encode(), User, Password)
+	back, err := SignIn(ctx, p.Issuer+"/auth?"+q.Encode(), User, Password)
 	if err != nil {
 		return "", err
 	}
+	code := back.Query().Get("code")
 	form := url.Values{"grant_type": {"authorization_code"}, "code": {code}, "redirect_uri": {redirectURI},
 		"client_id": {clientID}, "code_verifier": {verifier}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.Issuer+"/oauth/token", strings.NewReader(form.Encode()))
@@ -135,21 +136,22 @@ var authRequestID = regexp.MustCompile(`name="id" value="([^"]+)"`)
 
 // SignIn follows an authorization URL as a browser would: it fetches the
 // login page, posts user and password, and follows the redirects until one
-// leaves the provider; it returns the code that redirect carries.
-func SignIn(ctx context.Context, authURL, user, password string) (string, error) {
+// leaves the provider; it returns that redirect (the client's redirect URI
+// with code and state), or an error when it carries none.
+func SignIn(ctx context.Context, authURL, user, password string) (*url.URL, error) {
 	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	base, err := url.Parse(authURL)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, authURL, nil)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	for range 10 {
 		resp, err := hc.Do(req)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
@@ -158,39 +160,38 @@ func SignIn(ctx context.Context, authURL, user, password string) (string, error)
 		case resp.StatusCode/100 == 3:
 			loc, err := resp.Request.URL.Parse(resp.Header.Get("Location"))
 			if err != nil {
-				return "", err
+				return nil, err
 			}
 			if loc.Host != base.Host { // back to the client
 				return codeOf(loc)
 			}
 			req, err = http.NewRequestWithContext(ctx, http.MethodGet, loc.String(), nil)
 			if err != nil {
-				return "", err
+				return nil, err
 			}
 		case resp.StatusCode == http.StatusOK && m != nil: // the login page
 			form := url.Values{"username": {user}, "password": {password}, "id": {string(m[1])}}
 			login, _ := resp.Request.URL.Parse("/login/username")
 			req, err = http.NewRequestWithContext(ctx, http.MethodPost, login.String(), strings.NewReader(form.Encode()))
 			if err != nil {
-				return "", err
+				return nil, err
 			}
 			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		default:
-			return "", fmt.Errorf("oauthtest: %s %s answered %d: %.300s", req.Method, req.URL, resp.StatusCode, body)
+			return nil, fmt.Errorf("oauthtest: %s %s answered %d: %.300s", req.Method, req.URL, resp.StatusCode, body)
 		}
 	}
-	return "", errors.New("oauthtest: too many redirects")
+	return nil, errors.New("oauthtest: too many redirects")
 }
 
-func codeOf(u *url.URL) (string, error) {
+func codeOf(u *url.URL) (*url.URL, error) {
 	if e := u.Query().Get("error"); e != "" {
-		return "", fmt.Errorf("oauthtest: the provider refused: %s: %s", e, u.Query().Get("error_description"))
+		return nil, fmt.Errorf("oauthtest: the provider refused: %s: %s", e, u.Query().Get("error_description"))
 	}
-	code := u.Query().Get("code")
-	if code == "" {
-		return "", fmt.Errorf("oauthtest: redirect without a code: %s", u)
+	if u.Query().Get("code") == "" {
+		return nil, fmt.Errorf("oauthtest: redirect without a code: %s", u)
 	}
-	return code, nil
+	return u, nil
 }
 
 func tokenOf(resp *http.Response, err error) (string, error) {
