@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,6 +54,7 @@ func testOAuth(t *testing.T, node, clientDir string, extra []string) {
 		oauthtest.Client{ID: "old", Secret: "s", Audience: []string{resource}, Lifetime: -time.Minute},
 		oauthtest.Client{ID: "stranger", Secret: "s", Audience: []string{resource}},
 		oauthtest.Client{ID: "blue", Secret: "s", Audience: []string{resource}},
+		oauthtest.Client{ID: "gate-ui", Secret: "s", Audience: []string{resource}, RedirectURIs: []string{base + "/ui/oauth/callback"}},
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +72,7 @@ func testOAuth(t *testing.T, node, clientDir string, extra []string) {
 		"issuers": []any{map[string]any{
 			"issuer": idp.Issuer,
 			"map": []any{
+				map[string]any{"claim": "client_id", "value": "gate-ui", "principal": "admin.user", "role": "admin"},
 				map[string]any{"claim": "sub", "value": "svc", "principal": "agent.svc", "role": "agent"},
 				map[string]any{"claim": "sub", "value": oauthtest.UserSubject, "principal": "agent.user", "role": "agent"},
 				map[string]any{"claim": "sub", "value": "blue", "principal": "agent.svc", "tenant": "blue", "role": "agent"},
@@ -77,6 +80,7 @@ func testOAuth(t *testing.T, node, clientDir string, extra []string) {
 				map[string]any{"claim": "client_id", "value": "old", "principal": "agent.svc", "role": "agent"},
 			},
 		}},
+		"dashboard": map[string]any{"issuer": idp.Issuer, "client_id": "gate-ui", "client_secret": "s"},
 	}}
 	raw, _ := json.Marshal(conf)
 	cfgPath := filepath.Join(t.TempDir(), "gate.json")
@@ -184,6 +188,43 @@ func testOAuth(t *testing.T, node, clientDir string, extra []string) {
 	want(t, call(t, "DELETE", base+"/v1/admin/keys/"+svcKeyID, g.Admin, nil), 200, "")
 	if r := mcpInit(t, base, good); r.Status != 401 || !strings.Contains(string(r.Body), "no live agent key") {
 		t.Fatalf("a revoked principal's token: %d %s", r.Status, r.Body)
+	}
+
+	// The dashboard: a person signs in at the provider; the session ends
+	// when the admin key the token acts through is revoked.
+	adminID, _ := g.newKeyID(t, "admin", "admin.user", "default")
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	get := func(u string) (*http.Response, string) {
+		t.Helper()
+		res, err := browser.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res, string(b)
+	}
+	if res, page := get(base + "/ui/login"); res.StatusCode != 200 || !strings.Contains(page, `id="oauth-signin"`) {
+		t.Fatalf("login page: %d %s", res.StatusCode, page)
+	}
+	res, _ := get(base + "/ui/oauth/start")
+	if res.StatusCode != http.StatusFound || !strings.HasPrefix(res.Header.Get("Location"), idp.Issuer) {
+		t.Fatalf("start: %d %s", res.StatusCode, res.Header.Get("Location"))
+	}
+	back, err := oauthtest.SignIn(ctx, res.Header.Get("Location"), oauthtest.User, oauthtest.Password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, page := get(back.String()); res.StatusCode != 200 || !strings.Contains(page, "Signed in") {
+		t.Fatalf("callback: %d %s", res.StatusCode, page)
+	}
+	if res, page := get(base + "/ui/"); res.StatusCode != 200 || !strings.Contains(page, "admin.user") {
+		t.Fatalf("dashboard after sign-in: %d %.300s", res.StatusCode, page)
+	}
+	want(t, call(t, "DELETE", base+"/v1/admin/keys/"+adminID, g.Admin, nil), 200, "")
+	if res, _ := get(base + "/ui/"); res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/ui/login" {
+		t.Fatalf("dashboard after the key was revoked: %d %s", res.StatusCode, res.Header.Get("Location"))
 	}
 }
 

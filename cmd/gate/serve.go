@@ -438,14 +438,14 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	if err != nil {
 		return err
 	}
-	oauthOpts, err := setupOAuth(cfg.OAuth, st, authTTL, authn)
+	oauthOpts, signIn, err := setupOAuth(cfg.OAuth, st, authTTL, authn)
 	if err != nil {
 		return err
 	}
 	dashCtx, stopDash := context.WithCancel(context.Background())
 	defer stopDash()
 	dash, err := ui.New(ui.Config{Engine: eng, Authenticate: authn.Authenticate, Plugins: plugins.Info,
-		Version: v, Logger: log, Context: dashCtx})
+		Version: v, Logger: log, Context: dashCtx, SignIn: signIn})
 	if err != nil {
 		return fmt.Errorf("dashboard: %w", err)
 	}
