@@ -26,8 +26,9 @@ import (
 // (testdata/mcp-client/oauth.mjs), the tasks they queue belonging to the
 // mapped principals, and the refused tokens: wrong audience, expired,
 // unknown issuer, missing scope, no mapping, a mapping to a tenant where
-// the principal holds no key, a token on the HTTP API (not enabled), and a
-// token whose principal's key was revoked.
+// the principal holds no key, a token on the HTTP API (not enabled), a
+// token whose principal's key was revoked; and the dashboard's sign-in
+// through the provider, ended by revoking the admin key it acts through.
 func TestE2EOAuth(t *testing.T) {
 	node, npm := needNode(t)
 	clientDir := mcpClientDir(t, npm)
