@@ -93,10 +93,13 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 	_, err := e.changeLeased(ctx, req.WorkerCall, now, leaseChange{
 		reset: func() { rsReleased, rsExpired = 0, 0 },
 		prebuild: func(t *host.Task) *leaseWrite {
-			at, ref := *t.LeasedAt, refOf(t)
+			at, ref, att := *t.LeasedAt, refOf(t), host.OpenAttempt(t)
 			r, types := completeTask(t, res, now)
 			return &leaseWrite{receipts: []*host.Receipt{r}, parents: types, then: func(tx store.Tx, t *host.Task) (err error) {
 				if rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, ref); err != nil {
+					return err
+				}
+				if err := endAttempt(ctx, tx, att, now, host.AttemptSucceeded, r.ID); err != nil {
 					return err
 				}
 				leasedAt = at

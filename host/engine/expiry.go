@@ -40,6 +40,7 @@ func (e *Engine) sweepBatch(ctx context.Context, limit int) (int, error) {
 			fence := store.Fence{State: host.StateLeased, LeaseID: t.LeaseID, ExpiredAt: ptr(now)}
 			leaseID, worker := t.LeaseID, t.WorkerID
 			ref := refOf(t)
+			att := host.OpenAttempt(t)
 			var rs []*host.Receipt
 			var rtypes map[string]host.ReceiptType
 			expBody := map[string]any{"escalation_class": "policy", "escalation_reason": host.ReasonLeaseExpired,
@@ -65,11 +66,13 @@ func (e *Engine) sweepBatch(ctx context.Context, limit int) (int, error) {
 					Body: mustJSON(map[string]any{"escalation_class": "policy", "escalation_reason": host.ReasonMaxLeaseExpiries, "lease_expiries": t.LeaseExpiries})})
 				clearLease(t)
 				t.State, t.DeadReason, t.CompletedAt = host.StateDeadLetter, host.ReasonMaxLeaseExpiries, ptr(now)
+				att.DeadReason = host.ReasonMaxLeaseExpiries
 				events = append(events, Event{Kind: EvDeadLettered, Tenant: t.Tenant, TaskType: t.Type, Detail: host.ReasonMaxLeaseExpiries})
 			default:
 				delay := time.Duration(e.requeueDelay(ctx, tx, t)) * time.Second
 				clearLease(t)
 				t.State, t.AvailableAt = host.StateQueued, now.Add(delay+e.jitter(e.cfg.ExpiryJitter))
+				att.RetryAt = ptr(t.AvailableAt)
 				requeued = append(requeued, t)
 			}
 			if err := tx.UpdateTask(ctx, t, fence); err != nil {
@@ -90,11 +93,18 @@ func (e *Engine) sweepBatch(ctx context.Context, limit int) (int, error) {
 				events = append(events, Event{Kind: kind, Tenant: t.Tenant})
 			}
 			rsEnded += rel + exp
+			rid := ""
 			for _, r := range rs {
 				fillTaskReceipt(r, t, leaseID, now)
 				if err := appendReceipt(ctx, tx, r, rtypes); err != nil {
 					return err
 				}
+				if rid == "" {
+					rid = r.ID
+				}
+			}
+			if err := endAttempt(ctx, tx, att, now, host.AttemptExpired, rid); err != nil {
+				return err
 			}
 			events = append(events, Event{Kind: EvLeaseExpired, Tenant: t.Tenant, TaskType: t.Type, WorkerID: worker})
 			n++

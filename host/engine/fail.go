@@ -82,6 +82,9 @@ func (e *Engine) Fail(ctx context.Context, req FailRequest) (*FailResult, error)
 		build: func(_ store.Tx, t *host.Task) (*leaseWrite, error) {
 			leasedAt = *t.LeasedAt
 			ref := refOf(t)
+			att := host.OpenAttempt(t)
+			att.Error, att.ErrorMetadata, att.Retryable = req.Error, req.Metadata, req.Retryable
+			outcome := host.AttemptDead
 			t.Attempts++
 			t.LastError = req.Error
 			t.UpdatedAt = now
@@ -101,6 +104,7 @@ func (e *Engine) Fail(ctx context.Context, req FailRequest) (*FailResult, error)
 				clearLease(t)
 				t.State, t.CompletedAt = host.StateCanceled, ptr(now)
 				out.Status = "canceled"
+				outcome = host.AttemptCanceled
 			case decision.Action == host.ActionRetry:
 				parents, types := acceptParents(t)
 				rtypes = types
@@ -111,6 +115,7 @@ func (e *Engine) Fail(ctx context.Context, req FailRequest) (*FailResult, error)
 				clearLease(t)
 				t.State, t.AvailableAt = host.StateQueued, at
 				out.Status, out.WillRetry, out.RetryScheduledAt = "failed", true, &at
+				outcome, att.RetryAt = host.AttemptFailed, &at
 			default:
 				parents, types := taskParents(t)
 				rtypes = types
@@ -133,6 +138,7 @@ func (e *Engine) Fail(ctx context.Context, req FailRequest) (*FailResult, error)
 				t.State, t.DeadReason, t.CompletedAt = host.StateDeadLetter, reason, ptr(now)
 				out.Status = "dead_letter"
 				dead = true
+				att.DeadReason = reason
 			}
 			if fault != nil {
 				rs = append(rs, policyFaultReceipt(t, fault))
@@ -149,6 +155,9 @@ func (e *Engine) Fail(ctx context.Context, req FailRequest) (*FailResult, error)
 					if err := appendReceipt(ctx, tx, r, rtypes); err != nil {
 						return err
 					}
+				}
+				if err := endAttempt(ctx, tx, att, now, outcome, rs[0].ID); err != nil {
+					return err
 				}
 				out.Task, out.ReceiptID = t, rs[0].ID
 				return nil

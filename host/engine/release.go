@@ -40,7 +40,7 @@ func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*hos
 			return err
 		},
 		build: func(_ store.Tx, t *host.Task) (*leaseWrite, error) {
-			ref := refOf(t)
+			ref, att := refOf(t), host.OpenAttempt(t)
 			// The task's resource leases end before its receipt is appended.
 			end := func(tx store.Tx) (err error) {
 				rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, ref)
@@ -54,6 +54,9 @@ func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*hos
 				t.State, t.CompletedAt, t.UpdatedAt = host.StateCanceled, ptr(now), now
 				return &leaseWrite{then: func(tx store.Tx, _ *host.Task) error {
 					if err := end(tx); err != nil {
+						return err
+					}
+					if err := endAttempt(ctx, tx, att, now, host.AttemptCanceled, r.ID); err != nil {
 						return err
 					}
 					return appendReceipt(ctx, tx, r, types)
@@ -73,6 +76,13 @@ func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*hos
 					return err
 				}
 				released = true
+				rid := ""
+				if r != nil {
+					rid = r.ID
+				}
+				if err := endAttempt(ctx, tx, att, now, host.AttemptReleased, rid); err != nil {
+					return err
+				}
 				if r != nil {
 					return appendReceipt(ctx, tx, r, map[string]host.ReceiptType{acc: host.ReceiptAccepted})
 				}

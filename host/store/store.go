@@ -13,6 +13,7 @@
 //	concern          read side              write side             file
 //	tasks            TaskReader             TaskWriter             tasks.go
 //	task leases      LeaseReader            LeaseWriter            tasks.go
+//	task attempts    AttemptReader          AttemptWriter          attempts.go
 //	task types       TaskTypeReader         TaskTypeWriter         tasks.go
 //	workers          WorkerReader           WorkerWriter           tasks.go
 //	receipts         LedgerReader           LedgerWriter           ledger.go
@@ -111,6 +112,7 @@ type Store interface {
 type Reader interface {
 	TaskReader
 	LeaseReader
+	AttemptReader
 	TaskTypeReader
 	WorkerReader
 	LedgerReader
@@ -128,6 +130,7 @@ type Tx interface {
 	Reader
 	TaskWriter
 	LeaseWriter
+	AttemptWriter
 	TaskTypeWriter
 	WorkerWriter
 	LedgerWriter

@@ -71,6 +71,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"ProbeReadsAndCommits", testProbe},                          // probe.go
 		{"UpdatesFailingAloneAreNoRefusedCommit", testRefusedCommit}, // probe.go
 		{"ResourceLeaseUpdateIsFenced", testResourceLeaseUpdateIsFenced},
+		{"AttemptsHistory", testAttemptsHistory}, // attempts.go
 	}
 	t.Run("Delivery", func(t *testing.T) { t.Parallel(); runDelivery(t, open) })
 	for _, c := range cases {

@@ -1,0 +1,46 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// InsertAttempt implements store.Tx. Its body is JSON, which holds no NUL
+// byte and only valid UTF-8, so it may be written behind with the batch.
+func (w *writeTx) InsertAttempt(ctx context.Context, a *host.Attempt) error {
+	body, ended, err := store.AttemptRow(a)
+	if err != nil {
+		return err
+	}
+	return w.writeOne(ctx, "attempt insert", nil,
+		`INSERT INTO task_attempts (tenant, task_id, lease_id, ended_at, body) VALUES ($1,$2,$3,$4,$5)`,
+		a.Tenant, a.TaskID, a.LeaseID, us(ended), body)
+}
+
+// ListAttempts implements store.Reader.
+func (r *reader) ListAttempts(ctx context.Context, tenant, taskID string, limit int) ([]host.Attempt, error) {
+	if limit <= 0 || limit > store.MaxAttemptsListed {
+		limit = store.MaxAttemptsListed
+	}
+	out := []host.Attempt{}
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		var body string
+		if err := rows.Scan(&body); err != nil {
+			return err
+		}
+		var a host.Attempt
+		if err := json.Unmarshal([]byte(body), &a); err != nil {
+			return fmt.Errorf("postgres: attempt of task %s: %w", taskID, err)
+		}
+		a.Tenant = tenant
+		out = append(out, a)
+		return nil
+	}, `SELECT body FROM task_attempts WHERE tenant = $1 AND task_id = $2 ORDER BY seq LIMIT $3`, tenant, taskID, limit)
+	return out, err
+}
