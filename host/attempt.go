@@ -42,6 +42,9 @@ type Attempt struct {
 	// heartbeat that extended it.
 	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
 	EndedAt        *time.Time `json:"ended_at,omitempty"`
+	// LastHeardAt is, for a running attempt, when its lease was last
+	// written: its grant, accept or latest heartbeat (or a cancel request).
+	LastHeardAt *time.Time `json:"last_heard_at,omitempty"`
 	// DurationMS is how long the lease was held: from its grant to its end,
 	// or to now while it runs.
 	DurationMS int64          `json:"duration_ms"`
@@ -67,7 +70,8 @@ func CurrentAttempt(t *Task, now time.Time) *Attempt {
 	}
 	a := OpenAttempt(t)
 	a.Outcome = AttemptRunning
-	a.EndedAt = nil
+	heard := t.UpdatedAt
+	a.LastHeardAt = &heard
 	a.DurationMS = max(now.Sub(a.LeasedAt), 0).Milliseconds()
 	return a
 }

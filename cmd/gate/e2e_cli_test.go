@@ -207,7 +207,8 @@ func TestE2ECLIAgainstARunningGate(t *testing.T) {
 	}
 
 	out = cliOK(t, u, agentFile, "tasks", "show", leased)
-	mustContain(t, "tasks show of the finished task", out, "status:", "succeeded", "progress (newest first):", "40%", "four of ten", "█", "receipts (ledger order):", "task.assigned", "task.completed")
+	mustContain(t, "tasks show of the finished task", out, "status:", "succeeded", "attempts (oldest first):", "echo.w1", "succeeded",
+		"timeline (oldest first):", "lease.granted", "progress", "40% four of ten", "task.assigned", "task.completed")
 
 	// Receipts: show, chain, verify.
 	var task map[string]any

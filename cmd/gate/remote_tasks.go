@@ -149,7 +149,7 @@ reached, or the payload does not match its checksum, 2 bad usage.`,
 				printTaskTable(rc, out.Tasks, out.Cursor)
 				return nil
 			}},
-		{name: "show", args: "TASK_ID", summary: "show a task: status, progress, result and receipts", minArgs: 1, maxArgs: 1,
+		{name: "show", args: "TASK_ID", summary: "show a task: status, progress, result, its attempts and its timeline", minArgs: 1, maxArgs: 1,
 			run: func(rc *remoteCtx, args []string) error {
 				var raw json.RawMessage
 				if err := rc.call("GET", "/v1/tasks/"+url.PathEscape(args[0]), nil, &raw); err != nil {
@@ -163,7 +163,7 @@ reached, or the payload does not match its checksum, 2 bad usage.`,
 					return err
 				}
 				printTask(rc, &t)
-				return printTaskHistory(rc, t.TaskID)
+				return printTaskStory(rc, t.TaskID)
 			}},
 		{name: "cancel", args: "TASK_ID", summary: "cancel a task (queued: at once; leased: its worker is told)", minArgs: 1, maxArgs: 1,
 			flags: func(fs *flag.FlagSet) { fs.StringVar(&reason, "reason", "", "why (kept with the task)") },
@@ -361,57 +361,6 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
-// printTaskHistory prints a task's last progress reports, each with a bar,
-// and its receipts in ledger order.
-func printTaskHistory(rc *remoteCtx, id string) error {
-	var prog struct {
-		Progress []client.ProgressReport `json:"progress"`
-	}
-	if err := rc.call("GET", "/v1/tasks/"+url.PathEscape(id)+"/progress?limit=10", nil, &prog); err != nil {
-		return err
-	}
-	if len(prog.Progress) > 0 {
-		fmt.Fprintln(rc.out, "\nprogress (newest first):")
-		rows := make([][]string, 0, len(prog.Progress))
-		for _, p := range prog.Progress {
-			bar, pct := "", ""
-			if p.Percent != nil {
-				v := min(max(*p.Percent, 0), 100)
-				n := int(v / 100 * 20)
-				bar = strings.Repeat("█", n) + strings.Repeat("░", 20-n)
-				pct = strconv.FormatFloat(*p.Percent, 'f', -1, 64) + "%"
-			}
-			rows = append(rows, []string{"  " + p.At.UTC().Format(time.RFC3339), bar, pct, clip(p.Message, 50)})
-		}
-		rc.table([]string{"  AT", "", "", "MESSAGE"}, rows)
-	}
-	var rs struct {
-		Receipts []struct {
-			ID   string    `json:"receipt_id"`
-			Type string    `json:"receipt_type"`
-			From string    `json:"from"`
-			To   string    `json:"to"`
-			At   time.Time `json:"created_at"`
-		} `json:"receipts"`
-		Cursor string `json:"cursor"`
-	}
-	if err := rc.call("GET", "/v1/receipts?limit=50&task_id="+url.QueryEscape(id), nil, &rs); err != nil {
-		return err
-	}
-	if len(rs.Receipts) > 0 {
-		fmt.Fprintln(rc.out, "\nreceipts (ledger order):")
-		rows := make([][]string, 0, len(rs.Receipts))
-		for _, r := range rs.Receipts {
-			rows = append(rows, []string{"  " + r.ID, r.Type, r.From + " → " + r.To, r.At.UTC().Format(time.RFC3339)})
-		}
-		rc.table([]string{"  RECEIPT", "TYPE", "FROM → TO", "AT"}, rows)
-		if rs.Cursor != "" {
-			fmt.Fprintf(rc.out, "  more: gate receipts verify %s checks them all\n", id)
-		}
-	}
-	return nil
 }
 
 // progressPercent is a task's progress as a percentage for a table: what

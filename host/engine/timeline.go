@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"sort"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -15,14 +16,23 @@ const (
 	timelineProgress = 100
 )
 
-// Attempts returns a visible task and its attempts, oldest first: every
-// lease that ended, then the live one of a leased task (outcome running).
-func (e *Engine) Attempts(ctx context.Context, actor Actor, id string) (*host.Task, []host.Attempt, error) {
+// TaskAttempts is a task with its attempts.
+type TaskAttempts struct {
+	Task *host.Task
+	// Attempts are oldest first: every lease that ended, then the live one
+	// of a leased task (outcome running, its duration up to At).
+	Attempts []host.Attempt
+	// At is the engine's clock when they were read.
+	At time.Time
+}
+
+// Attempts returns a visible task and its attempts.
+func (e *Engine) Attempts(ctx context.Context, actor Actor, id string) (*TaskAttempts, error) {
 	h, err := e.history(ctx, actor, id, false)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return h.task, h.attempts, nil
+	return &TaskAttempts{Task: h.task, Attempts: h.attempts, At: h.at}, nil
 }
 
 // Timeline is a task's history as events, oldest first.
@@ -32,6 +42,8 @@ type Timeline struct {
 	// Truncated is set when the task has more receipts or progress reports
 	// than one timeline shows (500 and the newest 100).
 	Truncated bool
+	// At is the engine's clock when it was read.
+	At time.Time
 }
 
 // Timeline returns a visible task's history: its receipts, the grants of
@@ -118,7 +130,7 @@ func (e *Engine) Timeline(ctx context.Context, actor Actor, id string) (*Timelin
 		}
 		return a.n < b.n
 	})
-	out := &Timeline{Task: h.task, Events: make([]host.TimelineEvent, len(all)), Truncated: h.truncated}
+	out := &Timeline{Task: h.task, Events: make([]host.TimelineEvent, len(all)), Truncated: h.truncated, At: h.at}
 	for i, k := range all {
 		k.ev.EventID = i + 1
 		out.Events[i] = k.ev
@@ -146,11 +158,12 @@ type history struct {
 	receipts  []*host.Receipt
 	progress  []store.Progress
 	truncated bool
+	at        time.Time
 }
 
 func (e *Engine) history(ctx context.Context, actor Actor, id string, all bool) (*history, error) {
-	h := &history{}
 	now := e.now()
+	h := &history{at: now}
 	err := e.view(ctx, func(r store.Reader) error {
 		t, err := r.GetTask(ctx, actor.Tenant, id)
 		if err != nil {

@@ -33,6 +33,12 @@ func init() {
 		openapi.Op{Method: "GET", Path: "/v1/tasks/:id", Tag: "tasks", Roles: anyKey, Summary: "A task", Responses: map[int]any{200: &host.Task{}}},
 		openapi.Op{Method: "GET", Path: "/v1/tasks/:id/progress", Tag: "tasks", Roles: anyKey, Summary: "A task's progress history, newest first",
 			Query: []openapi.Param{{Name: "limit", Type: "integer"}}, Responses: map[int]any{200: api.ProgressResponse{}}},
+		openapi.Op{Method: "GET", Path: "/v1/tasks/:id/attempts", Tag: "tasks", Roles: anyKey,
+			Summary:   "A task's attempts, oldest first: each lease, its worker, times, duration, outcome and error; a live lease last (outcome running)",
+			Responses: map[int]any{200: api.AttemptsResponse{}}},
+		openapi.Op{Method: "GET", Path: "/v1/tasks/:id/timeline", Tag: "tasks", Roles: anyKey,
+			Summary:   "A task's history as events, oldest first: its receipts, lease grants, expiries and progress",
+			Responses: map[int]any{200: api.TimelineResponse{}}},
 		openapi.Op{Method: "POST", Path: "/v1/tasks/:id/cancel", Tag: "tasks", Roles: agents, Strict: true,
 			Body: struct {
 				Reason string `json:"reason,omitempty"`

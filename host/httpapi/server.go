@@ -261,6 +261,8 @@ func (s *Server) routes() {
 	v1.GET("/tasks", s.listTasks)
 	v1.GET("/tasks/:id", s.getTask)
 	v1.GET("/tasks/:id/progress", s.progress)
+	v1.GET("/tasks/:id/attempts", s.attempts)
+	v1.GET("/tasks/:id/timeline", s.timeline)
 	v1.POST("/tasks/:id/cancel", s.cancel, agents)
 	v1.GET("/tasks/:id/result", s.fetchResult)
 	v1.POST("/tasks/:id/archive", s.archive, agents)

@@ -55,11 +55,12 @@ func testAttemptsHistory(t *testing.T, b *Bundle) {
 	}
 	b.Clock.Advance(time.Second)
 
-	tk, as, err := b.Engine.Attempts(b.Ctx, b.Agent, id)
+	ta, err := b.Engine.Attempts(b.Ctx, b.Agent, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tk.ID != id || len(as) != 4 {
+	as := ta.Attempts
+	if ta.Task.ID != id || !ta.At.Equal(b.Clock.Now()) || ta.Task.ID != id || len(as) != 4 {
 		t.Fatalf("attempts of a leased task: %d, want 3 ended and the running one: %+v", len(as), as)
 	}
 	want := []struct {
@@ -103,7 +104,8 @@ func testAttemptsHistory(t *testing.T, b *Bundle) {
 
 	// 4 completes: its attempt is stored with the completion's receipt.
 	cr := b.Complete(t, "w.4", o4)
-	_, as, err = b.Engine.Attempts(b.Ctx, b.Agent, id)
+	ta, err = b.Engine.Attempts(b.Ctx, b.Agent, id)
+	as = ta.Attempts
 	if err != nil || len(as) != 4 || as[3].Outcome != host.AttemptSucceeded || as[3].ReceiptID != cr.ReceiptID || as[3].EndedAt == nil {
 		t.Fatalf("after complete: %+v %v", as, err)
 	}
@@ -137,7 +139,8 @@ func testAttemptsHistory(t *testing.T, b *Bundle) {
 	if _, err := b.Engine.Fail(b.Ctx, engine.FailRequest{WorkerCall: Call("w.5", o), Error: "bad input"}); err != nil {
 		t.Fatal(err)
 	}
-	_, as, err = b.Engine.Attempts(b.Ctx, b.Admin, res2.TaskID)
+	ta, err = b.Engine.Attempts(b.Ctx, b.Admin, res2.TaskID)
+	as = ta.Attempts
 	if err != nil || len(as) != 1 || as[0].Outcome != host.AttemptDead || as[0].DeadReason != host.ReasonFatalError {
 		t.Fatalf("dead letter attempt: %+v %v", as, err)
 	}
@@ -150,7 +153,7 @@ func testAttemptsHistory(t *testing.T, b *Bundle) {
 		{Tenant: "evil", Principal: "ops", Role: engine.RoleAdmin},
 		{Tenant: "acme", Principal: "w.2", Role: engine.RoleWorker},
 	} {
-		_, _, err := b.Engine.Attempts(b.Ctx, a, id)
+		_, err := b.Engine.Attempts(b.Ctx, a, id)
 		WantCode(t, err, host.CodeNotFound)
 		_, err = b.Engine.Timeline(b.Ctx, a, id)
 		WantCode(t, err, host.CodeNotFound)
