@@ -91,9 +91,12 @@ type entry struct {
 	cur        atomic.Pointer[Plugin]
 	builtin    *Plugin
 	missing    string // why a built-in is not available
-	fp         string // fingerprint of the folder files last tried
-	inDir      bool
-	gone       time.Time // when the folder files were first seen missing (zero: present)
+	// notConfigured is set when missing says the operator granted the
+	// built-in none of a capability it needs (setNotConfigured).
+	notConfigured bool
+	fp            string // fingerprint of the folder files last tried
+	inDir         bool
+	gone          time.Time // when the folder files were first seen missing (zero: present)
 }
 
 // NewRegistry loads the plugins folder and the built-ins (a built-in serves
@@ -329,6 +332,10 @@ func (r *Registry) loadBuiltins(ctx context.Context, manifests []string) {
 				p.Close()
 				err = fmt.Errorf("manifest name %q does not match file name %q", p.Manifest.Name, name)
 			}
+			if errors.Is(err, ErrNotGranted) {
+				r.setNotConfigured(e, err.Error())
+				return
+			}
 			if err != nil {
 				r.setMissing(e, err.Error())
 				return
@@ -346,6 +353,17 @@ func (r *Registry) loadBuiltins(ctx context.Context, manifests []string) {
 
 // markLoaded records that e's first load ended.
 func (e *entry) markLoaded() { e.loadedOnce.Do(func() { close(e.loaded) }) }
+
+// setNotConfigured records a built-in that asks for a capability the
+// operator's config does not grant (the http channel without allowlisted
+// hosts, email without mail): an optional plugin left off, not a fault, so
+// it is logged at info and listed as not_configured.
+func (r *Registry) setNotConfigured(e *entry, why string) {
+	r.log.Info("built-in plugin not configured", "plugin", e.name, "reason", why)
+	r.mu.Lock()
+	e.missing, e.notConfigured = why, true
+	r.mu.Unlock()
+}
 
 func (r *Registry) setMissing(e *entry, why string) {
 	r.log.Warn("built-in plugin unavailable", "plugin", e.name, "reason", why)
@@ -658,13 +676,15 @@ type Info struct {
 	Version string `json:"version,omitempty"`
 	Digest  string `json:"sha256,omitempty"`
 	Source  string `json:"source,omitempty"`
-	State   string `json:"state"` // ready, loading (start-up), refused (nothing serving), missing (built-in not built)
+	State   string `json:"state"` // ready, loading (start-up), refused (nothing serving), missing (built-in not built), not_configured (built-in the config grants nothing it needs)
 	// Engine is what runs the plugin's calls: "compiler" (machine code),
 	// "interpreter" while its compile is still running after a start, or
 	// "dormant" (idle: nothing loaded; the next call loads it from the
 	// compilation cache).
-	Engine       string       `json:"engine,omitempty"`
-	Refused      string       `json:"refused,omitempty"`
+	Engine  string `json:"engine,omitempty"`
+	Refused string `json:"refused,omitempty"`
+	// Note says why a not_configured built-in is off (what to configure).
+	Note         string       `json:"note,omitempty"`
 	Capabilities Capabilities `json:"capabilities"`
 	Instances    int          `json:"instances"`
 	Idle         int          `json:"idle_instances"`
@@ -685,13 +705,15 @@ func (r *Registry) List() []Info {
 		st, refused := e.stats.snapshot()
 		in := Info{Name: e.name, Stats: st, Refused: refused}
 		r.mu.Lock()
-		missing := e.missing
+		missing, notConfigured := e.missing, e.notConfigured
 		r.mu.Unlock()
 		if p := e.cur.Load(); p != nil {
 			in.Kind, in.Version, in.Digest, in.Source = p.Manifest.Kind, p.Manifest.Version, p.Digest, p.Source
 			in.Capabilities, in.LoadedAt, in.State = p.Manifest.Capabilities, p.loadedAt, "ready"
 			in.Engine = p.pool().engineName()
 			in.Instances, in.Idle = p.Instances()
+		} else if missing != "" && notConfigured {
+			in.State, in.Note = "not_configured", missing
 		} else if missing != "" {
 			in.State, in.Refused = "missing", missing
 		} else if !r.Ready() && refused == "" {

@@ -325,7 +325,7 @@ func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, 
 		WithEnv("GOMEMLIMIT", fmt.Sprintf("%dKiB", uint64(p.limits.MemoryPages)*64*3/4))
 	switch {
 	case m.Capabilities.FS == "dir" && grant.Dir == "":
-		return nil, fmt.Errorf("plugin %s asks for a directory (capabilities.fs) but the operator granted none", m.Name)
+		return nil, notGranted{fmt.Sprintf("plugin %s asks for a directory (capabilities.fs) but the operator granted none", m.Name)}
 	case m.Capabilities.FS == "dir":
 		if st, err := os.Stat(grant.Dir); err != nil || !st.IsDir() {
 			return nil, fmt.Errorf("plugin %s: granted directory %q is not a directory", m.Name, grant.Dir)
@@ -345,10 +345,10 @@ func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, 
 		modCfg = modCfg.WithFSConfig(wazero.NewFSConfig().(sysfs.FSConfig).WithSysFSMount(rfs, "/data"))
 	}
 	if m.Capabilities.HTTP && len(grant.HTTPHosts) == 0 {
-		return nil, fmt.Errorf("plugin %s asks for http but the operator allowlisted no hosts", m.Name)
+		return nil, notGranted{fmt.Sprintf("plugin %s asks for http but the operator allowlisted no hosts", m.Name)}
 	}
 	if m.Capabilities.Mail && grant.Mail == nil {
-		return nil, fmt.Errorf("plugin %s asks for mail but the operator granted none (configure mail)", m.Name)
+		return nil, notGranted{fmt.Sprintf("plugin %s asks for mail but the operator granted none (configure mail)", m.Name)}
 	}
 	if m.Capabilities.Clock && grant.Clock {
 		modCfg = modCfg.WithSysWalltime().WithSysNanotime()
@@ -1059,3 +1059,14 @@ func (pl *pool) engineName() string {
 	}
 	return "compiler"
 }
+
+// ErrNotGranted is what a load is refused with when the plugin asks for a
+// capability (a folder, http hosts, mail) the operator's config does not
+// grant it: the plugin is not configured, nothing is broken.
+var ErrNotGranted = errors.New("plugin: capability not granted")
+
+// notGranted is an ErrNotGranted with the words that say what is missing.
+type notGranted struct{ msg string }
+
+func (e notGranted) Error() string        { return e.msg }
+func (e notGranted) Is(target error) bool { return target == ErrNotGranted }

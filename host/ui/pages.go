@@ -490,7 +490,7 @@ func (u *UI) plugins(c echo.Context) error {
 		d.Ready, d.Plugins = u.cfg.Plugins()
 		if !sessionOf(c).operator() {
 			for i := range d.Plugins {
-				d.Plugins[i].Source, d.Plugins[i].LastError, d.Plugins[i].Refused = "", "", ""
+				d.Plugins[i].Source, d.Plugins[i].LastError, d.Plugins[i].Refused, d.Plugins[i].Note = "", "", "", ""
 			}
 		}
 	}
