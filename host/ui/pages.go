@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
@@ -174,6 +175,8 @@ type progressData struct {
 	Bars    []progressBar // the history, oldest first
 	History []store.Progress
 	Poll    bool
+	// First and Last are the times of the oldest and newest report shown.
+	First, Last time.Time
 }
 
 // progressBar is one report of the history chart.
@@ -200,6 +203,7 @@ func (u *UI) progressOf(c echo.Context) (*progressData, error) {
 		d.History = append(d.History, ps[i])
 	}
 	if n := len(d.History); n > 0 {
+		d.First, d.Last = d.History[0].At, d.History[n-1].At
 		w := float64(historyW) / float64(n)
 		for i, p := range d.History {
 			v := 0.0
@@ -251,6 +255,8 @@ const maxShownResult = 64 << 10
 
 type taskData struct {
 	Task     *host.Task
+	Failures string
+	Story    *storyData
 	Params   string
 	Progress *progressData
 	Receipts []receiptRow
@@ -268,7 +274,10 @@ func (u *UI) task(c echo.Context) error {
 		return err
 	}
 	t := pd.Task
-	d := taskData{Task: t, Progress: pd, Params: indent(t.Params), CanRedo: t.State == host.StateDeadLetter}
+	d := taskData{Task: t, Failures: failuresText(t), Progress: pd, Params: indent(t.Params), CanRedo: t.State == host.StateDeadLetter}
+	if d.Story, err = u.story(c, t.ID); err != nil {
+		return err
+	}
 	rs, cur, err := u.eng.TaskReceipts(ctx, s.actor(), t.ID, "", 200)
 	if err != nil {
 		return err
@@ -505,6 +514,9 @@ type obligationsData struct {
 	Owes       int // on this page, owed by Principal
 	Owed       int // on this page, owed to Principal
 	Next       string
+	// Summary counts each principal's open obligations when none is picked.
+	Summary     []obligationCount
+	SummaryMore bool // more principals than the summary counts for
 }
 
 // obligations is GET /ui/obligations?principal=&role=&cursor=: the open
@@ -529,6 +541,12 @@ func (u *UI) obligations(c echo.Context) error {
 		}
 	}
 	sort.Strings(d.Principals)
+	if d.Principal == "" {
+		var err error
+		if d.Summary, d.SummaryMore, err = u.obligationsSummary(c, d.Principals); err != nil {
+			return err
+		}
+	}
 	if d.Principal != "" {
 		obs, cur, err := u.eng.OpenObligations(ctx, s.actor(), store.ObligationFilter{Principal: d.Principal, Role: d.Role, Cursor: c.QueryParam("cursor"), Limit: 100})
 		if err != nil {
