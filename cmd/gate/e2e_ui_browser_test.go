@@ -160,6 +160,40 @@ func TestE2EDashboardInABrowser(t *testing.T) {
 		t.Fatalf("the refused cancel changed the task: %v %v", st["status"], st["cancel_requested"])
 	}
 
+	// The task's story while it runs: its attempt, its lease's expiry, when
+	// its worker was last heard, the attempts and the timeline.
+	step(t, ctx, "the running attempt",
+		chromedp.Navigate(g.URL+"/ui/tasks/"+watched),
+		chromedp.WaitVisible(chromedp.CSS("#current-attempt")),
+	)
+	if a := textOf(t, ctx, "#attempt-number"); !strings.HasPrefix(a, "1 (lease 1 of the task)") {
+		t.Fatalf("attempt number %q", a)
+	}
+	if e := textOf(t, ctx, "#lease-expiry"); !strings.Contains(e, "(in ") || !strings.Contains(e, "Z") {
+		t.Fatalf("lease expiry %q", e)
+	}
+	if h := textOf(t, ctx, "#heartbeat-age"); !strings.Contains(h, "ago") {
+		t.Fatalf("heartbeat age %q", h)
+	}
+	if a := textOf(t, ctx, "#attempts tbody"); !strings.Contains(a, "uidemo.w1") || !strings.Contains(a, "running") {
+		t.Fatalf("attempts while running: %q", a)
+	}
+	if tl := textOf(t, ctx, "#timeline tbody"); !strings.Contains(tl, "task.assigned") || !strings.Contains(tl, "lease.granted") ||
+		!strings.Contains(tl, "25% working") || !strings.Contains(tl, "70% working") {
+		t.Fatalf("timeline while running: %q", tl)
+	}
+	if l := textOf(t, ctx, ".history-label"); !strings.Contains(l, "percent") {
+		t.Fatalf("progress history label %q", l)
+	}
+	if ws, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`getComputedStyle(document.querySelector("#timeline td.nowrap")).whiteSpace`)); ws != "nowrap" {
+		t.Fatalf("timeline times wrap: white-space %q", ws)
+	}
+	if icon, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('link[rel="icon"]').href`)); !strings.HasSuffix(icon, "/ui/static/favicon.svg") {
+		t.Fatalf("favicon link %q", icon)
+	} else if r := call(t, "GET", icon, "", nil); r.Status != 200 || !strings.Contains(string(r.Body), "<svg") {
+		t.Fatalf("favicon: %d", r.Status)
+	}
+
 	// The worker completes; the page shows the result through its channel.
 	want(t, call(t, "POST", g.URL+"/v1/leases/"+lease+"/complete", worker,
 		map[string]any{"worker_id": "uidemo.w1", "result": map[string]any{"answer": 42}}), 200, "")
@@ -176,6 +210,18 @@ func TestE2EDashboardInABrowser(t *testing.T) {
 	if n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#receipts .hash-ok").length`)); n != 2 {
 		t.Fatalf("%d receipts with a verified hash, want 2 (task.assigned, task.completed)", n)
 	}
+	if a := textOf(t, ctx, "#attempts tbody"); !strings.Contains(a, "succeeded") || strings.Contains(a, "running") {
+		t.Fatalf("attempts after completion: %q", a)
+	}
+	if tl := textOf(t, ctx, "#timeline tbody"); !strings.Contains(tl, "task.completed") {
+		t.Fatalf("timeline after completion: %q", tl)
+	}
+	if ws, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`getComputedStyle(document.querySelector("#receipts td code")).whiteSpace`)); ws != "nowrap" {
+		t.Fatalf("receipt ids wrap: white-space %q", ws)
+	}
+	if n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`[...document.querySelectorAll("#receipts tbody tr")].filter(r => /\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ/.test(r.cells[1].textContent)).length`)); n != 2 {
+		t.Fatalf("%d receipts with a time, want 2", n)
+	}
 
 	// The other task dies; redrive it from the dead letters page.
 	offers = g.lease(t, worker, "uidemo.w1", map[string]any{"task_types": []string{"uidemo"}, "max_tasks": 1})
@@ -184,6 +230,16 @@ func TestE2EDashboardInABrowser(t *testing.T) {
 	}
 	want(t, call(t, "POST", g.URL+"/v1/leases/"+offers[0].LeaseID+"/fail", worker,
 		map[string]any{"worker_id": "uidemo.w1", "error_message": "no such thing", "retryable": false}), 200, "")
+	step(t, ctx, "the dead letter's page",
+		chromedp.Navigate(g.URL+"/ui/tasks/"+doomed),
+		chromedp.WaitVisible(chromedp.CSS("#failures")),
+	)
+	if f := textOf(t, ctx, "#failures"); !strings.HasPrefix(f, "dead letter after 1 failure; the worker said it cannot succeed") || strings.Contains(f, "of 0 allowed") {
+		t.Fatalf("a dead letter's failures read %q", f)
+	}
+	if a := textOf(t, ctx, "#attempts tbody"); !strings.Contains(a, "dead_letter") || !strings.Contains(a, "no such thing") {
+		t.Fatalf("the dead letter's attempts: %q", a)
+	}
 	step(t, ctx, "redrive the dead letter",
 		chromedp.Navigate(g.URL+"/ui/dead-letters"),
 		chromedp.WaitVisible(chromedp.CSS(`button.redrive-one[value="`+doomed+`"]`)),
@@ -205,5 +261,22 @@ func TestE2EDashboardInABrowser(t *testing.T) {
 	step(t, ctx, "plugins", chromedp.Navigate(g.URL+"/ui/plugins"), chromedp.WaitVisible(chromedp.CSS("#plugins")))
 	if p := textOf(t, ctx, "#plugins tbody"); !strings.Contains(p, "inline") || !strings.Contains(p, "ready") {
 		t.Fatalf("plugins page: %q", p)
+	}
+	// The optional plugins this gate has no config for are grey, not red.
+	for _, name := range []string{"http", "email"} {
+		row, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => { const r = [...document.querySelectorAll("#plugins tbody tr")].find(r => r.cells[0].textContent === "`+name+`");
+			return r ? (r.querySelector(".bad") ? "red: " : "") + r.textContent : "none" })()`))
+		if !strings.Contains(row, "not configured") || strings.HasPrefix(row, "red: ") {
+			t.Fatalf("plugin %s: %q", name, row)
+		}
+	}
+	if strings.Contains(g.Log(), "level=WARN msg=\"built-in plugin unavailable\"") {
+		t.Fatalf("the start warned of an optional plugin:\n%s", g.Log())
+	}
+
+	// The obligations page opens on a summary.
+	step(t, ctx, "obligations", chromedp.Navigate(g.URL+"/ui/obligations"), chromedp.WaitVisible(chromedp.CSS("#obligations-summary")))
+	if o := textOf(t, ctx, "#obligations-summary tbody"); !strings.Contains(o, "agent.ui") {
+		t.Fatalf("obligations summary: %q", o)
 	}
 }

@@ -21,9 +21,9 @@ type storyData struct {
 	LeaseLeft, HeardAgo time.Duration
 	// Accepted and Expires are the live lease's accept and expiry times.
 	Accepted, Expires string
-	Attempts            []attemptRow
-	Events              []eventRow
-	Truncated           bool
+	Attempts          []attemptRow
+	Events            []eventRow
+	Truncated         bool
 }
 
 // attemptRow is one attempt of the page's table.
