@@ -26,6 +26,9 @@
 //     complete.go (result checks), fail.go (the retry policy's decision),
 //     release.go, cancel.go.
 //   - expiry.go: Sweep, the lease-expiry sweeper.
+//   - attempts.go: endAttempt, which complete, fail, release and the sweeper
+//     call to keep each lease that ends as an attempt; timeline.go reads a
+//     task's attempts and its timeline (receipts, lease events, progress).
 //   - query.go: reading tasks, progress, dead letters and redrive, workers,
 //     stats.
 //
