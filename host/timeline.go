@@ -2,6 +2,8 @@ package host
 
 import (
 	"encoding/json"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -40,4 +42,77 @@ type TimelineEvent struct {
 	// Details is the receipt's body, or what the gate knows of a lease
 	// event (its expiry, outcome, duration) or progress report.
 	Details json.RawMessage `json:"details,omitempty"`
+}
+
+// Note is the part of an event's details worth a line of a table: a
+// progress report's percent and message; else its error, reasons, summary
+// or outcome, how long the lease was held, and when the task is offered
+// again.
+func (ev TimelineEvent) Note() string {
+	var d map[string]any
+	_ = json.Unmarshal(ev.Details, &d)
+	str := func(k string) string {
+		if v, ok := d[k].(string); ok {
+			return v
+		}
+		return ""
+	}
+	var parts []string
+	if ev.Type == EventProgress {
+		if p, ok := d["percent"].(float64); ok {
+			parts = append(parts, strconv.FormatFloat(p, 'f', -1, 64)+"%")
+		}
+		if m := str("message"); m != "" {
+			parts = append(parts, m)
+		}
+		return strings.Join(parts, " ")
+	}
+	for _, k := range []string{"error_message", "dead_reason", "escalation_reason", "reason", "summary", "outcome"} {
+		if v := str(k); v != "" {
+			parts = append(parts, v)
+		}
+	}
+	if ms, ok := d["duration_ms"].(float64); ok {
+		parts = append(parts, "held "+HeldText(int64(ms)))
+	}
+	for _, k := range []string{"retry_scheduled_at", "available_at"} {
+		if v := str(k); v != "" {
+			if at, err := time.Parse(time.RFC3339Nano, v); err == nil {
+				v = at.UTC().Format(time.RFC3339)
+			}
+			parts = append(parts, "offered again "+v)
+		}
+	}
+	return strings.Join(parts, " · ")
+}
+
+// Note is an attempt's error and its metadata, or where its end left the
+// task, for a line of a table.
+func (a Attempt) Note() string {
+	var parts []string
+	if a.Error != "" {
+		parts = append(parts, a.Error)
+	}
+	if m := strings.TrimSpace(string(a.ErrorMetadata)); m != "" && m != "null" {
+		parts = append(parts, m)
+	}
+	if a.DeadReason != "" {
+		parts = append(parts, "dead letter: "+a.DeadReason)
+	}
+	if a.RetryAt != nil {
+		parts = append(parts, "offered again "+a.RetryAt.UTC().Format(time.RFC3339))
+	}
+	return strings.Join(parts, " · ")
+}
+
+// HeldText is a duration in milliseconds for a table: "850ms", "4.2s",
+// "3m10s".
+func HeldText(ms int64) string {
+	switch {
+	case ms < 1000:
+		return strconv.FormatInt(ms, 10) + "ms"
+	case ms < 60_000:
+		return strconv.FormatFloat(float64(ms)/1000, 'f', 1, 64) + "s"
+	}
+	return (time.Duration(ms) * time.Millisecond).Round(time.Second).String()
 }

@@ -1,8 +1,6 @@
 package ui
 
 import (
-	"encoding/json"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -57,7 +55,7 @@ func (u *UI) story(c echo.Context, id string) (*storyData, error) {
 	}
 	d := &storyData{Truncated: tl.Truncated}
 	for _, a := range ta.Attempts {
-		r := attemptRow{Attempt: a, Leased: stamp(a.LeasedAt), Accepted: "no", Held: held(a.DurationMS), Note: attemptNote(a)}
+		r := attemptRow{Attempt: a, Leased: stamp(a.LeasedAt), Accepted: "no", Held: held(a.DurationMS), Note: a.Note()}
 		if a.EndedAt != nil {
 			r.Ended = stamp(*a.EndedAt)
 		}
@@ -80,7 +78,7 @@ func (u *UI) story(c echo.Context, id string) (*storyData, error) {
 		}
 	}
 	for _, ev := range tl.Events {
-		d.Events = append(d.Events, eventRow{TimelineEvent: ev, At: stamp(ev.Time), Note: eventNote(ev)})
+		d.Events = append(d.Events, eventRow{TimelineEvent: ev, At: stamp(ev.Time), Note: ev.Note()})
 	}
 	return d, nil
 }
@@ -129,73 +127,5 @@ func plural(n int, word string) string {
 // stamp is a time to the millisecond, UTC.
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") }
 
-// held is a duration in milliseconds for a table: "850 ms", "4.2 s", "3m".
-func held(ms int64) string {
-	switch {
-	case ms < 1000:
-		return strconv.FormatInt(ms, 10) + " ms"
-	case ms < 60_000:
-		return strconv.FormatFloat(float64(ms)/1000, 'f', 1, 64) + " s"
-	}
-	return ago(time.Duration(ms) * time.Millisecond)
-}
-
-// attemptNote is an attempt's error, or where its end left the task.
-func attemptNote(a host.Attempt) string {
-	var parts []string
-	if a.Error != "" {
-		parts = append(parts, a.Error)
-	}
-	if m := strings.TrimSpace(string(a.ErrorMetadata)); m != "" && m != "null" {
-		parts = append(parts, m)
-	}
-	if a.DeadReason != "" {
-		parts = append(parts, "dead letter: "+a.DeadReason)
-	}
-	if a.RetryAt != nil {
-		parts = append(parts, "offered again at "+a.RetryAt.UTC().Format("15:04:05"))
-	}
-	return strings.Join(parts, " · ")
-}
-
-// eventNote is the part of an event's details worth a line.
-func eventNote(ev host.TimelineEvent) string {
-	var d map[string]any
-	_ = json.Unmarshal(ev.Details, &d)
-	str := func(k string) string {
-		if v, ok := d[k].(string); ok {
-			return v
-		}
-		return ""
-	}
-	var parts []string
-	if ev.Type == host.EventProgress {
-		if p, ok := d["percent"].(float64); ok {
-			parts = append(parts, strconv.FormatFloat(p, 'f', -1, 64)+"%")
-		}
-		if m := str("message"); m != "" {
-			parts = append(parts, m)
-		}
-		return strings.Join(parts, " ")
-	}
-	for _, k := range []string{"error_message", "dead_reason", "escalation_reason", "reason", "summary", "outcome"} {
-		if v := str(k); v != "" {
-			parts = append(parts, v)
-		}
-	}
-	if ms, ok := d["duration_ms"].(float64); ok {
-		parts = append(parts, "held "+held(int64(ms)))
-	}
-	for _, k := range []string{"retry_scheduled_at", "available_at"} {
-		if v := str(k); v != "" {
-			if at, err := time.Parse(time.RFC3339Nano, v); err == nil {
-				v = at.UTC().Format("15:04:05")
-			}
-			parts = append(parts, "offered again at "+v)
-		}
-	}
-	if len(parts) == 0 && ev.Type == host.EventLeaseGranted && ev.WorkerID != "" {
-		parts = append(parts, fmt.Sprintf("offered to %s", ev.WorkerID))
-	}
-	return strings.Join(parts, " · ")
-}
+// held is a duration in milliseconds for a table.
+func held(ms int64) string { return host.HeldText(ms) }
