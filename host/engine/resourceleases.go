@@ -98,38 +98,31 @@ const (
 // MaxResourceLeaseIDs caps the lease ids of one heartbeat, release or verify call.
 const MaxResourceLeaseIDs = 100
 
-// resourceLeases is the engine's resource lease state: its configuration and
-// the wake-up of waiting acquires.
+// resourceLeases is the engine's resource lease state: its configuration,
+// the waiters parked on resources and the tasks stepped aside for them
+// (resourcewait.go, taskwake.go).
 type resourceLeases struct {
 	once sync.Once
 	cfg  ResourceLeaseConfig
-	mu   sync.Mutex
-	gen  chan struct{} // closed and replaced when a lease ends on this host
+	e    *Engine
+	w    resourceWatch
+	// blocked are the tasks stepped aside on this host, by tenant NUL id
+	// (guarded by w.mu, as is closed).
+	blocked map[string]*blockedTask
+	closed  bool
+	jobs    sync.WaitGroup // re-offers under way
 }
 
 func (e *Engine) rl() *resourceLeases {
 	e.rlState.once.Do(func() {
 		e.rlState.cfg = e.cfg.ResourceLeases.withDefaults()
-		e.rlState.gen = make(chan struct{})
+		e.rlState.e = e
 	})
 	return &e.rlState
 }
 
 // ResourceLeaseConfig returns the resource lease settings in force.
 func (e *Engine) ResourceLeaseConfig() ResourceLeaseConfig { return e.rl().cfg }
-
-func (r *resourceLeases) changed() <-chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.gen
-}
-
-func (r *resourceLeases) wake() {
-	r.mu.Lock()
-	close(r.gen)
-	r.gen = make(chan struct{})
-	r.mu.Unlock()
-}
 
 // ResourceIntent is one (resource, predicate) pair of an intent manifest.
 type ResourceIntent = host.ResourceIntent
@@ -178,6 +171,8 @@ type ResourceConflictError struct {
 	// PriorityAt is the priority the request ran with: send it again to
 	// keep the request's seniority.
 	PriorityAt time.Time
+	// until is the earliest expiry among the conflicting leases.
+	until time.Time
 }
 
 func (c *ResourceConflictError) Error() string { return c.Err.Error() }
@@ -262,10 +257,11 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 		}
 	}()
 	for {
-		changed := e.rl().changed()
+		w := e.rl().watch(req.Tenant, intentResources(intents))
 		res, err := e.tryAcquire(ctx, req, intents, ttl, prio, explicit)
 		var ce *ResourceConflictError
 		if err == nil || !errors.As(err, &ce) || !ce.MayWait || req.Wait <= 0 {
+			e.rl().unwatch(w)
 			if err != nil && (ce != nil || host.IsCode(err, host.CodeQuotaExceeded)) {
 				e.emit(Event{Kind: EvResourceRefused, Tenant: req.Tenant, WorkerID: req.Holder, Detail: host.ErrorCode(err)})
 			}
@@ -275,27 +271,17 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 			waiting = true
 			e.emit(Event{Kind: EvResourceWaiting, Tenant: req.Tenant, WorkerID: req.Holder})
 		}
-		// Leases end on other hosts, and by expiry, without a wake-up here:
-		// look again at least every 100 ms.
-		poll := time.NewTimer(100 * time.Millisecond)
-		var stop error
-		select {
-		case <-changed:
-		case <-poll.C:
-		case <-deadline:
-			stop = ce
-		case <-ctx.Done():
-			stop = ctx.Err()
-		case <-e.stop:
-			stop = ce
-		}
-		poll.Stop()
+		// Woken when a lease on one of the resources ends, on this host or
+		// another; an expiry needs no wake-up (park wakes at the earliest).
+		timedOut, stop := e.park(ctx, w, ce.until, deadline)
+		e.rl().unwatch(w)
 		if stop != nil {
-			if stop == ce {
-				ce.Err.Detail += fmt.Sprintf("; waited %s without the conflict ending", req.Wait)
-				e.emit(Event{Kind: EvResourceRefused, Tenant: req.Tenant, WorkerID: req.Holder, Detail: host.CodeResourceConflict})
-			}
 			return nil, stop
+		}
+		if timedOut {
+			ce.Err.Detail += fmt.Sprintf("; waited %s without the conflict ending", req.Wait)
+			e.emit(Event{Kind: EvResourceRefused, Tenant: req.Tenant, WorkerID: req.Holder, Detail: host.CodeResourceConflict})
+			return nil, ce
 		}
 	}
 }
@@ -433,7 +419,13 @@ func (e *Engine) conflict(conflicts []*host.ResourceLease, prio, now time.Time) 
 		detail = fmt.Sprintf("%s is held by lease %s, whose priority %s is not younger than this request's %s: wait-die refuses it at once",
 			named.Resource, named, named.PriorityAt.Format(time.RFC3339Nano), prio.Format(time.RFC3339Nano))
 	}
-	return &ResourceConflictError{Err: host.Errorf(host.CodeResourceConflict, "%s", detail).At(now), Holder: named, MayWait: mayWait, ServerTime: now, PriorityAt: prio}
+	until := conflicts[0].ExpiresAt
+	for _, l := range conflicts[1:] {
+		if l.ExpiresAt.Before(until) {
+			until = l.ExpiresAt
+		}
+	}
+	return &ResourceConflictError{Err: host.Errorf(host.CodeResourceConflict, "%s", detail).At(now), Holder: named, MayWait: mayWait, ServerTime: now, PriorityAt: prio, until: until}
 }
 
 // holdKey names a holder's quota window on a resource.
@@ -709,6 +701,7 @@ func (e *Engine) ReleaseResources(ctx context.Context, a Actor, ids []string) (*
 				if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventReleased, now, nil)); err != nil {
 					return err
 				}
+				leaseEnded(tx, l)
 				released++
 				continue
 			}
@@ -734,7 +727,7 @@ func (e *Engine) ReleaseResources(ctx context.Context, a Actor, ids []string) (*
 		return nil, err
 	}
 	if released+expired > 0 {
-		e.rl().wake()
+		e.wakeEnded(out.Leases)
 	}
 	for i := 0; i < released; i++ {
 		e.emit(Event{Kind: EvResourceReleased, Tenant: a.Tenant})
@@ -752,6 +745,7 @@ func expireLease(ctx context.Context, tx store.Tx, l *host.ResourceLease, now ti
 	if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{ExpiredAt: &now}); err != nil {
 		return err
 	}
+	leaseEnded(tx, l)
 	return tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventExpired, now, nil))
 }
 
@@ -987,8 +981,9 @@ func (e *Engine) SweepResourceLeases(ctx context.Context) (int, error) {
 	for {
 		n, more := 0, false
 		var tenant string
+		var ended []*host.ResourceLease
 		err := e.update(ctx, func(tx store.Tx) error {
-			n, more, tenant = 0, false, ""
+			n, more, tenant, ended = 0, false, "", nil
 			now := e.now()
 			ls, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{ExpiredAt: &now, Limit: page})
 			if err != nil || len(ls) == 0 {
@@ -1026,6 +1021,7 @@ func (e *Engine) SweepResourceLeases(ctx context.Context) (int, error) {
 					}
 					return err
 				}
+				ended = append(ended, l)
 				n++
 			}
 			return nil
@@ -1038,7 +1034,7 @@ func (e *Engine) SweepResourceLeases(ctx context.Context) (int, error) {
 			e.emit(Event{Kind: EvResourceExpired, Tenant: tenant})
 		}
 		if n > 0 {
-			e.rl().wake()
+			e.wakeEnded(ended)
 		}
 		if !more {
 			return total, nil

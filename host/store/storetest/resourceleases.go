@@ -51,6 +51,10 @@ func runResourceLeases(t *testing.T, open Opener, hammer bool) {
 		{"ResourceLeaseRefusalsCarryServerTime", testRLRefusalsCarryServerTime},
 		{"ResourceLeaseMinTTL", testRLMinTTL},
 		{"ResourceLeaseHolders", testRLHolders},
+		{"ResourceLeaseWakeOnRelease", testRLWakeOnRelease}, // resourcewake.go
+		{"ResourceLeaseWakeOnExpiry", testRLWakeOnExpiry},
+		{"ResourceLeaseTaskWakeOnRelease", testRLTaskWakeOnRelease},
+		{"ResourceLeaseWatchResources", testRLWatchResources},
 	}
 	for _, c := range cases {
 		if c.name == "ResourceLeaseHammer" && !hammer {
