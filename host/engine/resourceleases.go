@@ -1048,6 +1048,16 @@ func (e *Engine) SweepResourceLeases(ctx context.Context) (int, error) {
 // normalizes them). It shows what a conflicting acquire would name, and
 // nothing more.
 func (e *Engine) ResourceHolders(ctx context.Context, a Actor, resources []string) (*ResourceLeasesResult, error) {
+	names, err := e.holderNames(resources)
+	if err != nil {
+		return nil, err
+	}
+	return e.holders(ctx, a.Tenant, names, "")
+}
+
+// holderNames validates and normalizes the resource names of a holders
+// query, sorted, each once.
+func (e *Engine) holderNames(resources []string) ([]string, error) {
 	cfg := e.rl().cfg
 	if len(resources) == 0 {
 		return nil, host.Errorf(host.CodeBadRequest, "resource: name at least one")
@@ -1064,17 +1074,34 @@ func (e *Engine) ResourceHolders(ctx context.Context, a Actor, resources []strin
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	names = slices.Compact(names)
+	return slices.Compact(names), nil
+}
+
+// holders reads the leases honoured now on the resources of tenant; with a
+// predicate, only those that conflict with it.
+func (e *Engine) holders(ctx context.Context, tenant string, names []string, p host.LeasePredicate) (*ResourceLeasesResult, error) {
 	var ls []*host.ResourceLease
 	var now time.Time
 	err := e.view(ctx, func(r store.Reader) error {
 		now = e.now()
 		var err error
-		ls, _, err = r.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: a.Tenant, Resources: names, LiveAt: &now, Limit: 1000})
+		ls, _, err = r.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: tenant, Resources: names, LiveAt: &now, Limit: 1000})
 		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	if p != "" {
+		kept := ls[:0]
+		for _, l := range ls {
+			if p.Conflicts(l.Predicate) {
+				kept = append(kept, l)
+			}
+		}
+		ls = kept
+	}
+	if ls == nil {
+		ls = []*host.ResourceLease{}
 	}
 	return &ResourceLeasesResult{Leases: ls, ServerTime: now}, nil
 }

@@ -207,3 +207,70 @@ func (e *Engine) wakeEnded(ls []*host.ResourceLease) {
 		e.rl().wakeResources(tenant, rs)
 	}
 }
+
+// AwaitRequest waits for resources to be free to take.
+type AwaitRequest struct {
+	// Resources are the names (at most MaxIntents; normalized).
+	Resources []string
+	// Predicate is what the caller means to take: MUTATES (the default)
+	// waits for every lease to end, READS for the MUTATES leases only.
+	Predicate host.LeasePredicate
+	// Wait long-polls up to this long (capped by Config.MaxWait).
+	Wait time.Duration
+}
+
+// AwaitResources waits, without taking anything and so without the risk of a
+// deadlock, until no lease honoured now on the resources conflicts with
+// req.Predicate, or until req.Wait passes: the way for a request refused by
+// wait-die to wait for the release it needs before it acquires again (with
+// its priority_at). It answers the leases still in the way (none: the
+// resources were free when it looked; an acquire a moment later may still
+// find them taken). It is woken by a release (on any host) and by the expiry
+// of what it waits for.
+func (e *Engine) AwaitResources(ctx context.Context, a Actor, req AwaitRequest) (*ResourceLeasesResult, error) {
+	names, err := e.holderNames(req.Resources)
+	if err != nil {
+		return nil, err
+	}
+	p := req.Predicate
+	if p == "" {
+		p = host.PredicateMutates
+	}
+	if p != host.PredicateMutates && p != host.PredicateReads {
+		return nil, host.Errorf(host.CodeBadRequest, "predicate: READS or MUTATES")
+	}
+	if req.Wait < 0 {
+		return nil, host.Errorf(host.CodeBadRequest, "wait_seconds: must not be negative")
+	}
+	if req.Wait > e.cfg.MaxWait {
+		req.Wait = e.cfg.MaxWait
+	}
+	var deadline <-chan time.Time
+	if req.Wait > 0 {
+		t := time.NewTimer(req.Wait)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		w := e.rl().watch(a.Tenant, names)
+		res, err := e.holders(ctx, a.Tenant, names, p)
+		if err != nil || len(res.Leases) == 0 || req.Wait <= 0 {
+			e.rl().unwatch(w)
+			return res, err
+		}
+		until := res.Leases[0].ExpiresAt
+		for _, l := range res.Leases[1:] {
+			if l.ExpiresAt.Before(until) {
+				until = l.ExpiresAt
+			}
+		}
+		timedOut, err := e.park(ctx, w, until, deadline)
+		e.rl().unwatch(w)
+		if err != nil {
+			return nil, err
+		}
+		if timedOut {
+			return e.holders(ctx, a.Tenant, names, p)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -128,18 +129,51 @@ func (s *Server) acquireResources(c echo.Context) error {
 
 // resourceHolders is GET /v1/resource-leases?resource=: who holds the
 // resource now, without taking it (what a conflicting acquire would name).
+// With wait_seconds it long-polls until nothing in the way of taking it
+// (predicate, default MUTATES) is held: the wait of a request refused by
+// wait-die, which takes nothing while it waits.
 func (s *Server) resourceHolders(c echo.Context) error {
 	q := c.QueryParams()
-	for k := range q {
-		if k != "resource" {
-			return badRequest("unknown query parameter %q; this call takes resource", k)
+	for k, v := range q {
+		if k != "resource" && k != "wait_seconds" && k != "predicate" {
+			return badRequest("unknown query parameter %q; this call takes resource, wait_seconds and predicate", k)
+		}
+		if k != "resource" && len(v) != 1 {
+			return badRequest("%s: give it once", k)
 		}
 	}
 	if len(q["resource"]) != 1 {
 		return badRequest("name one resource: ?resource=NAME")
 	}
-	res, err := s.eng.ResourceHolders(c.Request().Context(), ActorOf(c), q["resource"])
+	if !q.Has("wait_seconds") && !q.Has("predicate") {
+		res, err := s.eng.ResourceHolders(c.Request().Context(), ActorOf(c), q["resource"])
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, res)
+	}
+	var wait float64
+	if v := q.Get("wait_seconds"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+			return badRequest("wait_seconds: a number of seconds, 0 or more")
+		}
+		wait = f
+	}
+	p := host.LeasePredicate(q.Get("predicate"))
+	if p != "" && p != host.PredicateReads && p != host.PredicateMutates {
+		return badRequest("predicate: READS or MUTATES")
+	}
+	ctx, cancel := context.WithCancel(c.Request().Context())
+	defer cancel()
+	stop := context.AfterFunc(s.drain, cancel)
+	defer stop()
+	res, err := s.eng.AwaitResources(ctx, ActorOf(c), engine.AwaitRequest{Resources: q["resource"], Predicate: p,
+		Wait: time.Duration(min(wait, 3600) * float64(time.Second))})
 	if err != nil {
+		if errors.Is(err, context.Canceled) && s.drain.Err() != nil {
+			return host.Errorf(host.CodeDatabaseUnavailable, "the gate is shutting down; ask again")
+		}
 		return err
 	}
 	return c.JSON(http.StatusOK, res)

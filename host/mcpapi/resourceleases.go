@@ -73,9 +73,12 @@ Refused (granted=false): conflict names the lease in the way. wait_die "die" mea
 		anyRole, s.acquireResourceLeases)
 
 	s.add(tool("list_resource_holders", "Who holds resources now",
-		`Ask who holds resources without trying to take them: the leases honoured now on each named resource in your tenant (holder, predicate, expires_at, fencing_token). Nothing is acquired; an acquire a moment later may still find them changed.`,
+		`Ask who holds resources without trying to take them: the leases honoured now on each named resource in your tenant (holder, predicate, expires_at, fencing_token). Nothing is acquired; an acquire a moment later may still find them changed.
+With wait_seconds, wait until nothing in the way of taking them (predicate: what you mean to take, default MUTATES) is held, or the wait ends: the answer lists what is still in the way (none: free). This is how to wait after a refusal with wait_die "die": you hold nothing while you wait, then acquire again with your priority_at. To hear of releases without a call waiting, subscribe to asyncgate://resource-leases/{resource} (resources/subscribe).`,
 		returns[engine.ResourceLeasesResult](), readOnly(),
-		props(mcp.WithArray("resources", mcp.Required(), mcp.WithStringItems(), mcp.Description("Resource names, as you would acquire them (at most 64).")))),
+		props(mcp.WithArray("resources", mcp.Required(), mcp.WithStringItems(), mcp.Description("Resource names, as you would acquire them (at most 64).")),
+			mcp.WithNumber("wait_seconds", mcp.Min(0), mcp.Description(fmt.Sprintf("Wait up to this long (at most %d) until nothing in the way of taking them is held.", int(s.cfg.MaxLeaseWait.Seconds())))),
+			mcp.WithString("predicate", mcp.Enum("READS", "MUTATES"), mcp.Description("With wait_seconds: what you mean to take (default MUTATES: wait for every lease; READS: for MUTATES leases only).")))),
 		anyRole, s.listResourceHolders)
 
 	s.add(tool("heartbeat_resource_leases", "Keep resource leases alive",
@@ -94,6 +97,7 @@ Refused (granted=false): conflict names the lease in the way. wait_die "die" mea
 		returns[engine.ResourceLeasesResult](), writes(true, false),
 		props(mcp.WithArray("lease_ids", mcp.WithStringItems(), mcp.Description("Lease ids to check. Default: every active lease you hold.")))),
 		anyRole, s.verifyResourceLeases)
+	s.resourceLeaseResources()
 }
 
 func (s *Server) acquireResourceLeases(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
@@ -197,12 +201,27 @@ func (s *Server) verifyResourceLeases(ctx context.Context, a engine.Actor, req m
 
 func (s *Server) listResourceHolders(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
 	var in struct {
-		Resources []string `json:"resources"`
+		Resources   []string            `json:"resources"`
+		WaitSeconds *float64            `json:"wait_seconds"`
+		Predicate   host.LeasePredicate `json:"predicate"`
 	}
 	if err := bind(req, &in); err != nil {
 		return nil, "", err
 	}
-	res, err := s.eng.ResourceHolders(ctx, a, in.Resources)
+	var res *engine.ResourceLeasesResult
+	var err error
+	if in.WaitSeconds == nil && in.Predicate == "" {
+		res, err = s.eng.ResourceHolders(ctx, a, in.Resources)
+	} else {
+		var wait time.Duration
+		if in.WaitSeconds != nil {
+			if *in.WaitSeconds < 0 {
+				return nil, "", host.Errorf(host.CodeBadRequest, "wait_seconds: must not be negative")
+			}
+			wait = time.Duration(min(*in.WaitSeconds, s.cfg.MaxLeaseWait.Seconds()) * float64(time.Second))
+		}
+		res, err = s.eng.AwaitResources(ctx, a, engine.AwaitRequest{Resources: in.Resources, Predicate: in.Predicate, Wait: wait})
+	}
 	if err != nil {
 		return nil, "", err
 	}

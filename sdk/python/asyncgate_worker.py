@@ -1414,10 +1414,20 @@ class ResourceLeases:
             body["wait_seconds"] = wait_seconds
         return self.client._call("POST", "/v1/resource-leases", body, timeout=self.client.timeout + wait_seconds)[1]
 
-    def holders(self, resource: str) -> Dict[str, Any]:
+    def holders(self, resource: str, wait_seconds: float = 0, predicate: str = "") -> Dict[str, Any]:
         """Who holds ``resource`` now, without taking it: ``{"leases": [...],
-        "server_time": ...}``, the leases honoured at the gate's now."""
-        return self.client._call("GET", "/v1/resource-leases?resource=" + urllib.parse.quote(resource, safe=""), None)[1]
+        "server_time": ...}``, the leases honoured at the gate's now.
+
+        With ``wait_seconds``, wait (taking nothing) until nothing in the way
+        of taking it with ``predicate`` (READS or MUTATES, the default) is
+        held, and answer what is still in the way when the wait ran out: the
+        wait of an acquire refused with wait_die "die"."""
+        path = "/v1/resource-leases?resource=" + urllib.parse.quote(resource, safe="")
+        if wait_seconds:
+            path += "&wait_seconds=" + repr(float(wait_seconds))
+        if predicate:
+            path += "&predicate=" + urllib.parse.quote(predicate, safe="")
+        return self.client._call("GET", path, None, timeout=self.client.timeout + wait_seconds)[1]
 
     def heartbeat(self, lease_ids: List[str]) -> Dict[str, Any]:
         """Extend every lease by its TTL from the gate's now, or none."""

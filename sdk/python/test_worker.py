@@ -1132,6 +1132,22 @@ class ResourceLeaseTests(unittest.TestCase):
         other.release([nxt["leases"][0]["lease_id"]])
         self.assertEqual(other.holders(res)["leases"], [])
 
+    def test_holders_wait_for_release(self):
+        rl = aw.ResourceLeases(aw.Client(URL, AGENT))
+        other = aw.ResourceLeases(aw.Client(URL, WORKER))
+        res = "FILE:/py/await.py"
+        got = rl.acquire([(res, "MUTATES")], ttl_ms=10000)
+        self.assertEqual(len(other.holders(res, wait_seconds=0.05, predicate="READS")["leases"]), 1)
+        out = {}
+        waiter = threading.Thread(target=lambda: out.update(other.holders(res, wait_seconds=20)))
+        waiter.start()
+        rl.release([got["leases"][0]["lease_id"]])
+        waiter.join(30)
+        self.assertEqual(out.get("leases"), [])
+        with self.assertRaises(aw.AsyncGateError) as cm:
+            other.holders(res, wait_seconds=1, predicate="OWNS")
+        self.assertEqual((cm.exception.status, cm.exception.code), (400, "bad_request"))
+
 
 if __name__ == "__main__":
     if len(sys.argv) < 6:
