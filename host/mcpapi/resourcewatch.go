@@ -127,4 +127,3 @@ func (s *Server) subscribeResource(sess *session, uri, name string) (any, *rpcEr
 func subscribeURIError() *rpcError {
 	return &rpcError{Code: rpcInvalidParams, Message: fmt.Sprintf("subscribe to %s{task_id} or %s{resource}", TaskURIPrefix, ResourceLeaseURIPrefix)}
 }
-
