@@ -161,8 +161,12 @@ type AcquireResult struct {
 // It unwraps to a host.Error with code resource_conflict.
 type ResourceConflictError struct {
 	Err *host.Error
-	// Holder is the conflicting lease the refusal names.
+	// Holder is the conflicting lease the refusal names (nil when a waiter
+	// ahead refused it).
 	Holder *host.ResourceLease
+	// Ahead is the older waiter the request is behind (fairness), when no
+	// live lease conflicts.
+	Ahead *host.ResourceWaiter
 	// MayWait is true when wait-die lets the request wait for Holder (the
 	// request is older than every conflicting holder).
 	MayWait bool
@@ -256,9 +260,20 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 			e.emit(Event{Kind: EvResourceWaited, Tenant: req.Tenant, WorkerID: req.Holder})
 		}
 	}()
+	// self names the request as a waiter once it parks (resourcefair.go).
+	self, registered := host.NewID(host.PrefixResourceWaiter), false
+	defer func() {
+		if registered {
+			e.unregisterWaiter(req.Tenant, self, intentResources(intents))
+		}
+	}()
+	waitUntil := e.now().Add(req.Wait)
 	for {
 		w := e.rl().watch(req.Tenant, intentResources(intents))
-		res, err := e.tryAcquire(ctx, req, intents, ttl, prio, explicit)
+		res, err := e.tryAcquire(ctx, req, intents, ttl, prio, explicit, self)
+		if err == nil {
+			registered = false // the grant removed the registration
+		}
 		var ce *ResourceConflictError
 		if err == nil || !errors.As(err, &ce) || !ce.MayWait || req.Wait <= 0 {
 			e.rl().unwatch(w)
@@ -266,6 +281,15 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 				e.emit(Event{Kind: EvResourceRefused, Tenant: req.Tenant, WorkerID: req.Holder, Detail: host.ErrorCode(err)})
 			}
 			return res, err
+		}
+		if !registered {
+			// Registered before it parks: from now on younger conflicting
+			// requests queue behind it. The priority is the one it ran with.
+			if err := e.registerWaiter(ctx, req, self, intents, ce.PriorityAt, waitUntil); err != nil {
+				e.rl().unwatch(w)
+				return nil, err
+			}
+			registered = true
 		}
 		if !waiting {
 			waiting = true
@@ -288,8 +312,8 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 
 // tryAcquire decides an acquire once. prio is the request's priority;
 // explicit says the caller named it (otherwise a holder with live leases
-// acquires with its bound priority).
-func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []ResourceIntent, ttl time.Duration, prio time.Time, explicit bool) (*AcquireResult, error) {
+// acquires with its bound priority). self is the request's waiter id.
+func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []ResourceIntent, ttl time.Duration, prio time.Time, explicit bool, self string) (*AcquireResult, error) {
 	cfg := e.rl().cfg
 	resources := make([]string, len(intents))
 	for i, it := range intents {
@@ -329,8 +353,22 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 				conflicts = append(conflicts, l)
 			}
 		}
+		ws, err := tx.ListResourceWaiters(ctx, req.Tenant, resources, now)
+		if err != nil {
+			return err
+		}
+		ahead := aheadOf(ws, want, prio, self, req.Holder)
 		if len(conflicts) > 0 {
-			return e.conflict(conflicts, prio, now)
+			ce := e.conflict(conflicts, prio, now)
+			if ahead != nil && len(mine) > 0 {
+				// An older waiter is ahead and this holder holds leases:
+				// it may not wait (resourcefair.go).
+				ce.MayWait = false
+			}
+			return ce
+		}
+		if ahead != nil {
+			return behindWaiter(ahead, prio, now, len(mine) == 0)
 		}
 		if cfg.MaxLeasesPerHolder > 0 && len(mine)+len(intents) > cfg.MaxLeasesPerHolder {
 			return host.Errorf(host.CodeQuotaExceeded, "holder %s holds %d live leases; with %d more it would pass its quota of %d concurrent leases",
@@ -342,6 +380,11 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 		}
 		if err := e.bookHold(ctx, tx, req.Tenant, adds, now); err != nil {
 			return err
+		}
+		if self != "" {
+			if err := tx.DeleteResourceWaiter(ctx, req.Tenant, self); err != nil {
+				return err
+			}
 		}
 		manifest := host.NewID(host.PrefixManifest)
 		res := &AcquireResult{ManifestID: manifest, PriorityAt: prio, ServerTime: now}
@@ -400,7 +443,7 @@ func boundPriority(mine []*host.ResourceLease, prio time.Time, explicit bool, no
 // conflict applies wait-die: the request may wait only when it is strictly
 // older than every conflicting holder; the refusal names the youngest
 // holder it would wait for, or the first holder at least as old as it.
-func (e *Engine) conflict(conflicts []*host.ResourceLease, prio, now time.Time) error {
+func (e *Engine) conflict(conflicts []*host.ResourceLease, prio, now time.Time) *ResourceConflictError {
 	mayWait := true
 	named := conflicts[0]
 	for _, l := range conflicts {
@@ -1037,6 +1080,9 @@ func (e *Engine) SweepResourceLeases(ctx context.Context) (int, error) {
 			e.wakeEnded(ended)
 		}
 		if !more {
+			if _, err := e.sweepWaiters(ctx); err != nil {
+				return total, err
+			}
 			return total, nil
 		}
 	}

@@ -58,19 +58,31 @@ func (e *Engine) grantTaskResources(ctx context.Context, tx store.Tx, t *host.Ta
 		want[it.Resource] = it.Predicate
 	}
 	var block *taskBlock
+	ws, err := tx.ListResourceWaiters(ctx, t.Tenant, resources, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	if w := aheadOf(ws, want, taskPriority(ws, t.ID, now), t.ID, ""); w != nil {
+		// An older waiter is ahead (resourcefair.go): the task waits for
+		// it to be granted and release, or to give up.
+		block = &taskBlock{resources: []string{w.Resource}}
+	}
 	for _, l := range live {
 		if p, ok := want[l.Resource]; ok && p.Conflicts(l.Predicate) {
 			if block == nil {
 				block = &taskBlock{until: l.ExpiresAt}
 			}
 			block.resources = append(block.resources, l.Resource)
-			if l.ExpiresAt.Before(block.until) {
+			if block.until.IsZero() || l.ExpiresAt.Before(block.until) {
 				block.until = l.ExpiresAt
 			}
 		}
 	}
 	if block != nil {
 		return nil, block, nil
+	}
+	if err := tx.DeleteResourceWaiter(ctx, t.Tenant, t.ID); err != nil {
+		return nil, nil, err
 	}
 	manifest := host.NewID(host.PrefixManifest)
 	out := make([]*host.ResourceLease, 0, len(intents))

@@ -50,6 +50,9 @@ func (e *Engine) stepAside(ctx context.Context, tx store.Tx, snap host.Task, lea
 	if err := tx.UpdateTask(ctx, &snap, store.Fence{State: host.StateLeased, LeaseID: leaseID}); err != nil {
 		return err
 	}
+	if err := e.putTaskWaiter(ctx, tx, &snap, now); err != nil {
+		return err
+	}
 	e.rl().block(e, &snap, b.resources, at.Sub(now))
 	return nil
 }

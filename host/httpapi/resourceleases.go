@@ -57,7 +57,10 @@ type AcquireBody struct {
 type ResourceConflictBody struct {
 	ErrorBody
 	Conflict *host.ResourceLease `json:"conflict"`
-	WaitDie  string              `json:"wait_die"` // "wait" (older: may wait) or "die" (refused)
+	// Ahead is the older waiter the request is behind, when no live lease
+	// conflicts (waiters are served oldest first; conflict is null then).
+	Ahead   *host.ResourceWaiter `json:"ahead,omitempty"`
+	WaitDie string               `json:"wait_die"` // "wait" (older: may wait) or "die" (refused)
 	// PriorityAt is the priority the request ran with (its own, or the
 	// holder's bound one): send it again to keep its seniority.
 	PriorityAt time.Time `json:"priority_at"`
@@ -116,7 +119,7 @@ func (s *Server) acquireResources(c echo.Context) error {
 			wd = "wait"
 		}
 		return c.JSON(http.StatusConflict, ResourceConflictBody{ErrorBody: ErrorBody{Error: ce.Err.Code, Detail: ce.Err.Detail},
-			Conflict: ce.Holder, WaitDie: wd, PriorityAt: ce.PriorityAt, ServerTime: ce.ServerTime})
+			Conflict: ce.Holder, Ahead: ce.Ahead, WaitDie: wd, PriorityAt: ce.PriorityAt, ServerTime: ce.ServerTime})
 	}
 	if err != nil {
 		if errors.Is(err, context.Canceled) && s.drain.Err() != nil {

@@ -27,11 +27,14 @@ type AcquireArgs struct {
 type AcquireToolResult struct {
 	Granted bool `json:"granted"`
 	*engine.AcquireResult
-	Error      string              `json:"error,omitempty"`
-	Detail     string              `json:"detail,omitempty"`
-	Conflict   *host.ResourceLease `json:"conflict,omitempty"`
-	WaitDie    string              `json:"wait_die,omitempty"`
-	PriorityAt *time.Time          `json:"your_priority_at,omitempty"`
+	Error    string              `json:"error,omitempty"`
+	Detail   string              `json:"detail,omitempty"`
+	Conflict *host.ResourceLease `json:"conflict,omitempty"`
+	// Ahead is the older waiter the request is behind, when no live lease
+	// conflicts: waiters are served oldest first.
+	Ahead      *host.ResourceWaiter `json:"ahead,omitempty"`
+	WaitDie    string               `json:"wait_die,omitempty"`
+	PriorityAt *time.Time           `json:"your_priority_at,omitempty"`
 	// ServerTime is the gate's clock when the refusal was decided (a
 	// granted answer carries it in the manifest).
 	ServerTime time.Time `json:"server_time,omitzero"`
@@ -62,7 +65,7 @@ func (s *Server) resourceLeaseTools() {
 		`Acquire leases on the resources you are about to read or change (KLIS-3), all together or none: intents is a list of {resource, predicate}, predicate READS (shared with other readers) or MUTATES (exclusive). Resources are strings such as "FILE:/repo/src/x.go" or "REPO:github.com/a/b".
 Granted: keep every lease_id; heartbeat_resource_leases before expires_at (every ttl/3 is right), and release_resource_leases when done. Each lease has a fencing_token, larger than every earlier grant's on that resource: pass it with every change you make to the resource (a header, a column, a conditional write) so that the system holding it can refuse a change from a holder whose lease already ended. A lease you stop heartbeating expires: from then on assume you no longer hold it.
 While you hold leases your priority_at is bound to theirs: send none (or the one you were given); an older one is refused.
-Refused (granted=false): conflict names the lease in the way. wait_die "die" means you are younger than its holder: do not wait; retry later, keeping your priority_at (your_priority_at) to keep your seniority. wait_die "wait" means you are older: call again with the same priority_at and wait_seconds to wait for it.`,
+Refused (granted=false): conflict names the lease in the way, or ahead the older request waiting for it (waiters are served oldest first: a waiting writer goes before new readers, a queued task that needs the resource before you). wait_die "die" means you are younger than its holder: do not wait; retry later, keeping your priority_at (your_priority_at) to keep your seniority. wait_die "wait" means you are older: call again with the same priority_at and wait_seconds to wait for it.`,
 		returns[AcquireToolResult](), writes(false, false),
 		props(
 			mcp.WithArray("intents", mcp.Required(), mcp.Items(intentItem()), mcp.Description("The (resource, predicate) pairs to lease together.")),
@@ -130,7 +133,7 @@ func (s *Server) acquireResourceLeases(ctx context.Context, a engine.Actor, req 
 			wd = "wait"
 		}
 		prio := ce.PriorityAt
-		return AcquireToolResult{Error: ce.Err.Code, Detail: ce.Err.Detail, Conflict: ce.Holder, WaitDie: wd, PriorityAt: &prio, ServerTime: ce.ServerTime},
+		return AcquireToolResult{Error: ce.Err.Code, Detail: ce.Err.Detail, Conflict: ce.Holder, Ahead: ce.Ahead, WaitDie: wd, PriorityAt: &prio, ServerTime: ce.ServerTime},
 			"Refused: " + ce.Err.Detail, nil
 	}
 	if err != nil {

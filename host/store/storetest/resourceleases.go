@@ -55,6 +55,9 @@ func runResourceLeases(t *testing.T, open Opener, hammer bool) {
 		{"ResourceLeaseWakeOnExpiry", testRLWakeOnExpiry},
 		{"ResourceLeaseTaskWakeOnRelease", testRLTaskWakeOnRelease},
 		{"ResourceLeaseWatchResources", testRLWatchResources},
+		{"ResourceLeaseFairWriter", testRLFairWriter}, // resourcefair.go
+		{"ResourceLeaseFairTask", testRLFairTask},
+		{"ResourceLeaseWaiterRows", testRLWaiterRows},
 	}
 	for _, c := range cases {
 		if c.name == "ResourceLeaseHammer" && !hammer {
