@@ -147,6 +147,10 @@ type AcquireRequest struct {
 	Wait time.Duration
 	// TaskID names the task the leases are held for (task integration).
 	TaskID string
+	// SessionID grants the leases in the holder's session
+	// (resourcesessions.go): they expire with it and follow its heartbeats
+	// instead of TTL.
+	SessionID string
 }
 
 // AcquireResult is a granted manifest.
@@ -324,6 +328,9 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 	// decisions are made one at a time, on every host, as decisions on one
 	// resource are.
 	lock := append(slices.Clone(resources), holderLockName(req.Holder))
+	if req.SessionID != "" {
+		lock = append(lock, sessionLockName(req.SessionID))
+	}
 	var out *AcquireResult
 	err := e.update(ctx, func(tx store.Tx) error {
 		out = nil
@@ -331,6 +338,14 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 			return err
 		}
 		now := e.now()
+		ttl, expires := ttl, now.Add(ttl)
+		if req.SessionID != "" {
+			sess, err := sessionOf(ctx, tx, Actor{Tenant: req.Tenant, Principal: req.Holder}, req.SessionID, now)
+			if err != nil {
+				return err
+			}
+			ttl, expires = time.Duration(sess.TTLMs)*time.Millisecond, sess.ExpiresAt
+		}
 		mine, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: req.Tenant, Holder: req.Holder, LiveAt: &now, Limit: 100000})
 		if err != nil {
 			return err
@@ -376,7 +391,7 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 		}
 		adds := map[holdKey]time.Duration{}
 		for _, r := range resources {
-			adds[holdKey{req.Holder, r}] = ttl
+			adds[holdKey{req.Holder, r}] = expires.Sub(now)
 		}
 		if err := e.bookHold(ctx, tx, req.Tenant, adds, now); err != nil {
 			return err
@@ -391,9 +406,14 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 		for _, it := range intents {
 			l := &host.ResourceLease{ID: host.NewID(host.PrefixResourceLease), Tenant: req.Tenant, Resource: it.Resource,
 				Predicate: it.Predicate, Holder: req.Holder, State: host.ResourceLeaseActive, ManifestID: manifest,
-				PriorityAt: prio, AcquiredAt: now, ExpiresAt: now.Add(ttl), TTLMs: ttl.Milliseconds(), TaskID: req.TaskID}
+				PriorityAt: prio, AcquiredAt: now, ExpiresAt: expires, TTLMs: ttl.Milliseconds(), TaskID: req.TaskID}
 			if err := tx.InsertResourceLease(ctx, l); err != nil {
 				return err
+			}
+			if req.SessionID != "" {
+				if err := tx.AddResourceSessionLease(ctx, req.Tenant, req.SessionID, l.ID); err != nil {
+					return err
+				}
 			}
 			if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventGranted, now, nil)); err != nil {
 				return err
@@ -656,8 +676,14 @@ func (e *Engine) HeartbeatResources(ctx context.Context, a Actor, ids []string, 
 		if err != nil {
 			return err
 		}
+		if err := refuseSessionLeases(ctx, tx, a.Tenant, ids, now); err != nil {
+			return err
+		}
 		for _, l := range ls {
 			if !l.LiveAt(now) {
+				if err := revokedError(ctx, tx, l, now); err != nil {
+					return err
+				}
 				return host.Errorf(host.CodeLeaseExpired, "resource lease %s is %s (server time %s, expires_at %s): it is no longer held; acquire again",
 					l.ID, l.StateAt(now), now.Format(time.RFC3339Nano), l.ExpiresAt.Format(time.RFC3339Nano)).At(now)
 			}

@@ -87,6 +87,24 @@ type ResourceLeaseWriter interface {
 	// DeleteLapsedResourceWaiters removes registrations lapsed at now (at
 	// most limit) and reports how many it removed.
 	DeleteLapsedResourceWaiters(ctx context.Context, now time.Time, limit int) (int, error)
+
+	// --- Sessions (issue 43 item 4). Callers lock the session's name
+	// (LockResources) before they change it.
+
+	// InsertResourceSession inserts a new session.
+	InsertResourceSession(ctx context.Context, s *host.ResourceSession) error
+	// GetResourceSession returns a session of tenant or host.CodeNotFound.
+	GetResourceSession(ctx context.Context, tenant, id string) (*host.ResourceSession, error)
+	// UpdateResourceSession writes s's state, TTL, expiry and end.
+	UpdateResourceSession(ctx context.Context, s *host.ResourceSession) error
+	// AddResourceSessionLease records that a lease was granted in a session.
+	AddResourceSessionLease(ctx context.Context, tenant, sessionID, leaseID string) error
+	// ListResourceSessionLeases returns the ids of the leases granted in a
+	// session, in grant order (storetest: ResourceSessionRows).
+	ListResourceSessionLeases(ctx context.Context, tenant, sessionID string) ([]string, error)
+	// ResourceSessionsOfLeases maps each of the leases that was granted in
+	// a session to its session's id.
+	ResourceSessionsOfLeases(ctx context.Context, tenant string, leaseIDs []string) (map[string]string, error)
 }
 
 // ResourceLeaseFilter selects resource leases. Empty fields do not filter.

@@ -58,6 +58,8 @@ func runResourceLeases(t *testing.T, open Opener, hammer bool) {
 		{"ResourceLeaseFairWriter", testRLFairWriter}, // resourcefair.go
 		{"ResourceLeaseFairTask", testRLFairTask},
 		{"ResourceLeaseWaiterRows", testRLWaiterRows},
+		{"ResourceLeaseSessions", testRLSessions}, // resourcesessions.go
+		{"ResourceLeaseRevoke", testRLRevoke},
 	}
 	for _, c := range cases {
 		if c.name == "ResourceLeaseHammer" && !hammer {
