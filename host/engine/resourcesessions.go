@@ -353,4 +353,3 @@ func (e *Engine) RevokeResourceLease(ctx context.Context, a Actor, tenant, id st
 	}
 	return out, nil
 }
-
