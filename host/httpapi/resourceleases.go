@@ -33,6 +33,8 @@ func (s *Server) resourceLeaseRoutes(e *echo.Echo, auth echo.MiddlewareFunc, adm
 	a := e.Group("/v1/admin/resource-leases", auth, admins)
 	a.GET("", s.adminResourceLeases)
 	a.GET("/events", s.adminResourceLeaseEvents)
+	a.POST("/:lease_id/revoke", s.revokeResourceLease)
+	s.resourceSessionRoutes(e, auth)
 }
 
 // AcquireBody is the body of POST /v1/resource-leases: an intent manifest.
@@ -50,6 +52,9 @@ type AcquireBody struct {
 	WaitSeconds float64 `json:"wait_seconds,omitempty"`
 	// Holder names the holder; only an admin may name another than its key's principal.
 	Holder string `json:"holder,omitempty"`
+	// SessionID grants the leases in the holder's session: they follow the
+	// session's heartbeats and end with it (ttl_ms is the session's).
+	SessionID string `json:"session_id,omitempty"`
 }
 
 // ResourceConflictBody is the 409 answer to a refused acquire: the error,
@@ -111,7 +116,8 @@ func (s *Server) acquireResources(c echo.Context) error {
 		defer stop()
 	}
 	res, err := s.eng.AcquireResources(ctx, engine.AcquireRequest{Tenant: a.Tenant, Holder: holder, Intents: b.Intents,
-		TTL: time.Duration(b.TTLMs) * time.Millisecond, PriorityAt: b.PriorityAt, Wait: time.Duration(b.WaitSeconds * float64(time.Second))})
+		TTL: time.Duration(b.TTLMs) * time.Millisecond, PriorityAt: b.PriorityAt, Wait: time.Duration(b.WaitSeconds * float64(time.Second)),
+		SessionID: b.SessionID})
 	var ce *engine.ResourceConflictError
 	if errors.As(err, &ce) {
 		wd := "die"
