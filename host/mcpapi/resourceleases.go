@@ -20,6 +20,7 @@ type AcquireArgs struct {
 	TTLMs       int64                   `json:"ttl_ms,omitempty"`
 	PriorityAt  *time.Time              `json:"priority_at,omitempty"`
 	WaitSeconds float64                 `json:"wait_seconds,omitempty"`
+	SessionID   string                  `json:"session_id,omitempty"`
 }
 
 // AcquireToolResult is acquire_resource_leases' answer: the granted manifest,
@@ -72,6 +73,7 @@ Refused (granted=false): conflict names the lease in the way, or ahead the older
 			mcp.WithInteger("ttl_ms", mcp.Min(1), mcp.Description("Lease TTL in milliseconds. Default 60000; raised to the minimum (100 ms unless configured) and capped (5 minutes unless configured).")),
 			mcp.WithString("priority_at", mcp.Description("Your request's wait-die timestamp (RFC 3339). Default: now. Send the same value again when you retry.")),
 			mcp.WithNumber("wait_seconds", mcp.Min(0), mcp.Description(fmt.Sprintf("When you are older than every conflicting holder, wait up to this long (at most %d).", int(s.cfg.MaxLeaseWait.Seconds())))),
+			mcp.WithString("session_id", mcp.Description("Acquire in your session (create_resource_session): the leases follow the session's heartbeats and end with it; ttl_ms is then the session's.")),
 		)),
 		anyRole, s.acquireResourceLeases)
 
@@ -101,6 +103,7 @@ With wait_seconds, wait until nothing in the way of taking them (predicate: what
 		props(mcp.WithArray("lease_ids", mcp.WithStringItems(), mcp.Description("Lease ids to check. Default: every active lease you hold.")))),
 		anyRole, s.verifyResourceLeases)
 	s.resourceLeaseResources()
+	s.resourceSessionTools()
 }
 
 func (s *Server) acquireResourceLeases(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
@@ -124,7 +127,7 @@ func (s *Server) acquireResourceLeases(ctx context.Context, a engine.Actor, req 
 	stop := context.AfterFunc(s.drain, cancel)
 	defer stop()
 	res, err := s.eng.AcquireResources(lctx, engine.AcquireRequest{Tenant: a.Tenant, Holder: a.Principal, Intents: in.Intents,
-		TTL: ttl, PriorityAt: in.PriorityAt, Wait: wait})
+		TTL: ttl, PriorityAt: in.PriorityAt, Wait: wait, SessionID: in.SessionID})
 	var ce *engine.ResourceConflictError
 	if errors.As(err, &ce) {
 		// A refusal is an answer the agent acts on, not a failure of the tool.

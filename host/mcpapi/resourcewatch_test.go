@@ -116,3 +116,53 @@ func callErr(c *client.Client, name string, args map[string]any, out any) (*mcp.
 	}
 	return res, json.Unmarshal(raw, out)
 }
+
+// TestResourceSessionTools: a session over MCP groups leases under one
+// heartbeat and ends them together; a foreign session and bad TTLs are tool
+// errors with codes; an admin revokes a lease and the holder's next
+// heartbeat says lease_revoked; other roles do not see the revoke tool.
+func TestResourceSessionTools(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	agent, worker, admin := b.connect(t, b.agent), b.connect(t, b.worker), b.connect(t, b.admin)
+	var s engine.ResourceSessionResult
+	ok(t, agent, "create_resource_session", map[string]any{"ttl_ms": 20000}, &s)
+	if s.Session == nil || s.Session.State != host.ResourceSessionActive || s.Session.TTLMs != 20000 {
+		t.Fatalf("create: %+v", s)
+	}
+	var got mcpapi.AcquireToolResult
+	ok(t, agent, "acquire_resource_leases", map[string]any{"intents": []any{map[string]any{"resource": "FILE:/m/s.go", "predicate": "MUTATES"}},
+		"session_id": s.Session.ID}, &got)
+	if !got.Granted || !got.Leases[0].ExpiresAt.Equal(s.Session.ExpiresAt) {
+		t.Fatalf("acquire in the session: %+v", got)
+	}
+	fails(t, agent, "heartbeat_resource_leases", map[string]any{"lease_ids": []any{got.Leases[0].ID}}, host.CodeConflict)
+	var hb engine.ResourceSessionResult
+	ok(t, agent, "heartbeat_resource_session", map[string]any{"session_id": s.Session.ID}, &hb)
+	if len(hb.Leases) != 1 || !hb.Leases[0].ExpiresAt.Equal(hb.Session.ExpiresAt) {
+		t.Fatalf("session heartbeat: %+v", hb)
+	}
+	fails(t, worker, "heartbeat_resource_session", map[string]any{"session_id": s.Session.ID}, host.CodeForbidden)
+	fails(t, worker, "end_resource_session", map[string]any{"session_id": s.Session.ID}, host.CodeForbidden)
+	fails(t, agent, "heartbeat_resource_session", map[string]any{"session_id": "rsess-nope"}, host.CodeNotFound)
+	fails(t, agent, "heartbeat_resource_session", map[string]any{"session_id": s.Session.ID, "ttl_ms": -1}, host.CodeBadRequest)
+	fails(t, agent, "create_resource_session", map[string]any{"session_id": "mine"}, host.CodeBadRequest)
+	if _, err := callErr(worker, "revoke_resource_lease", map[string]any{"lease_id": got.Leases[0].ID}, &struct{}{}); err == nil {
+		t.Fatal("a worker revoked a lease")
+	}
+	var end engine.ResourceSessionResult
+	ok(t, agent, "end_resource_session", map[string]any{"session_id": s.Session.ID}, &end)
+	if end.Session.State != host.ResourceSessionEnded || end.Leases[0].State != host.ResourceLeaseReleased {
+		t.Fatalf("end: %+v", end)
+	}
+	fails(t, agent, "heartbeat_resource_session", map[string]any{"session_id": s.Session.ID}, host.CodeSessionEnded)
+
+	var held mcpapi.AcquireToolResult
+	ok(t, agent, "acquire_resource_leases", map[string]any{"intents": []any{map[string]any{"resource": "FILE:/m/r.go", "predicate": "MUTATES"}}}, &held)
+	var rev engine.ResourceLeasesResult
+	ok(t, admin, "revoke_resource_lease", map[string]any{"lease_id": held.Leases[0].ID}, &rev)
+	if rev.Leases[0].State != host.ResourceLeaseReleased {
+		t.Fatalf("revoke: %+v", rev)
+	}
+	fails(t, agent, "heartbeat_resource_leases", map[string]any{"lease_ids": []any{held.Leases[0].ID}}, host.CodeLeaseRevoked)
+	fails(t, admin, "revoke_resource_lease", map[string]any{"lease_id": held.Leases[0].ID, "tenant": "other"}, host.CodeNotFound)
+}
