@@ -676,9 +676,6 @@ func (e *Engine) HeartbeatResources(ctx context.Context, a Actor, ids []string, 
 		if err != nil {
 			return err
 		}
-		if err := refuseSessionLeases(ctx, tx, a.Tenant, ids, now); err != nil {
-			return err
-		}
 		for _, l := range ls {
 			if !l.LiveAt(now) {
 				if err := revokedError(ctx, tx, l, now); err != nil {
@@ -690,6 +687,9 @@ func (e *Engine) HeartbeatResources(ctx context.Context, a Actor, ids []string, 
 			if l.Restarting {
 				return host.Errorf(host.CodeVerifyRequired, "resource lease %s: the holder declared DIE_RESTART; run VERIFY_ALL before heartbeats resume", l.ID).At(now)
 			}
+		}
+		if err := refuseSessionLeases(ctx, tx, a.Tenant, ids, now); err != nil {
+			return err
 		}
 		// The quota is per holder; an admin heartbeat counts against the lease's holder.
 		adds := map[holdKey]time.Duration{}

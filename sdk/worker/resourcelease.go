@@ -61,6 +61,9 @@ type AcquireRequest struct {
 	PriorityAt *time.Time
 	// Wait long-polls while the request is older than every conflicting holder.
 	Wait time.Duration
+	// SessionID acquires in a session (CreateSession): the leases follow
+	// its heartbeats and end with it.
+	SessionID string
 }
 
 // Manifest is a granted acquire.
@@ -129,6 +132,9 @@ func (c *Client) AcquireResources(ctx context.Context, req AcquireRequest) (*Man
 	}
 	if req.Wait > 0 {
 		body["wait_seconds"] = req.Wait.Seconds()
+	}
+	if req.SessionID != "" {
+		body["session_id"] = req.SessionID
 	}
 	var m Manifest
 	if _, _, err := c.do(ctx, http.MethodPost, "/v1/resource-leases", body, &m); err != nil {
