@@ -8,8 +8,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
-	"github.com/asyncgate/asyncgate/host/httpapi"
 )
 
 // Resource sessions and revocation for MCP clients (issue 43 item 4).
@@ -129,7 +129,7 @@ func (s *Server) revokeResourceLease(ctx context.Context, a engine.Actor, req mc
 	}
 	tenant := a.Tenant
 	if in.Tenant != "" && in.Tenant != a.Tenant {
-		if a.Tenant != httpapi.DefaultTenant {
+		if a.Tenant != auth.DefaultTenant {
 			return nil, "", host.Errorf(host.CodeForbidden, "an admin of tenant %q cannot act on tenant %q", a.Tenant, in.Tenant)
 		}
 		tenant = in.Tenant

@@ -10,7 +10,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/asyncgate/asyncgate/host"
-	"github.com/asyncgate/asyncgate/host/httpapi"
+	"github.com/asyncgate/asyncgate/host/auth"
 )
 
 // ResourceLeaseURIPrefix starts the URI of a leased resource's holders:
@@ -54,7 +54,7 @@ func (s *Server) resourceLeaseResources() {
 }
 
 func (s *Server) readResourceHolders(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-	a, ok := httpapi.ActorFromContext(ctx)
+	a, ok := auth.ActorFromContext(ctx)
 	if !ok {
 		return nil, host.Errorf(host.CodeUnauthorized, "no caller identity: connect with an API key")
 	}
