@@ -760,17 +760,9 @@ func (e *Engine) ReleaseResources(ctx context.Context, a Actor, ids []string) (*
 				continue
 			}
 			if l.LiveAt(now) {
-				if err := e.refundHold(ctx, tx, l, now); err != nil {
+				if err := e.releaseLive(ctx, tx, l, now, host.ResourceEventReleased); err != nil {
 					return err
 				}
-				l.State, l.EndedAt = host.ResourceLeaseReleased, ptr(now)
-				if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{LiveAt: &now}); err != nil {
-					return rlFenced(err, l, now)
-				}
-				if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventReleased, now, nil)); err != nil {
-					return err
-				}
-				leaseEnded(tx, l)
 				released++
 				continue
 			}
@@ -805,6 +797,24 @@ func (e *Engine) ReleaseResources(ctx context.Context, a Actor, ids []string) (*
 		e.emit(Event{Kind: EvResourceExpired, Tenant: a.Tenant})
 	}
 	return out, nil
+}
+
+// releaseLive releases l, live at now, in tx: the unused part of its time
+// goes back to the holder's quota, the audit trail gets an entry of kind
+// (released, or revoked), and other hosts hear of it at the commit.
+func (e *Engine) releaseLive(ctx context.Context, tx store.Tx, l *host.ResourceLease, now time.Time, kind host.ResourceLeaseEventKind) error {
+	if err := e.refundHold(ctx, tx, l, now); err != nil {
+		return err
+	}
+	l.State, l.EndedAt = host.ResourceLeaseReleased, ptr(now)
+	if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{LiveAt: &now}); err != nil {
+		return rlFenced(err, l, now)
+	}
+	if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, kind, now, nil)); err != nil {
+		return err
+	}
+	leaseEnded(tx, l)
+	return nil
 }
 
 // expireLease records an active lease past its expiry as expired, ended at

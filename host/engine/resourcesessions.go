@@ -210,17 +210,9 @@ func (e *Engine) EndResourceSession(ctx context.Context, a Actor, id string) (*R
 				continue
 			}
 			if l.LiveAt(now) {
-				if err := e.refundHold(ctx, tx, l, now); err != nil {
+				if err := e.releaseLive(ctx, tx, l, now, host.ResourceEventReleased); err != nil {
 					return err
 				}
-				l.State, l.EndedAt = host.ResourceLeaseReleased, ptr(now)
-				if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{LiveAt: &now}); err != nil {
-					return rlFenced(err, l, now)
-				}
-				if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventReleased, now, nil)); err != nil {
-					return err
-				}
-				leaseEnded(tx, l)
 			} else if err := expireLease(ctx, tx, l, now); err != nil && !errors.Is(err, store.ErrFenced) {
 				return err
 			}
@@ -326,17 +318,9 @@ func (e *Engine) RevokeResourceLease(ctx context.Context, a Actor, tenant, id st
 		}
 		l := ls[0]
 		if l.LiveAt(now) {
-			if err := e.refundHold(ctx, tx, l, now); err != nil {
+			if err := e.releaseLive(ctx, tx, l, now, host.ResourceEventRevoked); err != nil {
 				return err
 			}
-			l.State, l.EndedAt = host.ResourceLeaseReleased, ptr(now)
-			if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{LiveAt: &now}); err != nil {
-				return rlFenced(err, l, now)
-			}
-			if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventRevoked, now, nil)); err != nil {
-				return err
-			}
-			leaseEnded(tx, l)
 			revoked = l
 		} else {
 			l.State = l.StateAt(now)

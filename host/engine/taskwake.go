@@ -111,9 +111,28 @@ func (r *resourceLeases) reoffer(match func(rwKey) bool) {
 	go func() {
 		defer r.jobs.Done()
 		for _, bt := range due {
-			r.e.reofferTask(bt)
+			r.reofferSoon(bt, 0)
 		}
 	}()
+}
+
+// reofferSoon re-offers bt; while the claim that stepped it aside has not
+// committed yet (the task still reads leased), it tries again a few times,
+// then leaves it to the fallback delay.
+func (r *resourceLeases) reofferSoon(bt *blockedTask, attempt int) {
+	if !r.e.reofferTask(bt) || attempt >= 5 {
+		return
+	}
+	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
+	if r.closed {
+		return
+	}
+	r.jobs.Add(1)
+	time.AfterFunc(time.Duration(attempt+1)*20*time.Millisecond, func() {
+		defer r.jobs.Done()
+		r.reofferSoon(bt, attempt+1)
+	})
 }
 
 // shutdown stops re-offers and waits for those under way.
@@ -129,16 +148,19 @@ func (r *resourceLeases) shutdown() {
 }
 
 // reofferTask makes a queued task available now, if it is not yet, and wakes
-// a long-polling worker of its type.
-func (e *Engine) reofferTask(bt *blockedTask) {
+// a long-polling worker of its type. It reports whether the task still read
+// leased: the claim that stepped it aside may not have committed yet.
+func (e *Engine) reofferTask(bt *blockedTask) (leased bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := e.update(ctx, func(tx store.Tx) error {
+		leased = false
 		t, err := tx.GetTask(ctx, bt.tenant, bt.id)
 		if err != nil {
 			return err
 		}
 		now := e.now()
+		leased = t.State == host.StateLeased
 		if t.State != host.StateQueued || !t.AvailableAt.After(now) {
 			return nil
 		}
@@ -150,4 +172,5 @@ func (e *Engine) reofferTask(bt *blockedTask) {
 		e.log.Debug("could not re-offer a task stepped aside for its resources", "task_id", bt.id, "err", err)
 	}
 	e.waiters.wake(bt.tenant, bt.typ, 1)
+	return leased && err == nil
 }
