@@ -45,13 +45,21 @@ type Issuer struct {
 
 // Rule maps the tokens whose Claim holds Value (a string claim equal to
 // it, or an array claim containing it; any value when Value is empty) to a
-// principal of Tenant with Role: Principal, or the value of the claim
-// PrincipalClaim.
+// principal of Tenant with Role: Principal, or PrincipalPrefix followed by
+// the value of the claim PrincipalClaim.
 type Rule struct {
-	Claim          string `json:"claim"`
-	Value          string `json:"value,omitempty"`
-	Principal      string `json:"principal,omitempty"`
+	Claim     string `json:"claim"`
+	Value     string `json:"value,omitempty"`
+	Principal string `json:"principal,omitempty"`
+	// PrincipalClaim names the claim a principal is taken from. It should
+	// be one the provider never lets its users change (sub), not a name
+	// they may pick or rename (preferred_username, a UPN, an unverified
+	// email).
 	PrincipalClaim string `json:"principal_claim,omitempty"`
+	// PrincipalPrefix, required with PrincipalClaim, goes before the
+	// claim's value ("kc:" + sub), so the principals one issuer's tokens
+	// name stay apart from fixed principals and from other issuers'.
+	PrincipalPrefix string `json:"principal_prefix,omitempty"`
 	// Tenant defaults to "default".
 	Tenant string `json:"tenant,omitempty"`
 	Role   string `json:"role"`
@@ -61,6 +69,9 @@ type Rule struct {
 const DefaultTenant = "default"
 
 var tenantPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$`)
+
+// prefixPattern is a principal_prefix: principal characters ending in ':'.
+var prefixPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.@\-]{0,62}:$`)
 
 // Enabled reports whether any issuer is configured.
 func (c Config) Enabled() bool { return len(c.Issuers) > 0 }
@@ -83,6 +94,7 @@ func (c Config) Validate() error {
 		}
 	}
 	seen := map[string]bool{}
+	prefixes := map[string]string{} // principal_prefix -> the issuer that uses it
 	for i, is := range c.Issuers {
 		at := fmt.Sprintf("oauth.issuers[%d]", i)
 		if iu, err := url.Parse(is.Issuer); err != nil || (iu.Scheme != "https" && iu.Scheme != "http") || iu.Host == "" {
@@ -104,6 +116,13 @@ func (c Config) Validate() error {
 			if err := r.validate(); err != nil {
 				return fmt.Errorf("%s.map[%d]: %w", at, j, err)
 			}
+			if r.PrincipalPrefix == "" {
+				continue
+			}
+			if other, ok := prefixes[r.PrincipalPrefix]; ok && other != is.Issuer {
+				return fmt.Errorf("%s.map[%d].principal_prefix %q: issuer %q uses it too; give each issuer its own", at, j, r.PrincipalPrefix, other)
+			}
+			prefixes[r.PrincipalPrefix] = is.Issuer
 		}
 	}
 	return c.Dashboard.validate(c)
@@ -115,6 +134,15 @@ func (r Rule) validate() error {
 	}
 	if (r.Principal == "") == (r.PrincipalClaim == "") {
 		return fmt.Errorf("give principal or principal_claim, one of them")
+	}
+	if r.PrincipalClaim != "" && r.PrincipalPrefix == "" {
+		return fmt.Errorf("principal_claim needs a principal_prefix (e.g. \"kc:\"), so the principals its tokens name stay apart from fixed ones and other issuers'")
+	}
+	if r.PrincipalPrefix != "" && r.PrincipalClaim == "" {
+		return fmt.Errorf("principal_prefix goes with principal_claim only")
+	}
+	if r.PrincipalPrefix != "" && !prefixPattern.MatchString(r.PrincipalPrefix) {
+		return fmt.Errorf("principal_prefix must match %s", prefixPattern)
 	}
 	if r.Principal != "" && !host.ValidPrincipal(r.Principal) {
 		return fmt.Errorf("principal must match %s", host.PrincipalPattern)

@@ -55,6 +55,12 @@ func TestConfigValidate(t *testing.T) {
 		{oauth.Config{Resource: "https://g/mcp", Issuers: []oauth.Issuer{{Issuer: "https://i", Map: []oauth.Rule{{Claim: "sub", Role: "agent"}}}}}, "principal or principal_claim"},
 		{oauth.Config{Resource: "https://g/mcp", Issuers: []oauth.Issuer{{Issuer: "https://i", Map: []oauth.Rule{{Claim: "sub", Principal: "asyncgate", Role: "agent"}}}}}, "the gate's own"},
 		{oauth.Config{Resource: "https://g/mcp", Issuers: []oauth.Issuer{{Issuer: "https://i", Map: []oauth.Rule{{Claim: "sub", Principal: "a", Role: "root"}}}}}, "role must be"},
+		{oauth.Config{Resource: "https://g/mcp", Issuers: []oauth.Issuer{{Issuer: "https://i", Map: []oauth.Rule{{Claim: "sub", PrincipalClaim: "sub", Role: "agent"}}}}}, "principal_claim needs a principal_prefix"},
+		{oauth.Config{Resource: "https://g/mcp", Issuers: []oauth.Issuer{{Issuer: "https://i", Map: []oauth.Rule{{Claim: "sub", PrincipalClaim: "sub", PrincipalPrefix: "kc", Role: "agent"}}}}}, "principal_prefix must match"},
+		{oauth.Config{Resource: "https://g/mcp", Issuers: []oauth.Issuer{{Issuer: "https://i", Map: []oauth.Rule{{Claim: "sub", Principal: "a", PrincipalPrefix: "kc:", Role: "agent"}}}}}, "principal_prefix goes with principal_claim"},
+		{oauth.Config{Resource: "https://g/mcp", Issuers: []oauth.Issuer{
+			{Issuer: "https://i", Map: []oauth.Rule{{Claim: "sub", PrincipalClaim: "sub", PrincipalPrefix: "kc:", Role: "agent"}}},
+			{Issuer: "https://j", Map: []oauth.Rule{{Claim: "sub", PrincipalClaim: "sub", PrincipalPrefix: "kc:", Role: "agent"}}}}}, "oauth.issuers[1].map[0].principal_prefix"},
 		{oauth.Config{Resource: "https://g/mcp", Scopes: []string{"a b"}, Issuers: []oauth.Issuer{{Issuer: "https://i", Map: []oauth.Rule{ok}}}}, "oauth.scopes"},
 	}
 	for _, c := range cases {

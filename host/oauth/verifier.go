@@ -54,6 +54,7 @@ type Verifier struct {
 	ttl     time.Duration
 	client  *http.Client
 	issuers map[string]*issuer
+	fixed   map[string]bool // every rule's fixed principal, lower-cased
 
 	mu    sync.Mutex
 	cache map[string]Identity // sha256 of the token -> identity, until min(expiry, checked+ttl)
@@ -84,9 +85,14 @@ func New(cfg Config, st store.Store, ttl time.Duration) (*Verifier, error) {
 		ttl = 5 * time.Second
 	}
 	v := &Verifier{cfg: cfg, st: st, ttl: ttl, client: &http.Client{Timeout: 10 * time.Second},
-		issuers: map[string]*issuer{}, cache: map[string]Identity{}, until: map[string]time.Time{}}
+		issuers: map[string]*issuer{}, fixed: map[string]bool{}, cache: map[string]Identity{}, until: map[string]time.Time{}}
 	for _, is := range cfg.Issuers {
 		v.issuers[is.Issuer] = &issuer{cfg: is}
+		for _, r := range is.Map {
+			if r.Principal != "" {
+				v.fixed[strings.ToLower(r.Principal)] = true
+			}
+		}
 	}
 	return v, nil
 }
@@ -193,7 +199,7 @@ func (v *Verifier) authenticate(ctx context.Context, token string) (Identity, er
 			return Identity{}, refuse(host.CodeInsufficientScope, "the access token lacks scope %q (this gate requires %s)", s, strings.Join(v.cfg.Scopes, " "))
 		}
 	}
-	rule, principal, err := is.cfg.match(claims)
+	rule, principal, err := is.cfg.match(claims, v.fixed)
 	if err != nil {
 		return Identity{}, err
 	}
@@ -295,8 +301,10 @@ func claimHas(v any, want string) bool {
 }
 
 // match returns the first rule that matches claims and the principal it
-// names.
-func (is Issuer) match(claims map[string]any) (Rule, string, error) {
+// names. A principal taken from a claim is the rule's prefix followed by
+// the claim's value; it must be a valid principal name, not the gate's
+// own, and none of the fixed principals (fixed) of any rule.
+func (is Issuer) match(claims map[string]any, fixed map[string]bool) (Rule, string, error) {
 	for _, r := range is.Map {
 		v, ok := claims[r.Claim]
 		if !ok || !claimHas(v, r.Value) {
@@ -305,14 +313,21 @@ func (is Issuer) match(claims map[string]any) (Rule, string, error) {
 		if r.Principal != "" {
 			return r, r.Principal, nil
 		}
-		p, _ := claims[r.PrincipalClaim].(string)
+		value, _ := claims[r.PrincipalClaim].(string)
+		if r.PrincipalPrefix == "" || value == "" { // Validate refuses such a rule
+			return r, "", refuse(host.CodeTokenNotMapped, "the access token's %s claim is empty or not a string", r.PrincipalClaim)
+		}
+		p := r.PrincipalPrefix + value
 		if !host.ValidPrincipal(p) || strings.EqualFold(p, engine.GatePrincipal) {
-			return r, "", refuse(host.CodeTokenNotMapped, "the access token's %s claim %q is not a valid principal name (%s)", r.PrincipalClaim, p, host.PrincipalPattern)
+			return r, "", refuse(host.CodeTokenNotMapped, "the access token's %s claim %q does not make a valid principal name (%s)", r.PrincipalClaim, capText(value), host.PrincipalPattern)
+		}
+		if fixed[strings.ToLower(p)] {
+			return r, "", refuse(host.CodeTokenNotMapped, "the access token's %s claim makes principal %q, which a fixed rule names: refused", r.PrincipalClaim, p)
 		}
 		return r, p, nil
 	}
 	sub, _ := claims["sub"].(string)
-	return Rule{}, "", refuse(host.CodeTokenNotMapped, "no oauth mapping of issuer %q matches this access token (sub %q): add a rule to oauth.issuers[].map", is.Issuer, sub)
+	return Rule{}, "", refuse(host.CodeTokenNotMapped, "no oauth mapping of issuer %q matches this access token (sub %q): add a rule to oauth.issuers[].map", is.Issuer, capText(sub))
 }
 
 // liveKey returns the principal's unrevoked key of role in tenant: the
@@ -365,3 +380,15 @@ func (v *Verifier) VerifyToken(ctx context.Context, token string) (engine.Actor,
 // Challenge is the WWW-Authenticate value of a refusal with err (see
 // Config.Challenge).
 func (v *Verifier) Challenge(err error) string { return v.cfg.Challenge(err) }
+
+// maxEcho bounds how much of a token's own text (a claim, its iss) a
+// refusal repeats back.
+const maxEcho = 64
+
+// capText shortens s to maxEcho bytes for a refusal's detail.
+func capText(s string) string {
+	if len(s) <= maxEcho {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxEcho], "") + "…"
+}
