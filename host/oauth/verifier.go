@@ -67,6 +67,7 @@ type issuer struct {
 	verifier *oidc.IDTokenVerifier
 	failed   time.Time
 	err      error
+	pending  chan struct{} // closed when the discovery under way ends
 }
 
 // New returns a Verifier for cfg (which must be valid and enabled) over the
@@ -215,41 +216,77 @@ func (v *Verifier) authenticate(ctx context.Context, token string) (Identity, er
 		Issuer: tok.Issuer, Subject: tok.Subject, Expiry: tok.Expiry}, nil
 }
 
+// discoveryTimeout bounds one reading of an issuer's discovery document.
+const discoveryTimeout = 10 * time.Second
+
 // get returns the issuer's verifier, reading its discovery document the
 // first time (and again, at most every discoveryRetry, while that fails).
+// The reading runs apart from ctx, under its own timeout: a caller that
+// gives up returns at once with ctx's error, which is not remembered, and
+// the reading goes on for the next caller.
 func (is *issuer) get(ctx context.Context, client *http.Client, audience string) (*oidc.IDTokenVerifier, error) {
+	is.mu.Lock()
+	if is.verifier != nil {
+		defer is.mu.Unlock()
+		return is.verifier, nil
+	}
+	if is.err != nil && time.Since(is.failed) < discoveryRetry {
+		defer is.mu.Unlock()
+		return nil, is.err
+	}
+	if is.pending == nil {
+		is.pending = make(chan struct{})
+		go is.discover(context.WithoutCancel(ctx), client, audience, is.pending)
+	}
+	done := is.pending
+	is.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	is.mu.Lock()
 	defer is.mu.Unlock()
 	if is.verifier != nil {
 		return is.verifier, nil
 	}
-	if is.err != nil && time.Since(is.failed) < discoveryRetry {
-		return nil, is.err
-	}
-	cfg := &oidc.Config{ClientID: audience, SupportedSigningAlgs: algNames()}
-	// The key set lives as long as the gate: it reads the JWKS again when a
-	// token names a key it does not hold (the issuer rotated its keys).
-	bg := oidc.ClientContext(context.Background(), client)
-	if is.cfg.JWKSURI != "" {
-		is.verifier = oidc.NewVerifier(is.cfg.Issuer, oidc.NewRemoteKeySet(bg, is.cfg.JWKSURI), cfg)
-		return is.verifier, nil
-	}
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	return nil, is.err
+}
+
+// discover reads the issuer's discovery document (or takes its jwks_uri
+// from the configuration) and records the verifier or the failure, then
+// closes done.
+func (is *issuer) discover(ctx context.Context, client *http.Client, audience string, done chan struct{}) {
+	ctx, cancel := context.WithTimeout(ctx, discoveryTimeout)
 	defer cancel()
-	p, err := oidc.NewProvider(oidc.ClientContext(dctx, client), is.cfg.Issuer)
+	verifier, err := is.newVerifier(ctx, client, audience)
+	is.mu.Lock()
+	defer is.mu.Unlock()
 	if err != nil {
 		is.err, is.failed = err, time.Now()
+	} else {
+		is.verifier, is.err = verifier, nil
+	}
+	is.pending = nil
+	close(done)
+}
+
+func (is *issuer) newVerifier(ctx context.Context, client *http.Client, audience string) (*oidc.IDTokenVerifier, error) {
+	cfg := &oidc.Config{ClientID: audience, SupportedSigningAlgs: algNames()}
+	if is.cfg.JWKSURI != "" {
+		return oidc.NewVerifier(is.cfg.Issuer, newKeySet(client, is.cfg.JWKSURI), cfg), nil
+	}
+	p, err := oidc.NewProvider(oidc.ClientContext(ctx, client), is.cfg.Issuer)
+	if err != nil {
 		return nil, err
 	}
 	var disc struct {
 		JWKSURI string `json:"jwks_uri"`
 	}
 	if err := p.Claims(&disc); err != nil || disc.JWKSURI == "" {
-		is.err, is.failed = errors.New("the discovery document names no jwks_uri"), time.Now()
-		return nil, is.err
+		return nil, errors.New("the discovery document names no jwks_uri")
 	}
-	is.verifier = oidc.NewVerifier(is.cfg.Issuer, oidc.NewRemoteKeySet(bg, disc.JWKSURI), cfg)
-	return is.verifier, nil
+	return oidc.NewVerifier(is.cfg.Issuer, newKeySet(client, disc.JWKSURI), cfg), nil
 }
 
 func algNames() []string {
