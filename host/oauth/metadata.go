@@ -68,9 +68,20 @@ func (c Config) Challenge(err error) string {
 		if host.IsCode(err, host.CodeInsufficientScope) {
 			code = "insufficient_scope"
 		}
-		b.WriteString(`, error="` + code + `", error_description="` + quoteSafe(host.ErrorDetail(err)) + `"`)
+		b.WriteString(`, error="` + code + `", error_description="` + quoteSafe(capDescription(host.ErrorDetail(err))) + `"`)
 	}
 	return b.String()
+}
+
+// maxDescription bounds the challenge's error_description.
+const maxDescription = 200
+
+// capDescription shortens s to maxDescription bytes.
+func capDescription(s string) string {
+	if len(s) <= maxDescription {
+		return s
+	}
+	return s[:maxDescription-3] + "..."
 }
 
 // quoteSafe keeps a description inside a quoted-string of the header:

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -173,11 +174,14 @@ func (v *Verifier) authenticate(ctx context.Context, token string) (Identity, er
 	}
 	is, ok := v.issuers[head.Issuer]
 	if !ok {
-		return Identity{}, refuse(host.CodeUnauthorized, "the access token's issuer %q is not one this gate trusts", head.Issuer)
+		return Identity{}, refuse(host.CodeUnauthorized, "the access token's issuer %q is not one this gate trusts", capText(head.Issuer))
 	}
 	verifier, err := is.get(ctx, v.client, v.cfg.Resource)
 	if err != nil {
-		return Identity{}, refuse(host.CodeUnauthorized, "the keys of issuer %q could not be read: %v", head.Issuer, err)
+		if ctx.Err() == nil {
+			slog.Warn("oauth: the issuer's discovery failed", "issuer", head.Issuer, "err", err)
+		}
+		return Identity{}, refuse(host.CodeUnauthorized, "the keys of the access token's issuer could not be read; try again later")
 	}
 	tok, err := verifier.Verify(oidc.ClientContext(ctx, v.client), token)
 	if err != nil {
@@ -188,7 +192,10 @@ func (v *Verifier) authenticate(ctx context.Context, token string) (Identity, er
 		case strings.Contains(err.Error(), "expected audience"):
 			return Identity{}, refuse(host.CodeUnauthorized, "the access token is for another audience; this gate is %q (its aud must name it)", v.cfg.Resource)
 		}
-		return Identity{}, refuse(host.CodeUnauthorized, "the access token does not verify: %s", strings.TrimPrefix(err.Error(), "oidc: "))
+		// The cause may hold text of the issuer's responses: it goes to the
+		// log, the caller gets a fixed message.
+		slog.Info("oauth: an access token does not verify", "issuer", head.Issuer, "err", err)
+		return Identity{}, refuse(host.CodeUnauthorized, "the access token does not verify (its signature, key or claims)")
 	}
 	var claims map[string]any
 	if err := tok.Claims(&claims); err != nil {
