@@ -2,8 +2,11 @@ package oauth
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
+	"regexp"
 	"sync"
 	"time"
 
@@ -72,7 +75,8 @@ func (l *Login) oauth2Config(ctx context.Context) (*oauth2.Config, error) {
 	defer cancel()
 	p, err := oidc.NewProvider(oidc.ClientContext(dctx, l.v.client), l.d.Issuer)
 	if err != nil {
-		return nil, host.WrapError(host.CodeUnauthorized, err, fmt.Sprintf("the identity provider %q cannot be reached: %v", l.d.Issuer, err))
+		slog.Warn("oauth: the dashboard's identity provider's discovery failed", "issuer", l.d.Issuer, "err", err)
+		return nil, host.WrapError(host.CodeUnauthorized, err, fmt.Sprintf("the identity provider %q cannot be reached; try again later", l.d.Issuer))
 	}
 	u, _ := url.Parse(l.v.cfg.Resource)
 	l.cfg = &oauth2.Config{ClientID: l.d.ClientID, ClientSecret: l.d.ClientSecret, Endpoint: p.Endpoint(),
@@ -82,6 +86,9 @@ func (l *Login) oauth2Config(ctx context.Context) (*oauth2.Config, error) {
 	}
 	return l.cfg, nil
 }
+
+// oauthErrorCode is an OAuth error code (RFC 6749 §5.2) as repeated.
+var oauthErrorCode = regexp.MustCompile(`^[a-z_]{1,40}$`)
 
 // Start begins a sign-in: the provider's authorization URL (PKCE S256, the
 // resource indicator), and the state and code verifier the browser's
@@ -105,7 +112,15 @@ func (l *Login) Finish(ctx context.Context, code, verifier string) (Identity, er
 	tok, err := cfg.Exchange(oidc.ClientContext(ctx, l.v.client), code, oauth2.VerifierOption(verifier),
 		oauth2.SetAuthURLParam("resource", l.v.cfg.Resource))
 	if err != nil {
-		return Identity{}, refuse(host.CodeUnauthorized, "the identity provider refused the sign-in: %v", err)
+		// The provider's answer is its text: the log gets it, the browser
+		// the error code only.
+		slog.Info("oauth: the dashboard's code exchange failed", "issuer", l.d.Issuer, "err", err)
+		code := "unknown"
+		var re *oauth2.RetrieveError
+		if errors.As(err, &re) && oauthErrorCode.MatchString(re.ErrorCode) {
+			code = re.ErrorCode
+		}
+		return Identity{}, refuse(host.CodeUnauthorized, "the identity provider refused the sign-in (error %s)", code)
 	}
 	return l.v.Authenticate(ctx, tok.AccessToken)
 }

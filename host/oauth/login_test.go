@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/oauth"
 	"github.com/asyncgate/asyncgate/host/oauth/oauthtest"
@@ -49,8 +50,12 @@ func TestLogin(t *testing.T) {
 	if id.Actor != (engine.Actor{Tenant: "default", Principal: "admin.user", Role: "admin"}) || id.KeyHash != k.Hash {
 		t.Fatalf("identity %+v", id)
 	}
-	if _, err := login.Finish(ctx, back.Query().Get("code"), verifier); err == nil {
+	_, err = login.Finish(ctx, back.Query().Get("code"), verifier)
+	if err == nil {
 		t.Fatal("a code was exchanged twice")
+	}
+	if d := host.ErrorDetail(err); d != "the identity provider refused the sign-in (error invalid_grant)" {
+		t.Fatalf("a refused exchange repeats the provider's text: %q", d)
 	}
 	// The provider holds the gate to PKCE: another verifier gets nothing.
 	authURL, _, _, err = login.Start(ctx)

@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,9 @@ type SignIn interface {
 // navigation from the provider's site, on which a Strict cookie is not sent.
 const oauthCookie = "asyncgate_oauth"
 
+// oauthErrorCode is an OAuth error code (RFC 6749 §4.1.2.1) as shown.
+var oauthErrorCode = regexp.MustCompile(`^[a-z_]{1,40}$`)
+
 // oauthStart is GET /ui/oauth/start: off to the provider.
 func (u *UI) oauthStart(c echo.Context) error {
 	authURL, state, verifier, err := u.cfg.SignIn.Start(c.Request().Context())
@@ -49,11 +53,18 @@ func (u *UI) oauthCallback(c echo.Context) error {
 		return ck.Value
 	}(), ".")
 	c.SetCookie(&http.Cookie{Name: oauthCookie, Value: "", Path: "/ui/oauth", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode})
-	if e := c.QueryParam("error"); e != "" {
-		return u.refuseSignIn(c, http.StatusUnauthorized, "The identity provider refused the sign-in: "+e+" "+c.QueryParam("error_description"))
-	}
+	// Only a return that carries this browser's state is the provider's
+	// answer; anything else, error text included, is shown nothing of.
 	if state == "" || !sameToken(c.QueryParam("state"), state) {
 		return host.Errorf(host.CodeForbidden, "this sign-in's state is missing or wrong; start again from the sign-in page")
+	}
+	if e := c.QueryParam("error"); e != "" {
+		// The provider's error_description is text anyone could have put
+		// in the link: only the error code is shown, and only if it is one.
+		if !oauthErrorCode.MatchString(e) {
+			e = "unknown"
+		}
+		return u.refuseSignIn(c, http.StatusUnauthorized, "The identity provider refused the sign-in (error "+e+").")
 	}
 	a, keyHash, err := u.cfg.SignIn.Finish(c.Request().Context(), c.QueryParam("code"), verifier)
 	if err != nil {
