@@ -138,7 +138,7 @@ func testOAuth(t *testing.T, node, clientDir string, extra []string) {
 		{"expired", cc(idp, "old", "asyncgate"), 401, "unauthorized", "invalid_token"},
 		{"unknown issuer", cc(rogue, "svc", "asyncgate"), 401, "unauthorized", "invalid_token"},
 		{"missing scope", cc(idp, "svc", "openid"), 403, "insufficient_scope", "insufficient_scope"},
-		{"no mapping", cc(idp, "stranger", "asyncgate"), 403, "token_not_mapped", "invalid_token"},
+		{"no mapping", cc(idp, "stranger", "asyncgate"), 403, "token_not_mapped", "insufficient_scope"},
 		{"another tenant's key", cc(idp, "blue", "asyncgate"), 401, "unauthorized", "invalid_token"},
 	}
 	for _, c := range refused {

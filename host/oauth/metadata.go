@@ -53,9 +53,9 @@ func (c Config) MetadataHandler() http.Handler {
 
 // Challenge is the WWW-Authenticate value that answers a request refused
 // with err (nil: no credentials were sent): the resource metadata's URL and
-// the required scopes, with error="invalid_token" for a token that was
-// refused, or error="insufficient_scope" for a token that lacks a scope
-// (RFC 6750 §3, RFC 9728 §5.1).
+// the required scopes, with error="invalid_token" for a token refused with
+// 401, or error="insufficient_scope" for a valid token refused with 403 (a
+// scope missing, or no mapping for it) (RFC 6750 §3.1, RFC 9728 §5.1).
 func (c Config) Challenge(err error) string {
 	var b strings.Builder
 	b.WriteString(`Bearer realm="asyncgate", resource_metadata="` + c.MetadataURL() + `"`)
@@ -64,8 +64,13 @@ func (c Config) Challenge(err error) string {
 	}
 	var te *tokenError
 	if errors.As(err, &te) {
+		// RFC 6750 §3.1 pairs invalid_token with 401 and
+		// insufficient_scope with 403. A token refused with 403 is valid
+		// but grants nothing here (a scope missing, or no mapping names
+		// a principal for it): insufficient_scope. Every 401 refusal is
+		// invalid_token.
 		code := "invalid_token"
-		if host.IsCode(err, host.CodeInsufficientScope) {
+		if host.HTTPStatus(host.ErrorCode(err)) == http.StatusForbidden {
 			code = "insufficient_scope"
 		}
 		b.WriteString(`, error="` + code + `", error_description="` + quoteSafe(capDescription(host.ErrorDetail(err))) + `"`)

@@ -165,7 +165,7 @@ func TestVerifierRealProvider(t *testing.T) {
 				}
 				ch := cfg.Challenge(err)
 				want := `error="invalid_token"`
-				if c.code == host.CodeInsufficientScope {
+				if c.code == host.CodeInsufficientScope || c.code == host.CodeTokenNotMapped { // 403: RFC 6750 §3.1
 					want = `error="insufficient_scope"`
 				}
 				if !strings.Contains(ch, want) || !strings.Contains(ch, `resource_metadata="http://gate.test:8080/.well-known/oauth-protected-resource/mcp"`) {
