@@ -38,6 +38,8 @@ type Client struct {
 	key  string
 	hc   *http.Client
 	ua   string
+	// inject writes a request's trace context (WithTracePropagator).
+	inject func(context.Context, http.Header)
 }
 
 // Option configures a Client.
@@ -48,6 +50,17 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc
 
 // WithUserAgent sets the User-Agent header.
 func WithUserAgent(ua string) Option { return func(c *Client) { c.ua = ua } }
+
+// WithTracePropagator sets how a request carries the caller's trace when its
+// context has none from WithTrace: inject writes the headers. With
+// OpenTelemetry:
+//
+//	WithTracePropagator(func(ctx context.Context, h http.Header) {
+//		otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(h))
+//	})
+func WithTracePropagator(inject func(ctx context.Context, h http.Header)) Option {
+	return func(c *Client) { c.inject = inject }
+}
 
 // New returns a client of the gate at baseURL (e.g. http://127.0.0.1:8080)
 // that sends key as its bearer key.
@@ -141,6 +154,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) (in
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", c.ua)
+	setTraceHeaders(ctx, req.Header, c.inject)
 	res, err := c.hc.Do(req)
 	if err != nil {
 		return 0, err

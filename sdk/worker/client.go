@@ -23,6 +23,8 @@ type Client struct {
 	key  string
 	hc   *http.Client
 	ua   string
+	// inject writes a request's trace context (WithTracePropagator).
+	inject func(context.Context, http.Header)
 }
 
 // ClientOption configures a Client.
@@ -34,6 +36,17 @@ func WithHTTPClient(hc *http.Client) ClientOption { return func(c *Client) { c.h
 
 // WithUserAgent sets the User-Agent header.
 func WithUserAgent(ua string) ClientOption { return func(c *Client) { c.ua = ua } }
+
+// WithTracePropagator sets how a request carries the caller's trace when its
+// context has none from WithTrace: inject writes the headers. With
+// OpenTelemetry:
+//
+//	WithTracePropagator(func(ctx context.Context, h http.Header) {
+//		otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(h))
+//	})
+func WithTracePropagator(inject func(ctx context.Context, h http.Header)) ClientOption {
+	return func(c *Client) { c.inject = inject }
+}
 
 // NewClient returns a Client for the gate at baseURL (for example
 // "http://127.0.0.1:8080") that authenticates with the bearer key.
@@ -67,6 +80,12 @@ type Task struct {
 	MaxRetries      int             `json:"max_retries"`
 	CancelRequested bool            `json:"cancel_requested"`
 	CreatedAt       time.Time       `json:"created_at"`
+	// Traceparent and Tracestate are the W3C trace context the gate hands
+	// out with the lease: the producer's trace, continued by the gate.
+	// Calls about the lease carry them; a handler that records spans of
+	// its own starts them with this parent (Trace(ctx) returns it too).
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 	// ResourceLeases are the resource leases granted with this run of the
 	// task (its resource intents), as the offer listed them; set by
 	// Client.Lease, so a Runner's handler sees them too.
@@ -289,6 +308,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", c.ua)
+	setTraceHeaders(ctx, req.Header, c.inject)
 	res, err := c.hc.Do(req)
 	if err != nil {
 		return 0, time.Time{}, err

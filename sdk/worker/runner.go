@@ -371,7 +371,9 @@ func (r *Runner) work(o Offer) {
 	r.mu.Lock()
 	h := r.h[o.Task.Type]
 	r.mu.Unlock()
-	bg := context.Background()
+	// Every call about this lease carries the task's trace (the gate hands
+	// it out with the offer), and so does the handler's context.
+	bg := o.Task.traceInto(context.Background())
 	if h == nil {
 		log.Warn("no handler for this task type; releasing the lease")
 		r.release(bg, log, o, "no handler for task type "+o.Task.Type)
@@ -463,7 +465,7 @@ func (r *Runner) accept(o Offer, log *slog.Logger) bool {
 		dl = o.LeaseExpiresAt
 	}
 	for n := 1; ; n++ {
-		ctx, cancel := context.WithDeadline(context.Background(), dl)
+		ctx, cancel := context.WithDeadline(o.Task.traceInto(context.Background()), dl)
 		err := r.c.Accept(ctx, o.LeaseID, o.Task.ID)
 		cancel()
 		switch {
@@ -621,7 +623,7 @@ func (l *lease) beat(stop <-chan struct{}) (bool, error) {
 		req.ProgressPercent, req.ProgressMessage = sent.ProgressPercent, sent.ProgressMessage
 	}
 	l.mu.Unlock()
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ctx, cancel := context.WithDeadline(l.o.Task.traceInto(context.Background()), deadline)
 	defer cancel()
 	go func() {
 		select {
@@ -825,7 +827,7 @@ var (
 func (r *Runner) deliver(l *lease, send func(context.Context) error, kind string, body any) error {
 	var err error
 	for n := 1; n <= r.cfg.DeliveryAttempts; n++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(l.o.Task.traceInto(context.Background()), 30*time.Second)
 		err = send(ctx)
 		cancel()
 		if errors.Is(err, errRetryNow) {
