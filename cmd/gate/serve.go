@@ -58,6 +58,9 @@ type serveConfig struct {
 	// PprofListen serves Go's profiling endpoints (/debug/pprof/) on a
 	// loopback address of their own, without a key (empty: off; pprof.go).
 	PprofListen string `json:"pprof_listen"`
+	// OTLPEndpoint is the OTLP/HTTP collector spans go to (empty: the
+	// standard OTEL_* variables decide; tracing.go).
+	OTLPEndpoint string `json:"otlp_endpoint"`
 	// WasmCacheDir holds compiled plugins (default <data>/wasm-cache); gates
 	// may share one, so only the first start on a machine compiles.
 	WasmCacheDir string `json:"wasm_cache_dir"`
@@ -150,6 +153,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	memLimit := fs.Int64("memory-limit-mib", cfg.MemoryLimitMiB, "soft memory limit of the gate in MiB (0: none; GOMEMLIMIT wins when set)")
 	gcPercent := fs.Int("gc-percent", cfg.GCPercent, "the collector's target, as GOGC (0: the runtime's default, 100; GOGC wins when set)")
 	pprofListen := fs.String("pprof-listen", "", "serve Go's profiling endpoints (/debug/pprof/) on this loopback address, apart from --listen and without a key (empty: off)")
+	otlpEndpoint := fs.String("otlp-endpoint", "", "export traces over OTLP/HTTP to this collector, e.g. http://127.0.0.1:4318 (empty: the OTEL_* variables decide; off when none is set)")
 	mcpAnyHost := fs.Bool("mcp-allow-any-host", false, "let /mcp answer loopback requests whose Host header is not localhost (behind a local reverse proxy)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -211,6 +215,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 			cfg.MCPAllowAnyHost = *mcpAnyHost
 		case "pprof-listen":
 			cfg.PprofListen = *pprofListen
+		case "otlp-endpoint":
+			cfg.OTLPEndpoint = *otlpEndpoint
 		}
 	})
 	if durErr != nil {
@@ -239,7 +245,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 var flagFields = map[string]string{
 	"db-writers": "db_writers", "body-limit": "body_limit_bytes", "max-lease-seconds": "max_lease_seconds",
 	"expiry-jitter": "expiry_jitter_ms", "sweep-interval": "sweep_interval_ms", "auth-cache": "auth_cache_seconds",
-	"memory-limit-mib": "memory_limit_mib", "gc-percent": "gc_percent",
+	"memory-limit-mib": "memory_limit_mib", "gc-percent": "gc_percent", "otlp-endpoint": "otlp_endpoint",
 }
 
 // checkFlagBounds checks the fields the flags set against the config schema,
@@ -347,6 +353,11 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 		log.Info("stopped during start-up", "phase", phase)
 		return nil
 	}
+	stopTracing, err := startTracing(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	if cfg.PprofListen != "" {
 		stopPprof, err := servePprof(cfg.PprofListen, log)
 		if err != nil {
