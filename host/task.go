@@ -150,6 +150,13 @@ type Task struct {
 	// type's and its enqueue's, fixed at enqueue (KLIS-3 task integration).
 	ResourceIntents []ResourceIntent `json:"resource_intents,omitempty"`
 
+	// Traceparent and Tracestate are the W3C trace context the task was
+	// enqueued in (the producer's, or the gate's enqueue span when it
+	// records spans), fixed at enqueue: its lease, heartbeat and completion
+	// spans join that trace, and its worker gets it with the lease.
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
+
 	// Version counts the writes to the task row (1 after insert). A fence on
 	// it makes an update conditional on nothing having changed since a read.
 	Version int64 `json:"-"`

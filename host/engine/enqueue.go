@@ -11,6 +11,7 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/tracing"
 )
 
 // MaxParamsBytes caps a task's params.
@@ -62,6 +63,14 @@ type EnqueueResult struct {
 // Another principal's use of the same key, for any recipient, is a key of
 // its own: it neither finds nor blocks this producer's task.
 func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (*EnqueueResult, error) {
+	ctx, span := startEnqueueSpan(ctx, actor, req.TaskType)
+	defer span.End()
+	res, err := e.enqueue(ctx, actor, req)
+	tracing.RecordError(span, err)
+	return res, err
+}
+
+func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (*EnqueueResult, error) {
 	if actor.Tenant == "" || actor.Principal == "" {
 		return nil, host.Errorf(host.CodeBadRequest, "the caller has no tenant or principal")
 	}
@@ -133,6 +142,7 @@ func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 		IdempotencyKey: req.IdempotencyKey, CreatedAt: now, UpdatedAt: now, AvailableAt: now,
 		MaxRetries: tt.DefaultMaxRetries,
 	}
+	keepTrace(ctx, t)
 	if req.Priority != 0 {
 		t.Priority = req.Priority
 	}

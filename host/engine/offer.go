@@ -76,6 +76,7 @@ func (e *Engine) Lease(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 			if w != nil {
 				e.waiters.remove(req.Tenant, w)
 			}
+			traceLeases(ctx, req.WorkerID, offers)
 			return offers, err
 		}
 		// Delayed tasks become ready without a wake-up; look again at least every second.

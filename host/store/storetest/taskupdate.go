@@ -172,6 +172,7 @@ func fullTask(id string) *host.Task {
 	}
 	t.Summary = "every field"
 	t.ResourceIntents = []host.ResourceIntent{{Resource: "db/main", Predicate: host.PredicateMutates}}
+	t.Traceparent, t.Tracestate = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "vendor=x"
 	return t
 }
 
