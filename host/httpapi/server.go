@@ -111,7 +111,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler
 	e.JSONSerializer = rawJSONSerializer{}
-	e.Use(s.recoverer, s.bodyLimit)
+	e.Use(s.recoverer, s.bodyLimit, traceRequest)
 	if s.metrics != nil {
 		e.Use(s.metrics.middleware)
 		s.metrics.watch(s.eng, s.st)

@@ -43,6 +43,7 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/tracing"
 	"github.com/asyncgate/asyncgate/host/store/groupcommit"
 )
 
@@ -414,7 +415,9 @@ func (s *Store) writer() {
 		s.batches.Add(1)
 		s.updates.Add(int64(len(batch)))
 		w.mark = time.Now()
+		span := tracing.StartBatch("postgresql", len(batch), func(i int) context.Context { return batch[i].ctx })
 		w.run(batch)
+		span.End()
 		w.account()
 		w.mark = time.Time{}
 	}

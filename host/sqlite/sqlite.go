@@ -24,6 +24,7 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/tracing"
 	"github.com/asyncgate/asyncgate/host/store/groupcommit"
 )
 
@@ -374,9 +375,12 @@ func (s *Store) runBatch(batch []*request) {
 	start := time.Now()
 	s.batches.Add(1)
 	s.ops.Add(int64(len(batch)))
+	span := tracing.StartBatch("sqlite", len(batch), func(i int) context.Context { return batch[i].ctx })
+	defer span.End()
 	if s.tryBatch(batch, false, start) {
 		return
 	}
+	span.AddEvent("rerun with a savepoint per update")
 	s.tryBatch(batch, true, start)
 }
 

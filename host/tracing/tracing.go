@@ -62,6 +62,14 @@ func (cfg Config) Enabled() (bool, error) {
 	if strings.EqualFold(strings.TrimSpace(env("OTEL_SDK_DISABLED")), "true") {
 		return false, nil
 	}
+	if p := strings.TrimSpace(env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")); p == "" {
+		p = strings.TrimSpace(env("OTEL_EXPORTER_OTLP_PROTOCOL"))
+		if p != "" && p != "http/protobuf" && p != "http/json" {
+			return false, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%q: the gate exports http/protobuf", p)
+		}
+	} else if p != "http/protobuf" && p != "http/json" {
+		return false, fmt.Errorf("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=%q: the gate exports http/protobuf", p)
+	}
 	switch exp := strings.TrimSpace(env("OTEL_TRACES_EXPORTER")); exp {
 	case "none":
 		return false, nil
@@ -70,14 +78,6 @@ func (cfg Config) Enabled() (bool, error) {
 	case "":
 	default:
 		return false, fmt.Errorf("OTEL_TRACES_EXPORTER=%q: the gate exports otlp (over HTTP) or none", exp)
-	}
-	if p := strings.TrimSpace(env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")); p == "" {
-		p = strings.TrimSpace(env("OTEL_EXPORTER_OTLP_PROTOCOL"))
-		if p != "" && p != "http/protobuf" && p != "http/json" {
-			return false, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%q: the gate exports http/protobuf", p)
-		}
-	} else if p != "http/protobuf" && p != "http/json" {
-		return false, fmt.Errorf("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=%q: the gate exports http/protobuf", p)
 	}
 	return cfg.Endpoint != "" || env("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "", nil
 }
@@ -250,3 +250,37 @@ func (c *carrier) Set(k, v string) {
 }
 
 func (c carrier) Keys() []string { return []string{TraceparentHeader, TracestateHeader} }
+
+// maxBatchLinks bounds the links a batch span keeps to the requests it
+// carried besides its parent.
+const maxBatchLinks = 32
+
+// StartBatch starts the span of one store batch (a writer's group commit)
+// of n updates, where ctxOf(i) is the context of update i: a child of the
+// first update's span that records, with links to the others'. Updates
+// outside any recorded trace get no span: with none in the batch (and
+// always with tracing off) it returns a no-op span after n context lookups.
+// system names the database ("sqlite", "postgresql").
+func StartBatch(system string, n int, ctxOf func(int) context.Context) trace.Span {
+	var parent context.Context
+	var links []trace.Link
+	for i := range n {
+		ctx := ctxOf(i)
+		if !trace.SpanFromContext(ctx).IsRecording() {
+			continue
+		}
+		if parent == nil {
+			parent = ctx
+			continue
+		}
+		if len(links) < maxBatchLinks {
+			links = append(links, trace.Link{SpanContext: trace.SpanContextFromContext(ctx)})
+		}
+	}
+	if parent == nil {
+		return trace.SpanFromContext(context.Background())
+	}
+	_, span := Tracer().Start(parent, "store.batch", trace.WithLinks(links...),
+		trace.WithAttributes(attribute.String("db.system.name", system), attribute.Int("asyncgate.batch.updates", n)))
+	return span
+}
