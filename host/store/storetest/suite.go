@@ -71,7 +71,8 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"ProbeReadsAndCommits", testProbe},                          // probe.go
 		{"UpdatesFailingAloneAreNoRefusedCommit", testRefusedCommit}, // probe.go
 		{"ResourceLeaseUpdateIsFenced", testResourceLeaseUpdateIsFenced},
-		{"AttemptsHistory", testAttemptsHistory}, // attempts.go
+		{"AttemptsHistory", testAttemptsHistory},       // attempts.go
+		{"EnqueueKeepsTraceContext", testTraceContext}, // tracecontext.go
 	}
 	t.Run("Delivery", func(t *testing.T) { t.Parallel(); runDelivery(t, open) })
 	for _, c := range cases {
