@@ -100,7 +100,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 __all__ = [
     "AsyncGateError", "RetryableError", "FatalError", "TaskStopped",
@@ -542,12 +542,18 @@ class Client:
         self.ssl_context = ssl_context
         self._opener = None if ssl_context is None else _client_opener(ssl_context)
 
-    def _call(self, method: str, path: str, body: Any = None, timeout: Optional[float] = None):
+    def _call(self, method: str, path: str, body: Any = None, timeout: Optional[float] = None,
+              trace: Optional[Tuple[str, str]] = None):
         """Send a request; return (status, decoded JSON or None, server Date as
-        Unix time or None). Raise AsyncGateError for non-2xx answers."""
+        Unix time or None). Raise AsyncGateError for non-2xx answers.
+        ``trace`` is a W3C (traceparent, tracestate) pair sent as headers."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.base_url + path, data=data, method=method)
         req.add_header("Authorization", "Bearer " + self.api_key)
+        if trace and trace[0]:
+            req.add_header("traceparent", trace[0])
+            if trace[1]:
+                req.add_header("tracestate", trace[1])
         req.add_header("Accept", "application/json")
         req.add_header("User-Agent", "asyncgate-worker-python/1")
         if data is not None:
@@ -626,13 +632,16 @@ class Client:
             o["_ttl"], o["_deadline"] = self._clock(sent, server, o["lease_expires_at"], o.get("server_time"))
         return offers
 
-    def accept(self, lease_id: str, task_id: str = "") -> Dict[str, Any]:
-        """POST /v1/leases/{id}/accept: the offer becomes an obligation."""
-        return self._call("POST", "/v1/leases/%s/accept" % urllib.parse.quote(lease_id), {"task_id": task_id})[1]
+    def accept(self, lease_id: str, task_id: str = "", trace: Optional[Tuple[str, str]] = None) -> Dict[str, Any]:
+        """POST /v1/leases/{id}/accept: the offer becomes an obligation.
+        ``trace`` (on every lease call) is the task's (traceparent,
+        tracestate), as the offer handed it out (``Task.trace``)."""
+        return self._call("POST", "/v1/leases/%s/accept" % urllib.parse.quote(lease_id), {"task_id": task_id},
+                          trace=trace)[1]
 
     def heartbeat(self, lease_id: str, task_id: str = "", progress_percent: Optional[float] = None,
                   progress_message: str = "", extend_lease_seconds: int = 0,
-                  timeout: Optional[float] = None) -> Dict[str, Any]:
+                  timeout: Optional[float] = None, trace: Optional[Tuple[str, str]] = None) -> Dict[str, Any]:
         """POST /v1/leases/{id}/heartbeat; the answer has ``cancel_requested``
         and ``_ttl``/``_deadline``. ``timeout`` overrides the client's."""
         body: Dict[str, Any] = {"task_id": task_id}
@@ -644,24 +653,25 @@ class Client:
             body["extend_lease_seconds"] = extend_lease_seconds
         sent = time.time()
         _, out, server = self._call("POST", "/v1/leases/%s/heartbeat" % urllib.parse.quote(lease_id), body,
-                                    timeout=timeout)
+                                    timeout=timeout, trace=trace)
         out["_ttl"], out["_deadline"] = self._clock(sent, server, out["lease_expires_at"], out.get("server_time"))
         return out
 
-    def complete(self, lease_id: str, body: Dict[str, Any]) -> Dict[str, Any]:
+    def complete(self, lease_id: str, body: Dict[str, Any], trace: Optional[Tuple[str, str]] = None) -> Dict[str, Any]:
         """POST /v1/leases/{id}/complete with a completion body (result,
         result_base64, result_pointer, summary, metadata, artifacts…)."""
-        return self._call("POST", "/v1/leases/%s/complete" % urllib.parse.quote(lease_id), body)[1]
+        return self._call("POST", "/v1/leases/%s/complete" % urllib.parse.quote(lease_id), body, trace=trace)[1]
 
-    def fail(self, lease_id: str, body: Dict[str, Any]) -> Dict[str, Any]:
+    def fail(self, lease_id: str, body: Dict[str, Any], trace: Optional[Tuple[str, str]] = None) -> Dict[str, Any]:
         """POST /v1/leases/{id}/fail with error_message, retryable, metadata."""
-        return self._call("POST", "/v1/leases/%s/fail" % urllib.parse.quote(lease_id), body)[1]
+        return self._call("POST", "/v1/leases/%s/fail" % urllib.parse.quote(lease_id), body, trace=trace)[1]
 
-    def release(self, lease_id: str, task_id: str = "", reason: str = "") -> Dict[str, Any]:
+    def release(self, lease_id: str, task_id: str = "", reason: str = "",
+                trace: Optional[Tuple[str, str]] = None) -> Dict[str, Any]:
         """POST /v1/leases/{id}/release: back to the queue without using an
         attempt (a task whose cancel was requested is canceled)."""
         return self._call("POST", "/v1/leases/%s/release" % urllib.parse.quote(lease_id),
-                          {"task_id": task_id, "reason": reason})[1]
+                          {"task_id": task_id, "reason": reason}, trace=trace)[1]
 
 
 # --------------------------------------------------------------------------
@@ -675,7 +685,10 @@ class Task:
     ``lease_id`` (also ``run_id``), ``attempt``, ``raw`` (the task JSON),
     ``resource_leases`` (the leases granted with this run on the resources
     the task's intents name, each with its ``fencing_token``; see
-    ``fencing_token``), and ``cancelled`` — a ``threading.Event`` set when
+    ``fencing_token``), ``trace`` (the W3C (traceparent, tracestate) pair
+    the gate handed out with the lease, sent with every call about it: a
+    handler that records spans of its own starts them under it), and
+    ``cancelled`` — a ``threading.Event`` set when
     the task must stop (``stop_reason`` says why)."""
 
     def __init__(self, runner: "Runner", offer: Dict[str, Any]):
@@ -689,6 +702,7 @@ class Task:
         self.run_id: str = offer.get("run_id", self.lease_id)
         self.attempt: int = offer.get("attempt", 1)
         self.resource_leases: List[Dict[str, Any]] = offer.get("resource_leases") or []
+        self.trace: Tuple[str, str] = (t.get("traceparent", ""), t.get("tracestate", ""))
         self.cancelled = threading.Event()
         self.stop_reason: Optional[str] = None
         self.log = logging.LoggerAdapter(log, {"task_id": self.task_id, "lease_id": self.lease_id})
@@ -987,7 +1001,7 @@ class Runner:
         while True:
             n += 1
             try:
-                self.client.accept(task.lease_id, task.task_id)
+                self.client.accept(task.lease_id, task.task_id, trace=task.trace)
                 return True
             except Exception as e:  # noqa: BLE001
                 if isinstance(e, AsyncGateError) and e.lease_lost:
@@ -1077,7 +1091,7 @@ class Runner:
             if pending:
                 kw.update(pending)
             try:
-                res = self.client.heartbeat(task.lease_id, task.task_id, **kw)
+                res = self.client.heartbeat(task.lease_id, task.task_id, trace=task.trace, **kw)
             except Exception as e:  # noqa: BLE001
                 if done is not None and done.is_set():
                     return True  # the task is over; nothing more to do
@@ -1102,7 +1116,7 @@ class Runner:
     def _release(self, task: Task, reason: str) -> None:
         for n in range(1, 4):
             try:
-                self.client.release(task.lease_id, task.task_id, reason)
+                self.client.release(task.lease_id, task.task_id, reason, trace=task.trace)
                 return
             except Exception as e:  # noqa: BLE001
                 if not is_temporary(e) or n == 3:
@@ -1116,14 +1130,14 @@ class Runner:
         def send():
             nonlocal body, tried_fallback
             try:
-                res = self.client.complete(task.lease_id, body)
+                res = self.client.complete(task.lease_id, body, trace=task.trace)
             except AsyncGateError as e:
                 if self.data_uri_fallback and not tried_fallback and e.status == 400:
                     fb = _data_uri_fallback(body)
                     if fb is not None:
                         tried_fallback, body = True, fb
                         task.log.info("inline result refused (%s); completing with a data: URI", e)
-                        res = self.client.complete(task.lease_id, body)
+                        res = self.client.complete(task.lease_id, body, trace=task.trace)
                         task.log.info("task %s completed in %.2fs (data: URI)", task.task_id, took)
                         return
                 raise
@@ -1141,7 +1155,7 @@ class Runner:
             body["metadata"] = {"exception": type(error).__name__, "traceback": tb[-8000:]}
 
         def send():
-            res = self.client.fail(task.lease_id, body)
+            res = self.client.fail(task.lease_id, body, trace=task.trace)
             task.log.warning("task %s failed (%s, retryable=%s): status=%s will_retry=%s", task.task_id, error,
                              body["retryable"], res.get("status"), res.get("will_retry"))
 

@@ -164,6 +164,7 @@ class FakeGate:
         self.release = threading.Event()
         self.lock = threading.Lock()
         self.calls = []
+        self.traces = []  # (path, traceparent header) of every call
         self.offered = False
         fake = self
 
@@ -189,6 +190,7 @@ class FakeGate:
                 arrived = time.time()
                 with fake.lock:
                     fake.calls.append((self.path, body))
+                    fake.traces.append((self.path, self.headers.get("traceparent", "")))
                     refused = False
                     if fake.refuse and self.path.endswith(fake.refuse[0]):
                         if fake.refused_at is None:
@@ -219,7 +221,7 @@ class FakeGate:
                     if not first:
                         return self.answer(204, None)
                     return self.answer(200, {"leases": [dict(lease, lease_id="L1", run_id="L1", attempt=1, task={
-                        "task_id": "T1", "task_type": "fake", "params": {}})]})
+                        "task_id": "T1", "task_type": "fake", "params": {}, "traceparent": TRACEPARENT})]})
                 if self.path.endswith("/heartbeat"):
                     if fake.hang_heartbeats:
                         fake.release.wait(60)
@@ -443,8 +445,32 @@ def write_spool(path, leases):
                                 "body": {"result": {"lease": lid}}, "spooled_at": "2025-03-01T12:00:00Z"}) + "\n")
 
 
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
 class FakeGateTests(unittest.TestCase):
     """The Runner against a fake gate that misbehaves on purpose."""
+
+    def test_lease_calls_carry_the_tasks_trace(self):
+        # The gate hands out the task's W3C traceparent with the offer; every
+        # call about the lease sends it back, and the handler sees it.
+        fake = FakeGate(self)
+        seen = []
+
+        def handler(task):
+            seen.append(task.trace)
+            task.progress(50, "half")
+            return {"ok": 1}
+
+        self.run_worker(fake, handler)
+        wait_for("the completion", lambda: fake.paths("/complete"), timeout=20)
+        self.assertEqual(seen, [(TRACEPARENT, "")])
+        with fake.lock:
+            calls = [(p, tp) for p, tp in fake.traces if p.startswith("/v1/leases/")]
+        self.assertTrue(any(p.endswith("/accept") for p, _ in calls), calls)
+        self.assertTrue(any(p.endswith("/heartbeat") for p, _ in calls), calls)
+        for p, tp in calls:
+            self.assertEqual(tp, TRACEPARENT, p)
 
     def run_worker(self, fake, handler, **kw):
         opts = dict(poll_wait=0, idle_wait=0.1, delivery_backoff=(0.05, 0.2), shutdown_timeout=10.0,
