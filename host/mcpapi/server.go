@@ -22,6 +22,7 @@ import (
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/jsonkeys"
+	"github.com/asyncgate/asyncgate/host/tracing"
 )
 
 // Path is where the streamable HTTP endpoint is mounted.
@@ -250,7 +251,10 @@ func (s *Server) add(t mcp.Tool, roles []string, h handlerFunc) {
 		}
 		ctx, done := s.bound(ctx, sessionFrom(ctx))
 		defer done()
+		ctx, span := traceCall(ctx, t.Name, req)
+		defer span.End()
 		v, text, err := h(ctx, a, req)
+		tracing.RecordError(span, err)
 		if err != nil {
 			if host.ErrorCode(err) == host.CodeInternal {
 				s.log.Error("mcp tool failed", "tool", t.Name, "principal", a.Principal, "err", err)

@@ -43,8 +43,8 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
-	"github.com/asyncgate/asyncgate/host/tracing"
 	"github.com/asyncgate/asyncgate/host/store/groupcommit"
+	"github.com/asyncgate/asyncgate/host/tracing"
 )
 
 //go:embed migrations/*.sql
