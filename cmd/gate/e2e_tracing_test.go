@@ -154,6 +154,20 @@ func TestE2ETracingJaeger(t *testing.T) {
 			if !batchUnderEnqueue {
 				t.Errorf("no store.batch span (db.system.name=%s) under the enqueue; store.batch spans: %+v", st.system, spans["store.batch"])
 			}
+			// The completion stores its result through the inline channel
+			// plugin: that call is a span under the completion request.
+			complete := one("POST /v1/leases/:lease_id/complete")
+			var pluginUnderComplete bool
+			for name, ss := range spans {
+				for _, s := range ss {
+					if strings.HasPrefix(name, "plugin inline.") && s.parent() == complete.SpanID {
+						pluginUnderComplete = true
+					}
+				}
+			}
+			if !pluginUnderComplete {
+				t.Errorf("no plugin inline.* span under the completion; spans: %v", names(spans))
+			}
 			for _, s := range spans["asyncgate.lease"] {
 				if s.tag("asyncgate.task_id") != ack.TaskID || s.tag("asyncgate.worker_id") != "trace.w1" {
 					t.Errorf("lease span tags %+v", s.Tags)

@@ -663,7 +663,9 @@ func (p *Plugin) Call(ctx context.Context, op string, input, data []byte) (Resul
 // from it is a FaultBadOutput that discards the instance.
 func (p *Plugin) run(ctx context.Context, op string, input, data []byte, schemas bool, check func(json.RawMessage) error) (Result, error) {
 	start := time.Now()
+	ctx, span := p.startCallSpan(ctx, op)
 	res, f := p.call(ctx, op, input, data, schemas, check)
+	endCallSpan(span, f)
 	if f == nil {
 		p.stats.observe(time.Since(start), false, false, "")
 		return res, nil
