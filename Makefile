@@ -8,7 +8,7 @@ export GOFLAGS ?= -buildvcs=false
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS ?= -X main.version=$(VERSION)
 
-.PHONY: all build run test test-go vet lint fmt bench bench-smoke bench-compare clean plugins fuzz cover python-wheel
+.PHONY: jaeger all build run test test-go vet lint fmt bench bench-smoke bench-compare clean plugins fuzz cover python-wheel
 
 all: build
 
@@ -138,3 +138,9 @@ plugins:
 
 clean:
 	rm -rf bin dist
+
+# Jaeger v1.76.0 from its own tool module (tools/jaeger), so its dependencies
+# stay out of the gate's go.mod; docs/tracing.md. The tracing e2e test builds
+# the same binary into the user cache folder by itself.
+jaeger:
+	cd tools/jaeger && $(GO) build -o ../../bin/jaeger github.com/jaegertracing/jaeger/cmd/jaeger
