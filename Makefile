@@ -38,6 +38,9 @@ SDK_MODULES := sdk/plugin sdk/worker sdk/client
 vet:
 	$(GO) vet ./...
 	@for m in $(SDK_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	@# bench/ is its own module (River beside the gate): vetting it keeps its
+	@# go.sum in step with the gate's imports, so make bench-compare builds.
+	@cd bench && $(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
 
 # The dashboard's browser test needs Chromium; scripts/ensure-chromium.sh
