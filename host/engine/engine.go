@@ -257,10 +257,6 @@ func (e *Engine) forward(ch <-chan string) {
 			}
 			if tenant == store.NotifyEveryone {
 				e.waiters.wakeEveryone() // notifications were missed
-				e.rl().wake()
-				continue
-			}
-			if e.forwardResourceNotice(tenant) {
 				continue
 			}
 			e.waiters.wakeAll(tenant)
@@ -273,7 +269,6 @@ func (e *Engine) Close() {
 	e.stopOnce.Do(func() { close(e.stop) })
 	e.waiters.wakeEveryone()
 	e.wg.Wait()
-	e.rl().shutdown()
 }
 
 func (e *Engine) sweepLoop() {
