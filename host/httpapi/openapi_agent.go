@@ -21,6 +21,9 @@ func init() {
 		openapi.Op{Method: "POST", Path: "/v1/tasks", Tag: "tasks", Roles: agents, Strict: true, Body: engine.EnqueueRequest{}, BodyRequired: true,
 			Summary:   "Queue a task (201; 200 with is_duplicate for a repeated idempotency key)",
 			Responses: map[int]any{201: engine.EnqueueResult{}, 200: engine.EnqueueResult{}}},
+		openapi.Op{Method: "POST", Path: "/v1/tasks/batch", Tag: "tasks", Roles: agents, Strict: true, Body: EnqueueBatchBody{}, BodyRequired: true,
+			Summary:   "Queue up to 1,000 tasks in one call, each with its own idempotency key and answer (200 with one result per task)",
+			Responses: map[int]any{200: EnqueueBatchResponse{}}},
 		openapi.Op{Method: "GET", Path: "/v1/tasks", Tag: "tasks", Roles: anyKey,
 			Summary: "List the tasks the caller may see, newest first",
 			Query: append([]openapi.Param{

@@ -235,6 +235,7 @@ func (s *Server) routes() {
 	// Worker API, canonical.
 	w := e.Group("/v1/leases", auth, workers)
 	w.POST("", s.lease)
+	w.POST("/batch", s.leaseBatch)
 	w.POST("/:lease_id/accept", s.accept)
 	w.POST("/:lease_id/heartbeat", s.heartbeat)
 	w.POST("/:lease_id/complete", s.complete)
@@ -258,6 +259,7 @@ func (s *Server) routes() {
 	// Agent API.
 	v1 := e.Group("/v1", auth)
 	v1.POST("/tasks", s.enqueue, agents)
+	v1.POST("/tasks/batch", s.enqueueBatch, agents)
 	v1.GET("/tasks", s.listTasks)
 	v1.GET("/tasks/:id", s.getTask)
 	v1.GET("/tasks/:id/progress", s.progress)
