@@ -14,7 +14,7 @@ func init() {
 		openapi.Op{Method: "POST", Path: "/v1/leases", Tag: "worker", Roles: workers, Strict: true, Body: LeaseBody{},
 			Summary: "Lease up to max_tasks tasks, long-polling up to wait_seconds; 204 when none", Responses: leaseOK},
 		openapi.Op{Method: "POST", Path: "/v1/leases/batch", Tag: "worker", Roles: workers, Strict: true, Body: OutcomesBody{},
-			Summary: "Complete, fail and heartbeat up to 100 leases in one call, each entry answered (and refused) on its own",
+			Summary:   "Complete, fail and heartbeat up to 100 leases in one call, each entry answered (and refused) on its own",
 			Responses: map[int]any{200: api.OutcomesResponse{}}},
 		openapi.Op{Method: "POST", Path: "/v1/leases/:lease_id/accept", Tag: "worker", Roles: workers, Strict: true, Body: LeaseCallBody{},
 			Summary: "Accept a leased task (writes the task.accepted receipt)", Responses: map[int]any{200: AcceptResponse{}}},
