@@ -77,6 +77,11 @@ type Config struct {
 	// URI pointer (result_channel "data") when the gate refuses an inline
 	// result with 400 (a gate without result channels). Results up to ~6 KB.
 	DataURIFallback bool
+	// SingleOutcomes sends every completion and failure by its own call.
+	// By default outcomes that are ready while others are being sent go
+	// together in one POST /v1/leases/batch (a lone outcome is sent at once,
+	// never held back); a gate without that route (404) gets single calls.
+	SingleOutcomes bool
 	// Logger receives the Runner's logs (default slog.Default()). Each task's
 	// lines carry task_id, lease_id and task_type.
 	Logger *slog.Logger
@@ -90,6 +95,7 @@ type Runner struct {
 	cfg  Config
 	log  *slog.Logger
 	sp   *spool
+	ob   *outcomeBatcher
 	mu   sync.Mutex
 	h    map[string]HandlerFunc
 	live map[string]*lease
@@ -132,7 +138,8 @@ func NewRunner(c *Client, cfg Config) *Runner {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	r := &Runner{c: c, cfg: cfg, log: cfg.Logger, h: map[string]HandlerFunc{}, live: map[string]*lease{}, hard: make(chan struct{})}
+	r := &Runner{c: c, cfg: cfg, log: cfg.Logger, h: map[string]HandlerFunc{}, live: map[string]*lease{}, hard: make(chan struct{}), ob: newOutcomeBatcher(c)}
+	r.ob.unsupported.Store(cfg.SingleOutcomes)
 	if !cfg.DisableSpool {
 		p := cfg.SpoolPath
 		if p == "" {
@@ -773,7 +780,8 @@ func (r *Runner) release(ctx context.Context, log *slog.Logger, o Offer, reason 
 func (r *Runner) deliverComplete(l *lease, comp Completion, took time.Duration) {
 	triedFallback := false
 	err := r.deliver(l, func(ctx context.Context) error {
-		res, err := r.c.Complete(ctx, l.o.LeaseID, comp)
+		out := r.ob.send(ctx, OutcomeEntry{LeaseID: l.o.LeaseID, Complete: &comp})
+		res, err := out.Complete, out.Err
 		if err == nil {
 			l.log.Info("task completed", "took", took, "receipt_id", res.ReceiptID, "result_channel", res.ResultChannel,
 				"result_pointer", truncate(res.ResultPointer, 120), "duplicate", res.Duplicate)
@@ -808,7 +816,8 @@ func (r *Runner) deliverFail(l *lease, herr error) {
 		f.ErrorMessage = f.ErrorMessage[:8000]
 	}
 	_ = r.deliver(l, func(ctx context.Context) error {
-		res, err := r.c.Fail(ctx, l.o.LeaseID, f)
+		out := r.ob.send(ctx, OutcomeEntry{LeaseID: l.o.LeaseID, Fail: &f})
+		res, err := out.Fail, out.Err
 		if err == nil {
 			l.log.Warn("task failed", "err", herr, "retryable", f.Retryable, "status", res.Status, "will_retry", res.WillRetry,
 				"retry_at", res.RetryScheduledAt, "duplicate", res.Duplicate)
