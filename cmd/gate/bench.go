@@ -47,6 +47,7 @@ type benchOpts struct {
 	progress        bool
 	completeWorkers int
 	warm            bool
+	outcomeBatch    int
 }
 
 func runBench(args []string, stdout, stderr io.Writer) int {
@@ -61,6 +62,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.workers, "workers", 4, "workers leasing in batches with long-poll (W)")
 	fs.IntVar(&o.completeWorkers, "completers", 8, "concurrent completions per worker")
 	fs.IntVar(&o.batch, "batch", 64, "max_tasks per lease call")
+	fs.IntVar(&o.outcomeBatch, "outcome-batch", 1, "completions a completer sends in one POST /v1/leases/batch when several are ready (1: one POST …/complete each)")
 	fs.IntVar(&o.wait, "wait", 5, "wait_seconds of each lease call (long-poll)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long producers enqueue")
 	fs.Int64Var(&o.tasks, "tasks", 0, "enqueue exactly this many tasks instead of running for --duration")
@@ -71,8 +73,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if o.producers < 1 || o.workers < 1 || o.batch < 1 || o.batch > 100 || o.completeWorkers < 1 {
-		fmt.Fprintln(stderr, "gate bench: --producers, --workers and --completers must be positive, --batch 1..100")
+	if o.producers < 1 || o.workers < 1 || o.batch < 1 || o.batch > 100 || o.completeWorkers < 1 || o.outcomeBatch < 1 || o.outcomeBatch > 100 {
+		fmt.Fprintln(stderr, "gate bench: --producers, --workers and --completers must be positive, --batch and --outcome-batch 1..100")
 		return 2
 	}
 	// The client runs with the gate's collector target, as the gate it
@@ -569,21 +571,48 @@ func benchWorker(c *benchClient, st *benchStats, o benchOpts, key, id, taskType 
 			defer func() { st.merge(&st.complete, comp); st.merge(&st.accept, acc) }()
 			body := []byte(`{"result_pointer":"bench:ok","summary":"ok"}`)
 			for lid := range jobs {
+				lids := []string{lid}
+				// Whatever else is ready now goes in the same call.
+			more:
+				for len(lids) < o.outcomeBatch {
+					select {
+					case l, ok := <-jobs:
+						if !ok {
+							break more
+						}
+						lids = append(lids, l)
+					default:
+						break more
+					}
+				}
 				if o.accept {
-					t0 := time.Now()
-					if _, err := c.do("POST", "/v1/leases/"+lid+"/accept", key, nil, nil); err != nil {
+					for _, lid := range lids {
+						t0 := time.Now()
+						if _, err := c.do("POST", "/v1/leases/"+lid+"/accept", key, nil, nil); err != nil {
+							st.fail(err)
+							continue
+						}
+						acc = append(acc, time.Since(t0))
+					}
+				}
+				t0 := time.Now()
+				if len(lids) == 1 {
+					if _, err := c.do("POST", "/v1/leases/"+lid+"/complete", key, body, nil); err != nil {
 						st.fail(err)
 						continue
 					}
-					acc = append(acc, time.Since(t0))
-				}
-				t0 := time.Now()
-				if _, err := c.do("POST", "/v1/leases/"+lid+"/complete", key, body, nil); err != nil {
-					st.fail(err)
+					comp = append(comp, time.Since(t0))
+					st.completed.Add(1)
 					continue
 				}
-				comp = append(comp, time.Since(t0))
-				st.completed.Add(1)
+				n, err := completeBatch(c, key, lids, body)
+				if err != nil {
+					st.fail(err)
+				}
+				for range n {
+					comp = append(comp, time.Since(t0))
+				}
+				st.completed.Add(int64(n))
 			}
 		}()
 	}
@@ -627,6 +656,39 @@ loop:
 	cwg.Wait()
 	st.merge(&st.lease, leaseLat)
 	st.merge(&st.e2l, e2l)
+}
+
+// completeBatch completes leases in one POST /v1/leases/batch and returns
+// how many the gate completed; an entry it refused is an error.
+func completeBatch(c *benchClient, key string, lids []string, body json.RawMessage) (int, error) {
+	entries := make([]map[string]any, len(lids))
+	for i, lid := range lids {
+		entries[i] = map[string]any{"lease_id": lid, "complete": body}
+	}
+	req, err := json.Marshal(map[string]any{"entries": entries})
+	if err != nil {
+		return 0, err
+	}
+	var out struct {
+		Results []struct {
+			OK     bool   `json:"ok"`
+			Error  string `json:"error"`
+			Detail string `json:"detail"`
+		} `json:"results"`
+	}
+	if _, err := c.do("POST", "/v1/leases/batch", key, req, &out); err != nil {
+		return 0, err
+	}
+	n := 0
+	var refused error
+	for _, r := range out.Results {
+		if r.OK {
+			n++
+		} else if refused == nil {
+			refused = fmt.Errorf("a batch entry was refused: %s: %s", r.Error, r.Detail)
+		}
+	}
+	return n, refused
 }
 
 func drawBar(w io.Writer, frac float64, done, enq int64, el time.Duration) {

@@ -146,8 +146,9 @@ var (
 )
 
 // gateHTTP runs `gate bench` against a `gate serve` subprocess: o.producers
-// producers, o.workers workers leasing o.httpBatch and completing each task
-// in turn (one completer), for o.duration.
+// producers, o.workers workers leasing o.httpBatch and completing in turn
+// (one completer, each call completing whatever is ready, up to
+// o.httpOutcomes, in one POST /v1/leases/batch), for o.duration.
 func gateHTTP(pg bool) side {
 	return func(ctx context.Context, o options) (result, error) {
 		var dbURL string
@@ -169,7 +170,7 @@ func gateHTTP(pg bool) side {
 		defer cancel()
 		cmd := exec.CommandContext(bctx, o.gateBin, "bench", "--url", g.base, "--key", g.key,
 			"--producers", strconv.Itoa(o.producers), "--workers", strconv.Itoa(o.workers),
-			"--batch", strconv.Itoa(o.httpBatch), "--completers", "1",
+			"--batch", strconv.Itoa(o.httpBatch), "--completers", "1", "--outcome-batch", strconv.Itoa(o.httpOutcomes),
 			"--duration", o.duration.String(), "--progress=false")
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb

@@ -28,25 +28,26 @@ import (
 
 // options are compare's flags.
 type options struct {
-	duration   time.Duration // steady-state measuring window
-	runs       int           // runs of every workload
-	burn       int           // tasks queued before a burn-down
-	producers  int           // producers in steady state
-	workers    int           // gate workers in-process
-	batch      int           // gate lease batch in-process
-	riverMax   int           // River's MaxWorkers (its own benchmark's value)
-	httpBatch  int           // gate bench --batch for the HTTP workloads
-	timeout    time.Duration // cap on one burn-down or one HTTP run
-	pgURL      string
-	root       string // repository root (for the gate binary)
-	gateBin    string
-	only       *regexp.Regexp
-	skipRiver  bool
-	verbose    bool
-	stderr     io.Writer
-	wasmCache  string // compiled plugins shared by every gate serve of one invocation
-	scratchDir string // temp folder of this invocation
-	gogc       int    // the collector's target of every process of the run
+	duration     time.Duration // steady-state measuring window
+	runs         int           // runs of every workload
+	burn         int           // tasks queued before a burn-down
+	producers    int           // producers in steady state
+	workers      int           // gate workers in-process
+	batch        int           // gate lease batch in-process
+	riverMax     int           // River's MaxWorkers (its own benchmark's value)
+	httpBatch    int           // gate bench --batch for the HTTP workloads
+	httpOutcomes int           // gate bench --outcome-batch for the HTTP workloads
+	timeout      time.Duration // cap on one burn-down or one HTTP run
+	pgURL        string
+	root         string // repository root (for the gate binary)
+	gateBin      string
+	only         *regexp.Regexp
+	skipRiver    bool
+	verbose      bool
+	stderr       io.Writer
+	wasmCache    string // compiled plugins shared by every gate serve of one invocation
+	scratchDir   string // temp folder of this invocation
+	gogc         int    // the collector's target of every process of the run
 }
 
 func main() {
@@ -65,6 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.workers, "workers", 8, "gate workers (in-process: leasing -batch and completing concurrently; HTTP: completing each task in turn)")
 	fs.IntVar(&o.batch, "batch", 50, "tasks per lease call of an in-process gate worker")
 	fs.IntVar(&o.httpBatch, "http-batch", 16, "tasks per lease call of an HTTP gate worker")
+	fs.IntVar(&o.httpOutcomes, "http-outcomes", 16, "completions an HTTP gate worker sends in one batch call when several are ready (1: one call each)")
 	fs.IntVar(&o.riverMax, "river-max-workers", 2000, "River's MaxWorkers (2,000 as in River's own benchmark)")
 	fs.DurationVar(&o.timeout, "timeout", 3*time.Minute, "cap on one burn-down run or one gate start")
 	fs.StringVar(&o.pgURL, "pg", envOr("ASYNCGATE_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL server (each run gets a fresh database, dropped after)")
@@ -78,7 +80,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if o.runs < 1 || o.runs > 20 || o.burn < 1 || o.producers < 1 || o.workers < 1 || o.batch < 1 || o.batch > 100 ||
-		o.httpBatch < 1 || o.httpBatch > 100 || o.riverMax < 1 || o.duration <= 0 || o.timeout <= 0 {
+		o.httpBatch < 1 || o.httpBatch > 100 || o.httpOutcomes < 1 || o.httpOutcomes > 100 || o.riverMax < 1 || o.duration <= 0 || o.timeout <= 0 {
 		fmt.Fprintln(stderr, "compare: -runs 1..20; -burn, -producers, -workers, -river-max-workers, -duration, -timeout positive; -batch and -http-batch 1..100")
 		return 2
 	}
