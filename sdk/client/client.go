@@ -238,7 +238,18 @@ func (c *Client) Enqueue(ctx context.Context, taskType string, params any, opts 
 	if err != nil {
 		return nil, fmt.Errorf("encoding the params: %w", err)
 	}
-	body := map[string]any{"task_type": taskType, "params": json.RawMessage(p)}
+	body := enqueueBody(taskType, p, opts)
+	var out Enqueued
+	if _, err := c.Do(ctx, http.MethodPost, "/v1/tasks", body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// enqueueBody is the body of POST /v1/tasks (and one task of
+// POST /v1/tasks/batch).
+func enqueueBody(taskType string, params json.RawMessage, opts *EnqueueOptions) map[string]any {
+	body := map[string]any{"task_type": taskType, "params": params}
 	if o := opts; o != nil {
 		if o.Priority != 0 {
 			body["priority"] = o.Priority
@@ -265,11 +276,71 @@ func (c *Client) Enqueue(ctx context.Context, taskType string, params any, opts 
 			body["resource_intents"] = o.ResourceIntents
 		}
 	}
-	var out Enqueued
-	if _, err := c.Do(ctx, http.MethodPost, "/v1/tasks", body, &out); err != nil {
+	return body
+}
+
+// MaxEnqueueBatch is the most tasks one EnqueueBatch may carry.
+const MaxEnqueueBatch = 1000
+
+// NewTask is one task of an EnqueueBatch: its type, its params (encoded as
+// JSON) and its options (may be nil; give each its own IdempotencyKey to
+// make a retried batch safe).
+type NewTask struct {
+	Type    string
+	Params  any
+	Options *EnqueueOptions
+}
+
+// BatchEnqueued is one task's answer in an EnqueueBatch: the acknowledgement
+// (IsDuplicate for a repeated idempotency key), or Err, the *APIError the
+// single Enqueue would have returned.
+type BatchEnqueued struct {
+	*Enqueued
+	Err error
+}
+
+// EnqueueBatch queues up to MaxEnqueueBatch tasks in one call
+// (POST /v1/tasks/batch). Each task is judged and answered on its own, in
+// the order given: one refused task leaves the others queued. The error is
+// for the call as a whole (the gate unreachable, more than
+// MaxEnqueueBatch tasks, a gate without the route: an *APIError with
+// Status 404).
+func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]BatchEnqueued, error) {
+	if len(tasks) == 0 || len(tasks) > MaxEnqueueBatch {
+		return nil, fmt.Errorf("asyncgate: a batch holds 1 to %d tasks, not %d", MaxEnqueueBatch, len(tasks))
+	}
+	bodies := make([]map[string]any, len(tasks))
+	for i, t := range tasks {
+		p, err := json.Marshal(t.Params)
+		if err != nil {
+			return nil, fmt.Errorf("encoding the params of task %d: %w", i, err)
+		}
+		bodies[i] = enqueueBody(t.Type, p, t.Options)
+	}
+	var out struct {
+		Results []struct {
+			OK         bool      `json:"ok"`
+			HTTPStatus int       `json:"http_status"`
+			Error      string    `json:"error"`
+			Detail     string    `json:"detail"`
+			Task       *Enqueued `json:"task"`
+		} `json:"results"`
+	}
+	if _, err := c.Do(ctx, http.MethodPost, "/v1/tasks/batch", map[string]any{"tasks": bodies}, &out); err != nil {
 		return nil, err
 	}
-	return &out, nil
+	if len(out.Results) != len(tasks) {
+		return nil, fmt.Errorf("asyncgate: the gate answered %d tasks with %d results", len(tasks), len(out.Results))
+	}
+	res := make([]BatchEnqueued, len(tasks))
+	for i, r := range out.Results {
+		if r.OK && r.Task != nil {
+			res[i].Enqueued = r.Task
+		} else {
+			res[i].Err = &APIError{Status: r.HTTPStatus, Code: r.Error, Detail: r.Detail}
+		}
+	}
+	return res, nil
 }
 
 // TaskType is a task type whose params have the Go type P: Enqueue takes a P.
