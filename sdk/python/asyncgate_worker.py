@@ -140,6 +140,106 @@ class AsyncGateError(Exception):
         return self.status >= 500 or self.status in (408, 429)
 
 
+class BatchUnsupportedError(AsyncGateError):
+    """The gate has no POST /v1/leases/batch (an older gate): send the
+    outcomes one by one."""
+
+
+MAX_OUTCOME_BATCH = 100
+"""The most entries one POST /v1/leases/batch may carry."""
+
+
+def outcome_error(result: Dict[str, Any]) -> AsyncGateError:
+    """The AsyncGateError a refused batch entry stands for: the code, detail
+    and status its single call would have answered."""
+    return AsyncGateError(int(result.get("http_status") or 0), result.get("error") or "", result.get("detail") or "")
+
+
+class _OutcomeBatcher:
+    """Sends a Runner's completions and failures. An outcome that finds no
+    call in flight goes at once on its own; outcomes that become ready while
+    calls are in flight wait for one to end and then go together in one
+    POST /v1/leases/batch (a lone outcome is never held back; several ready
+    at once share a call). An older gate (404) gets single calls from then
+    on."""
+
+    def __init__(self, client: "Client", single: bool = False, max_in_flight: int = 2):
+        self.client = client
+        self.unsupported = single
+        self.max_in_flight = max_in_flight
+        self._lock = threading.Lock()
+        self._pending: List[Dict[str, Any]] = []
+        self._in_flight = 0
+
+    def send(self, kind: str, lease_id: str, body: Dict[str, Any], trace=None) -> Dict[str, Any]:
+        """Deliver one outcome (kind "complete" or "fail"); return the
+        verb's answer or raise as the single call would."""
+        if self.unsupported:
+            return self._single(kind, lease_id, body, trace)
+        p = {"kind": kind, "lease_id": lease_id, "body": body, "trace": trace, "done": threading.Event()}
+        flush = False
+        with self._lock:
+            self._pending.append(p)
+            if self._in_flight < self.max_in_flight:
+                self._in_flight += 1
+                flush = True
+        if flush:
+            self._flush(p)
+        p["done"].wait()
+        if "error" in p:
+            raise p["error"]
+        return p["answer"]
+
+    def _flush(self, mine: Optional[Dict[str, Any]]) -> None:
+        """Send what is pending, batch after batch, until nothing is. The
+        caller whose outcome (``mine``) is answered hands what is left to a
+        thread of its own instead of working on for others."""
+        while True:
+            with self._lock:
+                if mine is not None and mine["done"].is_set() and self._pending:
+                    threading.Thread(target=self._flush, args=(None,), name="asyncgate-outcomes", daemon=True).start()
+                    return
+                batch = self._pending[:MAX_OUTCOME_BATCH]
+                del self._pending[:len(batch)]
+                if not batch:
+                    self._in_flight -= 1
+                    return
+            self._deliver(batch)
+
+    def _deliver(self, batch: List[Dict[str, Any]]) -> None:
+        if len(batch) == 1 or self.unsupported:
+            for p in batch:
+                try:
+                    p["answer"] = self._single(p["kind"], p["lease_id"], p["body"], p["trace"])
+                except Exception as e:  # noqa: BLE001
+                    p["error"] = e
+                p["done"].set()
+            return
+        entries = [{"lease_id": p["lease_id"], p["kind"]: p["body"]} for p in batch]
+        try:
+            results = self.client.outcomes(entries, trace=batch[0]["trace"])
+        except BatchUnsupportedError:
+            self.unsupported = True
+            self._deliver(batch)
+            return
+        except Exception as e:  # noqa: BLE001
+            for p in batch:
+                p["error"] = e
+                p["done"].set()
+            return
+        for p, r in zip(batch, results):
+            if r.get("ok"):
+                p["answer"] = r.get(p["kind"]) or {}
+            else:
+                p["error"] = outcome_error(r)
+            p["done"].set()
+
+    def _single(self, kind: str, lease_id: str, body: Dict[str, Any], trace) -> Dict[str, Any]:
+        if kind == "complete":
+            return self.client.complete(lease_id, body, trace=trace)
+        return self.client.fail(lease_id, body, trace=trace)
+
+
 MAX_RETRY_AFTER = 60.0
 """The cap on the Retry-After the Runner and ResourceHolder wait for (s); up
 to 10% jitter comes on top of the capped wait."""
@@ -666,6 +766,26 @@ class Client:
         """POST /v1/leases/{id}/fail with error_message, retryable, metadata."""
         return self._call("POST", "/v1/leases/%s/fail" % urllib.parse.quote(lease_id), body, trace=trace)[1]
 
+    def outcomes(self, entries: List[Dict[str, Any]], trace: Optional[Tuple[str, str]] = None) -> List[Dict[str, Any]]:
+        """POST /v1/leases/batch: up to MAX_OUTCOME_BATCH entries, each
+        ``{"lease_id": …, "complete"|"fail"|"heartbeat": body}`` (and an
+        optional ``id``), in one call. Returns one result per entry, in their
+        order: ``ok``, ``http_status`` and the verb's answer, or ``error`` and
+        ``detail`` (``outcome_error(result)`` makes it the AsyncGateError the
+        single call would have raised). Raises AsyncGateError for the call as
+        a whole; BatchUnsupportedError when the gate has no such route (an
+        older gate answers 404)."""
+        try:
+            out = self._call("POST", "/v1/leases/batch", {"entries": entries}, trace=trace)[1] or {}
+        except AsyncGateError as e:
+            if e.status in (404, 405):
+                raise BatchUnsupportedError(e.status, e.code, e.detail) from e
+            raise
+        results = out.get("results") or []
+        if len(results) != len(entries):
+            raise BadAnswerError("the gate answered a batch of %d outcomes with %d results" % (len(entries), len(results)))
+        return results
+
     def release(self, lease_id: str, task_id: str = "", reason: str = "",
                 trace: Optional[Tuple[str, str]] = None) -> Dict[str, Any]:
         """POST /v1/leases/{id}/release: back to the queue without using an
@@ -778,14 +898,18 @@ class Runner:
     temporary answer with Retry-After that stopped a pass, when it asks for
     more), ``shutdown_timeout``,
     ``data_uri_fallback`` (complete with a data: URI when the gate refuses an
-    inline result with 400)."""
+    inline result with 400), ``single_outcomes`` (send every completion and
+    failure by its own call; by default outcomes ready while others are being
+    sent go together in one POST /v1/leases/batch, a lone one at once, and a
+    gate without that route gets single calls)."""
 
     def __init__(self, client: Client, worker_id: str = "", concurrency: int = 1, lease_seconds: int = 0,
                  poll_wait: float = 30.0, idle_wait: float = 5.0, poll_backoff=(5.0, 60.0),
                  delivery_attempts: int = 5, delivery_backoff=(1.0, 15.0), spool_path: Optional[str] = None,
                  spool_interval: float = 30.0, shutdown_timeout: float = 30.0, data_uri_fallback: bool = False,
-                 logger: Optional[logging.Logger] = None):
+                 logger: Optional[logging.Logger] = None, single_outcomes: bool = False):
         self.client = client
+        self._outcomes = _OutcomeBatcher(client, single=single_outcomes)
         self.worker_id = worker_id
         self.concurrency = max(1, min(100, concurrency))
         self.lease_seconds = lease_seconds
@@ -1130,7 +1254,7 @@ class Runner:
         def send():
             nonlocal body, tried_fallback
             try:
-                res = self.client.complete(task.lease_id, body, trace=task.trace)
+                res = self._outcomes.send("complete", task.lease_id, body, trace=task.trace)
             except AsyncGateError as e:
                 if self.data_uri_fallback and not tried_fallback and e.status == 400:
                     fb = _data_uri_fallback(body)
@@ -1155,7 +1279,7 @@ class Runner:
             body["metadata"] = {"exception": type(error).__name__, "traceback": tb[-8000:]}
 
         def send():
-            res = self.client.fail(task.lease_id, body, trace=task.trace)
+            res = self._outcomes.send("fail", task.lease_id, body, trace=task.trace)
             task.log.warning("task %s failed (%s, retryable=%s): status=%s will_retry=%s", task.task_id, error,
                              body["retryable"], res.get("status"), res.get("will_retry"))
 

@@ -142,6 +142,27 @@ class FlakyClient(aw.Client):
         return super().complete(*a, **kw)
 
 
+class CountingClient(aw.Client):
+    """Counts outcome calls; with old=True the batch route answers 404 as on
+    a gate without it."""
+
+    def __init__(self, *a, old=False, **kw):
+        super().__init__(*a, **kw)
+        self.old = old
+        self.counts = {"batch": 0, "single": 0}
+        self._count_lock = threading.Lock()
+
+    def _call(self, method, path, body=None, timeout=None, trace=None):
+        kind = "batch" if path == "/v1/leases/batch" else \
+            "single" if path.endswith("/complete") or path.endswith("/fail") else ""
+        if kind:
+            with self._count_lock:
+                self.counts[kind] += 1
+        if kind == "batch" and self.old:
+            raise aw.AsyncGateError(404, "not_found", "no route POST /v1/leases/batch")
+        return super()._call(method, path, body, timeout=timeout, trace=trace)
+
+
 def iso(t):
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
 
@@ -925,6 +946,65 @@ class WorkerTest(unittest.TestCase):
         t = wait_task(tid, "dead letter", status_is("dead_letter"))
         self.assertEqual(t["dead_reason"], "max_retries_exceeded")
         self.assertIn("missing", t["error_message"])
+
+    def test_client_outcomes(self):
+        put_type("py-batch", lease_seconds=30)
+        tids = [enqueue("py-batch", {"i": i}) for i in range(2)]
+        c = aw.Client(URL, WORKER)
+        offers = []
+        while len(offers) < 2:
+            offers += c.lease(["py-batch"], worker_id=WORKER_ID, max_tasks=2 - len(offers), wait_seconds=2)
+        res = c.outcomes([
+            {"id": "c", "lease_id": offers[0]["lease_id"], "complete": {"result": {"ok": True}}},
+            {"id": "f", "lease_id": offers[1]["lease_id"], "fail": {"error_message": "no", "retryable": False}},
+            {"id": "x", "lease_id": "lease-01M8GME6G9P78S4Y21S82KRJ2A", "heartbeat": {}},
+        ])
+        self.assertEqual([r["id"] for r in res], ["c", "f", "x"])
+        self.assertTrue(res[0]["ok"])
+        self.assertEqual(res[0]["complete"]["status"], "completed")
+        self.assertEqual(res[1]["fail"]["status"], "dead_letter")
+        self.assertFalse(res[2]["ok"])
+        self.assertTrue(aw.outcome_error(res[2]).lease_lost)
+        by_id = {o["task"]["task_id"]: o for o in offers}
+        for tid in tids:
+            want = "succeeded" if by_id[tid] is offers[0] else "dead_letter"
+            wait_task(tid, want, status_is(want))
+
+    def run_together(self, client, task_type, n):
+        """n tasks (every third failing for good) on a runner of n slots whose
+        handlers all finish at the same moment; waits for each to end."""
+        put_type(task_type, lease_seconds=30)
+        r = self.make_runner(client=client, concurrency=n)
+        started, go = [], threading.Event()
+
+        @r.task(task_type)
+        def together(task):
+            started.append(task.task_id)
+            wait_for("go", lambda: go.is_set() or task.cancelled.is_set())
+            if task.params["i"] % 3 == 0:
+                raise aw.FatalError("three")
+            return {"i": task.params["i"]}
+
+        self.start(r)
+        tids = [enqueue(task_type, {"i": i}) for i in range(n)]
+        wait_for("every handler running", lambda: len(started) == n)
+        go.set()
+        for i, tid in enumerate(tids):
+            want = "dead_letter" if i % 3 == 0 else "succeeded"
+            wait_task(tid, want, status_is(want))
+
+    def test_outcomes_ready_together_share_batch_calls(self):
+        c = CountingClient(URL, WORKER)
+        self.run_together(c, "py-together", 12)
+        self.assertGreaterEqual(c.counts["batch"], 1, c.counts)
+        self.assertLess(c.counts["batch"] + c.counts["single"], 12, c.counts)
+
+    def test_outcomes_on_an_older_gate(self):
+        c = CountingClient(URL, WORKER, old=True)
+        self.run_together(c, "py-older", 12)
+        self.assertGreaterEqual(c.counts["batch"], 1, c.counts)
+        self.assertLessEqual(c.counts["batch"], 2, c.counts)
+        self.assertEqual(c.counts["single"], 12, c.counts)
 
     def test_cancel_mid_task(self):
         put_type("py-long", lease_seconds=3)
