@@ -222,6 +222,17 @@ class _OutcomeBatcher:
             self.unsupported = True
             self._deliver(batch)
             return
+        except AsyncGateError as e:
+            if e.status != 413:
+                for p in batch:
+                    p["error"] = e
+                    p["done"].set()
+                return
+            # Together over the gate's body limit (large inline results):
+            # each on its own, as it would have gone without batching.
+            for p in batch:
+                self._deliver([p])
+            return
         except Exception as e:  # noqa: BLE001
             for p in batch:
                 p["error"] = e

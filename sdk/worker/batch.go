@@ -175,6 +175,15 @@ func (b *outcomeBatcher) deliver(batch []*pendingOutcome) {
 		b.deliver(batch)
 		return
 	}
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusRequestEntityTooLarge {
+		// Together over the gate's body limit (large inline results): each
+		// on its own, as it would have gone without batching.
+		for _, p := range batch {
+			b.deliver([]*pendingOutcome{p})
+		}
+		return
+	}
 	for i, p := range batch {
 		if err != nil {
 			p.res = OutcomeResult{LeaseID: p.e.LeaseID, Err: err}

@@ -65,8 +65,8 @@ func TestClientOutcomes(t *testing.T) {
 // it answers POST /v1/leases/batch 404 as a gate without the route does.
 type countingProxy struct {
 	*httptest.Server
-	old                   bool
-	batches, batched, one atomic.Int64
+	old                  bool
+	batches, tooBig, one atomic.Int64
 }
 
 func newCountingProxy(t *testing.T, target string, old bool) *countingProxy {
@@ -77,6 +77,9 @@ func newCountingProxy(t *testing.T, target string, old bool) *countingProxy {
 		switch {
 		case r.URL.Path == "/v1/leases/batch":
 			p.batches.Add(1)
+			if r.ContentLength > 1<<20 {
+				p.tooBig.Add(1)
+			}
 			if p.old {
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusNotFound)
@@ -97,6 +100,13 @@ func newCountingProxy(t *testing.T, target string, old bool) *countingProxy {
 // waits for every task to end as its handler said.
 func runTogether(t *testing.T, g *gate, base, taskType string, n int) {
 	t.Helper()
+	runTogetherSized(t, g, base, taskType, n, 0)
+}
+
+// runTogetherSized is runTogether with results of size bytes each (0: a
+// small JSON object).
+func runTogetherSized(t *testing.T, g *gate, base, taskType string, n, size int) {
+	t.Helper()
 	g.putType(taskType, 30, nil)
 	var started atomic.Int64
 	release := make(chan struct{})
@@ -116,6 +126,9 @@ func runTogether(t *testing.T, g *gate, base, taskType string, n int) {
 			}
 			if p.I%3 == 0 {
 				return nil, worker.Fatal(errors.New("three"))
+			}
+			if size > 0 {
+				return []byte(strings.Repeat("x", size)), nil
 			}
 			return map[string]int{"i": p.I}, nil
 		},
@@ -157,5 +170,18 @@ func TestRunnerOutcomesOnOlderGate(t *testing.T) {
 	runTogether(t, g, px.URL, "o-older", n)
 	if b, one := px.batches.Load(), px.one.Load(); b == 0 || b > 2 || one != n {
 		t.Fatalf("%d outcomes took %d batch calls and %d single calls", n, b, one)
+	}
+}
+
+// TestRunnerOutcomesOverTheBodyLimit: completions whose inline results
+// together exceed the gate's body limit (1 MiB; 413 for the batch) are sent
+// one by one instead, and every task succeeds.
+func TestRunnerOutcomesOverTheBodyLimit(t *testing.T) {
+	g := sharedGate(t)
+	px := newCountingProxy(t, g.URL, false)
+	const n = 15 // every third fails: ten results of 300 KB, 4 MB in base64
+	runTogetherSized(t, g, px.URL, "o-big", n, 300<<10)
+	if px.tooBig.Load() == 0 {
+		t.Fatalf("no batch over the limit was tried (%d batches, %d single calls)", px.batches.Load(), px.one.Load())
 	}
 }
