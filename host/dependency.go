@@ -1,0 +1,134 @@
+package host
+
+import "time"
+
+// DependencyRule says when a task that waits on others (its after list) may
+// run.
+type DependencyRule string
+
+// Dependency rules.
+const (
+	// RuleAllSucceeded (the default): run when every dependency succeeded;
+	// canceled as soon as one dead-letters or is canceled.
+	RuleAllSucceeded DependencyRule = "all_succeeded"
+	// RuleAnySucceeded: run as soon as one dependency succeeded; canceled
+	// when every one finished without success.
+	RuleAnySucceeded DependencyRule = "any_succeeded"
+	// RuleAllFinished: run when every dependency finished, however it
+	// finished; the worker sees each one's outcome.
+	RuleAllFinished DependencyRule = "all_finished"
+)
+
+// MaxDependencies is the most tasks one task may wait on.
+const MaxDependencies = 1000
+
+// Valid reports whether r is a known rule.
+func (r DependencyRule) Valid() bool {
+	return r == RuleAllSucceeded || r == RuleAnySucceeded || r == RuleAllFinished
+}
+
+// Dependency is one edge: Waiter waits on DependsOn under Rule. DepState is
+// the state DependsOn finished in, "" while it has not; the transaction
+// that writes a dependency's terminal state records it on each of its
+// edges.
+type Dependency struct {
+	Tenant    string
+	Waiter    string
+	DependsOn string
+	Rule      DependencyRule
+	// Position is the dependency's place in the waiter's after list.
+	Position int
+	DepState TaskState
+}
+
+// DependencyVerdict is what a waiter's dependencies decide.
+type DependencyVerdict int
+
+// Verdicts of SettleDependencies.
+const (
+	// VerdictWait: the rule is neither met nor broken yet.
+	VerdictWait DependencyVerdict = iota
+	// VerdictReady: the rule is met; the waiter may be offered.
+	VerdictReady
+	// VerdictCancel: the rule can no longer be met; the waiter is canceled.
+	VerdictCancel
+)
+
+// finishedUnsuccessfully reports whether s ends a task without success.
+// An archived dependency finished before it was archived; its recorded
+// DepState is the state it finished in, so archived is not seen here.
+func finishedUnsuccessfully(s TaskState) bool {
+	return s == StateDeadLetter || s == StateCanceled
+}
+
+// SettleDependencies decides a waiter's fate from the finishing states of
+// its dependencies ("" for one not finished) under rule. With VerdictCancel
+// it also returns the index of the dependency that decided it.
+func SettleDependencies(rule DependencyRule, states []TaskState) (DependencyVerdict, int) {
+	pending, succeeded, lastFailed := 0, 0, -1
+	for i, s := range states {
+		switch {
+		case s == StateSucceeded:
+			succeeded++
+		case finishedUnsuccessfully(s):
+			if rule == RuleAllSucceeded {
+				return VerdictCancel, i
+			}
+			lastFailed = i
+		default:
+			pending++
+		}
+	}
+	switch rule {
+	case RuleAnySucceeded:
+		if succeeded > 0 {
+			return VerdictReady, -1
+		}
+		if pending == 0 {
+			return VerdictCancel, lastFailed
+		}
+	default: // all_succeeded, all_finished
+		if pending == 0 {
+			return VerdictReady, -1
+		}
+	}
+	return VerdictWait, -1
+}
+
+// DependencyOutcome is what a worker is given, with its offer, of one task
+// its task waited on: how it finished and where its result is.
+type DependencyOutcome struct {
+	TaskID      string     `json:"task_id"`
+	TaskType    string     `json:"task_type"`
+	Status      TaskState  `json:"status"`
+	CompletedAt *time.Time `json:"completed_at,omitempty"`
+	// Result is the dependency's result (pointer, checksum, summary,
+	// artifacts) when it succeeded.
+	Result *Result `json:"result,omitempty"`
+	// Error and DeadReason say why it failed, when it did.
+	Error      string `json:"error_message,omitempty"`
+	DeadReason string `json:"dead_reason,omitempty"`
+}
+
+// OutcomeOf is the outcome a waiter's worker sees of dependency t.
+func OutcomeOf(t *Task) DependencyOutcome {
+	return DependencyOutcome{TaskID: t.ID, TaskType: t.Type, Status: t.State, CompletedAt: t.CompletedAt,
+		Result: t.Result, Error: t.LastError, DeadReason: t.DeadReason}
+}
+
+// FinishedAs is the state a task finished in, "" when it has not finished:
+// an archived task finished as succeeded (it has a result), dead_letter (it
+// has a dead reason) or canceled.
+func FinishedAs(t *Task) TaskState {
+	switch {
+	case t.State == StateArchived && t.Result != nil:
+		return StateSucceeded
+	case t.State == StateArchived && t.DeadReason != "":
+		return StateDeadLetter
+	case t.State == StateArchived:
+		return StateCanceled
+	case t.State.Terminal():
+		return t.State
+	}
+	return ""
+}
