@@ -61,38 +61,69 @@ func finishedUnsuccessfully(s TaskState) bool {
 	return s == StateDeadLetter || s == StateCanceled
 }
 
+// DependencyTally counts a waiter's dependencies by how they finished.
+type DependencyTally struct {
+	Rule      DependencyRule
+	Pending   int // not finished
+	Succeeded int
+	Failed    int // dead letter or canceled
+}
+
+// Decide is the verdict of t's rule on its counts.
+func (t DependencyTally) Decide() DependencyVerdict {
+	switch t.Rule {
+	case RuleAnySucceeded:
+		if t.Succeeded > 0 {
+			return VerdictReady
+		}
+		if t.Pending == 0 {
+			return VerdictCancel
+		}
+	case RuleAllFinished:
+		if t.Pending == 0 {
+			return VerdictReady
+		}
+	default: // all_succeeded
+		if t.Failed > 0 {
+			return VerdictCancel
+		}
+		if t.Pending == 0 {
+			return VerdictReady
+		}
+	}
+	return VerdictWait
+}
+
+// Add counts n dependencies that finished in s ("" while they have not).
+func (t *DependencyTally) Add(s TaskState, n int) {
+	switch {
+	case s == StateSucceeded:
+		t.Succeeded += n
+	case finishedUnsuccessfully(s):
+		t.Failed += n
+	default:
+		t.Pending += n
+	}
+}
+
 // SettleDependencies decides a waiter's fate from the finishing states of
 // its dependencies ("" for one not finished) under rule. With VerdictCancel
-// it also returns the index of the dependency that decided it.
+// it also returns the index of a dependency that decided it: the first
+// failure under all_succeeded, the last under any_succeeded.
 func SettleDependencies(rule DependencyRule, states []TaskState) (DependencyVerdict, int) {
-	pending, succeeded, lastFailed := 0, 0, -1
+	t := DependencyTally{Rule: rule}
+	at := -1
 	for i, s := range states {
-		switch {
-		case s == StateSucceeded:
-			succeeded++
-		case finishedUnsuccessfully(s):
-			if rule == RuleAllSucceeded {
-				return VerdictCancel, i
-			}
-			lastFailed = i
-		default:
-			pending++
+		t.Add(s, 1)
+		if finishedUnsuccessfully(s) && (at < 0 || rule != RuleAllSucceeded) {
+			at = i
 		}
 	}
-	switch rule {
-	case RuleAnySucceeded:
-		if succeeded > 0 {
-			return VerdictReady, -1
-		}
-		if pending == 0 {
-			return VerdictCancel, lastFailed
-		}
-	default: // all_succeeded, all_finished
-		if pending == 0 {
-			return VerdictReady, -1
-		}
+	v := t.Decide()
+	if v != VerdictCancel {
+		at = -1
 	}
-	return VerdictWait, -1
+	return v, at
 }
 
 // DependencyOutcome is what a worker is given, with its offer, of one task

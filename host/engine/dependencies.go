@@ -20,7 +20,8 @@ import (
 //   - Every terminal write of a task goes through deliveryTx.UpdateTask,
 //     which records the state on the task's open edges
 //     (store.SettleDependency) and, for each waiter, locks the waiter's row
-//     (GetTask), reads its edges and applies host.SettleDependencies:
+//     (GetTask), counts its edges by state (store.TallyDependencies, one
+//     aggregate however large the fan-in) and applies the rule:
 //     queued (ready), canceled (with a task.canceled receipt from the gate
 //     naming the dependency), or still waiting. A cancel is itself a
 //     terminal write, so it settles the waiter's own waiters in turn.
@@ -145,19 +146,11 @@ func (d *deliveryTx) settleWaiters(ctx context.Context, dep *host.Task) error {
 		if w.State != host.StateWaiting {
 			continue // canceled by its owner meanwhile
 		}
-		edges, err := d.Tx.ListDependencies(ctx, w.Tenant, w.ID)
+		tally, err := d.Tx.TallyDependencies(ctx, w.Tenant, w.ID)
 		if err != nil {
 			return err
 		}
-		if len(edges) == 0 {
-			continue
-		}
-		states := make([]host.TaskState, len(edges))
-		for i, e := range edges {
-			states[i] = e.DepState
-		}
-		verdict, at := host.SettleDependencies(edges[0].Rule, states)
-		switch verdict {
+		switch tally.Decide() {
 		case host.VerdictReady:
 			w.State, w.UpdatedAt = host.StateQueued, now
 			if w.AvailableAt.Before(now) {
@@ -168,12 +161,14 @@ func (d *deliveryTx) settleWaiters(ctx context.Context, dep *host.Task) error {
 			}
 			d.readied = append(d.readied, w)
 		case host.VerdictCancel:
-			failed := edges[at]
-			reason := "dependency " + failed.DependsOn + " finished " + string(failed.DepState) + "; rule " + string(failed.Rule) + " can no longer be met"
+			// Only this dependency's end can break the rule now: an
+			// earlier failure would have settled the waiter already.
+			state := host.FinishedAs(dep)
+			reason := "dependency " + dep.ID + " finished " + string(state) + "; rule " + string(tally.Rule) + " can no longer be met"
 			parents, types := taskParents(w)
 			r := &host.Receipt{Type: host.ReceiptCanceled, From: GatePrincipal, Parents: parents,
 				Body: mustJSON(map[string]any{"reason": reason, "canceled_by": GatePrincipal,
-					"dependency": failed.DependsOn, "dependency_status": failed.DepState, "after_rule": failed.Rule})}
+					"dependency": dep.ID, "dependency_status": state, "after_rule": tally.Rule})}
 			fillTaskReceipt(r, w, "", now)
 			w.State, w.CompletedAt, w.UpdatedAt = host.StateCanceled, ptr(now), now
 			w.LastError = reason

@@ -55,6 +55,10 @@ type QueueTaskArgs struct {
 	// ResourceIntents are resource leases the task needs while it runs,
 	// besides its type's (see docs/http.md "Tasks that need resources").
 	ResourceIntents []engine.ResourceIntent `json:"resource_intents,omitempty"`
+	// After names tasks this one waits on; AfterRule says when it may run
+	// (see docs/http.md "Dependencies and fan-in").
+	After     []string            `json:"after,omitempty"`
+	AfterRule host.DependencyRule `json:"after_rule,omitempty"`
 }
 
 // QueueTaskResult is queue_task's rich acknowledgement: the engine's answer
@@ -153,7 +157,7 @@ func (s *Server) pollSuggestion(ctx context.Context, t *host.Task) int {
 func (s *Server) agentTools() {
 	s.add(tool("queue_task", "Queue a long-running task",
 		`Hand a long-running job of one of your tenant's task types (list_task_types lists them) to AsyncGate and get an acknowledgement at once; the work happens in the background and survives the end of your session.
-Returns task_id (keep it), status ("queued"), is_duplicate (true when idempotency_key matched an existing task, which is returned instead), estimated_runtime_seconds, poll_suggestion_seconds, inbox_on_complete and receipt_id (the task.assigned receipt: an open obligation owed to recipient_ai until the task completes, fails or is canceled).
+Returns task_id (keep it), status ("queued", or "waiting" for a task queued with after), is_duplicate (true when idempotency_key matched an existing task, which is returned instead), estimated_runtime_seconds, poll_suggestion_seconds, inbox_on_complete and receipt_id (the task.assigned receipt: an open obligation owed to recipient_ai until the task completes, fails or is canceled).
 After queuing, continue with your other work. Do not wait and do not poll in a loop: check back with check_task_status no sooner than poll_suggestion_seconds later, or in a later session start with list_open_obligations. Use idempotency_key when you might retry the call, so the task is not queued twice.`,
 		returns[QueueTaskResult](), writes(false, false),
 		props(
@@ -166,6 +170,10 @@ After queuing, continue with your other work. Do not wait and do not poll in a l
 			mcp.WithInteger("delay_seconds", mcp.Min(0), mcp.Description("Do not start before this many seconds from now. Default 0.")),
 			mcp.WithArray("resource_intents", mcp.Items(intentItem()), mcp.MaxItems(host.MaxTaskResourceIntents),
 				mcp.Description("Resources the task needs while it runs, besides its type's: {resource, predicate} with predicate READS (shared) or MUTATES (exclusive). The task starts only when every one can be leased (an agent's MUTATES lease on one keeps it waiting); a worker holds them for the task. A bad name is an invalid_resource error.")),
+			mcp.WithArray("after", mcp.WithStringItems(), mcp.MaxItems(host.MaxDependencies),
+				mcp.Description("Task ids (of tasks you queued or that are addressed to you) this task waits on: it stays status waiting, and is not started, until after_rule is met; its worker then receives their outcomes (result pointers and summaries, or errors). An id you cannot read is an unknown_dependency error; a dependency that already failed under all_succeeded is dependency_failed. Fan-in: queue the parts, then one task after all of them.")),
+			mcp.WithString("after_rule", mcp.Enum(string(host.RuleAllSucceeded), string(host.RuleAnySucceeded), string(host.RuleAllFinished)),
+				mcp.Description("When a task with after may run: all_succeeded (default; canceled by the gate, with a task.canceled receipt, as soon as one dependency dead-letters or is canceled), any_succeeded (as soon as one succeeded; canceled when all failed), all_finished (when all finished, however; failures are visible to its worker).")),
 		)),
 		agentRoles, s.queueTask)
 
@@ -249,7 +257,7 @@ func (s *Server) queueTask(ctx context.Context, a engine.Actor, req mcp.CallTool
 	res, err := s.eng.Enqueue(wctx, a, engine.EnqueueRequest{
 		TaskType: in.TaskType, Params: in.Params, Priority: in.Priority, Recipient: in.RecipientAI,
 		IdempotencyKey: in.IdempotencyKey, Summary: in.TaskSummary, DelaySeconds: in.DelaySeconds,
-		ResourceIntents: in.ResourceIntents,
+		ResourceIntents: in.ResourceIntents, After: in.After, AfterRule: in.AfterRule,
 	})
 	if err != nil {
 		return nil, "", s.explainType(ctx, a.Tenant, err)

@@ -111,3 +111,19 @@ type prefixScanner struct {
 func (p prefixScanner) Scan(dest ...any) error {
 	return p.sc.Scan(append([]any{p.first}, dest...)...)
 }
+
+// TallyDependencies implements store.Reader.
+func (r *reader) TallyDependencies(ctx context.Context, tenant, waiter string) (host.DependencyTally, error) {
+	var t host.DependencyTally
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		var rule, state string
+		var n int
+		if err := rows.Scan(&rule, &state, &n); err != nil {
+			return err
+		}
+		t.Rule = host.DependencyRule(rule)
+		t.Add(host.TaskState(state), n)
+		return nil
+	}, `SELECT rule, dep_state, count(*)::int FROM task_dependencies WHERE tenant = $1 AND waiter_id = $2 GROUP BY rule, dep_state`, tenant, waiter)
+	return t, err
+}

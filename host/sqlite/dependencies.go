@@ -113,3 +113,32 @@ type prefixScanner struct {
 func (p prefixScanner) Scan(dest ...any) error {
 	return p.sc.Scan(append([]any{p.first}, dest...)...)
 }
+
+// TallyDependencies implements store.Reader: one range of the edges' primary
+// key (the table is WITHOUT ROWID, so the states are in the key's pages).
+func (r *reader) TallyDependencies(ctx context.Context, tenant, waiter string) (host.DependencyTally, error) {
+	return tally(r.rawQuery(ctx, `SELECT rule, dep_state, count(*) FROM task_dependencies WHERE tenant = ? AND waiter_id = ? GROUP BY rule, dep_state`, tenant, waiter))
+}
+
+func tally(rows interface {
+	Next() bool
+	Scan(...any) error
+	Err() error
+	Close() error
+}, err error) (host.DependencyTally, error) {
+	var t host.DependencyTally
+	if err != nil {
+		return t, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var rule, state string
+		var n int
+		if err := rows.Scan(&rule, &state, &n); err != nil {
+			return t, err
+		}
+		t.Rule = host.DependencyRule(rule)
+		t.Add(host.TaskState(state), n)
+	}
+	return t, rows.Err()
+}

@@ -13,6 +13,12 @@ type DependencyReader interface {
 	// with the state its dependency finished in ("" while it has not); none
 	// for a task without dependencies (storetest: DependencyEdges).
 	ListDependencies(ctx context.Context, tenant, waiter string) ([]host.Dependency, error)
+	// TallyDependencies counts a waiter's edges by their state, with the
+	// waiter's rule; a zero tally (no Rule) for a task without
+	// dependencies. Its cost must not grow with anything but the waiter's
+	// own edges: a fan-in settles with one tally per finishing dependency
+	// (storetest: DependencyHammer, and every Dependencies case).
+	TallyDependencies(ctx context.Context, tenant, waiter string) (host.DependencyTally, error)
 	// DependencyTasks returns, for each of waiters that has dependencies,
 	// its dependencies' tasks in after-list order, as a View reads them
 	// (the outcomes its worker is offered with). Waiters without

@@ -205,7 +205,23 @@ type EnqueueOptions struct {
 	// and the worker holds them for it (docs/http.md "Tasks that need
 	// resources"). A bad name is a 400 invalid_resource APIError.
 	ResourceIntents []ResourceIntent
+	// After names tasks this one waits on (dependencies): it stays in
+	// status "waiting" until AfterRule is met, and its worker receives their
+	// outcomes with the lease (docs/http.md "Dependencies and fan-in"). An
+	// id the caller cannot read is a 400 unknown_dependency APIError; a
+	// dependency already failed under all_succeeded a 409 dependency_failed.
+	After []string
+	// AfterRule is AllSucceeded (the default, ""), AnySucceeded or
+	// AllFinished.
+	AfterRule string
 }
+
+// The rules of a task with dependencies (EnqueueOptions.AfterRule).
+const (
+	AllSucceeded = "all_succeeded" // every dependency succeeded; canceled when one fails for good
+	AnySucceeded = "any_succeeded" // one succeeded; canceled when all failed
+	AllFinished  = "all_finished"  // all finished, however
+)
 
 // The predicates of a resource intent.
 const (
@@ -263,6 +279,12 @@ func (c *Client) Enqueue(ctx context.Context, taskType string, params any, opts 
 		}
 		if len(o.ResourceIntents) > 0 {
 			body["resource_intents"] = o.ResourceIntents
+		}
+		if len(o.After) > 0 {
+			body["after"] = o.After
+		}
+		if o.AfterRule != "" {
+			body["after_rule"] = o.AfterRule
 		}
 	}
 	var out Enqueued

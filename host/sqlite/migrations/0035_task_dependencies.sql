@@ -11,6 +11,6 @@ CREATE TABLE task_dependencies (
     position  INTEGER NOT NULL,
     dep_state TEXT    NOT NULL DEFAULT '',
     PRIMARY KEY (tenant, waiter_id, dep_id)
-);
+) WITHOUT ROWID;
 -- The edges a finishing task must settle: only the open ones.
 CREATE INDEX task_dependencies_open ON task_dependencies (tenant, dep_id) WHERE dep_state = '';
