@@ -77,6 +77,7 @@ func (c *Client) BaseURL() string { return c.base }
 
 // States of a task.
 const (
+	StateWaiting    = "waiting" // queued with after; not offered until its rule is met
 	StateQueued     = "queued"
 	StateLeased     = "leased"
 	StateSucceeded  = "succeeded"
