@@ -74,8 +74,15 @@ func FanIn(b *testing.B, eng *engine.Engine, children int) {
 		}
 		polled := make(chan got, 1)
 		go func() {
-			offers, err := eng.Lease(ctx, engine.LeaseRequest{Tenant: "t", WorkerID: "merge.1", Types: []string{"fanin.merge"}, Wait: 30 * time.Second})
-			polled <- got{time.Now(), offers, err}
+			// Parked in a long-poll until the merge is offered; a poll that
+			// ends empty (its wait ran out while the children ran) parks again.
+			for {
+				offers, err := eng.Lease(ctx, engine.LeaseRequest{Tenant: "t", WorkerID: "merge.1", Types: []string{"fanin.merge"}, Wait: 30 * time.Second})
+				if err != nil || len(offers) > 0 {
+					polled <- got{time.Now(), offers, err}
+					return
+				}
+			}
 		}()
 		// Every child but one, by four workers in batches of 50.
 		var last host.Offer
