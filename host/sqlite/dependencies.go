@@ -28,7 +28,9 @@ FROM json_each(?) j`, tenant, rows)
 // SettleDependency implements store.Tx. It reads and writes only edges, so
 // a completion's rows written behind stay in their multi-row statements.
 func (w *writeTx) SettleDependency(ctx context.Context, tenant, dep string, state host.TaskState) ([]string, error) {
-	rows, err := w.rawQuery(ctx, `UPDATE task_dependencies SET dep_state = ? WHERE tenant = ? AND dep_id = ? AND dep_state = '' RETURNING waiter_id`,
+	// INDEXED BY: without statistics the planner walks the tenant's whole
+	// primary key range instead (every edge of the tenant, per finished task).
+	rows, err := w.rawQuery(ctx, `UPDATE task_dependencies INDEXED BY task_dependencies_open SET dep_state = ? WHERE tenant = ? AND dep_id = ? AND dep_state = '' RETURNING waiter_id`,
 		string(state), tenant, dep)
 	if err != nil {
 		return nil, err
@@ -99,7 +101,9 @@ func (r *reader) LockDependencies(ctx context.Context, tenant string, ids []stri
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	ts, _, err := r.tasks(ctx, `SELECT `+sqlrows.TaskColumns+` FROM tasks WHERE tenant = ? AND id IN (SELECT value FROM json_each(?))`, tenant, store.IDsJSON(ids))
+	// +tenant: look the ids up by their unique index; on tenant the planner
+	// walks every task of the tenant.
+	ts, _, err := r.tasks(ctx, `SELECT `+sqlrows.TaskColumns+` FROM tasks WHERE +tenant = ? AND id IN (SELECT value FROM json_each(?))`, tenant, store.IDsJSON(ids))
 	return ts, err
 }
 
