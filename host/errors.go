@@ -141,8 +141,10 @@ func HTTPStatus(code string) int {
 		return 503
 	case CodePluginTimeout:
 		return 504
-	case CodeInvalidResource:
+	case CodeInvalidResource, CodeUnknownDependency:
 		return 400
+	case CodeDependencyFailed:
+		return 409
 	case CodeResourceConflict, CodeVerifyRequired:
 		return 409
 	case CodeQuotaExceeded:
@@ -159,6 +161,17 @@ func HTTPStatus(code string) int {
 		return 500
 	}
 }
+
+// Task dependencies (issue 39).
+const (
+	// CodeUnknownDependency: an after id names no task the caller may read
+	// (unknown, another tenant's, or outside the caller's visibility) (400).
+	CodeUnknownDependency = "unknown_dependency"
+	// CodeDependencyFailed: a dependency has already finished in a way that
+	// can never meet the rule (dead letter or canceled under all_succeeded)
+	// (409).
+	CodeDependencyFailed = "dependency_failed"
+)
 
 // Email (issue 13).
 const (

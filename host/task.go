@@ -12,6 +12,10 @@ type TaskState string
 
 // Task states. Delayed starts and retries are StateQueued with a future AvailableAt.
 const (
+	// StateWaiting is a task enqueued with dependencies (after) whose rule
+	// is not met yet: it is never offered, and becomes queued (or canceled)
+	// in the transaction that settles its last needed dependency.
+	StateWaiting    TaskState = "waiting"
 	StateQueued     TaskState = "queued"
 	StateLeased     TaskState = "leased"
 	StateSucceeded  TaskState = "succeeded"
@@ -31,7 +35,7 @@ func (s TaskState) Terminal() bool {
 // Valid reports whether s is a known state.
 func (s TaskState) Valid() bool {
 	switch s {
-	case StateQueued, StateLeased, StateSucceeded, StateCanceled, StateDeadLetter, StateArchived:
+	case StateWaiting, StateQueued, StateLeased, StateSucceeded, StateCanceled, StateDeadLetter, StateArchived:
 		return true
 	}
 	return false
@@ -50,7 +54,8 @@ const (
 	EventDead    Event = "dead"     // leased → dead_letter
 	EventRelease Event = "release"  // leased → queued (no attempt used)
 	EventExpire  Event = "expire"   // leased → queued or dead_letter (expiry cap)
-	EventCancel  Event = "cancel"   // queued → canceled; leased → leased (flagged)
+	EventCancel  Event = "cancel"   // waiting|queued → canceled; leased → leased (flagged)
+	EventReady   Event = "ready"    // waiting → queued (its dependencies' rule is met)
 	EventRedrive Event = "redrive"  // dead_letter → queued
 	EventArchive Event = "archive"  // succeeded|canceled|dead_letter → archived (retention)
 )
@@ -66,7 +71,8 @@ var transitions = map[Event]struct{ from, to []TaskState }{
 	EventDead:    {[]TaskState{StateLeased}, []TaskState{StateDeadLetter}},
 	EventRelease: {[]TaskState{StateLeased}, []TaskState{StateQueued}},
 	EventExpire:  {[]TaskState{StateLeased}, []TaskState{StateQueued, StateDeadLetter}},
-	EventCancel:  {[]TaskState{StateQueued, StateLeased}, []TaskState{StateCanceled, StateLeased}},
+	EventCancel:  {[]TaskState{StateWaiting, StateQueued, StateLeased}, []TaskState{StateCanceled, StateLeased}},
+	EventReady:   {[]TaskState{StateWaiting}, []TaskState{StateQueued}},
 	EventRedrive: {[]TaskState{StateDeadLetter}, []TaskState{StateQueued}},
 	EventArchive: {[]TaskState{StateSucceeded, StateCanceled, StateDeadLetter}, []TaskState{StateArchived}},
 }
@@ -374,4 +380,7 @@ type Offer struct {
 	// resources its intents name (none for a task without intents), each
 	// with its fencing token: pass it with every change to the resource.
 	ResourceLeases []*ResourceLease `json:"resource_leases,omitempty"`
+	// Dependencies are the outcomes of the tasks this task waited on (its
+	// after list, in that order); none for a task without dependencies.
+	Dependencies []DependencyOutcome `json:"dependencies,omitempty"`
 }

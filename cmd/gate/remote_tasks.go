@@ -31,6 +31,7 @@ func init() {
 	)
 	var (
 		params, idemKey, summary, createRecipient, outFile string
+		afterIDs, afterRule                                string
 		priority, maxRetries                               int
 		delay                                              time.Duration
 		wait                                               bool
@@ -49,6 +50,8 @@ output and exit status (--json then prints only the finished task).`,
 				fs.StringVar(&createRecipient, "recipient", "", "who receives the outcome (default: you)")
 				fs.DurationVar(&delay, "delay", 0, "start no sooner than this from now (whole seconds)")
 				fs.IntVar(&maxRetries, "max-retries", -1, "failures allowed (-1: the task type's default)")
+				fs.StringVar(&afterIDs, "after", "", "comma-separated task ids this task waits on (status waiting until --after-rule is met)")
+				fs.StringVar(&afterRule, "after-rule", "", "with --after: all_succeeded (default), any_succeeded or all_finished")
 				fs.BoolVar(&wait, "wait", false, "wait until the task ends, drawing its progress")
 				fs.DurationVar(&waitFor, "for", 0, "with --wait: give up after this long (0: wait until it ends)")
 				fs.DurationVar(&interval, "interval", 500*time.Millisecond, "with --wait: how often to ask the gate")
@@ -71,6 +74,12 @@ output and exit status (--json then prints only the finished task).`,
 				}
 				if delay > 0 {
 					body["delay_seconds"] = int((delay + time.Second - 1) / time.Second)
+				}
+				if ids := splitIDs(afterIDs); len(ids) > 0 {
+					body["after"] = ids
+				}
+				if afterRule != "" {
+					body["after_rule"] = afterRule
 				}
 				for k, v := range map[string]string{"idempotency_key": idemKey, "task_summary": summary, "recipient_ai": createRecipient} {
 					if v != "" {
@@ -391,4 +400,15 @@ func progressText(t *client.Task) string {
 		return progressPercent(t)
 	}
 	return strings.TrimSpace(progressPercent(t) + " " + t.ProgressMessage)
+}
+
+// splitIDs reads a comma-separated list of ids, ignoring blanks.
+func splitIDs(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

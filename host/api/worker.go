@@ -19,6 +19,10 @@ type TaskEnvelope struct {
 	// ResourceLeases are the task's resource leases with their fencing
 	// tokens (only for a task with resource intents).
 	ResourceLeases []*host.ResourceLease `json:"resource_leases,omitempty"`
+	// Dependencies are the outcomes of the tasks this one waited on (its
+	// after list, in order): status, and result pointer and summary or
+	// error (only for a task enqueued with after).
+	Dependencies []host.DependencyOutcome `json:"dependencies,omitempty"`
 }
 
 // HeartbeatResponse is the answer of a heartbeat.
@@ -63,5 +67,5 @@ func NewTaskEnvelope(o host.Offer) TaskEnvelope {
 		md["task_summary"] = t.Summary
 	}
 	return TaskEnvelope{TaskID: t.ID, RunID: o.RunID, TaskType: t.Type, Params: t.Params, Priority: t.Priority,
-		LeaseExpiresAt: o.LeaseExpiresAt, Metadata: md, ResourceLeases: o.ResourceLeases}
+		LeaseExpiresAt: o.LeaseExpiresAt, Metadata: md, ResourceLeases: o.ResourceLeases, Dependencies: o.Dependencies}
 }

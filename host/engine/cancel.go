@@ -7,7 +7,7 @@ import (
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
-// Cancel cancels a task: a queued task at once (task.canceled), a leased one by
+// Cancel cancels a task: a queued or waiting task at once (task.canceled), a leased one by
 // flagging it so the worker learns from its next heartbeat. Canceling a task
 // that is already finished is a conflict; canceling twice is a no-op.
 func (e *Engine) Cancel(ctx context.Context, actor Actor, taskID, reason string) (*host.Task, error) {
@@ -38,8 +38,8 @@ func (e *Engine) CancelChanged(ctx context.Context, actor Actor, taskID, reason 
 		case host.StateCanceled:
 			out = t
 			return nil
-		case host.StateQueued:
-			fence := store.Fence{State: host.StateQueued}
+		case host.StateQueued, host.StateWaiting:
+			fence := store.Fence{State: t.State}
 			parents, types := taskParents(t)
 			r := &host.Receipt{Type: host.ReceiptCanceled, From: actor.Principal, Parents: parents,
 				Body: mustJSON(map[string]any{"reason": reason, "canceled_by": actor.Principal})}

@@ -56,17 +56,47 @@ type deliveryTx struct {
 	last *host.Task
 	// outboxed is set when the update queued outbox entries.
 	outboxed bool
+	// readied and canceled are the waiters the update settled
+	// (dependencies.go): long-polls are woken for the first, events
+	// emitted for the second, once the update committed.
+	readied, canceled []*host.Task
 }
 
-// withDelivery returns fn run on a deliveryTx; *outboxed says, once the
-// update committed, whether it queued outbox entries (the dispatcher is woken
-// for them).
-func (e *Engine) withDelivery(fn func(store.Tx) error, outboxed *bool) func(store.Tx) error {
+// deliveryOut is what an update's deliveryTx did that matters once the
+// update committed.
+type deliveryOut struct {
+	// outboxed: the update queued outbox entries (the dispatcher is woken
+	// for them).
+	outboxed bool
+	// readied and canceled are the waiting tasks it settled.
+	readied, canceled []*host.Task
+}
+
+// withDelivery returns fn run on a deliveryTx; *out says, once the update
+// committed, what it did besides fn's own writes.
+func (e *Engine) withDelivery(fn func(store.Tx) error, out *deliveryOut) func(store.Tx) error {
 	return func(tx store.Tx) error {
 		d := &deliveryTx{Tx: tx, e: e}
 		err := fn(d)
-		*outboxed = err == nil && d.outboxed
+		*out = deliveryOut{}
+		if err == nil {
+			*out = deliveryOut{outboxed: d.outboxed, readied: d.readied, canceled: d.canceled}
+		}
 		return err
+	}
+}
+
+// afterCommit wakes the long-polls for the waiters an update made ready and
+// reports the ones it canceled.
+func (e *Engine) afterCommit(out *deliveryOut) {
+	if out.outboxed {
+		e.wakeOutbox()
+	}
+	for _, t := range out.readied {
+		e.waiters.wake(t.Tenant, t.Type, 1)
+	}
+	for _, t := range out.canceled {
+		e.emit(Event{Kind: EvCanceled, Tenant: t.Tenant, TaskType: t.Type, Detail: t.LastError})
 	}
 }
 
@@ -79,13 +109,19 @@ func (d *deliveryTx) InsertTask(ctx context.Context, t *host.Task) error {
 	return err
 }
 
-// UpdateTask implements store.Tx.
+// UpdateTask implements store.Tx. A write that finishes a task (from a
+// state that is not terminal to one that is) settles the tasks waiting on
+// it in the same transaction (dependencies.go).
 func (d *deliveryTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) error {
 	err := d.Tx.UpdateTask(ctx, t, f)
-	if err == nil {
-		d.last = t
+	if err != nil {
+		return err
 	}
-	return err
+	d.last = t
+	if t.State.Terminal() && f.State != "" && !f.State.Terminal() {
+		return d.settleWaiters(ctx, t)
+	}
+	return nil
 }
 
 // AppendReceipt implements store.Tx.

@@ -318,10 +318,10 @@ func storeErr(err error) error {
 // the receipts fn appends bring their inbox items and outbox entries with
 // them, and maps driver failures to database_unavailable.
 func (e *Engine) update(ctx context.Context, fn func(store.Tx) error) error {
-	var outboxed bool
-	err := e.st.Update(ctx, e.withDelivery(fn, &outboxed))
-	if err == nil && outboxed {
-		e.wakeOutbox()
+	var out deliveryOut
+	err := e.st.Update(ctx, e.withDelivery(fn, &out))
+	if err == nil {
+		e.afterCommit(&out)
 	}
 	return storeErr(err)
 }

@@ -36,6 +36,14 @@ type EnqueueRequest struct {
 	// type's (KLIS-3 task integration): it is offered only when all of them
 	// can be granted, and holds them for its lease.
 	ResourceIntents []host.ResourceIntent `json:"resource_intents,omitempty"`
+	// After names tasks this one waits on (dependencies.go): it is not
+	// offered before AfterRule is met, and its worker receives their
+	// outcomes with the offer. Each must be a task of the caller's tenant
+	// that the caller may read.
+	After []string `json:"after,omitempty"`
+	// AfterRule is all_succeeded (the default), any_succeeded or
+	// all_finished.
+	AfterRule host.DependencyRule `json:"after_rule,omitempty"`
 }
 
 // EnqueueResult is the spec's rich acknowledgement of queue_task.
@@ -114,6 +122,10 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	if _, err := host.NormalizeIntents("resource_intents", req.ResourceIntents); err != nil {
 		return nil, err
 	}
+	rule, err := checkAfter(&req)
+	if err != nil {
+		return nil, err
+	}
 
 	ct, err := e.types.get(ctx, actor.Tenant, req.TaskType)
 	if err != nil {
@@ -168,13 +180,17 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	}
 	// The task.assigned receipt is built and validated before the writer runs
 	// the update (which may run it again: it must stay the same receipt).
+	body := map[string]any{
+		"task_type": t.Type, "priority": t.Priority, "queued_by": t.CreatedBy,
+		"task_summary": t.Summary, "available_at": t.AvailableAt,
+	}
+	if len(req.After) > 0 {
+		body["after"], body["after_rule"] = req.After, rule
+	}
 	assigned := &host.Receipt{
 		ID: host.NewID(host.PrefixReceipt), Tenant: t.Tenant, Type: host.ReceiptAssigned,
 		From: GatePrincipal, To: t.Recipient, TaskID: t.ID, Parents: []string{},
-		Body: mustJSON(map[string]any{
-			"task_type": t.Type, "priority": t.Priority, "queued_by": t.CreatedBy,
-			"task_summary": t.Summary, "available_at": t.AvailableAt,
-		}),
+		Body:      mustJSON(body),
 		CreatedAt: now,
 	}
 	if err := assigned.Validate(); err != nil {
@@ -182,8 +198,15 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	}
 	// duplicateOf answers an enqueue whose key old already holds: the same
 	// task is a duplicate, a different one a conflict.
-	duplicateOf := func(old *host.Task) error {
-		if diff := sameEnqueue(old, t, req); diff != "" {
+	duplicateOf := func(r store.Reader, old *host.Task) error {
+		diff := sameEnqueue(old, t, req)
+		if diff == "" {
+			var err error
+			if diff, err = sameAfter(ctx, r, old, req.After, rule); err != nil {
+				return err
+			}
+		}
+		if diff != "" {
 			return host.Errorf(host.CodeIdempotencyConflict,
 				"idempotency_key %q was used for task %s with a different %s; use a new key for a different task", t.IdempotencyKey, old.ID, diff)
 		}
@@ -198,11 +221,21 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 				return err
 			}
 			if old != nil {
-				return duplicateOf(old)
+				return duplicateOf(tx, old)
+			}
+		}
+		var deps []host.Dependency
+		if len(req.After) > 0 {
+			var err error
+			if deps, err = placeAfter(ctx, tx, actor, t, req.After, rule); err != nil {
+				return err
 			}
 		}
 		t.AssignReceipt = assigned.ID
 		if err := tx.InsertTask(ctx, t); err != nil {
+			return err
+		}
+		if err := tx.InsertDependencies(ctx, deps); err != nil {
 			return err
 		}
 		if err := appendValid(ctx, tx, assigned, nil); err != nil {
@@ -215,13 +248,16 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 		// A concurrent enqueue with the same key committed between our lookup
 		// and our insert (another writer or host): answer as if it had
 		// committed first, by the same rule.
-		var old *host.Task
+		var derr error
 		if verr := e.view(ctx, func(r store.Reader) error {
-			var err error
-			old, err = r.FindTaskByIdempotency(ctx, store.IdempotencyKeyOf(t))
-			return err
-		}); verr == nil && old != nil {
-			err = duplicateOf(old)
+			old, err := r.FindTaskByIdempotency(ctx, store.IdempotencyKeyOf(t))
+			if err != nil || old == nil {
+				return err
+			}
+			derr = duplicateOf(r, old)
+			return nil
+		}); verr == nil && (derr != nil || res.IsDuplicate) {
+			err = derr
 		}
 	}
 	if err != nil {
@@ -234,7 +270,7 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	res.Inbox = inboxNote(res.Task.Recipient)
 	if !res.IsDuplicate {
 		e.emit(Event{Kind: EvEnqueued, Tenant: t.Tenant, TaskType: t.Type})
-		if !t.AvailableAt.After(now) {
+		if t.State == host.StateQueued && !t.AvailableAt.After(now) {
 			e.waiters.wake(t.Tenant, t.Type, 1)
 		}
 	}

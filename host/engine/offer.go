@@ -223,6 +223,11 @@ func (e *Engine) claim(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 		}
 		e.emit(Event{Kind: EvLeased, Tenant: t.Tenant, TaskType: t.Type, WorkerID: req.WorkerID, Duration: now.Sub(t.AvailableAt)})
 	}
+	if err := e.dependencyOutcomes(ctx, req.Tenant, offers); err != nil {
+		// The leases are granted and committed: the offers stand, and a
+		// worker that needs the outcomes reads them from the tasks.
+		e.log.Warn("could not read the dependencies of offered tasks", "err", err)
+	}
 	return offers, nil
 }
 

@@ -380,12 +380,12 @@ func (e *Engine) DeleteTaskType(ctx context.Context, tenant, name string) error 
 			return err
 		}
 		open, _, err := tx.ListTasks(ctx, store.TaskFilter{Tenant: tenant, Types: []string{name},
-			States: []host.TaskState{host.StateQueued, host.StateLeased}, Limit: 1})
+			States: []host.TaskState{host.StateWaiting, host.StateQueued, host.StateLeased}, Limit: 1})
 		if err != nil {
 			return err
 		}
 		if len(open) > 0 {
-			return host.Errorf(host.CodeConflict, "task type %q still has open (queued or leased) tasks, for example %s; disable it and let them finish or cancel them first", name, open[0].ID)
+			return host.Errorf(host.CodeConflict, "task type %q still has open (waiting, queued or leased) tasks, for example %s; disable it and let them finish or cancel them first", name, open[0].ID)
 		}
 		return tx.DeleteTaskType(ctx, tenant, name)
 	})

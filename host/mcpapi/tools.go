@@ -55,6 +55,10 @@ type QueueTaskArgs struct {
 	// ResourceIntents are resource leases the task needs while it runs,
 	// besides its type's (see docs/http.md "Tasks that need resources").
 	ResourceIntents []engine.ResourceIntent `json:"resource_intents,omitempty"`
+	// After names tasks this one waits on; AfterRule says when it may run
+	// (see docs/http.md "Dependencies and fan-in").
+	After     []string            `json:"after,omitempty"`
+	AfterRule host.DependencyRule `json:"after_rule,omitempty"`
 }
 
 // QueueTaskResult is queue_task's rich acknowledgement: the engine's answer
@@ -119,6 +123,8 @@ type ArchiveResult struct {
 // nextStep says what an agent should do about a task in its current state.
 func nextStep(t *host.Task, poll int) string {
 	switch t.State {
+	case host.StateWaiting:
+		return "Waiting for the tasks it was queued after; it starts when its after_rule is met (or is canceled, with the reason in error_message, if it can no longer be). Continue with other work and check again in a later session."
 	case host.StateQueued, host.StateLeased:
 		if t.CancelRequested {
 			return "Cancellation was requested; the worker stops at its next heartbeat. Nothing to do."
@@ -153,7 +159,7 @@ func (s *Server) pollSuggestion(ctx context.Context, t *host.Task) int {
 func (s *Server) agentTools() {
 	s.add(tool("queue_task", "Queue a long-running task",
 		`Hand a long-running job of one of your tenant's task types (list_task_types lists them) to AsyncGate and get an acknowledgement at once; the work happens in the background and survives the end of your session.
-Returns task_id (keep it), status ("queued"), is_duplicate (true when idempotency_key matched an existing task, which is returned instead), estimated_runtime_seconds, poll_suggestion_seconds, inbox_on_complete and receipt_id (the task.assigned receipt: an open obligation owed to recipient_ai until the task completes, fails or is canceled).
+Returns task_id (keep it), status ("queued", or "waiting" for a task queued with after), is_duplicate (true when idempotency_key matched an existing task, which is returned instead), estimated_runtime_seconds, poll_suggestion_seconds, inbox_on_complete and receipt_id (the task.assigned receipt: an open obligation owed to recipient_ai until the task completes, fails or is canceled).
 After queuing, continue with your other work. Do not wait and do not poll in a loop: check back with check_task_status no sooner than poll_suggestion_seconds later, or in a later session start with list_open_obligations. Use idempotency_key when you might retry the call, so the task is not queued twice.`,
 		returns[QueueTaskResult](), writes(false, false),
 		props(
@@ -166,6 +172,10 @@ After queuing, continue with your other work. Do not wait and do not poll in a l
 			mcp.WithInteger("delay_seconds", mcp.Min(0), mcp.Description("Do not start before this many seconds from now. Default 0.")),
 			mcp.WithArray("resource_intents", mcp.Items(intentItem()), mcp.MaxItems(host.MaxTaskResourceIntents),
 				mcp.Description("Resources the task needs while it runs, besides its type's: {resource, predicate} with predicate READS (shared) or MUTATES (exclusive). The task starts only when every one can be leased (an agent's MUTATES lease on one keeps it waiting); a worker holds them for the task. A bad name is an invalid_resource error.")),
+			mcp.WithArray("after", mcp.WithStringItems(), mcp.MaxItems(host.MaxDependencies),
+				mcp.Description("Task ids (of tasks you queued or that are addressed to you) this task waits on: it stays status waiting, and is not started, until after_rule is met; its worker then receives their outcomes (result pointers and summaries, or errors). An id you cannot read is an unknown_dependency error; a dependency that already failed under all_succeeded is dependency_failed. Fan-in: queue the parts, then one task after all of them.")),
+			mcp.WithString("after_rule", mcp.Enum(string(host.RuleAllSucceeded), string(host.RuleAnySucceeded), string(host.RuleAllFinished)),
+				mcp.Description("When a task with after may run: all_succeeded (default; canceled by the gate, with a task.canceled receipt, as soon as one dependency dead-letters or is canceled), any_succeeded (as soon as one succeeded; canceled when all failed), all_finished (when all finished, however; failures are visible to its worker).")),
 		)),
 		agentRoles, s.queueTask)
 
@@ -191,13 +201,13 @@ Canceling twice is harmless; canceling a task that already succeeded or failed i
 		agentRoles, s.cancelTask)
 
 	s.add(tool("list_active_tasks", "List your active tasks",
-		`List your tasks that are still in flight (queued or leased), newest first, with type, status, priority, created_at and progress. Pass status to list other states (e.g. ["succeeded"] to find results waiting for you).
+		`List your tasks that are still in flight (waiting, queued or leased), newest first, with type, status, priority, created_at and progress. Pass status to list other states (e.g. ["succeeded"] to find results waiting for you).
 Use it to get an overview at the start of a session; use check_task_status for details of one task.`,
 		returns[TaskList](), readOnly(), props(
 			mcp.WithString("task_type", mcp.Description("Only tasks of this type.")),
 			mcp.WithString("recipient_ai", mcp.Description("Only tasks addressed to this recipient.")),
-			mcp.WithArray("status", mcp.WithStringEnumItems([]string{"queued", "leased", "succeeded", "canceled", "dead_letter"}),
-				mcp.Description("States to list. Default [\"queued\", \"leased\"].")),
+			mcp.WithArray("status", mcp.WithStringEnumItems([]string{"waiting", "queued", "leased", "succeeded", "canceled", "dead_letter"}),
+				mcp.Description("States to list. Default [\"waiting\", \"queued\", \"leased\"].")),
 			mcp.WithInteger("limit", mcp.Min(1), mcp.Max(500), mcp.Description("Page size. Default 100.")),
 			mcp.WithString("cursor", mcp.Description("The cursor of the previous page, to read the next one.")),
 		)),
@@ -249,7 +259,7 @@ func (s *Server) queueTask(ctx context.Context, a engine.Actor, req mcp.CallTool
 	res, err := s.eng.Enqueue(wctx, a, engine.EnqueueRequest{
 		TaskType: in.TaskType, Params: in.Params, Priority: in.Priority, Recipient: in.RecipientAI,
 		IdempotencyKey: in.IdempotencyKey, Summary: in.TaskSummary, DelaySeconds: in.DelaySeconds,
-		ResourceIntents: in.ResourceIntents,
+		ResourceIntents: in.ResourceIntents, After: in.After, AfterRule: in.AfterRule,
 	})
 	if err != nil {
 		return nil, "", s.explainType(ctx, a.Tenant, err)
@@ -364,7 +374,7 @@ func (s *Server) listActiveTasks(ctx context.Context, a engine.Actor, req mcp.Ca
 		f.Types = []string{in.TaskType}
 	}
 	if len(in.Status) == 0 {
-		in.Status = []string{string(host.StateQueued), string(host.StateLeased)}
+		in.Status = []string{string(host.StateWaiting), string(host.StateQueued), string(host.StateLeased)}
 	}
 	for _, st := range in.Status {
 		f.States = append(f.States, host.TaskState(st))

@@ -67,3 +67,11 @@ func TestMigrationFencingTokens(t *testing.T) {
 	storetest.MigrationFencingTokens(t, func(t *testing.T) store.Store { return openIn(t, schema, Options{}) },
 		func(stmts ...string) { execIn(t, schema, stmts...) })
 }
+
+// Migration 0035 on a database made before it: its tasks can be waited on,
+// and settle their waiters.
+func TestMigrationDependencies(t *testing.T) {
+	schema := newSchema(t)
+	storetest.MigrationDependencies(t, func(t *testing.T) store.Store { return openIn(t, schema, Options{}) },
+		func(stmts ...string) { execIn(t, schema, stmts...) })
+}

@@ -72,3 +72,16 @@ func TestMigrationFencingTokens(t *testing.T) {
 		return st
 	}, func(stmts ...string) { tamper(t, path, stmts...) })
 }
+
+// Migration 0035 on a data folder made before it: its tasks can be waited
+// on, and settle their waiters.
+func TestMigrationDependencies(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gate.db")
+	storetest.MigrationDependencies(t, func(t *testing.T) store.Store {
+		st, err := sqlite.Open(path, sqlite.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}, func(stmts ...string) { tamper(t, path, stmts...) })
+}

@@ -23,6 +23,7 @@
 //	inbox            InboxReader            InboxWriter            delivery.go
 //	outbox           OutboxReader           OutboxWriter           delivery.go
 //	retention        RetentionReader        -                      delivery.go
+//	dependencies     DependencyReader       DependencyWriter       dependencies.go
 //
 // Store itself (this file) holds transactions, health and the optional
 // interfaces a driver may add (Notifier, CommitHealth, WriterStatser).
@@ -122,6 +123,7 @@ type Reader interface {
 	InboxReader
 	OutboxReader
 	RetentionReader
+	DependencyReader
 }
 
 // Tx is a write transaction: every concern's reads and writes, run inside
@@ -139,6 +141,7 @@ type Tx interface {
 	ResourceLeaseWriter
 	InboxWriter
 	OutboxWriter
+	DependencyWriter
 
 	// Flush sends the writes the driver is holding back and reads their
 	// answers, so every receipt appended so far has its Seq and every

@@ -25,7 +25,7 @@ var tenantPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$`)
 // pageSize is how many rows a list page shows.
 const pageSize = 50
 
-var allStates = []host.TaskState{host.StateQueued, host.StateLeased, host.StateSucceeded, host.StateCanceled, host.StateDeadLetter}
+var allStates = []host.TaskState{host.StateWaiting, host.StateQueued, host.StateLeased, host.StateSucceeded, host.StateCanceled, host.StateDeadLetter}
 
 // stateCount is one row of the queue table.
 type stateCount struct {

@@ -77,6 +77,7 @@ func (c *Client) BaseURL() string { return c.base }
 
 // States of a task.
 const (
+	StateWaiting    = "waiting" // queued with after; not offered until its rule is met
 	StateQueued     = "queued"
 	StateLeased     = "leased"
 	StateSucceeded  = "succeeded"
@@ -205,7 +206,23 @@ type EnqueueOptions struct {
 	// and the worker holds them for it (docs/http.md "Tasks that need
 	// resources"). A bad name is a 400 invalid_resource APIError.
 	ResourceIntents []ResourceIntent
+	// After names tasks this one waits on (dependencies): it stays in
+	// status "waiting" until AfterRule is met, and its worker receives their
+	// outcomes with the lease (docs/http.md "Dependencies and fan-in"). An
+	// id the caller cannot read is a 400 unknown_dependency APIError; a
+	// dependency already failed under all_succeeded a 409 dependency_failed.
+	After []string
+	// AfterRule is AllSucceeded (the default, ""), AnySucceeded or
+	// AllFinished.
+	AfterRule string
 }
+
+// The rules of a task with dependencies (EnqueueOptions.AfterRule).
+const (
+	AllSucceeded = "all_succeeded" // every dependency succeeded; canceled when one fails for good
+	AnySucceeded = "any_succeeded" // one succeeded; canceled when all failed
+	AllFinished  = "all_finished"  // all finished, however
+)
 
 // The predicates of a resource intent.
 const (
@@ -274,6 +291,12 @@ func enqueueBody(taskType string, params json.RawMessage, opts *EnqueueOptions) 
 		}
 		if len(o.ResourceIntents) > 0 {
 			body["resource_intents"] = o.ResourceIntents
+		}
+		if len(o.After) > 0 {
+			body["after"] = o.After
+		}
+		if o.AfterRule != "" {
+			body["after_rule"] = o.AfterRule
 		}
 	}
 	return body

@@ -816,7 +816,9 @@ class Task:
     ``lease_id`` (also ``run_id``), ``attempt``, ``raw`` (the task JSON),
     ``resource_leases`` (the leases granted with this run on the resources
     the task's intents name, each with its ``fencing_token``; see
-    ``fencing_token``), ``trace`` (the W3C (traceparent, tracestate) pair
+    ``fencing_token``), ``dependencies`` (for a task enqueued with
+    ``after``: the outcomes of the tasks it waited on, in order, each with
+    ``task_id``, ``status`` and ``result`` or ``error_message``), ``trace`` (the W3C (traceparent, tracestate) pair
     the gate handed out with the lease, sent with every call about it: a
     handler that records spans of its own starts them under it), and
     ``cancelled`` — a ``threading.Event`` set when
@@ -833,6 +835,7 @@ class Task:
         self.run_id: str = offer.get("run_id", self.lease_id)
         self.attempt: int = offer.get("attempt", 1)
         self.resource_leases: List[Dict[str, Any]] = offer.get("resource_leases") or []
+        self.dependencies: List[Dict[str, Any]] = offer.get("dependencies") or []
         self.trace: Tuple[str, str] = (t.get("traceparent", ""), t.get("tracestate", ""))
         self.cancelled = threading.Event()
         self.stop_reason: Optional[str] = None

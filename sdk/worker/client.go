@@ -90,6 +90,21 @@ type Task struct {
 	// task (its resource intents), as the offer listed them; set by
 	// Client.Lease, so a Runner's handler sees them too.
 	ResourceLeases []ResourceLease `json:"-"`
+	// Dependencies are the outcomes of the tasks this one waited on (it was
+	// enqueued with after), in that order; set by Client.Lease.
+	Dependencies []Dependency `json:"-"`
+}
+
+// Dependency is how a task this one waited on finished: its status and,
+// when it succeeded, where its result is.
+type Dependency struct {
+	TaskID      string          `json:"task_id"`
+	TaskType    string          `json:"task_type"`
+	Status      string          `json:"status"`
+	CompletedAt *time.Time      `json:"completed_at,omitempty"`
+	Result      json.RawMessage `json:"result,omitempty"`
+	Error       string          `json:"error_message,omitempty"`
+	DeadReason  string          `json:"dead_reason,omitempty"`
 }
 
 // FencingToken returns the fencing token of this run's lease on resource
@@ -130,6 +145,8 @@ type Offer struct {
 	// resources its intents name, each with its FencingToken: pass the
 	// token with every change the task makes to that resource.
 	ResourceLeases []ResourceLease `json:"resource_leases,omitempty"`
+	// Dependencies are the outcomes of the tasks the task waited on.
+	Dependencies []Dependency `json:"dependencies,omitempty"`
 
 	// ttl is the lease's length as the gate granted it, and deadline the
 	// conservative local expiry (see leaseClock). Set by Client.Lease.
@@ -395,6 +412,7 @@ func (c *Client) Lease(ctx context.Context, req LeaseRequest) ([]Offer, error) {
 		o := &out.Leases[i]
 		o.ttl, o.deadline = leaseClock(sent, received, o.ServerTime, date, o.LeaseExpiresAt)
 		o.Task.ResourceLeases = o.ResourceLeases
+		o.Task.Dependencies = o.Dependencies
 	}
 	return out.Leases, nil
 }

@@ -65,3 +65,56 @@ func MigrationFencingTokens(t *testing.T, open func(t *testing.T) store.Store, e
 		t.Fatalf("grants after a restart with every lease row gone: R:a %d, R:b %d; want 5, 3", a.FencingToken, b.FencingToken)
 	}
 }
+
+// MigrationDependencies checks a driver's migration 0035 (task dependencies)
+// on a database made before it: tasks queued before the upgrade can be
+// waited on after it, and the waiter is settled by their completion.
+func MigrationDependencies(t *testing.T, open func(t *testing.T) store.Store, exec func(stmts ...string)) {
+	ctx := context.Background()
+	agent := engine.Actor{Tenant: "t", Principal: "agent.a", Role: engine.RoleAgent}
+	withEngine := func(st store.Store, fn func(eng *engine.Engine)) {
+		t.Helper()
+		eng, err := engine.New(engine.Config{Store: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer eng.Close()
+		fn(eng)
+	}
+	st := open(t)
+	var old string
+	withEngine(st, func(eng *engine.Engine) {
+		tt := host.NewTaskType("work")
+		tt.Tenant = "t"
+		if _, err := eng.PutTaskType(ctx, tt); err != nil {
+			t.Fatal(err)
+		}
+		res, err := eng.Enqueue(ctx, agent, engine.EnqueueRequest{TaskType: "work"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		old = res.TaskID
+	})
+	st.Close()
+	// Back to the schema before 0035.
+	exec(`DROP TABLE task_dependencies`, `DELETE FROM schema_migrations WHERE version = 35`)
+	st = open(t)
+	defer st.Close()
+	withEngine(st, func(eng *engine.Engine) {
+		w, err := eng.Enqueue(ctx, agent, engine.EnqueueRequest{TaskType: "work", After: []string{old}})
+		if err != nil || w.Status != string(host.StateWaiting) {
+			t.Fatalf("enqueue after a task of before the upgrade: %+v %v", w, err)
+		}
+		offers, err := eng.Lease(ctx, engine.LeaseRequest{Tenant: "t", WorkerID: "w.1"})
+		if err != nil || len(offers) != 1 || offers[0].Task.ID != old {
+			t.Fatalf("lease: %v %v", offers, err)
+		}
+		if _, err := eng.Complete(ctx, engine.CompleteRequest{WorkerCall: engine.WorkerCall{Tenant: "t", WorkerID: "w.1", LeaseID: offers[0].LeaseID}, Result: Pointer}); err != nil {
+			t.Fatal(err)
+		}
+		offers, err = eng.Lease(ctx, engine.LeaseRequest{Tenant: "t", WorkerID: "w.1"})
+		if err != nil || len(offers) != 1 || offers[0].Task.ID != w.TaskID || len(offers[0].Dependencies) != 1 {
+			t.Fatalf("the waiter after its dependency completed: %v %v", offers, err)
+		}
+	})
+}

@@ -74,6 +74,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"AttemptsHistory", testAttemptsHistory},       // attempts.go
 		{"EnqueueKeepsTraceContext", testTraceContext}, // tracecontext.go
 	}
+	cases = append(cases, dependencyCases()...) // dependencies.go
 	t.Run("Delivery", func(t *testing.T) { t.Parallel(); runDelivery(t, open) })
 	for _, c := range cases {
 		if c.name == "Hammer" && !hammer {

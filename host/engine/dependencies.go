@@ -1,0 +1,217 @@
+package engine
+
+import (
+	"context"
+	"slices"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// Task dependencies (issue 39): a task enqueued with an after list waits
+// (state waiting, never offered) until its rule is met, and is settled in
+// the transaction that writes the terminal state of the dependency that
+// decides it:
+//
+//   - Enqueue reads the dependencies with store.LockDependencies (PostgreSQL:
+//     FOR SHARE), refuses unknown, foreign and invisible ids, decides at once
+//     when their states already decide the rule, and otherwise inserts the
+//     task waiting with its edges.
+//   - Every terminal write of a task goes through deliveryTx.UpdateTask,
+//     which records the state on the task's open edges
+//     (store.SettleDependency) and, for each waiter, locks the waiter's row
+//     (GetTask), counts its edges by state (store.TallyDependencies, one
+//     aggregate however large the fan-in) and applies the rule:
+//     queued (ready), canceled (with a task.canceled receipt from the gate
+//     naming the dependency), or still waiting. A cancel is itself a
+//     terminal write, so it settles the waiter's own waiters in turn.
+//
+// Both writes are fenced (a waiter is changed only while it is waiting), so
+// a waiter is settled once whatever the number of writers. On PostgreSQL the
+// locks order an enqueue and a concurrent terminal write of its dependency
+// (whichever commits second sees the other's rows), and two dependencies of
+// one waiter finishing at once on two writers meet at the waiter's row lock,
+// so the second sees the first's edge. Cycles cannot be made: every
+// dependency must exist when its waiter is enqueued, and a task's edges are
+// written only with its own insert.
+
+// checkAfter validates an enqueue's after list and rule, and returns the
+// rule to store.
+func checkAfter(req *EnqueueRequest) (host.DependencyRule, error) {
+	if len(req.After) == 0 {
+		if req.AfterRule != "" {
+			return "", host.Errorf(host.CodeBadRequest, "after_rule is given without after")
+		}
+		return "", nil
+	}
+	if len(req.After) > host.MaxDependencies {
+		return "", host.Errorf(host.CodeTooLarge, "after names %d tasks, the limit is %d", len(req.After), host.MaxDependencies)
+	}
+	rule := req.AfterRule
+	if rule == "" {
+		rule = host.RuleAllSucceeded
+	}
+	if !rule.Valid() {
+		return "", host.Errorf(host.CodeBadRequest, "after_rule must be all_succeeded, any_succeeded or all_finished, got %q", rule)
+	}
+	seen := make(map[string]bool, len(req.After))
+	for i, id := range req.After {
+		if id == "" || len(id) > 100 || !printable(id) {
+			return "", host.Errorf(host.CodeBadRequest, "after[%d] is not a task id", i)
+		}
+		if seen[id] {
+			return "", host.Errorf(host.CodeBadRequest, "after names task %s twice", id)
+		}
+		seen[id] = true
+	}
+	return rule, nil
+}
+
+// placeAfter decides, inside the enqueue's transaction, whether the new task
+// t waits, is ready at once, or is refused, and returns its edges. The
+// dependencies are read with their locks; an id the actor may not read is
+// refused exactly as an unknown one, so nothing about other principals'
+// tasks can be learned from the answer.
+func placeAfter(ctx context.Context, tx store.Tx, actor Actor, t *host.Task, after []string, rule host.DependencyRule) ([]host.Dependency, error) {
+	found, err := tx.LockDependencies(ctx, actor.Tenant, after)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[string]*host.Task, len(found))
+	for _, d := range found {
+		byID[d.ID] = d
+	}
+	states := make([]host.TaskState, len(after))
+	deps := make([]host.Dependency, len(after))
+	for i, id := range after {
+		d := byID[id]
+		if d == nil || !visible(actor, d) {
+			return nil, host.Errorf(host.CodeUnknownDependency, "after[%d]: no task %s that this caller may read", i, id)
+		}
+		states[i] = host.FinishedAs(d)
+		deps[i] = host.Dependency{Tenant: t.Tenant, Waiter: t.ID, DependsOn: id, Rule: rule, Position: i, DepState: states[i]}
+	}
+	switch v, at := host.SettleDependencies(rule, states); v {
+	case host.VerdictCancel:
+		return nil, host.Errorf(host.CodeDependencyFailed, "after: task %s finished %s, so rule %s can never be met", after[at], states[at], rule)
+	case host.VerdictReady:
+		t.State = host.StateQueued
+	default:
+		t.State = host.StateWaiting
+	}
+	return deps, nil
+}
+
+// sameAfter names "after" when a repeat of an enqueue names other
+// dependencies (or another rule) than the task its key holds.
+func sameAfter(ctx context.Context, r store.Reader, old *host.Task, after []string, rule host.DependencyRule) (string, error) {
+	if len(after) == 0 {
+		return "", nil
+	}
+	edges, err := r.ListDependencies(ctx, old.Tenant, old.ID)
+	if err != nil {
+		return "", err
+	}
+	if len(edges) != len(after) {
+		return "after", nil
+	}
+	for i, e := range edges {
+		if e.DependsOn != after[i] {
+			return "after", nil
+		}
+		if e.Rule != rule {
+			return "after_rule", nil
+		}
+	}
+	return "", nil
+}
+
+// settleWaiters runs in the transaction that wrote dep's terminal state: it
+// records the state on dep's open edges and settles each waiter whose rule
+// that decides.
+func (d *deliveryTx) settleWaiters(ctx context.Context, dep *host.Task) error {
+	waiters, err := d.Tx.SettleDependency(ctx, dep.Tenant, dep.ID, host.FinishedAs(dep))
+	if err != nil || len(waiters) == 0 {
+		return err
+	}
+	last := d.last
+	defer func() { d.last = last }()
+	slices.Sort(waiters) // one lock order for every writer
+	now := d.e.now()
+	for _, id := range waiters {
+		w, err := d.Tx.GetTask(ctx, dep.Tenant, id) // locks the waiter
+		if err != nil {
+			return err
+		}
+		if w.State != host.StateWaiting {
+			continue // canceled by its owner meanwhile
+		}
+		tally, err := d.Tx.TallyDependencies(ctx, w.Tenant, w.ID)
+		if err != nil {
+			return err
+		}
+		switch tally.Decide() {
+		case host.VerdictReady:
+			w.State, w.UpdatedAt = host.StateQueued, now
+			if w.AvailableAt.Before(now) {
+				w.AvailableAt = now
+			}
+			if err := d.UpdateTask(ctx, w, store.Fence{State: host.StateWaiting}); err != nil {
+				return err
+			}
+			d.readied = append(d.readied, w)
+		case host.VerdictCancel:
+			// Only this dependency's end can break the rule now: an
+			// earlier failure would have settled the waiter already.
+			state := host.FinishedAs(dep)
+			reason := "dependency " + dep.ID + " finished " + string(state) + "; rule " + string(tally.Rule) + " can no longer be met"
+			parents, types := taskParents(w)
+			r := &host.Receipt{Type: host.ReceiptCanceled, From: GatePrincipal, Parents: parents,
+				Body: mustJSON(map[string]any{"reason": reason, "canceled_by": GatePrincipal,
+					"dependency": dep.ID, "dependency_status": state, "after_rule": tally.Rule})}
+			fillTaskReceipt(r, w, "", now)
+			w.State, w.CompletedAt, w.UpdatedAt = host.StateCanceled, ptr(now), now
+			w.LastError = reason
+			if err := d.UpdateTask(ctx, w, store.Fence{State: host.StateWaiting}); err != nil {
+				return err
+			}
+			if err := appendReceipt(ctx, d, r, types); err != nil {
+				return err
+			}
+			d.canceled = append(d.canceled, w)
+		}
+	}
+	return nil
+}
+
+// dependencyOutcomes fills each offer's Dependencies from one read of its
+// task's dependencies. A task without dependencies costs nothing but its
+// share of that read.
+func (e *Engine) dependencyOutcomes(ctx context.Context, tenant string, offers []host.Offer) error {
+	if len(offers) == 0 {
+		return nil
+	}
+	ids := make([]string, len(offers))
+	for i, o := range offers {
+		ids[i] = o.Task.ID
+	}
+	var byWaiter map[string][]*host.Task
+	if err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		byWaiter, err = r.DependencyTasks(ctx, tenant, ids)
+		return err
+	}); err != nil {
+		return err
+	}
+	for i := range offers {
+		for _, t := range byWaiter[offers[i].Task.ID] {
+			o := host.OutcomeOf(t)
+			o.Status = host.FinishedAs(t)
+			if o.Status == "" {
+				o.Status = t.State // any_succeeded: a dependency still running
+			}
+			offers[i].Dependencies = append(offers[i].Dependencies, o)
+		}
+	}
+	return nil
+}

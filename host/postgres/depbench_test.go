@@ -1,0 +1,45 @@
+package postgres
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/store/storetest"
+)
+
+func depBenchEngine(b *testing.B) *engine.Engine {
+	b.Helper()
+	storetest.GCAsGate(b)
+	st := openIn(b, newSchema(b), Options{Writers: benchWriters})
+	eng, err := engine.New(engine.Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(eng.Close)
+	return eng
+}
+
+// BenchmarkFanIn is host/sqlite's BenchmarkFanIn on PostgreSQL (one host).
+//
+//	go test ./host/postgres -run '^$' -bench FanIn -benchtime 30x
+func BenchmarkFanIn(b *testing.B) {
+	storetest.FanIn(b, depBenchEngine(b), 1000)
+}
+
+// BenchmarkDependencyCost is host/sqlite's BenchmarkDependencyCost on
+// PostgreSQL (one host).
+//
+//	go test ./host/postgres -run '^$' -bench DependencyCost -benchtime 10000x
+func BenchmarkDependencyCost(b *testing.B) {
+	for _, after := range []bool{false, true} {
+		name := "plain"
+		if after {
+			name = "after"
+		}
+		b.Run(name, func(b *testing.B) {
+			storetest.DependencyCycles(b, depBenchEngine(b), 8, after)
+		})
+	}
+}

@@ -1,0 +1,49 @@
+package store
+
+import (
+	"context"
+
+	"github.com/asyncgate/asyncgate/host"
+)
+
+// DependencyReader reads task dependencies: which tasks a task waits on
+// (its after list) and which tasks wait on it.
+type DependencyReader interface {
+	// ListDependencies returns a waiter's edges in after-list order, each
+	// with the state its dependency finished in ("" while it has not); none
+	// for a task without dependencies (storetest: DependencyEdges).
+	ListDependencies(ctx context.Context, tenant, waiter string) ([]host.Dependency, error)
+	// TallyDependencies counts a waiter's edges by their state, with the
+	// waiter's rule; a zero tally (no Rule) for a task without
+	// dependencies. Its cost must not grow with anything but the waiter's
+	// own edges: a fan-in settles with one tally per finishing dependency
+	// (storetest: DependencyHammer, and every Dependencies case).
+	TallyDependencies(ctx context.Context, tenant, waiter string) (host.DependencyTally, error)
+	// DependencyTasks returns, for each of waiters that has dependencies,
+	// its dependencies' tasks in after-list order, as a View reads them
+	// (the outcomes its worker is offered with). Waiters without
+	// dependencies are absent from the map (storetest: DependencyEdges).
+	DependencyTasks(ctx context.Context, tenant string, waiters []string) (map[string][]*host.Task, error)
+	// LockDependencies returns the tasks of tenant among ids, and locks
+	// them against a concurrent terminal write until commit (PostgreSQL:
+	// FOR SHARE, in id order), so an enqueue that reads a dependency
+	// unfinished and a completion of that dependency on another writer are
+	// ordered: the later one sees the earlier one's rows. Unknown ids (or
+	// another tenant's) are absent from the answer. Outside Update it only
+	// reads (storetest: DependencyRaceWithCompletion, on PostgreSQL with
+	// several writers).
+	LockDependencies(ctx context.Context, tenant string, ids []string) ([]*host.Task, error)
+}
+
+// DependencyWriter writes task dependencies.
+type DependencyWriter interface {
+	// InsertDependencies records a new waiter's edges, in the transaction
+	// that inserts the waiter.
+	InsertDependencies(ctx context.Context, deps []host.Dependency) error
+	// SettleDependency records that dependency dep of tenant finished in
+	// state on every edge that names it and has no state yet, and returns
+	// the waiters of those edges. The transaction that writes a task's
+	// terminal state calls it, so each edge is settled exactly once, with
+	// that write (storetest: DependencyEdges).
+	SettleDependency(ctx context.Context, tenant, dep string, state host.TaskState) ([]string, error)
+}

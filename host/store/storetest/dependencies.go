@@ -1,0 +1,459 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// Task dependencies (issue 39): a task enqueued with an after list waits
+// until its rule is met, is offered once with its dependencies' outcomes,
+// and is canceled by the gate when its rule can no longer be met.
+func dependencyCases() []struct {
+	name string
+	fn   func(*testing.T, *Bundle)
+} {
+	return []struct {
+		name string
+		fn   func(*testing.T, *Bundle)
+	}{
+		{"DependenciesAllSucceeded", testDepsAllSucceeded},
+		{"DependenciesAnySucceeded", testDepsAnySucceeded},
+		{"DependenciesAllFinished", testDepsAllFinished},
+		{"DependencyDeadLetterCancelsWaiter", testDepsDeadLetterCancels},
+		{"DependencyCancelSettlesWaiter", testDepsCancelSettles},
+		{"DependenciesRefuseForeignIDs", testDepsForeign},
+		{"DependenciesAtEnqueue", testDepsAtEnqueue},
+		{"DependenciesIdempotentEnqueue", testDepsIdempotent},
+		{"DependencyCompletedByAnotherWriter", testDepsOtherWriter},
+		{"DependencyHammer", testDepsHammer},
+	}
+}
+
+// after makes an enqueue wait on ids under rule ("" for the default).
+func after(rule host.DependencyRule, ids ...string) func(*engine.EnqueueRequest) {
+	return func(r *engine.EnqueueRequest) { r.After, r.AfterRule = ids, rule }
+}
+
+// leaseType leases one task of typ for worker or fails the test.
+func (b *Bundle) leaseType(t *testing.T, worker, typ string) host.Offer {
+	t.Helper()
+	return b.LeaseOne(t, worker, typ)
+}
+
+func (b *Bundle) noOffer(t *testing.T, typ, why string) {
+	t.Helper()
+	b.NoOffers(t, engine.LeaseRequest{Tenant: "acme", WorkerID: "w.9", Types: []string{typ}, MaxTasks: 10}, why)
+}
+
+func (b *Bundle) waitingCount(t *testing.T) int64 {
+	t.Helper()
+	qs, err := b.Engine.Stats(b.Ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return qs.ByState[host.StateWaiting]
+}
+
+func (b *Bundle) failFatal(t *testing.T, worker string, o host.Offer) {
+	t.Helper()
+	if _, err := b.Engine.Fail(b.Ctx, engine.FailRequest{WorkerCall: Call(worker, o), Error: "broken input"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantDeps checks an offer's dependency outcomes: their ids and states in
+// after order.
+func wantDeps(t *testing.T, o host.Offer, want ...string) {
+	t.Helper()
+	var got []string
+	for _, d := range o.Dependencies {
+		got = append(got, d.TaskID+":"+string(d.Status))
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("offer of %s carries dependencies %v, want %v", o.Task.ID, got, want)
+	}
+}
+
+func testDepsAllSucceeded(t *testing.T, b *Bundle) {
+	a := b.Enqueue(t, "work")
+	c := b.Enqueue(t, "work")
+	w := b.Enqueue(t, "other", after("", a.TaskID, c.TaskID))
+	if w.Status != string(host.StateWaiting) {
+		t.Fatalf("waiter enqueued %q, want waiting", w.Status)
+	}
+	if n := b.waitingCount(t); n != 1 {
+		t.Fatalf("stats count %d waiting, want 1", n)
+	}
+	b.noOffer(t, "other", "a waiter was offered before its dependencies finished")
+	oa := b.leaseType(t, "w.1", "work")
+	b.Complete(t, "w.1", oa)
+	b.noOffer(t, "other", "a waiter was offered after one of two dependencies")
+	oc := b.leaseType(t, "w.1", "work")
+	b.Complete(t, "w.1", oc)
+	if n := b.waitingCount(t); n != 0 {
+		t.Fatalf("stats count %d waiting after the rule was met, want 0", n)
+	}
+	o := b.leaseType(t, "w.2", "other")
+	if o.Task.ID != w.TaskID {
+		t.Fatalf("offered %s, want the waiter %s", o.Task.ID, w.TaskID)
+	}
+	wantDeps(t, o, a.TaskID+":succeeded", c.TaskID+":succeeded")
+	for _, d := range o.Dependencies {
+		if d.Result == nil || d.Result.Pointer != Pointer.Pointer || d.Result.Summary != Pointer.Summary {
+			t.Fatalf("dependency %s offered without its result: %+v", d.TaskID, d.Result)
+		}
+	}
+	b.noOffer(t, "other", "a waiter was offered twice")
+	b.Complete(t, "w.2", o)
+}
+
+func testDepsAnySucceeded(t *testing.T, b *Bundle) {
+	a := b.Enqueue(t, "work")
+	c := b.Enqueue(t, "work")
+	w := b.Enqueue(t, "other", after(host.RuleAnySucceeded, a.TaskID, c.TaskID))
+	b.failFatal(t, "w.1", b.leaseType(t, "w.1", "work"))
+	b.noOffer(t, "other", "any_succeeded ran after a dead letter alone")
+	b.Complete(t, "w.1", b.leaseType(t, "w.1", "work"))
+	o := b.leaseType(t, "w.2", "other")
+	if o.Task.ID != w.TaskID {
+		t.Fatalf("offered %s, want %s", o.Task.ID, w.TaskID)
+	}
+	wantDeps(t, o, a.TaskID+":dead_letter", c.TaskID+":succeeded")
+
+	// Every dependency failed: the waiter is canceled.
+	x := b.Enqueue(t, "work")
+	w2 := b.Enqueue(t, "other", after(host.RuleAnySucceeded, x.TaskID))
+	b.failFatal(t, "w.1", b.leaseType(t, "w.1", "work"))
+	if tk := b.Task(t, w2.TaskID); tk.State != host.StateCanceled {
+		t.Fatalf("any_succeeded waiter of a dead letter is %s, want canceled", tk.State)
+	}
+	b.noOffer(t, "other", "a canceled waiter was offered")
+}
+
+func testDepsAllFinished(t *testing.T, b *Bundle) {
+	a := b.Enqueue(t, "work")
+	c := b.Enqueue(t, "work")
+	d := b.Enqueue(t, "work")
+	w := b.Enqueue(t, "other", after(host.RuleAllFinished, a.TaskID, c.TaskID, d.TaskID))
+	b.failFatal(t, "w.1", b.leaseType(t, "w.1", "work"))
+	if _, err := b.Engine.Cancel(b.Ctx, b.Agent, c.TaskID, "not needed"); err != nil {
+		t.Fatal(err)
+	}
+	b.noOffer(t, "other", "all_finished ran with a dependency unfinished")
+	b.Complete(t, "w.1", b.leaseType(t, "w.1", "work"))
+	o := b.leaseType(t, "w.2", "other")
+	if o.Task.ID != w.TaskID {
+		t.Fatalf("offered %s, want %s", o.Task.ID, w.TaskID)
+	}
+	wantDeps(t, o, a.TaskID+":dead_letter", c.TaskID+":canceled", d.TaskID+":succeeded")
+	if o.Dependencies[0].Error != "broken input" || o.Dependencies[0].DeadReason != host.ReasonFatalError {
+		t.Fatalf("the dead letter's failure is not visible to the waiter: %+v", o.Dependencies[0])
+	}
+}
+
+func testDepsDeadLetterCancels(t *testing.T, b *Bundle) {
+	a := b.Enqueue(t, "work")
+	w := b.Enqueue(t, "other", after("", a.TaskID))
+	chained := b.Enqueue(t, "other", after("", w.TaskID))
+	b.failFatal(t, "w.1", b.leaseType(t, "w.1", "work"))
+	for _, id := range []string{w.TaskID, chained.TaskID} {
+		tk := b.Task(t, id)
+		if tk.State != host.StateCanceled || tk.CompletedAt == nil {
+			t.Fatalf("waiter %s is %s after its dependency dead-lettered, want canceled", id, tk.State)
+		}
+		rs := b.Receipts(t, id)
+		last := rs[len(rs)-1]
+		if last.Type != host.ReceiptCanceled || last.From != engine.GatePrincipal {
+			t.Fatalf("waiter %s's last receipt is %s from %s, want task.canceled from the gate", id, last.Type, last.From)
+		}
+		var body struct {
+			Reason     string `json:"reason"`
+			Dependency string `json:"dependency"`
+		}
+		if err := json.Unmarshal(last.Body, &body); err != nil || body.Dependency == "" || !strings.Contains(body.Reason, "dead_letter") && !strings.Contains(body.Reason, "canceled") {
+			t.Fatalf("cancel receipt body %s does not say why", last.Body)
+		}
+	}
+	if obs := b.Open(t, "agent.kee"); len(obs) != 0 {
+		t.Fatalf("canceled waiters left obligations open: %+v", obs)
+	}
+	b.noOffer(t, "other", "a canceled waiter was offered")
+	if n := b.waitingCount(t); n != 0 {
+		t.Fatalf("%d tasks still counted waiting", n)
+	}
+}
+
+func testDepsCancelSettles(t *testing.T, b *Bundle) {
+	a := b.Enqueue(t, "work")
+	w := b.Enqueue(t, "other", after("", a.TaskID))
+	if _, err := b.Engine.Cancel(b.Ctx, b.Agent, a.TaskID, "changed my mind"); err != nil {
+		t.Fatal(err)
+	}
+	if tk := b.Task(t, w.TaskID); tk.State != host.StateCanceled || !strings.Contains(tk.LastError, a.TaskID) {
+		t.Fatalf("waiter of a canceled dependency: %s %q", tk.State, tk.LastError)
+	}
+	// A waiting task can be canceled by its owner; its dependency finishing
+	// later leaves it canceled.
+	c := b.Enqueue(t, "work")
+	w2 := b.Enqueue(t, "other", after("", c.TaskID))
+	if _, err := b.Engine.Cancel(b.Ctx, b.Agent, w2.TaskID, "not needed"); err != nil {
+		t.Fatal(err)
+	}
+	b.Complete(t, "w.1", b.leaseType(t, "w.1", "work"))
+	if tk := b.Task(t, w2.TaskID); tk.State != host.StateCanceled {
+		t.Fatalf("a canceled waiter became %s", tk.State)
+	}
+	b.noOffer(t, "other", "a canceled waiter was offered")
+}
+
+func testDepsForeign(t *testing.T, b *Bundle) {
+	// Another tenant's task, another agent's task, and a made-up id are all
+	// answered alike, so the answer reveals nothing.
+	globex := host.NewTaskType("work")
+	globex.Tenant = "globex"
+	b.MustPutType(t, globex)
+	theirs, err := b.Engine.Enqueue(b.Ctx, engine.Actor{Tenant: "globex", Principal: "agent.kee", Role: engine.RoleAgent}, engine.EnqueueRequest{TaskType: "work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hexy := engine.Actor{Tenant: "acme", Principal: "agent.hexy", Role: engine.RoleAgent}
+	private, err := b.Engine.Enqueue(b.Ctx, hexy, engine.EnqueueRequest{TaskType: "work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := b.Enqueue(t, "work")
+	for name, id := range map[string]string{"other tenant": theirs.TaskID, "other agent": private.TaskID, "unknown": "tsk_nosuchtask"} {
+		_, err := b.Engine.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "other", After: []string{mine.TaskID, id}})
+		if host.ErrorCode(err) != host.CodeUnknownDependency {
+			t.Fatalf("after naming an %s's task: %v, want %s", name, err, host.CodeUnknownDependency)
+		}
+		if strings.Contains(host.ErrorDetail(err), "globex") || strings.Contains(host.ErrorDetail(err), "hexy") {
+			t.Fatalf("refusal leaks its owner: %v", err)
+		}
+	}
+	// A worker may name only tasks it holds or held.
+	worker := engine.Actor{Tenant: "acme", Principal: "w.5", Role: engine.RoleWorker}
+	_, err = b.Engine.Enqueue(b.Ctx, worker, engine.EnqueueRequest{TaskType: "other", After: []string{mine.TaskID}})
+	WantCode(t, err, host.CodeUnknownDependency)
+	// The recipient of a task may wait on it.
+	forKee, err := b.Engine.Enqueue(b.Ctx, hexy, engine.EnqueueRequest{TaskType: "work", Recipient: "agent.kee"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Enqueue(t, "other", after("", forKee.TaskID))
+	// Nothing of the refused enqueues was written.
+	ts, _, err := b.Engine.ListTasks(b.Ctx, b.Admin, store.TaskFilter{Types: []string{"other"}, Limit: 100})
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("refused enqueues left tasks: %d, %v", len(ts), err)
+	}
+	// Bad shapes.
+	for _, req := range []engine.EnqueueRequest{
+		{TaskType: "other", After: []string{mine.TaskID}, AfterRule: "most_succeeded"},
+		{TaskType: "other", After: []string{mine.TaskID, mine.TaskID}},
+		{TaskType: "other", After: []string{""}},
+		{TaskType: "other", AfterRule: host.RuleAllFinished},
+	} {
+		_, err := b.Engine.Enqueue(b.Ctx, b.Agent, req)
+		WantCode(t, err, host.CodeBadRequest)
+	}
+	tooMany := make([]string, host.MaxDependencies+1)
+	for i := range tooMany {
+		tooMany[i] = fmt.Sprintf("tsk_%d", i)
+	}
+	_, err = b.Engine.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "other", After: tooMany})
+	WantCode(t, err, host.CodeTooLarge)
+}
+
+func testDepsAtEnqueue(t *testing.T, b *Bundle) {
+	// Dependencies already finished decide at enqueue.
+	done := b.Enqueue(t, "work")
+	b.Complete(t, "w.1", b.leaseType(t, "w.1", "work"))
+	w := b.Enqueue(t, "other", after("", done.TaskID))
+	if w.Status != string(host.StateQueued) {
+		t.Fatalf("waiter of a finished dependency enqueued %s, want queued", w.Status)
+	}
+	o := b.leaseType(t, "w.2", "other")
+	wantDeps(t, o, done.TaskID+":succeeded")
+	dead := b.Enqueue(t, "work")
+	b.failFatal(t, "w.1", b.leaseType(t, "w.1", "work"))
+	_, err := b.Engine.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "other", After: []string{dead.TaskID}})
+	WantCode(t, err, host.CodeDependencyFailed)
+	w2 := b.Enqueue(t, "other", after(host.RuleAllFinished, dead.TaskID, done.TaskID))
+	if w2.Status != string(host.StateQueued) {
+		t.Fatalf("all_finished waiter of finished dependencies enqueued %s", w2.Status)
+	}
+}
+
+func testDepsIdempotent(t *testing.T, b *Bundle) {
+	a := b.Enqueue(t, "work")
+	c := b.Enqueue(t, "work")
+	key := func(r *engine.EnqueueRequest) { r.IdempotencyKey = "fan-in" }
+	first := b.Enqueue(t, "other", key, after("", a.TaskID, c.TaskID))
+	again := b.Enqueue(t, "other", key, after("", a.TaskID, c.TaskID))
+	if !again.IsDuplicate || again.TaskID != first.TaskID || again.Status != string(host.StateWaiting) {
+		t.Fatalf("repeat = %+v, first %+v", again, first)
+	}
+	for _, mod := range []func(*engine.EnqueueRequest){after("", c.TaskID, a.TaskID), after("", a.TaskID), after(host.RuleAllFinished, a.TaskID, c.TaskID)} {
+		req := engine.EnqueueRequest{TaskType: "other", Params: json.RawMessage(`{"n":1}`), IdempotencyKey: "fan-in"}
+		mod(&req)
+		_, err := b.Engine.Enqueue(b.Ctx, b.Agent, req)
+		WantCode(t, err, host.CodeIdempotencyConflict)
+	}
+	// A repeat after a dependency failed still answers the first task.
+	b.failFatal(t, "w.1", b.leaseType(t, "w.1", "work"))
+	late := b.Enqueue(t, "other", key, after("", a.TaskID, c.TaskID))
+	if !late.IsDuplicate || late.TaskID != first.TaskID || late.Status != string(host.StateCanceled) {
+		t.Fatalf("repeat after the failure = %+v", late)
+	}
+}
+
+// testDepsOtherWriter completes the dependencies through a second engine on
+// the same store (another gate host's writer): the waiter is settled by that
+// writer's transaction and offered by the first.
+func testDepsOtherWriter(t *testing.T, b *Bundle) {
+	other, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	a := b.Enqueue(t, "work")
+	c := b.Enqueue(t, "work")
+	w := b.Enqueue(t, "other", after("", a.TaskID, c.TaskID))
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			eng := []*engine.Engine{b.Engine, other}[i]
+			worker := fmt.Sprintf("w.%d", i+1)
+			offers, err := eng.Lease(b.Ctx, engine.LeaseRequest{Tenant: "acme", WorkerID: worker, Types: []string{"work"}})
+			if err != nil || len(offers) != 1 {
+				t.Errorf("lease: %d offers, %v", len(offers), err)
+				return
+			}
+			if _, err := eng.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call(worker, offers[0]), Result: Pointer}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	o := b.leaseType(t, "w.3", "other")
+	if o.Task.ID != w.TaskID || len(o.Dependencies) != 2 {
+		t.Fatalf("offered %s with %d dependencies", o.Task.ID, len(o.Dependencies))
+	}
+	b.noOffer(t, "other", "the waiter was offered twice")
+}
+
+// testDepsHammer runs many small fan-out/fan-in graphs at once: producers
+// enqueue children and then their waiter while workers on two engines lease
+// and complete whatever is offered. Every waiter must be offered exactly
+// once, after all its children succeeded, with their outcomes in order.
+func testDepsHammer(t *testing.T, b *Bundle) {
+	other, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	const graphs = 40
+	children := make([][]string, graphs)
+	waiters := make([]string, graphs)
+	var producing sync.WaitGroup
+	for g := range graphs {
+		producing.Add(1)
+		go func() {
+			defer producing.Done()
+			n := 1 + g%4
+			for range n {
+				res, err := b.Engine.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "work"})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				children[g] = append(children[g], res.TaskID)
+			}
+			res, err := b.Engine.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "other", After: children[g]})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			waiters[g] = res.TaskID
+		}()
+	}
+	var offered sync.Map // task id -> *atomic.Int32
+	var doneWaiters atomic.Int32
+	var depsSeen sync.Map // waiter id -> []string (dependency ids:state)
+	stop := make(chan struct{})
+	var working sync.WaitGroup
+	var stopOnce sync.Once
+	halt := func() { stopOnce.Do(func() { close(stop) }); working.Wait() }
+	defer halt() // a failure below stops the workers before the store closes
+	for i := range 4 {
+		working.Add(1)
+		go func() {
+			defer working.Done()
+			eng := []*engine.Engine{b.Engine, other}[i%2]
+			worker := fmt.Sprintf("w.%d", i)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				offers, err := eng.Lease(b.Ctx, engine.LeaseRequest{Tenant: "acme", WorkerID: worker, MaxTasks: 3})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, o := range offers {
+					n, _ := offered.LoadOrStore(o.Task.ID, new(atomic.Int32))
+					n.(*atomic.Int32).Add(1)
+					if o.Task.Type == "other" {
+						var got []string
+						for _, d := range o.Dependencies {
+							got = append(got, d.TaskID+":"+string(d.Status))
+						}
+						depsSeen.Store(o.Task.ID, got)
+						doneWaiters.Add(1)
+					}
+					if _, err := eng.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call(worker, o), Result: Pointer}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	producing.Wait()
+	waitFor(t, "every waiter offered", func() bool { return doneWaiters.Load() >= graphs || t.Failed() })
+	// A last look: nothing more is offered.
+	b.noOffer(t, "other", "a waiter was offered again")
+	halt()
+	for g := range graphs {
+		n, ok := offered.Load(waiters[g])
+		if !ok || n.(*atomic.Int32).Load() != 1 {
+			t.Fatalf("waiter %d offered %v times, want once", g, n)
+		}
+		got, _ := depsSeen.Load(waiters[g])
+		var want []string
+		for _, c := range children[g] {
+			want = append(want, c+":succeeded")
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("waiter %d offered with %v, want %v", g, got, want)
+		}
+	}
+	if n := b.waitingCount(t); n != 0 {
+		t.Fatalf("%d tasks still counted waiting", n)
+	}
+}
