@@ -56,6 +56,7 @@ const (
 	EvDeadLettered EventKind = "dead_lettered"
 	EvLeaseExpired EventKind = "lease_expired"
 	EvReleased     EventKind = "released"
+	EvSnoozed      EventKind = "snoozed"
 	EvCanceled     EventKind = "canceled"
 	EvReceipt      EventKind = "receipt"
 	EvPolicyFault  EventKind = "policy_fault"

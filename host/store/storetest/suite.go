@@ -43,6 +43,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"FailRetriesWithBackoffThenDeadLetters", testFailRetry},
 		{"FailNonRetryableDeadLetters", testFailFatal},
 		{"ReleaseUsesNoAttempt", testRelease},
+		{"SnoozeUsesNoAttempt", testSnooze}, // verbs.go
 		{"CancelQueuedAndLeased", testCancel},
 		{"SweepRequeuesWithoutAttempt", testSweep},
 		{"SweepCapsExpiries", testSweepCap},
