@@ -223,7 +223,7 @@ inline JSON, @FILE, or - for stdin. Example:
 					return err
 				}
 				var rows [][]string
-				for _, st := range []string{client.StateQueued, client.StateLeased, client.StateSucceeded, client.StateCanceled, client.StateDeadLetter} {
+				for _, st := range []string{client.StateQueued, client.StateScheduled, client.StateLeased, client.StateSucceeded, client.StateCanceled, client.StateDeadLetter} {
 					rows = append(rows, []string{st, strconv.FormatInt(s.ByState[st], 10)})
 				}
 				fmt.Fprintf(rc.out, "tenant %s, oldest ready task waiting %s\n\n", s.Tenant, short(time.Duration(s.Oldest*float64(time.Second))))

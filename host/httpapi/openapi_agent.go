@@ -9,7 +9,7 @@ import (
 
 // The agent API's operations in the OpenAPI document.
 func init() {
-	openapi.Enum(host.StateQueued, host.StateLeased, host.StateSucceeded, host.StateCanceled, host.StateDeadLetter)
+	openapi.Enum(host.StateQueued, host.StateScheduled, host.StateLeased, host.StateSucceeded, host.StateCanceled, host.StateDeadLetter)
 	agents := []string{"agent", "admin"}
 	anyKey := []string{"agent", "worker", "admin"}
 	page := []openapi.Param{

@@ -119,7 +119,7 @@ type ArchiveResult struct {
 // nextStep says what an agent should do about a task in its current state.
 func nextStep(t *host.Task, poll int) string {
 	switch t.State {
-	case host.StateQueued, host.StateLeased:
+	case host.StateQueued, host.StateScheduled, host.StateLeased:
 		if t.CancelRequested {
 			return "Cancellation was requested; the worker stops at its next heartbeat. Nothing to do."
 		}
@@ -364,7 +364,7 @@ func (s *Server) listActiveTasks(ctx context.Context, a engine.Actor, req mcp.Ca
 		f.Types = []string{in.TaskType}
 	}
 	if len(in.Status) == 0 {
-		in.Status = []string{string(host.StateQueued), string(host.StateLeased)}
+		in.Status = []string{string(host.StateQueued), string(host.StateScheduled), string(host.StateLeased)}
 	}
 	for _, st := range in.Status {
 		f.States = append(f.States, host.TaskState(st))

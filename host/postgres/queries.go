@@ -335,6 +335,27 @@ func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStat
 	return qs, nil
 }
 
+// ScheduledCounts implements store.Reader: one walk of the tenant's queued
+// tasks.
+func (r *reader) ScheduledCounts(ctx context.Context, tenant string, now time.Time) ([]store.CountDelta, error) {
+	q := `SELECT tenant, task_type, count(*) FROM tasks WHERE state = 'queued' AND available_at > $1 GROUP BY tenant, task_type`
+	a := []any{us(now)}
+	if tenant != "" {
+		q = `SELECT tenant, task_type, count(*) FROM tasks WHERE tenant = $2 AND state = 'queued' AND available_at > $1 GROUP BY tenant, task_type`
+		a = append(a, tenant)
+	}
+	var out []store.CountDelta
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		d := store.CountDelta{State: host.StateScheduled}
+		if err := rows.Scan(&d.Tenant, &d.Type, &d.N); err != nil {
+			return err
+		}
+		out = append(out, d)
+		return nil
+	}, q, a...)
+	return out, err
+}
+
 // oldestReady finds a tenant's oldest ready queued task with one probe of
 // the lease index (tasks_ready: tenant, priority, seq) per priority (1..10,
 // enforced on every task), each O(1). Written as one ORDER BY seq over the

@@ -452,6 +452,32 @@ func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStat
 	return qs, nil
 }
 
+// ScheduledCounts implements store.Reader: one walk of the tenant's queued
+// tasks through the lease index.
+func (r *reader) ScheduledCounts(ctx context.Context, tenant string, now time.Time) ([]store.CountDelta, error) {
+	q := `SELECT tenant, task_type, count(*) FROM tasks WHERE state = 'queued' AND available_at > ? GROUP BY tenant, task_type`
+	args := []any{us(now)}
+	if tenant != "" {
+		q = `SELECT tenant, task_type, count(*) FROM tasks INDEXED BY tasks_ready_type WHERE tenant = ? AND state = 'queued' AND available_at > ?
+GROUP BY tenant, task_type`
+		args = []any{tenant, us(now)}
+	}
+	rows, err := r.query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.CountDelta
+	for rows.Next() {
+		d := store.CountDelta{State: host.StateScheduled}
+		if err := rows.Scan(&d.Tenant, &d.Type, &d.N); err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
 // oldestReady finds a tenant's oldest ready queued task with one probe of
 // the lease index (tasks_ready: tenant, priority, seq) per priority (1..10,
 // enforced on every task): the oldest by seq of each priority's ready tasks,

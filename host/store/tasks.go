@@ -35,6 +35,13 @@ type TaskReader interface {
 	// (storetest: QueueCountsStayExact, QueueCountsByTypeAndState,
 	// OldestReady; PostgreSQL's TestQueueCountsAcrossHosts).
 	QueueStats(ctx context.Context, tenant string) (QueueStats, error)
+	// ScheduledCounts counts, by tenant and type, the queued tasks of
+	// tenant ("" for all) not available before now: the tasks every view
+	// shows as host.StateScheduled. Unlike QueueStats it reads the tasks
+	// themselves (one walk of the tenant's queued tasks), as the move from
+	// scheduled to ready is the clock's, not a write's (storetest:
+	// ScheduledState).
+	ScheduledCounts(ctx context.Context, tenant string, now time.Time) ([]CountDelta, error)
 	// ListProgress returns a task's progress history, newest first, at most
 	// limit reports.
 	ListProgress(ctx context.Context, tenant, taskID string, limit int) ([]Progress, error)

@@ -25,7 +25,7 @@ var tenantPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$`)
 // pageSize is how many rows a list page shows.
 const pageSize = 50
 
-var allStates = []host.TaskState{host.StateQueued, host.StateLeased, host.StateSucceeded, host.StateCanceled, host.StateDeadLetter}
+var allStates = []host.TaskState{host.StateQueued, host.StateScheduled, host.StateLeased, host.StateSucceeded, host.StateCanceled, host.StateDeadLetter}
 
 // stateCount is one row of the queue table.
 type stateCount struct {
@@ -91,7 +91,7 @@ func (u *UI) queues(c echo.Context) (*queuesData, error) {
 	now := u.now()
 	d.Samples = len(ss)
 	d.Rates = computeRates(ss)
-	d.Backlog = plot("Backlog (queued tasks)", ss, now, func(s sample) float64 { return float64(s.byState[host.StateQueued]) }, count)
+	d.Backlog = plot("Backlog (queued tasks ready to lease)", ss, now, func(s sample) float64 { return float64(s.byState[host.StateQueued]) }, count)
 	d.Age = plot("Oldest ready task's age", ss, now, func(s sample) float64 { return s.oldest.Seconds() }, seconds)
 	return d, nil
 }

@@ -77,7 +77,10 @@ func (c *Client) BaseURL() string { return c.base }
 
 // States of a task.
 const (
-	StateQueued     = "queued"
+	StateQueued = "queued"
+	// StateScheduled is a queued task not offered before its available_at
+	// (a delayed start, a retry's backoff, a snooze).
+	StateScheduled  = "scheduled"
 	StateLeased     = "leased"
 	StateSucceeded  = "succeeded"
 	StateCanceled   = "canceled"

@@ -2,11 +2,13 @@ package storetest
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/store"
 )
 
 // testSnooze: a worker gives its leased task back until a later time. No
@@ -110,3 +112,84 @@ func testSnooze(t *testing.T, b *Bundle) {
 }
 
 func ptrInt(n int) *int { return &n }
+
+// testScheduledState: a queued task not yet available (a delayed start, a
+// retry's backoff, a snooze) is scheduled in every view — a read, a list
+// filtered by status, the queue stats by state and by type — and not
+// counted as queued; it becomes queued when its time comes, with no write.
+func testScheduledState(t *testing.T, b *Bundle) {
+	ready := b.Enqueue(t, "work")
+	later := b.Enqueue(t, "work", func(r *engine.EnqueueRequest) { r.DelaySeconds = 60 })
+	if st := b.Task(t, later.TaskID).State; st != host.StateScheduled {
+		t.Fatalf("a delayed task reads as %s, want scheduled", st)
+	}
+	if st := b.Task(t, ready.TaskID).State; st != host.StateQueued {
+		t.Fatalf("a ready task reads as %s, want queued", st)
+	}
+	list := func(states ...host.TaskState) []string {
+		t.Helper()
+		ts, _, err := b.Engine.ListTasks(b.Ctx, b.Admin, store.TaskFilter{States: states})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, tk := range ts {
+			if !slices.Contains(states, tk.State) {
+				t.Fatalf("a list of %v holds a task that is %s", states, tk.State)
+			}
+			ids = append(ids, tk.ID)
+		}
+		return ids
+	}
+	if got := list(host.StateScheduled); !slices.Equal(got, []string{later.TaskID}) {
+		t.Fatalf("scheduled: %v, want [%s]", got, later.TaskID)
+	}
+	if got := list(host.StateQueued); !slices.Equal(got, []string{ready.TaskID}) {
+		t.Fatalf("queued: %v, want [%s]", got, ready.TaskID)
+	}
+	if got := list(host.StateQueued, host.StateScheduled); len(got) != 2 {
+		t.Fatalf("queued and scheduled: %v, want both", got)
+	}
+	stats := func(queued, scheduled int64) {
+		t.Helper()
+		for _, tenant := range []string{"acme", ""} {
+			qs, err := b.Engine.Stats(b.Ctx, tenant)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if qs.ByState[host.StateQueued] != queued || qs.ByState[host.StateScheduled] != scheduled ||
+				qs.ByTypeState["work"][host.StateQueued] != queued || qs.ByTypeState["work"][host.StateScheduled] != scheduled {
+				t.Fatalf("stats of %q: by state %v, work's %v; want queued %d scheduled %d", tenant, qs.ByState, qs.ByTypeState["work"], queued, scheduled)
+			}
+		}
+	}
+	stats(1, 1)
+
+	// A retry's backoff and a snooze are scheduled too.
+	o := b.LeaseOne(t, "w.1")
+	if o.Task.ID != ready.TaskID {
+		t.Fatalf("leased %s, want the ready task", o.Task.ID)
+	}
+	if _, err := b.Engine.Snooze(b.Ctx, Call("w.1", o), 30*time.Second, ""); err != nil {
+		t.Fatal(err)
+	}
+	stats(0, 2)
+	b.Clock.Advance(30 * time.Second)
+	stats(1, 1)
+	o = b.LeaseOne(t, "w.1")
+	fr, err := b.Engine.Fail(b.Ctx, engine.FailRequest{WorkerCall: Call("w.1", o), Error: "flaky", Retryable: true})
+	if err != nil || !fr.WillRetry {
+		t.Fatalf("fail: %+v %v", fr, err)
+	}
+	if st := b.Task(t, ready.TaskID).State; st != host.StateScheduled {
+		t.Fatalf("a task waiting for its retry reads as %s, want scheduled", st)
+	}
+	b.Clock.Set(Epoch.Add(60 * time.Second))
+	if st := b.Task(t, later.TaskID).State; st != host.StateQueued {
+		t.Fatalf("a delayed task past its time reads as %s, want queued", st)
+	}
+	b.Clock.Set(fr.RetryScheduledAt.Add(time.Second))
+	stats(2, 0)
+	_, _, err = b.Engine.ListTasks(b.Ctx, b.Admin, store.TaskFilter{States: []host.TaskState{"later"}})
+	WantCode(t, err, host.CodeBadRequest)
+}
