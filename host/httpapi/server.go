@@ -240,6 +240,7 @@ func (s *Server) routes() {
 	w.POST("/:lease_id/complete", s.complete)
 	w.POST("/:lease_id/fail", s.fail)
 	w.POST("/:lease_id/release", s.release)
+	w.POST("/:lease_id/snooze", s.snooze)
 
 	// Worker API, the seeds' spellings.
 	e.POST("/lease", s.seedLease, auth, workers)

@@ -1,0 +1,58 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host/auth"
+	"github.com/asyncgate/asyncgate/host/engine"
+)
+
+// TestSnooze: POST /v1/leases/{id}/snooze gives the task back until
+// snooze_seconds from now without using an attempt; a bad duration is 400
+// and changes nothing; another worker's snooze is refused.
+func TestSnooze(t *testing.T) {
+	b := setup(t)
+	other, err := auth.CreateKey(context.Background(), b.st, auth.NewKeyRequest{Role: engine.RoleWorker, Principal: "echo.w2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, m := b.do(t, http.MethodPut, "/v1/admin/task-types/echo", b.admin, `{}`); code != 200 {
+		t.Fatalf("PUT task type = %d %v", code, m)
+	}
+	if code, m := b.do(t, "POST", "/v1/tasks", b.agent, `{"task_type":"echo","params":{}}`); code != 201 && code != 200 {
+		t.Fatalf("enqueue: %d %v", code, m)
+	}
+	code, m := b.do(t, "POST", "/v1/leases", b.worker, `{"worker_id":"echo.w1"}`)
+	if code != 200 {
+		t.Fatalf("lease: %d %v", code, m)
+	}
+	lease := m["leases"].([]any)[0].(map[string]any)
+	id := lease["lease_id"].(string)
+	for _, body := range []string{`{}`, `{"snooze_seconds":0}`, `{"snooze_seconds":-5}`, `{"snooze_seconds":99999999999}`, `{"snooze_seconds":"60"}`, `{"snooze_seconds":60,"extra":1}`} {
+		if code, m := b.do(t, "POST", "/v1/leases/"+id+"/snooze", b.worker, body); code != http.StatusBadRequest || m["error"] != "bad_request" {
+			t.Fatalf("snooze %s: %d %v, want 400 bad_request", body, code, m)
+		}
+	}
+	if code, m := b.do(t, "POST", "/v1/leases/"+id+"/snooze", other.APIKey, `{"snooze_seconds":60}`); code != http.StatusConflict || m["error"] != "lease_expired" {
+		t.Fatalf("another worker's snooze: %d %v, want 409 lease_expired", code, m)
+	}
+	before := time.Now()
+	code, m = b.do(t, "POST", "/v1/leases/"+id+"/snooze", b.worker, `{"snooze_seconds":60,"reason":"upstream rate limit"}`)
+	if code != 200 || m["status"] != "snoozed" || m["task_status"] != "scheduled" {
+		t.Fatalf("snooze: %d %v", code, m)
+	}
+	at, err := time.Parse(time.RFC3339Nano, m["available_at"].(string))
+	if err != nil || at.Before(before.Add(59*time.Second)) || at.After(time.Now().Add(61*time.Second)) {
+		t.Fatalf("available_at %v (%v), want about a minute from now", m["available_at"], err)
+	}
+	if code, _ := b.raw(t, "POST", "/v1/leases", b.worker, `{"worker_id":"echo.w1"}`); code != http.StatusNoContent {
+		t.Fatalf("lease after snooze: %d, want 204 (the task waits a minute)", code)
+	}
+	code, m = b.do(t, "GET", "/v1/tasks/"+lease["task"].(map[string]any)["task_id"].(string), b.agent, "")
+	if code != 200 || m["attempts"].(float64) != 0 {
+		t.Fatalf("task after snooze: %d %v, want attempts 0", code, m)
+	}
+}
