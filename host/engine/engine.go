@@ -123,6 +123,7 @@ type Engine struct {
 	policy  host.RetryPolicy
 	waiters *waiters
 	types   *typeCache
+	pauses  *pauseCache
 
 	getSlots    slots // result fetches held whole in memory
 	streamSlots slots // result fetches streamed from their channel
@@ -200,6 +201,7 @@ func New(cfg Config) (*Engine, error) {
 		streamSlots: make(slots, cfg.MaxResultStreams),
 	}
 	e.types = newTypeCache(e)
+	e.pauses = newPauseCache()
 	return e, nil
 }
 

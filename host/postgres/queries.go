@@ -625,6 +625,35 @@ ON CONFLICT (tenant, name) DO UPDATE SET body = excluded.body`, tt.Tenant, tt.Na
 	return err
 }
 
+// ListTaskTypePauses implements store.Reader.
+func (r *reader) ListTaskTypePauses(ctx context.Context, tenant string) ([]store.TaskTypePause, error) {
+	var out []store.TaskTypePause
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		p := store.TaskTypePause{Tenant: tenant}
+		var at int64
+		if err := rows.Scan(&p.TaskType, &p.PausedBy, &at, &p.Reason); err != nil {
+			return err
+		}
+		p.PausedAt = fromUS(at)
+		out = append(out, p)
+		return nil
+	}, `SELECT task_type, paused_by, paused_at, reason FROM task_type_pauses WHERE tenant = $1 ORDER BY task_type`, tenant)
+	return out, err
+}
+
+// PauseTaskType implements store.Tx.
+func (w *writeTx) PauseTaskType(ctx context.Context, p store.TaskTypePause) error {
+	_, err := w.ss.exec(w.c(ctx), `INSERT INTO task_type_pauses (tenant, task_type, paused_by, paused_at, reason) VALUES ($1,$2,$3,$4,$5)
+ON CONFLICT (tenant, task_type) DO NOTHING`, p.Tenant, p.TaskType, p.PausedBy, us(p.PausedAt), p.Reason)
+	return err
+}
+
+// ResumeTaskType implements store.Tx.
+func (w *writeTx) ResumeTaskType(ctx context.Context, tenant, name string) (bool, error) {
+	n, err := w.ss.exec(w.c(ctx), `DELETE FROM task_type_pauses WHERE tenant = $1 AND task_type = $2`, tenant, name)
+	return n > 0, err
+}
+
 // DeleteTaskType implements store.Tx.
 func (w *writeTx) DeleteTaskType(ctx context.Context, tenant, name string) error {
 	n, err := w.ss.exec(w.c(ctx), `DELETE FROM task_types WHERE tenant = $1 AND name = $2`, tenant, name)

@@ -107,6 +107,20 @@ type TaskTypeReader interface {
 	// ListTaskTypeKeys returns every tenant's task type names (retention
 	// walks them).
 	ListTaskTypeKeys(ctx context.Context) ([]TaskTypeKey, error)
+	// ListTaskTypePauses returns the task types of tenant whose leasing is
+	// paused, by name (storetest: PauseLeasing).
+	ListTaskTypePauses(ctx context.Context, tenant string) ([]TaskTypePause, error)
+}
+
+// TaskTypePause is a task type whose leasing an operator paused: its tasks
+// are still enqueued, but no lease call is offered them until it is
+// resumed.
+type TaskTypePause struct {
+	Tenant   string    `json:"-"`
+	TaskType string    `json:"task_type"`
+	PausedBy string    `json:"paused_by"`
+	PausedAt time.Time `json:"paused_at"`
+	Reason   string    `json:"reason,omitempty"`
 }
 
 // TaskTypeWriter creates, replaces and removes task types.
@@ -117,6 +131,11 @@ type TaskTypeWriter interface {
 	// DeleteTaskType removes a task type; host.CodeNotFound if there is
 	// none. Its tasks stay (retention finds them as orphans).
 	DeleteTaskType(ctx context.Context, tenant, name string) error
+	// PauseTaskType records p; a type already paused keeps its first pause
+	// (storetest: PauseLeasing).
+	PauseTaskType(ctx context.Context, p TaskTypePause) error
+	// ResumeTaskType removes a pause and reports whether there was one.
+	ResumeTaskType(ctx context.Context, tenant, name string) (bool, error)
 }
 
 // WorkerReader reads the workers a gate has seen.

@@ -43,7 +43,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"FailRetriesWithBackoffThenDeadLetters", testFailRetry},
 		{"FailNonRetryableDeadLetters", testFailFatal},
 		{"ReleaseUsesNoAttempt", testRelease},
-		{"SnoozeUsesNoAttempt", testSnooze}, {"ScheduledState", testScheduledState}, // verbs.go
+		{"SnoozeUsesNoAttempt", testSnooze}, {"ScheduledState", testScheduledState}, {"PauseLeasing", testPauseLeasing}, // verbs.go
 		{"CancelQueuedAndLeased", testCancel},
 		{"SweepRequeuesWithoutAttempt", testSweep},
 		{"SweepCapsExpiries", testSweepCap},

@@ -193,3 +193,73 @@ func testScheduledState(t *testing.T, b *Bundle) {
 	_, _, err = b.Engine.ListTasks(b.Ctx, b.Admin, store.TaskFilter{States: []host.TaskState{"later"}})
 	WantCode(t, err, host.CodeBadRequest)
 }
+
+// testPauseLeasing: an operator pauses a task type's leasing. Enqueue still
+// accepts its tasks; no lease call is offered them (with or without naming
+// the type), while other types and other tenants' same-named types are
+// offered as before. The pause is stored: a second engine on the same store
+// (another host, or this one after a restart) honours it. Resuming offers
+// the tasks again; pausing twice keeps the first pause; an unknown type is
+// not_found.
+func testPauseLeasing(t *testing.T, b *Bundle) {
+	_, err := b.Engine.PauseTaskType(b.Ctx, "acme", "nope", "ops", "")
+	WantCode(t, err, host.CodeNotFound)
+	first := b.Enqueue(t, "work")
+	p, err := b.Engine.PauseTaskType(b.Ctx, "acme", "work", "ops", "upstream outage")
+	if err != nil || p.TaskType != "work" || p.PausedBy != "ops" || p.Reason != "upstream outage" || !p.PausedAt.Equal(Epoch) {
+		t.Fatalf("pause: %+v %v", p, err)
+	}
+	b.Clock.Advance(time.Second)
+	if p2, err := b.Engine.PauseTaskType(b.Ctx, "acme", "work", "ops2", "again"); err != nil || !p2.PausedAt.Equal(Epoch) || p2.PausedBy != "ops" {
+		t.Fatalf("a second pause must keep the first: %+v %v", p2, err)
+	}
+	second := b.Enqueue(t, "work") // enqueue is still accepted
+	if st := b.Task(t, second.TaskID).State; st != host.StateQueued {
+		t.Fatalf("a paused type's new task is %s, want queued", st)
+	}
+	b.NoOffers(t, engine.LeaseRequest{Tenant: "acme", WorkerID: "w.1"}, "a paused type, any type asked")
+	b.NoOffers(t, engine.LeaseRequest{Tenant: "acme", WorkerID: "w.1", Types: []string{"work"}}, "a paused type, asked by name")
+	o := b.Enqueue(t, "other")
+	if got := b.LeaseOne(t, "w.1"); got.Task.ID != o.TaskID {
+		t.Fatalf("offered %s, want the other type's task %s", got.Task.ID, o.TaskID)
+	}
+	// Another tenant's type of the same name is not paused.
+	ot := host.NewTaskType("work")
+	ot.Tenant = "tenant-b"
+	b.MustPutType(t, ot)
+	agentB := engine.Actor{Tenant: "tenant-b", Principal: "agent.b", Role: engine.RoleAgent}
+	resB, err := b.Engine.Enqueue(b.Ctx, agentB, engine.EnqueueRequest{TaskType: "work", Params: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if offers, err := b.Engine.Lease(b.Ctx, engine.LeaseRequest{Tenant: "tenant-b", WorkerID: "w.b"}); err != nil || len(offers) != 1 || offers[0].Task.ID != resB.TaskID {
+		t.Fatalf("another tenant's type was paused too: %v %v", offers, err)
+	}
+	ps, err := b.Engine.TaskTypePauses(b.Ctx, "acme")
+	if err != nil || len(ps) != 1 || ps[0].TaskType != "work" {
+		t.Fatalf("pauses: %+v %v", ps, err)
+	}
+	if ps, err := b.Engine.TaskTypePauses(b.Ctx, "tenant-b"); err != nil || len(ps) != 0 {
+		t.Fatalf("tenant-b's pauses: %+v %v", ps, err)
+	}
+	// Another engine on the same store: the pause is the store's.
+	other, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1, MaxLeaseSeconds: 3600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if offers, err := other.Lease(b.Ctx, engine.LeaseRequest{Tenant: "acme", WorkerID: "w.2"}); err != nil || len(offers) != 0 {
+		t.Fatalf("a second engine leased a paused type: %v %v", offers, err)
+	}
+
+	if was, err := b.Engine.ResumeTaskType(b.Ctx, "acme", "work"); err != nil || !was {
+		t.Fatalf("resume: %v %v", was, err)
+	}
+	if was, err := b.Engine.ResumeTaskType(b.Ctx, "acme", "work"); err != nil || was {
+		t.Fatalf("a second resume: %v %v, want false", was, err)
+	}
+	offers, err := b.Engine.Lease(b.Ctx, engine.LeaseRequest{Tenant: "acme", WorkerID: "w.1", MaxTasks: 5})
+	if err != nil || len(offers) != 2 || offers[0].Task.ID != first.TaskID || offers[1].Task.ID != second.TaskID {
+		t.Fatalf("after resume: %v %v, want both tasks in order", offers, err)
+	}
+}
