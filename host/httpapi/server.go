@@ -283,6 +283,8 @@ func (s *Server) routes() {
 	a.DELETE("/task-types/:name", s.deleteTaskType)
 	a.GET("/task-types", s.listTaskTypes)
 	a.GET("/task-types/:name", s.getTaskType)
+	a.POST("/task-types/:name/pause", s.pauseTaskType)
+	a.POST("/task-types/:name/resume", s.resumeTaskType)
 	a.POST("/keys", s.createKey)
 	a.GET("/keys", s.listKeys)
 	a.DELETE("/keys/:id", s.revokeKey)
