@@ -120,6 +120,9 @@ func ptrInt(n int) *int { return &n }
 func testScheduledState(t *testing.T, b *Bundle) {
 	ready := b.Enqueue(t, "work")
 	later := b.Enqueue(t, "work", func(r *engine.EnqueueRequest) { r.DelaySeconds = 60 })
+	if ready.Status != "queued" || later.Status != "scheduled" {
+		t.Fatalf("enqueue answers %s and %s, want queued and scheduled", ready.Status, later.Status)
+	}
 	if st := b.Task(t, later.TaskID).State; st != host.StateScheduled {
 		t.Fatalf("a delayed task reads as %s, want scheduled", st)
 	}
