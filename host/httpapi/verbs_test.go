@@ -74,6 +74,18 @@ func TestPauseTaskType(t *testing.T) {
 			}
 		}
 	}
+	// Another tenant's admin: refused when it names this tenant, and its
+	// own tenant has no such type (404), so it cannot pause ours.
+	globex, err := auth.CreateKey(context.Background(), b.st, auth.NewKeyRequest{Role: engine.RoleAdmin, Principal: "ops.globex", Tenant: "globex"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, m := b.do(t, "POST", "/v1/admin/task-types/echo/pause?tenant=default", globex.APIKey, `{}`); code != http.StatusForbidden {
+		t.Fatalf("another tenant's admin naming this tenant: %d %v, want 403", code, m)
+	}
+	if code, m := b.do(t, "POST", "/v1/admin/task-types/echo/pause", globex.APIKey, `{}`); code != http.StatusNotFound {
+		t.Fatalf("another tenant's admin: %d %v, want 404 (no echo in its tenant)", code, m)
+	}
 	if code, m := b.do(t, "POST", "/v1/admin/task-types/nope/pause", b.admin, `{}`); code != http.StatusNotFound {
 		t.Fatalf("pause of an unknown type: %d %v, want 404", code, m)
 	}
