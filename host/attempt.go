@@ -16,6 +16,7 @@ const (
 	AttemptFailed    AttemptOutcome = "failed"      // the worker failed it and a retry is scheduled
 	AttemptDead      AttemptOutcome = "dead_letter" // it failed, or expired once too often, and the task is a dead letter
 	AttemptReleased  AttemptOutcome = "released"    // the worker gave the task back
+	AttemptSnoozed   AttemptOutcome = "snoozed"     // the worker gave the task back until RetryAt, no attempt used
 	AttemptExpired   AttemptOutcome = "expired"     // the lease ran out; the task went back to the queue
 	AttemptCanceled  AttemptOutcome = "canceled"    // the lease ended on a cancel that was requested
 )
@@ -53,7 +54,8 @@ type Attempt struct {
 	Error         string          `json:"error_message,omitempty"`
 	ErrorMetadata json.RawMessage `json:"error_metadata,omitempty"`
 	Retryable     bool            `json:"retryable,omitempty"`
-	// RetryAt is when the task is offered again after a failed attempt.
+	// RetryAt is when the task is offered again after a failed attempt
+	// or a snooze.
 	RetryAt *time.Time `json:"retry_scheduled_at,omitempty"`
 	// DeadReason is why the task became a dead letter with this attempt.
 	DeadReason string `json:"dead_reason,omitempty"`

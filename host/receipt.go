@@ -24,6 +24,7 @@ const (
 	ReceiptRetryScheduled ReceiptType = "task.retry_scheduled" // a failed attempt, retried later
 	ReceiptEscalated      ReceiptType = "task.escalated"       // lease expired, retries exhausted, policy fault
 	ReceiptReleased       ReceiptType = "task.released"        // a worker gave the task back
+	ReceiptSnoozed        ReceiptType = "task.snoozed"         // a worker gave the task back until a later time, no attempt used
 
 	// Email (send_email): the gate owes the sender a delivery from the
 	// moment it queues one until the mail server took it or refused it.
@@ -47,14 +48,14 @@ const (
 // evidence: a receipt of such a type whose parents name the obligation.
 var terminators = map[ReceiptType][]ReceiptType{
 	ReceiptAssigned:    {ReceiptCompleted, ReceiptFailed, ReceiptCanceled},
-	ReceiptAccepted:    {ReceiptCompleted, ReceiptFailed, ReceiptRetryScheduled, ReceiptEscalated, ReceiptReleased, ReceiptCanceled},
+	ReceiptAccepted:    {ReceiptCompleted, ReceiptFailed, ReceiptRetryScheduled, ReceiptEscalated, ReceiptReleased, ReceiptSnoozed, ReceiptCanceled},
 	ReceiptEmailQueued: {ReceiptEmailSent, ReceiptEmailFailed},
 }
 
 var knownReceiptTypes = map[ReceiptType]bool{
 	ReceiptAssigned: true, ReceiptAccepted: true, ReceiptProgress: true, ReceiptCompleted: true,
 	ReceiptFailed: true, ReceiptCanceled: true, ReceiptRetryScheduled: true, ReceiptEscalated: true,
-	ReceiptReleased:    true,
+	ReceiptReleased: true, ReceiptSnoozed: true,
 	ReceiptEmailQueued: true, ReceiptEmailSent: true, ReceiptEmailFailed: true,
 }
 

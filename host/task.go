@@ -10,13 +10,19 @@ import (
 // TaskState is where a task is in its lifecycle.
 type TaskState string
 
-// Task states. Delayed starts and retries are StateQueued with a future AvailableAt.
+// Task states. Delayed starts, retries and snoozes are stored as StateQueued
+// with a future AvailableAt; every view of a task (reads, lists, stats,
+// metrics, the dashboard) shows them as StateScheduled until then.
 const (
 	// StateWaiting is a task enqueued with dependencies (after) whose rule
 	// is not met yet: it is never offered, and becomes queued (or canceled)
 	// in the transaction that settles its last needed dependency.
-	StateWaiting    TaskState = "waiting"
-	StateQueued     TaskState = "queued"
+	StateWaiting TaskState = "waiting"
+	StateQueued  TaskState = "queued"
+	// StateScheduled is a queued task that is not offered before its
+	// AvailableAt. It is derived when a task is read (Presented), never
+	// stored: the transition to ready needs no write.
+	StateScheduled  TaskState = "scheduled"
 	StateLeased     TaskState = "leased"
 	StateSucceeded  TaskState = "succeeded"
 	StateCanceled   TaskState = "canceled"
@@ -35,10 +41,19 @@ func (s TaskState) Terminal() bool {
 // Valid reports whether s is a known state.
 func (s TaskState) Valid() bool {
 	switch s {
-	case StateWaiting, StateQueued, StateLeased, StateSucceeded, StateCanceled, StateDeadLetter, StateArchived:
+	case StateWaiting, StateQueued, StateScheduled, StateLeased, StateSucceeded, StateCanceled, StateDeadLetter, StateArchived:
 		return true
 	}
 	return false
+}
+
+// Presented returns the state a view of t shows at now: StateScheduled for
+// a queued task not yet available, its stored state otherwise.
+func (t *Task) Presented(now time.Time) TaskState {
+	if t.State == StateQueued && t.AvailableAt.After(now) {
+		return StateScheduled
+	}
+	return t.State
 }
 
 // Event names a cause of a state change.

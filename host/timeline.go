@@ -18,6 +18,9 @@ const (
 	// EventLeaseReleased is an offer given back before it was accepted
 	// (an accepted one has its task.released receipt).
 	EventLeaseReleased = "lease.released"
+	// EventLeaseSnoozed is an offer snoozed before it was accepted (an
+	// accepted one has its task.snoozed receipt).
+	EventLeaseSnoozed = "lease.snoozed"
 	// EventProgress is a progress report of a heartbeat.
 	EventProgress = "progress"
 )

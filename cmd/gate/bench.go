@@ -520,13 +520,13 @@ func (l *benchLeftovers) clean(c *benchClient, admin string, stderr io.Writer) {
 	}
 }
 
-// cancelOpen cancels the queued and leased tasks of taskType that key
+// cancelOpen cancels the queued, scheduled and leased tasks of taskType that key
 // queued, and returns how many. A queued task ends when canceled; a leased
 // one is only asked to stop (its worker ends it), so each is asked once.
 func cancelOpen(c *benchClient, key, taskType string) (int, error) {
 	n := 0
 	asked := map[string]bool{}
-	for _, status := range []string{"queued", "leased"} {
+	for _, status := range []string{"queued,scheduled", "leased"} {
 		for {
 			var page struct {
 				Tasks []struct {

@@ -85,7 +85,7 @@ func runComplete(args []string, stdout, _ io.Writer) int {
 
 // flagValues are the values offered after a flag that takes one of a few.
 var flagValues = map[string][]string{
-	"status":   {"waiting", "queued", "leased", "succeeded", "canceled", "dead_letter"},
+	"status":   {"waiting", "queued", "scheduled", "leased", "succeeded", "canceled", "dead_letter"},
 	"progress": {"auto", "bar", "plain", "none"},
 }
 

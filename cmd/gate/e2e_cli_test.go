@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -86,7 +87,27 @@ func TestE2ECLIAgainstARunningGate(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &tt); err != nil || tt["description"] != "echoes" || tt["default_max_retries"] != 0.0 {
 		t.Fatalf("types patch --json: %v %s", err, out)
 	}
-	mustContain(t, "types list", cliOK(t, u, admin, "types", "list"), "TYPE", "ENABLED", "echo", "echoes")
+	mustContain(t, "types list", cliOK(t, u, admin, "types", "list"), "TYPE", "ENABLED", "PAUSED", "echo", "echoes")
+	cliOK(t, u, admin, "types", "put", "paws", "--body", `{}`)
+	paws := g.enqueue(t, agent, "paws", map[string]any{})
+	mustContain(t, "types pause", cliOK(t, u, admin, "types", "pause", "paws", "--reason", "maintenance"), "task type paws paused by admin")
+	if offers := g.lease(t, worker, "echo.w1", map[string]any{"max_tasks": 1, "task_types": []string{"paws"}}); len(offers) != 0 {
+		t.Fatalf("a worker leased %d tasks of a paused type", len(offers))
+	}
+	if out := cliOK(t, u, admin, "types", "list"); !regexp.MustCompile(`paws\s+yes\s+yes`).MatchString(out) {
+		t.Fatalf("types list does not show paws paused:\n%s", out)
+	}
+	if _, errs, code := cli(t, u, agentFile, "types", "pause", "paws"); code != 1 || !strings.Contains(errs, "forbidden") {
+		t.Fatalf("types pause by an agent: exit %d %s", code, errs)
+	}
+	mustContain(t, "types resume", cliOK(t, u, admin, "types", "resume", "paws"), "task type paws resumed")
+	if offers := g.lease(t, worker, "echo.w1", map[string]any{"max_tasks": 1, "task_types": []string{"paws"}}); len(offers) != 1 || offers[0].Task.ID != paws {
+		t.Fatalf("after resume: %+v, want the paws task", offers)
+	} else {
+		want(t, call(t, "POST", g.URL+"/v1/tasks/"+paws+"/cancel", agent, map[string]any{}), 200, "")
+		want(t, call(t, "POST", g.URL+"/v1/leases/"+offers[0].LeaseID+"/release", worker, map[string]any{}), 200, "")
+	}
+	mustContain(t, "types resume again", cliOK(t, u, admin, "types", "resume", "paws"), "was not paused")
 	mustContain(t, "types get", cliOK(t, u, admin, "types", "get", "echo"), `"task_type": "echo"`, `"retry_policy"`)
 	if _, errs, code := cli(t, u, admin, "types", "put", "echo", "--body", "{nope"); code != 2 || !strings.Contains(errs, "not valid JSON") {
 		t.Fatalf("types put with bad JSON: exit %d %s", code, errs)
@@ -235,7 +256,7 @@ func TestE2ECLIAgainstARunningGate(t *testing.T) {
 	var st struct {
 		ByState map[string]int `json:"by_state"`
 	}
-	if err := json.Unmarshal([]byte(cliOK(t, u, admin, "stats", "--json")), &st); err != nil || st.ByState["succeeded"] != 1 || st.ByState["canceled"] != 1 {
+	if err := json.Unmarshal([]byte(cliOK(t, u, admin, "stats", "--json")), &st); err != nil || st.ByState["succeeded"] != 1 || st.ByState["canceled"] != 2 { // canceled: one here, and the paws task
 		t.Fatalf("stats --json: %v %+v", err, st)
 	}
 	if _, errs, code := cli(t, u, agentFile, "stats"); code != 1 || !strings.Contains(errs, "forbidden") {

@@ -268,9 +268,10 @@ func TestE2EFailRetryCancelRelease(t *testing.T) {
 	if d := r.JSON(t); d["status"] != "failed" || d["will_retry"] != true {
 		t.Fatalf("fail %s", r.Body)
 	}
-	// Retry delay comes from the default backoff; the task waits in the queue.
+	// Retry delay comes from the default backoff; the task is scheduled
+	// until then.
 	r = call(t, "GET", g.URL+"/v1/tasks/"+id, b.agent, nil)
-	if d := r.JSON(t); d["status"] != "queued" || d["attempts"] != float64(1) {
+	if d := r.JSON(t); d["status"] != "scheduled" || d["attempts"] != float64(1) {
 		t.Fatalf("after fail %s", r.Body)
 	}
 	// Cancel a queued task: at once; again: a no-op; a finished task: 409.

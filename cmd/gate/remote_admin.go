@@ -113,7 +113,7 @@ func init() {
 			}},
 	}})
 
-	var body string
+	var body, reason string
 	registerRemote(remoteGroup{name: "types", summary: "list, get, put and patch task types on a running gate (admin)", subs: []remoteSub{
 		{name: "list", summary: "list task types", maxArgs: 0, tenant: true,
 			run: func(rc *remoteCtx, _ []string) error {
@@ -132,10 +132,10 @@ func init() {
 				}
 				rows := make([][]string, 0, len(out.Types))
 				for _, t := range out.Types {
-					rows = append(rows, []string{t.Name, yesNo(t.Enabled), strconv.Itoa(t.DefaultPriority), strconv.Itoa(t.DefaultMaxRetries),
+					rows = append(rows, []string{t.Name, yesNo(t.Enabled), yesNo(t.Paused != nil), strconv.Itoa(t.DefaultPriority), strconv.Itoa(t.DefaultMaxRetries),
 						strconv.Itoa(t.LeaseSeconds) + "s", t.RetryPolicy.Plugin, clip(t.Description, 40)})
 				}
-				rc.table([]string{"TYPE", "ENABLED", "PRI", "RETRIES", "LEASE", "POLICY", "DESCRIPTION"}, rows)
+				rc.table([]string{"TYPE", "ENABLED", "PAUSED", "PRI", "RETRIES", "LEASE", "POLICY", "DESCRIPTION"}, rows)
 				if len(out.Types) == 0 {
 					fmt.Fprintln(rc.out, "(no task types)")
 				}
@@ -166,6 +166,49 @@ inline JSON, @FILE, or - for stdin. Example:
 					return exitErr{exitUsage, "--body is required"}
 				}
 				return sendType(rc, "PATCH", args[0], body)
+			}},
+		{name: "pause", args: "NAME", summary: "pause a task type's leasing: tasks are still accepted, no worker is offered them", minArgs: 1, maxArgs: 1, tenant: true,
+			more: `Every gate host sharing the store stops offering the type's tasks (within the
+task type cache's 2 s); the pause survives restarts. gate types resume NAME ends it.`,
+			flags: func(fs *flag.FlagSet) { fs.StringVar(&reason, "reason", "", "why, kept with the pause") },
+			run: func(rc *remoteCtx, args []string) error {
+				var raw json.RawMessage
+				if err := rc.call("POST", rc.withTenant("/v1/admin/task-types/"+url.PathEscape(args[0])+"/pause"), map[string]string{"reason": reason}, &raw); err != nil {
+					return err
+				}
+				if rc.json {
+					return rc.printJSON(raw)
+				}
+				var out struct {
+					Paused typePause `json:"paused"`
+				}
+				if err := json.Unmarshal(raw, &out); err != nil {
+					return err
+				}
+				fmt.Fprintf(rc.out, "task type %s paused by %s at %s\n", args[0], out.Paused.By, out.Paused.At.Format(time.RFC3339))
+				return nil
+			}},
+		{name: "resume", args: "NAME", summary: "resume a paused task type's leasing", minArgs: 1, maxArgs: 1, tenant: true,
+			run: func(rc *remoteCtx, args []string) error {
+				var raw json.RawMessage
+				if err := rc.call("POST", rc.withTenant("/v1/admin/task-types/"+url.PathEscape(args[0])+"/resume"), nil, &raw); err != nil {
+					return err
+				}
+				if rc.json {
+					return rc.printJSON(raw)
+				}
+				var out struct {
+					WasPaused bool `json:"was_paused"`
+				}
+				if err := json.Unmarshal(raw, &out); err != nil {
+					return err
+				}
+				if out.WasPaused {
+					fmt.Fprintf(rc.out, "task type %s resumed\n", args[0])
+				} else {
+					fmt.Fprintf(rc.out, "task type %s was not paused\n", args[0])
+				}
+				return nil
 			}},
 	}})
 
@@ -223,7 +266,7 @@ inline JSON, @FILE, or - for stdin. Example:
 					return err
 				}
 				var rows [][]string
-				for _, st := range []string{client.StateQueued, client.StateLeased, client.StateSucceeded, client.StateCanceled, client.StateDeadLetter} {
+				for _, st := range []string{client.StateQueued, client.StateScheduled, client.StateLeased, client.StateSucceeded, client.StateCanceled, client.StateDeadLetter} {
 					rows = append(rows, []string{st, strconv.FormatInt(s.ByState[st], 10)})
 				}
 				fmt.Fprintf(rc.out, "tenant %s, oldest ready task waiting %s\n\n", s.Tenant, short(time.Duration(s.Oldest*float64(time.Second))))
@@ -252,6 +295,14 @@ type taskTypeView struct {
 	RetryPolicy       struct {
 		Plugin string `json:"plugin"`
 	} `json:"retry_policy"`
+	Paused *typePause `json:"paused"`
+}
+
+// typePause is a task type's pause as the gate shows it.
+type typePause struct {
+	By     string    `json:"paused_by"`
+	At     time.Time `json:"paused_at"`
+	Reason string    `json:"reason"`
 }
 
 func yesNo(b bool) string {

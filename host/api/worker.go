@@ -69,3 +69,25 @@ func NewTaskEnvelope(o host.Offer) TaskEnvelope {
 	return TaskEnvelope{TaskID: t.ID, RunID: o.RunID, TaskType: t.Type, Params: t.Params, Priority: t.Priority,
 		LeaseExpiresAt: o.LeaseExpiresAt, Metadata: md, ResourceLeases: o.ResourceLeases, Dependencies: o.Dependencies}
 }
+
+// SnoozeResponse is the answer of a snooze.
+type SnoozeResponse struct {
+	Status     string `json:"status"`
+	LeaseID    string `json:"lease_id"`
+	TaskID     string `json:"task_id,omitempty"`
+	TaskStatus string `json:"task_status,omitempty"`
+	// AvailableAt is when the task is offered again (absent when the lease
+	// was already gone, or the task was canceled instead).
+	AvailableAt *time.Time `json:"available_at,omitempty"`
+}
+
+// Fill names the task a snooze gave back: its id, its status, and when it
+// is offered again if it waits in the queue.
+func (r *SnoozeResponse) Fill(t *host.Task) {
+	r.TaskID, r.TaskStatus = t.ID, string(t.State)
+	if t.State == host.StateQueued || t.State == host.StateScheduled {
+		// A snooze is a second at least: the task is scheduled until then.
+		at := t.AvailableAt
+		r.AvailableAt, r.TaskStatus = &at, string(host.StateScheduled)
+	}
+}

@@ -56,6 +56,7 @@ const (
 	EvDeadLettered EventKind = "dead_lettered"
 	EvLeaseExpired EventKind = "lease_expired"
 	EvReleased     EventKind = "released"
+	EvSnoozed      EventKind = "snoozed"
 	EvCanceled     EventKind = "canceled"
 	EvReceipt      EventKind = "receipt"
 	EvPolicyFault  EventKind = "policy_fault"
@@ -122,6 +123,7 @@ type Engine struct {
 	policy  host.RetryPolicy
 	waiters *waiters
 	types   *typeCache
+	pauses  *pauseCache
 
 	getSlots    slots // result fetches held whole in memory
 	streamSlots slots // result fetches streamed from their channel
@@ -199,6 +201,7 @@ func New(cfg Config) (*Engine, error) {
 		streamSlots: make(slots, cfg.MaxResultStreams),
 	}
 	e.types = newTypeCache(e)
+	e.pauses = newPauseCache()
 	return e, nil
 }
 

@@ -264,7 +264,7 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 		return nil, err
 	}
 	res.TaskID = res.Task.ID
-	res.Status = string(res.Task.State)
+	res.Status = string(res.Task.Presented(now)) // a delayed task is scheduled
 	res.ReceiptID = res.Task.AssignReceipt
 	res.AvailableAt = res.Task.AvailableAt
 	res.Inbox = inboxNote(res.Task.Recipient)

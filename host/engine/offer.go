@@ -148,7 +148,17 @@ func (e *Engine) claim(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 				}
 			},
 		}
-		var err error
+		// Paused task types are not offered: the call is narrowed to the
+		// others (nothing to offer when none is left).
+		ps, err := e.pauses.getIn(ctx, tx, req.Tenant, e.cfg.TaskTypeTTL)
+		if err != nil {
+			return err
+		}
+		var ok bool
+		if q.Types, ok = ps.leasable(q.Types); !ok {
+			tasks = nil
+			return nil
+		}
 		tasks, err = tx.ClaimTasks(ctx, q)
 		if err != nil || snaps == nil {
 			return err

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"slices"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -42,6 +44,7 @@ func (e *Engine) GetTask(ctx context.Context, actor Actor, id string) (*host.Tas
 	if !visible(actor, t) {
 		return nil, host.Errorf(host.CodeNotFound, "no task %s", id)
 	}
+	t.State = t.Presented(e.now())
 	return t, nil
 }
 
@@ -54,11 +57,21 @@ func (e *Engine) ListTasks(ctx context.Context, actor Actor, f store.TaskFilter)
 	if f.Limit <= 0 || f.Limit > 500 {
 		f.Limit = 100
 	}
+	want := map[host.TaskState]bool{}
+	var stored []host.TaskState
 	for _, s := range f.States {
 		if !s.Valid() {
 			return nil, "", host.Errorf(host.CodeBadRequest, "unknown status %q", s)
 		}
+		want[s] = true
+		if s == host.StateScheduled {
+			s = host.StateQueued // stored as queued; told apart below
+		}
+		if !slices.Contains(stored, s) {
+			stored = append(stored, s)
+		}
 	}
+	f.States = stored
 	var out []*host.Task
 	var cur string
 	err := e.view(ctx, func(r store.Reader) error {
@@ -66,7 +79,21 @@ func (e *Engine) ListTasks(ctx context.Context, actor Actor, f store.TaskFilter)
 		out, cur, err = r.ListTasks(ctx, f)
 		return err
 	})
-	return out, cur, err
+	if err != nil {
+		return nil, "", err
+	}
+	// Scheduled and queued (ready) are one stored state: a page asked for
+	// one of them drops the other's tasks, and may hold fewer than the limit
+	// though more follow (its cursor says so).
+	now := e.now()
+	kept := out[:0]
+	for _, t := range out {
+		t.State = t.Presented(now)
+		if len(want) == 0 || want[t.State] {
+			kept = append(kept, t)
+		}
+	}
+	return kept, cur, nil
 }
 
 // Progress returns a visible task's progress history, newest first.
@@ -171,15 +198,32 @@ type WorkerInfo struct {
 	InFlight []string `json:"in_flight_leases"`
 }
 
-// Stats returns a snapshot of the queue for monitoring.
+// Stats returns a snapshot of the queue for monitoring: queued tasks not
+// available yet are counted as scheduled, not queued.
 func (e *Engine) Stats(ctx context.Context, tenant string) (store.QueueStats, error) {
 	var qs store.QueueStats
+	now := e.now()
 	err := e.view(ctx, func(r store.Reader) error {
 		var err error
-		qs, err = r.QueueStats(ctx, tenant)
+		qs, err = QueueStats(ctx, r, tenant, now)
 		return err
 	})
 	return qs, err
+}
+
+// QueueStats reads r's queue counts of tenant ("" for all) with the
+// scheduled tasks at now split from the queued ones.
+func QueueStats(ctx context.Context, r store.Reader, tenant string, now time.Time) (store.QueueStats, error) {
+	qs, err := r.QueueStats(ctx, tenant)
+	if err != nil || qs.ByState[host.StateQueued] == 0 {
+		return qs, err
+	}
+	ds, err := r.ScheduledCounts(ctx, tenant, now)
+	if err != nil {
+		return qs, err
+	}
+	qs.SplitScheduled(ds)
+	return qs, nil
 }
 
 // ArchiveResult calls the channel's ack for a visible succeeded task's payload

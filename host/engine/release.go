@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -13,8 +14,36 @@ import (
 // (unknown, another tenant's, or replaced by a later lease of its task) is
 // 404 not_found, the same answer for each.
 func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*host.Task, error) {
+	return e.giveBack(ctx, c, reason, 0)
+}
+
+// MaxSnooze is the longest a task may be snoozed (a year, as every duration
+// of a task type).
+const MaxSnooze = 366 * 24 * time.Hour
+
+// Snooze gives a leased task back to the queue until delay from now without
+// using an attempt (SQS ChangeMessageVisibility, River's JobSnooze): its
+// attempt count and retry budget are untouched, the attempt is recorded as
+// snoozed with the time it is offered again, and an accepted lease's
+// obligation is discharged by a task.snoozed receipt saying until when. A
+// task whose cancel was requested is canceled instead, as by Release. Its
+// answers for leases that are gone are Release's.
+func (e *Engine) Snooze(ctx context.Context, c WorkerCall, delay time.Duration, reason string) (*host.Task, error) {
+	if delay < time.Second || delay > MaxSnooze {
+		return nil, host.Errorf(host.CodeBadRequest, "snooze must be 1 s..%d s, got %s", int(MaxSnooze/time.Second), delay)
+	}
+	return e.giveBack(ctx, c, reason, delay)
+}
+
+// giveBack is Release (delay 0) and Snooze (delay > 0).
+func (e *Engine) giveBack(ctx context.Context, c WorkerCall, reason string, delay time.Duration) (*host.Task, error) {
 	defer e.leases.drop(c.LeaseID) // the lease ends here, or was not live
 	now := e.now()
+	until := now.Add(delay)
+	rtype, outcome := host.ReceiptReleased, host.AttemptReleased
+	if delay > 0 {
+		rtype, outcome = host.ReceiptSnoozed, host.AttemptSnoozed
+	}
 	var released bool
 	var rsReleased, rsExpired int
 	out, err := e.changeLeased(ctx, c, now, leaseChange{
@@ -64,13 +93,19 @@ func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*hos
 			}
 			var r *host.Receipt
 			if t.AcceptReceipt != "" {
-				r = &host.Receipt{Type: host.ReceiptReleased, From: t.WorkerID, Parents: []string{t.AcceptReceipt},
-					Body: mustJSON(map[string]any{"reason": reason, "lease_id": t.LeaseID})}
+				body := map[string]any{"reason": reason, "lease_id": t.LeaseID}
+				if delay > 0 {
+					body["snooze_seconds"], body["available_at"] = int64(delay/time.Second), until
+				}
+				r = &host.Receipt{Type: rtype, From: t.WorkerID, Parents: []string{t.AcceptReceipt}, Body: mustJSON(body)}
 				fillTaskReceipt(r, t, t.LeaseID, now)
 			}
 			acc := t.AcceptReceipt
+			if delay > 0 {
+				att.RetryAt = ptr(until)
+			}
 			clearLease(t)
-			t.State, t.AvailableAt, t.UpdatedAt = host.StateQueued, now, now
+			t.State, t.AvailableAt, t.UpdatedAt = host.StateQueued, until, now
 			return &leaseWrite{then: func(tx store.Tx, _ *host.Task) error {
 				if err := end(tx); err != nil {
 					return err
@@ -80,7 +115,7 @@ func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*hos
 				if r != nil {
 					rid = r.ID
 				}
-				if err := endAttempt(ctx, tx, att, now, host.AttemptReleased, rid); err != nil {
+				if err := endAttempt(ctx, tx, att, now, outcome, rid); err != nil {
 					return err
 				}
 				if r != nil {
@@ -98,8 +133,12 @@ func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*hos
 	}
 	e.emitTaskResources(out.Tenant, rsReleased, rsExpired)
 	if released {
-		e.emit(Event{Kind: EvReleased, Tenant: out.Tenant, TaskType: out.Type, WorkerID: c.WorkerID})
-		e.waiters.wake(out.Tenant, out.Type, 1)
+		if delay > 0 {
+			e.emit(Event{Kind: EvSnoozed, Tenant: out.Tenant, TaskType: out.Type, WorkerID: c.WorkerID})
+		} else {
+			e.emit(Event{Kind: EvReleased, Tenant: out.Tenant, TaskType: out.Type, WorkerID: c.WorkerID})
+			e.waiters.wake(out.Tenant, out.Type, 1)
+		}
 	}
 	return out, nil
 }

@@ -387,8 +387,12 @@ func (e *Engine) DeleteTaskType(ctx context.Context, tenant, name string) error 
 		if len(open) > 0 {
 			return host.Errorf(host.CodeConflict, "task type %q still has open (waiting, queued or leased) tasks, for example %s; disable it and let them finish or cancel them first", name, open[0].ID)
 		}
+		if _, err := tx.ResumeTaskType(ctx, tenant, name); err != nil {
+			return err // a type registered again later starts unpaused
+		}
 		return tx.DeleteTaskType(ctx, tenant, name)
 	})
 	e.types.invalidate(tenant, name)
+	e.pauses.invalidate(tenant)
 	return err
 }

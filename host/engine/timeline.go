@@ -73,8 +73,11 @@ func (e *Engine) Timeline(ctx context.Context, actor Actor, id string) (*Timelin
 			continue // running, or its receipt tells how it ended
 		}
 		typ := host.EventLeaseExpired
-		if a.Outcome == host.AttemptReleased {
+		switch a.Outcome {
+		case host.AttemptReleased:
 			typ = host.EventLeaseReleased
+		case host.AttemptSnoozed:
+			typ = host.EventLeaseSnoozed
 		}
 		d := map[string]any{"outcome": a.Outcome, "duration_ms": a.DurationMS}
 		if a.LeaseExpiresAt != nil {

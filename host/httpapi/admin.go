@@ -42,6 +42,8 @@ func (s *Server) putTaskType(c echo.Context) error {
 		// RetryPolicy is read-only (what GET shows); accepted and ignored so
 		// a GET answer can be PUT back.
 		RetryPolicy json.RawMessage `json:"retry_policy"`
+		// Paused is read-only too: pause and resume have routes of their own.
+		Paused json.RawMessage `json:"paused"`
 	}{TaskType: host.NewTaskType(name)}
 	body.Tenant = ""
 	if err := bind(c, &body, strict); err != nil {
@@ -60,18 +62,36 @@ func (s *Server) putTaskType(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, s.typeView(out))
+	return s.typeAnswer(c, out)
 }
 
-// TaskTypeView is a task type as the admin API shows it: its fields and the
-// retry policy in effect.
+// TaskTypeView is a task type as the admin API shows it: its fields, the
+// retry policy in effect, and its pause when its leasing is paused.
 type TaskTypeView struct {
 	*host.TaskType
 	RetryPolicy engine.RetryPolicyView `json:"retry_policy"`
+	// Paused is set while the type's leasing is paused (enqueue is still
+	// accepted; no worker is offered its tasks).
+	Paused *store.TaskTypePause `json:"paused,omitempty"`
 }
 
-func (s *Server) typeView(tt *host.TaskType) TaskTypeView {
-	return TaskTypeView{TaskType: tt, RetryPolicy: s.eng.RetryPolicy(tt)}
+func (s *Server) typeView(tt *host.TaskType, pauses []store.TaskTypePause) TaskTypeView {
+	v := TaskTypeView{TaskType: tt, RetryPolicy: s.eng.RetryPolicy(tt)}
+	for i := range pauses {
+		if pauses[i].TaskType == tt.Name {
+			v.Paused = &pauses[i]
+		}
+	}
+	return v
+}
+
+// typeAnswer answers with one task type's view.
+func (s *Server) typeAnswer(c echo.Context, tt *host.TaskType) error {
+	ps, err := s.eng.TaskTypePauses(c.Request().Context(), tt.Tenant)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, s.typeView(tt, ps))
 }
 
 // patchTaskType is PATCH /v1/admin/task-types/{name}: a JSON merge patch
@@ -94,6 +114,7 @@ func (s *Server) patchTaskType(c echo.Context) error {
 		return badRequest("the request body must be a JSON merge patch object")
 	}
 	delete(p, "retry_policy") // read-only, as in PUT
+	delete(p, "paused")
 	patch, err := json.Marshal(p)
 	if err != nil {
 		return err
@@ -102,7 +123,7 @@ func (s *Server) patchTaskType(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, s.typeView(out))
+	return s.typeAnswer(c, out)
 }
 
 // deleteTaskType is DELETE /v1/admin/task-types/{name}: 409 conflict while
@@ -129,7 +150,7 @@ func (s *Server) getTaskType(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, s.typeView(tt))
+	return s.typeAnswer(c, tt)
 }
 
 // listTaskTypes is GET /v1/admin/task-types.
@@ -142,11 +163,70 @@ func (s *Server) listTaskTypes(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	ps, err := s.eng.TaskTypePauses(c.Request().Context(), tenant)
+	if err != nil {
+		return err
+	}
 	views := make([]TaskTypeView, len(tts))
 	for i, tt := range tts {
-		views[i] = s.typeView(tt)
+		views[i] = s.typeView(tt, ps)
 	}
 	return c.JSON(http.StatusOK, map[string]any{"task_types": views})
+}
+
+// PauseBody is the body of a pause (optional).
+type PauseBody struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// PauseResponse is the answer of a pause or a resume.
+type PauseResponse struct {
+	TaskType string `json:"task_type"`
+	Tenant   string `json:"tenant"`
+	// Status is "paused" or "resumed".
+	Status string `json:"status"`
+	// Paused is the pause in force (after a pause).
+	Paused *store.TaskTypePause `json:"paused,omitempty"`
+	// WasPaused says whether a resume ended a pause (false: it was not
+	// paused).
+	WasPaused *bool `json:"was_paused,omitempty"`
+}
+
+// pauseTaskType is POST /v1/admin/task-types/{name}/pause: lease calls
+// skip the type's tasks until it is resumed; enqueue still accepts them.
+// Pausing a paused type keeps its first pause.
+func (s *Server) pauseTaskType(c echo.Context) error {
+	tenant, err := adminTenant(c, "")
+	if err != nil {
+		return err
+	}
+	var b PauseBody
+	if err := bind(c, &b, strict); err != nil {
+		return err
+	}
+	p, err := s.eng.PauseTaskType(c.Request().Context(), tenant, c.Param("name"), ActorOf(c).Principal, b.Reason)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, PauseResponse{TaskType: p.TaskType, Tenant: tenant, Status: "paused", Paused: p})
+}
+
+// resumeTaskType is POST /v1/admin/task-types/{name}/resume: the type's
+// tasks are offered again. Resuming a type that is not paused is a no-op.
+func (s *Server) resumeTaskType(c echo.Context) error {
+	tenant, err := adminTenant(c, "")
+	if err != nil {
+		return err
+	}
+	var b struct{}
+	if err := bind(c, &b, strict); err != nil {
+		return err
+	}
+	was, err := s.eng.ResumeTaskType(c.Request().Context(), tenant, c.Param("name"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, PauseResponse{TaskType: c.Param("name"), Tenant: tenant, Status: "resumed", WasPaused: &was})
 }
 
 // createKey is POST /v1/admin/keys {"role", "principal", "tenant"}: 201 with

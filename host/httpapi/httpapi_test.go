@@ -236,7 +236,7 @@ func FuzzRoutes(f *testing.F) {
 	b := setup(f)
 	routes := []struct{ method, path string }{
 		{"POST", "/v1/tasks"}, {"POST", "/v1/leases"}, {"POST", "/v1/leases/lease-X/accept"}, {"POST", "/v1/leases/lease-X/heartbeat"},
-		{"POST", "/v1/leases/lease-X/complete"}, {"POST", "/v1/leases/lease-X/fail"}, {"POST", "/v1/leases/lease-X/release"},
+		{"POST", "/v1/leases/lease-X/complete"}, {"POST", "/v1/leases/lease-X/fail"}, {"POST", "/v1/leases/lease-X/release"}, {"POST", "/v1/leases/lease-X/snooze"},
 		{"POST", "/lease"}, {"POST", "/worker/lease"}, {"POST", "/worker/complete"}, {"POST", "/workers/fail"}, {"POST", "/workers/heartbeat"},
 		{"POST", "/v1/receipts"}, {"POST", "/v1/receipts/check-terminator"}, {"PUT", "/v1/admin/task-types/fz"}, {"POST", "/v1/admin/keys"},
 		{"POST", "/v1/tasks/T-X/cancel"},

@@ -24,17 +24,17 @@ import (
 type Metrics struct {
 	reg *prometheus.Registry
 
-	queued, completed, failed, retried, dead, leased, expired, canceled, released, accepted *prometheus.CounterVec
-	appended                                                                                *prometheus.CounterVec
-	policyFaults                                                                            *prometheus.CounterVec
-	duration                                                                                *prometheus.HistogramVec
-	wait                                                                                    *prometheus.HistogramVec
-	httpDur                                                                                 *prometheus.HistogramVec
-	gauges                                                                                  *prometheus.Registry // the scrape-time gauges of every tenant
-	eng                                                                                     *engine.Engine
-	st                                                                                      store.Store
-	rl                                                                                      *resourceLeaseMetrics // resource leases (KLIS-3)
-	delivery                                                                                *deliveryMetrics
+	queued, completed, failed, retried, dead, leased, expired, canceled, released, accepted, snoozed *prometheus.CounterVec
+	appended                                                                                         *prometheus.CounterVec
+	policyFaults                                                                                     *prometheus.CounterVec
+	duration                                                                                         *prometheus.HistogramVec
+	wait                                                                                             *prometheus.HistogramVec
+	httpDur                                                                                          *prometheus.HistogramVec
+	gauges                                                                                           *prometheus.Registry // the scrape-time gauges of every tenant
+	eng                                                                                              *engine.Engine
+	st                                                                                               store.Store
+	rl                                                                                               *resourceLeaseMetrics // resource leases (KLIS-3)
+	delivery                                                                                         *deliveryMetrics
 }
 
 // NewMetrics returns Metrics on a fresh registry that also carries the Go
@@ -58,6 +58,7 @@ func NewMetrics() *Metrics {
 		canceled:  cv("tasks_canceled_total", "Tasks canceled."),
 		released:  cv("leases_released_total", "Leases released back to the queue by workers."),
 		accepted:  cv("leases_accepted_total", "Offers accepted by workers (task.accepted receipts)."),
+		snoozed:   cv("leases_snoozed_total", "Leases given back by workers until a later time (snooze), no attempt used."),
 	}
 	m.appended = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "asyncgate", Name: "receipts_appended_total", Help: "Receipts appended by principals through the receipts API."}, []string{"tenant"})
 	m.policyFaults = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "asyncgate", Name: "policy_faults_total", Help: "Retry policy faults (the built-in default decided instead)."}, []string{"tenant", "task_type"})
@@ -103,6 +104,8 @@ func (m *Metrics) OnEvent(ev engine.Event) {
 		m.expired.WithLabelValues(ev.Tenant, ev.TaskType).Inc()
 	case engine.EvReleased:
 		m.released.WithLabelValues(ev.Tenant, ev.TaskType).Inc()
+	case engine.EvSnoozed:
+		m.snoozed.WithLabelValues(ev.Tenant, ev.TaskType).Inc()
 	case engine.EvCanceled:
 		m.canceled.WithLabelValues(ev.Tenant, ev.TaskType).Inc()
 	case engine.EvReceipt:

@@ -50,6 +50,10 @@ func init() {
 				"properties": map[string]any{"task_types": openapi.Schema{"type": "array", "items": typeView}}}}},
 		openapi.Op{Method: "GET", Path: "/v1/admin/task-types/:name", Tag: "task types", Roles: admins, Query: tenant, Summary: "A task type",
 			Responses: map[int]any{200: typeView}},
+		openapi.Op{Method: "POST", Path: "/v1/admin/task-types/:name/pause", Tag: "task types", Roles: admins, Strict: true, Query: tenant, Body: PauseBody{},
+			Summary: "Pause a task type's leasing (enqueue still accepted)", Responses: map[int]any{200: PauseResponse{}}},
+		openapi.Op{Method: "POST", Path: "/v1/admin/task-types/:name/resume", Tag: "task types", Roles: admins, Strict: true, Query: tenant,
+			Summary: "Resume a task type's leasing", Responses: map[int]any{200: PauseResponse{}}},
 
 		openapi.Op{Method: "POST", Path: "/v1/admin/keys", Tag: "keys", Roles: admins, Strict: true, Body: auth.NewKeyRequest{}, BodyRequired: true,
 			Summary: "Create an API key (the secret is shown once)", Responses: map[int]any{201: auth.CreatedKey{}}},

@@ -26,6 +26,8 @@ func init() {
 			Summary: "Report a failure: retry later or dead letter", Responses: map[int]any{200: api.FailResponse{}}},
 		openapi.Op{Method: "POST", Path: "/v1/leases/:lease_id/release", Tag: "worker", Roles: workers, Strict: true, Body: LeaseCallBody{},
 			Summary: "Give a lease back without using an attempt", Responses: map[int]any{200: ReleaseResponse{}}},
+		openapi.Op{Method: "POST", Path: "/v1/leases/:lease_id/snooze", Tag: "worker", Roles: workers, Strict: true, Body: SnoozeBody{},
+			Summary: "Give a lease back until snooze_seconds from now without using an attempt", Responses: map[int]any{200: api.SnoozeResponse{}}},
 
 		openapi.Op{Method: "POST", Path: "/lease", Tag: "worker (seed)", Roles: workers, Body: LeaseBody{},
 			Summary: "Lease Protocol: one offer or 204", Responses: map[int]any{200: SeedOffer{}, 204: openapi.NoContent}},

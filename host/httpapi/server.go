@@ -241,6 +241,7 @@ func (s *Server) routes() {
 	w.POST("/:lease_id/complete", s.complete)
 	w.POST("/:lease_id/fail", s.fail)
 	w.POST("/:lease_id/release", s.release)
+	w.POST("/:lease_id/snooze", s.snooze)
 
 	// Worker API, the seeds' spellings.
 	e.POST("/lease", s.seedLease, auth, workers)
@@ -284,6 +285,8 @@ func (s *Server) routes() {
 	a.DELETE("/task-types/:name", s.deleteTaskType)
 	a.GET("/task-types", s.listTaskTypes)
 	a.GET("/task-types/:name", s.getTaskType)
+	a.POST("/task-types/:name/pause", s.pauseTaskType)
+	a.POST("/task-types/:name/resume", s.resumeTaskType)
 	a.POST("/keys", s.createKey)
 	a.GET("/keys", s.listKeys)
 	a.DELETE("/keys/:id", s.revokeKey)

@@ -341,3 +341,44 @@ func (s *Server) release(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, out)
 }
+
+// SnoozeBody is the body of a snooze.
+type SnoozeBody struct {
+	WorkerID string `json:"worker_id,omitempty"`
+	TaskID   string `json:"task_id,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	// SnoozeSeconds is how long the task waits before it is offered again
+	// (1 s to a year). Required.
+	SnoozeSeconds int64 `json:"snooze_seconds"`
+}
+
+// snooze is POST /v1/leases/{lease_id}/snooze: the task goes back to the
+// queue until snooze_seconds from now without using an attempt (SQS
+// ChangeMessageVisibility, River's JobSnooze). Snoozing a lease that is gone
+// is a no-op, as a release is.
+func (s *Server) snooze(c echo.Context) error {
+	var b SnoozeBody
+	if err := bind(c, &b, strict); err != nil {
+		return err
+	}
+	if len(b.Reason) > 1000 {
+		return badRequest("reason is longer than 1000 characters")
+	}
+	if b.SnoozeSeconds < 1 || b.SnoozeSeconds > int64(engine.MaxSnooze/time.Second) {
+		return badRequest("snooze_seconds must be 1..%d, got %d", int64(engine.MaxSnooze/time.Second), b.SnoozeSeconds)
+	}
+	call, err := workerCall(c, c.Param("lease_id"), b.WorkerID, b.TaskID)
+	if err != nil {
+		return err
+	}
+	t, err := s.eng.Snooze(c.Request().Context(), call, time.Duration(b.SnoozeSeconds)*time.Second, b.Reason)
+	if err != nil {
+		return err
+	}
+	out := api.SnoozeResponse{Status: "snoozed", LeaseID: call.LeaseID}
+	// As for release: name the task only to the worker that held the lease.
+	if t != nil && (call.WorkerID == "" || t.WorkerID == "" || t.WorkerID == call.WorkerID) {
+		out.Fill(t)
+	}
+	return c.JSON(http.StatusOK, out)
+}

@@ -259,7 +259,7 @@ func TestToolsByRole(t *testing.T) {
 	}
 	want := []string{"acquire_resource_leases", "check_task_status", "fetch_task_result", "get_receipt", "get_receipt_chain", "get_task_progress",
 		"heartbeat_resource_leases", "list_active_tasks", "list_open_obligations", "list_resource_holders", "list_task_types", "release_resource_leases", "verify_resource_leases",
-		"worker_complete_task", "worker_fail_task", "worker_heartbeat_task", "worker_lease_task"}
+		"worker_complete_task", "worker_fail_task", "worker_heartbeat_task", "worker_lease_task", "worker_snooze_task"}
 	if got := toolNames(t, b.connect(t, b.worker)); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("worker tools: %v\nwant %v", got, want)
 	}
@@ -268,7 +268,7 @@ func TestToolsByRole(t *testing.T) {
 func TestWorkerShimRefusedForAgentKeys(t *testing.T) {
 	b := setup(t, mcpapi.Config{})
 	agent := b.connect(t, b.agent)
-	for _, name := range []string{"worker_lease_task", "worker_heartbeat_task", "worker_complete_task", "worker_fail_task"} {
+	for _, name := range []string{"worker_lease_task", "worker_heartbeat_task", "worker_complete_task", "worker_fail_task", "worker_snooze_task"} {
 		hidden(t, agent, name, map[string]any{"task_id": "T-x", "run_id": "lease-x"})
 	}
 	worker := b.connect(t, b.worker)
@@ -645,6 +645,23 @@ func TestCancelAndFail(t *testing.T) {
 	if fr.Status != "failed" || !fr.WillRetry || fr.RetryScheduledAt == nil {
 		t.Fatalf("retryable fail: %+v", fr)
 	}
+
+	// A snooze gives the task back for a while without using an attempt;
+	// the task is scheduled until then.
+	id = queue()
+	ok(t, worker, "worker_lease_task", nil, &lease)
+	fails(t, worker, "worker_snooze_task", map[string]any{"task_id": id, "run_id": lease.RunID, "snooze_seconds": 0}, host.CodeBadRequest)
+	fails(t, worker, "worker_snooze_task", map[string]any{"task_id": id, "run_id": lease.RunID}, host.CodeBadRequest)
+	var sr api.SnoozeResponse
+	ok(t, worker, "worker_snooze_task", map[string]any{"task_id": id, "run_id": lease.RunID, "snooze_seconds": 600, "reason": "rate limited"}, &sr)
+	if sr.Status != "snoozed" || sr.TaskID != id || sr.AvailableAt == nil || time.Until(*sr.AvailableAt) < 590*time.Second {
+		t.Fatalf("snooze: %+v", sr)
+	}
+	ok(t, agent, "check_task_status", map[string]any{"task_id": id}, &raw)
+	if raw["status"] != "scheduled" || raw["attempts"] != float64(0) {
+		t.Fatalf("snoozed task: %v, want scheduled with no attempt used", raw)
+	}
+	fails(t, worker, "worker_fail_task", map[string]any{"task_id": id, "run_id": lease.RunID, "error_message": "late"}, host.CodeLeaseExpired)
 }
 
 // TestErrorCodes checks that tool errors carry the HTTP API's codes.

@@ -200,7 +200,7 @@ func (s *Server) sessionStarted(a engine.Actor) {
 			}
 		}
 	}
-	ts, _, err := s.eng.ListTasks(ctx, a, store.TaskFilter{States: []host.TaskState{host.StateWaiting, host.StateQueued, host.StateLeased}, Limit: 100})
+	ts, _, err := s.eng.ListTasks(ctx, a, store.TaskFilter{States: []host.TaskState{host.StateWaiting, host.StateQueued, host.StateScheduled, host.StateLeased}, Limit: 100})
 	if err != nil {
 		return
 	}

@@ -125,7 +125,7 @@ func nextStep(t *host.Task, poll int) string {
 	switch t.State {
 	case host.StateWaiting:
 		return "Waiting for the tasks it was queued after; it starts when its after_rule is met (or is canceled, with the reason in error_message, if it can no longer be). Continue with other work and check again in a later session."
-	case host.StateQueued, host.StateLeased:
+	case host.StateQueued, host.StateScheduled, host.StateLeased:
 		if t.CancelRequested {
 			return "Cancellation was requested; the worker stops at its next heartbeat. Nothing to do."
 		}
@@ -206,7 +206,7 @@ Use it to get an overview at the start of a session; use check_task_status for d
 		returns[TaskList](), readOnly(), props(
 			mcp.WithString("task_type", mcp.Description("Only tasks of this type.")),
 			mcp.WithString("recipient_ai", mcp.Description("Only tasks addressed to this recipient.")),
-			mcp.WithArray("status", mcp.WithStringEnumItems([]string{"waiting", "queued", "leased", "succeeded", "canceled", "dead_letter"}),
+			mcp.WithArray("status", mcp.WithStringEnumItems([]string{"waiting", "queued", "scheduled", "leased", "succeeded", "canceled", "dead_letter"}),
 				mcp.Description("States to list. Default [\"waiting\", \"queued\", \"leased\"].")),
 			mcp.WithInteger("limit", mcp.Min(1), mcp.Max(500), mcp.Description("Page size. Default 100.")),
 			mcp.WithString("cursor", mcp.Description("The cursor of the previous page, to read the next one.")),
@@ -374,7 +374,7 @@ func (s *Server) listActiveTasks(ctx context.Context, a engine.Actor, req mcp.Ca
 		f.Types = []string{in.TaskType}
 	}
 	if len(in.Status) == 0 {
-		in.Status = []string{string(host.StateWaiting), string(host.StateQueued), string(host.StateLeased)}
+		in.Status = []string{string(host.StateWaiting), string(host.StateQueued), string(host.StateScheduled), string(host.StateLeased)}
 	}
 	for _, st := range in.Status {
 		f.States = append(f.States, host.TaskState(st))

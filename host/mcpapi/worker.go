@@ -115,6 +115,53 @@ Failing the same run twice returns the first outcome.`,
 			mcp.WithObject("metadata", mcp.Description("Extra facts about the failure.")),
 		)),
 		workerRole, s.workerFail)
+
+	s.add(tool("worker_snooze_task", "Worker: snooze a task",
+		`Worker shim. Give the task back until snooze_seconds from now without using an attempt: its retry budget is untouched, and it is offered again (to you or another worker) no earlier than available_at. Use it when the task cannot run yet (an upstream rate limit, a resource not ready), not for failures.
+Your lease ends: the run_id stops working. An accepted lease's obligation is discharged by a task.snoozed receipt. Snoozing a run that is already gone does nothing.`,
+		returns[api.SnoozeResponse](), writes(true, true),
+		props(workerIDArg, wTaskIDArg, runIDArg,
+			mcp.WithInteger("snooze_seconds", mcp.Required(), mcp.Min(1), mcp.Max(float64(engine.MaxSnooze/time.Second)), mcp.Description("How long the task waits before it is offered again, in seconds (1 to a year).")),
+			mcp.WithString("reason", mcp.MaxLength(1000), mcp.Description("Why, for the task's history.")),
+		)),
+		workerRole, s.workerSnooze)
+}
+
+func (s *Server) workerSnooze(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in struct {
+		WorkerCallArgs
+		SnoozeSeconds int64  `json:"snooze_seconds"`
+		Reason        string `json:"reason,omitempty"`
+	}
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	call, err := in.call(a)
+	if err != nil {
+		return nil, "", err
+	}
+	if in.SnoozeSeconds < 1 || in.SnoozeSeconds > int64(engine.MaxSnooze/time.Second) {
+		return nil, "", host.Errorf(host.CodeBadRequest, "snooze_seconds must be 1..%d, got %d", int64(engine.MaxSnooze/time.Second), in.SnoozeSeconds)
+	}
+	if len(in.Reason) > 1000 {
+		return nil, "", host.Errorf(host.CodeBadRequest, "reason is longer than 1000 characters")
+	}
+	wctx, cancel := detached(ctx)
+	defer cancel()
+	t, err := s.eng.Snooze(wctx, call, time.Duration(in.SnoozeSeconds)*time.Second, in.Reason)
+	if err != nil {
+		return nil, "", err
+	}
+	out := api.SnoozeResponse{Status: "snoozed", LeaseID: call.LeaseID}
+	// As for release: name the task only to the worker that held the lease.
+	if t != nil && (t.WorkerID == "" || t.WorkerID == a.Principal) {
+		out.Fill(t)
+	}
+	text := fmt.Sprintf("Task %s: snoozed; your run is over.", call.TaskID)
+	if out.AvailableAt != nil {
+		text = fmt.Sprintf("Task %s: snoozed until %s; your run is over.", call.TaskID, out.AvailableAt.Format(time.RFC3339))
+	}
+	return out, text, nil
 }
 
 func (s *Server) workerLease(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {

@@ -335,6 +335,27 @@ func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStat
 	return qs, nil
 }
 
+// ScheduledCounts implements store.Reader: one walk of the tenant's queued
+// tasks.
+func (r *reader) ScheduledCounts(ctx context.Context, tenant string, now time.Time) ([]store.CountDelta, error) {
+	q := `SELECT tenant, task_type, count(*) FROM tasks WHERE state = 'queued' AND available_at > $1 GROUP BY tenant, task_type`
+	a := []any{us(now)}
+	if tenant != "" {
+		q = `SELECT tenant, task_type, count(*) FROM tasks WHERE tenant = $2 AND state = 'queued' AND available_at > $1 GROUP BY tenant, task_type`
+		a = append(a, tenant)
+	}
+	var out []store.CountDelta
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		d := store.CountDelta{State: host.StateScheduled}
+		if err := rows.Scan(&d.Tenant, &d.Type, &d.N); err != nil {
+			return err
+		}
+		out = append(out, d)
+		return nil
+	}, q, a...)
+	return out, err
+}
+
 // oldestReady finds a tenant's oldest ready queued task with one probe of
 // the lease index (tasks_ready: tenant, priority, seq) per priority (1..10,
 // enforced on every task), each O(1). Written as one ORDER BY seq over the
@@ -602,6 +623,35 @@ func (w *writeTx) PutTaskType(ctx context.Context, tt *host.TaskType) error {
 	_, err = w.ss.exec(w.c(ctx), `INSERT INTO task_types (tenant, name, body) VALUES ($1,$2,$3)
 ON CONFLICT (tenant, name) DO UPDATE SET body = excluded.body`, tt.Tenant, tt.Name, string(b))
 	return err
+}
+
+// ListTaskTypePauses implements store.Reader.
+func (r *reader) ListTaskTypePauses(ctx context.Context, tenant string) ([]store.TaskTypePause, error) {
+	var out []store.TaskTypePause
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		p := store.TaskTypePause{Tenant: tenant}
+		var at int64
+		if err := rows.Scan(&p.TaskType, &p.PausedBy, &at, &p.Reason); err != nil {
+			return err
+		}
+		p.PausedAt = fromUS(at)
+		out = append(out, p)
+		return nil
+	}, `SELECT task_type, paused_by, paused_at, reason FROM task_type_pauses WHERE tenant = $1 ORDER BY task_type`, tenant)
+	return out, err
+}
+
+// PauseTaskType implements store.Tx.
+func (w *writeTx) PauseTaskType(ctx context.Context, p store.TaskTypePause) error {
+	_, err := w.ss.exec(w.c(ctx), `INSERT INTO task_type_pauses (tenant, task_type, paused_by, paused_at, reason) VALUES ($1,$2,$3,$4,$5)
+ON CONFLICT (tenant, task_type) DO NOTHING`, p.Tenant, p.TaskType, p.PausedBy, us(p.PausedAt), p.Reason)
+	return err
+}
+
+// ResumeTaskType implements store.Tx.
+func (w *writeTx) ResumeTaskType(ctx context.Context, tenant, name string) (bool, error) {
+	n, err := w.ss.exec(w.c(ctx), `DELETE FROM task_type_pauses WHERE tenant = $1 AND task_type = $2`, tenant, name)
+	return n > 0, err
 }
 
 // DeleteTaskType implements store.Tx.

@@ -452,6 +452,32 @@ func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStat
 	return qs, nil
 }
 
+// ScheduledCounts implements store.Reader: one walk of the tenant's queued
+// tasks through the lease index.
+func (r *reader) ScheduledCounts(ctx context.Context, tenant string, now time.Time) ([]store.CountDelta, error) {
+	q := `SELECT tenant, task_type, count(*) FROM tasks WHERE state = 'queued' AND available_at > ? GROUP BY tenant, task_type`
+	args := []any{us(now)}
+	if tenant != "" {
+		q = `SELECT tenant, task_type, count(*) FROM tasks INDEXED BY tasks_ready_type WHERE tenant = ? AND state = 'queued' AND available_at > ?
+GROUP BY tenant, task_type`
+		args = []any{tenant, us(now)}
+	}
+	rows, err := r.query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.CountDelta
+	for rows.Next() {
+		d := store.CountDelta{State: host.StateScheduled}
+		if err := rows.Scan(&d.Tenant, &d.Type, &d.N); err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
 // oldestReady finds a tenant's oldest ready queued task with one probe of
 // the lease index (tasks_ready: tenant, priority, seq) per priority (1..10,
 // enforced on every task): the oldest by seq of each priority's ready tasks,
@@ -751,6 +777,43 @@ func (w *writeTx) PutTaskType(ctx context.Context, tt *host.TaskType) error {
 }
 
 // DeleteTaskType implements store.Tx.
+// ListTaskTypePauses implements store.Reader.
+func (r *reader) ListTaskTypePauses(ctx context.Context, tenant string) ([]store.TaskTypePause, error) {
+	rows, err := r.query(ctx, `SELECT task_type, paused_by, paused_at, reason FROM task_type_pauses WHERE tenant = ? ORDER BY task_type`, tenant)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.TaskTypePause
+	for rows.Next() {
+		p := store.TaskTypePause{Tenant: tenant}
+		var at int64
+		if err := rows.Scan(&p.TaskType, &p.PausedBy, &at, &p.Reason); err != nil {
+			return nil, err
+		}
+		p.PausedAt = fromUS(at)
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// PauseTaskType implements store.Tx.
+func (w *writeTx) PauseTaskType(ctx context.Context, p store.TaskTypePause) error {
+	_, err := w.exec(ctx, `INSERT INTO task_type_pauses (tenant, task_type, paused_by, paused_at, reason) VALUES (?,?,?,?,?)
+ON CONFLICT (tenant, task_type) DO NOTHING`, p.Tenant, p.TaskType, p.PausedBy, us(p.PausedAt), p.Reason)
+	return err
+}
+
+// ResumeTaskType implements store.Tx.
+func (w *writeTx) ResumeTaskType(ctx context.Context, tenant, name string) (bool, error) {
+	res, err := w.exec(ctx, `DELETE FROM task_type_pauses WHERE tenant = ? AND task_type = ?`, tenant, name)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
 func (w *writeTx) DeleteTaskType(ctx context.Context, tenant, name string) error {
 	res, err := w.exec(ctx, `DELETE FROM task_types WHERE tenant = ? AND name = ?`, tenant, name)
 	if err != nil {

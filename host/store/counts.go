@@ -70,6 +70,25 @@ func (qs *QueueStats) AddCount(typ string, state host.TaskState, n int64) {
 	qs.addTypeState(typ, state, n)
 }
 
+// SplitScheduled moves the queued tasks that ScheduledCounts counted from
+// StateQueued to StateScheduled (ByState and ByTypeState; ByType still
+// counts them, as every open task). Only the deltas of qs's tenant belong
+// in ds.
+func (qs *QueueStats) SplitScheduled(ds []CountDelta) {
+	for _, d := range ds {
+		if d.N <= 0 {
+			continue
+		}
+		qs.ByState[host.StateQueued] -= d.N
+		qs.ByState[host.StateScheduled] += d.N
+		if qs.ByState[host.StateQueued] == 0 {
+			delete(qs.ByState, host.StateQueued)
+		}
+		qs.addTypeState(d.Type, host.StateQueued, -d.N)
+		qs.addTypeState(d.Type, host.StateScheduled, d.N)
+	}
+}
+
 // addTypeState counts n tasks of a type in a state in ByTypeState.
 func (qs *QueueStats) addTypeState(typ string, state host.TaskState, n int64) {
 	if qs.ByTypeState == nil {

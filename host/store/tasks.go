@@ -35,6 +35,13 @@ type TaskReader interface {
 	// (storetest: QueueCountsStayExact, QueueCountsByTypeAndState,
 	// OldestReady; PostgreSQL's TestQueueCountsAcrossHosts).
 	QueueStats(ctx context.Context, tenant string) (QueueStats, error)
+	// ScheduledCounts counts, by tenant and type, the queued tasks of
+	// tenant ("" for all) not available before now: the tasks every view
+	// shows as host.StateScheduled. Unlike QueueStats it reads the tasks
+	// themselves (one walk of the tenant's queued tasks), as the move from
+	// scheduled to ready is the clock's, not a write's (storetest:
+	// ScheduledState).
+	ScheduledCounts(ctx context.Context, tenant string, now time.Time) ([]CountDelta, error)
 	// ListProgress returns a task's progress history, newest first, at most
 	// limit reports.
 	ListProgress(ctx context.Context, tenant, taskID string, limit int) ([]Progress, error)
@@ -100,6 +107,20 @@ type TaskTypeReader interface {
 	// ListTaskTypeKeys returns every tenant's task type names (retention
 	// walks them).
 	ListTaskTypeKeys(ctx context.Context) ([]TaskTypeKey, error)
+	// ListTaskTypePauses returns the task types of tenant whose leasing is
+	// paused, by name (storetest: PauseLeasing).
+	ListTaskTypePauses(ctx context.Context, tenant string) ([]TaskTypePause, error)
+}
+
+// TaskTypePause is a task type whose leasing an operator paused: its tasks
+// are still enqueued, but no lease call is offered them until it is
+// resumed.
+type TaskTypePause struct {
+	Tenant   string    `json:"-"`
+	TaskType string    `json:"task_type"`
+	PausedBy string    `json:"paused_by"`
+	PausedAt time.Time `json:"paused_at"`
+	Reason   string    `json:"reason,omitempty"`
 }
 
 // TaskTypeWriter creates, replaces and removes task types.
@@ -110,6 +131,11 @@ type TaskTypeWriter interface {
 	// DeleteTaskType removes a task type; host.CodeNotFound if there is
 	// none. Its tasks stay (retention finds them as orphans).
 	DeleteTaskType(ctx context.Context, tenant, name string) error
+	// PauseTaskType records p; a type already paused keeps its first pause
+	// (storetest: PauseLeasing).
+	PauseTaskType(ctx context.Context, p TaskTypePause) error
+	// ResumeTaskType removes a pause and reports whether there was one.
+	ResumeTaskType(ctx context.Context, tenant, name string) (bool, error)
 }
 
 // WorkerReader reads the workers a gate has seen.

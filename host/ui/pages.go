@@ -25,7 +25,7 @@ var tenantPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$`)
 // pageSize is how many rows a list page shows.
 const pageSize = 50
 
-var allStates = []host.TaskState{host.StateWaiting, host.StateQueued, host.StateLeased, host.StateSucceeded, host.StateCanceled, host.StateDeadLetter}
+var allStates = []host.TaskState{host.StateWaiting, host.StateQueued, host.StateScheduled, host.StateLeased, host.StateSucceeded, host.StateCanceled, host.StateDeadLetter}
 
 // stateCount is one row of the queue table.
 type stateCount struct {
@@ -38,6 +38,7 @@ type typeRow struct {
 	Name     string
 	Counts   []stateCount // in allStates order
 	Enabled  bool
+	Paused   bool // its leasing is paused (enqueue still accepted)
 	Known    bool // a registered type (not only tasks of a deleted one)
 	Priority int
 }
@@ -65,6 +66,14 @@ func (u *UI) queues(c echo.Context) (*queuesData, error) {
 	if err != nil {
 		return nil, err
 	}
+	pauses, err := u.eng.TaskTypePauses(ctx, s.tenant)
+	if err != nil {
+		return nil, err
+	}
+	paused := map[string]bool{}
+	for _, p := range pauses {
+		paused[p.TaskType] = true
+	}
 	d := &queuesData{Tenant: s.tenant, Oldest: ago(qs.OldestReadyAge)}
 	for _, st := range allStates {
 		d.States = append(d.States, stateCount{st, qs.ByState[st]})
@@ -79,7 +88,7 @@ func (u *UI) queues(c echo.Context) (*queuesData, error) {
 	seen := map[string]bool{}
 	for _, tt := range tts {
 		seen[tt.Name] = true
-		d.Types = append(d.Types, typeRow{Name: tt.Name, Counts: counts(tt.Name), Enabled: tt.Enabled, Known: true, Priority: tt.DefaultPriority})
+		d.Types = append(d.Types, typeRow{Name: tt.Name, Counts: counts(tt.Name), Enabled: tt.Enabled, Paused: paused[tt.Name], Known: true, Priority: tt.DefaultPriority})
 	}
 	for name := range qs.ByTypeState { // tasks of a type since deleted
 		if !seen[name] {
@@ -91,7 +100,7 @@ func (u *UI) queues(c echo.Context) (*queuesData, error) {
 	now := u.now()
 	d.Samples = len(ss)
 	d.Rates = computeRates(ss)
-	d.Backlog = plot("Backlog (queued tasks)", ss, now, func(s sample) float64 { return float64(s.byState[host.StateQueued]) }, count)
+	d.Backlog = plot("Backlog (queued tasks ready to lease)", ss, now, func(s sample) float64 { return float64(s.byState[host.StateQueued]) }, count)
 	d.Age = plot("Oldest ready task's age", ss, now, func(s sample) float64 { return s.oldest.Seconds() }, seconds)
 	return d, nil
 }

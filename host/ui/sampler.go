@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
@@ -109,7 +110,7 @@ func (s *sampler) take(ctx context.Context, tenant string) {
 	var qs store.QueueStats
 	err := s.st.View(ctx, func(r store.Reader) error {
 		var err error
-		qs, err = r.QueueStats(ctx, tenant)
+		qs, err = engine.QueueStats(ctx, r, tenant, s.now())
 		return err
 	})
 	if err != nil {

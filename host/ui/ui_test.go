@@ -307,6 +307,20 @@ func TestRedriveManyAndTheTaskPageChecksReceiptHashes(t *testing.T) {
 			t.Fatalf("the queues page lacks %s:\n%s", want, page)
 		}
 	}
+	// A delayed task is counted as scheduled, not queued; a paused type
+	// says so.
+	if code := b.api(t, "POST", "/v1/tasks", b.admin, map[string]any{"task_type": "echo", "params": map[string]any{}, "delay_seconds": 600}); code["task_id"] == nil {
+		t.Fatalf("delayed enqueue: %v", code)
+	}
+	if r := b.api(t, "POST", "/v1/admin/task-types/echo/pause", b.admin, map[string]any{}); r["status"] != "paused" {
+		t.Fatalf("pause: %v", r)
+	}
+	_, page = br.get("/ui/")
+	for _, want := range []string{`/ui/tasks?type=echo&amp;state=scheduled">1<`, `id="count-queued">2<`, `id="count-scheduled">1<`, `class="paused"`} {
+		if !strings.Contains(page, want) {
+			t.Fatalf("the queues page lacks %s:\n%s", want, page)
+		}
+	}
 	_, page = br.get("/ui/tasks/" + ids[0])
 	if n := strings.Count(page, "hash-ok"); n < 3 || strings.Contains(page, "hash-bad") {
 		t.Fatalf("task page: %d receipts with a verified hash (want ≥ 3: assigned, failed, assigned again), or a bad one:\n%s", n, page)

@@ -77,8 +77,11 @@ func (c *Client) BaseURL() string { return c.base }
 
 // States of a task.
 const (
-	StateWaiting    = "waiting" // queued with after; not offered until its rule is met
-	StateQueued     = "queued"
+	StateWaiting = "waiting" // queued with after; not offered until its rule is met
+	StateQueued  = "queued"
+	// StateScheduled is a queued task not offered before its available_at
+	// (a delayed start, a retry's backoff, a snooze).
+	StateScheduled  = "scheduled"
 	StateLeased     = "leased"
 	StateSucceeded  = "succeeded"
 	StateCanceled   = "canceled"

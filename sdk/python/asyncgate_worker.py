@@ -47,7 +47,10 @@ Receipt flow") and the Go SDK (``sdk/worker``):
   wait on ``task.cancelled``) in their loops;
 * results: ``dict``/``list``/str/numbers go inline as JSON, ``bytes`` inline as
   base64, a ``Pointer`` names a result the handler stored itself;
-* exceptions: ``FatalError`` dead-letters the task at once; any other
+* exceptions: ``Snooze(seconds)`` gives the task back until ``seconds`` from
+  now without using an attempt (its retry budget is untouched; River's
+  JobSnooze, SQS's ChangeMessageVisibility); ``FatalError`` dead-letters the
+  task at once; any other
   exception (including ``RetryableError``) is a retryable failure with the
   traceback in the failure's metadata;
 * every call it retries (lease, accept, heartbeat, complete, fail, release,
@@ -88,6 +91,7 @@ import http.client
 import io
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -103,7 +107,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 __all__ = [
-    "AsyncGateError", "RetryableError", "FatalError", "TaskStopped",
+    "AsyncGateError", "RetryableError", "FatalError", "Snooze", "TaskStopped",
     "Pointer", "Task", "Client", "Runner",
 ]
 
@@ -335,6 +339,18 @@ class RetryableError(Exception):
 class FatalError(Exception):
     """Raise from a handler for a failure that must not be retried: the task
     goes to the dead-letter queue at once."""
+
+
+class Snooze(Exception):
+    """Raise from a handler to give the task back until ``seconds`` from now
+    (rounded up to whole seconds, at least one) without using an attempt:
+    the task is offered again after that, and its retry budget is untouched.
+    ``reason`` goes into the task's history (the task.snoozed receipt)."""
+
+    def __init__(self, seconds: float, reason: str = ""):
+        super().__init__("snooze for %ss" % seconds)
+        self.seconds = seconds
+        self.reason = reason
 
 
 class TaskStopped(Exception):
@@ -797,6 +813,14 @@ class Client:
             raise BadAnswerError("the gate answered a batch of %d outcomes with %d results" % (len(entries), len(results)))
         return results
 
+    def snooze(self, lease_id: str, seconds: int, task_id: str = "", reason: str = "",
+               trace: Optional[Tuple[str, str]] = None) -> Dict[str, Any]:
+        """POST /v1/leases/{id}/snooze: back to the queue until ``seconds``
+        from now without using an attempt; the answer's available_at says
+        when the task is offered again."""
+        return self._call("POST", "/v1/leases/%s/snooze" % urllib.parse.quote(lease_id),
+                          {"task_id": task_id, "reason": reason, "snooze_seconds": int(seconds)}, trace=trace)[1]
+
     def release(self, lease_id: str, task_id: str = "", reason: str = "",
                 trace: Optional[Tuple[str, str]] = None) -> Dict[str, Any]:
         """POST /v1/leases/{id}/release: back to the queue without using an
@@ -1127,6 +1151,9 @@ class Runner:
             elif reason == "shutdown":
                 task.log.info("task %s interrupted by shutdown; releasing", task.task_id)
                 self._release(task, "worker shutting down")
+            elif isinstance(error, Snooze):
+                task.log.info("task %s snoozed for %ss", task.task_id, error.seconds)
+                self._snooze(task, error)
             else:
                 self._deliver_fail(task, error, tb)
         finally:
@@ -1250,6 +1277,18 @@ class Runner:
             return True
 
     # ---- outcomes
+
+    def _snooze(self, task: Task, sn: Snooze) -> None:
+        seconds = max(1, int(math.ceil(sn.seconds)))
+        for n in range(1, 4):
+            try:
+                self.client.snooze(task.lease_id, seconds, task.task_id, sn.reason, trace=task.trace)
+                return
+            except Exception as e:  # noqa: BLE001
+                if not is_temporary(e) or n == 3:
+                    task.log.warning("could not snooze %s (%s); it will expire on its own", task.lease_id, e)
+                    return
+                time.sleep(_retry_wait(e, self._delay(self.delivery_backoff, n)))
 
     def _release(self, task: Task, reason: str) -> None:
         for n in range(1, 4):

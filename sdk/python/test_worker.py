@@ -906,6 +906,32 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(t["result"]["result_channel"], "s3")
         self.assertEqual(t["result"]["metadata"], {"bytes": 3})
 
+    def test_snooze_uses_no_attempt(self):
+        put_type("py-snooze")
+        r = self.make_runner()
+        runs = []
+
+        @r.task("py-snooze")
+        def snoozy(task):
+            runs.append(time.time())
+            if len(runs) == 1:
+                raise aw.Snooze(1.5, "upstream not ready")
+            return {"run": len(runs)}
+
+        self.start(r)
+        tid = enqueue("py-snooze", {}, max_retries=0)
+        wait_task(tid, "scheduled by the snooze", status_is("scheduled"))
+        t = wait_task(tid, "succeeded", status_is("succeeded"))
+        self.assertEqual((t["attempts"], t["lease_count"]), (0, 2))
+        self.assertEqual(result_content(t), {"run": 2})
+        self.assertGreaterEqual(runs[1] - runs[0], 1.0)
+        st, tl = call("GET", "/v1/tasks/%s/timeline" % tid, AGENT)
+        self.assertEqual(st, 200)
+        snoozed = [e for e in tl["events"] if e["event_type"] == "task.snoozed"]
+        self.assertEqual(len(snoozed), 1, tl["events"])
+        self.assertEqual(snoozed[0]["details"]["snooze_seconds"], 2)
+        self.assertEqual(snoozed[0]["details"]["reason"], "upstream not ready")
+
     def test_retryable_then_success(self):
         put_type("py-flaky", policy={"name": "backoff", "config": {"base_seconds": 0, "jitter": 0}})
         r = self.make_runner()

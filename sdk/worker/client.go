@@ -457,6 +457,37 @@ func (c *Client) Fail(ctx context.Context, leaseID string, f Failure) (*FailResu
 	return &out, nil
 }
 
+// SnoozeRequest is the body of a snooze.
+type SnoozeRequest struct {
+	TaskID string `json:"task_id,omitempty"`
+	// Seconds is how long the task waits before it is offered again (1 s
+	// to a year).
+	Seconds int64  `json:"snooze_seconds"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// SnoozeResult is the gate's answer to a snooze.
+type SnoozeResult struct {
+	Status     string `json:"status"`
+	LeaseID    string `json:"lease_id"`
+	TaskID     string `json:"task_id,omitempty"`
+	TaskStatus string `json:"task_status,omitempty"`
+	// AvailableAt is when the task is offered again (nil when the lease
+	// was already gone, or the task was canceled instead).
+	AvailableAt *time.Time `json:"available_at,omitempty"`
+}
+
+// Snooze gives the task back until req.Seconds from now without using an
+// attempt (a task whose cancel was requested is canceled instead).
+// Snoozing a lease that is gone is a no-op.
+func (c *Client) Snooze(ctx context.Context, leaseID string, req SnoozeRequest) (*SnoozeResult, error) {
+	var out SnoozeResult
+	if _, _, err := c.do(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(leaseID)+"/snooze", req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Release gives the task back to the queue at once without using an attempt
 // (a task whose cancel was requested is canceled instead). Releasing a lease
 // that is gone is a no-op.

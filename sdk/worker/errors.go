@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Causes of a handler's context being cancelled. Read them with
@@ -71,6 +72,41 @@ func Fatalf(format string, args ...any) error { return Fatal(fmt.Errorf(format, 
 func IsRetryable(err error) bool {
 	var fe *FatalError
 	return !errors.As(err, &fe)
+}
+
+// SnoozeError asks the Runner to give the task back until Delay from now
+// without using an attempt (River's JobSnooze, SQS's
+// ChangeMessageVisibility): the task's retry budget is untouched. Handlers
+// return it through Snooze.
+type SnoozeError struct {
+	Delay  time.Duration
+	Reason string
+}
+
+// Error implements error.
+func (e *SnoozeError) Error() string { return fmt.Sprintf("snooze for %s", e.Delay) }
+
+// Snooze returns the error that has the Runner snooze the task for d: it is
+// offered again no earlier than d from now (rounded up to whole seconds,
+// at least one), and the attempt does not count as a failure.
+func Snooze(d time.Duration) error { return &SnoozeError{Delay: d} }
+
+// SnoozeFor is Snooze with a reason the task's history keeps.
+func SnoozeFor(d time.Duration, reason string) error { return &SnoozeError{Delay: d, Reason: reason} }
+
+// asSnooze returns the SnoozeError in err's chain, or nil.
+func asSnooze(err error) *SnoozeError {
+	var se *SnoozeError
+	if errors.As(err, &se) {
+		return se
+	}
+	return nil
+}
+
+// snoozeSeconds rounds d up to whole seconds, at least one.
+func snoozeSeconds(d time.Duration) int64 {
+	s := int64((d + time.Second - 1) / time.Second)
+	return max(s, 1)
 }
 
 // PanicError is the error a handler panic becomes. The Runner reports it as a

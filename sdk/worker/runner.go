@@ -447,6 +447,10 @@ func (r *Runner) work(o Offer) {
 	case errors.Is(cause, ErrShutdown):
 		log.Info("task interrupted by shutdown; releasing the lease", "took", took, "err", err)
 		r.release(bg, log, o, "worker shutting down")
+	case asSnooze(err) != nil:
+		se := asSnooze(err)
+		log.Info("task snoozed; giving the lease back until later without using an attempt", "took", took, "for", se.Delay)
+		r.snooze(bg, log, o, se)
 	default:
 		r.deliverFail(l, err)
 	}
@@ -765,6 +769,28 @@ func (r *Runner) release(ctx context.Context, log *slog.Logger, o Offer, reason 
 		}
 		if !Temporary(err) || n == 3 {
 			log.Warn("could not release the lease; it will expire on its own", "err", err)
+			return
+		}
+		select {
+		case <-r.hard:
+		case <-time.After(retryWait(err, r.cfg.DeliveryBackoff.Delay(n))):
+		}
+	}
+}
+
+// snooze gives the lease back until se.Delay from now, retrying network
+// errors a few times; a lease that cannot be snoozed expires on its own
+// (and the task is offered again after the type's requeue delay).
+func (r *Runner) snooze(ctx context.Context, log *slog.Logger, o Offer, se *SnoozeError) {
+	for n := 1; n <= 3; n++ {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := r.c.Snooze(cctx, o.LeaseID, SnoozeRequest{TaskID: o.Task.ID, Seconds: snoozeSeconds(se.Delay), Reason: se.Reason})
+		cancel()
+		if err == nil {
+			return
+		}
+		if !Temporary(err) || n == 3 {
+			log.Warn("could not snooze the lease; it will expire on its own", "err", err)
 			return
 		}
 		select {

@@ -171,7 +171,7 @@ func TestWorkerRetryableThenSuccess(t *testing.T) {
 
 	// With the default policy the gate schedules a retry after its backoff.
 	id := g.enqueue("r-flaky", map[string]any{}, map[string]any{"max_retries": 2})
-	tv = g.waitTask(id, "a retry scheduled", func(tv taskView) bool { return tv.Attempts == 1 && tv.Status == "queued" })
+	tv = g.waitTask(id, "a retry scheduled", func(tv taskView) bool { return tv.Attempts == 1 && tv.Status == "scheduled" })
 	if tv.ErrorMessage != "upstream timeout" {
 		t.Fatalf("error_message %q", tv.ErrorMessage)
 	}
@@ -546,5 +546,53 @@ func TestOfferTTLIsTheGatesLease(t *testing.T) {
 	}
 	if _, err := c.Complete(ctx, o.LeaseID, worker.Completion{ResultPointer: "s3://bucket/clock"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWorkerSnooze: a handler that returns worker.Snooze gives its task back
+// until later without using an attempt; the task is scheduled meanwhile and
+// runs again after the snooze.
+func TestWorkerSnooze(t *testing.T) {
+	g := sharedGate(t)
+	g.putType("r-snooze", 30, nil)
+	var mu sync.Mutex
+	var runs []time.Time
+	start(t, g.URL, g.Worker, testConfig(t), map[string]worker.HandlerFunc{"r-snooze": func(ctx context.Context, task *worker.Task) (any, error) {
+		mu.Lock()
+		runs = append(runs, time.Now())
+		n := len(runs)
+		mu.Unlock()
+		if n == 1 {
+			return nil, worker.SnoozeFor(2*time.Second, "upstream not ready")
+		}
+		return map[string]int{"run": n}, nil
+	}})
+	id := g.enqueue("r-snooze", map[string]any{}, map[string]any{"max_retries": 0})
+	g.waitTask(id, "scheduled by the snooze", status("scheduled"))
+	tv := g.waitTask(id, "succeeded", status("succeeded"))
+	if tv.Attempts != 0 || tv.LeaseCount != 2 || resultContent(t, g, tv) != `{"run":2}` {
+		t.Fatalf("after a snooze: %+v, want 0 failed attempts, 2 leases, the second run's result", tv)
+	}
+	mu.Lock()
+	gap := runs[1].Sub(runs[0])
+	mu.Unlock()
+	if gap < time.Second { // the gate's clock rounds nothing below a second away
+		t.Fatalf("the task ran again %v after it snoozed for 2 s", gap)
+	}
+	var tl struct {
+		Events []struct {
+			Type    string          `json:"event_type"`
+			Details json.RawMessage `json:"details"`
+		} `json:"events"`
+	}
+	if st := g.call("GET", "/v1/tasks/"+id+"/timeline", g.Agent, nil, &tl); st != 200 {
+		t.Fatalf("timeline: %d", st)
+	}
+	found := false
+	for _, ev := range tl.Events {
+		found = found || ev.Type == "task.snoozed" && strings.Contains(string(ev.Details), "upstream not ready")
+	}
+	if !found {
+		t.Fatalf("no task.snoozed with its reason in the timeline: %+v", tl.Events)
 	}
 }

@@ -76,7 +76,7 @@ func testQueueCounts(t *testing.T, b *Bundle) {
 	_, err := b.Engine.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", o2), Result: Pointer})
 	WantCode(t, err, host.CodeLeaseExpired)
 	check("fenced")
-	queued, _, err := b.Engine.ListTasks(b.Ctx, b.Admin, store.TaskFilter{States: []host.TaskState{host.StateQueued}, Limit: 1})
+	queued, _, err := b.Engine.ListTasks(b.Ctx, b.Admin, store.TaskFilter{States: []host.TaskState{host.StateQueued, host.StateScheduled}, Limit: 1})
 	if err != nil || len(queued) != 1 {
 		t.Fatalf("list queued: %v %v", queued, err)
 	}

@@ -169,7 +169,7 @@ func testHammer(t *testing.T, b *Bundle) {
 		qs, err := b.Engine.Stats(ctx, "acme")
 		if err == nil {
 			left = qs
-			if qs.ByState[host.StateQueued]+qs.ByState[host.StateLeased] == 0 && countIDs(&ids) == tasks {
+			if qs.ByState[host.StateQueued]+qs.ByState[host.StateScheduled]+qs.ByState[host.StateLeased] == 0 && countIDs(&ids) == tasks {
 				break
 			}
 		}
@@ -179,8 +179,8 @@ func testHammer(t *testing.T, b *Bundle) {
 	cancel()
 	wg.Wait()
 	if timedOut {
-		t.Errorf("after %v, %d of %d tasks queued, %d still queued and %d leased", runFor, countIDs(&ids), tasks,
-			left.ByState[host.StateQueued], left.ByState[host.StateLeased])
+		t.Errorf("after %v, %d of %d tasks queued, %d still queued, %d scheduled and %d leased", runFor, countIDs(&ids), tasks,
+			left.ByState[host.StateQueued], left.ByState[host.StateScheduled], left.ByState[host.StateLeased])
 	}
 	if violations.Load() > 0 || timedOut {
 		return

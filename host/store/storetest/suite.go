@@ -43,6 +43,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"FailRetriesWithBackoffThenDeadLetters", testFailRetry},
 		{"FailNonRetryableDeadLetters", testFailFatal},
 		{"ReleaseUsesNoAttempt", testRelease},
+		{"SnoozeUsesNoAttempt", testSnooze}, {"ScheduledState", testScheduledState}, {"PauseLeasing", testPauseLeasing}, // verbs.go
 		{"CancelQueuedAndLeased", testCancel},
 		{"SweepRequeuesWithoutAttempt", testSweep},
 		{"SweepCapsExpiries", testSweepCap},
@@ -486,7 +487,7 @@ func testFailRetry(t *testing.T, b *Bundle) {
 			t.Fatalf("attempts %d after failure %d", tk.Attempts, attempt)
 		}
 		if attempt < 3 {
-			if !fr.WillRetry || fr.Status != "failed" || fr.RetryScheduledAt == nil || tk.State != host.StateQueued {
+			if !fr.WillRetry || fr.Status != "failed" || fr.RetryScheduledAt == nil || tk.State != host.StateScheduled {
 				t.Fatalf("failure %d: %+v task %+v", attempt, fr, tk)
 			}
 			// Backoff: not leasable before the scheduled time (≥ 270 s with 10% jitter of 300 s).
@@ -646,7 +647,7 @@ func testSweep(t *testing.T, b *Bundle) {
 		t.Fatalf("sweep at expiry handled %d (%v)", n, err)
 	}
 	tk := b.Task(t, res.TaskID)
-	if tk.State != host.StateQueued || tk.Attempts != 0 || tk.LeaseExpiries != 1 || !tk.AvailableAt.Equal(o.LeaseExpiresAt.Add(30*time.Second)) {
+	if tk.State != host.StateScheduled || tk.Attempts != 0 || tk.LeaseExpiries != 1 || !tk.AvailableAt.Equal(o.LeaseExpiresAt.Add(30*time.Second)) {
 		t.Fatalf("after expiry: %+v", tk)
 	}
 	rs := b.Receipts(t, res.TaskID)

@@ -209,7 +209,7 @@ func testTRMutates(t *testing.T, b *Bundle) {
 		t.Fatalf("resource lease does not follow the task lease %s: %+v", offers[0].LeaseExpiresAt, l)
 	}
 	tk2 := b.Task(t, e2.TaskID)
-	if tk2.State != host.StateQueued || tk2.LeaseCount != 0 || tk2.LeaseID != "" || !tk2.AvailableAt.After(b.Clock.Now()) {
+	if tk2.State != host.StateScheduled || tk2.LeaseCount != 0 || tk2.LeaseID != "" || !tk2.AvailableAt.After(b.Clock.Now()) {
 		t.Fatalf("the blocked task was not put back untouched and stepped aside: %+v", tk2)
 	}
 	if len(taskLeases(t, b, e2.TaskID)) != 0 {
@@ -265,7 +265,7 @@ func testTRStepAside(t *testing.T, b *Bundle) {
 		t.Fatalf("offered %s, want the free task behind the blocked ones", o2.Task.ID)
 	}
 	for _, id := range blocked {
-		if tk := b.Task(t, id); tk.State != host.StateQueued || tk.LeaseCount != 0 {
+		if tk := b.Task(t, id); tk.State != host.StateScheduled || tk.LeaseCount != 0 {
 			t.Fatalf("blocked task %s: %+v", id, tk)
 		}
 	}
