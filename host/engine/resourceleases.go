@@ -271,7 +271,10 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 			e.unregisterWaiter(req.Tenant, self, intentResources(intents))
 		}
 	}()
-	waitUntil := e.now().Add(req.Wait)
+	// The registration lasts until the wait ends, counted from the first
+	// decision's time (read under the resources' lock: a clock reading
+	// before the lock would order nothing).
+	var waitUntil time.Time
 	for {
 		w := e.rl().watch(req.Tenant, intentResources(intents))
 		res, err := e.tryAcquire(ctx, req, intents, ttl, prio, explicit, self)
@@ -285,6 +288,9 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 				e.emit(Event{Kind: EvResourceRefused, Tenant: req.Tenant, WorkerID: req.Holder, Detail: host.ErrorCode(err)})
 			}
 			return res, err
+		}
+		if waitUntil.IsZero() {
+			waitUntil = ce.ServerTime.Add(req.Wait)
 		}
 		if !registered {
 			// Registered before it parks: from now on younger conflicting
