@@ -56,16 +56,30 @@ type deliveryTx struct {
 	last *host.Task
 	// outboxed is set when the update queued outbox entries.
 	outboxed bool
+	// reoffered are the tasks the update made available again
+	// (resourcesFreed), whose workers are woken once it commits.
+	reoffered []taskWake
 }
 
-// withDelivery returns fn run on a deliveryTx; *outboxed says, once the
-// update committed, whether it queued outbox entries (the dispatcher is woken
-// for them).
-func (e *Engine) withDelivery(fn func(store.Tx) error, outboxed *bool) func(store.Tx) error {
+// committed is what an update leaves to do once it has committed.
+type committed struct {
+	// outboxed says it queued outbox entries (the dispatcher is woken for
+	// them).
+	outboxed bool
+	// reoffered are the tasks it made available again.
+	reoffered []taskWake
+}
+
+// withDelivery returns fn run on a deliveryTx; *after says, once the update
+// committed, what it left to do.
+func (e *Engine) withDelivery(fn func(store.Tx) error, after *committed) func(store.Tx) error {
 	return func(tx store.Tx) error {
 		d := &deliveryTx{Tx: tx, e: e}
 		err := fn(d)
-		*outboxed = err == nil && d.outboxed
+		*after = committed{}
+		if err == nil {
+			*after = committed{outboxed: d.outboxed, reoffered: d.reoffered}
+		}
 		return err
 	}
 }

@@ -323,12 +323,22 @@ func storeErr(err error) error {
 // the receipts fn appends bring their inbox items and outbox entries with
 // them, and maps driver failures to database_unavailable.
 func (e *Engine) update(ctx context.Context, fn func(store.Tx) error) error {
-	var outboxed bool
-	err := e.st.Update(ctx, e.withDelivery(fn, &outboxed))
-	if err == nil && outboxed {
-		e.wakeOutbox()
+	var after committed
+	err := e.st.Update(ctx, e.withDelivery(fn, &after))
+	if err == nil {
+		e.afterCommit(after)
 	}
 	return storeErr(err)
+}
+
+// afterCommit wakes what a committed update left to wake.
+func (e *Engine) afterCommit(after committed) {
+	if after.outboxed {
+		e.wakeOutbox()
+	}
+	for _, w := range after.reoffered {
+		e.waiters.wake(w.tenant, w.typ, 1)
+	}
 }
 
 func (e *Engine) view(ctx context.Context, fn func(store.Reader) error) error {

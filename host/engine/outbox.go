@@ -195,19 +195,17 @@ func (e *Engine) OutboxRound(ctx context.Context) (int, error) {
 	wg.Wait()
 	// The outcomes are recorded even when the gate is stopping: a delivery
 	// made and not recorded would be made again.
-	var outboxed bool
+	var after committed
 	rctx := context.WithoutCancel(ctx)
 	if err := storeErr(e.st.Update(rctx, e.withDelivery(func(tx store.Tx) error {
 		if err := tx.FinishOutbox(rctx, claimed); err != nil {
 			return err
 		}
 		return e.emailOutcomes(rctx, tx, claimed)
-	}, &outboxed))); err != nil {
+	}, &after))); err != nil {
 		return len(claimed), err // the claims end by themselves; the entries are tried again
 	}
-	if outboxed {
-		e.wakeOutbox() // email outcome receipts queued for the external ledger
-	}
+	e.afterCommit(after) // email outcome receipts queued for the external ledger
 	for i, en := range claimed {
 		if released[i] || en.State == store.OutboxReclaimed {
 			continue // not tried, or its outcome is another dispatcher's now

@@ -90,18 +90,20 @@ func (e *Engine) registerWaiter(ctx context.Context, req AcquireRequest, self st
 }
 
 // unregisterWaiter removes an acquire's registration when it stops waiting
-// without a grant, and wakes those that waited behind it.
+// without a grant, and, holding the resources' locks, re-offers the tasks
+// that stepped aside behind it (resourcesFreed); the acquires parked behind
+// it are woken after the commit.
 func (e *Engine) unregisterWaiter(tenant, self string, resources []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := e.update(ctx, func(tx store.Tx) error {
+		if _, err := tx.LockResources(ctx, tenant, resources); err != nil {
+			return err
+		}
 		if err := tx.DeleteResourceWaiter(ctx, tenant, self); err != nil {
 			return err
 		}
-		for _, r := range resources {
-			leaseEnded(tx, &host.ResourceLease{Tenant: tenant, Resource: r})
-		}
-		return nil
+		return resourcesFreed(ctx, tx, tenant, resources, e.now())
 	})
 	if err != nil {
 		e.log.Debug("could not remove a resource waiter; it lapses", "waiter", self, "err", err)

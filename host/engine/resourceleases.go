@@ -106,11 +106,11 @@ type resourceLeases struct {
 	cfg  ResourceLeaseConfig
 	e    *Engine
 	w    resourceWatch
-	// blocked are the tasks stepped aside on this host, by tenant NUL id
-	// (guarded by w.mu, as is closed).
+	// blocked are the tasks stepped aside on this host, by tenant NUL id,
+	// each with the timer of its fallback wake-up (guarded by w.mu, as is
+	// closed).
 	blocked map[string]*blockedTask
 	closed  bool
-	jobs    sync.WaitGroup // re-offers under way
 }
 
 func (e *Engine) rl() *resourceLeases {
@@ -819,8 +819,7 @@ func (e *Engine) releaseLive(ctx context.Context, tx store.Tx, l *host.ResourceL
 	if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, kind, now, nil)); err != nil {
 		return err
 	}
-	leaseEnded(tx, l)
-	return nil
+	return leaseEnded(ctx, tx, l, now)
 }
 
 // expireLease records an active lease past its expiry as expired, ended at
@@ -830,8 +829,10 @@ func expireLease(ctx context.Context, tx store.Tx, l *host.ResourceLease, now ti
 	if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{ExpiredAt: &now}); err != nil {
 		return err
 	}
-	leaseEnded(tx, l)
-	return tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventExpired, now, nil))
+	if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventExpired, now, nil)); err != nil {
+		return err
+	}
+	return leaseEnded(ctx, tx, l, now)
 }
 
 // VerifyRequest names the leases of a VERIFY_ALL: by id, or every lease a

@@ -83,34 +83,22 @@ func (r *resourceLeases) drop(w *rwaiter) {
 	}
 }
 
-// wakeResources wakes the waiters of the resources of tenant, and re-offers
-// the tasks stepped aside for them.
+// wakeResources wakes the waiters of the resources of tenant.
 func (r *resourceLeases) wakeResources(tenant string, resources []string) {
 	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
 	for _, res := range resources {
 		for w := range r.w.by[rwKey{tenant, res}] {
 			w.wake()
 			r.drop(w)
 		}
 	}
-	r.w.mu.Unlock()
-	r.reoffer(func(k rwKey) bool {
-		if k.tenant != tenant {
-			return false
-		}
-		for _, res := range resources {
-			if k.resource == res {
-				return true
-			}
-		}
-		return false
-	})
 }
 
-// wakeTenant wakes every waiter of tenant ("" : of every tenant), and
-// re-offers the tasks stepped aside there.
+// wakeTenant wakes every waiter of tenant ("" : of every tenant).
 func (r *resourceLeases) wakeTenant(tenant string) {
 	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
 	for k, m := range r.w.by {
 		if tenant != "" && k.tenant != tenant {
 			continue
@@ -120,8 +108,6 @@ func (r *resourceLeases) wakeTenant(tenant string) {
 			r.drop(w)
 		}
 	}
-	r.w.mu.Unlock()
-	r.reoffer(func(k rwKey) bool { return tenant == "" || k.tenant == tenant })
 }
 
 // wake wakes every waiter of every tenant.
@@ -165,16 +151,11 @@ func (e *Engine) park(ctx context.Context, w *rwaiter, until time.Time, deadline
 	return false, nil
 }
 
-// leaseEnded tells other hosts, when tx commits, that the lease l ended (a
-// store that implements store.ResourceNotifyTx). This host's waiters are woken
-// by the caller after the commit.
-func leaseEnded(tx store.Tx, l *host.ResourceLease) {
-	if d, ok := tx.(*deliveryTx); ok {
-		tx = d.Tx
-	}
-	if n, ok := tx.(store.ResourceNotifyTx); ok {
-		n.NotifyResourceEnded(l.Tenant, l.Resource)
-	}
+// leaseEnded runs in the transaction that ends the lease l, which holds
+// its resource's lock (resourcesFreed). This host's waiters are woken by
+// the caller after the commit.
+func leaseEnded(ctx context.Context, tx store.Tx, l *host.ResourceLease, now time.Time) error {
+	return resourcesFreed(ctx, tx, l.Tenant, []string{l.Resource}, now)
 }
 
 // forwardResourceNotice wakes this host's waiters for a notification of

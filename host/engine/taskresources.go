@@ -220,7 +220,9 @@ func (e *Engine) endTaskResources(ctx context.Context, tx store.Tx, ref taskLeas
 			if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventReleased, now, nil)); err != nil {
 				return 0, 0, err
 			}
-			leaseEnded(tx, l)
+			if err := leaseEnded(ctx, tx, l, now); err != nil {
+				return 0, 0, err
+			}
 			released++
 			continue
 		}

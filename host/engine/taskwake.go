@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -12,11 +11,14 @@ import (
 // Tasks stepped aside for their resources (issue 43 item 2). A task whose
 // intents cannot be granted at a claim goes back to the queue, available
 // again after resourceRetryDelay at most, and no later than the earliest
-// expiry among the leases that blocked it. This host remembers it on the
-// resources that blocked it: when a lease on one of them ends (here, or on
-// another PostgreSQL host) or that expiry comes, the task is made available
-// at once and a long-polling worker of its type is woken. The delay stays as
-// the fallback should the wake-up be lost.
+// expiry among the leases that blocked it, and is registered as a waiter on
+// its intents (resourcefair.go). The transaction that ends a lease on one of
+// them (or removes a waiter ahead of it), holding the resource's lock, makes
+// it available at once (resourcesFreed): on every host, ordered with the
+// claims by that lock, and without a second transaction that could hold the
+// task's row while a claim looks for it. This host also remembers the tasks
+// it stepped aside, to wake a long-polling worker of their type when the
+// delay or that expiry comes.
 
 // blockedTask is a task stepped aside on this host.
 type blockedTask struct {
@@ -66,6 +68,9 @@ func (r *resourceLeases) block(e *Engine, t *host.Task, resources []string, wait
 	}
 	r.w.mu.Lock()
 	defer r.w.mu.Unlock()
+	if r.closed {
+		return
+	}
 	if r.blocked == nil {
 		r.blocked = map[string]*blockedTask{}
 	}
@@ -87,90 +92,48 @@ func (r *resourceLeases) block(e *Engine, t *host.Task, resources []string, wait
 	})
 }
 
-// reoffer makes the blocked tasks with a key that matches available now, in
-// the background.
-func (r *resourceLeases) reoffer(match func(rwKey) bool) {
-	var due []*blockedTask
-	r.w.mu.Lock()
-	for k, bt := range r.blocked {
-		for _, key := range bt.keys {
-			if match(key) {
-				due = append(due, bt)
-				bt.timer.Stop()
-				delete(r.blocked, k)
-				break
-			}
-		}
-	}
-	if len(due) == 0 || r.closed {
-		r.w.mu.Unlock()
-		return
-	}
-	r.jobs.Add(1)
-	r.w.mu.Unlock()
-	go func() {
-		defer r.jobs.Done()
-		for _, bt := range due {
-			r.reofferSoon(bt, 0)
-		}
-	}()
-}
-
-// reofferSoon re-offers bt; while the claim that stepped it aside has not
-// committed yet (the task still reads leased), it tries again a few times,
-// then leaves it to the fallback delay.
-func (r *resourceLeases) reofferSoon(bt *blockedTask, attempt int) {
-	if !r.e.reofferTask(bt) || attempt >= 5 {
-		return
-	}
-	r.w.mu.Lock()
-	defer r.w.mu.Unlock()
-	if r.closed {
-		return
-	}
-	r.jobs.Add(1)
-	time.AfterFunc(time.Duration(attempt+1)*20*time.Millisecond, func() {
-		defer r.jobs.Done()
-		r.reofferSoon(bt, attempt+1)
-	})
-}
-
-// shutdown stops re-offers and waits for those under way.
+// shutdown stops the fallback wake-ups.
 func (r *resourceLeases) shutdown() {
 	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
 	r.closed = true
 	for k, bt := range r.blocked {
 		bt.timer.Stop()
 		delete(r.blocked, k)
 	}
-	r.w.mu.Unlock()
-	r.jobs.Wait()
 }
 
-// reofferTask makes a queued task available now, if it is not yet, and wakes
-// a long-polling worker of its type. It reports whether the task still read
-// leased: the claim that stepped it aside may not have committed yet.
-func (e *Engine) reofferTask(bt *blockedTask) (leased bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := e.update(ctx, func(tx store.Tx) error {
-		leased = false
-		t, err := tx.GetTask(ctx, bt.tenant, bt.id)
-		if err != nil {
-			return err
-		}
-		now := e.now()
-		leased = t.State == host.StateLeased
-		if t.State != host.StateQueued || !t.AvailableAt.After(now) {
-			return nil
-		}
-		v := t.Version
-		t.AvailableAt, t.UpdatedAt = now, now
-		return tx.UpdateTask(ctx, t, store.Fence{State: host.StateQueued, Version: v})
-	})
-	if err != nil && !errors.Is(err, store.ErrFenced) && !host.IsCode(err, host.CodeNotFound) {
-		e.log.Debug("could not re-offer a task stepped aside for its resources", "task_id", bt.id, "err", err)
+// taskWake names the long-polling workers to wake once an update commits:
+// one of tenant's, for a task of type typ made available.
+type taskWake struct{ tenant, typ string }
+
+// resourcesFreed runs in the transaction that ends a lease on resources of
+// tenant, or a waiter's registration on them, while it holds their locks:
+// the tasks stepped aside waiting for them are made available at now in
+// the same transaction (store: ReofferWaitingTasks), so whichever host
+// stepped them aside, they are offered at the next claim that follows the
+// commit; other hosts' waiters hear of the resources at the commit
+// (store.ResourceNotifyTx), and this host's long-polling workers of the
+// tasks' types are woken after it (Engine.update).
+func resourcesFreed(ctx context.Context, tx store.Tx, tenant string, resources []string, now time.Time) error {
+	d, _ := tx.(*deliveryTx)
+	inner := tx
+	if d != nil {
+		inner = d.Tx
 	}
-	e.waiters.wake(bt.tenant, bt.typ, 1)
-	return leased && err == nil
+	if n, ok := inner.(store.ResourceNotifyTx); ok {
+		for _, r := range resources {
+			n.NotifyResourceEnded(tenant, r)
+		}
+	}
+	types, err := tx.ReofferWaitingTasks(ctx, tenant, resources, now)
+	if err != nil {
+		return err
+	}
+	if d != nil {
+		for _, typ := range types {
+			d.reoffered = append(d.reoffered, taskWake{tenant, typ})
+		}
+	}
+	return nil
 }

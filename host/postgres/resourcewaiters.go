@@ -57,3 +57,33 @@ func (w *writeTx) DeleteLapsedResourceWaiters(ctx context.Context, now time.Time
 (SELECT tenant, resource, waiter_id FROM resource_waiters WHERE expires_at <= $1 LIMIT $2) RETURNING 1) SELECT count(*) FROM d`, us(now), limit)
 	return int(n), err
 }
+
+// ReofferWaitingTasks implements store.ResourceLeaseWriter. Rows another
+// transaction holds are skipped (SKIP LOCKED): the caller holds the
+// resources' locks, so such a holder is a claim that decides the task after
+// this transaction. Other hosts' long-polling workers hear of the tasks at
+// the commit, as of any task made ready.
+func (w *writeTx) ReofferWaitingTasks(ctx context.Context, tenant string, resources []string, now time.Time) ([]string, error) {
+	if len(resources) == 0 {
+		return nil, nil
+	}
+	var types []string
+	err := w.ss.query(w.c(ctx), func(r pgx.Rows) error {
+		var typ string
+		if err := r.Scan(&typ); err != nil {
+			return err
+		}
+		types = append(types, typ)
+		return nil
+	}, `UPDATE tasks SET available_at = $3, updated_at = $3, version = version + 1 WHERE id IN (
+SELECT id FROM tasks WHERE tenant = $1 AND state = 'queued' AND available_at > $3 AND id IN (
+SELECT task_id FROM resource_waiters WHERE tenant = $1 AND resource = ANY($2::text[]) AND task_id <> '' AND expires_at > $3)
+FOR UPDATE SKIP LOCKED) RETURNING task_type`, tenant, resources, us(now))
+	if err != nil {
+		return nil, err
+	}
+	if len(types) > 0 {
+		w.st.notify = append(w.st.notify, tenant)
+	}
+	return types, nil
+}

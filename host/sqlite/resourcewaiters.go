@@ -65,3 +65,32 @@ func (w *writeTx) DeleteLapsedResourceWaiters(ctx context.Context, now time.Time
 	n, err := res.RowsAffected()
 	return int(n), err
 }
+
+// ReofferWaitingTasks implements store.ResourceLeaseWriter.
+func (w *writeTx) ReofferWaitingTasks(ctx context.Context, tenant string, resources []string, now time.Time) ([]string, error) {
+	if len(resources) == 0 {
+		return nil, nil
+	}
+	args := []any{tenant, us(now)}
+	for _, r := range resources {
+		args = append(args, r)
+	}
+	w.wrote = true
+	rows, err := w.query(ctx, `UPDATE tasks SET available_at = ?2, updated_at = ?2, version = version + 1
+WHERE tenant = ?1 AND state = 'queued' AND available_at > ?2 AND id IN (
+SELECT task_id FROM resource_waiters WHERE tenant = ?1 AND task_id <> '' AND expires_at > ?2
+AND resource IN (`+strings.TrimSuffix(strings.Repeat("?,", len(resources)), ",")+`)) RETURNING task_type`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var types []string
+	for rows.Next() {
+		var typ string
+		if err := rows.Scan(&typ); err != nil {
+			return nil, err
+		}
+		types = append(types, typ)
+	}
+	return types, rows.Err()
+}

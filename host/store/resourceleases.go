@@ -87,6 +87,20 @@ type ResourceLeaseWriter interface {
 	// DeleteLapsedResourceWaiters removes registrations lapsed at now (at
 	// most limit) and reports how many it removed.
 	DeleteLapsedResourceWaiters(ctx context.Context, now time.Time, limit int) (int, error)
+	// ReofferWaitingTasks makes available at now the queued tasks of tenant
+	// that are registered as waiters on resources (a task stepped aside
+	// because its intents could not be granted, registration live at now)
+	// and would be available only after now, and returns their task types,
+	// one per task. It writes available_at and updated_at and moves the
+	// version as UpdateTask does; the queue counts do not move. Callers hold
+	// the resources' locks (LockResources) and call it in the transaction
+	// that ends a lease on them or a waiter ahead of such tasks: a claim
+	// that stepped a task aside for them has committed before, and a claim
+	// that has not decided yet decides after it. So a task row another
+	// transaction holds is skipped, not waited for (on PostgreSQL such a
+	// holder is a claim waiting for the same locks) (storetest:
+	// TaskResourceReofferedOnRelease, TaskResourceReofferedInOrder).
+	ReofferWaitingTasks(ctx context.Context, tenant string, resources []string, now time.Time) ([]string, error)
 
 	// --- Sessions (issue 43 item 4). Callers lock the session's name
 	// (LockResources) before they change it.
