@@ -825,14 +825,20 @@ func (e *Engine) releaseLive(ctx context.Context, tx store.Tx, l *host.ResourceL
 // expireLease records an active lease past its expiry as expired, ended at
 // its expiry.
 func expireLease(ctx context.Context, tx store.Tx, l *host.ResourceLease, now time.Time) error {
+	if err := recordExpiry(ctx, tx, l, now); err != nil {
+		return err
+	}
+	return leaseEnded(ctx, tx, l, now)
+}
+
+// recordExpiry is expireLease without what follows a lease's end
+// (leaseEnded): the sweep does that once for a page of leases.
+func recordExpiry(ctx context.Context, tx store.Tx, l *host.ResourceLease, now time.Time) error {
 	l.State, l.EndedAt, l.Restarting = host.ResourceLeaseExpired, ptr(l.ExpiresAt), false
 	if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{ExpiredAt: &now}); err != nil {
 		return err
 	}
-	if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventExpired, now, nil)); err != nil {
-		return err
-	}
-	return leaseEnded(ctx, tx, l, now)
+	return tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventExpired, now, nil))
 }
 
 // VerifyRequest names the leases of a VERIFY_ALL: by id, or every lease a
@@ -1101,7 +1107,7 @@ func (e *Engine) SweepResourceLeases(ctx context.Context) (int, error) {
 				if l.Tenant != tenant {
 					continue
 				}
-				if err := expireLease(ctx, tx, l, now); err != nil {
+				if err := recordExpiry(ctx, tx, l, now); err != nil {
 					if errors.Is(err, store.ErrFenced) {
 						continue // ended by another host meanwhile
 					}
@@ -1110,7 +1116,10 @@ func (e *Engine) SweepResourceLeases(ctx context.Context) (int, error) {
 				ended = append(ended, l)
 				n++
 			}
-			return nil
+			if n == 0 {
+				return nil
+			}
+			return resourcesFreed(ctx, tx, tenant, endedResources(ended)[tenant], now)
 		})
 		if err != nil {
 			return total, err

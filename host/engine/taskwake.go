@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -116,6 +117,7 @@ type taskWake struct{ tenant, typ string }
 // (store.ResourceNotifyTx), and this host's long-polling workers of the
 // tasks' types are woken after it (Engine.update).
 func resourcesFreed(ctx context.Context, tx store.Tx, tenant string, resources []string, now time.Time) error {
+	resources = slices.Compact(slices.Sorted(slices.Values(resources)))
 	d, _ := tx.(*deliveryTx)
 	inner := tx
 	if d != nil {
