@@ -77,7 +77,9 @@ func (w *writeTx) ReofferWaitingTasks(ctx context.Context, tenant string, resour
 		return nil
 	}, `UPDATE tasks SET available_at = $3, updated_at = $3, version = version + 1 WHERE id IN (
 SELECT id FROM tasks WHERE tenant = $1 AND state = 'queued' AND available_at > $3 AND id IN (
-SELECT task_id FROM resource_waiters WHERE tenant = $1 AND resource = ANY($2::text[]) AND task_id <> '' AND expires_at > $3)
+SELECT w.task_id FROM resource_waiters w WHERE w.tenant = $1 AND w.resource = ANY($2::text[]) AND w.task_id <> '' AND w.expires_at > $3
+AND NOT EXISTS (SELECT 1 FROM resource_waiters o WHERE o.tenant = $1 AND o.resource = w.resource AND o.expires_at > $3
+  AND o.priority_at < w.priority_at AND (o.predicate = 'MUTATES' OR w.predicate = 'MUTATES')))
 FOR UPDATE SKIP LOCKED) RETURNING task_type`, tenant, resources, us(now))
 	if err != nil {
 		return nil, err

@@ -78,8 +78,10 @@ func (w *writeTx) ReofferWaitingTasks(ctx context.Context, tenant string, resour
 	w.wrote = true
 	rows, err := w.query(ctx, `UPDATE tasks SET available_at = ?2, updated_at = ?2, version = version + 1
 WHERE tenant = ?1 AND state = 'queued' AND available_at > ?2 AND id IN (
-SELECT task_id FROM resource_waiters WHERE tenant = ?1 AND task_id <> '' AND expires_at > ?2
-AND resource IN (`+strings.TrimSuffix(strings.Repeat("?,", len(resources)), ",")+`)) RETURNING task_type`, args...)
+SELECT w.task_id FROM resource_waiters w WHERE w.tenant = ?1 AND w.task_id <> '' AND w.expires_at > ?2
+AND w.resource IN (`+strings.TrimSuffix(strings.Repeat("?,", len(resources)), ",")+`)
+AND NOT EXISTS (SELECT 1 FROM resource_waiters o WHERE o.tenant = ?1 AND o.resource = w.resource AND o.expires_at > ?2
+  AND o.priority_at < w.priority_at AND (o.predicate = 'MUTATES' OR w.predicate = 'MUTATES'))) RETURNING task_type`, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -90,8 +90,11 @@ type ResourceLeaseWriter interface {
 	// ReofferWaitingTasks makes available at now the queued tasks of tenant
 	// that are registered as waiters on resources (a task stepped aside
 	// because its intents could not be granted, registration live at now)
-	// and would be available only after now, and returns their task types,
-	// one per task. It writes available_at and updated_at and moves the
+	// with no older waiter ahead of them there (one whose predicate
+	// conflicts: either is MUTATES; older: an earlier priority_at), and
+	// that would be available only after now, and returns their task types,
+	// one per task. The tasks behind are left to the release of what the
+	// ones ahead take. It writes available_at and updated_at and moves the
 	// version as UpdateTask does; the queue counts do not move. Callers hold
 	// the resources' locks (LockResources) and call it in the transaction
 	// that ends a lease on them or a waiter ahead of such tasks: a claim
