@@ -36,6 +36,8 @@ const (
 	CodeInvalidResource  = "invalid_resource"  // a resource name breaks a rule; the detail names it (400)
 	CodeResourceConflict = "resource_conflict" // a conflicting lease is held; the detail names it (409)
 	CodeVerifyRequired   = "verify_required"   // the holder declared DIE_RESTART and must VERIFY_ALL first (409)
+	CodeLeaseRevoked     = "lease_revoked"     // an operator revoked the resource lease; it is no longer held (409)
+	CodeSessionEnded     = "session_ended"     // the resource session ended or expired, with every lease in it (409)
 	CodeQuotaExceeded    = "quota_exceeded"    // a per-holder lease quota would be exceeded (429)
 )
 
@@ -145,7 +147,7 @@ func HTTPStatus(code string) int {
 		return 400
 	case CodeDependencyFailed:
 		return 409
-	case CodeResourceConflict, CodeVerifyRequired:
+	case CodeResourceConflict, CodeVerifyRequired, CodeLeaseRevoked, CodeSessionEnded:
 		return 409
 	case CodeQuotaExceeded:
 		return 429

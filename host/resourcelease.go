@@ -118,6 +118,7 @@ const (
 	ResourceEventExpired   ResourceLeaseEventKind = "expired"
 	ResourceEventGrace     ResourceLeaseEventKind = "grace"    // DIE_RESTART declared
 	ResourceEventVerified  ResourceLeaseEventKind = "verified" // the holder resumed after VERIFY_ALL
+	ResourceEventRevoked   ResourceLeaseEventKind = "revoked"  // an operator ended the lease
 )
 
 // ResourceLeaseEvent is one entry of the audit trail: what happened to a lease,

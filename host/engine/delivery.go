@@ -60,6 +60,9 @@ type deliveryTx struct {
 	// (dependencies.go): long-polls are woken for the first, events
 	// emitted for the second, once the update committed.
 	readied, canceled []*host.Task
+	// reoffered are the tasks the update made available again
+	// (resourcesFreed), whose workers are woken once it commits.
+	reoffered []taskWake
 }
 
 // deliveryOut is what an update's deliveryTx did that matters once the
@@ -70,6 +73,8 @@ type deliveryOut struct {
 	outboxed bool
 	// readied and canceled are the waiting tasks it settled.
 	readied, canceled []*host.Task
+	// reoffered are the tasks it made available again.
+	reoffered []taskWake
 }
 
 // withDelivery returns fn run on a deliveryTx; *out says, once the update
@@ -80,14 +85,14 @@ func (e *Engine) withDelivery(fn func(store.Tx) error, out *deliveryOut) func(st
 		err := fn(d)
 		*out = deliveryOut{}
 		if err == nil {
-			*out = deliveryOut{outboxed: d.outboxed, readied: d.readied, canceled: d.canceled}
+			*out = deliveryOut{outboxed: d.outboxed, readied: d.readied, canceled: d.canceled, reoffered: d.reoffered}
 		}
 		return err
 	}
 }
 
 // afterCommit wakes the long-polls for the waiters an update made ready and
-// reports the ones it canceled.
+// the tasks it re-offered, and reports the waiters it canceled.
 func (e *Engine) afterCommit(out *deliveryOut) {
 	if out.outboxed {
 		e.wakeOutbox()
@@ -97,6 +102,9 @@ func (e *Engine) afterCommit(out *deliveryOut) {
 	}
 	for _, t := range out.canceled {
 		e.emit(Event{Kind: EvCanceled, Tenant: t.Tenant, TaskType: t.Type, Detail: t.LastError})
+	}
+	for _, w := range out.reoffered {
+		e.waiters.wake(w.tenant, w.typ, 1)
 	}
 }
 

@@ -260,6 +260,10 @@ func (e *Engine) forward(ch <-chan string) {
 			}
 			if tenant == store.NotifyEveryone {
 				e.waiters.wakeEveryone() // notifications were missed
+				e.rl().wake()
+				continue
+			}
+			if e.forwardResourceNotice(tenant) {
 				continue
 			}
 			e.waiters.wakeAll(tenant)
@@ -272,6 +276,7 @@ func (e *Engine) Close() {
 	e.stopOnce.Do(func() { close(e.stop) })
 	e.waiters.wakeEveryone()
 	e.wg.Wait()
+	e.rl().shutdown()
 }
 
 func (e *Engine) sweepLoop() {

@@ -185,18 +185,16 @@ func (e *Engine) claim(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 					kept = append(kept, t)
 					continue
 				}
-				ls, ok, err := e.grantTaskResources(ctx, tx, t, in)
+				ls, blocked, err := e.grantTaskResources(ctx, tx, t, in)
 				if err != nil {
 					return err
 				}
-				if ok {
+				if blocked == nil {
 					granted = append(granted, ls...)
 					kept = append(kept, t)
 					continue
 				}
-				back := snaps[t.ID]
-				back.AvailableAt, back.UpdatedAt = now.Add(resourceRetryDelay), now
-				if err := tx.UpdateTask(ctx, &back, store.Fence{State: host.StateLeased, LeaseID: t.LeaseID}); err != nil {
+				if err := e.stepAside(ctx, tx, snaps[t.ID], t.LeaseID, blocked, now); err != nil {
 					return err
 				}
 				stepped++

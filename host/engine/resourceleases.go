@@ -98,38 +98,31 @@ const (
 // MaxResourceLeaseIDs caps the lease ids of one heartbeat, release or verify call.
 const MaxResourceLeaseIDs = 100
 
-// resourceLeases is the engine's resource lease state: its configuration and
-// the wake-up of waiting acquires.
+// resourceLeases is the engine's resource lease state: its configuration,
+// the waiters parked on resources and the tasks stepped aside for them
+// (resourcewait.go, taskwake.go).
 type resourceLeases struct {
 	once sync.Once
 	cfg  ResourceLeaseConfig
-	mu   sync.Mutex
-	gen  chan struct{} // closed and replaced when a lease ends on this host
+	e    *Engine
+	w    resourceWatch
+	// blocked are the tasks stepped aside on this host, by tenant NUL id,
+	// each with the timer of its fallback wake-up (guarded by w.mu, as is
+	// closed).
+	blocked map[string]*blockedTask
+	closed  bool
 }
 
 func (e *Engine) rl() *resourceLeases {
 	e.rlState.once.Do(func() {
 		e.rlState.cfg = e.cfg.ResourceLeases.withDefaults()
-		e.rlState.gen = make(chan struct{})
+		e.rlState.e = e
 	})
 	return &e.rlState
 }
 
 // ResourceLeaseConfig returns the resource lease settings in force.
 func (e *Engine) ResourceLeaseConfig() ResourceLeaseConfig { return e.rl().cfg }
-
-func (r *resourceLeases) changed() <-chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.gen
-}
-
-func (r *resourceLeases) wake() {
-	r.mu.Lock()
-	close(r.gen)
-	r.gen = make(chan struct{})
-	r.mu.Unlock()
-}
 
 // ResourceIntent is one (resource, predicate) pair of an intent manifest.
 type ResourceIntent = host.ResourceIntent
@@ -154,6 +147,10 @@ type AcquireRequest struct {
 	Wait time.Duration
 	// TaskID names the task the leases are held for (task integration).
 	TaskID string
+	// SessionID grants the leases in the holder's session
+	// (resourcesessions.go): they expire with it and follow its heartbeats
+	// instead of TTL.
+	SessionID string
 }
 
 // AcquireResult is a granted manifest.
@@ -168,8 +165,12 @@ type AcquireResult struct {
 // It unwraps to a host.Error with code resource_conflict.
 type ResourceConflictError struct {
 	Err *host.Error
-	// Holder is the conflicting lease the refusal names.
+	// Holder is the conflicting lease the refusal names (nil when a waiter
+	// ahead refused it).
 	Holder *host.ResourceLease
+	// Ahead is the older waiter the request is behind (fairness), when no
+	// live lease conflicts.
+	Ahead *host.ResourceWaiter
 	// MayWait is true when wait-die lets the request wait for Holder (the
 	// request is older than every conflicting holder).
 	MayWait bool
@@ -178,6 +179,8 @@ type ResourceConflictError struct {
 	// PriorityAt is the priority the request ran with: send it again to
 	// keep the request's seniority.
 	PriorityAt time.Time
+	// until is the earliest expiry among the conflicting leases.
+	until time.Time
 }
 
 func (c *ResourceConflictError) Error() string { return c.Err.Error() }
@@ -261,49 +264,66 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 			e.emit(Event{Kind: EvResourceWaited, Tenant: req.Tenant, WorkerID: req.Holder})
 		}
 	}()
+	// self names the request as a waiter once it parks (resourcefair.go).
+	self, registered := host.NewID(host.PrefixResourceWaiter), false
+	defer func() {
+		if registered {
+			e.unregisterWaiter(req.Tenant, self, intentResources(intents))
+		}
+	}()
+	// The registration lasts until the wait ends, counted from the first
+	// decision's time (read under the resources' lock: a clock reading
+	// before the lock would order nothing).
+	var waitUntil time.Time
 	for {
-		changed := e.rl().changed()
-		res, err := e.tryAcquire(ctx, req, intents, ttl, prio, explicit)
+		w := e.rl().watch(req.Tenant, intentResources(intents))
+		res, err := e.tryAcquire(ctx, req, intents, ttl, prio, explicit, self)
+		if err == nil {
+			registered = false // the grant removed the registration
+		}
 		var ce *ResourceConflictError
 		if err == nil || !errors.As(err, &ce) || !ce.MayWait || req.Wait <= 0 {
+			e.rl().unwatch(w)
 			if err != nil && (ce != nil || host.IsCode(err, host.CodeQuotaExceeded)) {
 				e.emit(Event{Kind: EvResourceRefused, Tenant: req.Tenant, WorkerID: req.Holder, Detail: host.ErrorCode(err)})
 			}
 			return res, err
 		}
+		if waitUntil.IsZero() {
+			waitUntil = ce.ServerTime.Add(req.Wait)
+		}
+		if !registered {
+			// Registered before it parks: from now on younger conflicting
+			// requests queue behind it. The priority is the one it ran with.
+			if err := e.registerWaiter(ctx, req, self, intents, ce.PriorityAt, waitUntil); err != nil {
+				e.rl().unwatch(w)
+				return nil, err
+			}
+			registered = true
+		}
 		if !waiting {
 			waiting = true
 			e.emit(Event{Kind: EvResourceWaiting, Tenant: req.Tenant, WorkerID: req.Holder})
 		}
-		// Leases end on other hosts, and by expiry, without a wake-up here:
-		// look again at least every 100 ms.
-		poll := time.NewTimer(100 * time.Millisecond)
-		var stop error
-		select {
-		case <-changed:
-		case <-poll.C:
-		case <-deadline:
-			stop = ce
-		case <-ctx.Done():
-			stop = ctx.Err()
-		case <-e.stop:
-			stop = ce
-		}
-		poll.Stop()
+		// Woken when a lease on one of the resources ends, on this host or
+		// another; an expiry needs no wake-up (park wakes at the earliest).
+		timedOut, stop := e.park(ctx, w, ce.until, deadline)
+		e.rl().unwatch(w)
 		if stop != nil {
-			if stop == ce {
-				ce.Err.Detail += fmt.Sprintf("; waited %s without the conflict ending", req.Wait)
-				e.emit(Event{Kind: EvResourceRefused, Tenant: req.Tenant, WorkerID: req.Holder, Detail: host.CodeResourceConflict})
-			}
 			return nil, stop
+		}
+		if timedOut {
+			ce.Err.Detail += fmt.Sprintf("; waited %s without the conflict ending", req.Wait)
+			e.emit(Event{Kind: EvResourceRefused, Tenant: req.Tenant, WorkerID: req.Holder, Detail: host.CodeResourceConflict})
+			return nil, ce
 		}
 	}
 }
 
 // tryAcquire decides an acquire once. prio is the request's priority;
 // explicit says the caller named it (otherwise a holder with live leases
-// acquires with its bound priority).
-func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []ResourceIntent, ttl time.Duration, prio time.Time, explicit bool) (*AcquireResult, error) {
+// acquires with its bound priority). self is the request's waiter id.
+func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []ResourceIntent, ttl time.Duration, prio time.Time, explicit bool, self string) (*AcquireResult, error) {
 	cfg := e.rl().cfg
 	resources := make([]string, len(intents))
 	for i, it := range intents {
@@ -314,6 +334,9 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 	// decisions are made one at a time, on every host, as decisions on one
 	// resource are.
 	lock := append(slices.Clone(resources), holderLockName(req.Holder))
+	if req.SessionID != "" {
+		lock = append(lock, sessionLockName(req.SessionID))
+	}
 	var out *AcquireResult
 	err := e.update(ctx, func(tx store.Tx) error {
 		out = nil
@@ -321,6 +344,14 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 			return err
 		}
 		now := e.now()
+		ttl, expires := ttl, now.Add(ttl)
+		if req.SessionID != "" {
+			sess, err := sessionOf(ctx, tx, Actor{Tenant: req.Tenant, Principal: req.Holder}, req.SessionID, now)
+			if err != nil {
+				return err
+			}
+			ttl, expires = time.Duration(sess.TTLMs)*time.Millisecond, sess.ExpiresAt
+		}
 		mine, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: req.Tenant, Holder: req.Holder, LiveAt: &now, Limit: 100000})
 		if err != nil {
 			return err
@@ -343,8 +374,22 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 				conflicts = append(conflicts, l)
 			}
 		}
+		ws, err := tx.ListResourceWaiters(ctx, req.Tenant, resources, now)
+		if err != nil {
+			return err
+		}
+		ahead := aheadOf(ws, want, prio, self, req.Holder)
 		if len(conflicts) > 0 {
-			return e.conflict(conflicts, prio, now)
+			ce := e.conflict(conflicts, prio, now)
+			if ahead != nil && len(mine) > 0 {
+				// An older waiter is ahead and this holder holds leases:
+				// it may not wait (resourcefair.go).
+				ce.MayWait = false
+			}
+			return ce
+		}
+		if ahead != nil {
+			return behindWaiter(ahead, prio, now, len(mine) == 0)
 		}
 		if cfg.MaxLeasesPerHolder > 0 && len(mine)+len(intents) > cfg.MaxLeasesPerHolder {
 			return host.Errorf(host.CodeQuotaExceeded, "holder %s holds %d live leases; with %d more it would pass its quota of %d concurrent leases",
@@ -352,19 +397,29 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 		}
 		adds := map[holdKey]time.Duration{}
 		for _, r := range resources {
-			adds[holdKey{req.Holder, r}] = ttl
+			adds[holdKey{req.Holder, r}] = expires.Sub(now)
 		}
 		if err := e.bookHold(ctx, tx, req.Tenant, adds, now); err != nil {
 			return err
+		}
+		if self != "" {
+			if err := tx.DeleteResourceWaiter(ctx, req.Tenant, self); err != nil {
+				return err
+			}
 		}
 		manifest := host.NewID(host.PrefixManifest)
 		res := &AcquireResult{ManifestID: manifest, PriorityAt: prio, ServerTime: now}
 		for _, it := range intents {
 			l := &host.ResourceLease{ID: host.NewID(host.PrefixResourceLease), Tenant: req.Tenant, Resource: it.Resource,
 				Predicate: it.Predicate, Holder: req.Holder, State: host.ResourceLeaseActive, ManifestID: manifest,
-				PriorityAt: prio, AcquiredAt: now, ExpiresAt: now.Add(ttl), TTLMs: ttl.Milliseconds(), TaskID: req.TaskID}
+				PriorityAt: prio, AcquiredAt: now, ExpiresAt: expires, TTLMs: ttl.Milliseconds(), TaskID: req.TaskID}
 			if err := tx.InsertResourceLease(ctx, l); err != nil {
 				return err
+			}
+			if req.SessionID != "" {
+				if err := tx.AddResourceSessionLease(ctx, req.Tenant, req.SessionID, l.ID); err != nil {
+					return err
+				}
 			}
 			if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventGranted, now, nil)); err != nil {
 				return err
@@ -414,7 +469,7 @@ func boundPriority(mine []*host.ResourceLease, prio time.Time, explicit bool, no
 // conflict applies wait-die: the request may wait only when it is strictly
 // older than every conflicting holder; the refusal names the youngest
 // holder it would wait for, or the first holder at least as old as it.
-func (e *Engine) conflict(conflicts []*host.ResourceLease, prio, now time.Time) error {
+func (e *Engine) conflict(conflicts []*host.ResourceLease, prio, now time.Time) *ResourceConflictError {
 	mayWait := true
 	named := conflicts[0]
 	for _, l := range conflicts {
@@ -433,7 +488,13 @@ func (e *Engine) conflict(conflicts []*host.ResourceLease, prio, now time.Time) 
 		detail = fmt.Sprintf("%s is held by lease %s, whose priority %s is not younger than this request's %s: wait-die refuses it at once",
 			named.Resource, named, named.PriorityAt.Format(time.RFC3339Nano), prio.Format(time.RFC3339Nano))
 	}
-	return &ResourceConflictError{Err: host.Errorf(host.CodeResourceConflict, "%s", detail).At(now), Holder: named, MayWait: mayWait, ServerTime: now, PriorityAt: prio}
+	until := conflicts[0].ExpiresAt
+	for _, l := range conflicts[1:] {
+		if l.ExpiresAt.Before(until) {
+			until = l.ExpiresAt
+		}
+	}
+	return &ResourceConflictError{Err: host.Errorf(host.CodeResourceConflict, "%s", detail).At(now), Holder: named, MayWait: mayWait, ServerTime: now, PriorityAt: prio, until: until}
 }
 
 // holdKey names a holder's quota window on a resource.
@@ -623,12 +684,18 @@ func (e *Engine) HeartbeatResources(ctx context.Context, a Actor, ids []string, 
 		}
 		for _, l := range ls {
 			if !l.LiveAt(now) {
+				if err := revokedError(ctx, tx, l, now); err != nil {
+					return err
+				}
 				return host.Errorf(host.CodeLeaseExpired, "resource lease %s is %s (server time %s, expires_at %s): it is no longer held; acquire again",
 					l.ID, l.StateAt(now), now.Format(time.RFC3339Nano), l.ExpiresAt.Format(time.RFC3339Nano)).At(now)
 			}
 			if l.Restarting {
 				return host.Errorf(host.CodeVerifyRequired, "resource lease %s: the holder declared DIE_RESTART; run VERIFY_ALL before heartbeats resume", l.ID).At(now)
 			}
+		}
+		if err := refuseSessionLeases(ctx, tx, a.Tenant, ids, now); err != nil {
+			return err
 		}
 		// The quota is per holder; an admin heartbeat counts against the lease's holder.
 		adds := map[holdKey]time.Duration{}
@@ -699,14 +766,7 @@ func (e *Engine) ReleaseResources(ctx context.Context, a Actor, ids []string) (*
 				continue
 			}
 			if l.LiveAt(now) {
-				if err := e.refundHold(ctx, tx, l, now); err != nil {
-					return err
-				}
-				l.State, l.EndedAt = host.ResourceLeaseReleased, ptr(now)
-				if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{LiveAt: &now}); err != nil {
-					return rlFenced(err, l, now)
-				}
-				if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventReleased, now, nil)); err != nil {
+				if err := e.releaseLive(ctx, tx, l, now, host.ResourceEventReleased); err != nil {
 					return err
 				}
 				released++
@@ -734,7 +794,7 @@ func (e *Engine) ReleaseResources(ctx context.Context, a Actor, ids []string) (*
 		return nil, err
 	}
 	if released+expired > 0 {
-		e.rl().wake()
+		e.wakeEnded(out.Leases)
 	}
 	for i := 0; i < released; i++ {
 		e.emit(Event{Kind: EvResourceReleased, Tenant: a.Tenant})
@@ -745,9 +805,35 @@ func (e *Engine) ReleaseResources(ctx context.Context, a Actor, ids []string) (*
 	return out, nil
 }
 
+// releaseLive releases l, live at now, in tx: the unused part of its time
+// goes back to the holder's quota, the audit trail gets an entry of kind
+// (released, or revoked), and other hosts hear of it at the commit.
+func (e *Engine) releaseLive(ctx context.Context, tx store.Tx, l *host.ResourceLease, now time.Time, kind host.ResourceLeaseEventKind) error {
+	if err := e.refundHold(ctx, tx, l, now); err != nil {
+		return err
+	}
+	l.State, l.EndedAt = host.ResourceLeaseReleased, ptr(now)
+	if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{LiveAt: &now}); err != nil {
+		return rlFenced(err, l, now)
+	}
+	if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, kind, now, nil)); err != nil {
+		return err
+	}
+	return leaseEnded(ctx, tx, l, now)
+}
+
 // expireLease records an active lease past its expiry as expired, ended at
 // its expiry.
 func expireLease(ctx context.Context, tx store.Tx, l *host.ResourceLease, now time.Time) error {
+	if err := recordExpiry(ctx, tx, l, now); err != nil {
+		return err
+	}
+	return leaseEnded(ctx, tx, l, now)
+}
+
+// recordExpiry is expireLease without what follows a lease's end
+// (leaseEnded): the sweep does that once for a page of leases.
+func recordExpiry(ctx context.Context, tx store.Tx, l *host.ResourceLease, now time.Time) error {
 	l.State, l.EndedAt, l.Restarting = host.ResourceLeaseExpired, ptr(l.ExpiresAt), false
 	if err := tx.UpdateResourceLease(ctx, l, store.ResourceLeaseFence{ExpiredAt: &now}); err != nil {
 		return err
@@ -987,8 +1073,9 @@ func (e *Engine) SweepResourceLeases(ctx context.Context) (int, error) {
 	for {
 		n, more := 0, false
 		var tenant string
+		var ended []*host.ResourceLease
 		err := e.update(ctx, func(tx store.Tx) error {
-			n, more, tenant = 0, false, ""
+			n, more, tenant, ended = 0, false, "", nil
 			now := e.now()
 			ls, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{ExpiredAt: &now, Limit: page})
 			if err != nil || len(ls) == 0 {
@@ -1020,15 +1107,19 @@ func (e *Engine) SweepResourceLeases(ctx context.Context) (int, error) {
 				if l.Tenant != tenant {
 					continue
 				}
-				if err := expireLease(ctx, tx, l, now); err != nil {
+				if err := recordExpiry(ctx, tx, l, now); err != nil {
 					if errors.Is(err, store.ErrFenced) {
 						continue // ended by another host meanwhile
 					}
 					return err
 				}
+				ended = append(ended, l)
 				n++
 			}
-			return nil
+			if n == 0 {
+				return nil
+			}
+			return resourcesFreed(ctx, tx, tenant, endedResources(ended)[tenant], now)
 		})
 		if err != nil {
 			return total, err
@@ -1038,9 +1129,12 @@ func (e *Engine) SweepResourceLeases(ctx context.Context) (int, error) {
 			e.emit(Event{Kind: EvResourceExpired, Tenant: tenant})
 		}
 		if n > 0 {
-			e.rl().wake()
+			e.wakeEnded(ended)
 		}
 		if !more {
+			if _, err := e.sweepWaiters(ctx); err != nil {
+				return total, err
+			}
 			return total, nil
 		}
 	}
@@ -1052,6 +1146,16 @@ func (e *Engine) SweepResourceLeases(ctx context.Context) (int, error) {
 // normalizes them). It shows what a conflicting acquire would name, and
 // nothing more.
 func (e *Engine) ResourceHolders(ctx context.Context, a Actor, resources []string) (*ResourceLeasesResult, error) {
+	names, err := e.holderNames(resources)
+	if err != nil {
+		return nil, err
+	}
+	return e.holders(ctx, a.Tenant, names, "")
+}
+
+// holderNames validates and normalizes the resource names of a holders
+// query, sorted, each once.
+func (e *Engine) holderNames(resources []string) ([]string, error) {
 	cfg := e.rl().cfg
 	if len(resources) == 0 {
 		return nil, host.Errorf(host.CodeBadRequest, "resource: name at least one")
@@ -1068,17 +1172,34 @@ func (e *Engine) ResourceHolders(ctx context.Context, a Actor, resources []strin
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	names = slices.Compact(names)
+	return slices.Compact(names), nil
+}
+
+// holders reads the leases honoured now on the resources of tenant; with a
+// predicate, only those that conflict with it.
+func (e *Engine) holders(ctx context.Context, tenant string, names []string, p host.LeasePredicate) (*ResourceLeasesResult, error) {
 	var ls []*host.ResourceLease
 	var now time.Time
 	err := e.view(ctx, func(r store.Reader) error {
 		now = e.now()
 		var err error
-		ls, _, err = r.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: a.Tenant, Resources: names, LiveAt: &now, Limit: 1000})
+		ls, _, err = r.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: tenant, Resources: names, LiveAt: &now, Limit: 1000})
 		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	if p != "" {
+		kept := ls[:0]
+		for _, l := range ls {
+			if p.Conflicts(l.Predicate) {
+				kept = append(kept, l)
+			}
+		}
+		ls = kept
+	}
+	if ls == nil {
+		ls = []*host.ResourceLease{}
 	}
 	return &ResourceLeasesResult{Leases: ls, ServerTime: now}, nil
 }

@@ -18,9 +18,10 @@ import (
 // resource are therefore never leased at once, and an agent's MUTATES lease
 // on a resource keeps such tasks waiting until it ends.
 
-// resourceRetryDelay is how long a task whose intents could not be granted
-// steps aside (its available_at moves by it) so the tasks behind it are
-// offered meanwhile.
+// resourceRetryDelay is how long at most a task whose intents could not be
+// granted steps aside (its available_at moves by it) so the tasks behind it
+// are offered meanwhile; a release of what blocked it, or its expiry, makes
+// it available sooner (taskwake.go).
 const resourceRetryDelay = time.Second
 
 // claimRounds bounds how many times one claim looks further down the queue
@@ -37,29 +38,51 @@ func intentResources(in []host.ResourceIntent) []string {
 
 // grantTaskResources grants the intents of t, a task just leased in tx, all
 // or nothing: it locks the resources, reads the clock, then the live leases.
-// It returns the leases granted, or nil and false when a live lease (an
+// It returns the leases granted, or what blocked them when a live lease (an
 // agent's, or another task's) conflicts.
-func (e *Engine) grantTaskResources(ctx context.Context, tx store.Tx, t *host.Task, intents []host.ResourceIntent) ([]*host.ResourceLease, bool, error) {
+func (e *Engine) grantTaskResources(ctx context.Context, tx store.Tx, t *host.Task, intents []host.ResourceIntent) ([]*host.ResourceLease, *taskBlock, error) {
 	resources := intentResources(intents)
 	if _, err := tx.LockResources(ctx, t.Tenant, resources); err != nil {
-		return nil, false, err
+		return nil, nil, err
 	}
 	now := e.now()
 	if !now.Before(*t.LeaseExpiresAt) {
-		return nil, false, nil
+		return nil, &taskBlock{resources: resources}, nil
 	}
 	live, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: t.Tenant, Resources: resources, LiveAt: &now, Limit: 100000})
 	if err != nil {
-		return nil, false, err
+		return nil, nil, err
 	}
 	want := make(map[string]host.LeasePredicate, len(intents))
 	for _, it := range intents {
 		want[it.Resource] = it.Predicate
 	}
+	var block *taskBlock
+	ws, err := tx.ListResourceWaiters(ctx, t.Tenant, resources, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	if w := aheadOf(ws, want, taskPriority(ws, t.ID, now), t.ID, ""); w != nil {
+		// An older waiter is ahead (resourcefair.go): the task waits for
+		// it to be granted and release, or to give up.
+		block = &taskBlock{resources: []string{w.Resource}}
+	}
 	for _, l := range live {
 		if p, ok := want[l.Resource]; ok && p.Conflicts(l.Predicate) {
-			return nil, false, nil
+			if block == nil {
+				block = &taskBlock{until: l.ExpiresAt}
+			}
+			block.resources = append(block.resources, l.Resource)
+			if block.until.IsZero() || l.ExpiresAt.Before(block.until) {
+				block.until = l.ExpiresAt
+			}
 		}
+	}
+	if block != nil {
+		return nil, block, nil
+	}
+	if err := tx.DeleteResourceWaiter(ctx, t.Tenant, t.ID); err != nil {
+		return nil, nil, err
 	}
 	manifest := host.NewID(host.PrefixManifest)
 	out := make([]*host.ResourceLease, 0, len(intents))
@@ -68,14 +91,14 @@ func (e *Engine) grantTaskResources(ctx context.Context, tx store.Tx, t *host.Ta
 			Predicate: it.Predicate, Holder: t.WorkerID, State: host.ResourceLeaseActive, ManifestID: manifest,
 			PriorityAt: now, AcquiredAt: now, ExpiresAt: *t.LeaseExpiresAt, TTLMs: int64(t.LeaseSeconds) * 1000, TaskID: t.ID}
 		if err := tx.InsertResourceLease(ctx, l); err != nil {
-			return nil, false, err
+			return nil, nil, err
 		}
 		if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventGranted, now, nil)); err != nil {
-			return nil, false, err
+			return nil, nil, err
 		}
 		out = append(out, l)
 	}
-	return out, true, nil
+	return out, nil, nil
 }
 
 // taskLeaseRef names the lease of a task whose resource leases are looked
@@ -197,6 +220,9 @@ func (e *Engine) endTaskResources(ctx context.Context, tx store.Tx, ref taskLeas
 			if err := tx.AppendResourceLeaseEvent(ctx, leaseEvent(l, host.ResourceEventReleased, now, nil)); err != nil {
 				return 0, 0, err
 			}
+			if err := leaseEnded(ctx, tx, l, now); err != nil {
+				return 0, 0, err
+			}
 			released++
 			continue
 		}
@@ -220,6 +246,6 @@ func (e *Engine) emitTaskResources(tenant string, released, expired int) {
 		e.emit(Event{Kind: EvResourceExpired, Tenant: tenant})
 	}
 	if released+expired > 0 {
-		e.rl().wake()
+		e.rl().wakeTenant(tenant)
 	}
 }

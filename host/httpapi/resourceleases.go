@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -32,6 +33,8 @@ func (s *Server) resourceLeaseRoutes(e *echo.Echo, auth echo.MiddlewareFunc, adm
 	a := e.Group("/v1/admin/resource-leases", auth, admins)
 	a.GET("", s.adminResourceLeases)
 	a.GET("/events", s.adminResourceLeaseEvents)
+	a.POST("/:lease_id/revoke", s.revokeResourceLease)
+	s.resourceSessionRoutes(e, auth)
 }
 
 // AcquireBody is the body of POST /v1/resource-leases: an intent manifest.
@@ -49,6 +52,9 @@ type AcquireBody struct {
 	WaitSeconds float64 `json:"wait_seconds,omitempty"`
 	// Holder names the holder; only an admin may name another than its key's principal.
 	Holder string `json:"holder,omitempty"`
+	// SessionID grants the leases in the holder's session: they follow the
+	// session's heartbeats and end with it (ttl_ms is the session's).
+	SessionID string `json:"session_id,omitempty"`
 }
 
 // ResourceConflictBody is the 409 answer to a refused acquire: the error,
@@ -56,7 +62,10 @@ type AcquireBody struct {
 type ResourceConflictBody struct {
 	ErrorBody
 	Conflict *host.ResourceLease `json:"conflict"`
-	WaitDie  string              `json:"wait_die"` // "wait" (older: may wait) or "die" (refused)
+	// Ahead is the older waiter the request is behind, when no live lease
+	// conflicts (waiters are served oldest first; conflict is null then).
+	Ahead   *host.ResourceWaiter `json:"ahead,omitempty"`
+	WaitDie string               `json:"wait_die"` // "wait" (older: may wait) or "die" (refused)
 	// PriorityAt is the priority the request ran with (its own, or the
 	// holder's bound one): send it again to keep its seniority.
 	PriorityAt time.Time `json:"priority_at"`
@@ -107,7 +116,8 @@ func (s *Server) acquireResources(c echo.Context) error {
 		defer stop()
 	}
 	res, err := s.eng.AcquireResources(ctx, engine.AcquireRequest{Tenant: a.Tenant, Holder: holder, Intents: b.Intents,
-		TTL: time.Duration(b.TTLMs) * time.Millisecond, PriorityAt: b.PriorityAt, Wait: time.Duration(b.WaitSeconds * float64(time.Second))})
+		TTL: time.Duration(b.TTLMs) * time.Millisecond, PriorityAt: b.PriorityAt, Wait: time.Duration(b.WaitSeconds * float64(time.Second)),
+		SessionID: b.SessionID})
 	var ce *engine.ResourceConflictError
 	if errors.As(err, &ce) {
 		wd := "die"
@@ -115,7 +125,7 @@ func (s *Server) acquireResources(c echo.Context) error {
 			wd = "wait"
 		}
 		return c.JSON(http.StatusConflict, ResourceConflictBody{ErrorBody: ErrorBody{Error: ce.Err.Code, Detail: ce.Err.Detail},
-			Conflict: ce.Holder, WaitDie: wd, PriorityAt: ce.PriorityAt, ServerTime: ce.ServerTime})
+			Conflict: ce.Holder, Ahead: ce.Ahead, WaitDie: wd, PriorityAt: ce.PriorityAt, ServerTime: ce.ServerTime})
 	}
 	if err != nil {
 		if errors.Is(err, context.Canceled) && s.drain.Err() != nil {
@@ -128,18 +138,51 @@ func (s *Server) acquireResources(c echo.Context) error {
 
 // resourceHolders is GET /v1/resource-leases?resource=: who holds the
 // resource now, without taking it (what a conflicting acquire would name).
+// With wait_seconds it long-polls until nothing in the way of taking it
+// (predicate, default MUTATES) is held: the wait of a request refused by
+// wait-die, which takes nothing while it waits.
 func (s *Server) resourceHolders(c echo.Context) error {
 	q := c.QueryParams()
-	for k := range q {
-		if k != "resource" {
-			return badRequest("unknown query parameter %q; this call takes resource", k)
+	for k, v := range q {
+		if k != "resource" && k != "wait_seconds" && k != "predicate" {
+			return badRequest("unknown query parameter %q; this call takes resource, wait_seconds and predicate", k)
+		}
+		if k != "resource" && len(v) != 1 {
+			return badRequest("%s: give it once", k)
 		}
 	}
 	if len(q["resource"]) != 1 {
 		return badRequest("name one resource: ?resource=NAME")
 	}
-	res, err := s.eng.ResourceHolders(c.Request().Context(), ActorOf(c), q["resource"])
+	if !q.Has("wait_seconds") && !q.Has("predicate") {
+		res, err := s.eng.ResourceHolders(c.Request().Context(), ActorOf(c), q["resource"])
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, res)
+	}
+	var wait float64
+	if v := q.Get("wait_seconds"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+			return badRequest("wait_seconds: a number of seconds, 0 or more")
+		}
+		wait = f
+	}
+	p := host.LeasePredicate(q.Get("predicate"))
+	if p != "" && p != host.PredicateReads && p != host.PredicateMutates {
+		return badRequest("predicate: READS or MUTATES")
+	}
+	ctx, cancel := context.WithCancel(c.Request().Context())
+	defer cancel()
+	stop := context.AfterFunc(s.drain, cancel)
+	defer stop()
+	res, err := s.eng.AwaitResources(ctx, ActorOf(c), engine.AwaitRequest{Resources: q["resource"], Predicate: p,
+		Wait: time.Duration(min(wait, 3600) * float64(time.Second))})
 	if err != nil {
+		if errors.Is(err, context.Canceled) && s.drain.Err() != nil {
+			return host.Errorf(host.CodeDatabaseUnavailable, "the gate is shutting down; ask again")
+		}
 		return err
 	}
 	return c.JSON(http.StatusOK, res)

@@ -416,8 +416,10 @@ func resultResponse(fr *engine.FetchedResult) api.ResultResponse {
 	return out
 }
 
-// subscribe serves resources/subscribe and resources/unsubscribe. Only
-// tasks change, so only asyncgate://tasks/{id} can be subscribed to.
+// subscribe serves resources/subscribe and resources/unsubscribe. Tasks
+// (asyncgate://tasks/{id}) and leased resources
+// (asyncgate://resource-leases/{resource}, resourcewatch.go) change, so only
+// they can be subscribed to.
 func (s *Server) subscribe(ctx context.Context, sess *session, params json.RawMessage, on bool) (any, *rpcError) {
 	var p struct {
 		URI string `json:"uri"`
@@ -431,9 +433,15 @@ func (s *Server) subscribe(ctx context.Context, sess *session, params json.RawMe
 		sess.mu.Unlock()
 		return struct{}{}, nil
 	}
+	if name, ok, err := resourceLeaseURI(p.URI); ok {
+		if err != nil {
+			return nil, &rpcError{Code: rpcInvalidParams, Message: host.ErrorCode(err) + ": " + host.ErrorDetail(err)}
+		}
+		return s.subscribeResource(sess, p.URI, name)
+	}
 	id, ok := taskURI(p.URI)
 	if !ok {
-		return nil, &rpcError{Code: rpcInvalidParams, Message: fmt.Sprintf("only tasks change: subscribe to %s{task_id}", TaskURIPrefix)}
+		return nil, subscribeURIError()
 	}
 	t, err := s.eng.GetTask(ctx, sess.actor, id)
 	if err != nil {

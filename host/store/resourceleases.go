@@ -69,6 +69,59 @@ type ResourceLeaseWriter interface {
 	// AppendResourceLeaseEvent appends ev to the audit trail, in the
 	// transaction's order (ev.Seq is not set).
 	AppendResourceLeaseEvent(ctx context.Context, ev *host.ResourceLeaseEvent) error
+
+	// --- Waiters (issue 43 item 3: fairness). Callers hold the resources'
+	// locks (LockResources) when they decide on waiters.
+
+	// ListResourceWaiters returns the waiters on the resources of tenant
+	// whose registration has not lapsed at liveAt (expires_at > liveAt), in
+	// priority order (storetest: ResourceLeaseWaiterRows).
+	ListResourceWaiters(ctx context.Context, tenant string, resources []string, liveAt time.Time) ([]host.ResourceWaiter, error)
+	// PutResourceWaiter registers a waiter on one resource, or renews it:
+	// an existing registration of the same waiter on the resource keeps
+	// the earlier of the two priorities (a waiter never loses seniority by
+	// renewing) and takes the new predicate and expiry.
+	PutResourceWaiter(ctx context.Context, w host.ResourceWaiter) error
+	// DeleteResourceWaiter removes every registration of a waiter in tenant.
+	DeleteResourceWaiter(ctx context.Context, tenant, waiterID string) error
+	// DeleteLapsedResourceWaiters removes registrations lapsed at now (at
+	// most limit) and reports how many it removed.
+	DeleteLapsedResourceWaiters(ctx context.Context, now time.Time, limit int) (int, error)
+	// ReofferWaitingTasks makes available at now the queued tasks of tenant
+	// that are registered as waiters on resources (a task stepped aside
+	// because its intents could not be granted, registration live at now)
+	// with no older waiter ahead of them there (one whose predicate
+	// conflicts: either is MUTATES; older: an earlier priority_at), and
+	// that would be available only after now, and returns their task types,
+	// one per task. The tasks behind are left to the release of what the
+	// ones ahead take. It writes available_at and updated_at and moves the
+	// version as UpdateTask does; the queue counts do not move. Callers hold
+	// the resources' locks (LockResources) and call it in the transaction
+	// that ends a lease on them or a waiter ahead of such tasks: a claim
+	// that stepped a task aside for them has committed before, and a claim
+	// that has not decided yet decides after it. So a task row another
+	// transaction holds is skipped, not waited for (on PostgreSQL such a
+	// holder is a claim waiting for the same locks) (storetest:
+	// TaskResourceReofferedOnRelease, TaskResourceReofferedInOrder).
+	ReofferWaitingTasks(ctx context.Context, tenant string, resources []string, now time.Time) ([]string, error)
+
+	// --- Sessions (issue 43 item 4). Callers lock the session's name
+	// (LockResources) before they change it.
+
+	// InsertResourceSession inserts a new session.
+	InsertResourceSession(ctx context.Context, s *host.ResourceSession) error
+	// GetResourceSession returns a session of tenant or host.CodeNotFound.
+	GetResourceSession(ctx context.Context, tenant, id string) (*host.ResourceSession, error)
+	// UpdateResourceSession writes s's state, TTL, expiry and end.
+	UpdateResourceSession(ctx context.Context, s *host.ResourceSession) error
+	// AddResourceSessionLease records that a lease was granted in a session.
+	AddResourceSessionLease(ctx context.Context, tenant, sessionID, leaseID string) error
+	// ListResourceSessionLeases returns the ids of the leases granted in a
+	// session, in grant order (storetest: ResourceSessionRows).
+	ListResourceSessionLeases(ctx context.Context, tenant, sessionID string) ([]string, error)
+	// ResourceSessionsOfLeases maps each of the leases that was granted in
+	// a session to its session's id.
+	ResourceSessionsOfLeases(ctx context.Context, tenant string, leaseIDs []string) (map[string]string, error)
 }
 
 // ResourceLeaseFilter selects resource leases. Empty fields do not filter.

@@ -1592,11 +1592,14 @@ class ResourceLeases:
     def __init__(self, client: "Client"):
         self.client = client
 
-    def acquire(self, intents, ttl_ms: int = 0, priority_at: str = "", wait_seconds: float = 0) -> Dict[str, Any]:
+    def acquire(self, intents, ttl_ms: int = 0, priority_at: str = "", wait_seconds: float = 0, session_id: str = "") -> Dict[str, Any]:
         """POST /v1/resource-leases with ``intents`` as (resource, predicate)
         pairs or dicts; all granted, or AsyncGateError 409 resource_conflict
-        (its detail names the lease in the way)."""
+        (its detail names the lease in the way). With ``session_id`` the
+        leases follow that session's heartbeats and end with it."""
         body: Dict[str, Any] = {"intents": [i if isinstance(i, dict) else {"resource": i[0], "predicate": i[1]} for i in intents]}
+        if session_id:
+            body["session_id"] = session_id
         if ttl_ms:
             body["ttl_ms"] = ttl_ms
         if priority_at:
@@ -1605,10 +1608,20 @@ class ResourceLeases:
             body["wait_seconds"] = wait_seconds
         return self.client._call("POST", "/v1/resource-leases", body, timeout=self.client.timeout + wait_seconds)[1]
 
-    def holders(self, resource: str) -> Dict[str, Any]:
+    def holders(self, resource: str, wait_seconds: float = 0, predicate: str = "") -> Dict[str, Any]:
         """Who holds ``resource`` now, without taking it: ``{"leases": [...],
-        "server_time": ...}``, the leases honoured at the gate's now."""
-        return self.client._call("GET", "/v1/resource-leases?resource=" + urllib.parse.quote(resource, safe=""), None)[1]
+        "server_time": ...}``, the leases honoured at the gate's now.
+
+        With ``wait_seconds``, wait (taking nothing) until nothing in the way
+        of taking it with ``predicate`` (READS or MUTATES, the default) is
+        held, and answer what is still in the way when the wait ran out: the
+        wait of an acquire refused with wait_die "die"."""
+        path = "/v1/resource-leases?resource=" + urllib.parse.quote(resource, safe="")
+        if wait_seconds:
+            path += "&wait_seconds=" + repr(float(wait_seconds))
+        if predicate:
+            path += "&predicate=" + urllib.parse.quote(predicate, safe="")
+        return self.client._call("GET", path, None, timeout=self.client.timeout + wait_seconds)[1]
 
     def heartbeat(self, lease_ids: List[str]) -> Dict[str, Any]:
         """Extend every lease by its TTL from the gate's now, or none."""
@@ -1621,6 +1634,29 @@ class ResourceLeases:
     def verify(self, lease_ids: Optional[List[str]] = None) -> Dict[str, Any]:
         """VERIFY_ALL: the leases' state by the gate's clock (none: all you hold)."""
         return self.client._call("POST", "/v1/resource-leases/verify", {"lease_ids": lease_ids} if lease_ids else {})[1]
+
+    def create_session(self, ttl_ms: int = 0) -> Dict[str, Any]:
+        """Open a session (``{"session": {...}, "leases": [], ...}``): leases
+        acquired with its ``session_id`` follow one heartbeat and end with it."""
+        return self.client._call("POST", "/v1/resource-sessions", {"ttl_ms": ttl_ms} if ttl_ms else {})[1]
+
+    def heartbeat_session(self, session_id: str, ttl_ms: int = 0) -> Dict[str, Any]:
+        """Extend the session and every lease in it; AsyncGateError 409
+        session_ended when it was lost or ended (its leases are gone)."""
+        return self.client._call("POST", "/v1/resource-sessions/" + urllib.parse.quote(session_id, safe="") + "/heartbeat",
+                                 {"ttl_ms": ttl_ms} if ttl_ms else {})[1]
+
+    def end_session(self, session_id: str) -> Dict[str, Any]:
+        """End the session and release every lease in it (idempotent)."""
+        return self.client._call("POST", "/v1/resource-sessions/" + urllib.parse.quote(session_id, safe="") + "/end", {})[1]
+
+    def revoke(self, lease_id: str, tenant: str = "") -> Dict[str, Any]:
+        """Revoke a lease as an operator (admin key); its holder's next
+        heartbeat is AsyncGateError 409 lease_revoked."""
+        path = "/v1/admin/resource-leases/" + urllib.parse.quote(lease_id, safe="") + "/revoke"
+        if tenant:
+            path += "?tenant=" + urllib.parse.quote(tenant, safe="")
+        return self.client._call("POST", path, {})[1]
 
     def die_restart(self) -> Dict[str, Any]:
         """Declare DIE_RESTART: each live lease gets its one grace period;

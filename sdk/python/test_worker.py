@@ -1264,6 +1264,45 @@ class ResourceLeaseTests(unittest.TestCase):
         other.release([nxt["leases"][0]["lease_id"]])
         self.assertEqual(other.holders(res)["leases"], [])
 
+    def test_sessions_and_revoke(self):
+        rl = aw.ResourceLeases(aw.Client(URL, AGENT))
+        other = aw.ResourceLeases(aw.Client(URL, WORKER))
+        admin = aw.ResourceLeases(aw.Client(URL, ADMIN))
+        s = rl.create_session(ttl_ms=10000)["session"]
+        self.assertEqual((s["state"], s["ttl_ms"]), ("active", 10000))
+        got = rl.acquire([("FILE:/py/sess.py", "MUTATES"), ("DB:py-sess", "READS")], session_id=s["session_id"])
+        self.assertEqual([l["expires_at"] for l in got["leases"]], [s["expires_at"]] * 2)
+        hb = rl.heartbeat_session(s["session_id"])
+        self.assertEqual(len(hb["leases"]), 2)
+        with self.assertRaises(aw.AsyncGateError) as cm:
+            other.heartbeat_session(s["session_id"])
+        self.assertEqual((cm.exception.status, cm.exception.code), (403, "forbidden"))
+        admin.revoke(got["leases"][1]["lease_id"])
+        with self.assertRaises(aw.AsyncGateError) as cm:
+            rl.heartbeat([got["leases"][1]["lease_id"]])
+        self.assertEqual((cm.exception.status, cm.exception.code), (409, "lease_revoked"))
+        self.assertEqual(rl.end_session(s["session_id"])["session"]["state"], "ended")
+        with self.assertRaises(aw.AsyncGateError) as cm:
+            rl.heartbeat_session(s["session_id"])
+        self.assertEqual((cm.exception.status, cm.exception.code), (409, "session_ended"))
+        self.assertEqual(other.holders("FILE:/py/sess.py")["leases"], [])
+
+    def test_holders_wait_for_release(self):
+        rl = aw.ResourceLeases(aw.Client(URL, AGENT))
+        other = aw.ResourceLeases(aw.Client(URL, WORKER))
+        res = "FILE:/py/await.py"
+        got = rl.acquire([(res, "MUTATES")], ttl_ms=10000)
+        self.assertEqual(len(other.holders(res, wait_seconds=0.05, predicate="READS")["leases"]), 1)
+        out = {}
+        waiter = threading.Thread(target=lambda: out.update(other.holders(res, wait_seconds=20)))
+        waiter.start()
+        rl.release([got["leases"][0]["lease_id"]])
+        waiter.join(30)
+        self.assertEqual(out.get("leases"), [])
+        with self.assertRaises(aw.AsyncGateError) as cm:
+            other.holders(res, wait_seconds=1, predicate="OWNS")
+        self.assertEqual((cm.exception.status, cm.exception.code), (400, "bad_request"))
+
 
 if __name__ == "__main__":
     if len(sys.argv) < 6:

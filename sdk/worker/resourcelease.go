@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -60,6 +61,9 @@ type AcquireRequest struct {
 	PriorityAt *time.Time
 	// Wait long-polls while the request is older than every conflicting holder.
 	Wait time.Duration
+	// SessionID acquires in a session (CreateSession): the leases follow
+	// its heartbeats and end with it.
+	SessionID string
 }
 
 // Manifest is a granted acquire.
@@ -81,6 +85,25 @@ type ResourceLeases struct {
 func (c *Client) ResourceHolders(ctx context.Context, resource string) (*ResourceLeases, error) {
 	var out ResourceLeases
 	if _, _, err := c.do(ctx, http.MethodGet, "/v1/resource-leases?resource="+url.QueryEscape(resource), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// AwaitResourceFree waits up to wait (the gate caps it at 30 s), taking
+// nothing, until nothing in the way of taking resource with predicate
+// (Reads or Mutates; "" is Mutates) is held, and answers what is still in
+// the way when the wait ran out (no leases: free when the gate looked). It
+// is the wait of an acquire refused with wait-die "die": wait here, then
+// acquire again with the same PriorityAt. The gate answers at the release
+// or expiry, on whichever of its hosts it happens, not at a poll.
+func (c *Client) AwaitResourceFree(ctx context.Context, resource, predicate string, wait time.Duration) (*ResourceLeases, error) {
+	q := url.Values{"resource": {resource}, "wait_seconds": {strconv.FormatFloat(wait.Seconds(), 'f', -1, 64)}}
+	if predicate != "" {
+		q.Set("predicate", predicate)
+	}
+	var out ResourceLeases
+	if _, _, err := c.do(ctx, http.MethodGet, "/v1/resource-leases?"+q.Encode(), nil, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -109,6 +132,9 @@ func (c *Client) AcquireResources(ctx context.Context, req AcquireRequest) (*Man
 	}
 	if req.Wait > 0 {
 		body["wait_seconds"] = req.Wait.Seconds()
+	}
+	if req.SessionID != "" {
+		body["session_id"] = req.SessionID
 	}
 	var m Manifest
 	if _, _, err := c.do(ctx, http.MethodPost, "/v1/resource-leases", body, &m); err != nil {

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -108,8 +109,25 @@ func TestResourceFencingTokens(t *testing.T) {
 	if err != nil || len(held.Leases) != 1 || held.Leases[0].ID != h.IDs()[0] || held.Leases[0].FencingToken != first {
 		t.Fatalf("holders: %+v, %v", held, err)
 	}
+	if still, err := w.AwaitResourceFree(ctx, res, worker.Reads, 50*time.Millisecond); err != nil || len(still.Leases) != 1 {
+		t.Fatalf("a wait that ran out: %+v, %v", still, err)
+	}
+	freed := make(chan error, 1)
+	go func() {
+		free, err := w.AwaitResourceFree(ctx, res, "", 20*time.Second)
+		if err == nil && len(free.Leases) != 0 {
+			err = fmt.Errorf("still held: %+v", free.Leases)
+		}
+		freed <- err
+	}()
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if err := <-freed; err != nil {
+		t.Fatalf("wait for the release: %v", err)
+	}
+	if _, err := w.AwaitResourceFree(ctx, res, "OWNS", time.Second); !isCode(err, "bad_request") {
+		t.Fatalf("a bad predicate: %v", err)
 	}
 	_, err = agent.HeartbeatResources(ctx, h.IDs())
 	var ae *worker.APIError
@@ -131,4 +149,9 @@ func TestResourceFencingTokens(t *testing.T) {
 	if err := w.Release(ctx, offers[0].LeaseID, id, "done looking"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func isCode(err error, code string) bool {
+	var ae *worker.APIError
+	return errors.As(err, &ae) && ae.Code == code
 }

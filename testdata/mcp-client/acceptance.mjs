@@ -91,7 +91,7 @@ async function main() {
     "get_receipt_chain", "get_task_progress", "list_active_tasks", "list_open_obligations", "list_task_types", "queue_task",
     // KLIS-3 resource leases, for every role.
     "acquire_resource_leases", "heartbeat_resource_leases", "release_resource_leases", "verify_resource_leases",
-    "list_resource_holders",
+    "list_resource_holders", "create_resource_session", "heartbeat_resource_session", "end_resource_session",
     // Delivery (issue 13): the inbox and memory promotion.
     "list_inbox", "mark_read", "session_bootstrap", "store_task_result_in_memory",
     // Email (seed 002).

@@ -51,13 +51,29 @@ func runResourceLeases(t *testing.T, open Opener, hammer bool) {
 		{"ResourceLeaseRefusalsCarryServerTime", testRLRefusalsCarryServerTime},
 		{"ResourceLeaseMinTTL", testRLMinTTL},
 		{"ResourceLeaseHolders", testRLHolders},
+		{"ResourceLeaseWakeOnRelease", testRLWakeOnRelease}, // resourcewake.go
+		{"ResourceLeaseWakeOnExpiry", testRLWakeOnExpiry},
+		{"ResourceLeaseTaskWakeOnRelease", testRLTaskWakeOnRelease},
+		{"ResourceLeaseWatchResources", testRLWatchResources},
+		{"ResourceLeaseFairWriter", testRLFairWriter}, // resourcefair.go
+		{"ResourceLeaseFairTask", testRLFairTask},
+		{"ResourceLeaseWaiterRows", testRLWaiterRows},
+		{"ResourceLeaseSessions", testRLSessions}, // resourcesessions.go
+		{"ResourceLeaseRevoke", testRLRevoke},
 	}
+	// The cases that measure latency run one at a time, before the others
+	// start: under -race on a small machine the parallel cases' load, not
+	// the gate, would decide them.
+	serial := map[string]bool{"ResourceLeaseWakeOnRelease": true, "ResourceLeaseWakeOnExpiry": true, "ResourceLeaseTaskWakeOnRelease": true,
+		"ResourceLeaseFairWriter": true, "ResourceLeaseFairTask": true}
 	for _, c := range cases {
 		if c.name == "ResourceLeaseHammer" && !hammer {
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
+			if !serial[c.name] {
+				t.Parallel()
+			}
 			b := Setup(t, open)
 			ev := &eventLog{}
 			eng, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1, OnEvent: ev.add,

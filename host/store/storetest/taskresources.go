@@ -29,6 +29,8 @@ func runTaskResources(t *testing.T, open Opener) {
 		{"TaskResourceMutatesExclusive", testTRMutates},
 		{"TaskResourceReadsShared", testTRReads},
 		{"TaskResourceBlockedTaskStepsAside", testTRStepAside},
+		{"TaskResourceReofferedOnRelease", testTRReoffered},
+		{"TaskResourceReofferedInOrder", testTRReofferedInOrder},
 		{"TaskResourceHeartbeatExtends", testTRHeartbeat},
 		{"TaskResourceHeartbeatRefusedOnceSwept", testTRHeartbeatAfterSweep},
 		{"TaskResourceEndsWithTheLease", testTREnds},
@@ -273,6 +275,101 @@ func testTRStepAside(t *testing.T, b *Bundle) {
 	b.Clock.Advance(2 * time.Second)
 	if o3 := b.LeaseOne(t, "w.3"); o3.Task.ID != blocked[0] {
 		t.Fatalf("after the release: offered %s, want the first blocked task (order kept)", o3.Task.ID)
+	}
+	b.Verify(t)
+}
+
+// otherHost opens a second engine on b's store and clock: another gate
+// host, whose memory holds nothing of what b.Engine did.
+func otherHost(t *testing.T, b *Bundle) *engine.Engine {
+	t.Helper()
+	eng, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eng.Close)
+	return eng
+}
+
+// testTRReoffered: a task stepped aside for its resource is available again
+// in the transaction that releases the resource, at the release's time,
+// whichever host releases it: a lease call right after the release's answer,
+// on the same clock reading, is offered the task.
+func testTRReoffered(t *testing.T, b *Bundle) {
+	other := otherHost(t, b)
+	for _, end := range []string{"complete", "agent release"} {
+		var release func()
+		switch end {
+		case "complete":
+			b.Enqueue(t, "edit")
+			o := b.LeaseOne(t, "w.1")
+			release = func() {
+				if _, err := other.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", o), Result: Pointer}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case "agent release":
+			res := mustAcquire(t, b.Engine, "agent.kee", time.Minute, "FILE:/repo/x.go", "MUTATES")
+			release = func() {
+				if _, err := other.ReleaseResources(b.Ctx, rlActor("agent.kee"), []string{res.Leases[0].ID}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		blocked := b.Enqueue(t, "edit")
+		b.NoOffers(t, engine.LeaseRequest{Tenant: "acme", WorkerID: "w.2"}, end+": a second MUTATES task")
+		if tk := b.Task(t, blocked.TaskID); tk.State != host.StateQueued || !tk.AvailableAt.After(b.Clock.Now()) {
+			t.Fatalf("%s: the blocked task did not step aside: %+v", end, tk)
+		}
+		release()
+		if tk := b.Task(t, blocked.TaskID); tk.AvailableAt.After(b.Clock.Now()) {
+			t.Fatalf("%s: the release left the task stepped aside until %s (now %s)", end, tk.AvailableAt, b.Clock.Now())
+		}
+		o := b.LeaseOne(t, "w.2")
+		if o.Task.ID != blocked.TaskID {
+			t.Fatalf("%s: offered %s, want the task that stepped aside (%s)", end, o.Task.ID, blocked.TaskID)
+		}
+		oneTaskLease(t, b, blocked.TaskID)
+		b.Complete(t, "w.2", o)
+		b.Clock.Advance(time.Second)
+	}
+	b.Verify(t)
+}
+
+// testTRReofferedInOrder: tasks stepped aside for one resource are offered
+// again one at a time, each as soon as the one before it releases the
+// resource, in the documented order of waiters (docs/http.md, "Fairness"):
+// oldest first, senior from the first time each stepped aside, whatever
+// their queue priority. Each release is answered by another host.
+func testTRReofferedInOrder(t *testing.T, b *Bundle) {
+	other := otherHost(t, b)
+	b.Enqueue(t, "edit")
+	o, worker := b.LeaseOne(t, "w.1"), "w.1"
+	var want []string
+	for i, prio := range []int{5, 9, 5, 9} {
+		b.Clock.Advance(time.Millisecond)
+		id := b.Enqueue(t, "edit", func(r *engine.EnqueueRequest) { r.Priority = prio }).TaskID
+		b.NoOffers(t, engine.LeaseRequest{Tenant: "acme", WorkerID: "w.1", MaxTasks: 10}, fmt.Sprintf("blocked task %d", i))
+		if tk := b.Task(t, id); !tk.AvailableAt.After(b.Clock.Now()) {
+			t.Fatalf("blocked task %d did not step aside: %+v", i, tk)
+		}
+		want = append(want, id)
+	}
+	for i, id := range want {
+		b.Clock.Advance(time.Millisecond)
+		if _, err := other.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call(worker, o), Result: Pointer}); err != nil {
+			t.Fatal(err)
+		}
+		worker = fmt.Sprintf("w.%d", i+2)
+		offers := leaseN(t, b, worker, 10)
+		if len(offers) != 1 || offers[0].Task.ID != id {
+			var got []string
+			for _, o := range offers {
+				got = append(got, o.Task.ID)
+			}
+			t.Fatalf("release %d: offered %v, want only %s (order %v)", i, got, id, want)
+		}
+		o = offers[0]
 	}
 	b.Verify(t)
 }

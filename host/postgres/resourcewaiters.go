@@ -1,0 +1,91 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/asyncgate/asyncgate/host"
+)
+
+// Waiters on resources (issue 43 item 3; migration 0028).
+
+// ListResourceWaiters implements store.ResourceLeaseWriter.
+func (w *writeTx) ListResourceWaiters(ctx context.Context, tenant string, resources []string, liveAt time.Time) ([]host.ResourceWaiter, error) {
+	if len(resources) == 0 {
+		return nil, nil
+	}
+	var out []host.ResourceWaiter
+	err := w.ss.query(w.c(ctx), func(r pgx.Rows) error {
+		rw := host.ResourceWaiter{Tenant: tenant}
+		var pred string
+		var prio, exp int64
+		if err := r.Scan(&rw.Resource, &rw.WaiterID, &rw.Holder, &pred, &prio, &rw.TaskID, &exp); err != nil {
+			return err
+		}
+		rw.Predicate, rw.PriorityAt, rw.ExpiresAt = host.LeasePredicate(pred), fromUS(prio), fromUS(exp)
+		out = append(out, rw)
+		return nil
+	}, `SELECT resource, waiter_id, holder, predicate, priority_at, task_id, expires_at FROM resource_waiters
+WHERE tenant = $1 AND expires_at > $2 AND resource = ANY($3::text[]) ORDER BY priority_at, waiter_id, resource`, tenant, us(liveAt), resources)
+	return out, err
+}
+
+// PutResourceWaiter implements store.ResourceLeaseWriter; the upsert is
+// queued in front of the transaction's next statement.
+func (w *writeTx) PutResourceWaiter(ctx context.Context, rw host.ResourceWaiter) error {
+	w.ss.queue(`INSERT INTO resource_waiters (tenant, resource, waiter_id, holder, predicate, priority_at, task_id, expires_at)
+VALUES ($1,$2,$3,$4,$5,$6,$7,$8)
+ON CONFLICT (tenant, resource, waiter_id) DO UPDATE SET holder = excluded.holder, predicate = excluded.predicate,
+priority_at = least(resource_waiters.priority_at, excluded.priority_at), task_id = excluded.task_id, expires_at = excluded.expires_at`,
+		rw.Tenant, rw.Resource, rw.WaiterID, rw.Holder, string(rw.Predicate), us(rw.PriorityAt), rw.TaskID, us(rw.ExpiresAt))
+	return nil
+}
+
+// DeleteResourceWaiter implements store.ResourceLeaseWriter; queued like
+// PutResourceWaiter.
+func (w *writeTx) DeleteResourceWaiter(ctx context.Context, tenant, waiterID string) error {
+	w.ss.queue(`DELETE FROM resource_waiters WHERE tenant = $1 AND waiter_id = $2`, tenant, waiterID)
+	return nil
+}
+
+// DeleteLapsedResourceWaiters implements store.ResourceLeaseWriter.
+func (w *writeTx) DeleteLapsedResourceWaiters(ctx context.Context, now time.Time, limit int) (int, error) {
+	var n int64
+	err := w.ss.queryRow(w.c(ctx), []any{&n}, `WITH d AS (DELETE FROM resource_waiters WHERE (tenant, resource, waiter_id) IN
+(SELECT tenant, resource, waiter_id FROM resource_waiters WHERE expires_at <= $1 LIMIT $2) RETURNING 1) SELECT count(*) FROM d`, us(now), limit)
+	return int(n), err
+}
+
+// ReofferWaitingTasks implements store.ResourceLeaseWriter. Rows another
+// transaction holds are skipped (SKIP LOCKED): the caller holds the
+// resources' locks, so such a holder is a claim that decides the task after
+// this transaction. Other hosts' long-polling workers hear of the tasks at
+// the commit, as of any task made ready.
+func (w *writeTx) ReofferWaitingTasks(ctx context.Context, tenant string, resources []string, now time.Time) ([]string, error) {
+	if len(resources) == 0 {
+		return nil, nil
+	}
+	var types []string
+	err := w.ss.query(w.c(ctx), func(r pgx.Rows) error {
+		var typ string
+		if err := r.Scan(&typ); err != nil {
+			return err
+		}
+		types = append(types, typ)
+		return nil
+	}, `UPDATE tasks SET available_at = $3, updated_at = $3, version = version + 1 WHERE id IN (
+SELECT id FROM tasks WHERE tenant = $1 AND state = 'queued' AND available_at > $3 AND id IN (
+SELECT w.task_id FROM resource_waiters w WHERE w.tenant = $1 AND w.resource = ANY($2::text[]) AND w.task_id <> '' AND w.expires_at > $3
+AND NOT EXISTS (SELECT 1 FROM resource_waiters o WHERE o.tenant = $1 AND o.resource = w.resource AND o.expires_at > $3
+  AND o.priority_at < w.priority_at AND (o.predicate = 'MUTATES' OR w.predicate = 'MUTATES')))
+FOR UPDATE SKIP LOCKED) RETURNING task_type`, tenant, resources, us(now))
+	if err != nil {
+		return nil, err
+	}
+	if len(types) > 0 {
+		w.st.notify = append(w.st.notify, tenant)
+	}
+	return types, nil
+}
