@@ -213,7 +213,9 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 		res.Task, res.IsDuplicate = old, true
 		return nil
 	}
-	err = e.update(ctx, func(tx store.Tx) error {
+	// A new task is bulk work: the writer serves completions and lease
+	// calls ahead of it when it must choose (store.BulkUpdate).
+	err = e.update(store.BulkUpdate(ctx), func(tx store.Tx) error {
 		res.IsDuplicate = false
 		if t.IdempotencyKey != "" {
 			old, err := tx.FindTaskByIdempotency(ctx, store.IdempotencyKeyOf(t))

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -87,24 +89,75 @@ func (w *writeTx) MarkInbox(ctx context.Context, m store.InboxMark) (int64, erro
 	return w.ss.exec(w.c(ctx), q, a...)
 }
 
-// RetentionDue implements store.Reader.
+// RetentionDue implements store.Reader. It reads tasks_finished alone
+// (migration 0031 dropped tasks_unarchived, an index entry every completion
+// wrote): the tasks of one type are a merge of one range per state, each
+// already in completion order, so a batch reads about its own size however
+// many tasks are due; orphans first walk the index's (tenant, type) pairs,
+// one seek a pair, for the types no longer registered.
 func (r *reader) RetentionDue(ctx context.Context, q store.RetentionQuery) ([]*host.Task, error) {
 	if len(q.States) == 0 || q.Limit <= 0 {
 		return nil, nil
 	}
-	states := make([]string, len(q.States))
-	for i, s := range q.States {
-		states[i] = string(s)
+	if !q.Orphans {
+		return r.retentionDueOf(ctx, q, q.Tenant, q.Type)
 	}
+	var pairs [][2]string
+	if err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		var p [2]string
+		err := rows.Scan(&p[0], &p[1])
+		pairs = append(pairs, p)
+		return err
+	}, orphanTypesSQL); err != nil {
+		return nil, err
+	}
+	var out []*host.Task
+	for _, p := range pairs {
+		ts, err := r.retentionDueOf(ctx, q, p[0], p[1])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ts...)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].CompletedAt.Before(*out[j].CompletedAt) })
+	if len(out) > q.Limit {
+		out = out[:q.Limit]
+	}
+	return out, nil
+}
+
+// orphanTypesSQL walks tasks_finished loosely, one seek per (tenant, type)
+// pair of a finished task, and keeps the pairs whose type is no longer
+// registered.
+const orphanTypesSQL = `WITH RECURSIVE k(tenant, task_type) AS (
+  (SELECT tenant, task_type FROM tasks WHERE completed_at IS NOT NULL ORDER BY tenant, task_type LIMIT 1)
+  UNION ALL
+  SELECT n.tenant, n.task_type FROM k CROSS JOIN LATERAL (
+    SELECT tenant, task_type FROM tasks WHERE completed_at IS NOT NULL AND (tenant, task_type) > (k.tenant, k.task_type)
+    ORDER BY tenant, task_type LIMIT 1) n
+) SELECT tenant, task_type FROM k
+WHERE NOT EXISTS (SELECT 1 FROM task_types tt WHERE tt.tenant = k.tenant AND tt.name = k.task_type)`
+
+// retentionDueOf returns up to q.Limit tasks of one type in q.States that
+// completed at or before q.Before, oldest first: one range of
+// tasks_finished per state, merged.
+func (r *reader) retentionDueOf(ctx context.Context, q store.RetentionQuery, tenant, typ string) ([]*host.Task, error) {
+	seen := map[host.TaskState]bool{}
 	var a args
-	sq := `SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE state = ANY(` + a.add(states) + `::text[]) AND completed_at IS NOT NULL AND completed_at <= ` + a.add(us(q.Before))
-	if q.Orphans {
-		sq += ` AND NOT EXISTS (SELECT 1 FROM task_types tt WHERE tt.tenant = tasks.tenant AND tt.name = tasks.task_type)`
-	} else {
-		sq += ` AND tenant = ` + a.add(q.Tenant) + ` AND task_type = ` + a.add(q.Type)
+	var b strings.Builder
+	for _, st := range q.States {
+		if seen[st] {
+			continue
+		}
+		seen[st] = true
+		if b.Len() > 0 {
+			b.WriteString(` UNION ALL `)
+		}
+		b.WriteString(`(SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE tenant = ` + a.add(tenant) + ` AND task_type = ` + a.add(typ) +
+			` AND state = ` + a.add(string(st)) + ` AND completed_at IS NOT NULL AND completed_at <= ` + a.add(us(q.Before)) +
+			` ORDER BY completed_at LIMIT ` + a.add(q.Limit) + `)`)
 	}
-	sq += ` ORDER BY completed_at LIMIT ` + a.add(q.Limit)
-	rows, err := r.tasks(ctx, sq, a...)
+	rows, err := r.tasks(ctx, `SELECT * FROM (`+b.String()+`) u ORDER BY completed_at LIMIT `+a.add(q.Limit), a...)
 	if err != nil {
 		return nil, err
 	}

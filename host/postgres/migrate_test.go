@@ -2,11 +2,16 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
 	"github.com/asyncgate/asyncgate/host/store/storetest"
 )
@@ -74,4 +79,85 @@ func TestMigrationDependencies(t *testing.T) {
 	schema := newSchema(t)
 	storetest.MigrationDependencies(t, func(t *testing.T) store.Store { return openIn(t, schema, Options{}) },
 		func(stmts ...string) { execIn(t, schema, stmts...) })
+}
+
+// Migration 0031 on a schema made before it: tasks_unarchived is gone, and
+// retention still finds the finished tasks written before the migration,
+// of a type (one range of tasks_finished per state) and orphaned (a type
+// no longer registered), oldest first.
+func TestMigrationDropsTasksUnarchived(t *testing.T) {
+	schema := newSchema(t)
+	ctx := context.Background()
+	st := openIn(t, schema, Options{})
+	base := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	// Finished oldest first: t0 (succeeded), t1 (dead_letter), t2 (canceled),
+	// t3 (succeeded, finished after the cut-off).
+	states := []host.TaskState{host.StateSucceeded, host.StateDeadLetter, host.StateCanceled, host.StateSucceeded}
+	if err := st.Update(ctx, func(tx store.Tx) error {
+		for i, s := range states {
+			done := base.Add(time.Duration(i) * time.Minute)
+			if i == 3 {
+				done = time.Now().Add(time.Hour)
+			}
+			if err := tx.InsertTask(ctx, &host.Task{ID: fmt.Sprintf("task_%d", i), Tenant: "acme", Type: "gone", CreatedBy: "agent.a",
+				Recipient: "agent.a", State: s, Params: json.RawMessage(`{}`), CreatedAt: base, UpdatedAt: done, AvailableAt: base,
+				CompletedAt: &done}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	// Wind the schema back to before 0031.
+	execIn(t, schema, `CREATE INDEX tasks_unarchived ON tasks (completed_at) WHERE state IN ('succeeded', 'canceled', 'dead_letter')`,
+		`DELETE FROM schema_migrations WHERE version = 31`)
+
+	st = openIn(t, schema, Options{})
+	var n int
+	conn, err := pgx.Connect(ctx, testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexname = 'tasks_unarchived'`, schema).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatal("tasks_unarchived is still there after the migration")
+	}
+	due := []host.TaskState{host.StateSucceeded, host.StateCanceled, host.StateDeadLetter}
+	for _, q := range []store.RetentionQuery{
+		{Tenant: "acme", Type: "gone", States: due, Before: time.Now(), Limit: 10},
+		{Orphans: true, States: due, Before: time.Now(), Limit: 10},
+	} {
+		var got []string
+		if err := st.View(ctx, func(r store.Reader) error {
+			ts, err := r.RetentionDue(ctx, q)
+			for _, tk := range ts {
+				got = append(got, tk.ID)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"task_0", "task_1", "task_2"}; !slices.Equal(got, want) {
+			t.Fatalf("RetentionDue(orphans %v) after the migration: %v, want %v", q.Orphans, got, want)
+		}
+		q.Limit = 2
+		got = got[:0]
+		if err := st.View(ctx, func(r store.Reader) error {
+			ts, err := r.RetentionDue(ctx, q)
+			for _, tk := range ts {
+				got = append(got, tk.ID)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"task_0", "task_1"}; !slices.Equal(got, want) {
+			t.Fatalf("RetentionDue(orphans %v, limit 2): %v, want %v", q.Orphans, got, want)
+		}
+	}
 }

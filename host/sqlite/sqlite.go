@@ -338,7 +338,11 @@ var errClosed = groupcommit.ErrClosed
 // Update implements store.Store with group commit.
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
 	r := &request{ctx: ctx, fn: fn, done: make(chan struct{})}
-	if err := s.queue.Put(ctx, r); err != nil {
+	class := groupcommit.Prompt
+	if store.IsBulkUpdate(ctx) {
+		class = groupcommit.Bulk
+	}
+	if err := s.queue.Put(ctx, r, class); err != nil {
 		return err
 	}
 	<-r.done // once queued, the outcome is waited for: it may have been committed

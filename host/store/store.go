@@ -239,3 +239,23 @@ func NewerSchemaError(driver string, applied, known int) error {
 	return host.Errorf(host.CodeConflict, "%s: the database's schema is at version %d, written by a newer gate; this gate knows versions up to %d: run a gate at least as new as the one that migrated it",
 		driver, applied, known)
 }
+
+// bulkKey marks a context whose Update adds new work.
+type bulkKey struct{}
+
+// BulkUpdate returns ctx marked so that an Update under it counts as bulk
+// work (a new task) rather than work on tasks already queued or leased. A
+// driver's writer serves unmarked updates first when more wait than one
+// batch holds, and limits each batch's share of bulk ones, so that under
+// overload completions and lease calls are not starved by enqueues
+// (host/store/groupcommit). A bulk update still runs within a bounded
+// number of batches; it means nothing else.
+func BulkUpdate(ctx context.Context) context.Context {
+	return context.WithValue(ctx, bulkKey{}, true)
+}
+
+// IsBulkUpdate reports whether ctx was marked by BulkUpdate.
+func IsBulkUpdate(ctx context.Context) bool {
+	b, _ := ctx.Value(bulkKey{}).(bool)
+	return b
+}

@@ -3,6 +3,14 @@
 // requests in batches, each batch one transaction (group commit). Both SQL
 // drivers (host/sqlite, host/postgres) use it; what a request holds and how
 // a batch runs stay theirs.
+//
+// Requests come in two classes. Prompt requests (completions, failures,
+// heartbeats, lease calls: everything not marked otherwise) move work
+// already in the queue towards its end; bulk requests (enqueues) add work.
+// A batch takes the prompt requests first and limits the bulk ones, so
+// that under overload a backlog drains at the workers' pace instead of the
+// producers' (RATIONALE.md, "Completions first under overload"), while
+// every bulk request is still served within a bounded number of batches.
 package groupcommit
 
 import (
@@ -15,32 +23,55 @@ import (
 // ErrClosed is the answer to an update or view of a store that is closed.
 var ErrClosed = host.Errorf(host.CodeDatabaseUnavailable, "the store is closed")
 
+// Class is a request's class: which requests a batch serves first.
+type Class uint8
+
+const (
+	// Prompt requests are served first: the default.
+	Prompt Class = iota
+	// Bulk requests (new work) share each batch with the prompt ones: a
+	// batch takes at most as many bulk requests as prompt ones, and never
+	// fewer than MinBulk while any wait.
+	Bulk
+)
+
+// MinBulk is the fewest bulk requests a batch takes while that many wait,
+// however many prompt requests it holds: a bulk request waits at most
+// about (queued bulk requests / MinBulk) batches.
+const MinBulk = 8
+
 // Queue holds the requests (of type R) waiting for a writer.
 type Queue[R any] struct {
-	reqs   chan R
+	reqs   chan R // prompt
+	bulk   chan R
 	closed chan struct{}
 
 	mu       sync.RWMutex
 	isClosed bool
 }
 
-// New returns a queue that holds up to size requests before Put waits.
+// New returns a queue that holds up to size requests of each class before
+// Put waits.
 func New[R any](size int) *Queue[R] {
-	return &Queue[R]{reqs: make(chan R, size), closed: make(chan struct{})}
+	return &Queue[R]{reqs: make(chan R, size), bulk: make(chan R, size), closed: make(chan struct{})}
 }
 
-// Put queues r for the writer. It fails with ErrClosed once Close has been
-// called, and with ctx's error if ctx ends while the queue is full. Once
-// Put has queued r, the caller must wait for r's outcome: it may be
-// committed whatever the caller's context does.
-func (q *Queue[R]) Put(ctx context.Context, r R) error {
+// Put queues r for the writer in class c. It fails with ErrClosed once
+// Close has been called, and with ctx's error if ctx ends while the queue
+// of c is full. Once Put has queued r, the caller must wait for r's
+// outcome: it may be committed whatever the caller's context does.
+func (q *Queue[R]) Put(ctx context.Context, r R, c Class) error {
 	q.mu.RLock()
 	defer q.mu.RUnlock()
 	if q.isClosed {
 		return ErrClosed
 	}
+	ch := q.reqs
+	if c == Bulk {
+		ch = q.bulk
+	}
 	select {
-	case q.reqs <- r:
+	case ch <- r:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -68,31 +99,63 @@ func (q *Queue[R]) Close() bool {
 	return true
 }
 
-// Next waits for the next batch, appended to batch[:0]: the first request
-// queued and as many more (up to max in all) as are queued already, so a
-// batch is whatever arrived while the previous one ran. After Close it
+// Next waits for the next batch, appended to batch[:0]: what is queued
+// already, up to limit in all, so a batch is whatever arrived while the
+// previous one ran. Prompt requests come first; bulk requests fill the
+// rest, at most as many as the batch's prompt requests or MinBulk,
+// whichever is more (up to limit when no prompt request waits). Within a
+// class, requests are taken in the order they were queued. After Close it
 // returns what was queued before, one request a batch, then ok false.
-func (q *Queue[R]) Next(batch []R, max int) (_ []R, ok bool) {
+func (q *Queue[R]) Next(batch []R, limit int) (_ []R, ok bool) {
 	batch = batch[:0]
 	select {
 	case <-q.closed:
 		return q.one(batch)
 	default:
 	}
-	select {
-	case r := <-q.reqs:
-		batch = append(batch, r)
-	case <-q.closed:
-		return q.one(batch)
-	}
-	for len(batch) < max {
+	// Wait for the first request of either class, a prompt one if one
+	// waits; a bulk one found first keeps its place in this batch. A batch
+	// of one cannot share, so then the classes are taken as they come
+	// (select chooses among ready cases at random).
+	bulk := 0
+	if limit > 1 {
 		select {
 		case r := <-q.reqs:
 			batch = append(batch, r)
 		default:
-			return batch, true
 		}
 	}
+	if len(batch) == 0 {
+		select {
+		case r := <-q.reqs:
+			batch = append(batch, r)
+		case r := <-q.bulk:
+			batch = append(batch, r)
+			bulk = 1
+		case <-q.closed:
+			return q.one(batch)
+		}
+	}
+	take := func(ch chan R, n int) {
+		for ; n > 0; n-- {
+			select {
+			case r := <-ch:
+				batch = append(batch, r)
+			default:
+				return
+			}
+		}
+	}
+	// Room for MinBulk bulk requests, or as many as wait, is kept
+	// however many prompt requests wait.
+	reserve := max(min(MinBulk, limit/2, len(q.bulk)+bulk)-bulk, 0)
+	take(q.reqs, limit-len(batch)-reserve)
+	prompt := len(batch) - bulk
+	room := limit - len(batch)
+	if prompt > 0 {
+		room = min(room, max(prompt, MinBulk)-bulk)
+	}
+	take(q.bulk, room)
 	return batch, true
 }
 
@@ -102,6 +165,11 @@ func (q *Queue[R]) one(batch []R) ([]R, bool) {
 	case r := <-q.reqs:
 		return append(batch, r), true
 	default:
+	}
+	select {
+	case r := <-q.bulk:
+		return append(batch, r), true
+	default:
 		return batch, false
 	}
 }
@@ -109,5 +177,5 @@ func (q *Queue[R]) one(batch []R) ([]R, bool) {
 // Closing is closed when Close is called.
 func (q *Queue[R]) Closing() <-chan struct{} { return q.closed }
 
-// Len is how many requests wait for a writer now.
-func (q *Queue[R]) Len() int { return len(q.reqs) }
+// Len is how many requests of both classes wait for a writer now.
+func (q *Queue[R]) Len() int { return len(q.reqs) + len(q.bulk) }
