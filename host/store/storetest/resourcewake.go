@@ -178,7 +178,7 @@ func TaskWakeOnRelease(t *testing.T, agentEng, workerEng *engine.Engine, tenant 
 		}
 		waitFor(t, "the task to step aside", func() bool {
 			tk, err := agentEng.GetTask(ctx, admin, enq.TaskID)
-			return err == nil && tk.State == host.StateQueued && tk.AvailableAt.After(first.AvailableAt)
+			return err == nil && (tk.State == host.StateQueued || tk.State == host.StateScheduled) && tk.AvailableAt.After(first.AvailableAt)
 		})
 		if _, err := agentEng.ReleaseResources(ctx, agent, []string{held.Leases[0].ID}); err != nil {
 			t.Fatal(err)

@@ -318,7 +318,7 @@ func testTRReoffered(t *testing.T, b *Bundle) {
 		}
 		blocked := b.Enqueue(t, "edit")
 		b.NoOffers(t, engine.LeaseRequest{Tenant: "acme", WorkerID: "w.2"}, end+": a second MUTATES task")
-		if tk := b.Task(t, blocked.TaskID); tk.State != host.StateQueued || !tk.AvailableAt.After(b.Clock.Now()) {
+		if tk := b.Task(t, blocked.TaskID); tk.State != host.StateScheduled || !tk.AvailableAt.After(b.Clock.Now()) {
 			t.Fatalf("%s: the blocked task did not step aside: %+v", end, tk)
 		}
 		release()
@@ -514,7 +514,7 @@ func testTREnds(t *testing.T, b *Bundle) {
 		if len(evs) != 2 || evs[0].Kind != host.ResourceEventGranted || evs[1].Kind != host.ResourceLeaseEventKind(c.want) {
 			t.Fatalf("%s: audit trail %+v", c.name, evs)
 		}
-		if tk := b.Task(t, e.TaskID); tk.State == host.StateQueued {
+		if tk := b.Task(t, e.TaskID); tk.State == host.StateQueued || tk.State == host.StateScheduled {
 			if _, err := b.Engine.Cancel(b.Ctx, b.Admin, e.TaskID, "next case"); err != nil {
 				t.Fatal(err)
 			}
