@@ -139,6 +139,23 @@ type DependencyOutcome struct {
 	// Error and DeadReason say why it failed, when it did.
 	Error      string `json:"error_message,omitempty"`
 	DeadReason string `json:"dead_reason,omitempty"`
+	// Truncated is set when the offer's outcomes had reached
+	// MaxOutcomeBytes before this one: it keeps its id, type, status and
+	// completed_at, but not its result, error_message or dead_reason
+	// (read them with the task).
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// MaxOutcomeBytes bounds the encoded dependency outcomes of one offer.
+// Outcomes after the bound keep their status but drop their result and
+// errors, marked Truncated, so a lease of many tasks with many dependencies
+// with large results stays small.
+const MaxOutcomeBytes = 1 << 20
+
+// Truncate drops what may be large in o (result, error, dead reason) and
+// marks it Truncated.
+func (o *DependencyOutcome) Truncate() {
+	o.Result, o.Error, o.DeadReason, o.Truncated = nil, "", "", true
 }
 
 // OutcomeOf is the outcome a waiter's worker sees of dependency t.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -204,14 +205,37 @@ func (e *Engine) dependencyOutcomes(ctx context.Context, tenant string, offers [
 		return err
 	}
 	for i := range offers {
+		size := 0
 		for _, t := range byWaiter[offers[i].Task.ID] {
 			o := host.OutcomeOf(t)
 			o.Status = host.FinishedAs(t)
 			if o.Status == "" {
 				o.Status = t.State // any_succeeded: a dependency still running
 			}
+			if size >= host.MaxOutcomeBytes {
+				o.Truncate()
+			} else if n := outcomeSize(o); size+n > host.MaxOutcomeBytes {
+				o.Truncate()
+				size = host.MaxOutcomeBytes // later ones are truncated too: after order stays a prefix
+			} else {
+				size += n
+			}
 			offers[i].Dependencies = append(offers[i].Dependencies, o)
 		}
 	}
 	return nil
+}
+
+// outcomeSize is the encoded size of o's large parts: its result and its
+// errors (the rest is bounded by the task's own limits).
+func outcomeSize(o host.DependencyOutcome) int {
+	n := len(o.Error) + len(o.DeadReason)
+	if o.Result != nil {
+		b, err := json.Marshal(o.Result)
+		if err != nil {
+			return host.MaxOutcomeBytes
+		}
+		n += len(b)
+	}
+	return n
 }

@@ -57,7 +57,7 @@ func (r *reader) ListDependencies(ctx context.Context, tenant, waiter string) ([
 }
 
 // dependencyTaskColumns are the dependency tasks' columns in DependencyTasks.
-var dependencyTaskColumns = sqlrows.Prefixed("t", sqlrows.TaskColumns)
+var dependencyTaskColumns = sqlrows.Prefixed("t", sqlrows.OutcomeColumns)
 
 // DependencyTasks implements store.Reader.
 func (r *reader) DependencyTasks(ctx context.Context, tenant string, waiters []string) (map[string][]*host.Task, error) {
@@ -67,7 +67,7 @@ func (r *reader) DependencyTasks(ctx context.Context, tenant string, waiters []s
 	out := map[string][]*host.Task{}
 	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
 		var waiter string
-		t, _, err := sqlrows.ScanTask(prefixScanner{rows, &waiter})
+		t, err := sqlrows.ScanOutcome(prefixScanner{rows, &waiter})
 		if err != nil {
 			return err
 		}

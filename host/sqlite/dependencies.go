@@ -69,7 +69,7 @@ func (r *reader) ListDependencies(ctx context.Context, tenant, waiter string) ([
 }
 
 // dependencyTaskColumns are the dependency tasks' columns in DependencyTasks.
-var dependencyTaskColumns = sqlrows.Prefixed("t", sqlrows.TaskColumns)
+var dependencyTaskColumns = sqlrows.Prefixed("t", sqlrows.OutcomeColumns)
 
 // DependencyTasks implements store.Reader.
 func (r *reader) DependencyTasks(ctx context.Context, tenant string, waiters []string) (map[string][]*host.Task, error) {
@@ -86,7 +86,7 @@ WHERE d.tenant = ? AND d.waiter_id IN (SELECT value FROM json_each(?)) ORDER BY 
 	out := map[string][]*host.Task{}
 	for rows.Next() {
 		var waiter string
-		t, _, err := sqlrows.ScanTask(prefixScanner{rows, &waiter})
+		t, err := sqlrows.ScanOutcome(prefixScanner{rows, &waiter})
 		if err != nil {
 			return nil, err
 		}

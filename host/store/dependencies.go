@@ -21,8 +21,12 @@ type DependencyReader interface {
 	TallyDependencies(ctx context.Context, tenant, waiter string) (host.DependencyTally, error)
 	// DependencyTasks returns, for each of waiters that has dependencies,
 	// its dependencies' tasks in after-list order, as a View reads them
-	// (the outcomes its worker is offered with). Waiters without
-	// dependencies are absent from the map (storetest: DependencyEdges).
+	// (the outcomes its worker is offered with). Each task holds only the
+	// fields of sqlrows.OutcomeColumns (id, type, state, completed_at,
+	// result, last_error, dead_reason): never the params, so an offer reads
+	// little however many dependencies it has. Waiters without
+	// dependencies are absent from the map (storetest: DependencyEdges,
+	// DependencyOutcomesNarrow).
 	DependencyTasks(ctx context.Context, tenant string, waiters []string) (map[string][]*host.Task, error)
 	// LockDependencies returns the tasks of tenant among ids, and locks
 	// them against a concurrent terminal write until commit (PostgreSQL:

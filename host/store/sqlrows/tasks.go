@@ -88,3 +88,30 @@ func TaskSetValues(t *host.Task) ([]any, error) {
 		NUS(t.AcceptedAt), t.AcceptReceipt, t.CancelRequested, t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, NUS(t.StartedAt),
 		NUS(t.CompletedAt), t.ProgressPercent, t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, t.LeaseSeconds}, nil
 }
+
+// OutcomeColumns are the columns ScanOutcome reads: only what a
+// dependency's outcome needs (host.OutcomeOf, host.FinishedAs), never the
+// params, so an offer of a task with many dependencies reads little.
+const OutcomeColumns = `id, task_type, state, completed_at, result, last_error, dead_reason`
+
+// ScanOutcome reads one row of OutcomeColumns into a task that holds only
+// those fields.
+func ScanOutcome(sc Scanner) (*host.Task, error) {
+	var t host.Task
+	var state string
+	var completed *int64
+	var result *string
+	if err := sc.Scan(&t.ID, &t.Type, &state, &completed, &result, &t.LastError, &t.DeadReason); err != nil {
+		return nil, err
+	}
+	t.State = host.TaskState(state)
+	t.CompletedAt = FromNUS(completed)
+	if result != nil && *result != "" {
+		var res host.Result
+		if err := json.Unmarshal([]byte(*result), &res); err != nil {
+			return nil, err
+		}
+		t.Result = &res
+	}
+	return &t, nil
+}

@@ -34,6 +34,8 @@ func dependencyCases() []struct {
 		{"DependenciesIdempotentEnqueue", testDepsIdempotent},
 		{"DependencyCompletedByAnotherWriter", testDepsOtherWriter},
 		{"DependencyHammer", testDepsHammer},
+		{"DependencyOutcomesNarrow", testDepsOutcomesNarrow},
+		{"DependencyOutcomesCapped", testDepsOutcomesCapped},
 	}
 }
 
@@ -455,5 +457,91 @@ func testDepsHammer(t *testing.T, b *Bundle) {
 	}
 	if n := b.waitingCount(t); n != 0 {
 		t.Fatalf("%d tasks still counted waiting", n)
+	}
+}
+
+// testDepsOutcomesNarrow: the outcomes an offer is given are read without
+// the dependencies' params (up to 256 KB each), so a lease of tasks with
+// many dependencies does not hold all their inputs in memory.
+func testDepsOutcomesNarrow(t *testing.T, b *Bundle) {
+	big := json.RawMessage(`{"blob":"` + strings.Repeat("p", 64<<10) + `"}`)
+	a := b.Enqueue(t, "work", func(r *engine.EnqueueRequest) { r.Params = big })
+	w := b.Enqueue(t, "other", after("", a.TaskID))
+	b.Complete(t, "w.1", b.leaseType(t, "w.1", "work"))
+	var got map[string][]*host.Task
+	if err := b.Store.View(b.Ctx, func(r store.Reader) error {
+		var err error
+		got, err = r.DependencyTasks(b.Ctx, "acme", []string{w.TaskID})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ds := got[w.TaskID]
+	if len(ds) != 1 {
+		t.Fatalf("DependencyTasks gave %d dependencies, want 1", len(ds))
+	}
+	d := ds[0]
+	if len(d.Params) != 0 {
+		t.Fatalf("DependencyTasks read the dependency's params (%d bytes)", len(d.Params))
+	}
+	if d.ID != a.TaskID || d.Type != "work" || d.State != host.StateSucceeded || d.CompletedAt == nil ||
+		d.Result == nil || d.Result.Pointer != Pointer.Pointer {
+		t.Fatalf("DependencyTasks lost an outcome field: %+v", d)
+	}
+	wantDeps(t, b.leaseType(t, "w.2", "other"), a.TaskID+":succeeded")
+}
+
+// testDepsOutcomesCapped: the outcomes of one offer are bounded by
+// host.MaxOutcomeBytes; the ones past the bound keep their status but not
+// their result, and are marked truncated.
+func testDepsOutcomesCapped(t *testing.T, b *Bundle) {
+	const n, each = 24, 60 << 10 // 1.4 MB of results (a receipt body holds 64 KB)
+	meta := json.RawMessage(`{"blob":"` + strings.Repeat("m", each) + `"}`)
+	var ids, want []string
+	for range n {
+		ids = append(ids, b.Enqueue(t, "work").TaskID)
+	}
+	for range n {
+		o := b.leaseType(t, "w.1", "work")
+		res := Pointer
+		res.Metadata = meta
+		if _, err := b.Engine.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", o), Result: res}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids {
+		want = append(want, id+":succeeded")
+	}
+	b.Enqueue(t, "other", after("", ids...))
+	o := b.leaseType(t, "w.2", "other")
+	wantDeps(t, o, want...)
+	size, cut := 0, -1
+	for i, d := range o.Dependencies {
+		if d.Truncated {
+			if cut < 0 {
+				cut = i
+			}
+			if d.Result != nil || d.Error != "" || d.DeadReason != "" {
+				t.Fatalf("truncated outcome %d kept its result or errors", i)
+			}
+			continue
+		}
+		if cut >= 0 {
+			t.Fatalf("outcome %d is whole after truncated outcome %d", i, cut)
+		}
+		if d.Result == nil || len(d.Result.Metadata) < each {
+			t.Fatalf("whole outcome %d lost its result", i)
+		}
+		enc, _ := json.Marshal(d.Result)
+		size += len(enc)
+	}
+	if cut < 0 {
+		t.Fatalf("%d outcomes of %d KB each were all given whole", n, each>>10)
+	}
+	if size > host.MaxOutcomeBytes {
+		t.Fatalf("an offer carried %d bytes of results, the bound is %d", size, host.MaxOutcomeBytes)
+	}
+	if cut*each < host.MaxOutcomeBytes/2 {
+		t.Fatalf("only %d outcomes given whole", cut)
 	}
 }
