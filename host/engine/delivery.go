@@ -63,6 +63,12 @@ type deliveryTx struct {
 	// reoffered are the tasks the update made available again
 	// (resourcesFreed), whose workers are woken once it commits.
 	reoffered []taskWake
+	// settle is the work-list of tasks whose terminal write this update
+	// made and whose waiters are not yet settled; settling is set while
+	// it is drained (dependencies.go), so a cascade of cancels is a loop,
+	// never a recursion however long the chain.
+	settle   []finished
+	settling bool
 }
 
 // deliveryOut is what an update's deliveryTx did that matters once the
@@ -127,7 +133,10 @@ func (d *deliveryTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence
 	}
 	d.last = t
 	if t.State.Terminal() && f.State != "" && !f.State.Terminal() {
-		return d.settleWaiters(ctx, t)
+		d.settle = append(d.settle, finished{tenant: t.Tenant, id: t.ID, state: host.FinishedAs(t)})
+		if !d.settling {
+			return d.settleAll(ctx)
+		}
 	}
 	return nil
 }

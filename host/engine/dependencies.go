@@ -25,7 +25,9 @@ import (
 //     aggregate however large the fan-in) and applies the rule:
 //     queued (ready), canceled (with a task.canceled receipt from the gate
 //     naming the dependency), or still waiting. A cancel is itself a
-//     terminal write, so it settles the waiter's own waiters in turn.
+//     terminal write, so it settles the waiter's own waiters in turn: the
+//     finished tasks go on a work-list drained in a loop (settleAll), so
+//     a long chain costs no stack.
 //
 // Both writes are fenced (a waiter is changed only while it is waiting), so
 // a waiter is settled once whatever the number of writers. On PostgreSQL the
@@ -127,20 +129,44 @@ func sameAfter(ctx context.Context, r store.Reader, old *host.Task, after []stri
 	return "", nil
 }
 
+// finished names a task whose terminal write waits for its waiters to be
+// settled: only what settling needs, not the task's row.
+type finished struct {
+	tenant, id string
+	state      host.TaskState
+}
+
+// settleAll drains the update's work-list of finished tasks: settling a
+// waiter may cancel it, which puts it on the list in turn. The cascade is
+// a loop (a chain of any length costs no stack), and the update's last
+// task is the one that started it when it returns.
+func (d *deliveryTx) settleAll(ctx context.Context) error {
+	last := d.last
+	d.settling = true
+	defer func() { d.last, d.settling, d.settle = last, false, nil }()
+	for len(d.settle) > 0 {
+		dep := d.settle[0]
+		d.settle[0] = finished{}
+		d.settle = d.settle[1:]
+		if err := d.settleWaiters(ctx, dep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // settleWaiters runs in the transaction that wrote dep's terminal state: it
 // records the state on dep's open edges and settles each waiter whose rule
-// that decides.
-func (d *deliveryTx) settleWaiters(ctx context.Context, dep *host.Task) error {
-	waiters, err := d.Tx.SettleDependency(ctx, dep.Tenant, dep.ID, host.FinishedAs(dep))
+// that decides. A waiter it cancels joins the work-list (settleAll).
+func (d *deliveryTx) settleWaiters(ctx context.Context, dep finished) error {
+	waiters, err := d.Tx.SettleDependency(ctx, dep.tenant, dep.id, dep.state)
 	if err != nil || len(waiters) == 0 {
 		return err
 	}
-	last := d.last
-	defer func() { d.last = last }()
 	slices.Sort(waiters) // one lock order for every writer
 	now := d.e.now()
 	for _, id := range waiters {
-		w, err := d.Tx.GetTask(ctx, dep.Tenant, id) // locks the waiter
+		w, err := d.Tx.GetTask(ctx, dep.tenant, id) // locks the waiter
 		if err != nil {
 			return err
 		}
@@ -164,12 +190,12 @@ func (d *deliveryTx) settleWaiters(ctx context.Context, dep *host.Task) error {
 		case host.VerdictCancel:
 			// Only this dependency's end can break the rule now: an
 			// earlier failure would have settled the waiter already.
-			state := host.FinishedAs(dep)
-			reason := "dependency " + dep.ID + " finished " + string(state) + "; rule " + string(tally.Rule) + " can no longer be met"
+			state := dep.state
+			reason := "dependency " + dep.id + " finished " + string(state) + "; rule " + string(tally.Rule) + " can no longer be met"
 			parents, types := taskParents(w)
 			r := &host.Receipt{Type: host.ReceiptCanceled, From: GatePrincipal, Parents: parents,
 				Body: mustJSON(map[string]any{"reason": reason, "canceled_by": GatePrincipal,
-					"dependency": dep.ID, "dependency_status": state, "after_rule": tally.Rule})}
+					"dependency": dep.id, "dependency_status": state, "after_rule": tally.Rule})}
 			fillTaskReceipt(r, w, "", now)
 			w.State, w.CompletedAt, w.UpdatedAt = host.StateCanceled, ptr(now), now
 			w.LastError = reason

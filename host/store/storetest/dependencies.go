@@ -36,6 +36,7 @@ func dependencyCases() []struct {
 		{"DependencyHammer", testDepsHammer},
 		{"DependencyOutcomesNarrow", testDepsOutcomesNarrow},
 		{"DependencyOutcomesCapped", testDepsOutcomesCapped},
+		{"DependencyChainCancel", testDepsChainCancel},
 	}
 }
 
@@ -543,5 +544,32 @@ func testDepsOutcomesCapped(t *testing.T, b *Bundle) {
 	}
 	if cut*each < host.MaxOutcomeBytes/2 {
 		t.Fatalf("only %d outcomes given whole", cut)
+	}
+}
+
+// testDepsChainCancel: a cancel at the head of a chain cancels every link
+// in its transaction, each naming the link it waited on, and a second
+// waiter of the head beside the chain too.
+func testDepsChainCancel(t *testing.T, b *Bundle) {
+	const links = 40
+	ids := []string{b.Enqueue(t, "work").TaskID}
+	for i := 1; i <= links; i++ {
+		ids = append(ids, b.Enqueue(t, "other", after("", ids[i-1])).TaskID)
+	}
+	side := b.Enqueue(t, "other", after(host.RuleAllFinished, ids[0], ids[links/2]))
+	if _, err := b.Engine.Cancel(b.Ctx, b.Agent, ids[0], "stop the chain"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= links; i++ {
+		tk := b.Task(t, ids[i])
+		if tk.State != host.StateCanceled || !strings.Contains(tk.LastError, "dependency "+ids[i-1]+" ") {
+			t.Fatalf("link %d after its head was canceled: %s %q", i, tk.State, tk.LastError)
+		}
+	}
+	if tk := b.Task(t, side.TaskID); tk.State != host.StateQueued {
+		t.Fatalf("all_finished waiter of the head and a link is %s, want queued", tk.State)
+	}
+	if n := b.waitingCount(t); n != 0 {
+		t.Fatalf("%d tasks still waiting after the chain was canceled", n)
 	}
 }
