@@ -22,6 +22,10 @@ const (
 // MaxDependencies is the most tasks one task may wait on.
 const MaxDependencies = 1000
 
+// MaxWaiters is the most tasks that may wait on one unfinished task by
+// default (engine.Config.MaxWaiters).
+const MaxWaiters = 1000
+
 // Valid reports whether r is a known rule.
 func (r DependencyRule) Valid() bool {
 	return r == RuleAllSucceeded || r == RuleAnySucceeded || r == RuleAllFinished

@@ -145,7 +145,7 @@ func HTTPStatus(code string) int {
 		return 504
 	case CodeInvalidResource, CodeUnknownDependency:
 		return 400
-	case CodeDependencyFailed:
+	case CodeDependencyFailed, CodeTooManyWaiters:
 		return 409
 	case CodeResourceConflict, CodeVerifyRequired, CodeLeaseRevoked, CodeSessionEnded:
 		return 409
@@ -173,6 +173,9 @@ const (
 	// can never meet the rule (dead letter or canceled under all_succeeded)
 	// (409).
 	CodeDependencyFailed = "dependency_failed"
+	// CodeTooManyWaiters: a dependency already has as many tasks waiting
+	// on it as one task may have (409).
+	CodeTooManyWaiters = "too_many_waiters"
 )
 
 // Email (issue 13).

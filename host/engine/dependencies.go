@@ -75,7 +75,7 @@ func checkAfter(req *EnqueueRequest) (host.DependencyRule, error) {
 // dependencies are read with their locks; an id the actor may not read is
 // refused exactly as an unknown one, so nothing about other principals'
 // tasks can be learned from the answer.
-func placeAfter(ctx context.Context, tx store.Tx, actor Actor, t *host.Task, after []string, rule host.DependencyRule) ([]host.Dependency, error) {
+func (e *Engine) placeAfter(ctx context.Context, tx store.Tx, actor Actor, t *host.Task, after []string, rule host.DependencyRule) ([]host.Dependency, error) {
 	found, err := tx.LockDependencies(ctx, actor.Tenant, after)
 	if err != nil {
 		return nil, err
@@ -99,8 +99,25 @@ func placeAfter(ctx context.Context, tx store.Tx, actor Actor, t *host.Task, aft
 		return nil, host.Errorf(host.CodeDependencyFailed, "after: task %s finished %s, so rule %s can never be met", after[at], states[at], rule)
 	case host.VerdictReady:
 		t.State = host.StateQueued
+		return deps, nil
 	default:
 		t.State = host.StateWaiting
+	}
+	// The waiter adds an open edge to each unfinished dependency: refuse
+	// it when one already has MaxWaiters, so one terminal write settles
+	// a bounded number of waiters.
+	var open []string
+	for i, id := range after {
+		if states[i] == "" {
+			open = append(open, id)
+		}
+	}
+	crowded, err := tx.CrowdedDependency(ctx, actor.Tenant, open, e.cfg.MaxWaiters)
+	if err != nil {
+		return nil, err
+	}
+	if crowded != "" {
+		return nil, host.Errorf(host.CodeTooManyWaiters, "after: task %s already has %d tasks waiting on it, the limit", crowded, e.cfg.MaxWaiters)
 	}
 	return deps, nil
 }

@@ -81,6 +81,10 @@ type Config struct {
 	Logger *slog.Logger // default slog.Default()
 	// MaxLeaseSeconds caps every lease grant and heartbeat extension (default 3600).
 	MaxLeaseSeconds int
+	// MaxWaiters is the most tasks that may wait on one unfinished task
+	// (default host.MaxWaiters): it bounds the settling one terminal
+	// write does in its transaction.
+	MaxWaiters int
 	// ExpiryJitter is the most random delay added to the requeue delay after a
 	// lease expires, so expiries don't storm (default 3 s; negative: none).
 	ExpiryJitter time.Duration
@@ -178,6 +182,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.TaskTypeTTL <= 0 {
 		cfg.TaskTypeTTL = 2 * time.Second
+	}
+	if cfg.MaxWaiters <= 0 {
+		cfg.MaxWaiters = host.MaxWaiters
 	}
 	if cfg.MaxResultGets <= 0 {
 		cfg.MaxResultGets = DefaultMaxResultGets

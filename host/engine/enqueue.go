@@ -229,7 +229,7 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 		var deps []host.Dependency
 		if len(req.After) > 0 {
 			var err error
-			if deps, err = placeAfter(ctx, tx, actor, t, req.After, rule); err != nil {
+			if deps, err = e.placeAfter(ctx, tx, actor, t, req.After, rule); err != nil {
 				return err
 			}
 		}

@@ -127,3 +127,19 @@ func (r *reader) TallyDependencies(ctx context.Context, tenant, waiter string) (
 	}, `SELECT rule, dep_state, count(*)::int FROM task_dependencies WHERE tenant = $1 AND waiter_id = $2 GROUP BY rule, dep_state`, tenant, waiter)
 	return t, err
 }
+
+// CrowdedDependency implements store.Reader. Concurrent enqueues naming the
+// same dependency do not wait for each other (FOR SHARE), so on several
+// writers the bound may be passed by the enqueues in flight at once.
+func (r *reader) CrowdedDependency(ctx context.Context, tenant string, ids []string, limit int) (string, error) {
+	if len(ids) == 0 {
+		return "", nil
+	}
+	var id string
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		return rows.Scan(&id)
+	}, `SELECT dep_id FROM task_dependencies
+WHERE tenant = $1 AND dep_id = ANY($2::text[]) AND dep_state = ''
+GROUP BY dep_id HAVING count(*) >= $3 ORDER BY dep_id LIMIT 1`, tenant, ids, limit)
+	return id, err
+}

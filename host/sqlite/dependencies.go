@@ -146,3 +146,24 @@ func tally(rows interface {
 	}
 	return t, rows.Err()
 }
+
+// CrowdedDependency implements store.Reader.
+func (r *reader) CrowdedDependency(ctx context.Context, tenant string, ids []string, limit int) (string, error) {
+	if len(ids) == 0 {
+		return "", nil
+	}
+	rows, err := r.rawQuery(ctx, `SELECT dep_id FROM task_dependencies INDEXED BY task_dependencies_open
+WHERE tenant = ? AND dep_id IN (SELECT value FROM json_each(?)) AND dep_state = ''
+GROUP BY dep_id HAVING count(*) >= ? ORDER BY dep_id LIMIT 1`, tenant, store.IDsJSON(ids), limit)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var id string
+	if rows.Next() {
+		if err := rows.Scan(&id); err != nil {
+			return "", err
+		}
+	}
+	return id, rows.Err()
+}

@@ -37,6 +37,11 @@ type DependencyReader interface {
 	// reads (storetest: DependencyRaceWithCompletion, on PostgreSQL with
 	// several writers).
 	LockDependencies(ctx context.Context, tenant string, ids []string) ([]*host.Task, error)
+	// CrowdedDependency returns the first of ids (in id order) that has at
+	// least limit open edges (waiters whose edge to it is not settled),
+	// "" when none has: the bound on one task's waiters, counted on the
+	// open-edges index (storetest: DependencyWaitersBounded).
+	CrowdedDependency(ctx context.Context, tenant string, ids []string, limit int) (string, error)
 }
 
 // DependencyWriter writes task dependencies.

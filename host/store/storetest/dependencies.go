@@ -37,6 +37,7 @@ func dependencyCases() []struct {
 		{"DependencyOutcomesNarrow", testDepsOutcomesNarrow},
 		{"DependencyOutcomesCapped", testDepsOutcomesCapped},
 		{"DependencyChainCancel", testDepsChainCancel},
+		{"DependencyWaitersBounded", testDepsWaitersBounded},
 	}
 }
 
@@ -571,5 +572,45 @@ func testDepsChainCancel(t *testing.T, b *Bundle) {
 	}
 	if n := b.waitingCount(t); n != 0 {
 		t.Fatalf("%d tasks still waiting after the chain was canceled", n)
+	}
+}
+
+// testDepsWaitersBounded: an unfinished task takes at most MaxWaiters
+// waiters; one more is refused with too_many_waiters and nothing is
+// written, while a finished dependency takes any number (it decides at
+// once, adding no open edge).
+func testDepsWaitersBounded(t *testing.T, b *Bundle) {
+	const limit = 3
+	eng, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1, MaxWaiters: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eng.Close)
+	enqueue := func(ids ...string) (*engine.EnqueueResult, error) {
+		return eng.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "other", After: ids, AfterRule: host.RuleAllFinished})
+	}
+	a := b.Enqueue(t, "work")
+	c := b.Enqueue(t, "work")
+	for range limit {
+		if _, err := enqueue(a.TaskID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = enqueue(c.TaskID, a.TaskID)
+	if !host.IsCode(err, host.CodeTooManyWaiters) {
+		t.Fatalf("waiter %d of one task: %v, want %s", limit+1, err, host.CodeTooManyWaiters)
+	}
+	if n := b.waitingCount(t); n != limit {
+		t.Fatalf("%d tasks waiting after a refused enqueue, want %d", n, limit)
+	}
+	if _, err := enqueue(c.TaskID); err != nil {
+		t.Fatalf("a waiter of another task: %v", err)
+	}
+	o := b.leaseType(t, "w.1", "work")
+	b.Complete(t, "w.1", o)
+	for i := range limit + 1 {
+		if _, err := enqueue(o.Task.ID); err != nil {
+			t.Fatalf("waiter %d of a finished task: %v", i+1, err)
+		}
 	}
 }
