@@ -26,6 +26,11 @@ const MaxDependencies = 1000
 // default (engine.Config.MaxWaiters).
 const MaxWaiters = 1000
 
+// MaxDependencyDepth is the deepest a chain of waiting tasks may be: a task
+// naming a waiting dependency of this depth is refused, so one terminal
+// write settles a chain of bounded depth.
+const MaxDependencyDepth = 32
+
 // Valid reports whether r is a known rule.
 func (r DependencyRule) Valid() bool {
 	return r == RuleAllSucceeded || r == RuleAnySucceeded || r == RuleAllFinished
@@ -43,6 +48,10 @@ type Dependency struct {
 	// Position is the dependency's place in the waiter's after list.
 	Position int
 	DepState TaskState
+	// Depth is the waiter's depth: 1 + the largest depth of its
+	// dependencies that are waiting themselves (1 when none is), at most
+	// MaxDependencyDepth.
+	Depth int
 }
 
 // DependencyVerdict is what a waiter's dependencies decide.

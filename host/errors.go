@@ -145,7 +145,7 @@ func HTTPStatus(code string) int {
 		return 504
 	case CodeInvalidResource, CodeUnknownDependency:
 		return 400
-	case CodeDependencyFailed, CodeTooManyWaiters:
+	case CodeDependencyFailed, CodeTooManyWaiters, CodeDependencyTooDeep:
 		return 409
 	case CodeResourceConflict, CodeVerifyRequired, CodeLeaseRevoked, CodeSessionEnded:
 		return 409
@@ -176,6 +176,9 @@ const (
 	// CodeTooManyWaiters: a dependency already has as many tasks waiting
 	// on it as one task may have (409).
 	CodeTooManyWaiters = "too_many_waiters"
+	// CodeDependencyTooDeep: a dependency is itself waiting at the deepest
+	// a chain of waiting tasks may be (409).
+	CodeDependencyTooDeep = "dependency_too_deep"
 )
 
 // Email (issue 13).

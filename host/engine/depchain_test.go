@@ -14,7 +14,7 @@ import (
 // (a fatal error, not a test failure) long before 800 links.
 func TestDependencyChainCancelUsesNoStack(t *testing.T) {
 	ctx := context.Background()
-	eng, err := New(Config{Store: openSQLite(t), ExpiryJitter: -1})
+	eng, err := New(Config{Store: openSQLite(t), ExpiryJitter: -1, MaxDependencyDepth: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,7 +92,7 @@ func (e *Engine) placeAfter(ctx context.Context, tx store.Tx, actor Actor, t *ho
 			return nil, host.Errorf(host.CodeUnknownDependency, "after[%d]: no task %s that this caller may read", i, id)
 		}
 		states[i] = host.FinishedAs(d)
-		deps[i] = host.Dependency{Tenant: t.Tenant, Waiter: t.ID, DependsOn: id, Rule: rule, Position: i, DepState: states[i]}
+		deps[i] = host.Dependency{Tenant: t.Tenant, Waiter: t.ID, DependsOn: id, Rule: rule, Position: i, DepState: states[i], Depth: 1}
 	}
 	switch v, at := host.SettleDependencies(rule, states); v {
 	case host.VerdictCancel:
@@ -105,12 +105,26 @@ func (e *Engine) placeAfter(ctx context.Context, tx store.Tx, actor Actor, t *ho
 	}
 	// The waiter adds an open edge to each unfinished dependency: refuse
 	// it when one already has MaxWaiters, so one terminal write settles
-	// a bounded number of waiters.
-	var open []string
+	// a bounded number of waiters; and when a waiting dependency is at
+	// MaxDependencyDepth, so the cascade it settles is bounded in depth.
+	var open, waiting []string
 	for i, id := range after {
 		if states[i] == "" {
 			open = append(open, id)
 		}
+		if byID[id].State == host.StateWaiting {
+			waiting = append(waiting, id)
+		}
+	}
+	depth, err := tx.WaiterDepth(ctx, actor.Tenant, waiting)
+	if err != nil {
+		return nil, err
+	}
+	if depth >= e.cfg.MaxDependencyDepth {
+		return nil, host.Errorf(host.CodeDependencyTooDeep, "after: a task named is itself waiting at depth %d, the deepest a chain of waiting tasks may be", depth)
+	}
+	for i := range deps {
+		deps[i].Depth = depth + 1
 	}
 	crowded, err := tx.CrowdedDependency(ctx, actor.Tenant, open, e.cfg.MaxWaiters)
 	if err != nil {

@@ -85,6 +85,10 @@ type Config struct {
 	// (default host.MaxWaiters): it bounds the settling one terminal
 	// write does in its transaction.
 	MaxWaiters int
+	// MaxDependencyDepth is the deepest a chain of waiting tasks may be
+	// (default host.MaxDependencyDepth): it bounds the depth of the
+	// cascade one terminal write settles.
+	MaxDependencyDepth int
 	// ExpiryJitter is the most random delay added to the requeue delay after a
 	// lease expires, so expiries don't storm (default 3 s; negative: none).
 	ExpiryJitter time.Duration
@@ -182,6 +186,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.TaskTypeTTL <= 0 {
 		cfg.TaskTypeTTL = 2 * time.Second
+	}
+	if cfg.MaxDependencyDepth <= 0 {
+		cfg.MaxDependencyDepth = host.MaxDependencyDepth
 	}
 	if cfg.MaxWaiters <= 0 {
 		cfg.MaxWaiters = host.MaxWaiters

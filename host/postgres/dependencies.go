@@ -19,8 +19,8 @@ func (w *writeTx) InsertDependencies(ctx context.Context, deps []host.Dependency
 	if err != nil {
 		return err
 	}
-	_, err = w.ss.exec(w.c(ctx), `INSERT INTO task_dependencies (tenant, waiter_id, dep_id, rule, position, dep_state)
-SELECT $1, j.w, j.d, j.r, j.p, j.s FROM jsonb_to_recordset($2::jsonb) AS j(w text, d text, r text, p integer, s text)`, tenant, rows)
+	_, err = w.ss.exec(w.c(ctx), `INSERT INTO task_dependencies (tenant, waiter_id, dep_id, rule, position, dep_state, depth)
+SELECT $1, j.w, j.d, j.r, j.p, j.s, j.h FROM jsonb_to_recordset($2::jsonb) AS j(w text, d text, r text, p integer, s text, h integer)`, tenant, rows)
 	return err
 }
 
@@ -142,4 +142,16 @@ func (r *reader) CrowdedDependency(ctx context.Context, tenant string, ids []str
 WHERE tenant = $1 AND dep_id = ANY($2::text[]) AND dep_state = ''
 GROUP BY dep_id HAVING count(*) >= $3 ORDER BY dep_id LIMIT 1`, tenant, ids, limit)
 	return id, err
+}
+
+// WaiterDepth implements store.Reader.
+func (r *reader) WaiterDepth(ctx context.Context, tenant string, ids []string) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var depth int
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		return rows.Scan(&depth)
+	}, `SELECT coalesce(max(depth), 0) FROM task_dependencies WHERE tenant = $1 AND waiter_id = ANY($2::text[])`, tenant, ids)
+	return depth, err
 }

@@ -19,8 +19,8 @@ func (w *writeTx) InsertDependencies(ctx context.Context, deps []host.Dependency
 	if err != nil {
 		return err
 	}
-	_, err = w.rawExec(ctx, `INSERT INTO task_dependencies (tenant, waiter_id, dep_id, rule, position, dep_state)
-SELECT ?, json_extract(j.value, '$.w'), json_extract(j.value, '$.d'), json_extract(j.value, '$.r'), json_extract(j.value, '$.p'), json_extract(j.value, '$.s')
+	_, err = w.rawExec(ctx, `INSERT INTO task_dependencies (tenant, waiter_id, dep_id, rule, position, dep_state, depth)
+SELECT ?, json_extract(j.value, '$.w'), json_extract(j.value, '$.d'), json_extract(j.value, '$.r'), json_extract(j.value, '$.p'), json_extract(j.value, '$.s'), json_extract(j.value, '$.h')
 FROM json_each(?) j`, tenant, rows)
 	return err
 }
@@ -166,4 +166,15 @@ GROUP BY dep_id HAVING count(*) >= ? ORDER BY dep_id LIMIT 1`, tenant, store.IDs
 		}
 	}
 	return id, rows.Err()
+}
+
+// WaiterDepth implements store.Reader.
+func (r *reader) WaiterDepth(ctx context.Context, tenant string, ids []string) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var depth int
+	err := r.rawQueryRow(ctx, `SELECT coalesce(max(depth), 0) FROM task_dependencies WHERE tenant = ? AND waiter_id IN (SELECT value FROM json_each(?))`,
+		tenant, store.IDsJSON(ids)).Scan(&depth)
+	return depth, err
 }

@@ -42,6 +42,10 @@ type DependencyReader interface {
 	// "" when none has: the bound on one task's waiters, counted on the
 	// open-edges index (storetest: DependencyWaitersBounded).
 	CrowdedDependency(ctx context.Context, tenant string, ids []string, limit int) (string, error)
+	// WaiterDepth returns the largest depth recorded on the edges of the
+	// waiters among ids, 0 when none has edges: one range of the edges'
+	// primary key per id (storetest: DependencyChainDepthBounded).
+	WaiterDepth(ctx context.Context, tenant string, ids []string) (int, error)
 }
 
 // DependencyWriter writes task dependencies.

@@ -15,6 +15,7 @@ type DependencyRow struct {
 	Rule     string `json:"r"`
 	Position int    `json:"p"`
 	State    string `json:"s"`
+	Depth    int    `json:"h"`
 }
 
 // DependencyRowsJSON is deps as a JSON array of DependencyRow, and the one
@@ -26,7 +27,7 @@ func DependencyRowsJSON(deps []host.Dependency) (tenant, rows string, err error)
 			return "", "", host.Errorf(host.CodeInternal, "dependencies of two tenants in one insert")
 		}
 		tenant = d.Tenant
-		out[i] = DependencyRow{Waiter: d.Waiter, Dep: d.DependsOn, Rule: string(d.Rule), Position: d.Position, State: string(d.DepState)}
+		out[i] = DependencyRow{Waiter: d.Waiter, Dep: d.DependsOn, Rule: string(d.Rule), Position: d.Position, State: string(d.DepState), Depth: d.Depth}
 	}
 	b, err := json.Marshal(out)
 	return tenant, string(b), err

@@ -38,6 +38,7 @@ func dependencyCases() []struct {
 		{"DependencyOutcomesCapped", testDepsOutcomesCapped},
 		{"DependencyChainCancel", testDepsChainCancel},
 		{"DependencyWaitersBounded", testDepsWaitersBounded},
+		{"DependencyChainDepthBounded", testDepsDepthBounded},
 	}
 }
 
@@ -552,7 +553,7 @@ func testDepsOutcomesCapped(t *testing.T, b *Bundle) {
 // in its transaction, each naming the link it waited on, and a second
 // waiter of the head beside the chain too.
 func testDepsChainCancel(t *testing.T, b *Bundle) {
-	const links = 40
+	const links = host.MaxDependencyDepth
 	ids := []string{b.Enqueue(t, "work").TaskID}
 	for i := 1; i <= links; i++ {
 		ids = append(ids, b.Enqueue(t, "other", after("", ids[i-1])).TaskID)
@@ -613,4 +614,34 @@ func testDepsWaitersBounded(t *testing.T, b *Bundle) {
 			t.Fatalf("waiter %d of a finished task: %v", i+1, err)
 		}
 	}
+}
+
+// testDepsDepthBounded: a chain of waiting tasks is at most
+// host.MaxDependencyDepth deep; a task naming a waiting task at that depth
+// is refused with dependency_too_deep and nothing is written, while a
+// shallower one, or one whose deep dependency is no longer waiting, is not.
+func testDepsDepthBounded(t *testing.T, b *Bundle) {
+	head := b.Enqueue(t, "work")
+	ids := []string{head.TaskID}
+	for i := 1; i <= host.MaxDependencyDepth; i++ {
+		ids = append(ids, b.Enqueue(t, "other", after("", ids[i-1])).TaskID)
+	}
+	_, err := b.Engine.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "other", After: []string{head.TaskID, ids[host.MaxDependencyDepth]}})
+	if !host.IsCode(err, host.CodeDependencyTooDeep) {
+		t.Fatalf("waiter on a waiting task at depth %d: %v, want %s", host.MaxDependencyDepth, err, host.CodeDependencyTooDeep)
+	}
+	if n := b.waitingCount(t); n != host.MaxDependencyDepth {
+		t.Fatalf("%d tasks waiting after a refused enqueue, want %d", n, host.MaxDependencyDepth)
+	}
+	b.Enqueue(t, "other", after("", ids[host.MaxDependencyDepth-1]))
+	// Once the chain has run down, its last task is queued, not waiting:
+	// a task may wait on it again.
+	for range host.MaxDependencyDepth {
+		o := b.LeaseOne(t, "w.1", "work", "other")
+		b.Complete(t, "w.1", o)
+	}
+	if tk := b.Task(t, ids[host.MaxDependencyDepth]); tk.State != host.StateQueued && tk.State != host.StateSucceeded {
+		t.Fatalf("last link is %s after the chain ran, want queued or succeeded", tk.State)
+	}
+	b.Enqueue(t, "other", after("", ids[host.MaxDependencyDepth]))
 }

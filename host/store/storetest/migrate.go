@@ -66,8 +66,8 @@ func MigrationFencingTokens(t *testing.T, open func(t *testing.T) store.Store, e
 	}
 }
 
-// MigrationDependencies checks a driver's migration 0035 (task dependencies)
-// on a database made before it: tasks queued before the upgrade can be
+// MigrationDependencies checks a driver's migrations 0035 and 0036 (task
+// dependencies and their depth) on a database made before them: tasks queued before the upgrade can be
 // waited on after it, and the waiter is settled by their completion.
 func MigrationDependencies(t *testing.T, open func(t *testing.T) store.Store, exec func(stmts ...string)) {
 	ctx := context.Background()
@@ -96,8 +96,9 @@ func MigrationDependencies(t *testing.T, open func(t *testing.T) store.Store, ex
 		old = res.TaskID
 	})
 	st.Close()
-	// Back to the schema before 0035.
-	exec(`DROP TABLE task_dependencies`, `DELETE FROM schema_migrations WHERE version = 35`)
+	// Back to the schema before 0035 (and 0036, which adds the edges'
+	// depth).
+	exec(`DROP TABLE task_dependencies`, `DELETE FROM schema_migrations WHERE version IN (35, 36)`)
 	st = open(t)
 	defer st.Close()
 	withEngine(st, func(eng *engine.Engine) {
