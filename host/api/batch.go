@@ -1,6 +1,9 @@
 package api
 
-import "sync"
+import (
+	"runtime/debug"
+	"sync"
+)
 
 // MaxBatchOutcomes caps the entries of one batch of lease outcomes
 // (complete, fail, heartbeat), and MaxBatchEnqueue the tasks of one batch
@@ -49,8 +52,12 @@ type OutcomesResponse struct {
 // RunBatch calls fn(i) for i in [0, n), up to parallel at once. Entries
 // with the same non-empty key (a lease id, an idempotency key) run one after
 // another in their order; others run concurrently. It returns when every
-// call has returned.
-func RunBatch(n, parallel int, key func(int) string, fn func(int)) {
+// call has returned. A panic in fn(i) is recovered and handed to
+// panicked(i, value, stack), which answers that entry; the other entries,
+// and the rest of its key's group, still run. The batch's goroutines run
+// outside any handler's recoverer, so an unrecovered panic would end the
+// process.
+func RunBatch(n, parallel int, key func(int) string, fn func(int), panicked func(i int, v any, stack []byte)) {
 	var groups [][]int
 	at := map[string]int{}
 	for i := 0; i < n; i++ {
@@ -78,7 +85,7 @@ func RunBatch(n, parallel int, key func(int) string, fn func(int)) {
 			defer wg.Done()
 			for g := range next {
 				for _, i := range g {
-					fn(i)
+					runEntry(i, fn, panicked)
 				}
 			}
 		}()
@@ -88,4 +95,14 @@ func RunBatch(n, parallel int, key func(int) string, fn func(int)) {
 	}
 	close(next)
 	wg.Wait()
+}
+
+// runEntry calls fn(i), turning a panic into a call of panicked.
+func runEntry(i int, fn func(int), panicked func(int, any, []byte)) {
+	defer func() {
+		if v := recover(); v != nil {
+			panicked(i, v, debug.Stack())
+		}
+	}()
+	fn(i)
 }

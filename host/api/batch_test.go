@@ -1,7 +1,9 @@
 package api
 
 import (
+	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,6 +52,8 @@ func TestRunBatchKeepsEachKeysOrder(t *testing.T) {
 			runtime.Gosched()
 		}
 		active[k].Add(-1)
+	}, func(i int, v any, _ []byte) {
+		t.Errorf("entry %d panicked: %v", i, v)
 	})
 	for i := range ran {
 		if ran[i].Load() != 1 {
@@ -58,5 +62,48 @@ func TestRunBatchKeepsEachKeysOrder(t *testing.T) {
 	}
 	if most.Load() < 2 {
 		t.Fatalf("at most %d entries ran at once", most.Load())
+	}
+}
+
+// TestRunBatchRecoversEachEntry: a panicking entry is handed to panicked
+// with its value and stack and answered alone; the process lives on, and
+// every other entry, the later ones of the same key included, still runs.
+func TestRunBatchRecoversEachEntry(t *testing.T) {
+	const n = 50
+	key := func(i int) string {
+		if i%2 == 0 {
+			return "k"
+		}
+		return ""
+	}
+	var ran [n]atomic.Int32
+	var mu sync.Mutex
+	caught := map[int]string{}
+	RunBatch(n, 8, key, func(i int) {
+		if i%10 == 0 {
+			panic(fmt.Sprintf("boom %d", i))
+		}
+		ran[i].Add(1)
+	}, func(i int, v any, stack []byte) {
+		if !strings.Contains(string(stack), "TestRunBatchRecoversEachEntry") {
+			t.Errorf("entry %d: the stack does not show where it panicked:\n%s", i, stack)
+		}
+		mu.Lock()
+		caught[i] = fmt.Sprint(v)
+		mu.Unlock()
+	})
+	for i := range n {
+		if i%10 == 0 {
+			if caught[i] != fmt.Sprintf("boom %d", i) {
+				t.Fatalf("entry %d: panicked got %q", i, caught[i])
+			}
+			continue
+		}
+		if ran[i].Load() != 1 || caught[i] != "" {
+			t.Fatalf("entry %d ran %d times, caught %q", i, ran[i].Load(), caught[i])
+		}
+	}
+	if len(caught) != n/10 {
+		t.Fatalf("%d panics caught, want %d", len(caught), n/10)
 	}
 }

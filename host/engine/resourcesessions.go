@@ -35,6 +35,13 @@ type ResourceSessionResult struct {
 // each other (LockResources); no resource is named with a NUL.
 func sessionLockName(id string) string { return "\x00session\x00" + id }
 
+// notYourSession is the answer to a session id of another holder: the same
+// 404 not_found as an unknown id, so a guessed id tells neither that the
+// session exists nor whose it is.
+func notYourSession(id string) error {
+	return host.Errorf(host.CodeNotFound, "no resource session %s", id)
+}
+
 // sessionOf loads a session for its holder a.Principal (an admin may act on
 // any), refusing one that is no longer live with 409 session_ended.
 func sessionOf(ctx context.Context, tx store.Tx, a Actor, id string, now time.Time) (*host.ResourceSession, error) {
@@ -46,7 +53,7 @@ func sessionOf(ctx context.Context, tx store.Tx, a Actor, id string, now time.Ti
 		return nil, err
 	}
 	if s.Holder != a.Principal && a.Role != RoleAdmin {
-		return nil, host.Errorf(host.CodeForbidden, "resource session %s belongs to %s, not to %s", id, s.Holder, a.Principal)
+		return nil, notYourSession(id)
 	}
 	if !s.LiveAt(now) {
 		return s, host.Errorf(host.CodeSessionEnded, "resource session %s is %s (server time %s, expires_at %s): its leases are no longer held; create a session and acquire again",
@@ -126,7 +133,7 @@ func (e *Engine) sessionLeases(ctx context.Context, tx store.Tx, a Actor, id str
 		return nil, nil, now, err
 	}
 	if s.Holder != a.Principal && a.Role != RoleAdmin {
-		return nil, nil, now, host.Errorf(host.CodeForbidden, "resource session %s belongs to %s, not to %s", id, s.Holder, a.Principal)
+		return nil, nil, now, notYourSession(id)
 	}
 	if ls == nil {
 		ls = []*host.ResourceLease{}

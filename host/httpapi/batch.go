@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -60,6 +61,15 @@ func entryError(err error) (api.BatchEntryError, int) {
 	return api.BatchEntryError{Error: code, Detail: detail}, host.HTTPStatus(code)
 }
 
+// entryPanic logs a panic in entry i of a batch with its stack and answers
+// that entry 500 internal_error, as the handler's recoverer would a single
+// call.
+func (s *Server) entryPanic(c echo.Context, i int, v any, stack []byte) (api.BatchEntryError, int) {
+	s.log.Error("batch entry panic", "method", c.Request().Method, "path", c.Request().URL.Path,
+		"entry", i, "panic", fmt.Sprint(v), "stack", string(stack))
+	return entryError(host.Errorf(host.CodeInternal, "panic: %v", v))
+}
+
 // leaseBatch is POST /v1/leases/batch: many lease outcomes in one call,
 // each authorized and answered as its single call would be (one entry's
 // refusal does not touch the others). Entries on the same lease run in their
@@ -89,6 +99,9 @@ func (s *Server) leaseBatch(c echo.Context) error {
 	out := api.OutcomesResponse{Results: make([]api.OutcomeResult, len(b.Entries))}
 	api.RunBatch(len(b.Entries), api.BatchParallel, func(i int) string { return b.Entries[i].LeaseID }, func(i int) {
 		out.Results[i] = s.outcome(c, b.WorkerID, b.Entries[i])
+	}, func(i int, v any, stack []byte) {
+		out.Results[i] = api.OutcomeResult{ID: b.Entries[i].ID, LeaseID: b.Entries[i].LeaseID}
+		out.Results[i].BatchEntryError, out.Results[i].HTTPStatus = s.entryPanic(c, i, v, stack)
 	})
 	for _, r := range out.Results {
 		if r.OK {
@@ -178,6 +191,9 @@ func (s *Server) enqueueBatch(c echo.Context) error {
 		if res.IsDuplicate {
 			r.HTTPStatus = http.StatusOK
 		}
+	}, func(i int, v any, stack []byte) {
+		out.Results[i] = EnqueueBatchResult{}
+		out.Results[i].BatchEntryError, out.Results[i].HTTPStatus = s.entryPanic(c, i, v, stack)
 	})
 	for _, r := range out.Results {
 		if r.OK {

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/asyncgate/asyncgate/host/engine"
@@ -9,7 +10,8 @@ import (
 
 // TestResourceSessionsHTTP walks sessions and revocation over HTTP: a
 // session's leases follow its heartbeat and end with it; a foreign
-// session, another tenant's lease and bad TTLs are refused with codes; an
+// session answers like an unknown one, another tenant's lease and bad TTLs
+// are refused with codes; an
 // operator revokes a lease in another tenant and the holder's next
 // heartbeat says lease_revoked.
 func TestResourceSessionsHTTP(t *testing.T) {
@@ -36,10 +38,10 @@ func TestResourceSessionsHTTP(t *testing.T) {
 		method, path, key, body, code string
 		status                        int
 	}{
-		{"POST", "/v1/resource-sessions/" + sid + "/heartbeat", b.worker, `{}`, "forbidden", 403},
-		{"POST", "/v1/resource-sessions/" + sid + "/end", b.worker, `{}`, "forbidden", 403},
-		{"GET", "/v1/resource-sessions/" + sid, b.worker, ``, "forbidden", 403},
-		{"POST", "/v1/resource-leases", b.worker, `{"intents":[{"resource":"FILE:/s/b.go","predicate":"READS"}],"session_id":"` + sid + `"}`, "forbidden", 403},
+		{"POST", "/v1/resource-sessions/" + sid + "/heartbeat", b.worker, `{}`, "not_found", 404},
+		{"POST", "/v1/resource-sessions/" + sid + "/end", b.worker, `{}`, "not_found", 404},
+		{"GET", "/v1/resource-sessions/" + sid, b.worker, ``, "not_found", 404},
+		{"POST", "/v1/resource-leases", b.worker, `{"intents":[{"resource":"FILE:/s/b.go","predicate":"READS"}],"session_id":"` + sid + `"}`, "not_found", 404},
 		{"POST", "/v1/resource-sessions/rsess-nope/heartbeat", b.agent, `{}`, "not_found", 404},
 		{"POST", "/v1/resource-sessions", b.agent, `{"ttl_ms":-1}`, "bad_request", 400},
 		{"POST", "/v1/resource-sessions", b.agent, `{"ttl":5}`, "bad_request", 400},
@@ -49,8 +51,14 @@ func TestResourceSessionsHTTP(t *testing.T) {
 		{"POST", "/v1/admin/resource-leases/rlease-nope/revoke", b.admin, ``, "not_found", 404},
 		{"POST", "/v1/admin/resource-leases/" + lid + "/revoke?tenant=bad%20name", b.admin, ``, "bad_request", 400},
 	} {
-		if code, body := b.do(t, c.method, c.path, c.key, c.body); code != c.status || body["error"] != c.code {
+		code, body := b.do(t, c.method, c.path, c.key, c.body)
+		if code != c.status || body["error"] != c.code {
 			t.Fatalf("%s %s: %d %v, want %d %s", c.method, c.path, code, body, c.status, c.code)
+		}
+		// Another holder's session id answers word for word like an
+		// unknown one: it names no holder.
+		if d, _ := body["detail"].(string); c.key == b.worker && strings.Contains(c.path+c.body, sid) && d != "no resource session "+sid {
+			t.Fatalf("%s %s by another holder: detail %q, want that of an unknown session", c.method, c.path, d)
 		}
 	}
 	// Ending the session releases its lease; again is a no-op.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -22,10 +21,6 @@ import (
 // release, an expiry, a revocation or an ended session), on any gate host:
 // the moment to acquire it again.
 const ResourceLeaseURIPrefix = "asyncgate://resource-leases/"
-
-// resubscribeCheck is how often a resource watch looks whether its session
-// still subscribes when nothing happens on the resource.
-const resubscribeCheck = 30 * time.Second
 
 // resourceLeaseURI returns the normalized resource name of a
 // asyncgate://resource-leases/{resource} URI.
@@ -72,50 +67,78 @@ func (s *Server) readResourceHolders(ctx context.Context, req mcp.ReadResourceRe
 	return jsonResource(req.Params.URI, res)
 }
 
-// subscribeResource subscribes sess to a leased resource: one watch per
-// subscription, which ends when the session unsubscribes, ends, or the
-// server shuts down.
-func (s *Server) subscribeResource(sess *session, uri, name string) (any, *rpcError) {
-	sess.mu.Lock()
+// MaxSubscriptions caps the resources one session subscribes to at once
+// (tasks and leased resources together); a subscription over it is refused
+// with quota_exceeded until the session unsubscribes from another.
+const MaxSubscriptions = 256
+
+// addSubscription records uri among sess's subscriptions, refusing a new one
+// over MaxSubscriptions. It reports whether uri was subscribed already. The
+// caller holds sess.mu.
+func addSubscription(sess *session, uri string) (bool, *rpcError) {
 	if sess.subs == nil {
 		sess.subs = map[string]bool{}
 	}
-	already := sess.subs[uri]
+	if sess.subs[uri] {
+		return true, nil
+	}
+	if len(sess.subs) >= MaxSubscriptions {
+		return false, errFor(host.Errorf(host.CodeQuotaExceeded, "a session subscribes to at most %d resources at once; unsubscribe from one first", MaxSubscriptions))
+	}
 	sess.subs[uri] = true
+	return false, nil
+}
+
+// unsubscribe drops uri from sess's subscriptions and ends its resource
+// watch, if any.
+func unsubscribe(sess *session, uri string) {
+	sess.mu.Lock()
+	delete(sess.subs, uri)
+	stop := sess.watches[uri]
+	delete(sess.watches, uri)
 	sess.mu.Unlock()
-	if already {
-		return struct{}{}, nil
+	if stop != nil {
+		stop()
 	}
-	subscribed := func() bool {
-		sess.mu.Lock()
-		defer sess.mu.Unlock()
-		return sess.subs[uri]
+}
+
+// subscribeResource subscribes sess to a leased resource: one watch per
+// subscribed URI, which ends when the session unsubscribes, ends, or the
+// server shuts down.
+func (s *Server) subscribeResource(sess *session, uri, name string) (any, *rpcError) {
+	sess.mu.Lock()
+	already, rerr := addSubscription(sess, uri)
+	if rerr != nil || already && sess.watches[uri] != nil {
+		sess.mu.Unlock()
+		return struct{}{}, rerr
 	}
+	ctx, stop := context.WithCancel(sess.gone)
+	if sess.watches == nil {
+		sess.watches = map[string]context.CancelFunc{}
+	}
+	sess.watches[uri] = stop
+	sess.mu.Unlock()
 	tenant := sess.actor.Tenant
+	s.resourceWatches.Add(1)
 	go func() {
-		tick := time.NewTicker(resubscribeCheck)
-		defer tick.Stop()
+		defer s.resourceWatches.Add(-1)
+		defer stop()
 		for {
 			// Registered before the previous notification went out, so a
 			// release meanwhile is not missed.
-			ch, stop := s.eng.WatchResources(tenant, []string{name})
+			ch, unwatch := s.eng.WatchResources(tenant, []string{name})
 			select {
 			case <-ch:
-				stop()
-				if !subscribed() {
+				unwatch()
+				if ctx.Err() != nil {
 					return
 				}
 				s.send(sess, "notifications/resources/updated", map[string]any{"uri": uri})
-			case <-tick.C:
-				stop()
-				if !subscribed() {
-					return
-				}
-			case <-sess.gone.Done():
-				stop()
+			case <-ctx.Done():
+				unwatch()
 				return
 			case <-s.drain.Done():
-				stop()
+				unwatch()
 				return
 			}
 		}

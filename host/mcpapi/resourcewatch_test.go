@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,8 +142,8 @@ func TestResourceSessionTools(t *testing.T) {
 	if len(hb.Leases) != 1 || !hb.Leases[0].ExpiresAt.Equal(hb.Session.ExpiresAt) {
 		t.Fatalf("session heartbeat: %+v", hb)
 	}
-	fails(t, worker, "heartbeat_resource_session", map[string]any{"session_id": s.Session.ID}, host.CodeForbidden)
-	fails(t, worker, "end_resource_session", map[string]any{"session_id": s.Session.ID}, host.CodeForbidden)
+	fails(t, worker, "heartbeat_resource_session", map[string]any{"session_id": s.Session.ID}, host.CodeNotFound)
+	fails(t, worker, "end_resource_session", map[string]any{"session_id": s.Session.ID}, host.CodeNotFound)
 	fails(t, agent, "heartbeat_resource_session", map[string]any{"session_id": "rsess-nope"}, host.CodeNotFound)
 	fails(t, agent, "heartbeat_resource_session", map[string]any{"session_id": s.Session.ID, "ttl_ms": -1}, host.CodeBadRequest)
 	fails(t, agent, "create_resource_session", map[string]any{"session_id": "mine"}, host.CodeBadRequest)
@@ -165,4 +166,92 @@ func TestResourceSessionTools(t *testing.T) {
 	}
 	fails(t, agent, "heartbeat_resource_leases", map[string]any{"lease_ids": []any{held.Leases[0].ID}}, host.CodeLeaseRevoked)
 	fails(t, admin, "revoke_resource_lease", map[string]any{"lease_id": held.Leases[0].ID, "tenant": "other"}, host.CodeNotFound)
+}
+
+// waitWatches waits until the server runs want resource watches; the bound
+// is there for a hang, not a timing.
+func waitWatches(t *testing.T, b *testBundle, want int64, what string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for b.mcp.ResourceWatches() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d resource watches run, want %d", what, b.mcp.ResourceWatches(), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestResourceSubscriptionsEndTheirWatch: subscribing and unsubscribing in
+// a loop leaves one watch, not one per subscribe, and one notification per
+// lease end; a session subscribes to at most MaxSubscriptions resources
+// (the next is refused with quota_exceeded until it unsubscribes from one).
+func TestResourceSubscriptionsEndTheirWatch(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	agent, n := b.listen(t, b.agent)
+	worker := b.connect(t, b.worker)
+	const res = "FILE:/mcp/loop.go"
+	uri := mcpapi.ResourceLeaseURIPrefix + url.PathEscape(res)
+	for range 40 {
+		rpcOK(t, agent, "resources/subscribe", map[string]any{"uri": uri}, nil)
+		rpcOK(t, agent, "resources/unsubscribe", map[string]any{"uri": uri}, nil)
+	}
+	waitWatches(t, b, 0, "after 40 subscribe/unsubscribe pairs")
+	rpcOK(t, agent, "resources/subscribe", map[string]any{"uri": uri}, nil)
+	rpcOK(t, agent, "resources/subscribe", map[string]any{"uri": uri}, nil)
+	waitWatches(t, b, 1, "subscribed twice")
+
+	// One lease end, one notification: a second sign that no stale watch
+	// survives to send its own.
+	for i := range 2 {
+		var held mcpapi.AcquireToolResult
+		ok(t, worker, "acquire_resource_leases", map[string]any{"intents": []any{map[string]any{"resource": res, "predicate": "MUTATES"}}}, &held)
+		if !held.Granted {
+			t.Fatalf("acquire: %+v", held)
+		}
+		var rel engine.ResourceLeasesResult
+		ok(t, worker, "release_resource_leases", map[string]any{"lease_ids": []any{held.Leases[0].ID}}, &rel)
+		count := func() int {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			c := 0
+			for _, m := range n.got {
+				if m.Method == "notifications/resources/updated" && m.Params.AdditionalFields["uri"] == uri {
+					c++
+				}
+			}
+			return c
+		}
+		for deadline := time.Now().Add(20 * time.Second); count() <= i; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("release #%d: no resources/updated", i+1)
+			}
+		}
+		// A marker sent after the release arrives after any duplicate.
+		marker := fmt.Sprintf("FILE:/mcp/marker%d.go", i)
+		rpcOK(t, agent, "resources/subscribe", map[string]any{"uri": mcpapi.ResourceLeaseURIPrefix + url.PathEscape(marker)}, nil)
+		ok(t, worker, "acquire_resource_leases", map[string]any{"intents": []any{map[string]any{"resource": marker, "predicate": "MUTATES"}}}, &held)
+		ok(t, worker, "release_resource_leases", map[string]any{"lease_ids": []any{held.Leases[0].ID}}, &rel)
+		n.wait(t, "resources/updated for the marker", func(m mcp.JSONRPCNotification) bool {
+			return m.Params.AdditionalFields["uri"] == mcpapi.ResourceLeaseURIPrefix+url.PathEscape(marker)
+		})
+		if c := count(); c != i+1 {
+			t.Fatalf("release #%d: %d notifications for %s, want %d", i+1, c, uri, i+1)
+		}
+	}
+
+	// The cap.
+	have := 3 // uri and the two markers
+	for i := have; i < mcpapi.MaxSubscriptions; i++ {
+		rpcOK(t, agent, "resources/subscribe", map[string]any{"uri": mcpapi.ResourceLeaseURIPrefix + fmt.Sprintf("FILE:%%2Fcap%%2F%d", i)}, nil)
+	}
+	waitWatches(t, b, mcpapi.MaxSubscriptions, "at the cap")
+	over := mcpapi.ResourceLeaseURIPrefix + "FILE:%2Fcap%2Fover"
+	_, e := rpc(t, agent, "resources/subscribe", map[string]any{"uri": over})
+	if e == nil || !strings.Contains(e.Message, host.CodeQuotaExceeded) {
+		t.Fatalf("subscription over the cap: %+v", e)
+	}
+	rpcOK(t, agent, "resources/subscribe", map[string]any{"uri": uri}, nil) // already subscribed: not a new one
+	rpcOK(t, agent, "resources/unsubscribe", map[string]any{"uri": uri}, nil)
+	rpcOK(t, agent, "resources/subscribe", map[string]any{"uri": over}, nil)
+	waitWatches(t, b, mcpapi.MaxSubscriptions, "after trading one for another")
 }

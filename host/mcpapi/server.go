@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -91,6 +92,10 @@ type Server struct {
 	watchMu   sync.Mutex
 	watched   map[string]*watched // task id -> last seen
 	watchDone chan struct{}
+
+	// resourceWatches counts the running watches of subscribed leased
+	// resources (resourcewatch.go).
+	resourceWatches atomic.Int64
 
 	drain     context.Context // done once Close is called: ends lease waits
 	endDrain  context.CancelFunc

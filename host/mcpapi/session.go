@@ -55,6 +55,10 @@ type session struct {
 
 	mu   sync.Mutex
 	subs map[string]bool // subscribed resource URIs
+	// watches ends the watch of each subscribed leased resource by URI
+	// (resourcewatch.go): called on unsubscribe, and its context ends with
+	// the session.
+	watches map[string]context.CancelFunc
 
 	// guarded by Server.sessMu
 	seen    time.Time

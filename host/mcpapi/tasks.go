@@ -428,9 +428,7 @@ func (s *Server) subscribe(ctx context.Context, sess *session, params json.RawMe
 		return nil, &rpcError{Code: rpcInvalidParams, Message: "uri is required"}
 	}
 	if !on {
-		sess.mu.Lock()
-		delete(sess.subs, p.URI)
-		sess.mu.Unlock()
+		unsubscribe(sess, p.URI)
 		return struct{}{}, nil
 	}
 	if name, ok, err := resourceLeaseURI(p.URI); ok {
@@ -448,11 +446,11 @@ func (s *Server) subscribe(ctx context.Context, sess *session, params json.RawMe
 		return nil, errFor(err)
 	}
 	sess.mu.Lock()
-	if sess.subs == nil {
-		sess.subs = map[string]bool{}
-	}
-	sess.subs[p.URI] = true
+	_, rerr := addSubscription(sess, p.URI)
 	sess.mu.Unlock()
+	if rerr != nil {
+		return nil, rerr
+	}
 	s.watch(t)
 	return struct{}{}, nil
 }

@@ -1,0 +1,4 @@
+package mcpapi
+
+// ResourceWatches is how many watches of subscribed leased resources run.
+func (s *Server) ResourceWatches() int64 { return s.resourceWatches.Load() }
