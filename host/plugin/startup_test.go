@@ -132,7 +132,11 @@ func TestStagedStartServesFromInterpreter(t *testing.T) {
 	copyPlugin(t, "backoff", "backoff", builtins)
 	copyPlugin(t, "inline", "inline", builtins)
 	held := heldFS{FS: os.DirFS(builtins), release: make(chan struct{})}
-	rt := newTestRuntime(t, Limits{})
+	// The interpreter is several times slower than compiled code: under
+	// -race on a loaded machine a decide took over the default 2 s there, so
+	// the calls get a longer deadline (this test is about where a call is
+	// served, not how fast).
+	rt := newTestRuntime(t, Limits{Timeout: 10 * time.Second})
 	rt.headStart = 0 // the shared test cache is warm: go to the interpreter at once
 	compile := make(chan struct{})
 	rt.beforeCompile = func(ctx context.Context) {

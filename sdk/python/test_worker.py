@@ -1276,7 +1276,7 @@ class ResourceLeaseTests(unittest.TestCase):
         self.assertEqual(len(hb["leases"]), 2)
         with self.assertRaises(aw.AsyncGateError) as cm:
             other.heartbeat_session(s["session_id"])
-        self.assertEqual((cm.exception.status, cm.exception.code), (403, "forbidden"))
+        self.assertEqual((cm.exception.status, cm.exception.code), (404, "not_found"))
         admin.revoke(got["leases"][1]["lease_id"])
         with self.assertRaises(aw.AsyncGateError) as cm:
             rl.heartbeat([got["leases"][1]["lease_id"]])
