@@ -33,7 +33,7 @@ func TestResourceSessions(t *testing.T) {
 	if err != nil || len(hb.Leases) != 2 || !hb.Leases[1].ExpiresAt.Equal(hb.Session.ExpiresAt) {
 		t.Fatalf("heartbeat: %+v, %v", hb, err)
 	}
-	if _, err := other.HeartbeatSession(ctx, s.Session.ID, 0); !isCode(err, "forbidden") {
+	if _, err := other.HeartbeatSession(ctx, s.Session.ID, 0); !isCode(err, "not_found") {
 		t.Fatalf("another key heartbeats the session: %v", err)
 	}
 	// The operator revokes one lease; the other stays with the session.
