@@ -45,13 +45,13 @@ func testRLSessions(t *testing.T, b *Bundle, eng *engine.Engine, _ *eventLog) {
 			t.Fatalf("after the heartbeat lease %s expires %s, the session %s", l.ID, l.ExpiresAt, hb.Session.ExpiresAt)
 		}
 	}
-	// Hostile callers: another holder, another tenant, unknown ids, bad TTLs.
+	// Hostile callers: another holder (told not_found, as for an unknown id), another tenant, unknown ids, bad TTLs.
 	_, err = eng.HeartbeatResourceSession(b.Ctx, rlActor("intruder"), id, 0)
-	WantCode(t, err, host.CodeForbidden)
+	WantCode(t, err, host.CodeNotFound)
 	_, err = eng.EndResourceSession(b.Ctx, rlActor("intruder"), id)
-	WantCode(t, err, host.CodeForbidden)
+	WantCode(t, err, host.CodeNotFound)
 	_, err = eng.AcquireResources(b.Ctx, engine.AcquireRequest{Tenant: "acme", Holder: "intruder", SessionID: id, Intents: intents("S:3", "READS")})
-	WantCode(t, err, host.CodeForbidden)
+	WantCode(t, err, host.CodeNotFound)
 	_, err = eng.HeartbeatResourceSession(b.Ctx, engine.Actor{Tenant: "other", Principal: h.Principal, Role: engine.RoleAgent}, id, 0)
 	WantCode(t, err, host.CodeNotFound)
 	_, err = eng.AcquireResources(b.Ctx, engine.AcquireRequest{Tenant: "other", Holder: h.Principal, SessionID: id, Intents: intents("S:3", "READS")})
