@@ -264,6 +264,10 @@ func (e *Engine) PutTaskType(ctx context.Context, tt host.TaskType) (*host.TaskT
 		return tx.PutTaskType(ctx, &tt)
 	})
 	e.types.invalidate(tt.Tenant, tt.Name)
+	// While some type is paused the pause cache holds a snapshot of the
+	// registered types (what a lease naming no type is offered): a new type
+	// must join it now, not when the snapshot ages out.
+	e.pauses.invalidate(tt.Tenant)
 	if err != nil {
 		return nil, err
 	}

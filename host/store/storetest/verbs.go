@@ -226,6 +226,16 @@ func testPauseLeasing(t *testing.T, b *Bundle) {
 	if got := b.LeaseOne(t, "w.1"); got.Task.ID != o.TaskID {
 		t.Fatalf("offered %s, want the other type's task %s", got.Task.ID, o.TaskID)
 	}
+	// A type registered while another is paused is offered at once to a
+	// lease call that names no type (the registration refreshes the
+	// host's snapshot of the tenant's types).
+	ft := host.NewTaskType("fresh")
+	ft.Tenant = "acme"
+	b.MustPutType(t, ft)
+	f := b.Enqueue(t, "fresh")
+	if got := b.LeaseOne(t, "w.1"); got.Task.ID != f.TaskID {
+		t.Fatalf("offered %s, want the new type's task %s", got.Task.ID, f.TaskID)
+	}
 	// Another tenant's type of the same name is not paused.
 	ot := host.NewTaskType("work")
 	ot.Tenant = "tenant-b"
