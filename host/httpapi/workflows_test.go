@@ -57,7 +57,7 @@ func TestWorkflowRoutes(t *testing.T) {
 	// Bad graphs: a 400 with a code each.
 	for bad, want := range map[string]string{
 		`{"name":"x","steps":[{"name":"a","task_type":"echo","after":["b"]},{"name":"b","task_type":"echo","after":["a"]}]}`: "workflow_cycle",
-		`{"name":"x","steps":[{"name":"a","task_type":"echo","after":["q"]}]}`:                                              "unknown_step",
+		`{"name":"x","steps":[{"name":"a","task_type":"echo","after":["q"]}]}`:                                               "unknown_step",
 		`{"name":"x","steps":[{"name":"a","task_type":"echo"},{"name":"a","task_type":"echo"}]}`:                             "duplicate_step",
 		`{"name":"x","steps":[{"name":"a","task_type":"nope"}]}`:                                                             "unknown_task_type",
 		`{"name":"x","steps":[{"name":"a","task_type":"echo"},{"name":"b","task_type":"echo"}]}`:                             "invalid_workflow",
