@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -140,5 +141,99 @@ func TestE2EWorkflowConsultFiveThenSynthesize(t *testing.T) {
 	want(t, call(t, "GET", b.g.URL+"/v1/workflows/"+id, eve, nil), 404, "not_found")
 	if _, errs, code := gateCLI(t, "workflows", "cancel", id, "--url", b.g.URL, "--key", eve); code != 1 || !strings.Contains(errs, "not_found") {
 		t.Fatalf("gate workflows cancel by another agent: exit %d, %q", code, errs)
+	}
+}
+
+// TestE2EWorkflowHostKilledPostgres: two `gate serve` hosts on one
+// PostgreSQL database. A workflow submitted through the first has two
+// parallel steps and a final one after both; the second host completes one
+// step and holds the other's lease when it is SIGKILLed. The abandoned lease
+// expires, the step is leased again and completed through the first host,
+// and the final step runs there: the workflow ends succeeded once, with the
+// final step's result, one inbox item and no open obligation.
+func TestE2EWorkflowHostKilledPostgres(t *testing.T) {
+	t.Parallel()
+	db := postgresSchema(t)
+	results := t.TempDir()
+	a := startGate(t, t.TempDir(), "--db", db, "--results-dir", results)
+	dir := t.TempDir()
+	if err := os.WriteFile(dir+"/admin.key", []byte(a.Admin+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := startGate(t, dir, "--db", db, "--results-dir", results)
+	a.putType(t, "wfk", map[string]any{"lease_seconds": 2, "requeue_delay_seconds": 0}, "")
+	agent := a.newKey(t, "agent", "agent.wfk", "")
+	worker := a.newKey(t, "worker", "wfk.1", "")
+
+	r := call(t, "POST", a.URL+"/v1/workflows", agent, map[string]any{"name": "two hosts", "steps": []map[string]any{
+		{"name": "left", "task_type": "wfk"}, {"name": "right", "task_type": "wfk"},
+		{"name": "join", "task_type": "wfk", "after": []string{"left", "right"}}}})
+	want(t, r, 201, "")
+	id := r.JSON(t)["workflow_id"].(string)
+
+	complete := func(g *gateProc, o offer, summary string) {
+		t.Helper()
+		want(t, call(t, "POST", g.URL+"/v1/leases/"+o.LeaseID+"/complete", worker, map[string]any{"result": map[string]string{"s": summary}, "summary": summary}), 200, "")
+	}
+	first := b.lease(t, worker, "wfk.1", map[string]any{"max_tasks": 1})
+	if len(first) != 1 {
+		t.Fatalf("host b offered %d tasks", len(first))
+	}
+	complete(b, first[0], "one side")
+	held := b.lease(t, worker, "wfk.1", map[string]any{"max_tasks": 1})
+	if len(held) != 1 {
+		t.Fatalf("host b offered %d tasks for the second step", len(held))
+	}
+	_ = b.Stop(syscall.SIGKILL)
+
+	// The lease host b held expires; host a offers the step again.
+	var again []offer
+	waitFor(t, 60*time.Second, "the abandoned step to be offered again", func() bool {
+		again = a.lease(t, worker, "wfk.1", map[string]any{"max_tasks": 1, "task_types": []string{"wfk"}})
+		return len(again) == 1
+	})
+	if again[0].Task.ID != held[0].Task.ID {
+		t.Fatalf("offered %s, want the abandoned step %s", again[0].Task.ID, held[0].Task.ID)
+	}
+	complete(a, again[0], "other side")
+	var final []offer
+	waitFor(t, 30*time.Second, "the final step to be offered", func() bool {
+		final = a.lease(t, worker, "wfk.1", map[string]any{"max_tasks": 1})
+		return len(final) == 1
+	})
+	complete(a, final[0], "joined")
+
+	var wf struct {
+		Status      string `json:"status"`
+		EndReceipt  string `json:"end_receipt_id"`
+		FinalTaskID string `json:"final_task_id"`
+		Result      *struct {
+			Summary string `json:"summary"`
+		} `json:"result"`
+	}
+	call(t, "GET", a.URL+"/v1/workflows/"+id, agent, nil).Into(t, &wf)
+	if wf.Status != "succeeded" || wf.Result == nil || wf.Result.Summary != "joined" || wf.FinalTaskID != final[0].Task.ID {
+		t.Fatalf("workflow: %+v", wf)
+	}
+	rc := call(t, "GET", a.URL+"/v1/receipts/"+wf.EndReceipt, agent, nil)
+	want(t, rc, 200, "")
+	if rcpt := rc.JSON(t); !strings.Contains(string(rc.Body), `"workflow.completed"`) {
+		t.Fatalf("end receipt: %v", rcpt)
+	}
+	var inbox struct {
+		Items []struct {
+			TaskID string `json:"task_id"`
+		} `json:"items"`
+	}
+	call(t, "GET", a.URL+"/v1/inbox", agent, nil).Into(t, &inbox)
+	if len(inbox.Items) != 1 || inbox.Items[0].TaskID != id {
+		t.Fatalf("inbox: %+v", inbox)
+	}
+	var obs struct {
+		Open []any `json:"open_obligations"`
+	}
+	call(t, "GET", a.URL+"/v1/obligations/open", agent, nil).Into(t, &obs)
+	if len(obs.Open) != 0 {
+		t.Fatalf("open obligations: %v", obs.Open)
 	}
 }
