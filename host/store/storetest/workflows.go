@@ -91,6 +91,10 @@ func (b *Bundle) wantWorkflowEnd(t testing.TB, id string, state host.WorkflowSta
 	if len(got) != 2 || got[0] != host.ReceiptWorkflowSubmitted || got[1] != want {
 		t.Fatalf("workflow %s has receipts %v, want [%s %s]", id, got, host.ReceiptWorkflowSubmitted, want)
 	}
+	// Its submitter reads them as a task's receipts are read.
+	if rs, _, err := b.Engine.TaskReceipts(b.Ctx, b.Agent, id, "", 10); err != nil || len(rs) != 2 || rs[1].ID != v.EndReceipt {
+		t.Fatalf("the submitter's read of workflow %s's receipts: %d, %v", id, len(rs), err)
+	}
 	for _, o := range b.Open(t, "agent.kee") {
 		if o.TaskID == id {
 			t.Fatalf("workflow %s ended %s but its obligation %s is open", id, state, o.ReceiptID)
@@ -322,6 +326,8 @@ func testWorkflowForeign(t *testing.T, b *Bundle) {
 			t.Fatalf("foreign and unknown ids answer differently: %q vs %q", host.ErrorDetail(err), host.ErrorDetail(unknownErr))
 		}
 		_, err = b.Engine.CancelWorkflow(b.Ctx, a, res.WorkflowID, "")
+		WantCode(t, err, host.CodeNotFound)
+		_, _, err = b.Engine.TaskReceipts(b.Ctx, a, res.WorkflowID, "", 10)
 		WantCode(t, err, host.CodeNotFound)
 		wfs, _, err := b.Engine.ListWorkflows(b.Ctx, a, store.WorkflowFilter{})
 		if err != nil || len(wfs) != 0 {
