@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -35,6 +36,7 @@ func workflowCases() []struct {
 		{"WorkflowIdempotent", testWorkflowIdempotent},
 		{"WorkflowStepsOnAnotherHost", testWorkflowOtherHost},
 		{"WorkflowHammer", testWorkflowHammer},
+		{"WorkflowEndIsFenced", testWorkflowEndFenced},
 	}
 }
 
@@ -542,5 +544,30 @@ func testWorkflowHammer(t *testing.T, b *Bundle) {
 	items := b.inbox(t, b.Agent, engine.InboxQuery{Limit: 500})
 	if len(items) != workflows {
 		t.Fatalf("%d inbox items for %d workflows", len(items), workflows)
+	}
+}
+
+// testWorkflowEndIsFenced: the store writes a workflow's end only while it
+// is still in the state the writer read (running), so a second end, from a
+// writer that read it running before the first committed, writes nothing.
+func testWorkflowEndFenced(t *testing.T, b *Bundle) {
+	res := b.submit(t, "fenced", step("only", "work"))
+	var stale *host.Workflow
+	if err := b.Store.View(b.Ctx, func(r store.Reader) error {
+		var err error
+		stale, err = r.GetWorkflow(b.Ctx, "acme", res.WorkflowID)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b.Complete(t, "w.1", b.leaseType(t, "w.1", "work"))
+	b.wantWorkflowEnd(t, res.WorkflowID, host.WorkflowSucceeded)
+	stale.State, stale.Error = host.WorkflowFailed, "a late second end"
+	err := b.Store.Update(b.Ctx, func(tx store.Tx) error { return tx.UpdateWorkflow(b.Ctx, stale, host.WorkflowRunning) })
+	if !errors.Is(err, store.ErrFenced) && !host.IsCode(err, host.CodeConflict) {
+		t.Fatalf("a second end of a workflow: %v, want ErrFenced", err)
+	}
+	if v := b.workflow(t, res.WorkflowID); v.State != host.WorkflowSucceeded || v.Error != "" {
+		t.Fatalf("the second end was written: %+v", v.Workflow)
 	}
 }
