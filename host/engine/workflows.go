@@ -152,6 +152,10 @@ func (e *Engine) SubmitWorkflow(ctx context.Context, actor Actor, req WorkflowRe
 			wf.FinalTaskID = t.ID
 		}
 		t.CreatedAt, t.UpdatedAt, t.AvailableAt = now, now, now
+		if t.Summary == "" {
+			// Lists of tasks show which workflow and step a task is.
+			t.Summary = clip("workflow "+wf.Name+", step "+p.req.Name, 990)
+		}
 		keepTrace(ctx, t)
 		for j, name := range p.req.After {
 			dep := byName[name]
