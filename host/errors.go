@@ -145,6 +145,8 @@ func HTTPStatus(code string) int {
 		return 504
 	case CodeInvalidResource, CodeUnknownDependency:
 		return 400
+	case CodeInvalidWorkflow, CodeUnknownStep, CodeDuplicateStep, CodeWorkflowCycle, CodeTooManySteps:
+		return 400
 	case CodeDependencyFailed, CodeTooManyWaiters, CodeDependencyTooDeep:
 		return 409
 	case CodeResourceConflict, CodeVerifyRequired, CodeLeaseRevoked, CodeSessionEnded:

@@ -50,6 +50,8 @@ var terminators = map[ReceiptType][]ReceiptType{
 	ReceiptAssigned:    {ReceiptCompleted, ReceiptFailed, ReceiptCanceled},
 	ReceiptAccepted:    {ReceiptCompleted, ReceiptFailed, ReceiptRetryScheduled, ReceiptEscalated, ReceiptReleased, ReceiptSnoozed, ReceiptCanceled},
 	ReceiptEmailQueued: {ReceiptEmailSent, ReceiptEmailFailed},
+	// A workflow (workflow.go): the gate owes its submitter its outcome.
+	ReceiptWorkflowSubmitted: {ReceiptWorkflowCompleted, ReceiptWorkflowFailed, ReceiptWorkflowCanceled},
 }
 
 var knownReceiptTypes = map[ReceiptType]bool{
@@ -57,6 +59,7 @@ var knownReceiptTypes = map[ReceiptType]bool{
 	ReceiptFailed: true, ReceiptCanceled: true, ReceiptRetryScheduled: true, ReceiptEscalated: true,
 	ReceiptReleased: true, ReceiptSnoozed: true,
 	ReceiptEmailQueued: true, ReceiptEmailSent: true, ReceiptEmailFailed: true,
+	ReceiptWorkflowSubmitted: true, ReceiptWorkflowCompleted: true, ReceiptWorkflowFailed: true, ReceiptWorkflowCanceled: true,
 }
 
 // Known reports whether t is a receipt type of this ledger.

@@ -269,6 +269,26 @@ func TestMCPTasksSurviveRestart(t *testing.T) {
 	}
 }
 
+// TestMCPWorkflowAsOneTask: with the official TypeScript SDK, submit_workflow
+// called as a task gives one MCP task for the whole workflow; another
+// session gets it and tasks/result returns the final step's result
+// (testdata/mcp-client/workflow.mjs).
+func TestMCPWorkflowAsOneTask(t *testing.T) {
+	node, npm := needNode(t)
+	clientDir := mcpClientDir(t, npm)
+	g := startGate(t, t.TempDir())
+	g.putType(t, "echo", map[string]any{"poll_suggestion_seconds": 1,
+		"params_schema": map[string]any{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}, "additionalProperties": false}}, "")
+	agent := g.newKey(t, "agent", "claude.wf", "default")
+	worker := g.newKey(t, "worker", "echo.w1", "default")
+	out := runNode(t, node, clientDir, "WORKFLOW OK", "workflow.mjs", g.URL, agent, worker)
+	for _, step := range []string{"ok a task-augmented submit_workflow answers with one working task", "ok tasks/result returns the final step's result"} {
+		if !strings.Contains(out, step) {
+			t.Errorf("missing step %q", step)
+		}
+	}
+}
+
 // inspector runs the MCP Inspector's CLI (@modelcontextprotocol/inspector-cli,
 // pinned in testdata/mcp-client) and returns its output and whether it succeeded.
 func inspector(t *testing.T, node, dir string, args ...string) (string, bool) {

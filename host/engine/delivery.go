@@ -69,6 +69,9 @@ type deliveryTx struct {
 	// never a recursion however long the chain.
 	settle   []finished
 	settling bool
+	// ends are the workflows' final steps the update finished
+	// (workflows.go): their workflows end once fn's writes are done.
+	ends []workflowEnd
 }
 
 // deliveryOut is what an update's deliveryTx did that matters once the
@@ -89,6 +92,9 @@ func (e *Engine) withDelivery(fn func(store.Tx) error, out *deliveryOut) func(st
 	return func(tx store.Tx) error {
 		d := &deliveryTx{Tx: tx, e: e}
 		err := fn(d)
+		if err == nil {
+			err = d.endWorkflows(context.Background())
+		}
 		*out = deliveryOut{}
 		if err == nil {
 			*out = deliveryOut{outboxed: d.outboxed, readied: d.readied, canceled: d.canceled, reoffered: d.reoffered}
@@ -133,6 +139,9 @@ func (d *deliveryTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence
 	}
 	d.last = t
 	if t.State.Terminal() && f.State != "" && !f.State.Terminal() {
+		if wf, final := host.WorkflowOf(t); final {
+			d.ends = append(d.ends, workflowEnd{tenant: t.Tenant, workflow: wf, step: t})
+		}
 		d.settle = append(d.settle, finished{tenant: t.Tenant, id: t.ID, state: host.FinishedAs(t)})
 		if !d.settling {
 			return d.settleAll(ctx)

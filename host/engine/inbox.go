@@ -22,7 +22,13 @@ func inboxItemFor(r *host.Receipt, t *host.Task) (host.InboxItem, bool) {
 	switch {
 	case r.TaskID == "":
 		return host.InboxItem{}, false
+	case r.Type == host.ReceiptWorkflowCompleted || r.Type == host.ReceiptWorkflowFailed:
+		return workflowInboxItem(r)
 	case r.Type != host.ReceiptCompleted && r.Type != host.ReceiptFailed && r.Type != host.ReceiptEscalated:
+		return host.InboxItem{}, false
+	case host.IsWorkflowRecipient(r.To):
+		// A workflow's step: its submitter is owed the workflow's
+		// outcome, one item, not one per step.
 		return host.InboxItem{}, false
 	}
 	it := host.InboxItem{ID: host.NewID(host.PrefixInbox), Tenant: r.Tenant, Recipient: r.To, TaskID: r.TaskID,
@@ -76,6 +82,38 @@ func inboxItemFor(r *host.Receipt, t *host.Task) (host.InboxItem, bool) {
 	return it, true
 }
 
+// workflowInboxItem is the one item a workflow's end makes for its
+// submitter: completed or failed (a cancel is the submitter's own act and
+// makes none, as a task's does).
+func workflowInboxItem(r *host.Receipt) (host.InboxItem, bool) {
+	var b struct {
+		Name      string `json:"name"`
+		Summary   string `json:"summary"`
+		Error     string `json:"error_message"`
+		FinalStep string `json:"final_step"`
+	}
+	_ = json.Unmarshal(r.Body, &b)
+	it := host.InboxItem{ID: host.NewID(host.PrefixInbox), Tenant: r.Tenant, Recipient: r.To, TaskID: r.TaskID,
+		ReceiptID: r.ID, CreatedAt: r.CreatedAt}
+	name := "Workflow " + r.TaskID + " (" + clip(b.Name, 200) + ")"
+	if r.Type == host.ReceiptWorkflowCompleted {
+		it.Kind = host.InboxCompleted
+		it.Summary = name + " completed"
+		if b.Summary != "" {
+			it.Summary += "; its final step " + b.FinalStep + " says: " + strconv.Quote(clip(b.Summary, maxQuoted))
+		}
+		it.Summary += ". Read it with get_workflow, and the final step's result with fetch_task_result."
+		return it, true
+	}
+	it.Kind = host.InboxFailed
+	it.Summary = name + " failed"
+	if b.Error != "" {
+		it.Summary += ": " + strconv.Quote(clip(b.Error, maxQuoted))
+	}
+	it.Summary += ". Read its steps with get_workflow and decide whether to submit it again."
+	return it, true
+}
+
 // errorText is err's text as the store may keep it: valid UTF-8 with no NUL
 // (a sink's or a mail server's answer may hold any bytes, and PostgreSQL
 // refuses those in text), at most about n bytes.
@@ -112,6 +150,9 @@ func clip(s string, n int) string {
 // milestone writes an inbox item for a progress report the worker marked as
 // a milestone, in the heartbeat's transaction.
 func milestone(ctx context.Context, tx store.Tx, t *host.Task, message string, now time.Time) error {
+	if host.IsWorkflowRecipient(t.Recipient) {
+		return nil // a workflow's step: no one reads the workflow's inbox
+	}
 	s := "Task " + t.ID + " (" + t.Type + ") reached a milestone"
 	if message != "" {
 		s += "; " + words(t.WorkerID, message, maxQuoted)

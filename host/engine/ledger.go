@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -48,9 +49,21 @@ func (e *Engine) GetReceipt(ctx context.Context, actor Actor, id string) (*host.
 	return rc, term, nil
 }
 
-// TaskReceipts lists the receipts of a task the actor may see, in ledger order.
+// TaskReceipts lists the receipts of a task the actor may see, in ledger
+// order; given a workflow id, the workflow's own receipts (submitted, and
+// how it ended) when the actor may read the workflow.
 func (e *Engine) TaskReceipts(ctx context.Context, actor Actor, taskID, cursor string, limit int) ([]*host.Receipt, string, error) {
-	if _, err := e.GetTask(ctx, actor, taskID); err != nil {
+	if strings.HasPrefix(taskID, host.PrefixWorkflow) {
+		if err := e.view(ctx, func(r store.Reader) error {
+			wf, err := r.GetWorkflow(ctx, actor.Tenant, taskID)
+			if err == nil && !workflowVisible(actor, wf) {
+				err = host.Errorf(host.CodeNotFound, "no workflow %s", taskID)
+			}
+			return err
+		}); err != nil {
+			return nil, "", err
+		}
+	} else if _, err := e.GetTask(ctx, actor, taskID); err != nil {
 		return nil, "", err
 	}
 	if limit <= 0 || limit > 500 {

@@ -275,6 +275,7 @@ func (s *Server) routes() {
 	v1.POST("/receipts/check-terminator", s.checkTerminator)
 	v1.GET("/receipts/:id", s.getReceipt)
 	v1.GET("/receipts/:id/chain", s.chain)
+	s.workflowRoutes(v1, agents)
 	s.deliveryRoutes(auth)
 	s.emailRoutes(auth)
 

@@ -142,6 +142,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.mcp = server.NewMCPServer("asyncgate", cfg.Version, opts...)
 	s.agentTools()
+	s.workflowTools()
 	s.workerTools()
 	s.taskTypeTools()
 	s.taskResources()

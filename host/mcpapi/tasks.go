@@ -96,7 +96,8 @@ func errFor(err error) *rpcError {
 	rc := rpcInternal
 	switch code {
 	case host.CodeNotFound, host.CodeConflict, host.CodeBadRequest, host.CodeInvalidParams,
-		host.CodeUnknownTaskType, host.CodeTaskTypeDisabled, host.CodeTooLarge, host.CodeIdempotencyConflict:
+		host.CodeUnknownTaskType, host.CodeTaskTypeDisabled, host.CodeTooLarge, host.CodeIdempotencyConflict,
+		host.CodeInvalidWorkflow, host.CodeUnknownStep, host.CodeDuplicateStep, host.CodeWorkflowCycle, host.CodeTooManySteps:
 		rc = rpcInvalidParams
 	case host.CodeInternal:
 		detail = "an internal error occurred; it was logged"
@@ -137,6 +138,10 @@ func (s *Server) handle(ctx context.Context, sess *session, raw []byte) (out []b
 		if _, builtin := s.roles[p.Name]; builtin {
 			if p.Task == nil {
 				return nil, false
+			}
+			if p.Name == "submit_workflow" {
+				res, rerr = s.callWorkflowAsTask(ctx, a, p.Arguments)
+				break
 			}
 			rerr = &rpcError{Code: rpcMethodNotFound, Message: fmt.Sprintf("tool %s does not run as a task (its execution.taskSupport is forbidden): call it without task", p.Name)}
 			break
@@ -270,6 +275,9 @@ func (s *Server) tasksGet(ctx context.Context, sess *session, params json.RawMes
 	if rerr != nil {
 		return nil, rerr
 	}
+	if isWorkflowID(id) {
+		return s.workflowTaskGet(ctx, sess.actor, id)
+	}
 	t, err := s.eng.GetTask(ctx, sess.actor, id)
 	if err != nil {
 		return nil, errFor(err)
@@ -307,6 +315,9 @@ func (s *Server) tasksCancel(ctx context.Context, a engine.Actor, params json.Ra
 	if rerr != nil {
 		return nil, rerr
 	}
+	if isWorkflowID(id) {
+		return s.workflowTaskCancel(ctx, a, id)
+	}
 	if a.Role != engine.RoleAgent && a.Role != engine.RoleAdmin {
 		return nil, &rpcError{Code: rpcInvalidParams, Message: "forbidden: canceling needs an agent or admin key"}
 	}
@@ -333,6 +344,9 @@ func (s *Server) tasksResult(ctx context.Context, a engine.Actor, params json.Ra
 	id, rerr := taskIDParam(params)
 	if rerr != nil {
 		return nil, rerr
+	}
+	if isWorkflowID(id) {
+		return s.workflowTaskResult(ctx, a, id)
 	}
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.TaskResultWait)
 	defer cancel()

@@ -28,6 +28,16 @@ func BenchmarkFanIn(b *testing.B) {
 	storetest.FanIn(b, depBenchEngine(b), 1000)
 }
 
+// BenchmarkFanInWorkflow is BenchmarkFanIn with the graph submitted as one
+// workflow of 999 children and their merge (1,000 steps, the most a
+// workflow may have): the same latency, beside the submission's
+// (storetest.FanInWorkflow).
+//
+//	go test ./host/postgres -run '^$' -bench 'FanIn' -benchtime 30x
+func BenchmarkFanInWorkflow(b *testing.B) {
+	storetest.FanInWorkflow(b, depBenchEngine(b), 999)
+}
+
 // BenchmarkDependencyCost is host/sqlite's BenchmarkDependencyCost on
 // PostgreSQL (one host).
 //

@@ -16,6 +16,17 @@ func BenchmarkFanIn(b *testing.B) {
 	storetest.FanIn(b, eng, 1000)
 }
 
+// BenchmarkFanInWorkflow is BenchmarkFanIn with the graph submitted as one
+// workflow of 999 children and their merge (1,000 steps, the most a
+// workflow may have): the same latency, beside the submission's
+// (storetest.FanInWorkflow).
+//
+//	go test ./host/sqlite -run '^$' -bench 'FanIn' -benchtime 30x
+func BenchmarkFanInWorkflow(b *testing.B) {
+	eng, _ := benchEngine(b)
+	storetest.FanInWorkflow(b, eng, 999)
+}
+
 // BenchmarkDependencyCost runs plain task cycles and cycles of tasks queued
 // in pairs, the second after the first, in one run, so their rates compare
 // (storetest.DependencyCycles).

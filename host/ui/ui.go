@@ -133,6 +133,7 @@ var funcs = template.FuncMap{
 	"f1":    trimFloat,
 	"mul6":  func(v float64) float64 { return v * 6 }, // percent → the 600-wide bar
 	"deref": func(b *bool) bool { return b != nil && *b },
+	"add":   func(a, b int) int { return a + b },
 	"us": func(v float64) string {
 		if v >= 1000 {
 			return trimFloat(v/1000) + " ms"
@@ -198,6 +199,9 @@ func (u *UI) Mount(e *echo.Echo) {
 	e.GET("/ui/tasks/:id", u.task, in...)
 	e.GET("/ui/tasks/:id/progress", u.progressFragment, in...)
 	e.POST("/ui/tasks/:id/cancel", u.cancel, in...)
+	e.GET("/ui/workflows", u.workflows, in...)
+	e.GET("/ui/workflows/:id", u.workflow, in...)
+	e.POST("/ui/workflows/:id/cancel", u.cancelWorkflow, in...)
 	e.GET("/ui/dead-letters", u.deadLetters, in...)
 	e.POST("/ui/dead-letters/redrive", u.redrive, in...)
 	e.GET("/ui/workers", u.workers, in...)

@@ -95,7 +95,9 @@ async function main() {
     // Delivery (issue 13): the inbox and memory promotion.
     "list_inbox", "mark_read", "session_bootstrap", "store_task_result_in_memory",
     // Email (seed 002).
-    "archive_task_email", "fetch_task_email", "send_email"].sort();
+    "archive_task_email", "fetch_task_email", "send_email",
+    // Workflows (issue 39).
+    "submit_workflow", "get_workflow", "list_workflows", "cancel_workflow"].sort();
   check(JSON.stringify(names) === JSON.stringify(want), "agent lists exactly the agent tools", names);
   check(tools.every((t) => t.description && t.inputSchema?.type === "object" && t.outputSchema?.type === "object"),
     "every tool has a description, an input schema and an output schema");

@@ -409,7 +409,11 @@ func (w *Worker) handle(ctx context.Context, taskType string, t *worker.Task) (a
 		return nil, worker.Fatalf("params.prompt is required")
 	}
 	prof := w.profiles[tt.Profile]
-	conv := Conversation{Profile: prof, Prompt: p.Prompt, MaxIterations: DefaultMaxIterations, MaxToolCalls: DefaultMaxToolCalls}
+	prompt := p.Prompt
+	if len(t.Dependencies) > 0 {
+		prompt += "\n\n" + DependencyContext(t.Dependencies)
+	}
+	conv := Conversation{Profile: prof, Prompt: prompt, MaxIterations: DefaultMaxIterations, MaxToolCalls: DefaultMaxToolCalls}
 	if prof.MaxIterations > 0 {
 		conv.MaxIterations = prof.MaxIterations
 	}

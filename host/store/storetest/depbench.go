@@ -38,13 +38,7 @@ var benchAgent = engine.Actor{Tenant: "t", Principal: "agent.bench", Role: engin
 // merge's offer (with every child's outcome). It reports the p50 and p99 of
 // that latency over the rounds, and the children's cycles/s.
 func FanIn(b *testing.B, eng *engine.Engine, children int) {
-	benchTypes(b, eng, "fanin.part", "fanin.merge")
-	ctx := context.Background()
-	var lats []time.Duration
-	var childCycles int
-	var childTime time.Duration
-	b.ResetTimer()
-	for round := 0; round < b.N; round++ {
+	fanIn(b, eng, children, func(ctx context.Context) string {
 		ids := make([]string, children)
 		var wg sync.WaitGroup
 		var next atomic.Int64
@@ -67,6 +61,22 @@ func FanIn(b *testing.B, eng *engine.Engine, children int) {
 		if err != nil || merge.Status != string(host.StateWaiting) {
 			b.Fatalf("merge: %+v %v", merge, err)
 		}
+		return merge.TaskID
+	})
+}
+
+// fanIn runs FanIn's rounds; build makes a round's children and merge and
+// returns the merge's task id.
+func fanIn(b *testing.B, eng *engine.Engine, children int, build func(context.Context) string) {
+	benchTypes(b, eng, "fanin.part", "fanin.merge")
+	ctx := context.Background()
+	var lats []time.Duration
+	var childCycles int
+	var childTime time.Duration
+	b.ResetTimer()
+	for round := 0; round < b.N; round++ {
+		mergeID := build(ctx)
+		var wg sync.WaitGroup
 		type got struct {
 			at     time.Time
 			offers []host.Offer
@@ -136,7 +146,7 @@ func FanIn(b *testing.B, eng *engine.Engine, children int) {
 			b.Fatal(err)
 		}
 		g := <-polled
-		if g.err != nil || len(g.offers) != 1 || g.offers[0].Task.ID != merge.TaskID || len(g.offers[0].Dependencies) != children {
+		if g.err != nil || len(g.offers) != 1 || g.offers[0].Task.ID != mergeID || len(g.offers[0].Dependencies) != children {
 			b.Fatalf("round %d: merge offer %v (%d offers)", round, g.err, len(g.offers))
 		}
 		lats = append(lats, g.at.Sub(t0))

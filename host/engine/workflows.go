@@ -1,0 +1,752 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// Workflows (issue 39): one call submits a named graph of steps. Each step
+// is a task, enqueued by the gate for the workflow, with the task
+// dependencies of dependencies.go as its edges:
+//
+//   - SubmitWorkflow validates the whole graph before it writes anything
+//     (names, edges, cycles, depth, every step's type and params), then
+//     inserts the workflow row, every step's task with its edges and its
+//     task.assigned receipt, and the workflow.submitted receipt in one
+//     transaction. The steps' recipient is the workflow
+//     (host.WorkflowRecipient), not the submitter: the submitter is owed
+//     one outcome, the workflow's, and sees one obligation and one inbox
+//     item for it; the steps' obligations are owed to the workflow.
+//   - The workflow ends in the transaction that writes its final step's
+//     terminal state (deliveryTx.UpdateTask notes it, endWorkflows ends it
+//     once fn's writes are done): succeeded with the final step's result,
+//     canceled when a cancel was asked, failed otherwise. The end is fenced
+//     on the workflow's running state, so it happens once whatever the
+//     number of writers, and it cancels the steps still unfinished.
+//   - CancelWorkflow cancels every step not finished (a leased one is
+//     flagged, as Cancel does); the final step's cancel ends the workflow.
+//
+// Only the final step's end reads the workflow row: the final step's
+// recipient says it is the final one, so the other steps' ends cost nothing
+// beyond their dependencies' settling.
+
+// WorkflowRequest submits a workflow.
+type WorkflowRequest struct {
+	// Name names the workflow (not unique: it is a label).
+	Name  string                `json:"name"`
+	Steps []WorkflowStepRequest `json:"steps"`
+	// FinalStep is the step whose outcome is the workflow's; by default the
+	// one step no other step waits on (refused when there are several).
+	FinalStep      string `json:"final_step,omitempty"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+// WorkflowStepRequest is one step of a submitted workflow.
+type WorkflowStepRequest struct {
+	// Name is the step's name, unique in the workflow.
+	Name     string          `json:"name"`
+	TaskType string          `json:"task_type"`
+	Params   json.RawMessage `json:"params,omitempty"`
+	// Priority 1..10 (10 first); 0 means the task type's default.
+	Priority   int    `json:"priority,omitempty"`
+	MaxRetries *int   `json:"max_retries,omitempty"`
+	Summary    string `json:"task_summary,omitempty"`
+	// After names the steps this one waits on; AfterRule is all_succeeded
+	// (the default), any_succeeded or all_finished. The step's worker
+	// receives their outcomes with the offer.
+	After     []string            `json:"after,omitempty"`
+	AfterRule host.DependencyRule `json:"after_rule,omitempty"`
+
+	pos int // place in the submitted list (planWorkflow)
+}
+
+// WorkflowResult acknowledges a submission.
+type WorkflowResult struct {
+	Workflow    *host.Workflow `json:"-"`
+	WorkflowID  string         `json:"workflow_id"`
+	Status      string         `json:"status"`
+	IsDuplicate bool           `json:"is_duplicate"`
+	ReceiptID   string         `json:"receipt_id"`
+	// Steps maps each step's name to its task id.
+	Steps map[string]string `json:"steps"`
+}
+
+// WorkflowView is a workflow with its steps, as a read answers it.
+type WorkflowView struct {
+	*host.Workflow
+	Steps []WorkflowStepView `json:"steps"`
+}
+
+// WorkflowStepView is one step and its task's state.
+type WorkflowStepView struct {
+	Name        string              `json:"name"`
+	TaskID      string              `json:"task_id"`
+	TaskType    string              `json:"task_type"`
+	Status      host.TaskState      `json:"status"`
+	After       []string            `json:"after,omitempty"`
+	AfterRule   host.DependencyRule `json:"after_rule,omitempty"`
+	Final       bool                `json:"final,omitempty"`
+	CompletedAt *time.Time          `json:"completed_at,omitempty"`
+	Result      *host.Result        `json:"result,omitempty"`
+	Error       string              `json:"error_message,omitempty"`
+}
+
+// workflowVisible reports whether actor may read or cancel w: its submitter
+// and the tenant's admins. Anyone else is answered as for an unknown id.
+func workflowVisible(a Actor, w *host.Workflow) bool {
+	return w != nil && w.Tenant == a.Tenant && (a.Role == RoleAdmin || w.CreatedBy == a.Principal)
+}
+
+// plannedStep is a validated step, ready to insert.
+type plannedStep struct {
+	req   WorkflowStepRequest
+	task  *host.Task
+	rule  host.DependencyRule
+	depth int // 0 for a step without after; else 1 + its deepest after
+	deps  []host.Dependency
+	rcpt  *host.Receipt
+}
+
+// SubmitWorkflow validates and submits a workflow for actor.
+func (e *Engine) SubmitWorkflow(ctx context.Context, actor Actor, req WorkflowRequest) (*WorkflowResult, error) {
+	if actor.Tenant == "" || actor.Principal == "" {
+		return nil, host.Errorf(host.CodeBadRequest, "the caller has no tenant or principal")
+	}
+	if actor.Role == RoleWorker {
+		return nil, host.Errorf(host.CodeForbidden, "workers do not submit workflows")
+	}
+	plan, final, err := e.planWorkflow(ctx, actor, &req)
+	if err != nil {
+		return nil, err
+	}
+	hash, err := workflowHash(req)
+	if err != nil {
+		return nil, err
+	}
+	now := e.now()
+	wf := &host.Workflow{ID: host.NewID(host.PrefixWorkflow), Tenant: actor.Tenant, Name: req.Name, CreatedBy: actor.Principal,
+		State: host.WorkflowRunning, FinalStep: plan[final].req.Name, StepCount: len(plan),
+		IdempotencyKey: req.IdempotencyKey, RequestHash: hash, CreatedAt: now, UpdatedAt: now}
+	byName := make(map[string]*plannedStep, len(plan))
+	for i := range plan {
+		byName[plan[i].req.Name] = &plan[i]
+	}
+	// Tasks and receipts, in the steps' topological order (planWorkflow
+	// sorted them): a step's edges name tasks made before it.
+	steps := make([]host.WorkflowStep, len(plan))
+	for i := range plan {
+		p := &plan[i]
+		t := p.task
+		t.ID = host.NewID(host.PrefixTask)
+		t.Recipient = host.WorkflowRecipient(wf.ID)
+		if i == final {
+			t.Recipient = host.WorkflowFinalRecipient(wf.ID)
+			wf.FinalTaskID = t.ID
+		}
+		t.CreatedAt, t.UpdatedAt, t.AvailableAt = now, now, now
+		if t.Summary == "" {
+			// Lists of tasks show which workflow and step a task is.
+			t.Summary = clip("workflow "+wf.Name+", step "+p.req.Name, 990)
+		}
+		keepTrace(ctx, t)
+		for j, name := range p.req.After {
+			dep := byName[name]
+			p.deps = append(p.deps, host.Dependency{Tenant: t.Tenant, Waiter: t.ID, DependsOn: dep.task.ID, Rule: p.rule, Position: j, Depth: p.depth})
+		}
+		if len(p.deps) > 0 {
+			t.State = host.StateWaiting
+		}
+		body := map[string]any{"task_type": t.Type, "priority": t.Priority, "queued_by": t.CreatedBy,
+			"task_summary": t.Summary, "available_at": t.AvailableAt, "workflow_id": wf.ID, "step": p.req.Name}
+		if len(p.req.After) > 0 {
+			body["after_steps"], body["after_rule"] = p.req.After, p.rule
+		}
+		p.rcpt = &host.Receipt{ID: host.NewID(host.PrefixReceipt), Tenant: t.Tenant, Type: host.ReceiptAssigned,
+			From: GatePrincipal, To: t.Recipient, TaskID: t.ID, Parents: []string{}, Body: mustJSON(body), CreatedAt: now}
+		if err := p.rcpt.Validate(); err != nil {
+			return nil, err
+		}
+		t.AssignReceipt = p.rcpt.ID
+		steps[i] = host.WorkflowStep{Tenant: t.Tenant, WorkflowID: wf.ID, Name: p.req.Name, TaskID: t.ID,
+			Position: p.req.position(), After: p.req.After, AfterRule: p.rule}
+	}
+	submitted := &host.Receipt{ID: host.NewID(host.PrefixReceipt), Tenant: wf.Tenant, Type: host.ReceiptWorkflowSubmitted,
+		From: GatePrincipal, To: wf.CreatedBy, TaskID: wf.ID, Parents: []string{},
+		Body: mustJSON(map[string]any{"workflow_id": wf.ID, "name": wf.Name, "steps": wf.StepCount,
+			"final_step": wf.FinalStep, "final_task_id": wf.FinalTaskID}), CreatedAt: now}
+	if err := submitted.Validate(); err != nil {
+		return nil, err
+	}
+	wf.SubmitReceipt = submitted.ID
+	res := &WorkflowResult{}
+	duplicateOf := func(r store.Reader, old *host.Workflow) error {
+		if old.RequestHash != hash {
+			return host.Errorf(host.CodeIdempotencyConflict,
+				"idempotency_key %q was used for workflow %s with a different request; use a new key for a different workflow", req.IdempotencyKey, old.ID)
+		}
+		res.Workflow, res.IsDuplicate = old, true
+		return nil
+	}
+	err = e.update(store.BulkUpdate(ctx), func(tx store.Tx) error {
+		res.Workflow, res.IsDuplicate = nil, false
+		if wf.IdempotencyKey != "" {
+			old, err := tx.FindWorkflowByIdempotency(ctx, wf.Tenant, wf.CreatedBy, wf.IdempotencyKey)
+			if err != nil {
+				return err
+			}
+			if old != nil {
+				return duplicateOf(tx, old)
+			}
+		}
+		if err := tx.InsertWorkflow(ctx, wf, steps); err != nil {
+			return err
+		}
+		for i := range plan {
+			p := &plan[i]
+			if err := tx.InsertTask(ctx, p.task); err != nil {
+				return err
+			}
+			if err := tx.InsertDependencies(ctx, p.deps); err != nil {
+				return err
+			}
+			if err := appendValid(ctx, tx, p.rcpt, nil); err != nil {
+				return err
+			}
+		}
+		if err := appendValid(ctx, tx, submitted, nil); err != nil {
+			return err
+		}
+		res.Workflow = wf
+		return nil
+	})
+	if err != nil && wf.IdempotencyKey != "" && host.IsCode(err, host.CodeConflict) {
+		// A concurrent submission with the same key committed first.
+		var derr error
+		if verr := e.view(ctx, func(r store.Reader) error {
+			old, err := r.FindWorkflowByIdempotency(ctx, wf.Tenant, wf.CreatedBy, wf.IdempotencyKey)
+			if err != nil || old == nil {
+				return err
+			}
+			derr = duplicateOf(r, old)
+			return nil
+		}); verr == nil && (derr != nil || res.IsDuplicate) {
+			err = derr
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.WorkflowID = res.Workflow.ID
+	res.Status = string(res.Workflow.State)
+	res.ReceiptID = res.Workflow.SubmitReceipt
+	if res.IsDuplicate {
+		var steps []host.WorkflowStep
+		if err := e.view(ctx, func(r store.Reader) error {
+			var err error
+			steps, err = r.WorkflowSteps(ctx, res.Workflow.Tenant, res.Workflow.ID)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		res.Steps = make(map[string]string, len(steps))
+		for _, s := range steps {
+			res.Steps[s.Name] = s.TaskID
+		}
+		return res, nil
+	}
+	res.Steps = make(map[string]string, len(plan))
+	ready := map[string]int{}
+	for _, p := range plan {
+		res.Steps[p.req.Name] = p.task.ID
+		if p.task.State == host.StateQueued {
+			ready[p.task.Type]++
+		}
+		e.emit(Event{Kind: EvEnqueued, Tenant: p.task.Tenant, TaskType: p.task.Type})
+	}
+	for typ, n := range ready {
+		e.waiters.wake(actor.Tenant, typ, n)
+	}
+	return res, nil
+}
+
+// position is the step's place in the submitted list, kept in its request
+// by planWorkflow (the plan itself is in topological order).
+func (s WorkflowStepRequest) position() int { return s.pos }
+
+// workflowHash identifies a submission for its idempotency key: the same
+// request (key aside) has the same hash.
+func workflowHash(req WorkflowRequest) (string, error) {
+	req.IdempotencyKey = ""
+	for i := range req.Steps {
+		if c, err := canonicalJSON(req.Steps[i].Params); err == nil {
+			req.Steps[i].Params = c
+		}
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// stepErr is err with the step it concerns named in its detail, its code
+// kept.
+func stepErr(i int, name string, err error) error {
+	return host.WrapError(host.ErrorCode(err), err, fmt.Sprintf("steps[%d] (%s): %s", i, name, host.ErrorDetail(err)))
+}
+
+// planWorkflow validates req and returns its steps in topological order
+// (each after the steps it waits on) with the index of the final step in
+// that order. Nothing is written.
+func (e *Engine) planWorkflow(ctx context.Context, actor Actor, req *WorkflowRequest) ([]plannedStep, int, error) {
+	req.Name = strings.TrimSpace(req.Name)
+	switch {
+	case req.Name == "":
+		return nil, 0, host.Errorf(host.CodeInvalidWorkflow, "name is required")
+	case len(req.Name) > 200 || !printable(req.Name):
+		return nil, 0, host.Errorf(host.CodeInvalidWorkflow, "name must be at most 200 printable characters")
+	case len(req.Steps) == 0:
+		return nil, 0, host.Errorf(host.CodeInvalidWorkflow, "a workflow needs at least one step")
+	case len(req.Steps) > host.MaxWorkflowSteps:
+		return nil, 0, host.Errorf(host.CodeTooManySteps, "the workflow has %d steps, the limit is %d", len(req.Steps), host.MaxWorkflowSteps)
+	case len(req.IdempotencyKey) > 200:
+		return nil, 0, host.Errorf(host.CodeBadRequest, "idempotency_key is longer than 200 characters")
+	}
+	index := make(map[string]int, len(req.Steps))
+	for i := range req.Steps {
+		s := &req.Steps[i]
+		s.pos = i
+		if !host.StepNamePattern.MatchString(s.Name) {
+			return nil, 0, host.Errorf(host.CodeInvalidWorkflow, "steps[%d]: name %q must be 1-100 letters, digits, '_', '.' or '-', starting with a letter or digit", i, s.Name)
+		}
+		if j, dup := index[s.Name]; dup {
+			return nil, 0, host.Errorf(host.CodeDuplicateStep, "steps[%d] and steps[%d] are both named %q", j, i, s.Name)
+		}
+		index[s.Name] = i
+	}
+	// Edges: every after names a step, once, and not itself.
+	waiters := make([]int, len(req.Steps)) // how many steps wait on each
+	for i := range req.Steps {
+		s := &req.Steps[i]
+		if len(s.After) > host.MaxDependencies {
+			return nil, 0, host.Errorf(host.CodeTooLarge, "steps[%d] (%s): after names %d steps, the limit is %d", i, s.Name, len(s.After), host.MaxDependencies)
+		}
+		if len(s.After) == 0 && s.AfterRule != "" {
+			return nil, 0, host.Errorf(host.CodeBadRequest, "steps[%d] (%s): after_rule is given without after", i, s.Name)
+		}
+		if s.AfterRule != "" && !s.AfterRule.Valid() {
+			return nil, 0, host.Errorf(host.CodeBadRequest, "steps[%d] (%s): after_rule must be all_succeeded, any_succeeded or all_finished, got %q", i, s.Name, s.AfterRule)
+		}
+		seen := make(map[string]bool, len(s.After))
+		for _, a := range s.After {
+			j, ok := index[a]
+			if !ok {
+				return nil, 0, host.Errorf(host.CodeUnknownStep, "steps[%d] (%s): after names %q, which is no step of this workflow", i, s.Name, a)
+			}
+			if j == i {
+				return nil, 0, host.Errorf(host.CodeWorkflowCycle, "steps[%d] (%s) waits on itself", i, s.Name)
+			}
+			if seen[a] {
+				return nil, 0, host.Errorf(host.CodeBadRequest, "steps[%d] (%s): after names %q twice", i, s.Name, a)
+			}
+			seen[a] = true
+			waiters[j]++
+		}
+	}
+	maxWaiters := e.cfg.MaxWaiters
+	if maxWaiters <= 0 {
+		maxWaiters = host.MaxWaiters
+	}
+	for j, n := range waiters {
+		if n > maxWaiters {
+			return nil, 0, host.Errorf(host.CodeInvalidWorkflow, "steps[%d] (%s): %d steps wait on it, the limit is %d", j, req.Steps[j].Name, n, maxWaiters)
+		}
+	}
+	// Topological order (Kahn): what is left when no step is free is a cycle.
+	pending := make([]int, len(req.Steps))
+	next := make([][]int, len(req.Steps))
+	for i, s := range req.Steps {
+		pending[i] = len(s.After)
+		for _, a := range s.After {
+			next[index[a]] = append(next[index[a]], i)
+		}
+	}
+	order := make([]int, 0, len(req.Steps))
+	for i := range req.Steps {
+		if pending[i] == 0 {
+			order = append(order, i)
+		}
+	}
+	for k := 0; k < len(order); k++ {
+		for _, n := range next[order[k]] {
+			if pending[n]--; pending[n] == 0 {
+				order = append(order, n)
+			}
+		}
+	}
+	if len(order) < len(req.Steps) {
+		var in []string
+		for i := range req.Steps {
+			if pending[i] > 0 {
+				in = append(in, req.Steps[i].Name)
+			}
+		}
+		return nil, 0, host.Errorf(host.CodeWorkflowCycle, "the steps' after lists make a cycle among: %s", clip(strings.Join(in, ", "), 500))
+	}
+	// Depth: a waiting step's depth is 1 + the deepest waiting step it
+	// waits on, bounded as for any task (placeAfter).
+	maxDepth := e.cfg.MaxDependencyDepth
+	depth := make([]int, len(req.Steps))
+	for _, i := range order {
+		for _, a := range req.Steps[i].After {
+			if d := depth[index[a]] + 1; d > depth[i] {
+				depth[i] = d
+			}
+		}
+		if depth[i] > maxDepth {
+			return nil, 0, host.Errorf(host.CodeInvalidWorkflow, "steps[%d] (%s) is %d steps deep, the deepest a chain of waiting steps may be is %d", i, req.Steps[i].Name, depth[i], maxDepth)
+		}
+	}
+	// The final step: named, or the one step nothing waits on.
+	final := -1
+	if req.FinalStep != "" {
+		j, ok := index[req.FinalStep]
+		if !ok {
+			return nil, 0, host.Errorf(host.CodeUnknownStep, "final_step %q is no step of this workflow", req.FinalStep)
+		}
+		final = j
+	} else {
+		var sinks []string
+		for j, n := range waiters {
+			if n == 0 {
+				sinks = append(sinks, req.Steps[j].Name)
+				final = j
+			}
+		}
+		if len(sinks) > 1 {
+			return nil, 0, host.Errorf(host.CodeInvalidWorkflow, "%d steps end the graph (%s): name the one whose outcome is the workflow's in final_step", len(sinks), clip(strings.Join(sinks, ", "), 500))
+		}
+	}
+	// Every step's task: its type, params and options, as an enqueue checks them.
+	plan := make([]plannedStep, len(order))
+	finalAt := 0
+	for k, i := range order {
+		s := req.Steps[i]
+		t, err := e.stepTask(ctx, actor, s)
+		if err != nil {
+			return nil, 0, stepErr(i, s.Name, err)
+		}
+		rule := s.AfterRule
+		if rule == "" && len(s.After) > 0 {
+			rule = host.RuleAllSucceeded
+		}
+		plan[k] = plannedStep{req: s, task: t, rule: rule, depth: depth[i]}
+		if i == final {
+			finalAt = k
+		}
+	}
+	return plan, finalAt, nil
+}
+
+// stepTask checks one step as Enqueue checks a task and returns its task,
+// without id, recipient or times.
+func (e *Engine) stepTask(ctx context.Context, actor Actor, s WorkflowStepRequest) (*host.Task, error) {
+	if s.TaskType == "" {
+		return nil, host.Errorf(host.CodeBadRequest, "task_type is required")
+	}
+	if len(s.Params) > MaxParamsBytes {
+		return nil, host.Errorf(host.CodeTooLarge, "params are %d bytes, the limit is %d", len(s.Params), MaxParamsBytes)
+	}
+	if len(s.Params) == 0 || string(s.Params) == "null" {
+		s.Params = json.RawMessage(`{}`)
+	}
+	if s.Priority != 0 && (s.Priority < 1 || s.Priority > 10) {
+		return nil, host.Errorf(host.CodeBadRequest, "priority must be 1..10, got %d", s.Priority)
+	}
+	if len(s.Summary) > 1000 {
+		return nil, host.Errorf(host.CodeBadRequest, "task_summary is longer than 1000 characters")
+	}
+	if s.MaxRetries != nil && (*s.MaxRetries < 0 || *s.MaxRetries > 1000) {
+		return nil, host.Errorf(host.CodeBadRequest, "max_retries must be 0..1000")
+	}
+	ct, err := e.types.get(ctx, actor.Tenant, s.TaskType)
+	if err != nil {
+		return nil, err
+	}
+	tt := ct.tt
+	if !tt.Enabled {
+		return nil, host.Errorf(host.CodeTaskTypeDisabled, "task type %q is disabled", tt.Name)
+	}
+	if err := validateParams(ct.schema, s.Params); err != nil {
+		return nil, err
+	}
+	if err := e.runValidators(ctx, tt, s.Params); err != nil {
+		return nil, err
+	}
+	params, err := compactJSON(s.Params)
+	if err != nil {
+		return nil, host.Errorf(host.CodeInvalidParams, "params are not valid JSON: %v", err)
+	}
+	t := &host.Task{Tenant: actor.Tenant, Type: tt.Name, CreatedBy: actor.Principal, State: host.StateQueued,
+		Priority: tt.DefaultPriority, Params: params, Summary: s.Summary, MaxRetries: tt.DefaultMaxRetries}
+	if s.Priority != 0 {
+		t.Priority = s.Priority
+	}
+	if s.MaxRetries != nil {
+		t.MaxRetries = *s.MaxRetries
+	}
+	if len(tt.ResourceIntents) > 0 {
+		t.ResourceIntents = host.NormalizeStoredIntents(append([]host.ResourceIntent{}, tt.ResourceIntents...))
+	}
+	return t, nil
+}
+
+// GetWorkflow returns a workflow the actor may read, with its steps.
+func (e *Engine) GetWorkflow(ctx context.Context, actor Actor, id string) (*WorkflowView, error) {
+	var wf *host.Workflow
+	var steps []host.WorkflowStep
+	err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		if wf, err = r.GetWorkflow(ctx, actor.Tenant, id); err != nil {
+			return err
+		}
+		if !workflowVisible(actor, wf) {
+			return host.Errorf(host.CodeNotFound, "no workflow %s", id)
+		}
+		steps, err = r.WorkflowSteps(ctx, actor.Tenant, id)
+		return err
+	})
+	if err != nil {
+		if host.IsCode(err, host.CodeNotFound) {
+			return nil, host.Errorf(host.CodeNotFound, "no workflow %s", id)
+		}
+		return nil, err
+	}
+	v := &WorkflowView{Workflow: wf, Steps: make([]WorkflowStepView, len(steps))}
+	for i, s := range steps {
+		sv := WorkflowStepView{Name: s.Name, TaskID: s.TaskID, After: s.After, AfterRule: s.AfterRule, Final: s.TaskID == wf.FinalTaskID}
+		if s.Task != nil {
+			sv.TaskType, sv.Status, sv.CompletedAt, sv.Result, sv.Error = s.Task.Type, s.Task.State, s.Task.CompletedAt, s.Task.Result, s.Task.LastError
+		}
+		v.Steps[i] = sv
+	}
+	return v, nil
+}
+
+// ListWorkflows lists workflows newest first: an admin's every workflow of
+// the tenant (or one principal's), anyone else's only their own.
+func (e *Engine) ListWorkflows(ctx context.Context, actor Actor, f store.WorkflowFilter) ([]*host.Workflow, string, error) {
+	f.Tenant = actor.Tenant
+	if actor.Role != RoleAdmin {
+		f.CreatedBy = actor.Principal
+	}
+	if f.State != "" && !f.State.Valid() {
+		return nil, "", host.Errorf(host.CodeBadRequest, "status must be running, succeeded, failed or canceled, got %q", f.State)
+	}
+	if f.Limit <= 0 || f.Limit > 500 {
+		f.Limit = 100
+	}
+	if len(f.Cursor) > 100 {
+		return nil, "", host.Errorf(host.CodeBadRequest, "bad cursor")
+	}
+	var out []*host.Workflow
+	var cur string
+	err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		out, cur, err = r.ListWorkflows(ctx, f)
+		return err
+	})
+	return out, cur, err
+}
+
+// CancelWorkflow cancels a workflow: every step not finished is canceled
+// (a leased one is flagged, and its worker learns it from its next
+// heartbeat). The final step's cancel ends the workflow canceled in the
+// same transaction; when the final step is leased the workflow ends with
+// it. Canceling a canceled workflow is a no-op; one that ended otherwise
+// is a conflict.
+func (e *Engine) CancelWorkflow(ctx context.Context, actor Actor, id, reason string) (*host.Workflow, error) {
+	if len(reason) > 1000 {
+		return nil, host.Errorf(host.CodeBadRequest, "reason is longer than 1000 characters")
+	}
+	var out *host.Workflow
+	err := e.update(ctx, func(tx store.Tx) error {
+		wf, err := tx.GetWorkflow(ctx, actor.Tenant, id)
+		if err != nil || !workflowVisible(actor, wf) {
+			if err == nil || host.IsCode(err, host.CodeNotFound) {
+				return host.Errorf(host.CodeNotFound, "no workflow %s", id)
+			}
+			return err
+		}
+		switch {
+		case wf.State == host.WorkflowCanceled:
+			out = wf
+			return nil
+		case wf.State.Terminal():
+			return host.Errorf(host.CodeConflict, "workflow %s is %s and can no longer be canceled", id, wf.State)
+		}
+		if !wf.CancelRequested {
+			wf.CancelRequested, wf.UpdatedAt = true, e.now()
+			if err := tx.UpdateWorkflow(ctx, wf, host.WorkflowRunning); err != nil {
+				return err
+			}
+		}
+		if reason == "" {
+			reason = "workflow " + id + " canceled"
+		}
+		if err := e.cancelSteps(ctx, tx, wf, actor.Principal, reason); err != nil {
+			return err
+		}
+		out = wf
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The update may have ended it: read what it is now.
+	var now *host.Workflow
+	if err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		now, err = r.GetWorkflow(ctx, actor.Tenant, id)
+		return err
+	}); err == nil {
+		out = now
+	}
+	return out, nil
+}
+
+// cancelSteps cancels wf's unfinished steps in tx: a waiting or queued one
+// at once (task.canceled from by), a leased one flagged.
+func (e *Engine) cancelSteps(ctx context.Context, tx store.Tx, wf *host.Workflow, by, reason string) error {
+	steps, err := tx.WorkflowSteps(ctx, wf.Tenant, wf.ID)
+	if err != nil {
+		return err
+	}
+	now := e.now()
+	for _, s := range steps {
+		if s.Task != nil && s.Task.State.Terminal() {
+			continue
+		}
+		t, err := tx.GetTask(ctx, wf.Tenant, s.TaskID) // locks it, as it is now
+		if err != nil {
+			return err
+		}
+		switch t.State {
+		case host.StateQueued, host.StateWaiting:
+			fence := store.Fence{State: t.State}
+			parents, types := taskParents(t)
+			r := &host.Receipt{Type: host.ReceiptCanceled, From: by, Parents: parents,
+				Body: mustJSON(map[string]any{"reason": reason, "canceled_by": by, "workflow_id": wf.ID, "step": s.Name})}
+			fillTaskReceipt(r, t, "", now)
+			t.State, t.CompletedAt, t.UpdatedAt, t.LastError = host.StateCanceled, ptr(now), now, reason
+			if err := tx.UpdateTask(ctx, t, fence); err != nil {
+				return err
+			}
+			if err := appendReceipt(ctx, tx, r, types); err != nil {
+				return err
+			}
+			if d, ok := tx.(*deliveryTx); ok {
+				d.canceled = append(d.canceled, t)
+			}
+		case host.StateLeased:
+			if t.CancelRequested {
+				continue
+			}
+			fence := store.Fence{State: host.StateLeased, LeaseID: t.LeaseID}
+			t.CancelRequested, t.UpdatedAt = true, now
+			if err := tx.UpdateTask(ctx, t, fence); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// workflowEnd is a final step whose terminal write an update made.
+type workflowEnd struct {
+	tenant, workflow string
+	step             *host.Task
+}
+
+// endWorkflows ends, once the update's own writes are done and in its
+// transaction, the workflows whose final step the update finished: the
+// workflow row (fenced on running), its end receipt terminating the
+// submitter's obligation, and the cancel of the steps still unfinished.
+func (d *deliveryTx) endWorkflows(ctx context.Context) error {
+	for len(d.ends) > 0 {
+		end := d.ends[0]
+		d.ends = d.ends[1:]
+		if err := d.endWorkflow(ctx, end); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *deliveryTx) endWorkflow(ctx context.Context, end workflowEnd) error {
+	wf, err := d.Tx.GetWorkflow(ctx, end.tenant, end.workflow)
+	if host.IsCode(err, host.CodeNotFound) {
+		return nil // a step task without its workflow row: nothing to end
+	}
+	if err != nil {
+		return err
+	}
+	t := end.step
+	if wf.State != host.WorkflowRunning || wf.FinalTaskID != t.ID {
+		return nil
+	}
+	now := d.e.now()
+	state := host.FinishedAs(t)
+	body := map[string]any{"workflow_id": wf.ID, "name": wf.Name, "final_step": wf.FinalStep, "final_task_id": t.ID,
+		"final_step_status": state}
+	var typ host.ReceiptType
+	switch {
+	case state == host.StateSucceeded:
+		wf.State, typ = host.WorkflowSucceeded, host.ReceiptWorkflowCompleted
+		wf.Result = t.Result
+		if t.Result != nil {
+			body["result_pointer"], body["summary"] = t.Result.Pointer, t.Result.Summary
+		}
+	case state == host.StateCanceled && wf.CancelRequested:
+		wf.State, typ = host.WorkflowCanceled, host.ReceiptWorkflowCanceled
+		wf.Error = "canceled"
+	default:
+		wf.State, typ = host.WorkflowFailed, host.ReceiptWorkflowFailed
+		wf.Error = t.LastError
+		if wf.Error == "" {
+			wf.Error = "final step " + wf.FinalStep + " finished " + string(state)
+		}
+		if t.DeadReason != "" {
+			body["dead_reason"] = t.DeadReason
+		}
+	}
+	if wf.Error != "" {
+		wf.Error = clip(wf.Error, 2000)
+		body["error_message"] = wf.Error
+	}
+	r := &host.Receipt{ID: host.NewID(host.PrefixReceipt), Tenant: wf.Tenant, Type: typ, From: GatePrincipal, To: wf.CreatedBy,
+		TaskID: wf.ID, Parents: []string{wf.SubmitReceipt}, Body: mustJSON(body), CreatedAt: now}
+	wf.EndReceipt, wf.UpdatedAt, wf.CompletedAt = r.ID, now, ptr(now)
+	if err := d.Tx.UpdateWorkflow(ctx, wf, host.WorkflowRunning); err != nil {
+		return err
+	}
+	last := d.last
+	d.last = nil
+	err = appendReceipt(ctx, d, r, map[string]host.ReceiptType{wf.SubmitReceipt: host.ReceiptWorkflowSubmitted})
+	d.last = last
+	if err != nil {
+		return err
+	}
+	// Steps still unfinished (side branches, or steps an any_succeeded
+	// final step did not wait for) end with their workflow.
+	return d.e.cancelSteps(ctx, d, wf, GatePrincipal, "workflow "+wf.ID+" ended "+string(wf.State))
+}

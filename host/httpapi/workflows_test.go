@@ -1,0 +1,86 @@
+package httpapi
+
+import (
+	"context"
+	"testing"
+
+	"github.com/asyncgate/asyncgate/host/auth"
+	"github.com/asyncgate/asyncgate/host/engine"
+)
+
+func TestWorkflowRoutes(t *testing.T) {
+	b := setup(t)
+	ck, err := auth.CreateKey(context.Background(), b.st, auth.NewKeyRequest{Role: engine.RoleAgent, Principal: "agent.other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := ck.APIKey
+	if code, m := b.do(t, "PUT", "/v1/admin/task-types/echo", b.admin, `{}`); code != 200 {
+		t.Fatalf("PUT task type = %d %v", code, m)
+	}
+	body := `{"name":"pair","idempotency_key":"k","steps":[{"name":"a","task_type":"echo","params":{"x":1}},{"name":"b","task_type":"echo","after":["a"]}]}`
+	code, m := b.do(t, "POST", "/v1/workflows", b.agent, body)
+	if code != 201 || m["status"] != "running" || m["workflow_id"] == nil {
+		t.Fatalf("submit: %d %v", code, m)
+	}
+	id := m["workflow_id"].(string)
+	if code, m := b.do(t, "POST", "/v1/workflows", b.agent, body); code != 200 || m["is_duplicate"] != true || m["workflow_id"] != id {
+		t.Fatalf("repeat: %d %v", code, m)
+	}
+	code, m = b.do(t, "GET", "/v1/workflows/"+id, b.agent, "")
+	steps, _ := m["steps"].([]any)
+	if code != 200 || m["final_step"] != "b" || len(steps) != 2 || steps[1].(map[string]any)["status"] != "waiting" {
+		t.Fatalf("get: %d %v", code, m)
+	}
+	code, m = b.do(t, "GET", "/v1/workflows?status=running", b.agent, "")
+	if wfs, _ := m["workflows"].([]any); code != 200 || len(wfs) != 1 {
+		t.Fatalf("list: %d %v", code, m)
+	}
+	// Another agent: the same answer as for an unknown id, and nothing listed.
+	for _, path := range []string{"/v1/workflows/" + id, "/v1/workflows/WF-unknown"} {
+		code, m := b.do(t, "GET", path, other, "")
+		if code != 404 || m["error"] != "not_found" {
+			t.Fatalf("GET %s by another agent: %d %v", path, code, m)
+		}
+		code, m = b.do(t, "POST", path+"/cancel", other, "")
+		if code != 404 || m["error"] != "not_found" {
+			t.Fatalf("cancel %s by another agent: %d %v", path, code, m)
+		}
+	}
+	if code, m := b.do(t, "GET", "/v1/workflows", other, ""); code != 200 || len(m["workflows"].([]any)) != 0 {
+		t.Fatalf("another agent's list: %d %v", code, m)
+	}
+	// Workers do not submit or read workflows.
+	if code, _ := b.do(t, "POST", "/v1/workflows", b.worker, body); code != 403 {
+		t.Fatalf("a worker's submit: %d", code)
+	}
+	// Bad graphs: a 400 with a code each.
+	for bad, want := range map[string]string{
+		`{"name":"x","steps":[{"name":"a","task_type":"echo","after":["b"]},{"name":"b","task_type":"echo","after":["a"]}]}`: "workflow_cycle",
+		`{"name":"x","steps":[{"name":"a","task_type":"echo","after":["q"]}]}`:                                               "unknown_step",
+		`{"name":"x","steps":[{"name":"a","task_type":"echo"},{"name":"a","task_type":"echo"}]}`:                             "duplicate_step",
+		`{"name":"x","steps":[{"name":"a","task_type":"nope"}]}`:                                                             "unknown_task_type",
+		`{"name":"x","steps":[{"name":"a","task_type":"echo"},{"name":"b","task_type":"echo"}]}`:                             "invalid_workflow",
+		`{"name":"x","steps":[{"name":"a","task_type":"echo","surprise":1}]}`:                                                "bad_request",
+	} {
+		code, m := b.do(t, "POST", "/v1/workflows", b.agent, bad)
+		if code != 400 || m["error"] != want {
+			t.Fatalf("%s: %d %v, want 400 %s", bad, code, m, want)
+		}
+	}
+	code, m = b.do(t, "GET", "/v1/obligations/open", b.agent, "")
+	if obs, _ := m["open_obligations"].([]any); code != 200 || len(obs) != 1 || obs[0].(map[string]any)["task_id"] != id {
+		t.Fatalf("open obligations of a running workflow: %d %v, want the workflow's one", code, m)
+	}
+	code, m = b.do(t, "POST", "/v1/workflows/"+id+"/cancel", b.agent, `{"reason":"enough"}`)
+	if code != 200 || m["status"] != "canceled" {
+		t.Fatalf("cancel: %d %v", code, m)
+	}
+	code, m = b.do(t, "GET", "/v1/obligations/open", b.agent, "")
+	if code != 200 {
+		t.Fatalf("obligations: %d %v", code, m)
+	}
+	if obs, _ := m["open_obligations"].([]any); len(obs) != 0 {
+		t.Fatalf("open obligations after cancel: %v", obs)
+	}
+}

@@ -1,0 +1,331 @@
+package mcpapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// Workflows (issue 39). submit_workflow may be called as a task
+// (task-augmented tools/call): the MCP task is the workflow (taskId =
+// workflow_id, "WF-…"), durable as a gate task is, and tasks/get,
+// tasks/result and tasks/cancel answer for it; its result is the final
+// step's.
+
+// WorkflowPollSeconds is the poll interval a workflow's MCP task suggests.
+const WorkflowPollSeconds = 30
+
+// SubmitWorkflowResult is submit_workflow's acknowledgement.
+type SubmitWorkflowResult struct {
+	*engine.WorkflowResult
+	NextStep string `json:"next_step"`
+}
+
+// WorkflowCallResult is what tasks/result gives for a succeeded workflow:
+// the final step's result as fetch_task_result shows it.
+type WorkflowCallResult struct {
+	WorkflowID  string `json:"workflow_id"`
+	Status      string `json:"status"`
+	FinalStep   string `json:"final_step"`
+	FinalTaskID string `json:"final_task_id"`
+	Result      any    `json:"result"`
+}
+
+// WorkflowListResult is list_workflows's answer.
+type WorkflowListResult struct {
+	Workflows []*host.Workflow `json:"workflows"`
+	Cursor    string           `json:"cursor,omitempty"`
+}
+
+var workflowIDArg = mcp.WithString("workflow_id", mcp.Required(), mcp.Description("The workflow id returned by submit_workflow (starts with \"WF-\")."))
+
+func stepItem() map[string]any {
+	return map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"name":         map[string]any{"type": "string", "description": "The step's name, unique in the workflow (letters, digits, '_', '.', '-')."},
+			"task_type":    map[string]any{"type": "string", "description": "A task type of your tenant (list_task_types)."},
+			"params":       map[string]any{"type": "object", "description": "The task's parameters, checked against the task type's schema."},
+			"priority":     map[string]any{"type": "integer", "minimum": 1, "maximum": 10},
+			"max_retries":  map[string]any{"type": "integer", "minimum": 0, "maximum": 1000},
+			"task_summary": map[string]any{"type": "string", "maxLength": 1000},
+			"after":        map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "description": "Names of the steps this one waits on; its worker receives their outcomes."},
+			"after_rule":   map[string]any{"type": "string", "enum": []string{string(host.RuleAllSucceeded), string(host.RuleAnySucceeded), string(host.RuleAllFinished)}},
+		},
+		"required": []string{"name", "task_type"},
+	}
+}
+
+// workflowTools registers the workflow tools.
+func (s *Server) workflowTools() {
+	submit := tool("submit_workflow", "Submit a workflow of tasks",
+		`Submit a graph of tasks in one call: named steps, each a task of one of your task types, with after naming the steps it waits on (fan-out: several steps after one; fan-in: one step after several, whose worker receives all their results). The workflow's outcome is its final step's (final_step, by default the one step nothing waits on).
+Returns workflow_id (keep it), status (running), steps (each step's task_id) and receipt_id (the workflow.submitted receipt: one open obligation owed to you until the workflow ends; its steps make no obligations or inbox items of yours). Call it as a task (task-augmented tools/call) to get one durable MCP task for the whole workflow, whose result is the final step's.
+Everything is checked before anything is queued: unknown_step, duplicate_step, workflow_cycle, too_many_steps (over 1,000), invalid_workflow, unknown_task_type or invalid_params (naming the step). Then continue with your other work; check back with get_workflow later.`,
+		returns[SubmitWorkflowResult](), writes(false, false),
+		props(
+			mcp.WithString("name", mcp.Required(), mcp.MaxLength(200), mcp.Description("A name for the workflow, shown in lists and receipts.")),
+			mcp.WithArray("steps", mcp.Required(), mcp.Items(stepItem()), mcp.MaxItems(host.MaxWorkflowSteps), mcp.Description("The steps, at most 1,000.")),
+			mcp.WithString("final_step", mcp.Description("The step whose outcome is the workflow's. Default: the one step no other step waits on (required when there are several).")),
+			mcp.WithString("idempotency_key", mcp.MaxLength(200), mcp.Description("Optional key, yours alone: submitting the same workflow again with it returns the first with is_duplicate true.")),
+		))
+	submit.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
+	s.add(submit, agentRoles, s.submitWorkflow)
+
+	s.add(tool("get_workflow", "Get a workflow and its steps",
+		`Get a workflow you submitted: status (running, succeeded, failed, canceled), result (the final step's result pointer and summary when it succeeded), error_message, and each step with its task_id, status and result. A workflow that does not exist or is not yours is a not_found error.`,
+		returns[engine.WorkflowView](), readOnly(), props(workflowIDArg)),
+		agentRoles, s.getWorkflow)
+
+	s.add(tool("list_workflows", "List your workflows",
+		`List the workflows you submitted, newest first.`,
+		returns[WorkflowListResult](), readOnly(), props(
+			mcp.WithString("status", mcp.Enum("running", "succeeded", "failed", "canceled")),
+			mcp.WithString("cursor", mcp.Description("The cursor of the previous page.")),
+			mcp.WithInteger("limit", mcp.Min(1), mcp.Max(500)))),
+		agentRoles, s.listWorkflows)
+
+	s.add(tool("cancel_workflow", "Cancel a workflow",
+		`Cancel a workflow: every step not finished is canceled (a step a worker is running stops at its next heartbeat). Canceling twice is harmless; canceling a workflow that already succeeded or failed is a conflict error.`,
+		returns[host.Workflow](), writes(true, true), props(workflowIDArg,
+			mcp.WithString("reason", mcp.MaxLength(1000), mcp.Description("Why, for the ledger (optional).")))),
+		agentRoles, s.cancelWorkflow)
+}
+
+func (s *Server) submitWorkflow(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	res, err := s.doSubmitWorkflow(ctx, a, req.GetRawArguments())
+	if err != nil {
+		return nil, "", err
+	}
+	next := fmt.Sprintf("Continue with your other work now. Check back with get_workflow(workflow_id=%q) later or in a later session; its outcome also reaches your inbox. Do not poll in a loop.", res.WorkflowID)
+	head := fmt.Sprintf("Submitted workflow %s with %d steps, status %s.", res.WorkflowID, len(res.Steps), res.Status)
+	if res.IsDuplicate {
+		head = fmt.Sprintf("Workflow %s already exists for this idempotency_key (is_duplicate); status %s.", res.WorkflowID, res.Status)
+	}
+	return SubmitWorkflowResult{WorkflowResult: res, NextStep: next}, head + " " + next, nil
+}
+
+func (s *Server) doSubmitWorkflow(ctx context.Context, a engine.Actor, args any) (*engine.WorkflowResult, error) {
+	var in engine.WorkflowRequest
+	if err := bind(mcp.CallToolRequest{Params: mcp.CallToolParams{Arguments: args}}, &in); err != nil {
+		return nil, err
+	}
+	wctx, cancel := detached(ctx)
+	defer cancel()
+	return s.eng.SubmitWorkflow(wctx, a, in)
+}
+
+func (s *Server) getWorkflow(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in struct {
+		WorkflowID string `json:"workflow_id"`
+	}
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	v, err := s.eng.GetWorkflow(ctx, a, in.WorkflowID)
+	if err != nil {
+		return nil, "", err
+	}
+	return v, fmt.Sprintf("Workflow %s (%s) is %s; %s.", v.ID, v.Name, v.State, stepCounts(v)), nil
+}
+
+// stepCounts says how many steps are in each state.
+func stepCounts(v *engine.WorkflowView) string {
+	n := map[host.TaskState]int{}
+	var order []host.TaskState
+	for _, st := range v.Steps {
+		if n[st.Status] == 0 {
+			order = append(order, st.Status)
+		}
+		n[st.Status]++
+	}
+	parts := make([]string, len(order))
+	for i, st := range order {
+		parts[i] = fmt.Sprintf("%d %s", n[st], st)
+	}
+	return fmt.Sprintf("%d steps: %s", len(v.Steps), strings.Join(parts, ", "))
+}
+
+func (s *Server) listWorkflows(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in struct {
+		Status string `json:"status"`
+		Cursor string `json:"cursor"`
+		Limit  int    `json:"limit"`
+	}
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	wfs, cur, err := s.eng.ListWorkflows(ctx, a, store.WorkflowFilter{State: host.WorkflowState(in.Status), Cursor: in.Cursor, Limit: in.Limit})
+	if err != nil {
+		return nil, "", err
+	}
+	if wfs == nil {
+		wfs = []*host.Workflow{}
+	}
+	return WorkflowListResult{Workflows: wfs, Cursor: cur}, fmt.Sprintf("%d workflows.", len(wfs)), nil
+}
+
+func (s *Server) cancelWorkflow(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in struct {
+		WorkflowID string `json:"workflow_id"`
+		Reason     string `json:"reason"`
+	}
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	wctx, cancel := detached(ctx)
+	defer cancel()
+	wf, err := s.eng.CancelWorkflow(wctx, a, in.WorkflowID, in.Reason)
+	if err != nil {
+		return nil, "", err
+	}
+	return wf, fmt.Sprintf("Workflow %s is %s.", wf.ID, wf.State), nil
+}
+
+// isWorkflowID reports whether an MCP taskId names a workflow.
+func isWorkflowID(id string) bool { return strings.HasPrefix(id, host.PrefixWorkflow) }
+
+// callWorkflowAsTask serves a task-augmented tools/call of submit_workflow.
+func (s *Server) callWorkflowAsTask(ctx context.Context, a engine.Actor, args json.RawMessage) (any, *rpcError) {
+	if a.Role != engine.RoleAgent && a.Role != engine.RoleAdmin {
+		return nil, errFor(host.Errorf(host.CodeForbidden, "submit_workflow needs an agent or admin key"))
+	}
+	var raw any = args
+	if len(args) == 0 {
+		raw = nil
+	}
+	res, err := s.doSubmitWorkflow(ctx, a, raw)
+	if err != nil {
+		return nil, errFor(err)
+	}
+	v, err := s.eng.GetWorkflow(ctx, a, res.WorkflowID)
+	if err != nil {
+		return nil, errFor(err)
+	}
+	return map[string]any{
+		"task": mcpWorkflowTask(v),
+		"_meta": map[string]any{"io.modelcontextprotocol/model-immediate-response": fmt.Sprintf(
+			"Submitted workflow %s (%s) with %d steps. It runs in the background and survives disconnects; its result (the final step's) comes through tasks/result.", v.ID, v.Name, len(v.Steps))},
+	}, nil
+}
+
+// mcpWorkflowTask is a workflow as an MCP task.
+func mcpWorkflowTask(v *engine.WorkflowView) mcp.Task {
+	out := mcp.Task{TaskId: v.ID, CreatedAt: v.CreatedAt.UTC().Format(time.RFC3339Nano), LastUpdatedAt: v.UpdatedAt.UTC().Format(time.RFC3339Nano)}
+	switch v.State {
+	case host.WorkflowSucceeded:
+		out.Status, out.StatusMessage = mcp.TaskStatusCompleted, "succeeded"
+		if v.Result != nil && v.Result.Summary != "" {
+			out.StatusMessage += ": " + v.Result.Summary
+		}
+	case host.WorkflowCanceled:
+		out.Status, out.StatusMessage = mcp.TaskStatusCancelled, "canceled"
+	case host.WorkflowFailed:
+		out.Status, out.StatusMessage = mcp.TaskStatusFailed, "failed: "+v.Error
+	default:
+		out.Status, out.StatusMessage = mcp.TaskStatusWorking, "running, "+stepCounts(v)
+		if v.CancelRequested {
+			out.StatusMessage += " (cancellation requested)"
+		}
+		ms := int64(WorkflowPollSeconds) * 1000
+		out.PollInterval = &ms
+	}
+	return out
+}
+
+func (s *Server) workflowTaskGet(ctx context.Context, a engine.Actor, id string) (any, *rpcError) {
+	v, err := s.eng.GetWorkflow(ctx, a, id)
+	if err != nil {
+		return nil, errFor(err)
+	}
+	return mcpWorkflowTask(v), nil
+}
+
+func (s *Server) workflowTaskCancel(ctx context.Context, a engine.Actor, id string) (any, *rpcError) {
+	if a.Role != engine.RoleAgent && a.Role != engine.RoleAdmin {
+		return nil, &rpcError{Code: rpcInvalidParams, Message: "forbidden: canceling needs an agent or admin key"}
+	}
+	v, err := s.eng.GetWorkflow(ctx, a, id)
+	if err != nil {
+		return nil, errFor(err)
+	}
+	if v.State.Terminal() {
+		return nil, errFor(host.Errorf(host.CodeConflict, "workflow %s is already %s and can no longer be canceled", id, v.State))
+	}
+	wctx, cancel := detached(ctx)
+	defer cancel()
+	if _, err := s.eng.CancelWorkflow(wctx, a, id, "canceled with MCP tasks/cancel"); err != nil {
+		return nil, errFor(err)
+	}
+	return s.workflowTaskGet(ctx, a, id)
+}
+
+// workflowTaskResult waits, at most TaskResultWait, for the workflow to
+// end, then answers with its final step's result, or a tool error.
+func (s *Server) workflowTaskResult(ctx context.Context, a engine.Actor, id string) (any, *rpcError) {
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.TaskResultWait)
+	defer cancel()
+	stop := context.AfterFunc(s.drain, cancel)
+	defer stop()
+	var v *engine.WorkflowView
+	for {
+		var err error
+		if v, err = s.eng.GetWorkflow(wctx, a, id); err != nil {
+			if wctx.Err() != nil {
+				break
+			}
+			return nil, errFor(err)
+		}
+		if v.State.Terminal() {
+			break
+		}
+		select {
+		case <-wctx.Done():
+		case <-time.After(s.cfg.WatchInterval / 2):
+			continue
+		}
+		break
+	}
+	if v == nil || !v.State.Terminal() {
+		return nil, &rpcError{Code: rpcServerError,
+			Message: fmt.Sprintf("workflow %s is still running; call tasks/result again, or tasks/get after its pollInterval", id),
+			Data:    map[string]any{"taskId": id, "status": mcp.TaskStatusWorking}}
+	}
+	var out *mcp.CallToolResult
+	switch v.State {
+	case host.WorkflowSucceeded:
+		fctx, cancel := context.WithTimeout(ctx, resultFetchTimeout)
+		fr, err := s.eng.FetchResult(fctx, a, v.FinalTaskID)
+		cancel()
+		if err != nil {
+			out = toolError(err)
+			break
+		}
+		rr := resultResponse(fr)
+		text := fmt.Sprintf("Workflow %s (%s) succeeded; its final step %s returned.", v.ID, v.Name, v.FinalStep)
+		if rr.Summary != "" {
+			text += " Summary: " + rr.Summary
+		}
+		out = result(WorkflowCallResult{WorkflowID: v.ID, Status: string(v.State), FinalStep: v.FinalStep, FinalTaskID: v.FinalTaskID, Result: &rr}, text)
+	case host.WorkflowCanceled:
+		out = toolError(host.Errorf(CodeTaskCanceled, "workflow %s was canceled", v.ID))
+	default:
+		out = toolError(host.Errorf(CodeTaskFailed, "workflow %s failed: %s", v.ID, v.Error))
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, &rpcError{Code: rpcInternal, Message: "encoding the result"}
+	}
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	m["_meta"] = map[string]any{relatedTask: map[string]any{"taskId": v.ID}}
+	return m, nil
+}

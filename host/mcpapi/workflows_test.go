@@ -1,0 +1,94 @@
+package mcpapi_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/mcpapi"
+)
+
+// TestWorkflowAsDurableTask submits a workflow as a task-augmented call:
+// one MCP task for the whole workflow, found again by another session of
+// the same key, whose result is the final step's; another tenant's key
+// cannot see or cancel it, and the tools read and cancel workflows.
+func TestWorkflowAsDurableTask(t *testing.T) {
+	b := setup(t, mcpapi.Config{TaskResultWait: 300 * time.Millisecond})
+	first := b.connect(t, b.agent)
+	args := map[string]any{"name": "pair", "steps": []map[string]any{
+		{"name": "a", "task_type": "echo", "params": map[string]any{"n": 1}},
+		{"name": "b", "task_type": "echo", "params": map[string]any{"n": 2}, "after": []string{"a"}},
+	}}
+	var ct createTask
+	rpcOK(t, first, "tools/call", map[string]any{"name": "submit_workflow", "arguments": args, "task": map[string]any{}}, &ct)
+	id := ct.Task.TaskId
+	if !strings.HasPrefix(id, "WF-") || ct.Task.Status != mcp.TaskStatusWorking || ct.Task.PollInterval == nil {
+		t.Fatalf("create task: %+v", ct)
+	}
+	first.Close()
+
+	again := b.connect(t, b.agent)
+	var got mcp.Task
+	rpcOK(t, again, "tasks/get", map[string]any{"taskId": id}, &got)
+	if got.TaskId != id || got.Status != mcp.TaskStatusWorking || !strings.Contains(got.StatusMessage, "2 steps") {
+		t.Fatalf("tasks/get: %+v", got)
+	}
+	if _, e := rpc(t, again, "tasks/result", map[string]any{"taskId": id}); e == nil || e.Code != -32000 || !strings.Contains(e.Message, "still running") {
+		t.Fatalf("tasks/result on a running workflow: %+v", e)
+	}
+	other := b.connect(t, b.other)
+	for _, m := range []string{"tasks/get", "tasks/cancel", "tasks/result"} {
+		if _, e := rpc(t, other, m, map[string]any{"taskId": id}); e == nil || e.Code != -32602 || !strings.Contains(e.Message, "not_found") {
+			t.Fatalf("other tenant %s: %+v", m, e)
+		}
+	}
+	fails(t, other, "get_workflow", map[string]any{"workflow_id": id}, "not_found")
+	fails(t, other, "cancel_workflow", map[string]any{"workflow_id": id}, "not_found")
+
+	var v engine.WorkflowView
+	ok(t, again, "get_workflow", map[string]any{"workflow_id": id}, &v)
+	if len(v.Steps) != 2 || v.FinalStep != "b" {
+		t.Fatalf("get_workflow: %+v", v)
+	}
+	complete(t, b, v.Steps[0].TaskID, map[string]any{"first": true})
+	complete(t, b, v.Steps[1].TaskID, map[string]any{"answer": 42})
+
+	var tr struct {
+		StructuredContent mcpapi.WorkflowCallResult `json:"structuredContent"`
+		IsError           bool                      `json:"isError"`
+		Meta              map[string]map[string]any `json:"_meta"`
+	}
+	rpcOK(t, again, "tasks/result", map[string]any{"taskId": id}, &tr)
+	res, _ := json.Marshal(tr.StructuredContent.Result)
+	if tr.IsError || tr.StructuredContent.WorkflowID != id || tr.StructuredContent.Status != "succeeded" || !strings.Contains(string(res), `"content":{"answer":42}`) ||
+		tr.Meta["io.modelcontextprotocol/related-task"]["taskId"] != id {
+		t.Fatalf("tasks/result: %+v %s", tr, res)
+	}
+	rpcOK(t, again, "tasks/get", map[string]any{"taskId": id}, &got)
+	if got.Status != mcp.TaskStatusCompleted {
+		t.Fatalf("tasks/get after the end: %+v", got)
+	}
+	if _, e := rpc(t, again, "tasks/cancel", map[string]any{"taskId": id}); e == nil || !strings.Contains(e.Message, "conflict") {
+		t.Fatalf("tasks/cancel of a finished workflow: %+v", e)
+	}
+
+	// A plain call, then cancel through the tool; a bad graph is a tool error with its code.
+	var sub mcpapi.SubmitWorkflowResult
+	ok(t, again, "submit_workflow", map[string]any{"name": "one", "steps": []map[string]any{{"name": "x", "task_type": "echo"}}}, &sub)
+	ok(t, again, "cancel_workflow", map[string]any{"workflow_id": sub.WorkflowID}, nil)
+	var list mcpapi.WorkflowListResult
+	ok(t, again, "list_workflows", map[string]any{"status": "canceled"}, &list)
+	if len(list.Workflows) != 1 || list.Workflows[0].ID != sub.WorkflowID {
+		t.Fatalf("list_workflows: %+v", list)
+	}
+	fails(t, again, "submit_workflow", map[string]any{"name": "loop", "steps": []map[string]any{
+		{"name": "x", "task_type": "echo", "after": []string{"y"}}, {"name": "y", "task_type": "echo", "after": []string{"x"}}}}, "workflow_cycle")
+	if _, e := rpc(t, again, "tools/call", map[string]any{"name": "submit_workflow", "arguments": map[string]any{"name": "x", "steps": []any{}}, "task": map[string]any{}}); e == nil ||
+		e.Code != -32602 || !strings.Contains(e.Message, "invalid_workflow") {
+		t.Fatalf("a bad workflow as a task: %+v", e)
+	}
+}

@@ -1,0 +1,86 @@
+package ai
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/asyncgate/asyncgate/sdk/worker"
+)
+
+// A task that waited on others (a fan-in, such as a workflow's synthesize
+// step after its consult steps) gets their outcomes with its lease; the
+// model reads them after the task's own prompt, in the order the task
+// named them.
+
+// Bounds on what DependencyContext quotes.
+const (
+	maxDependencyText  = 8 << 10  // of one dependency's answer
+	maxDependencyTotal = 64 << 10 // of all of them
+)
+
+// DependencyContext is the text that tells the model what the tasks this
+// one waited on produced: each one's answer when its result is inline (an
+// AI task's answer, or its models' answers), else its summary and where its
+// result is; a failed one's error.
+func DependencyContext(deps []worker.Dependency) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Results of the %d tasks this task waited on:", len(deps))
+	for i, d := range deps {
+		var r struct {
+			Pointer string `json:"result_pointer"`
+			Summary string `json:"summary"`
+		}
+		_ = json.Unmarshal(d.Result, &r)
+		text := ""
+		switch {
+		case d.Status != "succeeded":
+			text = "did not succeed"
+			if d.Error != "" {
+				text += ": " + d.Error
+			}
+		default:
+			text = inlineAnswer(r.Pointer)
+			if text == "" {
+				text = r.Summary
+				if r.Pointer != "" {
+					text += " (result at " + r.Pointer + ")"
+				}
+			}
+		}
+		fmt.Fprintf(&b, "\n\n[%d] task %s (%s, %s):\n%s", i+1, d.TaskID, d.TaskType, d.Status, truncate(strings.TrimSpace(text), maxDependencyText))
+		if b.Len() > maxDependencyTotal {
+			fmt.Fprintf(&b, "\n\n(the other %d results are left out: too long)", len(deps)-i-1)
+			break
+		}
+	}
+	return b.String()
+}
+
+// inlineAnswer is the answer an inline result pointer holds: an AI task's
+// answer, its fan-out's answers, or the payload as text; "" for a pointer
+// of another channel.
+func inlineAnswer(pointer string) string {
+	data, ok := strings.CutPrefix(pointer, "inline:")
+	if !ok {
+		return ""
+	}
+	raw, err := base64.StdEncoding.DecodeString(data)
+	if err != nil {
+		return ""
+	}
+	var one Answer
+	if json.Unmarshal(raw, &one) == nil && one.Answer != "" {
+		return one.Answer
+	}
+	var fan FanOut
+	if json.Unmarshal(raw, &fan) == nil && len(fan.Answers) > 0 {
+		var parts []string
+		for _, a := range fan.Answers {
+			parts = append(parts, a.Model+": "+a.Answer)
+		}
+		return strings.Join(parts, "\n")
+	}
+	return string(raw)
+}
