@@ -113,6 +113,10 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	if len(recipient) > 200 || !printable(recipient) {
 		return nil, host.Errorf(host.CodeBadRequest, "recipient_ai must be at most 200 printable characters")
 	}
+	if host.IsWorkflowRecipient(recipient) {
+		// Workflow steps are addressed to their workflow by the gate alone.
+		return nil, host.Errorf(host.CodeBadRequest, "recipient_ai must name a principal, not a workflow")
+	}
 	if req.NotBefore != nil && req.NotBefore.After(time.Now().Add(366*24*time.Hour)) {
 		return nil, host.Errorf(host.CodeBadRequest, "not_before is more than a year away")
 	}

@@ -342,6 +342,13 @@ func testWorkflowForeign(t *testing.T, b *Bundle) {
 		}
 		_, err = b.Engine.GetTask(b.Ctx, a, res.Steps["a"])
 		WantCode(t, err, host.CodeNotFound)
+		// Nor can a task of theirs pose as one of its steps.
+		for _, to := range []string{host.WorkflowRecipient(res.WorkflowID), host.WorkflowFinalRecipient(res.WorkflowID)} {
+			_, err = b.Engine.Enqueue(b.Ctx, a, engine.EnqueueRequest{TaskType: "work", Recipient: to})
+			if a.Tenant == "acme" {
+				WantCode(t, err, host.CodeBadRequest)
+			}
+		}
 	}
 	if v := b.workflow(t, res.WorkflowID); v.State != host.WorkflowRunning || v.CancelRequested {
 		t.Fatalf("the workflow changed under foreign calls: %+v", v.Workflow)
