@@ -10,18 +10,20 @@ import (
 const TaskColumns = `id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
 created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
 cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
-progress_message, result, last_error, dead_reason, assign_receipt, seq, version, lease_seconds, resource_intents, traceparent, tracestate`
+progress_message, result, last_error, dead_reason, assign_receipt, seq, version, lease_seconds, resource_intents, traceparent, tracestate, has_waiters`
 
 // TaskInsertColumns are the columns an insert of a task writes, in the
 // order of TaskInsertValues: every column but seq (the database numbers the
-// rows) and version (1 for a new task).
+// rows), version (1 for a new task) and has_waiters (false for a new task).
 const TaskInsertColumns = `id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
 created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
 cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
 progress_message, result, last_error, dead_reason, assign_receipt, lease_seconds, resource_intents, traceparent, tracestate`
 
 // TaskSetColumns are the columns an update of a task writes, in the order
-// of TaskSetValues: every column a task's life changes.
+// of TaskSetValues: every column a task's life changes. Not has_waiters:
+// an update built from a copy read earlier must not clear the marker an
+// enqueue wrote since.
 var TaskSetColumns = []string{"state", "priority", "available_at", "updated_at", "lease_id", "worker_id", "leased_at", "lease_expires_at",
 	"accepted_at", "accept_receipt", "cancel_requested", "attempts", "max_retries", "lease_count", "lease_expiries", "started_at",
 	"completed_at", "progress_percent", "progress_message", "result", "last_error", "dead_reason", "assign_receipt", "lease_seconds"}
@@ -39,7 +41,7 @@ func ScanTask(sc Scanner) (*host.Task, int64, error) {
 	err := sc.Scan(&t.ID, &t.Tenant, &t.Type, &t.CreatedBy, &t.Recipient, &state, &t.Priority, &params, &t.Summary, &t.IdempotencyKey,
 		&created, &updated, &avail, &t.LeaseID, &t.WorkerID, &leasedAt, &expires, &accepted, &t.AcceptReceipt,
 		&t.CancelRequested, &t.Attempts, &t.MaxRetries, &t.LeaseCount, &t.LeaseExpiries, &started, &completed, &t.ProgressPercent,
-		&t.ProgressMessage, &result, &t.LastError, &t.DeadReason, &t.AssignReceipt, &seq, &t.Version, &t.LeaseSeconds, &intents, &t.Traceparent, &t.Tracestate)
+		&t.ProgressMessage, &result, &t.LastError, &t.DeadReason, &t.AssignReceipt, &seq, &t.Version, &t.LeaseSeconds, &intents, &t.Traceparent, &t.Tracestate, &t.HasWaiters)
 	if err != nil {
 		return nil, 0, err
 	}
