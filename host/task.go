@@ -181,6 +181,13 @@ type Task struct {
 	// Version counts the writes to the task row (1 after insert). A fence on
 	// it makes an update conditional on nothing having changed since a read.
 	Version int64 `json:"-"`
+
+	// HasWaiters is the store's marker that another task was enqueued
+	// waiting on this one while it was unfinished (migration 0040): only
+	// the terminal write of a task with it settles waiters, so a task that
+	// none waits on pays nothing for dependencies. Written by
+	// store.DependencyWriter.MarkWaitedOn, never by a task update.
+	HasWaiters bool `json:"-"`
 }
 
 // Result is where a succeeded task's outcome lives and how to check it.

@@ -132,16 +132,31 @@ func (d *deliveryTx) InsertTask(ctx context.Context, t *host.Task) error {
 // UpdateTask implements store.Tx. A write that finishes a task (from a
 // state that is not terminal to one that is) settles the tasks waiting on
 // it in the same transaction (dependencies.go).
+//
+// Only a task that may have waiters pays for that: one whose row carries
+// the has_waiters marker (t.HasWaiters, read with the task) or that an
+// enqueue on this engine marked since (waitedOn: the copy a completion is
+// built from may predate the marker). Any other terminal write is fenced
+// on the marker's absence (store.Fence.NoWaiters), so a marker another
+// writer wrote after the copy was read fences the write out and it is
+// built again from the row.
 func (d *deliveryTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) error {
+	finishing := t.State.Terminal() && f.State != "" && !f.State.Terminal()
+	if finishing && !t.HasWaiters && !d.e.waited.has(t.Tenant, t.ID) {
+		f.NoWaiters = true
+	}
 	err := d.Tx.UpdateTask(ctx, t, f)
 	if err != nil {
 		return err
 	}
 	d.last = t
-	if t.State.Terminal() && f.State != "" && !f.State.Terminal() {
+	if finishing {
 		if wf, final := host.WorkflowOf(t); final {
 			d.ends = append(d.ends, workflowEnd{tenant: t.Tenant, workflow: wf, step: t})
 		}
+	}
+	if finishing && !f.NoWaiters {
+		d.e.waited.drop(t.Tenant, t.ID)
 		d.settle = append(d.settle, finished{tenant: t.Tenant, id: t.ID, state: host.FinishedAs(t)})
 		if !d.settling {
 			return d.settleAll(ctx)

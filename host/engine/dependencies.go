@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"slices"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -18,11 +17,14 @@ import (
 //     FOR SHARE), refuses unknown, foreign and invisible ids, decides at once
 //     when their states already decide the rule, and otherwise inserts the
 //     task waiting with its edges.
-//   - Every terminal write of a task goes through deliveryTx.UpdateTask,
-//     which records the state on the task's open edges
-//     (store.SettleDependency) and, for each waiter, locks the waiter's row
-//     (GetTask), counts its edges by state (store.TallyDependencies, one
-//     aggregate however large the fan-in) and applies the rule:
+//   - The enqueue first marks its unfinished dependencies
+//     (store.MarkWaitedOn: host.Task.HasWaiters), so a task none waits on
+//     pays nothing when it finishes.
+//   - Every terminal write of a marked task goes through
+//     deliveryTx.UpdateTask, which records the state on the task's open
+//     edges and, for each waiter, locks the waiter's row and counts its
+//     edges by state (store.SettleWaiters: on PostgreSQL one round trip,
+//     one aggregate however large the fan-in) and applies the rule:
 //     queued (ready), canceled (with a task.canceled receipt from the gate
 //     naming the dependency), or still waiting. A cancel is itself a
 //     terminal write, so it settles the waiter's own waiters in turn: the
@@ -76,6 +78,12 @@ func checkAfter(req *EnqueueRequest) (host.DependencyRule, error) {
 // refused exactly as an unknown one, so nothing about other principals'
 // tasks can be learned from the answer.
 func (e *Engine) placeAfter(ctx context.Context, tx store.Tx, actor Actor, t *host.Task, after []string, rule host.DependencyRule) ([]host.Dependency, error) {
+	// Mark the unfinished ones first (their terminal writes settle
+	// waiters only when marked), then read them under their locks.
+	if err := tx.MarkWaitedOn(ctx, actor.Tenant, after); err != nil {
+		return nil, err
+	}
+	e.waited.add(actor.Tenant, after)
 	found, err := tx.LockDependencies(ctx, actor.Tenant, after)
 	if err != nil {
 		return nil, err
@@ -190,23 +198,15 @@ func (d *deliveryTx) settleAll(ctx context.Context) error {
 // records the state on dep's open edges and settles each waiter whose rule
 // that decides. A waiter it cancels joins the work-list (settleAll).
 func (d *deliveryTx) settleWaiters(ctx context.Context, dep finished) error {
-	waiters, err := d.Tx.SettleDependency(ctx, dep.tenant, dep.id, dep.state)
-	if err != nil || len(waiters) == 0 {
+	settled, err := d.Tx.SettleWaiters(ctx, dep.tenant, dep.id, dep.state)
+	if err != nil || len(settled) == 0 {
 		return err
 	}
-	slices.Sort(waiters) // one lock order for every writer
 	now := d.e.now()
-	for _, id := range waiters {
-		w, err := d.Tx.GetTask(ctx, dep.tenant, id) // locks the waiter
-		if err != nil {
-			return err
-		}
+	for _, sw := range settled {
+		w, tally := sw.Task, sw.Tally // locked, in id order (one lock order for every writer)
 		if w.State != host.StateWaiting {
 			continue // canceled by its owner meanwhile
-		}
-		tally, err := d.Tx.TallyDependencies(ctx, w.Tenant, w.ID)
-		if err != nil {
-			return err
 		}
 		switch tally.Decide() {
 		case host.VerdictReady:

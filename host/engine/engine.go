@@ -132,6 +132,9 @@ type Engine struct {
 	waiters *waiters
 	types   *typeCache
 	pauses  *pauseCache
+	// waited are the tasks this engine's enqueues marked as waited on
+	// (waitedon.go).
+	waited waitedOn
 
 	getSlots    slots // result fetches held whole in memory
 	streamSlots slots // result fetches streamed from their channel

@@ -159,6 +159,7 @@ func (e *Engine) SubmitWorkflow(ctx context.Context, actor Actor, req WorkflowRe
 		keepTrace(ctx, t)
 		for j, name := range p.req.After {
 			dep := byName[name]
+			dep.task.HasWaiters = true // born marked: its end settles this step
 			p.deps = append(p.deps, host.Dependency{Tenant: t.Tenant, Waiter: t.ID, DependsOn: dep.task.ID, Rule: p.rule, Position: j, Depth: p.depth})
 		}
 		if len(p.deps) > 0 {

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -10,7 +12,10 @@ import (
 	"github.com/asyncgate/asyncgate/host/store/sqlrows"
 )
 
-// InsertDependencies implements store.Tx: one statement for every edge.
+// InsertDependencies implements store.Tx: one statement for every edge,
+// deferred outside strict mode (no answer awaited; its check wants every
+// edge written). A read that follows sends it first, so the settling of a
+// dependency later in the batch sees the edges.
 func (w *writeTx) InsertDependencies(ctx context.Context, deps []host.Dependency) error {
 	if len(deps) == 0 {
 		return nil
@@ -19,8 +24,13 @@ func (w *writeTx) InsertDependencies(ctx context.Context, deps []host.Dependency
 	if err != nil {
 		return err
 	}
-	_, err = w.ss.exec(w.c(ctx), `INSERT INTO task_dependencies (tenant, waiter_id, dep_id, rule, position, dep_state, depth)
-SELECT $1, j.w, j.d, j.r, j.p, j.s, j.h FROM jsonb_to_recordset($2::jsonb) AS j(w text, d text, r text, p integer, s text, h integer)`, tenant, rows)
+	const q = `INSERT INTO task_dependencies (tenant, waiter_id, dep_id, rule, position, dep_state, depth)
+SELECT $1, j.w, j.d, j.r, j.p, j.s, j.h FROM jsonb_to_recordset($2::jsonb) AS j(w text, d text, r text, p integer, s text, h integer)`
+	if w.deferWrites {
+		w.ss.queueChecked(expectRows("dependency insert", len(deps)), q, tenant, rows)
+		return nil
+	}
+	_, err = w.ss.exec(w.c(ctx), q, tenant, rows)
 	return err
 }
 
@@ -38,6 +48,94 @@ func (w *writeTx) SettleDependency(ctx context.Context, tenant, dep string, stat
 		return nil
 	}, `UPDATE task_dependencies SET dep_state = $1 WHERE tenant = $2 AND dep_id = $3 AND dep_state = '' RETURNING waiter_id`, string(state), tenant, dep)
 	return out, err
+}
+
+// markWaitedOn sets the marker on the unfinished tasks among the ids,
+// locking them in id order (FOR NO KEY UPDATE). Already marked rows are
+// neither written nor locked: an enqueue that finds the marker holds only
+// its FOR SHARE lock, so enqueues naming one dependency do not wait for
+// each other once it is marked. A row is never locked FOR SHARE before
+// this statement runs in the same transaction (LockDependencies follows
+// it), so two enqueues cannot both hold a share lock and wait to upgrade
+// it.
+const markWaitedOn = `UPDATE tasks SET has_waiters = true FROM (
+SELECT id FROM tasks WHERE tenant = $1 AND id = ANY($2::text[]) AND NOT has_waiters
+AND state NOT IN ('succeeded', 'canceled', 'dead_letter', 'archived') ORDER BY id FOR NO KEY UPDATE) m
+WHERE tasks.tenant = $1 AND tasks.id = m.id`
+
+// MarkWaitedOn implements store.Tx. Outside strict mode it is queued, no
+// answer awaited: LockDependencies, which follows it, sends it.
+func (w *writeTx) MarkWaitedOn(ctx context.Context, tenant string, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	for _, id := range ids {
+		if w.keys.HasTask(id) {
+			// Inserted in this batch: its insert goes into the queue
+			// ahead of the marker.
+			w.materialize()
+			break
+		}
+	}
+	if w.deferWrites {
+		w.ss.queue(markWaitedOn, tenant, ids)
+		return nil
+	}
+	_, err := w.ss.exec(w.c(ctx), markWaitedOn, tenant, ids)
+	return err
+}
+
+// settleWaitersSQL calls settle_waiters (migration 0040): the waiters'
+// rows as sqlrows.TaskColumns, then the tally's rule, states and counts.
+var settleWaitersSQL = func() string {
+	var b strings.Builder
+	b.WriteString(`SELECT `)
+	for i, c := range strings.Split(sqlrows.TaskColumns, ",") {
+		if i > 0 {
+			b.WriteString(`, `)
+		}
+		b.WriteString(`(s.o_task).` + strings.TrimSpace(c))
+	}
+	b.WriteString(`, coalesce(s.o_rule, ''), coalesce(s.o_states, '{}'), coalesce(s.o_counts, '{}') FROM settle_waiters($1, $2, $3) s`)
+	return b.String()
+}()
+
+// SettleWaiters implements store.Tx in one round trip: settle_waiters
+// records the edges, locks the waiters in id order and counts each one's
+// edges once its lock is held.
+func (w *writeTx) SettleWaiters(ctx context.Context, tenant, dep string, state host.TaskState) ([]store.SettledWaiter, error) {
+	var out []store.SettledWaiter
+	err := w.ss.query(w.c(ctx), func(rows pgx.Rows) error {
+		var rule string
+		var states []string
+		var counts []int32
+		t, _, err := sqlrows.ScanTask(suffixScanner{rows, []any{&rule, &states, &counts}})
+		if err != nil {
+			return err
+		}
+		sw := store.SettledWaiter{Task: t}
+		if t.State == host.StateWaiting {
+			sw.Tally.Rule = host.DependencyRule(rule)
+			for i, st := range states {
+				if i < len(counts) {
+					sw.Tally.Add(host.TaskState(st), int(counts[i]))
+				}
+			}
+		}
+		out = append(out, sw)
+		return nil
+	}, settleWaitersSQL, tenant, dep, string(state))
+	return out, err
+}
+
+// suffixScanner scans the columns the wrapped scan expects, then rest.
+type suffixScanner struct {
+	sc   sqlrows.Scanner
+	rest []any
+}
+
+func (s suffixScanner) Scan(dest ...any) error {
+	return s.sc.Scan(append(dest, s.rest...)...)
 }
 
 // ListDependencies implements store.Reader.
@@ -82,23 +180,71 @@ WHERE d.tenant = $1 AND d.waiter_id = ANY($2::text[]) ORDER BY d.waiter_id, d.po
 // LockDependencies implements store.Reader: inside Update the rows are
 // locked FOR SHARE in id order (enqueues naming the same dependency do not
 // wait for each other; a completion of it waits for them, and they for it).
+// Inside Update the same statement also counts, for each dependency, its
+// open edges (when it is unfinished) and its own edges' depth (when it is
+// waiting), which CrowdedDependency and WaiterDepth then answer from
+// without a round trip of their own (depCounts).
 func (r *reader) LockDependencies(ctx context.Context, tenant string, ids []string) ([]*host.Task, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	lock := ""
-	if r.write {
-		lock = " ORDER BY id FOR SHARE"
+	if !r.write {
+		ts, err := r.tasks(ctx, `SELECT `+sqlrows.TaskColumns+` FROM tasks WHERE tenant = $1 AND id = ANY($2::text[])`, tenant, ids)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]*host.Task, len(ts))
+		for i, tr := range ts {
+			out[i] = tr.t
+		}
+		return out, nil
 	}
-	ts, err := r.tasks(ctx, `SELECT `+sqlrows.TaskColumns+` FROM tasks WHERE tenant = $1 AND id = ANY($2::text[])`+lock, tenant, ids)
+	var out []*host.Task
+	counts := &depCounts{tenant: tenant, open: map[string]int{}, depth: map[string]int{}}
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		var open, depth int
+		t, _, err := sqlrows.ScanTask(suffixScanner{rows, []any{&open, &depth}})
+		if err != nil {
+			return err
+		}
+		counts.open[t.ID], counts.depth[t.ID] = open, depth
+		out = append(out, t)
+		return nil
+	}, lockDependenciesSQL, tenant, ids)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*host.Task, len(ts))
-	for i, tr := range ts {
-		out[i] = tr.t
-	}
+	r.deps = counts
 	return out, nil
+}
+
+// lockDependenciesSQL reads and locks an enqueue's dependencies with their
+// open edges and depth (LockDependencies).
+const lockDependenciesSQL = `SELECT ` + sqlrows.TaskColumns + `,
+CASE WHEN t.state IN ('succeeded', 'canceled', 'dead_letter', 'archived') THEN 0 ELSE
+  (SELECT count(*)::int FROM task_dependencies d WHERE d.tenant = t.tenant AND d.dep_id = t.id AND d.dep_state = '') END,
+CASE WHEN t.state = 'waiting' THEN
+  (SELECT coalesce(max(d.depth), 0)::int FROM task_dependencies d WHERE d.tenant = t.tenant AND d.waiter_id = t.id) ELSE 0 END
+FROM tasks t WHERE t.tenant = $1 AND t.id = ANY($2::text[]) ORDER BY t.id FOR SHARE`
+
+// depCounts are the counts the last LockDependencies of a write
+// transaction read beside its tasks: open edges and depth by task id.
+type depCounts struct {
+	tenant      string
+	open, depth map[string]int
+}
+
+// covers reports whether the counts hold every one of ids in tenant.
+func (c *depCounts) covers(tenant string, ids []string) bool {
+	if c == nil || c.tenant != tenant {
+		return false
+	}
+	for _, id := range ids {
+		if _, ok := c.open[id]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // prefixScanner scans one leading column into first and the rest as the
@@ -130,9 +276,21 @@ func (r *reader) TallyDependencies(ctx context.Context, tenant, waiter string) (
 
 // CrowdedDependency implements store.Reader. Concurrent enqueues naming the
 // same dependency do not wait for each other (FOR SHARE), so on several
-// writers the bound may be passed by the enqueues in flight at once.
+// writers the bound may be passed by the enqueues in flight at once. Inside
+// Update, right after LockDependencies read ids, it answers from the counts
+// that read took.
 func (r *reader) CrowdedDependency(ctx context.Context, tenant string, ids []string, limit int) (string, error) {
 	if len(ids) == 0 {
+		return "", nil
+	}
+	if c := r.deps; r.write && c.covers(tenant, ids) {
+		sorted := slices.Clone(ids)
+		slices.Sort(sorted)
+		for _, id := range sorted {
+			if c.open[id] >= limit {
+				return id, nil
+			}
+		}
 		return "", nil
 	}
 	var id string
@@ -144,10 +302,18 @@ GROUP BY dep_id HAVING count(*) >= $3 ORDER BY dep_id LIMIT 1`, tenant, ids, lim
 	return id, err
 }
 
-// WaiterDepth implements store.Reader.
+// WaiterDepth implements store.Reader. Inside Update, right after
+// LockDependencies read ids, it answers from the depths that read took.
 func (r *reader) WaiterDepth(ctx context.Context, tenant string, ids []string) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
+	}
+	if c := r.deps; r.write && c.covers(tenant, ids) {
+		depth := 0
+		for _, id := range ids {
+			depth = max(depth, c.depth[id])
+		}
+		return depth, nil
 	}
 	var depth int
 	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {

@@ -81,6 +81,15 @@ func TestMigrationDependencies(t *testing.T) {
 		func(stmts ...string) { execIn(t, schema, stmts...) })
 }
 
+// Migration 0040 on a schema made before it: tasks waited on are marked,
+// and settle their waiters.
+func TestMigrationWaitersMarker(t *testing.T) {
+	schema := newSchema(t)
+	storetest.MigrationWaitersMarker(t, func(t *testing.T) store.Store { return openIn(t, schema, Options{}) },
+		func(stmts ...string) { execIn(t, schema, stmts...) },
+		`DROP FUNCTION settle_waiters`, `ALTER TABLE tasks DROP COLUMN has_waiters`, `DELETE FROM schema_migrations WHERE version = 40`)
+}
+
 // Migration 0031 on a schema made before it: tasks_unarchived is gone, and
 // retention still finds the finished tasks written before the migration,
 // of a type (one range of tasks_finished per state) and orphaned (a type

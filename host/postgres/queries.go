@@ -27,6 +27,9 @@ type reader struct {
 	// break the connection its batch shares with others), and ExpiredLeases
 	// locks what it returns.
 	write bool
+	// deps are the counts the transaction's last LockDependencies read
+	// (dependencies.go).
+	deps *depCounts
 }
 
 // writeTx implements store.Tx inside the writer's batch transaction.
@@ -473,6 +476,9 @@ func updateTask(t *host.Task, f store.Fence) (stmt, error) {
 	}
 	if f.Version != 0 {
 		q += ` AND version = ` + a.add(f.Version)
+	}
+	if f.NoWaiters {
+		q += ` AND NOT has_waiters`
 	}
 	return stmt{sql: q, args: a}, nil
 }

@@ -48,6 +48,31 @@ func (w *writeTx) SettleDependency(ctx context.Context, tenant, dep string, stat
 	return out, rows.Err()
 }
 
+// SettleWaiters implements store.Tx, a statement a step: SQLite's
+// statements cost no round trip.
+func (w *writeTx) SettleWaiters(ctx context.Context, tenant, dep string, state host.TaskState) ([]store.SettledWaiter, error) {
+	return store.SettleWaitersStepwise(ctx, w, tenant, dep, state)
+}
+
+// MarkWaitedOn implements store.Tx.
+func (w *writeTx) MarkWaitedOn(ctx context.Context, tenant string, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	for _, id := range ids {
+		if w.inserted(id) {
+			// Inserted in this batch and still kept: write it first.
+			if err := w.flushBehind(ctx); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	_, err := w.rawExec(ctx, `UPDATE tasks SET has_waiters = 1 WHERE +tenant = ? AND id IN (SELECT value FROM json_each(?))
+AND has_waiters = 0 AND state NOT IN ('succeeded', 'canceled', 'dead_letter', 'archived')`, tenant, store.IDsJSON(ids))
+	return err
+}
+
 // ListDependencies implements store.Reader.
 func (r *reader) ListDependencies(ctx context.Context, tenant, waiter string) ([]host.Dependency, error) {
 	rows, err := r.rawQuery(ctx, `SELECT dep_id, rule, position, dep_state FROM task_dependencies WHERE tenant = ? AND waiter_id = ? ORDER BY position`, tenant, waiter)

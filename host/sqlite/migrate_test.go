@@ -73,6 +73,20 @@ func TestMigrationFencingTokens(t *testing.T) {
 	}, func(stmts ...string) { tamper(t, path, stmts...) })
 }
 
+// Migration 0040 on a data folder made before it: tasks waited on are
+// marked, and settle their waiters.
+func TestMigrationWaitersMarker(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gate.db")
+	storetest.MigrationWaitersMarker(t, func(t *testing.T) store.Store {
+		st, err := sqlite.Open(path, sqlite.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}, func(stmts ...string) { tamper(t, path, stmts...) },
+		`ALTER TABLE tasks DROP COLUMN has_waiters`, `DELETE FROM schema_migrations WHERE version = 40`)
+}
+
 // Migration 0035 on a data folder made before it: its tasks can be waited
 // on, and settle their waiters.
 func TestMigrationDependencies(t *testing.T) {

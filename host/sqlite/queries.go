@@ -569,6 +569,9 @@ func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) e
 		q += ` AND version = ?`
 		args = append(args, f.Version)
 	}
+	if f.NoWaiters {
+		q += ` AND has_waiters = 0`
+	}
 	if w.inserted(t.ID) {
 		// The task was inserted in this batch: write it first.
 		if err := w.flushBehind(ctx); err != nil {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 
 	"github.com/asyncgate/asyncgate/host"
 )
@@ -59,4 +60,54 @@ type DependencyWriter interface {
 	// terminal state calls it, so each edge is settled exactly once, with
 	// that write (storetest: DependencyEdges).
 	SettleDependency(ctx context.Context, tenant, dep string, state host.TaskState) ([]string, error)
+	// SettleWaiters is SettleDependency followed, for each waiter it
+	// returns (in id order), by locking the waiter's row (GetTask inside
+	// Update) and, when the waiter is waiting, counting its edges by state
+	// (TallyDependencies) once the lock is held: what the engine reads to
+	// settle a dependency, in one call (PostgreSQL: one round trip). Waiters
+	// no longer waiting come with a zero tally (storetest: every
+	// Dependencies case, DependencyHammer).
+	SettleWaiters(ctx context.Context, tenant, dep string, state host.TaskState) ([]SettledWaiter, error)
+	// MarkWaitedOn sets the has_waiters marker (host.Task.HasWaiters) on
+	// the tasks of tenant among ids that are not finished, in the
+	// transaction of an enqueue that names them in its after list, before
+	// it reads them with LockDependencies. Only a task so marked has its
+	// waiters settled when it finishes; a terminal write of a copy without
+	// the marker is fenced on its absence (Fence.NoWaiters), so a marker
+	// written after the copy was read makes that write fenced out
+	// (storetest: DependencyMarker).
+	MarkWaitedOn(ctx context.Context, tenant string, ids []string) error
+}
+
+// SettledWaiter is a waiter SettleWaiters settled an edge of: its task as
+// read under its lock, and its edges' tally then (zero when the task is
+// no longer waiting).
+type SettledWaiter struct {
+	Task  *host.Task
+	Tally host.DependencyTally
+}
+
+// SettleWaitersStepwise implements SettleWaiters with one statement per
+// step, for a store whose statements cost no round trip.
+func SettleWaitersStepwise(ctx context.Context, tx Tx, tenant, dep string, state host.TaskState) ([]SettledWaiter, error) {
+	ids, err := tx.SettleDependency(ctx, tenant, dep, state)
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	slices.Sort(ids) // one lock order for every writer
+	out := make([]SettledWaiter, 0, len(ids))
+	for _, id := range ids {
+		w, err := tx.GetTask(ctx, tenant, id)
+		if err != nil {
+			return nil, err
+		}
+		sw := SettledWaiter{Task: w}
+		if w.State == host.StateWaiting {
+			if sw.Tally, err = tx.TallyDependencies(ctx, tenant, id); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, sw)
+	}
+	return out, nil
 }

@@ -170,6 +170,12 @@ type Fence struct {
 	// Version, when non-zero, requires the row's version to equal it: nothing
 	// wrote the task since it was read (optimistic concurrency).
 	Version int64
+	// NoWaiters, when set, requires the row not to carry the has_waiters
+	// marker: a terminal write skips settling waiters only when the task
+	// it writes has none (host.Task.HasWaiters), and this makes that
+	// write fail should an enqueue have marked the row since the copy it
+	// was built from was read.
+	NoWaiters bool
 }
 
 // ClaimQuery says which tasks a lease call may take.

@@ -10,18 +10,22 @@ import (
 const TaskColumns = `id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
 created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
 cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
-progress_message, result, last_error, dead_reason, assign_receipt, seq, version, lease_seconds, resource_intents, traceparent, tracestate`
+progress_message, result, last_error, dead_reason, assign_receipt, seq, version, lease_seconds, resource_intents, traceparent, tracestate, has_waiters`
 
 // TaskInsertColumns are the columns an insert of a task writes, in the
 // order of TaskInsertValues: every column but seq (the database numbers the
-// rows) and version (1 for a new task).
+// rows) and version (1 for a new task). has_waiters is false for a task
+// enqueued alone; a workflow inserts its steps with their edges at once, so
+// a step another step waits on is born marked.
 const TaskInsertColumns = `id, tenant, task_type, created_by, recipient, state, priority, params, summary, idempotency_key,
 created_at, updated_at, available_at, lease_id, worker_id, leased_at, lease_expires_at, accepted_at, accept_receipt,
 cancel_requested, attempts, max_retries, lease_count, lease_expiries, started_at, completed_at, progress_percent,
-progress_message, result, last_error, dead_reason, assign_receipt, lease_seconds, resource_intents, traceparent, tracestate`
+progress_message, result, last_error, dead_reason, assign_receipt, lease_seconds, resource_intents, traceparent, tracestate, has_waiters`
 
 // TaskSetColumns are the columns an update of a task writes, in the order
-// of TaskSetValues: every column a task's life changes.
+// of TaskSetValues: every column a task's life changes. Not has_waiters:
+// an update built from a copy read earlier must not clear the marker an
+// enqueue wrote since.
 var TaskSetColumns = []string{"state", "priority", "available_at", "updated_at", "lease_id", "worker_id", "leased_at", "lease_expires_at",
 	"accepted_at", "accept_receipt", "cancel_requested", "attempts", "max_retries", "lease_count", "lease_expiries", "started_at",
 	"completed_at", "progress_percent", "progress_message", "result", "last_error", "dead_reason", "assign_receipt", "lease_seconds"}
@@ -39,7 +43,7 @@ func ScanTask(sc Scanner) (*host.Task, int64, error) {
 	err := sc.Scan(&t.ID, &t.Tenant, &t.Type, &t.CreatedBy, &t.Recipient, &state, &t.Priority, &params, &t.Summary, &t.IdempotencyKey,
 		&created, &updated, &avail, &t.LeaseID, &t.WorkerID, &leasedAt, &expires, &accepted, &t.AcceptReceipt,
 		&t.CancelRequested, &t.Attempts, &t.MaxRetries, &t.LeaseCount, &t.LeaseExpiries, &started, &completed, &t.ProgressPercent,
-		&t.ProgressMessage, &result, &t.LastError, &t.DeadReason, &t.AssignReceipt, &seq, &t.Version, &t.LeaseSeconds, &intents, &t.Traceparent, &t.Tracestate)
+		&t.ProgressMessage, &result, &t.LastError, &t.DeadReason, &t.AssignReceipt, &seq, &t.Version, &t.LeaseSeconds, &intents, &t.Traceparent, &t.Tracestate, &t.HasWaiters)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -75,7 +79,7 @@ func TaskInsertValues(t *host.Task) ([]any, error) {
 	return []any{t.ID, t.Tenant, t.Type, t.CreatedBy, t.Recipient, string(t.State), t.Priority, string(t.Params), t.Summary, t.IdempotencyKey,
 		US(t.CreatedAt), US(t.UpdatedAt), US(t.AvailableAt), t.LeaseID, t.WorkerID, NUS(t.LeasedAt), NUS(t.LeaseExpiresAt), NUS(t.AcceptedAt), t.AcceptReceipt,
 		t.CancelRequested, t.Attempts, t.MaxRetries, t.LeaseCount, t.LeaseExpiries, NUS(t.StartedAt), NUS(t.CompletedAt), pct,
-		t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, t.LeaseSeconds, host.IntentsJSON(t.ResourceIntents), t.Traceparent, t.Tracestate}, nil
+		t.ProgressMessage, res, t.LastError, t.DeadReason, t.AssignReceipt, t.LeaseSeconds, host.IntentsJSON(t.ResourceIntents), t.Traceparent, t.Tracestate, t.HasWaiters}, nil
 }
 
 // TaskSetValues are t's values in the order of TaskSetColumns.

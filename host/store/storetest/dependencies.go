@@ -39,6 +39,7 @@ func dependencyCases() []struct {
 		{"DependencyChainCancel", testDepsChainCancel},
 		{"DependencyWaitersBounded", testDepsWaitersBounded},
 		{"DependencyChainDepthBounded", testDepsDepthBounded},
+		{"DependencyMarker", testDepsMarker},
 	}
 }
 
@@ -357,6 +358,60 @@ func testDepsOtherWriter(t *testing.T, b *Bundle) {
 	if o.Task.ID != w.TaskID || len(o.Dependencies) != 2 {
 		t.Fatalf("offered %s with %d dependencies", o.Task.ID, len(o.Dependencies))
 	}
+	b.noOffer(t, "other", "the waiter was offered twice")
+}
+
+// testDepsMarker: an enqueue marks the unfinished tasks it waits on
+// (has_waiters) and nothing else, and a dependency leased before it was
+// marked, completed through an engine whose copy of the task predates the
+// marker, still settles its waiter: the completion's write, fenced on the
+// marker's absence, is built again from the row.
+func testDepsMarker(t *testing.T, b *Bundle) {
+	other, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	a := b.Enqueue(t, "work")
+	offers, err := other.Lease(b.Ctx, engine.LeaseRequest{Tenant: "acme", WorkerID: "w.1", Types: []string{"work"}})
+	if err != nil || len(offers) != 1 || offers[0].Task.ID != a.TaskID {
+		t.Fatalf("lease: %d offers, %v", len(offers), err)
+	}
+	if offers[0].Task.HasWaiters {
+		t.Fatal("a task none waits on was leased marked as waited on")
+	}
+	done := b.Enqueue(t, "work")
+	b.Complete(t, "w.2", b.leaseType(t, "w.2", "work"))
+	plain := b.Enqueue(t, "work")
+	w := b.Enqueue(t, "other", after(host.RuleAllFinished, a.TaskID, done.TaskID))
+	if w.Status != string(host.StateWaiting) {
+		t.Fatalf("waiter enqueued %q, want waiting", w.Status)
+	}
+	marked := map[string]bool{}
+	if err := b.Store.View(b.Ctx, func(r store.Reader) error {
+		for _, id := range []string{a.TaskID, done.TaskID, plain.TaskID, w.TaskID} {
+			task, err := r.GetTask(b.Ctx, "acme", id)
+			if err != nil {
+				return err
+			}
+			marked[id] = task.HasWaiters
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !marked[a.TaskID] || marked[done.TaskID] || marked[plain.TaskID] || marked[w.TaskID] {
+		t.Fatalf("marked: leased dependency %v (want true), finished dependency %v, task none waits on %v, the waiter %v (want false)",
+			marked[a.TaskID], marked[done.TaskID], marked[plain.TaskID], marked[w.TaskID])
+	}
+	if _, err := other.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", offers[0]), Result: Pointer}); err != nil {
+		t.Fatal(err)
+	}
+	o := b.leaseType(t, "w.3", "other")
+	if o.Task.ID != w.TaskID {
+		t.Fatalf("offered %s, want the waiter %s", o.Task.ID, w.TaskID)
+	}
+	wantDeps(t, o, a.TaskID+":succeeded", done.TaskID+":succeeded")
 	b.noOffer(t, "other", "the waiter was offered twice")
 }
 

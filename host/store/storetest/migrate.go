@@ -119,3 +119,78 @@ func MigrationDependencies(t *testing.T, open func(t *testing.T) store.Store, ex
 		}
 	})
 }
+
+// MigrationWaitersMarker checks a driver's migration 0040 (the has_waiters
+// marker) on a database made before it, with windBack the statements that
+// return a migrated database to that shape: a task waited on before the
+// upgrade is marked by it, one none waits on is not, and completing the
+// first settles its waiter.
+func MigrationWaitersMarker(t *testing.T, open func(t *testing.T) store.Store, exec func(stmts ...string), windBack ...string) {
+	ctx := context.Background()
+	agent := engine.Actor{Tenant: "t", Principal: "agent.a", Role: engine.RoleAgent}
+	withEngine := func(st store.Store, fn func(eng *engine.Engine)) {
+		t.Helper()
+		eng, err := engine.New(engine.Config{Store: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer eng.Close()
+		fn(eng)
+	}
+	enqueue := func(eng *engine.Engine, typ string, after ...string) string {
+		t.Helper()
+		res, err := eng.Enqueue(ctx, agent, engine.EnqueueRequest{TaskType: typ, After: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.TaskID
+	}
+	st := open(t)
+	var dep, plain, waiter string
+	withEngine(st, func(eng *engine.Engine) {
+		for _, name := range []string{"work", "merge"} {
+			tt := host.NewTaskType(name)
+			tt.Tenant = "t"
+			if _, err := eng.PutTaskType(ctx, tt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dep, plain = enqueue(eng, "work"), enqueue(eng, "work")
+		waiter = enqueue(eng, "merge", dep)
+	})
+	st.Close()
+	exec(windBack...)
+	st = open(t)
+	defer st.Close()
+	if err := st.View(ctx, func(r store.Reader) error {
+		d, err := r.GetTask(ctx, "t", dep)
+		if err != nil {
+			return err
+		}
+		p, err := r.GetTask(ctx, "t", plain)
+		if err != nil {
+			return err
+		}
+		if !d.HasWaiters || p.HasWaiters {
+			t.Errorf("after the migration: the task waited on is marked %v (want true), the one none waits on %v (want false)", d.HasWaiters, p.HasWaiters)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	withEngine(st, func(eng *engine.Engine) {
+		offers, err := eng.Lease(ctx, engine.LeaseRequest{Tenant: "t", WorkerID: "w.1", Types: []string{"work"}, MaxTasks: 2})
+		if err != nil || len(offers) != 2 {
+			t.Fatalf("lease: %v %v", offers, err)
+		}
+		for _, o := range offers {
+			if _, err := eng.Complete(ctx, engine.CompleteRequest{WorkerCall: engine.WorkerCall{Tenant: "t", WorkerID: "w.1", LeaseID: o.LeaseID}, Result: Pointer}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		offers, err = eng.Lease(ctx, engine.LeaseRequest{Tenant: "t", WorkerID: "w.1", Types: []string{"merge"}})
+		if err != nil || len(offers) != 1 || offers[0].Task.ID != waiter || len(offers[0].Dependencies) != 1 {
+			t.Fatalf("the waiter after its dependency completed: %v %v", offers, err)
+		}
+	})
+}
