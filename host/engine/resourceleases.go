@@ -241,14 +241,24 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 	}
 	var prio time.Time
 	explicit := req.PriorityAt != nil
+	start := e.now()
 	if explicit {
 		if req.PriorityAt.IsZero() {
 			return nil, host.Errorf(host.CodeBadRequest, "priority_at: must be a timestamp")
 		}
 		prio = req.PriorityAt.UTC().Truncate(time.Microsecond)
+		if prio.After(start) {
+			// A priority from the future is younger than any request
+			// can be: it runs as one sent now (boundPriority).
+			prio = start
+		}
 	} else {
-		prio = e.now()
+		prio = start
 	}
+	// floor is the oldest priority a holder that holds nothing may run
+	// with: the request's start less the longest wait (boundPriority). It
+	// is read once, so a wait never moves it.
+	floor := start.Add(-e.cfg.MaxWait)
 	if req.Wait > e.cfg.MaxWait {
 		req.Wait = e.cfg.MaxWait
 	}
@@ -277,7 +287,7 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 	var waitUntil time.Time
 	for {
 		w := e.rl().watch(req.Tenant, intentResources(intents))
-		res, err := e.tryAcquire(ctx, req, intents, ttl, prio, explicit, self)
+		res, err := e.tryAcquire(ctx, req, intents, ttl, prio, floor, explicit, self)
 		if err == nil {
 			registered = false // the grant removed the registration
 		}
@@ -320,10 +330,10 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 	}
 }
 
-// tryAcquire decides an acquire once. prio is the request's priority;
-// explicit says the caller named it (otherwise a holder with live leases
+// tryAcquire decides an acquire once. prio is the request's priority and
+// floor the oldest it may be when the holder holds nothing; explicit says the caller named it (otherwise a holder with live leases
 // acquires with its bound priority). self is the request's waiter id.
-func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []ResourceIntent, ttl time.Duration, prio time.Time, explicit bool, self string) (*AcquireResult, error) {
+func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []ResourceIntent, ttl time.Duration, prio, floor time.Time, explicit bool, self string) (*AcquireResult, error) {
 	cfg := e.rl().cfg
 	resources := make([]string, len(intents))
 	for i, it := range intents {
@@ -356,7 +366,7 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 		if err != nil {
 			return err
 		}
-		prio, err := boundPriority(mine, prio, explicit, now)
+		prio, err := boundPriority(mine, prio, floor, explicit, now)
 		if err != nil {
 			return err
 		}
@@ -446,8 +456,20 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 // priority is bound to the youngest of theirs: a request naming none runs
 // with it, one naming an older timestamp is refused, and a younger one (the
 // holder giving up seniority) is accepted.
-func boundPriority(mine []*host.ResourceLease, prio time.Time, explicit bool, now time.Time) (time.Time, error) {
+//
+// A holder that holds nothing has no bound yet, so its priority is bounded
+// from below instead: one older than floor (the request's start less
+// Config.MaxWait) runs as floor. Without it, a priority of 1970 would jump
+// every younger waiter and every stepped-aside task until its wait ends
+// (resourcefair.go); with it, a request is at most as senior as one that
+// has waited the longest wait a call may make, and a requester that
+// resends the priority_at of a refusal keeps all of it for a full wait.
+// (A priority later than the request's start was already clamped to it.)
+func boundPriority(mine []*host.ResourceLease, prio, floor time.Time, explicit bool, now time.Time) (time.Time, error) {
 	if len(mine) == 0 {
+		if prio.Before(floor) {
+			return floor, nil
+		}
 		return prio, nil
 	}
 	bound := mine[0].PriorityAt
