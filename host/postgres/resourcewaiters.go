@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
 )
 
 // Waiters on resources (issue 43 item 3; migration 0028).
@@ -58,34 +59,31 @@ func (w *writeTx) DeleteLapsedResourceWaiters(ctx context.Context, now time.Time
 	return int(n), err
 }
 
-// ReofferWaitingTasks implements store.ResourceLeaseWriter. Rows another
-// transaction holds are skipped (SKIP LOCKED): the caller holds the
-// resources' locks, so such a holder is a claim that decides the task after
-// this transaction. Other hosts' long-polling workers hear of the tasks at
-// the commit, as of any task made ready.
+// ReofferWaitingTasks implements store.ResourceLeaseWriter. The statement
+// is queued in front of the transaction's next one (in a release, its
+// COMMIT), so it costs no round trip of its own: an uncontended release,
+// where nothing waits, pays only its execution, an index probe of
+// resource_waiters that finds nothing. So it returns no task types: for
+// each type it made tasks of available, the statement itself sends a
+// store.ReofferNotice (with how many), delivered at the commit to every host's
+// subscription, this host's included (Subscribe), whose engine wakes a
+// long-polling worker of the type. Rows another transaction holds are
+// skipped (SKIP LOCKED): the caller holds the resources' locks, so such a
+// holder is a claim that decides the task after this transaction.
 func (w *writeTx) ReofferWaitingTasks(ctx context.Context, tenant string, resources []string, now time.Time) ([]string, error) {
 	if len(resources) == 0 {
 		return nil, nil
 	}
-	var types []string
-	err := w.ss.query(w.c(ctx), func(r pgx.Rows) error {
-		var typ string
-		if err := r.Scan(&typ); err != nil {
-			return err
-		}
-		types = append(types, typ)
-		return nil
-	}, `UPDATE tasks SET available_at = $3, updated_at = $3, version = version + 1 WHERE id IN (
+	w.ss.queue(reofferWaitingTasks, tenant, resources, us(now), w.s.opts.Channel, store.ReofferNoticePrefix+tenant+"\n")
+	return nil, nil
+}
+
+// reofferWaitingTasks is ReofferWaitingTasks' statement ($1 tenant, $2
+// resources, $3 now, $4 the notification channel, $5 the notice's prefix).
+const reofferWaitingTasks = `WITH u AS (UPDATE tasks SET available_at = $3, updated_at = $3, version = version + 1 WHERE id IN (
 SELECT id FROM tasks WHERE tenant = $1 AND state = 'queued' AND available_at > $3 AND id IN (
 SELECT w.task_id FROM resource_waiters w WHERE w.tenant = $1 AND w.resource = ANY($2::text[]) AND w.task_id <> '' AND w.expires_at > $3
 AND NOT EXISTS (SELECT 1 FROM resource_waiters o WHERE o.tenant = $1 AND o.resource = w.resource AND o.expires_at > $3
   AND o.priority_at < w.priority_at AND (o.predicate = 'MUTATES' OR w.predicate = 'MUTATES')))
-FOR UPDATE SKIP LOCKED) RETURNING task_type`, tenant, resources, us(now))
-	if err != nil {
-		return nil, err
-	}
-	if len(types) > 0 {
-		w.st.notify = append(w.st.notify, tenant)
-	}
-	return types, nil
-}
+FOR UPDATE SKIP LOCKED) RETURNING task_type)
+SELECT pg_notify($4, $5 || task_type || E'\n' || count(*)) FROM u GROUP BY task_type`
