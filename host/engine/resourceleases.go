@@ -46,6 +46,13 @@ type ResourceLeaseConfig struct {
 	HoldQuota time.Duration
 	// QuotaWindow is the window of HoldQuota (default 1 h).
 	QuotaWindow time.Duration
+	// MaxSessionsPerHolder caps a holder's open sessions, active and
+	// unexpired (default 16; negative: no cap).
+	MaxSessionsPerHolder int
+	// SessionRetention is how long after its end (or expiry) a session is
+	// kept, answering 409 session_ended, before the sweep purges it and
+	// its id answers 404 not_found (default 1 h).
+	SessionRetention time.Duration
 }
 
 func (c ResourceLeaseConfig) withDefaults() ResourceLeaseConfig {
@@ -72,6 +79,12 @@ func (c ResourceLeaseConfig) withDefaults() ResourceLeaseConfig {
 	}
 	if c.MaxIntents <= 0 {
 		c.MaxIntents = 64
+	}
+	if c.MaxSessionsPerHolder == 0 {
+		c.MaxSessionsPerHolder = 16
+	}
+	if c.SessionRetention <= 0 {
+		c.SessionRetention = time.Hour
 	}
 	if c.MaxLeasesPerHolder == 0 {
 		c.MaxLeasesPerHolder = 256
@@ -809,6 +822,12 @@ func (e *Engine) ReleaseResources(ctx context.Context, a Actor, ids []string) (*
 			}
 			expired++
 		}
+		// A lease released on its own leaves its session's list, so the
+		// list holds at most the session's live leases and those that
+		// ended with it (or were revoked).
+		if err := tx.RemoveResourceSessionLeases(ctx, a.Tenant, ids); err != nil {
+			return err
+		}
 		out = &ResourceLeasesResult{Leases: ls, ServerTime: now}
 		return nil
 	})
@@ -1155,6 +1174,9 @@ func (e *Engine) SweepResourceLeases(ctx context.Context) (int, error) {
 		}
 		if !more {
 			if _, err := e.sweepWaiters(ctx); err != nil {
+				return total, err
+			}
+			if _, err := e.sweepSessions(ctx); err != nil {
 				return total, err
 			}
 			return total, nil

@@ -122,6 +122,19 @@ type ResourceLeaseWriter interface {
 	// ResourceSessionsOfLeases maps each of the leases that was granted in
 	// a session to its session's id.
 	ResourceSessionsOfLeases(ctx context.Context, tenant string, leaseIDs []string) (map[string]string, error)
+	// CountLiveResourceSessions counts the sessions of holder in tenant
+	// that are active and unexpired at now (the per-holder cap; callers
+	// hold the holder's lock).
+	CountLiveResourceSessions(ctx context.Context, tenant, holder string, now time.Time) (int, error)
+	// RemoveResourceSessionLeases forgets that the leases were granted in
+	// a session (a lease released on its own leaves its session's list).
+	// Ids granted in no session are ignored.
+	RemoveResourceSessionLeases(ctx context.Context, tenant string, leaseIDs []string) error
+	// DeleteEndedResourceSessions deletes at most limit sessions, of any
+	// tenant, that ended or expired at or before endedBy (their end:
+	// ended_at, or expires_at when it has none), with their lease lists,
+	// and reports how many it deleted (storetest: ResourceSessionBounds).
+	DeleteEndedResourceSessions(ctx context.Context, endedBy time.Time, limit int) (int, error)
 }
 
 // ResourceLeaseFilter selects resource leases. Empty fields do not filter.

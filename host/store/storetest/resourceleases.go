@@ -60,6 +60,7 @@ func runResourceLeases(t *testing.T, open Opener, hammer bool) {
 		{"ResourceLeaseFairTask", testRLFairTask},
 		{"ResourceLeaseWaiterRows", testRLWaiterRows},
 		{"ResourceLeaseSessions", testRLSessions}, // resourcesessions.go
+		{"ResourceLeaseSessionBounds", testRLSessionBounds},
 		{"ResourceLeaseRevoke", testRLRevoke},
 	}
 	// The cases that measure latency run one at a time, before the others
