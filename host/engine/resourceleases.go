@@ -375,15 +375,12 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 			}
 			ttl, expires = time.Duration(sess.TTLMs)*time.Millisecond, sess.ExpiresAt
 		}
-		mine, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: req.Tenant, Holder: req.Holder, LiveAt: &now, Limit: 100000})
+		view, err := acquireView(ctx, tx, req.Tenant, req.Holder, resources, now)
 		if err != nil {
 			return err
 		}
+		mine, live, ws := view.Mine, view.Live, view.Waiters
 		prio, err := boundPriority(mine, prio, floor, explicit, now)
-		if err != nil {
-			return err
-		}
-		live, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: req.Tenant, Resources: resources, LiveAt: &now, Limit: 100000})
 		if err != nil {
 			return err
 		}
@@ -396,10 +393,6 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 			if p, ok := want[l.Resource]; ok && p.Conflicts(l.Predicate) {
 				conflicts = append(conflicts, l)
 			}
-		}
-		ws, err := tx.ListResourceWaiters(ctx, req.Tenant, resources, now)
-		if err != nil {
-			return err
 		}
 		ahead := aheadOf(ws, want, prio, self, req.Holder)
 		if len(conflicts) > 0 {
@@ -459,6 +452,32 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 		e.emit(Event{Kind: EvResourceGranted, Tenant: req.Tenant, WorkerID: req.Holder, Detail: string(l.Predicate)})
 	}
 	return out, nil
+}
+
+// acquireView reads, under an acquire's locks, the holder's live leases,
+// the live leases on the resources and the waiters registered on them: in
+// one round trip where the store can (store.ResourceAcquireViewTx).
+func acquireView(ctx context.Context, tx store.Tx, tenant, holder string, resources []string, now time.Time) (*store.ResourceAcquireView, error) {
+	inner := tx
+	if d, ok := tx.(*deliveryTx); ok {
+		inner = d.Tx
+	}
+	if v, ok := inner.(store.ResourceAcquireViewTx); ok {
+		return v.ResourceAcquireView(ctx, tenant, holder, resources, now)
+	}
+	mine, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: tenant, Holder: holder, LiveAt: &now, Limit: 100000})
+	if err != nil {
+		return nil, err
+	}
+	live, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: tenant, Resources: resources, LiveAt: &now, Limit: 100000})
+	if err != nil {
+		return nil, err
+	}
+	ws, err := tx.ListResourceWaiters(ctx, tenant, resources, now)
+	if err != nil {
+		return nil, err
+	}
+	return &store.ResourceAcquireView{Mine: mine, Live: live, Waiters: ws}, nil
 }
 
 // boundPriority is the priority an acquire runs with, given the holder's

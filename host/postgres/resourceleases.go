@@ -56,9 +56,23 @@ func (r *reader) GetResourceLease(ctx context.Context, tenant, id string) (*host
 }
 
 func (r *reader) ListResourceLeases(ctx context.Context, f store.ResourceLeaseFilter) ([]*host.ResourceLease, string, error) {
-	after, err := store.ParseCursor(f.Cursor)
+	q, a, err := resourceLeaseQuery(&f)
 	if err != nil {
 		return nil, "", err
+	}
+	rows, err := r.resourceLeases(ctx, q, a...)
+	if err != nil {
+		return nil, "", err
+	}
+	return pageLeases(rows, f.Limit)
+}
+
+// resourceLeaseQuery is ListResourceLeases' statement for f (its Limit
+// defaulted in place).
+func resourceLeaseQuery(f *store.ResourceLeaseFilter) (string, args, error) {
+	after, err := store.ParseCursor(f.Cursor)
+	if err != nil {
+		return "", nil, err
 	}
 	if f.Limit <= 0 {
 		f.Limit = 100
@@ -96,11 +110,12 @@ func (r *reader) ListResourceLeases(ctx context.Context, f store.ResourceLeaseFi
 		q += ` AND coalesce(ended_at, expires_at) > ` + a.add(us(*f.EndsAfter))
 	}
 	q += ` ORDER BY seq LIMIT ` + a.add(f.Limit+1)
-	rows, err := r.resourceLeases(ctx, q, a...)
-	if err != nil {
-		return nil, "", err
-	}
-	rows, cur := store.Page(rows, f.Limit, func(i int) int64 { return rows[i].seq })
+	return q, a, nil
+}
+
+// pageLeases cuts rows read with a limit of limit+1 to a page and its cursor.
+func pageLeases(rows []rleaseRow, limit int) ([]*host.ResourceLease, string, error) {
+	rows, cur := store.Page(rows, limit, func(i int) int64 { return rows[i].seq })
 	out := make([]*host.ResourceLease, len(rows))
 	for i, lr := range rows {
 		out[i] = lr.l

@@ -8,6 +8,7 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/sqlrows"
 )
 
 // Waiters on resources (issue 43 item 3; migration 0028).
@@ -18,7 +19,18 @@ func (w *writeTx) ListResourceWaiters(ctx context.Context, tenant string, resour
 		return nil, nil
 	}
 	var out []host.ResourceWaiter
-	err := w.ss.query(w.c(ctx), func(r pgx.Rows) error {
+	err := w.ss.query(w.c(ctx), scanWaiters(tenant, &out), listResourceWaiters, tenant, us(liveAt), resources)
+	return out, err
+}
+
+// listResourceWaiters is ListResourceWaiters' statement ($1 tenant, $2 the
+// time the registrations are live at, $3 the resources).
+const listResourceWaiters = `SELECT resource, waiter_id, holder, predicate, priority_at, task_id, expires_at FROM resource_waiters
+WHERE tenant = $1 AND expires_at > $2 AND resource = ANY($3::text[]) ORDER BY priority_at, waiter_id, resource`
+
+// scanWaiters appends each row of listResourceWaiters to out.
+func scanWaiters(tenant string, out *[]host.ResourceWaiter) func(pgx.Rows) error {
+	return func(r pgx.Rows) error {
 		rw := host.ResourceWaiter{Tenant: tenant}
 		var pred string
 		var prio, exp int64
@@ -26,11 +38,50 @@ func (w *writeTx) ListResourceWaiters(ctx context.Context, tenant string, resour
 			return err
 		}
 		rw.Predicate, rw.PriorityAt, rw.ExpiresAt = host.LeasePredicate(pred), fromUS(prio), fromUS(exp)
-		out = append(out, rw)
+		*out = append(*out, rw)
 		return nil
-	}, `SELECT resource, waiter_id, holder, predicate, priority_at, task_id, expires_at FROM resource_waiters
-WHERE tenant = $1 AND expires_at > $2 AND resource = ANY($3::text[]) ORDER BY priority_at, waiter_id, resource`, tenant, us(liveAt), resources)
-	return out, err
+	}
+}
+
+var _ store.ResourceAcquireViewTx = (*writeTx)(nil)
+
+// ResourceAcquireView implements store.ResourceAcquireViewTx: the three
+// reads go in one pipeline, one round trip.
+func (w *writeTx) ResourceAcquireView(ctx context.Context, tenant, holder string, resources []string, now time.Time) (*store.ResourceAcquireView, error) {
+	limit := 100000
+	mf := store.ResourceLeaseFilter{Tenant: tenant, Holder: holder, LiveAt: &now, Limit: limit}
+	lf := store.ResourceLeaseFilter{Tenant: tenant, Resources: resources, LiveAt: &now, Limit: limit}
+	mq, ma, err := resourceLeaseQuery(&mf)
+	if err != nil {
+		return nil, err
+	}
+	lq, la, err := resourceLeaseQuery(&lf)
+	if err != nil {
+		return nil, err
+	}
+	var mine, live []rleaseRow
+	scanLease := func(out *[]rleaseRow) func(pgx.Rows) error {
+		return func(rows pgx.Rows) error {
+			l, seq, err := sqlrows.ScanResourceLease(rows)
+			if err != nil {
+				return err
+			}
+			*out = append(*out, rleaseRow{l, seq})
+			return nil
+		}
+	}
+	v := &store.ResourceAcquireView{}
+	err = w.ss.queryAll(w.c(ctx), []query{
+		{sql: mq, args: ma, each: scanLease(&mine)},
+		{sql: lq, args: la, each: scanLease(&live)},
+		{sql: listResourceWaiters, args: []any{tenant, us(now), resources}, each: scanWaiters(tenant, &v.Waiters)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	v.Mine, _, _ = pageLeases(mine, limit)
+	v.Live, _, _ = pageLeases(live, limit)
+	return v, nil
 }
 
 // PutResourceWaiter implements store.ResourceLeaseWriter; the upsert is

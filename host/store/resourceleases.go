@@ -180,3 +180,18 @@ type ResourceLeaseFence struct {
 	// ExpiredAt requires expires_at <= ExpiredAt: the lease ran out.
 	ExpiredAt *time.Time
 }
+
+// ResourceAcquireView is what an acquire reads under its locks: the
+// holder's live leases, the live leases on the resources it wants, and the
+// live waiter registrations on them (ListResourceWaiters' order).
+type ResourceAcquireView struct {
+	Mine, Live []*host.ResourceLease
+	Waiters    []host.ResourceWaiter
+}
+
+// ResourceAcquireViewTx is implemented by write transactions that read an
+// acquire's view in one round trip (PostgreSQL); others are read with
+// ListResourceLeases (twice) and ListResourceWaiters, which it must equal.
+type ResourceAcquireViewTx interface {
+	ResourceAcquireView(ctx context.Context, tenant, holder string, resources []string, now time.Time) (*ResourceAcquireView, error)
+}
