@@ -415,7 +415,17 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 		for _, r := range resources {
 			adds[holdKey{req.Holder, r}] = expires.Sub(now)
 		}
-		if err := e.bookHold(ctx, tx, req.Tenant, adds, now); err != nil {
+		var pre map[holdKey]store.ResourceHold
+		if view.HoldsRead {
+			pre = map[holdKey]store.ResourceHold{}
+			for _, r := range resources {
+				pre[holdKey{req.Holder, r}] = store.ResourceHold{Tenant: req.Tenant, Holder: req.Holder, Resource: r}
+			}
+			for _, h := range view.Holds {
+				pre[holdKey{h.Holder, h.Resource}] = h
+			}
+		}
+		if err := e.bookHoldRead(ctx, tx, req.Tenant, adds, pre, now); err != nil {
 			return err
 		}
 		if self != "" {
@@ -560,6 +570,12 @@ type holdKey struct{ holder, resource string }
 // addition is checked before any is booked, so a refusal books nothing.
 // Callers hold the resources' locks.
 func (e *Engine) bookHold(ctx context.Context, tx store.Tx, tenant string, adds map[holdKey]time.Duration, now time.Time) error {
+	return e.bookHoldRead(ctx, tx, tenant, adds, nil, now)
+}
+
+// bookHoldRead is bookHold with the quota rows already read (pre, when it
+// has every key of adds: GetResourceHold's answers).
+func (e *Engine) bookHoldRead(ctx context.Context, tx store.Tx, tenant string, adds map[holdKey]time.Duration, pre map[holdKey]store.ResourceHold, now time.Time) error {
 	cfg := e.rl().cfg
 	if cfg.HoldQuota < 0 {
 		return nil
@@ -573,9 +589,12 @@ func (e *Engine) bookHold(ctx context.Context, tx store.Tx, tenant string, adds 
 	})
 	hs := make([]store.ResourceHold, 0, len(keys))
 	for _, k := range keys {
-		h, err := tx.GetResourceHold(ctx, tenant, k.holder, k.resource)
-		if err != nil {
-			return err
+		h, ok := pre[k]
+		if !ok {
+			var err error
+			if h, err = tx.GetResourceHold(ctx, tenant, k.holder, k.resource); err != nil {
+				return err
+			}
 		}
 		if h.WindowStart.IsZero() || !now.Before(h.WindowStart.Add(cfg.QuotaWindow)) {
 			h = store.ResourceHold{Tenant: tenant, Holder: k.holder, Resource: k.resource, WindowStart: now}
@@ -610,6 +629,13 @@ func (e *Engine) refundHold(ctx context.Context, tx store.Tx, l *host.ResourceLe
 	}
 	if cfg.HoldQuota < 0 || unused <= 0 {
 		return nil
+	}
+	inner := tx
+	if d, ok := tx.(*deliveryTx); ok {
+		inner = d.Tx
+	}
+	if r, ok := inner.(store.ResourceHoldRefundTx); ok {
+		return r.RefundResourceHold(ctx, l.Tenant, l.Holder, l.Resource, unused, l.AcquiredAt, now, cfg.QuotaWindow)
 	}
 	h, err := tx.GetResourceHold(ctx, l.Tenant, l.Holder, l.Resource)
 	if err != nil || h.WindowStart.IsZero() || !now.Before(h.WindowStart.Add(cfg.QuotaWindow)) || l.AcquiredAt.Before(h.WindowStart) {

@@ -339,3 +339,14 @@ ON CONFLICT (tenant, holder, resource) DO UPDATE SET window_start = excluded.win
 		h.Tenant, h.Holder, h.Resource, us(h.WindowStart), h.Held.Microseconds())
 	return nil
 }
+
+var _ store.ResourceHoldRefundTx = (*writeTx)(nil)
+
+// RefundResourceHold implements store.ResourceHoldRefundTx; queued in front
+// of the transaction's next statement, so a release reads no quota row.
+func (w *writeTx) RefundResourceHold(ctx context.Context, tenant, holder, resource string, unused time.Duration, acquiredAt, now time.Time, window time.Duration) error {
+	w.ss.queue(`UPDATE resource_holds SET held_us = held_us - least($4, held_us)
+WHERE tenant = $1 AND holder = $2 AND resource = $3 AND $5 < window_start + $6 AND window_start <= $7`,
+		tenant, holder, resource, unused.Microseconds(), us(now), window.Microseconds(), us(acquiredAt))
+	return nil
+}

@@ -45,8 +45,8 @@ func scanWaiters(tenant string, out *[]host.ResourceWaiter) func(pgx.Rows) error
 
 var _ store.ResourceAcquireViewTx = (*writeTx)(nil)
 
-// ResourceAcquireView implements store.ResourceAcquireViewTx: the three
-// reads go in one pipeline, one round trip.
+// ResourceAcquireView implements store.ResourceAcquireViewTx: the reads
+// (with the holder's quota rows) go in one pipeline, one round trip.
 func (w *writeTx) ResourceAcquireView(ctx context.Context, tenant, holder string, resources []string, now time.Time) (*store.ResourceAcquireView, error) {
 	limit := 100000
 	mf := store.ResourceLeaseFilter{Tenant: tenant, Holder: holder, LiveAt: &now, Limit: limit}
@@ -75,10 +75,22 @@ func (w *writeTx) ResourceAcquireView(ctx context.Context, tenant, holder string
 		{sql: mq, args: ma, each: scanLease(&mine)},
 		{sql: lq, args: la, each: scanLease(&live)},
 		{sql: listResourceWaiters, args: []any{tenant, us(now), resources}, each: scanWaiters(tenant, &v.Waiters)},
+		{sql: `SELECT resource, window_start, held_us FROM resource_holds WHERE tenant = $1 AND holder = $2 AND resource = ANY($3::text[])`,
+			args: []any{tenant, holder, resources}, each: func(r pgx.Rows) error {
+				h := store.ResourceHold{Tenant: tenant, Holder: holder}
+				var start, held int64
+				if err := r.Scan(&h.Resource, &start, &held); err != nil {
+					return err
+				}
+				h.WindowStart, h.Held = fromUS(start), time.Duration(held)*time.Microsecond
+				v.Holds = append(v.Holds, h)
+				return nil
+			}},
 	})
 	if err != nil {
 		return nil, err
 	}
+	v.HoldsRead = true
 	v.Mine, _, _ = pageLeases(mine, limit)
 	v.Live, _, _ = pageLeases(live, limit)
 	return v, nil

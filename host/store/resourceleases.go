@@ -187,6 +187,20 @@ type ResourceLeaseFence struct {
 type ResourceAcquireView struct {
 	Mine, Live []*host.ResourceLease
 	Waiters    []host.ResourceWaiter
+	// Holds, when HoldsRead, are the holder's quota rows on the resources
+	// (GetResourceHold's answers; a resource with none is absent).
+	Holds     []ResourceHold
+	HoldsRead bool
+}
+
+// ResourceHoldRefundTx is implemented by write transactions that refund a
+// released lease's unused time without reading the quota row first
+// (PostgreSQL: one statement queued in front of the next). The refund is
+// the engine's: the row of (tenant, holder, resource) loses min(unused, its
+// held time) when its window, which lasts window from its start, is still
+// open at now and began no later than acquiredAt; otherwise nothing.
+type ResourceHoldRefundTx interface {
+	RefundResourceHold(ctx context.Context, tenant, holder, resource string, unused time.Duration, acquiredAt, now time.Time, window time.Duration) error
 }
 
 // ResourceAcquireViewTx is implemented by write transactions that read an
