@@ -17,6 +17,10 @@ type resourceLeaseConfig struct {
 	MaxLeasesPerHolder int   `json:"max_leases_per_holder"`
 	HoldQuotaSeconds   int64 `json:"hold_quota_seconds"`
 	QuotaWindowSeconds int64 `json:"quota_window_seconds"`
+	// MaxSessionsPerHolder caps a holder's open sessions (-1: no cap).
+	MaxSessionsPerHolder int `json:"max_sessions_per_holder"`
+	// SessionRetentionSeconds is how long an ended session is kept.
+	SessionRetentionSeconds int64 `json:"session_retention_seconds"`
 }
 
 // engine returns the engine's settings; a nil config is all defaults.
@@ -25,13 +29,15 @@ func (c *resourceLeaseConfig) engine() engine.ResourceLeaseConfig {
 		return engine.ResourceLeaseConfig{}
 	}
 	return engine.ResourceLeaseConfig{
-		DefaultTTL:         time.Duration(c.DefaultTTLMs) * time.Millisecond,
-		MaxTTL:             time.Duration(c.MaxTTLMs) * time.Millisecond,
-		MinTTL:             time.Duration(c.MinTTLMs) * time.Millisecond,
-		Grace:              time.Duration(c.GraceMs) * time.Millisecond,
-		MaxIntents:         c.MaxIntents,
-		MaxLeasesPerHolder: c.MaxLeasesPerHolder,
-		HoldQuota:          time.Duration(c.HoldQuotaSeconds) * time.Second,
-		QuotaWindow:        time.Duration(c.QuotaWindowSeconds) * time.Second,
+		DefaultTTL:           time.Duration(c.DefaultTTLMs) * time.Millisecond,
+		MaxTTL:               time.Duration(c.MaxTTLMs) * time.Millisecond,
+		MinTTL:               time.Duration(c.MinTTLMs) * time.Millisecond,
+		Grace:                time.Duration(c.GraceMs) * time.Millisecond,
+		MaxIntents:           c.MaxIntents,
+		MaxLeasesPerHolder:   c.MaxLeasesPerHolder,
+		HoldQuota:            time.Duration(c.HoldQuotaSeconds) * time.Second,
+		QuotaWindow:          time.Duration(c.QuotaWindowSeconds) * time.Second,
+		MaxSessionsPerHolder: c.MaxSessionsPerHolder,
+		SessionRetention:     time.Duration(c.SessionRetentionSeconds) * time.Second,
 	}
 }

@@ -283,6 +283,10 @@ func (e *Engine) forward(ch <-chan string) {
 			if e.forwardResourceNotice(tenant) {
 				continue
 			}
+			if t, typ, n, ok := store.ParseReofferNotice(tenant); ok {
+				e.waiters.wake(t, typ, n)
+				continue
+			}
 			e.waiters.wakeAll(tenant)
 		}
 	}

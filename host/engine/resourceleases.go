@@ -46,6 +46,13 @@ type ResourceLeaseConfig struct {
 	HoldQuota time.Duration
 	// QuotaWindow is the window of HoldQuota (default 1 h).
 	QuotaWindow time.Duration
+	// MaxSessionsPerHolder caps a holder's open sessions, active and
+	// unexpired (default 16; negative: no cap).
+	MaxSessionsPerHolder int
+	// SessionRetention is how long after its end (or expiry) a session is
+	// kept, answering 409 session_ended, before the sweep purges it and
+	// its id answers 404 not_found (default 1 h).
+	SessionRetention time.Duration
 }
 
 func (c ResourceLeaseConfig) withDefaults() ResourceLeaseConfig {
@@ -72,6 +79,12 @@ func (c ResourceLeaseConfig) withDefaults() ResourceLeaseConfig {
 	}
 	if c.MaxIntents <= 0 {
 		c.MaxIntents = 64
+	}
+	if c.MaxSessionsPerHolder == 0 {
+		c.MaxSessionsPerHolder = 16
+	}
+	if c.SessionRetention <= 0 {
+		c.SessionRetention = time.Hour
 	}
 	if c.MaxLeasesPerHolder == 0 {
 		c.MaxLeasesPerHolder = 256
@@ -241,14 +254,24 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 	}
 	var prio time.Time
 	explicit := req.PriorityAt != nil
+	start := e.now()
 	if explicit {
 		if req.PriorityAt.IsZero() {
 			return nil, host.Errorf(host.CodeBadRequest, "priority_at: must be a timestamp")
 		}
 		prio = req.PriorityAt.UTC().Truncate(time.Microsecond)
+		if prio.After(start) {
+			// A priority from the future is younger than any request
+			// can be: it runs as one sent now (boundPriority).
+			prio = start
+		}
 	} else {
-		prio = e.now()
+		prio = start
 	}
+	// floor is the oldest priority a holder that holds nothing may run
+	// with: the request's start less the longest wait (boundPriority). It
+	// is read once, so a wait never moves it.
+	floor := start.Add(-e.cfg.MaxWait)
 	if req.Wait > e.cfg.MaxWait {
 		req.Wait = e.cfg.MaxWait
 	}
@@ -277,7 +300,7 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 	var waitUntil time.Time
 	for {
 		w := e.rl().watch(req.Tenant, intentResources(intents))
-		res, err := e.tryAcquire(ctx, req, intents, ttl, prio, explicit, self)
+		res, err := e.tryAcquire(ctx, req, intents, ttl, prio, floor, explicit, self)
 		if err == nil {
 			registered = false // the grant removed the registration
 		}
@@ -320,10 +343,10 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 	}
 }
 
-// tryAcquire decides an acquire once. prio is the request's priority;
-// explicit says the caller named it (otherwise a holder with live leases
+// tryAcquire decides an acquire once. prio is the request's priority and
+// floor the oldest it may be when the holder holds nothing; explicit says the caller named it (otherwise a holder with live leases
 // acquires with its bound priority). self is the request's waiter id.
-func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []ResourceIntent, ttl time.Duration, prio time.Time, explicit bool, self string) (*AcquireResult, error) {
+func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []ResourceIntent, ttl time.Duration, prio, floor time.Time, explicit bool, self string) (*AcquireResult, error) {
 	cfg := e.rl().cfg
 	resources := make([]string, len(intents))
 	for i, it := range intents {
@@ -352,15 +375,12 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 			}
 			ttl, expires = time.Duration(sess.TTLMs)*time.Millisecond, sess.ExpiresAt
 		}
-		mine, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: req.Tenant, Holder: req.Holder, LiveAt: &now, Limit: 100000})
+		view, err := acquireView(ctx, tx, req.Tenant, req.Holder, resources, now)
 		if err != nil {
 			return err
 		}
-		prio, err := boundPriority(mine, prio, explicit, now)
-		if err != nil {
-			return err
-		}
-		live, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: req.Tenant, Resources: resources, LiveAt: &now, Limit: 100000})
+		mine, live, ws := view.Mine, view.Live, view.Waiters
+		prio, err := boundPriority(mine, prio, floor, explicit, now)
 		if err != nil {
 			return err
 		}
@@ -373,10 +393,6 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 			if p, ok := want[l.Resource]; ok && p.Conflicts(l.Predicate) {
 				conflicts = append(conflicts, l)
 			}
-		}
-		ws, err := tx.ListResourceWaiters(ctx, req.Tenant, resources, now)
-		if err != nil {
-			return err
 		}
 		ahead := aheadOf(ws, want, prio, self, req.Holder)
 		if len(conflicts) > 0 {
@@ -399,7 +415,17 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 		for _, r := range resources {
 			adds[holdKey{req.Holder, r}] = expires.Sub(now)
 		}
-		if err := e.bookHold(ctx, tx, req.Tenant, adds, now); err != nil {
+		var pre map[holdKey]store.ResourceHold
+		if view.HoldsRead {
+			pre = map[holdKey]store.ResourceHold{}
+			for _, r := range resources {
+				pre[holdKey{req.Holder, r}] = store.ResourceHold{Tenant: req.Tenant, Holder: req.Holder, Resource: r}
+			}
+			for _, h := range view.Holds {
+				pre[holdKey{h.Holder, h.Resource}] = h
+			}
+		}
+		if err := e.bookHoldRead(ctx, tx, req.Tenant, adds, pre, now); err != nil {
 			return err
 		}
 		if self != "" {
@@ -438,6 +464,32 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 	return out, nil
 }
 
+// acquireView reads, under an acquire's locks, the holder's live leases,
+// the live leases on the resources and the waiters registered on them: in
+// one round trip where the store can (store.ResourceAcquireViewTx).
+func acquireView(ctx context.Context, tx store.Tx, tenant, holder string, resources []string, now time.Time) (*store.ResourceAcquireView, error) {
+	inner := tx
+	if d, ok := tx.(*deliveryTx); ok {
+		inner = d.Tx
+	}
+	if v, ok := inner.(store.ResourceAcquireViewTx); ok {
+		return v.ResourceAcquireView(ctx, tenant, holder, resources, now)
+	}
+	mine, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: tenant, Holder: holder, LiveAt: &now, Limit: 100000})
+	if err != nil {
+		return nil, err
+	}
+	live, _, err := tx.ListResourceLeases(ctx, store.ResourceLeaseFilter{Tenant: tenant, Resources: resources, LiveAt: &now, Limit: 100000})
+	if err != nil {
+		return nil, err
+	}
+	ws, err := tx.ListResourceWaiters(ctx, tenant, resources, now)
+	if err != nil {
+		return nil, err
+	}
+	return &store.ResourceAcquireView{Mine: mine, Live: live, Waiters: ws}, nil
+}
+
 // boundPriority is the priority an acquire runs with, given the holder's
 // live leases (mine). Wait-die is deadlock-free only when every request of a
 // holder is at least as young as every lease it holds: a cycle of waiters
@@ -446,8 +498,20 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 // priority is bound to the youngest of theirs: a request naming none runs
 // with it, one naming an older timestamp is refused, and a younger one (the
 // holder giving up seniority) is accepted.
-func boundPriority(mine []*host.ResourceLease, prio time.Time, explicit bool, now time.Time) (time.Time, error) {
+//
+// A holder that holds nothing has no bound yet, so its priority is bounded
+// from below instead: one older than floor (the request's start less
+// Config.MaxWait) runs as floor. Without it, a priority of 1970 would jump
+// every younger waiter and every stepped-aside task until its wait ends
+// (resourcefair.go); with it, a request is at most as senior as one that
+// has waited the longest wait a call may make, and a requester that
+// resends the priority_at of a refusal keeps all of it for a full wait.
+// (A priority later than the request's start was already clamped to it.)
+func boundPriority(mine []*host.ResourceLease, prio, floor time.Time, explicit bool, now time.Time) (time.Time, error) {
 	if len(mine) == 0 {
+		if prio.Before(floor) {
+			return floor, nil
+		}
 		return prio, nil
 	}
 	bound := mine[0].PriorityAt
@@ -506,6 +570,12 @@ type holdKey struct{ holder, resource string }
 // addition is checked before any is booked, so a refusal books nothing.
 // Callers hold the resources' locks.
 func (e *Engine) bookHold(ctx context.Context, tx store.Tx, tenant string, adds map[holdKey]time.Duration, now time.Time) error {
+	return e.bookHoldRead(ctx, tx, tenant, adds, nil, now)
+}
+
+// bookHoldRead is bookHold with the quota rows already read (pre, when it
+// has every key of adds: GetResourceHold's answers).
+func (e *Engine) bookHoldRead(ctx context.Context, tx store.Tx, tenant string, adds map[holdKey]time.Duration, pre map[holdKey]store.ResourceHold, now time.Time) error {
 	cfg := e.rl().cfg
 	if cfg.HoldQuota < 0 {
 		return nil
@@ -519,9 +589,12 @@ func (e *Engine) bookHold(ctx context.Context, tx store.Tx, tenant string, adds 
 	})
 	hs := make([]store.ResourceHold, 0, len(keys))
 	for _, k := range keys {
-		h, err := tx.GetResourceHold(ctx, tenant, k.holder, k.resource)
-		if err != nil {
-			return err
+		h, ok := pre[k]
+		if !ok {
+			var err error
+			if h, err = tx.GetResourceHold(ctx, tenant, k.holder, k.resource); err != nil {
+				return err
+			}
 		}
 		if h.WindowStart.IsZero() || !now.Before(h.WindowStart.Add(cfg.QuotaWindow)) {
 			h = store.ResourceHold{Tenant: tenant, Holder: k.holder, Resource: k.resource, WindowStart: now}
@@ -556,6 +629,13 @@ func (e *Engine) refundHold(ctx context.Context, tx store.Tx, l *host.ResourceLe
 	}
 	if cfg.HoldQuota < 0 || unused <= 0 {
 		return nil
+	}
+	inner := tx
+	if d, ok := tx.(*deliveryTx); ok {
+		inner = d.Tx
+	}
+	if r, ok := inner.(store.ResourceHoldRefundTx); ok {
+		return r.RefundResourceHold(ctx, l.Tenant, l.Holder, l.Resource, unused, l.AcquiredAt, now, cfg.QuotaWindow)
 	}
 	h, err := tx.GetResourceHold(ctx, l.Tenant, l.Holder, l.Resource)
 	if err != nil || h.WindowStart.IsZero() || !now.Before(h.WindowStart.Add(cfg.QuotaWindow)) || l.AcquiredAt.Before(h.WindowStart) {
@@ -786,6 +866,12 @@ func (e *Engine) ReleaseResources(ctx context.Context, a Actor, ids []string) (*
 				continue
 			}
 			expired++
+		}
+		// A lease released on its own leaves its session's list, so the
+		// list holds at most the session's live leases and those that
+		// ended with it (or were revoked).
+		if err := tx.RemoveResourceSessionLeases(ctx, a.Tenant, ids); err != nil {
+			return err
 		}
 		out = &ResourceLeasesResult{Leases: ls, ServerTime: now}
 		return nil
@@ -1133,6 +1219,9 @@ func (e *Engine) SweepResourceLeases(ctx context.Context) (int, error) {
 		}
 		if !more {
 			if _, err := e.sweepWaiters(ctx); err != nil {
+				return total, err
+			}
+			if _, err := e.sweepSessions(ctx); err != nil {
 				return total, err
 			}
 			return total, nil

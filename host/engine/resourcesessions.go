@@ -73,8 +73,24 @@ func (e *Engine) CreateResourceSession(ctx context.Context, a Actor, ttl time.Du
 		return nil, err
 	}
 	var out *ResourceSessionResult
+	cfg := e.rl().cfg
 	err = e.update(ctx, func(tx store.Tx) error {
+		// The holder's lock orders its creates, so two cannot both pass
+		// the cap.
+		if _, err := tx.LockResources(ctx, a.Tenant, []string{holderLockName(a.Principal)}); err != nil {
+			return err
+		}
 		now := e.now()
+		if cfg.MaxSessionsPerHolder > 0 {
+			n, err := tx.CountLiveResourceSessions(ctx, a.Tenant, a.Principal, now)
+			if err != nil {
+				return err
+			}
+			if n >= cfg.MaxSessionsPerHolder {
+				return host.Errorf(host.CodeQuotaExceeded, "holder %s has %d open resource sessions, its quota: end one (or let one expire) before opening another",
+					a.Principal, n).At(now)
+			}
+		}
 		s := &host.ResourceSession{ID: host.NewID(host.PrefixResourceSession), Tenant: a.Tenant, Holder: a.Principal, State: host.ResourceSessionActive,
 			TTLMs: ttl.Milliseconds(), CreatedAt: now, ExpiresAt: now.Add(ttl)}
 		if err := tx.InsertResourceSession(ctx, s); err != nil {
@@ -343,4 +359,25 @@ func (e *Engine) RevokeResourceLease(ctx context.Context, a Actor, tenant, id st
 		e.emit(Event{Kind: EvResourceReleased, Tenant: tenant, Detail: "revoked"})
 	}
 	return out, nil
+}
+
+// sessionPurgePage is how many ended sessions one purge transaction deletes.
+const sessionPurgePage = 1000
+
+// sweepSessions purges sessions that ended or expired more than
+// SessionRetention ago, with their lease lists, a page at a time.
+func (e *Engine) sweepSessions(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n := 0
+		err := e.update(ctx, func(tx store.Tx) error {
+			var err error
+			n, err = tx.DeleteEndedResourceSessions(ctx, e.now().Add(-e.rl().cfg.SessionRetention), sessionPurgePage)
+			return err
+		})
+		total += n
+		if err != nil || n < sessionPurgePage {
+			return total, err
+		}
+	}
 }

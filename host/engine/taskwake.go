@@ -132,10 +132,38 @@ func resourcesFreed(ctx context.Context, tx store.Tx, tenant string, resources [
 	if err != nil {
 		return err
 	}
-	if d != nil {
-		for _, typ := range types {
-			d.reoffered = append(d.reoffered, taskWake{tenant, typ})
-		}
+	if d == nil {
+		return nil
+	}
+	if _, ok := inner.(store.DeferredReofferTx); ok {
+		// The store learns the tasks only at the commit: wake a worker
+		// of each task this host stepped aside for the resources (the
+		// store's notice wakes the other hosts' and, when the engine
+		// listens, this host's of tasks stepped aside elsewhere).
+		types = d.e.rl().blockedTypes(tenant, resources)
+	}
+	for _, typ := range types {
+		d.reoffered = append(d.reoffered, taskWake{tenant, typ})
 	}
 	return nil
+}
+
+// blockedTypes returns the type of each task this host stepped aside for
+// one of the resources of tenant, once per task.
+func (r *resourceLeases) blockedTypes(tenant string, resources []string) []string {
+	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
+	var out []string
+	for _, bt := range r.blocked {
+		if bt.tenant != tenant {
+			continue
+		}
+		for _, k := range bt.keys {
+			if slices.Contains(resources, k.resource) {
+				out = append(out, bt.typ)
+				break
+			}
+		}
+	}
+	return out
 }

@@ -211,3 +211,34 @@ func FuzzResourceLeaseRoutes(f *testing.F) {
 		}
 	})
 }
+
+// TestResourceLeasePriorityFloorHTTP: a holder that holds nothing and names
+// a priority_at from 1970 is answered the priority it ran with, the server
+// time less the longest wait (30 s), and one from the future runs as now.
+func TestResourceLeasePriorityFloorHTTP(t *testing.T) {
+	b := setup(t)
+	ts := func(body map[string]any, k string) time.Time {
+		t.Helper()
+		v, _ := body[k].(string)
+		at, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			t.Fatalf("%s: %v in %v", k, err, body)
+		}
+		return at
+	}
+	code, body := b.do(t, "POST", "/v1/resource-leases", b.agent, `{"intents":[{"resource":"FILE:/floor/a","predicate":"MUTATES"}],"priority_at":"1970-01-01T00:00:00Z"}`)
+	if code != 201 {
+		t.Fatalf("acquire with priority_at 1970: %d %v", code, body)
+	}
+	st, prio := ts(body, "server_time"), ts(body, "priority_at")
+	if prio.Before(st.Add(-30*time.Second-time.Second)) || prio.After(st.Add(-30*time.Second)) {
+		t.Fatalf("priority_at 1970 ran with %s, server time %s: want the server time less 30 s", prio, st)
+	}
+	code, body = b.do(t, "POST", "/v1/resource-leases", b.worker, `{"intents":[{"resource":"FILE:/floor/b","predicate":"MUTATES"}],"priority_at":"2999-01-01T00:00:00Z"}`)
+	if code != 201 {
+		t.Fatalf("acquire with priority_at 2999: %d %v", code, body)
+	}
+	if st, prio := ts(body, "server_time"), ts(body, "priority_at"); prio.After(st) || prio.Before(st.Add(-10*time.Second)) {
+		t.Fatalf("priority_at 2999 ran with %s, server time %s: want now", prio, st)
+	}
+}

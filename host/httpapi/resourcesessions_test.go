@@ -96,3 +96,30 @@ func TestResourceSessionsHTTP(t *testing.T) {
 		t.Fatalf("audit trail: %d %v", code, body)
 	}
 }
+
+// TestResourceSessionQuotaHTTP: a holder's 17th open session is 429
+// quota_exceeded with server_time, and another holder may still open one.
+func TestResourceSessionQuotaHTTP(t *testing.T) {
+	b := setup(t)
+	var sid string
+	for i := 0; i < 16; i++ {
+		code, body := b.do(t, "POST", "/v1/resource-sessions", b.agent, `{"ttl_ms":60000}`)
+		if code != 201 {
+			t.Fatalf("session %d: %d %v", i+1, code, body)
+		}
+		sid = body["session"].(map[string]any)["session_id"].(string)
+	}
+	code, body := b.do(t, "POST", "/v1/resource-sessions", b.agent, `{"ttl_ms":60000}`)
+	if code != 429 || body["error"] != "quota_exceeded" || body["server_time"] == nil {
+		t.Fatalf("17th session: %d %v", code, body)
+	}
+	if code, body := b.do(t, "POST", "/v1/resource-sessions", b.worker, `{"ttl_ms":60000}`); code != 201 {
+		t.Fatalf("another holder's session: %d %v", code, body)
+	}
+	if code, body := b.do(t, "POST", "/v1/resource-sessions/"+sid+"/end", b.agent, `{}`); code != 200 {
+		t.Fatalf("end: %d %v", code, body)
+	}
+	if code, body := b.do(t, "POST", "/v1/resource-sessions", b.agent, `{"ttl_ms":60000}`); code != 201 {
+		t.Fatalf("after ending one: %d %v", code, body)
+	}
+}

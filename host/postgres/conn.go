@@ -305,6 +305,49 @@ func (s *sess) query(ctx context.Context, each func(pgx.Rows) error, sql string,
 	return eachErr
 }
 
+// query is one statement of queryAll: each is called for every row.
+type query struct {
+	sql  string
+	args []any
+	each func(pgx.Rows) error
+}
+
+// queryAll runs queries in one pipeline (one round trip, after whatever is
+// queued) and reads each one's rows in order.
+func (s *sess) queryAll(ctx context.Context, qs []query) error {
+	s.ready()
+	extra := make([]stmt, len(qs))
+	for i, q := range qs {
+		extra[i] = stmt{sql: q.sql, args: q.args}
+	}
+	br, err := s.send(ctx, extra...)
+	if err != nil {
+		return err
+	}
+	var eachErr error
+	for _, q := range qs {
+		rows, err := br.Query()
+		if err == nil {
+			for rows.Next() {
+				if eachErr == nil {
+					eachErr = q.each(rows)
+				}
+			}
+			rows.Close()
+			err = rows.Err()
+		}
+		if err != nil {
+			br.Close()
+			return s.note(err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return s.note(err)
+	}
+	// A scan or decode error is the caller's, not the transaction's.
+	return eachErr
+}
+
 // queryRow runs a query for one row and scans it into dest; no row is
 // pgx.ErrNoRows.
 func (s *sess) queryRow(ctx context.Context, dest []any, sql string, args ...any) error {

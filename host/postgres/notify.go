@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,7 +12,9 @@ import (
 
 // Subscribe implements store.Notifier. It LISTENs on a connection of its own
 // and forwards the tenant of every notification another host's commit sent
-// (this host's own are skipped: the engine wakes its local waiters itself). A
+// (this host's own are skipped: the engine wakes its local waiters itself;
+// but a store.ReofferNotice is forwarded from this host too, as its engine
+// learns of the tasks a release re-offered only through it). A
 // lost connection is re-established with backoff. Wake-ups are hints: when the
 // consumer is slow, notifications are coalesced rather than queued without
 // bound. The channel is closed when ctx is done or the store is closed.
@@ -73,7 +76,7 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan string, error) {
 				}
 				continue
 			}
-			if s.ownPID(n.PID) {
+			if s.ownPID(n.PID) && !strings.HasPrefix(n.Payload, store.ReofferNoticePrefix) {
 				continue
 			}
 			select {

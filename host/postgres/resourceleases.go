@@ -56,9 +56,23 @@ func (r *reader) GetResourceLease(ctx context.Context, tenant, id string) (*host
 }
 
 func (r *reader) ListResourceLeases(ctx context.Context, f store.ResourceLeaseFilter) ([]*host.ResourceLease, string, error) {
-	after, err := store.ParseCursor(f.Cursor)
+	q, a, err := resourceLeaseQuery(&f)
 	if err != nil {
 		return nil, "", err
+	}
+	rows, err := r.resourceLeases(ctx, q, a...)
+	if err != nil {
+		return nil, "", err
+	}
+	return pageLeases(rows, f.Limit)
+}
+
+// resourceLeaseQuery is ListResourceLeases' statement for f (its Limit
+// defaulted in place).
+func resourceLeaseQuery(f *store.ResourceLeaseFilter) (string, args, error) {
+	after, err := store.ParseCursor(f.Cursor)
+	if err != nil {
+		return "", nil, err
 	}
 	if f.Limit <= 0 {
 		f.Limit = 100
@@ -96,11 +110,12 @@ func (r *reader) ListResourceLeases(ctx context.Context, f store.ResourceLeaseFi
 		q += ` AND coalesce(ended_at, expires_at) > ` + a.add(us(*f.EndsAfter))
 	}
 	q += ` ORDER BY seq LIMIT ` + a.add(f.Limit+1)
-	rows, err := r.resourceLeases(ctx, q, a...)
-	if err != nil {
-		return nil, "", err
-	}
-	rows, cur := store.Page(rows, f.Limit, func(i int) int64 { return rows[i].seq })
+	return q, a, nil
+}
+
+// pageLeases cuts rows read with a limit of limit+1 to a page and its cursor.
+func pageLeases(rows []rleaseRow, limit int) ([]*host.ResourceLease, string, error) {
+	rows, cur := store.Page(rows, limit, func(i int) int64 { return rows[i].seq })
 	out := make([]*host.ResourceLease, len(rows))
 	for i, lr := range rows {
 		out[i] = lr.l
@@ -322,5 +337,16 @@ func (w *writeTx) PutResourceHold(ctx context.Context, h store.ResourceHold) err
 	w.ss.queue(`INSERT INTO resource_holds (tenant, holder, resource, window_start, held_us) VALUES ($1,$2,$3,$4,$5)
 ON CONFLICT (tenant, holder, resource) DO UPDATE SET window_start = excluded.window_start, held_us = excluded.held_us`,
 		h.Tenant, h.Holder, h.Resource, us(h.WindowStart), h.Held.Microseconds())
+	return nil
+}
+
+var _ store.ResourceHoldRefundTx = (*writeTx)(nil)
+
+// RefundResourceHold implements store.ResourceHoldRefundTx; queued in front
+// of the transaction's next statement, so a release reads no quota row.
+func (w *writeTx) RefundResourceHold(ctx context.Context, tenant, holder, resource string, unused time.Duration, acquiredAt, now time.Time, window time.Duration) error {
+	w.ss.queue(`UPDATE resource_holds SET held_us = held_us - least($4, held_us)
+WHERE tenant = $1 AND holder = $2 AND resource = $3 AND $5 < window_start + $6 AND window_start <= $7`,
+		tenant, holder, resource, unused.Microseconds(), us(now), window.Microseconds(), us(acquiredAt))
 	return nil
 }

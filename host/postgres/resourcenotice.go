@@ -2,7 +2,13 @@ package postgres
 
 import "github.com/asyncgate/asyncgate/host/store"
 
-var _ store.ResourceNotifyTx = (*writeTx)(nil)
+var (
+	_ store.ResourceNotifyTx  = (*writeTx)(nil)
+	_ store.DeferredReofferTx = (*writeTx)(nil)
+)
+
+// ReofferDeferred implements store.DeferredReofferTx (ReofferWaitingTasks).
+func (w *writeTx) ReofferDeferred() {}
 
 // NotifyResourceEnded implements store.ResourceNotifyTx: the notice is sent
 // with the transaction's other notifications just before COMMIT, and dropped

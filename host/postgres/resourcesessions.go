@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -85,4 +86,33 @@ func (w *writeTx) ResourceSessionsOfLeases(ctx context.Context, tenant string, l
 		return nil
 	}, `SELECT lease_id, session_id FROM resource_session_leases WHERE tenant = $1 AND lease_id = ANY($2::text[])`, tenant, leaseIDs)
 	return out, err
+}
+
+// CountLiveResourceSessions implements store.ResourceLeaseWriter.
+func (w *writeTx) CountLiveResourceSessions(ctx context.Context, tenant, holder string, now time.Time) (int, error) {
+	var n int64
+	err := w.ss.queryRow(w.c(ctx), []any{&n}, `SELECT count(*) FROM resource_sessions WHERE tenant = $1 AND holder = $2 AND expires_at > $3 AND state = 'active'`,
+		tenant, holder, us(now))
+	return int(n), err
+}
+
+// RemoveResourceSessionLeases implements store.ResourceLeaseWriter; queued
+// in front of the transaction's next statement (a release pays no round
+// trip for it).
+func (w *writeTx) RemoveResourceSessionLeases(ctx context.Context, tenant string, leaseIDs []string) error {
+	if len(leaseIDs) == 0 {
+		return nil
+	}
+	w.ss.queue(`DELETE FROM resource_session_leases WHERE tenant = $1 AND lease_id = ANY($2::text[])`, tenant, leaseIDs)
+	return nil
+}
+
+// DeleteEndedResourceSessions implements store.ResourceLeaseWriter.
+func (w *writeTx) DeleteEndedResourceSessions(ctx context.Context, endedBy time.Time, limit int) (int, error) {
+	var n int64
+	err := w.ss.queryRow(w.c(ctx), []any{&n}, `WITH d AS (DELETE FROM resource_sessions WHERE id IN (
+  SELECT id FROM resource_sessions WHERE coalesce(ended_at, expires_at) <= $1 LIMIT $2) RETURNING tenant, id),
+l AS (DELETE FROM resource_session_leases x USING d WHERE x.tenant = d.tenant AND x.session_id = d.id)
+SELECT count(*) FROM d`, us(endedBy), limit)
+	return int(n), err
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 )
@@ -97,4 +98,59 @@ func (w *writeTx) ResourceSessionsOfLeases(ctx context.Context, tenant string, l
 		out[l] = s
 	}
 	return out, rows.Err()
+}
+
+// CountLiveResourceSessions implements store.ResourceLeaseWriter.
+func (w *writeTx) CountLiveResourceSessions(ctx context.Context, tenant, holder string, now time.Time) (int, error) {
+	var n int
+	err := w.queryRow(ctx, `SELECT count(*) FROM resource_sessions WHERE tenant = ? AND holder = ? AND expires_at > ? AND state = 'active'`,
+		tenant, holder, us(now)).Scan(&n)
+	return n, err
+}
+
+// RemoveResourceSessionLeases implements store.ResourceLeaseWriter.
+func (w *writeTx) RemoveResourceSessionLeases(ctx context.Context, tenant string, leaseIDs []string) error {
+	if len(leaseIDs) == 0 {
+		return nil
+	}
+	args := []any{tenant}
+	for _, id := range leaseIDs {
+		args = append(args, id)
+	}
+	_, err := w.exec(ctx, `DELETE FROM resource_session_leases WHERE tenant = ? AND lease_id IN (`+
+		strings.TrimSuffix(strings.Repeat("?,", len(leaseIDs)), ",")+`)`, args...)
+	return err
+}
+
+// DeleteEndedResourceSessions implements store.ResourceLeaseWriter.
+func (w *writeTx) DeleteEndedResourceSessions(ctx context.Context, endedBy time.Time, limit int) (int, error) {
+	rows, err := w.query(ctx, `SELECT tenant, id FROM resource_sessions WHERE coalesce(ended_at, expires_at) <= ? LIMIT ?`, us(endedBy), limit)
+	if err != nil {
+		return 0, err
+	}
+	var ids [][2]string
+	for rows.Next() {
+		var k [2]string
+		if err := rows.Scan(&k[0], &k[1]); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		ids = append(ids, k)
+	}
+	if err := rows.Err(); err != nil {
+		rows.Close()
+		return 0, err
+	}
+	if err := rows.Close(); err != nil {
+		return 0, err
+	}
+	for _, k := range ids {
+		if _, err := w.exec(ctx, `DELETE FROM resource_session_leases WHERE tenant = ? AND session_id = ?`, k[0], k[1]); err != nil {
+			return 0, err
+		}
+		if _, err := w.exec(ctx, `DELETE FROM resource_sessions WHERE tenant = ? AND id = ?`, k[0], k[1]); err != nil {
+			return 0, err
+		}
+	}
+	return len(ids), nil
 }

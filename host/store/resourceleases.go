@@ -122,6 +122,19 @@ type ResourceLeaseWriter interface {
 	// ResourceSessionsOfLeases maps each of the leases that was granted in
 	// a session to its session's id.
 	ResourceSessionsOfLeases(ctx context.Context, tenant string, leaseIDs []string) (map[string]string, error)
+	// CountLiveResourceSessions counts the sessions of holder in tenant
+	// that are active and unexpired at now (the per-holder cap; callers
+	// hold the holder's lock).
+	CountLiveResourceSessions(ctx context.Context, tenant, holder string, now time.Time) (int, error)
+	// RemoveResourceSessionLeases forgets that the leases were granted in
+	// a session (a lease released on its own leaves its session's list).
+	// Ids granted in no session are ignored.
+	RemoveResourceSessionLeases(ctx context.Context, tenant string, leaseIDs []string) error
+	// DeleteEndedResourceSessions deletes at most limit sessions, of any
+	// tenant, that ended or expired at or before endedBy (their end:
+	// ended_at, or expires_at when it has none), with their lease lists,
+	// and reports how many it deleted (storetest: ResourceSessionBounds).
+	DeleteEndedResourceSessions(ctx context.Context, endedBy time.Time, limit int) (int, error)
 }
 
 // ResourceLeaseFilter selects resource leases. Empty fields do not filter.
@@ -166,4 +179,33 @@ type ResourceLeaseFence struct {
 	LiveAt *time.Time
 	// ExpiredAt requires expires_at <= ExpiredAt: the lease ran out.
 	ExpiredAt *time.Time
+}
+
+// ResourceAcquireView is what an acquire reads under its locks: the
+// holder's live leases, the live leases on the resources it wants, and the
+// live waiter registrations on them (ListResourceWaiters' order).
+type ResourceAcquireView struct {
+	Mine, Live []*host.ResourceLease
+	Waiters    []host.ResourceWaiter
+	// Holds, when HoldsRead, are the holder's quota rows on the resources
+	// (GetResourceHold's answers; a resource with none is absent).
+	Holds     []ResourceHold
+	HoldsRead bool
+}
+
+// ResourceHoldRefundTx is implemented by write transactions that refund a
+// released lease's unused time without reading the quota row first
+// (PostgreSQL: one statement queued in front of the next). The refund is
+// the engine's: the row of (tenant, holder, resource) loses min(unused, its
+// held time) when its window, which lasts window from its start, is still
+// open at now and began no later than acquiredAt; otherwise nothing.
+type ResourceHoldRefundTx interface {
+	RefundResourceHold(ctx context.Context, tenant, holder, resource string, unused time.Duration, acquiredAt, now time.Time, window time.Duration) error
+}
+
+// ResourceAcquireViewTx is implemented by write transactions that read an
+// acquire's view in one round trip (PostgreSQL); others are read with
+// ListResourceLeases (twice) and ListResourceWaiters, which it must equal.
+type ResourceAcquireViewTx interface {
+	ResourceAcquireView(ctx context.Context, tenant, holder string, resources []string, now time.Time) (*ResourceAcquireView, error)
 }

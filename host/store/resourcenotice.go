@@ -1,6 +1,9 @@
 package store
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // ResourceNotifyTx is implemented by the write transactions of stores whose
 // Notifier reaches other hosts (PostgreSQL): NotifyResourceEnded asks that,
@@ -42,4 +45,51 @@ func ParseResourceNotice(payload string) (tenant, resource string, ok bool) {
 		return "", "", false
 	}
 	return tenant, resource, true
+}
+
+// ReofferNoticePrefix begins a Notifier payload saying that a release made
+// queued tasks of a type available again (ReofferNotice).
+const ReofferNoticePrefix = "reoffered:"
+
+// ReofferNotice is the Notifier payload saying that n tasks of taskType in
+// tenant, stepped aside for resources, were made available by the end of
+// what blocked them. A store whose ReofferWaitingTasks learns the tasks only
+// as its transaction commits (PostgreSQL runs the statement in the COMMIT's
+// round trip) sends it from the statement itself, and delivers it to every
+// host's subscription, the sender's own included: the sender's engine does
+// not know which types to wake.
+func ReofferNotice(tenant, taskType string, n int) string {
+	return ReofferNoticePrefix + tenant + "\n" + taskType + "\n" + strconv.Itoa(n)
+}
+
+// ParseReofferNotice reads a payload made by ReofferNotice; ok is false for
+// any other payload.
+func ParseReofferNotice(payload string) (tenant, taskType string, n int, ok bool) {
+	rest, ok := strings.CutPrefix(payload, ReofferNoticePrefix)
+	if !ok {
+		return "", "", 0, false
+	}
+	tenant, rest, ok = strings.Cut(rest, "\n")
+	if !ok || tenant == "" {
+		return "", "", 0, false
+	}
+	i := strings.LastIndexByte(rest, '\n')
+	if i <= 0 {
+		return "", "", 0, false
+	}
+	n, err := strconv.Atoi(rest[i+1:])
+	if err != nil || n < 1 {
+		return "", "", 0, false
+	}
+	return tenant, rest[:i], n, true
+}
+
+// DeferredReofferTx is implemented by write transactions whose
+// ReofferWaitingTasks makes the tasks available as the transaction commits
+// and so returns no task types (PostgreSQL). The engine then wakes the
+// long-polling workers of the tasks it stepped aside itself on the freed
+// resources, and the store's ReofferNotice wakes those of every host that
+// subscribes.
+type DeferredReofferTx interface {
+	ReofferDeferred()
 }

@@ -149,7 +149,9 @@ func testRLStalledHolderFenced(t *testing.T, b *Bundle, eng *engine.Engine, _ *e
 // claiming priority 1 (older than A: waits).
 func testRLPriorityBound(t *testing.T, b *Bundle, eng *engine.Engine, _ *eventLog) {
 	base := b.Clock.Now()
-	at := func(s int) *time.Time { p := base.Add(time.Duration(s) * time.Second); return &p }
+	// Priorities in the past, within the longest wait (30 s by default):
+	// at(30) is now.
+	at := func(s int) *time.Time { p := base.Add(time.Duration(s-30) * time.Second); return &p }
 	acq := func(holder string, prio *time.Time, pairs ...string) (*engine.AcquireResult, error) {
 		return eng.AcquireResources(b.Ctx, engine.AcquireRequest{Tenant: "acme", Holder: holder, Intents: intents(pairs...), PriorityAt: prio})
 	}
@@ -193,6 +195,53 @@ func testRLPriorityBound(t *testing.T, b *Bundle, eng *engine.Engine, _ *eventLo
 	}
 	if res, err := acq("B", at(1), "P:4", "MUTATES"); err != nil || !res.PriorityAt.Equal(*at(1)) {
 		t.Fatalf("a holder with no live lease names a priority: %+v, %v", res, err)
+	}
+}
+
+// testRLPriorityFloor: a holder that holds nothing has no bound priority
+// yet, so a priority_at older than the request's start less the longest wait
+// (Config.MaxWait, 30 s here) runs as that floor, and one from the future as
+// now: a requester naming 1970 no longer jumps a waiter that has waited
+// longer than any call may wait. A holder's bound priority is unaffected.
+func testRLPriorityFloor(t *testing.T, b *Bundle, eng *engine.Engine, _ *eventLog) {
+	now := b.Clock.Now()
+	floor := now.Add(-30 * time.Second)
+	// A task stepped aside for F:1 45 s ago and still waits for it.
+	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error {
+		return tx.PutResourceWaiter(b.Ctx, host.ResourceWaiter{Tenant: "acme", Resource: "F:1", WaiterID: "T-senior", TaskID: "T-senior",
+			Predicate: host.PredicateMutates, PriorityAt: now.Add(-45 * time.Second), ExpiresAt: now.Add(time.Minute)})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	acq := func(holder string, prio time.Time, res string) (*engine.AcquireResult, error) {
+		return eng.AcquireResources(b.Ctx, engine.AcquireRequest{Tenant: "acme", Holder: holder, Intents: intents(res, "MUTATES"), TTL: 5 * time.Minute, PriorityAt: &prio})
+	}
+	// 1970 runs as the floor, younger than the task: refused behind it.
+	_, err := acq("ancient", time.Unix(0, 0), "F:1")
+	var ce *engine.ResourceConflictError
+	if !errors.As(err, &ce) || ce.Ahead == nil || ce.Ahead.TaskID != "T-senior" || !ce.PriorityAt.Equal(floor) {
+		t.Fatalf("priority_at 1970 behind a task waiting 45 s: %v (%+v); want refused behind T-senior, run with %s", err, ce, floor)
+	}
+	// On a free resource it is granted with the floor, not 1970.
+	got, err := acq("ancient", time.Unix(0, 0), "F:2")
+	if err != nil || !got.PriorityAt.Equal(floor) || !got.Leases[0].PriorityAt.Equal(floor) {
+		t.Fatalf("priority_at 1970 on a free resource: %+v, %v; want priority %s", got, err, floor)
+	}
+	// Within the floor a priority is kept as sent.
+	kept := now.Add(-10 * time.Second)
+	if got, err := acq("recent", kept, "F:3"); err != nil || !got.PriorityAt.Equal(kept) {
+		t.Fatalf("priority_at 10 s ago: %+v, %v; want kept", got, err)
+	}
+	// From the future: runs as now.
+	if got, err := acq("future", now.Add(time.Hour), "F:4"); err != nil || !got.PriorityAt.Equal(now) {
+		t.Fatalf("priority_at in an hour: %+v, %v; want %s", got, err, now)
+	}
+	// A holder's bound priority is its own: two minutes on, "ancient" still
+	// runs with the floor its lease was granted with, older than the new
+	// floor, and naming it keeps it.
+	b.Clock.Advance(2 * time.Minute)
+	if got, err := acq("ancient", floor, "F:5"); err != nil || !got.PriorityAt.Equal(floor) {
+		t.Fatalf("a holder naming its bound priority, older than the floor: %+v, %v", got, err)
 	}
 }
 

@@ -47,6 +47,7 @@ func runResourceLeases(t *testing.T, open Opener, hammer bool) {
 		{"ResourceLeaseFencingTokens", testRLFencingTokens}, // fencing.go
 		{"ResourceLeaseStalledHolderFenced", testRLStalledHolderFenced},
 		{"ResourceLeasePriorityBound", testRLPriorityBound},
+		{"ResourceLeasePriorityFloor", testRLPriorityFloor},
 		{"ResourceLeaseHeartbeatShortens", testRLHeartbeatShortens},
 		{"ResourceLeaseRefusalsCarryServerTime", testRLRefusalsCarryServerTime},
 		{"ResourceLeaseMinTTL", testRLMinTTL},
@@ -59,6 +60,7 @@ func runResourceLeases(t *testing.T, open Opener, hammer bool) {
 		{"ResourceLeaseFairTask", testRLFairTask},
 		{"ResourceLeaseWaiterRows", testRLWaiterRows},
 		{"ResourceLeaseSessions", testRLSessions}, // resourcesessions.go
+		{"ResourceLeaseSessionBounds", testRLSessionBounds},
 		{"ResourceLeaseRevoke", testRLRevoke},
 	}
 	// The cases that measure latency run one at a time, before the others
@@ -335,7 +337,7 @@ func testRLRelease(t *testing.T, b *Bundle, eng *engine.Engine, ev *eventLog) {
 }
 
 func testRLWaitDie(t *testing.T, b *Bundle, eng *engine.Engine, ev *eventLog) {
-	older := b.Clock.Now().Add(-time.Minute)
+	older := b.Clock.Now().Add(-20 * time.Second) // within the longest wait: kept (testRLPriorityFloor)
 	younger := b.Clock.Now().Add(time.Minute)
 	held := mustAcquire(t, eng, "holder", 0, "R:1", "MUTATES")
 	// Younger than the holder: refused at once, even with a wait.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/store"
 )
 
 // Sessions and revocation (issue 43 item 4): leases in a session follow its
@@ -134,5 +135,119 @@ func testRLRevoke(t *testing.T, b *Bundle, eng *engine.Engine, _ *eventLog) {
 	// Releasing a revoked lease is still a no-op success.
 	if rel, err := eng.ReleaseResources(b.Ctx, h, []string{id}); err != nil || rel.Leases[0].State != host.ResourceLeaseReleased {
 		t.Fatalf("release after revocation: %+v, %v", rel, err)
+	}
+}
+
+// testRLSessionBounds: a holder's open sessions are capped (429
+// quota_exceeded with the server time; another holder's, or the same name in
+// another tenant, do not count; an ended or expired one frees its place), a
+// lease released on its own leaves its session's list, and sessions that
+// ended more than SessionRetention (1 h) ago are purged by the sweep with
+// their lists (their ids then answer 404 not_found), recent ones kept.
+func testRLSessionBounds(t *testing.T, b *Bundle, eng *engine.Engine, _ *eventLog) {
+	cfg := eng.ResourceLeaseConfig()
+	if cfg.MaxSessionsPerHolder != 16 || cfg.SessionRetention != time.Hour {
+		t.Fatalf("defaults: %d sessions, retention %s", cfg.MaxSessionsPerHolder, cfg.SessionRetention)
+	}
+	h := rlActor("bound.holder")
+	var open []string
+	for i := 0; i < cfg.MaxSessionsPerHolder; i++ {
+		s, err := eng.CreateResourceSession(b.Ctx, h, time.Minute)
+		if err != nil {
+			t.Fatalf("session %d: %v", i+1, err)
+		}
+		open = append(open, s.Session.ID)
+	}
+	_, err := eng.CreateResourceSession(b.Ctx, h, time.Minute)
+	WantCode(t, err, host.CodeQuotaExceeded)
+	if host.ErrorServerTime(err).IsZero() {
+		t.Fatal("quota_exceeded without the server time")
+	}
+	// Another holder, and the same holder name in another tenant, have
+	// quotas of their own.
+	if _, err := eng.CreateResourceSession(b.Ctx, rlActor("bound.other"), time.Minute); err != nil {
+		t.Fatalf("another holder: %v", err)
+	}
+	if _, err := eng.CreateResourceSession(b.Ctx, engine.Actor{Tenant: "globex", Principal: h.Principal, Role: engine.RoleAgent}, time.Minute); err != nil {
+		t.Fatalf("the same name in another tenant: %v", err)
+	}
+	// Ending one frees its place.
+	if _, err := eng.EndResourceSession(b.Ctx, h, open[0]); err != nil {
+		t.Fatal(err)
+	}
+	s, err := eng.CreateResourceSession(b.Ctx, h, 10*time.Second)
+	if err != nil {
+		t.Fatalf("after ending one: %v", err)
+	}
+	_, err = eng.CreateResourceSession(b.Ctx, h, time.Minute)
+	WantCode(t, err, host.CodeQuotaExceeded)
+
+	// Leases released on their own leave the session's list; the live one
+	// stays.
+	id := s.Session.ID
+	for i := 0; i < 5; i++ {
+		got, err := eng.AcquireResources(b.Ctx, engine.AcquireRequest{Tenant: "acme", Holder: h.Principal, SessionID: id, Intents: intents("B:1", "MUTATES")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := eng.ReleaseResources(b.Ctx, h, []string{got.Leases[0].ID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live, err := eng.AcquireResources(b.Ctx, engine.AcquireRequest{Tenant: "acme", Holder: h.Principal, SessionID: id, Intents: intents("B:2", "READS")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := eng.GetResourceSession(b.Ctx, h, id)
+	if err != nil || len(g.Leases) != 1 || g.Leases[0].ID != live.Leases[0].ID {
+		t.Fatalf("session after 5 leases released on their own and one held: %+v, %v; want the held one only", g, err)
+	}
+
+	// The session expires (10 s), freeing its place; its held lease ended
+	// with it and stays listed until the purge.
+	b.Clock.Advance(11 * time.Second)
+	if _, err := eng.CreateResourceSession(b.Ctx, h, time.Minute); err != nil {
+		t.Fatalf("after one expired: %v", err)
+	}
+	if g, err := eng.GetResourceSession(b.Ctx, h, id); err != nil || g.Session.State != host.ResourceSessionExpired || len(g.Leases) != 1 {
+		t.Fatalf("an expired session: %+v, %v", g, err)
+	}
+	// An hour after their end the ended and the expired session are purged;
+	// the others, unexpired until then, are not.
+	b.Clock.Advance(time.Hour - 5*time.Second)
+	if _, err := eng.SweepResourceLeases(b.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	if g, err := eng.GetResourceSession(b.Ctx, h, id); err != nil || g.Session.State != host.ResourceSessionExpired {
+		t.Fatalf("a session expired 55 min ago: %+v, %v; want kept", g, err)
+	}
+	b.Clock.Advance(10 * time.Second)
+	if _, err := eng.SweepResourceLeases(b.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, gone := range []string{open[0], id} {
+		_, err := eng.GetResourceSession(b.Ctx, h, gone)
+		WantCode(t, err, host.CodeNotFound)
+	}
+	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error {
+		ids, err := tx.ListResourceSessionLeases(b.Ctx, "acme", id)
+		if err == nil && len(ids) != 0 {
+			t.Errorf("a purged session's lease list: %v", ids)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The first sessions (1 min TTL, never heartbeated) are kept until an
+	// hour after their expiry, then purged too.
+	if _, err := eng.GetResourceSession(b.Ctx, h, open[1]); err != nil {
+		t.Fatalf("a session expired 59 min ago: %v; want kept", err)
+	}
+	b.Clock.Advance(time.Minute)
+	if _, err := eng.SweepResourceLeases(b.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.GetResourceSession(b.Ctx, h, open[1]); !host.IsCode(err, host.CodeNotFound) {
+		t.Fatalf("a session expired over an hour ago: %v; want purged", err)
 	}
 }

@@ -566,7 +566,8 @@ func testTRWorkers(t *testing.T, b *Bundle) {
 		b.Enqueue(t, typ)
 	}
 	var mu sync.Mutex
-	readers, writers, done, maxReaders := 0, 0, 0, 0
+	// held counts the tasks a worker holds and has not ended yet.
+	readers, writers, done, maxReaders, held := 0, 0, 0, 0, 0
 	var violation string
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithTimeout(b.Ctx, 2*time.Minute)
@@ -592,10 +593,24 @@ func testTRWorkers(t *testing.T, b *Bundle) {
 					return
 				}
 				if len(offers) == 0 {
-					b.Clock.Advance(time.Second) // let stepped-aside tasks come back
+					// Let stepped-aside tasks come back, but only while no
+					// worker holds a task: a clock moved by idle workers
+					// would expire the leases of a worker that a loaded
+					// machine runs slowly, and the tasks would go round
+					// until the deadline. With tasks held, wait for them
+					// to end.
+					mu.Lock()
+					idle := held == 0
+					mu.Unlock()
+					if idle {
+						b.Clock.Advance(time.Second)
+					} else {
+						time.Sleep(time.Millisecond)
+					}
 					continue
 				}
 				mu.Lock()
+				held += len(offers)
 				for _, o := range offers {
 					if o.Task.Type == "edit" {
 						if writers > 0 || readers > 0 {
@@ -639,11 +654,12 @@ func testTRWorkers(t *testing.T, b *Bundle) {
 							mu.Unlock()
 						}
 					}
+					mu.Lock()
+					held--
 					if err != nil && !host.IsCode(err, host.CodeLeaseExpired) {
-						mu.Lock()
 						violation = "end: " + err.Error()
-						mu.Unlock()
 					}
+					mu.Unlock()
 				}
 			}
 		}(w)
