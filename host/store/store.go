@@ -24,6 +24,7 @@
 //	outbox           OutboxReader           OutboxWriter           delivery.go
 //	retention        RetentionReader        -                      delivery.go
 //	dependencies     DependencyReader       DependencyWriter       dependencies.go
+//	schedules        ScheduleReader         ScheduleWriter         schedules.go
 //
 // Store itself (this file) holds transactions, health and the optional
 // interfaces a driver may add (Notifier, CommitHealth, WriterStatser).
@@ -124,6 +125,7 @@ type Reader interface {
 	OutboxReader
 	RetentionReader
 	DependencyReader
+	ScheduleReader
 }
 
 // Tx is a write transaction: every concern's reads and writes, run inside
@@ -142,6 +144,7 @@ type Tx interface {
 	InboxWriter
 	OutboxWriter
 	DependencyWriter
+	ScheduleWriter
 
 	// Flush sends the writes the driver is holding back and reads their
 	// answers, so every receipt appended so far has its Seq and every
