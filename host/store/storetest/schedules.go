@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -420,16 +421,17 @@ func testScheduleMissed(t *testing.T, b *Bundle) {
 }
 
 func testScheduleFiresOnce(t *testing.T, b *Bundle) {
-	// Two engines on one store fire 20 schedules concurrently while the
-	// clock moves: each fire is enqueued once.
+	// Two engines on one store fire 60 schedules (more than one pass
+	// claims) concurrently while the clock moves: each fire is enqueued
+	// once.
 	other, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(other.Close)
 	var ids []string
-	for i := range 20 {
-		ids = append(ids, b.createSchedule(t, engine.CreateScheduleRequest{Name: "s" + string(rune('a'+i)), IntervalSeconds: 1}).ID)
+	for i := range 60 {
+		ids = append(ids, b.createSchedule(t, engine.CreateScheduleRequest{Name: fmt.Sprint("s", i), IntervalSeconds: 1}).ID)
 	}
 	for range 15 {
 		b.Clock.Advance(time.Second)
