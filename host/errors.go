@@ -161,6 +161,8 @@ func HTTPStatus(code string) int {
 		return 503
 	case CodeTokenNotMapped, CodeInsufficientScope:
 		return 403
+	case CodeInvalidCron, CodeInvalidTimezone, CodeInvalidInterval, CodeInvalidMissedPolicy:
+		return 400
 	default:
 		return 500
 	}

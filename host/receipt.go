@@ -31,6 +31,16 @@ const (
 	ReceiptEmailQueued ReceiptType = "email.queued" // queued in the outbox; obligation of the gate
 	ReceiptEmailSent   ReceiptType = "email.sent"   // the mail server took it (body: message_id)
 	ReceiptEmailFailed ReceiptType = "email.failed" // the mail server refused it for good; on the outbox's dead list
+
+	// Schedules (issue 39): informational, from the owner (or an admin) to
+	// the owner; a fire from the gate to the owner, naming the task it
+	// enqueued.
+	ReceiptScheduleCreated ReceiptType = "schedule.created"
+	ReceiptSchedulePaused  ReceiptType = "schedule.paused"
+	ReceiptScheduleResumed ReceiptType = "schedule.resumed"
+	ReceiptScheduleDeleted ReceiptType = "schedule.deleted"
+	ReceiptScheduleFired   ReceiptType = "schedule.fired"   // one per fire; task_id is the task it enqueued
+	ReceiptScheduleSkipped ReceiptType = "schedule.skipped" // missed fires the policy did not run (or that could not run)
 )
 
 // Escalation reasons carried in task.escalated bodies.
@@ -60,6 +70,8 @@ var knownReceiptTypes = map[ReceiptType]bool{
 	ReceiptReleased: true, ReceiptSnoozed: true,
 	ReceiptEmailQueued: true, ReceiptEmailSent: true, ReceiptEmailFailed: true,
 	ReceiptWorkflowSubmitted: true, ReceiptWorkflowCompleted: true, ReceiptWorkflowFailed: true, ReceiptWorkflowCanceled: true,
+	ReceiptScheduleCreated: true, ReceiptSchedulePaused: true, ReceiptScheduleResumed: true,
+	ReceiptScheduleDeleted: true, ReceiptScheduleFired: true, ReceiptScheduleSkipped: true,
 }
 
 // Known reports whether t is a receipt type of this ledger.

@@ -87,6 +87,7 @@ func runComplete(args []string, stdout, _ io.Writer) int {
 var flagValues = map[string][]string{
 	"status":   {"waiting", "queued", "scheduled", "leased", "succeeded", "canceled", "dead_letter"},
 	"progress": {"auto", "bar", "plain", "none"},
+	"missed":   {"skip", "run_once", "run_all"},
 }
 
 func completeWords(args []string) []string {

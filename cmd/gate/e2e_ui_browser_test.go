@@ -258,6 +258,15 @@ func TestE2EDashboardInABrowser(t *testing.T) {
 	if w := textOf(t, ctx, "#workers tbody"); !strings.Contains(w, "uidemo.w1") {
 		t.Fatalf("workers page: %q", w)
 	}
+	// A schedule is listed with its next runs.
+	if r := call(t, "POST", g.URL+"/v1/schedules", g.Admin, map[string]any{"name": "ui-nightly", "cron": "0 3 * * *",
+		"timezone": "Europe/Berlin", "template": map[string]any{"task_type": "uidemo"}}); r.Status != 201 {
+		t.Fatalf("create schedule: %d %s", r.Status, r.Body)
+	}
+	step(t, ctx, "schedules", chromedp.Navigate(g.URL+"/ui/schedules"), chromedp.WaitVisible(chromedp.CSS("#schedules")))
+	if s := textOf(t, ctx, "#schedules tbody"); !strings.Contains(s, "ui-nightly") || !strings.Contains(s, "Europe/Berlin") || strings.Count(s, "Z") < 5 {
+		t.Fatalf("schedules page: %q", s)
+	}
 	step(t, ctx, "plugins", chromedp.Navigate(g.URL+"/ui/plugins"), chromedp.WaitVisible(chromedp.CSS("#plugins")))
 	if p := textOf(t, ctx, "#plugins tbody"); !strings.Contains(p, "inline") || !strings.Contains(p, "ready") {
 		t.Fatalf("plugins page: %q", p)

@@ -119,6 +119,10 @@ type Config struct {
 	ResourceLeases ResourceLeaseConfig
 	// Delivery configures the inbox, retention and the outbox (delivery.go).
 	Delivery DeliveryConfig
+	// ScheduleTick is how often the firer looks for due schedules
+	// (schedulefire.go; default 500 ms; negative: no firer on this
+	// engine, tests call FireSchedules).
+	ScheduleTick time.Duration
 }
 
 // Engine is the lease engine and receipt ledger. It is safe for concurrent use.
@@ -196,6 +200,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.MaxWaiters <= 0 {
 		cfg.MaxWaiters = host.MaxWaiters
 	}
+	if cfg.ScheduleTick == 0 {
+		cfg.ScheduleTick = 500 * time.Millisecond
+	}
 	if cfg.MaxResultGets <= 0 {
 		cfg.MaxResultGets = DefaultMaxResultGets
 	}
@@ -233,6 +240,10 @@ func (e *Engine) Clock() host.Clock { return e.clock }
 func (e *Engine) Start() {
 	e.wg.Add(1)
 	go e.sweepLoop()
+	if e.cfg.ScheduleTick > 0 {
+		e.wg.Add(1)
+		go e.scheduleLoop()
+	}
 	e.startDelivery()
 	if n, ok := e.st.(store.Notifier); ok {
 		e.wg.Add(1)

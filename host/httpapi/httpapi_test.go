@@ -206,6 +206,7 @@ func bodyTargets() []func() any {
 		func() any { return &CompleteBody{} }, func() any { return &FailBody{} }, func() any { return &engine.EnqueueRequest{} },
 		func() any { return &AppendReceiptBody{} }, func() any { return &auth.NewKeyRequest{} }, func() any { t := host.NewTaskType("x"); return &t },
 		func() any { return &MarkReadBody{} }, func() any { return &StoreInMemoryBody{} }, func() any { return &OutboxRetryBody{} },
+		func() any { return &engine.CreateScheduleRequest{} },
 	}
 }
 

@@ -276,6 +276,12 @@ func (s *Server) routes() {
 	v1.GET("/receipts/:id", s.getReceipt)
 	v1.GET("/receipts/:id/chain", s.chain)
 	s.workflowRoutes(v1, agents)
+	v1.POST("/schedules", s.createSchedule, agents)
+	v1.GET("/schedules", s.listSchedules, agents)
+	v1.GET("/schedules/:id", s.getSchedule, agents)
+	v1.POST("/schedules/:id/pause", s.pauseSchedule, agents)
+	v1.POST("/schedules/:id/resume", s.resumeSchedule, agents)
+	v1.DELETE("/schedules/:id", s.deleteSchedule, agents)
 	s.deliveryRoutes(auth)
 	s.emailRoutes(auth)
 

@@ -149,6 +149,7 @@ func New(cfg Config) (*Server, error) {
 	s.resourceLeaseTools()
 	s.deliveryTools()
 	s.emailTools()
+	s.scheduleTools()
 	s.http = server.NewStreamableHTTPServer(s.mcp,
 		server.WithHTTPContextFunc(contextWithActor),
 		server.WithDisableLocalhostProtection(cfg.AllowAnyHost),

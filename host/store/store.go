@@ -25,6 +25,7 @@
 //	retention        RetentionReader        -                      delivery.go
 //	dependencies     DependencyReader       DependencyWriter       dependencies.go
 //	workflows        WorkflowReader         WorkflowWriter         workflows.go
+//	schedules        ScheduleReader         ScheduleWriter         schedules.go
 //
 // Store itself (this file) holds transactions, health and the optional
 // interfaces a driver may add (Notifier, CommitHealth, WriterStatser).
@@ -126,6 +127,7 @@ type Reader interface {
 	RetentionReader
 	DependencyReader
 	WorkflowReader
+	ScheduleReader
 }
 
 // Tx is a write transaction: every concern's reads and writes, run inside
@@ -145,6 +147,7 @@ type Tx interface {
 	OutboxWriter
 	DependencyWriter
 	WorkflowWriter
+	ScheduleWriter
 
 	// Flush sends the writes the driver is holding back and reads their
 	// answers, so every receipt appended so far has its Seq and every

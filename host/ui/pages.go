@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/plugin"
 	"github.com/asyncgate/asyncgate/host/store"
 )
@@ -491,6 +492,21 @@ func (u *UI) workers(c echo.Context) error {
 	}
 	sort.Slice(ws, func(i, j int) bool { return ws[i].LastSeen.After(ws[j].LastSeen) })
 	return u.render(c, http.StatusOK, "workers", u.newPage(c, "Workers", "workers", ws))
+}
+
+type schedulesData struct {
+	Schedules []*engine.ScheduleView
+	Next      string
+}
+
+// schedules is GET /ui/schedules: the tenant's schedules with their next
+// runs (issue 39).
+func (u *UI) schedules(c echo.Context) error {
+	vs, next, err := u.eng.ListSchedules(c.Request().Context(), sessionOf(c).actor(), c.QueryParam("cursor"), 100, 5)
+	if err != nil {
+		return err
+	}
+	return u.render(c, http.StatusOK, "schedules", u.newPage(c, "Schedules", "schedules", schedulesData{Schedules: vs, Next: next}))
 }
 
 type pluginsData struct {

@@ -204,6 +204,7 @@ func (u *UI) Mount(e *echo.Echo) {
 	e.POST("/ui/workflows/:id/cancel", u.cancelWorkflow, in...)
 	e.GET("/ui/dead-letters", u.deadLetters, in...)
 	e.POST("/ui/dead-letters/redrive", u.redrive, in...)
+	e.GET("/ui/schedules", u.schedules, in...)
 	e.GET("/ui/workers", u.workers, in...)
 	e.GET("/ui/plugins", u.plugins, in...)
 	e.GET("/ui/obligations", u.obligations, in...)

@@ -223,7 +223,7 @@ func TestSignInMakesAStrictHttpOnlySessionAndNeverShowsTheKey(t *testing.T) {
 	if strings.Contains(sess.Value, b.admin) || strings.Contains(res.Header.Get("Location"), "agw_") {
 		t.Fatal("the key leaks into the cookie or the redirect")
 	}
-	for _, p := range []string{"/ui/", "/ui/tasks", "/ui/dead-letters", "/ui/workers", "/ui/plugins", "/ui/obligations", "/ui/ledger"} {
+	for _, p := range []string{"/ui/", "/ui/tasks", "/ui/dead-letters", "/ui/schedules", "/ui/workers", "/ui/plugins", "/ui/obligations", "/ui/ledger"} {
 		res, body := br.get(p)
 		if res.StatusCode != http.StatusOK {
 			t.Fatalf("GET %s: %d\n%s", p, res.StatusCode, body)

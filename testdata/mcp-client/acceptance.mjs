@@ -97,7 +97,9 @@ async function main() {
     // Email (seed 002).
     "archive_task_email", "fetch_task_email", "send_email",
     // Workflows (issue 39).
-    "submit_workflow", "get_workflow", "list_workflows", "cancel_workflow"].sort();
+    "submit_workflow", "get_workflow", "list_workflows", "cancel_workflow",
+    // Schedules (issue 39).
+    "create_schedule", "list_schedules", "get_schedule", "pause_schedule", "resume_schedule", "delete_schedule"].sort();
   check(JSON.stringify(names) === JSON.stringify(want), "agent lists exactly the agent tools", names);
   check(tools.every((t) => t.description && t.inputSchema?.type === "object" && t.outputSchema?.type === "object"),
     "every tool has a description, an input schema and an output schema");

@@ -77,6 +77,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 	}
 	cases = append(cases, dependencyCases()...) // dependencies.go
 	cases = append(cases, workflowCases()...)   // workflows.go
+	cases = append(cases, scheduleCases()...)   // schedules.go
 	t.Run("Delivery", func(t *testing.T) { t.Parallel(); runDelivery(t, open) })
 	for _, c := range cases {
 		if c.name == "Hammer" && !hammer {

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/asyncgate/asyncgate/sdk/client"
+)
+
+// gate schedules: an agent's recurring tasks on a running gate (issue 39).
+
+func init() {
+	var (
+		cronExpr, zone, params, policy, recipient, summary, cursor string
+		every                                                      time.Duration
+		priority, missedCap, grace, limit, nextRuns, maxRetries    int
+		paused                                                     bool
+	)
+	show := func(rc *remoteCtx, raw json.RawMessage) error {
+		if rc.json {
+			return rc.printJSON(raw)
+		}
+		var s client.Schedule
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return err
+		}
+		when := s.Cron
+		if s.Timezone != "" {
+			when += " (" + s.Timezone + ")"
+		}
+		if s.IntervalSeconds > 0 {
+			when = "every " + (time.Duration(s.IntervalSeconds) * time.Second).String()
+		}
+		policyText := s.MissedPolicy
+		if s.MissedPolicy == client.MissedRunAll {
+			policyText += " (cap " + strconv.Itoa(s.MissedCap) + ")"
+		}
+		kv := [][2]string{{"schedule", s.ScheduleID}, {"name", s.Name}, {"owner", s.Owner}, {"when", when},
+			{"task type", s.Template.TaskType}, {"missed runs", policyText}, {"grace", strconv.Itoa(s.GraceSeconds) + "s"},
+			{"paused", strconv.FormatBool(s.Paused)}, {"fires", strconv.FormatInt(s.Fires, 10)}}
+		if s.LastFireAt != nil {
+			kv = append(kv, [2]string{"last fire", s.LastFireAt.Format(time.RFC3339)})
+		}
+		for i, t := range s.NextRuns {
+			label := ""
+			if i == 0 {
+				label = "next runs"
+			}
+			kv = append(kv, [2]string{label, t.Format(time.RFC3339)})
+		}
+		rc.fields(kv)
+		return nil
+	}
+	verb := func(v string) func(rc *remoteCtx, args []string) error {
+		return func(rc *remoteCtx, args []string) error {
+			var raw json.RawMessage
+			if err := rc.call("POST", "/v1/schedules/"+url.PathEscape(args[0])+"/"+v, nil, &raw); err != nil {
+				return err
+			}
+			return show(rc, raw)
+		}
+	}
+	registerRemote(remoteGroup{name: "schedules", summary: "create, list, show, pause, resume and delete recurring tasks on a running gate", subs: []remoteSub{
+		{name: "create", args: "NAME TASK_TYPE", summary: "create a schedule: a task of TASK_TYPE at each fire of --cron or --every", minArgs: 2, maxArgs: 2,
+			more: `Give exactly one of --cron (five fields: minute hour day-of-month month
+day-of-week, or @hourly, @daily, @weekly, @monthly, @yearly; read in --tz,
+default UTC) and --every (a whole number of seconds, at least 1s). Each fire
+queues exactly one task, as you. --missed says what happens to the fires the
+gate missed (it was down, or came later than --grace): skip (default),
+run_once (one task for the latest) or run_all (each, up to --missed-cap).`,
+			flags: func(fs *flag.FlagSet) {
+				fs.StringVar(&cronExpr, "cron", "", `a cron expression, e.g. "0 9 * * 1-5" or @hourly`)
+				fs.StringVar(&zone, "tz", "", "the IANA time zone of --cron, e.g. Europe/Berlin (default UTC)")
+				fs.DurationVar(&every, "every", 0, "fire at this interval instead of --cron (whole seconds)")
+				fs.StringVar(&params, "params", "", "the tasks' params: inline JSON, @FILE, or - for stdin")
+				fs.IntVar(&priority, "priority", 0, "1..10, 10 first (0: the task type's default)")
+				fs.StringVar(&recipient, "recipient", "", "who receives each task's outcome (default: you)")
+				fs.StringVar(&summary, "summary", "", "a description of each task for people")
+				fs.IntVar(&maxRetries, "max-retries", -1, "failures allowed per task (-1: the task type's default)")
+				fs.StringVar(&policy, "missed", "", "skip, run_once or run_all (default skip)")
+				fs.IntVar(&missedCap, "missed-cap", 0, "with --missed run_all: the most missed fires to run (default 10, at most 100)")
+				fs.IntVar(&grace, "grace", -1, "seconds a fire may be late and still run as on time (-1: 60)")
+				fs.BoolVar(&paused, "paused", false, "create it paused")
+			},
+			run: func(rc *remoteCtx, args []string) error {
+				ns := client.NewSchedule{Name: args[0], Cron: cronExpr, Timezone: zone, MissedPolicy: policy, MissedCap: missedCap, Paused: paused,
+					Template: client.ScheduleTemplate{TaskType: args[1], Priority: priority, Recipient: recipient, Summary: summary}}
+				if every > 0 {
+					if every%time.Second != 0 {
+						return exitErr{exitUsage, "--every must be a whole number of seconds"}
+					}
+					ns.IntervalSeconds = int64(every / time.Second)
+				}
+				if grace >= 0 {
+					ns.GraceSeconds = &grace
+				}
+				if maxRetries >= 0 {
+					ns.Template.MaxRetries = &maxRetries
+				}
+				if params != "" {
+					p, err := readJSONArg(params, os.Stdin)
+					if err != nil {
+						return exitErr{exitUsage, "--params: " + err.Error()}
+					}
+					ns.Template.Params = p
+				}
+				var raw json.RawMessage
+				if err := rc.call("POST", "/v1/schedules", ns, &raw); err != nil {
+					return err
+				}
+				return show(rc, raw)
+			}},
+		{name: "list", summary: "list your schedules (an admin key: the tenant's) with their next run", maxArgs: 0,
+			flags: func(fs *flag.FlagSet) {
+				fs.IntVar(&limit, "limit", 100, "schedules per page")
+				fs.StringVar(&cursor, "cursor", "", "the cursor a previous page printed")
+				fs.IntVar(&nextRuns, "next-runs", 5, "next runs per schedule (--json)")
+			},
+			run: func(rc *remoteCtx, _ []string) error {
+				q := url.Values{}
+				q.Set("limit", strconv.Itoa(limit))
+				q.Set("next_runs", strconv.Itoa(nextRuns))
+				if cursor != "" {
+					q.Set("cursor", cursor)
+				}
+				var raw json.RawMessage
+				if err := rc.call("GET", "/v1/schedules?"+q.Encode(), nil, &raw); err != nil {
+					return err
+				}
+				if rc.json {
+					return rc.printJSON(raw)
+				}
+				var out struct {
+					Schedules []client.Schedule `json:"schedules"`
+					Cursor    string            `json:"cursor"`
+				}
+				if err := json.Unmarshal(raw, &out); err != nil {
+					return err
+				}
+				rows := make([][]string, 0, len(out.Schedules))
+				for _, s := range out.Schedules {
+					when := s.Cron
+					if s.IntervalSeconds > 0 {
+						when = "every " + (time.Duration(s.IntervalSeconds) * time.Second).String()
+					} else if s.Timezone != "" {
+						when += " " + s.Timezone
+					}
+					next := "paused"
+					if !s.Paused && len(s.NextRuns) > 0 {
+						next = s.NextRuns[0].Format(time.RFC3339)
+					}
+					rows = append(rows, []string{s.ScheduleID, clip(s.Name, 30), s.Owner, when, s.Template.TaskType, next, strconv.FormatInt(s.Fires, 10)})
+				}
+				rc.table([]string{"SCHEDULE", "NAME", "OWNER", "WHEN", "TYPE", "NEXT RUN", "FIRES"}, rows)
+				if out.Cursor != "" {
+					fmt.Fprintf(rc.out, "more: --cursor %s\n", out.Cursor)
+				}
+				return nil
+			}},
+		{name: "get", args: "SCHEDULE_ID", summary: "show a schedule and its next runs", minArgs: 1, maxArgs: 1,
+			flags: func(fs *flag.FlagSet) {
+				fs.IntVar(&nextRuns, "next-runs", 5, "how many next runs to show (at most 100)")
+			},
+			run: func(rc *remoteCtx, args []string) error {
+				var raw json.RawMessage
+				if err := rc.call("GET", "/v1/schedules/"+url.PathEscape(args[0])+"?next_runs="+strconv.Itoa(nextRuns), nil, &raw); err != nil {
+					return err
+				}
+				return show(rc, raw)
+			}},
+		{name: "pause", args: "SCHEDULE_ID", summary: "stop a schedule's fires until it is resumed", minArgs: 1, maxArgs: 1, run: verb("pause")},
+		{name: "resume", args: "SCHEDULE_ID", summary: "resume a schedule from its first fire after now", minArgs: 1, maxArgs: 1, run: verb("resume")},
+		{name: "delete", args: "SCHEDULE_ID", summary: "delete a schedule (the tasks it queued stay)", minArgs: 1, maxArgs: 1,
+			run: func(rc *remoteCtx, args []string) error {
+				var raw json.RawMessage
+				if err := rc.call("DELETE", "/v1/schedules/"+url.PathEscape(args[0]), nil, &raw); err != nil {
+					return err
+				}
+				if rc.json {
+					return rc.printJSON(raw)
+				}
+				fmt.Fprintf(rc.out, "schedule %s deleted\n", args[0])
+				return nil
+			}},
+	}})
+}

@@ -1,0 +1,16 @@
+package api
+
+import "github.com/asyncgate/asyncgate/host/engine"
+
+// ScheduleList is a page of schedules with their next runs (GET
+// /v1/schedules, MCP list_schedules). Cursor is "" on the last page.
+type ScheduleList struct {
+	Schedules []*engine.ScheduleView `json:"schedules"`
+	Cursor    string                 `json:"cursor"`
+}
+
+// ScheduleDeleted answers a schedule's deletion.
+type ScheduleDeleted struct {
+	ScheduleID string `json:"schedule_id"`
+	Status     string `json:"status"` // "deleted"
+}

@@ -1,0 +1,307 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// Firing schedules, exactly once. Every host runs the firer. A pass reads
+// the due schedules (no lock), checks their templates against their task
+// types outside the writer, then, in ONE write transaction, claims the ones
+// still due (store.ClaimSchedules: PostgreSQL's FOR UPDATE SKIP LOCKED,
+// SQLite's single writer), enqueues a task for each fire it runs with its
+// task.assigned and schedule.fired receipts, and advances next_fire_at. A
+// fire is therefore taken by one transaction: another host skips the locked
+// row, and reads it again only after the commit moved next_fire_at past the
+// fire. A host killed mid-pass commits nothing, and the fire is taken again
+// by the next pass on any host. As a second guard each fired task carries
+// the idempotency key "schedule:<id>:<fire time>" (its owner's key space),
+// and a fire whose key already holds a task is not enqueued again.
+
+// fireBatch bounds the schedules one pass claims in one transaction: a
+// pass rides in the writer's batch, and a short one lets the lease calls
+// queued behind it through between passes (200 held PostgreSQL's writer
+// long enough to triple the lease p99 during a burst of 10,000 fires;
+// docs/performance.md). maxFiresPerClaim bounds the tasks one schedule
+// enqueues in one claim (the rest, still due, go to the next pass).
+const (
+	fireBatch        = 25
+	maxFiresPerClaim = 200
+	// maxFireSteps bounds the cron fires one claim walks to find the
+	// missed ones: a schedule further behind than that counts the older
+	// fires as skipped without naming each.
+	maxFireSteps = 100_000
+)
+
+// scheduleLoop runs FireSchedules every Config.ScheduleTick.
+func (e *Engine) scheduleLoop() {
+	defer e.wg.Done()
+	t := time.NewTicker(e.cfg.ScheduleTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+			if _, err := e.FireSchedules(context.Background()); err != nil {
+				e.log.Warn("firing schedules failed", "err", err)
+			}
+		}
+	}
+}
+
+// firePrep is what a pass learned about a schedule's template outside the
+// writer: its task type, or why no task can be enqueued from it now.
+type firePrep struct {
+	tt  *host.TaskType
+	err error
+}
+
+// firedTask is a task a pass enqueued, for the wake-ups after the commit.
+type firedTask struct {
+	tenant, typ string
+	ready       bool
+}
+
+// FireSchedules runs every fire due by the engine's clock, in passes of up
+// to fireBatch schedules, and returns how many tasks it enqueued.
+func (e *Engine) FireSchedules(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, more, err := e.firePass(ctx)
+		total += n
+		if err != nil || !more {
+			return total, err
+		}
+		select {
+		case <-e.stop:
+			return total, nil
+		default:
+		}
+	}
+}
+
+func (e *Engine) firePass(ctx context.Context) (int, bool, error) {
+	now := e.now()
+	var due []*host.Schedule
+	if err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		due, err = r.DueSchedules(ctx, now, fireBatch)
+		return err
+	}); err != nil || len(due) == 0 {
+		return 0, false, err
+	}
+	prep := make(map[string]firePrep, len(due))
+	ids := make([]string, 0, len(due))
+	for _, s := range due {
+		ids = append(ids, s.ID)
+		_, tt, err := e.checkTemplate(ctx, s.Tenant, s.Template)
+		if err != nil && !isTemplateFault(err) {
+			return 0, false, err // the store, not the template: try again later
+		}
+		prep[s.ID] = firePrep{tt: tt, err: err}
+	}
+	var fired []firedTask
+	var claimed int
+	err := e.update(store.BulkUpdate(ctx), func(tx store.Tx) error {
+		fired, claimed = fired[:0], 0
+		ss, err := tx.ClaimSchedules(ctx, ids, now)
+		if err != nil {
+			return err
+		}
+		claimed = len(ss)
+		for _, s := range ss {
+			p, ok := prep[s.ID]
+			if !ok {
+				continue
+			}
+			if err := e.fireOne(ctx, tx, s, p, now, &fired); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	for _, f := range fired {
+		e.emit(Event{Kind: EvEnqueued, Tenant: f.tenant, TaskType: f.typ})
+		if f.ready {
+			e.waiters.wake(f.tenant, f.typ, 1)
+		}
+	}
+	// Another pass when this one was full and claimed something (a pass
+	// whose rows other hosts hold stops: they fire them).
+	return len(fired), len(due) == fireBatch && claimed > 0, nil
+}
+
+// isTemplateFault reports whether err is the template's (a task type gone,
+// disabled, or params it no longer accepts) rather than the store's.
+func isTemplateFault(err error) bool {
+	switch host.ErrorCode(err) {
+	case host.CodeDatabaseUnavailable, host.CodeInternal, host.CodeBusy, host.CodePluginNotReady, host.CodePluginTimeout:
+		return false
+	}
+	return true
+}
+
+// fireOne runs the fires of one claimed schedule by its missed-run policy
+// and advances it.
+func (e *Engine) fireOne(ctx context.Context, tx store.Tx, s *host.Schedule, p firePrep, now time.Time, fired *[]firedTask) error {
+	tm, err := scheduleTiming(s)
+	if err != nil { // a stored schedule always compiles; never fire it in a loop
+		s.Paused, s.UpdatedAt = true, now
+		return tx.UpdateSchedule(ctx, s)
+	}
+	grace := time.Duration(s.GraceSeconds) * time.Second
+	keep := 0
+	switch s.MissedPolicy {
+	case host.MissedRunOnce:
+		keep = 1
+	case host.MissedRunAll:
+		keep = max(s.MissedCap, 1)
+	}
+	var missedTail []time.Time // the latest missed fires, at most keep
+	var missed int64
+	var firstMissed, lastMissed time.Time
+	var onTime []time.Time
+	t := s.NextFireAt
+	lateBefore := now.Add(-grace) // a fire before this is missed
+	if tm.cron == nil && t.Before(lateBefore) {
+		// An interval's missed fires, counted without walking them.
+		m := int64((lateBefore.Sub(t) + tm.interval - 1) / tm.interval)
+		missed, firstMissed = m, t
+		lastMissed = t.Add(time.Duration(m-1) * tm.interval)
+		for i := max(m-int64(keep), 0); i < m; i++ {
+			missedTail = append(missedTail, t.Add(time.Duration(i)*tm.interval))
+		}
+		t = t.Add(time.Duration(m) * tm.interval)
+	}
+	for steps := 0; !t.After(now) && len(onTime) < maxFiresPerClaim; steps++ {
+		if steps == maxFireSteps { // far behind: go on from the first on-time fire
+			t = tm.next(lateBefore.Add(-time.Microsecond))
+			continue
+		}
+		if t.Before(lateBefore) {
+			if missed == 0 {
+				firstMissed = t
+			}
+			missed++
+			lastMissed = t
+			if keep > 0 {
+				if len(missedTail) == keep {
+					missedTail = missedTail[1:]
+				}
+				missedTail = append(missedTail, t)
+			}
+		} else {
+			onTime = append(onTime, t)
+		}
+		t = tm.next(t)
+	}
+	run := append(missedTail, onTime...)
+	skipped := missed - int64(len(missedTail))
+	if p.err != nil {
+		skipped, run = missed+int64(len(onTime)), nil
+		if missed == 0 && len(onTime) > 0 {
+			firstMissed, lastMissed = onTime[0], onTime[len(onTime)-1]
+		} else if len(onTime) > 0 {
+			lastMissed = onTime[len(onTime)-1]
+		}
+	}
+	actor := Actor{Tenant: s.Tenant, Principal: s.Owner, Role: RoleAgent}
+	for _, ft := range run {
+		task, err := e.fireTask(ctx, tx, actor, s, p.tt, ft, now)
+		if err != nil {
+			return err
+		}
+		if task == nil {
+			continue // this fire's task exists already
+		}
+		s.Fires++
+		*fired = append(*fired, firedTask{tenant: task.Tenant, typ: task.Type, ready: !task.AvailableAt.After(now)})
+	}
+	if skipped > 0 {
+		body := map[string]any{
+			"schedule_id": s.ID, "name": s.Name, "skipped": skipped, "first_fire_at": firstMissed,
+			"last_fire_at": lastMissed, "missed_policy": s.MissedPolicy,
+		}
+		if p.err != nil {
+			body["error"], body["detail"] = host.ErrorCode(p.err), host.ErrorDetail(p.err)
+		}
+		if err := appendReceipt(ctx, tx, e.scheduleReceipt(s, host.ReceiptScheduleSkipped, GatePrincipal, body, now), nil); err != nil {
+			return err
+		}
+	}
+	if len(run) > 0 {
+		last := run[len(run)-1]
+		s.LastFireAt = &last
+	}
+	s.NextFireAt, s.UpdatedAt = t, now
+	return tx.UpdateSchedule(ctx, s)
+}
+
+// FireKey is the idempotency key of the task a schedule's fire at ft
+// enqueues.
+func FireKey(scheduleID string, ft time.Time) string {
+	return "schedule:" + scheduleID + ":" + ft.UTC().Format(time.RFC3339Nano)
+}
+
+// fireTask enqueues the task of s's fire at ft inside tx as s's owner, with
+// its task.assigned and schedule.fired receipts; nil when the fire's task
+// exists already.
+func (e *Engine) fireTask(ctx context.Context, tx store.Tx, actor Actor, s *host.Schedule, tt *host.TaskType, ft, now time.Time) (*host.Task, error) {
+	tmpl := s.Template
+	recipient := tmpl.Recipient
+	if recipient == "" {
+		recipient = s.Owner
+	}
+	t := &host.Task{
+		ID: host.NewID(host.PrefixTask), Tenant: actor.Tenant, Type: tt.Name,
+		CreatedBy: actor.Principal, Recipient: recipient, State: host.StateQueued,
+		Priority: tt.DefaultPriority, Params: tmpl.Params, Summary: tmpl.Summary,
+		IdempotencyKey: FireKey(s.ID, ft), CreatedAt: now, UpdatedAt: now, AvailableAt: now,
+		MaxRetries: tt.DefaultMaxRetries,
+	}
+	if tmpl.Priority != 0 {
+		t.Priority = tmpl.Priority
+	}
+	if tmpl.MaxRetries != nil {
+		t.MaxRetries = *tmpl.MaxRetries
+	}
+	if len(tt.ResourceIntents) > 0 {
+		t.ResourceIntents = host.NormalizeStoredIntents(append([]host.ResourceIntent{}, tt.ResourceIntents...))
+	}
+	old, err := tx.FindTaskByIdempotency(ctx, store.IdempotencyKeyOf(t))
+	if err != nil || old != nil {
+		return nil, err
+	}
+	assigned := &host.Receipt{
+		ID: host.NewID(host.PrefixReceipt), Tenant: t.Tenant, Type: host.ReceiptAssigned,
+		From: GatePrincipal, To: t.Recipient, TaskID: t.ID, Parents: []string{},
+		Body: mustJSON(map[string]any{
+			"task_type": t.Type, "priority": t.Priority, "queued_by": t.CreatedBy,
+			"task_summary": t.Summary, "available_at": t.AvailableAt,
+			"schedule_id": s.ID, "fire_at": ft,
+		}),
+		CreatedAt: now,
+	}
+	t.AssignReceipt = assigned.ID
+	if err := tx.InsertTask(ctx, t); err != nil {
+		return nil, err
+	}
+	if err := appendReceipt(ctx, tx, assigned, nil); err != nil {
+		return nil, err
+	}
+	firedRc := e.scheduleReceipt(s, host.ReceiptScheduleFired, GatePrincipal, map[string]any{
+		"schedule_id": s.ID, "name": s.Name, "fire_at": ft, "task_id": t.ID,
+	}, now)
+	firedRc.TaskID = t.ID
+	if err := appendReceipt(ctx, tx, firedRc, nil); err != nil {
+		return nil, err
+	}
+	return t, nil
+}

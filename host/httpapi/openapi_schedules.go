@@ -1,0 +1,33 @@
+package httpapi
+
+import (
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/api"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/httpapi/openapi"
+)
+
+// The schedules' operations in the OpenAPI document (issue 39).
+func init() {
+	openapi.Enum(host.MissedSkip, host.MissedRunOnce, host.MissedRunAll)
+	agents := []string{"agent", "admin"}
+	runs := openapi.Param{Name: "next_runs", Type: "integer", Description: "how many next runs to list (default 5, at most 100)"}
+	openapi.Add(
+		openapi.Op{Method: "POST", Path: "/v1/schedules", Tag: "schedules", Roles: agents, Strict: true, Body: engine.CreateScheduleRequest{}, BodyRequired: true,
+			Summary:   "Create a schedule: a task enqueued at each fire of a cron expression (in a time zone) or an interval, as the caller (201)",
+			Responses: map[int]any{201: engine.ScheduleView{}}},
+		openapi.Op{Method: "GET", Path: "/v1/schedules", Tag: "schedules", Roles: agents,
+			Summary: "List the caller's schedules (an admin: the tenant's) with their next runs",
+			Query: []openapi.Param{{Name: "cursor", Description: "the cursor of the previous page"},
+				{Name: "limit", Type: "integer", Description: "page size (default 100, at most 500)"}, runs},
+			Responses: map[int]any{200: api.ScheduleList{}}},
+		openapi.Op{Method: "GET", Path: "/v1/schedules/:id", Tag: "schedules", Roles: agents, Summary: "A schedule with its next runs",
+			Query: []openapi.Param{runs}, Responses: map[int]any{200: engine.ScheduleView{}}},
+		openapi.Op{Method: "POST", Path: "/v1/schedules/:id/pause", Tag: "schedules", Roles: agents,
+			Summary: "Pause a schedule: no fires until it is resumed", Responses: map[int]any{200: engine.ScheduleView{}}},
+		openapi.Op{Method: "POST", Path: "/v1/schedules/:id/resume", Tag: "schedules", Roles: agents,
+			Summary: "Resume a schedule from its first fire after now (the fires the pause covered are not run)", Responses: map[int]any{200: engine.ScheduleView{}}},
+		openapi.Op{Method: "DELETE", Path: "/v1/schedules/:id", Tag: "schedules", Roles: agents,
+			Summary: "Delete a schedule (the tasks it enqueued stay)", Responses: map[int]any{200: api.ScheduleDeleted{}}},
+	)
+}

@@ -1,0 +1,86 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/asyncgate/asyncgate/host/auth"
+	"github.com/asyncgate/asyncgate/host/engine"
+)
+
+// TestSchedulesDoor: create, get with next runs, list, pause, resume and
+// delete over HTTP; each bad field is a 400 with its own code; another
+// agent's schedule answers 404 not_found exactly as an unknown id.
+func TestSchedulesDoor(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	other, err := auth.CreateKey(ctx, b.st, auth.NewKeyRequest{Role: engine.RoleAgent, Principal: "agent.b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, m := b.do(t, http.MethodPut, "/v1/admin/task-types/echo", b.admin, `{}`); code != 200 {
+		t.Fatalf("PUT task type = %d %v", code, m)
+	}
+	for body, want := range map[string]string{
+		`{"name":"n","cron":"* *","template":{"task_type":"echo"}}`:                                                     "invalid_cron",
+		`{"name":"n","cron":"@hourly","timezone":"Nowhere/City","template":{"task_type":"echo"}}`:                       "invalid_timezone",
+		`{"name":"n","interval_seconds":0,"template":{"task_type":"echo"}}`:                                             "invalid_interval",
+		`{"name":"n","interval_seconds":5,"missed_policy":"sometimes","template":{"task_type":"echo"}}`:                 "invalid_missed_policy",
+		`{"name":"n","interval_seconds":5,"missed_policy":"run_all","missed_cap":1000,"template":{"task_type":"echo"}}`: "invalid_missed_policy",
+		`{"name":"n","interval_seconds":5,"template":{"task_type":"nope"}}`:                                             "unknown_task_type",
+		`{"name":"n","interval_seconds":5,"template":{"task_type":"echo"},"extra":1}`:                                   "bad_request",
+	} {
+		if code, m := b.do(t, "POST", "/v1/schedules", b.agent, body); code != http.StatusBadRequest || m["error"] != want {
+			t.Errorf("create %s: %d %v, want 400 %s", body, code, m, want)
+		}
+	}
+	if code, m := b.do(t, "POST", "/v1/schedules", b.worker, `{"name":"n","interval_seconds":5,"template":{"task_type":"echo"}}`); code != http.StatusForbidden {
+		t.Fatalf("a worker creates a schedule: %d %v", code, m)
+	}
+	code, m := b.do(t, "POST", "/v1/schedules", b.agent, `{"name":"daily","cron":"0 6 * * 1-5","timezone":"Europe/Paris","template":{"task_type":"echo","params":{"x":1}}}`)
+	if code != http.StatusCreated || m["owner"] != "agent.a" || len(m["next_runs"].([]any)) != 5 || m["missed_policy"] != "skip" {
+		t.Fatalf("create: %d %v", code, m)
+	}
+	id := m["schedule_id"].(string)
+	if code, m := b.do(t, "POST", "/v1/schedules", b.agent, `{"name":"daily","interval_seconds":5,"template":{"task_type":"echo"}}`); code != http.StatusConflict {
+		t.Fatalf("same name again: %d %v", code, m)
+	}
+	if code, m := b.do(t, "GET", "/v1/schedules/"+id+"?next_runs=10", b.agent, ""); code != 200 || len(m["next_runs"].([]any)) != 10 {
+		t.Fatalf("get: %d %v", code, m)
+	}
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/v1/schedules/%s"}, {"POST", "/v1/schedules/%s/pause"}, {"POST", "/v1/schedules/%s/resume"}, {"DELETE", "/v1/schedules/%s"},
+	} {
+		_, foreign := b.raw(t, c.method, sprintf(c.path, id), other.APIKey, "")
+		_, unknown := b.raw(t, c.method, sprintf(c.path, "S-01NOSUCHSCHEDULE"), other.APIKey, "")
+		code, m := b.do(t, c.method, sprintf(c.path, id), other.APIKey, "")
+		if code != http.StatusNotFound || m["error"] != "not_found" || len(foreign) == 0 ||
+			string(foreign) != replaceID(string(unknown), "S-01NOSUCHSCHEDULE", id) {
+			t.Fatalf("%s %s by another agent: %d %s (unknown id: %s)", c.method, c.path, code, foreign, unknown)
+		}
+	}
+	if code, m := b.do(t, "GET", "/v1/schedules", other.APIKey, ""); code != 200 || len(m["schedules"].([]any)) != 0 {
+		t.Fatalf("another agent's list: %d %v", code, m)
+	}
+	if code, m := b.do(t, "GET", "/v1/schedules?next_runs=2", b.admin, ""); code != 200 || len(m["schedules"].([]any)) != 1 {
+		t.Fatalf("admin list: %d %v", code, m)
+	}
+	if code, m := b.do(t, "POST", "/v1/schedules/"+id+"/pause", b.agent, ""); code != 200 || m["paused"] != true || len(m["next_runs"].([]any)) != 0 {
+		t.Fatalf("pause: %d %v", code, m)
+	}
+	if code, m := b.do(t, "POST", "/v1/schedules/"+id+"/resume", b.admin, ""); code != 200 || m["paused"] != false {
+		t.Fatalf("admin resume: %d %v", code, m)
+	}
+	if code, m := b.do(t, "DELETE", "/v1/schedules/"+id, b.agent, ""); code != 200 || m["status"] != "deleted" {
+		t.Fatalf("delete: %d %v", code, m)
+	}
+	if code, _ := b.do(t, "GET", "/v1/schedules/"+id, b.agent, ""); code != http.StatusNotFound {
+		t.Fatalf("get after delete: %d", code)
+	}
+}
+
+func sprintf(format, id string) string { return strings.Replace(format, "%s", id, 1) }
+
+func replaceID(s, from, to string) string { return strings.ReplaceAll(s, from, to) }

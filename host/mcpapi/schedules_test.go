@@ -1,0 +1,68 @@
+package mcpapi_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/asyncgate/asyncgate/host/api"
+	"github.com/asyncgate/asyncgate/host/auth"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/mcpapi"
+)
+
+// TestScheduleTools: create, inspect with next runs, list, pause and resume
+// a schedule over streamable HTTP; bad fields are their codes; another agent
+// of the tenant is told not_found.
+func TestScheduleTools(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	agent := b.connect(t, b.agent)
+	fails(t, agent, "create_schedule", map[string]any{"name": "x", "cron": "99 * * * *", "template": map[string]any{"task_type": "echo"}}, "invalid_cron")
+	fails(t, agent, "create_schedule", map[string]any{"name": "x", "cron": "@daily", "timezone": "Atlantis/Capital", "template": map[string]any{"task_type": "echo"}}, "invalid_timezone")
+	fails(t, agent, "create_schedule", map[string]any{"name": "x", "template": map[string]any{"task_type": "echo"}}, "invalid_interval")
+	fails(t, agent, "create_schedule", map[string]any{"name": "x", "interval_seconds": 5, "missed_policy": "never", "template": map[string]any{"task_type": "echo"}}, "invalid_missed_policy")
+	fails(t, agent, "create_schedule", map[string]any{"name": "x", "interval_seconds": 5, "template": map[string]any{"task_type": "echo", "params": map[string]any{"n": "one"}}}, "invalid_params")
+	var v engine.ScheduleView
+	ok(t, agent, "create_schedule", map[string]any{"name": "hourly", "cron": "@hourly", "timezone": "Asia/Kolkata",
+		"template": map[string]any{"task_type": "echo", "params": map[string]any{"n": 1}}, "missed_policy": "run_all", "missed_cap": 3}, &v)
+	if v.Schedule == nil || v.Owner != "agent.a" || len(v.NextRuns) != 5 || v.MissedCap != 3 {
+		t.Fatalf("created: %+v", v)
+	}
+	// Asia/Kolkata is UTC+05:30: @hourly fires at :30 UTC.
+	if v.NextRuns[0].Minute() != 30 {
+		t.Fatalf("@hourly in Kolkata: %v", v.NextRuns)
+	}
+	var got engine.ScheduleView
+	ok(t, agent, "get_schedule", map[string]any{"schedule_id": v.ID, "next_runs": 8}, &got)
+	if len(got.NextRuns) != 8 {
+		t.Fatalf("get_schedule next runs: %v", got.NextRuns)
+	}
+	var list api.ScheduleList
+	ok(t, agent, "list_schedules", nil, &list)
+	if len(list.Schedules) != 1 || list.Schedules[0].ID != v.ID {
+		t.Fatalf("list: %+v", list)
+	}
+	ok(t, agent, "pause_schedule", map[string]any{"schedule_id": v.ID}, &got)
+	if !got.Paused || len(got.NextRuns) != 0 {
+		t.Fatalf("paused: %+v", got)
+	}
+	ok(t, agent, "resume_schedule", map[string]any{"schedule_id": v.ID}, &got)
+	if got.Paused || len(got.NextRuns) != 5 {
+		t.Fatalf("resumed: %+v", got)
+	}
+	// Another agent of the same tenant.
+	mk, err := auth.CreateKey(context.Background(), b.eng.Store(), auth.NewKeyRequest{Role: engine.RoleAgent, Principal: "agent.m", Tenant: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mallory := b.connect(t, mk.APIKey)
+	for _, name := range []string{"get_schedule", "pause_schedule", "resume_schedule", "delete_schedule"} {
+		fails(t, mallory, name, map[string]any{"schedule_id": v.ID}, "not_found")
+	}
+	ok(t, mallory, "list_schedules", nil, &list)
+	if len(list.Schedules) != 0 {
+		t.Fatalf("another agent lists %d schedules", len(list.Schedules))
+	}
+	var del api.ScheduleDeleted
+	ok(t, agent, "delete_schedule", map[string]any{"schedule_id": v.ID}, &del)
+	fails(t, agent, "get_schedule", map[string]any{"schedule_id": v.ID}, "not_found")
+}

@@ -1,0 +1,495 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// Schedules (issue 39): the fires of cron and interval schedules, their
+// missed-run policies, pause and resume, one fire per occurrence across
+// writers, and the owner's privacy.
+
+func scheduleCases() []struct {
+	name string
+	fn   func(*testing.T, *Bundle)
+} {
+	return []struct {
+		name string
+		fn   func(*testing.T, *Bundle)
+	}{
+		{"ScheduleCRUD", testScheduleCRUD},
+		{"ScheduleRefusesBadInput", testScheduleBadInput},
+		{"ScheduleInvisibleToOtherAgents", testScheduleHostile},
+		{"ScheduleIntervalFires", testScheduleInterval},
+		{"ScheduleCronInZoneAcrossDST", testScheduleCronDST},
+		{"SchedulePauseResume", testSchedulePauseResume},
+		{"ScheduleMissedPolicies", testScheduleMissed},
+		{"ScheduleFiresOnceAcrossEngines", testScheduleFiresOnce},
+		{"ScheduleTemplateGone", testScheduleTemplateGone},
+	}
+}
+
+func (b *Bundle) createSchedule(t testing.TB, req engine.CreateScheduleRequest) *engine.ScheduleView {
+	t.Helper()
+	if req.Template.TaskType == "" {
+		req.Template = host.ScheduleTemplate{TaskType: "work", Params: json.RawMessage(`{"n": 7}`)}
+	}
+	v, err := b.Engine.CreateSchedule(b.Ctx, b.Agent, req)
+	if err != nil {
+		t.Fatalf("CreateSchedule(%s): %v", req.Name, err)
+	}
+	return v
+}
+
+func (b *Bundle) fire(t testing.TB) int {
+	t.Helper()
+	n, err := b.Engine.FireSchedules(b.Ctx)
+	if err != nil {
+		t.Fatalf("FireSchedules: %v", err)
+	}
+	return n
+}
+
+// firedAt returns the fire times of the tasks schedule id enqueued, in
+// order, read back from their idempotency keys, and fails on a fire
+// enqueued twice.
+func (b *Bundle) firedAt(t testing.TB, id string) []time.Time {
+	t.Helper()
+	var out []time.Time
+	seen := map[string]bool{}
+	cursor := ""
+	for {
+		ts, next, err := b.Engine.ListTasks(b.Ctx, b.Admin, store.TaskFilter{Cursor: cursor, Limit: 500})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range ts {
+			k, ok := strings.CutPrefix(tk.IdempotencyKey, "schedule:"+id+":")
+			if !ok {
+				continue
+			}
+			if seen[k] {
+				t.Fatalf("fire %s of %s enqueued twice", k, id)
+			}
+			seen[k] = true
+			at, err := time.Parse(time.RFC3339Nano, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, at)
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
+	return out
+}
+
+func every(start time.Time, step time.Duration, n int) []time.Time {
+	out := make([]time.Time, n)
+	for i := range out {
+		out[i] = start.Add(time.Duration(i) * step)
+	}
+	return out
+}
+
+func wantTimes(t testing.TB, what string, got, want []time.Time) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d fires %v, want %d %v", what, len(got), got, len(want), want)
+	}
+	for i := range got {
+		if !got[i].Equal(want[i]) {
+			t.Fatalf("%s: fire %d at %v, want %v (all: %v)", what, i, got[i], want[i], got)
+		}
+	}
+}
+
+func testScheduleCRUD(t *testing.T, b *Bundle) {
+	v := b.createSchedule(t, engine.CreateScheduleRequest{Name: "nightly", Cron: "0 3 * * *", Timezone: "Europe/Berlin"})
+	if v.Owner != "agent.kee" || v.MissedPolicy != host.MissedSkip || v.GraceSeconds != host.DefaultScheduleGrace || v.Paused {
+		t.Fatalf("defaults: %+v", v.Schedule)
+	}
+	// 03:00 in Berlin is 02:00 UTC in January.
+	want := every(time.Date(2026, 1, 5, 2, 0, 0, 0, time.UTC), 24*time.Hour, 5)
+	wantTimes(t, "next runs", v.NextRuns, want)
+	if _, err := b.Engine.CreateSchedule(b.Ctx, b.Agent, engine.CreateScheduleRequest{Name: "nightly", IntervalSeconds: 5,
+		Template: host.ScheduleTemplate{TaskType: "work"}}); !host.IsCode(err, host.CodeConflict) {
+		t.Fatalf("a second schedule of the same name: %v, want conflict", err)
+	}
+	got, err := b.Engine.GetSchedule(b.Ctx, b.Agent, v.ID, 3)
+	if err != nil || len(got.NextRuns) != 3 || got.Name != "nightly" || string(got.Template.Params) != `{"n":7}` {
+		t.Fatalf("get: %+v %v", got, err)
+	}
+	b.createSchedule(t, engine.CreateScheduleRequest{Name: "often", IntervalSeconds: 30})
+	list, next, err := b.Engine.ListSchedules(b.Ctx, b.Agent, "", 1, 2)
+	if err != nil || len(list) != 1 || next == "" || len(list[0].NextRuns) != 2 {
+		t.Fatalf("list page 1: %d %q %v", len(list), next, err)
+	}
+	list2, next2, err := b.Engine.ListSchedules(b.Ctx, b.Agent, next, 1, 0)
+	if err != nil || len(list2) != 1 || next2 != "" || list2[0].ID == list[0].ID {
+		t.Fatalf("list page 2: %+v %q %v", list2, next2, err)
+	}
+	if err := b.Engine.DeleteSchedule(b.Ctx, b.Agent, v.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Engine.GetSchedule(b.Ctx, b.Agent, v.ID, 0); !host.IsCode(err, host.CodeNotFound) {
+		t.Fatalf("deleted schedule: %v", err)
+	}
+	if err := b.Engine.DeleteSchedule(b.Ctx, b.Agent, v.ID); !host.IsCode(err, host.CodeNotFound) {
+		t.Fatalf("deleting again: %v", err)
+	}
+}
+
+func testScheduleBadInput(t *testing.T, b *Bundle) {
+	tmpl := host.ScheduleTemplate{TaskType: "work"}
+	for _, c := range []struct {
+		name string
+		req  engine.CreateScheduleRequest
+		code string
+	}{
+		{"bad cron", engine.CreateScheduleRequest{Name: "a", Cron: "61 * * * *", Template: tmpl}, host.CodeInvalidCron},
+		{"six fields", engine.CreateScheduleRequest{Name: "a", Cron: "0 0 0 * * *", Template: tmpl}, host.CodeInvalidCron},
+		{"never", engine.CreateScheduleRequest{Name: "a", Cron: "0 0 31 2 *", Template: tmpl}, host.CodeInvalidCron},
+		{"zone in expression", engine.CreateScheduleRequest{Name: "a", Cron: "CRON_TZ=UTC 0 * * * *", Template: tmpl}, host.CodeInvalidCron},
+		{"@every", engine.CreateScheduleRequest{Name: "a", Cron: "@every 1m", Template: tmpl}, host.CodeInvalidCron},
+		{"bad zone", engine.CreateScheduleRequest{Name: "a", Cron: "@hourly", Timezone: "Mars/Olympus", Template: tmpl}, host.CodeInvalidTimezone},
+		{"Local", engine.CreateScheduleRequest{Name: "a", Cron: "@hourly", Timezone: "Local", Template: tmpl}, host.CodeInvalidTimezone},
+		{"zone on interval", engine.CreateScheduleRequest{Name: "a", IntervalSeconds: 5, Timezone: "UTC", Template: tmpl}, host.CodeInvalidTimezone},
+		{"neither", engine.CreateScheduleRequest{Name: "a", Template: tmpl}, host.CodeInvalidInterval},
+		{"both", engine.CreateScheduleRequest{Name: "a", Cron: "@hourly", IntervalSeconds: 5, Template: tmpl}, host.CodeInvalidInterval},
+		{"interval 0.5", engine.CreateScheduleRequest{Name: "a", IntervalSeconds: -1, Template: tmpl}, host.CodeInvalidInterval},
+		{"interval too long", engine.CreateScheduleRequest{Name: "a", IntervalSeconds: host.MaxScheduleInterval + 1, Template: tmpl}, host.CodeInvalidInterval},
+		{"policy", engine.CreateScheduleRequest{Name: "a", IntervalSeconds: 5, MissedPolicy: "later", Template: tmpl}, host.CodeInvalidMissedPolicy},
+		{"cap", engine.CreateScheduleRequest{Name: "a", IntervalSeconds: 5, MissedPolicy: host.MissedRunAll, MissedCap: 101, Template: tmpl}, host.CodeInvalidMissedPolicy},
+		{"cap on skip", engine.CreateScheduleRequest{Name: "a", IntervalSeconds: 5, MissedCap: 3, Template: tmpl}, host.CodeInvalidMissedPolicy},
+		{"grace", engine.CreateScheduleRequest{Name: "a", IntervalSeconds: 5, GraceSeconds: ptrInt(-1), Template: tmpl}, host.CodeInvalidMissedPolicy},
+		{"no name", engine.CreateScheduleRequest{IntervalSeconds: 5, Template: tmpl}, host.CodeBadRequest},
+		{"no type", engine.CreateScheduleRequest{Name: "a", IntervalSeconds: 5}, host.CodeBadRequest},
+		{"unknown type", engine.CreateScheduleRequest{Name: "a", IntervalSeconds: 5, Template: host.ScheduleTemplate{TaskType: "nope"}}, host.CodeUnknownTaskType},
+		{"params", engine.CreateScheduleRequest{Name: "a", IntervalSeconds: 5, Template: host.ScheduleTemplate{TaskType: "work", Params: json.RawMessage(`{"n":-1}`)}}, host.CodeInvalidParams},
+		{"priority", engine.CreateScheduleRequest{Name: "a", IntervalSeconds: 5, Template: host.ScheduleTemplate{TaskType: "work", Priority: 11}}, host.CodeBadRequest},
+		{"workflow recipient", engine.CreateScheduleRequest{Name: "a", IntervalSeconds: 5, Template: host.ScheduleTemplate{TaskType: "work", Recipient: host.WorkflowFinalRecipient("WF-x")}}, host.CodeBadRequest},
+	} {
+		_, err := b.Engine.CreateSchedule(b.Ctx, b.Agent, c.req)
+		if !host.IsCode(err, c.code) {
+			t.Errorf("%s: %v, want %s", c.name, err, c.code)
+		}
+	}
+	list, _, err := b.Engine.ListSchedules(b.Ctx, b.Admin, "", 0, 0)
+	if err != nil || len(list) != 0 {
+		t.Fatalf("refused schedules were stored: %d %v", len(list), err)
+	}
+}
+
+func testScheduleHostile(t *testing.T, b *Bundle) {
+	v := b.createSchedule(t, engine.CreateScheduleRequest{Name: "mine", IntervalSeconds: 60})
+	mallory := engine.Actor{Tenant: "acme", Principal: "agent.mallory", Role: engine.RoleAgent}
+	foreignAdmin := engine.Actor{Tenant: "globex", Principal: "ops", Role: engine.RoleAdmin}
+	for _, a := range []engine.Actor{mallory, foreignAdmin} {
+		for _, id := range []string{v.ID, "S-01UNKNOWN"} {
+			_, getErr := b.Engine.GetSchedule(b.Ctx, a, id, 0)
+			_, pauseErr := b.Engine.PauseSchedule(b.Ctx, a, id)
+			_, resumeErr := b.Engine.ResumeSchedule(b.Ctx, a, id)
+			delErr := b.Engine.DeleteSchedule(b.Ctx, a, id)
+			for _, err := range []error{getErr, pauseErr, resumeErr, delErr} {
+				if !host.IsCode(err, host.CodeNotFound) || !strings.Contains(host.ErrorDetail(err), "no schedule "+id) {
+					t.Fatalf("%s on %s: %v, want not_found like an unknown id", a.Principal, id, err)
+				}
+			}
+		}
+		list, _, err := b.Engine.ListSchedules(b.Ctx, a, "", 0, 0)
+		if err != nil || len(list) != 0 {
+			t.Fatalf("%s/%s lists %d schedules (%v)", a.Tenant, a.Principal, len(list), err)
+		}
+	}
+	if got, err := b.Engine.GetSchedule(b.Ctx, b.Agent, v.ID, 0); err != nil || got.Paused {
+		t.Fatalf("the owner's schedule after the attempts: %+v %v", got, err)
+	}
+	// The tenant's admin sees and pauses it.
+	list, _, err := b.Engine.ListSchedules(b.Ctx, b.Admin, "", 0, 0)
+	if err != nil || len(list) != 1 {
+		t.Fatalf("admin list: %d %v", len(list), err)
+	}
+	p, err := b.Engine.PauseSchedule(b.Ctx, b.Admin, v.ID)
+	if err != nil || !p.Paused || len(p.NextRuns) != 0 {
+		t.Fatalf("admin pause: %+v %v", p, err)
+	}
+}
+
+func testScheduleInterval(t *testing.T, b *Bundle) {
+	v := b.createSchedule(t, engine.CreateScheduleRequest{Name: "tick", IntervalSeconds: 10})
+	start := Epoch.Add(10 * time.Second)
+	if !v.NextFireAt.Equal(start) {
+		t.Fatalf("first fire %v, want %v", v.NextFireAt, start)
+	}
+	if n := b.fire(t); n != 0 {
+		t.Fatalf("fired %d before the first fire", n)
+	}
+	b.Clock.Advance(10 * time.Second)
+	if n := b.fire(t); n != 1 {
+		t.Fatalf("fired %d at the first fire", n)
+	}
+	b.Clock.Advance(5 * time.Second)
+	if n := b.fire(t); n != 0 {
+		t.Fatalf("fired %d between fires", n)
+	}
+	b.Clock.Advance(35 * time.Second) // 4 fires late, all within the grace
+	if n := b.fire(t); n != 4 {
+		t.Fatalf("fired %d after 4 fires within the grace, want 4", n)
+	}
+	if n := b.fire(t); n != 0 {
+		t.Fatalf("fired %d again", n)
+	}
+	wantTimes(t, "interval", b.firedAt(t, v.ID), every(start, 10*time.Second, 5))
+	got, err := b.Engine.GetSchedule(b.Ctx, b.Agent, v.ID, 0)
+	if err != nil || got.Fires != 5 || !got.NextFireAt.Equal(start.Add(50*time.Second)) || got.LastFireAt == nil {
+		t.Fatalf("after 5 fires: %+v %v", got, err)
+	}
+	// The fired task: the owner's, recording its schedule and fire.
+	var tk *host.Task
+	if err := b.Store.View(b.Ctx, func(r store.Reader) error {
+		var err error
+		tk, err = r.FindTaskByIdempotency(b.Ctx, store.IdempotencyKey{Tenant: "acme", Producer: "agent.kee", Recipient: "agent.kee", Key: engine.FireKey(v.ID, start)})
+		return err
+	}); err != nil || tk == nil {
+		t.Fatalf("first fire's task: %v %v", tk, err)
+	}
+	if tk.CreatedBy != "agent.kee" || tk.Type != "work" || string(tk.Params) != `{"n":7}` || tk.State != host.StateQueued {
+		t.Fatalf("fired task: %+v", tk)
+	}
+	types := b.ReceiptTypes(t, tk.ID)
+	if !containsType(types, host.ReceiptAssigned) || !containsType(types, host.ReceiptScheduleFired) {
+		t.Fatalf("fired task's receipts: %v", types)
+	}
+	for _, rc := range b.Receipts(t, tk.ID) {
+		if rc.Type == host.ReceiptAssigned && !strings.Contains(string(rc.Body), `"schedule_id":"`+v.ID+`"`) {
+			t.Fatalf("task.assigned does not name the schedule: %s", rc.Body)
+		}
+	}
+	b.LeaseOne(t, "w.1", "work")
+}
+
+func containsType(ts []host.ReceiptType, x host.ReceiptType) bool {
+	for _, t := range ts {
+		if t == x {
+			return true
+		}
+	}
+	return false
+}
+
+func testScheduleCronDST(t *testing.T, b *Bundle) {
+	// 09:30 every day in New York; the clocks go forward on Sunday 8 March
+	// 2026 (EST, UTC−5 → EDT, UTC−4), so the fire moves from 14:30 to 13:30
+	// UTC.
+	b.Clock.Set(time.Date(2026, 3, 5, 12, 0, 0, 0, time.UTC))
+	v := b.createSchedule(t, engine.CreateScheduleRequest{Name: "open", Cron: "30 9 * * *", Timezone: "America/New_York", GraceSeconds: ptrInt(3600)})
+	want := []time.Time{
+		time.Date(2026, 3, 5, 14, 30, 0, 0, time.UTC),
+		time.Date(2026, 3, 6, 14, 30, 0, 0, time.UTC),
+		time.Date(2026, 3, 7, 14, 30, 0, 0, time.UTC),
+		time.Date(2026, 3, 8, 13, 30, 0, 0, time.UTC),
+		time.Date(2026, 3, 9, 13, 30, 0, 0, time.UTC),
+	}
+	wantTimes(t, "next runs", v.NextRuns, want)
+	// Walk the clock in hours: each fire is taken within the hour it falls
+	// in, inside its grace.
+	for b.Clock.Now().Before(time.Date(2026, 3, 9, 23, 0, 0, 0, time.UTC)) {
+		b.Clock.Advance(time.Hour)
+		b.fire(t)
+	}
+	wantTimes(t, "fires", b.firedAt(t, v.ID), want)
+	// A descriptor in a zone: @daily is local midnight.
+	d := b.createSchedule(t, engine.CreateScheduleRequest{Name: "midnight", Cron: "@daily", Timezone: "Asia/Tokyo"})
+	if !d.NextRuns[0].Equal(time.Date(2026, 3, 10, 15, 0, 0, 0, time.UTC)) { // 23:00 UTC on the 9th is 08:00 on the 10th in Tokyo
+		t.Fatalf("@daily in Tokyo: %v", d.NextRuns)
+	}
+}
+
+func testSchedulePauseResume(t *testing.T, b *Bundle) {
+	v := b.createSchedule(t, engine.CreateScheduleRequest{Name: "tick", IntervalSeconds: 10})
+	b.Clock.Advance(10 * time.Second)
+	if n := b.fire(t); n != 1 {
+		t.Fatalf("fired %d", n)
+	}
+	p, err := b.Engine.PauseSchedule(b.Ctx, b.Agent, v.ID)
+	if err != nil || !p.Paused {
+		t.Fatalf("pause: %+v %v", p, err)
+	}
+	if p, err = b.Engine.PauseSchedule(b.Ctx, b.Agent, v.ID); err != nil || !p.Paused {
+		t.Fatalf("pause again: %+v %v", p, err)
+	}
+	b.Clock.Advance(45 * time.Second)
+	if n := b.fire(t); n != 0 {
+		t.Fatalf("a paused schedule fired %d", n)
+	}
+	r, err := b.Engine.ResumeSchedule(b.Ctx, b.Agent, v.ID)
+	if err != nil || r.Paused {
+		t.Fatalf("resume: %+v %v", r, err)
+	}
+	// The fires the pause covered are not run; the next is the first after
+	// the resume (at 55 s: the fire at 60 s).
+	if want := Epoch.Add(60 * time.Second); !r.NextFireAt.Equal(want) || !r.NextRuns[0].Equal(want) {
+		t.Fatalf("resumed next fire %v, want %v", r.NextFireAt, want)
+	}
+	if n := b.fire(t); n != 0 {
+		t.Fatalf("resume fired %d at once", n)
+	}
+	b.Clock.Advance(5 * time.Second)
+	if n := b.fire(t); n != 1 {
+		t.Fatalf("fired %d after the resume", n)
+	}
+	wantTimes(t, "fires", b.firedAt(t, v.ID), []time.Time{Epoch.Add(10 * time.Second), Epoch.Add(60 * time.Second)})
+	var kinds []host.ReceiptType
+	rs, err := b.tenantReceipts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rc := range rs {
+		if strings.HasPrefix(string(rc.Type), "schedule.") {
+			kinds = append(kinds, rc.Type)
+		}
+	}
+	want := []host.ReceiptType{host.ReceiptScheduleCreated, host.ReceiptScheduleFired, host.ReceiptSchedulePaused, host.ReceiptScheduleResumed, host.ReceiptScheduleFired}
+	if len(kinds) != len(want) {
+		t.Fatalf("schedule receipts %v, want %v", kinds, want)
+	}
+	for i := range want {
+		if kinds[i] != want[i] {
+			t.Fatalf("schedule receipts %v, want %v", kinds, want)
+		}
+	}
+}
+
+func testScheduleMissed(t *testing.T, b *Bundle) {
+	// Every minute, grace 60 s; the gate comes back 10 minutes later: the
+	// fires at +1..+8 min are missed (older than the grace), +9 and +10 are
+	// on time.
+	mk := func(name string, policy host.MissedPolicy, limit int) *engine.ScheduleView {
+		return b.createSchedule(t, engine.CreateScheduleRequest{Name: name, IntervalSeconds: 60, MissedPolicy: policy, MissedCap: limit})
+	}
+	skip, once, all, allCapped := mk("skip", host.MissedSkip, 0), mk("once", host.MissedRunOnce, 0), mk("all", host.MissedRunAll, 100), mk("all5", host.MissedRunAll, 5)
+	b.Clock.Advance(10 * time.Minute)
+	if n := b.fire(t); n != 2+3+10+7 {
+		t.Fatalf("fired %d, want 22", n)
+	}
+	m := func(k int) time.Time { return Epoch.Add(time.Duration(k) * time.Minute) }
+	wantTimes(t, "skip", b.firedAt(t, skip.ID), []time.Time{m(9), m(10)})
+	wantTimes(t, "run_once", b.firedAt(t, once.ID), []time.Time{m(8), m(9), m(10)})
+	wantTimes(t, "run_all", b.firedAt(t, all.ID), every(m(1), time.Minute, 10))
+	wantTimes(t, "run_all cap 5", b.firedAt(t, allCapped.ID), every(m(4), time.Minute, 7))
+	// The skipped fires are on the ledger.
+	rs, err := b.tenantReceipts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	skipped := map[string]float64{}
+	for _, rc := range rs {
+		if rc.Type == host.ReceiptScheduleSkipped {
+			var body struct {
+				ID      string  `json:"schedule_id"`
+				Skipped float64 `json:"skipped"`
+			}
+			if err := json.Unmarshal(rc.Body, &body); err != nil {
+				t.Fatal(err)
+			}
+			skipped[body.ID] = body.Skipped
+		}
+	}
+	if skipped[skip.ID] != 8 || skipped[once.ID] != 7 || skipped[allCapped.ID] != 3 || skipped[all.ID] != 0 {
+		t.Fatalf("skipped receipts: %v", skipped)
+	}
+	// A cron schedule far behind (a year of minutes) catches up by its
+	// policy without walking every fire.
+	c := b.createSchedule(t, engine.CreateScheduleRequest{Name: "cron", Cron: "* * * * *", MissedPolicy: host.MissedRunOnce})
+	b.Clock.Advance(366 * 24 * time.Hour)
+	b.fire(t)
+	if got := b.firedAt(t, c.ID); len(got) < 2 || len(got) > 3 {
+		t.Fatalf("cron a year behind under run_once fired %v", got)
+	}
+}
+
+func testScheduleFiresOnce(t *testing.T, b *Bundle) {
+	// Two engines on one store fire 60 schedules (more than one pass
+	// claims) concurrently while the clock moves: each fire is enqueued
+	// once.
+	other, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	var ids []string
+	for i := range 60 {
+		ids = append(ids, b.createSchedule(t, engine.CreateScheduleRequest{Name: fmt.Sprint("s", i), IntervalSeconds: 1}).ID)
+	}
+	for range 15 {
+		b.Clock.Advance(time.Second)
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for _, e := range []*engine.Engine{b.Engine, other, b.Engine, other} {
+			wg.Go(func() {
+				if _, err := e.FireSchedules(b.Ctx); err != nil {
+					errs <- err
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids {
+		wantTimes(t, id, b.firedAt(t, id), every(Epoch.Add(time.Second), time.Second, 15))
+	}
+}
+
+func testScheduleTemplateGone(t *testing.T, b *Bundle) {
+	gone := host.NewTaskType("gone")
+	gone.Tenant = "acme"
+	b.MustPutType(t, gone)
+	v := b.createSchedule(t, engine.CreateScheduleRequest{Name: "g", IntervalSeconds: 10, Template: host.ScheduleTemplate{TaskType: "gone"}})
+	if err := b.Engine.DeleteTaskType(b.Ctx, "acme", "gone"); err != nil {
+		t.Fatal(err)
+	}
+	b.Clock.Advance(10 * time.Second)
+	if n := b.fire(t); n != 0 {
+		t.Fatalf("fired %d without its task type", n)
+	}
+	got, err := b.Engine.GetSchedule(b.Ctx, b.Agent, v.ID, 0)
+	if err != nil || !got.NextFireAt.Equal(Epoch.Add(20*time.Second)) {
+		t.Fatalf("a fire that cannot run still advances: %+v %v", got, err)
+	}
+}
+
+// tenantReceipts reads every receipt of tenant acme in ledger order.
+func (b *Bundle) tenantReceipts() ([]*host.Receipt, error) {
+	var out []*host.Receipt
+	err := b.Store.View(b.Ctx, func(r store.Reader) error {
+		cursor := ""
+		for {
+			rs, next, err := r.ListReceipts(b.Ctx, store.ReceiptFilter{Tenant: "acme", Cursor: cursor, Limit: 500})
+			if err != nil {
+				return err
+			}
+			out = append(out, rs...)
+			if next == "" || len(rs) == 0 {
+				return nil
+			}
+			cursor = next
+		}
+	})
+	return out, err
+}
