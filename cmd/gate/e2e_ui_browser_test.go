@@ -267,6 +267,32 @@ func TestE2EDashboardInABrowser(t *testing.T) {
 	if s := textOf(t, ctx, "#schedules tbody"); !strings.Contains(s, "ui-nightly") || !strings.Contains(s, "Europe/Berlin") || strings.Count(s, "Z") < 5 {
 		t.Fatalf("schedules page: %q", s)
 	}
+	// A workflow is listed, and its page draws its steps in their states.
+	wr := call(t, "POST", g.URL+"/v1/workflows", g.Admin, map[string]any{"name": "ui-diamond", "steps": []map[string]any{
+		{"name": "plan", "task_type": "uidemo"},
+		{"name": "left", "task_type": "uidemo", "after": []string{"plan"}},
+		{"name": "right", "task_type": "uidemo", "after": []string{"plan"}},
+		{"name": "join", "task_type": "uidemo", "after": []string{"left", "right"}},
+	}})
+	if wr.Status != 201 {
+		t.Fatalf("submit workflow: %d %s", wr.Status, wr.Body)
+	}
+	wfID, _ := wr.JSON(t)["workflow_id"].(string)
+	step(t, ctx, "workflows", chromedp.Navigate(g.URL+"/ui/workflows"), chromedp.WaitVisible(chromedp.CSS("#workflow-list")))
+	if s := textOf(t, ctx, "#workflow-list tbody"); !strings.Contains(s, "ui-diamond") || !strings.Contains(s, "running") {
+		t.Fatalf("workflows page: %q", s)
+	}
+	step(t, ctx, "a workflow's page",
+		chromedp.Click(chromedp.CSS(`a[href="/ui/workflows/`+wfID+`"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#workflow-graph")),
+	)
+	nodes, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`String(document.querySelectorAll("#workflow-graph .wf-node").length) + "/" + String(document.querySelectorAll("#workflow-graph .wf-edge").length)`))
+	if nodes != "4/4" {
+		t.Fatalf("the workflow graph draws nodes/edges %q, want 4/4", nodes)
+	}
+	if c := textOf(t, ctx, "#step-counts"); !strings.Contains(c, "1 queued") || !strings.Contains(c, "3 waiting") {
+		t.Fatalf("the workflow's step counts read %q", c)
+	}
 	step(t, ctx, "plugins", chromedp.Navigate(g.URL+"/ui/plugins"), chromedp.WaitVisible(chromedp.CSS("#plugins")))
 	if p := textOf(t, ctx, "#plugins tbody"); !strings.Contains(p, "inline") || !strings.Contains(p, "ready") {
 		t.Fatalf("plugins page: %q", p)
