@@ -254,24 +254,18 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 	}
 	var prio time.Time
 	explicit := req.PriorityAt != nil
-	start := e.now()
 	if explicit {
 		if req.PriorityAt.IsZero() {
 			return nil, host.Errorf(host.CodeBadRequest, "priority_at: must be a timestamp")
 		}
 		prio = req.PriorityAt.UTC().Truncate(time.Microsecond)
-		if prio.After(start) {
-			// A priority from the future is younger than any request
-			// can be: it runs as one sent now (boundPriority).
-			prio = start
-		}
-	} else {
-		prio = start
 	}
 	// floor is the oldest priority a holder that holds nothing may run
-	// with: the request's start less the longest wait (boundPriority). It
-	// is read once, so a wait never moves it.
-	floor := start.Add(-e.cfg.MaxWait)
+	// with: the request's start less the longest wait (boundPriority). The
+	// start is the first decision's time, read under the resources' lock
+	// (tryAcquire), and is kept for the request's later tries, so a wait
+	// never moves it.
+	var floor time.Time
 	if req.Wait > e.cfg.MaxWait {
 		req.Wait = e.cfg.MaxWait
 	}
@@ -300,7 +294,7 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 	var waitUntil time.Time
 	for {
 		w := e.rl().watch(req.Tenant, intentResources(intents))
-		res, err := e.tryAcquire(ctx, req, intents, ttl, prio, floor, explicit, self)
+		res, err := e.tryAcquire(ctx, req, intents, ttl, &prio, &floor, explicit, self)
 		if err == nil {
 			registered = false // the grant removed the registration
 		}
@@ -344,9 +338,11 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 }
 
 // tryAcquire decides an acquire once. prio is the request's priority and
-// floor the oldest it may be when the holder holds nothing; explicit says the caller named it (otherwise a holder with live leases
-// acquires with its bound priority). self is the request's waiter id.
-func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []ResourceIntent, ttl time.Duration, prio, floor time.Time, explicit bool, self string) (*AcquireResult, error) {
+// floor the oldest it may be when the holder holds nothing, both set by the
+// request's first decision (floor zero until then); explicit says the
+// caller named the priority (otherwise a holder with live leases acquires
+// with its bound priority). self is the request's waiter id.
+func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []ResourceIntent, ttl time.Duration, prio, floor *time.Time, explicit bool, self string) (*AcquireResult, error) {
 	cfg := e.rl().cfg
 	resources := make([]string, len(intents))
 	for i, it := range intents {
@@ -367,6 +363,15 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 			return err
 		}
 		now := e.now()
+		if floor.IsZero() {
+			// The request's first decision: its start. A priority from
+			// the future is younger than any request can be: it runs as
+			// one sent now; none given runs as now.
+			*floor = now.Add(-e.cfg.MaxWait)
+			if !explicit || prio.After(now) {
+				*prio = now
+			}
+		}
 		ttl, expires := ttl, now.Add(ttl)
 		if req.SessionID != "" {
 			sess, err := sessionOf(ctx, tx, Actor{Tenant: req.Tenant, Principal: req.Holder}, req.SessionID, now)
@@ -380,7 +385,7 @@ func (e *Engine) tryAcquire(ctx context.Context, req AcquireRequest, intents []R
 			return err
 		}
 		mine, live, ws := view.Mine, view.Live, view.Waiters
-		prio, err := boundPriority(mine, prio, floor, explicit, now)
+		prio, err := boundPriority(mine, *prio, *floor, explicit, now)
 		if err != nil {
 			return err
 		}
