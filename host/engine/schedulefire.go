@@ -36,6 +36,18 @@ const (
 	maxFireSteps = 100_000
 )
 
+// minFireLag is the least lateness a fire is allowed whatever its grace:
+// the firer reaches a fire a tick (and a busy writer) after it is due, so a
+// grace below that (grace_seconds 0) would make every fire missed and a
+// skip schedule would never fire.
+const minFireLag = 5 * time.Second
+
+// fireLag is how late the firer itself may reach a fire: minFireLag, or two
+// ticks when the tick is longer.
+func (e *Engine) fireLag() time.Duration {
+	return max(minFireLag, 2*e.cfg.ScheduleTick)
+}
+
 // scheduleLoop runs FireSchedules every Config.ScheduleTick.
 func (e *Engine) scheduleLoop() {
 	defer e.wg.Done()
@@ -156,7 +168,7 @@ func (e *Engine) fireOne(ctx context.Context, tx store.Tx, s *host.Schedule, p f
 		s.Paused, s.UpdatedAt = true, now
 		return tx.UpdateSchedule(ctx, s)
 	}
-	grace := time.Duration(s.GraceSeconds) * time.Second
+	grace := max(time.Duration(s.GraceSeconds)*time.Second, e.fireLag())
 	keep := 0
 	switch s.MissedPolicy {
 	case host.MissedRunOnce:

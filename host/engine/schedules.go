@@ -39,7 +39,8 @@ type CreateScheduleRequest struct {
 	MissedPolicy host.MissedPolicy `json:"missed_policy,omitempty"`
 	MissedCap    int               `json:"missed_cap,omitempty"`
 	// GraceSeconds is how late a fire may be and still run as on time
-	// (0..3600; nil is 60).
+	// (0..3600; nil is 60). A fire is never missed for being late by less
+	// than the firer's own lag (5 s, or two ticks), whatever the grace.
 	GraceSeconds *int `json:"grace_seconds,omitempty"`
 	// Paused creates the schedule paused.
 	Paused bool `json:"paused,omitempty"`

@@ -35,6 +35,7 @@ func scheduleCases() []struct {
 		{"ScheduleMissedPolicies", testScheduleMissed},
 		{"ScheduleFiresOnceAcrossEngines", testScheduleFiresOnce},
 		{"ScheduleTemplateGone", testScheduleTemplateGone},
+		{"ScheduleGraceZeroStillFires", testScheduleGraceZero},
 	}
 }
 
@@ -492,4 +493,21 @@ func (b *Bundle) tenantReceipts() ([]*host.Receipt, error) {
 		}
 	})
 	return out, err
+}
+
+// testScheduleGraceZero: grace_seconds 0 is accepted, so a schedule with it
+// must still fire when the firer reaches a fire a tick after it is due
+// (the firer runs every ScheduleTick, never at the exact instant): a fire
+// is not missed for the firer's own lag.
+func testScheduleGraceZero(t *testing.T, b *Bundle) {
+	v := b.createSchedule(t, engine.CreateScheduleRequest{Name: "strict", IntervalSeconds: 10, GraceSeconds: ptrInt(0)})
+	b.Clock.Advance(10*time.Second + 300*time.Millisecond) // the firer's next tick
+	if n := b.fire(t); n != 1 {
+		t.Fatalf("grace 0, fire reached 300 ms after it was due: fired %d, want 1", n)
+	}
+	b.Clock.Advance(10 * time.Second)
+	if n := b.fire(t); n != 1 {
+		t.Fatalf("grace 0, second fire: fired %d, want 1", n)
+	}
+	wantTimes(t, "grace 0", b.firedAt(t, v.ID), every(v.NextFireAt, 10*time.Second, 2))
 }
