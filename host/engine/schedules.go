@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	_ "time/tzdata" // IANA zones for schedules on a machine without them
 
@@ -82,8 +83,16 @@ func (tm *timing) next(t time.Time) time.Time {
 	return tm.anchor.Add(k * tm.interval)
 }
 
-// timings caches compiled expressions by (cron, zone).
-var timings sync.Map
+// timings caches compiled expressions by (cron, zone). Callers choose the
+// expressions, so the cache stops growing at maxCachedTimings entries: an
+// expression past it is compiled at each use.
+var (
+	timings      sync.Map
+	timingsCount atomic.Int64
+)
+
+// maxCachedTimings bounds the compiled expressions cached.
+const maxCachedTimings = 4096
 
 // compileTiming parses a schedule's expression and zone, with a clear 400
 // code for what is wrong.
@@ -138,7 +147,13 @@ func compileTiming(cronExpr, zone string, intervalSeconds int64, anchor time.Tim
 		return nil, host.Errorf(host.CodeInvalidCron, "cron %q never fires", cronExpr)
 	}
 	tm := &timing{cron: sched, loc: loc}
-	timings.Store(key, tm)
+	if timingsCount.Add(1) <= maxCachedTimings {
+		if _, loaded := timings.LoadOrStore(key, tm); loaded {
+			timingsCount.Add(-1)
+		}
+	} else {
+		timingsCount.Add(-1)
+	}
 	return tm, nil
 }
 
