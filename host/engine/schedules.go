@@ -290,6 +290,16 @@ func (e *Engine) CreateSchedule(ctx context.Context, actor Actor, req CreateSche
 		return nil, err
 	}
 	err = e.update(ctx, func(tx store.Tx) error {
+		// The owner's cap. Creates running at once in separate PostgreSQL
+		// transactions may each pass it, so it can be passed by as many
+		// creates as run concurrently: a bound, not an exact count.
+		n, err := tx.CountSchedules(ctx, s.Tenant, s.Owner)
+		if err != nil {
+			return err
+		}
+		if n >= e.cfg.MaxSchedulesPerOwner {
+			return host.Errorf(host.CodeQuotaExceeded, "%s owns %d schedules, its quota: delete one before creating another", s.Owner, n)
+		}
 		if err := tx.InsertSchedule(ctx, s); err != nil {
 			return err
 		}

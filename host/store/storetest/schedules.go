@@ -36,6 +36,7 @@ func scheduleCases() []struct {
 		{"ScheduleFiresOnceAcrossEngines", testScheduleFiresOnce},
 		{"ScheduleTemplateGone", testScheduleTemplateGone},
 		{"ScheduleGraceZeroStillFires", testScheduleGraceZero},
+		{"ScheduleQuotaPerOwner", testScheduleQuota},
 	}
 }
 
@@ -510,4 +511,44 @@ func testScheduleGraceZero(t *testing.T, b *Bundle) {
 		t.Fatalf("grace 0, second fire: fired %d, want 1", n)
 	}
 	wantTimes(t, "grace 0", b.firedAt(t, v.ID), every(v.NextFireAt, 10*time.Second, 2))
+}
+
+// testScheduleQuota: a schedule outlives its owner's requests and fires on
+// its own, so one agent must not be able to create them without bound; the
+// quota is the owner's, so another agent of the tenant still creates its
+// own, and a delete frees a place.
+func testScheduleQuota(t *testing.T, b *Bundle) {
+	const limit = 3
+	eng, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1, ScheduleTick: -1, MaxSchedulesPerOwner: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := host.ScheduleTemplate{TaskType: "work"}
+	var first string
+	for i := range limit {
+		v, err := eng.CreateSchedule(b.Ctx, b.Agent, engine.CreateScheduleRequest{Name: fmt.Sprintf("s%d", i), IntervalSeconds: 1, Template: tmpl})
+		if err != nil {
+			t.Fatalf("schedule %d of %d: %v", i+1, limit, err)
+		}
+		if first == "" {
+			first = v.ID
+		}
+	}
+	_, err = eng.CreateSchedule(b.Ctx, b.Agent, engine.CreateScheduleRequest{Name: "one-more", IntervalSeconds: 1, Template: tmpl})
+	if !host.IsCode(err, host.CodeQuotaExceeded) {
+		t.Fatalf("schedule %d of an owner with quota %d: %v, want quota_exceeded", limit+1, limit, err)
+	}
+	if list, _, err := eng.ListSchedules(b.Ctx, b.Agent, "", 0, 0); err != nil || len(list) != limit {
+		t.Fatalf("the refused schedule was stored: %d %v", len(list), err)
+	}
+	other := engine.Actor{Tenant: b.Agent.Tenant, Principal: "agent.other", Role: engine.RoleAgent}
+	if _, err := eng.CreateSchedule(b.Ctx, other, engine.CreateScheduleRequest{Name: "theirs", IntervalSeconds: 1, Template: tmpl}); err != nil {
+		t.Fatalf("another agent's first schedule: %v", err)
+	}
+	if err := eng.DeleteSchedule(b.Ctx, b.Agent, first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.CreateSchedule(b.Ctx, b.Agent, engine.CreateScheduleRequest{Name: "after-delete", IntervalSeconds: 1, Template: tmpl}); err != nil {
+		t.Fatalf("a schedule after a delete freed a place: %v", err)
+	}
 }
