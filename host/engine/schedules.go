@@ -271,6 +271,12 @@ func (e *Engine) CreateSchedule(ctx context.Context, actor Actor, req CreateSche
 	if err != nil {
 		return nil, err
 	}
+	first := tm.next(now)
+	if first.IsZero() {
+		// compileTiming checked the real clock; the parser looks five years
+		// ahead of the gate's.
+		return nil, host.Errorf(host.CodeInvalidCron, "cron %q has no fire in the next five years", req.Cron)
+	}
 	tmpl, _, err := e.checkTemplate(ctx, actor.Tenant, req.Template)
 	if err != nil {
 		return nil, err
@@ -279,7 +285,7 @@ func (e *Engine) CreateSchedule(ctx context.Context, actor Actor, req CreateSche
 		ID: host.NewID(host.PrefixSchedule), Tenant: actor.Tenant, Owner: actor.Principal, Name: req.Name,
 		Cron: strings.TrimSpace(req.Cron), Timezone: req.Timezone, IntervalSeconds: req.IntervalSeconds, AnchorAt: anchor,
 		Template: tmpl, MissedPolicy: req.MissedPolicy, MissedCap: req.MissedCap, GraceSeconds: grace,
-		Paused: req.Paused, NextFireAt: tm.next(now), CreatedAt: now, UpdatedAt: now,
+		Paused: req.Paused, NextFireAt: first, CreatedAt: now, UpdatedAt: now,
 	}
 	rc := e.scheduleReceipt(s, host.ReceiptScheduleCreated, actor.Principal, map[string]any{
 		"schedule_id": s.ID, "name": s.Name, "cron": s.Cron, "timezone": s.Timezone,
@@ -457,7 +463,9 @@ func (e *Engine) ResumeSchedule(ctx context.Context, actor Actor, id string) (*S
 		}
 		s.Paused = false
 		if tm != nil && s.NextFireAt.Before(now) {
-			s.NextFireAt = tm.next(now)
+			if next := tm.next(now); !next.IsZero() {
+				s.NextFireAt = next
+			} // else: the firer finds no fire after it and pauses it again
 		}
 		return true, map[string]any{"next_fire_at": s.NextFireAt}
 	})

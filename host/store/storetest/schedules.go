@@ -37,6 +37,7 @@ func scheduleCases() []struct {
 		{"ScheduleTemplateGone", testScheduleTemplateGone},
 		{"ScheduleGraceZeroStillFires", testScheduleGraceZero},
 		{"ScheduleQuotaPerOwner", testScheduleQuota},
+		{"ScheduleWithNoNextFireDoesNotWedgeTheFirer", testScheduleNoNextFire},
 	}
 }
 
@@ -550,5 +551,49 @@ func testScheduleQuota(t *testing.T, b *Bundle) {
 	}
 	if _, err := eng.CreateSchedule(b.Ctx, b.Agent, engine.CreateScheduleRequest{Name: "after-delete", IntervalSeconds: 1, Template: tmpl}); err != nil {
 		t.Fatalf("a schedule after a delete freed a place: %v", err)
+	}
+}
+
+// testScheduleNoNextFire: the cron parser looks at most five years ahead
+// and answers the zero time past that ("0 0 29 2 *" after 29 February
+// 2096 has none until 2104). A create whose first fire is beyond that is
+// refused by the gate's clock, and a schedule whose next fire is beyond it
+// is paused after its last fire: the firer must not walk it for ever
+// inside its write transaction (which would wedge every writer).
+func testScheduleNoNextFire(t *testing.T, b *Bundle) {
+	b.Clock.Set(time.Date(2096, 3, 1, 0, 0, 0, 0, time.UTC))
+	if _, err := b.Engine.CreateSchedule(b.Ctx, b.Agent, engine.CreateScheduleRequest{Name: "leap-late", Cron: "0 0 29 2 *",
+		Template: host.ScheduleTemplate{TaskType: "work"}}); !host.IsCode(err, host.CodeInvalidCron) {
+		t.Fatalf("a cron with no fire in the parser's reach of the gate's clock: %v, want invalid_cron", err)
+	}
+	b.Clock.Set(time.Date(2095, 6, 1, 0, 0, 0, 0, time.UTC))
+	v := b.createSchedule(t, engine.CreateScheduleRequest{Name: "leap", Cron: "0 0 29 2 *"})
+	if want := time.Date(2096, 2, 29, 0, 0, 0, 0, time.UTC); !v.NextFireAt.Equal(want) {
+		t.Fatalf("first fire %v, want %v", v.NextFireAt, want)
+	}
+	b.Clock.Set(time.Date(2096, 2, 29, 0, 0, 1, 0, time.UTC))
+	type res struct {
+		n   int
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		n, err := b.Engine.FireSchedules(b.Ctx)
+		done <- res{n, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil || r.n != 1 {
+			t.Fatalf("the last fire in reach: fired %d, %v; want 1", r.n, r.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("FireSchedules did not return: the firer walks a schedule with no next fire for ever")
+	}
+	got, err := b.Engine.GetSchedule(b.Ctx, b.Agent, v.ID, 0)
+	if err != nil || !got.Paused || got.Fires != 1 || got.NextFireAt.IsZero() {
+		t.Fatalf("after its last fire in reach: %+v %v; want it paused, with its fire counted", got.Schedule, err)
+	}
+	if n := b.fire(t); n != 0 {
+		t.Fatalf("fired %d more", n)
 	}
 }
