@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 	_ "time/tzdata" // IANA zones for schedules on a machine without them
+	"unicode/utf8"
 
 	"github.com/robfig/cron/v3"
 
@@ -200,6 +201,12 @@ func (e *Engine) checkTemplate(ctx context.Context, tenant string, tmpl host.Sch
 	}
 	if len(tmpl.Summary) > 1000 {
 		return tmpl, nil, host.Errorf(host.CodeBadRequest, "template.task_summary is longer than 1000 characters")
+	}
+	if !utf8.ValidString(tmpl.Summary) || strings.ContainsRune(tmpl.Summary, 0) {
+		// Checked here, at create and at each fire, not left to the store:
+		// PostgreSQL refuses a NUL in text, and a fire it refuses fails the
+		// firer's whole pass, every pass.
+		return tmpl, nil, host.Errorf(host.CodeBadRequest, "template.task_summary must be UTF-8 text without NUL characters")
 	}
 	if tmpl.MaxRetries != nil && (*tmpl.MaxRetries < 0 || *tmpl.MaxRetries > 1000) {
 		return tmpl, nil, host.Errorf(host.CodeBadRequest, "template.max_retries must be 0..1000")

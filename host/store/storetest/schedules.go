@@ -38,6 +38,7 @@ func scheduleCases() []struct {
 		{"ScheduleGraceZeroStillFires", testScheduleGraceZero},
 		{"ScheduleQuotaPerOwner", testScheduleQuota},
 		{"ScheduleWithNoNextFireDoesNotWedgeTheFirer", testScheduleNoNextFire},
+		{"SchedulePoisonTemplateDoesNotStopOthers", testSchedulePoison},
 	}
 }
 
@@ -595,5 +596,50 @@ func testScheduleNoNextFire(t *testing.T, b *Bundle) {
 	}
 	if n := b.fire(t); n != 0 {
 		t.Fatalf("fired %d more", n)
+	}
+}
+
+// testSchedulePoison: a template the store cannot write as a task (a NUL in
+// its summary: PostgreSQL refuses it in text) is refused at create; and a
+// schedule stored with one anyway (before that check) must not stop the
+// fires of the others claimed in the same pass (on PostgreSQL its fire
+// failed the whole pass, at every pass, so no schedule of any tenant
+// fired): the check at each fire skips it.
+func testSchedulePoison(t *testing.T, b *Bundle) {
+	tmpl := host.ScheduleTemplate{TaskType: "work", Params: json.RawMessage(`{}`), Summary: "a\x00b"}
+	_, err := b.Engine.CreateSchedule(b.Ctx, b.Agent, engine.CreateScheduleRequest{Name: "poison", IntervalSeconds: 10, Template: tmpl})
+	if !host.IsCode(err, host.CodeBadRequest) {
+		t.Errorf("a template summary with a NUL: %v, want bad_request", err)
+	}
+	now := b.Clock.Now()
+	poison := &host.Schedule{ID: host.NewID(host.PrefixSchedule), Tenant: "acme", Owner: "agent.x", Name: "poison",
+		IntervalSeconds: 10, AnchorAt: now, Template: tmpl, MissedPolicy: host.MissedSkip, GraceSeconds: 60,
+		NextFireAt: now.Add(5 * time.Second), CreatedAt: now, UpdatedAt: now}
+	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error { return tx.InsertSchedule(b.Ctx, poison) }); err != nil {
+		t.Fatal(err)
+	}
+	good := b.createSchedule(t, engine.CreateScheduleRequest{Name: "good", IntervalSeconds: 10})
+	b.Clock.Advance(10 * time.Second)
+	if _, err := b.Engine.FireSchedules(b.Ctx); err != nil {
+		t.Fatalf("FireSchedules beside the poison schedule: %v", err)
+	}
+	wantTimes(t, "good", b.firedAt(t, good.ID), []time.Time{good.NextFireAt})
+	var after *host.Schedule
+	if err := b.Store.View(b.Ctx, func(r store.Reader) error {
+		var err error
+		after, err = r.GetSchedule(b.Ctx, "acme", poison.ID)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !after.Paused && !after.NextFireAt.After(b.Clock.Now()) {
+		t.Fatalf("the poison schedule is neither fired nor paused: %+v", after)
+	}
+	b.Clock.Advance(10 * time.Second)
+	if _, err := b.Engine.FireSchedules(b.Ctx); err != nil {
+		t.Fatalf("the next pass: %v", err)
+	}
+	if got := b.firedAt(t, good.ID); len(got) != 2 {
+		t.Fatalf("good schedule's second fire: %v", got)
 	}
 }
