@@ -42,6 +42,10 @@ const (
 	MaxScheduleGrace     = 3600
 	// MaxScheduleName bounds a schedule's name.
 	MaxScheduleName = 200
+	// MaxSchedulesPerOwner is the default cap on the schedules one
+	// principal owns (engine.Config.MaxSchedulesPerOwner); past it a create
+	// is quota_exceeded (429).
+	MaxSchedulesPerOwner = 1000
 )
 
 // Schedule errors (400 unless said).

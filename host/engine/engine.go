@@ -123,6 +123,11 @@ type Config struct {
 	// (schedulefire.go; default 500 ms; negative: no firer on this
 	// engine, tests call FireSchedules).
 	ScheduleTick time.Duration
+	// MaxSchedulesPerOwner caps the schedules one principal owns (default
+	// host.MaxSchedulesPerOwner): a schedule outlives its owner's requests
+	// and enqueues on its own, so an agent must not make them without
+	// bound.
+	MaxSchedulesPerOwner int
 }
 
 // Engine is the lease engine and receipt ledger. It is safe for concurrent use.
@@ -199,6 +204,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.MaxWaiters <= 0 {
 		cfg.MaxWaiters = host.MaxWaiters
+	}
+	if cfg.MaxSchedulesPerOwner <= 0 {
+		cfg.MaxSchedulesPerOwner = host.MaxSchedulesPerOwner
 	}
 	if cfg.ScheduleTick == 0 {
 		cfg.ScheduleTick = 500 * time.Millisecond

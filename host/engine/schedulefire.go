@@ -36,6 +36,18 @@ const (
 	maxFireSteps = 100_000
 )
 
+// minFireLag is the least lateness a fire is allowed whatever its grace:
+// the firer reaches a fire a tick (and a busy writer) after it is due, so a
+// grace below that (grace_seconds 0) would make every fire missed and a
+// skip schedule would never fire.
+const minFireLag = 5 * time.Second
+
+// fireLag is how late the firer itself may reach a fire: minFireLag, or two
+// ticks when the tick is longer.
+func (e *Engine) fireLag() time.Duration {
+	return max(minFireLag, 2*e.cfg.ScheduleTick)
+}
+
 // scheduleLoop runs FireSchedules every Config.ScheduleTick.
 func (e *Engine) scheduleLoop() {
 	defer e.wg.Done()
@@ -156,7 +168,7 @@ func (e *Engine) fireOne(ctx context.Context, tx store.Tx, s *host.Schedule, p f
 		s.Paused, s.UpdatedAt = true, now
 		return tx.UpdateSchedule(ctx, s)
 	}
-	grace := time.Duration(s.GraceSeconds) * time.Second
+	grace := max(time.Duration(s.GraceSeconds)*time.Second, e.fireLag())
 	keep := 0
 	switch s.MissedPolicy {
 	case host.MissedRunOnce:
@@ -180,9 +192,24 @@ func (e *Engine) fireOne(ctx context.Context, tx store.Tx, s *host.Schedule, p f
 		}
 		t = t.Add(time.Duration(m) * tm.interval)
 	}
-	for steps := 0; !t.After(now) && len(onTime) < maxFiresPerClaim; steps++ {
+	// The cron parser answers the zero time when it finds no fire within
+	// five years of t: the schedule then has no next fire the gate can
+	// name, and is paused after the fires before it (never walked for
+	// ever).
+	exhausted := false
+	advance := func(next time.Time) {
+		if next.IsZero() || !next.After(t) {
+			exhausted = true
+			return
+		}
+		t = next
+	}
+	if t.IsZero() {
+		exhausted = true
+	}
+	for steps := 0; !exhausted && !t.After(now) && len(onTime) < maxFiresPerClaim; steps++ {
 		if steps == maxFireSteps { // far behind: go on from the first on-time fire
-			t = tm.next(lateBefore.Add(-time.Microsecond))
+			advance(tm.next(lateBefore.Add(-time.Microsecond)))
 			continue
 		}
 		if t.Before(lateBefore) {
@@ -200,7 +227,7 @@ func (e *Engine) fireOne(ctx context.Context, tx store.Tx, s *host.Schedule, p f
 		} else {
 			onTime = append(onTime, t)
 		}
-		t = tm.next(t)
+		advance(tm.next(t))
 	}
 	run := append(missedTail, onTime...)
 	skipped := missed - int64(len(missedTail))
@@ -241,6 +268,12 @@ func (e *Engine) fireOne(ctx context.Context, tx store.Tx, s *host.Schedule, p f
 		s.LastFireAt = &last
 	}
 	s.NextFireAt, s.UpdatedAt = t, now
+	if exhausted {
+		// NextFireAt keeps its last fire (already run or skipped above):
+		// a resume starts again from the first fire after it.
+		s.Paused = true
+		e.log.Warn("schedule has no next fire within five years; paused", "tenant", s.Tenant, "schedule", s.ID, "cron", s.Cron, "timezone", s.Timezone)
+	}
 	return tx.UpdateSchedule(ctx, s)
 }
 

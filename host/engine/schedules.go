@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	_ "time/tzdata" // IANA zones for schedules on a machine without them
+	"unicode/utf8"
 
 	"github.com/robfig/cron/v3"
 
@@ -39,7 +41,8 @@ type CreateScheduleRequest struct {
 	MissedPolicy host.MissedPolicy `json:"missed_policy,omitempty"`
 	MissedCap    int               `json:"missed_cap,omitempty"`
 	// GraceSeconds is how late a fire may be and still run as on time
-	// (0..3600; nil is 60).
+	// (0..3600; nil is 60). A fire is never missed for being late by less
+	// than the firer's own lag (5 s, or two ticks), whatever the grace.
 	GraceSeconds *int `json:"grace_seconds,omitempty"`
 	// Paused creates the schedule paused.
 	Paused bool `json:"paused,omitempty"`
@@ -81,8 +84,16 @@ func (tm *timing) next(t time.Time) time.Time {
 	return tm.anchor.Add(k * tm.interval)
 }
 
-// timings caches compiled expressions by (cron, zone).
-var timings sync.Map
+// timings caches compiled expressions by (cron, zone). Callers choose the
+// expressions, so the cache stops growing at maxCachedTimings entries: an
+// expression past it is compiled at each use.
+var (
+	timings      sync.Map
+	timingsCount atomic.Int64
+)
+
+// maxCachedTimings bounds the compiled expressions cached.
+const maxCachedTimings = 4096
 
 // compileTiming parses a schedule's expression and zone, with a clear 400
 // code for what is wrong.
@@ -137,7 +148,13 @@ func compileTiming(cronExpr, zone string, intervalSeconds int64, anchor time.Tim
 		return nil, host.Errorf(host.CodeInvalidCron, "cron %q never fires", cronExpr)
 	}
 	tm := &timing{cron: sched, loc: loc}
-	timings.Store(key, tm)
+	if timingsCount.Add(1) <= maxCachedTimings {
+		if _, loaded := timings.LoadOrStore(key, tm); loaded {
+			timingsCount.Add(-1)
+		}
+	} else {
+		timingsCount.Add(-1)
+	}
 	return tm, nil
 }
 
@@ -184,6 +201,12 @@ func (e *Engine) checkTemplate(ctx context.Context, tenant string, tmpl host.Sch
 	}
 	if len(tmpl.Summary) > 1000 {
 		return tmpl, nil, host.Errorf(host.CodeBadRequest, "template.task_summary is longer than 1000 characters")
+	}
+	if !utf8.ValidString(tmpl.Summary) || strings.ContainsRune(tmpl.Summary, 0) {
+		// Checked here, at create and at each fire, not left to the store:
+		// PostgreSQL refuses a NUL in text, and a fire it refuses fails the
+		// firer's whole pass, every pass.
+		return tmpl, nil, host.Errorf(host.CodeBadRequest, "template.task_summary must be UTF-8 text without NUL characters")
 	}
 	if tmpl.MaxRetries != nil && (*tmpl.MaxRetries < 0 || *tmpl.MaxRetries > 1000) {
 		return tmpl, nil, host.Errorf(host.CodeBadRequest, "template.max_retries must be 0..1000")
@@ -255,6 +278,12 @@ func (e *Engine) CreateSchedule(ctx context.Context, actor Actor, req CreateSche
 	if err != nil {
 		return nil, err
 	}
+	first := tm.next(now)
+	if first.IsZero() {
+		// compileTiming checked the real clock; the parser looks five years
+		// ahead of the gate's.
+		return nil, host.Errorf(host.CodeInvalidCron, "cron %q has no fire in the next five years", req.Cron)
+	}
 	tmpl, _, err := e.checkTemplate(ctx, actor.Tenant, req.Template)
 	if err != nil {
 		return nil, err
@@ -263,7 +292,7 @@ func (e *Engine) CreateSchedule(ctx context.Context, actor Actor, req CreateSche
 		ID: host.NewID(host.PrefixSchedule), Tenant: actor.Tenant, Owner: actor.Principal, Name: req.Name,
 		Cron: strings.TrimSpace(req.Cron), Timezone: req.Timezone, IntervalSeconds: req.IntervalSeconds, AnchorAt: anchor,
 		Template: tmpl, MissedPolicy: req.MissedPolicy, MissedCap: req.MissedCap, GraceSeconds: grace,
-		Paused: req.Paused, NextFireAt: tm.next(now), CreatedAt: now, UpdatedAt: now,
+		Paused: req.Paused, NextFireAt: first, CreatedAt: now, UpdatedAt: now,
 	}
 	rc := e.scheduleReceipt(s, host.ReceiptScheduleCreated, actor.Principal, map[string]any{
 		"schedule_id": s.ID, "name": s.Name, "cron": s.Cron, "timezone": s.Timezone,
@@ -274,6 +303,16 @@ func (e *Engine) CreateSchedule(ctx context.Context, actor Actor, req CreateSche
 		return nil, err
 	}
 	err = e.update(ctx, func(tx store.Tx) error {
+		// The owner's cap. Creates running at once in separate PostgreSQL
+		// transactions may each pass it, so it can be passed by as many
+		// creates as run concurrently: a bound, not an exact count.
+		n, err := tx.CountSchedules(ctx, s.Tenant, s.Owner)
+		if err != nil {
+			return err
+		}
+		if n >= e.cfg.MaxSchedulesPerOwner {
+			return host.Errorf(host.CodeQuotaExceeded, "%s owns %d schedules, its quota: delete one before creating another", s.Owner, n)
+		}
 		if err := tx.InsertSchedule(ctx, s); err != nil {
 			return err
 		}
@@ -431,7 +470,9 @@ func (e *Engine) ResumeSchedule(ctx context.Context, actor Actor, id string) (*S
 		}
 		s.Paused = false
 		if tm != nil && s.NextFireAt.Before(now) {
-			s.NextFireAt = tm.next(now)
+			if next := tm.next(now); !next.IsZero() {
+				s.NextFireAt = next
+			} // else: the firer finds no fire after it and pauses it again
 		}
 		return true, map[string]any{"next_fire_at": s.NextFireAt}
 	})

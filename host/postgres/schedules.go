@@ -49,6 +49,13 @@ func (r *reader) ListSchedules(ctx context.Context, tenant, owner, afterID strin
 WHERE tenant = $1 AND ($2 = '' OR owner = $2) AND id > $3 ORDER BY id LIMIT $4`, tenant, owner, afterID, limit)
 }
 
+// CountSchedules implements store.Reader.
+func (r *reader) CountSchedules(ctx context.Context, tenant, owner string) (int, error) {
+	var n int
+	err := r.ss.queryRow(r.c(ctx), []any{&n}, `SELECT count(*) FROM schedules WHERE tenant = $1 AND owner = $2`, tenant, owner)
+	return n, err
+}
+
 // DueSchedules implements store.Reader.
 func (r *reader) DueSchedules(ctx context.Context, now time.Time, limit int) ([]*host.Schedule, error) {
 	return r.schedules(ctx, `SELECT `+sqlrows.ScheduleColumns+` FROM schedules

@@ -47,6 +47,13 @@ func (r *reader) ListSchedules(ctx context.Context, tenant, owner, afterID strin
 WHERE tenant = ? AND (? = '' OR owner = ?) AND id > ? ORDER BY id LIMIT ?`, tenant, owner, owner, afterID, limit)
 }
 
+// CountSchedules implements store.Reader.
+func (r *reader) CountSchedules(ctx context.Context, tenant, owner string) (int, error) {
+	var n int
+	err := r.rawQueryRow(ctx, `SELECT count(*) FROM schedules WHERE tenant = ? AND owner = ?`, tenant, owner).Scan(&n)
+	return n, err
+}
+
 // DueSchedules implements store.Reader.
 func (r *reader) DueSchedules(ctx context.Context, now time.Time, limit int) ([]*host.Schedule, error) {
 	return r.schedules(ctx, `SELECT `+sqlrows.ScheduleColumns+` FROM schedules INDEXED BY schedules_due

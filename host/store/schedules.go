@@ -17,6 +17,9 @@ type ScheduleReader interface {
 	// afterID ("" from the start), at most limit; owner "" lists every
 	// owner's (storetest: ScheduleCRUD).
 	ListSchedules(ctx context.Context, tenant, owner, afterID string, limit int) ([]*host.Schedule, error)
+	// CountSchedules returns how many schedules an owner has (storetest:
+	// ScheduleQuotaPerOwner).
+	CountSchedules(ctx context.Context, tenant, owner string) (int, error)
 	// DueSchedules returns, across tenants, unpaused schedules whose
 	// next_fire_at is not after now, soonest first, at most limit. It locks
 	// nothing: the firer claims what it read with ClaimSchedules.

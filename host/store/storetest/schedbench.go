@@ -87,7 +87,10 @@ func ScheduleLeases(b *testing.B, eng *engine.Engine, schedules, workers int) {
 	for range 16 {
 		wg.Go(func() {
 			for i := next.Add(1) - 1; i < int64(schedules); i = next.Add(1) - 1 {
-				if _, err := eng.CreateSchedule(ctx, benchAgent, engine.CreateScheduleRequest{Name: fmt.Sprint("s", i), Cron: "* * * * *",
+				// Spread over owners: one owns at most host.MaxSchedulesPerOwner.
+				owner := benchAgent
+				owner.Principal = fmt.Sprint(benchAgent.Principal, ".", i/host.MaxSchedulesPerOwner)
+				if _, err := eng.CreateSchedule(ctx, owner, engine.CreateScheduleRequest{Name: fmt.Sprint("s", i), Cron: "* * * * *",
 					Template: host.ScheduleTemplate{TaskType: "sched.fired", Params: json.RawMessage(`{}`)}}); err != nil {
 					b.Error(err)
 					return

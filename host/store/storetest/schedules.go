@@ -35,6 +35,10 @@ func scheduleCases() []struct {
 		{"ScheduleMissedPolicies", testScheduleMissed},
 		{"ScheduleFiresOnceAcrossEngines", testScheduleFiresOnce},
 		{"ScheduleTemplateGone", testScheduleTemplateGone},
+		{"ScheduleGraceZeroStillFires", testScheduleGraceZero},
+		{"ScheduleQuotaPerOwner", testScheduleQuota},
+		{"ScheduleWithNoNextFireDoesNotWedgeTheFirer", testScheduleNoNextFire},
+		{"SchedulePoisonTemplateDoesNotStopOthers", testSchedulePoison},
 	}
 }
 
@@ -492,4 +496,150 @@ func (b *Bundle) tenantReceipts() ([]*host.Receipt, error) {
 		}
 	})
 	return out, err
+}
+
+// testScheduleGraceZero: grace_seconds 0 is accepted, so a schedule with it
+// must still fire when the firer reaches a fire a tick after it is due
+// (the firer runs every ScheduleTick, never at the exact instant): a fire
+// is not missed for the firer's own lag.
+func testScheduleGraceZero(t *testing.T, b *Bundle) {
+	v := b.createSchedule(t, engine.CreateScheduleRequest{Name: "strict", IntervalSeconds: 10, GraceSeconds: ptrInt(0)})
+	b.Clock.Advance(10*time.Second + 300*time.Millisecond) // the firer's next tick
+	if n := b.fire(t); n != 1 {
+		t.Fatalf("grace 0, fire reached 300 ms after it was due: fired %d, want 1", n)
+	}
+	b.Clock.Advance(10 * time.Second)
+	if n := b.fire(t); n != 1 {
+		t.Fatalf("grace 0, second fire: fired %d, want 1", n)
+	}
+	wantTimes(t, "grace 0", b.firedAt(t, v.ID), every(v.NextFireAt, 10*time.Second, 2))
+}
+
+// testScheduleQuota: a schedule outlives its owner's requests and fires on
+// its own, so one agent must not be able to create them without bound; the
+// quota is the owner's, so another agent of the tenant still creates its
+// own, and a delete frees a place.
+func testScheduleQuota(t *testing.T, b *Bundle) {
+	const limit = 3
+	eng, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1, ScheduleTick: -1, MaxSchedulesPerOwner: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := host.ScheduleTemplate{TaskType: "work"}
+	var first string
+	for i := range limit {
+		v, err := eng.CreateSchedule(b.Ctx, b.Agent, engine.CreateScheduleRequest{Name: fmt.Sprintf("s%d", i), IntervalSeconds: 1, Template: tmpl})
+		if err != nil {
+			t.Fatalf("schedule %d of %d: %v", i+1, limit, err)
+		}
+		if first == "" {
+			first = v.ID
+		}
+	}
+	_, err = eng.CreateSchedule(b.Ctx, b.Agent, engine.CreateScheduleRequest{Name: "one-more", IntervalSeconds: 1, Template: tmpl})
+	if !host.IsCode(err, host.CodeQuotaExceeded) {
+		t.Fatalf("schedule %d of an owner with quota %d: %v, want quota_exceeded", limit+1, limit, err)
+	}
+	if list, _, err := eng.ListSchedules(b.Ctx, b.Agent, "", 0, 0); err != nil || len(list) != limit {
+		t.Fatalf("the refused schedule was stored: %d %v", len(list), err)
+	}
+	other := engine.Actor{Tenant: b.Agent.Tenant, Principal: "agent.other", Role: engine.RoleAgent}
+	if _, err := eng.CreateSchedule(b.Ctx, other, engine.CreateScheduleRequest{Name: "theirs", IntervalSeconds: 1, Template: tmpl}); err != nil {
+		t.Fatalf("another agent's first schedule: %v", err)
+	}
+	if err := eng.DeleteSchedule(b.Ctx, b.Agent, first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.CreateSchedule(b.Ctx, b.Agent, engine.CreateScheduleRequest{Name: "after-delete", IntervalSeconds: 1, Template: tmpl}); err != nil {
+		t.Fatalf("a schedule after a delete freed a place: %v", err)
+	}
+}
+
+// testScheduleNoNextFire: the cron parser looks at most five years ahead
+// and answers the zero time past that ("0 0 29 2 *" after 29 February
+// 2096 has none until 2104). A create whose first fire is beyond that is
+// refused by the gate's clock, and a schedule whose next fire is beyond it
+// is paused after its last fire: the firer must not walk it for ever
+// inside its write transaction (which would wedge every writer).
+func testScheduleNoNextFire(t *testing.T, b *Bundle) {
+	b.Clock.Set(time.Date(2096, 3, 1, 0, 0, 0, 0, time.UTC))
+	if _, err := b.Engine.CreateSchedule(b.Ctx, b.Agent, engine.CreateScheduleRequest{Name: "leap-late", Cron: "0 0 29 2 *",
+		Template: host.ScheduleTemplate{TaskType: "work"}}); !host.IsCode(err, host.CodeInvalidCron) {
+		t.Fatalf("a cron with no fire in the parser's reach of the gate's clock: %v, want invalid_cron", err)
+	}
+	b.Clock.Set(time.Date(2095, 6, 1, 0, 0, 0, 0, time.UTC))
+	v := b.createSchedule(t, engine.CreateScheduleRequest{Name: "leap", Cron: "0 0 29 2 *"})
+	if want := time.Date(2096, 2, 29, 0, 0, 0, 0, time.UTC); !v.NextFireAt.Equal(want) {
+		t.Fatalf("first fire %v, want %v", v.NextFireAt, want)
+	}
+	b.Clock.Set(time.Date(2096, 2, 29, 0, 0, 1, 0, time.UTC))
+	type res struct {
+		n   int
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		n, err := b.Engine.FireSchedules(b.Ctx)
+		done <- res{n, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil || r.n != 1 {
+			t.Fatalf("the last fire in reach: fired %d, %v; want 1", r.n, r.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("FireSchedules did not return: the firer walks a schedule with no next fire for ever")
+	}
+	got, err := b.Engine.GetSchedule(b.Ctx, b.Agent, v.ID, 0)
+	if err != nil || !got.Paused || got.Fires != 1 || got.NextFireAt.IsZero() {
+		t.Fatalf("after its last fire in reach: %+v %v; want it paused, with its fire counted", got.Schedule, err)
+	}
+	if n := b.fire(t); n != 0 {
+		t.Fatalf("fired %d more", n)
+	}
+}
+
+// testSchedulePoison: a template the store cannot write as a task (a NUL in
+// its summary: PostgreSQL refuses it in text) is refused at create; and a
+// schedule stored with one anyway (before that check) must not stop the
+// fires of the others claimed in the same pass (on PostgreSQL its fire
+// failed the whole pass, at every pass, so no schedule of any tenant
+// fired): the check at each fire skips it.
+func testSchedulePoison(t *testing.T, b *Bundle) {
+	tmpl := host.ScheduleTemplate{TaskType: "work", Params: json.RawMessage(`{}`), Summary: "a\x00b"}
+	_, err := b.Engine.CreateSchedule(b.Ctx, b.Agent, engine.CreateScheduleRequest{Name: "poison", IntervalSeconds: 10, Template: tmpl})
+	if !host.IsCode(err, host.CodeBadRequest) {
+		t.Errorf("a template summary with a NUL: %v, want bad_request", err)
+	}
+	now := b.Clock.Now()
+	poison := &host.Schedule{ID: host.NewID(host.PrefixSchedule), Tenant: "acme", Owner: "agent.x", Name: "poison",
+		IntervalSeconds: 10, AnchorAt: now, Template: tmpl, MissedPolicy: host.MissedSkip, GraceSeconds: 60,
+		NextFireAt: now.Add(5 * time.Second), CreatedAt: now, UpdatedAt: now}
+	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error { return tx.InsertSchedule(b.Ctx, poison) }); err != nil {
+		t.Fatal(err)
+	}
+	good := b.createSchedule(t, engine.CreateScheduleRequest{Name: "good", IntervalSeconds: 10})
+	b.Clock.Advance(10 * time.Second)
+	if _, err := b.Engine.FireSchedules(b.Ctx); err != nil {
+		t.Fatalf("FireSchedules beside the poison schedule: %v", err)
+	}
+	wantTimes(t, "good", b.firedAt(t, good.ID), []time.Time{good.NextFireAt})
+	var after *host.Schedule
+	if err := b.Store.View(b.Ctx, func(r store.Reader) error {
+		var err error
+		after, err = r.GetSchedule(b.Ctx, "acme", poison.ID)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !after.Paused && !after.NextFireAt.After(b.Clock.Now()) {
+		t.Fatalf("the poison schedule is neither fired nor paused: %+v", after)
+	}
+	b.Clock.Advance(10 * time.Second)
+	if _, err := b.Engine.FireSchedules(b.Ctx); err != nil {
+		t.Fatalf("the next pass: %v", err)
+	}
+	if got := b.firedAt(t, good.ID); len(got) != 2 {
+		t.Fatalf("good schedule's second fire: %v", got)
+	}
 }
