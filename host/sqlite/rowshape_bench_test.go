@@ -96,7 +96,7 @@ lease_seconds=?, version=version+1 WHERE id = ? AND state = ?`
 			for i := 0; i < n; i++ {
 				made++
 				args = append(args, fmt.Sprintf("tsk_%026d", made), "t", "bench", "p", "p", "queued", 5, `{"x":1}`, "", "",
-					now, now, now, "", "", nil, nil, nil, "", 0, 0, 3, 0, 0, nil, nil, nil, "", nil, "", "", "", 300, "[]", "", "")
+					now, now, now, "", "", nil, nil, nil, "", 0, 0, 3, 0, 0, nil, nil, nil, "", nil, "", "", "", 300, "[]", "", "", false)
 			}
 			if _, err := tx.Exec(insertTasks, args...); err != nil {
 				return err
