@@ -144,13 +144,16 @@ class FlakyClient(aw.Client):
 
 class CountingClient(aw.Client):
     """Counts outcome calls; with old=True the batch route answers 404 as on
-    a gate without it."""
+    a gate without it. Single completions and failures wait for ``release``
+    (set it to let them go), so a test decides which outcomes become ready
+    while calls are in flight instead of racing the gate."""
 
     def __init__(self, *a, old=False, **kw):
         super().__init__(*a, **kw)
         self.old = old
         self.counts = {"batch": 0, "single": 0}
         self._count_lock = threading.Lock()
+        self.release = threading.Event()
 
     def _call(self, method, path, body=None, timeout=None, trace=None):
         kind = "batch" if path == "/v1/leases/batch" else \
@@ -160,6 +163,8 @@ class CountingClient(aw.Client):
                 self.counts[kind] += 1
         if kind == "batch" and self.old:
             raise aw.AsyncGateError(404, "not_found", "no route POST /v1/leases/batch")
+        if kind == "single" and not self.release.wait(60):
+            raise AssertionError("single outcome calls were never released")
         return super()._call(method, path, body, timeout=timeout, trace=trace)
 
 
@@ -998,7 +1003,9 @@ class WorkerTest(unittest.TestCase):
 
     def run_together(self, client, task_type, n):
         """n tasks (every third failing for good) on a runner of n slots whose
-        handlers all finish at the same moment; waits for each to end."""
+        handlers all finish at the same moment; the first outcomes' calls are
+        held (client.release) until the rest are waiting behind them, then
+        let go. Waits for each task to end."""
         put_type(task_type, lease_seconds=30)
         r = self.make_runner(client=client, concurrency=n)
         started, go = [], threading.Event()
@@ -1015,6 +1022,10 @@ class WorkerTest(unittest.TestCase):
         tids = [enqueue(task_type, {"i": i}) for i in range(n)]
         wait_for("every handler running", lambda: len(started) == n)
         go.set()
+        batcher = r._outcomes
+        wait_for("outcomes waiting behind the calls in flight",
+                 lambda: len(batcher._pending) == n - batcher.max_in_flight)
+        client.release.set()
         for i, tid in enumerate(tids):
             want = "dead_letter" if i % 3 == 0 else "succeeded"
             wait_task(tid, want, status_is(want))
