@@ -80,14 +80,11 @@ func checkAfter(req *EnqueueRequest) (host.DependencyRule, error) {
 func (e *Engine) placeAfter(ctx context.Context, tx store.Tx, actor Actor, t *host.Task, after []string, rule host.DependencyRule) ([]host.Dependency, error) {
 	// Mark the unfinished ones first (their terminal writes settle
 	// waiters only when marked), then read them under their locks.
-	if err := tx.MarkWaitedOn(ctx, actor.Tenant, after); err != nil {
-		return nil, err
-	}
-	e.waited.add(actor.Tenant, after)
-	found, err := tx.LockDependencies(ctx, actor.Tenant, after)
+	found, err := tx.MarkAndLockDependencies(ctx, actor.Tenant, after)
 	if err != nil {
 		return nil, err
 	}
+	e.waited.add(actor.Tenant, after)
 	byID := make(map[string]*host.Task, len(found))
 	for _, d := range found {
 		byID[d.ID] = d
