@@ -80,14 +80,11 @@ func checkAfter(req *EnqueueRequest) (host.DependencyRule, error) {
 func (e *Engine) placeAfter(ctx context.Context, tx store.Tx, actor Actor, t *host.Task, after []string, rule host.DependencyRule) ([]host.Dependency, error) {
 	// Mark the unfinished ones first (their terminal writes settle
 	// waiters only when marked), then read them under their locks.
-	if err := tx.MarkWaitedOn(ctx, actor.Tenant, after); err != nil {
-		return nil, err
-	}
-	e.waited.add(actor.Tenant, after)
-	found, err := tx.LockDependencies(ctx, actor.Tenant, after)
+	found, err := tx.MarkAndLockDependencies(ctx, actor.Tenant, after)
 	if err != nil {
 		return nil, err
 	}
+	e.waited.add(actor.Tenant, after)
 	byID := make(map[string]*host.Task, len(found))
 	for _, d := range found {
 		byID[d.ID] = d
@@ -243,15 +240,18 @@ func (d *deliveryTx) settleWaiters(ctx context.Context, dep finished) error {
 }
 
 // dependencyOutcomes fills each offer's Dependencies from one read of its
-// task's dependencies. A task without dependencies costs nothing but its
-// share of that read.
+// task's dependencies. A task this engine enqueued without dependencies
+// (noDeps) is left out of the read, and a lease of only such tasks reads
+// nothing; any other task without dependencies costs its share of the read.
 func (e *Engine) dependencyOutcomes(ctx context.Context, tenant string, offers []host.Offer) error {
-	if len(offers) == 0 {
-		return nil
+	var ids []string
+	for _, o := range offers {
+		if !e.noDeps.has(tenant, o.Task.ID) {
+			ids = append(ids, o.Task.ID)
+		}
 	}
-	ids := make([]string, len(offers))
-	for i, o := range offers {
-		ids[i] = o.Task.ID
+	if len(ids) == 0 {
+		return nil
 	}
 	var byWaiter map[string][]*host.Task
 	if err := e.view(ctx, func(r store.Reader) error {

@@ -144,6 +144,12 @@ type Engine struct {
 	// waited are the tasks this engine's enqueues marked as waited on
 	// (waitedon.go).
 	waited waitedOn
+	// noDeps are tasks this engine enqueued without an after list: a lease
+	// offering only such tasks skips the read of their dependencies'
+	// outcomes (dependencyOutcomes). A hint of the same shape as waited: a
+	// task missing from it (enqueued on another host, or forgotten when
+	// the set started again) pays the read, which finds nothing.
+	noDeps waitedOn
 
 	getSlots    slots // result fetches held whole in memory
 	streamSlots slots // result fetches streamed from their channel

@@ -275,6 +275,10 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	res.AvailableAt = res.Task.AvailableAt
 	res.Inbox = inboxNote(res.Task.Recipient)
 	if !res.IsDuplicate {
+		if len(req.After) == 0 {
+			// Its edges could only have been written with its insert.
+			e.noDeps.add(t.Tenant, []string{t.ID})
+		}
 		e.emit(Event{Kind: EvEnqueued, Tenant: t.Tenant, TaskType: t.Type})
 		if t.State == host.StateQueued && !t.AvailableAt.After(now) {
 			e.waiters.wake(t.Tenant, t.Type, 1)

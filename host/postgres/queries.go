@@ -29,7 +29,7 @@ type reader struct {
 	write bool
 	// deps are the counts the transaction's last LockDependencies read
 	// (dependencies.go).
-	deps *depCounts
+	deps *store.DependencyCounts
 }
 
 // writeTx implements store.Tx inside the writer's batch transaction.

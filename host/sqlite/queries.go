@@ -28,6 +28,9 @@ type reader struct {
 	// wb is the write transaction this reader belongs to, nil in a view: its
 	// rows written behind are written before any statement that may read them.
 	wb *writeTx
+	// deps are the counts the running update's last LockDependencies read
+	// (dependencies.go); an edge written forgets them.
+	deps *store.DependencyCounts
 }
 
 // writeTx implements store.Tx inside the writer's batch transaction.
@@ -215,7 +218,11 @@ func (r *reader) FindTaskByIdempotency(ctx context.Context, k store.IdempotencyK
 
 // tasks runs a task query and returns the tasks with their queue positions.
 func (r *reader) tasks(ctx context.Context, q string, args ...any) ([]*host.Task, []int64, error) {
-	rows, err := r.query(ctx, q, args...)
+	return scanTasks(r.query(ctx, q, args...))
+}
+
+// scanTasks reads the tasks and queue positions of a task query's rows.
+func scanTasks(rows *sql.Rows, err error) ([]*host.Task, []int64, error) {
 	if err != nil {
 		return nil, nil, err
 	}

@@ -443,7 +443,7 @@ func (s *Store) tryBatch(batch []*request, savepoints bool, began time.Time) boo
 		nCounts, nObligations := len(wtx.counts), len(wtx.obligations)
 		wtx.ended, wtx.endedTerms = nObligations, wtx.endedTerms[:0]
 		behindAt := wtx.mark()
-		wtx.wrote = false
+		wtx.wrote, wtx.deps = false, nil
 		r.err = runFn(r.fn, wtx)
 		if wtx.failed != nil && !savepoints {
 			// Rows written behind were refused: find whose with a

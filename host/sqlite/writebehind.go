@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -53,6 +54,10 @@ type behind struct {
 	newTasks    [][]any // InsertTask's values, in call order
 	newReceipts [][]any // AppendReceipt's values, in ledger order
 	newInbox    [][]any // InsertInbox's values (delivery.go)
+	// newDeps are InsertDependencies' edges, written with one statement
+	// before the first statement that reads an edge among them
+	// (flushDepsFor) or with the other rows.
+	newDeps []host.Dependency
 	// keys are the task ids, idempotency keys, receipt ids and dedupe keys
 	// the batch inserted, written or not, to refuse a clash among them at
 	// once; a failed update forgets its own.
@@ -63,10 +68,10 @@ type behind struct {
 }
 
 // behindMark is where an update started in the kept rows.
-type behindMark struct{ tasks, receipts, journal, inbox int }
+type behindMark struct{ tasks, receipts, journal, inbox, deps int }
 
 func (b *behind) mark() behindMark {
-	return behindMark{len(b.newTasks), len(b.newReceipts), b.keys.Mark(), len(b.newInbox)}
+	return behindMark{len(b.newTasks), len(b.newReceipts), b.keys.Mark(), len(b.newInbox), len(b.newDeps)}
 }
 
 // undo drops the rows kept since m and forgets their keys (the update that
@@ -75,6 +80,7 @@ func (b *behind) undo(m behindMark) {
 	b.newTasks = b.newTasks[:min(m.tasks, len(b.newTasks))]
 	b.newReceipts = b.newReceipts[:min(m.receipts, len(b.newReceipts))]
 	b.newInbox = b.newInbox[:min(m.inbox, len(b.newInbox))]
+	b.newDeps = b.newDeps[:min(m.deps, len(b.newDeps))]
 	b.keys.Undo(m.journal)
 }
 
@@ -82,7 +88,7 @@ func (b *behind) undo(m behindMark) {
 func (b *behind) inserted(id string) bool { return b.keys.HasTask(id) }
 
 func (b *behind) empty() bool {
-	return len(b.newTasks) == 0 && len(b.newReceipts) == 0 && len(b.newInbox) == 0
+	return len(b.newTasks) == 0 && len(b.newReceipts) == 0 && len(b.newInbox) == 0 && len(b.newDeps) == 0
 }
 
 // receiptN is the number of sqlrows.ReceiptColumns.
@@ -137,6 +143,22 @@ func (r *reader) flushBehind(ctx context.Context) error {
 	return r.wb.flushObligations(ctx)
 }
 
+// flushFor writes the kept rows when one of ids is a task this batch
+// inserted: what a statement that reads only those tasks (by id) needs
+// written first. Any other read leaves the batch's rows in their multi-row
+// statements; a no-op in a view.
+func (r *reader) flushFor(ctx context.Context, ids ...string) error {
+	if r.wb == nil {
+		return nil
+	}
+	for _, id := range ids {
+		if r.wb.inserted(id) {
+			return r.wb.flushRows(ctx)
+		}
+	}
+	return nil
+}
+
 // flushRows writes the kept tasks, then the kept receipts. A failure sticks
 // (failed): the rows stay kept and the update or batch they belong to fails.
 func (w *writeTx) flushRows(ctx context.Context) error {
@@ -161,6 +183,51 @@ func (w *writeTx) flushRows(ctx context.Context) error {
 		return err
 	}
 	w.newInbox = w.newInbox[:0]
+	return w.flushDeps(ctx)
+}
+
+// flushDeps writes the kept edges with one statement. A failure sticks, as
+// flushRows'.
+func (w *writeTx) flushDeps(ctx context.Context) error {
+	if w.failed != nil {
+		return w.failed
+	}
+	if len(w.newDeps) == 0 {
+		return nil
+	}
+	// One statement a tenant (the edges' rows name it once).
+	rest := w.newDeps
+	for len(rest) > 0 {
+		var one, other []host.Dependency
+		for _, d := range rest {
+			if d.Tenant == rest[0].Tenant {
+				one = append(one, d)
+			} else {
+				other = append(other, d)
+			}
+		}
+		if err := w.insertDependencies(ctx, one); err != nil {
+			w.failed = err
+			return err
+		}
+		rest = other
+	}
+	w.newDeps = w.newDeps[:0]
+	return nil
+}
+
+// flushDepsFor writes the kept edges first when one of them names one of
+// ids (as its waiter or its dependency): what a statement that reads only
+// those tasks' edges needs written. A no-op in a view.
+func (r *reader) flushDepsFor(ctx context.Context, ids ...string) error {
+	if r.wb == nil || len(r.wb.newDeps) == 0 {
+		return nil
+	}
+	for _, d := range r.wb.newDeps {
+		if slices.Contains(ids, d.Waiter) || slices.Contains(ids, d.DependsOn) {
+			return r.wb.flushDeps(ctx)
+		}
+	}
 	return nil
 }
 

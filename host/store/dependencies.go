@@ -77,6 +77,12 @@ type DependencyWriter interface {
 	// written after the copy was read makes that write fenced out
 	// (storetest: DependencyMarker).
 	MarkWaitedOn(ctx context.Context, tenant string, ids []string) error
+	// MarkAndLockDependencies is MarkWaitedOn followed by LockDependencies
+	// (of the same ids), in one call: what an enqueue with an after list
+	// runs (SQLite: one statement; PostgreSQL: the marker queued ahead of
+	// the locking read, one round trip). The tasks come as LockDependencies
+	// returns them, the marker included (storetest: DependencyMarkAndLock).
+	MarkAndLockDependencies(ctx context.Context, tenant string, ids []string) ([]*host.Task, error)
 }
 
 // SettledWaiter is a waiter SettleWaiters settled an edge of: its task as

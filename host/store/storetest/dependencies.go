@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -40,6 +41,7 @@ func dependencyCases() []struct {
 		{"DependencyWaitersBounded", testDepsWaitersBounded},
 		{"DependencyChainDepthBounded", testDepsDepthBounded},
 		{"DependencyMarker", testDepsMarker},
+		{"DependencyMarkAndLock", testDepsMarkAndLock},
 	}
 }
 
@@ -413,6 +415,47 @@ func testDepsMarker(t *testing.T, b *Bundle) {
 	}
 	wantDeps(t, o, a.TaskID+":succeeded", done.TaskID+":succeeded")
 	b.noOffer(t, "other", "the waiter was offered twice")
+}
+
+// testDepsMarkAndLock calls MarkAndLockDependencies directly: it answers
+// the tasks named (not an unknown id), marks the unfinished ones only, and
+// the counts CrowdedDependency then answers from see an edge written after
+// it in the same transaction.
+func testDepsMarkAndLock(t *testing.T, b *Bundle) {
+	done := b.Enqueue(t, "work")
+	if o := b.leaseType(t, "w.2", "work"); o.Task.ID != done.TaskID {
+		t.Fatalf("leased %s, want %s", o.Task.ID, done.TaskID)
+	} else {
+		b.Complete(t, "w.2", o)
+	}
+	a := b.Enqueue(t, "work")
+	waiter := b.Enqueue(t, "other")
+	err := b.Store.Update(b.Ctx, func(tx store.Tx) error {
+		got, err := tx.MarkAndLockDependencies(b.Ctx, "acme", []string{"nope", done.TaskID, a.TaskID})
+		if err != nil {
+			return err
+		}
+		marked := map[string]bool{}
+		for _, task := range got {
+			marked[task.ID] = task.HasWaiters
+		}
+		if len(got) != 2 || !marked[a.TaskID] || marked[done.TaskID] {
+			t.Errorf("answered %d tasks (want 2), marked %v, want the unfinished one marked and not the finished one", len(got), marked)
+		}
+		if c, err := tx.CrowdedDependency(b.Ctx, "acme", []string{a.TaskID}, 1); err != nil || c != "" {
+			t.Errorf("crowded before any edge: %q, %v", c, err)
+		}
+		if err := tx.InsertDependencies(b.Ctx, []host.Dependency{{Tenant: "acme", Waiter: waiter.TaskID, DependsOn: a.TaskID, Rule: host.RuleAllSucceeded, Depth: 1}}); err != nil {
+			return err
+		}
+		if c, err := tx.CrowdedDependency(b.Ctx, "acme", []string{a.TaskID}, 1); err != nil || c != a.TaskID {
+			t.Errorf("crowded after an edge to it in the same transaction: %q, %v, want %s", c, err, a.TaskID)
+		}
+		return errors.New("roll back")
+	})
+	if err == nil || err.Error() != "roll back" {
+		t.Fatalf("update: %v", err)
+	}
 }
 
 // testDepsHammer runs many small fan-out/fan-in graphs at once: producers
