@@ -447,7 +447,7 @@ func (e *Engine) PauseSchedule(ctx context.Context, actor Actor, id string) (*Sc
 		if s.Paused {
 			return false, nil
 		}
-		s.Paused = true
+		s.Paused, s.PausedReason = true, ""
 		return true, map[string]any{}
 	})
 	if err != nil {
@@ -459,7 +459,21 @@ func (e *Engine) PauseSchedule(ctx context.Context, actor Actor, id string) (*Sc
 // ResumeSchedule lets a paused schedule fire again from its first fire
 // after now: the fires its pause covered are not run (a pause is not an
 // outage). Resuming a running schedule changes nothing.
+//
+// A schedule whose owner's keys are all revoked is not resumed
+// (owner_revoked, 409): the firer would pause it again at its next fire.
 func (e *Engine) ResumeSchedule(ctx context.Context, actor Actor, id string) (*ScheduleView, error) {
+	if cur, err := e.GetSchedule(ctx, actor, id, 0); err != nil {
+		return nil, err
+	} else if cur.Paused {
+		revoked, err := e.ownerRevoked(ctx, cur.Tenant, cur.Owner)
+		if err != nil {
+			return nil, err
+		}
+		if revoked {
+			return nil, host.Errorf(host.CodeOwnerRevoked, "schedule %s's owner %s holds no live agent or admin key in its tenant: it is resumed once the owner holds one again", id, cur.Owner)
+		}
+	}
 	s, err := e.changeSchedule(ctx, actor, id, host.ReceiptScheduleResumed, func(s *host.Schedule, now time.Time) (bool, map[string]any) {
 		if !s.Paused {
 			return false, nil
@@ -468,7 +482,7 @@ func (e *Engine) ResumeSchedule(ctx context.Context, actor Actor, id string) (*S
 		if err != nil { // stored schedules compile; keep the one it had
 			tm = nil
 		}
-		s.Paused = false
+		s.Paused, s.PausedReason = false, ""
 		if tm != nil && s.NextFireAt.Before(now) {
 			if next := tm.next(now); !next.IsZero() {
 				s.NextFireAt = next

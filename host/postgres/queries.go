@@ -1101,6 +1101,19 @@ func (r *reader) ListKeys(ctx context.Context) ([]store.Key, error) {
 	return out, err
 }
 
+func (r *reader) PrincipalKeys(ctx context.Context, tenant, principal string) ([]store.Key, error) {
+	out := []store.Key{}
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		k, err := sqlrows.ScanKey(rows)
+		if err != nil {
+			return err
+		}
+		out = append(out, *k)
+		return nil
+	}, `SELECT `+sqlrows.KeyColumns+` FROM api_keys WHERE tenant = $1 AND principal = $2 ORDER BY created_at, id`, tenant, principal)
+	return out, err
+}
+
 func (w *writeTx) PutKey(ctx context.Context, k store.Key) error {
 	n, err := w.ss.exec(w.c(ctx), `INSERT INTO api_keys (`+sqlrows.KeyColumns+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8) ON CONFLICT DO NOTHING`,
 		k.ID, k.Hash, k.Prefix, k.Role, k.Tenant, k.Principal, us(k.CreatedAt), nus(k.RevokedAt))

@@ -1312,6 +1312,23 @@ func (r *reader) ListKeys(ctx context.Context) ([]store.Key, error) {
 	return out, rows.Err()
 }
 
+func (r *reader) PrincipalKeys(ctx context.Context, tenant, principal string) ([]store.Key, error) {
+	rows, err := r.query(ctx, `SELECT `+sqlrows.KeyColumns+` FROM api_keys WHERE tenant = ? AND principal = ? ORDER BY created_at, id`, tenant, principal)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []store.Key{}
+	for rows.Next() {
+		k, err := sqlrows.ScanKey(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *k)
+	}
+	return out, rows.Err()
+}
+
 func (w *writeTx) PutKey(ctx context.Context, k store.Key) error {
 	_, err := w.exec(ctx, `INSERT INTO api_keys (`+sqlrows.KeyColumns+`) VALUES (?,?,?,?,?,?,?,?)`,
 		k.ID, k.Hash, k.Prefix, k.Role, k.Tenant, k.Principal, us(k.CreatedAt), nus(k.RevokedAt))
