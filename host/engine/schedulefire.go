@@ -343,26 +343,14 @@ func FireKey(scheduleID string, ft time.Time) string {
 // exists already.
 func (e *Engine) fireTask(ctx context.Context, tx store.Tx, actor Actor, s *host.Schedule, tt *host.TaskType, ft, now time.Time) (*host.Task, error) {
 	tmpl := s.Template
-	recipient := tmpl.Recipient
-	if recipient == "" {
-		recipient = s.Owner
+	f := taskFields{TaskType: tmpl.TaskType, Params: tmpl.Params, Priority: tmpl.Priority, Summary: tmpl.Summary,
+		MaxRetries: tmpl.MaxRetries, Recipient: tmpl.Recipient}
+	t := f.task(tt, actor.Tenant, actor.Principal)
+	if t.Recipient == "" {
+		t.Recipient = s.Owner
 	}
-	t := &host.Task{
-		ID: host.NewID(host.PrefixTask), Tenant: actor.Tenant, Type: tt.Name,
-		CreatedBy: actor.Principal, Recipient: recipient, State: host.StateQueued,
-		Priority: tt.DefaultPriority, Params: tmpl.Params, Summary: tmpl.Summary,
-		IdempotencyKey: FireKey(s.ID, ft), CreatedAt: now, UpdatedAt: now, AvailableAt: now,
-		MaxRetries: tt.DefaultMaxRetries,
-	}
-	if tmpl.Priority != 0 {
-		t.Priority = tmpl.Priority
-	}
-	if tmpl.MaxRetries != nil {
-		t.MaxRetries = *tmpl.MaxRetries
-	}
-	if len(tt.ResourceIntents) > 0 {
-		t.ResourceIntents = host.NormalizeStoredIntents(append([]host.ResourceIntent{}, tt.ResourceIntents...))
-	}
+	t.ID, t.IdempotencyKey = host.NewID(host.PrefixTask), FireKey(s.ID, ft)
+	t.CreatedAt, t.UpdatedAt, t.AvailableAt = now, now, now
 	old, err := tx.FindTaskByIdempotency(ctx, store.IdempotencyKeyOf(t))
 	if err != nil || old != nil {
 		return nil, err

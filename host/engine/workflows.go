@@ -461,54 +461,12 @@ func (e *Engine) planWorkflow(ctx context.Context, actor Actor, req *WorkflowReq
 // stepTask checks one step as Enqueue checks a task and returns its task,
 // without id, recipient or times.
 func (e *Engine) stepTask(ctx context.Context, actor Actor, s WorkflowStepRequest) (*host.Task, error) {
-	if s.TaskType == "" {
-		return nil, host.Errorf(host.CodeBadRequest, "task_type is required")
-	}
-	if len(s.Params) > MaxParamsBytes {
-		return nil, host.Errorf(host.CodeTooLarge, "params are %d bytes, the limit is %d", len(s.Params), MaxParamsBytes)
-	}
-	if len(s.Params) == 0 || string(s.Params) == "null" {
-		s.Params = json.RawMessage(`{}`)
-	}
-	if s.Priority != 0 && (s.Priority < 1 || s.Priority > 10) {
-		return nil, host.Errorf(host.CodeBadRequest, "priority must be 1..10, got %d", s.Priority)
-	}
-	if len(s.Summary) > 1000 {
-		return nil, host.Errorf(host.CodeBadRequest, "task_summary is longer than 1000 characters")
-	}
-	if s.MaxRetries != nil && (*s.MaxRetries < 0 || *s.MaxRetries > 1000) {
-		return nil, host.Errorf(host.CodeBadRequest, "max_retries must be 0..1000")
-	}
-	ct, err := e.types.get(ctx, actor.Tenant, s.TaskType)
+	f := taskFields{TaskType: s.TaskType, Params: s.Params, Priority: s.Priority, Summary: s.Summary, MaxRetries: s.MaxRetries}
+	tt, err := e.checkTaskRequest(ctx, actor.Tenant, "", &f)
 	if err != nil {
 		return nil, err
 	}
-	tt := ct.tt
-	if !tt.Enabled {
-		return nil, host.Errorf(host.CodeTaskTypeDisabled, "task type %q is disabled", tt.Name)
-	}
-	if err := validateParams(ct.schema, s.Params); err != nil {
-		return nil, err
-	}
-	if err := e.runValidators(ctx, tt, s.Params); err != nil {
-		return nil, err
-	}
-	params, err := compactJSON(s.Params)
-	if err != nil {
-		return nil, host.Errorf(host.CodeInvalidParams, "params are not valid JSON: %v", err)
-	}
-	t := &host.Task{Tenant: actor.Tenant, Type: tt.Name, CreatedBy: actor.Principal, State: host.StateQueued,
-		Priority: tt.DefaultPriority, Params: params, Summary: s.Summary, MaxRetries: tt.DefaultMaxRetries}
-	if s.Priority != 0 {
-		t.Priority = s.Priority
-	}
-	if s.MaxRetries != nil {
-		t.MaxRetries = *s.MaxRetries
-	}
-	if len(tt.ResourceIntents) > 0 {
-		t.ResourceIntents = host.NormalizeStoredIntents(append([]host.ResourceIntent{}, tt.ResourceIntents...))
-	}
-	return t, nil
+	return f.task(tt, actor.Tenant, actor.Principal), nil
 }
 
 // GetWorkflow returns a workflow the actor may read, with its steps.

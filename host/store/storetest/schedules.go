@@ -40,6 +40,7 @@ func scheduleCases() []struct {
 		{"ScheduleWithNoNextFireDoesNotWedgeTheFirer", testScheduleNoNextFire},
 		{"SchedulePoisonTemplateDoesNotStopOthers", testSchedulePoison},
 		{"ScheduleOwnerRevokedStopsFiring", testScheduleOwnerRevoked},
+		{"EveryWayToQueueRefusesAlike", testQueueRefusesAlike},
 	}
 }
 
@@ -737,5 +738,71 @@ func testScheduleOwnerRevoked(t *testing.T, b *Bundle) {
 	b.fire(t)
 	if got := len(b.firedAt(t, v.ID)); got != 2 {
 		t.Fatalf("resumed schedule fired %d times in all, want 2", got)
+	}
+}
+
+// The same bad task fields are refused with the same machine code by an
+// enqueue, a workflow step and a schedule's template: one validator serves
+// the three (engine.checkTaskFields), so a rule added to one reaches all.
+// Nothing is written by any of them.
+func testQueueRefusesAlike(t *testing.T, b *Bundle) {
+	off := host.NewTaskType("off")
+	off.Tenant, off.Enabled = "acme", false
+	b.MustPutType(t, off)
+	retries := func(n int) *int { return &n }
+	type fields struct {
+		typ        string
+		params     string
+		priority   int
+		summary    string
+		maxRetries *int
+		recipient  string
+	}
+	ok := fields{typ: "work", params: `{"n":1}`}
+	cases := []struct {
+		name string
+		mod  func(*fields)
+		code string
+	}{
+		{"no task type", func(f *fields) { f.typ = "" }, host.CodeBadRequest},
+		{"unknown task type", func(f *fields) { f.typ = "nope" }, host.CodeUnknownTaskType},
+		{"disabled task type", func(f *fields) { f.typ = "off" }, host.CodeTaskTypeDisabled},
+		{"params over the limit", func(f *fields) { f.params = `{"s":"` + strings.Repeat("x", engine.MaxParamsBytes) + `"}` }, host.CodeTooLarge},
+		{"params the schema refuses", func(f *fields) { f.params = `{"n":-1}` }, host.CodeInvalidParams},
+		{"params not an object", func(f *fields) { f.params = `[1]` }, host.CodeInvalidParams},
+		{"priority 11", func(f *fields) { f.priority = 11 }, host.CodeBadRequest},
+		{"priority -1", func(f *fields) { f.priority = -1 }, host.CodeBadRequest},
+		{"summary too long", func(f *fields) { f.summary = strings.Repeat("s", 1001) }, host.CodeBadRequest},
+		{"summary with NUL", func(f *fields) { f.summary = "a\x00b" }, host.CodeBadRequest},
+		{"summary not UTF-8", func(f *fields) { f.summary = "a\xffb" }, host.CodeBadRequest},
+		{"max_retries 1001", func(f *fields) { f.maxRetries = retries(1001) }, host.CodeBadRequest},
+		{"max_retries -1", func(f *fields) { f.maxRetries = retries(-1) }, host.CodeBadRequest},
+		{"recipient a workflow", func(f *fields) { f.recipient = "workflow/W-01X" }, host.CodeBadRequest},
+		{"recipient with a control character", func(f *fields) { f.recipient = "agent\x07b" }, host.CodeBadRequest},
+		{"recipient too long", func(f *fields) { f.recipient = strings.Repeat("r", 201) }, host.CodeBadRequest},
+	}
+	before := b.Verify(t).Receipts
+	for _, c := range cases {
+		f := ok
+		c.mod(&f)
+		_, enqErr := b.Engine.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: f.typ, Params: json.RawMessage(f.params),
+			Priority: f.priority, Summary: f.summary, MaxRetries: f.maxRetries, Recipient: f.recipient})
+		_, schedErr := b.Engine.CreateSchedule(b.Ctx, b.Agent, engine.CreateScheduleRequest{Name: "v", IntervalSeconds: 60,
+			Template: host.ScheduleTemplate{TaskType: f.typ, Params: json.RawMessage(f.params), Priority: f.priority,
+				Summary: f.summary, MaxRetries: f.maxRetries, Recipient: f.recipient}})
+		got := map[string]error{"enqueue": enqErr, "schedule template": schedErr}
+		if f.recipient == "" { // a workflow's steps are addressed by the gate
+			_, wfErr := b.Engine.SubmitWorkflow(b.Ctx, b.Agent, engine.WorkflowRequest{Name: "v", Steps: []engine.WorkflowStepRequest{
+				{Name: "s", TaskType: f.typ, Params: json.RawMessage(f.params), Priority: f.priority, Summary: f.summary, MaxRetries: f.maxRetries}}})
+			got["workflow step"] = wfErr
+		}
+		for door, err := range got {
+			if host.ErrorCode(err) != c.code {
+				t.Errorf("%s, %s: %v, want %s", c.name, door, err, c.code)
+			}
+		}
+	}
+	if after := b.Verify(t).Receipts; after != before {
+		t.Fatalf("refused requests wrote %d receipts", after-before)
 	}
 }
