@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -537,33 +538,55 @@ func (e *Engine) CancelWorkflow(ctx context.Context, actor Actor, id, reason str
 	if len(reason) > 1000 {
 		return nil, host.Errorf(host.CodeBadRequest, "reason is longer than 1000 characters")
 	}
-	var out *host.Workflow
-	err := e.update(ctx, func(tx store.Tx) error {
-		wf, err := tx.GetWorkflow(ctx, actor.Tenant, id)
+	// Lock order: the steps' task rows (by id, as a dependency's end locks
+	// its waiters), then the workflow row, which is the order of a
+	// completion that ends the workflow (the final step's row, then the
+	// workflow's in endWorkflow). Locking the workflow first met such a
+	// completion in a deadlock on PostgreSQL. So the workflow is read
+	// without a lock first, and locked, checked again and flagged after
+	// its steps.
+	check := func(wf *host.Workflow, err error) (done bool, _ error) {
 		if err != nil || !workflowVisible(actor, wf) {
 			if err == nil || host.IsCode(err, host.CodeNotFound) {
-				return host.Errorf(host.CodeNotFound, "no workflow %s", id)
+				return false, host.Errorf(host.CodeNotFound, "no workflow %s", id)
 			}
-			return err
+			return false, err
 		}
 		switch {
 		case wf.State == host.WorkflowCanceled:
-			out = wf
-			return nil
+			return true, nil
 		case wf.State.Terminal():
-			return host.Errorf(host.CodeConflict, "workflow %s is %s and can no longer be canceled", id, wf.State)
+			return false, host.Errorf(host.CodeConflict, "workflow %s is %s and can no longer be canceled", id, wf.State)
+		}
+		return false, nil
+	}
+	var out *host.Workflow
+	verr := e.view(ctx, func(r store.Reader) error {
+		var err error
+		out, err = r.GetWorkflow(ctx, actor.Tenant, id)
+		return err
+	})
+	if done, err := check(out, verr); err != nil {
+		return nil, err
+	} else if done {
+		return out, nil
+	}
+	if reason == "" {
+		reason = "workflow " + id + " canceled"
+	}
+	err := e.update(ctx, func(tx store.Tx) error {
+		if err := e.cancelSteps(ctx, tx, out, actor.Principal, reason); err != nil {
+			return err
+		}
+		wf, err := tx.GetWorkflow(ctx, actor.Tenant, id) // locks it
+		if done, err := check(wf, err); err != nil || done {
+			return err // a conflict rolls the steps' cancels back
 		}
 		if !wf.CancelRequested {
 			wf.CancelRequested, wf.UpdatedAt = true, e.now()
 			if err := tx.UpdateWorkflow(ctx, wf, host.WorkflowRunning); err != nil {
 				return err
 			}
-		}
-		if reason == "" {
-			reason = "workflow " + id + " canceled"
-		}
-		if err := e.cancelSteps(ctx, tx, wf, actor.Principal, reason); err != nil {
-			return err
 		}
 		out = wf
 		return nil
@@ -584,12 +607,14 @@ func (e *Engine) CancelWorkflow(ctx context.Context, actor Actor, id, reason str
 }
 
 // cancelSteps cancels wf's unfinished steps in tx: a waiting or queued one
-// at once (task.canceled from by), a leased one flagged.
+// at once (task.canceled from by), a leased one flagged. It locks them in
+// task id order, the order in which a dependency's end locks its waiters.
 func (e *Engine) cancelSteps(ctx context.Context, tx store.Tx, wf *host.Workflow, by, reason string) error {
 	steps, err := tx.WorkflowSteps(ctx, wf.Tenant, wf.ID)
 	if err != nil {
 		return err
 	}
+	slices.SortFunc(steps, func(a, b host.WorkflowStep) int { return strings.Compare(a.TaskID, b.TaskID) })
 	now := e.now()
 	for _, s := range steps {
 		if s.Task != nil && s.Task.State.Terminal() {
