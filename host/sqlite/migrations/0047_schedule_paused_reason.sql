@@ -4,3 +4,6 @@
 -- principal at each pass, hence the index.
 ALTER TABLE schedules ADD COLUMN paused_reason TEXT NOT NULL DEFAULT '';
 CREATE INDEX api_keys_principal ON api_keys (tenant, principal);
+-- Workflow counts by state (GET /v1/admin/stats, asyncgate_workflows) read
+-- this index alone.
+CREATE INDEX workflows_state ON workflows (tenant, state);
