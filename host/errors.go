@@ -147,7 +147,7 @@ func HTTPStatus(code string) int {
 		return 400
 	case CodeInvalidWorkflow, CodeUnknownStep, CodeDuplicateStep, CodeWorkflowCycle, CodeTooManySteps:
 		return 400
-	case CodeDependencyFailed, CodeTooManyWaiters, CodeDependencyTooDeep:
+	case CodeDependencyFailed, CodeTooManyWaiters, CodeDependencyTooDeep, CodeOwnerRevoked:
 		return 409
 	case CodeResourceConflict, CodeVerifyRequired, CodeLeaseRevoked, CodeSessionEnded:
 		return 409

@@ -54,6 +54,20 @@ const (
 	CodeInvalidTimezone     = "invalid_timezone"      // the time zone is not an IANA zone name (400)
 	CodeInvalidInterval     = "invalid_interval"      // interval_seconds out of bounds, or both/neither of cron and interval (400)
 	CodeInvalidMissedPolicy = "invalid_missed_policy" // missed_policy or missed_cap out of bounds (400)
+	// CodeOwnerRevoked: a schedule whose owner holds no live key cannot be
+	// resumed until the owner holds one again (409).
+	CodeOwnerRevoked = "owner_revoked"
+)
+
+// Why the gate paused a schedule (Schedule.PausedReason); a schedule paused
+// by its owner or an admin has none.
+const (
+	// PausedOwnerRevoked: the owner's agent and admin keys in the tenant are
+	// all revoked, so it can no longer queue tasks, and neither can its
+	// schedule.
+	PausedOwnerRevoked = "owner_revoked"
+	// PausedNoNextFire: the cron expression has no fire within five years.
+	PausedNoNextFire = "no_next_fire"
 )
 
 // ScheduleTemplate is the task a schedule enqueues at each fire: the fields of
@@ -86,8 +100,11 @@ type Schedule struct {
 	MissedCap       int              `json:"missed_cap,omitempty"`
 	GraceSeconds    int              `json:"grace_seconds"`
 	Paused          bool             `json:"paused"`
-	NextFireAt      time.Time        `json:"next_fire_at"`
-	LastFireAt      *time.Time       `json:"last_fire_at,omitempty"`
+	// PausedReason says why the gate paused the schedule (PausedOwnerRevoked,
+	// PausedNoNextFire); empty when it runs or was paused by a person.
+	PausedReason string     `json:"paused_reason,omitempty"`
+	NextFireAt   time.Time  `json:"next_fire_at"`
+	LastFireAt   *time.Time `json:"last_fire_at,omitempty"`
 	// Fires counts the tasks the schedule has enqueued.
 	Fires     int64     `json:"fires"`
 	CreatedAt time.Time `json:"created_at"`

@@ -246,8 +246,8 @@ task type cache's 2 s); the pause survives restarts. gate types resume NAME ends
 			}},
 	}})
 
-	registerRemote(remoteGroup{name: "stats", summary: "task counts by state and type, and the oldest ready task's age (admin)", subs: []remoteSub{
-		{maxArgs: 0, tenant: true, summary: "task counts by state and type, and the oldest ready task's age (admin)",
+	registerRemote(remoteGroup{name: "stats", summary: "task counts by state and type, the oldest ready task's age and workflow counts by state (admin)", subs: []remoteSub{
+		{maxArgs: 0, tenant: true, summary: "task counts by state and type, the oldest ready task's age and workflow counts by state (admin)",
 			run: func(rc *remoteCtx, _ []string) error {
 				var raw json.RawMessage
 				if err := rc.call("GET", rc.withTenant("/v1/admin/stats"), nil, &raw); err != nil {
@@ -261,6 +261,8 @@ task type cache's 2 s); the pause survives restarts. gate types resume NAME ends
 					ByState map[string]int64 `json:"by_state"`
 					ByType  map[string]int64 `json:"by_type"`
 					Oldest  float64          `json:"oldest_ready_age_seconds"`
+					// Workflows counts workflows by status.
+					Workflows map[string]int64 `json:"workflows_by_state"`
 				}
 				if err := json.Unmarshal(raw, &s); err != nil {
 					return err
@@ -278,6 +280,14 @@ task type cache's 2 s); the pause survives restarts. gate types resume NAME ends
 						rows = append(rows, []string{t, strconv.FormatInt(s.ByType[t], 10)})
 					}
 					rc.table([]string{"TYPE", "QUEUED+LEASED"}, rows)
+				}
+				if len(s.Workflows) > 0 {
+					fmt.Fprintln(rc.out)
+					rows = rows[:0]
+					for _, st := range []string{"running", "succeeded", "failed", "canceled"} {
+						rows = append(rows, []string{st, strconv.FormatInt(s.Workflows[st], 10)})
+					}
+					rc.table([]string{"STATE", "WORKFLOWS"}, rows)
 				}
 				return nil
 			}},

@@ -82,40 +82,19 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	if actor.Tenant == "" || actor.Principal == "" {
 		return nil, host.Errorf(host.CodeBadRequest, "the caller has no tenant or principal")
 	}
-	if req.TaskType == "" {
-		return nil, host.Errorf(host.CodeBadRequest, "task_type is required")
-	}
-	if len(req.Params) > MaxParamsBytes {
-		return nil, host.Errorf(host.CodeTooLarge, "params are %d bytes, the limit is %d", len(req.Params), MaxParamsBytes)
-	}
-	if len(req.Params) == 0 || string(req.Params) == "null" {
-		req.Params = json.RawMessage(`{}`)
-	}
-	if req.Priority != 0 && (req.Priority < 1 || req.Priority > 10) {
-		return nil, host.Errorf(host.CodeBadRequest, "priority must be 1..10, got %d", req.Priority)
+	fields := taskFields{TaskType: req.TaskType, Params: req.Params, Priority: req.Priority,
+		Summary: req.Summary, MaxRetries: req.MaxRetries, Recipient: req.Recipient}
+	if err := checkTaskFields("", &fields); err != nil {
+		return nil, err
 	}
 	if len(req.IdempotencyKey) > 200 {
 		return nil, host.Errorf(host.CodeBadRequest, "idempotency_key is longer than 200 characters")
 	}
-	if len(req.Summary) > 1000 {
-		return nil, host.Errorf(host.CodeBadRequest, "task_summary is longer than 1000 characters")
-	}
 	if req.DelaySeconds < 0 || req.DelaySeconds > 366*24*3600 {
 		return nil, host.Errorf(host.CodeBadRequest, "delay_seconds must be 0..31622400")
 	}
-	if req.MaxRetries != nil && (*req.MaxRetries < 0 || *req.MaxRetries > 1000) {
-		return nil, host.Errorf(host.CodeBadRequest, "max_retries must be 0..1000")
-	}
-	recipient := strings.TrimSpace(req.Recipient)
-	if recipient == "" {
-		recipient = actor.Principal
-	}
-	if len(recipient) > 200 || !printable(recipient) {
-		return nil, host.Errorf(host.CodeBadRequest, "recipient_ai must be at most 200 printable characters")
-	}
-	if host.IsWorkflowRecipient(recipient) {
-		// Workflow steps are addressed to their workflow by the gate alone.
-		return nil, host.Errorf(host.CodeBadRequest, "recipient_ai must name a principal, not a workflow")
+	if fields.Recipient == "" {
+		fields.Recipient = actor.Principal
 	}
 	if req.NotBefore != nil && req.NotBefore.After(time.Now().Add(366*24*time.Hour)) {
 		return nil, host.Errorf(host.CodeBadRequest, "not_before is more than a year away")
@@ -130,46 +109,21 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	if err != nil {
 		return nil, err
 	}
-
-	ct, err := e.types.get(ctx, actor.Tenant, req.TaskType)
+	tt, err := e.checkTaskType(ctx, actor.Tenant, "", &fields)
 	if err != nil {
 		return nil, err
-	}
-	tt := ct.tt
-	if !tt.Enabled {
-		return nil, host.Errorf(host.CodeTaskTypeDisabled, "task type %q is disabled", tt.Name)
-	}
-	if err := validateParams(ct.schema, req.Params); err != nil {
-		return nil, err
-	}
-	if err := e.runValidators(ctx, tt, req.Params); err != nil {
-		return nil, err
-	}
-	params, err := compactJSON(req.Params)
-	if err != nil {
-		return nil, host.Errorf(host.CodeInvalidParams, "params are not valid JSON: %v", err)
 	}
 
 	now := e.now()
-	t := &host.Task{
-		ID: host.NewID(host.PrefixTask), Tenant: actor.Tenant, Type: tt.Name,
-		CreatedBy: actor.Principal, Recipient: recipient, State: host.StateQueued,
-		Priority: tt.DefaultPriority, Params: params, Summary: req.Summary,
-		IdempotencyKey: req.IdempotencyKey, CreatedAt: now, UpdatedAt: now, AvailableAt: now,
-		MaxRetries: tt.DefaultMaxRetries,
-	}
+	t := fields.task(tt, actor.Tenant, actor.Principal)
+	t.ID, t.IdempotencyKey = host.NewID(host.PrefixTask), req.IdempotencyKey
+	t.CreatedAt, t.UpdatedAt, t.AvailableAt = now, now, now
 	keepTrace(ctx, t)
-	if req.Priority != 0 {
-		t.Priority = req.Priority
-	}
-	if len(tt.ResourceIntents)+len(req.ResourceIntents) > 0 {
+	if len(req.ResourceIntents) > 0 {
 		// The type's and the request's, merged (MUTATES wins), fixed now.
 		// The request's were checked above; the type's were valid when
 		// stored and keep working under today's rules (issue 37).
 		t.ResourceIntents = host.NormalizeStoredIntents(append(append([]host.ResourceIntent{}, tt.ResourceIntents...), req.ResourceIntents...))
-	}
-	if req.MaxRetries != nil {
-		t.MaxRetries = *req.MaxRetries
 	}
 	if req.DelaySeconds > 0 {
 		t.AvailableAt = now.Add(time.Duration(req.DelaySeconds) * time.Second)
@@ -285,6 +239,109 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 		}
 	}
 	return res, nil
+}
+
+// taskFields are the fields every way of queuing a task shares, checked by
+// one validator: an enqueue (EnqueueRequest), a workflow step
+// (WorkflowStepRequest) and a schedule's template (host.ScheduleTemplate).
+// Recipient is "" for a workflow step (the gate addresses it) and for a
+// template that leaves it to the owner.
+type taskFields struct {
+	TaskType   string
+	Params     json.RawMessage
+	Priority   int
+	Summary    string
+	MaxRetries *int
+	Recipient  string
+}
+
+// checkTaskFields checks f's fields by themselves, naming each as prefix
+// (the path of the fields in the request: "" or "template.") + its name. It
+// makes null or missing params {} and trims the recipient.
+func checkTaskFields(prefix string, f *taskFields) error {
+	if f.TaskType == "" {
+		return host.Errorf(host.CodeBadRequest, "%stask_type is required", prefix)
+	}
+	if len(f.Params) > MaxParamsBytes {
+		return host.Errorf(host.CodeTooLarge, "%sparams are %d bytes, the limit is %d", prefix, len(f.Params), MaxParamsBytes)
+	}
+	if len(f.Params) == 0 || string(f.Params) == "null" {
+		f.Params = json.RawMessage(`{}`)
+	}
+	if f.Priority != 0 && (f.Priority < 1 || f.Priority > 10) {
+		return host.Errorf(host.CodeBadRequest, "%spriority must be 1..10, got %d", prefix, f.Priority)
+	}
+	if len(f.Summary) > 1000 {
+		return host.Errorf(host.CodeBadRequest, "%stask_summary is longer than 1000 characters", prefix)
+	}
+	if !utf8.ValidString(f.Summary) || strings.ContainsRune(f.Summary, 0) {
+		// Checked here, not left to the store: PostgreSQL refuses a NUL in
+		// text, and a schedule's fire it refuses would fail the firer's
+		// whole pass, every pass.
+		return host.Errorf(host.CodeBadRequest, "%stask_summary must be UTF-8 text without NUL characters", prefix)
+	}
+	if f.MaxRetries != nil && (*f.MaxRetries < 0 || *f.MaxRetries > 1000) {
+		return host.Errorf(host.CodeBadRequest, "%smax_retries must be 0..1000", prefix)
+	}
+	f.Recipient = strings.TrimSpace(f.Recipient)
+	if len(f.Recipient) > 200 || !printable(f.Recipient) {
+		return host.Errorf(host.CodeBadRequest, "%srecipient_ai must be at most 200 printable characters", prefix)
+	}
+	if host.IsWorkflowRecipient(f.Recipient) {
+		// Workflow steps are addressed to their workflow by the gate alone.
+		return host.Errorf(host.CodeBadRequest, "%srecipient_ai must name a principal, not a workflow", prefix)
+	}
+	return nil
+}
+
+// checkTaskType checks f against its task type in tenant (enabled, params
+// schema, validator plugins), compacts f's params and returns the type.
+func (e *Engine) checkTaskType(ctx context.Context, tenant, prefix string, f *taskFields) (*host.TaskType, error) {
+	ct, err := e.types.get(ctx, tenant, f.TaskType)
+	if err != nil {
+		return nil, err
+	}
+	if !ct.tt.Enabled {
+		return nil, host.Errorf(host.CodeTaskTypeDisabled, "task type %q is disabled", ct.tt.Name)
+	}
+	if err := validateParams(ct.schema, f.Params); err != nil {
+		return nil, err
+	}
+	if err := e.runValidators(ctx, ct.tt, f.Params); err != nil {
+		return nil, err
+	}
+	params, err := compactJSON(f.Params)
+	if err != nil {
+		return nil, host.Errorf(host.CodeInvalidParams, "%sparams are not valid JSON: %v", prefix, err)
+	}
+	f.Params = params
+	return ct.tt, nil
+}
+
+// checkTaskRequest is checkTaskFields then checkTaskType.
+func (e *Engine) checkTaskRequest(ctx context.Context, tenant, prefix string, f *taskFields) (*host.TaskType, error) {
+	if err := checkTaskFields(prefix, f); err != nil {
+		return nil, err
+	}
+	return e.checkTaskType(ctx, tenant, prefix, f)
+}
+
+// task is the queued task f makes of type tt in tenant, created by by: the
+// type's defaults where f gives none, and the type's resource intents. No
+// id, times or idempotency key.
+func (f *taskFields) task(tt *host.TaskType, tenant, by string) *host.Task {
+	t := &host.Task{Tenant: tenant, Type: tt.Name, CreatedBy: by, Recipient: f.Recipient, State: host.StateQueued,
+		Priority: tt.DefaultPriority, Params: f.Params, Summary: f.Summary, MaxRetries: tt.DefaultMaxRetries}
+	if f.Priority != 0 {
+		t.Priority = f.Priority
+	}
+	if f.MaxRetries != nil {
+		t.MaxRetries = *f.MaxRetries
+	}
+	if len(tt.ResourceIntents) > 0 {
+		t.ResourceIntents = host.NormalizeStoredIntents(append([]host.ResourceIntent{}, tt.ResourceIntents...))
+	}
+	return t
 }
 
 // sameEnqueue compares a new task with the one already queued under its

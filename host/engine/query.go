@@ -211,6 +211,26 @@ func (e *Engine) Stats(ctx context.Context, tenant string) (store.QueueStats, er
 	return qs, err
 }
 
+// WorkflowCounts counts a tenant's workflows ("" for every tenant's) by
+// state, every state present (0 when none is in it).
+func (e *Engine) WorkflowCounts(ctx context.Context, tenant string) (map[host.WorkflowState]int64, error) {
+	var out map[host.WorkflowState]int64
+	err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		out, err = r.WorkflowCounts(ctx, tenant)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, st := range []host.WorkflowState{host.WorkflowRunning, host.WorkflowSucceeded, host.WorkflowFailed, host.WorkflowCanceled} {
+		if _, ok := out[st]; !ok {
+			out[st] = 0
+		}
+	}
+	return out, nil
+}
+
 // QueueStats reads r's queue counts of tenant ("" for all) with the
 // scheduled tasks at now split from the queued ones.
 func QueueStats(ctx context.Context, r store.Reader, tenant string, now time.Time) (store.QueueStats, error) {

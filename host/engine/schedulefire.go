@@ -65,11 +65,13 @@ func (e *Engine) scheduleLoop() {
 	}
 }
 
-// firePrep is what a pass learned about a schedule's template outside the
-// writer: its task type, or why no task can be enqueued from it now.
+// firePrep is what a pass learned about a schedule outside the writer: its
+// template's task type, or why no task can be enqueued from it now, and
+// whether its owner's keys are all revoked.
 type firePrep struct {
-	tt  *host.TaskType
-	err error
+	tt      *host.TaskType
+	err     error
+	revoked bool
 }
 
 // firedTask is a task a pass enqueued, for the wake-ups after the commit.
@@ -108,8 +110,22 @@ func (e *Engine) firePass(ctx context.Context) (int, bool, error) {
 	}
 	prep := make(map[string]firePrep, len(due))
 	ids := make([]string, 0, len(due))
+	revoked := map[[2]string]bool{} // (tenant, owner) → its keys are all revoked
 	for _, s := range due {
 		ids = append(ids, s.ID)
+		owner := [2]string{s.Tenant, s.Owner}
+		r, seen := revoked[owner]
+		if !seen {
+			var err error
+			if r, err = e.ownerRevoked(ctx, s.Tenant, s.Owner); err != nil {
+				return 0, false, err
+			}
+			revoked[owner] = r
+		}
+		if r {
+			prep[s.ID] = firePrep{revoked: true}
+			continue
+		}
 		_, tt, err := e.checkTemplate(ctx, s.Tenant, s.Template)
 		if err != nil && !isTemplateFault(err) {
 			return 0, false, err // the store, not the template: try again later
@@ -163,6 +179,19 @@ func isTemplateFault(err error) bool {
 // fireOne runs the fires of one claimed schedule by its missed-run policy
 // and advances it.
 func (e *Engine) fireOne(ctx context.Context, tx store.Tx, s *host.Schedule, p firePrep, now time.Time, fired *[]firedTask) error {
+	if p.revoked {
+		// The owner can no longer queue a task itself: its schedule stops
+		// too, paused with the reason, until the owner (with a live key
+		// again) or an admin resumes it.
+		s.Paused, s.PausedReason, s.UpdatedAt = true, host.PausedOwnerRevoked, now
+		if err := tx.UpdateSchedule(ctx, s); err != nil {
+			return err
+		}
+		e.log.Warn("schedule's owner holds no live key; paused", "tenant", s.Tenant, "schedule", s.ID, "owner", s.Owner)
+		return appendReceipt(ctx, tx, e.scheduleReceipt(s, host.ReceiptSchedulePaused, GatePrincipal, map[string]any{
+			"schedule_id": s.ID, "name": s.Name, "reason": host.PausedOwnerRevoked,
+		}, now), nil)
+	}
 	tm, err := scheduleTiming(s)
 	if err != nil { // a stored schedule always compiles; never fire it in a loop
 		s.Paused, s.UpdatedAt = true, now
@@ -271,10 +300,36 @@ func (e *Engine) fireOne(ctx context.Context, tx store.Tx, s *host.Schedule, p f
 	if exhausted {
 		// NextFireAt keeps its last fire (already run or skipped above):
 		// a resume starts again from the first fire after it.
-		s.Paused = true
+		s.Paused, s.PausedReason = true, host.PausedNoNextFire
 		e.log.Warn("schedule has no next fire within five years; paused", "tenant", s.Tenant, "schedule", s.ID, "cron", s.Cron, "timezone", s.Timezone)
 	}
 	return tx.UpdateSchedule(ctx, s)
+}
+
+// ownerRevoked reports whether a schedule's owner can no longer act in its
+// tenant: it has held agent or admin keys there and every one of them is
+// revoked. A principal that never held a key (a local `gate mcp
+// --principal` session, the operator's own) is not revoked.
+func (e *Engine) ownerRevoked(ctx context.Context, tenant, owner string) (bool, error) {
+	var keys []store.Key
+	if err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		keys, err = r.PrincipalKeys(ctx, tenant, owner)
+		return err
+	}); err != nil {
+		return false, err
+	}
+	held := false
+	for _, k := range keys {
+		if k.Role != RoleAgent && k.Role != RoleAdmin {
+			continue
+		}
+		if k.RevokedAt == nil {
+			return false, nil
+		}
+		held = true
+	}
+	return held, nil
 }
 
 // FireKey is the idempotency key of the task a schedule's fire at ft
@@ -288,26 +343,14 @@ func FireKey(scheduleID string, ft time.Time) string {
 // exists already.
 func (e *Engine) fireTask(ctx context.Context, tx store.Tx, actor Actor, s *host.Schedule, tt *host.TaskType, ft, now time.Time) (*host.Task, error) {
 	tmpl := s.Template
-	recipient := tmpl.Recipient
-	if recipient == "" {
-		recipient = s.Owner
+	f := taskFields{TaskType: tmpl.TaskType, Params: tmpl.Params, Priority: tmpl.Priority, Summary: tmpl.Summary,
+		MaxRetries: tmpl.MaxRetries, Recipient: tmpl.Recipient}
+	t := f.task(tt, actor.Tenant, actor.Principal)
+	if t.Recipient == "" {
+		t.Recipient = s.Owner
 	}
-	t := &host.Task{
-		ID: host.NewID(host.PrefixTask), Tenant: actor.Tenant, Type: tt.Name,
-		CreatedBy: actor.Principal, Recipient: recipient, State: host.StateQueued,
-		Priority: tt.DefaultPriority, Params: tmpl.Params, Summary: tmpl.Summary,
-		IdempotencyKey: FireKey(s.ID, ft), CreatedAt: now, UpdatedAt: now, AvailableAt: now,
-		MaxRetries: tt.DefaultMaxRetries,
-	}
-	if tmpl.Priority != 0 {
-		t.Priority = tmpl.Priority
-	}
-	if tmpl.MaxRetries != nil {
-		t.MaxRetries = *tmpl.MaxRetries
-	}
-	if len(tt.ResourceIntents) > 0 {
-		t.ResourceIntents = host.NormalizeStoredIntents(append([]host.ResourceIntent{}, tt.ResourceIntents...))
-	}
+	t.ID, t.IdempotencyKey = host.NewID(host.PrefixTask), FireKey(s.ID, ft)
+	t.CreatedAt, t.UpdatedAt, t.AvailableAt = now, now, now
 	old, err := tx.FindTaskByIdempotency(ctx, store.IdempotencyKeyOf(t))
 	if err != nil || old != nil {
 		return nil, err

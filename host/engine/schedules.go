@@ -2,13 +2,11 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 	_ "time/tzdata" // IANA zones for schedules on a machine without them
-	"unicode/utf8"
 
 	"github.com/robfig/cron/v3"
 
@@ -187,56 +185,11 @@ func viewOf(s *host.Schedule, n int) *ScheduleView {
 // checkTemplate validates a schedule's task template as an enqueue of it
 // would be validated, and returns it with its params compacted.
 func (e *Engine) checkTemplate(ctx context.Context, tenant string, tmpl host.ScheduleTemplate) (host.ScheduleTemplate, *host.TaskType, error) {
-	if tmpl.TaskType == "" {
-		return tmpl, nil, host.Errorf(host.CodeBadRequest, "template.task_type is required")
-	}
-	if len(tmpl.Params) > MaxParamsBytes {
-		return tmpl, nil, host.Errorf(host.CodeTooLarge, "template.params are %d bytes, the limit is %d", len(tmpl.Params), MaxParamsBytes)
-	}
-	if len(tmpl.Params) == 0 || string(tmpl.Params) == "null" {
-		tmpl.Params = json.RawMessage(`{}`)
-	}
-	if tmpl.Priority != 0 && (tmpl.Priority < 1 || tmpl.Priority > 10) {
-		return tmpl, nil, host.Errorf(host.CodeBadRequest, "template.priority must be 1..10, got %d", tmpl.Priority)
-	}
-	if len(tmpl.Summary) > 1000 {
-		return tmpl, nil, host.Errorf(host.CodeBadRequest, "template.task_summary is longer than 1000 characters")
-	}
-	if !utf8.ValidString(tmpl.Summary) || strings.ContainsRune(tmpl.Summary, 0) {
-		// Checked here, at create and at each fire, not left to the store:
-		// PostgreSQL refuses a NUL in text, and a fire it refuses fails the
-		// firer's whole pass, every pass.
-		return tmpl, nil, host.Errorf(host.CodeBadRequest, "template.task_summary must be UTF-8 text without NUL characters")
-	}
-	if tmpl.MaxRetries != nil && (*tmpl.MaxRetries < 0 || *tmpl.MaxRetries > 1000) {
-		return tmpl, nil, host.Errorf(host.CodeBadRequest, "template.max_retries must be 0..1000")
-	}
-	tmpl.Recipient = strings.TrimSpace(tmpl.Recipient)
-	if len(tmpl.Recipient) > 200 || !printable(tmpl.Recipient) {
-		return tmpl, nil, host.Errorf(host.CodeBadRequest, "template.recipient_ai must be at most 200 printable characters")
-	}
-	if host.IsWorkflowRecipient(tmpl.Recipient) {
-		return tmpl, nil, host.Errorf(host.CodeBadRequest, "template.recipient_ai must name a principal, not a workflow")
-	}
-	ct, err := e.types.get(ctx, tenant, tmpl.TaskType)
-	if err != nil {
-		return tmpl, nil, err
-	}
-	if !ct.tt.Enabled {
-		return tmpl, nil, host.Errorf(host.CodeTaskTypeDisabled, "task type %q is disabled", ct.tt.Name)
-	}
-	if err := validateParams(ct.schema, tmpl.Params); err != nil {
-		return tmpl, nil, err
-	}
-	if err := e.runValidators(ctx, ct.tt, tmpl.Params); err != nil {
-		return tmpl, nil, err
-	}
-	params, err := compactJSON(tmpl.Params)
-	if err != nil {
-		return tmpl, nil, host.Errorf(host.CodeInvalidParams, "template.params are not valid JSON: %v", err)
-	}
-	tmpl.Params = params
-	return tmpl, ct.tt, nil
+	f := taskFields{TaskType: tmpl.TaskType, Params: tmpl.Params, Priority: tmpl.Priority, Summary: tmpl.Summary,
+		MaxRetries: tmpl.MaxRetries, Recipient: tmpl.Recipient}
+	tt, err := e.checkTaskRequest(ctx, tenant, "template.", &f)
+	tmpl.Params, tmpl.Recipient = f.Params, f.Recipient
+	return tmpl, tt, err
 }
 
 // CreateSchedule creates a schedule owned by actor and writes its
@@ -447,7 +400,7 @@ func (e *Engine) PauseSchedule(ctx context.Context, actor Actor, id string) (*Sc
 		if s.Paused {
 			return false, nil
 		}
-		s.Paused = true
+		s.Paused, s.PausedReason = true, ""
 		return true, map[string]any{}
 	})
 	if err != nil {
@@ -459,7 +412,21 @@ func (e *Engine) PauseSchedule(ctx context.Context, actor Actor, id string) (*Sc
 // ResumeSchedule lets a paused schedule fire again from its first fire
 // after now: the fires its pause covered are not run (a pause is not an
 // outage). Resuming a running schedule changes nothing.
+//
+// A schedule whose owner's keys are all revoked is not resumed
+// (owner_revoked, 409): the firer would pause it again at its next fire.
 func (e *Engine) ResumeSchedule(ctx context.Context, actor Actor, id string) (*ScheduleView, error) {
+	if cur, err := e.GetSchedule(ctx, actor, id, 0); err != nil {
+		return nil, err
+	} else if cur.Paused {
+		revoked, err := e.ownerRevoked(ctx, cur.Tenant, cur.Owner)
+		if err != nil {
+			return nil, err
+		}
+		if revoked {
+			return nil, host.Errorf(host.CodeOwnerRevoked, "schedule %s's owner %s holds no live agent or admin key in its tenant: it is resumed once the owner holds one again", id, cur.Owner)
+		}
+	}
 	s, err := e.changeSchedule(ctx, actor, id, host.ReceiptScheduleResumed, func(s *host.Schedule, now time.Time) (bool, map[string]any) {
 		if !s.Paused {
 			return false, nil
@@ -468,7 +435,7 @@ func (e *Engine) ResumeSchedule(ctx context.Context, actor Actor, id string) (*S
 		if err != nil { // stored schedules compile; keep the one it had
 			tm = nil
 		}
-		s.Paused = false
+		s.Paused, s.PausedReason = false, ""
 		if tm != nil && s.NextFireAt.Before(now) {
 			if next := tm.next(now); !next.IsZero() {
 				s.NextFireAt = next

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -461,54 +462,12 @@ func (e *Engine) planWorkflow(ctx context.Context, actor Actor, req *WorkflowReq
 // stepTask checks one step as Enqueue checks a task and returns its task,
 // without id, recipient or times.
 func (e *Engine) stepTask(ctx context.Context, actor Actor, s WorkflowStepRequest) (*host.Task, error) {
-	if s.TaskType == "" {
-		return nil, host.Errorf(host.CodeBadRequest, "task_type is required")
-	}
-	if len(s.Params) > MaxParamsBytes {
-		return nil, host.Errorf(host.CodeTooLarge, "params are %d bytes, the limit is %d", len(s.Params), MaxParamsBytes)
-	}
-	if len(s.Params) == 0 || string(s.Params) == "null" {
-		s.Params = json.RawMessage(`{}`)
-	}
-	if s.Priority != 0 && (s.Priority < 1 || s.Priority > 10) {
-		return nil, host.Errorf(host.CodeBadRequest, "priority must be 1..10, got %d", s.Priority)
-	}
-	if len(s.Summary) > 1000 {
-		return nil, host.Errorf(host.CodeBadRequest, "task_summary is longer than 1000 characters")
-	}
-	if s.MaxRetries != nil && (*s.MaxRetries < 0 || *s.MaxRetries > 1000) {
-		return nil, host.Errorf(host.CodeBadRequest, "max_retries must be 0..1000")
-	}
-	ct, err := e.types.get(ctx, actor.Tenant, s.TaskType)
+	f := taskFields{TaskType: s.TaskType, Params: s.Params, Priority: s.Priority, Summary: s.Summary, MaxRetries: s.MaxRetries}
+	tt, err := e.checkTaskRequest(ctx, actor.Tenant, "", &f)
 	if err != nil {
 		return nil, err
 	}
-	tt := ct.tt
-	if !tt.Enabled {
-		return nil, host.Errorf(host.CodeTaskTypeDisabled, "task type %q is disabled", tt.Name)
-	}
-	if err := validateParams(ct.schema, s.Params); err != nil {
-		return nil, err
-	}
-	if err := e.runValidators(ctx, tt, s.Params); err != nil {
-		return nil, err
-	}
-	params, err := compactJSON(s.Params)
-	if err != nil {
-		return nil, host.Errorf(host.CodeInvalidParams, "params are not valid JSON: %v", err)
-	}
-	t := &host.Task{Tenant: actor.Tenant, Type: tt.Name, CreatedBy: actor.Principal, State: host.StateQueued,
-		Priority: tt.DefaultPriority, Params: params, Summary: s.Summary, MaxRetries: tt.DefaultMaxRetries}
-	if s.Priority != 0 {
-		t.Priority = s.Priority
-	}
-	if s.MaxRetries != nil {
-		t.MaxRetries = *s.MaxRetries
-	}
-	if len(tt.ResourceIntents) > 0 {
-		t.ResourceIntents = host.NormalizeStoredIntents(append([]host.ResourceIntent{}, tt.ResourceIntents...))
-	}
-	return t, nil
+	return f.task(tt, actor.Tenant, actor.Principal), nil
 }
 
 // GetWorkflow returns a workflow the actor may read, with its steps.
@@ -579,33 +538,55 @@ func (e *Engine) CancelWorkflow(ctx context.Context, actor Actor, id, reason str
 	if len(reason) > 1000 {
 		return nil, host.Errorf(host.CodeBadRequest, "reason is longer than 1000 characters")
 	}
-	var out *host.Workflow
-	err := e.update(ctx, func(tx store.Tx) error {
-		wf, err := tx.GetWorkflow(ctx, actor.Tenant, id)
+	// Lock order: the steps' task rows (by id, as a dependency's end locks
+	// its waiters), then the workflow row, which is the order of a
+	// completion that ends the workflow (the final step's row, then the
+	// workflow's in endWorkflow). Locking the workflow first met such a
+	// completion in a deadlock on PostgreSQL. So the workflow is read
+	// without a lock first, and locked, checked again and flagged after
+	// its steps.
+	check := func(wf *host.Workflow, err error) (done bool, _ error) {
 		if err != nil || !workflowVisible(actor, wf) {
 			if err == nil || host.IsCode(err, host.CodeNotFound) {
-				return host.Errorf(host.CodeNotFound, "no workflow %s", id)
+				return false, host.Errorf(host.CodeNotFound, "no workflow %s", id)
 			}
-			return err
+			return false, err
 		}
 		switch {
 		case wf.State == host.WorkflowCanceled:
-			out = wf
-			return nil
+			return true, nil
 		case wf.State.Terminal():
-			return host.Errorf(host.CodeConflict, "workflow %s is %s and can no longer be canceled", id, wf.State)
+			return false, host.Errorf(host.CodeConflict, "workflow %s is %s and can no longer be canceled", id, wf.State)
+		}
+		return false, nil
+	}
+	var out *host.Workflow
+	verr := e.view(ctx, func(r store.Reader) error {
+		var err error
+		out, err = r.GetWorkflow(ctx, actor.Tenant, id)
+		return err
+	})
+	if done, err := check(out, verr); err != nil {
+		return nil, err
+	} else if done {
+		return out, nil
+	}
+	if reason == "" {
+		reason = "workflow " + id + " canceled"
+	}
+	err := e.update(ctx, func(tx store.Tx) error {
+		if err := e.cancelSteps(ctx, tx, out, actor.Principal, reason); err != nil {
+			return err
+		}
+		wf, err := tx.GetWorkflow(ctx, actor.Tenant, id) // locks it
+		if done, err := check(wf, err); err != nil || done {
+			return err // a conflict rolls the steps' cancels back
 		}
 		if !wf.CancelRequested {
 			wf.CancelRequested, wf.UpdatedAt = true, e.now()
 			if err := tx.UpdateWorkflow(ctx, wf, host.WorkflowRunning); err != nil {
 				return err
 			}
-		}
-		if reason == "" {
-			reason = "workflow " + id + " canceled"
-		}
-		if err := e.cancelSteps(ctx, tx, wf, actor.Principal, reason); err != nil {
-			return err
 		}
 		out = wf
 		return nil
@@ -626,12 +607,14 @@ func (e *Engine) CancelWorkflow(ctx context.Context, actor Actor, id, reason str
 }
 
 // cancelSteps cancels wf's unfinished steps in tx: a waiting or queued one
-// at once (task.canceled from by), a leased one flagged.
+// at once (task.canceled from by), a leased one flagged. It locks them in
+// task id order, the order in which a dependency's end locks its waiters.
 func (e *Engine) cancelSteps(ctx context.Context, tx store.Tx, wf *host.Workflow, by, reason string) error {
 	steps, err := tx.WorkflowSteps(ctx, wf.Tenant, wf.ID)
 	if err != nil {
 		return err
 	}
+	slices.SortFunc(steps, func(a, b host.WorkflowStep) int { return strings.Compare(a.TaskID, b.TaskID) })
 	now := e.now()
 	for _, s := range steps {
 		if s.Task != nil && s.Task.State.Terminal() {

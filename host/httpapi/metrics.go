@@ -212,6 +212,7 @@ var (
 	descOldest      = prometheus.NewDesc("asyncgate_oldest_pending_task_age_seconds", "Age of the oldest ready queued task.", nil, nil)
 	descWorkers     = prometheus.NewDesc("asyncgate_workers_active", "Workers seen in the last minute.", nil, nil)
 	descHeartbeat   = prometheus.NewDesc("asyncgate_worker_heartbeat_age_seconds", "Seconds since each worker was last seen (lease or heartbeat).", []string{"tenant", "worker_id"}, nil)
+	descWorkflows   = prometheus.NewDesc("asyncgate_workflows", "Workflows by state.", []string{"state"}, nil)
 	descReceipts    = prometheus.NewDesc("asyncgate_receipts_total", "Receipts in the ledger.", nil, nil)
 	descScrapeError = prometheus.NewDesc("asyncgate_scrape_error", "1 if reading the store for these gauges failed.", nil, nil)
 )
@@ -226,7 +227,7 @@ type gaugeCollector struct {
 }
 
 func (g *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descByState, descByType, descQueueDepth, descOldest, descWorkers, descHeartbeat, descReceipts, descScrapeError} {
+	for _, d := range []*prometheus.Desc{descByState, descByType, descQueueDepth, descOldest, descWorkers, descHeartbeat, descWorkflows, descReceipts, descScrapeError} {
 		ch <- d
 	}
 }
@@ -244,6 +245,13 @@ func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descQueueDepth, prometheus.GaugeValue, float64(qs.ByState["queued"]))
 		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, qs.OldestReadyAge.Seconds())
+	} else {
+		failed = 1
+	}
+	if wfs, err := g.eng.WorkflowCounts(ctx, g.tenant); err == nil {
+		for st, n := range wfs {
+			ch <- prometheus.MustNewConstMetric(descWorkflows, prometheus.GaugeValue, float64(n), string(st))
+		}
 	} else {
 		failed = 1
 	}

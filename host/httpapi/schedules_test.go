@@ -5,9 +5,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/store"
 )
 
 // TestSchedulesDoor: create, get with next runs, list, pause, resume and
@@ -84,3 +86,56 @@ func TestSchedulesDoor(t *testing.T) {
 func sprintf(format, id string) string { return strings.Replace(format, "%s", id, 1) }
 
 func replaceID(s, from, to string) string { return strings.ReplaceAll(s, from, to) }
+
+// TestScheduleStopsWhenOwnerKeyRevoked: an agent's every-second schedule
+// stops queueing tasks once an admin revokes the agent's key over HTTP; the
+// schedule shows paused_reason owner_revoked to the admin, and an admin's
+// resume is 409 owner_revoked while the owner holds no live key.
+func TestScheduleStopsWhenOwnerKeyRevoked(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	mal, err := auth.CreateKey(ctx, b.st, auth.NewKeyRequest{Role: engine.RoleAgent, Principal: "agent.m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, m := b.do(t, http.MethodPut, "/v1/admin/task-types/echo", b.admin, `{}`); code != 200 {
+		t.Fatalf("PUT task type = %d %v", code, m)
+	}
+	code, m := b.do(t, "POST", "/v1/schedules", mal.APIKey, `{"name":"spam","interval_seconds":1,"template":{"task_type":"echo"}}`)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %v", code, m)
+	}
+	id := m["schedule_id"].(string)
+	if code, m := b.do(t, "DELETE", "/v1/admin/keys/"+mal.ID, b.admin, ""); code != 200 {
+		t.Fatalf("revoke: %d %v", code, m)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := b.eng.FireSchedules(ctx); err != nil {
+			t.Fatal(err)
+		}
+		code, m = b.do(t, "GET", "/v1/schedules/"+id, b.admin, "")
+		if code == 200 && m["paused"] == true {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the revoked owner's schedule still runs after 10 s: %d %v", code, m)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if m["paused_reason"] != "owner_revoked" || m["fires"] != float64(0) {
+		t.Fatalf("paused schedule: %v", m)
+	}
+	ts, _, err := b.eng.ListTasks(ctx, engine.Actor{Tenant: "default", Principal: "root", Role: engine.RoleAdmin}, store.TaskFilter{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range ts {
+		if tk.CreatedBy == "agent.m" {
+			t.Fatalf("task %s queued as the revoked agent", tk.ID)
+		}
+	}
+	if code, m := b.do(t, "POST", "/v1/schedules/"+id+"/resume", b.admin, ""); code != http.StatusConflict || m["error"] != "owner_revoked" {
+		t.Fatalf("admin resume while the owner is revoked: %d %v", code, m)
+	}
+}

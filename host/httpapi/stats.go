@@ -20,6 +20,9 @@ type StatsResponse struct {
 	// OldestReadyAgeSeconds is the age of the oldest queued task ready to
 	// lease (0 when none waits).
 	OldestReadyAgeSeconds float64 `json:"oldest_ready_age_seconds"`
+	// WorkflowsByState counts workflows by status (running, succeeded,
+	// failed, canceled).
+	WorkflowsByState map[host.WorkflowState]int64 `json:"workflows_by_state"`
 }
 
 // statsRoutes adds GET /v1/admin/stats.
@@ -36,7 +39,12 @@ func (s *Server) stats(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := StatsResponse{Tenant: tenant, ByState: qs.ByState, ByType: qs.ByType, OldestReadyAgeSeconds: qs.OldestReadyAge.Seconds()}
+	wfs, err := s.eng.WorkflowCounts(c.Request().Context(), tenant)
+	if err != nil {
+		return err
+	}
+	out := StatsResponse{Tenant: tenant, ByState: qs.ByState, ByType: qs.ByType, OldestReadyAgeSeconds: qs.OldestReadyAge.Seconds(),
+		WorkflowsByState: wfs}
 	if out.ByState == nil {
 		out.ByState = map[host.TaskState]int64{}
 	}

@@ -84,3 +84,46 @@ func TestWorkflowRoutes(t *testing.T) {
 		t.Fatalf("open obligations after cancel: %v", obs)
 	}
 }
+
+// TestWorkflowStatsAndMetrics: GET /v1/admin/stats counts workflows by
+// state and /metrics has asyncgate_workflows{state}, each for the caller's
+// tenant alone: an admin of another tenant sees none of the default
+// tenant's workflows.
+func TestWorkflowStatsAndMetrics(t *testing.T) {
+	b := setup(t)
+	if code, m := b.do(t, "PUT", "/v1/admin/task-types/echo", b.admin, `{}`); code != 200 {
+		t.Fatalf("PUT task type = %d %v", code, m)
+	}
+	for i := 0; i < 2; i++ {
+		if code, m := b.do(t, "POST", "/v1/workflows", b.agent, `{"name":"w","steps":[{"name":"a","task_type":"echo"}]}`); code != 201 {
+			t.Fatalf("submit: %d %v", code, m)
+		}
+	}
+	code, m := b.do(t, "POST", "/v1/workflows", b.agent, `{"name":"c","steps":[{"name":"a","task_type":"echo"}]}`)
+	if code != 201 {
+		t.Fatalf("submit: %d %v", code, m)
+	}
+	if code, m := b.do(t, "POST", "/v1/workflows/"+m["workflow_id"].(string)+"/cancel", b.agent, `{}`); code != 200 {
+		t.Fatalf("cancel: %d %v", code, m)
+	}
+	code, m = b.do(t, "GET", "/v1/admin/stats", b.admin, "")
+	wfs, _ := m["workflows_by_state"].(map[string]any)
+	if code != 200 || wfs["running"] != float64(2) || wfs["canceled"] != float64(1) || wfs["succeeded"] != float64(0) || wfs["failed"] != float64(0) {
+		t.Fatalf("stats: %d %v", code, m)
+	}
+	got := samples(t, b, b.admin)
+	if got[`asyncgate_workflows{state="running"}`] != 2 || got[`asyncgate_workflows{state="canceled"}`] != 1 {
+		t.Fatalf("operator's metrics: running %v canceled %v", got[`asyncgate_workflows{state="running"}`], got[`asyncgate_workflows{state="canceled"}`])
+	}
+	other, err := auth.CreateKey(context.Background(), b.st, auth.NewKeyRequest{Role: engine.RoleAdmin, Principal: "ops.acme", Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, m = b.do(t, "GET", "/v1/admin/stats", other.APIKey, "")
+	if wfs, _ := m["workflows_by_state"].(map[string]any); code != 200 || wfs["running"] != float64(0) || wfs["canceled"] != float64(0) {
+		t.Fatalf("another tenant's admin: stats %d %v", code, m)
+	}
+	if n, ok := samples(t, b, other.APIKey)[`asyncgate_workflows{state="running"}`]; !ok || n != 0 {
+		t.Fatalf("another tenant's admin sees %v running workflows (present %v), want 0", n, ok)
+	}
+}

@@ -44,7 +44,7 @@ Returns the schedule with next_runs. Errors: invalid_cron, invalid_timezone, inv
 		agentRoles, s.listSchedules)
 
 	s.add(tool("get_schedule", "Inspect a schedule",
-		`Get one of your schedules with its next runs (none while paused), last_fire_at and fires. A schedule that does not exist or is not yours is a not_found error.`,
+		`Get one of your schedules with its next runs (none while paused), last_fire_at and fires; paused_reason says why the gate paused it (owner_revoked: your keys were all revoked). A schedule that does not exist or is not yours is a not_found error.`,
 		returns[engine.ScheduleView](), readOnly(), props(scheduleIDArg, nextRunsArg)),
 		agentRoles, s.getSchedule)
 
@@ -54,7 +54,7 @@ Returns the schedule with next_runs. Errors: invalid_cron, invalid_timezone, inv
 		agentRoles, s.pauseSchedule)
 
 	s.add(tool("resume_schedule", "Resume a schedule",
-		`Let a paused schedule fire again from its first fire after now; the fires the pause covered are not run. Resuming a running schedule is harmless.`,
+		`Let a paused schedule fire again from its first fire after now; the fires the pause covered are not run. Resuming a running schedule is harmless. Errors: owner_revoked while the schedule's owner holds no live key.`,
 		returns[engine.ScheduleView](), writes(true, false), props(scheduleIDArg)),
 		agentRoles, s.resumeSchedule)
 

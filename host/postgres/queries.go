@@ -1089,6 +1089,15 @@ func (r *reader) GetKeyByHash(ctx context.Context, hash string) (*store.Key, err
 }
 
 func (r *reader) ListKeys(ctx context.Context) ([]store.Key, error) {
+	return r.apiKeys(ctx, `SELECT `+sqlrows.KeyColumns+` FROM api_keys ORDER BY created_at, id`)
+}
+
+func (r *reader) PrincipalKeys(ctx context.Context, tenant, principal string) ([]store.Key, error) {
+	return r.apiKeys(ctx, `SELECT `+sqlrows.KeyColumns+` FROM api_keys WHERE tenant = $1 AND principal = $2 ORDER BY created_at, id`, tenant, principal)
+}
+
+// apiKeys reads the API keys of a query of sqlrows.KeyColumns.
+func (r *reader) apiKeys(ctx context.Context, q string, args ...any) ([]store.Key, error) {
 	out := []store.Key{}
 	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
 		k, err := sqlrows.ScanKey(rows)
@@ -1097,7 +1106,7 @@ func (r *reader) ListKeys(ctx context.Context) ([]store.Key, error) {
 		}
 		out = append(out, *k)
 		return nil
-	}, `SELECT `+sqlrows.KeyColumns+` FROM api_keys ORDER BY created_at, id`)
+	}, q, args...)
 	return out, err
 }
 

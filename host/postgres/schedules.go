@@ -78,7 +78,7 @@ func (w *writeTx) InsertSchedule(ctx context.Context, s *host.Schedule) error {
 		return err
 	}
 	n, err := w.ss.exec(w.c(ctx), `INSERT INTO schedules (`+sqlrows.ScheduleColumns+`)
-VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18) ON CONFLICT DO NOTHING`, vals...)
+VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19) ON CONFLICT DO NOTHING`, vals...)
 	if err != nil {
 		return err
 	}
@@ -90,8 +90,8 @@ VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18) ON CONFL
 
 // UpdateSchedule implements store.Tx.
 func (w *writeTx) UpdateSchedule(ctx context.Context, s *host.Schedule) error {
-	n, err := w.ss.exec(w.c(ctx), `UPDATE schedules SET paused = $1, next_fire_at = $2, last_fire_at = $3, fires = $4, updated_at = $5
-WHERE id = $6 AND tenant = $7`, s.Paused, us(s.NextFireAt), nus(s.LastFireAt), s.Fires, us(s.UpdatedAt), s.ID, s.Tenant)
+	n, err := w.ss.exec(w.c(ctx), `UPDATE schedules SET paused = $1, next_fire_at = $2, last_fire_at = $3, fires = $4, updated_at = $5, paused_reason = $8
+WHERE id = $6 AND tenant = $7`, s.Paused, us(s.NextFireAt), nus(s.LastFireAt), s.Fires, us(s.UpdatedAt), s.ID, s.Tenant, s.PausedReason)
 	if err != nil {
 		return err
 	}

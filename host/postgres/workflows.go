@@ -138,3 +138,22 @@ WHERE s.tenant = $1 AND s.workflow_id = $2 ORDER BY s.position`, tenant, id)
 	}
 	return out, err
 }
+
+// WorkflowCounts implements store.Reader.
+func (r *reader) WorkflowCounts(ctx context.Context, tenant string) (map[host.WorkflowState]int64, error) {
+	q, args := `SELECT state, count(*) FROM workflows GROUP BY state`, []any{}
+	if tenant != "" {
+		q, args = `SELECT state, count(*) FROM workflows WHERE tenant = $1 GROUP BY state`, []any{tenant}
+	}
+	out := map[host.WorkflowState]int64{}
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		var st string
+		var n int64
+		if err := rows.Scan(&st, &n); err != nil {
+			return err
+		}
+		out[host.WorkflowState(st)] = n
+		return nil
+	}, q, args...)
+	return out, err
+}

@@ -1303,7 +1303,16 @@ func (r *reader) GetKeyByHash(ctx context.Context, hash string) (*store.Key, err
 }
 
 func (r *reader) ListKeys(ctx context.Context) ([]store.Key, error) {
-	rows, err := r.query(ctx, `SELECT `+sqlrows.KeyColumns+` FROM api_keys ORDER BY created_at, id`)
+	return r.apiKeys(ctx, `SELECT `+sqlrows.KeyColumns+` FROM api_keys ORDER BY created_at, id`)
+}
+
+func (r *reader) PrincipalKeys(ctx context.Context, tenant, principal string) ([]store.Key, error) {
+	return r.apiKeys(ctx, `SELECT `+sqlrows.KeyColumns+` FROM api_keys WHERE tenant = ? AND principal = ? ORDER BY created_at, id`, tenant, principal)
+}
+
+// apiKeys reads the API keys of a query of sqlrows.KeyColumns.
+func (r *reader) apiKeys(ctx context.Context, q string, args ...any) ([]store.Key, error) {
+	rows, err := r.query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}

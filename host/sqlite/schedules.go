@@ -81,7 +81,7 @@ func (w *writeTx) InsertSchedule(ctx context.Context, s *host.Schedule) error {
 		return err
 	}
 	res, err := w.exec(ctx, `INSERT INTO schedules (`+sqlrows.ScheduleColumns+`)
-VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING`, vals...)
+VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING`, vals...)
 	if err != nil {
 		return err
 	}
@@ -93,8 +93,8 @@ VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING`, vals...)
 
 // UpdateSchedule implements store.Tx.
 func (w *writeTx) UpdateSchedule(ctx context.Context, s *host.Schedule) error {
-	res, err := w.exec(ctx, `UPDATE schedules SET paused = ?, next_fire_at = ?, last_fire_at = ?, fires = ?, updated_at = ?
-WHERE id = ? AND tenant = ?`, s.Paused, us(s.NextFireAt), nus(s.LastFireAt), s.Fires, us(s.UpdatedAt), s.ID, s.Tenant)
+	res, err := w.exec(ctx, `UPDATE schedules SET paused = ?, next_fire_at = ?, last_fire_at = ?, fires = ?, updated_at = ?, paused_reason = ?
+WHERE id = ? AND tenant = ?`, s.Paused, us(s.NextFireAt), nus(s.LastFireAt), s.Fires, us(s.UpdatedAt), s.PausedReason, s.ID, s.Tenant)
 	if err != nil {
 		return err
 	}

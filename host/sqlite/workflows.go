@@ -144,3 +144,26 @@ WHERE s.tenant = ? AND s.workflow_id = ? ORDER BY s.position`, tenant, id)
 	}
 	return out, rows.Err()
 }
+
+// WorkflowCounts implements store.Reader.
+func (r *reader) WorkflowCounts(ctx context.Context, tenant string) (map[host.WorkflowState]int64, error) {
+	q, args := `SELECT state, count(*) FROM workflows GROUP BY state`, []any{}
+	if tenant != "" {
+		q, args = `SELECT state, count(*) FROM workflows WHERE tenant = ? GROUP BY state`, []any{tenant}
+	}
+	rows, err := r.query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[host.WorkflowState]int64{}
+	for rows.Next() {
+		var st string
+		var n int64
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, err
+		}
+		out[host.WorkflowState(st)] = n
+	}
+	return out, rows.Err()
+}

@@ -12,6 +12,9 @@ type KeyReader interface {
 	GetKeyByHash(ctx context.Context, hash string) (*Key, error)
 	// ListKeys returns all API keys (hashes only).
 	ListKeys(ctx context.Context) ([]Key, error)
+	// PrincipalKeys returns a principal's API keys in a tenant, revoked or
+	// not, oldest first (storetest: ScheduleOwnerRevokedStopsFiring).
+	PrincipalKeys(ctx context.Context, tenant, principal string) ([]Key, error)
 }
 
 // KeyWriter creates and revokes API keys.

@@ -22,6 +22,11 @@ type WorkflowReader interface {
 	// WorkflowSteps returns a workflow's steps in submitted order, each
 	// with its task's outcome fields (sqlrows.OutcomeColumns) in Task.
 	WorkflowSteps(ctx context.Context, tenant, id string) ([]host.WorkflowStep, error)
+	// WorkflowCounts counts a tenant's workflows ("" for every tenant's)
+	// by state; a state none is in is absent (storetest:
+	// WorkflowCountsByState). It reads an index of (tenant, state): its
+	// cost grows with the workflows kept.
+	WorkflowCounts(ctx context.Context, tenant string) (map[host.WorkflowState]int64, error)
 }
 
 // WorkflowWriter writes workflows.

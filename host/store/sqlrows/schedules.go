@@ -9,7 +9,7 @@ import (
 // ScheduleColumns are the columns ScanSchedule reads and ScheduleValues
 // writes, in order.
 const ScheduleColumns = `id, tenant, owner, name, cron, timezone, interval_seconds, anchor_at, template,
-missed_policy, missed_cap, grace_seconds, paused, next_fire_at, last_fire_at, fires, created_at, updated_at`
+missed_policy, missed_cap, grace_seconds, paused, next_fire_at, last_fire_at, fires, created_at, updated_at, paused_reason`
 
 // ScanSchedule reads a row of ScheduleColumns.
 func ScanSchedule(r Scanner) (*host.Schedule, error) {
@@ -18,7 +18,7 @@ func ScanSchedule(r Scanner) (*host.Schedule, error) {
 	var last *int64
 	var tmpl, policy string
 	if err := r.Scan(&s.ID, &s.Tenant, &s.Owner, &s.Name, &s.Cron, &s.Timezone, &s.IntervalSeconds, &anchor, &tmpl,
-		&policy, &s.MissedCap, &s.GraceSeconds, &s.Paused, &next, &last, &s.Fires, &created, &updated); err != nil {
+		&policy, &s.MissedCap, &s.GraceSeconds, &s.Paused, &next, &last, &s.Fires, &created, &updated, &s.PausedReason); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(tmpl), &s.Template); err != nil {
@@ -38,5 +38,5 @@ func ScheduleValues(s *host.Schedule) ([]any, error) {
 	}
 	return []any{s.ID, s.Tenant, s.Owner, s.Name, s.Cron, s.Timezone, s.IntervalSeconds, US(s.AnchorAt), string(tmpl),
 		string(s.MissedPolicy), s.MissedCap, s.GraceSeconds, s.Paused, US(s.NextFireAt), NUS(s.LastFireAt), s.Fires,
-		US(s.CreatedAt), US(s.UpdatedAt)}, nil
+		US(s.CreatedAt), US(s.UpdatedAt), s.PausedReason}, nil
 }

@@ -39,6 +39,8 @@ func scheduleCases() []struct {
 		{"ScheduleQuotaPerOwner", testScheduleQuota},
 		{"ScheduleWithNoNextFireDoesNotWedgeTheFirer", testScheduleNoNextFire},
 		{"SchedulePoisonTemplateDoesNotStopOthers", testSchedulePoison},
+		{"ScheduleOwnerRevokedStopsFiring", testScheduleOwnerRevoked},
+		{"EveryWayToQueueRefusesAlike", testQueueRefusesAlike},
 	}
 }
 
@@ -641,5 +643,166 @@ func testSchedulePoison(t *testing.T, b *Bundle) {
 	}
 	if got := b.firedAt(t, good.ID); len(got) != 2 {
 		t.Fatalf("good schedule's second fire: %v", got)
+	}
+}
+
+// putKey stores an API key of role for principal in tenant acme.
+func (b *Bundle) putKey(t testing.TB, id, role, principal string) {
+	t.Helper()
+	k := store.Key{ID: id, Hash: "hash-" + id, Prefix: "agw_" + id, Role: role, Tenant: "acme", Principal: principal, CreatedAt: b.Clock.Now()}
+	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error { return tx.PutKey(b.Ctx, k) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *Bundle) revokeKey(t testing.TB, id string) {
+	t.Helper()
+	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error { return tx.RevokeKey(b.Ctx, id, b.Clock.Now()) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A schedule does not go on queueing tasks as an owner whose keys are all
+// revoked: the firer pauses it (paused_reason owner_revoked, a
+// schedule.paused receipt from the gate), no task is queued, and it is not
+// resumed until the owner holds a live agent or admin key again (a live
+// worker key of the same name does not count).
+func testScheduleOwnerRevoked(t *testing.T, b *Bundle) {
+	b.putKey(t, "K-own", engine.RoleAgent, "agent.kee")
+	b.putKey(t, "K-wrk", engine.RoleWorker, "agent.kee") // not an agent's authority
+	v := b.createSchedule(t, engine.CreateScheduleRequest{Name: "tick", IntervalSeconds: 10})
+	// Another owner's schedule, never keyed, goes on firing.
+	other := engine.Actor{Tenant: "acme", Principal: "agent.local", Role: engine.RoleAgent}
+	ov, err := b.Engine.CreateSchedule(b.Ctx, other, engine.CreateScheduleRequest{Name: "tick", IntervalSeconds: 10,
+		Template: host.ScheduleTemplate{TaskType: "work", Params: json.RawMessage(`{"n": 1}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Clock.Advance(10 * time.Second)
+	if n := b.fire(t); n != 2 {
+		t.Fatalf("fired %d with live owners, want 2", n)
+	}
+	b.revokeKey(t, "K-own")
+	b.Clock.Advance(30 * time.Second)
+	if n := b.fire(t); n != 3 {
+		t.Fatalf("fired %d after the owner's key was revoked, want only the other schedule's 3", n)
+	}
+	b.Clock.Advance(30 * time.Second)
+	b.fire(t)
+	wantTimes(t, "the revoked owner's fires", b.firedAt(t, v.ID), []time.Time{Epoch.Add(10 * time.Second)})
+	if got := len(b.firedAt(t, ov.ID)); got != 7 {
+		t.Fatalf("the keyless owner's schedule fired %d times, want 7", got)
+	}
+	for _, a := range []engine.Actor{b.Admin, b.Agent} {
+		got, err := b.Engine.GetSchedule(b.Ctx, a, v.ID, 0)
+		if err != nil || !got.Paused || got.PausedReason != host.PausedOwnerRevoked || len(got.NextRuns) != 0 {
+			t.Fatalf("%s sees the schedule as %+v %v, want paused: owner_revoked", a.Principal, got, err)
+		}
+	}
+	list, _, err := b.Engine.ListSchedules(b.Ctx, b.Admin, "", 0, 0)
+	if err != nil || len(list) != 2 || list[0].PausedReason+list[1].PausedReason != host.PausedOwnerRevoked {
+		t.Fatalf("admin list: %d %v", len(list), err)
+	}
+	paused := 0
+	rs, err := b.tenantReceipts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rc := range rs {
+		if rc.Type == host.ReceiptSchedulePaused {
+			paused++
+			if rc.From != engine.GatePrincipal || rc.To != "agent.kee" || !strings.Contains(string(rc.Body), `"reason":"owner_revoked"`) {
+				t.Fatalf("schedule.paused receipt: %+v %s", rc, rc.Body)
+			}
+		}
+	}
+	if paused != 1 {
+		t.Fatalf("%d schedule.paused receipts, want 1", paused)
+	}
+	// Not resumed while the owner has no live key, even by an admin.
+	_, err = b.Engine.ResumeSchedule(b.Ctx, b.Admin, v.ID)
+	WantCode(t, err, host.CodeOwnerRevoked)
+	// A new key gives the owner its authority back; the schedule stays
+	// paused until someone allowed resumes it.
+	b.putKey(t, "K-new", engine.RoleAgent, "agent.kee")
+	b.Clock.Advance(10 * time.Second)
+	b.fire(t)
+	if got := len(b.firedAt(t, v.ID)); got != 1 {
+		t.Fatalf("a schedule paused for its owner fired on its own once the owner held a key again: %d fires", got)
+	}
+	r, err := b.Engine.ResumeSchedule(b.Ctx, b.Agent, v.ID)
+	if err != nil || r.Paused || r.PausedReason != "" {
+		t.Fatalf("resume by the re-keyed owner: %+v %v", r, err)
+	}
+	b.Clock.Advance(10 * time.Second)
+	b.fire(t)
+	if got := len(b.firedAt(t, v.ID)); got != 2 {
+		t.Fatalf("resumed schedule fired %d times in all, want 2", got)
+	}
+}
+
+// The same bad task fields are refused with the same machine code by an
+// enqueue, a workflow step and a schedule's template: one validator serves
+// the three (engine.checkTaskFields), so a rule added to one reaches all.
+// Nothing is written by any of them.
+func testQueueRefusesAlike(t *testing.T, b *Bundle) {
+	off := host.NewTaskType("off")
+	off.Tenant, off.Enabled = "acme", false
+	b.MustPutType(t, off)
+	retries := func(n int) *int { return &n }
+	type fields struct {
+		typ        string
+		params     string
+		priority   int
+		summary    string
+		maxRetries *int
+		recipient  string
+	}
+	ok := fields{typ: "work", params: `{"n":1}`}
+	cases := []struct {
+		name string
+		mod  func(*fields)
+		code string
+	}{
+		{"no task type", func(f *fields) { f.typ = "" }, host.CodeBadRequest},
+		{"unknown task type", func(f *fields) { f.typ = "nope" }, host.CodeUnknownTaskType},
+		{"disabled task type", func(f *fields) { f.typ = "off" }, host.CodeTaskTypeDisabled},
+		{"params over the limit", func(f *fields) { f.params = `{"s":"` + strings.Repeat("x", engine.MaxParamsBytes) + `"}` }, host.CodeTooLarge},
+		{"params the schema refuses", func(f *fields) { f.params = `{"n":-1}` }, host.CodeInvalidParams},
+		{"params not an object", func(f *fields) { f.params = `[1]` }, host.CodeInvalidParams},
+		{"priority 11", func(f *fields) { f.priority = 11 }, host.CodeBadRequest},
+		{"priority -1", func(f *fields) { f.priority = -1 }, host.CodeBadRequest},
+		{"summary too long", func(f *fields) { f.summary = strings.Repeat("s", 1001) }, host.CodeBadRequest},
+		{"summary with NUL", func(f *fields) { f.summary = "a\x00b" }, host.CodeBadRequest},
+		{"summary not UTF-8", func(f *fields) { f.summary = "a\xffb" }, host.CodeBadRequest},
+		{"max_retries 1001", func(f *fields) { f.maxRetries = retries(1001) }, host.CodeBadRequest},
+		{"max_retries -1", func(f *fields) { f.maxRetries = retries(-1) }, host.CodeBadRequest},
+		{"recipient a workflow", func(f *fields) { f.recipient = "workflow/W-01X" }, host.CodeBadRequest},
+		{"recipient with a control character", func(f *fields) { f.recipient = "agent\x07b" }, host.CodeBadRequest},
+		{"recipient too long", func(f *fields) { f.recipient = strings.Repeat("r", 201) }, host.CodeBadRequest},
+	}
+	before := b.Verify(t).Receipts
+	for _, c := range cases {
+		f := ok
+		c.mod(&f)
+		_, enqErr := b.Engine.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: f.typ, Params: json.RawMessage(f.params),
+			Priority: f.priority, Summary: f.summary, MaxRetries: f.maxRetries, Recipient: f.recipient})
+		_, schedErr := b.Engine.CreateSchedule(b.Ctx, b.Agent, engine.CreateScheduleRequest{Name: "v", IntervalSeconds: 60,
+			Template: host.ScheduleTemplate{TaskType: f.typ, Params: json.RawMessage(f.params), Priority: f.priority,
+				Summary: f.summary, MaxRetries: f.maxRetries, Recipient: f.recipient}})
+		got := map[string]error{"enqueue": enqErr, "schedule template": schedErr}
+		if f.recipient == "" { // a workflow's steps are addressed by the gate
+			_, wfErr := b.Engine.SubmitWorkflow(b.Ctx, b.Agent, engine.WorkflowRequest{Name: "v", Steps: []engine.WorkflowStepRequest{
+				{Name: "s", TaskType: f.typ, Params: json.RawMessage(f.params), Priority: f.priority, Summary: f.summary, MaxRetries: f.maxRetries}}})
+			got["workflow step"] = wfErr
+		}
+		for door, err := range got {
+			if host.ErrorCode(err) != c.code {
+				t.Errorf("%s, %s: %v, want %s", c.name, door, err, c.code)
+			}
+		}
+	}
+	if after := b.Verify(t).Receipts; after != before {
+		t.Fatalf("refused requests wrote %d receipts", after-before)
 	}
 }

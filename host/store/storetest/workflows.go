@@ -37,6 +37,7 @@ func workflowCases() []struct {
 		{"WorkflowStepsOnAnotherHost", testWorkflowOtherHost},
 		{"WorkflowHammer", testWorkflowHammer},
 		{"WorkflowEndIsFenced", testWorkflowEndFenced},
+		{"WorkflowCountsByState", testWorkflowCounts},
 	}
 }
 
