@@ -179,11 +179,15 @@ func (r *reader) DependencyTasks(ctx context.Context, tenant string, waiters []s
 		}
 		out[waiter] = append(out[waiter], t)
 		return nil
-	}, `SELECT d.waiter_id, `+dependencyTaskColumns+` FROM task_dependencies d
-CROSS JOIN LATERAL (SELECT tenant, `+sqlrows.OutcomeColumns+` FROM tasks WHERE id = d.dep_id LIMIT 1) t
-WHERE d.tenant = $1 AND d.waiter_id = ANY($2::text[]) AND t.tenant = d.tenant ORDER BY d.waiter_id, d.position`, tenant, waiters)
+	}, dependencyTasksQuery, tenant, waiters)
 	return out, err
 }
+
+// dependencyTasksQuery reads the outcomes of the dependencies of waiters
+// ($2) in tenant ($1), in each waiter's after order.
+var dependencyTasksQuery = `SELECT d.waiter_id, ` + dependencyTaskColumns + ` FROM task_dependencies d
+CROSS JOIN LATERAL (SELECT tenant, ` + sqlrows.OutcomeColumns + ` FROM tasks WHERE id = d.dep_id LIMIT 1) t
+WHERE d.tenant = $1 AND d.waiter_id = ANY($2::text[]) AND t.tenant = d.tenant ORDER BY d.waiter_id, d.position`
 
 // LockDependencies implements store.Reader: inside Update the rows are
 // locked FOR SHARE in id order (enqueues naming the same dependency do not
