@@ -46,3 +46,16 @@ func TestBenchReportsTheStoreWriters(t *testing.T) {
 		t.Fatalf("an agent key read the writer series: %+v", w)
 	}
 }
+
+// TestBenchWindowLine: the producing window's line gives the rates over
+// the window and the completions' share of enqueues and completions.
+func TestBenchWindowLine(t *testing.T) {
+	w := benchWindow{elapsed: 10 * time.Second, enqueued: 20300, completed: 5930, leaseCalls: 420}
+	want := "while producing (10.00s): enqueued 2030/s, completed 593/s, lease calls 42/s; completions 22.6% of enqueues and completions"
+	if got := w.line(); got != want {
+		t.Fatalf("line = %q\nwant   %q", got, want)
+	}
+	if got := (benchWindow{elapsed: time.Second}).line(); !strings.HasSuffix(got, "completions 0.0% of enqueues and completions") {
+		t.Fatalf("empty window line = %q", got)
+	}
+}

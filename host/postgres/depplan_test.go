@@ -1,0 +1,57 @@
+package postgres
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestDependencyTasksPlanLooksUpByID: the generic plan of the lease's
+// dependency read, made on an empty schema (as a pooled connection caches
+// it on a fresh database), finds each dependency by the tasks' id index
+// and walks no other index of tasks, so its cost stays with the edges as
+// the queue grows.
+func TestDependencyTasksPlanLooksUpByID(t *testing.T) {
+	st := openTest(t)
+	ctx := context.Background()
+	conn, err := st.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `PREPARE deptasks(text, text[]) AS `+dependencyTasksQuery); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(ctx, `DEALLOCATE deptasks; RESET plan_cache_mode`) //nolint:errcheck
+	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE deptasks('acme', '{a,b}')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	byID := false
+	for _, l := range plan {
+		if !strings.Contains(l, " on tasks") {
+			continue
+		}
+		if !strings.Contains(l, "Index Scan using tasks_id_key on tasks") {
+			t.Fatalf("the dependency read scans tasks other than by id:\n%s", strings.Join(plan, "\n"))
+		}
+		byID = true
+	}
+	if !byID {
+		t.Fatalf("the dependency read never looks tasks up by id:\n%s", strings.Join(plan, "\n"))
+	}
+}
