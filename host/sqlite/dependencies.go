@@ -154,6 +154,10 @@ func (w *writeTx) MarkAndLockDependencies(ctx context.Context, tenant string, id
 	if len(ids) == 0 {
 		return nil, nil
 	}
+	// The statement writes (rawQuery does not say so): an update refused
+	// after it must be undone by a savepoint, or its marker commits with
+	// the batch's other updates.
+	w.wrote = true
 	return w.lockWithCounts(ctx, markAndLockSQL, tenant, ids)
 }
 
