@@ -95,6 +95,11 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	}
 	if fields.Recipient == "" {
 		fields.Recipient = actor.Principal
+		if host.IsWorkflowRecipient(fields.Recipient) {
+			// A caller named like a workflow (a local session's
+			// --principal) addresses no task to one by default.
+			return nil, host.Errorf(host.CodeBadRequest, "recipient_ai must name a principal, not a workflow")
+		}
 	}
 	if req.NotBefore != nil && req.NotBefore.After(time.Now().Add(366*24*time.Hour)) {
 		return nil, host.Errorf(host.CodeBadRequest, "not_before is more than a year away")

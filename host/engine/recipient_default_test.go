@@ -1,0 +1,31 @@
+package engine
+
+import (
+	"context"
+	"testing"
+
+	"github.com/asyncgate/asyncgate/host"
+)
+
+// An enqueue without recipient_ai addresses the task to its caller; a
+// caller named like a workflow (a local `gate mcp --principal`, the one
+// door that does not hold names to host.PrincipalPattern) must not address
+// a task to a workflow that way: its end would end that workflow.
+func TestEnqueueDefaultRecipientIsNoWorkflow(t *testing.T) {
+	ctx := context.Background()
+	eng, err := New(Config{Store: openSQLite(t), ExpiryJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	tt := host.NewTaskType("work")
+	tt.Tenant = "acme"
+	if _, err := eng.PutTaskType(ctx, tt); err != nil {
+		t.Fatal(err)
+	}
+	actor := Actor{Tenant: "acme", Principal: host.WorkflowFinalRecipient("wf_victim"), Role: RoleAgent}
+	res, err := eng.Enqueue(ctx, actor, EnqueueRequest{TaskType: "work"})
+	if !host.IsCode(err, host.CodeBadRequest) {
+		t.Fatalf("an enqueue addressed by default to %s: %+v, %v; want %s", actor.Principal, res, err, host.CodeBadRequest)
+	}
+}
