@@ -94,10 +94,14 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 		return nil, host.Errorf(host.CodeBadRequest, "delay_seconds must be 0..31622400")
 	}
 	if fields.Recipient == "" {
+		// The caller's own name, checked as a given recipient is: a local
+		// session's --principal is not held to PrincipalPattern, and one
+		// named like a workflow must address no task to it.
 		fields.Recipient = actor.Principal
+		if len(fields.Recipient) > 200 || !printable(fields.Recipient) {
+			return nil, host.Errorf(host.CodeBadRequest, "recipient_ai must be at most 200 printable characters")
+		}
 		if host.IsWorkflowRecipient(fields.Recipient) {
-			// A caller named like a workflow (a local session's
-			// --principal) addresses no task to one by default.
 			return nil, host.Errorf(host.CodeBadRequest, "recipient_ai must name a principal, not a workflow")
 		}
 	}
