@@ -199,6 +199,18 @@ func TestMCPStdio(t *testing.T) {
 		t.Fatalf("gate serve: %v", err)
 	}
 
+	// A local principal is held to a key's principal rules: a workflow's
+	// address (or any name with '/') is refused before anything is served.
+	for _, p := range []string{"workflow/WF-01M8HYB75RHDD9CKJS7KEJRY1H/final", "a b", strings.Repeat("a", 201)} {
+		cmd := exec.Command(gateBin, "mcp", "--data", dir, "--principal", p, "--wasm-cache", wasmCache)
+		cmd.Stdin = strings.NewReader("")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err == nil || !strings.Contains(stderr.String(), "is not a principal name") {
+			t.Fatalf("gate mcp --principal %q: %v, want a refusal naming the principal:\n%s", p, err, stderr.String())
+		}
+	}
+
 	// The shared compilation cache, as gate serve above used: nothing compiles.
 	local := stdioClient(t, "mcp", "--data", dir, "--principal", "claude.a", "--wasm-cache", wasmCache)
 	st, isErr := callTool(t, local, "check_task_status", map[string]any{"task_id": id})

@@ -118,6 +118,11 @@ func serveMCPStdio(ctx context.Context, data, dbURL, wasmCache, key string, acto
 	} else {
 		switch actor.Role {
 		case engine.RoleAgent:
+			// As for a key's principal: a name with '/' (a workflow's
+			// address), spaces or control characters is no principal.
+			if !host.ValidPrincipal(actor.Principal) {
+				return fmt.Errorf("--principal %q is not a principal name (letters, digits and _.:@- , at most 200, starting with a letter or digit)", actor.Principal)
+			}
 		case engine.RoleWorker:
 			if !host.ValidWorkerID(actor.Principal) {
 				return errors.New("--role worker needs a worker id ({type}.{instance}) as --principal")
