@@ -155,29 +155,42 @@ func (s *Server) pollSuggestion(ctx context.Context, t *host.Task) int {
 	return host.DefaultPollSuggestionSeconds
 }
 
+// queueTaskProps are queue_task's arguments; each entry of queue_tasks takes
+// the same.
+func queueTaskProps() []mcp.ToolOption {
+	return props(
+		mcp.WithString("task_type", mcp.Required(), mcp.Description("A task type of your tenant: list_task_types lists them (each is also a tool of its own name). An unknown type is an unknown_task_type error that names the valid ones.")),
+		mcp.WithObject("params", mcp.Description("Task-specific parameters, checked against the task type's JSON Schema (invalid_params on mismatch). Default {}.")),
+		mcp.WithInteger("priority", mcp.Min(1), mcp.Max(10), mcp.Description("1..10, 10 runs first. Default: the task type's (usually 5).")),
+		mcp.WithString("recipient_ai", mcp.Description("Who receives the outcome (its obligation). Default: you.")),
+		mcp.WithString("idempotency_key", mcp.MaxLength(200), mcp.Description("Optional key, yours alone: queuing again yourself with the same key and recipient returns the first task with is_duplicate true; another principal's use of the key never touches your task.")),
+		mcp.WithString("task_summary", mcp.MaxLength(1000), mcp.Description("One line saying what this task is for; shown in lists and receipts.")),
+		mcp.WithInteger("delay_seconds", mcp.Min(0), mcp.Description("Do not start before this many seconds from now. Default 0.")),
+		mcp.WithArray("resource_intents", mcp.Items(intentItem()), mcp.MaxItems(host.MaxTaskResourceIntents),
+			mcp.Description("Resources the task needs while it runs, besides its type's: {resource, predicate} with predicate READS (shared) or MUTATES (exclusive). The task starts only when every one can be leased (an agent's MUTATES lease on one keeps it waiting); a worker holds them for the task. A bad name is an invalid_resource error.")),
+		mcp.WithArray("after", mcp.WithStringItems(), mcp.MaxItems(host.MaxDependencies),
+			mcp.Description("Task ids (of tasks you queued or that are addressed to you) this task waits on: it stays status waiting, and is not started, until after_rule is met; its worker then receives their outcomes (result pointers and summaries, or errors). An id you cannot read is an unknown_dependency error; a dependency that already failed under all_succeeded is dependency_failed. Fan-in: queue the parts, then one task after all of them.")),
+		mcp.WithString("after_rule", mcp.Enum(string(host.RuleAllSucceeded), string(host.RuleAnySucceeded), string(host.RuleAllFinished)),
+			mcp.Description("When a task with after may run: all_succeeded (default; canceled by the gate, with a task.canceled receipt, as soon as one dependency dead-letters or is canceled), any_succeeded (as soon as one succeeded; canceled when all failed), all_finished (when all finished, however; failures are visible to its worker).")),
+	)
+}
+
 // agentTools registers the spec's agent tools.
 func (s *Server) agentTools() {
 	s.add(tool("queue_task", "Queue a long-running task",
 		`Hand a long-running job of one of your tenant's task types (list_task_types lists them) to AsyncGate and get an acknowledgement at once; the work happens in the background and survives the end of your session.
 Returns task_id (keep it), status ("queued", or "waiting" for a task queued with after), is_duplicate (true when idempotency_key matched an existing task, which is returned instead), estimated_runtime_seconds, poll_suggestion_seconds, inbox_on_complete and receipt_id (the task.assigned receipt: an open obligation owed to recipient_ai until the task completes, fails or is canceled).
 After queuing, continue with your other work. Do not wait and do not poll in a loop: check back with check_task_status no sooner than poll_suggestion_seconds later, or in a later session start with list_open_obligations. Use idempotency_key when you might retry the call, so the task is not queued twice.`,
-		returns[QueueTaskResult](), writes(false, false),
-		props(
-			mcp.WithString("task_type", mcp.Required(), mcp.Description("A task type of your tenant: list_task_types lists them (each is also a tool of its own name). An unknown type is an unknown_task_type error that names the valid ones.")),
-			mcp.WithObject("params", mcp.Description("Task-specific parameters, checked against the task type's JSON Schema (invalid_params on mismatch). Default {}.")),
-			mcp.WithInteger("priority", mcp.Min(1), mcp.Max(10), mcp.Description("1..10, 10 runs first. Default: the task type's (usually 5).")),
-			mcp.WithString("recipient_ai", mcp.Description("Who receives the outcome (its obligation). Default: you.")),
-			mcp.WithString("idempotency_key", mcp.MaxLength(200), mcp.Description("Optional key, yours alone: queuing again yourself with the same key and recipient returns the first task with is_duplicate true; another principal's use of the key never touches your task.")),
-			mcp.WithString("task_summary", mcp.MaxLength(1000), mcp.Description("One line saying what this task is for; shown in lists and receipts.")),
-			mcp.WithInteger("delay_seconds", mcp.Min(0), mcp.Description("Do not start before this many seconds from now. Default 0.")),
-			mcp.WithArray("resource_intents", mcp.Items(intentItem()), mcp.MaxItems(host.MaxTaskResourceIntents),
-				mcp.Description("Resources the task needs while it runs, besides its type's: {resource, predicate} with predicate READS (shared) or MUTATES (exclusive). The task starts only when every one can be leased (an agent's MUTATES lease on one keeps it waiting); a worker holds them for the task. A bad name is an invalid_resource error.")),
-			mcp.WithArray("after", mcp.WithStringItems(), mcp.MaxItems(host.MaxDependencies),
-				mcp.Description("Task ids (of tasks you queued or that are addressed to you) this task waits on: it stays status waiting, and is not started, until after_rule is met; its worker then receives their outcomes (result pointers and summaries, or errors). An id you cannot read is an unknown_dependency error; a dependency that already failed under all_succeeded is dependency_failed. Fan-in: queue the parts, then one task after all of them.")),
-			mcp.WithString("after_rule", mcp.Enum(string(host.RuleAllSucceeded), string(host.RuleAnySucceeded), string(host.RuleAllFinished)),
-				mcp.Description("When a task with after may run: all_succeeded (default; canceled by the gate, with a task.canceled receipt, as soon as one dependency dead-letters or is canceled), any_succeeded (as soon as one succeeded; canceled when all failed), all_finished (when all finished, however; failures are visible to its worker).")),
-		)),
+		returns[QueueTaskResult](), writes(false, false), queueTaskProps()),
 		agentRoles, s.queueTask)
+
+	s.add(tool("queue_tasks", "Queue many tasks at once",
+		`Queue up to 1000 tasks in one call (fan-out: the same job over many inputs, or several models asked the same question). Each entry takes queue_task's arguments and gets its own answer, in the entries' order: ok with the task (task_id, status, is_duplicate, receipt_id…), or error and detail, the code queue_task would have answered (one refused entry does not touch the others). Entries sharing an idempotency_key are queued in their order (the later ones find the first and answer is_duplicate).
+An entry cannot name another entry of the same call in after (its id is not known yet): to queue parts and then a task after all of them, call queue_tasks for the parts, then queue_task with after set to their task_ids, or use submit_workflow for the whole graph in one call. Use an idempotency_key per entry when you might retry the call.`,
+		returns[QueueTasksResult](), writes(false, false), props(
+			mcp.WithArray("tasks", mcp.Required(), mcp.MinItems(1), mcp.MaxItems(api.MaxBatchEnqueue), mcp.Items(queueTaskItem()),
+				mcp.Description("The tasks, each with queue_task's arguments (task_type required).")))),
+		agentRoles, s.queueTasks)
 
 	s.add(tool("check_task_status", "Check a task's status",
 		`Get the current state of one task you queued or that is addressed to you.
@@ -246,6 +259,101 @@ Each entry has receipt_id, receipt_type, obligor, obligee, task_id and created_a
 		anyRole, s.getReceiptChain)
 }
 
+// queueTaskItem is the JSON Schema of one entry of queue_tasks: an object
+// with queue_task's arguments.
+func queueTaskItem() map[string]any {
+	in := mcp.NewTool("queue_task", queueTaskProps()...).InputSchema
+	return map[string]any{"type": "object", "properties": in.Properties, "required": in.Required, "additionalProperties": false}
+}
+
+// request is the enqueue request queue_task's arguments make.
+func (in QueueTaskArgs) request() engine.EnqueueRequest {
+	return engine.EnqueueRequest{
+		TaskType: in.TaskType, Params: in.Params, Priority: in.Priority, Recipient: in.RecipientAI,
+		IdempotencyKey: in.IdempotencyKey, Summary: in.TaskSummary, DelaySeconds: in.DelaySeconds,
+		ResourceIntents: in.ResourceIntents, After: in.After, AfterRule: in.AfterRule,
+	}
+}
+
+// QueueTasksEntry is one entry's answer of queue_tasks: the task queue_task
+// would have answered with, or its refusal (error, detail).
+type QueueTasksEntry struct {
+	OK   bool                  `json:"ok"`
+	Task *engine.EnqueueResult `json:"task,omitempty"`
+	api.BatchEntryError
+}
+
+// QueueTasksResult is queue_tasks' answer: one entry per task, in the
+// tasks' order.
+type QueueTasksResult struct {
+	Results   []QueueTasksEntry `json:"results"`
+	Succeeded int               `json:"succeeded"`
+	Failed    int               `json:"failed"`
+	NextStep  string            `json:"next_step"`
+}
+
+// queueTasks is queue_tasks: each entry judged and answered as queue_task
+// would, the entries run concurrently (those sharing an idempotency key in
+// their order), so their writes share the store's group commits. Only a
+// malformed call (no tasks, too many, an unknown argument) is refused whole.
+func (s *Server) queueTasks(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in struct {
+		Tasks []QueueTaskArgs `json:"tasks"`
+	}
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	if len(in.Tasks) == 0 {
+		return nil, "", host.Errorf(host.CodeBadRequest, "tasks is required (1 to %d)", api.MaxBatchEnqueue)
+	}
+	if len(in.Tasks) > api.MaxBatchEnqueue {
+		return nil, "", host.Errorf(host.CodeBadRequest, "%d tasks; one call holds at most %d", len(in.Tasks), api.MaxBatchEnqueue)
+	}
+	out := QueueTasksResult{Results: make([]QueueTasksEntry, len(in.Tasks))}
+	refuse := func(i int, err error) {
+		out.Results[i] = QueueTasksEntry{BatchEntryError: api.BatchEntryError{Error: host.ErrorCode(err), Detail: host.ErrorDetail(err)}}
+		if out.Results[i].Error == host.CodeInternal {
+			out.Results[i].Detail = "an internal error occurred; it was logged"
+		}
+	}
+	api.RunBatch(len(in.Tasks), api.BatchParallel, func(i int) string { return in.Tasks[i].IdempotencyKey }, func(i int) {
+		t := in.Tasks[i]
+		if err := required("task_type", t.TaskType); err != nil {
+			refuse(i, err)
+			return
+		}
+		wctx, cancel := detached(ctx)
+		defer cancel()
+		res, err := s.eng.Enqueue(wctx, a, t.request())
+		if err != nil {
+			if host.ErrorCode(err) == host.CodeInternal {
+				s.log.Error("queue_tasks entry failed", "entry", i, "principal", a.Principal, "err", err)
+			}
+			refuse(i, s.explainType(ctx, a.Tenant, err))
+			return
+		}
+		if res.Task != nil {
+			s.watch(res.Task)
+		}
+		out.Results[i] = QueueTasksEntry{OK: true, Task: res}
+	}, func(i int, v any, stack []byte) {
+		s.log.Error("queue_tasks entry panic", "entry", i, "panic", fmt.Sprint(v), "stack", string(stack))
+		refuse(i, host.Errorf(host.CodeInternal, "panic: %v", v))
+	})
+	for _, r := range out.Results {
+		if r.OK {
+			out.Succeeded++
+		} else {
+			out.Failed++
+		}
+	}
+	out.NextStep = "Continue with your other work now. Keep the task_ids; check back with check_task_status in a later session or start it with list_open_obligations; do not poll in a loop."
+	if out.Failed > 0 {
+		out.NextStep = "Fix the refused entries (see each one's error and detail) and queue them again; the others are queued. " + out.NextStep
+	}
+	return out, fmt.Sprintf("Queued %s; %s refused. %s", plural(out.Succeeded, "task", "tasks"), plural(out.Failed, "entry", "entries"), out.NextStep), nil
+}
+
 func (s *Server) queueTask(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
 	var in QueueTaskArgs
 	if err := bind(req, &in); err != nil {
@@ -256,11 +364,7 @@ func (s *Server) queueTask(ctx context.Context, a engine.Actor, req mcp.CallTool
 	}
 	wctx, cancel := detached(ctx)
 	defer cancel()
-	res, err := s.eng.Enqueue(wctx, a, engine.EnqueueRequest{
-		TaskType: in.TaskType, Params: in.Params, Priority: in.Priority, Recipient: in.RecipientAI,
-		IdempotencyKey: in.IdempotencyKey, Summary: in.TaskSummary, DelaySeconds: in.DelaySeconds,
-		ResourceIntents: in.ResourceIntents, After: in.After, AfterRule: in.AfterRule,
-	})
+	res, err := s.eng.Enqueue(wctx, a, in.request())
 	if err != nil {
 		return nil, "", s.explainType(ctx, a.Tenant, err)
 	}

@@ -88,7 +88,7 @@ async function main() {
   const names = tools.map((t) => t.name).sort();
   // The agent tools, and echo: each task type of the tenant is a tool.
   const want = ["archive_task_result", "cancel_task", "check_task_status", "echo", "fetch_task_result", "get_receipt",
-    "get_receipt_chain", "get_task_progress", "list_active_tasks", "list_open_obligations", "list_task_types", "queue_task",
+    "get_receipt_chain", "get_task_progress", "list_active_tasks", "list_open_obligations", "list_task_types", "queue_task", "queue_tasks",
     // KLIS-3 resource leases, for every role.
     "acquire_resource_leases", "heartbeat_resource_leases", "release_resource_leases", "verify_resource_leases",
     "list_resource_holders", "create_resource_session", "heartbeat_resource_session", "end_resource_session",
