@@ -38,6 +38,7 @@ const (
 	ReceiptScheduleCreated ReceiptType = "schedule.created"
 	ReceiptSchedulePaused  ReceiptType = "schedule.paused"
 	ReceiptScheduleResumed ReceiptType = "schedule.resumed"
+	ReceiptScheduleUpdated ReceiptType = "schedule.updated" // its definition changed; the body names the fields
 	ReceiptScheduleDeleted ReceiptType = "schedule.deleted"
 	ReceiptScheduleFired   ReceiptType = "schedule.fired"   // one per fire; task_id is the task it enqueued
 	ReceiptScheduleSkipped ReceiptType = "schedule.skipped" // missed fires the policy did not run (or that could not run)
@@ -70,7 +71,7 @@ var knownReceiptTypes = map[ReceiptType]bool{
 	ReceiptReleased: true, ReceiptSnoozed: true,
 	ReceiptEmailQueued: true, ReceiptEmailSent: true, ReceiptEmailFailed: true,
 	ReceiptWorkflowSubmitted: true, ReceiptWorkflowCompleted: true, ReceiptWorkflowFailed: true, ReceiptWorkflowCanceled: true,
-	ReceiptScheduleCreated: true, ReceiptSchedulePaused: true, ReceiptScheduleResumed: true,
+	ReceiptScheduleCreated: true, ReceiptSchedulePaused: true, ReceiptScheduleResumed: true, ReceiptScheduleUpdated: true,
 	ReceiptScheduleDeleted: true, ReceiptScheduleFired: true, ReceiptScheduleSkipped: true,
 }
 

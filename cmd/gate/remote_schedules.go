@@ -17,6 +17,7 @@ import (
 func init() {
 	var (
 		cronExpr, zone, params, policy, recipient, summary, cursor string
+		newName, taskType                                          string
 		every                                                      time.Duration
 		priority, missedCap, grace, limit, nextRuns, maxRetries    int
 		paused                                                     bool
@@ -65,7 +66,7 @@ func init() {
 			return show(rc, raw)
 		}
 	}
-	registerRemote(remoteGroup{name: "schedules", summary: "create, list, show, pause, resume and delete recurring tasks on a running gate", subs: []remoteSub{
+	registerRemote(remoteGroup{name: "schedules", summary: "create, list, show, change, pause, resume and delete recurring tasks on a running gate", subs: []remoteSub{
 		{name: "create", args: "NAME TASK_TYPE", summary: "create a schedule: a task of TASK_TYPE at each fire of --cron or --every", minArgs: 2, maxArgs: 2,
 			more: `Give exactly one of --cron (five fields: minute hour day-of-month month
 day-of-week, or @hourly, @daily, @weekly, @monthly, @yearly; read in --tz,
@@ -169,6 +170,95 @@ run_once (one task for the latest) or run_all (each, up to --missed-cap).`,
 			run: func(rc *remoteCtx, args []string) error {
 				var raw json.RawMessage
 				if err := rc.call("GET", "/v1/schedules/"+url.PathEscape(args[0])+"?next_runs="+strconv.Itoa(nextRuns), nil, &raw); err != nil {
+					return err
+				}
+				return show(rc, raw)
+			}},
+		{name: "update", args: "SCHEDULE_ID", summary: "change a schedule's name, timing, task or missed-runs policy", minArgs: 1, maxArgs: 1,
+			more: `Only the flags given change. --cron (with --tz, default UTC) or --every
+replaces the timing, which then runs from its first fire after now; --tz
+alone moves a cron schedule to another zone. --task-type, --params,
+--priority, --recipient, --summary and --max-retries change the task each
+fire queues (the rest of the template stays as it is).`,
+			flags: func(fs *flag.FlagSet) {
+				fs.StringVar(&newName, "name", "", "a new name")
+				fs.StringVar(&cronExpr, "cron", "", `a new cron expression, e.g. "0 9 * * 1-5" or @hourly`)
+				fs.StringVar(&zone, "tz", "", "the IANA time zone of the cron expression")
+				fs.DurationVar(&every, "every", 0, "fire at this interval instead (whole seconds)")
+				fs.StringVar(&taskType, "task-type", "", "a new task type for the tasks")
+				fs.StringVar(&params, "params", "", "the tasks' new params: inline JSON, @FILE, or - for stdin")
+				fs.IntVar(&priority, "priority", 0, "1..10, 10 first")
+				fs.StringVar(&recipient, "recipient", "", "who receives each task's outcome")
+				fs.StringVar(&summary, "summary", "", "a description of each task for people")
+				fs.IntVar(&maxRetries, "max-retries", -1, "failures allowed per task")
+				fs.StringVar(&policy, "missed", "", "skip, run_once or run_all")
+				fs.IntVar(&missedCap, "missed-cap", 0, "with run_all: the most missed fires to run")
+				fs.IntVar(&grace, "grace", -1, "seconds a fire may be late and still run as on time")
+			},
+			run: func(rc *remoteCtx, args []string) error {
+				var ch client.ScheduleChange
+				if newName != "" {
+					ch.Name = &newName
+				}
+				if cronExpr != "" {
+					ch.Cron = &cronExpr
+				}
+				if zone != "" {
+					ch.Timezone = &zone
+				}
+				if every != 0 {
+					if every < 0 || every%time.Second != 0 {
+						return exitErr{exitUsage, "--every must be a positive whole number of seconds"}
+					}
+					n := int64(every / time.Second)
+					ch.IntervalSeconds = &n
+				}
+				if policy != "" {
+					ch.MissedPolicy = &policy
+				}
+				if missedCap != 0 {
+					ch.MissedCap = &missedCap
+				}
+				if grace >= 0 {
+					ch.GraceSeconds = &grace
+				}
+				if taskType != "" || params != "" || priority != 0 || recipient != "" || summary != "" || maxRetries >= 0 {
+					// The template is replaced whole: start from the one the
+					// schedule has.
+					cur, err := rc.c.Schedule(rc.ctx, args[0], 1)
+					if err != nil {
+						return err
+					}
+					t := cur.Template
+					if taskType != "" {
+						t.TaskType = taskType
+					}
+					if params != "" {
+						p, err := readJSONArg(params, os.Stdin)
+						if err != nil {
+							return exitErr{exitUsage, "--params: " + err.Error()}
+						}
+						t.Params = p
+					}
+					if priority != 0 {
+						t.Priority = priority
+					}
+					if recipient != "" {
+						t.Recipient = recipient
+					}
+					if summary != "" {
+						t.Summary = summary
+					}
+					if maxRetries >= 0 {
+						t.MaxRetries = &maxRetries
+					}
+					ch.Template = &t
+				}
+				if ch == (client.ScheduleChange{}) {
+					return exitErr{exitUsage, "nothing to change: give at least one flag (gate schedules update --help)"}
+				}
+				var raw json.RawMessage
+				if err := rc.call("PATCH", "/v1/schedules/"+url.PathEscape(args[0]), ch, &raw); err != nil {
 					return err
 				}
 				return show(rc, raw)

@@ -72,6 +72,10 @@ type firePrep struct {
 	tt      *host.TaskType
 	err     error
 	revoked bool
+	// read is the schedule's updated_at as the pass read it: a claimed row
+	// changed since (updated, paused, resumed) is left to the next pass,
+	// which checks what it holds now.
+	read time.Time
 }
 
 // firedTask is a task a pass enqueued, for the wake-ups after the commit.
@@ -123,14 +127,14 @@ func (e *Engine) firePass(ctx context.Context) (int, bool, error) {
 			revoked[owner] = r
 		}
 		if r {
-			prep[s.ID] = firePrep{revoked: true}
+			prep[s.ID] = firePrep{revoked: true, read: s.UpdatedAt}
 			continue
 		}
 		_, tt, err := e.checkTemplate(ctx, s.Tenant, s.Template)
 		if err != nil && !isTemplateFault(err) {
 			return 0, false, err // the store, not the template: try again later
 		}
-		prep[s.ID] = firePrep{tt: tt, err: err}
+		prep[s.ID] = firePrep{tt: tt, err: err, read: s.UpdatedAt}
 	}
 	var fired []firedTask
 	var claimed int
@@ -143,7 +147,7 @@ func (e *Engine) firePass(ctx context.Context) (int, bool, error) {
 		claimed = len(ss)
 		for _, s := range ss {
 			p, ok := prep[s.ID]
-			if !ok {
+			if !ok || !p.read.Equal(s.UpdatedAt) {
 				continue
 			}
 			if err := e.fireOne(ctx, tx, s, p, now, &fired); err != nil {

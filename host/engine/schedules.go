@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -192,6 +193,49 @@ func (e *Engine) checkTemplate(ctx context.Context, tenant string, tmpl host.Sch
 	return tmpl, tt, err
 }
 
+// checkScheduleName returns a schedule's name trimmed, or a 400.
+func checkScheduleName(name string) (string, error) {
+	name = strings.TrimSpace(name)
+	if name == "" || len(name) > host.MaxScheduleName || !printable(name) {
+		return "", host.Errorf(host.CodeBadRequest, "name is required: at most %d printable characters", host.MaxScheduleName)
+	}
+	return name, nil
+}
+
+// checkMissed checks a missed-runs policy and its cap, and returns them
+// with their defaults (skip; a cap of 10 for run_all).
+func checkMissed(p host.MissedPolicy, capN int) (host.MissedPolicy, int, error) {
+	switch p {
+	case "":
+		p = host.MissedSkip
+	case host.MissedSkip, host.MissedRunOnce, host.MissedRunAll:
+	default:
+		return "", 0, host.Errorf(host.CodeInvalidMissedPolicy, "missed_policy must be skip, run_once or run_all, got %q", p)
+	}
+	switch {
+	case p != host.MissedRunAll && capN != 0:
+		return "", 0, host.Errorf(host.CodeInvalidMissedPolicy, "missed_cap applies to run_all only")
+	case p == host.MissedRunAll && capN == 0:
+		capN = 10
+	case capN < 0 || capN > host.MaxMissedCap:
+		return "", 0, host.Errorf(host.CodeInvalidMissedPolicy, "missed_cap must be 1..%d, got %d", host.MaxMissedCap, capN)
+	}
+	return p, capN, nil
+}
+
+// checkGrace returns a schedule's grace in seconds (nil: the default), or
+// a 400.
+func checkGrace(g *int) (int, error) {
+	grace := host.DefaultScheduleGrace
+	if g != nil {
+		grace = *g
+	}
+	if grace < 0 || grace > host.MaxScheduleGrace {
+		return 0, host.Errorf(host.CodeInvalidMissedPolicy, "grace_seconds must be 0..%d, got %d", host.MaxScheduleGrace, grace)
+	}
+	return grace, nil
+}
+
 // CreateSchedule creates a schedule owned by actor and writes its
 // schedule.created receipt in the same transaction. Its first fire is the
 // first after now.
@@ -199,31 +243,16 @@ func (e *Engine) CreateSchedule(ctx context.Context, actor Actor, req CreateSche
 	if actor.Tenant == "" || actor.Principal == "" {
 		return nil, host.Errorf(host.CodeBadRequest, "the caller has no tenant or principal")
 	}
-	req.Name = strings.TrimSpace(req.Name)
-	if req.Name == "" || len(req.Name) > host.MaxScheduleName || !printable(req.Name) {
-		return nil, host.Errorf(host.CodeBadRequest, "name is required: at most %d printable characters", host.MaxScheduleName)
+	var err error
+	if req.Name, err = checkScheduleName(req.Name); err != nil {
+		return nil, err
 	}
-	switch req.MissedPolicy {
-	case "":
-		req.MissedPolicy = host.MissedSkip
-	case host.MissedSkip, host.MissedRunOnce, host.MissedRunAll:
-	default:
-		return nil, host.Errorf(host.CodeInvalidMissedPolicy, "missed_policy must be skip, run_once or run_all, got %q", req.MissedPolicy)
+	if req.MissedPolicy, req.MissedCap, err = checkMissed(req.MissedPolicy, req.MissedCap); err != nil {
+		return nil, err
 	}
-	switch {
-	case req.MissedPolicy != host.MissedRunAll && req.MissedCap != 0:
-		return nil, host.Errorf(host.CodeInvalidMissedPolicy, "missed_cap applies to run_all only")
-	case req.MissedPolicy == host.MissedRunAll && req.MissedCap == 0:
-		req.MissedCap = 10
-	case req.MissedCap < 0 || req.MissedCap > host.MaxMissedCap:
-		return nil, host.Errorf(host.CodeInvalidMissedPolicy, "missed_cap must be 1..%d, got %d", host.MaxMissedCap, req.MissedCap)
-	}
-	grace := host.DefaultScheduleGrace
-	if req.GraceSeconds != nil {
-		grace = *req.GraceSeconds
-	}
-	if grace < 0 || grace > host.MaxScheduleGrace {
-		return nil, host.Errorf(host.CodeInvalidMissedPolicy, "grace_seconds must be 0..%d, got %d", host.MaxScheduleGrace, grace)
+	grace, err := checkGrace(req.GraceSeconds)
+	if err != nil {
+		return nil, err
 	}
 	now := e.now()
 	anchor := now.Truncate(time.Second)
@@ -360,7 +389,7 @@ func (e *Engine) ListSchedules(ctx context.Context, actor Actor, cursor string, 
 // changeSchedule reads a schedule the actor may manage inside a write
 // transaction (locking it), lets change edit it, and writes it with a
 // receipt of type typ when change reports a change.
-func (e *Engine) changeSchedule(ctx context.Context, actor Actor, id string, typ host.ReceiptType, change func(s *host.Schedule, now time.Time) (bool, map[string]any)) (*host.Schedule, error) {
+func (e *Engine) changeSchedule(ctx context.Context, actor Actor, id string, typ host.ReceiptType, change func(s *host.Schedule, now time.Time) (bool, map[string]any, error)) (*host.Schedule, error) {
 	now := e.now()
 	var out *host.Schedule
 	err := e.update(ctx, func(tx store.Tx) error {
@@ -374,7 +403,10 @@ func (e *Engine) changeSchedule(ctx context.Context, actor Actor, id string, typ
 		if !mayManage(actor, s) {
 			return scheduleNotFound(id)
 		}
-		changed, body := change(s, now)
+		changed, body, err := change(s, now)
+		if err != nil {
+			return err
+		}
 		out = s
 		if !changed {
 			return nil
@@ -396,12 +428,12 @@ func (e *Engine) changeSchedule(ctx context.Context, actor Actor, id string, typ
 // PauseSchedule stops a schedule's fires until ResumeSchedule; pausing a
 // paused schedule changes nothing.
 func (e *Engine) PauseSchedule(ctx context.Context, actor Actor, id string) (*ScheduleView, error) {
-	s, err := e.changeSchedule(ctx, actor, id, host.ReceiptSchedulePaused, func(s *host.Schedule, _ time.Time) (bool, map[string]any) {
+	s, err := e.changeSchedule(ctx, actor, id, host.ReceiptSchedulePaused, func(s *host.Schedule, _ time.Time) (bool, map[string]any, error) {
 		if s.Paused {
-			return false, nil
+			return false, nil, nil
 		}
 		s.Paused, s.PausedReason = true, ""
-		return true, map[string]any{}
+		return true, map[string]any{}, nil
 	})
 	if err != nil {
 		return nil, err
@@ -427,9 +459,9 @@ func (e *Engine) ResumeSchedule(ctx context.Context, actor Actor, id string) (*S
 			return nil, host.Errorf(host.CodeOwnerRevoked, "schedule %s's owner %s holds no live agent or admin key in its tenant: it is resumed once the owner holds one again", id, cur.Owner)
 		}
 	}
-	s, err := e.changeSchedule(ctx, actor, id, host.ReceiptScheduleResumed, func(s *host.Schedule, now time.Time) (bool, map[string]any) {
+	s, err := e.changeSchedule(ctx, actor, id, host.ReceiptScheduleResumed, func(s *host.Schedule, now time.Time) (bool, map[string]any, error) {
 		if !s.Paused {
-			return false, nil
+			return false, nil, nil
 		}
 		tm, err := scheduleTiming(s)
 		if err != nil { // stored schedules compile; keep the one it had
@@ -441,7 +473,7 @@ func (e *Engine) ResumeSchedule(ctx context.Context, actor Actor, id string) (*S
 				s.NextFireAt = next
 			} // else: the firer finds no fire after it and pauses it again
 		}
-		return true, map[string]any{"next_fire_at": s.NextFireAt}
+		return true, map[string]any{"next_fire_at": s.NextFireAt}, nil
 	})
 	if err != nil {
 		return nil, err
@@ -451,8 +483,146 @@ func (e *Engine) ResumeSchedule(ctx context.Context, actor Actor, id string) (*S
 
 // DeleteSchedule removes a schedule; the tasks it enqueued stay.
 func (e *Engine) DeleteSchedule(ctx context.Context, actor Actor, id string) error {
-	_, err := e.changeSchedule(ctx, actor, id, host.ReceiptScheduleDeleted, func(s *host.Schedule, _ time.Time) (bool, map[string]any) {
-		return true, map[string]any{"fires": s.Fires}
+	_, err := e.changeSchedule(ctx, actor, id, host.ReceiptScheduleDeleted, func(s *host.Schedule, _ time.Time) (bool, map[string]any, error) {
+		return true, map[string]any{"fires": s.Fires}, nil
 	})
 	return err
+}
+
+// UpdateScheduleRequest changes a schedule's definition (PATCH): a field
+// left out keeps its value. The timing is replaced whole when cron or
+// interval_seconds is given — cron with timezone (left out: UTC), or
+// interval_seconds, counted from the update — and timezone alone moves a
+// cron schedule to another zone. A template given replaces the old one
+// whole, checked as at create.
+type UpdateScheduleRequest struct {
+	Name            *string                `json:"name,omitempty"`
+	Cron            *string                `json:"cron,omitempty"`
+	Timezone        *string                `json:"timezone,omitempty"`
+	IntervalSeconds *int64                 `json:"interval_seconds,omitempty"`
+	Template        *host.ScheduleTemplate `json:"template,omitempty"`
+	MissedPolicy    *host.MissedPolicy     `json:"missed_policy,omitempty"`
+	MissedCap       *int                   `json:"missed_cap,omitempty"`
+	GraceSeconds    *int                   `json:"grace_seconds,omitempty"`
+}
+
+// UpdateSchedule changes a schedule's definition and writes a
+// schedule.updated receipt naming the fields that changed, in one
+// transaction that holds the schedule's row (a fire under way on another
+// host finishes first, or waits). A new timing takes effect from its first
+// fire after now; otherwise the next fire stays. A request that changes
+// nothing writes nothing. Another agent's schedule is not_found.
+func (e *Engine) UpdateSchedule(ctx context.Context, actor Actor, id string, req UpdateScheduleRequest) (*ScheduleView, error) {
+	if req == (UpdateScheduleRequest{}) {
+		return nil, host.Errorf(host.CodeBadRequest, "nothing to change: give at least one of name, cron, timezone, interval_seconds, template, missed_policy, missed_cap, grace_seconds")
+	}
+	var err error
+	if req.Name != nil {
+		n, err := checkScheduleName(*req.Name)
+		if err != nil {
+			return nil, err
+		}
+		req.Name = &n
+	}
+	var grace int
+	if req.GraceSeconds != nil {
+		if grace, err = checkGrace(req.GraceSeconds); err != nil {
+			return nil, err
+		}
+	}
+	var tmpl host.ScheduleTemplate
+	if req.Template != nil {
+		if tmpl, _, err = e.checkTemplate(ctx, actor.Tenant, *req.Template); err != nil {
+			return nil, err
+		}
+	}
+	s, err := e.changeSchedule(ctx, actor, id, host.ReceiptScheduleUpdated, func(s *host.Schedule, now time.Time) (bool, map[string]any, error) {
+		var changed []string
+		if req.Name != nil && *req.Name != s.Name {
+			s.Name = *req.Name
+			changed = append(changed, "name")
+		}
+		if req.Cron != nil || req.IntervalSeconds != nil || req.Timezone != nil {
+			cronExpr, zone, every := s.Cron, s.Timezone, s.IntervalSeconds
+			if req.Cron != nil || req.IntervalSeconds != nil {
+				cronExpr, zone, every = "", "", 0
+				if req.Cron != nil {
+					cronExpr = strings.TrimSpace(*req.Cron)
+				}
+				if req.IntervalSeconds != nil {
+					every = *req.IntervalSeconds
+				}
+			}
+			if req.Timezone != nil {
+				zone = *req.Timezone
+			}
+			if cronExpr != s.Cron || zone != s.Timezone || every != s.IntervalSeconds {
+				anchor := now.Truncate(time.Second)
+				tm, err := compileTiming(cronExpr, zone, every, anchor)
+				if err != nil {
+					return false, nil, err
+				}
+				next := tm.next(now)
+				if next.IsZero() {
+					return false, nil, host.Errorf(host.CodeInvalidCron, "cron %q has no fire in the next five years", cronExpr)
+				}
+				for _, f := range []struct {
+					name string
+					diff bool
+				}{{"cron", cronExpr != s.Cron}, {"timezone", zone != s.Timezone}, {"interval_seconds", every != s.IntervalSeconds}} {
+					if f.diff {
+						changed = append(changed, f.name)
+					}
+				}
+				s.Cron, s.Timezone, s.IntervalSeconds, s.AnchorAt, s.NextFireAt = cronExpr, zone, every, anchor, next
+			}
+		}
+		if req.MissedPolicy != nil || req.MissedCap != nil {
+			p, c := s.MissedPolicy, s.MissedCap
+			if req.MissedPolicy != nil {
+				p, c = *req.MissedPolicy, 0
+			}
+			if req.MissedCap != nil {
+				c = *req.MissedCap
+			}
+			p, c, err := checkMissed(p, c)
+			if err != nil {
+				return false, nil, err
+			}
+			if p != s.MissedPolicy {
+				changed = append(changed, "missed_policy")
+			}
+			if c != s.MissedCap {
+				changed = append(changed, "missed_cap")
+			}
+			s.MissedPolicy, s.MissedCap = p, c
+		}
+		if req.GraceSeconds != nil && grace != s.GraceSeconds {
+			s.GraceSeconds = grace
+			changed = append(changed, "grace_seconds")
+		}
+		if req.Template != nil && !sameTemplate(tmpl, s.Template) {
+			s.Template = tmpl
+			changed = append(changed, "template")
+		}
+		if len(changed) == 0 {
+			return false, nil, nil
+		}
+		return true, map[string]any{
+			"changed": changed, "cron": s.Cron, "timezone": s.Timezone, "interval_seconds": s.IntervalSeconds,
+			"task_type": s.Template.TaskType, "missed_policy": s.MissedPolicy, "missed_cap": s.MissedCap,
+			"grace_seconds": s.GraceSeconds, "next_fire_at": s.NextFireAt,
+		}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return viewOf(s, DefaultNextRuns), nil
+}
+
+// sameTemplate reports whether two checked templates are the same.
+func sameTemplate(a, b host.ScheduleTemplate) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && string(ja) == string(jb)
 }

@@ -56,6 +56,19 @@ func (s *Server) getSchedule(c echo.Context) error {
 	return c.JSON(http.StatusOK, v)
 }
 
+// updateSchedule is PATCH /v1/schedules/{id}.
+func (s *Server) updateSchedule(c echo.Context) error {
+	var req engine.UpdateScheduleRequest
+	if err := bind(c, &req, strict); err != nil {
+		return err
+	}
+	v, err := s.eng.UpdateSchedule(c.Request().Context(), ActorOf(c), c.Param("id"), req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, v)
+}
+
 // pauseSchedule is POST /v1/schedules/{id}/pause.
 func (s *Server) pauseSchedule(c echo.Context) error {
 	v, err := s.eng.PauseSchedule(c.Request().Context(), ActorOf(c), c.Param("id"))

@@ -52,12 +52,35 @@ func TestSchedulesDoor(t *testing.T) {
 	if code, m := b.do(t, "GET", "/v1/schedules/"+id+"?next_runs=10", b.agent, ""); code != 200 || len(m["next_runs"].([]any)) != 10 {
 		t.Fatalf("get: %d %v", code, m)
 	}
-	for _, c := range []struct{ method, path string }{
-		{"GET", "/v1/schedules/%s"}, {"POST", "/v1/schedules/%s/pause"}, {"POST", "/v1/schedules/%s/resume"}, {"DELETE", "/v1/schedules/%s"},
+	// PATCH: bad input refused with its code; the change applied.
+	for body, want := range map[string]string{
+		`{}`:                                "bad_request",
+		`{"cron":"61 * * * *"}`:             "invalid_cron",
+		`{"timezone":"Nowhere/X"}`:          "invalid_timezone",
+		`{"interval_seconds":0}`:            "invalid_interval",
+		`{"missed_cap":3}`:                  "invalid_missed_policy",
+		`{"name":"n","extra":1}`:            "bad_request",
+		`{"NAME":"n"}`:                      "bad_request",
+		`{"template":{"task_type":"nope"}}`: "unknown_task_type",
 	} {
-		_, foreign := b.raw(t, c.method, sprintf(c.path, id), other.APIKey, "")
-		_, unknown := b.raw(t, c.method, sprintf(c.path, "S-01NOSUCHSCHEDULE"), other.APIKey, "")
-		code, m := b.do(t, c.method, sprintf(c.path, id), other.APIKey, "")
+		if code, m := b.do(t, http.MethodPatch, "/v1/schedules/"+id, b.agent, body); code != http.StatusBadRequest || m["error"] != want {
+			t.Errorf("patch %s: %d %v, want 400 %s", body, code, m, want)
+		}
+	}
+	code, m = b.do(t, http.MethodPatch, "/v1/schedules/"+id, b.agent, `{"name":"weekly","cron":"0 7 * * 1","template":{"task_type":"echo","params":{"x":2}}}`)
+	if code != 200 || m["name"] != "weekly" || m["cron"] != "0 7 * * 1" || m["timezone"] != nil || m["template"].(map[string]any)["params"].(map[string]any)["x"] != float64(2) {
+		t.Fatalf("patch: %d %v", code, m)
+	}
+	if code, m := b.do(t, http.MethodPatch, "/v1/schedules/"+id, b.worker, `{"name":"w"}`); code != http.StatusForbidden {
+		t.Fatalf("a worker patches a schedule: %d %v", code, m)
+	}
+	for _, c := range []struct{ method, path, body string }{
+		{"GET", "/v1/schedules/%s", ""}, {"POST", "/v1/schedules/%s/pause", ""}, {"POST", "/v1/schedules/%s/resume", ""},
+		{http.MethodPatch, "/v1/schedules/%s", `{"name":"mine"}`}, {"DELETE", "/v1/schedules/%s", ""},
+	} {
+		_, foreign := b.raw(t, c.method, sprintf(c.path, id), other.APIKey, c.body)
+		_, unknown := b.raw(t, c.method, sprintf(c.path, "S-01NOSUCHSCHEDULE"), other.APIKey, c.body)
+		code, m := b.do(t, c.method, sprintf(c.path, id), other.APIKey, c.body)
 		if code != http.StatusNotFound || m["error"] != "not_found" || len(foreign) == 0 ||
 			string(foreign) != replaceID(string(unknown), "S-01NOSUCHSCHEDULE", id) {
 			t.Fatalf("%s %s by another agent: %d %s (unknown id: %s)", c.method, c.path, code, foreign, unknown)

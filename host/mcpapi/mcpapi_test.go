@@ -248,7 +248,7 @@ var agentToolNames = []string{"acquire_resource_leases", "archive_task_email", "
 	"create_resource_session", "create_schedule", "delete_schedule", "echo", "end_resource_session", "fetch_task_email", "fetch_task_result", "get_receipt", "get_receipt_chain",
 	"get_schedule", "get_task_progress", "get_workflow", "heartbeat_resource_leases", "heartbeat_resource_session", "list_active_tasks", "list_inbox", "list_open_obligations",
 	"list_resource_holders", "list_schedules", "list_task_types", "list_workflows", "mark_read", "pause_schedule", "queue_task", "queue_tasks", "release_resource_leases", "resume_schedule",
-	"send_email", "session_bootstrap", "store_task_result_in_memory", "submit_workflow", "verify_resource_leases"}
+	"send_email", "session_bootstrap", "store_task_result_in_memory", "submit_workflow", "update_schedule", "verify_resource_leases"}
 
 func TestToolsByRole(t *testing.T) {
 	b := setup(t, mcpapi.Config{})

@@ -48,6 +48,19 @@ Returns the schedule with next_runs. Errors: invalid_cron, invalid_timezone, inv
 		returns[engine.ScheduleView](), readOnly(), props(scheduleIDArg, nextRunsArg)),
 		agentRoles, s.getSchedule)
 
+	s.add(tool("update_schedule", "Change a schedule",
+		`Change one of your schedules: its name, its timing (cron with timezone, or interval_seconds: giving either replaces the timing whole; timezone alone moves a cron schedule to another zone), its task template (replaced whole, checked as queue_task checks it), missed_policy, missed_cap or grace_seconds. Arguments left out keep their values. A new timing runs from its first fire after now; fires already queued stay. Returns the schedule with next_runs. Errors as create_schedule's, conflict when you have another schedule of the new name, not_found when it is not yours.`,
+		returns[engine.ScheduleView](), writes(true, false), props(scheduleIDArg,
+			mcp.WithString("name", mcp.MaxLength(host.MaxScheduleName), mcp.Description("A new name, unique among yours.")),
+			mcp.WithString("cron", mcp.Description("A new five-field cron expression or descriptor (replaces interval_seconds).")),
+			mcp.WithString("timezone", mcp.Description("The IANA time zone the cron expression is read in (with cron: default UTC).")),
+			mcp.WithInteger("interval_seconds", mcp.Min(host.MinScheduleInterval), mcp.Max(host.MaxScheduleInterval), mcp.Description("Fire every so many seconds from now (replaces cron).")),
+			mcp.WithObject("template", mcp.Description(`A new task to queue at each fire, whole: {"task_type": …, "params": {…}, …}.`)),
+			mcp.WithString("missed_policy", mcp.Enum(string(host.MissedSkip), string(host.MissedRunOnce), string(host.MissedRunAll)), mcp.Description("What to do with missed fires.")),
+			mcp.WithInteger("missed_cap", mcp.Min(1), mcp.Max(host.MaxMissedCap), mcp.Description("run_all only: the most missed fires to run.")),
+			mcp.WithInteger("grace_seconds", mcp.Min(0), mcp.Max(host.MaxScheduleGrace), mcp.Description("How late a fire may be and still run as on time.")))),
+		agentRoles, s.updateSchedule)
+
 	s.add(tool("pause_schedule", "Pause a schedule",
 		`Stop a schedule's fires until resume_schedule. Pausing twice is harmless.`,
 		returns[engine.ScheduleView](), writes(true, false), props(scheduleIDArg)),
@@ -123,6 +136,26 @@ func (s *Server) getSchedule(ctx context.Context, a engine.Actor, req mcp.CallTo
 		return nil, "", err
 	}
 	return v, fmt.Sprintf("Schedule %s (%s): next run %s, %d fires so far.", v.ID, v.Name, firstRun(v), v.Fires), nil
+}
+
+func (s *Server) updateSchedule(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
+	var in struct {
+		ScheduleID string `json:"schedule_id"`
+		engine.UpdateScheduleRequest
+	}
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	if err := required("schedule_id", in.ScheduleID); err != nil {
+		return nil, "", err
+	}
+	wctx, cancel := detached(ctx)
+	defer cancel()
+	v, err := s.eng.UpdateSchedule(wctx, a, in.ScheduleID, in.UpdateScheduleRequest)
+	if err != nil {
+		return nil, "", err
+	}
+	return v, fmt.Sprintf("Schedule %s (%s) updated; next run %s.", v.ID, v.Name, firstRun(v)), nil
 }
 
 func (s *Server) pauseSchedule(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {

@@ -49,6 +49,15 @@ func TestScheduleTools(t *testing.T) {
 	if got.Paused || len(got.NextRuns) != 5 {
 		t.Fatalf("resumed: %+v", got)
 	}
+	fails(t, agent, "update_schedule", map[string]any{"schedule_id": v.ID}, "bad_request")
+	fails(t, agent, "update_schedule", map[string]any{"schedule_id": v.ID, "cron": "99 * * * *"}, "invalid_cron")
+	fails(t, agent, "update_schedule", map[string]any{"schedule_id": v.ID, "bogus": 1}, "bad_request")
+	fails(t, agent, "update_schedule", map[string]any{"name": "x"}, "bad_request")
+	var upd engine.ScheduleView
+	ok(t, agent, "update_schedule", map[string]any{"schedule_id": v.ID, "name": "every 90s", "interval_seconds": 90, "missed_policy": "skip"}, &upd)
+	if upd.Name != "every 90s" || upd.IntervalSeconds != 90 || upd.Cron != "" || upd.Timezone != "" || upd.MissedPolicy != "skip" || upd.MissedCap != 0 || len(upd.NextRuns) != 5 {
+		t.Fatalf("updated: %+v", *upd.Schedule)
+	}
 	// Another agent of the same tenant.
 	mk, err := auth.CreateKey(context.Background(), b.eng.Store(), auth.NewKeyRequest{Role: engine.RoleAgent, Principal: "agent.m", Tenant: "default"})
 	if err != nil {
@@ -58,6 +67,7 @@ func TestScheduleTools(t *testing.T) {
 	for _, name := range []string{"get_schedule", "pause_schedule", "resume_schedule", "delete_schedule"} {
 		fails(t, mallory, name, map[string]any{"schedule_id": v.ID}, "not_found")
 	}
+	fails(t, mallory, "update_schedule", map[string]any{"schedule_id": v.ID, "name": "mine"}, "not_found")
 	ok(t, mallory, "list_schedules", nil, &list)
 	if len(list.Schedules) != 0 {
 		t.Fatalf("another agent lists %d schedules", len(list.Schedules))

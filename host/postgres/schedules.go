@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -90,9 +92,19 @@ VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19) ON C
 
 // UpdateSchedule implements store.Tx.
 func (w *writeTx) UpdateSchedule(ctx context.Context, s *host.Schedule) error {
-	n, err := w.ss.exec(w.c(ctx), `UPDATE schedules SET paused = $1, next_fire_at = $2, last_fire_at = $3, fires = $4, updated_at = $5, paused_reason = $8
-WHERE id = $6 AND tenant = $7`, s.Paused, us(s.NextFireAt), nus(s.LastFireAt), s.Fires, us(s.UpdatedAt), s.ID, s.Tenant, s.PausedReason)
+	tmpl, err := json.Marshal(s.Template)
 	if err != nil {
+		return err
+	}
+	n, err := w.ss.exec(w.c(ctx), `UPDATE schedules SET paused = $1, next_fire_at = $2, last_fire_at = $3, fires = $4, updated_at = $5, paused_reason = $6,
+name = $7, cron = $8, timezone = $9, interval_seconds = $10, anchor_at = $11, template = $12, missed_policy = $13, missed_cap = $14, grace_seconds = $15
+WHERE id = $16 AND tenant = $17`, s.Paused, us(s.NextFireAt), nus(s.LastFireAt), s.Fires, us(s.UpdatedAt), s.PausedReason,
+		s.Name, s.Cron, s.Timezone, s.IntervalSeconds, us(s.AnchorAt), string(tmpl), string(s.MissedPolicy), s.MissedCap, s.GraceSeconds,
+		s.ID, s.Tenant)
+	if err != nil {
+		if pgCode(err) == "23505" {
+			return host.WrapError(host.CodeConflict, err, fmt.Sprintf("a schedule named %q exists", s.Name))
+		}
 		return err
 	}
 	if n == 0 {

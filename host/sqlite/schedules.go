@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"time"
 
@@ -93,9 +94,19 @@ VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING`, vals...)
 
 // UpdateSchedule implements store.Tx.
 func (w *writeTx) UpdateSchedule(ctx context.Context, s *host.Schedule) error {
-	res, err := w.exec(ctx, `UPDATE schedules SET paused = ?, next_fire_at = ?, last_fire_at = ?, fires = ?, updated_at = ?, paused_reason = ?
-WHERE id = ? AND tenant = ?`, s.Paused, us(s.NextFireAt), nus(s.LastFireAt), s.Fires, us(s.UpdatedAt), s.PausedReason, s.ID, s.Tenant)
+	tmpl, err := json.Marshal(s.Template)
 	if err != nil {
+		return err
+	}
+	res, err := w.exec(ctx, `UPDATE schedules SET paused = ?, next_fire_at = ?, last_fire_at = ?, fires = ?, updated_at = ?, paused_reason = ?,
+name = ?, cron = ?, timezone = ?, interval_seconds = ?, anchor_at = ?, template = ?, missed_policy = ?, missed_cap = ?, grace_seconds = ?
+WHERE id = ? AND tenant = ?`, s.Paused, us(s.NextFireAt), nus(s.LastFireAt), s.Fires, us(s.UpdatedAt), s.PausedReason,
+		s.Name, s.Cron, s.Timezone, s.IntervalSeconds, us(s.AnchorAt), string(tmpl), string(s.MissedPolicy), s.MissedCap, s.GraceSeconds,
+		s.ID, s.Tenant)
+	if err != nil {
+		if strings.Contains(err.Error(), "UNIQUE") {
+			return host.Errorf(host.CodeConflict, "a schedule named %q exists", s.Name)
+		}
 		return err
 	}
 	if n, _ := res.RowsAffected(); n == 0 {

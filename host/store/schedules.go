@@ -31,9 +31,9 @@ type ScheduleWriter interface {
 	// InsertSchedule stores a new schedule; host.CodeConflict when its
 	// owner already has one of that name.
 	InsertSchedule(ctx context.Context, s *host.Schedule) error
-	// UpdateSchedule writes a schedule's mutable fields (paused,
-	// next_fire_at, last_fire_at, fires, updated_at); host.CodeNotFound if
-	// it is gone.
+	// UpdateSchedule writes every field of a schedule but its id, tenant,
+	// owner and created_at; host.CodeConflict when its owner has another
+	// schedule of its name, host.CodeNotFound if it is gone.
 	UpdateSchedule(ctx context.Context, s *host.Schedule) error
 	// DeleteSchedule removes a schedule; host.CodeNotFound if there is none.
 	DeleteSchedule(ctx context.Context, tenant, id string) error

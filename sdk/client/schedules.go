@@ -120,6 +120,31 @@ func (c *Client) Schedules(ctx context.Context, cursor string, limit, nextRuns i
 	return out.Schedules, out.Cursor, nil
 }
 
+// ScheduleChange changes a schedule (UpdateSchedule): a nil field keeps its
+// value. Giving Cron or IntervalSeconds replaces the timing whole (Cron
+// with Timezone, default UTC); Timezone alone moves a cron schedule to
+// another zone. Template, when given, replaces the template whole.
+type ScheduleChange struct {
+	Name            *string           `json:"name,omitempty"`
+	Cron            *string           `json:"cron,omitempty"`
+	Timezone        *string           `json:"timezone,omitempty"`
+	IntervalSeconds *int64            `json:"interval_seconds,omitempty"`
+	Template        *ScheduleTemplate `json:"template,omitempty"`
+	MissedPolicy    *string           `json:"missed_policy,omitempty"`
+	MissedCap       *int              `json:"missed_cap,omitempty"`
+	GraceSeconds    *int              `json:"grace_seconds,omitempty"`
+}
+
+// UpdateSchedule changes a schedule's definition (PATCH
+// /v1/schedules/{id}); a new timing runs from its first fire after now.
+func (c *Client) UpdateSchedule(ctx context.Context, id string, ch ScheduleChange) (*Schedule, error) {
+	var out Schedule
+	if _, err := c.Do(ctx, http.MethodPatch, "/v1/schedules/"+url.PathEscape(id), ch, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // PauseSchedule stops a schedule's fires until ResumeSchedule.
 func (c *Client) PauseSchedule(ctx context.Context, id string) (*Schedule, error) {
 	return c.scheduleVerb(ctx, id, "pause")

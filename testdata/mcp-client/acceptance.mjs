@@ -99,7 +99,7 @@ async function main() {
     // Workflows (issue 39).
     "submit_workflow", "get_workflow", "list_workflows", "cancel_workflow",
     // Schedules (issue 39).
-    "create_schedule", "list_schedules", "get_schedule", "pause_schedule", "resume_schedule", "delete_schedule"].sort();
+    "create_schedule", "list_schedules", "get_schedule", "update_schedule", "pause_schedule", "resume_schedule", "delete_schedule"].sort();
   check(JSON.stringify(names) === JSON.stringify(want), "agent lists exactly the agent tools", names);
   check(tools.every((t) => t.description && t.inputSchema?.type === "object" && t.outputSchema?.type === "object"),
     "every tool has a description, an input schema and an output schema");

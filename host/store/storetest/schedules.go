@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -32,6 +33,8 @@ func scheduleCases() []struct {
 		{"ScheduleIntervalFires", testScheduleInterval},
 		{"ScheduleCronInZoneAcrossDST", testScheduleCronDST},
 		{"SchedulePauseResume", testSchedulePauseResume},
+		{"ScheduleUpdate", testScheduleUpdate},
+		{"ScheduleUpdateBetweenReadAndClaim", testScheduleUpdateRacesFire},
 		{"ScheduleMissedPolicies", testScheduleMissed},
 		{"ScheduleFiresOnceAcrossEngines", testScheduleFiresOnce},
 		{"ScheduleTemplateGone", testScheduleTemplateGone},
@@ -806,3 +809,200 @@ func testQueueRefusesAlike(t *testing.T, b *Bundle) {
 		t.Fatalf("refused requests wrote %d receipts", after-before)
 	}
 }
+
+func ptrStr(s string) *string { return &s }
+
+// testScheduleUpdate: UpdateSchedule changes what it is given and keeps the
+// rest; a new timing runs from its first fire after now (the next fire
+// otherwise stays); a new template is checked as at create and is what the
+// next fire queues; a refused change (bad input, a name the owner already
+// uses, another agent) writes nothing; a change to the same values writes
+// no receipt; each change writes one schedule.updated naming its fields.
+func testScheduleUpdate(t *testing.T, b *Bundle) {
+	v := b.createSchedule(t, engine.CreateScheduleRequest{Name: "tick", IntervalSeconds: 10})
+	b.createSchedule(t, engine.CreateScheduleRequest{Name: "taken", IntervalSeconds: 60})
+	b.Clock.Advance(10 * time.Second)
+	if n := b.fire(t); n != 1 {
+		t.Fatalf("fired %d", n)
+	}
+	before, err := b.Engine.GetSchedule(b.Ctx, b.Agent, v.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mallory := engine.Actor{Tenant: "acme", Principal: "agent.mallory", Role: engine.RoleAgent}
+	refused := []struct {
+		name  string
+		actor engine.Actor
+		req   engine.UpdateScheduleRequest
+		code  string
+	}{
+		{"nothing", b.Agent, engine.UpdateScheduleRequest{}, host.CodeBadRequest},
+		{"name taken", b.Agent, engine.UpdateScheduleRequest{Name: ptrStr("taken")}, host.CodeConflict},
+		{"blank name", b.Agent, engine.UpdateScheduleRequest{Name: ptrStr("  ")}, host.CodeBadRequest},
+		{"bad cron", b.Agent, engine.UpdateScheduleRequest{Cron: ptrStr("61 * * * *")}, host.CodeInvalidCron},
+		{"cron and interval", b.Agent, engine.UpdateScheduleRequest{Cron: ptrStr("@hourly"), IntervalSeconds: ptrInt64(5)}, host.CodeInvalidInterval},
+		{"zone on an interval", b.Agent, engine.UpdateScheduleRequest{Timezone: ptrStr("Europe/Berlin")}, host.CodeInvalidTimezone},
+		{"bad zone", b.Agent, engine.UpdateScheduleRequest{Cron: ptrStr("@hourly"), Timezone: ptrStr("Mars/Olympus")}, host.CodeInvalidTimezone},
+		{"interval 0", b.Agent, engine.UpdateScheduleRequest{IntervalSeconds: ptrInt64(0)}, host.CodeInvalidInterval},
+		{"cap on skip", b.Agent, engine.UpdateScheduleRequest{MissedCap: ptrInt(3)}, host.CodeInvalidMissedPolicy},
+		{"policy", b.Agent, engine.UpdateScheduleRequest{MissedPolicy: ptrPolicy("later")}, host.CodeInvalidMissedPolicy},
+		{"grace", b.Agent, engine.UpdateScheduleRequest{GraceSeconds: ptrInt(-1)}, host.CodeInvalidMissedPolicy},
+		{"unknown type", b.Agent, engine.UpdateScheduleRequest{Template: &host.ScheduleTemplate{TaskType: "nope"}}, host.CodeUnknownTaskType},
+		{"bad params", b.Agent, engine.UpdateScheduleRequest{Template: &host.ScheduleTemplate{TaskType: "work", Params: json.RawMessage(`{"n":-1}`)}}, host.CodeInvalidParams},
+		{"workflow recipient", b.Agent, engine.UpdateScheduleRequest{Template: &host.ScheduleTemplate{TaskType: "work", Recipient: host.WorkflowFinalRecipient("WF-x")}}, host.CodeBadRequest},
+		{"another agent", mallory, engine.UpdateScheduleRequest{Name: ptrStr("mine now")}, host.CodeNotFound},
+	}
+	for _, c := range refused {
+		if _, err := b.Engine.UpdateSchedule(b.Ctx, c.actor, v.ID, c.req); !host.IsCode(err, c.code) {
+			t.Errorf("%s: %v, want %s", c.name, err, c.code)
+		}
+	}
+	if _, err := b.Engine.UpdateSchedule(b.Ctx, b.Agent, "S-01UNKNOWN", engine.UpdateScheduleRequest{Name: ptrStr("x")}); !host.IsCode(err, host.CodeNotFound) {
+		t.Errorf("unknown id: %v", err)
+	}
+	after, err := b.Engine.GetSchedule(b.Ctx, b.Agent, v.ID, 0)
+	if err != nil || after.Name != "tick" || after.IntervalSeconds != 10 || !after.UpdatedAt.Equal(before.UpdatedAt) || string(after.Template.Params) != `{"n":7}` {
+		t.Fatalf("a refused change was written: %+v %v", after, err)
+	}
+
+	// Same values: nothing written.
+	if _, err := b.Engine.UpdateSchedule(b.Ctx, b.Agent, v.ID, engine.UpdateScheduleRequest{Name: ptrStr(" tick "), IntervalSeconds: ptrInt64(10), GraceSeconds: ptrInt(host.DefaultScheduleGrace)}); err != nil {
+		t.Fatal(err)
+	}
+	// Rename and new grace: the next fire stays.
+	u, err := b.Engine.UpdateSchedule(b.Ctx, b.Agent, v.ID, engine.UpdateScheduleRequest{Name: ptrStr("tock"), GraceSeconds: ptrInt(5)})
+	if err != nil || u.Name != "tock" || u.GraceSeconds != 5 || u.IntervalSeconds != 10 || !u.NextFireAt.Equal(before.NextFireAt) {
+		t.Fatalf("rename: %+v %v", u, err)
+	}
+	// The old name is free again; the new one is taken.
+	b.createSchedule(t, engine.CreateScheduleRequest{Name: "tick", IntervalSeconds: 60})
+	// A new timing, from now (15 s): a cron in a zone, read there.
+	b.Clock.Advance(5 * time.Second)
+	u, err = b.Engine.UpdateSchedule(b.Ctx, b.Agent, v.ID, engine.UpdateScheduleRequest{Cron: ptrStr("30 9 * * *"), Timezone: ptrStr("America/New_York")})
+	if err != nil || u.Cron != "30 9 * * *" || u.Timezone != "America/New_York" || u.IntervalSeconds != 0 {
+		t.Fatalf("to cron: %+v %v", u, err)
+	}
+	if want := time.Date(2026, 1, 5, 14, 30, 0, 0, time.UTC); !u.NextFireAt.Equal(want) || !u.NextRuns[0].Equal(want) {
+		t.Fatalf("to cron: next fire %v, want %v", u.NextFireAt, want)
+	}
+	// Zone alone moves the cron; back to an interval counts from now.
+	if u, err = b.Engine.UpdateSchedule(b.Ctx, b.Agent, v.ID, engine.UpdateScheduleRequest{Timezone: ptrStr("Europe/Berlin")}); err != nil ||
+		u.Cron != "30 9 * * *" || !u.NextFireAt.Equal(time.Date(2026, 1, 5, 8, 30, 0, 0, time.UTC)) {
+		t.Fatalf("zone alone: %+v %v", u, err)
+	}
+	now := b.Clock.Now()
+	if u, err = b.Engine.UpdateSchedule(b.Ctx, b.Agent, v.ID, engine.UpdateScheduleRequest{IntervalSeconds: ptrInt64(20),
+		Template: &host.ScheduleTemplate{TaskType: "work", Params: json.RawMessage(`{ "n" : 9 }`), Priority: 8}}); err != nil ||
+		u.Cron != "" || u.Timezone != "" || !u.NextFireAt.Equal(now.Truncate(time.Second).Add(20*time.Second)) || string(u.Template.Params) != `{"n":9}` {
+		t.Fatalf("to interval with a new template: %+v %v", u, err)
+	}
+	if u, err = b.Engine.UpdateSchedule(b.Ctx, b.Agent, v.ID, engine.UpdateScheduleRequest{MissedPolicy: ptrPolicy(host.MissedRunAll), MissedCap: ptrInt(4)}); err != nil ||
+		u.MissedPolicy != host.MissedRunAll || u.MissedCap != 4 {
+		t.Fatalf("policy: %+v %v", u, err)
+	}
+	// The next fire queues the new template.
+	b.Clock.Advance(20 * time.Second)
+	if n := b.fire(t); n < 1 {
+		t.Fatalf("fired %d after the update", n)
+	}
+	fires := b.firedAt(t, v.ID)
+	last := fires[len(fires)-1]
+	var tk *host.Task
+	if err := b.Store.View(b.Ctx, func(r store.Reader) error {
+		var err error
+		tk, err = r.FindTaskByIdempotency(b.Ctx, store.IdempotencyKey{Tenant: "acme", Producer: "agent.kee", Recipient: "agent.kee", Key: engine.FireKey(v.ID, last)})
+		return err
+	}); err != nil || tk == nil || string(tk.Params) != `{"n":9}` || tk.Priority != 8 {
+		t.Fatalf("the fire after the update queued %+v (%v), want the new template", tk, err)
+	}
+	// Receipts: one schedule.updated per change that changed something.
+	rs, err := b.tenantReceipts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changes []string
+	for _, rc := range rs {
+		if rc.Type != host.ReceiptScheduleUpdated {
+			continue
+		}
+		var body struct {
+			ID      string   `json:"schedule_id"`
+			Changed []string `json:"changed"`
+		}
+		if err := json.Unmarshal(rc.Body, &body); err != nil || body.ID != v.ID || rc.From != "agent.kee" || rc.To != "agent.kee" {
+			t.Fatalf("schedule.updated: %+v %s %v", rc, rc.Body, err)
+		}
+		changes = append(changes, strings.Join(body.Changed, ","))
+	}
+	want := []string{"name,grace_seconds", "cron,timezone,interval_seconds", "timezone", "cron,timezone,interval_seconds,template", "missed_policy,missed_cap"}
+	if strings.Join(changes, " ") != strings.Join(want, " ") {
+		t.Fatalf("schedule.updated receipts changed %v, want %v", changes, want)
+	}
+}
+
+// dueHook is a store whose DueSchedules runs hook (once) after its read:
+// what a change landing between a firer pass's read and its claim looks
+// like.
+type dueHook struct {
+	store.Store
+	hook func()
+	once sync.Once
+}
+
+type dueHookReader struct {
+	store.Reader
+	s *dueHook
+}
+
+func (s *dueHook) View(ctx context.Context, fn func(store.Reader) error) error {
+	return s.Store.View(ctx, func(r store.Reader) error { return fn(dueHookReader{r, s}) })
+}
+
+func (r dueHookReader) DueSchedules(ctx context.Context, now time.Time, limit int) ([]*host.Schedule, error) {
+	ss, err := r.Reader.DueSchedules(ctx, now, limit)
+	if err == nil && len(ss) > 0 {
+		r.s.once.Do(r.s.hook)
+	}
+	return ss, err
+}
+
+// testScheduleUpdateRacesFire: a schedule changed after a firer pass read
+// it and before the pass claimed it is not fired from what the pass read
+// (its old template's task type with the new params): the next pass fires
+// what the schedule holds now.
+func testScheduleUpdateRacesFire(t *testing.T, b *Bundle) {
+	v := b.createSchedule(t, engine.CreateScheduleRequest{Name: "tick", IntervalSeconds: 10})
+	b.Clock.Advance(10 * time.Second)
+	st := &dueHook{Store: b.Store, hook: func() {
+		if _, err := b.Engine.UpdateSchedule(b.Ctx, b.Agent, v.ID, engine.UpdateScheduleRequest{
+			Template: &host.ScheduleTemplate{TaskType: "other", Params: json.RawMessage(`{"n":9}`)}}); err != nil {
+			t.Errorf("update: %v", err)
+		}
+	}}
+	firer, err := engine.New(engine.Config{Store: st, Clock: b.Clock, ExpiryJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(firer.Close)
+	for range 2 {
+		if _, err := firer.FireSchedules(b.Ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fires := b.firedAt(t, v.ID)
+	if len(fires) != 1 {
+		t.Fatalf("fires %v, want one", fires)
+	}
+	var tk *host.Task
+	if err := b.Store.View(b.Ctx, func(r store.Reader) error {
+		var err error
+		tk, err = r.FindTaskByIdempotency(b.Ctx, store.IdempotencyKey{Tenant: "acme", Producer: "agent.kee", Recipient: "agent.kee", Key: engine.FireKey(v.ID, fires[0])})
+		return err
+	}); err != nil || tk == nil || tk.Type != "other" || string(tk.Params) != `{"n":9}` {
+		t.Fatalf("the fire queued %+v (%v), want the updated template's type and params", tk, err)
+	}
+}
+
+func ptrInt64(n int64) *int64 { return &n }
+
+func ptrPolicy(p host.MissedPolicy) *host.MissedPolicy { return &p }
