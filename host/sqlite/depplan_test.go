@@ -30,13 +30,25 @@ func TestDependencyQueriesUseTheirIndexes(t *testing.T) {
 		{markAndLockSQL, "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
 		{markAndLockSQL, "USING COVERING INDEX task_dependencies_open (tenant=? AND dep_id=?)"},
 		{markAndLockSQL, "USING PRIMARY KEY (tenant=? AND waiter_id=?)"},
+		{markAndLockOneSQL, "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
+		{markAndLockOneSQL, "USING COVERING INDEX task_dependencies_open (tenant=? AND dep_id=?)"},
+		{markAndLockOneSQL, "USING PRIMARY KEY (tenant=? AND waiter_id=?)"},
 		// The settling's read of the waiters with their tallies.
 		{settledWaitersSQL, "SEARCH t USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
 		{settledWaitersSQL, "USING PRIMARY KEY (tenant=? AND waiter_id=?)"},
+		// The settling's edge update, and its updates of the ready waiters:
+		// each waiter by its id, its edges by their key.
+		{settleEdgesSQL, "USING INDEX task_dependencies_open (tenant=? AND dep_id=?)"},
+		{readyWaitersSQL[readyAny][0], "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
+		{readyWaitersSQL[readyAny][1], "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
+		{readyWaitersSQL[readyAllFinished][0], "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
+		{readyWaitersSQL[readyAllFinished][1], "USING PRIMARY KEY (tenant=? AND waiter_id=?)"},
+		{readyWaitersSQL[readyAllSucceeded][0], "USING PRIMARY KEY (tenant=? AND waiter_id=?)"},
+		{readyWaitersSQL[readyAllSucceeded][1], "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
 	} {
-		var args []any
-		if strings.Contains(c.q, "?") {
-			args = []any{"x", `["a"]`}
+		args := make([]any, strings.Count(c.q, "?"))
+		for i := range args {
+			args[i] = `["a"]`
 		}
 		rows, err := st.rdb.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+c.q, args...)
 		if err != nil {
