@@ -105,7 +105,7 @@ type WaiterReadier interface {
 	// it ready or leave it waiting (all_finished never cancels; a success
 	// breaks no rule, and a waiting all_succeeded waiter has no failed
 	// edge, as the failure that recorded one canceled it then) (storetest:
-	// every Dependencies case, DependencyHammer).
+	// DependencyReadyWaiterRows, every Dependencies case, DependencyHammer).
 	SettleReadyWaiters(ctx context.Context, tenant, dep string, state host.TaskState, now time.Time) (ready []*host.Task, rest []SettledWaiter, err error)
 }
 
