@@ -279,12 +279,16 @@ AND has_waiters = 0 AND state NOT IN ('succeeded', 'canceled', 'dead_letter', 'a
 	return err
 }
 
-// MarkAndLockDependencies implements store.Tx with one statement
-// (markAndLockSQL, or markAndLockOneSQL for a single id, which spares the
-// json_each), which also reads the counts CrowdedDependency and WaiterDepth
-// then answer from. The tasks hold only the fields of
-// sqlrows.DependencyCheckColumns: the enqueue checks no more, and a whole
-// row (the params above all) was most of the statement's cost.
+// MarkAndLockDependencies implements store.Tx with a read of the tasks
+// and their counts (checkDepsSQL, or checkDepsOneSQL for a single id, which
+// spares the json_each), then, when some named task is unfinished and not
+// yet marked, one update of the marker on those alone (markSQL). The read
+// also answers the counts CrowdedDependency and WaiterDepth then answer
+// from. The tasks hold only the fields of sqlrows.DependencyCheckColumns:
+// the enqueue checks no more, and a whole row (the params above all) was
+// most of the cost. A read and a plain update cost the writer less than
+// the one UPDATE … RETURNING they replace (which wrote every row named),
+// and a dependency already marked (a fan-out's) costs the read alone.
 func (w *writeTx) MarkAndLockDependencies(ctx context.Context, tenant string, ids []string) ([]*host.Task, error) {
 	if len(ids) == 0 {
 		return nil, nil
@@ -295,37 +299,79 @@ func (w *writeTx) MarkAndLockDependencies(ctx context.Context, tenant string, id
 	if err := w.flushDepsFor(ctx, ids...); err != nil {
 		return nil, err
 	}
-	// The statement writes (rawQuery does not say so): an update refused
-	// after it must be undone by a savepoint, or its marker commits with
-	// the batch's other updates.
-	// OR FAIL (markAndLock): it is set first.
-	w.wrote = true
-	q, arg := markAndLockOneSQL, any(ids[0])
+	q, arg := checkDepsOneSQL, any(ids[0])
 	if len(ids) > 1 {
-		q, arg = markAndLockSQL, store.IDsJSON(ids)
+		q, arg = checkDepsSQL, store.IDsJSON(ids)
 	}
 	rows, err := w.rawQuery(ctx, q, tenant, arg)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	counts := store.NewDependencyCounts(tenant)
-	var out []*host.Task
+	var out, mark []*host.Task
 	for rows.Next() {
 		var open, depth int
 		t, err := sqlrows.ScanDependencyCheck(suffixScanner{rows, []any{&open, &depth}})
 		if err != nil {
+			rows.Close()
 			return nil, err
 		}
 		counts.Open[t.ID], counts.Depth[t.ID] = open, depth
 		out = append(out, t)
+		if !t.HasWaiters && !t.State.Terminal() {
+			mark = append(mark, t)
+		}
 	}
 	if err := rows.Err(); err != nil {
+		rows.Close()
 		return nil, err
+	}
+	rows.Close()
+	if len(mark) > 0 {
+		ids := make([]string, len(mark))
+		for i, t := range mark {
+			ids[i] = t.ID
+		}
+		q, arg := markOneSQL, any(ids[0])
+		if len(ids) > 1 {
+			q, arg = markSQL, store.IDsJSON(ids)
+		}
+		if _, err := w.rawExec(ctx, q, tenant, arg); err != nil {
+			return nil, err
+		}
+		for _, t := range mark {
+			t.HasWaiters = true
+		}
 	}
 	w.deps = counts
 	return out, nil
 }
+
+// checkDepsSQL reads an enqueue's dependencies with the columns it checks
+// (sqlrows.DependencyCheckColumns) and their counts, as lockDependenciesSQL
+// does; a task without the marker has no open edge (edges to an
+// unfinished task are written only once it is marked, and the marker is
+// never taken off), so its open edges are not counted.
+var checkDepsSQL = checkDeps(`t.id IN (SELECT value FROM json_each(?))`)
+
+// checkDepsOneSQL is checkDepsSQL for one id.
+var checkDepsOneSQL = checkDeps(`t.id = ?`)
+
+func checkDeps(ids string) string {
+	return `SELECT ` + sqlrows.Prefixed("t", sqlrows.DependencyCheckColumns) +
+		strings.Replace(dependencyCountsSQL, "CASE WHEN t.state IN", "CASE WHEN t.has_waiters = 0 OR t.state IN", 1) + `
+FROM tasks t WHERE +t.tenant = ? AND ` + ids
+}
+
+// markSQL and markOneSQL set the marker on the unfinished tasks the read
+// found unmarked. The dependency statements that write say OR FAIL, as the
+// rows written behind do (writebehind.go): no statement journal. What one
+// wrote before an error is undone with its update, which has said it wrote
+// first.
+const (
+	markSQL    = `UPDATE OR FAIL tasks SET has_waiters = 1 WHERE +tenant = ? AND id IN (SELECT value FROM json_each(?))`
+	markOneSQL = `UPDATE OR FAIL tasks SET has_waiters = 1 WHERE +tenant = ? AND id = ?`
+)
 
 // ListDependencies implements store.Reader.
 func (r *reader) ListDependencies(ctx context.Context, tenant, waiter string) ([]host.Dependency, error) {
@@ -440,24 +486,6 @@ CASE WHEN t.state = 'waiting' THEN
 // lockDependenciesSQL reads an enqueue's dependencies with their counts.
 var lockDependenciesSQL = `SELECT ` + sqlrows.Prefixed("t", sqlrows.TaskColumns) + dependencyCountsSQL + `
 FROM tasks t WHERE +t.tenant = ? AND t.id IN (SELECT value FROM json_each(?))`
-
-// markAndLockSQL is MarkWaitedOn and lockDependenciesSQL in one statement:
-// every row named is written (a finished one, or one already marked, with
-// the marker it has), so the statement answers them all, each with the
-// columns an enqueue checks (sqlrows.DependencyCheckColumns).
-var markAndLockSQL = markAndLock(`id IN (SELECT value FROM json_each(?))`)
-
-// markAndLockOneSQL is markAndLockSQL for one id.
-var markAndLockOneSQL = markAndLock(`id = ?`)
-
-// The dependency statements that write say OR FAIL, as the rows written
-// behind do (writebehind.go): no statement journal. What one wrote before
-// an error is undone with its update, which has said it wrote first.
-func markAndLock(ids string) string {
-	return `UPDATE OR FAIL tasks SET has_waiters = CASE WHEN state IN ('succeeded', 'canceled', 'dead_letter', 'archived') THEN has_waiters ELSE 1 END
-WHERE +tenant = ? AND ` + ids + `
-RETURNING ` + sqlrows.DependencyCheckColumns + strings.ReplaceAll(dependencyCountsSQL, " t.", " tasks.")
-}
 
 // suffixScanner scans the columns the wrapped scan expects, then rest.
 type suffixScanner struct {
