@@ -80,8 +80,9 @@ type DependencyWriter interface {
 	MarkWaitedOn(ctx context.Context, tenant string, ids []string) error
 	// MarkAndLockDependencies is MarkWaitedOn followed by LockDependencies
 	// (of the same ids), in one call: what an enqueue with an after list
-	// runs (SQLite: one statement; PostgreSQL: the marker queued ahead of
-	// the locking read, one round trip). The tasks come as LockDependencies
+	// runs (SQLite: a read, then the marker on the unmarked unfinished ones
+	// only; PostgreSQL: the marker queued ahead of the locking read, one
+	// round trip). The tasks come as LockDependencies
 	// returns them, the marker included, or hold only the fields of
 	// sqlrows.DependencyCheckColumns, all an enqueue checks (SQLite)
 	// (storetest: DependencyMarkAndLock).
