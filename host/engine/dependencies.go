@@ -26,7 +26,10 @@ import (
 //     edges by state (store.SettleWaiters: on PostgreSQL one round trip,
 //     one aggregate however large the fan-in) and applies the rule:
 //     queued (ready), canceled (with a task.canceled receipt from the gate
-//     naming the dependency), or still waiting. A cancel is itself a
+//     naming the dependency), or still waiting. A store that implements
+//     store.WaiterReadier (SQLite) moves the ready ones to queued itself,
+//     in the statement that checks their rule, and hands over only the
+//     waiters this end may cancel. A cancel is itself a
 //     terminal write, so it settles the waiter's own waiters in turn: the
 //     finished tasks go on a work-list drained in a loop (settleAll), so
 //     a long chain costs no stack.
@@ -195,11 +198,21 @@ func (d *deliveryTx) settleAll(ctx context.Context) error {
 // records the state on dep's open edges and settles each waiter whose rule
 // that decides. A waiter it cancels joins the work-list (settleAll).
 func (d *deliveryTx) settleWaiters(ctx context.Context, dep finished) error {
-	settled, err := d.Tx.SettleWaiters(ctx, dep.tenant, dep.id, dep.state)
+	now := d.e.now()
+	var settled []store.SettledWaiter
+	var err error
+	if r, ok := d.Tx.(store.WaiterReadier); ok {
+		// The store moves the waiters the rule lets run to queued itself
+		// and hands over only those whose rule this end may break.
+		var ready []*host.Task
+		ready, settled, err = r.SettleReadyWaiters(ctx, dep.tenant, dep.id, dep.state, now)
+		d.readied = append(d.readied, ready...)
+	} else {
+		settled, err = d.Tx.SettleWaiters(ctx, dep.tenant, dep.id, dep.state)
+	}
 	if err != nil || len(settled) == 0 {
 		return err
 	}
-	now := d.e.now()
 	for _, sw := range settled {
 		w, tally := sw.Task, sw.Tally // locked, in id order (one lock order for every writer)
 		if w.State != host.StateWaiting {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -22,17 +23,18 @@ func (w *writeTx) InsertDependencies(ctx context.Context, deps []host.Dependency
 	return nil
 }
 
-// insertDependencies writes edges of one tenant with one statement.
+// insertDependencies writes edges with multi-row INSERTs (insertRows: a
+// few prepared statement texts serve every batch; no JSON to build and
+// take apart, which the edges cost before).
 func (w *writeTx) insertDependencies(ctx context.Context, deps []host.Dependency) error {
-	tenant, rows, err := store.DependencyRowsJSON(deps)
-	if err != nil {
-		return err
+	rows := make([][]any, len(deps))
+	for i, d := range deps {
+		rows[i] = []any{d.Tenant, d.Waiter, d.DependsOn, string(d.Rule), d.Position, string(d.DepState), d.Depth}
 	}
-	_, err = w.rawExec(ctx, `INSERT OR FAIL INTO task_dependencies (tenant, waiter_id, dep_id, rule, position, dep_state, depth)
-SELECT ?, json_extract(j.value, '$.w'), json_extract(j.value, '$.d'), json_extract(j.value, '$.r'), json_extract(j.value, '$.p'), json_extract(j.value, '$.s'), json_extract(j.value, '$.h')
-FROM json_each(?) j`, tenant, rows)
-	return err
+	return w.insertRows(ctx, `INSERT OR FAIL INTO task_dependencies (tenant, waiter_id, dep_id, rule, position, dep_state, depth) VALUES `, 7, rows, errEdgeClash)
 }
+
+var errEdgeClash = host.Errorf(host.CodeConflict, "a dependency edge with this waiter and dependency exists")
 
 // SettleDependency implements store.Tx. It reads and writes only edges, so
 // a completion's rows written behind stay in their multi-row statements.
@@ -70,6 +72,12 @@ func (w *writeTx) SettleWaiters(ctx context.Context, tenant, dep string, state h
 	if err != nil || len(ids) == 0 {
 		return nil, err
 	}
+	return w.settledWaiters(ctx, tenant, dep, ids)
+}
+
+// settledWaiters reads the waiters ids of dep with their tallies
+// (settledWaitersSQL).
+func (w *writeTx) settledWaiters(ctx context.Context, tenant, dep string, ids []string) ([]store.SettledWaiter, error) {
 	if err := w.flushFor(ctx, ids...); err != nil {
 		return nil, err
 	}
@@ -104,6 +112,130 @@ func (w *writeTx) SettleWaiters(ctx context.Context, tenant, dep string, state h
 	}
 	return out, nil
 }
+
+// SettleReadyWaiters implements store.WaiterReadier: the edges' update
+// (which also answers each waiter's rule), then, for the waiters whose
+// verdict cannot be a cancel, one update per rule that moves those the
+// rule now lets run to queued (readyWaitersSQL). A pair (one waiter, one
+// dependency that succeeded) costs two statements, where SettleWaiters and
+// the engine's update of the waiter cost three, the read and the update
+// of a whole row among them. The other waiters are read as SettleWaiters
+// reads them.
+func (w *writeTx) SettleReadyWaiters(ctx context.Context, tenant, dep string, state host.TaskState, now time.Time) ([]*host.Task, []store.SettledWaiter, error) {
+	w.deps = nil
+	if err := w.flushDepsFor(ctx, dep); err != nil {
+		return nil, nil, err
+	}
+	w.wrote = true // before the statement: OR FAIL leaves what it wrote before an error
+	rows, err := w.rawQuery(ctx, settleEdgesSQL, string(state), tenant, dep)
+	if err != nil {
+		return nil, nil, err
+	}
+	// by[readyAny], by[readyAllFinished], by[readyAllSucceeded]: the
+	// waiters each ready statement tries; decide: the engine's.
+	var by [readyKinds][]string
+	var all, decide []string
+	for rows.Next() {
+		var id, rule string
+		if err := rows.Scan(&id, &rule); err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		all = append(all, id)
+		switch {
+		case host.DependencyRule(rule) == host.RuleAllFinished:
+			by[readyAllFinished] = append(by[readyAllFinished], id)
+		case state != host.StateSucceeded:
+			decide = append(decide, id)
+		case host.DependencyRule(rule) == host.RuleAnySucceeded:
+			by[readyAny] = append(by[readyAny], id)
+		default:
+			by[readyAllSucceeded] = append(by[readyAllSucceeded], id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		rows.Close()
+		return nil, nil, err
+	}
+	rows.Close()
+	if len(all) == 0 {
+		return nil, nil, nil
+	}
+	if err := w.flushFor(ctx, all...); err != nil {
+		return nil, nil, err
+	}
+	if err := w.flushDepsFor(ctx, all...); err != nil {
+		return nil, nil, err
+	}
+	var ready []*host.Task
+	for kind, ids := range by {
+		if len(ids) == 0 {
+			continue
+		}
+		q, arg := readyWaitersSQL[kind][0], any(ids[0])
+		if len(ids) > 1 {
+			q, arg = readyWaitersSQL[kind][1], store.IDsJSON(ids)
+		}
+		rows, err := w.rawQuery(ctx, q, us(now), us(now), tenant, arg)
+		if err != nil {
+			return nil, nil, err
+		}
+		for rows.Next() {
+			t := &host.Task{Tenant: tenant, State: host.StateQueued}
+			if err := rows.Scan(&t.ID, &t.Type); err != nil {
+				rows.Close()
+				return nil, nil, err
+			}
+			w.counts = store.Moved(w.counts, t, host.StateWaiting, host.StateQueued)
+			ready = append(ready, t)
+		}
+		if err := rows.Err(); err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		rows.Close()
+	}
+	if len(decide) == 0 {
+		return ready, nil, nil
+	}
+	rest, err := w.settledWaiters(ctx, tenant, dep, decide)
+	return ready, rest, err
+}
+
+var _ store.WaiterReadier = (*writeTx)(nil)
+
+// settleEdgesSQL records a dependency's end on its open edges and answers
+// each one's waiter and rule.
+const settleEdgesSQL = `UPDATE OR FAIL task_dependencies INDEXED BY task_dependencies_open SET dep_state = ? WHERE tenant = ? AND dep_id = ? AND dep_state = '' RETURNING waiter_id, rule`
+
+// The ready statements of SettleReadyWaiters, by what the rule needs of
+// the waiter's edges once the dependency's end is recorded.
+const (
+	readyAny          = iota // any_succeeded, the dependency succeeded: nothing more
+	readyAllFinished         // all_finished: no edge still open
+	readyAllSucceeded        // all_succeeded, the dependency succeeded: every edge succeeded
+	readyKinds
+)
+
+// readyWaitersSQL are, by kind, the update that moves the waiting waiters
+// among the ids the rule lets run to queued, as the engine's update of a
+// ready waiter does; [0] for one id, [1] for a JSON array of them. The
+// edges are read on their primary key (tenant, waiter_id).
+var readyWaitersSQL = func() (out [readyKinds][2]string) {
+	conds := [readyKinds]string{
+		readyAny:          ``,
+		readyAllFinished:  ` AND NOT EXISTS (SELECT 1 FROM task_dependencies d WHERE d.tenant = tasks.tenant AND d.waiter_id = tasks.id AND d.dep_state = '')`,
+		readyAllSucceeded: ` AND NOT EXISTS (SELECT 1 FROM task_dependencies d WHERE d.tenant = tasks.tenant AND d.waiter_id = tasks.id AND d.dep_state <> 'succeeded')`,
+	}
+	for kind, cond := range conds {
+		for i, ids := range []string{`id = ?`, `id IN (SELECT value FROM json_each(?))`} {
+			out[kind][i] = `UPDATE OR FAIL tasks SET state = 'queued', updated_at = ?, available_at = max(available_at, ?), version = version + 1
+WHERE +tenant = ? AND ` + ids + ` AND state = 'waiting'` + cond + `
+RETURNING id, task_type`
+		}
+	}
+	return out
+}()
 
 // settledWaitersSQL reads the waiters SettleWaiters settled an edge of, in
 // id order (one lock order for every writer, as store.SettleWaitersStepwise),
@@ -147,19 +279,99 @@ AND has_waiters = 0 AND state NOT IN ('succeeded', 'canceled', 'dead_letter', 'a
 	return err
 }
 
-// MarkAndLockDependencies implements store.Tx with one statement
-// (markAndLockSQL), which also reads the counts CrowdedDependency and
-// WaiterDepth then answer from.
+// MarkAndLockDependencies implements store.Tx with a read of the tasks
+// and their counts (checkDepsSQL, or checkDepsOneSQL for a single id, which
+// spares the json_each), then, when some named task is unfinished and not
+// yet marked, one update of the marker on those alone (markSQL). The read
+// also answers the counts CrowdedDependency and WaiterDepth then answer
+// from. The tasks hold only the fields of sqlrows.DependencyCheckColumns:
+// the enqueue checks no more, and a whole row (the params above all) was
+// most of the cost. A read and a plain update cost the writer less than
+// the one UPDATE … RETURNING they replace (which wrote every row named),
+// and a dependency already marked (a fan-out's) costs the read alone.
 func (w *writeTx) MarkAndLockDependencies(ctx context.Context, tenant string, ids []string) ([]*host.Task, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	// The statement writes (rawQuery does not say so): an update refused
-	// after it must be undone by a savepoint, or its marker commits with
-	// the batch's other updates.
-	w.wrote = true
-	return w.lockWithCounts(ctx, markAndLockSQL, tenant, ids)
+	if err := w.flushFor(ctx, ids...); err != nil {
+		return nil, err
+	}
+	if err := w.flushDepsFor(ctx, ids...); err != nil {
+		return nil, err
+	}
+	q, arg := checkDepsOneSQL, any(ids[0])
+	if len(ids) > 1 {
+		q, arg = checkDepsSQL, store.IDsJSON(ids)
+	}
+	rows, err := w.rawQuery(ctx, q, tenant, arg)
+	if err != nil {
+		return nil, err
+	}
+	counts := store.NewDependencyCounts(tenant)
+	var out, mark []*host.Task
+	for rows.Next() {
+		var open, depth int
+		t, err := sqlrows.ScanDependencyCheck(suffixScanner{rows, []any{&open, &depth}})
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		counts.Open[t.ID], counts.Depth[t.ID] = open, depth
+		out = append(out, t)
+		if !t.HasWaiters && !t.State.Terminal() {
+			mark = append(mark, t)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		rows.Close()
+		return nil, err
+	}
+	rows.Close()
+	if len(mark) > 0 {
+		ids := make([]string, len(mark))
+		for i, t := range mark {
+			ids[i] = t.ID
+		}
+		q, arg := markOneSQL, any(ids[0])
+		if len(ids) > 1 {
+			q, arg = markSQL, store.IDsJSON(ids)
+		}
+		if _, err := w.rawExec(ctx, q, tenant, arg); err != nil {
+			return nil, err
+		}
+		for _, t := range mark {
+			t.HasWaiters = true
+		}
+	}
+	w.deps = counts
+	return out, nil
 }
+
+// checkDepsSQL reads an enqueue's dependencies with the columns it checks
+// (sqlrows.DependencyCheckColumns) and their counts, as lockDependenciesSQL
+// does; a task without the marker has no open edge (edges to an
+// unfinished task are written only once it is marked, and the marker is
+// never taken off), so its open edges are not counted.
+var checkDepsSQL = checkDeps(`t.id IN (SELECT value FROM json_each(?))`)
+
+// checkDepsOneSQL is checkDepsSQL for one id.
+var checkDepsOneSQL = checkDeps(`t.id = ?`)
+
+func checkDeps(ids string) string {
+	return `SELECT ` + sqlrows.Prefixed("t", sqlrows.DependencyCheckColumns) +
+		strings.Replace(dependencyCountsSQL, "CASE WHEN t.state IN", "CASE WHEN t.has_waiters = 0 OR t.state IN", 1) + `
+FROM tasks t WHERE +t.tenant = ? AND ` + ids
+}
+
+// markSQL and markOneSQL set the marker on the unfinished tasks the read
+// found unmarked. The dependency statements that write say OR FAIL, as the
+// rows written behind do (writebehind.go): no statement journal. What one
+// wrote before an error is undone with its update, which has said it wrote
+// first.
+const (
+	markSQL    = `UPDATE OR FAIL tasks SET has_waiters = 1 WHERE +tenant = ? AND id IN (SELECT value FROM json_each(?))`
+	markOneSQL = `UPDATE OR FAIL tasks SET has_waiters = 1 WHERE +tenant = ? AND id = ?`
+)
 
 // ListDependencies implements store.Reader.
 func (r *reader) ListDependencies(ctx context.Context, tenant, waiter string) ([]host.Dependency, error) {
@@ -230,9 +442,8 @@ func (r *reader) LockDependencies(ctx context.Context, tenant string, ids []stri
 	return r.lockWithCounts(ctx, lockDependenciesSQL, tenant, ids)
 }
 
-// lockWithCounts runs q (lockDependenciesSQL or markAndLockSQL) inside
-// Update: the tasks, and their counts kept for CrowdedDependency and
-// WaiterDepth.
+// lockWithCounts runs q (lockDependenciesSQL) inside Update: the tasks,
+// and their counts kept for CrowdedDependency and WaiterDepth.
 func (r *reader) lockWithCounts(ctx context.Context, q, tenant string, ids []string) ([]*host.Task, error) {
 	if err := r.flushFor(ctx, ids...); err != nil {
 		return nil, err
@@ -275,13 +486,6 @@ CASE WHEN t.state = 'waiting' THEN
 // lockDependenciesSQL reads an enqueue's dependencies with their counts.
 var lockDependenciesSQL = `SELECT ` + sqlrows.Prefixed("t", sqlrows.TaskColumns) + dependencyCountsSQL + `
 FROM tasks t WHERE +t.tenant = ? AND t.id IN (SELECT value FROM json_each(?))`
-
-// markAndLockSQL is MarkWaitedOn and lockDependenciesSQL in one statement:
-// every row named is written (a finished one, or one already marked, with
-// the marker it has), so the statement answers them all.
-var markAndLockSQL = `UPDATE tasks SET has_waiters = CASE WHEN state IN ('succeeded', 'canceled', 'dead_letter', 'archived') THEN has_waiters ELSE 1 END
-WHERE +tenant = ? AND id IN (SELECT value FROM json_each(?))
-RETURNING ` + sqlrows.TaskColumns + strings.ReplaceAll(dependencyCountsSQL, " t.", " tasks.")
 
 // suffixScanner scans the columns the wrapped scan expects, then rest.
 type suffixScanner struct {

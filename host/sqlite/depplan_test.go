@@ -27,16 +27,30 @@ func TestDependencyQueriesUseTheirIndexes(t *testing.T) {
 		{lockDependenciesSQL, "SEARCH t USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
 		{lockDependenciesSQL, "USING COVERING INDEX task_dependencies_open (tenant=? AND dep_id=?)"},
 		{lockDependenciesSQL, "USING PRIMARY KEY (tenant=? AND waiter_id=?)"},
-		{markAndLockSQL, "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
-		{markAndLockSQL, "USING COVERING INDEX task_dependencies_open (tenant=? AND dep_id=?)"},
-		{markAndLockSQL, "USING PRIMARY KEY (tenant=? AND waiter_id=?)"},
+		{checkDepsSQL, "SEARCH t USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
+		{checkDepsSQL, "USING COVERING INDEX task_dependencies_open (tenant=? AND dep_id=?)"},
+		{checkDepsSQL, "USING PRIMARY KEY (tenant=? AND waiter_id=?)"},
+		{checkDepsOneSQL, "SEARCH t USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
+		{checkDepsOneSQL, "USING COVERING INDEX task_dependencies_open (tenant=? AND dep_id=?)"},
+		{checkDepsOneSQL, "USING PRIMARY KEY (tenant=? AND waiter_id=?)"},
+		{markSQL, "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
+		{markOneSQL, "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
 		// The settling's read of the waiters with their tallies.
 		{settledWaitersSQL, "SEARCH t USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
 		{settledWaitersSQL, "USING PRIMARY KEY (tenant=? AND waiter_id=?)"},
+		// The settling's edge update, and its updates of the ready waiters:
+		// each waiter by its id, its edges by their key.
+		{settleEdgesSQL, "USING INDEX task_dependencies_open (tenant=? AND dep_id=?)"},
+		{readyWaitersSQL[readyAny][0], "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
+		{readyWaitersSQL[readyAny][1], "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
+		{readyWaitersSQL[readyAllFinished][0], "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
+		{readyWaitersSQL[readyAllFinished][1], "USING PRIMARY KEY (tenant=? AND waiter_id=?)"},
+		{readyWaitersSQL[readyAllSucceeded][0], "USING PRIMARY KEY (tenant=? AND waiter_id=?)"},
+		{readyWaitersSQL[readyAllSucceeded][1], "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
 	} {
-		var args []any
-		if strings.Contains(c.q, "?") {
-			args = []any{"x", `["a"]`}
+		args := make([]any, strings.Count(c.q, "?"))
+		for i := range args {
+			args[i] = `["a"]`
 		}
 		rows, err := st.rdb.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+c.q, args...)
 		if err != nil {

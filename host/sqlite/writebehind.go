@@ -186,7 +186,7 @@ func (w *writeTx) flushRows(ctx context.Context) error {
 	return w.flushDeps(ctx)
 }
 
-// flushDeps writes the kept edges with one statement. A failure sticks, as
+// flushDeps writes the kept edges with multi-row INSERTs. A failure sticks, as
 // flushRows'.
 func (w *writeTx) flushDeps(ctx context.Context) error {
 	if w.failed != nil {
@@ -195,22 +195,9 @@ func (w *writeTx) flushDeps(ctx context.Context) error {
 	if len(w.newDeps) == 0 {
 		return nil
 	}
-	// One statement a tenant (the edges' rows name it once).
-	rest := w.newDeps
-	for len(rest) > 0 {
-		var one, other []host.Dependency
-		for _, d := range rest {
-			if d.Tenant == rest[0].Tenant {
-				one = append(one, d)
-			} else {
-				other = append(other, d)
-			}
-		}
-		if err := w.insertDependencies(ctx, one); err != nil {
-			w.failed = err
-			return err
-		}
-		rest = other
+	if err := w.insertDependencies(ctx, w.newDeps); err != nil {
+		w.failed = err
+		return err
 	}
 	w.newDeps = w.newDeps[:0]
 	return nil

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 )
@@ -79,10 +80,34 @@ type DependencyWriter interface {
 	MarkWaitedOn(ctx context.Context, tenant string, ids []string) error
 	// MarkAndLockDependencies is MarkWaitedOn followed by LockDependencies
 	// (of the same ids), in one call: what an enqueue with an after list
-	// runs (SQLite: one statement; PostgreSQL: the marker queued ahead of
-	// the locking read, one round trip). The tasks come as LockDependencies
-	// returns them, the marker included (storetest: DependencyMarkAndLock).
+	// runs (SQLite: a read, then the marker on the unmarked unfinished ones
+	// only; PostgreSQL: the marker queued ahead of the locking read, one
+	// round trip). The tasks come as LockDependencies
+	// returns them, the marker included, or hold only the fields of
+	// sqlrows.DependencyCheckColumns, all an enqueue checks (SQLite)
+	// (storetest: DependencyMarkAndLock).
 	MarkAndLockDependencies(ctx context.Context, tenant string, ids []string) ([]*host.Task, error)
+}
+
+// WaiterReadier is what a Tx may implement (SQLite does) to settle the
+// waiters a dependency's end makes ready without handing them to the
+// engine: SettleWaiters, with the ready verdict applied in SQL.
+type WaiterReadier interface {
+	// SettleReadyWaiters is SettleWaiters, except that each waiting waiter
+	// whose rule the edges now meet (host.DependencyTally.Decide says
+	// VerdictReady) is moved to queued by the store, as the engine's
+	// update would (state queued, updated_at now, available_at no earlier
+	// than now, version+1, counted in the queue counts), and returned in
+	// ready with only its id, tenant, type and state. rest are the waiters
+	// whose verdict the engine must still decide, as SettleWaiters returns
+	// them: those under a rule the end of dep may break (all_succeeded or
+	// any_succeeded when dep did not succeed). A waiter under another rule
+	// that is not made ready is left as it is: the end of dep can only make
+	// it ready or leave it waiting (all_finished never cancels; a success
+	// breaks no rule, and a waiting all_succeeded waiter has no failed
+	// edge, as the failure that recorded one canceled it then) (storetest:
+	// DependencyReadyWaiterRows, every Dependencies case, DependencyHammer).
+	SettleReadyWaiters(ctx context.Context, tenant, dep string, state host.TaskState, now time.Time) (ready []*host.Task, rest []SettledWaiter, err error)
 }
 
 // SettledWaiter is a waiter SettleWaiters settled an edge of: its task as

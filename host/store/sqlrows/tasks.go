@@ -119,3 +119,29 @@ func ScanOutcome(sc Scanner) (*host.Task, error) {
 	}
 	return &t, nil
 }
+
+// DependencyCheckColumns are the columns ScanDependencyCheck reads: what an
+// enqueue checks of each task its after list names (visibility to the
+// caller, host.FinishedAs, whether it waits itself, its marker), never the
+// params, so naming a dependency reads little of it.
+const DependencyCheckColumns = `id, tenant, task_type, created_by, recipient, worker_id, state, result, dead_reason, has_waiters`
+
+// ScanDependencyCheck reads one row of DependencyCheckColumns into a task
+// that holds only those fields.
+func ScanDependencyCheck(sc Scanner) (*host.Task, error) {
+	var t host.Task
+	var state string
+	var result *string
+	if err := sc.Scan(&t.ID, &t.Tenant, &t.Type, &t.CreatedBy, &t.Recipient, &t.WorkerID, &state, &result, &t.DeadReason, &t.HasWaiters); err != nil {
+		return nil, err
+	}
+	t.State = host.TaskState(state)
+	if result != nil && *result != "" {
+		var res host.Result
+		if err := json.Unmarshal([]byte(*result), &res); err != nil {
+			return nil, err
+		}
+		t.Result = &res
+	}
+	return &t, nil
+}

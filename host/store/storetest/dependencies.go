@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
@@ -42,6 +43,7 @@ func dependencyCases() []struct {
 		{"DependencyChainDepthBounded", testDepsDepthBounded},
 		{"DependencyMarker", testDepsMarker},
 		{"DependencyMarkAndLock", testDepsMarkAndLock},
+		{"DependencyReadyWaiterRows", testDepsReadyRows},
 	}
 }
 
@@ -742,4 +744,81 @@ func testDepsDepthBounded(t *testing.T, b *Bundle) {
 		t.Fatalf("last link is %s after the chain ran, want queued or succeeded", tk.State)
 	}
 	b.Enqueue(t, "other", after("", ids[host.MaxDependencyDepth]))
+}
+
+// testDepsReadyRows checks what settling writes on the waiters a success
+// makes ready, under each rule, and on those it leaves waiting: a ready
+// one is queued with its version moved on, updated now and available no
+// earlier than now (a delayed one keeps its later time), a parked
+// long-poll is woken for it, and the queue counts follow.
+func testDepsReadyRows(t *testing.T, b *Bundle) {
+	a := b.Enqueue(t, "work")
+	c := b.Enqueue(t, "work") // stays unfinished
+	w1 := b.Enqueue(t, "other", after("", a.TaskID))
+	w2 := b.Enqueue(t, "other", after("", a.TaskID), func(r *engine.EnqueueRequest) { r.DelaySeconds = 3600 })
+	w3 := b.Enqueue(t, "other", after(host.RuleAnySucceeded, a.TaskID, c.TaskID))
+	w4 := b.Enqueue(t, "other", after(host.RuleAllFinished, a.TaskID, c.TaskID))
+	w5 := b.Enqueue(t, "other", after(host.RuleAllSucceeded, a.TaskID, c.TaskID))
+	before := map[string]*host.Task{}
+	for _, id := range []string{w1.TaskID, w2.TaskID, w3.TaskID, w4.TaskID, w5.TaskID} {
+		before[id] = b.Task(t, id)
+	}
+	if n := b.waitingCount(t); n != 5 {
+		t.Fatalf("%d tasks waiting, want 5", n)
+	}
+	o := b.leaseType(t, "w.1", "work")
+	if o.Task.ID != a.TaskID {
+		t.Fatalf("leased %s, want %s", o.Task.ID, a.TaskID)
+	}
+	b.Clock.Advance(10 * time.Second)
+	// A long-poll parked before the completion is woken by it.
+	type polled struct {
+		offers []host.Offer
+		err    error
+		at     time.Time
+	}
+	got := make(chan polled, 1)
+	go func() {
+		offers, err := b.Engine.Lease(b.Ctx, engine.LeaseRequest{Tenant: "acme", WorkerID: "w.2", Types: []string{"other"}, MaxTasks: 1, Wait: 20 * time.Second})
+		got <- polled{offers, err, time.Now()}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	now := b.Clock.Now()
+	b.Complete(t, "w.1", o)
+	done := time.Now()
+	p := <-got
+	if p.err != nil || len(p.offers) != 1 || p.offers[0].Task.ID != w1.TaskID {
+		t.Fatalf("the long-poll got %d offers, %v; want %s", len(p.offers), p.err, w1.TaskID)
+	}
+	// Unwoken, a parked long-poll looks again a second after it parked,
+	// about 900 ms after the completion here.
+	if waited := p.at.Sub(done); waited > 500*time.Millisecond {
+		t.Fatalf("the long-poll was answered %v after the completion: not woken", waited)
+	}
+	wantDeps(t, p.offers[0], a.TaskID+":succeeded")
+	for _, id := range []string{w2.TaskID, w3.TaskID} {
+		old, tk := before[id], b.Task(t, id)
+		wantAvail, wantState := now, host.StateQueued
+		if old.AvailableAt.After(now) {
+			wantAvail, wantState = old.AvailableAt, host.StateScheduled // queued, shown as scheduled until then
+		}
+		if tk.State != wantState || tk.Version != old.Version+1 || !tk.UpdatedAt.Equal(now) || !tk.AvailableAt.Equal(wantAvail) {
+			t.Errorf("ready waiter %s: %s, version %d (was %d), updated %v, available %v; want %s, version %d, updated %v, available %v",
+				id, tk.State, tk.Version, old.Version, tk.UpdatedAt, tk.AvailableAt, wantState, old.Version+1, now, wantAvail)
+		}
+	}
+	for _, id := range []string{w4.TaskID, w5.TaskID} {
+		old, tk := before[id], b.Task(t, id)
+		if tk.State != host.StateWaiting || tk.Version != old.Version || !tk.UpdatedAt.Equal(old.UpdatedAt) {
+			t.Errorf("waiter %s: %s, version %d (was %d); want it still waiting, untouched", id, tk.State, tk.Version, old.Version)
+		}
+	}
+	if n := b.waitingCount(t); n != 2 {
+		t.Fatalf("%d tasks waiting after the settlement, want 2", n)
+	}
+	// The rest settles as before: c's success readies both.
+	b.Complete(t, "w.1", b.leaseType(t, "w.1", "work"))
+	if n := b.waitingCount(t); n != 0 {
+		t.Fatalf("%d tasks waiting once every dependency succeeded, want 0", n)
+	}
 }
