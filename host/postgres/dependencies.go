@@ -19,7 +19,7 @@ func (w *writeTx) InsertDependencies(ctx context.Context, deps []host.Dependency
 	if len(deps) == 0 {
 		return nil
 	}
-	w.deps = nil // the counts LockDependencies read no longer hold
+	w.deps, w.guess = nil, nil // the counts LockDependencies read no longer hold
 	tenant, rows, err := store.DependencyRowsJSON(deps)
 	if err != nil {
 		return err
@@ -38,7 +38,7 @@ SELECT $1, j.w, j.d, j.r, j.p, j.s, j.h FROM jsonb_to_recordset($2::jsonb) AS j(
 // locking read of the dependency, so under READ COMMITTED it sees every
 // edge of an enqueue that locked the dependency first and committed.
 func (w *writeTx) SettleDependency(ctx context.Context, tenant, dep string, state host.TaskState) ([]string, error) {
-	w.deps = nil
+	w.deps, w.guess = nil, nil
 	var out []string
 	err := w.ss.query(w.c(ctx), func(rows pgx.Rows) error {
 		var id string
@@ -91,13 +91,13 @@ func (w *writeTx) MarkWaitedOn(ctx context.Context, tenant string, ids []string)
 	return err
 }
 
-// MarkAndLockDependencies implements store.Tx: the marker is queued
-// (outside strict mode) and sent with the locking read, one round trip.
+// MarkAndLockDependencies implements store.Tx. Outside strict mode it is
+// answered from the rows this store last committed when it can be, with
+// the marker and the locking read queued and their answer checked before
+// COMMIT (depspec.go); else the marker is queued and sent with the locking
+// read, one round trip.
 func (w *writeTx) MarkAndLockDependencies(ctx context.Context, tenant string, ids []string) ([]*host.Task, error) {
-	if err := w.MarkWaitedOn(ctx, tenant, ids); err != nil {
-		return nil, err
-	}
-	return w.LockDependencies(ctx, tenant, ids)
+	return w.guessedMarkAndLock(ctx, tenant, ids)
 }
 
 // settleWaitersSQL calls settle_waiters (migration 0040): the waiters'
@@ -119,7 +119,7 @@ var settleWaitersSQL = func() string {
 // records the edges, locks the waiters in id order and counts each one's
 // edges once its lock is held.
 func (w *writeTx) SettleWaiters(ctx context.Context, tenant, dep string, state host.TaskState) ([]store.SettledWaiter, error) {
-	w.deps = nil
+	w.deps, w.guess = nil, nil
 	var out []store.SettledWaiter
 	err := w.ss.query(w.c(ctx), func(rows pgx.Rows) error {
 		var rule string
@@ -242,7 +242,7 @@ func (r *reader) LockDependencies(ctx context.Context, tenant string, ids []stri
 	if err != nil {
 		return nil, err
 	}
-	r.deps = counts
+	r.deps, r.guess = counts, nil
 	return out, nil
 }
 
@@ -294,6 +294,9 @@ func (r *reader) CrowdedDependency(ctx context.Context, tenant string, ids []str
 	}
 	if c := r.deps; r.write && c.Covers(tenant, ids) {
 		return c.Crowded(ids, limit), nil
+	}
+	if g := r.guess; r.write && g.covers(tenant, ids) {
+		return g.crowded(ids, limit), nil
 	}
 	var id string
 	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
