@@ -26,6 +26,7 @@ func (w *writeTx) InsertDependencies(ctx context.Context, deps []host.Dependency
 	}
 	const q = `INSERT INTO task_dependencies (tenant, waiter_id, dep_id, rule, position, dep_state, depth)
 SELECT $1, j.w, j.d, j.r, j.p, j.s, j.h FROM jsonb_to_recordset($2::jsonb) AS j(w text, d text, r text, p integer, s text, h integer)`
+	w.edges = append(w.edges, deps...)
 	if w.deferWrites {
 		w.ss.queueChecked(expectRows("dependency insert", len(deps)), q, tenant, rows)
 		return nil
@@ -117,31 +118,45 @@ var settleWaitersSQL = func() string {
 
 // SettleWaiters implements store.Tx in one round trip: settle_waiters
 // records the edges, locks the waiters in id order and counts each one's
-// edges once its lock is held.
+// edges once its lock is held. Outside strict mode it is answered without
+// one when every waiter is known (depspec.go).
 func (w *writeTx) SettleWaiters(ctx context.Context, tenant, dep string, state host.TaskState) ([]store.SettledWaiter, error) {
 	w.deps, w.guess = nil, nil
+	w.settled = append(w.settled, taskKey{tenant, dep})
+	if out := w.guessSettle(tenant, dep, state); out != nil {
+		return out, nil
+	}
 	var out []store.SettledWaiter
 	err := w.ss.query(w.c(ctx), func(rows pgx.Rows) error {
-		var rule string
-		var states []string
-		var counts []int32
-		t, _, err := sqlrows.ScanTask(suffixScanner{rows, []any{&rule, &states, &counts}})
+		sw, err := scanSettled(rows)
 		if err != nil {
 			return err
-		}
-		sw := store.SettledWaiter{Task: t}
-		if t.State == host.StateWaiting {
-			sw.Tally.Rule = host.DependencyRule(rule)
-			for i, st := range states {
-				if i < len(counts) {
-					sw.Tally.Add(host.TaskState(st), int(counts[i]))
-				}
-			}
 		}
 		out = append(out, sw)
 		return nil
 	}, settleWaitersSQL, tenant, dep, string(state))
 	return out, err
+}
+
+// scanSettled reads one row of settleWaitersSQL.
+func scanSettled(rows pgx.Rows) (store.SettledWaiter, error) {
+	var rule string
+	var states []string
+	var counts []int32
+	t, _, err := sqlrows.ScanTask(suffixScanner{rows, []any{&rule, &states, &counts}})
+	if err != nil {
+		return store.SettledWaiter{}, err
+	}
+	sw := store.SettledWaiter{Task: t}
+	if t.State == host.StateWaiting {
+		sw.Tally.Rule = host.DependencyRule(rule)
+		for i, st := range states {
+			if i < len(counts) {
+				sw.Tally.Add(host.TaskState(st), int(counts[i]))
+			}
+		}
+	}
+	return sw, nil
 }
 
 // suffixScanner scans the columns the wrapped scan expects, then rest.

@@ -67,15 +67,19 @@ func (c *recentTasks) put(ts []*host.Task) {
 	}
 }
 
-// unfinished returns copies of the rows of ids in tenant when every one is
-// held, unfinished and not waiting; nil otherwise.
-func (c *recentTasks) unfinished(tenant string, ids []string) []*host.Task {
+// guessable returns copies of the rows of ids in tenant, each the batch's
+// own last write of it (mine) or else the row held, when every one is
+// found and none is waiting; nil otherwise.
+func (c *recentTasks) guessable(tenant string, ids []string, mine map[string]*host.Task) []*host.Task {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]*host.Task, 0, len(ids))
 	for _, id := range ids {
-		t := c.m[taskKey{tenant, id}]
-		if t == nil || host.FinishedAs(t) != "" || t.State == host.StateWaiting {
+		t := mine[id]
+		if t == nil {
+			t = c.m[taskKey{tenant, id}]
+		}
+		if t == nil || t.State == host.StateWaiting {
 			return nil
 		}
 		cp := *t
@@ -88,8 +92,8 @@ func (c *recentTasks) unfinished(tenant string, ids []string) []*host.Task {
 // check (read with the queued locking read) must find.
 type depGuess struct {
 	tenant string
-	// worker is each task's worker in the copy answered, by id.
-	worker map[string]string
+	// tasks are the copies answered, by id.
+	tasks map[string]*host.Task
 	// limit is the smallest bound CrowdedDependency answered "" under
 	// before the check ran (0: not asked); asked the ids it was asked of.
 	limit int
@@ -105,7 +109,7 @@ func (g *depGuess) covers(tenant string, ids []string) bool {
 		return false
 	}
 	for _, id := range ids {
-		if _, ok := g.worker[id]; !ok {
+		if _, ok := g.tasks[id]; !ok {
 			return false
 		}
 	}
@@ -127,7 +131,7 @@ func (g *depGuess) crowded(ids []string, limit int) string {
 
 // guessLockSQL is the locking read of a guessed enqueue: each dependency's
 // state and worker, and its open edges when it is unfinished.
-const guessLockSQL = `SELECT t.id, t.state, t.worker_id,
+const guessLockSQL = `SELECT t.id, t.state, t.result IS NOT NULL, t.dead_reason, t.worker_id,
 CASE WHEN t.state IN ('succeeded', 'canceled', 'dead_letter', 'archived') THEN 0 ELSE
   (SELECT count(*)::int FROM task_dependencies d WHERE d.tenant = t.tenant AND d.dep_id = t.id AND d.dep_state = '') END
 FROM tasks t WHERE t.tenant || '' = $1 AND t.id = ANY($2::text[]) ORDER BY t.id FOR SHARE`
@@ -141,31 +145,35 @@ func (g *depGuess) check(br pgx.BatchResults) error {
 	counts := store.NewDependencyCounts(g.tenant)
 	var bad string
 	for rows.Next() {
-		var id, state, worker string
+		var id, state, dead, worker string
+		var result bool
 		var open int
-		if err := rows.Scan(&id, &state, &worker, &open); err != nil {
+		if err := rows.Scan(&id, &state, &result, &dead, &worker, &open); err != nil {
 			rows.Close()
 			return err
 		}
 		counts.Open[id] = open
-		want, ok := g.worker[id]
-		st := host.TaskState(state)
+		want := g.tasks[id]
+		got := &host.Task{State: host.TaskState(state), DeadReason: dead}
+		if result {
+			got.Result = &host.Result{}
+		}
 		switch {
 		case bad != "":
-		case !ok:
+		case want == nil:
 			bad = "answered a task not asked for: " + id
-		case st.Terminal() || st == host.StateArchived || st == host.StateWaiting:
-			bad = fmt.Sprintf("dependency %s is %s, guessed unfinished", id, st)
-		case want != "" && worker != want:
-			bad = fmt.Sprintf("dependency %s is held by %q, guessed %q", id, worker, want)
+		case host.FinishedAs(got) != host.FinishedAs(want) || (got.State == host.StateWaiting) != (want.State == host.StateWaiting):
+			bad = fmt.Sprintf("dependency %s is %s, guessed %s", id, got.State, want.State)
+		case want.WorkerID != "" && worker != want.WorkerID:
+			bad = fmt.Sprintf("dependency %s is held by %q, guessed %q", id, worker, want.WorkerID)
 		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if bad == "" && len(counts.Open) != len(g.worker) {
-		bad = fmt.Sprintf("found %d of %d dependencies", len(counts.Open), len(g.worker))
+	if bad == "" && len(counts.Open) != len(g.tasks) {
+		bad = fmt.Sprintf("found %d of %d dependencies", len(counts.Open), len(g.tasks))
 	}
 	if bad == "" && g.limit > 0 {
 		if id := counts.Crowded(g.asked, g.limit); id != "" {
@@ -179,34 +187,42 @@ func (g *depGuess) check(br pgx.BatchResults) error {
 	return nil
 }
 
-// guessDependencies is MarkAndLockDependencies answered from recentTasks,
-// or nil when it cannot be (strict mode, a request running again after a
-// failure, a task not held or not unfinished, a task inserted in this
-// batch).
+// guessDependencies is MarkAndLockDependencies answered from the batch's
+// own writes and recentTasks, or nil when it cannot be (strict mode, a
+// request running again after a failure, a task not found or waiting).
 func (w *writeTx) guessDependencies(tenant string, ids []string) []*host.Task {
 	if !w.deferWrites || w.noGuess || len(ids) == 0 {
 		return nil
 	}
-	for _, id := range ids {
-		if w.keys.HasTask(id) {
-			return nil
-		}
-	}
+	var mine map[string]*host.Task
 	for _, t := range w.written {
-		// The batch wrote it (a lease, a completion): its row is not the
-		// one committed, and the read must see the batch's write.
+		// The batch wrote it (inserted, leased, finished): the read
+		// would find the batch's write.
 		if t.Tenant == tenant && slices.Contains(ids, t.ID) {
-			return nil
+			if mine == nil {
+				mine = map[string]*host.Task{}
+			}
+			mine[t.ID] = t
 		}
 	}
-	ts := w.s.recent.unfinished(tenant, ids)
+	ts := w.s.recent.guessable(tenant, ids, mine)
 	if ts == nil {
 		return nil
 	}
-	g := &depGuess{tenant: tenant, worker: make(map[string]string, len(ts))}
+	g := &depGuess{tenant: tenant, tasks: make(map[string]*host.Task, len(ts))}
 	for _, t := range ts {
-		g.worker[t.ID] = t.WorkerID
-		t.HasWaiters = true // the marker queued below sets it
+		g.tasks[t.ID] = t
+		if host.FinishedAs(t) == "" {
+			t.HasWaiters = true // the marker queued below sets it
+		}
+	}
+	for _, id := range ids {
+		if w.keys.HasTask(id) {
+			// Inserted in this batch: its insert goes into the queue
+			// ahead of the marker.
+			w.materialize()
+			break
+		}
 	}
 	w.ss.queue(markWaitedOn, tenant, ids)
 	w.ss.queueChecked(g.check, guessLockSQL, tenant, ids)
@@ -231,4 +247,176 @@ func (w *writeTx) guessedMarkAndLock(ctx context.Context, tenant string, ids []s
 		return nil, err
 	}
 	return w.LockDependencies(ctx, tenant, ids)
+}
+
+// The settling of a finished dependency is guessed the same way when its
+// every waiter is known: the edges this store's writers committed
+// (recentEdges) name them, each waits on that dependency alone, and its
+// row is in recentTasks, waiting. Its tally then is the finished state
+// once, whatever else happens, and its row is the one committed at that
+// version. settle_waiters is queued, its answer checked before COMMIT
+// (settleGuess): the same waiters in the same order, each at the version
+// guessed and with the marker guessed, each waiting with that tally. So
+// the waiters are locked and counted where they were, only later in the
+// same transaction, and the fenced updates the engine builds from the
+// guess follow them in the queue.
+
+// recentEdges are the open edges this store's writers committed, by the
+// dependency they name; a guess's check catches any they miss (another
+// host's waiter, or one forgotten when the set started again).
+type recentEdges struct {
+	mu sync.Mutex
+	m  map[taskKey][]openEdge
+	n  int
+}
+
+// openEdge is a waiter's open edge to a dependency, with the waiter's rule
+// and number of edges.
+type openEdge struct {
+	waiter string
+	rule   host.DependencyRule
+	edges  int
+}
+
+// put records edges a transaction committed (each waiter's, all of them),
+// then forgets the dependencies it settled.
+func (c *recentEdges) put(deps []host.Dependency, settled []taskKey) {
+	if len(deps) == 0 && len(settled) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || c.n+len(deps) > maxRecentTasks {
+		c.m, c.n = map[taskKey][]openEdge{}, 0
+	}
+	count := map[taskKey]int{}
+	for _, d := range deps {
+		count[taskKey{d.Tenant, d.Waiter}]++
+	}
+	for _, d := range deps {
+		if d.DepState != "" {
+			continue
+		}
+		k := taskKey{d.Tenant, d.DependsOn}
+		c.m[k] = append(c.m[k], openEdge{d.Waiter, d.Rule, count[taskKey{d.Tenant, d.Waiter}]})
+		c.n++
+	}
+	for _, k := range settled {
+		c.n -= len(c.m[k])
+		delete(c.m, k)
+	}
+}
+
+// waiters returns the open edges to dep held, when every one is its
+// waiter's only edge; nil otherwise.
+func (c *recentEdges) waiters(tenant, dep string) []openEdge {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	es := c.m[taskKey{tenant, dep}]
+	for _, e := range es {
+		if e.edges != 1 {
+			return nil
+		}
+	}
+	return slices.Clone(es)
+}
+
+// guessSettle is SettleWaiters answered from recentEdges and recentTasks,
+// with settle_waiters queued and checked; nil when it cannot be.
+func (w *writeTx) guessSettle(tenant, dep string, state host.TaskState) []store.SettledWaiter {
+	if !w.deferWrites || w.noGuess {
+		return nil
+	}
+	for _, d := range w.edges {
+		if d.Tenant == tenant && d.DependsOn == dep {
+			return nil // an edge of this batch, not yet committed
+		}
+	}
+	es := w.s.edges.waiters(tenant, dep)
+	if len(es) == 0 {
+		return nil
+	}
+	ids := make([]string, len(es))
+	for i, e := range es {
+		ids[i] = e.waiter
+	}
+	slices.Sort(ids) // settle_waiters answers in id order
+	for _, t := range w.written {
+		if t.Tenant == tenant && slices.Contains(ids, t.ID) {
+			return nil // the batch wrote a waiter: its row is not the one committed
+		}
+	}
+	ts := w.s.recent.waiting(tenant, ids)
+	if ts == nil {
+		return nil
+	}
+	rule := map[string]host.DependencyRule{}
+	for _, e := range es {
+		rule[e.waiter] = e.rule
+	}
+	out := make([]store.SettledWaiter, len(ts))
+	for i, t := range ts {
+		out[i] = store.SettledWaiter{Task: t, Tally: host.DependencyTally{Rule: rule[t.ID]}}
+		out[i].Tally.Add(state, 1)
+	}
+	g := &settleGuess{want: make([]store.SettledWaiter, len(out))}
+	for i, sw := range out {
+		cp := *sw.Task
+		g.want[i] = store.SettledWaiter{Task: &cp, Tally: sw.Tally}
+	}
+	w.ss.queueChecked(g.check, settleWaitersSQL, tenant, dep, string(state))
+	return out
+}
+
+// waiting returns copies of the rows of ids in tenant (in their order) when
+// every one is held and waiting; nil otherwise.
+func (c *recentTasks) waiting(tenant string, ids []string) []*host.Task {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*host.Task, 0, len(ids))
+	for _, id := range ids {
+		t := c.m[taskKey{tenant, id}]
+		if t == nil || t.State != host.StateWaiting {
+			return nil
+		}
+		cp := *t
+		out = append(out, &cp)
+	}
+	return out
+}
+
+// settleGuess is a guessed settlement: what settle_waiters must answer.
+type settleGuess struct{ want []store.SettledWaiter }
+
+// check reads settle_waiters' answer and holds it to the guess.
+func (g *settleGuess) check(br pgx.BatchResults) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	var got []store.SettledWaiter
+	for rows.Next() {
+		sw, err := scanSettled(rows)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		got = append(got, sw)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(got) != len(g.want) {
+		return &mismatch{fmt.Sprintf("guessed settlement: %d waiters, guessed %d", len(got), len(g.want))}
+	}
+	for i, sw := range got {
+		want := g.want[i]
+		if sw.Task.ID != want.Task.ID || sw.Task.Version != want.Task.Version || sw.Task.HasWaiters != want.Task.HasWaiters ||
+			sw.Task.State != host.StateWaiting || sw.Tally != want.Tally {
+			return &mismatch{fmt.Sprintf("guessed settlement: waiter %s at version %d (%s), guessed %s at %d",
+				sw.Task.ID, sw.Task.Version, sw.Task.State, want.Task.ID, want.Task.Version)}
+		}
+	}
+	return nil
 }

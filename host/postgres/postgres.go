@@ -113,6 +113,9 @@ type Store struct {
 	// recent are the task rows the writers last committed, from which an
 	// enqueue's dependencies are guessed (depspec.go).
 	recent recentTasks
+	// edges are the open edges the writers last committed, from which a
+	// settlement is guessed (depspec.go).
+	edges recentEdges
 }
 
 var (
@@ -667,7 +670,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		spIdx := len(ss.pre)
 		wtx.bh.startRequest(spIdx)
 		keysMark := wtx.keys.Mark()
-		writtenMark := len(wtx.written)
+		writtenMark, edgesMark, settledMark := len(wtx.written), len(wtx.edges), len(wtx.settled)
 		ss.queue(`SAVEPOINT op`)
 		flushes := ss.flushes
 		ss.failed = nil
@@ -693,6 +696,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		if ferr != nil {
 			wtx.keys.Undo(keysMark) // its rows are dropped or undone
 			wtx.written = wtx.written[:writtenMark]
+			wtx.edges, wtx.settled = wtx.edges[:edgesMark], wtx.settled[:settledMark]
 		}
 		if ferr == nil {
 			if !sent && len(ss.pre) == spIdx+1 {
@@ -801,6 +805,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 	}
 	w.chain, w.lastCheckpoint, w.checkpointed = st.chain, st.lastCheckpoint, st.checkpointed
 	w.s.recent.put(wtx.written)
+	w.s.edges.put(wtx.edges, wtx.settled)
 	w.finish(reqs)
 	return txResult{later: later}
 }

@@ -59,6 +59,10 @@ type writeTx struct {
 	// the transaction wrote, for recentTasks once it commits.
 	guessed, noGuess bool
 	written          []*host.Task
+	// edges are the edges the transaction wrote and settled the
+	// dependencies it settled, for recentEdges once it commits.
+	edges   []host.Dependency
+	settled []taskKey
 }
 
 // lockOrder is a transaction's resource-lock bookkeeping: whether it took
