@@ -16,20 +16,22 @@ import (
 // it goes on (waiting, ready, refused), and the locking read that tells it
 // cost a round trip inside the writer's batch, which every request of the
 // batch waited on. Outside strict mode the writer answers it instead from
-// the rows this store's writers last committed (recentTasks), when every
-// dependency named is there and unfinished, and queues the read with the
-// marker: the same statements, locking the same rows, only later in the
-// same transaction, so their answer is checked (depGuess) before COMMIT
-// like any deferred write's. The check holds the answer to what the
-// enqueue decided from: each task is there, unfinished and not waiting,
-// with the same worker (when the copy had one: a worker sees only the
-// tasks it holds), and with fewer open edges than CrowdedDependency was
-// asked to bound. A different answer makes the batch run again in strict
-// mode, where the read is answered at once. So the lock is held from the
-// read to COMMIT as before, and a dependency finishing at the same time is
-// ordered against the enqueue exactly as before: whichever commits second
-// sees the other's rows (RATIONALE.md, "What a dependency adds to a task
-// cycle").
+// the batch's own writes of those tasks or else the rows this store's
+// writers last committed (recentTasks), when every dependency named is
+// found and none is waiting, and queues the marker and the locking read:
+// the same statements, locking the same rows, only later in the same
+// transaction, so their answer is checked (depGuess) before COMMIT like
+// any deferred write's. The check holds the answer to what the enqueue
+// decided from: each task is there, finished as guessed (or unfinished)
+// and waiting or not as guessed, with the same worker (when the copy had
+// one: a worker sees only the tasks it holds), and with fewer open edges
+// than CrowdedDependency was asked to bound. A different answer makes the
+// batch run again in strict mode, where the read is answered at once. So
+// the lock is held from the read to COMMIT as before, and a dependency
+// finishing at the same time is ordered against the enqueue exactly as
+// before: whichever commits second sees the other's rows (RATIONALE.md,
+// "What a dependency adds to a task cycle"; storetest
+// DependencyRaceWithCompletion).
 //
 // A request that fails after such an answer runs again at once with the
 // read answered by the database (writeTx.guessed): a refusal is never

@@ -92,3 +92,85 @@ func TestGuessedRefusalIsReadAgain(t *testing.T) {
 		t.Fatalf("%d strict reruns, want none (the request alone runs again)", n)
 	}
 }
+
+// TestGuessedSettlementCostsNoRoundTrip: completing a dependency whose one
+// waiter this store enqueued costs the writer the round trips of a plain
+// completion (the settlement answered from recentEdges, settle_waiters
+// queued), and the waiter is ready.
+func TestGuessedSettlementCostsNoRoundTrip(t *testing.T) {
+	b, st := guessBundle(t)
+	plain := b.Enqueue(t, "work")
+	a := b.Enqueue(t, "work")
+	w := b.Enqueue(t, "other", func(r *engine.EnqueueRequest) { r.After = []string{a.TaskID} })
+	offers, err := b.Engine.Lease(b.Ctx, engine.LeaseRequest{Tenant: "acme", WorkerID: "w.1", Types: []string{"work"}, MaxTasks: 2})
+	if err != nil || len(offers) != 2 {
+		t.Fatalf("lease: %d offers, %v", len(offers), err)
+	}
+	if offers[0].Task.ID != plain.TaskID {
+		offers[0], offers[1] = offers[1], offers[0]
+	}
+	trips := st.WriterTrips()
+	b.Complete(t, "w.1", offers[0])
+	plainTrips := st.WriterTrips() - trips
+	trips = st.WriterTrips()
+	b.Complete(t, "w.1", offers[1])
+	if got := st.WriterTrips() - trips; got != plainTrips {
+		t.Fatalf("completing a task waited on cost %d round trips, a plain one %d", got, plainTrips)
+	}
+	if tk := b.Task(t, w.TaskID); tk.State != host.StateQueued {
+		t.Fatalf("waiter %s after its dependency succeeded", tk.State)
+	}
+	if n := st.StrictReruns(); n != 0 {
+		t.Fatalf("%d strict reruns", n)
+	}
+}
+
+// TestGuessedSettlementCheckedAgainstTheRows: a settlement guessed from
+// what this store wrote misses a waiter another host enqueued, or a waiter
+// another host canceled; its check catches either before COMMIT, and the
+// batch runs again with settle_waiters answered: every waiter settled
+// right.
+func TestGuessedSettlementCheckedAgainstTheRows(t *testing.T) {
+	schema := newSchema(t)
+	st := openIn(t, schema, Options{})
+	b := storetest.Setup(t, func(testing.TB) store.Store { return st })
+	far, err := engine.New(engine.Config{Store: openIn(t, schema, Options{}), Clock: b.Clock, ExpiryJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer far.Close()
+	after := func(id string) func(*engine.EnqueueRequest) {
+		return func(r *engine.EnqueueRequest) { r.After = []string{id} }
+	}
+	// Another host's waiter, unknown here.
+	a := b.Enqueue(t, "work")
+	w := b.Enqueue(t, "other", after(a.TaskID))
+	req := engine.EnqueueRequest{TaskType: "other"}
+	after(a.TaskID)(&req)
+	w2, err := far.Enqueue(b.Ctx, b.Agent, req)
+	if err != nil || w2.Status != string(host.StateWaiting) {
+		t.Fatalf("far enqueue: %+v, %v", w2, err)
+	}
+	b.Complete(t, "w.1", b.LeaseOne(t, "w.1", "work"))
+	for _, id := range []string{w.TaskID, w2.TaskID} {
+		if tk := b.Task(t, id); tk.State != host.StateQueued {
+			t.Fatalf("waiter %s is %s after its dependency succeeded", id, tk.State)
+		}
+	}
+	if n := st.StrictReruns(); n != 1 {
+		t.Fatalf("%d strict reruns, want 1 (the guess's check)", n)
+	}
+	// A waiter canceled by another host, unseen here.
+	c := b.Enqueue(t, "work")
+	w3 := b.Enqueue(t, "other", after(c.TaskID))
+	if _, err := far.Cancel(b.Ctx, b.Agent, w3.TaskID, "not needed"); err != nil {
+		t.Fatal(err)
+	}
+	b.Complete(t, "w.1", b.LeaseOne(t, "w.1", "work"))
+	if tk := b.Task(t, w3.TaskID); tk.State != host.StateCanceled {
+		t.Fatalf("a canceled waiter became %s", tk.State)
+	}
+	if n := st.StrictReruns(); n != 2 {
+		t.Fatalf("%d strict reruns, want 2", n)
+	}
+}
