@@ -256,12 +256,13 @@ func (w *writeTx) guessedMarkAndLock(ctx context.Context, tenant string, ids []s
 // (recentEdges) name them, each waits on that dependency alone, and its
 // row is in recentTasks, waiting. Its tally then is the finished state
 // once, whatever else happens, and its row is the one committed at that
-// version. settle_waiters is queued, its answer checked before COMMIT
-// (settleGuess): the same waiters in the same order, each at the version
-// guessed and with the marker guessed, each waiting with that tally. So
-// the waiters are locked and counted where they were, only later in the
-// same transaction, and the fenced updates the engine builds from the
-// guess follow them in the queue.
+// version. In place of settle_waiters one statement is queued
+// (settleGuessSQL), its answer checked before COMMIT (settleGuess): the
+// same waiters in the same order, each at the version and with the marker
+// guessed, waiting, with one edge. So the edges are recorded and the
+// waiters locked where they were, only later in the same transaction, and
+// the fenced updates the engine builds from the guess follow them in the
+// queue.
 
 // recentEdges are the open edges this store's writers committed, by the
 // dependency they name; a guess's check catches any they miss (another
@@ -366,7 +367,7 @@ func (w *writeTx) guessSettle(tenant, dep string, state host.TaskState) []store.
 		cp := *sw.Task
 		g.want[i] = store.SettledWaiter{Task: &cp, Tally: sw.Tally}
 	}
-	w.ss.queueChecked(g.check, settleWaitersSQL, tenant, dep, string(state))
+	w.ss.queueChecked(g.check, settleGuessSQL, tenant, dep, string(state))
 	return out
 }
 
@@ -387,38 +388,61 @@ func (c *recentTasks) waiting(tenant string, ids []string) []*host.Task {
 	return out
 }
 
-// settleGuess is a guessed settlement: what settle_waiters must answer.
+// settleGuessSQL is a guessed settlement's statement: it records the state
+// on the open edges that name the dependency, locks their waiters in id
+// order, and answers each one's version, marker, state and number of edges.
+// It stands for settle_waiters when every waiter waits on that dependency
+// alone: such a waiter's tally is then the state recorded, once, which no
+// other settlement can change, so it need not be counted after the lock.
+// One plain statement costs the server a fraction of the function (0.54
+// ms a call in BenchmarkDependencyCost, where the whole of a plain cycle's
+// statements cost about 0.25 ms).
+const settleGuessSQL = `WITH s AS (
+UPDATE task_dependencies SET dep_state = $3 WHERE tenant = $1 AND dep_id = $2 AND dep_state = '' RETURNING waiter_id)
+SELECT t.id, t.version, t.has_waiters, t.state,
+(SELECT count(*)::int FROM task_dependencies d WHERE d.tenant = t.tenant AND d.waiter_id = t.id)
+FROM tasks t WHERE t.tenant || '' = $1 AND t.id IN (SELECT waiter_id FROM s) ORDER BY t.id FOR UPDATE OF t`
+
+// settleGuess is a guessed settlement: what settleGuessSQL must answer.
 type settleGuess struct{ want []store.SettledWaiter }
 
-// check reads settle_waiters' answer and holds it to the guess.
+// check reads settleGuessSQL's answer and holds it to the guess: the same
+// waiters in id order, each at the version and with the marker guessed,
+// waiting, with one edge.
 func (g *settleGuess) check(br pgx.BatchResults) error {
 	rows, err := br.Query()
 	if err != nil {
 		return err
 	}
-	var got []store.SettledWaiter
+	n := 0
+	var bad string
 	for rows.Next() {
-		sw, err := scanSettled(rows)
-		if err != nil {
+		var id, state string
+		var version int64
+		var marked bool
+		var edges int
+		if err := rows.Scan(&id, &version, &marked, &state, &edges); err != nil {
 			rows.Close()
 			return err
 		}
-		got = append(got, sw)
+		if bad == "" {
+			if n >= len(g.want) {
+				bad = "answered waiter " + id + ", not guessed"
+			} else if w := g.want[n].Task; id != w.ID || version != w.Version || marked != w.HasWaiters || host.TaskState(state) != host.StateWaiting || edges != 1 {
+				bad = fmt.Sprintf("waiter %s at version %d (%s, %d edges), guessed %s at %d", id, version, state, edges, w.ID, w.Version)
+			}
+		}
+		n++
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if len(got) != len(g.want) {
-		return &mismatch{fmt.Sprintf("guessed settlement: %d waiters, guessed %d", len(got), len(g.want))}
+	if bad == "" && n != len(g.want) {
+		bad = fmt.Sprintf("%d waiters, guessed %d", n, len(g.want))
 	}
-	for i, sw := range got {
-		want := g.want[i]
-		if sw.Task.ID != want.Task.ID || sw.Task.Version != want.Task.Version || sw.Task.HasWaiters != want.Task.HasWaiters ||
-			sw.Task.State != host.StateWaiting || sw.Tally != want.Tally {
-			return &mismatch{fmt.Sprintf("guessed settlement: waiter %s at version %d (%s), guessed %s at %d",
-				sw.Task.ID, sw.Task.Version, sw.Task.State, want.Task.ID, want.Task.Version)}
-		}
+	if bad != "" {
+		return &mismatch{"guessed settlement: " + bad}
 	}
 	return nil
 }
