@@ -84,6 +84,7 @@ func (w *writeTx) MarkWaitedOn(ctx context.Context, tenant string, ids []string)
 			break
 		}
 	}
+	w.noteMarked(tenant, ids)
 	if w.deferWrites {
 		w.ss.queue(markWaitedOn, tenant, ids)
 		return nil

@@ -226,10 +226,35 @@ func (w *writeTx) guessDependencies(tenant string, ids []string) []*host.Task {
 			break
 		}
 	}
+	w.noteMarked(tenant, ids)
 	w.ss.queue(markWaitedOn, tenant, ids)
 	w.ss.queueChecked(g.check, guessLockSQL, tenant, ids)
 	w.deps, w.guess, w.guessed = nil, g, true
 	return ts
+}
+
+// noteMarked keeps the ids the transaction marked as waited on, for
+// recentTasks once it commits: the marker changes no version, so the rows
+// held would otherwise go on showing the task unmarked.
+func (w *writeTx) noteMarked(tenant string, ids []string) {
+	for _, id := range ids {
+		w.marked = append(w.marked, taskKey{tenant, id})
+	}
+}
+
+// mark sets the marker on the unfinished rows held among keys, as the
+// marker statement did in the transaction that committed.
+func (c *recentTasks) mark(keys []taskKey) {
+	if len(keys) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range keys {
+		if t := c.m[k]; t != nil && host.FinishedAs(t) == "" {
+			t.HasWaiters = true
+		}
+	}
 }
 
 // wrote keeps a copy of a task row the transaction wrote, for recentTasks
@@ -356,6 +381,11 @@ func (w *writeTx) guessSettle(tenant, dep string, state host.TaskState) []store.
 	rule := map[string]host.DependencyRule{}
 	for _, e := range es {
 		rule[e.waiter] = e.rule
+	}
+	for _, t := range ts {
+		if slices.Contains(w.marked, taskKey{tenant, t.ID}) {
+			t.HasWaiters = true // marked earlier in this batch
+		}
 	}
 	out := make([]store.SettledWaiter, len(ts))
 	for i, t := range ts {

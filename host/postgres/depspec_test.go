@@ -174,3 +174,27 @@ func TestGuessedSettlementCheckedAgainstTheRows(t *testing.T) {
 		t.Fatalf("%d strict reruns, want 2", n)
 	}
 }
+
+// TestGuessedSettlementOfAMarkedWaiter: a waiter that is itself waited on
+// (marked when the next task was enqueued after it, which changes no
+// version) is guessed with its marker, so its settlement needs no rerun.
+func TestGuessedSettlementOfAMarkedWaiter(t *testing.T) {
+	b, st := guessBundle(t)
+	a := b.Enqueue(t, "work")
+	w1 := b.Enqueue(t, "other", func(r *engine.EnqueueRequest) { r.After = []string{a.TaskID} })
+	w2 := b.Enqueue(t, "other", func(r *engine.EnqueueRequest) { r.After = []string{w1.TaskID} })
+	b.Complete(t, "w.1", b.LeaseOne(t, "w.1", "work"))
+	if tk := b.Task(t, w1.TaskID); tk.State != host.StateQueued || !tk.HasWaiters {
+		t.Fatalf("first waiter %s (marked %v), want queued and marked", tk.State, tk.HasWaiters)
+	}
+	if n := st.StrictReruns(); n != 0 {
+		t.Fatalf("%d strict reruns, want none", n)
+	}
+	b.Complete(t, "w.2", b.LeaseOne(t, "w.2", "other"))
+	if tk := b.Task(t, w2.TaskID); tk.State != host.StateQueued {
+		t.Fatalf("second waiter %s, want queued", tk.State)
+	}
+	if n := st.StrictReruns(); n != 0 {
+		t.Fatalf("%d strict reruns, want none", n)
+	}
+}

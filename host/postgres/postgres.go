@@ -670,7 +670,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		spIdx := len(ss.pre)
 		wtx.bh.startRequest(spIdx)
 		keysMark := wtx.keys.Mark()
-		writtenMark, edgesMark, settledMark := len(wtx.written), len(wtx.edges), len(wtx.settled)
+		writtenMark, edgesMark, settledMark, markedMark := len(wtx.written), len(wtx.edges), len(wtx.settled), len(wtx.marked)
 		ss.queue(`SAVEPOINT op`)
 		flushes := ss.flushes
 		ss.failed = nil
@@ -696,7 +696,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		if ferr != nil {
 			wtx.keys.Undo(keysMark) // its rows are dropped or undone
 			wtx.written = wtx.written[:writtenMark]
-			wtx.edges, wtx.settled = wtx.edges[:edgesMark], wtx.settled[:settledMark]
+			wtx.edges, wtx.settled, wtx.marked = wtx.edges[:edgesMark], wtx.settled[:settledMark], wtx.marked[:markedMark]
 		}
 		if ferr == nil {
 			if !sent && len(ss.pre) == spIdx+1 {
@@ -805,6 +805,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 	}
 	w.chain, w.lastCheckpoint, w.checkpointed = st.chain, st.lastCheckpoint, st.checkpointed
 	w.s.recent.put(wtx.written)
+	w.s.recent.mark(wtx.marked)
 	w.s.edges.put(wtx.edges, wtx.settled)
 	w.finish(reqs)
 	return txResult{later: later}

@@ -63,6 +63,8 @@ type writeTx struct {
 	// dependencies it settled, for recentEdges once it commits.
 	edges   []host.Dependency
 	settled []taskKey
+	// marked are the tasks the transaction marked as waited on.
+	marked []taskKey
 }
 
 // lockOrder is a transaction's resource-lock bookkeeping: whether it took
