@@ -138,7 +138,19 @@ CASE WHEN t.state IN ('succeeded', 'canceled', 'dead_letter', 'archived') THEN 0
   (SELECT count(*)::int FROM task_dependencies d WHERE d.tenant = t.tenant AND d.dep_id = t.id AND d.dep_state = '') END
 FROM tasks t WHERE t.tenant || '' = $1 AND t.id = ANY($2::text[]) ORDER BY t.id FOR SHARE`
 
-// check reads guessLockSQL's answer and holds it to the guess.
+// guessMarkSQL is guessLockSQL for dependencies all guessed unfinished and
+// unmarked: the marker's own statement (markWaitedOn), which locks them
+// FOR NO KEY UPDATE in id order, answers them. A row it does not write (a
+// task finished or marked meanwhile) is missing from the answer, so the
+// check fails and the batch runs again with the two statements.
+const guessMarkSQL = `UPDATE tasks SET has_waiters = true FROM (
+SELECT id FROM tasks WHERE tenant || '' = $1 AND id = ANY($2::text[]) AND NOT has_waiters
+AND state NOT IN ('succeeded', 'canceled', 'dead_letter', 'archived') ORDER BY id FOR NO KEY UPDATE) m
+WHERE tasks.tenant = $1 AND tasks.id = m.id
+RETURNING tasks.id, tasks.state, tasks.result IS NOT NULL, tasks.dead_reason, tasks.worker_id,
+(SELECT count(*)::int FROM task_dependencies d WHERE d.tenant = tasks.tenant AND d.dep_id = tasks.id AND d.dep_state = '')`
+
+// check reads guessLockSQL's (or guessMarkSQL's) answer and holds it to the guess.
 func (g *depGuess) check(br pgx.BatchResults) error {
 	rows, err := br.Query()
 	if err != nil {
@@ -212,11 +224,10 @@ func (w *writeTx) guessDependencies(tenant string, ids []string) []*host.Task {
 		return nil
 	}
 	g := &depGuess{tenant: tenant, tasks: make(map[string]*host.Task, len(ts))}
+	unmarked := true
 	for _, t := range ts {
 		g.tasks[t.ID] = t
-		if host.FinishedAs(t) == "" {
-			t.HasWaiters = true // the marker queued below sets it
-		}
+		unmarked = unmarked && host.FinishedAs(t) == "" && !t.HasWaiters && !slices.Contains(w.marked, taskKey{tenant, t.ID})
 	}
 	for _, id := range ids {
 		if w.keys.HasTask(id) {
@@ -226,9 +237,19 @@ func (w *writeTx) guessDependencies(tenant string, ids []string) []*host.Task {
 			break
 		}
 	}
+	for _, t := range ts {
+		if host.FinishedAs(t) == "" {
+			t.HasWaiters = true // the marker queued below sets it
+		}
+	}
 	w.noteMarked(tenant, ids)
-	w.ss.queue(markWaitedOn, tenant, ids)
-	w.ss.queueChecked(g.check, guessLockSQL, tenant, ids)
+	if unmarked {
+		// The marker alone locks every one of them: one statement.
+		w.ss.queueChecked(g.check, guessMarkSQL, tenant, ids)
+	} else {
+		w.ss.queue(markWaitedOn, tenant, ids)
+		w.ss.queueChecked(g.check, guessLockSQL, tenant, ids)
+	}
 	w.deps, w.guess, w.guessed = nil, g, true
 	return ts
 }
