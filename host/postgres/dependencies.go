@@ -19,13 +19,14 @@ func (w *writeTx) InsertDependencies(ctx context.Context, deps []host.Dependency
 	if len(deps) == 0 {
 		return nil
 	}
-	w.deps = nil // the counts LockDependencies read no longer hold
+	w.deps, w.guess = nil, nil // the counts LockDependencies read no longer hold
 	tenant, rows, err := store.DependencyRowsJSON(deps)
 	if err != nil {
 		return err
 	}
 	const q = `INSERT INTO task_dependencies (tenant, waiter_id, dep_id, rule, position, dep_state, depth)
 SELECT $1, j.w, j.d, j.r, j.p, j.s, j.h FROM jsonb_to_recordset($2::jsonb) AS j(w text, d text, r text, p integer, s text, h integer)`
+	w.edges = append(w.edges, deps...)
 	if w.deferWrites {
 		w.ss.queueChecked(expectRows("dependency insert", len(deps)), q, tenant, rows)
 		return nil
@@ -38,7 +39,7 @@ SELECT $1, j.w, j.d, j.r, j.p, j.s, j.h FROM jsonb_to_recordset($2::jsonb) AS j(
 // locking read of the dependency, so under READ COMMITTED it sees every
 // edge of an enqueue that locked the dependency first and committed.
 func (w *writeTx) SettleDependency(ctx context.Context, tenant, dep string, state host.TaskState) ([]string, error) {
-	w.deps = nil
+	w.deps, w.guess = nil, nil
 	var out []string
 	err := w.ss.query(w.c(ctx), func(rows pgx.Rows) error {
 		var id string
@@ -83,6 +84,7 @@ func (w *writeTx) MarkWaitedOn(ctx context.Context, tenant string, ids []string)
 			break
 		}
 	}
+	w.noteMarked(tenant, ids)
 	if w.deferWrites {
 		w.ss.queue(markWaitedOn, tenant, ids)
 		return nil
@@ -91,13 +93,13 @@ func (w *writeTx) MarkWaitedOn(ctx context.Context, tenant string, ids []string)
 	return err
 }
 
-// MarkAndLockDependencies implements store.Tx: the marker is queued
-// (outside strict mode) and sent with the locking read, one round trip.
+// MarkAndLockDependencies implements store.Tx. Outside strict mode it is
+// answered from the rows this store last committed when it can be, with
+// the marker and the locking read queued and their answer checked before
+// COMMIT (depspec.go); else the marker is queued and sent with the locking
+// read, one round trip.
 func (w *writeTx) MarkAndLockDependencies(ctx context.Context, tenant string, ids []string) ([]*host.Task, error) {
-	if err := w.MarkWaitedOn(ctx, tenant, ids); err != nil {
-		return nil, err
-	}
-	return w.LockDependencies(ctx, tenant, ids)
+	return w.guessedMarkAndLock(ctx, tenant, ids)
 }
 
 // settleWaitersSQL calls settle_waiters (migration 0040): the waiters'
@@ -117,31 +119,45 @@ var settleWaitersSQL = func() string {
 
 // SettleWaiters implements store.Tx in one round trip: settle_waiters
 // records the edges, locks the waiters in id order and counts each one's
-// edges once its lock is held.
+// edges once its lock is held. Outside strict mode it is answered without
+// one when every waiter is known (depspec.go).
 func (w *writeTx) SettleWaiters(ctx context.Context, tenant, dep string, state host.TaskState) ([]store.SettledWaiter, error) {
-	w.deps = nil
+	w.deps, w.guess = nil, nil
+	w.settled = append(w.settled, taskKey{tenant, dep})
+	if out := w.guessSettle(tenant, dep, state); out != nil {
+		return out, nil
+	}
 	var out []store.SettledWaiter
 	err := w.ss.query(w.c(ctx), func(rows pgx.Rows) error {
-		var rule string
-		var states []string
-		var counts []int32
-		t, _, err := sqlrows.ScanTask(suffixScanner{rows, []any{&rule, &states, &counts}})
+		sw, err := scanSettled(rows)
 		if err != nil {
 			return err
-		}
-		sw := store.SettledWaiter{Task: t}
-		if t.State == host.StateWaiting {
-			sw.Tally.Rule = host.DependencyRule(rule)
-			for i, st := range states {
-				if i < len(counts) {
-					sw.Tally.Add(host.TaskState(st), int(counts[i]))
-				}
-			}
 		}
 		out = append(out, sw)
 		return nil
 	}, settleWaitersSQL, tenant, dep, string(state))
 	return out, err
+}
+
+// scanSettled reads one row of settleWaitersSQL.
+func scanSettled(rows pgx.Rows) (store.SettledWaiter, error) {
+	var rule string
+	var states []string
+	var counts []int32
+	t, _, err := sqlrows.ScanTask(suffixScanner{rows, []any{&rule, &states, &counts}})
+	if err != nil {
+		return store.SettledWaiter{}, err
+	}
+	sw := store.SettledWaiter{Task: t}
+	if t.State == host.StateWaiting {
+		sw.Tally.Rule = host.DependencyRule(rule)
+		for i, st := range states {
+			if i < len(counts) {
+				sw.Tally.Add(host.TaskState(st), int(counts[i]))
+			}
+		}
+	}
+	return sw, nil
 }
 
 // suffixScanner scans the columns the wrapped scan expects, then rest.
@@ -242,7 +258,7 @@ func (r *reader) LockDependencies(ctx context.Context, tenant string, ids []stri
 	if err != nil {
 		return nil, err
 	}
-	r.deps = counts
+	r.deps, r.guess = counts, nil
 	return out, nil
 }
 
@@ -294,6 +310,9 @@ func (r *reader) CrowdedDependency(ctx context.Context, tenant string, ids []str
 	}
 	if c := r.deps; r.write && c.Covers(tenant, ids) {
 		return c.Crowded(ids, limit), nil
+	}
+	if g := r.guess; r.write && g.covers(tenant, ids) {
+		return g.crowded(ids, limit), nil
 	}
 	var id string
 	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {

@@ -110,6 +110,12 @@ type Store struct {
 	batches, updates, busy atomic.Int64
 	// commits is the writers' latest commit outcome (store.CommitHealth).
 	commits store.CommitWatch
+	// recent are the task rows the writers last committed, from which an
+	// enqueue's dependencies are guessed (depspec.go).
+	recent recentTasks
+	// edges are the open edges the writers last committed, from which a
+	// settlement is guessed (depspec.go).
+	edges recentEdges
 }
 
 var (
@@ -659,12 +665,16 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		}
 		mark := *st
 		nNotify := len(st.notify)
+		wtx.noGuess = false
+	again:
 		spIdx := len(ss.pre)
 		wtx.bh.startRequest(spIdx)
 		keysMark := wtx.keys.Mark()
+		writtenMark, edgesMark, settledMark, markedMark := len(wtx.written), len(wtx.edges), len(wtx.settled), len(wtx.marked)
 		ss.queue(`SAVEPOINT op`)
 		flushes := ss.flushes
 		ss.failed = nil
+		wtx.guessed, wtx.guess = false, nil
 		ferr := runFn(r.fn, wtx)
 		if ss.deferred != nil {
 			return fail("deferred write", ss.deferred)
@@ -685,6 +695,8 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		wtx.bh.endRequest(ferr == nil)
 		if ferr != nil {
 			wtx.keys.Undo(keysMark) // its rows are dropped or undone
+			wtx.written = wtx.written[:writtenMark]
+			wtx.edges, wtx.settled, wtx.marked = wtx.edges[:edgesMark], wtx.settled[:settledMark], wtx.marked[:markedMark]
 		}
 		if ferr == nil {
 			if !sent && len(ss.pre) == spIdx+1 {
@@ -714,6 +726,12 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		notify := st.notify[:nNotify]
 		*st = mark
 		st.notify = notify
+		if wtx.guessed && !errors.Is(ferr, errLockOrder) {
+			// Its dependencies were guessed (depspec.go): whatever failed,
+			// it runs again with them read, so no refusal rests on a guess.
+			wtx.noGuess = true
+			goto again
+		}
 		if errors.Is(ferr, errLockOrder) {
 			r.later = true
 			later = append(later, r)
@@ -786,6 +804,9 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		return txResult{err: host.Errorf(host.CodeDatabaseUnavailable, "postgres commit failed: the transaction was rolled back"), retry: true}
 	}
 	w.chain, w.lastCheckpoint, w.checkpointed = st.chain, st.lastCheckpoint, st.checkpointed
+	w.s.recent.put(wtx.written)
+	w.s.recent.mark(wtx.marked)
+	w.s.edges.put(wtx.edges, wtx.settled)
 	w.finish(reqs)
 	return txResult{later: later}
 }

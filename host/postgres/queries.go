@@ -30,6 +30,9 @@ type reader struct {
 	// deps are the counts the transaction's last LockDependencies read
 	// (dependencies.go).
 	deps *store.DependencyCounts
+	// guess is the transaction's last MarkAndLockDependencies answered
+	// from recentTasks (depspec.go), while its counts stand.
+	guess *depGuess
 }
 
 // writeTx implements store.Tx inside the writer's batch transaction.
@@ -50,6 +53,18 @@ type writeTx struct {
 	// when the rows are sent, in the statement's check, and the batch then
 	// runs again in strict mode.
 	keys batchkeys.Set
+	// guessed is set when the running request's dependencies were answered
+	// from recentTasks (depspec.go); noGuess while a request that failed
+	// after such an answer runs again. written are copies of the task rows
+	// the transaction wrote, for recentTasks once it commits.
+	guessed, noGuess bool
+	written          []*host.Task
+	// edges are the edges the transaction wrote and settled the
+	// dependencies it settled, for recentEdges once it commits.
+	edges   []host.Dependency
+	settled []taskKey
+	// marked are the tasks the transaction marked as waited on.
+	marked []taskKey
 }
 
 // lockOrder is a transaction's resource-lock bookkeeping: whether it took
@@ -438,6 +453,7 @@ func (w *writeTx) InsertTask(ctx context.Context, t *host.Task) error {
 		}
 	}
 	t.Version = 1
+	w.wrote(t)
 	w.st.counts = store.Moved(w.st.counts, t, "", t.State)
 	if readyNow(t) {
 		w.st.notify = append(w.st.notify, t.Tenant)
@@ -497,6 +513,7 @@ func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) e
 		return err
 	}
 	t.Version++
+	w.wrote(t)
 	w.st.counts = store.Moved(w.st.counts, t, f.State, t.State)
 	if readyNow(t) {
 		w.st.notify = append(w.st.notify, t.Tenant)
@@ -570,6 +587,7 @@ func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.T
 	for i, c := range rows {
 		if ns[i] > 0 {
 			c.t.Version++
+			w.wrote(c.t)
 			w.st.counts = store.Moved(w.st.counts, c.t, host.StateQueued, c.t.State)
 			out = append(out, c.t)
 		}

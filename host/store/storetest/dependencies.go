@@ -44,6 +44,7 @@ func dependencyCases() []struct {
 		{"DependencyMarker", testDepsMarker},
 		{"DependencyMarkAndLock", testDepsMarkAndLock},
 		{"DependencyReadyWaiterRows", testDepsReadyRows},
+		{"DependencyRaceWithCompletion", testDepsRaceWithCompletion},
 	}
 }
 
@@ -820,5 +821,79 @@ func testDepsReadyRows(t *testing.T, b *Bundle) {
 	b.Complete(t, "w.1", b.leaseType(t, "w.1", "work"))
 	if n := b.waitingCount(t); n != 0 {
 		t.Fatalf("%d tasks waiting once every dependency succeeded, want 0", n)
+	}
+}
+
+// testDepsRaceWithCompletion: a waiter enqueued while its dependency is
+// being completed (or dead-lettered) through another engine is settled
+// whichever commits first: once both calls returned it is queued (the
+// dependency succeeded) or canceled, or its enqueue was refused with
+// dependency_failed; never left waiting (a lost wake-up). Several pairs
+// race at once, for several rounds, so on a store with several writers
+// the two writes often run in batches of their own at the same time.
+func testDepsRaceWithCompletion(t *testing.T, b *Bundle) {
+	other, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	const rounds, pairs = 8, 6
+	for round := range rounds {
+		deps := make([]string, pairs)
+		for i := range deps {
+			deps[i] = b.Enqueue(t, "work").TaskID
+		}
+		offers, err := other.Lease(b.Ctx, engine.LeaseRequest{Tenant: "acme", WorkerID: "w.1", Types: []string{"work"}, MaxTasks: pairs})
+		if err != nil || len(offers) != pairs {
+			t.Fatalf("round %d: lease: %d offers, %v", round, len(offers), err)
+		}
+		waiters := make([]*engine.EnqueueResult, pairs)
+		enqErrs := make([]error, pairs)
+		failed := map[string]bool{}
+		var wg sync.WaitGroup
+		for i, o := range offers {
+			fail := (round+i)%3 == 0
+			failed[o.Task.ID] = fail
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				var err error
+				if fail {
+					_, err = other.Fail(b.Ctx, engine.FailRequest{WorkerCall: Call("w.1", o), Error: "broken input"})
+				} else {
+					_, err = other.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", o), Result: Pointer})
+				}
+				if err != nil {
+					t.Error(err)
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				waiters[i], enqErrs[i] = b.Engine.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "other", After: []string{deps[i]}})
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		for i, dep := range deps {
+			if enqErrs[i] != nil {
+				if !failed[dep] || !host.IsCode(enqErrs[i], host.CodeDependencyFailed) {
+					t.Fatalf("round %d: enqueue after %s (failed %v): %v", round, dep, failed[dep], enqErrs[i])
+				}
+				continue
+			}
+			want := host.StateQueued
+			if failed[dep] {
+				want = host.StateCanceled
+			}
+			if tk := b.Task(t, waiters[i].TaskID); tk.State != want {
+				t.Fatalf("round %d: the waiter of %s (failed %v) is %s once both calls returned (enqueued %s), want %s",
+					round, dep, failed[dep], tk.State, waiters[i].Status, want)
+			}
+		}
+	}
+	if n := b.waitingCount(t); n != 0 {
+		t.Fatalf("%d tasks still counted waiting", n)
 	}
 }

@@ -1,0 +1,209 @@
+package postgres
+
+import (
+	"testing"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/storetest"
+)
+
+// guessBundle is a conformance bundle on a store of its own, returned too.
+func guessBundle(t *testing.T) (*storetest.Bundle, *Store) {
+	st := openTest(t)
+	return storetest.Setup(t, func(testing.TB) store.Store { return st }), st
+}
+
+// stale puts a copy of task id, changed by edit, into the store's recent
+// rows at a later version, as if another host's write had not been seen.
+func stale(t *testing.T, b *storetest.Bundle, st *Store, id string, edit func(*host.Task)) {
+	t.Helper()
+	tk := *b.Task(t, id)
+	edit(&tk)
+	tk.Version += 100
+	st.recent.put([]*host.Task{&tk})
+}
+
+// TestGuessedDependenciesCostNoRoundTrip: an enqueue after a task this store
+// wrote costs the writer the round trips of a plain enqueue (its
+// dependency is answered from recentTasks, the locking read queued), and
+// still waits, marks and locks as before.
+func TestGuessedDependenciesCostNoRoundTrip(t *testing.T) {
+	b, st := guessBundle(t)
+	a := b.Enqueue(t, "work")
+	trips := st.WriterTrips()
+	b.Enqueue(t, "work")
+	plain := st.WriterTrips() - trips
+	trips = st.WriterTrips()
+	w := b.Enqueue(t, "other", func(r *engine.EnqueueRequest) { r.After = []string{a.TaskID} })
+	if got := st.WriterTrips() - trips; got != plain {
+		t.Fatalf("an enqueue after a known task cost %d round trips, a plain one %d", got, plain)
+	}
+	if w.Status != string(host.StateWaiting) || !b.Task(t, a.TaskID).HasWaiters {
+		t.Fatalf("waiter %s, dependency marked %v", w.Status, b.Task(t, a.TaskID).HasWaiters)
+	}
+	// A second waiter finds the dependency marked: the marker and the
+	// locking read go as two statements, still without a round trip.
+	trips = st.WriterTrips()
+	w2 := b.Enqueue(t, "other", func(r *engine.EnqueueRequest) { r.After = []string{a.TaskID} })
+	if got := st.WriterTrips() - trips; got != plain || w2.Status != string(host.StateWaiting) {
+		t.Fatalf("a second waiter: %d round trips (a plain enqueue %d), %s", got, plain, w2.Status)
+	}
+	if n := st.StrictReruns(); n != 0 {
+		t.Fatalf("%d strict reruns", n)
+	}
+	b.Complete(t, "w.1", b.LeaseOne(t, "w.1", "work"))
+	for _, id := range []string{w.TaskID, w2.TaskID} {
+		if tk := b.Task(t, id); tk.State != host.StateQueued {
+			t.Fatalf("waiter %s after its dependency succeeded", tk.State)
+		}
+	}
+}
+
+// TestGuessedDependencyCheckedAgainstTheRow: a guess from a copy that no
+// longer holds (the dependency finished, unseen by this store) is caught by
+// its check before COMMIT, and the batch runs again with the row read: the
+// waiter is ready at once, not left waiting on a finished task.
+func TestGuessedDependencyCheckedAgainstTheRow(t *testing.T) {
+	b, st := guessBundle(t)
+	a := b.Enqueue(t, "work")
+	b.Complete(t, "w.1", b.LeaseOne(t, "w.1", "work"))
+	stale(t, b, st, a.TaskID, func(tk *host.Task) {
+		tk.State, tk.CompletedAt, tk.Result = host.StateLeased, nil, nil
+	})
+	w := b.Enqueue(t, "other", func(r *engine.EnqueueRequest) { r.After = []string{a.TaskID} })
+	if w.Status != string(host.StateQueued) {
+		t.Fatalf("waiter of a finished dependency enqueued %s, want queued", w.Status)
+	}
+	if n := st.StrictReruns(); n != 1 {
+		t.Fatalf("%d strict reruns, want 1 (the guess's check)", n)
+	}
+}
+
+// TestGuessedRefusalIsReadAgain: a refusal built on a guess (the copy shows
+// the dependency held by no worker, so a worker may not name it) is not
+// given: the request runs again with the row read, which shows the task
+// held by that worker.
+func TestGuessedRefusalIsReadAgain(t *testing.T) {
+	b, st := guessBundle(t)
+	a := b.Enqueue(t, "work")
+	b.LeaseOne(t, "w.1", "work")
+	stale(t, b, st, a.TaskID, func(tk *host.Task) {
+		tk.State, tk.WorkerID, tk.LeaseID = host.StateQueued, "", ""
+	})
+	worker := engine.Actor{Tenant: "acme", Principal: "w.1", Role: engine.RoleWorker}
+	w, err := b.Engine.Enqueue(b.Ctx, worker, engine.EnqueueRequest{TaskType: "other", After: []string{a.TaskID}})
+	if err != nil || w.Status != string(host.StateWaiting) {
+		t.Fatalf("a worker's enqueue after the task it holds: %+v, %v", w, err)
+	}
+	if n := st.StrictReruns(); n != 0 {
+		t.Fatalf("%d strict reruns, want none (the request alone runs again)", n)
+	}
+}
+
+// TestGuessedSettlementCostsNoRoundTrip: completing a dependency whose one
+// waiter this store enqueued costs the writer the round trips of a plain
+// completion (the settlement answered from recentEdges, settle_waiters
+// queued), and the waiter is ready.
+func TestGuessedSettlementCostsNoRoundTrip(t *testing.T) {
+	b, st := guessBundle(t)
+	plain := b.Enqueue(t, "work")
+	a := b.Enqueue(t, "work")
+	w := b.Enqueue(t, "other", func(r *engine.EnqueueRequest) { r.After = []string{a.TaskID} })
+	offers, err := b.Engine.Lease(b.Ctx, engine.LeaseRequest{Tenant: "acme", WorkerID: "w.1", Types: []string{"work"}, MaxTasks: 2})
+	if err != nil || len(offers) != 2 {
+		t.Fatalf("lease: %d offers, %v", len(offers), err)
+	}
+	if offers[0].Task.ID != plain.TaskID {
+		offers[0], offers[1] = offers[1], offers[0]
+	}
+	trips := st.WriterTrips()
+	b.Complete(t, "w.1", offers[0])
+	plainTrips := st.WriterTrips() - trips
+	trips = st.WriterTrips()
+	b.Complete(t, "w.1", offers[1])
+	if got := st.WriterTrips() - trips; got != plainTrips {
+		t.Fatalf("completing a task waited on cost %d round trips, a plain one %d", got, plainTrips)
+	}
+	if tk := b.Task(t, w.TaskID); tk.State != host.StateQueued {
+		t.Fatalf("waiter %s after its dependency succeeded", tk.State)
+	}
+	if n := st.StrictReruns(); n != 0 {
+		t.Fatalf("%d strict reruns", n)
+	}
+}
+
+// TestGuessedSettlementCheckedAgainstTheRows: a settlement guessed from
+// what this store wrote misses a waiter another host enqueued, or a waiter
+// another host canceled; its check catches either before COMMIT, and the
+// batch runs again with settle_waiters answered: every waiter settled
+// right.
+func TestGuessedSettlementCheckedAgainstTheRows(t *testing.T) {
+	schema := newSchema(t)
+	st := openIn(t, schema, Options{})
+	b := storetest.Setup(t, func(testing.TB) store.Store { return st })
+	far, err := engine.New(engine.Config{Store: openIn(t, schema, Options{}), Clock: b.Clock, ExpiryJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer far.Close()
+	after := func(id string) func(*engine.EnqueueRequest) {
+		return func(r *engine.EnqueueRequest) { r.After = []string{id} }
+	}
+	// Another host's waiter, unknown here.
+	a := b.Enqueue(t, "work")
+	w := b.Enqueue(t, "other", after(a.TaskID))
+	req := engine.EnqueueRequest{TaskType: "other"}
+	after(a.TaskID)(&req)
+	w2, err := far.Enqueue(b.Ctx, b.Agent, req)
+	if err != nil || w2.Status != string(host.StateWaiting) {
+		t.Fatalf("far enqueue: %+v, %v", w2, err)
+	}
+	b.Complete(t, "w.1", b.LeaseOne(t, "w.1", "work"))
+	for _, id := range []string{w.TaskID, w2.TaskID} {
+		if tk := b.Task(t, id); tk.State != host.StateQueued {
+			t.Fatalf("waiter %s is %s after its dependency succeeded", id, tk.State)
+		}
+	}
+	if n := st.StrictReruns(); n != 1 {
+		t.Fatalf("%d strict reruns, want 1 (the guess's check)", n)
+	}
+	// A waiter canceled by another host, unseen here.
+	c := b.Enqueue(t, "work")
+	w3 := b.Enqueue(t, "other", after(c.TaskID))
+	if _, err := far.Cancel(b.Ctx, b.Agent, w3.TaskID, "not needed"); err != nil {
+		t.Fatal(err)
+	}
+	b.Complete(t, "w.1", b.LeaseOne(t, "w.1", "work"))
+	if tk := b.Task(t, w3.TaskID); tk.State != host.StateCanceled {
+		t.Fatalf("a canceled waiter became %s", tk.State)
+	}
+	if n := st.StrictReruns(); n != 2 {
+		t.Fatalf("%d strict reruns, want 2", n)
+	}
+}
+
+// TestGuessedSettlementOfAMarkedWaiter: a waiter that is itself waited on
+// (marked when the next task was enqueued after it, which changes no
+// version) is guessed with its marker, so its settlement needs no rerun.
+func TestGuessedSettlementOfAMarkedWaiter(t *testing.T) {
+	b, st := guessBundle(t)
+	a := b.Enqueue(t, "work")
+	w1 := b.Enqueue(t, "other", func(r *engine.EnqueueRequest) { r.After = []string{a.TaskID} })
+	w2 := b.Enqueue(t, "other", func(r *engine.EnqueueRequest) { r.After = []string{w1.TaskID} })
+	b.Complete(t, "w.1", b.LeaseOne(t, "w.1", "work"))
+	if tk := b.Task(t, w1.TaskID); tk.State != host.StateQueued || !tk.HasWaiters {
+		t.Fatalf("first waiter %s (marked %v), want queued and marked", tk.State, tk.HasWaiters)
+	}
+	if n := st.StrictReruns(); n != 0 {
+		t.Fatalf("%d strict reruns, want none", n)
+	}
+	b.Complete(t, "w.2", b.LeaseOne(t, "w.2", "other"))
+	if tk := b.Task(t, w2.TaskID); tk.State != host.StateQueued {
+		t.Fatalf("second waiter %s, want queued", tk.State)
+	}
+	if n := st.StrictReruns(); n != 0 {
+		t.Fatalf("%d strict reruns, want none", n)
+	}
+}
