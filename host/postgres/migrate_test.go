@@ -170,3 +170,63 @@ func TestMigrationDropsTasksUnarchived(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrationDropsTasksState: 0046 drops (tenant, state, seq) from a
+// database that has it, and the tasks it held list by state, in seq order
+// and paged, from tasks_state_type_seq.
+func TestMigrationDropsTasksState(t *testing.T) {
+	schema := newSchema(t)
+	ctx := context.Background()
+	st := openIn(t, schema, Options{})
+	base := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	types := []string{"b", "a", "c", "a", "b"}
+	if err := st.Update(ctx, func(tx store.Tx) error {
+		for i, ty := range types {
+			if err := tx.InsertTask(ctx, &host.Task{ID: fmt.Sprintf("task_%d", i), Tenant: "acme", Type: ty, CreatedBy: "agent.a",
+				Recipient: "agent.a", State: host.StateQueued, Params: json.RawMessage(`{}`), CreatedAt: base, UpdatedAt: base, AvailableAt: base}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	// Wind the schema back to before 0046.
+	execIn(t, schema, `CREATE INDEX tasks_state ON tasks (tenant, state, seq)`, `DELETE FROM schema_migrations WHERE version = 46`)
+
+	st = openIn(t, schema, Options{})
+	conn, err := pgx.Connect(ctx, testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexname = 'tasks_state'`, schema).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatal("tasks_state is still there after the migration")
+	}
+	var got []string
+	cursor := ""
+	for {
+		var ts []*host.Task
+		if err := st.View(ctx, func(r store.Reader) error {
+			var err error
+			ts, cursor, err = r.ListTasks(ctx, store.TaskFilter{Tenant: "acme", States: []host.TaskState{host.StateQueued}, Cursor: cursor, Limit: 2})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range ts {
+			got = append(got, tk.ID)
+		}
+		if cursor == "" {
+			break
+		}
+	}
+	if want := []string{"task_0", "task_1", "task_2", "task_3", "task_4"}; !slices.Equal(got, want) {
+		t.Fatalf("queued tasks after the migration: %v, want %v", got, want)
+	}
+}

@@ -110,6 +110,9 @@ type Store struct {
 	batches, updates, busy atomic.Int64
 	// commits is the writers' latest commit outcome (store.CommitHealth).
 	commits store.CommitWatch
+	// stateRanges bounds the index ranges a list by state merges
+	// (maxStateRanges; tests lower it).
+	stateRanges int
 }
 
 var (
@@ -170,7 +173,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	s := &Store{pool: pool, connCfg: cfg.ConnConfig, opts: opts,
+	s := &Store{pool: pool, connCfg: cfg.ConnConfig, opts: opts, stateRanges: maxStateRanges,
 		queue: groupcommit.New[*request](4096), writerPIDs: map[uint32]bool{}}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
