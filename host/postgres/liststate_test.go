@@ -108,3 +108,27 @@ func TestStateListsPastTheRangeBound(t *testing.T) {
 		return st
 	})
 }
+
+// TestLeaseLookupsSeekTheirIndexes: the generic plans of a lease-bound
+// call's task lookup, on an empty schema: a lease id that carries its task
+// goes by the unique id index, one of the older form by tasks_lease_id
+// (which since 0048 holds only those); neither scans tasks.
+func TestLeaseLookupsSeekTheirIndexes(t *testing.T) {
+	st := openTest(t)
+	for _, c := range []struct {
+		name, q, index string
+		params, args   []string
+	}{
+		{"by the task the lease id carries", leaseByTaskSQL, "tasks_id_key", []string{"text", "text"}, []string{"'T-1'", "'lease-X.T-1'"}},
+		{"by a lease id of the older form", leaseByOldIDSQL, "tasks_lease_id", []string{"text"}, []string{"'lease-X'"}},
+	} {
+		plan := explainGeneric(t, st, c.q, c.params, c.args)
+		text := strings.Join(plan, "\n")
+		if !strings.Contains(text, "using "+c.index+" on tasks") {
+			t.Errorf("%s does not seek %s:\n%s", c.name, c.index, text)
+		}
+		if strings.Contains(text, "Seq Scan") || strings.Contains(text, "Bitmap") {
+			t.Errorf("%s scans tasks:\n%s", c.name, text)
+		}
+	}
+}

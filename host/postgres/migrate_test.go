@@ -230,3 +230,60 @@ func TestMigrationDropsTasksState(t *testing.T) {
 		t.Fatalf("queued tasks after the migration: %v, want %v", got, want)
 	}
 }
+
+// TestMigrationLeaseIDOldForm: 0048 narrows tasks_lease_id to lease ids of
+// the older form (no '.'); a task leased before it, under such an id, is
+// still found by it, and a lease id that carries its task is found through
+// the id index.
+func TestMigrationLeaseIDOldForm(t *testing.T) {
+	schema := newSchema(t)
+	ctx := context.Background()
+	st := openIn(t, schema, Options{})
+	now := time.Now().Truncate(time.Microsecond)
+	exp := now.Add(time.Hour)
+	oldLease := host.NewID(host.PrefixLease)
+	leased := func(id, lease string) *host.Task {
+		return &host.Task{ID: id, Tenant: "acme", Type: "work", CreatedBy: "agent.a", Recipient: "agent.a",
+			State: host.StateLeased, Params: json.RawMessage(`{}`), CreatedAt: now, UpdatedAt: now, AvailableAt: now,
+			LeaseID: lease, WorkerID: "w.1", LeasedAt: &now, LeaseExpiresAt: &exp, LeaseSeconds: 3600}
+	}
+	if err := st.Update(ctx, func(tx store.Tx) error { return tx.InsertTask(ctx, leased("T-OLD", oldLease)) }); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	// Wind the schema back to before 0048.
+	execIn(t, schema, `DROP INDEX tasks_lease_id`, `CREATE INDEX tasks_lease_id ON tasks (lease_id) WHERE lease_id <> ''`,
+		`DELETE FROM schema_migrations WHERE version = 48`)
+
+	st = openIn(t, schema, Options{})
+	conn, err := pgx.Connect(ctx, testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var def string
+	if err := conn.QueryRow(ctx, `SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = 'tasks_lease_id'`, schema).Scan(&def); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(def, "strpos") {
+		t.Fatalf("tasks_lease_id after the migration: %s", def)
+	}
+	newLease := host.NewLeaseID("T-NEW")
+	if err := st.Update(ctx, func(tx store.Tx) error { return tx.InsertTask(ctx, leased("T-NEW", newLease)) }); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range [][2]string{{oldLease, "T-OLD"}, {newLease, "T-NEW"}} {
+		if err := st.Update(ctx, func(tx store.Tx) error {
+			tk, err := tx.GetTaskByLease(ctx, c[0])
+			if err != nil {
+				return err
+			}
+			if tk.ID != c[1] {
+				t.Errorf("GetTaskByLease(%s) = %s, want %s", c[0], tk.ID, c[1])
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("GetTaskByLease(%s) after the migration: %v", c[0], err)
+		}
+	}
+}

@@ -186,11 +186,28 @@ func (r *reader) GetTask(ctx context.Context, tenant, id string) (*host.Task, er
 	return t, err
 }
 
+// leaseByTaskSQL finds a lease made by host.NewLeaseID by the task id it
+// carries, through the unique id index, and compares the whole lease id
+// there ($1 task id, $2 lease id): a claim writes no lease id index entry
+// (migration 0048), and a forged id naming another task matches nothing.
+const leaseByTaskSQL = `SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE id = $1 AND lease_id = $2`
+
+// leaseByOldIDSQL finds a lease id of the form minted before 0048 (no '.')
+// through tasks_lease_id, which holds only those; the predicate is spelled
+// as the index's so a generic plan can use it.
+const leaseByOldIDSQL = `SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE lease_id = $1 AND lease_id <> '' AND strpos(lease_id, '.') = 0`
+
 func (r *reader) GetTaskByLease(ctx context.Context, leaseID string) (*host.Task, error) {
 	if leaseID == "" {
 		return nil, notFound("lease", leaseID)
 	}
-	t, err := r.oneTask(ctx, `SELECT `+sqlrows.TaskColumns+` FROM tasks WHERE lease_id = $1 AND lease_id <> ''`+r.lockRow(), leaseID)
+	var t *host.Task
+	var err error
+	if id, ok := host.LeaseTaskID(leaseID); ok {
+		t, err = r.oneTask(ctx, leaseByTaskSQL+r.lockRow(), id, leaseID)
+	} else {
+		t, err = r.oneTask(ctx, leaseByOldIDSQL+r.lockRow(), leaseID)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("lease", leaseID)
 	}
