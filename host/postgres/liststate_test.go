@@ -132,3 +132,35 @@ func TestLeaseLookupsSeekTheirIndexes(t *testing.T) {
 		}
 	}
 }
+
+// TestReadyReadsSeekTheTypedIndex: with no untyped ready index (migration
+// 0049), a lease naming no type and the stats' oldest ready task walk
+// tasks_ready_type, the types by seeks of it too; their generic plans, on
+// an empty schema, touch no other index of tasks and scan nothing.
+func TestReadyReadsSeekTheTypedIndex(t *testing.T) {
+	st := openTest(t)
+	for _, c := range []struct {
+		name, q      string
+		params, args []string
+	}{
+		{"a claim naming no type", claimAny, []string{"text", "bigint", "bigint"}, []string{"'acme'", "0", "50"}},
+		{"the oldest ready task", oldestReady, []string{"text", "bigint"}, []string{"'acme'", "0"}},
+	} {
+		plan := explainGeneric(t, st, c.q, c.params, c.args)
+		text := strings.Join(plan, "\n")
+		seeks := 0
+		for _, l := range plan {
+			switch {
+			case strings.Contains(l, "Seq Scan on tasks"), strings.Contains(l, "Bitmap"):
+				t.Errorf("%s scans tasks:\n%s", c.name, text)
+			case strings.Contains(l, "using tasks_ready_type on tasks"):
+				seeks++
+			case strings.Contains(l, " on tasks"):
+				t.Errorf("%s walks another index of tasks:\n%s", c.name, text)
+			}
+		}
+		if seeks < 3 { // the first type, the next type, the range of a type
+			t.Errorf("%s seeks tasks_ready_type %d times:\n%s", c.name, seeks, text)
+		}
+	}
+}

@@ -287,3 +287,78 @@ func TestMigrationLeaseIDOldForm(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrationDropsTasksReady: 0049 drops the untyped ready index from a
+// database that has it; a claim naming no type then takes the queued tasks
+// of every type, highest priority first and oldest first within one, and
+// the stats still find the oldest ready task.
+func TestMigrationDropsTasksReady(t *testing.T) {
+	schema := newSchema(t)
+	ctx := context.Background()
+	st := openIn(t, schema, Options{})
+	base := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	later := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	// task_3 is not available yet.
+	tasks := []struct {
+		ty   string
+		prio int
+		at   time.Time
+	}{{"b", 5, base}, {"a", 5, base.Add(time.Minute)}, {"c", 9, base.Add(2 * time.Minute)}, {"a", 9, later}, {"b", 1, base}}
+	if err := st.Update(ctx, func(tx store.Tx) error {
+		for i, c := range tasks {
+			if err := tx.InsertTask(ctx, &host.Task{ID: fmt.Sprintf("task_%d", i), Tenant: "acme", Type: c.ty, CreatedBy: "agent.a",
+				Recipient: "agent.a", State: host.StateQueued, Priority: c.prio, Params: json.RawMessage(`{}`), CreatedAt: base, UpdatedAt: base,
+				AvailableAt: c.at}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	// Wind the schema back to before 0049.
+	execIn(t, schema, `CREATE INDEX tasks_ready ON tasks (tenant, priority DESC, seq) WHERE state = 'queued'`,
+		`DELETE FROM schema_migrations WHERE version = 49`)
+
+	st = openIn(t, schema, Options{})
+	conn, err := pgx.Connect(ctx, testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexname = 'tasks_ready'`, schema).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatal("tasks_ready is still there after the migration")
+	}
+	var qs store.QueueStats
+	if err := st.View(ctx, func(r store.Reader) error {
+		var err error
+		qs, err = r.QueueStats(ctx, "acme")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if age := qs.OldestReadyAge; age < time.Hour-time.Minute || age > time.Hour+time.Minute {
+		t.Fatalf("oldest ready after the migration is %v old, want about an hour", age)
+	}
+	var got []string
+	if err := st.Update(ctx, func(tx store.Tx) error {
+		ts, err := tx.ClaimTasks(ctx, store.ClaimQuery{Tenant: "acme", Now: time.Now(), Limit: 3, Grant: func(t *host.Task) {
+			now := time.Now()
+			t.State, t.LeaseID, t.WorkerID, t.LeasedAt, t.LeaseExpiresAt = host.StateLeased, host.NewLeaseID(t.ID), "w.1", &now, new(now.Add(time.Minute))
+		}})
+		for _, tk := range ts {
+			got = append(got, tk.ID)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"task_2", "task_0", "task_1"}; !slices.Equal(got, want) {
+		t.Fatalf("an untyped claim after the migration: %v, want %v", got, want)
+	}
+}

@@ -482,15 +482,29 @@ func (r *reader) ScheduledCounts(ctx context.Context, tenant string, now time.Ti
 	return out, err
 }
 
+// queuedTypes walks tasks_ready_type loosely: one seek per type of a
+// tenant's queued tasks ($1 tenant), as a CTE ty(name) for the statements
+// below.
+const queuedTypes = `WITH RECURSIVE ty(name) AS (
+  (SELECT task_type FROM tasks WHERE tenant = $1 AND state = 'queued' ORDER BY task_type LIMIT 1)
+  UNION ALL
+  SELECT n.task_type FROM ty CROSS JOIN LATERAL (
+    SELECT task_type FROM tasks WHERE tenant = $1 AND state = 'queued' AND task_type > ty.name ORDER BY task_type LIMIT 1) n
+)`
+
 // oldestReady finds a tenant's oldest ready queued task with one probe of
-// the lease index (tasks_ready: tenant, priority, seq) per priority (1..10,
-// enforced on every task), each O(1). Written as one ORDER BY seq over the
+// the typed lease index (tasks_ready_type: tenant, type, priority, seq) per
+// type of its queued tasks and priority (1..10, enforced on every task),
+// each O(1); the types come from the same index (queuedTypes). There is no
+// untyped ready index (migration 0049). Written as one ORDER BY seq over the
 // tenant's queued tasks, a planner without statistics walked one of the
 // partial ready indexes over every queued task of the tenant and sorted them
 // (48 ms at 35,000 queued, growing with depth); with statistics it walked the
 // table from the oldest task ever queued.
-const oldestReady = `SELECT t.available_at FROM generate_series(1, 10) AS p(v), LATERAL (
-  SELECT seq, available_at FROM tasks WHERE tenant = $1 AND state = 'queued' AND priority = p.v AND available_at <= $2 ORDER BY seq LIMIT 1) t
+const oldestReady = queuedTypes + `
+SELECT t.available_at FROM ty, generate_series(1, 10) AS p(v), LATERAL (
+  SELECT seq, available_at FROM tasks WHERE tenant = $1 AND task_type = ty.name AND state = 'queued' AND priority = p.v AND available_at <= $2
+  ORDER BY seq LIMIT 1) t
 ORDER BY t.seq LIMIT 1`
 
 // flushCounts adds the transaction's task state changes to this writer's
@@ -627,8 +641,16 @@ func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) e
 	return nil
 }
 
-const claimAny = `SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE tenant = $1 AND state = 'queued' AND available_at <= $2
-ORDER BY priority DESC, seq LIMIT $3 FOR UPDATE SKIP LOCKED`
+// claimAny serves a lease naming no type as claimTyped does, over every
+// type the tenant has queued tasks of (queuedTypes): one range of
+// tasks_ready_type per type, each locked with SKIP LOCKED, merged. There is
+// no untyped ready index for it to walk: every enqueue and requeue would
+// write an entry in it too (migration 0049).
+const claimAny = queuedTypes + `
+SELECT t.* FROM ty, LATERAL (
+  SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE tenant = $1 AND task_type = ty.name AND state = 'queued' AND available_at <= $2
+  ORDER BY priority DESC, seq LIMIT $3 FOR UPDATE SKIP LOCKED) t
+ORDER BY t.priority DESC, t.seq LIMIT $3`
 
 // claimTyped walks one index range per type (tasks_ready_type), each locked
 // with SKIP LOCKED, and merges them: the cost follows the batch, not the queue.
