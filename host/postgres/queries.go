@@ -328,8 +328,8 @@ const typesInSQL = `WITH RECURSIVE ty(v) AS (
 // task's entry in it, and the writer's cost per cycle follows the index
 // entries it moves (RATIONALE.md, "One state index, not two"). The page is a
 // merge, in seq order, of one range of tasks_state_type_seq per state and
-// type (stateListSQL); the types of a state come from the same index, one
-// seek per type (typesInSQL). ok is false when the ranges would exceed the
+// type (stateListSQL), planned for its values; the types of a state come
+// from the same index, one seek per type (typesInSQL). ok is false when the ranges would exceed the
 // store's bound.
 func (r *reader) listByState(ctx context.Context, f store.TaskFilter, after int64) (ts []*host.Task, cur string, ok bool, err error) {
 	given := distinct(f.Types)
@@ -356,7 +356,14 @@ func (r *reader) listByState(ctx context.Context, f store.TaskFilter, after int6
 	for _, p := range pairs {
 		a = append(a, p[0], p[1])
 	}
+	// Planned for its values: a plan made once for all of them (a prepared
+	// statement's generic plan, after its first runs) walks the primary key
+	// in seq order with a filter once ANALYZE has seen one state hold nearly
+	// every task, which for a rare state reads the whole table. The setting
+	// is back to its default for the transaction's next statement.
+	r.ss.queue(`SET LOCAL plan_cache_mode = force_custom_plan`)
 	rows, err := r.tasks(ctx, stateListSQL(len(pairs)), a...)
+	r.ss.queue(`SET LOCAL plan_cache_mode TO DEFAULT`)
 	if err != nil {
 		return nil, "", false, err
 	}
