@@ -60,3 +60,41 @@ func NewID(prefix string) string {
 	}
 	return string(out)
 }
+
+// leaseRandLen is the length of a lease id's random part: 26 Crockford
+// characters, 130 bits from crypto/rand.
+const leaseRandLen = 26
+
+// NewLeaseID returns a new lease id for the task taskID: PrefixLease, 26
+// Crockford characters drawn from crypto/rand (130 bits, nothing taken from
+// the clock or from the ids made before it), a '.', then the task's id. A
+// lease id is a bearer capability; its random part is what makes it
+// unguessable, and the task id it carries only lets a store find the task
+// by its unique id and compare the whole lease id there (LeaseTaskID), so a
+// forged one naming another task matches nothing. Lease ids minted before
+// this form (PrefixLease and a ULID, no '.') stay valid: LeaseTaskID
+// reports them as carrying no task.
+func NewLeaseID(taskID string) string {
+	var r [leaseRandLen]byte
+	_, _ = rand.Read(r[:])
+	out := make([]byte, 0, len(PrefixLease)+leaseRandLen+1+len(taskID))
+	out = append(out, PrefixLease...)
+	for _, c := range r {
+		out = append(out, crockford[c&31])
+	}
+	out = append(out, '.')
+	out = append(out, taskID...)
+	return string(out)
+}
+
+// LeaseTaskID returns the task id a lease id made by NewLeaseID carries, and
+// false for any other string (a lease id of the older form, a malformed
+// one). It proves nothing: the caller still compares the whole lease id
+// with the task's.
+func LeaseTaskID(leaseID string) (string, bool) {
+	n := len(PrefixLease) + leaseRandLen
+	if len(leaseID) <= n+1 || leaseID[:len(PrefixLease)] != PrefixLease || leaseID[n] != '.' {
+		return "", false
+	}
+	return leaseID[n+1:], true
+}

@@ -135,7 +135,7 @@ func (e *Engine) claim(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 					secs = e.cfg.MaxLeaseSeconds
 				}
 				t.State = host.StateLeased
-				t.LeaseID = host.NewID(host.PrefixLease)
+				t.LeaseID = host.NewLeaseID(t.ID)
 				t.WorkerID = req.WorkerID
 				t.LeasedAt = ptr(now)
 				t.LeaseExpiresAt = ptr(now.Add(time.Duration(secs) * time.Second))

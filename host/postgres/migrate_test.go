@@ -170,3 +170,195 @@ func TestMigrationDropsTasksUnarchived(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrationDropsTasksState: 0046 drops (tenant, state, seq) from a
+// database that has it, and the tasks it held list by state, in seq order
+// and paged, from tasks_state_type_seq.
+func TestMigrationDropsTasksState(t *testing.T) {
+	schema := newSchema(t)
+	ctx := context.Background()
+	st := openIn(t, schema, Options{})
+	base := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	types := []string{"b", "a", "c", "a", "b"}
+	if err := st.Update(ctx, func(tx store.Tx) error {
+		for i, ty := range types {
+			if err := tx.InsertTask(ctx, &host.Task{ID: fmt.Sprintf("task_%d", i), Tenant: "acme", Type: ty, CreatedBy: "agent.a",
+				Recipient: "agent.a", State: host.StateQueued, Params: json.RawMessage(`{}`), CreatedAt: base, UpdatedAt: base, AvailableAt: base}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	// Wind the schema back to before 0046.
+	execIn(t, schema, `CREATE INDEX tasks_state ON tasks (tenant, state, seq)`, `DELETE FROM schema_migrations WHERE version = 46`)
+
+	st = openIn(t, schema, Options{})
+	conn, err := pgx.Connect(ctx, testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexname = 'tasks_state'`, schema).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatal("tasks_state is still there after the migration")
+	}
+	var got []string
+	cursor := ""
+	for {
+		var ts []*host.Task
+		if err := st.View(ctx, func(r store.Reader) error {
+			var err error
+			ts, cursor, err = r.ListTasks(ctx, store.TaskFilter{Tenant: "acme", States: []host.TaskState{host.StateQueued}, Cursor: cursor, Limit: 2})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range ts {
+			got = append(got, tk.ID)
+		}
+		if cursor == "" {
+			break
+		}
+	}
+	if want := []string{"task_0", "task_1", "task_2", "task_3", "task_4"}; !slices.Equal(got, want) {
+		t.Fatalf("queued tasks after the migration: %v, want %v", got, want)
+	}
+}
+
+// TestMigrationLeaseIDOldForm: 0048 narrows tasks_lease_id to lease ids of
+// the older form (no '.'); a task leased before it, under such an id, is
+// still found by it, and a lease id that carries its task is found through
+// the id index.
+func TestMigrationLeaseIDOldForm(t *testing.T) {
+	schema := newSchema(t)
+	ctx := context.Background()
+	st := openIn(t, schema, Options{})
+	now := time.Now().Truncate(time.Microsecond)
+	exp := now.Add(time.Hour)
+	oldLease := host.NewID(host.PrefixLease)
+	leased := func(id, lease string) *host.Task {
+		return &host.Task{ID: id, Tenant: "acme", Type: "work", CreatedBy: "agent.a", Recipient: "agent.a",
+			State: host.StateLeased, Params: json.RawMessage(`{}`), CreatedAt: now, UpdatedAt: now, AvailableAt: now,
+			LeaseID: lease, WorkerID: "w.1", LeasedAt: &now, LeaseExpiresAt: &exp, LeaseSeconds: 3600}
+	}
+	if err := st.Update(ctx, func(tx store.Tx) error { return tx.InsertTask(ctx, leased("T-OLD", oldLease)) }); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	// Wind the schema back to before 0048.
+	execIn(t, schema, `DROP INDEX tasks_lease_id`, `CREATE INDEX tasks_lease_id ON tasks (lease_id) WHERE lease_id <> ''`,
+		`DELETE FROM schema_migrations WHERE version = 48`)
+
+	st = openIn(t, schema, Options{})
+	conn, err := pgx.Connect(ctx, testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var def string
+	if err := conn.QueryRow(ctx, `SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = 'tasks_lease_id'`, schema).Scan(&def); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(def, "strpos") {
+		t.Fatalf("tasks_lease_id after the migration: %s", def)
+	}
+	newLease := host.NewLeaseID("T-NEW")
+	if err := st.Update(ctx, func(tx store.Tx) error { return tx.InsertTask(ctx, leased("T-NEW", newLease)) }); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range [][2]string{{oldLease, "T-OLD"}, {newLease, "T-NEW"}} {
+		if err := st.Update(ctx, func(tx store.Tx) error {
+			tk, err := tx.GetTaskByLease(ctx, c[0])
+			if err != nil {
+				return err
+			}
+			if tk.ID != c[1] {
+				t.Errorf("GetTaskByLease(%s) = %s, want %s", c[0], tk.ID, c[1])
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("GetTaskByLease(%s) after the migration: %v", c[0], err)
+		}
+	}
+}
+
+// TestMigrationDropsTasksReady: 0049 drops the untyped ready index from a
+// database that has it; a claim naming no type then takes the queued tasks
+// of every type, highest priority first and oldest first within one, and
+// the stats still find the oldest ready task.
+func TestMigrationDropsTasksReady(t *testing.T) {
+	schema := newSchema(t)
+	ctx := context.Background()
+	st := openIn(t, schema, Options{})
+	base := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	later := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	// task_3 is not available yet.
+	tasks := []struct {
+		ty   string
+		prio int
+		at   time.Time
+	}{{"b", 5, base}, {"a", 5, base.Add(time.Minute)}, {"c", 9, base.Add(2 * time.Minute)}, {"a", 9, later}, {"b", 1, base}}
+	if err := st.Update(ctx, func(tx store.Tx) error {
+		for i, c := range tasks {
+			if err := tx.InsertTask(ctx, &host.Task{ID: fmt.Sprintf("task_%d", i), Tenant: "acme", Type: c.ty, CreatedBy: "agent.a",
+				Recipient: "agent.a", State: host.StateQueued, Priority: c.prio, Params: json.RawMessage(`{}`), CreatedAt: base, UpdatedAt: base,
+				AvailableAt: c.at}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	// Wind the schema back to before 0049.
+	execIn(t, schema, `CREATE INDEX tasks_ready ON tasks (tenant, priority DESC, seq) WHERE state = 'queued'`,
+		`DELETE FROM schema_migrations WHERE version = 49`)
+
+	st = openIn(t, schema, Options{})
+	conn, err := pgx.Connect(ctx, testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexname = 'tasks_ready'`, schema).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatal("tasks_ready is still there after the migration")
+	}
+	var qs store.QueueStats
+	if err := st.View(ctx, func(r store.Reader) error {
+		var err error
+		qs, err = r.QueueStats(ctx, "acme")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if age := qs.OldestReadyAge; age < time.Hour-time.Minute || age > time.Hour+time.Minute {
+		t.Fatalf("oldest ready after the migration is %v old, want about an hour", age)
+	}
+	var got []string
+	if err := st.Update(ctx, func(tx store.Tx) error {
+		ts, err := tx.ClaimTasks(ctx, store.ClaimQuery{Tenant: "acme", Now: time.Now(), Limit: 3, Grant: func(t *host.Task) {
+			now := time.Now()
+			t.State, t.LeaseID, t.WorkerID, t.LeasedAt, t.LeaseExpiresAt = host.StateLeased, host.NewLeaseID(t.ID), "w.1", &now, new(now.Add(time.Minute))
+		}})
+		for _, tk := range ts {
+			got = append(got, tk.ID)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"task_2", "task_0", "task_1"}; !slices.Equal(got, want) {
+		t.Fatalf("an untyped claim after the migration: %v, want %v", got, want)
+	}
+}

@@ -116,6 +116,9 @@ type Store struct {
 	// edges are the open edges the writers last committed, from which a
 	// settlement is guessed (depspec.go).
 	edges recentEdges
+	// stateRanges bounds the index ranges a list by state merges
+	// (maxStateRanges; tests lower it).
+	stateRanges int
 }
 
 var (
@@ -176,7 +179,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	s := &Store{pool: pool, connCfg: cfg.ConnConfig, opts: opts,
+	s := &Store{pool: pool, connCfg: cfg.ConnConfig, opts: opts, stateRanges: maxStateRanges,
 		queue: groupcommit.New[*request](4096), writerPIDs: map[uint32]bool{}}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()

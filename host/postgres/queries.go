@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -200,11 +201,28 @@ func (r *reader) GetTask(ctx context.Context, tenant, id string) (*host.Task, er
 	return t, err
 }
 
+// leaseByTaskSQL finds a lease made by host.NewLeaseID by the task id it
+// carries, through the unique id index, and compares the whole lease id
+// there ($1 task id, $2 lease id): a claim writes no lease id index entry
+// (migration 0048), and a forged id naming another task matches nothing.
+const leaseByTaskSQL = `SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE id = $1 AND lease_id = $2`
+
+// leaseByOldIDSQL finds a lease id of the form minted before 0048 (no '.')
+// through tasks_lease_id, which holds only those; the predicate is spelled
+// as the index's so a generic plan can use it.
+const leaseByOldIDSQL = `SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE lease_id = $1 AND lease_id <> '' AND strpos(lease_id, '.') = 0`
+
 func (r *reader) GetTaskByLease(ctx context.Context, leaseID string) (*host.Task, error) {
 	if leaseID == "" {
 		return nil, notFound("lease", leaseID)
 	}
-	t, err := r.oneTask(ctx, `SELECT `+sqlrows.TaskColumns+` FROM tasks WHERE lease_id = $1 AND lease_id <> ''`+r.lockRow(), leaseID)
+	var t *host.Task
+	var err error
+	if id, ok := host.LeaseTaskID(leaseID); ok {
+		t, err = r.oneTask(ctx, leaseByTaskSQL+r.lockRow(), id, leaseID)
+	} else {
+		t, err = r.oneTask(ctx, leaseByOldIDSQL+r.lockRow(), leaseID)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("lease", leaseID)
 	}
@@ -236,17 +254,19 @@ func (r *reader) ListTasks(ctx context.Context, f store.TaskFilter) ([]*host.Tas
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	// A list by state alone (and type) walks tasks' state indexes; any
-	// other walks the listing rows (task_list, migration 0015) in seq order
-	// and joins each to its task by seq until the page is full.
-	var a args
-	var q string
-	byState := len(f.States) > 0 && f.Recipient == "" && f.CreatedBy == "" && f.Principal == ""
-	if byState {
-		q = `SELECT ` + sqlrows.TaskColumns + ` FROM tasks l WHERE l.tenant = ` + a.add(f.Tenant) + ` AND l.seq > ` + a.add(after)
-	} else {
-		q = `SELECT ` + listedTaskColumns + ` FROM task_list l JOIN tasks t ON t.seq = l.seq WHERE l.tenant = ` + a.add(f.Tenant) + ` AND l.seq > ` + a.add(after)
+	// A list by state alone (and type) merges ranges of tasks'
+	// (tenant, state, task_type, seq) index (listByState); any other, or
+	// one that would merge too many ranges, walks the listing rows
+	// (task_list, migration 0015) in seq order and joins each to its task
+	// by seq until the page is full.
+	if len(f.States) > 0 && f.Recipient == "" && f.CreatedBy == "" && f.Principal == "" {
+		ts, cur, ok, err := r.listByState(ctx, f, after)
+		if err != nil || ok {
+			return ts, cur, err
+		}
 	}
+	var a args
+	q := `SELECT ` + listedTaskColumns + ` FROM task_list l JOIN tasks t ON t.seq = l.seq WHERE l.tenant = ` + a.add(f.Tenant) + ` AND l.seq > ` + a.add(after)
 	if f.Recipient != "" {
 		q += ` AND l.recipient = ` + a.add(f.Recipient)
 	}
@@ -271,11 +291,7 @@ func (r *reader) ListTasks(ctx context.Context, f store.TaskFilter) ([]*host.Tas
 		for i, s := range f.States {
 			states[i] = string(s)
 		}
-		col := "t.state"
-		if byState {
-			col = "l.state"
-		}
-		q += ` AND ` + col + ` = ANY(` + a.add(states) + `::text[])`
+		q += ` AND t.state = ANY(` + a.add(states) + `::text[])`
 	}
 	q += ` ORDER BY l.seq LIMIT ` + a.add(f.Limit+1)
 	rows, err := r.tasks(ctx, q, a...)
@@ -288,6 +304,116 @@ func (r *reader) ListTasks(ctx context.Context, f store.TaskFilter) ([]*host.Tas
 		out[i] = tr.t
 	}
 	return out, cur, nil
+}
+
+// maxStateRanges bounds the index ranges a list by state merges (states ×
+// types); a list that would need more walks the listing rows instead.
+const maxStateRanges = 64
+
+// stateListSQL is the merge of n ranges of tasks_state_type_seq in seq order
+// (args: tenant, cursor, limit, then state and type for each range). Each
+// branch is one index range already in seq order, with the page's limit of
+// its own; the planner merges the branches (Merge Append) under the outer
+// ORDER BY and stops at the limit, so a page reads about one row per range
+// plus the page itself, however many tasks each state holds.
+func stateListSQL(n int) string {
+	var b strings.Builder
+	b.WriteString(`SELECT ` + sqlrows.TaskColumns + ` FROM (`)
+	for i := range n {
+		if i > 0 {
+			b.WriteString("\nUNION ALL ")
+		}
+		fmt.Fprintf(&b, `(SELECT `+sqlrows.TaskColumns+` FROM tasks WHERE tenant = $1 AND state = $%d AND task_type = $%d AND seq > $2 ORDER BY seq LIMIT $3)`, 4+2*i, 5+2*i)
+	}
+	b.WriteString(") m\nORDER BY seq LIMIT $3")
+	return b.String()
+}
+
+// typesInSQL walks tasks_state_type_seq loosely: one seek per type of a
+// tenant's tasks in a state (args: tenant, state).
+const typesInSQL = `WITH RECURSIVE ty(v) AS (
+  (SELECT task_type FROM tasks WHERE tenant = $1 AND state = $2 ORDER BY task_type LIMIT 1)
+  UNION ALL
+  SELECT n.task_type FROM ty CROSS JOIN LATERAL (
+    SELECT task_type FROM tasks WHERE tenant = $1 AND state = $2 AND task_type > ty.v ORDER BY task_type LIMIT 1) n
+) SELECT v FROM ty`
+
+// listByState lists tasks by state (and type) with no principal filter.
+// There is no (tenant, state, seq) index: every transition would move the
+// task's entry in it, and the writer's cost per cycle follows the index
+// entries it moves (RATIONALE.md, "One state index, not two"). The page is a
+// merge, in seq order, of one range of tasks_state_type_seq per state and
+// type (stateListSQL), planned for its values; the types of a state come
+// from the same index, one seek per type (typesInSQL). ok is false when the ranges would exceed the
+// store's bound.
+func (r *reader) listByState(ctx context.Context, f store.TaskFilter, after int64) (ts []*host.Task, cur string, ok bool, err error) {
+	given := distinct(f.Types)
+	var pairs [][2]string
+	for _, st := range distinct(f.States) {
+		types := given
+		if len(types) == 0 {
+			if types, err = r.typesIn(ctx, f.Tenant, string(st)); err != nil {
+				return nil, "", false, err
+			}
+		}
+		for _, ty := range types {
+			pairs = append(pairs, [2]string{string(st), ty})
+		}
+		if len(pairs) > r.s.stateRanges {
+			return nil, "", false, nil
+		}
+	}
+	if len(pairs) == 0 {
+		return nil, "", true, nil
+	}
+	a := make([]any, 0, 3+2*len(pairs))
+	a = append(a, f.Tenant, after, f.Limit+1)
+	for _, p := range pairs {
+		a = append(a, p[0], p[1])
+	}
+	// Planned for its values: a plan made once for all of them (a prepared
+	// statement's generic plan, after its first runs) walks the primary key
+	// in seq order with a filter once ANALYZE has seen one state hold nearly
+	// every task, which for a rare state reads the whole table. The setting
+	// is back to its default for the transaction's next statement.
+	r.ss.queue(`SET LOCAL plan_cache_mode = force_custom_plan`)
+	rows, err := r.tasks(ctx, stateListSQL(len(pairs)), a...)
+	r.ss.queue(`SET LOCAL plan_cache_mode TO DEFAULT`)
+	if err != nil {
+		return nil, "", false, err
+	}
+	rows, cur = store.Page(rows, f.Limit, func(i int) int64 { return rows[i].seq })
+	ts = make([]*host.Task, len(rows))
+	for i, tr := range rows {
+		ts[i] = tr.t
+	}
+	return ts, cur, true, nil
+}
+
+// typesIn returns the types of a tenant's tasks in state, in name order, one
+// index seek per type however many tasks each has (typesInSQL).
+func (r *reader) typesIn(ctx context.Context, tenant, state string) ([]string, error) {
+	var out []string
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return err
+		}
+		out = append(out, v)
+		return nil
+	}, typesInSQL, tenant, state)
+	return out, err
+}
+
+// distinct returns xs without repeats, in first-seen order.
+func distinct[T comparable](xs []T) []T {
+	out := make([]T, 0, len(xs))
+	for _, x := range xs {
+		if !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // ExpiredLeases implements store.Reader. Inside Update it locks the rows it
@@ -353,13 +479,17 @@ func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStat
 	return qs, nil
 }
 
+// scheduledCountsOf counts a tenant's queued tasks not yet available, by
+// type ($1 now, $2 tenant).
+const scheduledCountsOf = `SELECT tenant, task_type, count(*) FROM tasks WHERE tenant = $2 AND state = 'queued' AND available_at > $1 GROUP BY tenant, task_type`
+
 // ScheduledCounts implements store.Reader: one walk of the tenant's queued
 // tasks.
 func (r *reader) ScheduledCounts(ctx context.Context, tenant string, now time.Time) ([]store.CountDelta, error) {
 	q := `SELECT tenant, task_type, count(*) FROM tasks WHERE state = 'queued' AND available_at > $1 GROUP BY tenant, task_type`
 	a := []any{us(now)}
 	if tenant != "" {
-		q = `SELECT tenant, task_type, count(*) FROM tasks WHERE tenant = $2 AND state = 'queued' AND available_at > $1 GROUP BY tenant, task_type`
+		q = scheduledCountsOf
 		a = append(a, tenant)
 	}
 	var out []store.CountDelta
@@ -374,15 +504,29 @@ func (r *reader) ScheduledCounts(ctx context.Context, tenant string, now time.Ti
 	return out, err
 }
 
+// queuedTypes walks tasks_ready_type loosely: one seek per type of a
+// tenant's queued tasks ($1 tenant), as a CTE ty(name) for the statements
+// below.
+const queuedTypes = `WITH RECURSIVE ty(name) AS (
+  (SELECT task_type FROM tasks WHERE tenant = $1 AND state = 'queued' ORDER BY task_type LIMIT 1)
+  UNION ALL
+  SELECT n.task_type FROM ty CROSS JOIN LATERAL (
+    SELECT task_type FROM tasks WHERE tenant = $1 AND state = 'queued' AND task_type > ty.name ORDER BY task_type LIMIT 1) n
+)`
+
 // oldestReady finds a tenant's oldest ready queued task with one probe of
-// the lease index (tasks_ready: tenant, priority, seq) per priority (1..10,
-// enforced on every task), each O(1). Written as one ORDER BY seq over the
+// the typed lease index (tasks_ready_type: tenant, type, priority, seq) per
+// type of its queued tasks and priority (1..10, enforced on every task),
+// each O(1); the types come from the same index (queuedTypes). There is no
+// untyped ready index (migration 0049). Written as one ORDER BY seq over the
 // tenant's queued tasks, a planner without statistics walked one of the
 // partial ready indexes over every queued task of the tenant and sorted them
 // (48 ms at 35,000 queued, growing with depth); with statistics it walked the
 // table from the oldest task ever queued.
-const oldestReady = `SELECT t.available_at FROM generate_series(1, 10) AS p(v), LATERAL (
-  SELECT seq, available_at FROM tasks WHERE tenant = $1 AND state = 'queued' AND priority = p.v AND available_at <= $2 ORDER BY seq LIMIT 1) t
+const oldestReady = queuedTypes + `
+SELECT t.available_at FROM ty, generate_series(1, 10) AS p(v), LATERAL (
+  SELECT seq, available_at FROM tasks WHERE tenant = $1 AND task_type = ty.name AND state = 'queued' AND priority = p.v AND available_at <= $2
+  ORDER BY seq LIMIT 1) t
 ORDER BY t.seq LIMIT 1`
 
 // flushCounts adds the transaction's task state changes to this writer's
@@ -521,8 +665,16 @@ func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) e
 	return nil
 }
 
-const claimAny = `SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE tenant = $1 AND state = 'queued' AND available_at <= $2
-ORDER BY priority DESC, seq LIMIT $3 FOR UPDATE SKIP LOCKED`
+// claimAny serves a lease naming no type as claimTyped does, over every
+// type the tenant has queued tasks of (queuedTypes): one range of
+// tasks_ready_type per type, each locked with SKIP LOCKED, merged. There is
+// no untyped ready index for it to walk: every enqueue and requeue would
+// write an entry in it too (migration 0049).
+const claimAny = queuedTypes + `
+SELECT t.* FROM ty, LATERAL (
+  SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE tenant = $1 AND task_type = ty.name AND state = 'queued' AND available_at <= $2
+  ORDER BY priority DESC, seq LIMIT $3 FOR UPDATE SKIP LOCKED) t
+ORDER BY t.priority DESC, t.seq LIMIT $3`
 
 // claimTyped walks one index range per type (tasks_ready_type), each locked
 // with SKIP LOCKED, and merges them: the cost follows the batch, not the queue.

@@ -56,6 +56,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"KeysTypesWorkers", testKeys},
 		{"ListTasksPaging", testListPaging},
 		{"ListTasksFilters", testListTasksFilters},
+		{"ForgedLeaseIDs", testForgedLeaseIDs}, {"OlderLeaseIDs", testOlderLeaseIDs}, // leaseids.go
 		{"VersionFence", testVersionFence},
 		{"DedupeNamespaces", testDedupeNamespaces},
 		{"ReceiptAddressing", testReceiptAddressing}, {"ReceiptReadsBetweenPrincipals", testReceiptReadsBetweenPrincipals}, {"DedupePerPrincipal", testDedupePerPrincipal}, // ledgerprincipals.go
