@@ -710,8 +710,14 @@ func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.T
 			return rows[i].seq < rows[j].seq
 		})
 	}
-	if err != nil || len(rows) == 0 {
+	if err != nil {
 		return nil, err
+	}
+	// A claim that found all it asked for tells the writer queue a backlog
+	// exists (its enqueue budget); one that found fewer, that none does.
+	w.s.queue.Claimed(len(rows) >= q.Limit)
+	if len(rows) == 0 {
+		return nil, nil
 	}
 	stmts := make([]stmt, len(rows))
 	for i, c := range rows {

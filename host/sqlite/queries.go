@@ -653,9 +653,12 @@ AND available_at <= ? ORDER BY priority DESC, seq LIMIT ?`, q.Tenant, typ, now, 
 			}
 			return cands[i].seq < cands[j].seq
 		})
-		if len(cands) > q.Limit {
-			cands = cands[:q.Limit]
-		}
+	}
+	// A claim that found all it asked for tells the writer queue a backlog
+	// exists (its enqueue budget); one that found fewer, that none does.
+	w.s.queue.Claimed(len(cands) >= q.Limit)
+	if len(cands) > q.Limit {
+		cands = cands[:q.Limit]
 	}
 	ts := make([]*host.Task, len(cands))
 	for i, c := range cands {

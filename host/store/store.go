@@ -254,8 +254,10 @@ type bulkKey struct{}
 // driver's writer serves unmarked updates first when more wait than one
 // batch holds, and limits each batch's share of bulk ones, so that under
 // overload completions and lease calls are not starved by enqueues
-// (host/store/groupcommit). A bulk update still runs within a bounded
-// number of batches; it means nothing else.
+// (host/store/groupcommit). While the store's claims find a backlog and
+// prompt updates arrive, a bulk update may also wait for the queue's
+// enqueue budget, at most groupcommit.MaxHold, before it is queued. A bulk
+// update still runs within a bounded time; it means nothing else.
 func BulkUpdate(ctx context.Context) context.Context {
 	return context.WithValue(ctx, bulkKey{}, true)
 }

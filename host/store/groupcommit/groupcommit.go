@@ -11,11 +11,14 @@
 // that under overload a backlog drains at the workers' pace instead of the
 // producers' (RATIONALE.md, "Completions first under overload"), while
 // every bulk request is still served within a bounded number of batches.
+// Over time, an enqueue budget (budget.go) holds bulk requests to the pace
+// of the prompt ones while a backlog exists, each at most MaxHold.
 package groupcommit
 
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 )
@@ -48,19 +51,40 @@ type Queue[R any] struct {
 
 	mu       sync.RWMutex
 	isClosed bool
+
+	budget *budget
+	now    func() time.Time
 }
 
 // New returns a queue that holds up to size requests of each class before
 // Put waits.
 func New[R any](size int) *Queue[R] {
-	return &Queue[R]{reqs: make(chan R, size), bulk: make(chan R, size), closed: make(chan struct{})}
+	return &Queue[R]{reqs: make(chan R, size), bulk: make(chan R, size), closed: make(chan struct{}),
+		budget: newBudget(), now: time.Now}
 }
 
-// Put queues r for the writer in class c. It fails with ErrClosed once
-// Close has been called, and with ctx's error if ctx ends while the queue
-// of c is full. Once Put has queued r, the caller must wait for r's
+// Claimed tells the queue how a claim of ready tasks (a lease call) went:
+// backlog is whether it took all it asked for. A driver calls it from its
+// claim; the enqueue budget is in force only while claims find a backlog.
+func (q *Queue[R]) Claimed(backlog bool) { q.budget.claimed(q.now(), backlog) }
+
+// Held is how many bulk requests wait for the enqueue budget now (they are
+// not queued yet: Len does not count them).
+func (q *Queue[R]) Held() int { return q.budget.held() }
+
+// Put queues r for the writer in class c. A bulk request first waits for
+// the enqueue budget, at most MaxHold. Put fails with ErrClosed once Close
+// has been called, and with ctx's error if ctx ends while r is held or the
+// queue of c is full. Once Put has queued r, the caller must wait for r's
 // outcome: it may be committed whatever the caller's context does.
 func (q *Queue[R]) Put(ctx context.Context, r R, c Class) error {
+	if c == Bulk {
+		if err := q.hold(ctx); err != nil {
+			return err
+		}
+	} else {
+		q.budget.prompt(q.now())
+	}
 	q.mu.RLock()
 	defer q.mu.RUnlock()
 	if q.isClosed {
@@ -76,6 +100,28 @@ func (q *Queue[R]) Put(ctx context.Context, r R, c Class) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// hold waits until the enqueue budget lets a bulk request be queued, or
+// MaxHold has passed, or Close is called; it fails only when ctx ends.
+func (q *Queue[R]) hold(ctx context.Context) error {
+	ch := q.budget.admit(q.now())
+	if ch == nil {
+		return nil
+	}
+	t := time.NewTimer(MaxHold)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-t.C:
+	case <-q.closed:
+	case <-ctx.Done():
+		q.budget.cancel(ch)
+		return ctx.Err()
+	}
+	q.budget.cancel(ch)
+	return nil
 }
 
 // IsClosed reports whether Close has been called.

@@ -66,6 +66,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"QueueCountsStayExact", testQueueCounts},
 		{"ObligationsWithinOneUpdate", testObligationsWithinOneUpdate},
 		{"RowsWithinOneUpdate", testRowsWithinOneUpdate}, {"ClashWithCommittedRow", testClashWithCommittedRow}, {"OldestReady", testOldestReady}, // writebehind.go, oldestready.go
+		{"EnqueueBudget", testEnqueueBudget},                         // enqueuebudget.go
 		{"QueueCountsByTypeAndState", testQueueCountsByTypeAndState}, // typestate.go
 		{"UpdateWritesEachField", testUpdateWritesEachField},         // taskupdate.go
 		{"UpdateWritesTheTaskGiven", testUpdateWritesTheTaskGiven},   // taskupdate.go

@@ -1,0 +1,219 @@
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// granted reports whether a held request's channel is closed, without
+// waiting.
+func granted(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestBudgetRule: the enqueue budget on a clock of the test's own. Without
+// a backlog, or without a prompt request within Window, every bulk request
+// passes; while both hold, Burst pass, then each prompt request lets one
+// more through, oldest first; a claim that finds no backlog, or the
+// backlog or the prompt requests growing older than Window, lets every held
+// request go and refills the budget.
+func TestBudgetRule(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+
+	// A queue that only fills: no claim, no prompt request.
+	b := newBudget()
+	for i := range 10 * Burst {
+		if ch := b.admit(at(time.Duration(i) * time.Microsecond)); ch != nil {
+			t.Fatalf("fill without workers: bulk request %d held", i)
+		}
+	}
+	// Prompt requests but no backlog (the claims found fewer than asked).
+	b.claimed(at(0), false)
+	for i := range 10 * Burst {
+		b.prompt(at(time.Millisecond))
+		if ch := b.admit(at(time.Millisecond)); ch != nil {
+			t.Fatalf("no backlog: bulk request %d held", i)
+		}
+	}
+	// A backlog but no prompt request within Window.
+	b = newBudget()
+	b.prompt(at(0))
+	b.claimed(at(Window), true)
+	for i := range 10 * Burst {
+		if ch := b.admit(at(Window)); ch != nil {
+			t.Fatalf("no prompt request within Window: bulk request %d held", i)
+		}
+	}
+
+	// A backlog and prompt requests: Burst pass, then one per prompt.
+	b = newBudget()
+	b.claimed(at(0), true)
+	b.prompt(at(0))
+	for i := range Burst {
+		if ch := b.admit(at(time.Millisecond)); ch != nil {
+			t.Fatalf("bulk request %d of the first Burst held", i)
+		}
+	}
+	held := make([]<-chan struct{}, 5)
+	for i := range held {
+		if held[i] = b.admit(at(2 * time.Millisecond)); held[i] == nil {
+			t.Fatalf("bulk request %d past Burst not held", i)
+		}
+	}
+	if b.held() != 5 {
+		t.Fatalf("held %d, want 5", b.held())
+	}
+	for i := range 3 { // three prompt requests: the three oldest go, in order
+		b.prompt(at(3 * time.Millisecond))
+		for j, ch := range held {
+			if granted(ch) != (j <= i) {
+				t.Fatalf("after %d prompt requests, request %d granted %v", i+1, j, granted(ch))
+			}
+		}
+	}
+	// A later arrival queues behind the held ones even if a token is left.
+	b.cancel(held[3]) // its hold passed
+	if b.held() != 1 {
+		t.Fatalf("held %d after a cancel, want 1", b.held())
+	}
+	late := b.admit(at(4 * time.Millisecond))
+	if late == nil {
+		t.Fatal("a request behind a held one passed")
+	}
+	b.prompt(at(5 * time.Millisecond))
+	if !granted(held[4]) || granted(late) {
+		t.Fatal("the token went past the oldest held request")
+	}
+	// A claim that finds fewer than it asked: no backlog, all go, full again.
+	b.claimed(at(6*time.Millisecond), false)
+	if !granted(late) || b.held() != 0 {
+		t.Fatal("a claim without backlog did not let the held requests go")
+	}
+	for i := range 10 * Burst {
+		b.prompt(at(7 * time.Millisecond))
+		if ch := b.admit(at(7 * time.Millisecond)); ch != nil {
+			t.Fatalf("after the backlog ended: bulk request %d held", i)
+		}
+	}
+	// The backlog again; held requests go once the backlog is Window old.
+	b.claimed(at(10*time.Millisecond), true)
+	for range Burst {
+		b.admit(at(10 * time.Millisecond))
+	}
+	ch := b.admit(at(11 * time.Millisecond))
+	if ch == nil {
+		t.Fatal("budget spent: a bulk request passed")
+	}
+	b.prompt(at(10*time.Millisecond + Window - 1)) // spent on ch
+	if !granted(ch) {
+		t.Fatal("a prompt request did not grant the held request")
+	}
+	ch = b.admit(at(10*time.Millisecond + Window - 1))
+	if ch == nil {
+		t.Fatal("budget spent: a bulk request passed")
+	}
+	if b.admit(at(10*time.Millisecond+Window)) != nil || !granted(ch) {
+		t.Fatal("a backlog Window old still holds bulk requests")
+	}
+	// Ratio: n prompt requests earn n·Ratio tokens, at most Burst saved.
+	b = newBudget()
+	b.claimed(at(0), true)
+	for range 3 * Burst {
+		b.prompt(at(0))
+	}
+	n := 0
+	for b.admit(at(0)) == nil {
+		n++
+	}
+	if n != Burst {
+		t.Fatalf("%d bulk requests passed on saved tokens, want Burst (%d)", n, Burst)
+	}
+}
+
+// TestBudgetHoldIsBounded: with the budget in force and spent, a bulk Put
+// waits MaxHold and is then queued (not refused, not held longer); a
+// prompt Put lets the oldest held one go at once; a fill with no backlog
+// is never held. Real time: MaxHold is the bound the queue promises.
+func TestBudgetHoldIsBounded(t *testing.T) {
+	ctx := context.Background()
+	q := New[int](4096)
+	q.Claimed(true)
+	if err := q.Put(ctx, 0, Prompt); err != nil {
+		t.Fatal(err)
+	}
+	for i := range Burst {
+		if err := q.Put(ctx, 1000+i, Bulk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Spent: two held Puts, the first let go by a prompt request.
+	var wg sync.WaitGroup
+	took := make([]time.Duration, 2)
+	start := time.Now()
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := q.Put(ctx, 2000+i, Bulk); err != nil {
+				t.Error(err)
+			}
+			took[i] = time.Since(start)
+		}()
+		for q.Held() != i+1 { // in order: the first is held before the second comes
+			time.Sleep(time.Millisecond)
+		}
+	}
+	time.Sleep(MaxHold / 5)
+	if err := q.Put(ctx, 1, Prompt); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if took[0] >= MaxHold {
+		t.Fatalf("the held Put a prompt request let go took %v, want less than MaxHold %v", took[0], MaxHold)
+	}
+	if took[1] < MaxHold || took[1] > MaxHold+MaxHold/2 {
+		t.Fatalf("the held Put nothing let go took %v, want MaxHold %v and a little", took[1], MaxHold)
+	}
+	if q.Held() != 0 || q.Len() != 2+Burst+2 {
+		t.Fatalf("held %d, queued %d, want 0 and %d", q.Held(), q.Len(), 2+Burst+2)
+	}
+	// A held Put whose context ends is refused, not queued.
+	cctx, cancel := context.WithTimeout(ctx, MaxHold/10)
+	defer cancel()
+	if err := q.Put(cctx, 3000, Bulk); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a held Put whose context ended: %v, want its deadline", err)
+	}
+	if q.Held() != 0 || q.Len() != 2+Burst+2 {
+		t.Fatalf("after a refused Put: held %d, queued %d", q.Held(), q.Len())
+	}
+	// Close lets a held Put go, to be refused.
+	go func() {
+		for q.Held() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		q.Close()
+	}()
+	start = time.Now()
+	if err := q.Put(ctx, 4000, Bulk); !errors.Is(err, ErrClosed) || time.Since(start) >= MaxHold {
+		t.Fatalf("a Put held while the queue closed: %v after %v, want ErrClosed at once", err, time.Since(start))
+	}
+	// No claim found a backlog: a fill is never held.
+	q = New[int](4096)
+	for i := range 4 * Burst {
+		if err := q.Put(ctx, 1, Prompt); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Put(ctx, i, Bulk); err != nil || q.Held() != 0 {
+			t.Fatal("a bulk request held with no backlog")
+		}
+	}
+}

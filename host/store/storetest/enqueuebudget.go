@@ -1,0 +1,85 @@
+package storetest
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/groupcommit"
+)
+
+// testEnqueueBudget: a driver tells its writer queue what its claims find
+// (groupcommit's enqueue budget). While a claim took all it asked for (a
+// backlog) and prompt updates arrive, bulk updates pass on the budget's
+// tokens and then wait for one, at most MaxHold, and still run; once a
+// claim finds fewer than it asked for, bulk updates run at once.
+func testEnqueueBudget(t *testing.T, b *Bundle) {
+	ctx := b.Ctx
+	if err := b.Store.Update(ctx, func(tx store.Tx) error {
+		for i := range 3 {
+			if err := tx.InsertTask(ctx, wbTask(fmt.Sprintf("T-EB%d", i), "")); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(limit, want int) {
+		t.Helper()
+		if err := b.Store.Update(ctx, func(tx store.Tx) error {
+			ts, err := tx.ClaimTasks(ctx, store.ClaimQuery{Tenant: "acme", Now: Epoch, Limit: limit, Grant: func(t *host.Task) {
+				t.State, t.LeaseID, t.WorkerID = host.StateLeased, "L-"+t.ID, "w.1"
+				t.LeasedAt, t.LeaseExpiresAt = &Epoch, new(Epoch.Add(60e9))
+			}})
+			if err == nil && len(ts) != want {
+				err = fmt.Errorf("claimed %d, want %d", len(ts), want)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ran := 0
+	var mu sync.Mutex
+	bulk := func() time.Duration {
+		t.Helper()
+		start := time.Now()
+		if err := b.Store.Update(store.BulkUpdate(ctx), func(store.Tx) error {
+			mu.Lock()
+			ran++
+			mu.Unlock()
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	claim(1, 1) // a backlog
+	var wg sync.WaitGroup
+	for range groupcommit.Burst { // the saved tokens, spent at once
+		wg.Go(func() { bulk() })
+	}
+	wg.Wait()
+	claim(1, 1) // the backlog again, and a token
+	if d := bulk(); d >= groupcommit.MaxHold {
+		t.Fatalf("a bulk update on a token took %v, MaxHold or more", d)
+	}
+	if d := bulk(); d < groupcommit.MaxHold*9/10 || d > 5*groupcommit.MaxHold {
+		t.Fatalf("a bulk update with the budget spent took %v, want MaxHold (%v) and a little", d, groupcommit.MaxHold)
+	}
+	claim(10, 1) // fewer than asked: no backlog
+	start := time.Now()
+	for range 5 {
+		bulk()
+	}
+	if d := time.Since(start); d >= groupcommit.MaxHold {
+		t.Fatalf("5 bulk updates without a backlog took %v, MaxHold or more", d)
+	}
+	if ran != groupcommit.Burst+2+5 {
+		t.Fatalf("%d bulk updates ran, want %d", ran, groupcommit.Burst+2+5)
+	}
+}
