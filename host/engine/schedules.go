@@ -579,7 +579,9 @@ func (e *Engine) UpdateSchedule(ctx context.Context, actor Actor, id string, req
 		}
 		if req.MissedPolicy != nil || req.MissedCap != nil {
 			p, c := s.MissedPolicy, s.MissedCap
-			if req.MissedPolicy != nil {
+			if req.MissedPolicy != nil && *req.MissedPolicy != s.MissedPolicy {
+				// A new policy starts from its own default cap; the
+				// same one given again keeps the cap (left out: kept).
 				p, c = *req.MissedPolicy, 0
 			}
 			if req.MissedCap != nil {

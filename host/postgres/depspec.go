@@ -40,6 +40,26 @@ import (
 // maxRecentTasks bounds recentTasks; past it the set starts again empty.
 const maxRecentTasks = 1 << 13
 
+// maxRecentRowBytes bounds the variable-sized fields of a row recentTasks
+// holds (rowBytes): a larger row (params up to 256 KiB, a long error or
+// result) is not held, so the set costs at most maxRecentTasks times this
+// (32 MiB), not maxRecentTasks of the largest rows an agent may enqueue.
+// An enqueue after such a task, or its waiter's settlement, is read.
+const maxRecentRowBytes = 4096
+
+// rowBytes are the bytes of t's variable-sized fields.
+func rowBytes(t *host.Task) int {
+	n := len(t.Params) + len(t.Summary) + len(t.LastError) + len(t.ProgressMessage) + len(t.IdempotencyKey) +
+		len(t.Traceparent) + len(t.Tracestate) + 32*len(t.ResourceIntents)
+	if r := t.Result; r != nil {
+		n += len(r.Channel) + len(r.Pointer) + len(r.Checksum) + len(r.Summary) + len(r.Metadata) + len(r.DeliveryProof)
+		for _, a := range r.Artifacts {
+			n += len(a.Type) + len(a.URL) + len(a.Ref)
+		}
+	}
+	return n
+}
+
 // recentTasks are the task rows this store's writers last committed, by
 // tenant and id: only a guess at a row (another host may have changed it
 // since), kept so a guess's check finds the row as it was guessed.
@@ -64,6 +84,10 @@ func (c *recentTasks) put(ts []*host.Task) {
 	for _, t := range ts {
 		k := taskKey{t.Tenant, t.ID}
 		if old := c.m[k]; old == nil || old.Version <= t.Version {
+			if rowBytes(t) > maxRecentRowBytes {
+				delete(c.m, k) // too large to hold; the copy held is older
+				continue
+			}
 			c.m[k] = t
 		}
 	}

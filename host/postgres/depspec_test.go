@@ -1,6 +1,9 @@
 package postgres
 
 import (
+	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -205,5 +208,36 @@ func TestGuessedSettlementOfAMarkedWaiter(t *testing.T) {
 	}
 	if n := st.StrictReruns(); n != 0 {
 		t.Fatalf("%d strict reruns, want none", n)
+	}
+}
+
+// TestRecentTasksHoldNoLargeRows: the rows kept for guesses are bounded in
+// bytes, not only in number. An agent that enqueues tasks with the largest
+// params the gate takes (256 KiB) must not make the host hold maxRecentTasks
+// of them (2 GiB) until the set starts again: a row larger than
+// maxRecentRowBytes is not held, and a copy held of an earlier version of
+// it is dropped.
+func TestRecentTasksHoldNoLargeRows(t *testing.T) {
+	var c recentTasks
+	big := json.RawMessage(`{"x":"` + strings.Repeat("a", engine.MaxParamsBytes-10) + `"}`)
+	small := &host.Task{Tenant: "acme", ID: "T-small", State: host.StateQueued, Version: 1, Params: json.RawMessage(`{}`)}
+	c.put([]*host.Task{small})
+	ts := make([]*host.Task, 0, maxRecentTasks)
+	for i := range maxRecentTasks {
+		ts = append(ts, &host.Task{Tenant: "acme", ID: fmt.Sprintf("T-%d", i), State: host.StateQueued, Version: 1, Params: big})
+	}
+	grown := *small
+	grown.Version, grown.Summary = 2, strings.Repeat("s", 1000)
+	grown.LastError = strings.Repeat("e", 8<<10)
+	c.put(append(ts[:maxRecentTasks-2:maxRecentTasks-2], &grown)) // one short of the count that starts the set again
+	held := 0
+	for _, tk := range c.m {
+		held += len(tk.Params) + len(tk.Summary) + len(tk.LastError)
+	}
+	if limit := maxRecentTasks * 4096; held > limit {
+		t.Fatalf("recent rows hold %d bytes of params, summaries and errors, more than %d", held, limit)
+	}
+	if got := c.guessable("acme", []string{"T-small"}, nil); got != nil {
+		t.Fatalf("a copy of T-small at version 1 is still held after a version too large to hold: %+v", got[0])
 	}
 }

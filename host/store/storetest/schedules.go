@@ -900,6 +900,15 @@ func testScheduleUpdate(t *testing.T, b *Bundle) {
 		u.MissedPolicy != host.MissedRunAll || u.MissedCap != 4 {
 		t.Fatalf("policy: %+v %v", u, err)
 	}
+	// The same policy again, missed_cap left out: the cap keeps its value
+	// (a field left out is not changed), and nothing is written.
+	again, err := b.Engine.UpdateSchedule(b.Ctx, b.Agent, v.ID, engine.UpdateScheduleRequest{MissedPolicy: ptrPolicy(host.MissedRunAll)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.MissedCap != 4 || !again.UpdatedAt.Equal(u.UpdatedAt) {
+		t.Fatalf("the same policy again, no cap: missed_cap %d (want 4), updated %v (want %v)", again.MissedCap, again.UpdatedAt, u.UpdatedAt)
+	}
 	// The next fire queues the new template.
 	b.Clock.Advance(20 * time.Second)
 	if n := b.fire(t); n < 1 {
