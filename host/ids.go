@@ -43,6 +43,12 @@ func NewID(prefix string) string {
 	idLastMs, idLastRand = ms, r
 	idMu.Unlock()
 
+	return ulid(prefix, ms, r)
+}
+
+// ulid encodes prefix, then ms (48 bits) and r (80 bits) as 26 Crockford
+// base32 characters.
+func ulid(prefix string, ms uint64, r [10]byte) string {
 	var b [16]byte
 	var t [8]byte
 	binary.BigEndian.PutUint64(t[:], ms)
@@ -61,30 +67,26 @@ func NewID(prefix string) string {
 	return string(out)
 }
 
-// leaseRandLen is the length of a lease id's random part: 26 Crockford
-// characters, 130 bits from crypto/rand.
+// leaseRandLen is the length of a lease id's ULID part: 26 Crockford
+// characters.
 const leaseRandLen = 26
 
-// NewLeaseID returns a new lease id for the task taskID: PrefixLease, 26
-// Crockford characters drawn from crypto/rand (130 bits, nothing taken from
-// the clock or from the ids made before it), a '.', then the task's id. A
-// lease id is a bearer capability; its random part is what makes it
-// unguessable, and the task id it carries only lets a store find the task
-// by its unique id and compare the whole lease id there (LeaseTaskID), so a
-// forged one naming another task matches nothing. Lease ids minted before
-// this form (PrefixLease and a ULID, no '.') stay valid: LeaseTaskID
-// reports them as carrying no task.
+// NewLeaseID returns a new lease id for the task taskID: PrefixLease, a
+// ULID whose 80 random bits are drawn afresh from crypto/rand (never
+// incremented from the id made before it, as NewID's are within a
+// millisecond), a '.', then the task's id. A lease id is a bearer
+// capability; its random bits are what make it unguessable, and its
+// millisecond prefix keeps the indexes that hold lease ids (SQLite's
+// lease index, the completions' dedupe keys) appending near their right
+// edge instead of splitting pages at random. The task id it carries only
+// lets a store find the task by its unique id and compare the whole lease
+// id there (LeaseTaskID), so a forged one naming another task matches
+// nothing. Lease ids minted before this form (PrefixLease and a ULID, no
+// '.') stay valid: LeaseTaskID reports them as carrying no task.
 func NewLeaseID(taskID string) string {
-	var r [leaseRandLen]byte
+	var r [10]byte
 	_, _ = rand.Read(r[:])
-	out := make([]byte, 0, len(PrefixLease)+leaseRandLen+1+len(taskID))
-	out = append(out, PrefixLease...)
-	for _, c := range r {
-		out = append(out, crockford[c&31])
-	}
-	out = append(out, '.')
-	out = append(out, taskID...)
-	return string(out)
+	return ulid(PrefixLease, uint64(time.Now().UnixMilli()), r) + "." + taskID
 }
 
 // LeaseTaskID returns the task id a lease id made by NewLeaseID carries, and
