@@ -20,6 +20,14 @@ var (
 		"Updates the writers' batches carried; divided by asyncgate_store_batches_total, the batch size.", nil, nil)
 	descStoreBusy = prometheus.NewDesc("asyncgate_store_writer_busy_seconds_total",
 		"Time the writers spent running batches, summed over writers; its rate divided by asyncgate_store_writers is how saturated they are.", nil, nil)
+	descEnqueuesHeld = prometheus.NewDesc("asyncgate_store_enqueues_held_total",
+		"Enqueues the enqueue budget held back under overload (a backlog while completions arrive), so completions are served first.", nil, nil)
+	descEnqueueHold = prometheus.NewDesc("asyncgate_store_enqueue_hold_seconds_total",
+		"Time held enqueues waited, summed; divided by asyncgate_store_enqueues_held_total, the mean hold.", nil, nil)
+	descEnqueueHoldsExpired = prometheus.NewDesc("asyncgate_store_enqueue_holds_expired_total",
+		"Held enqueues that waited the whole bound (500 ms) and were then queued anyway.", nil, nil)
+	descEnqueuesWaiting = prometheus.NewDesc("asyncgate_store_enqueues_waiting",
+		"Enqueues the enqueue budget holds now.", nil, nil)
 )
 
 // writerCollector reports a store's WriterStats.
@@ -30,6 +38,10 @@ func (writerCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descStoreBatches
 	ch <- descStoreUpdates
 	ch <- descStoreBusy
+	ch <- descEnqueuesHeld
+	ch <- descEnqueueHold
+	ch <- descEnqueueHoldsExpired
+	ch <- descEnqueuesWaiting
 }
 
 func (w writerCollector) Collect(ch chan<- prometheus.Metric) {
@@ -38,4 +50,8 @@ func (w writerCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descStoreBatches, prometheus.CounterValue, float64(s.Batches))
 	ch <- prometheus.MustNewConstMetric(descStoreUpdates, prometheus.CounterValue, float64(s.Updates))
 	ch <- prometheus.MustNewConstMetric(descStoreBusy, prometheus.CounterValue, s.Busy.Seconds())
+	ch <- prometheus.MustNewConstMetric(descEnqueuesHeld, prometheus.CounterValue, float64(s.EnqueuesHeld))
+	ch <- prometheus.MustNewConstMetric(descEnqueueHold, prometheus.CounterValue, s.EnqueueHold.Seconds())
+	ch <- prometheus.MustNewConstMetric(descEnqueueHoldsExpired, prometheus.CounterValue, float64(s.EnqueueHoldsExpired))
+	ch <- prometheus.MustNewConstMetric(descEnqueuesWaiting, prometheus.GaugeValue, float64(s.EnqueuesWaiting))
 }

@@ -60,6 +60,14 @@ func TestStoreWriterMetrics(t *testing.T) {
 	if updates < n || batches < 1 || batches > updates {
 		t.Fatalf("after %d enqueues: %v more batches carrying %v more updates; want at least %d updates in 1 to that many batches", n, batches, updates, n)
 	}
+	// Enqueues with no backlog are never held; the budget's series are
+	// there all the same.
+	for _, series := range []string{"asyncgate_store_enqueues_held_total", "asyncgate_store_enqueue_hold_seconds_total",
+		"asyncgate_store_enqueue_holds_expired_total", "asyncgate_store_enqueues_waiting"} {
+		if v, ok := after[series]; !ok || v != 0 {
+			t.Fatalf("%s = %v (present %v), want 0 with no backlog", series, v, ok)
+		}
+	}
 	if after["asyncgate_store_writer_busy_seconds_total"] <= before["asyncgate_store_writer_busy_seconds_total"] {
 		t.Fatalf("writer busy seconds did not grow: %v → %v", before["asyncgate_store_writer_busy_seconds_total"], after["asyncgate_store_writer_busy_seconds_total"])
 	}

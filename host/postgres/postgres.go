@@ -232,8 +232,11 @@ func (s *Store) LockReorders() int64 { return s.lockReorders.Load() }
 
 // WriterStats implements store.WriterStatser.
 func (s *Store) WriterStats() store.WriterStats {
-	return store.WriterStats{Writers: s.opts.Writers, Batches: s.batches.Load(), Updates: s.updates.Load(),
+	st := store.WriterStats{Writers: s.opts.Writers, Batches: s.batches.Load(), Updates: s.updates.Load(),
 		Busy: time.Duration(s.busy.Load())}
+	h := s.queue.HoldStats()
+	st.EnqueuesHeld, st.EnqueueHold, st.EnqueueHoldsExpired, st.EnqueuesWaiting = h.Held, h.Waited, h.Expired, h.Waiting
+	return st
 }
 
 // Writers reports how many writers (each a connection and a ledger chain)

@@ -364,7 +364,10 @@ func (s *Store) writer() {
 
 // WriterStats implements store.WriterStatser.
 func (s *Store) WriterStats() store.WriterStats {
-	return store.WriterStats{Writers: 1, Batches: s.batches.Load(), Updates: s.ops.Load(), Busy: time.Duration(s.busy.Load())}
+	st := store.WriterStats{Writers: 1, Batches: s.batches.Load(), Updates: s.ops.Load(), Busy: time.Duration(s.busy.Load())}
+	h := s.queue.HoldStats()
+	st.EnqueuesHeld, st.EnqueueHold, st.EnqueueHoldsExpired, st.EnqueuesWaiting = h.Held, h.Waited, h.Expired, h.Waiting
+	return st
 }
 
 // runBatch runs a batch in one transaction. It first runs it optimistically,

@@ -229,6 +229,13 @@ type WriterStats struct {
 	// Busy is the time the writers spent running batches, summed over
 	// writers.
 	Busy time.Duration
+	// EnqueuesHeld counts enqueues the enqueue budget held back under
+	// overload (RATIONALE.md, "Completions first under overload"),
+	// EnqueueHold their summed wait, EnqueueHoldsExpired those that
+	// waited the whole bound, EnqueuesWaiting those waiting now.
+	EnqueuesHeld, EnqueueHoldsExpired int64
+	EnqueueHold                       time.Duration
+	EnqueuesWaiting                   int
 }
 
 // WriterStatser is implemented by stores that report their writers' work.

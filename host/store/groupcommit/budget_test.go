@@ -186,6 +186,10 @@ func TestBudgetHoldIsBounded(t *testing.T) {
 	if q.Held() != 0 || q.Len() != 2+Burst+2 {
 		t.Fatalf("held %d, queued %d, want 0 and %d", q.Held(), q.Len(), 2+Burst+2)
 	}
+	// The operators' counters: two held, one of them the whole MaxHold.
+	if h := q.HoldStats(); h.Held != 2 || h.Expired != 1 || h.Waiting != 0 || h.Waited < MaxHold || h.Waited > took[0]+took[1] {
+		t.Fatalf("HoldStats after two holds (took %v): %+v, want 2 held, 1 expired, waited between MaxHold and %v", took, h, took[0]+took[1])
+	}
 	// A held Put whose context ends is refused, not queued.
 	cctx, cancel := context.WithTimeout(ctx, MaxHold/10)
 	defer cancel()
@@ -194,6 +198,9 @@ func TestBudgetHoldIsBounded(t *testing.T) {
 	}
 	if q.Held() != 0 || q.Len() != 2+Burst+2 {
 		t.Fatalf("after a refused Put: held %d, queued %d", q.Held(), q.Len())
+	}
+	if h := q.HoldStats(); h.Held != 3 || h.Expired != 1 {
+		t.Fatalf("HoldStats after a refused hold: %+v, want 3 held, 1 expired", h)
 	}
 	// Close lets a held Put go, to be refused.
 	go func() {
@@ -215,5 +222,8 @@ func TestBudgetHoldIsBounded(t *testing.T) {
 		if err := q.Put(ctx, i, Bulk); err != nil || q.Held() != 0 {
 			t.Fatal("a bulk request held with no backlog")
 		}
+	}
+	if h := q.HoldStats(); h != (HoldStats{}) {
+		t.Fatalf("HoldStats of a queue that held nothing: %+v", h)
 	}
 }

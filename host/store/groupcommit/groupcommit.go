@@ -18,6 +18,7 @@ package groupcommit
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -54,6 +55,30 @@ type Queue[R any] struct {
 
 	budget *budget
 	now    func() time.Time
+
+	// What the enqueue budget held: requests that waited, their summed
+	// wait, and those that waited the whole MaxHold (HoldStats).
+	holds, holdNanos, holdsExpired atomic.Int64
+}
+
+// HoldStats is what the enqueue budget has held since the queue was made.
+type HoldStats struct {
+	// Held counts bulk requests that waited for a token (granted, let go
+	// after MaxHold, refused by their context or by Close alike).
+	Held int64
+	// Waited is their summed wait.
+	Waited time.Duration
+	// Expired counts those queued only because MaxHold passed.
+	Expired int64
+	// Waiting is how many wait now.
+	Waiting int
+}
+
+// HoldStats reports what the enqueue budget has held; it is safe to call
+// while requests are put.
+func (q *Queue[R]) HoldStats() HoldStats {
+	return HoldStats{Held: q.holds.Load(), Waited: time.Duration(q.holdNanos.Load()), Expired: q.holdsExpired.Load(),
+		Waiting: q.budget.held()}
 }
 
 // New returns a queue that holds up to size requests of each class before
@@ -109,12 +134,16 @@ func (q *Queue[R]) hold(ctx context.Context) error {
 	if ch == nil {
 		return nil
 	}
+	start := time.Now()
+	q.holds.Add(1)
+	defer func() { q.holdNanos.Add(int64(time.Since(start))) }()
 	t := time.NewTimer(MaxHold)
 	defer t.Stop()
 	select {
 	case <-ch:
 		return nil
 	case <-t.C:
+		q.holdsExpired.Add(1)
 	case <-q.closed:
 	case <-ctx.Done():
 		q.budget.cancel(ch)
