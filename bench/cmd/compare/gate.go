@@ -93,7 +93,7 @@ func openGatePG(ctx context.Context, o options, hosts int) (*gateHosts, func(), 
 	}
 	var sts []store.Store
 	for i := 0; i < hosts; i++ {
-		st, err := postgres.Open(ctx, dbURL, postgres.Options{})
+		st, err := postgres.Open(ctx, dbURL, postgres.Options{Writers: o.pgWriters})
 		if err != nil {
 			for _, s := range sts {
 				_ = s.Close()

@@ -62,6 +62,9 @@ func serveGate(ctx context.Context, o options, dbURL string) (*servedGate, error
 	args := []string{"serve", "--data", dir, "--listen", "127.0.0.1:0", "--log-level", "info", "--wasm-cache", o.wasmCache}
 	if dbURL != "" {
 		args = append(args, "--db", dbURL)
+		if o.pgWriters > 0 {
+			args = append(args, "--db-writers", strconv.Itoa(o.pgWriters))
+		}
 	}
 	cmd := exec.Command(o.gateBin, args...)
 	pipe, err := cmd.StderrPipe()

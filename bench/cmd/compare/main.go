@@ -48,6 +48,7 @@ type options struct {
 	wasmCache    string // compiled plugins shared by every gate serve of one invocation
 	scratchDir   string // temp folder of this invocation
 	gogc         int    // the collector's target of every process of the run
+	pgWriters    int    // writer connections of each in-process gate host on PostgreSQL (0: the store's default)
 }
 
 func main() {
@@ -67,6 +68,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.batch, "batch", 50, "tasks per lease call of an in-process gate worker")
 	fs.IntVar(&o.httpBatch, "http-batch", 16, "tasks per lease call of an HTTP gate worker")
 	fs.IntVar(&o.httpOutcomes, "http-outcomes", 16, "completions an HTTP gate worker sends in one batch call when several are ready (1: one call each)")
+	fs.IntVar(&o.pgWriters, "gate-pg-writers", 0, "writer connections of each in-process gate host on PostgreSQL (0: the store's default, as gate serve without --db-writers)")
 	fs.IntVar(&o.riverMax, "river-max-workers", 2000, "River's MaxWorkers (2,000 as in River's own benchmark)")
 	fs.DurationVar(&o.timeout, "timeout", 3*time.Minute, "cap on one burn-down run or one gate start")
 	fs.StringVar(&o.pgURL, "pg", envOr("ASYNCGATE_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL server (each run gets a fresh database, dropped after)")
