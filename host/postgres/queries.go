@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -347,21 +346,11 @@ const typesInSQL = `WITH RECURSIVE ty(v) AS (
 // from the same index, one seek per type (typesInSQL). ok is false when the ranges would exceed the
 // store's bound.
 func (r *reader) listByState(ctx context.Context, f store.TaskFilter, after int64) (ts []*host.Task, cur string, ok bool, err error) {
-	given := distinct(f.Types)
-	var pairs [][2]string
-	for _, st := range distinct(f.States) {
-		types := given
-		if len(types) == 0 {
-			if types, err = r.typesIn(ctx, f.Tenant, string(st)); err != nil {
-				return nil, "", false, err
-			}
-		}
-		for _, ty := range types {
-			pairs = append(pairs, [2]string{string(st), ty})
-		}
-		if len(pairs) > r.s.stateRanges {
-			return nil, "", false, nil
-		}
+	pairs, ok, err := store.StateRanges(ctx, f, r.s.stateRanges, func(ctx context.Context, state string) ([]string, error) {
+		return r.typesIn(ctx, f.Tenant, state)
+	})
+	if err != nil || !ok {
+		return nil, "", false, err
 	}
 	if len(pairs) == 0 {
 		return nil, "", true, nil
@@ -369,7 +358,7 @@ func (r *reader) listByState(ctx context.Context, f store.TaskFilter, after int6
 	a := make([]any, 0, 3+2*len(pairs))
 	a = append(a, f.Tenant, after, f.Limit+1)
 	for _, p := range pairs {
-		a = append(a, p[0], p[1])
+		a = append(a, p.State, p.Type)
 	}
 	// Planned for its values: a plan made once for all of them (a prepared
 	// statement's generic plan, after its first runs) walks the primary key
@@ -403,17 +392,6 @@ func (r *reader) typesIn(ctx context.Context, tenant, state string) ([]string, e
 		return nil
 	}, typesInSQL, tenant, state)
 	return out, err
-}
-
-// distinct returns xs without repeats, in first-seen order.
-func distinct[T comparable](xs []T) []T {
-	out := make([]T, 0, len(xs))
-	for _, x := range xs {
-		if !slices.Contains(out, x) {
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 // ExpiredLeases implements store.Reader. Inside Update it locks the rows it

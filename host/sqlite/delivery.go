@@ -169,7 +169,7 @@ FROM tasks INDEXED BY tasks_finished WHERE completed_at IS NOT NULL AND (tenant,
 // completed at or before q.Before, oldest first: a merge of one range of
 // tasks_finished per state, each already in completion order (finishedSQL).
 func (r *reader) retentionDueOf(ctx context.Context, q store.RetentionQuery, tenant, typ string) ([]*host.Task, error) {
-	states := distinct(q.States)
+	states := store.Distinct(q.States)
 	args := make([]any, 0, 4*len(states)+1)
 	for _, s := range states {
 		args = append(args, tenant, typ, string(s), us(q.Before))

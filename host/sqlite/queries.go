@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -343,28 +342,18 @@ const typesInSQL = `WITH RECURSIVE ty(v) AS (
 // come from the same index, one seek per type. ok is false when the ranges
 // would exceed maxStateRanges.
 func (r *reader) listByState(ctx context.Context, f store.TaskFilter, after int64) (ts []*host.Task, cur string, ok bool, err error) {
-	given := distinct(f.Types)
-	var pairs [][2]string
-	for _, st := range distinct(f.States) {
-		types := given
-		if len(types) == 0 {
-			if types, err = r.typesIn(ctx, f.Tenant, string(st)); err != nil {
-				return nil, "", false, err
-			}
-		}
-		for _, ty := range types {
-			pairs = append(pairs, [2]string{string(st), ty})
-		}
-		if len(pairs) > r.s.stateRanges {
-			return nil, "", false, nil
-		}
+	pairs, ok, err := store.StateRanges(ctx, f, r.s.stateRanges, func(ctx context.Context, state string) ([]string, error) {
+		return r.typesIn(ctx, f.Tenant, state)
+	})
+	if err != nil || !ok {
+		return nil, "", false, err
 	}
 	if len(pairs) == 0 {
 		return nil, "", true, nil
 	}
 	args := make([]any, 0, len(pairs)*4+1)
 	for _, p := range pairs {
-		args = append(args, f.Tenant, p[0], p[1], after)
+		args = append(args, f.Tenant, p.State, p.Type, after)
 	}
 	args = append(args, f.Limit+1)
 	ts, seqs, err := r.tasks(ctx, stateListSQL(len(pairs)), args...)
@@ -392,17 +381,6 @@ func (r *reader) typesIn(ctx context.Context, tenant, state string) ([]string, e
 		out = append(out, v)
 	}
 	return out, rows.Err()
-}
-
-// distinct returns xs without repeats, in first-seen order.
-func distinct[T comparable](xs []T) []T {
-	out := make([]T, 0, len(xs))
-	for _, x := range xs {
-		if !slices.Contains(out, x) {
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 func (r *reader) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*host.Task, error) {
