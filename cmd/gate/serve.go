@@ -42,7 +42,8 @@ type serveConfig struct {
 	Data   string `json:"data"`
 	DB     string `json:"db"`
 	// DBWriters is how many writer connections a gate host runs on
-	// PostgreSQL (0: one); SQLite always has one writer.
+	// PostgreSQL (0: postgres.DefaultWriters, two); SQLite always has one
+	// writer.
 	DBWriters              int    `json:"db_writers"`
 	BodyLimitBytes         int64  `json:"body_limit_bytes"`
 	MetricsPublic          bool   `json:"metrics_public"`
@@ -139,7 +140,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	listen := fs.String("listen", cfg.Listen, "address to listen on (host:port; :0 picks a free port)")
 	data := fs.String("data", cfg.Data, "data folder (SQLite database and admin.key)")
 	db := fs.String("db", "", "database URL (empty: SQLite in the data folder; postgres://… for PostgreSQL)")
-	dbWriters := fs.Int("db-writers", 0, "writer connections of this gate host on PostgreSQL, 1 to 16 (0: 1); each batches the updates waiting when it is free")
+	dbWriters := fs.Int("db-writers", 0, "writer connections of this gate host on PostgreSQL, 1 to 16 (0: 2); each batches the updates waiting when it is free")
 	bodyLimit := fs.Int64("body-limit", cfg.BodyLimitBytes, "largest request body in bytes")
 	metricsPublic := fs.Bool("metrics-public", false, "serve /metrics without an admin key")
 	maxLease := fs.Int("max-lease-seconds", cfg.MaxLeaseSeconds, "cap on every lease grant and extension")

@@ -17,7 +17,7 @@ import (
 // request's error, the other requests of the batch commit, and nothing of the
 // failed requests is written.
 func TestDeferredWriteFailureFailsItsRequestAlone(t *testing.T) {
-	st := openIn(t, newSchema(t), Options{})
+	st := openIn(t, newSchema(t), Options{Writers: 1})
 	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
 	ctx := b.Ctx
 	stale := b.Enqueue(t, "work")
@@ -111,7 +111,7 @@ func TestDeferredWriteFailureFailsItsRequestAlone(t *testing.T) {
 // requests it carries: one pipeline with every write, whose answers are read
 // before COMMIT is sent, and COMMIT. WriterTrips counts them.
 func TestDeferredBatchRoundTrips(t *testing.T) {
-	st := openIn(t, newSchema(t), Options{})
+	st := openIn(t, newSchema(t), Options{Writers: 1})
 	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
 	ctx := b.Ctx
 	var tasks []*host.Task

@@ -14,7 +14,7 @@ import (
 
 // guessBundle is a conformance bundle on a store of its own, returned too.
 func guessBundle(t *testing.T) (*storetest.Bundle, *Store) {
-	st := openTest(t)
+	st := openIn(t, newSchema(t), Options{Writers: 1}) // the guesses and round trips of one writer
 	return storetest.Setup(t, func(testing.TB) store.Store { return st }), st
 }
 
@@ -144,9 +144,9 @@ func TestGuessedSettlementCostsNoRoundTrip(t *testing.T) {
 // right.
 func TestGuessedSettlementCheckedAgainstTheRows(t *testing.T) {
 	schema := newSchema(t)
-	st := openIn(t, schema, Options{})
+	st := openIn(t, schema, Options{Writers: 1})
 	b := storetest.Setup(t, func(testing.TB) store.Store { return st })
-	far, err := engine.New(engine.Config{Store: openIn(t, schema, Options{}), Clock: b.Clock, ExpiryJitter: -1})
+	far, err := engine.New(engine.Config{Store: openIn(t, schema, Options{Writers: 1}), Clock: b.Clock, ExpiryJitter: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

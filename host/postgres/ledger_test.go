@@ -20,7 +20,7 @@ func ledgerIn(t *testing.T) string {
 	t.Helper()
 	schema := newSchema(t)
 	storetest.LedgerFixture(t, func(tb testing.TB) storetest.Store {
-		st, err := Open(context.Background(), testURL(), Options{Schema: schema})
+		st, err := Open(context.Background(), testURL(), Options{Schema: schema, Writers: 1})
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -34,7 +34,7 @@ func ledgerIn(t *testing.T) string {
 
 func verifyIn(t *testing.T, schema string) *engine.VerifyReport {
 	t.Helper()
-	st := openIn(t, schema, Options{})
+	st := openIn(t, schema, Options{Writers: 1})
 	rep, err := engine.VerifyLedger(context.Background(), st)
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +118,7 @@ func TestLedgerMigratesSingleChain(t *testing.T) {
 	if rep := verifyIn(t, schema); !rep.OK || rep.Receipts != 5 || rep.Chains != 1 {
 		t.Fatalf("migrated ledger: %+v, want 5 receipts in chain 1", rep)
 	}
-	b := storetest.Setup(t, func(testing.TB) storetest.Store { return openIn(t, schema, Options{}) })
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return openIn(t, schema, Options{Writers: 1}) })
 	res := b.Enqueue(t, "work")
 	b.Complete(t, "w.1", b.LeaseOne(t, "w.1"))
 	rep := b.Verify(t)
@@ -142,7 +142,7 @@ func TestLedgerVerifyDetectsRehashedRewrites(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			schema := ledgerIn(t)
 			execIn(t, schema, c.Stmts...)
-			execIn(t, schema, storetest.Rehash(t, openIn(t, schema, Options{}), c.Chain)...)
+			execIn(t, schema, storetest.Rehash(t, openIn(t, schema, Options{Writers: 1}), c.Chain)...)
 			storetest.CheckTamper(t, c.TamperCase, verifyIn(t, schema))
 		})
 	}

@@ -374,7 +374,7 @@ func TestNotifyAcrossHosts(t *testing.T) {
 // TestWriterSurvivesLostConnection kills the writer's backend; the next batch
 // must run again on a new connection instead of failing its callers.
 func TestWriterSurvivesLostConnection(t *testing.T) {
-	st := openTest(t)
+	st := openIn(t, newSchema(t), Options{Writers: 1}) // the batch after the kill must be the killed writer's
 	ctx := context.Background()
 	put := func(name string) error {
 		return st.Update(ctx, func(tx store.Tx) error {

@@ -59,8 +59,9 @@ type Options struct {
 	// MaxBatch caps how many updates share one commit (default 256).
 	MaxBatch int
 	// Writers is the number of writer goroutines, each with its own
-	// connection (default 1). More writers overlap one batch's commit with the
-	// next batch's work.
+	// connection (default DefaultWriters). More writers overlap one batch's
+	// commit with the next batch's work, and let the server run batches on
+	// more than one core.
 	Writers int
 	// MaxConns is the size of the connection pool for reads and writers
 	// (default 8 + Writers). The listener has a connection of its own.
@@ -73,6 +74,11 @@ type Options struct {
 	// one too.
 	CheckpointEvery time.Duration
 }
+
+// DefaultWriters is how many writers a store runs when Options.Writers is
+// unset: two, so one gate host keeps two of the server's cores busy
+// (RATIONALE.md, "Two writers per host by default").
+const DefaultWriters = 2
 
 // Store is the PostgreSQL driver. It implements store.Store and store.Notifier.
 type Store struct {
@@ -146,7 +152,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		opts.MaxBatch = 256
 	}
 	if opts.Writers <= 0 {
-		opts.Writers = 1
+		opts.Writers = DefaultWriters
 	}
 	if opts.CheckpointEvery <= 0 {
 		opts.CheckpointEvery = 10 * time.Second

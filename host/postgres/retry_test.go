@@ -17,7 +17,7 @@ import (
 // update succeed once.
 func TestWriterRetriesDeadlock(t *testing.T) {
 	schema := newSchema(t)
-	st := openIn(t, schema, Options{})
+	st := openIn(t, schema, Options{Writers: 1})
 	ctx := context.Background()
 	put := func(tx store.Tx, name, note string) error {
 		tt := host.NewTaskType(name)

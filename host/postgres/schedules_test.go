@@ -22,7 +22,7 @@ func TestScheduleFiresOnceAcrossHosts(t *testing.T) {
 	clock := host.NewManualClock(time.Date(2026, 1, 4, 15, 30, 0, 0, time.UTC))
 	var engs []*engine.Engine
 	for range 3 {
-		e, err := engine.New(engine.Config{Store: openIn(t, schema, Options{}), Clock: clock, ScheduleTick: -1})
+		e, err := engine.New(engine.Config{Store: openIn(t, schema, Options{Writers: 1}), Clock: clock, ScheduleTick: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +98,7 @@ func TestScheduleFiresOnceAcrossHosts(t *testing.T) {
 // without advancing it.
 func TestClaimSchedulesSkipsLockedRows(t *testing.T) {
 	schema := newSchema(t)
-	a, b := openIn(t, schema, Options{}), openIn(t, schema, Options{})
+	a, b := openIn(t, schema, Options{Writers: 1}), openIn(t, schema, Options{Writers: 1})
 	ctx := context.Background()
 	now := time.Date(2026, 1, 4, 15, 30, 0, 0, time.UTC)
 	s := &host.Schedule{ID: "S-1", Tenant: "acme", Owner: "agent.kee", Name: "s", IntervalSeconds: 1, AnchorAt: now,

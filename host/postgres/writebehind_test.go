@@ -78,7 +78,7 @@ func runHeld(t *testing.T, st *Store, fns ...func(store.Tx) error) []error {
 // savepoint. A failed request's own rows are undone with it, whether its read
 // had sent them before it failed or they were still waiting.
 func TestRowsWrittenBehindSurviveALaterRequestsUndo(t *testing.T) {
-	st := openIn(t, newSchema(t), Options{})
+	st := openIn(t, newSchema(t), Options{Writers: 1})
 	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
 	ctx := b.Ctx
 	task := b.Enqueue(t, "work")
@@ -172,7 +172,7 @@ func TestRowsWrittenBehindSurviveALaterRequestsUndo(t *testing.T) {
 // statements than a batch of one, its five more terminations. Of the six terminations of one obligation, the first
 // request's is written, as when each was its own statement.
 func TestRowsWrittenBehindCostTwoStatementsABatch(t *testing.T) {
-	st := openIn(t, newSchema(t), Options{})
+	st := openIn(t, newSchema(t), Options{Writers: 1})
 	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
 	ctx := b.Ctx
 	batch := func(n int) int64 {
@@ -256,7 +256,7 @@ func behindTask(b *storetest.Bundle, key string) *host.Task {
 // batch of one. Every task is stored with its listing row, in the order its
 // request ran.
 func TestTasksWrittenBehindCostOneStatementABatch(t *testing.T) {
-	st := openIn(t, newSchema(t), Options{})
+	st := openIn(t, newSchema(t), Options{Writers: 1})
 	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
 	ctx := b.Ctx
 	var all []*host.Task
@@ -318,7 +318,7 @@ func TestTasksWrittenBehindCostOneStatementABatch(t *testing.T) {
 // free again. A task inserted and then updated by the same request without a
 // read between is written before its update.
 func TestClashWithinTheBatchIsAConflictAtOnce(t *testing.T) {
-	st := openIn(t, newSchema(t), Options{})
+	st := openIn(t, newSchema(t), Options{Writers: 1})
 	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
 	ctx := b.Ctx
 	first, again := behindTask(b, "k1"), behindTask(b, "k1")
@@ -393,7 +393,7 @@ func TestClashWithinTheBatchIsAConflictAtOnce(t *testing.T) {
 // the server planned it afresh at every execution (arrays of known length
 // look cheaper to a custom plan), which cost more than the insert.
 func TestReceiptsWrittenBehindKeepOnePlan(t *testing.T) {
-	st := openIn(t, newSchema(t), Options{})
+	st := openIn(t, newSchema(t), Options{Writers: 1})
 	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
 	ctx := b.Ctx
 	const runs = 12
@@ -430,7 +430,7 @@ func TestReceiptsWrittenBehindKeepOnePlan(t *testing.T) {
 // drop only its own statements: the ended request was told it committed,
 // and its task, its receipt and the queue counts must say so.
 func TestAFailedUpdateOfATaskInsertedEarlierInTheBatchKeepsTheInsert(t *testing.T) {
-	st := openIn(t, newSchema(t), Options{})
+	st := openIn(t, newSchema(t), Options{Writers: 1})
 	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
 	ctx := b.Ctx
 	task := func(id string) *host.Task {
@@ -502,7 +502,7 @@ func TestAFailedUpdateOfATaskInsertedEarlierInTheBatchKeepsTheInsert(t *testing.
 // them. The obligation a receipt opens must take the seq its receipt is
 // given in the run that commits, not the first run's.
 func TestAnObligationTakesItsReceiptsSeqFromTheRunThatCommits(t *testing.T) {
-	st := openIn(t, newSchema(t), Options{})
+	st := openIn(t, newSchema(t), Options{Writers: 1})
 	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
 	ctx := b.Ctx
 	rc := behindReceipt(b)
