@@ -58,10 +58,11 @@ func TestDependencyTasksPlanLooksUpByID(t *testing.T) {
 
 // TestDependencyWriterPlansLookUpByID: the generic plans of the statements
 // an enqueue naming one dependency runs in the writer (the marker, the
-// locking reads, and the marker that answers for them), made on an empty
-// schema, find the dependency by the tasks' id index. Written with
-// id = ANY($2::text[]), their generic plans on a young table scanned the
-// whole table, and kept doing so as it grew (byIDs).
+// locking reads, and the marker that answers for them) and of a guessed
+// settlement's statement, made on an empty schema, find the tasks by the
+// tasks' id index. Written with id = ANY($2::text[]) (or, for the
+// settlement, id IN (SELECT waiter_id …)), their generic plans on a young
+// table scanned the whole table, and kept doing so as it grew (byIDs).
 func TestDependencyWriterPlansLookUpByID(t *testing.T) {
 	st := openTest(t)
 	ctx := context.Background()
@@ -79,15 +80,20 @@ func TestDependencyWriterPlansLookUpByID(t *testing.T) {
 		"guessMarkOneSQL":      guessMarkOneSQL,
 		"lockOneDependencySQL": lockOneDependencySQL,
 		"guessLockOneSQL":      guessLockOneSQL,
+		"settleGuessSQL":       settleGuessSQL,
 	} {
+		types, args := `text, text`, `'acme', 'a'`
+		if q == settleGuessSQL {
+			types, args = `text, text, text`, `'acme', 'a', 'succeeded'`
+		}
 		tx, err := conn.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tx.Exec(ctx, `PREPARE onedep(text, text) AS `+q); err != nil {
+		if _, err := tx.Exec(ctx, `PREPARE onedep(`+types+`) AS `+q); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		rows, err := tx.Query(ctx, `EXPLAIN EXECUTE onedep('acme', 'a')`)
+		rows, err := tx.Query(ctx, `EXPLAIN EXECUTE onedep(`+args+`)`)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

@@ -486,9 +486,11 @@ func (c *recentTasks) waiting(tenant string, ids []string) []*host.Task {
 // statements cost about 0.25 ms).
 const settleGuessSQL = `WITH s AS (
 UPDATE task_dependencies SET dep_state = $3 WHERE tenant = $1 AND dep_id = $2 AND dep_state = '' RETURNING waiter_id)
-SELECT t.id, t.version, t.has_waiters, t.state,
-(SELECT count(*)::int FROM task_dependencies d WHERE d.tenant = t.tenant AND d.waiter_id = t.id)
-FROM tasks t WHERE t.tenant || '' = $1 AND t.id IN (SELECT waiter_id FROM s) ORDER BY t.id FOR UPDATE OF t`
+SELECT l.id, l.version, l.has_waiters, l.state, l.edges FROM (SELECT waiter_id FROM s ORDER BY waiter_id) w
+CROSS JOIN LATERAL (SELECT t.id, t.version, t.has_waiters, t.state,
+  (SELECT count(*)::int FROM task_dependencies d WHERE d.tenant = t.tenant AND d.waiter_id = t.id) AS edges
+  FROM tasks t WHERE t.tenant || '' = $1 AND t.id = w.waiter_id FOR UPDATE) l
+ORDER BY l.id`
 
 // settleGuess is a guessed settlement: what settleGuessSQL must answer.
 type settleGuess struct{ want []store.SettledWaiter }
