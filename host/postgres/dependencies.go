@@ -86,11 +86,46 @@ func (w *writeTx) MarkWaitedOn(ctx context.Context, tenant string, ids []string)
 	}
 	w.noteMarked(tenant, ids)
 	if w.deferWrites {
-		w.ss.queue(markWaitedOn, tenant, ids)
+		q, args := byIDs(markWaitedOn, markOneWaitedOn, tenant, ids)
+		w.ss.queue(q, args...)
 		return nil
 	}
-	_, err := w.ss.exec(w.c(ctx), markWaitedOn, tenant, ids)
+	q, args := byIDs(markWaitedOn, markOneWaitedOn, tenant, ids)
+	_, err := w.ss.exec(w.c(ctx), q, args...)
 	return err
+}
+
+// markOneWaitedOn is markWaitedOn for one id: a plain UPDATE, which has one
+// row to lock and so no order to keep, comparing id = $2.
+const markOneWaitedOn = `UPDATE tasks SET has_waiters = true
+WHERE tenant || '' = $1 AND id = $2 AND NOT has_waiters
+AND state NOT IN ('succeeded', 'canceled', 'dead_letter', 'archived')`
+
+// byIDs returns the statement for ids, many (which reads them as
+// $2::text[]) or, for one id, one (which compares id = $2), with its
+// arguments. A prepared statement's generic plan is made once a
+// connection has run it five times, from the statistics of that moment;
+// on a young tasks table (never analyzed, a few pages) the planner takes
+// id = ANY($2) for ten ids and finds a scan of the whole table cheaper
+// than ten probes of the unique index, and keeps that plan as the table
+// grows: ~1,400 buffers a marker at 2,000 tasks in BenchmarkDependencyCost,
+// a few milliseconds each. id = $2 is one probe of the unique index, which
+// no table is cheaper to scan than.
+func byIDs(many, one, tenant string, ids []string) (string, []any) {
+	if len(ids) == 1 {
+		return one, []any{tenant, ids[0]}
+	}
+	return many, []any{tenant, ids}
+}
+
+// oneID is q, which reads its ids as t.id = ANY($2::text[]), for one id
+// compared as t.id = $2 (byIDs).
+func oneID(q string) string {
+	const many = `t.id = ANY($2::text[])`
+	if strings.Count(q, many) != 1 {
+		panic("postgres: oneID: no single " + many + " in " + q)
+	}
+	return strings.Replace(q, many, `t.id = $2`, 1)
 }
 
 // MarkAndLockDependencies implements store.Tx. Outside strict mode it is
@@ -245,6 +280,7 @@ func (r *reader) LockDependencies(ctx context.Context, tenant string, ids []stri
 	}
 	var out []*host.Task
 	counts := store.NewDependencyCounts(tenant)
+	q, args := byIDs(lockDependenciesSQL, lockOneDependencySQL, tenant, ids)
 	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
 		var open, depth int
 		t, _, err := sqlrows.ScanTask(suffixScanner{rows, []any{&open, &depth}})
@@ -254,7 +290,7 @@ func (r *reader) LockDependencies(ctx context.Context, tenant string, ids []stri
 		counts.Open[t.ID], counts.Depth[t.ID] = open, depth
 		out = append(out, t)
 		return nil
-	}, lockDependenciesSQL, tenant, ids)
+	}, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -271,6 +307,9 @@ CASE WHEN t.state IN ('succeeded', 'canceled', 'dead_letter', 'archived') THEN 0
 CASE WHEN t.state = 'waiting' THEN
   (SELECT coalesce(max(d.depth), 0)::int FROM task_dependencies d WHERE d.tenant = t.tenant AND d.waiter_id = t.id) ELSE 0 END
 FROM tasks t WHERE t.tenant || '' = $1 AND t.id = ANY($2::text[]) ORDER BY t.id FOR SHARE`
+
+// lockOneDependencySQL is lockDependenciesSQL for one id (byIDs).
+var lockOneDependencySQL = oneID(lockDependenciesSQL)
 
 // prefixScanner scans one leading column into first and the rest as the
 // wrapped scan expects.

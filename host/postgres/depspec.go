@@ -174,6 +174,15 @@ WHERE tasks.tenant = $1 AND tasks.id = m.id
 RETURNING tasks.id, tasks.state, tasks.result IS NOT NULL, tasks.dead_reason, tasks.worker_id,
 (SELECT count(*)::int FROM task_dependencies d WHERE d.tenant = tasks.tenant AND d.dep_id = tasks.id AND d.dep_state = '')`
 
+// guessLockOneSQL is guessLockSQL for one id (byIDs).
+var guessLockOneSQL = oneID(guessLockSQL)
+
+// guessMarkOneSQL is guessMarkSQL for one id: markOneWaitedOn answering
+// as guessLockSQL does (byIDs).
+const guessMarkOneSQL = markOneWaitedOn + `
+RETURNING id, state, result IS NOT NULL, dead_reason, worker_id,
+(SELECT count(*)::int FROM task_dependencies d WHERE d.tenant = tasks.tenant AND d.dep_id = tasks.id AND d.dep_state = '')`
+
 // check reads guessLockSQL's (or guessMarkSQL's) answer and holds it to the guess.
 func (g *depGuess) check(br pgx.BatchResults) error {
 	rows, err := br.Query()
@@ -269,10 +278,13 @@ func (w *writeTx) guessDependencies(tenant string, ids []string) []*host.Task {
 	w.noteMarked(tenant, ids)
 	if unmarked {
 		// The marker alone locks every one of them: one statement.
-		w.ss.queueChecked(g.check, guessMarkSQL, tenant, ids)
+		q, args := byIDs(guessMarkSQL, guessMarkOneSQL, tenant, ids)
+		w.ss.queueChecked(g.check, q, args...)
 	} else {
-		w.ss.queue(markWaitedOn, tenant, ids)
-		w.ss.queueChecked(g.check, guessLockSQL, tenant, ids)
+		q, args := byIDs(markWaitedOn, markOneWaitedOn, tenant, ids)
+		w.ss.queue(q, args...)
+		q, args = byIDs(guessLockSQL, guessLockOneSQL, tenant, ids)
+		w.ss.queueChecked(g.check, q, args...)
 	}
 	w.deps, w.guess, w.guessed = nil, g, true
 	return ts
@@ -474,9 +486,11 @@ func (c *recentTasks) waiting(tenant string, ids []string) []*host.Task {
 // statements cost about 0.25 ms).
 const settleGuessSQL = `WITH s AS (
 UPDATE task_dependencies SET dep_state = $3 WHERE tenant = $1 AND dep_id = $2 AND dep_state = '' RETURNING waiter_id)
-SELECT t.id, t.version, t.has_waiters, t.state,
-(SELECT count(*)::int FROM task_dependencies d WHERE d.tenant = t.tenant AND d.waiter_id = t.id)
-FROM tasks t WHERE t.tenant || '' = $1 AND t.id IN (SELECT waiter_id FROM s) ORDER BY t.id FOR UPDATE OF t`
+SELECT l.id, l.version, l.has_waiters, l.state, l.edges FROM (SELECT waiter_id FROM s ORDER BY waiter_id) w
+CROSS JOIN LATERAL (SELECT t.id, t.version, t.has_waiters, t.state,
+  (SELECT count(*)::int FROM task_dependencies d WHERE d.tenant = t.tenant AND d.waiter_id = t.id) AS edges
+  FROM tasks t WHERE t.tenant || '' = $1 AND t.id = w.waiter_id FOR UPDATE) l
+ORDER BY l.id`
 
 // settleGuess is a guessed settlement: what settleGuessSQL must answer.
 type settleGuess struct{ want []store.SettledWaiter }
