@@ -12,6 +12,19 @@ PORT=5432
 
 say() { echo "ensure-postgres: $*" >&2; }
 
+# wait_up waits up to 30 s for the server to answer.
+wait_up() {
+	i=0
+	until pg_isready -q -h "$HOST" -p "$PORT"; do
+		i=$((i + 1))
+		if [ "$i" -ge 60 ]; then
+			say "PostgreSQL did not come up on $HOST:$PORT"
+			exit 1
+		fi
+		sleep 0.5
+	done
+}
+
 if ! command -v pg_ctlcluster >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
 	say "installing postgresql"
 	export DEBIAN_FRONTEND=noninteractive
@@ -46,15 +59,7 @@ if ! pg_isready -q -h "$HOST" -p "$PORT"; then
 	say "starting cluster $version/main"
 	pg_ctlcluster --skip-systemctl-redirect "$version" main start
 	reload=
-	i=0
-	until pg_isready -q -h "$HOST" -p "$PORT"; do
-		i=$((i + 1))
-		if [ "$i" -ge 60 ]; then
-			say "PostgreSQL did not come up on $HOST:$PORT"
-			exit 1
-		fi
-		sleep 0.5
-	done
+	wait_up
 fi
 if [ -n "${reload:-}" ]; then
 	pg_ctlcluster --skip-systemctl-redirect "$version" main reload
@@ -75,13 +80,5 @@ if [ "$have" -lt "$want" ]; then
 	say "raising max_connections from $have to $want (restart)"
 	psql -h "$HOST" -p "$PORT" -U postgres -d postgres -qc "ALTER SYSTEM SET max_connections = $want" >/dev/null
 	pg_ctlcluster --skip-systemctl-redirect "$version" main restart
-	i=0
-	until pg_isready -q -h "$HOST" -p "$PORT"; do
-		i=$((i + 1))
-		if [ "$i" -ge 60 ]; then
-			say "PostgreSQL did not come back on $HOST:$PORT"
-			exit 1
-		fi
-		sleep 0.5
-	done
+	wait_up
 fi
