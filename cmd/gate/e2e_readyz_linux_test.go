@@ -156,6 +156,15 @@ func TestE2EOperatorDoorsBothStores(t *testing.T) {
 					t.Errorf("/metrics lacks %s", m)
 				}
 			}
+			// The store's writers (two by default on PostgreSQL) and the
+			// enqueue budget, which holds nothing without a backlog.
+			writers := map[string]string{"sqlite": "1", "postgres": "2"}[tc.driver]
+			for _, m := range []string{"asyncgate_store_writers " + writers + "\n", "asyncgate_store_enqueues_held_total 0\n",
+				"asyncgate_store_enqueue_holds_expired_total 0\n", "asyncgate_store_enqueues_waiting 0\n"} {
+				if !strings.Contains(string(r.Body), m) {
+					t.Errorf("/metrics lacks %q", m)
+				}
+			}
 
 			down()
 			var last resp
