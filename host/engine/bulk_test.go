@@ -14,19 +14,21 @@ import (
 type classStore struct {
 	store.Store
 	bulk, prompt atomic.Int64
+	tenant       atomic.Value // the tenant of the last bulk update
 }
 
 func (s *classStore) Update(ctx context.Context, fn func(store.Tx) error) error {
-	if store.IsBulkUpdate(ctx) {
+	if tenant, bulk := store.BulkTenant(ctx); bulk {
 		s.bulk.Add(1)
+		s.tenant.Store(tenant)
 	} else {
 		s.prompt.Add(1)
 	}
 	return s.Store.Update(ctx, fn)
 }
 
-// An enqueue reaches the store as bulk work and a lease and a completion as
-// prompt work, so the writer serves the latter first when it must choose
+// An enqueue reaches the store as bulk work for its tenant and a lease and
+// a completion as prompt work, so the writer serves the latter first when it must choose
 // (host/store/groupcommit).
 func TestEnqueueIsBulkCompletionIsPrompt(t *testing.T) {
 	ctx := context.Background()
@@ -46,8 +48,8 @@ func TestEnqueueIsBulkCompletionIsPrompt(t *testing.T) {
 	if _, err := eng.Enqueue(ctx, agent, EnqueueRequest{TaskType: "work"}); err != nil {
 		t.Fatal(err)
 	}
-	if st.bulk.Load() != 1 {
-		t.Fatalf("an enqueue made %d bulk updates, want 1", st.bulk.Load())
+	if st.bulk.Load() != 1 || st.tenant.Load() != "acme" {
+		t.Fatalf("an enqueue made %d bulk updates for %v, want 1 for its tenant (the enqueue budget is the tenant's)", st.bulk.Load(), st.tenant.Load())
 	}
 	offers, err := eng.Lease(ctx, LeaseRequest{Tenant: "acme", WorkerID: "w.1", Types: []string{"work"}})
 	if err != nil || len(offers) != 1 {

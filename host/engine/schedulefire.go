@@ -102,6 +102,19 @@ func (e *Engine) FireSchedules(ctx context.Context) (int, error) {
 	}
 }
 
+// fireTenant is the tenant a fire pass's enqueues are bulk work for: the
+// one tenant of all its schedules, else none. A pass of several tenants'
+// fires is not held back by one tenant's backlog (store.BulkUpdate): it
+// enqueues at most fireBatch tasks, whatever any tenant's backlog.
+func fireTenant(due []*host.Schedule) string {
+	for _, s := range due[1:] {
+		if s.Tenant != due[0].Tenant {
+			return ""
+		}
+	}
+	return due[0].Tenant
+}
+
 func (e *Engine) firePass(ctx context.Context) (int, bool, error) {
 	now := e.now()
 	var due []*host.Schedule
@@ -138,7 +151,7 @@ func (e *Engine) firePass(ctx context.Context) (int, bool, error) {
 	}
 	var fired []firedTask
 	var claimed int
-	err := e.update(store.BulkUpdate(ctx), func(tx store.Tx) error {
+	err := e.update(store.BulkUpdate(ctx, fireTenant(due)), func(tx store.Tx) error {
 		fired, claimed = fired[:0], 0
 		ss, err := tx.ClaimSchedules(ctx, ids, now)
 		if err != nil {

@@ -197,7 +197,7 @@ func (e *Engine) SubmitWorkflow(ctx context.Context, actor Actor, req WorkflowRe
 		res.Workflow, res.IsDuplicate = old, true
 		return nil
 	}
-	err = e.update(store.BulkUpdate(ctx), func(tx store.Tx) error {
+	err = e.update(store.BulkUpdate(ctx, actor.Tenant), func(tx store.Tx) error {
 		res.Workflow, res.IsDuplicate = nil, false
 		if wf.IdempotencyKey != "" {
 			old, err := tx.FindWorkflowByIdempotency(ctx, wf.Tenant, wf.CreatedBy, wf.IdempotencyKey)

@@ -691,9 +691,10 @@ func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.T
 	if err != nil {
 		return nil, err
 	}
-	// A claim that found all it asked for tells the writer queue a backlog
-	// exists (its enqueue budget); one that found fewer, that none does.
-	w.s.queue.Claimed(len(rows) >= q.Limit)
+	// A claim that found all it asked for tells the writer queue that the
+	// tenant has a backlog (its enqueue budget); one that found fewer, that
+	// it has none.
+	w.s.queue.Claimed(q.Tenant, len(rows) >= q.Limit)
 	if len(rows) == 0 {
 		return nil, nil
 	}

@@ -632,9 +632,10 @@ AND available_at <= ? ORDER BY priority DESC, seq LIMIT ?`, q.Tenant, typ, now, 
 			return cands[i].seq < cands[j].seq
 		})
 	}
-	// A claim that found all it asked for tells the writer queue a backlog
-	// exists (its enqueue budget); one that found fewer, that none does.
-	w.s.queue.Claimed(len(cands) >= q.Limit)
+	// A claim that found all it asked for tells the writer queue that the
+	// tenant has a backlog (its enqueue budget); one that found fewer, that
+	// it has none.
+	w.s.queue.Claimed(q.Tenant, len(cands) >= q.Limit)
 	if len(cands) > q.Limit {
 		cands = cands[:q.Limit]
 	}

@@ -339,10 +339,11 @@ var errClosed = groupcommit.ErrClosed
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
 	r := &request{ctx: ctx, fn: fn, done: make(chan struct{})}
 	class := groupcommit.Prompt
-	if store.IsBulkUpdate(ctx) {
+	tenant, bulk := store.BulkTenant(ctx)
+	if bulk {
 		class = groupcommit.Bulk
 	}
-	if err := s.queue.Put(ctx, r, class); err != nil {
+	if err := s.queue.Put(ctx, r, class, tenant); err != nil {
 		return err
 	}
 	<-r.done // once queued, the outcome is waited for: it may have been committed

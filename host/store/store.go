@@ -253,24 +253,27 @@ func NewerSchemaError(driver string, applied, known int) error {
 		driver, applied, known)
 }
 
-// bulkKey marks a context whose Update adds new work.
+// bulkKey marks a context whose Update adds new work; its value is the
+// tenant the work is for.
 type bulkKey struct{}
 
 // BulkUpdate returns ctx marked so that an Update under it counts as bulk
-// work (a new task) rather than work on tasks already queued or leased. A
-// driver's writer serves unmarked updates first when more wait than one
-// batch holds, and limits each batch's share of bulk ones, so that under
-// overload completions and lease calls are not starved by enqueues
-// (host/store/groupcommit). While the store's claims find a backlog and
-// prompt updates arrive, a bulk update may also wait for the queue's
-// enqueue budget, at most groupcommit.MaxHold, before it is queued. A bulk
-// update still runs within a bounded time; it means nothing else.
-func BulkUpdate(ctx context.Context) context.Context {
-	return context.WithValue(ctx, bulkKey{}, true)
+// work (a new task) for tenant rather than work on tasks already queued or
+// leased. A driver's writer serves unmarked updates first when more wait
+// than one batch holds, and limits each batch's share of bulk ones, so that
+// under overload completions and lease calls are not starved by enqueues
+// (host/store/groupcommit). While the store's claims of tenant's tasks find
+// a backlog and prompt updates arrive, a bulk update for tenant may also
+// wait for the queue's enqueue budget, at most groupcommit.MaxHold, before
+// it is queued; another tenant's backlog never holds it. A bulk update
+// still runs within a bounded time; it means nothing else.
+func BulkUpdate(ctx context.Context, tenant string) context.Context {
+	return context.WithValue(ctx, bulkKey{}, tenant)
 }
 
-// IsBulkUpdate reports whether ctx was marked by BulkUpdate.
-func IsBulkUpdate(ctx context.Context) bool {
-	b, _ := ctx.Value(bulkKey{}).(bool)
-	return b
+// BulkTenant reports whether ctx was marked by BulkUpdate, and for which
+// tenant.
+func BulkTenant(ctx context.Context) (tenant string, bulk bool) {
+	tenant, bulk = ctx.Value(bulkKey{}).(string)
+	return tenant, bulk
 }

@@ -13,11 +13,13 @@ import (
 // each prompt request queued earns Ratio bulk tokens (up to Burst), and a
 // bulk request waits for a token, in order, at most MaxHold.
 //
-// It is in force only while a backlog exists and completions arrive: the
-// store's last claim of ready tasks (a lease call) took all it asked for,
-// within Window, and a prompt request was queued within Window. Otherwise a
-// bulk request passes at once, so a queue that only fills, or whose workers
-// keep up, enqueues at full speed.
+// It is in force for a key (the store's tenant) only while that key has a
+// backlog and completions arrive: the store's last claim of ready tasks for
+// the key (a lease call) took all it asked for, within Window, and a prompt
+// request was queued within Window. Otherwise a bulk request of the key
+// passes at once, so a queue that only fills, a tenant whose workers keep
+// up, or a tenant beside another one's backlog enqueues at full speed. The
+// tokens are shared: the writer they pace is one.
 
 // Budget constants. A bulk request waits at most MaxHold for a token; it
 // is then queued as it would have been without the budget, and served by
@@ -40,71 +42,97 @@ type budget struct {
 	mu         sync.Mutex
 	tokens     float64
 	lastPrompt time.Time // when a prompt request was last queued
-	backlogAt  time.Time // when the last claim found a backlog; zero: it found none
+	// backlogAt is when each key's last claim found a backlog; a key whose
+	// last claim found none, or whose backlog is Window old, is absent.
+	backlogAt map[string]time.Time
 	// waiting are the held bulk requests in arrival order; a grant closes
 	// the head's channel.
-	waiting []chan struct{}
+	waiting []hold
 }
 
-func newBudget() *budget { return &budget{tokens: Burst} }
+// hold is one held bulk request: its key and the channel a grant closes.
+type hold struct {
+	key string
+	ch  chan struct{}
+}
 
-// activeLocked reports whether the budget is in force at now; when it is
-// not, the tokens are refilled and every held request is let go.
-func (b *budget) activeLocked(now time.Time) bool {
-	on := !b.backlogAt.IsZero() && now.Sub(b.backlogAt) < Window && now.Sub(b.lastPrompt) < Window
-	if !on {
-		b.tokens = Burst
-		b.releaseLocked()
+func newBudget() *budget { return &budget{tokens: Burst, backlogAt: map[string]time.Time{}} }
+
+// activeLocked reports whether the budget is in force for key at now. It
+// first forgets the backlogs older than Window and lets go the requests
+// held for a key no longer in force; when no key is in force, the tokens
+// are refilled.
+func (b *budget) activeLocked(now time.Time, key string) bool {
+	prompt := now.Sub(b.lastPrompt) < Window
+	for k, at := range b.backlogAt {
+		if !prompt || now.Sub(at) >= Window {
+			delete(b.backlogAt, k)
+		}
 	}
+	if len(b.backlogAt) == 0 {
+		b.tokens = Burst
+	}
+	b.releaseLocked()
+	_, on := b.backlogAt[key]
 	return on
 }
 
+// releaseLocked lets go every held request whose key is not in force.
 func (b *budget) releaseLocked() {
-	for _, ch := range b.waiting {
-		close(ch)
+	kept := b.waiting[:0]
+	for _, h := range b.waiting {
+		if _, on := b.backlogAt[h.key]; on {
+			kept = append(kept, h)
+		} else {
+			close(h.ch)
+		}
 	}
-	b.waiting = b.waiting[:0]
+	clear(b.waiting[len(kept):])
+	b.waiting = kept
 }
 
-// prompt records a prompt request queued at now: it earns Ratio tokens,
-// which go to the held bulk requests first, oldest first.
+// prompt records a prompt request queued at now: while some key is in
+// force it earns Ratio tokens, which go to the held bulk requests first,
+// oldest first.
 func (b *budget) prompt(now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.lastPrompt = now
-	if !b.activeLocked(now) {
+	b.activeLocked(now, "")
+	if len(b.backlogAt) == 0 {
 		return
 	}
 	b.tokens = min(b.tokens+Ratio, Burst)
 	for len(b.waiting) > 0 && b.tokens >= 1 {
 		b.tokens--
-		close(b.waiting[0])
+		close(b.waiting[0].ch)
+		b.waiting[0] = hold{}
 		b.waiting = b.waiting[1:]
 	}
 }
 
-// claimed records a claim of ready tasks at now: backlog is whether it
-// took all it asked for (more may be ready). A claim that took fewer ends
-// the backlog and lets every held request go.
-func (b *budget) claimed(now time.Time, backlog bool) {
+// claimed records a claim of ready tasks for key at now: backlog is whether
+// it took all it asked for (more may be ready). A claim that took fewer
+// ends the key's backlog and lets every request held for it go.
+func (b *budget) claimed(now time.Time, key string, backlog bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if backlog {
-		b.backlogAt = now
+		b.backlogAt[key] = now
 		return
 	}
-	b.backlogAt = time.Time{}
-	b.activeLocked(now)
+	delete(b.backlogAt, key)
+	b.activeLocked(now, key)
 }
 
-// admit is a bulk request's arrival at now. It returns nil when the
-// request may be queued at once, else a channel closed when it is granted a
-// token or let go; the caller stops waiting after MaxHold and then
-// calls cancel.
-func (b *budget) admit(now time.Time) <-chan struct{} {
+// admit is the arrival at now of a bulk request for key. It returns nil
+// when the request may be queued at once, else a channel closed when it is
+// granted a token or let go; the caller stops waiting after MaxHold and
+// then calls cancel.
+func (b *budget) admit(now time.Time, key string) <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.activeLocked(now) {
+	if !b.activeLocked(now, key) {
 		return nil
 	}
 	if len(b.waiting) == 0 && b.tokens >= 1 {
@@ -112,7 +140,7 @@ func (b *budget) admit(now time.Time) <-chan struct{} {
 		return nil
 	}
 	ch := make(chan struct{})
-	b.waiting = append(b.waiting, ch)
+	b.waiting = append(b.waiting, hold{key: key, ch: ch})
 	return ch
 }
 
@@ -121,8 +149,8 @@ func (b *budget) admit(now time.Time) <-chan struct{} {
 func (b *budget) cancel(ch <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for i, w := range b.waiting {
-		if w == ch {
+	for i, h := range b.waiting {
+		if h.ch == ch {
 			b.waiting = append(b.waiting[:i], b.waiting[i+1:]...)
 			return
 		}

@@ -32,40 +32,40 @@ func TestBudgetRule(t *testing.T) {
 	// A queue that only fills: no claim, no prompt request.
 	b := newBudget()
 	for i := range 10 * Burst {
-		if ch := b.admit(at(time.Duration(i) * time.Microsecond)); ch != nil {
+		if ch := b.admit(at(time.Duration(i)*time.Microsecond), ""); ch != nil {
 			t.Fatalf("fill without workers: bulk request %d held", i)
 		}
 	}
 	// Prompt requests but no backlog (the claims found fewer than asked).
-	b.claimed(at(0), false)
+	b.claimed(at(0), "", false)
 	for i := range 10 * Burst {
 		b.prompt(at(time.Millisecond))
-		if ch := b.admit(at(time.Millisecond)); ch != nil {
+		if ch := b.admit(at(time.Millisecond), ""); ch != nil {
 			t.Fatalf("no backlog: bulk request %d held", i)
 		}
 	}
 	// A backlog but no prompt request within Window.
 	b = newBudget()
 	b.prompt(at(0))
-	b.claimed(at(Window), true)
+	b.claimed(at(Window), "", true)
 	for i := range 10 * Burst {
-		if ch := b.admit(at(Window)); ch != nil {
+		if ch := b.admit(at(Window), ""); ch != nil {
 			t.Fatalf("no prompt request within Window: bulk request %d held", i)
 		}
 	}
 
 	// A backlog and prompt requests: Burst pass, then one per prompt.
 	b = newBudget()
-	b.claimed(at(0), true)
+	b.claimed(at(0), "", true)
 	b.prompt(at(0))
 	for i := range Burst {
-		if ch := b.admit(at(time.Millisecond)); ch != nil {
+		if ch := b.admit(at(time.Millisecond), ""); ch != nil {
 			t.Fatalf("bulk request %d of the first Burst held", i)
 		}
 	}
 	held := make([]<-chan struct{}, 5)
 	for i := range held {
-		if held[i] = b.admit(at(2 * time.Millisecond)); held[i] == nil {
+		if held[i] = b.admit(at(2*time.Millisecond), ""); held[i] == nil {
 			t.Fatalf("bulk request %d past Burst not held", i)
 		}
 	}
@@ -85,7 +85,7 @@ func TestBudgetRule(t *testing.T) {
 	if b.held() != 1 {
 		t.Fatalf("held %d after a cancel, want 1", b.held())
 	}
-	late := b.admit(at(4 * time.Millisecond))
+	late := b.admit(at(4*time.Millisecond), "")
 	if late == nil {
 		t.Fatal("a request behind a held one passed")
 	}
@@ -94,22 +94,22 @@ func TestBudgetRule(t *testing.T) {
 		t.Fatal("the token went past the oldest held request")
 	}
 	// A claim that finds fewer than it asked: no backlog, all go, full again.
-	b.claimed(at(6*time.Millisecond), false)
+	b.claimed(at(6*time.Millisecond), "", false)
 	if !granted(late) || b.held() != 0 {
 		t.Fatal("a claim without backlog did not let the held requests go")
 	}
 	for i := range 10 * Burst {
 		b.prompt(at(7 * time.Millisecond))
-		if ch := b.admit(at(7 * time.Millisecond)); ch != nil {
+		if ch := b.admit(at(7*time.Millisecond), ""); ch != nil {
 			t.Fatalf("after the backlog ended: bulk request %d held", i)
 		}
 	}
 	// The backlog again; held requests go once the backlog is Window old.
-	b.claimed(at(10*time.Millisecond), true)
+	b.claimed(at(10*time.Millisecond), "", true)
 	for range Burst {
-		b.admit(at(10 * time.Millisecond))
+		b.admit(at(10*time.Millisecond), "")
 	}
-	ch := b.admit(at(11 * time.Millisecond))
+	ch := b.admit(at(11*time.Millisecond), "")
 	if ch == nil {
 		t.Fatal("budget spent: a bulk request passed")
 	}
@@ -117,25 +117,82 @@ func TestBudgetRule(t *testing.T) {
 	if !granted(ch) {
 		t.Fatal("a prompt request did not grant the held request")
 	}
-	ch = b.admit(at(10*time.Millisecond + Window - 1))
+	ch = b.admit(at(10*time.Millisecond+Window-1), "")
 	if ch == nil {
 		t.Fatal("budget spent: a bulk request passed")
 	}
-	if b.admit(at(10*time.Millisecond+Window)) != nil || !granted(ch) {
+	if b.admit(at(10*time.Millisecond+Window), "") != nil || !granted(ch) {
 		t.Fatal("a backlog Window old still holds bulk requests")
 	}
 	// Ratio: n prompt requests earn n·Ratio tokens, at most Burst saved.
 	b = newBudget()
-	b.claimed(at(0), true)
+	b.claimed(at(0), "", true)
 	for range 3 * Burst {
 		b.prompt(at(0))
 	}
 	n := 0
-	for b.admit(at(0)) == nil {
+	for b.admit(at(0), "") == nil {
 		n++
 	}
 	if n != Burst {
 		t.Fatalf("%d bulk requests passed on saved tokens, want Burst (%d)", n, Burst)
+	}
+}
+
+// TestBudgetIsPerKey: one key's backlog holds only that key's bulk
+// requests. With tenant "busy" in force and its tokens spent, a bulk
+// request of "quiet" (no claim of it found a backlog) passes at once
+// however many wait; a claim of "quiet" that finds a backlog puts it under
+// the budget too; a claim of "busy" that finds none lets only busy's held
+// requests go; once no key is in force the tokens are refilled.
+func TestBudgetIsPerKey(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	b := newBudget()
+	b.claimed(at(0), "busy", true)
+	b.prompt(at(0))
+	for b.admit(at(0), "busy") == nil {
+	}
+	busy := b.admit(at(time.Millisecond), "busy") // held behind the first one
+	for i := range 4 * Burst {
+		if ch := b.admit(at(time.Millisecond), "quiet"); ch != nil {
+			t.Fatalf("quiet's bulk request %d held by busy's backlog", i)
+		}
+	}
+	if b.held() != 2 {
+		t.Fatalf("%d held, want busy's 2", b.held())
+	}
+	// quiet's own backlog: its requests now wait their turn too.
+	b.claimed(at(2*time.Millisecond), "quiet", true)
+	quiet := b.admit(at(2*time.Millisecond), "quiet")
+	if quiet == nil {
+		t.Fatal("quiet's bulk request passed with its own backlog and no token")
+	}
+	// busy's workers catch up: only busy's held requests go, no token spent.
+	b.claimed(at(3*time.Millisecond), "busy", false)
+	if b.held() != 1 || granted(quiet) || !granted(busy) {
+		t.Fatalf("after busy's backlog ended: held %d, quiet granted %v, busy granted %v; want quiet alone held", b.held(), granted(quiet), granted(busy))
+	}
+	if ch := b.admit(at(3*time.Millisecond), "busy"); ch != nil {
+		t.Fatal("busy's bulk request held after its backlog ended")
+	}
+	// A prompt request's token goes to quiet's held request.
+	b.prompt(at(4 * time.Millisecond))
+	if !granted(quiet) || b.held() != 0 {
+		t.Fatal("a prompt request did not let quiet's held request go")
+	}
+	// quiet's backlog Window old: no key in force, the tokens refilled.
+	b.prompt(at(2*time.Millisecond + Window))
+	if len(b.backlogAt) != 0 {
+		t.Fatalf("backlogs kept past Window: %v", b.backlogAt)
+	}
+	b.claimed(at(2*time.Millisecond+Window), "quiet", true)
+	n := 0
+	for b.admit(at(2*time.Millisecond+Window), "quiet") == nil {
+		n++
+	}
+	if n != Burst {
+		t.Fatalf("%d passed after the refill, want Burst (%d)", n, Burst)
 	}
 }
 
@@ -146,12 +203,12 @@ func TestBudgetRule(t *testing.T) {
 func TestBudgetHoldIsBounded(t *testing.T) {
 	ctx := context.Background()
 	q := New[int](4096)
-	q.Claimed(true)
-	if err := q.Put(ctx, 0, Prompt); err != nil {
+	q.Claimed("", true)
+	if err := q.Put(ctx, 0, Prompt, ""); err != nil {
 		t.Fatal(err)
 	}
 	for i := range Burst {
-		if err := q.Put(ctx, 1000+i, Bulk); err != nil {
+		if err := q.Put(ctx, 1000+i, Bulk, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -163,7 +220,7 @@ func TestBudgetHoldIsBounded(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := q.Put(ctx, 2000+i, Bulk); err != nil {
+			if err := q.Put(ctx, 2000+i, Bulk, ""); err != nil {
 				t.Error(err)
 			}
 			took[i] = time.Since(start)
@@ -173,7 +230,7 @@ func TestBudgetHoldIsBounded(t *testing.T) {
 		}
 	}
 	time.Sleep(MaxHold / 5)
-	if err := q.Put(ctx, 1, Prompt); err != nil {
+	if err := q.Put(ctx, 1, Prompt, ""); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
@@ -193,7 +250,7 @@ func TestBudgetHoldIsBounded(t *testing.T) {
 	// A held Put whose context ends is refused, not queued.
 	cctx, cancel := context.WithTimeout(ctx, MaxHold/10)
 	defer cancel()
-	if err := q.Put(cctx, 3000, Bulk); !errors.Is(err, context.DeadlineExceeded) {
+	if err := q.Put(cctx, 3000, Bulk, ""); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a held Put whose context ended: %v, want its deadline", err)
 	}
 	if q.Held() != 0 || q.Len() != 2+Burst+2 {
@@ -210,16 +267,16 @@ func TestBudgetHoldIsBounded(t *testing.T) {
 		q.Close()
 	}()
 	start = time.Now()
-	if err := q.Put(ctx, 4000, Bulk); !errors.Is(err, ErrClosed) || time.Since(start) >= MaxHold {
+	if err := q.Put(ctx, 4000, Bulk, ""); !errors.Is(err, ErrClosed) || time.Since(start) >= MaxHold {
 		t.Fatalf("a Put held while the queue closed: %v after %v, want ErrClosed at once", err, time.Since(start))
 	}
 	// No claim found a backlog: a fill is never held.
 	q = New[int](4096)
 	for i := range 4 * Burst {
-		if err := q.Put(ctx, 1, Prompt); err != nil {
+		if err := q.Put(ctx, 1, Prompt, ""); err != nil {
 			t.Fatal(err)
 		}
-		if err := q.Put(ctx, i, Bulk); err != nil || q.Held() != 0 {
+		if err := q.Put(ctx, i, Bulk, ""); err != nil || q.Held() != 0 {
 			t.Fatal("a bulk request held with no backlog")
 		}
 	}

@@ -88,23 +88,25 @@ func New[R any](size int) *Queue[R] {
 		budget: newBudget(), now: time.Now}
 }
 
-// Claimed tells the queue how a claim of ready tasks (a lease call) went:
-// backlog is whether it took all it asked for. A driver calls it from its
-// claim; the enqueue budget is in force only while claims find a backlog.
-func (q *Queue[R]) Claimed(backlog bool) { q.budget.claimed(q.now(), backlog) }
+// Claimed tells the queue how a claim of ready tasks (a lease call) for key
+// (the tenant) went: backlog is whether it took all it asked for. A driver
+// calls it from its claim; the enqueue budget holds a key's bulk requests
+// only while that key's claims find a backlog.
+func (q *Queue[R]) Claimed(key string, backlog bool) { q.budget.claimed(q.now(), key, backlog) }
 
 // Held is how many bulk requests wait for the enqueue budget now (they are
 // not queued yet: Len does not count them).
 func (q *Queue[R]) Held() int { return q.budget.held() }
 
 // Put queues r for the writer in class c. A bulk request first waits for
-// the enqueue budget, at most MaxHold. Put fails with ErrClosed once Close
+// the enqueue budget of key (its tenant; Claimed), at most MaxHold; key
+// means nothing to a prompt request. Put fails with ErrClosed once Close
 // has been called, and with ctx's error if ctx ends while r is held or the
 // queue of c is full. Once Put has queued r, the caller must wait for r's
 // outcome: it may be committed whatever the caller's context does.
-func (q *Queue[R]) Put(ctx context.Context, r R, c Class) error {
+func (q *Queue[R]) Put(ctx context.Context, r R, c Class, key string) error {
 	if c == Bulk {
-		if err := q.hold(ctx); err != nil {
+		if err := q.hold(ctx, key); err != nil {
 			return err
 		}
 	} else {
@@ -127,10 +129,11 @@ func (q *Queue[R]) Put(ctx context.Context, r R, c Class) error {
 	}
 }
 
-// hold waits until the enqueue budget lets a bulk request be queued, or
-// MaxHold has passed, or Close is called; it fails only when ctx ends.
-func (q *Queue[R]) hold(ctx context.Context) error {
-	ch := q.budget.admit(q.now())
+// hold waits until the enqueue budget lets a bulk request for key be
+// queued, or MaxHold has passed, or Close is called; it fails only when ctx
+// ends.
+func (q *Queue[R]) hold(ctx context.Context, key string) error {
+	ch := q.budget.admit(q.now(), key)
 	if ch == nil {
 		return nil
 	}

@@ -15,7 +15,7 @@ func TestNextBatchesWhatIsQueued(t *testing.T) {
 	ctx := context.Background()
 	q := New[int](16)
 	for i := range 5 {
-		if err := q.Put(ctx, i, Prompt); err != nil {
+		if err := q.Put(ctx, i, Prompt, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -37,7 +37,7 @@ func TestNextBatchesWhatIsQueued(t *testing.T) {
 	default:
 		t.Fatal("Closing is not closed after Close")
 	}
-	if err := q.Put(ctx, 9, Prompt); !errors.Is(err, ErrClosed) {
+	if err := q.Put(ctx, 9, Prompt, ""); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Put after Close: %v, want ErrClosed", err)
 	}
 	for _, want := range []int{3, 4} {
@@ -55,12 +55,12 @@ func TestNextBatchesWhatIsQueued(t *testing.T) {
 // ends.
 func TestPutWaitsForRoomOrItsContext(t *testing.T) {
 	q := New[int](1)
-	if err := q.Put(context.Background(), 1, Prompt); err != nil {
+	if err := q.Put(context.Background(), 1, Prompt, ""); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if err := q.Put(ctx, 2, Prompt); !errors.Is(err, context.DeadlineExceeded) {
+	if err := q.Put(ctx, 2, Prompt, ""); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Put on a full queue: %v, want the context's deadline", err)
 	}
 }
@@ -75,7 +75,7 @@ func TestPromptFirstBulkBounded(t *testing.T) {
 	q := New[int](4096)
 	put := func(v int, c Class) {
 		t.Helper()
-		if err := q.Put(ctx, v, c); err != nil {
+		if err := q.Put(ctx, v, c, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -130,7 +130,7 @@ func TestPromptFirstBulkBounded(t *testing.T) {
 	// A lone bulk request found first while a few prompt ones arrive rides
 	// in their batch.
 	q2 := New[int](16)
-	if err := q2.Put(ctx, 7, Bulk); err != nil {
+	if err := q2.Put(ctx, 7, Bulk, ""); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ = q2.Next(nil, 4); !slices.Equal(b, []int{7}) {

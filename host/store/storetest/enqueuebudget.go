@@ -14,12 +14,13 @@ import (
 // testEnqueueBudget: a driver tells its writer queue what its claims find
 // (groupcommit's enqueue budget). While a claim took all it asked for (a
 // backlog) and prompt updates arrive, bulk updates pass on the budget's
-// tokens and then wait for one, at most MaxHold, and still run; once a
-// claim finds fewer than it asked for, bulk updates run at once.
+// tokens and then wait for one, at most MaxHold, and still run; another
+// tenant's bulk updates run at once beside that backlog; once a claim finds
+// fewer than it asked for, bulk updates run at once.
 func testEnqueueBudget(t *testing.T, b *Bundle) {
 	ctx := b.Ctx
 	if err := b.Store.Update(ctx, func(tx store.Tx) error {
-		for i := range 3 {
+		for i := range 4 {
 			if err := tx.InsertTask(ctx, wbTask(fmt.Sprintf("T-EB%d", i), "")); err != nil {
 				return err
 			}
@@ -45,10 +46,10 @@ func testEnqueueBudget(t *testing.T, b *Bundle) {
 	}
 	ran := 0
 	var mu sync.Mutex
-	bulk := func() time.Duration {
+	bulkFor := func(tenant string) time.Duration {
 		t.Helper()
 		start := time.Now()
-		if err := b.Store.Update(store.BulkUpdate(ctx), func(store.Tx) error {
+		if err := b.Store.Update(store.BulkUpdate(ctx, tenant), func(store.Tx) error {
 			mu.Lock()
 			ran++
 			mu.Unlock()
@@ -58,6 +59,7 @@ func testEnqueueBudget(t *testing.T, b *Bundle) {
 		}
 		return time.Since(start)
 	}
+	bulk := func() time.Duration { t.Helper(); return bulkFor("acme") }
 	claim(1, 1) // a backlog
 	var wg sync.WaitGroup
 	for range groupcommit.Burst { // the saved tokens, spent at once
@@ -71,15 +73,24 @@ func testEnqueueBudget(t *testing.T, b *Bundle) {
 	if d := bulk(); d < groupcommit.MaxHold*9/10 || d > 5*groupcommit.MaxHold {
 		t.Fatalf("a bulk update with the budget spent took %v, want MaxHold (%v) and a little", d, groupcommit.MaxHold)
 	}
-	claim(10, 1) // fewer than asked: no backlog
+	// Another tenant's bulk updates are not held by acme's backlog.
+	claim(1, 1)
 	start := time.Now()
+	for range 5 {
+		bulkFor("globex")
+	}
+	if d := time.Since(start); d >= groupcommit.MaxHold {
+		t.Fatalf("5 bulk updates of another tenant beside acme's spent budget took %v, MaxHold or more", d)
+	}
+	claim(10, 1) // fewer than asked: no backlog
+	start = time.Now()
 	for range 5 {
 		bulk()
 	}
 	if d := time.Since(start); d >= groupcommit.MaxHold {
 		t.Fatalf("5 bulk updates without a backlog took %v, MaxHold or more", d)
 	}
-	if ran != groupcommit.Burst+2+5 {
-		t.Fatalf("%d bulk updates ran, want %d", ran, groupcommit.Burst+2+5)
+	if ran != groupcommit.Burst+2+5+5 {
+		t.Fatalf("%d bulk updates ran, want %d", ran, groupcommit.Burst+2+5+5)
 	}
 }
