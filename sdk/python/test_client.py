@@ -57,6 +57,15 @@ def unique(prefix):
     return prefix + "-" + uuid.uuid4().hex[:12]
 
 
+def every(page, **kw):
+    """Every item of a paged list method, following its cursors."""
+    items, cursor = page(**kw)
+    while cursor:
+        more, cursor = page(cursor=cursor, **kw)
+        items += more
+    return items
+
+
 class GateTests(unittest.TestCase):
     def setUp(self):
         self.c = ac.Client(URL, AGENT)
@@ -196,13 +205,16 @@ class GateTests(unittest.TestCase):
     def test_open_obligations(self):
         put_type("pyc.owed")
         tid = self.c.enqueue("pyc.owed", {})["task_id"]
-        obs, _ = self.c.open_obligations(role="obligee")
+        obs = every(self.c.open_obligations, role="obligee", limit=20)
         mine = [o for o in obs if o.get("task_id") == tid]
-        self.assertEqual(len(mine), 1, obs)
-        boot = self.c.session_bootstrap()
+        boot = self.c.session_bootstrap(limit=500)
+        me = boot["principal"]
+        self.assertEqual([(o["receipt_type"], o["obligor"], o["obligee"]) for o in mine],
+                         [("task.assigned", "asyncgate", me)])
+        self.assertEqual(every(self.c.open_obligations, role="obligor"), [])  # the agent owes nothing
         self.assertIn(tid, [o.get("task_id") for o in boot["owed_to_you"]])
         self.c.cancel(tid)
-        obs, _ = self.c.open_obligations(role="obligee")
+        obs = every(self.c.open_obligations, role="obligee", limit=20)
         self.assertNotIn(tid, [o.get("task_id") for o in obs])
 
     def test_workflow_submit_get_cancel(self):
@@ -223,8 +235,7 @@ class GateTests(unittest.TestCase):
         w = self.c.get_workflow(wid)
         self.assertEqual((w["status"], w["final_step"], w["step_count"]), ("running", "digest", 2))
         self.assertEqual({s["name"]: s.get("after", []) for s in w["steps"]}, {"fetch": [], "digest": ["fetch"]})
-        listed, _ = self.c.list_workflows(status="running")
-        self.assertIn(wid, [x["workflow_id"] for x in listed])
+        self.assertIn(wid, [x["workflow_id"] for x in every(self.c.list_workflows, status="running")])
         w = self.c.cancel_workflow(wid, "changed my mind")
         self.assertEqual(w["status"], "canceled")
         self.assertEqual(self.c.wait_workflow(wid, timeout=10, interval=0.05)["status"], "canceled")
@@ -237,28 +248,28 @@ class GateTests(unittest.TestCase):
 
     def test_schedule_lifecycle(self):
         put_type("pyc.sched")
-        s = self.c.create_schedule("py-hourly", ac.schedule_template("pyc.sched", {"k": 1}, priority=4),
+        name = unique("py-hourly")
+        s = self.c.create_schedule(name, ac.schedule_template("pyc.sched", {"k": 1}, priority=4),
                                    interval_seconds=3600, missed_policy=ac.MISSED_SKIP)
         sid = s["schedule_id"]
         self.assertEqual((s["name"], s["interval_seconds"], s["paused"], len(s["next_runs"])),
-                         ("py-hourly", 3600, False, 5))
+                         (name, 3600, False, 5))
         self.assertEqual(s["template"]["priority"], 4)
-        listed, _ = self.c.list_schedules()
-        self.assertIn(sid, [x["schedule_id"] for x in listed])
+        self.assertIn(sid, [x["schedule_id"] for x in every(self.c.list_schedules)])
         p = self.c.pause_schedule(sid)
         self.assertEqual((p["paused"], p["next_runs"]), (True, []))
         self.assertIs(self.c.get_schedule(sid)["paused"], True)
         r = self.c.resume_schedule(sid)
         self.assertIs(r["paused"], False)
-        u = self.c.update_schedule(sid, name="py-daily", cron="0 9 * * *", timezone="Europe/Berlin")
-        self.assertEqual((u["name"], u["cron"], u["timezone"]), ("py-daily", "0 9 * * *", "Europe/Berlin"))
+        u = self.c.update_schedule(sid, name=name + "-daily", cron="0 9 * * *", timezone="Europe/Berlin")
+        self.assertEqual((u["name"], u["cron"], u["timezone"]), (name + "-daily", "0 9 * * *", "Europe/Berlin"))
         self.assertEqual(len(self.c.get_schedule(sid, next_runs=2)["next_runs"]), 2)
         self.c.delete_schedule(sid)
         with self.assertRaises(ac.NotFoundError):
             self.c.get_schedule(sid)
-        self.assertNotIn(sid, [x["schedule_id"] for x in self.c.list_schedules()[0]])
+        self.assertNotIn(sid, [x["schedule_id"] for x in every(self.c.list_schedules)])
         with self.assertRaises(ac.APIError) as cm:
-            self.c.create_schedule("bad", ac.schedule_template("pyc.sched"), cron="not a cron")
+            self.c.create_schedule(unique("bad"), ac.schedule_template("pyc.sched"), cron="not a cron")
         self.assertEqual(cm.exception.status, 400)
         with self.assertRaises(TypeError):
             self.c.update_schedule(sid, nmae="typo")
