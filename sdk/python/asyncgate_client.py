@@ -43,7 +43,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 __all__ = [
@@ -414,6 +414,10 @@ class Client:
     whose certificate a private CA signed; without it the opener the
     application installed with ``urllib.request.install_opener`` is used,
     if any (proxies, auth, TLS settings), else urllib's defaults.
+
+    A gate that cannot be reached, or does not answer within the timeout,
+    raises what ``urllib.request.urlopen`` raises: ``URLError`` or
+    ``socket.timeout``, both ``OSError``s.
 
     ``trace_propagator``, when set, is called with the headers (a dict) of
     every request that carries no trace of ``with_trace``, to write the
