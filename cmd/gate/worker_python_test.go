@@ -86,6 +86,9 @@ func TestWorkerPythonPackage(t *testing.T) {
 	if out := run(vpy, "-c", "import asyncgate_worker, importlib.metadata as m; print(asyncgate_worker.__file__, m.version('asyncgate-worker'))"); !strings.Contains(out, filepath.Join(venv, "lib")) || !strings.Contains(out, "0.1.0") {
 		t.Fatalf("the module imported is not the installed one: %s", out)
 	}
+	if out := run(vpy, "-c", "import asyncgate_client; print(asyncgate_client.__file__)"); !strings.Contains(out, filepath.Join(venv, "lib")) {
+		t.Fatalf("the client module imported is not the installed one: %s", out)
+	}
 	// The wheel, built without pip, installs into another.
 	whl := strings.TrimSpace(run(py, filepath.Join(sdk, "_build", "asyncgate_build.py"), filepath.Join(tmp, "dist")))
 	if !strings.HasSuffix(whl, "asyncgate_worker-0.1.0-py3-none-any.whl") {
@@ -94,16 +97,18 @@ func TestWorkerPythonPackage(t *testing.T) {
 	venv2 := filepath.Join(tmp, "venv2")
 	run(py, "-m", "venv", venv2)
 	run(filepath.Join(venv2, "bin", "python"), "-m", "pip", "install", "--no-index", whl)
-	run(filepath.Join(venv2, "bin", "python"), "-c", "import asyncgate_worker; asyncgate_worker.Runner")
+	run(filepath.Join(venv2, "bin", "python"), "-c", "import asyncgate_worker, asyncgate_client; asyncgate_worker.Runner; asyncgate_client.Client")
 
+	for _, name := range []string{"worker.py", "agent.py"} {
+		b, err := os.ReadFile(filepath.Join(sdk, "examples", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tmp, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	example := filepath.Join(tmp, "worker.py")
-	b, err := os.ReadFile(filepath.Join(sdk, "examples", "worker.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(example, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	g := startGate(t, t.TempDir())
 	g.putType(t, "image.resize", map[string]any{}, "")
 	agent := g.newKey(t, "agent", "agent.py-pkg", "")
@@ -165,6 +170,17 @@ func TestWorkerPythonPackage(t *testing.T) {
 	if c, _ := res["content"].(map[string]any); c["width"] != 64.0 || c["url"] != "https://example.com/cat.png" || res["checksum_valid"] != true {
 		t.Fatalf("result %v", res)
 	}
+	// The agent example queues a task through the installed client, waits
+	// for the worker example to finish it and prints its result.
+	agentRun := exec.Command(vpy, filepath.Join(tmp, "agent.py"), "https://example.com/dog.png", "320")
+	agentRun.Dir = tmp
+	agentRun.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "PYTHONPATH=", "HOME="+tmp,
+		"ASYNCGATE_URL="+g.URL, "ASYNCGATE_KEY="+agent)
+	out, err := agentRun.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "result: {'url': 'https://example.com/dog.png', 'width': 320") {
+		t.Fatalf("the agent example: %v\n%s\nworker:\n%s", err, out, logs.String())
+	}
+	t.Logf("the agent example:\n%s", out)
 	t.Logf("the example stopped %s after SIGTERM", stop(cmd, logs, done))
 
 	// A worker in its first long-poll (the gate has seen it; nothing is

@@ -1,8 +1,10 @@
 """A PEP 517 build backend for the asyncgate-worker package, standard
 library only.
 
-The package is one module, asyncgate_worker.py. This backend writes its
-wheel (the module, and a dist-info with METADATA, WHEEL and RECORD), an
+The package is two modules, each standard library only and usable alone:
+asyncgate_worker.py (the worker side) and asyncgate_client.py (the agent
+side). This backend writes its wheel (the modules, and a dist-info with
+METADATA, WHEEL and RECORD), an
 editable wheel (a .pth naming this folder) and an sdist, reading the name,
 version, description and requires-python from pyproject.toml's [project]
 table (simple ``key = "value"`` lines). pip runs it with nothing installed
@@ -23,7 +25,7 @@ import time
 import zipfile
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODULE = "asyncgate_worker.py"
+MODULES = ("asyncgate_worker.py", "asyncgate_client.py")
 TAG = "py3-none-any"
 
 
@@ -82,9 +84,13 @@ def _write_wheel(wheel_directory, files):
     return wheel
 
 
-def _module():
-    with open(os.path.join(HERE, MODULE), "rb") as f:
-        return f.read()
+def _modules():
+    """The modules of the wheel: archive path → bytes."""
+    out = {}
+    for m in MODULES:
+        with open(os.path.join(HERE, m), "rb") as f:
+            out[m] = f.read()
+    return out
 
 
 # ---- PEP 517 hooks
@@ -103,7 +109,7 @@ def get_requires_for_build_editable(config_settings=None):
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    return _write_wheel(wheel_directory, {MODULE: _module()})
+    return _write_wheel(wheel_directory, _modules())
 
 
 def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
@@ -120,7 +126,7 @@ def build_sdist(sdist_directory, config_settings=None):
             ti = tarfile.TarInfo(base + "/" + arc)
             ti.size, ti.mode, ti.mtime = len(data), 0o644, int(time.time())
             tar.addfile(ti, io.BytesIO(data))
-        for rel in ("pyproject.toml", MODULE, "_build/asyncgate_build.py"):
+        for rel in ("pyproject.toml",) + MODULES + ("_build/asyncgate_build.py",):
             with open(os.path.join(HERE, rel), "rb") as f:
                 add(rel, f.read())
         add("PKG-INFO", _metadata(p))
