@@ -237,3 +237,69 @@ func TestE2EWorkflowHostKilledPostgres(t *testing.T) {
 		t.Fatalf("open obligations: %v", obs.Open)
 	}
 }
+
+// TestE2EWorkflowStepStartCLI: `gate workflows submit` passes a step's
+// delay_seconds, not_before and resource_intents to the gate, and
+// `gate workflows get` shows when each delayed step may start. On SQLite
+// and PostgreSQL.
+func TestE2EWorkflowStepStartCLI(t *testing.T) {
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			g := startGateOnStore(t, driver)
+			g.putType(t, "wf.timed", map[string]any{}, "")
+			agent := g.newKey(t, "agent", "agent.timed", "")
+			nb := time.Now().Add(3 * time.Hour).UTC().Truncate(time.Second)
+			file := filepath.Join(t.TempDir(), "wf.json")
+			data, _ := json.Marshal(map[string]any{"name": "timed", "final_step": "b", "steps": []map[string]any{
+				{"name": "a", "task_type": "wf.timed"},
+				{"name": "b", "task_type": "wf.timed", "after": []string{"a"}, "delay_seconds": 3600,
+					"resource_intents": []map[string]any{{"resource": "repo:r", "predicate": "MUTATES"}}},
+				{"name": "c", "task_type": "wf.timed", "not_before": nb.Format(time.RFC3339)},
+			}})
+			if err := os.WriteFile(file, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, errs, code := gateCLI(t, "workflows", "submit", "@"+file, "--url", g.URL, "--key", agent)
+			if code != 0 {
+				t.Fatalf("gate workflows submit: exit %d, %q %q", code, out, errs)
+			}
+			id := strings.Fields(out)[0]
+			out, errs, code = gateCLI(t, "workflows", "get", id, "--url", g.URL, "--key", agent)
+			if code != 0 || !strings.Contains(out, "NOT BEFORE") {
+				t.Fatalf("gate workflows get: exit %d, %q %q", code, out, errs)
+			}
+			var rowB, rowC string
+			for _, l := range strings.Split(out, "\n") {
+				switch f := strings.Fields(l); {
+				case len(f) > 0 && f[0] == "b":
+					rowB = l
+				case len(f) > 0 && f[0] == "c":
+					rowC = l
+				}
+			}
+			if !strings.Contains(rowB, "waiting") || !strings.Contains(rowB, time.Now().Add(time.Hour).UTC().Format("2006-01-02T")) {
+				t.Fatalf("step b's row %q: want waiting with its time an hour ahead\n%s", rowB, out)
+			}
+			if !strings.Contains(rowC, "scheduled") || !strings.Contains(rowC, nb.Format(time.RFC3339)) {
+				t.Fatalf("step c's row %q: want scheduled until %s\n%s", rowC, nb.Format(time.RFC3339), out)
+			}
+			var wf struct {
+				Steps []struct {
+					TaskID string `json:"task_id"`
+				} `json:"steps"`
+			}
+			call(t, "GET", g.URL+"/v1/workflows/"+id, agent, nil).Into(t, &wf)
+			var task struct {
+				ResourceIntents []struct {
+					Resource  string `json:"resource"`
+					Predicate string `json:"predicate"`
+				} `json:"resource_intents"`
+			}
+			call(t, "GET", g.URL+"/v1/tasks/"+wf.Steps[1].TaskID, agent, nil).Into(t, &task)
+			if len(task.ResourceIntents) != 1 || task.ResourceIntents[0].Resource != "REPO:r" || task.ResourceIntents[0].Predicate != "MUTATES" {
+				t.Fatalf("step b's task intents: %+v", task.ResourceIntents)
+			}
+		})
+	}
+}

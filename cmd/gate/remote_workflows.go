@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/asyncgate/asyncgate/sdk/client"
 )
@@ -24,8 +25,11 @@ func init() {
 		{name: "submit", args: "WORKFLOW_JSON", summary: "submit a workflow given as JSON (inline, @FILE or - for stdin)", minArgs: 1, maxArgs: 1,
 			more: `The workflow is the body of POST /v1/workflows:
   {"name": "...", "steps": [{"name": "a", "task_type": "...", "params": {...}},
-                            {"name": "b", "task_type": "...", "after": ["a"]}],
+                            {"name": "b", "task_type": "...", "after": ["a"],
+                             "delay_seconds": 3600}],
    "final_step": "b"}
+A step also takes delay_seconds, not_before and resource_intents, as
+POST /v1/tasks does (a delay counts from the submission).
 --idempotency-key and --final-step override the JSON's. Prints the workflow's
 id and each step's task id (--json: the gate's answer).`,
 			flags: func(fs *flag.FlagSet) {
@@ -97,9 +101,13 @@ id and each step's task id (--json: the gate's answer).`,
 					if s.Final {
 						name += " (final)"
 					}
-					rows[i] = []string{name, s.TaskID, s.TaskType, s.Status, strings.Join(s.After, ",")}
+					starts := "" // a delayed step not yet started: when it may
+					if s.AvailableAt != nil {
+						starts = s.AvailableAt.UTC().Format(time.RFC3339)
+					}
+					rows[i] = []string{name, s.TaskID, s.TaskType, s.Status, strings.Join(s.After, ","), starts}
 				}
-				rc.table([]string{"STEP", "TASK", "TYPE", "STATUS", "AFTER"}, rows)
+				rc.table([]string{"STEP", "TASK", "TYPE", "STATUS", "AFTER", "NOT BEFORE"}, rows)
 				return nil
 			}},
 		{name: "list", summary: "list your workflows (admin keys: the tenant's), newest first", maxArgs: 0,

@@ -90,9 +90,6 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	if len(req.IdempotencyKey) > 200 {
 		return nil, host.Errorf(host.CodeBadRequest, "idempotency_key is longer than 200 characters")
 	}
-	if req.DelaySeconds < 0 || req.DelaySeconds > 366*24*3600 {
-		return nil, host.Errorf(host.CodeBadRequest, "delay_seconds must be 0..31622400")
-	}
 	if fields.Recipient == "" {
 		// The caller's own name, checked as a given recipient is: a local
 		// session's --principal is not held to PrincipalPattern, and one
@@ -105,13 +102,8 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 			return nil, host.Errorf(host.CodeBadRequest, "recipient_ai must name a principal, not a workflow")
 		}
 	}
-	if req.NotBefore != nil && req.NotBefore.After(time.Now().Add(366*24*time.Hour)) {
-		return nil, host.Errorf(host.CodeBadRequest, "not_before is more than a year away")
-	}
-	if len(req.ResourceIntents) > host.MaxTaskResourceIntents {
-		return nil, host.Errorf(host.CodeTooLarge, "resource_intents: at most %d (this request has %d)", host.MaxTaskResourceIntents, len(req.ResourceIntents))
-	}
-	if _, err := host.NormalizeIntents("resource_intents", req.ResourceIntents); err != nil {
+	start := taskStart{DelaySeconds: req.DelaySeconds, NotBefore: req.NotBefore, ResourceIntents: req.ResourceIntents}
+	if err := start.check(e.now()); err != nil {
 		return nil, err
 	}
 	rule, err := checkAfter(&req)
@@ -126,20 +118,10 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	now := e.now()
 	t := fields.task(tt, actor.Tenant, actor.Principal)
 	t.ID, t.IdempotencyKey = host.NewID(host.PrefixTask), req.IdempotencyKey
-	t.CreatedAt, t.UpdatedAt, t.AvailableAt = now, now, now
+	t.CreatedAt, t.UpdatedAt = now, now
+	t.AvailableAt = start.availableAt(now)
 	keepTrace(ctx, t)
-	if len(req.ResourceIntents) > 0 {
-		// The type's and the request's, merged (MUTATES wins), fixed now.
-		// The request's were checked above; the type's were valid when
-		// stored and keep working under today's rules (issue 37).
-		t.ResourceIntents = host.NormalizeStoredIntents(append(append([]host.ResourceIntent{}, tt.ResourceIntents...), req.ResourceIntents...))
-	}
-	if req.DelaySeconds > 0 {
-		t.AvailableAt = now.Add(time.Duration(req.DelaySeconds) * time.Second)
-	}
-	if req.NotBefore != nil && req.NotBefore.After(t.AvailableAt) {
-		t.AvailableAt = req.NotBefore.UTC().Truncate(time.Microsecond)
-	}
+	start.addIntents(t, tt)
 	res := &EnqueueResult{
 		EstimatedRuntimeSeconds: tt.EstimatedRuntimeSeconds,
 		PollSuggestionSeconds:   tt.PollSuggestionSeconds,
@@ -248,6 +230,65 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 		}
 	}
 	return res, nil
+}
+
+// taskStart are the fields that say when, and holding what, a new task
+// may start, besides its dependencies: an enqueue (EnqueueRequest) and a
+// workflow step (WorkflowStepRequest) take them alike, checked and applied
+// by the same code.
+//
+// The start is counted from the enqueue (the workflow's submission for a
+// step): available_at is now + delay_seconds, or not_before when later.
+// A task with after is not offered before that time nor before its rule is
+// met, whichever is later: its dependencies' end makes it queued with
+// available_at kept when still ahead (settleWaiters: the later of the two),
+// so it is scheduled until then. The delay is not counted from the
+// dependencies' end.
+type taskStart struct {
+	DelaySeconds    int
+	NotBefore       *time.Time
+	ResourceIntents []host.ResourceIntent
+}
+
+// check checks the start's fields at now. Field names in the errors are
+// the request's (a workflow step's are prefixed by stepErr).
+func (s taskStart) check(now time.Time) error {
+	if s.DelaySeconds < 0 || s.DelaySeconds > 366*24*3600 {
+		return host.Errorf(host.CodeBadRequest, "delay_seconds must be 0..31622400")
+	}
+	if s.NotBefore != nil && s.NotBefore.After(now.Add(366*24*time.Hour)) {
+		return host.Errorf(host.CodeBadRequest, "not_before is more than a year away")
+	}
+	if len(s.ResourceIntents) > host.MaxTaskResourceIntents {
+		return host.Errorf(host.CodeTooLarge, "resource_intents: at most %d (this request has %d)", host.MaxTaskResourceIntents, len(s.ResourceIntents))
+	}
+	if _, err := host.NormalizeIntents("resource_intents", s.ResourceIntents); err != nil {
+		return err
+	}
+	return nil
+}
+
+// availableAt is when a task with this start, queued at now, may first be
+// offered: now + delay_seconds, or not_before when that is later.
+func (s taskStart) availableAt(now time.Time) time.Time {
+	at := now
+	if s.DelaySeconds > 0 {
+		at = now.Add(time.Duration(s.DelaySeconds) * time.Second)
+	}
+	if s.NotBefore != nil && s.NotBefore.After(at) {
+		at = s.NotBefore.UTC().Truncate(time.Microsecond)
+	}
+	return at
+}
+
+// addIntents fixes t's resource intents when the request names some: the
+// type's and the request's, merged (MUTATES wins). The request's were
+// checked (check); the type's were valid when stored and keep working
+// under today's rules (issue 37).
+func (s taskStart) addIntents(t *host.Task, tt *host.TaskType) {
+	if len(s.ResourceIntents) > 0 {
+		t.ResourceIntents = host.NormalizeStoredIntents(append(append([]host.ResourceIntent{}, tt.ResourceIntents...), s.ResourceIntents...))
+	}
 }
 
 // taskFields are the fields every way of queuing a task shares, checked by

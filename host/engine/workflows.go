@@ -65,8 +65,21 @@ type WorkflowStepRequest struct {
 	// receives their outcomes with the offer.
 	After     []string            `json:"after,omitempty"`
 	AfterRule host.DependencyRule `json:"after_rule,omitempty"`
+	// DelaySeconds and NotBefore delay the step's first offer, and
+	// ResourceIntents are resource leases its task needs besides its
+	// type's, exactly as an enqueue's (taskStart): the delay is counted
+	// from the submission, not from the end of the steps in After; a step
+	// with both is offered when both its rule is met and its time has come.
+	DelaySeconds    int                   `json:"delay_seconds,omitempty"`
+	NotBefore       *time.Time            `json:"not_before,omitempty"`
+	ResourceIntents []host.ResourceIntent `json:"resource_intents,omitempty"`
 
 	pos int // place in the submitted list (planWorkflow)
+}
+
+// start is the step's taskStart.
+func (s WorkflowStepRequest) start() taskStart {
+	return taskStart{DelaySeconds: s.DelaySeconds, NotBefore: s.NotBefore, ResourceIntents: s.ResourceIntents}
 }
 
 // WorkflowResult acknowledges a submission.
@@ -86,12 +99,18 @@ type WorkflowView struct {
 	Steps []WorkflowStepView `json:"steps"`
 }
 
-// WorkflowStepView is one step and its task's state.
+// WorkflowStepView is one step and its task's state. Status is the task's
+// as a read of the task shows it: a queued step whose time has not come
+// (delay_seconds, not_before, a retry's backoff) is scheduled; a step whose
+// dependencies have not settled is waiting, whatever its time.
+// AvailableAt is when a step not yet running may first be offered, given
+// while that is ahead.
 type WorkflowStepView struct {
 	Name        string              `json:"name"`
 	TaskID      string              `json:"task_id"`
 	TaskType    string              `json:"task_type"`
 	Status      host.TaskState      `json:"status"`
+	AvailableAt *time.Time          `json:"available_at,omitempty"`
 	After       []string            `json:"after,omitempty"`
 	AfterRule   host.DependencyRule `json:"after_rule,omitempty"`
 	Final       bool                `json:"final,omitempty"`
@@ -152,7 +171,8 @@ func (e *Engine) SubmitWorkflow(ctx context.Context, actor Actor, req WorkflowRe
 			t.Recipient = host.WorkflowFinalRecipient(wf.ID)
 			wf.FinalTaskID = t.ID
 		}
-		t.CreatedAt, t.UpdatedAt, t.AvailableAt = now, now, now
+		t.CreatedAt, t.UpdatedAt = now, now
+		t.AvailableAt = p.req.start().availableAt(now)
 		if t.Summary == "" {
 			// Lists of tasks show which workflow and step a task is.
 			t.Summary = clip("workflow "+wf.Name+", step "+p.req.Name, 990)
@@ -268,7 +288,7 @@ func (e *Engine) SubmitWorkflow(ctx context.Context, actor Actor, req WorkflowRe
 	ready := map[string]int{}
 	for _, p := range plan {
 		res.Steps[p.req.Name] = p.task.ID
-		if p.task.State == host.StateQueued {
+		if p.task.State == host.StateQueued && !p.task.AvailableAt.After(now) {
 			ready[p.task.Type]++
 		}
 		e.emit(Event{Kind: EvEnqueued, Tenant: p.task.Tenant, TaskType: p.task.Type})
@@ -284,12 +304,26 @@ func (e *Engine) SubmitWorkflow(ctx context.Context, actor Actor, req WorkflowRe
 func (s WorkflowStepRequest) position() int { return s.pos }
 
 // workflowHash identifies a submission for its idempotency key: the same
-// request (key aside) has the same hash.
+// request (key aside) has the same hash. Every field of every step counts,
+// its start (delay_seconds, not_before, resource_intents) among them, each
+// as it is meant rather than as it is spelled: params as canonical JSON,
+// not_before as an instant, resource_intents normalized (names, one per
+// resource, sorted). Fields a request leaves out add nothing, so the hash
+// of a workflow without them is what it was before steps took them.
 func workflowHash(req WorkflowRequest) (string, error) {
 	req.IdempotencyKey = ""
+	req.Steps = slices.Clone(req.Steps) // the caller's steps stay as given
 	for i := range req.Steps {
-		if c, err := canonicalJSON(req.Steps[i].Params); err == nil {
-			req.Steps[i].Params = c
+		s := &req.Steps[i]
+		if c, err := canonicalJSON(s.Params); err == nil {
+			s.Params = c
+		}
+		if s.NotBefore != nil {
+			nb := s.NotBefore.UTC().Truncate(time.Microsecond)
+			s.NotBefore = &nb
+		}
+		if n, err := host.NormalizeIntents("resource_intents", s.ResourceIntents); err == nil {
+			s.ResourceIntents = n
 		}
 	}
 	b, err := json.Marshal(req)
@@ -460,14 +494,23 @@ func (e *Engine) planWorkflow(ctx context.Context, actor Actor, req *WorkflowReq
 }
 
 // stepTask checks one step as Enqueue checks a task and returns its task,
-// without id, recipient or times.
+// with its resource intents, without id, recipient or times.
 func (e *Engine) stepTask(ctx context.Context, actor Actor, s WorkflowStepRequest) (*host.Task, error) {
 	f := taskFields{TaskType: s.TaskType, Params: s.Params, Priority: s.Priority, Summary: s.Summary, MaxRetries: s.MaxRetries}
-	tt, err := e.checkTaskRequest(ctx, actor.Tenant, "", &f)
+	if err := checkTaskFields("", &f); err != nil {
+		return nil, err
+	}
+	start := s.start()
+	if err := start.check(e.now()); err != nil {
+		return nil, err
+	}
+	tt, err := e.checkTaskType(ctx, actor.Tenant, "", &f)
 	if err != nil {
 		return nil, err
 	}
-	return f.task(tt, actor.Tenant, actor.Principal), nil
+	t := f.task(tt, actor.Tenant, actor.Principal)
+	start.addIntents(t, tt)
+	return t, nil
 }
 
 // GetWorkflow returns a workflow the actor may read, with its steps.
@@ -491,11 +534,15 @@ func (e *Engine) GetWorkflow(ctx context.Context, actor Actor, id string) (*Work
 		}
 		return nil, err
 	}
+	now := e.now()
 	v := &WorkflowView{Workflow: wf, Steps: make([]WorkflowStepView, len(steps))}
 	for i, s := range steps {
 		sv := WorkflowStepView{Name: s.Name, TaskID: s.TaskID, After: s.After, AfterRule: s.AfterRule, Final: s.TaskID == wf.FinalTaskID}
-		if s.Task != nil {
-			sv.TaskType, sv.Status, sv.CompletedAt, sv.Result, sv.Error = s.Task.Type, s.Task.State, s.Task.CompletedAt, s.Task.Result, s.Task.LastError
+		if t := s.Task; t != nil {
+			sv.TaskType, sv.Status, sv.CompletedAt, sv.Result, sv.Error = t.Type, t.Presented(now), t.CompletedAt, t.Result, t.LastError
+			if (t.State == host.StateWaiting || t.State == host.StateQueued) && t.AvailableAt.After(now) {
+				sv.AvailableAt = ptr(t.AvailableAt)
+			}
 		}
 		v.Steps[i] = sv
 	}

@@ -2,7 +2,11 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
@@ -125,5 +129,120 @@ func TestWorkflowStatsAndMetrics(t *testing.T) {
 	}
 	if n, ok := samples(t, b, other.APIKey)[`asyncgate_workflows{state="running"}`]; !ok || n != 0 {
 		t.Fatalf("another tenant's admin sees %v running workflows (present %v), want 0", n, ok)
+	}
+}
+
+// TestWorkflowStepStartFields: POST /v1/workflows takes a step's
+// delay_seconds, not_before and resource_intents as POST /v1/tasks takes
+// them (bad values refused with the same status and code), the request
+// hash of an idempotency key covers them, GET shows a delayed step's
+// available_at, and the OpenAPI document lists the fields.
+func TestWorkflowStepStartFields(t *testing.T) {
+	b := setup(t)
+	if code, m := b.do(t, "PUT", "/v1/admin/task-types/echo", b.admin, `{}`); code != 200 {
+		t.Fatalf("PUT task type = %d %v", code, m)
+	}
+	nb := time.Now().Add(2 * time.Hour).UTC().Truncate(time.Second)
+	body := func(b string) string {
+		return `{"name":"timed","idempotency_key":"t1","final_step":"b","steps":[{"name":"a","task_type":"echo"},` +
+			`{"name":"b","task_type":"echo","after":["a"],` + b + `},` +
+			`{"name":"c","task_type":"echo","not_before":"` + nb.Format(time.RFC3339) + `"}]}`
+	}
+	good := body(`"delay_seconds":3600,"resource_intents":[{"resource":"repo:r","predicate":"reads"}]`)
+	before := time.Now()
+	code, m := b.do(t, "POST", "/v1/workflows", b.agent, good)
+	if code != 201 {
+		t.Fatalf("submit: %d %v", code, m)
+	}
+	id := m["workflow_id"].(string)
+	stepB := m["steps"].(map[string]any)["b"].(string)
+	code, m = b.do(t, "GET", "/v1/workflows/"+id, b.agent, "")
+	steps, _ := m["steps"].([]any)
+	if code != 200 || len(steps) != 3 {
+		t.Fatalf("get: %d %v", code, m)
+	}
+	sb, sc := steps[1].(map[string]any), steps[2].(map[string]any)
+	atB, err := time.Parse(time.RFC3339Nano, fmt.Sprint(sb["available_at"]))
+	if err != nil || sb["status"] != "waiting" || atB.Before(before.Add(time.Hour-time.Second)) || atB.After(time.Now().Add(time.Hour)) {
+		t.Fatalf("step b: %v, want waiting with available_at an hour after the submission", sb)
+	}
+	if sc["status"] != "scheduled" || sc["available_at"] != nb.Format(time.RFC3339) {
+		t.Fatalf("step c: %v, want scheduled until %s", sc, nb.Format(time.RFC3339))
+	}
+	code, m = b.do(t, "GET", "/v1/tasks/"+stepB, b.agent, "")
+	if code != 200 || fmt.Sprint(m["resource_intents"]) != "[map[predicate:READS resource:REPO:r]]" {
+		t.Fatalf("step b's task: %d %v", code, m)
+	}
+	// The same request again is a duplicate; another start under the key a
+	// conflict.
+	if code, m := b.do(t, "POST", "/v1/workflows", b.agent, good); code != 200 || m["is_duplicate"] != true {
+		t.Fatalf("repeat: %d %v", code, m)
+	}
+	for _, changed := range []string{
+		`"delay_seconds":3601,"resource_intents":[{"resource":"repo:r","predicate":"reads"}]`,
+		`"delay_seconds":3600,"resource_intents":[{"resource":"repo:r","predicate":"MUTATES"}]`,
+		`"delay_seconds":3600,"resource_intents":[{"resource":"repo:r","predicate":"reads"}],"not_before":"` + nb.Format(time.RFC3339) + `"`,
+	} {
+		if code, m := b.do(t, "POST", "/v1/workflows", b.agent, body(changed)); code != 409 || m["error"] != "idempotency_conflict" {
+			t.Fatalf("%s under the same key: %d %v, want 409 idempotency_conflict", changed, code, m)
+		}
+	}
+	// Bad values: what POST /v1/tasks answers for the same field.
+	far := time.Now().Add(400 * 24 * time.Hour).UTC().Format(time.RFC3339)
+	many := strings.Repeat(`{"resource":"R:x","predicate":"READS"},`, 17)
+	for _, c := range []struct {
+		field, code string
+		status      int
+	}{
+		{`"delay_seconds":-1`, "bad_request", 400},
+		{`"delay_seconds":"soon"`, "bad_request", 400},
+		{`"not_before":"` + far + `"`, "bad_request", 400},
+		{`"not_before":"tomorrow"`, "bad_request", 400},
+		{`"resource_intents":[{"resource":"FILE:","predicate":"READS"}]`, "invalid_resource", 400},
+		{`"resource_intents":[{"resource":"FILE:/a","predicate":"OWNS"}]`, "bad_request", 400},
+		{`"resource_intents":[` + many[:len(many)-1] + `]`, "too_large", 413},
+	} {
+		pc, pm := b.do(t, "POST", "/v1/tasks", b.agent, `{"task_type":"echo",`+c.field+`}`)
+		wc, wm := b.do(t, "POST", "/v1/workflows", b.agent, `{"name":"bad","steps":[{"name":"a","task_type":"echo"},{"name":"b","task_type":"echo","after":["a"],`+c.field+`}]}`)
+		if pc != c.status || pm["error"] != c.code || wc != pc || wm["error"] != pm["error"] {
+			t.Fatalf("%s: POST /v1/tasks %d %v, POST /v1/workflows %d %v; want both %d %s", c.field, pc, pm, wc, wm, c.status, c.code)
+		}
+	}
+	if code, m := b.do(t, "GET", "/v1/workflows", b.agent, ""); code != 200 || len(m["workflows"].([]any)) != 1 {
+		t.Fatalf("refused submissions left workflows: %d %v", code, m)
+	}
+	// The OpenAPI document: the request's step and the step view.
+	code, raw := b.raw(t, "GET", "/openapi.json", "", "")
+	var doc struct {
+		Paths map[string]map[string]struct {
+			RequestBody struct {
+				Content map[string]struct {
+					Schema struct {
+						Properties map[string]struct {
+							Items struct {
+								Properties map[string]any `json:"properties"`
+							} `json:"items"`
+						} `json:"properties"`
+					} `json:"schema"`
+				} `json:"content"`
+			} `json:"requestBody"`
+		} `json:"paths"`
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]any `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if code != 200 || json.Unmarshal(raw, &doc) != nil {
+		t.Fatalf("GET /openapi.json: %d", code)
+	}
+	req := doc.Paths["/v1/workflows"]["post"].RequestBody.Content["application/json"].Schema.Properties["steps"].Items.Properties
+	for _, f := range []string{"delay_seconds", "not_before", "resource_intents"} {
+		if req[f] == nil {
+			t.Errorf("the OpenAPI document's workflow step lacks %s: %v", f, req)
+		}
+	}
+	if doc.Components.Schemas["WorkflowStepView"].Properties["available_at"] == nil {
+		t.Errorf("the OpenAPI document's WorkflowStepView lacks available_at")
 	}
 }

@@ -59,6 +59,12 @@ func stepItem() map[string]any {
 			"task_summary": map[string]any{"type": "string", "maxLength": 1000},
 			"after":        map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "description": "Names of the steps this one waits on; its worker receives their outcomes."},
 			"after_rule":   map[string]any{"type": "string", "enum": []string{string(host.RuleAllSucceeded), string(host.RuleAnySucceeded), string(host.RuleAllFinished)}},
+			"delay_seconds": map[string]any{"type": "integer", "minimum": 0, "maximum": 366 * 24 * 3600,
+				"description": "Do not start the step before this many seconds after the submission (not after the steps in after end): with after, it starts when both its after_rule is met and this time has come. Default 0."},
+			"not_before": map[string]any{"type": "string", "format": "date-time",
+				"description": "Do not start the step before this instant (RFC 3339, at most a year ahead); with delay_seconds, the later of the two."},
+			"resource_intents": map[string]any{"type": "array", "items": intentItem(), "maxItems": host.MaxTaskResourceIntents,
+				"description": "Resources the step's task needs while it runs, besides its type's, as queue_task's resource_intents: it starts only when every one can be leased."},
 		},
 		"required": []string{"name", "task_type"},
 	}
@@ -69,7 +75,8 @@ func (s *Server) workflowTools() {
 	submit := tool("submit_workflow", "Submit a workflow of tasks",
 		`Submit a graph of tasks in one call: named steps, each a task of one of your task types, with after naming the steps it waits on (fan-out: several steps after one; fan-in: one step after several, whose worker receives all their results). The workflow's outcome is its final step's (final_step, by default the one step nothing waits on).
 Returns workflow_id (keep it), status (running), steps (each step's task_id) and receipt_id (the workflow.submitted receipt: one open obligation owed to you until the workflow ends; its steps make no obligations or inbox items of yours). Call it as a task (task-augmented tools/call) to get one durable MCP task for the whole workflow, whose result is the final step's.
-Everything is checked before anything is queued: unknown_step, duplicate_step, workflow_cycle, too_many_steps (over 1,000), invalid_workflow, unknown_task_type or invalid_params (naming the step). Then continue with your other work; check back with get_workflow later.`,
+A step may also take delay_seconds, not_before and resource_intents, as queue_task does; the delay counts from the submission.
+Everything is checked before anything is queued: unknown_step, duplicate_step, workflow_cycle, too_many_steps (over 1,000), invalid_workflow, and each step's fields as queue_task checks them (unknown_task_type, invalid_params, invalid_resource, bad_request, ..., naming the step). Then continue with your other work; check back with get_workflow later.`,
 		returns[SubmitWorkflowResult](), writes(false, false),
 		props(
 			mcp.WithString("name", mcp.Required(), mcp.MaxLength(200), mcp.Description("A name for the workflow, shown in lists and receipts.")),

@@ -1,6 +1,7 @@
 package mcpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -91,4 +92,53 @@ func TestWorkflowAsDurableTask(t *testing.T) {
 		e.Code != -32602 || !strings.Contains(e.Message, "invalid_workflow") {
 		t.Fatalf("a bad workflow as a task: %+v", e)
 	}
+}
+
+// TestSubmitWorkflowStepStart: submit_workflow's input schema lists a
+// step's delay_seconds, not_before and resource_intents, the tool takes
+// them (get_workflow then shows the delayed steps), and a bad one is the
+// tool error queue_task gives.
+func TestSubmitWorkflowStepStart(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	agent := b.connect(t, b.agent)
+	res, err := agent.ListTools(context.Background(), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps map[string]any
+	for _, tl := range res.Tools {
+		if tl.Name == "submit_workflow" {
+			steps, _ = tl.InputSchema.Properties["steps"].(map[string]any)
+		}
+	}
+	items, _ := steps["items"].(map[string]any)
+	props, _ := items["properties"].(map[string]any)
+	for _, f := range []string{"delay_seconds", "not_before", "resource_intents"} {
+		if props[f] == nil {
+			t.Fatalf("submit_workflow's step schema lacks %s: %v", f, props)
+		}
+	}
+	if it, _ := props["resource_intents"].(map[string]any)["items"].(map[string]any); it["required"] == nil {
+		t.Fatalf("resource_intents items are not intents: %v", props["resource_intents"])
+	}
+
+	nb := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	var sub mcpapi.SubmitWorkflowResult
+	ok(t, agent, "submit_workflow", map[string]any{"name": "timed", "final_step": "b", "steps": []map[string]any{
+		{"name": "a", "task_type": "echo"},
+		{"name": "b", "task_type": "echo", "after": []string{"a"}, "delay_seconds": 600,
+			"resource_intents": []map[string]any{{"resource": "REPO:r", "predicate": "READS"}}},
+		{"name": "c", "task_type": "echo", "not_before": nb.Format(time.RFC3339)},
+	}}, &sub)
+	var v engine.WorkflowView
+	ok(t, agent, "get_workflow", map[string]any{"workflow_id": sub.WorkflowID}, &v)
+	if len(v.Steps) != 3 || v.Steps[1].Status != "waiting" || v.Steps[1].AvailableAt == nil ||
+		v.Steps[2].Status != "scheduled" || v.Steps[2].AvailableAt == nil || !v.Steps[2].AvailableAt.Equal(nb) {
+		t.Fatalf("get_workflow: %+v", v.Steps)
+	}
+	fails(t, agent, "queue_task", map[string]any{"task_type": "echo", "resource_intents": []map[string]any{{"resource": "FILE:", "predicate": "READS"}}}, "invalid_resource")
+	fails(t, agent, "submit_workflow", map[string]any{"name": "bad", "steps": []map[string]any{
+		{"name": "a", "task_type": "echo", "resource_intents": []map[string]any{{"resource": "FILE:", "predicate": "READS"}}}}}, "invalid_resource")
+	fails(t, agent, "submit_workflow", map[string]any{"name": "bad", "steps": []map[string]any{
+		{"name": "a", "task_type": "echo", "delay_seconds": -1}}}, "bad_request")
 }

@@ -120,8 +120,9 @@ func (r *reader) ListWorkflows(ctx context.Context, f store.WorkflowFilter) ([]*
 	return out, cur, nil
 }
 
-// workflowStepColumns are a step's columns and its task's outcome columns.
-var workflowStepColumns = sqlrows.Prefixed("s", sqlrows.WorkflowStepColumns) + ", " + sqlrows.Prefixed("t", sqlrows.OutcomeColumns)
+// workflowStepColumns are a step's columns and its task's outcome columns
+// and available_at.
+var workflowStepColumns = sqlrows.Prefixed("s", sqlrows.WorkflowStepColumns) + ", " + sqlrows.Prefixed("t", sqlrows.WorkflowStepTaskColumns)
 
 // WorkflowSteps implements store.Reader. It reads the steps' tasks, so it
 // writes the rows held behind first.

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestWorkflowPages: the list shows a workflow, its page draws its steps as
@@ -49,6 +50,14 @@ func TestWorkflowPages(t *testing.T) {
 	_, page = br.get("/ui/workflows/" + id)
 	if !strings.Contains(page, `class="wf-canceled">canceled`) || strings.Contains(page, `id="cancel-workflow"`) {
 		t.Fatalf("after cancel:\n%s", page)
+	}
+	// A delayed step is scheduled until its time, and the page says when.
+	later := time.Now().Add(2 * time.Hour).UTC().Truncate(time.Second)
+	timed := b.api(t, "POST", "/v1/workflows", b.agent, map[string]any{"name": "timed", "steps": []map[string]any{
+		{"name": "wait", "task_type": "echo", "not_before": later.Format(time.RFC3339)}}})["workflow_id"].(string)
+	_, page = br.get("/ui/workflows/" + timed)
+	if !strings.Contains(page, "node-scheduled") || !strings.Contains(page, `scheduled <span class="muted">until `+later.Format("2006-01-02 15:04:05Z")) {
+		t.Fatalf("a delayed step's page:\n%s", page)
 	}
 	// Another tenant's admin: no such workflow, and none listed.
 	other := newBrowser(t, b.ts)

@@ -25,6 +25,15 @@ type WorkflowStep struct {
 	Summary    string          `json:"task_summary,omitempty"`
 	After      []string        `json:"after,omitempty"`
 	AfterRule  string          `json:"after_rule,omitempty"`
+	// DelaySeconds and NotBefore delay the step's start as an enqueue's
+	// (EnqueueOptions.Delay, NotBefore): counted from the submission, not
+	// from the end of the steps in After; a step with After starts when
+	// both its rule is met and its time has come.
+	DelaySeconds int        `json:"delay_seconds,omitempty"`
+	NotBefore    *time.Time `json:"not_before,omitempty"`
+	// ResourceIntents are resource leases the step's task needs while it
+	// runs, besides its type's (EnqueueOptions.ResourceIntents).
+	ResourceIntents []ResourceIntent `json:"resource_intents,omitempty"`
 }
 
 // Step is a WorkflowStep with params encoded from any value; it panics
@@ -87,10 +96,14 @@ func (w *Workflow) Terminal() bool { return w.Status != "running" && w.Status !=
 
 // WorkflowStepState is one step of a workflow and its task's state.
 type WorkflowStepState struct {
-	Name         string      `json:"name"`
-	TaskID       string      `json:"task_id"`
-	TaskType     string      `json:"task_type"`
-	Status       string      `json:"status"`
+	Name     string `json:"name"`
+	TaskID   string `json:"task_id"`
+	TaskType string `json:"task_type"`
+	Status   string `json:"status"` // waiting, queued, scheduled, leased, succeeded, ...
+	// AvailableAt is when a step not yet running may first start, while
+	// that is ahead (a delayed step: status scheduled, or waiting on its
+	// after steps).
+	AvailableAt  *time.Time  `json:"available_at,omitempty"`
 	After        []string    `json:"after,omitempty"`
 	AfterRule    string      `json:"after_rule,omitempty"`
 	Final        bool        `json:"final,omitempty"`
@@ -101,8 +114,9 @@ type WorkflowStepState struct {
 
 // SubmitWorkflow submits a workflow. The gate checks the whole graph before
 // it queues anything: a bad one is a 400 APIError with code unknown_step,
-// duplicate_step, workflow_cycle, too_many_steps, invalid_workflow,
-// unknown_task_type or invalid_params.
+// duplicate_step, workflow_cycle, too_many_steps, invalid_workflow, or a
+// step's field as an enqueue's (unknown_task_type, invalid_params,
+// invalid_resource, bad_request; 413 too_large).
 func (c *Client) SubmitWorkflow(ctx context.Context, w NewWorkflow) (*Submitted, error) {
 	var out Submitted
 	if _, err := c.Do(ctx, http.MethodPost, "/v1/workflows", w, &out); err != nil {

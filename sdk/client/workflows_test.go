@@ -79,3 +79,50 @@ func TestWorkflowsAgainstTheGate(t *testing.T) {
 		t.Fatalf("a cycle: %v", err)
 	}
 }
+
+// TestWorkflowStepStartAgainstTheGate submits steps with DelaySeconds,
+// NotBefore and ResourceIntents to a real gate: GetWorkflow shows when each
+// delayed step may start, a changed start under the same idempotency key
+// is a conflict, and a bad intent is the APIError an enqueue gets.
+func TestWorkflowStepStartAgainstTheGate(t *testing.T) {
+	g := startGate(t)
+	ctx := context.Background()
+	admin := client.New(g.URL, g.Admin)
+	if _, err := admin.Do(ctx, "PUT", "/v1/admin/task-types/wf.step", map[string]any{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	c := client.New(g.URL, g.key(t, "agent", "producer.timed"))
+	nb := time.Now().Add(2 * time.Hour).UTC().Truncate(time.Second)
+	wf := func(delay int) client.NewWorkflow {
+		b := client.Step("b", "wf.step", nil, "a")
+		b.DelaySeconds = delay
+		b.ResourceIntents = []client.ResourceIntent{{Resource: "REPO:r", Predicate: client.Reads}}
+		later := client.Step("c", "wf.step", nil)
+		later.NotBefore = &nb
+		return client.NewWorkflow{Name: "timed", IdempotencyKey: "t1", FinalStep: "b",
+			Steps: []client.WorkflowStep{client.Step("a", "wf.step", nil), b, later}}
+	}
+	sub, err := c.SubmitWorkflow(ctx, wf(3600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.GetWorkflow(ctx, sub.WorkflowID)
+	if err != nil || len(w.Steps) != 3 {
+		t.Fatalf("get: %+v %v", w, err)
+	}
+	if s := w.Steps[1]; s.Status != "waiting" || s.AvailableAt == nil || s.AvailableAt.Before(time.Now().Add(59*time.Minute)) {
+		t.Fatalf("step b: %+v, want waiting with available_at an hour ahead", s)
+	}
+	if s := w.Steps[2]; s.Status != "scheduled" || s.AvailableAt == nil || !s.AvailableAt.Equal(nb) {
+		t.Fatalf("step c: %+v, want scheduled until %s", s, nb)
+	}
+	var ae *client.APIError
+	if _, err := c.SubmitWorkflow(ctx, wf(60)); !errors.As(err, &ae) || ae.Status != 409 || ae.Code != "idempotency_conflict" {
+		t.Fatalf("another delay under the same key: %v", err)
+	}
+	bad := client.Step("x", "wf.step", nil)
+	bad.ResourceIntents = []client.ResourceIntent{{Resource: "FILE:", Predicate: client.Reads}}
+	if _, err := c.SubmitWorkflow(ctx, client.NewWorkflow{Name: "bad", Steps: []client.WorkflowStep{bad}}); !errors.As(err, &ae) || ae.Status != 400 || ae.Code != "invalid_resource" {
+		t.Fatalf("a bad intent: %v", err)
+	}
+}

@@ -66,11 +66,16 @@ func workflowResult(r *host.Result) (*string, error) {
 }
 
 // WorkflowStepColumns are the step columns ScanWorkflowStep reads first,
-// before the step task's OutcomeColumns.
+// before the step task's WorkflowStepTaskColumns.
 const WorkflowStepColumns = `position, step, task_id, after_steps, after_rule`
 
+// WorkflowStepTaskColumns are the step task's columns ScanWorkflowStep
+// reads: its OutcomeColumns and available_at (a step's view shows a
+// delayed step scheduled).
+const WorkflowStepTaskColumns = OutcomeColumns + `, available_at`
+
 // ScanWorkflowStep reads one row of WorkflowStepColumns followed by the
-// step task's OutcomeColumns.
+// step task's WorkflowStepTaskColumns.
 func ScanWorkflowStep(sc Scanner) (host.WorkflowStep, error) {
 	var s host.WorkflowStep
 	var after, rule string
@@ -78,10 +83,12 @@ func ScanWorkflowStep(sc Scanner) (host.WorkflowStep, error) {
 	var state string
 	var completed *int64
 	var result *string
+	var avail int64
 	if err := sc.Scan(&s.Position, &s.Name, &s.TaskID, &after, &rule,
-		&t.ID, &t.Type, &state, &completed, &result, &t.LastError, &t.DeadReason); err != nil {
+		&t.ID, &t.Type, &state, &completed, &result, &t.LastError, &t.DeadReason, &avail); err != nil {
 		return s, err
 	}
+	t.AvailableAt = FromUS(avail)
 	s.AfterRule = host.DependencyRule(rule)
 	if after != "" && after != "[]" {
 		if err := json.Unmarshal([]byte(after), &s.After); err != nil {

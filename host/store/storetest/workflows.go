@@ -38,6 +38,11 @@ func workflowCases() []struct {
 		{"WorkflowHammer", testWorkflowHammer},
 		{"WorkflowEndIsFenced", testWorkflowEndFenced},
 		{"WorkflowCountsByState", testWorkflowCounts},
+		{"WorkflowStepDelayed", testWorkflowStepDelayed},                 // workflowstart.go
+		{"WorkflowStepNotBefore", testWorkflowStepNotBefore},             // workflowstart.go
+		{"WorkflowStepResources", testWorkflowStepResources},             // workflowstart.go
+		{"WorkflowStepStartRefused", testWorkflowStepStartRefused},       // workflowstart.go
+		{"WorkflowStepStartIdempotent", testWorkflowStepStartIdempotent}, // workflowstart.go
 	}
 }
 
