@@ -52,6 +52,10 @@ type QueueTaskArgs struct {
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
 	TaskSummary    string          `json:"task_summary,omitempty"`
 	DelaySeconds   int             `json:"delay_seconds,omitempty"`
+	// NotBefore is the earliest time the task may start (RFC 3339); with
+	// DelaySeconds, the later of the two. A string, parsed per task, so one
+	// entry of queue_tasks that is no time is refused alone.
+	NotBefore string `json:"not_before,omitempty"`
 	// ResourceIntents are resource leases the task needs while it runs,
 	// besides its type's (see docs/http.md "Tasks that need resources").
 	ResourceIntents []engine.ResourceIntent `json:"resource_intents,omitempty"`
@@ -166,6 +170,7 @@ func queueTaskProps() []mcp.ToolOption {
 		mcp.WithString("idempotency_key", mcp.MaxLength(200), mcp.Description("Optional key, yours alone: queuing again yourself with the same key and recipient returns the first task with is_duplicate true; another principal's use of the key never touches your task.")),
 		mcp.WithString("task_summary", mcp.MaxLength(1000), mcp.Description("One line saying what this task is for; shown in lists and receipts.")),
 		mcp.WithInteger("delay_seconds", mcp.Min(0), mcp.Description("Do not start before this many seconds from now. Default 0.")),
+		mcp.WithString("not_before", mcp.Description("Do not start before this instant (RFC 3339 date-time, at most a year ahead); with delay_seconds, the later of the two. The task shows status scheduled until then.")),
 		mcp.WithArray("resource_intents", mcp.Items(intentItem()), mcp.MaxItems(host.MaxTaskResourceIntents),
 			mcp.Description("Resources the task needs while it runs, besides its type's: {resource, predicate} with predicate READS (shared) or MUTATES (exclusive). The task starts only when every one can be leased (an agent's MUTATES lease on one keeps it waiting); a worker holds them for the task. A bad name is an invalid_resource error.")),
 		mcp.WithArray("after", mcp.WithStringItems(), mcp.MaxItems(host.MaxDependencies),
@@ -266,13 +271,22 @@ func queueTaskItem() map[string]any {
 	return map[string]any{"type": "object", "properties": in.Properties, "required": in.Required, "additionalProperties": false}
 }
 
-// request is the enqueue request queue_task's arguments make.
-func (in QueueTaskArgs) request() engine.EnqueueRequest {
-	return engine.EnqueueRequest{
+// request is the enqueue request queue_task's arguments make; a not_before
+// that is no RFC 3339 time is a bad_request.
+func (in QueueTaskArgs) request() (engine.EnqueueRequest, error) {
+	r := engine.EnqueueRequest{
 		TaskType: in.TaskType, Params: in.Params, Priority: in.Priority, Recipient: in.RecipientAI,
 		IdempotencyKey: in.IdempotencyKey, Summary: in.TaskSummary, DelaySeconds: in.DelaySeconds,
 		ResourceIntents: in.ResourceIntents, After: in.After, AfterRule: in.AfterRule,
 	}
+	if in.NotBefore != "" {
+		nb, err := time.Parse(time.RFC3339Nano, in.NotBefore)
+		if err != nil {
+			return r, host.Errorf(host.CodeBadRequest, "not_before %q is not an RFC 3339 date-time (e.g. 2026-12-01T09:00:00Z)", in.NotBefore)
+		}
+		r.NotBefore = &nb
+	}
+	return r, nil
 }
 
 // QueueTasksEntry is one entry's answer of queue_tasks: the task queue_task
@@ -322,9 +336,14 @@ func (s *Server) queueTasks(ctx context.Context, a engine.Actor, req mcp.CallToo
 			refuse(i, err)
 			return
 		}
+		er, err := t.request()
+		if err != nil {
+			refuse(i, err)
+			return
+		}
 		wctx, cancel := detached(ctx)
 		defer cancel()
-		res, err := s.eng.Enqueue(wctx, a, t.request())
+		res, err := s.eng.Enqueue(wctx, a, er)
 		if err != nil {
 			if host.ErrorCode(err) == host.CodeInternal {
 				s.log.Error("queue_tasks entry failed", "entry", i, "principal", a.Principal, "err", err)
@@ -362,9 +381,13 @@ func (s *Server) queueTask(ctx context.Context, a engine.Actor, req mcp.CallTool
 	if err := required("task_type", in.TaskType); err != nil {
 		return nil, "", err
 	}
+	er, err := in.request()
+	if err != nil {
+		return nil, "", err
+	}
 	wctx, cancel := detached(ctx)
 	defer cancel()
-	res, err := s.eng.Enqueue(wctx, a, in.request())
+	res, err := s.eng.Enqueue(wctx, a, er)
 	if err != nil {
 		return nil, "", s.explainType(ctx, a.Tenant, err)
 	}

@@ -142,3 +142,34 @@ func TestSubmitWorkflowStepStart(t *testing.T) {
 	fails(t, agent, "submit_workflow", map[string]any{"name": "bad", "steps": []map[string]any{
 		{"name": "a", "task_type": "echo", "delay_seconds": -1}}}, "bad_request")
 }
+
+// TestQueueTaskNotBefore: queue_task and each entry of queue_tasks take
+// not_before as submit_workflow's steps do: the task is scheduled until
+// that instant (check_task_status shows it), the later of it and
+// delay_seconds counts, and a time that is no RFC 3339 instant or is more
+// than a year ahead is refused as bad_request, nothing queued.
+func TestQueueTaskNotBefore(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	agent := b.connect(t, b.agent)
+	nb := time.Now().Add(2 * time.Hour).UTC().Truncate(time.Second)
+	var q mcpapi.QueueTaskResult
+	ok(t, agent, "queue_task", map[string]any{"task_type": "echo", "not_before": nb.Format(time.RFC3339), "delay_seconds": 60}, &q)
+	if !q.AvailableAt.Equal(nb) {
+		t.Fatalf("queue_task with not_before %v: available_at %v", nb, q.AvailableAt)
+	}
+	var st map[string]any
+	ok(t, agent, "check_task_status", map[string]any{"task_id": q.TaskID}, &st)
+	if st["status"] != "scheduled" {
+		t.Fatalf("a task not before %v shows %v, want scheduled", nb, st["status"])
+	}
+	var many mcpapi.QueueTasksResult
+	ok(t, agent, "queue_tasks", map[string]any{"tasks": []map[string]any{
+		{"task_type": "echo", "not_before": nb.Format(time.RFC3339)},
+		{"task_type": "echo", "not_before": "tomorrow"},
+	}}, &many)
+	if len(many.Results) != 2 || !many.Results[0].OK || !many.Results[0].Task.AvailableAt.Equal(nb) || many.Results[1].OK || many.Results[1].Error != "bad_request" {
+		t.Fatalf("queue_tasks with not_before: %+v", many.Results)
+	}
+	fails(t, agent, "queue_task", map[string]any{"task_type": "echo", "not_before": "tomorrow"}, "bad_request")
+	fails(t, agent, "queue_task", map[string]any{"task_type": "echo", "not_before": time.Now().AddDate(2, 0, 0).Format(time.RFC3339)}, "bad_request")
+}
