@@ -17,17 +17,27 @@ type WorkflowState string
 
 // Workflow states. A workflow is running from its submission until the
 // transaction that finishes its final step, and then ends once, for good.
+// An ended workflow moves to archived in the transaction in which retention
+// archives its final step (engine/retention.go); its Outcome keeps how it
+// ended.
 const (
 	WorkflowRunning   WorkflowState = "running"
 	WorkflowSucceeded WorkflowState = "succeeded"
 	WorkflowFailed    WorkflowState = "failed"
 	WorkflowCanceled  WorkflowState = "canceled"
+	// WorkflowArchived is an ended workflow past its final step's
+	// retention: the final step's payload was purged, and so was the
+	// pointer of the workflow's copy of its result.
+	WorkflowArchived WorkflowState = "archived"
 )
+
+// WorkflowStates are the workflow states, in lifecycle order.
+var WorkflowStates = []WorkflowState{WorkflowRunning, WorkflowSucceeded, WorkflowFailed, WorkflowCanceled, WorkflowArchived}
 
 // Valid reports whether s is a known workflow state.
 func (s WorkflowState) Valid() bool {
 	switch s {
-	case WorkflowRunning, WorkflowSucceeded, WorkflowFailed, WorkflowCanceled:
+	case WorkflowRunning, WorkflowSucceeded, WorkflowFailed, WorkflowCanceled, WorkflowArchived:
 		return true
 	}
 	return false
@@ -75,10 +85,27 @@ type Workflow struct {
 	Result *Result `json:"result,omitempty"`
 	// Error says why a workflow failed or was canceled.
 	Error string `json:"error_message,omitempty"`
+	// Outcome is how the workflow ended (succeeded, failed or canceled),
+	// written with its end and kept when it is archived; "" while it runs.
+	Outcome WorkflowState `json:"outcome,omitempty"`
+	// ArchivedAt is when retention archived it (State archived).
+	ArchivedAt *time.Time `json:"archived_at,omitempty"`
 
 	CreatedAt   time.Time  `json:"created_at"`
 	UpdatedAt   time.Time  `json:"updated_at"`
 	CompletedAt *time.Time `json:"completed_at,omitempty"`
+}
+
+// Ended is how w ended (succeeded, failed or canceled), archived or not;
+// "" while it runs.
+func (w *Workflow) Ended() WorkflowState {
+	switch {
+	case w.State == WorkflowArchived:
+		return w.Outcome
+	case w.State.Terminal():
+		return w.State
+	}
+	return ""
 }
 
 // WorkflowStep is one step of a workflow and its task.

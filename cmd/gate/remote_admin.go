@@ -284,7 +284,7 @@ task type cache's 2 s); the pause survives restarts. gate types resume NAME ends
 				if len(s.Workflows) > 0 {
 					fmt.Fprintln(rc.out)
 					rows = rows[:0]
-					for _, st := range []string{"running", "succeeded", "failed", "canceled"} {
+					for _, st := range []string{"running", "succeeded", "failed", "canceled", "archived"} {
 						rows = append(rows, []string{st, strconv.FormatInt(s.Workflows[st], 10)})
 					}
 					rc.table([]string{"STATE", "WORKFLOWS"}, rows)

@@ -88,7 +88,11 @@ id and each step's task id (--json: the gate's answer).`,
 				if err := json.Unmarshal(raw, &w); err != nil {
 					return err
 				}
-				fmt.Fprintf(rc.out, "%s  %s  %s\n", w.WorkflowID, w.Name, w.Status)
+				status := w.Status
+				if w.Status == "archived" {
+					status += " (" + w.Outcome + ")"
+				}
+				fmt.Fprintf(rc.out, "%s  %s  %s\n", w.WorkflowID, w.Name, status)
 				if w.Result != nil {
 					fmt.Fprintf(rc.out, "result: %s %q\n", w.Result.Pointer, w.Result.Summary)
 				}
@@ -112,7 +116,7 @@ id and each step's task id (--json: the gate's answer).`,
 			}},
 		{name: "list", summary: "list your workflows (admin keys: the tenant's), newest first", maxArgs: 0,
 			flags: func(fs *flag.FlagSet) {
-				fs.StringVar(&status, "status", "", "running, succeeded, failed or canceled")
+				fs.StringVar(&status, "status", "", "running, succeeded, failed, canceled or archived")
 				fs.IntVar(&limit, "limit", 50, "workflows per page")
 				fs.StringVar(&cursor, "cursor", "", "the cursor a previous page printed")
 			},
@@ -143,7 +147,11 @@ id and each step's task id (--json: the gate's answer).`,
 				}
 				rows := make([][]string, len(out.Workflows))
 				for i, w := range out.Workflows {
-					rows[i] = []string{w.WorkflowID, w.Name, w.Status, strconv.Itoa(w.StepCount), w.CreatedAt.Format("2006-01-02 15:04:05")}
+					status := w.Status
+					if w.Status == "archived" {
+						status += " (" + w.Outcome + ")"
+					}
+					rows[i] = []string{w.WorkflowID, w.Name, status, strconv.Itoa(w.StepCount), w.CreatedAt.Format("2006-01-02 15:04:05")}
 				}
 				rc.table([]string{"WORKFLOW", "NAME", "STATUS", "STEPS", "CREATED"}, rows)
 				if out.Cursor != "" {

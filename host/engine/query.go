@@ -223,7 +223,7 @@ func (e *Engine) WorkflowCounts(ctx context.Context, tenant string) (map[host.Wo
 	if err != nil {
 		return nil, err
 	}
-	for _, st := range []host.WorkflowState{host.WorkflowRunning, host.WorkflowSucceeded, host.WorkflowFailed, host.WorkflowCanceled} {
+	for _, st := range host.WorkflowStates {
 		if _, ok := out[st]; !ok {
 			out[st] = 0
 		}

@@ -60,12 +60,16 @@ type RetentionReport struct {
 	Archived      int `json:"archived"`
 	Purged        int `json:"payloads_purged"`
 	ChannelErrors int `json:"channel_errors"`
+	// WorkflowsArchived counts the workflows archived with their final
+	// step (archiveWorkflow).
+	WorkflowsArchived int `json:"workflows_archived"`
 }
 
 func (r *RetentionReport) add(o RetentionReport) {
 	r.Archived += o.Archived
 	r.Purged += o.Purged
 	r.ChannelErrors += o.ChannelErrors
+	r.WorkflowsArchived += o.WorkflowsArchived
 }
 
 var (
@@ -78,7 +82,8 @@ var (
 // dead letters, DefaultDays for tasks of types no longer registered. A
 // payload held by a channel the gate manages is archived through that
 // channel (its ack) and its pointer purged; the task moves to archived;
-// receipts and inbox items stay. Work is done in bounded batches.
+// receipts and inbox items stay. A workflow's final step takes its ended
+// workflow with it (archiveWorkflow). Work is done in bounded batches.
 func (e *Engine) RetentionSweep(ctx context.Context) (RetentionReport, error) {
 	cfg := e.cfg.Delivery.Retention
 	cfg.defaults()
@@ -128,7 +133,8 @@ func (e *Engine) RetentionSweep(ctx context.Context) (RetentionReport, error) {
 		}
 	}
 	if total.Archived > 0 || total.ChannelErrors > 0 {
-		e.log.Info("retention sweep", "archived", total.Archived, "payloads_purged", total.Purged, "channel_errors", total.ChannelErrors)
+		e.log.Info("retention sweep", "archived", total.Archived, "payloads_purged", total.Purged, "channel_errors", total.ChannelErrors,
+			"workflows_archived", total.WorkflowsArchived)
 	}
 	return total, nil
 }
@@ -160,9 +166,11 @@ func (e *Engine) managedChannel(res *host.Result) (host.Channel, string, bool) {
 // archiveTasks archives ts: payloads first, through their channels, outside
 // any transaction (a slow channel holds no write); then one transaction
 // moves every task whose payload is gone to archived, fenced on the version
-// read, so a task redriven meanwhile is left alone.
+// read, so a task redriven meanwhile is left alone. A task that is a
+// workflow's final step archives its workflow in that transaction.
 func (e *Engine) archiveTasks(ctx context.Context, ts []*host.Task, now time.Time) (RetentionReport, error) {
 	var rep RetentionReport
+	var workflows int
 	var ready []*host.Task
 	purged := map[string]bool{}
 	for _, t := range ts {
@@ -186,7 +194,7 @@ func (e *Engine) archiveTasks(ctx context.Context, ts []*host.Task, now time.Tim
 	}
 	var moved []*host.Task
 	err := e.update(ctx, func(tx store.Tx) error {
-		moved = moved[:0]
+		moved, workflows = moved[:0], 0
 		for _, t := range ready {
 			cur := *t
 			if cur.Result != nil {
@@ -208,12 +216,22 @@ func (e *Engine) archiveTasks(ctx context.Context, ts []*host.Task, now time.Tim
 				return err
 			}
 			moved = append(moved, &cur)
+			if _, final := host.WorkflowOf(&cur); final {
+				done, err := archiveWorkflow(ctx, tx, &cur, purged[t.ID], now)
+				if err != nil {
+					return err
+				}
+				if done {
+					workflows++
+				}
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return rep, err
 	}
+	rep.WorkflowsArchived = workflows
 	for _, t := range moved {
 		rep.Archived++
 		e.emit(Event{Kind: EvArchived, Tenant: t.Tenant, TaskType: t.Type})
@@ -223,6 +241,52 @@ func (e *Engine) archiveTasks(ctx context.Context, ts []*host.Task, now time.Tim
 		}
 	}
 	return rep, nil
+}
+
+// archiveWorkflow archives, in tx, the workflow whose final step step is,
+// once archived: the workflow moves from its end state to archived (Outcome
+// keeps the end state) and its copy of the final step's result gets the
+// step's treatment (its pointer cleared when the payload was purged,
+// PurgedAt and ArchivedAt set), so no workflow hands out a pointer to a
+// payload that is gone. A workflow ends in the transaction that finishes
+// its final step (endWorkflow), so one whose final step is archived has
+// ended; a workflow that has not ended, or whose final step is another
+// task, is left as it is. No receipt is written, as none is for the task:
+// archiving ends no obligation.
+func archiveWorkflow(ctx context.Context, tx store.Tx, step *host.Task, purged bool, now time.Time) (bool, error) {
+	id, _ := host.WorkflowOf(step)
+	wf, err := tx.GetWorkflow(ctx, step.Tenant, id) // locks it, after the step's row, as an end does
+	if host.IsCode(err, host.CodeNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if wf.FinalTaskID != step.ID || !wf.State.Terminal() || wf.State == host.WorkflowArchived {
+		return false, nil
+	}
+	from := wf.State
+	if wf.Outcome == "" {
+		wf.Outcome = from
+	}
+	if wf.Result != nil {
+		r := *wf.Result
+		if purged {
+			r.Pointer, r.PurgedAt = "", ptr(now)
+		}
+		if r.ArchivedAt == nil {
+			r.ArchivedAt = ptr(now)
+		}
+		wf.Result = &r
+	}
+	wf.State, wf.ArchivedAt, wf.UpdatedAt = host.WorkflowArchived, ptr(now), now
+	if err := tx.UpdateWorkflow(ctx, wf, from); err != nil {
+		if err == store.ErrFenced {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
 }
 
 // retentionLoop runs RetentionSweep every Interval until Close.

@@ -557,7 +557,7 @@ func (e *Engine) ListWorkflows(ctx context.Context, actor Actor, f store.Workflo
 		f.CreatedBy = actor.Principal
 	}
 	if f.State != "" && !f.State.Valid() {
-		return nil, "", host.Errorf(host.CodeBadRequest, "status must be running, succeeded, failed or canceled, got %q", f.State)
+		return nil, "", host.Errorf(host.CodeBadRequest, "status must be running, succeeded, failed, canceled or archived, got %q", f.State)
 	}
 	if f.Limit <= 0 || f.Limit > 500 {
 		f.Limit = 100
@@ -600,7 +600,7 @@ func (e *Engine) CancelWorkflow(ctx context.Context, actor Actor, id, reason str
 			return false, err
 		}
 		switch {
-		case wf.State == host.WorkflowCanceled:
+		case wf.Ended() == host.WorkflowCanceled: // archived too
 			return true, nil
 		case wf.State.Terminal():
 			return false, host.Errorf(host.CodeConflict, "workflow %s is %s and can no longer be canceled", id, wf.State)
@@ -766,6 +766,7 @@ func (d *deliveryTx) endWorkflow(ctx context.Context, end workflowEnd) error {
 	}
 	r := &host.Receipt{ID: host.NewID(host.PrefixReceipt), Tenant: wf.Tenant, Type: typ, From: GatePrincipal, To: wf.CreatedBy,
 		TaskID: wf.ID, Parents: []string{wf.SubmitReceipt}, Body: mustJSON(body), CreatedAt: now}
+	wf.Outcome = wf.State // kept when retention archives it
 	wf.EndReceipt, wf.UpdatedAt, wf.CompletedAt = r.ID, now, ptr(now)
 	if err := d.Tx.UpdateWorkflow(ctx, wf, host.WorkflowRunning); err != nil {
 		return err

@@ -34,6 +34,12 @@ type testBundle struct {
 
 func setup(t testing.TB, opts ...Option) *testBundle {
 	t.Helper()
+	return setupClock(t, nil, opts...)
+}
+
+// setupClock is setup with the engine on clock (nil: the system's).
+func setupClock(t testing.TB, clock host.Clock, opts ...Option) *testBundle {
+	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +47,7 @@ func setup(t testing.TB, opts ...Option) *testBundle {
 	logs := &bytes.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	m := NewMetrics()
-	eng, err := engine.New(engine.Config{Store: st, Logger: log, OnEvent: m.OnEvent})
+	eng, err := engine.New(engine.Config{Store: st, Logger: log, OnEvent: m.OnEvent, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

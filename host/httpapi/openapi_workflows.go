@@ -8,7 +8,7 @@ import (
 
 // The workflow operations in the OpenAPI document (issue 39).
 func init() {
-	openapi.Enum(host.WorkflowRunning, host.WorkflowSucceeded, host.WorkflowFailed, host.WorkflowCanceled)
+	openapi.Enum(host.WorkflowRunning, host.WorkflowSucceeded, host.WorkflowFailed, host.WorkflowCanceled, host.WorkflowArchived)
 	agents := []string{"agent", "admin"}
 	openapi.Add(
 		openapi.Op{Method: "POST", Path: "/v1/workflows", Tag: "workflows", Roles: agents, Strict: true, Body: engine.WorkflowRequest{}, BodyRequired: true,
@@ -17,7 +17,7 @@ func init() {
 		openapi.Op{Method: "GET", Path: "/v1/workflows", Tag: "workflows", Roles: agents,
 			Summary: "List the caller's workflows (an admin's: the tenant's), newest first",
 			Query: []openapi.Param{
-				{Name: "status", Enum: []string{"running", "succeeded", "failed", "canceled"}},
+				{Name: "status", Enum: []string{"running", "succeeded", "failed", "canceled", "archived"}},
 				{Name: "cursor", Description: "the cursor of the previous page"},
 				{Name: "limit", Type: "integer", Description: "page size (0: the default)"},
 			},

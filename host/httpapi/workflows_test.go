@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 )
@@ -244,5 +245,58 @@ func TestWorkflowStepStartFields(t *testing.T) {
 	}
 	if doc.Components.Schemas["WorkflowStepView"].Properties["available_at"] == nil {
 		t.Errorf("the OpenAPI document's WorkflowStepView lacks available_at")
+	}
+}
+
+// TestWorkflowArchivedByRetention: once retention archives a workflow's
+// final step, GET /v1/workflows/{id} shows the workflow archived, how it
+// ended in outcome, its result without a pointer (purged), and the list
+// filters on status archived.
+func TestWorkflowArchivedByRetention(t *testing.T) {
+	clock := host.NewManualClock(time.Now())
+	b := setupClock(t, clock)
+	ctx := context.Background()
+	if code, m := b.do(t, "PUT", "/v1/admin/task-types/echo", b.admin, `{"default_retention_days":1}`); code != 200 {
+		t.Fatalf("PUT task type = %d %v", code, m)
+	}
+	code, m := b.do(t, "POST", "/v1/workflows", b.agent, `{"name":"one","steps":[{"name":"only","task_type":"echo"}]}`)
+	if code != 201 {
+		t.Fatalf("submit: %d %v", code, m)
+	}
+	id := m["workflow_id"].(string)
+	offers, err := b.eng.Lease(ctx, engine.LeaseRequest{Tenant: auth.DefaultTenant, WorkerID: "echo.w1", MaxTasks: 1})
+	if err != nil || len(offers) != 1 {
+		t.Fatalf("lease: %v %v", offers, err)
+	}
+	if _, err := b.eng.Complete(ctx, engine.CompleteRequest{WorkerCall: engine.WorkerCall{Tenant: auth.DefaultTenant, WorkerID: "echo.w1", LeaseID: offers[0].LeaseID},
+		Result: host.Result{Pointer: "inline:aGk=", Summary: "hi"}}); err != nil {
+		t.Fatal(err)
+	}
+	code, m = b.do(t, "GET", "/v1/workflows/"+id, b.agent, "")
+	if res, _ := m["result"].(map[string]any); code != 200 || m["status"] != "succeeded" || m["outcome"] != "succeeded" || res["result_pointer"] != "inline:aGk=" {
+		t.Fatalf("before retention: %d %v", code, m)
+	}
+	clock.Advance(25 * time.Hour)
+	if code, m := b.do(t, "POST", "/v1/admin/retention/sweep", b.admin, ""); code != 200 || m["archived"] != float64(1) || m["workflows_archived"] != float64(1) {
+		t.Fatalf("sweep: %d %v", code, m)
+	}
+	code, m = b.do(t, "GET", "/v1/workflows/"+id, b.agent, "")
+	res, _ := m["result"].(map[string]any)
+	steps, _ := m["steps"].([]any)
+	if code != 200 || m["status"] != "archived" || m["outcome"] != "succeeded" || m["archived_at"] == nil || m["end_receipt_id"] == "" {
+		t.Fatalf("after retention: %d %v", code, m)
+	}
+	if _, has := res["result_pointer"]; has || res["purged_at"] == nil || res["archived_at"] == nil || res["summary"] != "hi" {
+		t.Fatalf("result after retention: %v, want no pointer, purged_at and archived_at, the summary", res)
+	}
+	if len(steps) != 1 || steps[0].(map[string]any)["status"] != "archived" {
+		t.Fatalf("steps after retention: %v", steps)
+	}
+	code, m = b.do(t, "GET", "/v1/workflows?status=archived", b.agent, "")
+	if wfs, _ := m["workflows"].([]any); code != 200 || len(wfs) != 1 || wfs[0].(map[string]any)["outcome"] != "succeeded" {
+		t.Fatalf("archived list: %d %v", code, m)
+	}
+	if code, m := b.do(t, "POST", "/v1/workflows/"+id+"/cancel", b.agent, ""); code != 409 {
+		t.Fatalf("canceling an archived workflow: %d %v, want 409", code, m)
 	}
 }

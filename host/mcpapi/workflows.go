@@ -10,6 +10,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/store"
 )
@@ -32,8 +33,10 @@ type SubmitWorkflowResult struct {
 // WorkflowCallResult is what tasks/result gives for a succeeded workflow:
 // the final step's result as fetch_task_result shows it.
 type WorkflowCallResult struct {
-	WorkflowID  string `json:"workflow_id"`
-	Status      string `json:"status"`
+	WorkflowID string `json:"workflow_id"`
+	Status     string `json:"status"`
+	// Outcome is how the workflow ended (succeeded), archived or not.
+	Outcome     string `json:"outcome"`
 	FinalStep   string `json:"final_step"`
 	FinalTaskID string `json:"final_task_id"`
 	Result      any    `json:"result"`
@@ -88,14 +91,14 @@ Everything is checked before anything is queued: unknown_step, duplicate_step, w
 	s.add(submit, agentRoles, s.submitWorkflow)
 
 	s.add(tool("get_workflow", "Get a workflow and its steps",
-		`Get a workflow you submitted: status (running, succeeded, failed, canceled), result (the final step's result pointer and summary when it succeeded), error_message, and each step with its task_id, status and result. A workflow that does not exist or is not yours is a not_found error.`,
+		`Get a workflow you submitted: status (running, succeeded, failed, canceled, or archived once past its final step's retention, with how it ended in outcome), result (the final step's result pointer and summary when it succeeded; an archived workflow's has no pointer, its payload purged), error_message, and each step with its task_id, status and result. A workflow that does not exist or is not yours is a not_found error.`,
 		returns[engine.WorkflowView](), readOnly(), props(workflowIDArg)),
 		agentRoles, s.getWorkflow)
 
 	s.add(tool("list_workflows", "List your workflows",
 		`List the workflows you submitted, newest first.`,
 		returns[WorkflowListResult](), readOnly(), props(
-			mcp.WithString("status", mcp.Enum("running", "succeeded", "failed", "canceled")),
+			mcp.WithString("status", mcp.Enum("running", "succeeded", "failed", "canceled", "archived")),
 			mcp.WithString("cursor", mcp.Description("The cursor of the previous page.")),
 			mcp.WithInteger("limit", mcp.Min(1), mcp.Max(500)))),
 		agentRoles, s.listWorkflows)
@@ -141,7 +144,11 @@ func (s *Server) getWorkflow(ctx context.Context, a engine.Actor, req mcp.CallTo
 	if err != nil {
 		return nil, "", err
 	}
-	return v, fmt.Sprintf("Workflow %s (%s) is %s; %s.", v.ID, v.Name, v.State, stepCounts(v)), nil
+	state := string(v.State)
+	if v.State == host.WorkflowArchived {
+		state = "archived (it " + string(v.Outcome) + "; past its retention, its result's payload was purged)"
+	}
+	return v, fmt.Sprintf("Workflow %s (%s) is %s; %s.", v.ID, v.Name, state, stepCounts(v)), nil
 }
 
 // stepCounts says how many steps are in each state.
@@ -224,19 +231,24 @@ func (s *Server) callWorkflowAsTask(ctx context.Context, a engine.Actor, args js
 	}, nil
 }
 
-// mcpWorkflowTask is a workflow as an MCP task.
+// mcpWorkflowTask is a workflow as an MCP task: an archived workflow is
+// the task its outcome made it, its message saying it is archived.
 func mcpWorkflowTask(v *engine.WorkflowView) mcp.Task {
 	out := mcp.Task{TaskId: v.ID, CreatedAt: v.CreatedAt.UTC().Format(time.RFC3339Nano), LastUpdatedAt: v.UpdatedAt.UTC().Format(time.RFC3339Nano)}
-	switch v.State {
+	archived := ""
+	if v.State == host.WorkflowArchived {
+		archived = " (archived)"
+	}
+	switch v.Ended() {
 	case host.WorkflowSucceeded:
-		out.Status, out.StatusMessage = mcp.TaskStatusCompleted, "succeeded"
+		out.Status, out.StatusMessage = mcp.TaskStatusCompleted, "succeeded"+archived
 		if v.Result != nil && v.Result.Summary != "" {
 			out.StatusMessage += ": " + v.Result.Summary
 		}
 	case host.WorkflowCanceled:
-		out.Status, out.StatusMessage = mcp.TaskStatusCancelled, "canceled"
+		out.Status, out.StatusMessage = mcp.TaskStatusCancelled, "canceled"+archived
 	case host.WorkflowFailed:
-		out.Status, out.StatusMessage = mcp.TaskStatusFailed, "failed: "+v.Error
+		out.Status, out.StatusMessage = mcp.TaskStatusFailed, "failed"+archived+": "+v.Error
 	default:
 		out.Status, out.StatusMessage = mcp.TaskStatusWorking, "running, "+stepCounts(v)
 		if v.CancelRequested {
@@ -307,8 +319,21 @@ func (s *Server) workflowTaskResult(ctx context.Context, a engine.Actor, id stri
 			Data:    map[string]any{"taskId": id, "status": mcp.TaskStatusWorking}}
 	}
 	var out *mcp.CallToolResult
-	switch v.State {
-	case host.WorkflowSucceeded:
+	switch {
+	case v.State == host.WorkflowArchived && v.Outcome == host.WorkflowSucceeded:
+		// Past its retention: the payload is purged, what is left of the
+		// result (summary, checksum, times) is the answer.
+		rr := api.ResultResponse{TaskID: v.FinalTaskID}
+		if r := v.Result; r != nil {
+			rr.ResultPointer, rr.ResultChecksum, rr.Summary, rr.Metadata = r.Pointer, r.Checksum, r.Summary, r.Metadata
+			rr.Artifacts, rr.DeliveryProof, rr.ArchivedAt = r.Artifacts, r.DeliveryProof, r.ArchivedAt
+		}
+		text := fmt.Sprintf("Workflow %s (%s) succeeded; it is archived, past its retention: the final step %s's payload was purged.", v.ID, v.Name, v.FinalStep)
+		if rr.Summary != "" {
+			text += " Summary: " + rr.Summary
+		}
+		out = result(WorkflowCallResult{WorkflowID: v.ID, Status: string(v.State), Outcome: string(v.Outcome), FinalStep: v.FinalStep, FinalTaskID: v.FinalTaskID, Result: &rr}, text)
+	case v.State == host.WorkflowSucceeded:
 		fctx, cancel := context.WithTimeout(ctx, resultFetchTimeout)
 		fr, err := s.eng.FetchResult(fctx, a, v.FinalTaskID)
 		cancel()
@@ -321,8 +346,8 @@ func (s *Server) workflowTaskResult(ctx context.Context, a engine.Actor, id stri
 		if rr.Summary != "" {
 			text += " Summary: " + rr.Summary
 		}
-		out = result(WorkflowCallResult{WorkflowID: v.ID, Status: string(v.State), FinalStep: v.FinalStep, FinalTaskID: v.FinalTaskID, Result: &rr}, text)
-	case host.WorkflowCanceled:
+		out = result(WorkflowCallResult{WorkflowID: v.ID, Status: string(v.State), Outcome: string(v.Outcome), FinalStep: v.FinalStep, FinalTaskID: v.FinalTaskID, Result: &rr}, text)
+	case v.Ended() == host.WorkflowCanceled:
 		out = toolError(host.Errorf(CodeTaskCanceled, "workflow %s was canceled", v.ID))
 	default:
 		out = toolError(host.Errorf(CodeTaskFailed, "workflow %s failed: %s", v.ID, v.Error))

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/mcp"
-
+	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/mcpapi"
+	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // TestWorkflowAsDurableTask submits a workflow as a task-augmented call:
@@ -172,4 +172,62 @@ func TestQueueTaskNotBefore(t *testing.T) {
 	}
 	fails(t, agent, "queue_task", map[string]any{"task_type": "echo", "not_before": "tomorrow"}, "bad_request")
 	fails(t, agent, "queue_task", map[string]any{"task_type": "echo", "not_before": time.Now().AddDate(2, 0, 0).Format(time.RFC3339)}, "bad_request")
+}
+
+// TestWorkflowDurableTaskArchived: a workflow archived by retention is
+// still the MCP task its outcome made it: tasks/get completed (or
+// cancelled), tasks/result the final step's result without its purged
+// payload, not an error; get_workflow says archived and how it ended.
+func TestWorkflowDurableTaskArchived(t *testing.T) {
+	clock := host.NewManualClock(time.Now())
+	b := setup(t, mcpapi.Config{TaskResultWait: 300 * time.Millisecond}, func(c *engine.Config) { c.Clock = clock })
+	tt := host.NewTaskType("echo")
+	tt.Tenant, tt.DefaultRetentionDays = "default", 1
+	if _, err := b.eng.PutTaskType(context.Background(), tt); err != nil {
+		t.Fatal(err)
+	}
+	agent := b.connect(t, b.agent)
+	var ct createTask
+	rpcOK(t, agent, "tools/call", map[string]any{"name": "submit_workflow", "task": map[string]any{},
+		"arguments": map[string]any{"name": "one", "steps": []map[string]any{{"name": "only", "task_type": "echo"}}}}, &ct)
+	id := ct.Task.TaskId
+	var v engine.WorkflowView
+	ok(t, agent, "get_workflow", map[string]any{"workflow_id": id}, &v)
+	complete(t, b, v.Steps[0].TaskID, map[string]any{"answer": 42})
+	var sub mcpapi.SubmitWorkflowResult
+	ok(t, agent, "submit_workflow", map[string]any{"name": "dropped", "steps": []map[string]any{{"name": "x", "task_type": "echo"}}}, &sub)
+	ok(t, agent, "cancel_workflow", map[string]any{"workflow_id": sub.WorkflowID}, nil)
+
+	clock.Advance(25 * time.Hour)
+	if rep, err := b.eng.RetentionSweep(context.Background()); err != nil || rep.WorkflowsArchived != 2 {
+		t.Fatalf("sweep: %+v %v", rep, err)
+	}
+	ok(t, agent, "get_workflow", map[string]any{"workflow_id": id}, &v)
+	if v.State != host.WorkflowArchived || v.Outcome != host.WorkflowSucceeded || v.Result == nil || v.Result.Pointer != "" || v.Result.PurgedAt == nil {
+		t.Fatalf("get_workflow after retention: %+v result %+v", v.Workflow, v.Result)
+	}
+	var got mcp.Task
+	rpcOK(t, agent, "tasks/get", map[string]any{"taskId": id}, &got)
+	if got.Status != mcp.TaskStatusCompleted || !strings.Contains(got.StatusMessage, "archived") {
+		t.Fatalf("tasks/get of an archived workflow: %+v", got)
+	}
+	var tr struct {
+		StructuredContent mcpapi.WorkflowCallResult `json:"structuredContent"`
+		IsError           bool                      `json:"isError"`
+	}
+	rpcOK(t, agent, "tasks/result", map[string]any{"taskId": id}, &tr)
+	res, _ := json.Marshal(tr.StructuredContent.Result)
+	if tr.IsError || tr.StructuredContent.Status != "archived" || tr.StructuredContent.Outcome != "succeeded" ||
+		strings.Contains(string(res), "result_pointer") || !strings.Contains(string(res), `"summary":"echoed"`) {
+		t.Fatalf("tasks/result of an archived workflow: %+v %s", tr, res)
+	}
+	rpcOK(t, agent, "tasks/get", map[string]any{"taskId": sub.WorkflowID}, &got)
+	if got.Status != mcp.TaskStatusCancelled {
+		t.Fatalf("tasks/get of an archived canceled workflow: %+v", got)
+	}
+	var list mcpapi.WorkflowListResult
+	ok(t, agent, "list_workflows", map[string]any{"status": "archived"}, &list)
+	if len(list.Workflows) != 2 {
+		t.Fatalf("list_workflows archived: %+v", list)
+	}
 }

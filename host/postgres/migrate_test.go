@@ -362,3 +362,12 @@ func TestMigrationDropsTasksReady(t *testing.T) {
 		t.Fatalf("an untyped claim after the migration: %v, want %v", got, want)
 	}
 }
+
+// Migration 0051 on a schema whose retention archived workflows' final
+// steps before it: those workflows are archived, outcome kept.
+func TestMigrationWorkflowRetention(t *testing.T) {
+	schema := newSchema(t)
+	storetest.MigrationWorkflowRetention(t, func(t *testing.T) store.Store { return openIn(t, schema, Options{}) },
+		func(stmts ...string) { execIn(t, schema, stmts...) },
+		`ALTER TABLE workflows DROP COLUMN outcome`, `ALTER TABLE workflows DROP COLUMN archived_at`, `DELETE FROM schema_migrations WHERE version = 51`)
+}

@@ -21,7 +21,7 @@ func (w *writeTx) InsertWorkflow(ctx context.Context, wf *host.Workflow, steps [
 	if err != nil {
 		return err
 	}
-	_, err = w.ss.exec(w.c(ctx), `INSERT INTO workflows (`+sqlrows.WorkflowColumns+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)`, vals...)
+	_, err = w.ss.exec(w.c(ctx), `INSERT INTO workflows (`+sqlrows.WorkflowColumns+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20)`, vals...)
 	if err != nil {
 		if pgCode(err) == "23505" {
 			return host.WrapError(host.CodeConflict, err, "a workflow with this id or idempotency key exists")
@@ -43,8 +43,8 @@ func (w *writeTx) UpdateWorkflow(ctx context.Context, wf *host.Workflow, from ho
 	if err != nil {
 		return err
 	}
-	n, err := w.ss.exec(w.c(ctx), `UPDATE workflows SET state = $1, cancel_requested = $2, end_receipt = $3, result = $4, error = $5, updated_at = $6, completed_at = $7
-WHERE tenant = $8 AND id = $9 AND state = $10`, append(vals, wf.Tenant, wf.ID, string(from))...)
+	n, err := w.ss.exec(w.c(ctx), `UPDATE workflows SET state = $1, cancel_requested = $2, end_receipt = $3, result = $4, error = $5, updated_at = $6, completed_at = $7,
+outcome = $8, archived_at = $9 WHERE tenant = $10 AND id = $11 AND state = $12`, append(vals, wf.Tenant, wf.ID, string(from))...)
 	if err != nil {
 		return err
 	}

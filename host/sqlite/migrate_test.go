@@ -99,3 +99,17 @@ func TestMigrationDependencies(t *testing.T) {
 		return st
 	}, func(stmts ...string) { tamper(t, path, stmts...) })
 }
+
+// Migration 0048 on a data folder whose retention archived workflows'
+// final steps before it: those workflows are archived, outcome kept.
+func TestMigrationWorkflowRetention(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gate.db")
+	storetest.MigrationWorkflowRetention(t, func(t *testing.T) store.Store {
+		st, err := sqlite.Open(path, sqlite.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}, func(stmts ...string) { tamper(t, path, stmts...) },
+		`ALTER TABLE workflows DROP COLUMN outcome`, `ALTER TABLE workflows DROP COLUMN archived_at`, `DELETE FROM schema_migrations WHERE version = 48`)
+}

@@ -22,7 +22,7 @@ func (w *writeTx) InsertWorkflow(ctx context.Context, wf *host.Workflow, steps [
 	if err != nil {
 		return err
 	}
-	_, err = w.rawExec(ctx, `INSERT INTO workflows (`+sqlrows.WorkflowColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, vals...)
+	_, err = w.rawExec(ctx, `INSERT INTO workflows (`+sqlrows.WorkflowColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, vals...)
 	if err != nil {
 		if strings.Contains(err.Error(), "UNIQUE") {
 			return host.Errorf(host.CodeConflict, "a workflow with this id or idempotency key exists")
@@ -45,8 +45,8 @@ func (w *writeTx) UpdateWorkflow(ctx context.Context, wf *host.Workflow, from ho
 	if err != nil {
 		return err
 	}
-	res, err := w.rawExec(ctx, `UPDATE workflows SET state = ?, cancel_requested = ?, end_receipt = ?, result = ?, error = ?, updated_at = ?, completed_at = ?
-WHERE tenant = ? AND id = ? AND state = ?`, append(vals, wf.Tenant, wf.ID, string(from))...)
+	res, err := w.rawExec(ctx, `UPDATE workflows SET state = ?, cancel_requested = ?, end_receipt = ?, result = ?, error = ?, updated_at = ?, completed_at = ?,
+outcome = ?, archived_at = ? WHERE tenant = ? AND id = ? AND state = ?`, append(vals, wf.Tenant, wf.ID, string(from))...)
 	if err != nil {
 		return err
 	}

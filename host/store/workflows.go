@@ -36,7 +36,7 @@ type WorkflowWriter interface {
 	// (tenant, created_by, idempotency_key) is host.CodeConflict.
 	InsertWorkflow(ctx context.Context, w *host.Workflow, steps []host.WorkflowStep) error
 	// UpdateWorkflow writes w's state, cancel flag, result, error, end
-	// receipt and times if the stored workflow is still in state from;
+	// receipt, outcome and times (archived_at too) if the stored workflow is still in state from;
 	// otherwise it writes nothing and returns ErrFenced. So a workflow
 	// ends once whatever the number of writers.
 	UpdateWorkflow(ctx context.Context, w *host.Workflow, from host.WorkflowState) error

@@ -16,7 +16,7 @@ import (
 // as a graph (columns by depth, an edge from each step to the steps waiting
 // on it, each box in its task's state) and listed in a table.
 
-var workflowStates = []host.WorkflowState{host.WorkflowRunning, host.WorkflowSucceeded, host.WorkflowFailed, host.WorkflowCanceled}
+var workflowStates = host.WorkflowStates
 
 type workflowsData struct {
 	State     string

@@ -74,7 +74,7 @@ type Workflow struct {
 	WorkflowID      string      `json:"workflow_id"`
 	Name            string      `json:"name"`
 	CreatedBy       string      `json:"created_by"`
-	Status          string      `json:"status"` // running, succeeded, failed, canceled
+	Status          string      `json:"status"` // running, succeeded, failed, canceled, archived
 	FinalStep       string      `json:"final_step"`
 	FinalTaskID     string      `json:"final_task_id"`
 	StepCount       int         `json:"step_count"`
@@ -83,9 +83,15 @@ type Workflow struct {
 	EndReceiptID    string      `json:"end_receipt_id,omitempty"`
 	Result          *TaskResult `json:"result,omitempty"`
 	ErrorMessage    string      `json:"error_message,omitempty"`
-	CreatedAt       time.Time   `json:"created_at"`
-	UpdatedAt       time.Time   `json:"updated_at"`
-	CompletedAt     *time.Time  `json:"completed_at,omitempty"`
+	// Outcome is how the workflow ended (succeeded, failed, canceled),
+	// kept once it is archived; "" while it runs.
+	Outcome string `json:"outcome,omitempty"`
+	// ArchivedAt is when retention archived it (Status archived): its
+	// final step's payload was purged, and Result has no pointer.
+	ArchivedAt  *time.Time `json:"archived_at,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+	CompletedAt *time.Time `json:"completed_at,omitempty"`
 	// Steps are the workflow's steps with their tasks' states (GetWorkflow
 	// only; a list leaves them out).
 	Steps []WorkflowStepState `json:"steps,omitempty"`

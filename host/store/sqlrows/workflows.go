@@ -8,7 +8,7 @@ import (
 
 // WorkflowColumns are the columns of a workflow row (issue 39), in the
 // order ScanWorkflow reads them and WorkflowValues gives them.
-const WorkflowColumns = `tenant, id, name, created_by, state, final_step, final_task_id, step_count, cancel_requested, idempotency_key, request_hash, submit_receipt, end_receipt, result, error, created_at, updated_at, completed_at`
+const WorkflowColumns = `tenant, id, name, created_by, state, final_step, final_task_id, step_count, cancel_requested, idempotency_key, request_hash, submit_receipt, end_receipt, result, error, created_at, updated_at, completed_at, outcome, archived_at`
 
 // ScanWorkflow reads one row of WorkflowColumns.
 func ScanWorkflow(sc Scanner) (*host.Workflow, error) {
@@ -16,13 +16,15 @@ func ScanWorkflow(sc Scanner) (*host.Workflow, error) {
 	var state string
 	var result *string
 	var created, updated int64
-	var completed *int64
+	var completed, archived *int64
+	var outcome string
 	if err := sc.Scan(&w.Tenant, &w.ID, &w.Name, &w.CreatedBy, &state, &w.FinalStep, &w.FinalTaskID, &w.StepCount, &w.CancelRequested,
-		&w.IdempotencyKey, &w.RequestHash, &w.SubmitReceipt, &w.EndReceipt, &result, &w.Error, &created, &updated, &completed); err != nil {
+		&w.IdempotencyKey, &w.RequestHash, &w.SubmitReceipt, &w.EndReceipt, &result, &w.Error, &created, &updated, &completed,
+		&outcome, &archived); err != nil {
 		return nil, err
 	}
-	w.State = host.WorkflowState(state)
-	w.CreatedAt, w.UpdatedAt, w.CompletedAt = FromUS(created), FromUS(updated), FromNUS(completed)
+	w.State, w.Outcome = host.WorkflowState(state), host.WorkflowState(outcome)
+	w.CreatedAt, w.UpdatedAt, w.CompletedAt, w.ArchivedAt = FromUS(created), FromUS(updated), FromNUS(completed), FromNUS(archived)
 	if result != nil && *result != "" {
 		w.Result = &host.Result{}
 		if err := json.Unmarshal([]byte(*result), w.Result); err != nil {
@@ -39,18 +41,20 @@ func WorkflowValues(w *host.Workflow) ([]any, error) {
 		return nil, err
 	}
 	return []any{w.Tenant, w.ID, w.Name, w.CreatedBy, string(w.State), w.FinalStep, w.FinalTaskID, w.StepCount, w.CancelRequested,
-		w.IdempotencyKey, w.RequestHash, w.SubmitReceipt, w.EndReceipt, result, w.Error, US(w.CreatedAt), US(w.UpdatedAt), NUS(w.CompletedAt)}, nil
+		w.IdempotencyKey, w.RequestHash, w.SubmitReceipt, w.EndReceipt, result, w.Error, US(w.CreatedAt), US(w.UpdatedAt), NUS(w.CompletedAt),
+		string(w.Outcome), NUS(w.ArchivedAt)}, nil
 }
 
 // WorkflowSetValues are the values an update of a workflow writes, in the
 // order state, cancel_requested, end_receipt, result, error, updated_at,
-// completed_at.
+// completed_at, outcome, archived_at.
 func WorkflowSetValues(w *host.Workflow) ([]any, error) {
 	result, err := workflowResult(w.Result)
 	if err != nil {
 		return nil, err
 	}
-	return []any{string(w.State), w.CancelRequested, w.EndReceipt, result, w.Error, US(w.UpdatedAt), NUS(w.CompletedAt)}, nil
+	return []any{string(w.State), w.CancelRequested, w.EndReceipt, result, w.Error, US(w.UpdatedAt), NUS(w.CompletedAt),
+		string(w.Outcome), NUS(w.ArchivedAt)}, nil
 }
 
 func workflowResult(r *host.Result) (*string, error) {

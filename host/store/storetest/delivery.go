@@ -28,6 +28,8 @@ var deliveryCases = []struct {
 	{"RetentionArchivesAndPurges", testRetention},
 	{"RetentionBoundedBatchesAndOrphans", testRetentionBatches},
 	{"RetentionOrphansOldestFirst", testRetentionOrphansOldestFirst},
+	{"RetentionArchivesWorkflows", testWorkflowRetention},      // wfretention.go
+	{"RetentionWorkflowIsFenced", testWorkflowRetentionFenced}, // wfretention.go
 	{"OutboxClaimOrderPerTask", testOutboxClaimOrder},
 	{"OutboxClaimsOnlyItsKinds", testOutboxClaimsOnlyItsKinds},
 	{"OutboxQueuesEveryReceipt", testOutboxWithReceipts},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
@@ -193,4 +194,106 @@ func MigrationWaitersMarker(t *testing.T, open func(t *testing.T) store.Store, e
 			t.Fatalf("the waiter after its dependency completed: %v %v", offers, err)
 		}
 	})
+}
+
+// MigrationWorkflowRetention checks a driver's migration of workflows under
+// retention (PostgreSQL 0051, SQLite 0048) on a database whose retention
+// archived workflows' final steps before it (the task alone): each such
+// workflow is archived, its outcome kept and its result taken from the
+// archived step (pointer purged); an ended workflow whose final step is not
+// archived keeps its state and gets its outcome; a running one is left
+// alone. windBack takes the database back to before the migration.
+func MigrationWorkflowRetention(t *testing.T, open func(t *testing.T) store.Store, exec func(stmts ...string), windBack ...string) {
+	ctx := context.Background()
+	agent := engine.Actor{Tenant: "t", Principal: "agent.a", Role: engine.RoleAgent}
+	st := open(t)
+	eng, err := engine.New(engine.Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tt := host.NewTaskType("work")
+	tt.Tenant = "t"
+	if _, err := eng.PutTaskType(ctx, tt); err != nil {
+		t.Fatal(err)
+	}
+	submit := func(name string) *engine.WorkflowResult {
+		t.Helper()
+		res, err := eng.SubmitWorkflow(ctx, agent, engine.WorkflowRequest{Name: name, Steps: []engine.WorkflowStepRequest{{Name: "only", TaskType: "work"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	complete := func(want string) {
+		t.Helper()
+		offers, err := eng.Lease(ctx, engine.LeaseRequest{Tenant: "t", WorkerID: "w.1", Types: []string{"work"}, MaxTasks: 1})
+		if err != nil || len(offers) != 1 || offers[0].Task.ID != want {
+			t.Fatalf("lease: %v %v, want %s", offers, err, want)
+		}
+		if _, err := eng.Complete(ctx, engine.CompleteRequest{WorkerCall: engine.WorkerCall{Tenant: "t", WorkerID: "w.1", LeaseID: offers[0].LeaseID}, Result: Pointer}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := submit("archived before")
+	complete(done.Steps["only"])
+	canceled := submit("canceled, archived before")
+	if _, err := eng.CancelWorkflow(ctx, agent, canceled.WorkflowID, ""); err != nil {
+		t.Fatal(err)
+	}
+	kept := submit("not archived yet")
+	complete(kept.Steps["only"])
+	running := submit("running")
+	eng.Close()
+	// Retention before the migration: the final steps alone archived.
+	archivedAt := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	if err := st.Update(ctx, func(tx store.Tx) error {
+		for _, id := range []string{done.Steps["only"], canceled.Steps["only"]} {
+			tk, err := tx.GetTask(ctx, "t", id)
+			if err != nil {
+				return err
+			}
+			from := tk.State
+			if tk.Result != nil {
+				r := *tk.Result
+				r.Pointer, r.PurgedAt, r.ArchivedAt = "", &archivedAt, &archivedAt
+				tk.Result = &r
+			}
+			tk.State, tk.UpdatedAt = host.StateArchived, archivedAt
+			if err := tx.UpdateTask(ctx, tk, store.Fence{State: from}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	exec(windBack...)
+	st = open(t)
+	defer st.Close()
+	get := func(id string) *host.Workflow {
+		t.Helper()
+		var wf *host.Workflow
+		if err := st.View(ctx, func(r store.Reader) error {
+			var err error
+			wf, err = r.GetWorkflow(ctx, "t", id)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return wf
+	}
+	if wf := get(done.WorkflowID); wf.State != host.WorkflowArchived || wf.Outcome != host.WorkflowSucceeded || wf.ArchivedAt == nil || !wf.ArchivedAt.Equal(archivedAt) ||
+		wf.Result == nil || wf.Result.Pointer != "" || wf.Result.PurgedAt == nil || wf.Result.Summary != Pointer.Summary {
+		t.Errorf("a succeeded workflow whose final step was archived, after the migration: %+v result %+v", wf, wf.Result)
+	}
+	if wf := get(canceled.WorkflowID); wf.State != host.WorkflowArchived || wf.Outcome != host.WorkflowCanceled || wf.ArchivedAt == nil || wf.Result != nil {
+		t.Errorf("a canceled workflow whose final step was archived, after the migration: %+v", wf)
+	}
+	if wf := get(kept.WorkflowID); wf.State != host.WorkflowSucceeded || wf.Outcome != host.WorkflowSucceeded || wf.ArchivedAt != nil || wf.Result == nil || wf.Result.Pointer != Pointer.Pointer {
+		t.Errorf("a succeeded workflow whose final step is not archived, after the migration: %+v result %+v", wf, wf.Result)
+	}
+	if wf := get(running.WorkflowID); wf.State != host.WorkflowRunning || wf.Outcome != "" || wf.ArchivedAt != nil {
+		t.Errorf("a running workflow after the migration: %+v", wf)
+	}
 }

@@ -22,6 +22,9 @@ type memChannel struct {
 	data  map[string][]byte
 	acked []string
 	fail  bool
+	// onAck, when set, runs at each Ack before the payload goes (outside
+	// the lock).
+	onAck func()
 }
 
 func (c *memChannel) Put(_ context.Context, taskID string, payload []byte) (string, error) {
@@ -43,6 +46,12 @@ func (c *memChannel) Get(_ context.Context, pointer string) ([]byte, error) {
 }
 
 func (c *memChannel) Ack(_ context.Context, pointer string) error {
+	c.mu.Lock()
+	hook := c.onAck
+	c.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.fail {

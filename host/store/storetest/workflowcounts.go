@@ -23,7 +23,7 @@ func testWorkflowCounts(t *testing.T, b *Bundle) {
 		t.Helper()
 		c := counts(tenant)
 		w := map[host.WorkflowState]int64{host.WorkflowRunning: running, host.WorkflowSucceeded: succeeded,
-			host.WorkflowFailed: failed, host.WorkflowCanceled: canceled}
+			host.WorkflowFailed: failed, host.WorkflowCanceled: canceled, host.WorkflowArchived: 0}
 		if len(c) != len(w) {
 			t.Fatalf("tenant %q: counts %v, want %v", tenant, c, w)
 		}
