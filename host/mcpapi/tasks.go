@@ -206,6 +206,12 @@ func (s *Server) callType(ctx context.Context, sess *session, tt *host.TaskType,
 
 // mapStatus is the MCP status of a gate task and a short status message.
 func mapStatus(t *host.Task) (mcp.TaskStatus, string) {
+	if t.State == host.StateArchived {
+		// Past its retention: the MCP task keeps how it ended.
+		as := host.FinishedAs(t)
+		st, msg := mapStatus(&host.Task{State: as, Result: t.Result, DeadReason: t.DeadReason, LastError: t.LastError})
+		return st, msg + " (archived)"
+	}
 	switch t.State {
 	case host.StateSucceeded:
 		msg := "succeeded"
@@ -377,8 +383,23 @@ func (s *Server) tasksResult(ctx context.Context, a engine.Actor, params json.Ra
 			Data:    map[string]any{"taskId": id, "status": mcp.TaskStatusWorking}}
 	}
 	var out *mcp.CallToolResult
-	switch t.State {
-	case host.StateSucceeded:
+	switch as := host.FinishedAs(t); {
+	case t.State == host.StateArchived && as == host.StateSucceeded:
+		// Past its retention: the payload is purged, what is left of the
+		// result (summary, checksum, times) is the answer.
+		rr := api.ResultResponse{TaskID: t.ID}
+		if r := t.Result; r != nil {
+			rr.ResultPointer, rr.ResultChecksum, rr.Summary, rr.Metadata = r.Pointer, r.Checksum, r.Summary, r.Metadata
+			rr.Artifacts, rr.DeliveryProof, rr.ArchivedAt = r.Artifacts, r.DeliveryProof, r.ArchivedAt
+		}
+		text := fmt.Sprintf("Task %s (%s) succeeded; it is archived, past its retention: its payload was purged.", t.ID, t.Type)
+		if rr.Summary != "" {
+			text += " Summary: " + rr.Summary
+		}
+		out = result(TaskTypeCallResult{TaskID: t.ID, Status: string(t.State), Result: &rr}, text)
+	case as == host.StateCanceled:
+		out = toolError(host.Errorf(CodeTaskCanceled, "task %s was canceled", t.ID))
+	case t.State == host.StateSucceeded:
 		// The read gets a bound of its own, not what is left of the wait: a
 		// task that ended just before it would otherwise answer an error.
 		fctx, cancel := context.WithTimeout(ctx, resultFetchTimeout)
@@ -397,8 +418,6 @@ func (s *Server) tasksResult(ctx context.Context, a engine.Actor, params json.Ra
 			text += " WARNING: the checksum does not match; the payload may have been altered."
 		}
 		out = result(TaskTypeCallResult{TaskID: t.ID, Status: string(t.State), Result: &rr}, text)
-	case host.StateCanceled:
-		out = toolError(host.Errorf(CodeTaskCanceled, "task %s was canceled", t.ID))
 	default:
 		_, msg := mapStatus(t)
 		out = toolError(host.Errorf(CodeTaskFailed, "task %s %s", t.ID, msg))

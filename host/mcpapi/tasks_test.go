@@ -776,3 +776,46 @@ func TestTasksResultFetchHasItsOwnBound(t *testing.T) {
 		t.Fatalf("tasks/result of a succeeded task whose read outlasts the wait: %+v", tr)
 	}
 }
+
+// TestDurableTaskArchived: a durable MCP task whose gate task retention
+// archived keeps how it ended: tasks/get completed with "(archived)" (not
+// failed), tasks/result what is left of its result (summary, no pointer),
+// not an error; a canceled one stays cancelled.
+func TestDurableTaskArchived(t *testing.T) {
+	clock := host.NewManualClock(time.Now())
+	b := setup(t, mcpapi.Config{TaskResultWait: 300 * time.Millisecond}, func(c *engine.Config) { c.Clock = clock })
+	tt := host.NewTaskType("echo")
+	tt.Tenant, tt.DefaultRetentionDays = "default", 1
+	if _, err := b.eng.PutTaskType(context.Background(), tt); err != nil {
+		t.Fatal(err)
+	}
+	agent := b.connect(t, b.agent)
+	var done, dropped createTask
+	rpcOK(t, agent, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"n": 1}, "task": map[string]any{}}, &done)
+	rpcOK(t, agent, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"n": 2}, "task": map[string]any{}}, &dropped)
+	complete(t, b, done.Task.TaskId, map[string]any{"answer": 42})
+	ok(t, agent, "cancel_task", map[string]any{"task_id": dropped.Task.TaskId}, nil)
+
+	clock.Advance(25 * time.Hour)
+	if rep, err := b.eng.RetentionSweep(context.Background()); err != nil || rep.Archived != 2 {
+		t.Fatalf("sweep: %+v %v", rep, err)
+	}
+	var got mcp.Task
+	rpcOK(t, agent, "tasks/get", map[string]any{"taskId": done.Task.TaskId}, &got)
+	if got.Status != mcp.TaskStatusCompleted || !strings.Contains(got.StatusMessage, "archived") {
+		t.Fatalf("tasks/get of an archived succeeded task: %+v", got)
+	}
+	var tr struct {
+		StructuredContent mcpapi.TaskTypeCallResult `json:"structuredContent"`
+		IsError           bool                      `json:"isError"`
+	}
+	rpcOK(t, agent, "tasks/result", map[string]any{"taskId": done.Task.TaskId}, &tr)
+	res, _ := json.Marshal(tr.StructuredContent.Result)
+	if tr.IsError || tr.StructuredContent.Status != "archived" || strings.Contains(string(res), "result_pointer") || !strings.Contains(string(res), `"summary":"echoed"`) {
+		t.Fatalf("tasks/result of an archived succeeded task: %+v %s", tr, res)
+	}
+	rpcOK(t, agent, "tasks/get", map[string]any{"taskId": dropped.Task.TaskId}, &got)
+	if got.Status != mcp.TaskStatusCancelled {
+		t.Fatalf("tasks/get of an archived canceled task: %+v", got)
+	}
+}
