@@ -109,7 +109,7 @@ func (u *UI) cancelWorkflow(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if wf.State == host.WorkflowCanceled {
+	if wf.State == host.WorkflowCanceled || wf.State == host.WorkflowArchived && wf.Outcome == host.WorkflowCanceled {
 		u.flash(c, "Workflow "+id+" is canceled.")
 	} else {
 		u.flash(c, "Workflow "+id+" is "+string(wf.State)+": its steps not finished are canceled; it ends when its running final step does.")

@@ -86,12 +86,15 @@ const (
 	StateSucceeded  = "succeeded"
 	StateCanceled   = "canceled"
 	StateDeadLetter = "dead_letter"
+	// StateArchived is a finished task past its retention: its payload was
+	// purged; it will not change any more.
+	StateArchived = "archived"
 )
 
 // Terminal reports whether a task in state s will not change any more
 // (an operator's redrive of a dead letter aside).
 func Terminal(s string) bool {
-	return s == StateSucceeded || s == StateCanceled || s == StateDeadLetter
+	return s == StateSucceeded || s == StateCanceled || s == StateDeadLetter || s == StateArchived
 }
 
 // APIError is an error answer of the gate: {"error": code, "detail": text}.

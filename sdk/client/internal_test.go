@@ -67,3 +67,18 @@ func TestRetryAfterCapped(t *testing.T) {
 		t.Fatalf("a network error: %v, %v", d, ok)
 	}
 }
+
+// TestTerminal: a task archived by retention is finished too, so Wait ends
+// on it instead of polling until its timeout; unfinished states are not.
+func TestTerminal(t *testing.T) {
+	for _, s := range []string{StateSucceeded, StateCanceled, StateDeadLetter, StateArchived} {
+		if !Terminal(s) {
+			t.Errorf("Terminal(%q) = false", s)
+		}
+	}
+	for _, s := range []string{StateWaiting, StateQueued, StateScheduled, StateLeased, ""} {
+		if Terminal(s) {
+			t.Errorf("Terminal(%q) = true", s)
+		}
+	}
+}

@@ -51,7 +51,7 @@ __all__ = [
     "Client", "EnqueueOptions", "NewTask", "BatchEnqueued",
     "terminal", "decode_result", "step", "schedule_template", "fire_key",
     "STATE_WAITING", "STATE_QUEUED", "STATE_SCHEDULED", "STATE_LEASED", "STATE_SUCCEEDED",
-    "STATE_CANCELED", "STATE_DEAD_LETTER", "ALL_SUCCEEDED", "ANY_SUCCEEDED", "ALL_FINISHED",
+    "STATE_CANCELED", "STATE_DEAD_LETTER", "STATE_ARCHIVED", "ALL_SUCCEEDED", "ANY_SUCCEEDED", "ALL_FINISHED",
     "READS", "MUTATES", "MISSED_SKIP", "MISSED_RUN_ONCE", "MISSED_RUN_ALL",
     "MAX_ENQUEUE_BATCH", "MAX_RETRY_AFTER",
 ]
@@ -67,6 +67,7 @@ STATE_LEASED = "leased"
 STATE_SUCCEEDED = "succeeded"
 STATE_CANCELED = "canceled"
 STATE_DEAD_LETTER = "dead_letter"
+STATE_ARCHIVED = "archived"  # finished, past its retention: its payload purged
 
 # The rules of a task with dependencies (``after_rule``).
 ALL_SUCCEEDED = "all_succeeded"  # every dependency succeeded (the default)
@@ -96,7 +97,7 @@ _RETRY_AFTER_BOUND = 86400.0
 def terminal(status: str) -> bool:
     """Report whether a task in state ``status`` will not change any more (an
     operator's redrive of a dead letter aside)."""
-    return status in (STATE_SUCCEEDED, STATE_CANCELED, STATE_DEAD_LETTER)
+    return status in (STATE_SUCCEEDED, STATE_CANCELED, STATE_DEAD_LETTER, STATE_ARCHIVED)
 
 
 # --------------------------------------------------------------------------

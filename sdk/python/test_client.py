@@ -407,6 +407,16 @@ class FakeGateTests(unittest.TestCase):
         self.assertEqual(cm.exception.last["status"], "leased")
         self.assertIsInstance(cm.exception, TimeoutError)
 
+    def test_wait_ends_on_an_archived_task(self):
+        # Past its retention a task is archived: finished, so wait returns it
+        # instead of polling until its timeout.
+        gate = FakeGate(self, [task("archived")])
+        start = time.monotonic()
+        got = ac.Client(gate.url, "k").wait("T1", timeout=5, interval=0.05)
+        self.assertEqual(got["status"], "archived")
+        self.assertLess(time.monotonic() - start, 2.0)
+        self.assertEqual(len(gate.requests), 1)
+
     def test_errors_without_a_json_body(self):
         gate = FakeGate(self, [(502, {"Content-Type": "text/plain"}, b"upstream went away\n")])
         with self.assertRaises(ac.APIError) as cm:

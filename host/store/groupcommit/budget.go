@@ -59,26 +59,31 @@ type hold struct {
 func newBudget() *budget { return &budget{tokens: Burst, backlogAt: map[string]time.Time{}} }
 
 // activeLocked reports whether the budget is in force for key at now. It
-// first forgets the backlogs older than Window and lets go the requests
-// held for a key no longer in force; when no key is in force, the tokens
-// are refilled.
+// first forgets the backlogs older than Window and, when it forgot one,
+// lets go the requests held for a key no longer in force (the held
+// requests are walked only then, not on every call).
 func (b *budget) activeLocked(now time.Time, key string) bool {
 	prompt := now.Sub(b.lastPrompt) < Window
+	forgot := false
 	for k, at := range b.backlogAt {
 		if !prompt || now.Sub(at) >= Window {
 			delete(b.backlogAt, k)
+			forgot = true
 		}
 	}
-	if len(b.backlogAt) == 0 {
-		b.tokens = Burst
+	if forgot {
+		b.releaseLocked()
 	}
-	b.releaseLocked()
 	_, on := b.backlogAt[key]
 	return on
 }
 
-// releaseLocked lets go every held request whose key is not in force.
+// releaseLocked lets go every held request whose key is not in force;
+// when no key is in force, the tokens are refilled.
 func (b *budget) releaseLocked() {
+	if len(b.backlogAt) == 0 {
+		b.tokens = Burst
+	}
 	kept := b.waiting[:0]
 	for _, h := range b.waiting {
 		if _, on := b.backlogAt[h.key]; on {
@@ -123,6 +128,7 @@ func (b *budget) claimed(now time.Time, key string, backlog bool) {
 	}
 	delete(b.backlogAt, key)
 	b.activeLocked(now, key)
+	b.releaseLocked()
 }
 
 // admit is the arrival at now of a bulk request for key. It returns nil
