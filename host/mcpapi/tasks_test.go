@@ -782,13 +782,7 @@ func TestTasksResultFetchHasItsOwnBound(t *testing.T) {
 // failed), tasks/result what is left of its result (summary, no pointer),
 // not an error; a canceled one stays cancelled.
 func TestDurableTaskArchived(t *testing.T) {
-	clock := host.NewManualClock(time.Now())
-	b := setup(t, mcpapi.Config{TaskResultWait: 300 * time.Millisecond}, func(c *engine.Config) { c.Clock = clock })
-	tt := host.NewTaskType("echo")
-	tt.Tenant, tt.DefaultRetentionDays = "default", 1
-	if _, err := b.eng.PutTaskType(context.Background(), tt); err != nil {
-		t.Fatal(err)
-	}
+	b, clock := setupRetention(t)
 	agent := b.connect(t, b.agent)
 	var done, dropped createTask
 	rpcOK(t, agent, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"n": 1}, "task": map[string]any{}}, &done)
@@ -818,4 +812,18 @@ func TestDurableTaskArchived(t *testing.T) {
 	if got.Status != mcp.TaskStatusCancelled {
 		t.Fatalf("tasks/get of an archived canceled task: %+v", got)
 	}
+}
+
+// setupRetention is setup on a clock the test moves, with task type echo
+// kept one day past its end (retention sweeps then archive what ended).
+func setupRetention(t *testing.T) (*testBundle, *host.ManualClock) {
+	t.Helper()
+	clock := host.NewManualClock(time.Now())
+	b := setup(t, mcpapi.Config{TaskResultWait: 300 * time.Millisecond}, func(c *engine.Config) { c.Clock = clock })
+	tt := host.NewTaskType("echo")
+	tt.Tenant, tt.DefaultRetentionDays = "default", 1
+	if _, err := b.eng.PutTaskType(context.Background(), tt); err != nil {
+		t.Fatal(err)
+	}
+	return b, clock
 }

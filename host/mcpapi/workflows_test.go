@@ -179,13 +179,7 @@ func TestQueueTaskNotBefore(t *testing.T) {
 // cancelled), tasks/result the final step's result without its purged
 // payload, not an error; get_workflow says archived and how it ended.
 func TestWorkflowDurableTaskArchived(t *testing.T) {
-	clock := host.NewManualClock(time.Now())
-	b := setup(t, mcpapi.Config{TaskResultWait: 300 * time.Millisecond}, func(c *engine.Config) { c.Clock = clock })
-	tt := host.NewTaskType("echo")
-	tt.Tenant, tt.DefaultRetentionDays = "default", 1
-	if _, err := b.eng.PutTaskType(context.Background(), tt); err != nil {
-		t.Fatal(err)
-	}
+	b, clock := setupRetention(t)
 	agent := b.connect(t, b.agent)
 	var ct createTask
 	rpcOK(t, agent, "tools/call", map[string]any{"name": "submit_workflow", "task": map[string]any{},
