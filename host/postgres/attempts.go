@@ -12,15 +12,20 @@ import (
 )
 
 // InsertAttempt implements store.Tx. Its body is JSON, which holds no NUL
-// byte and only valid UTF-8, so it may be written behind with the batch.
+// byte and only valid UTF-8, so it may be written behind with the batch
+// (writebehind.go); nothing else writes task_attempts.
 func (w *writeTx) InsertAttempt(ctx context.Context, a *host.Attempt) error {
 	body, ended, err := store.AttemptRow(a)
 	if err != nil {
 		return err
 	}
-	return w.writeOne(ctx, "attempt insert", nil,
-		`INSERT INTO task_attempts (tenant, task_id, lease_id, ended_at, body) VALUES ($1,$2,$3,$4,$5)`,
-		a.Tenant, a.TaskID, a.LeaseID, us(ended), body)
+	if w.deferWrites {
+		// Written behind with the batch's other attempts, one statement.
+		w.bh.attempts = append(w.bh.attempts, []any{a.Tenant, a.TaskID, a.LeaseID, us(ended), body})
+		return nil
+	}
+	_, err = w.ss.exec(w.c(ctx), attemptInsert, a.Tenant, a.TaskID, a.LeaseID, us(ended), body)
+	return err
 }
 
 // ListAttempts implements store.Reader.

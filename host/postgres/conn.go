@@ -65,6 +65,9 @@ type sess struct {
 	// before, when set, runs before anything is sent: a write transaction
 	// queues its rows written behind (writeTx.materialize).
 	before func()
+	// beforeWrite, when set, runs before a statement is queued by queue or
+	// queueChecked (writeTx.beforeWrite).
+	beforeWrite func()
 }
 
 // ready runs the before hook.
@@ -84,11 +87,29 @@ func (s *sess) trip(n int) {
 	}
 }
 
-func (s *sess) queue(sql string, args ...any) { s.pre = append(s.pre, stmt{sql: sql, args: args}) }
+// queue queues a statement whose answer nobody reads (an error still
+// fails the request).
+func (s *sess) queue(sql string, args ...any) {
+	s.wrote()
+	s.pre = append(s.pre, stmt{sql: sql, args: args})
+}
+
+// queueCtl queues a statement that controls the transaction (BEGIN, a
+// savepoint, a notification): it writes no table, so the beforeWrite hook
+// does not run.
+func (s *sess) queueCtl(sql string, args ...any) { s.pre = append(s.pre, stmt{sql: sql, args: args}) }
+
+// wrote runs the beforeWrite hook.
+func (s *sess) wrote() {
+	if s.beforeWrite != nil {
+		s.beforeWrite()
+	}
+}
 
 // queueChecked queues a deferred write whose result check reads when the
 // pipeline is next sent.
 func (s *sess) queueChecked(check func(pgx.BatchResults) error, sql string, args ...any) {
+	s.wrote()
 	s.pre = append(s.pre, stmt{sql: sql, args: args, check: check})
 	s.checks++
 }

@@ -644,7 +644,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 	bg := context.Background()
 	ss := &sess{conn: w.conn.Conn(), trips: &w.s.writerTrips, stmts: &w.s.writerStmts}
 	st := &txState{chain: w.chain, lastCheckpoint: w.lastCheckpoint, checkpointed: w.checkpointed}
-	ss.queue(`BEGIN`)
+	ss.queueCtl(`BEGIN`)
 	// fail abandons the transaction before COMMIT was sent. A broken
 	// connection is dropped; either way nothing was written, so the batch may
 	// run again after a lost connection, a deadlock or a serialization failure.
@@ -668,6 +668,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 	wtx := &writeTx{reader: reader{s: w.s, ss: ss, write: true}, st: st, deferWrites: !strict}
 	wtx.locks.alone = len(reqs) == 1
 	ss.before = wtx.materialize
+	ss.beforeWrite = wtx.beforeWrite
 	var later []*request
 	for _, r := range reqs {
 		r.err = nil
@@ -684,7 +685,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 		wtx.bh.startRequest(spIdx)
 		keysMark := wtx.keys.Mark()
 		writtenMark, edgesMark, settledMark, markedMark := len(wtx.written), len(wtx.edges), len(wtx.settled), len(wtx.marked)
-		ss.queue(`SAVEPOINT op`)
+		ss.queueCtl(`SAVEPOINT op`)
 		flushes := ss.flushes
 		ss.failed = nil
 		wtx.guessed, wtx.guess = false, nil
@@ -705,6 +706,14 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 			// moved it.
 			spIdx = wtx.bh.savepointAt()
 		}
+		if ferr != nil && sent && ss.failed == nil && wtx.bh.ownUpdates() {
+			// Its task updates still wait here. Had each been its own
+			// checked statement, the ones after its last send would run
+			// before its savepoint is rolled back, and a lost fence among
+			// them would rerun the batch strictly, where the request meets
+			// it: they are queued so, and do.
+			wtx.materialize()
+		}
 		wtx.bh.endRequest(ferr == nil)
 		if ferr != nil {
 			wtx.keys.Undo(keysMark) // its rows are dropped or undone
@@ -715,7 +724,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 			if !sent && len(ss.pre) == spIdx+1 {
 				ss.truncate(spIdx) // fn queued nothing (its rows written behind wait): no savepoint needed
 			} else {
-				ss.queue(`RELEASE SAVEPOINT op`)
+				ss.queueCtl(`RELEASE SAVEPOINT op`)
 			}
 			continue
 		}
@@ -733,8 +742,8 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 				return fail("rollback to savepoint", err)
 			}
 		default:
-			ss.queue(`ROLLBACK TO SAVEPOINT op`)
-			ss.queue(`RELEASE SAVEPOINT op`)
+			ss.queueCtl(`ROLLBACK TO SAVEPOINT op`)
+			ss.queueCtl(`RELEASE SAVEPOINT op`)
 		}
 		notify := st.notify[:nNotify]
 		*st = mark
@@ -789,7 +798,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 	for _, t := range st.notify {
 		if !seen[t] {
 			seen[t] = true
-			ss.queue(`SELECT pg_notify($1, $2)`, w.s.opts.Channel, t)
+			ss.queueCtl(`SELECT pg_notify($1, $2)`, w.s.opts.Channel, t)
 		}
 	}
 	br, err := ss.send(bg, stmt{sql: `COMMIT`})

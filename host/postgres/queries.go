@@ -597,42 +597,33 @@ var updateTaskSQL = func() string {
 
 // updateTask returns the fenced UPDATE for t.
 func updateTask(t *host.Task, f store.Fence) (stmt, error) {
-	v, err := sqlrows.TaskSetValues(t)
+	u, err := newTaskUpdate(t, f)
 	if err != nil {
 		return stmt{}, err
 	}
-	a := args(v)
-	q := updateTaskSQL + a.add(t.ID) + ` AND state = ` + a.add(string(f.State))
-	if f.LeaseID != "" {
-		q += ` AND lease_id = ` + a.add(f.LeaseID)
-	}
-	if f.LiveAt != nil {
-		q += ` AND lease_expires_at > ` + a.add(us(*f.LiveAt))
-	}
-	if f.ExpiredAt != nil {
-		q += ` AND lease_expires_at <= ` + a.add(us(*f.ExpiredAt))
-	}
-	if f.Version != 0 {
-		q += ` AND version = ` + a.add(f.Version)
-	}
-	if f.NoWaiters {
-		q += ` AND NOT has_waiters`
-	}
-	return stmt{sql: q, args: a}, nil
+	return updateOne(u), nil
 }
 
+// UpdateTask implements store.Tx. Outside strict mode the update is written
+// behind (writebehind.go), with the batch's other task updates as one
+// statement (setupdates.go); a lost fence then runs the batch again in
+// strict mode, where the request meets it.
 func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) error {
-	u, err := updateTask(t, f)
+	u, err := newTaskUpdate(t, f)
 	if err != nil {
 		return err
 	}
-	if w.keys.HasTask(t.ID) {
-		// Inserted in this batch: its insert, should it still wait here,
-		// goes into the queue ahead of its update.
-		w.materialize()
-	}
-	if err := w.writeOne(ctx, "fenced task update", store.ErrFenced, u.sql, u.args...); err != nil {
-		return err
+	if w.deferWrites {
+		w.updateBehind(u)
+	} else {
+		one := updateOne(u)
+		n, err := w.ss.exec(w.c(ctx), one.sql, one.args...)
+		if err == nil && n == 0 {
+			err = store.ErrFenced
+		}
+		if err != nil {
+			return err
+		}
 	}
 	t.Version++
 	w.wrote(t)
@@ -698,23 +689,25 @@ func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.T
 	if len(rows) == 0 {
 		return nil, nil
 	}
-	stmts := make([]stmt, len(rows))
+	stmts, ups := make([]stmt, len(rows)), make([]taskUpdate, len(rows))
 	for i, c := range rows {
 		q.Grant(c.t)
-		if stmts[i], err = updateTask(c.t, store.Fence{State: host.StateQueued}); err != nil {
+		if ups[i], err = newTaskUpdate(c.t, store.Fence{State: host.StateQueued}); err != nil {
 			return nil, err
 		}
+		stmts[i] = updateOne(ups[i])
 	}
 	var ns []int64
 	if w.deferWrites {
 		// The rows are locked FOR UPDATE by this transaction and were
 		// queued when read, so their fenced updates cannot lose: they are
-		// deferred like every other write that must change one row, and
-		// cost no round trip of their own. Should one change no row after
-		// all, the batch runs again in strict mode, which skips that row.
-		ns = make([]int64, len(stmts))
-		for i, u := range stmts {
-			w.ss.queueChecked(expectOne("claimed task update"), u.sql, u.args...)
+		// written behind like every other task update, one statement for
+		// all of them, and cost no round trip of their own. Should one
+		// change no row after all, the batch runs again in strict mode,
+		// which skips that row.
+		ns = make([]int64, len(ups))
+		for i, u := range ups {
+			w.updateBehind(u)
 			ns[i] = 1
 		}
 	} else if ns, err = w.ss.execAll(w.c(ctx), stmts); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
 	"github.com/asyncgate/asyncgate/host/store/sqlrows"
 )
 
@@ -40,6 +41,8 @@ import (
 // is answered at once and nothing waits here.
 type behind struct {
 	tasks       [][]any // sqlrows.TaskInsertValues of each new task
+	updates     []taskUpdate
+	attempts    [][]any // an attempt row's values (attemptValues)
 	receipts    []*host.Receipt
 	parents     []string // receipts' parents as JSON, in step with receipts
 	obligations []host.Obligation
@@ -58,10 +61,51 @@ type behind struct {
 
 type termination struct{ tenant, parent, by string }
 
-type behindMark struct{ tasks, receipts, obligations, terms, inbox int }
+type behindMark struct{ tasks, updates, attempts, receipts, obligations, terms, inbox int }
 
 func (b *behind) mark() behindMark {
-	return behindMark{len(b.tasks), len(b.receipts), len(b.obligations), len(b.terms), len(b.inbox)}
+	return behindMark{len(b.tasks), len(b.updates), len(b.attempts), len(b.receipts), len(b.obligations), len(b.terms), len(b.inbox)}
+}
+
+// taskUpdate is a fenced task update written behind: the task's
+// sqlrows.TaskSetValues, its id and its fence.
+type taskUpdate struct {
+	id   string
+	vals []any
+	f    store.Fence
+}
+
+// updating reports whether an update of task id waits.
+func (b *behind) updating(id string) bool {
+	for i := range b.updates {
+		if b.updates[i].id == id {
+			return true
+		}
+	}
+	return false
+}
+
+// ownUpdates reports whether the running request has task updates waiting.
+func (b *behind) ownUpdates() bool { return len(b.updates) > b.ended.updates }
+
+// updateBehind writes u behind. A second update of a task whose update
+// waits sends the waiting rows first: one statement changes a row once.
+func (w *writeTx) updateBehind(u taskUpdate) {
+	if w.bh.updating(u.id) {
+		w.materialize()
+	}
+	w.bh.updates = append(w.bh.updates, u)
+}
+
+// beforeWrite runs before a statement is queued directly (sess.queue): the
+// task updates waiting here go into the queue first, so a statement that
+// changes a task they change runs after them, in the order it was asked.
+// (Other rows written behind need not: nothing queued directly writes
+// their tables.)
+func (w *writeTx) beforeWrite() {
+	if len(w.bh.updates) > 0 {
+		w.materialize()
+	}
 }
 
 // empty reports whether no row waits.
@@ -82,7 +126,7 @@ func (b *behind) endRequest(ok bool) {
 		return
 	}
 	e := b.ended
-	b.tasks = b.tasks[:e.tasks]
+	b.tasks, b.updates, b.attempts = b.tasks[:e.tasks], b.updates[:e.updates], b.attempts[:e.attempts]
 	b.receipts, b.parents = b.receipts[:e.receipts], b.parents[:e.receipts]
 	b.obligations, b.terms, b.inbox = b.obligations[:e.obligations], b.terms[:e.terms], b.inbox[:e.inbox]
 }
@@ -95,9 +139,8 @@ func (w *writeTx) materialize() {
 	if b.empty() {
 		return
 	}
-	e := b.ended
-	block := behindStmts(b.tasks[:e.tasks], b.receipts[:e.receipts], b.parents[:e.receipts], b.obligations[:e.obligations], b.terms[:e.terms], b.inbox[:e.inbox])
-	own := behindStmts(b.tasks[e.tasks:], b.receipts[e.receipts:], b.parents[e.receipts:], b.obligations[e.obligations:], b.terms[e.terms:], b.inbox[e.inbox:])
+	block := b.stmts(behindMark{}, b.ended)
+	own := b.stmts(b.ended, b.mark())
 	ss := w.ss
 	at := min(b.blockAt, len(ss.pre))
 	ss.pre = slices.Insert(ss.pre, at, block...)
@@ -278,13 +321,28 @@ func column[T any](rows [][]any, c int) []T {
 	return a
 }
 
-// behindStmts returns the statements that write the given rows: tasks (with
-// their listing rows), receipts and obligations, then terminations in their
-// order, then inbox rows.
-func behindStmts(tasks [][]any, rcs []*host.Receipt, parents []string, obs []host.Obligation, terms []termination, inbox []host.InboxItem) []stmt {
+// stmts returns the statements that write the rows from mark a up to mark
+// z: tasks (with their listing rows), task updates, attempts, receipts and
+// obligations, terminations, then inbox rows.
+func (b *behind) stmts(a, z behindMark) []stmt {
+	return behindStmts(b.tasks[a.tasks:z.tasks], b.updates[a.updates:z.updates], b.attempts[a.attempts:z.attempts],
+		b.receipts[a.receipts:z.receipts], b.parents[a.receipts:z.receipts], b.obligations[a.obligations:z.obligations],
+		b.terms[a.terms:z.terms], b.inbox[a.inbox:z.inbox])
+}
+
+// behindStmts returns the statements that write the given rows, in the order
+// behind.stmts gives.
+func behindStmts(tasks [][]any, updates []taskUpdate, attempts [][]any, rcs []*host.Receipt, parents []string, obs []host.Obligation, terms []termination, inbox []host.InboxItem) []stmt {
 	var out []stmt
 	if len(tasks) > 0 {
 		out = append(out, tasksStmt(tasks))
+	}
+	switch len(attempts) {
+	case 0:
+	case 1:
+		out = append(out, stmt{sql: attemptInsert, args: attempts[0], check: expectRows("attempt insert", 1)})
+	default:
+		out = append(out, stmt{sql: attemptsBehind, args: columnsOf(attempts), check: expectRows("attempt insert", len(attempts))})
 	}
 	if len(rcs) > 0 || len(obs) > 0 {
 		n := len(rcs)
@@ -337,9 +395,9 @@ func behindStmts(tasks [][]any, rcs []*host.Receipt, parents []string, obs []hos
 			},
 		}, stmt{sql: `SET LOCAL plan_cache_mode TO DEFAULT`})
 	}
-	for _, t := range terms {
-		out = append(out, stmt{sql: terminateQ, args: []any{t.by, t.parent, t.tenant}})
-	}
+	// Updates after receipts and obligations: a termination may end an
+	// obligation opened in the same batch.
+	out = append(out, setUpdates(updates, terms)...)
 	if len(inbox) > 0 {
 		rows := make([][]any, len(inbox))
 		for i, it := range inbox {

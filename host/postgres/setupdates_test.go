@@ -1,0 +1,161 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/storetest"
+)
+
+// priorityTo returns a request that sets task's priority to p, fenced on
+// its state and on version (the task as read before the batch).
+func priorityTo(task *host.Task, p int, version int64) func(store.Tx) error {
+	return func(tx store.Tx) error {
+		c := *task
+		c.Priority = p
+		return tx.UpdateTask(context.Background(), &c, store.Fence{State: host.StateQueued, Version: version})
+	}
+}
+
+// The task updates of a batch's requests go to the server as one statement:
+// four cost no more than one does, but for the two that choose the set's
+// plan; each task is written and its version moves once.
+func TestTaskUpdatesOfABatchAreOneStatement(t *testing.T) {
+	st := openIn(t, newSchema(t), Options{Writers: 1})
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	batch := func(n, p int) int64 {
+		var tasks []*host.Task
+		var fns []func(store.Tx) error
+		for range n {
+			task := b.Task(t, b.Enqueue(t, "work").TaskID)
+			tasks = append(tasks, task)
+			fns = append(fns, priorityTo(task, p, task.Version))
+		}
+		before := st.WriterStatements()
+		for i, err := range runHeld(t, st, fns...) {
+			if err != nil {
+				t.Fatalf("update %d of %d: %v", i, n, err)
+			}
+		}
+		sent := st.WriterStatements() - before
+		for i, task := range tasks {
+			got := b.Task(t, task.ID)
+			if got.Priority != p || got.Version != task.Version+1 {
+				t.Errorf("batch of %d, task %d: priority %d version %d, want %d and %d", n, i, got.Priority, got.Version, p, task.Version+1)
+			}
+		}
+		return sent
+	}
+	one := batch(1, 3)
+	four := batch(4, 4)
+	if four > one+2 {
+		t.Errorf("a batch of four task updates sent %d statements, a batch of one %d: want at most %d", four, one, one+2)
+	}
+	b.Verify(t)
+}
+
+// An update of the set whose fence no longer holds fails its own request
+// alone: the batch runs again in strict mode, the others commit, and the
+// fenced-out row is not written.
+func TestALostFenceInASetOfUpdatesFailsItsRequestAlone(t *testing.T) {
+	st := openIn(t, newSchema(t), Options{Writers: 1})
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	var tasks []*host.Task
+	for range 3 {
+		tasks = append(tasks, b.Task(t, b.Enqueue(t, "work").TaskID))
+	}
+	reruns := st.StrictReruns()
+	errs := runHeld(t, st,
+		priorityTo(tasks[0], 6, tasks[0].Version),
+		priorityTo(tasks[1], 6, tasks[1].Version+3), // stale
+		priorityTo(tasks[2], 6, tasks[2].Version))
+	if errs[0] != nil || errs[2] != nil {
+		t.Fatalf("sound updates failed with their batch: %v, %v", errs[0], errs[2])
+	}
+	if !errors.Is(errs[1], store.ErrFenced) {
+		t.Errorf("stale fence: %v, want store.ErrFenced", errs[1])
+	}
+	if st.StrictReruns() <= reruns {
+		t.Error("the lost fence was not found at the batch's end (no strict rerun)")
+	}
+	for i, want := range []int{6, tasks[1].Priority, 6} {
+		if got := b.Task(t, tasks[i].ID); got.Priority != want {
+			t.Errorf("task %d: priority %d, want %d", i, got.Priority, want)
+		}
+	}
+	b.Verify(t)
+}
+
+// A statement a later request queues directly runs after the task updates
+// the batch's earlier requests wrote behind, as they were asked: here it
+// sets the priority an earlier update set, and the later one stays.
+func TestADirectWriteFollowsAnEarlierRequestsTaskUpdate(t *testing.T) {
+	st := openIn(t, newSchema(t), Options{Writers: 1})
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	task := b.Task(t, b.Enqueue(t, "work").TaskID)
+	errs := runHeld(t, st,
+		func(tx store.Tx) error {
+			c := *task
+			c.Priority = 5
+			return tx.UpdateTask(context.Background(), &c, store.Fence{State: host.StateQueued})
+		},
+		func(tx store.Tx) error {
+			tx.(*writeTx).ss.queue(`UPDATE tasks SET priority = 9 WHERE id = $1`, task.ID)
+			return nil
+		})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	if got := b.Task(t, task.ID); got.Priority != 9 {
+		t.Errorf("priority %d, want 9: the earlier request's update ran after the later statement", got.Priority)
+	}
+}
+
+// Terminations of several obligations in one batch are one statement and
+// each ends its own obligation, by its own terminator.
+func TestTerminationsOfABatchEndTheirOwnObligations(t *testing.T) {
+	st := openIn(t, newSchema(t), Options{Writers: 1})
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	ctx := b.Ctx
+	var openers []*host.Receipt
+	for range 3 {
+		o := behindReceipt(b)
+		if err := st.Update(ctx, func(tx store.Tx) error { return behindAssigned(ctx, tx, o) }); err != nil {
+			t.Fatal(err)
+		}
+		openers = append(openers, o)
+	}
+	var fns []func(store.Tx) error
+	var enders []*host.Receipt
+	for _, o := range openers {
+		rc := behindReceipt(b)
+		enders = append(enders, rc)
+		fns = append(fns, func(tx store.Tx) error { return behindRows(ctx, tx, rc, o.ID, "I-"+rc.ID) })
+	}
+	for i, err := range runHeld(t, st, fns...) {
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	err := st.View(ctx, func(r store.Reader) error {
+		for i, o := range openers {
+			by, err := r.Terminator(ctx, "acme", o.ID)
+			if err != nil {
+				return err
+			}
+			if by != enders[i].ID {
+				t.Errorf("obligation %d terminated by %q, want %s", i, by, enders[i].ID)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Verify(t)
+}
