@@ -347,7 +347,11 @@ class FakeGate:
                 i = min(len(gate.requests), len(gate.answers)) - 1
                 status, headers, out = gate.answers[i]
                 raw = out if isinstance(out, bytes) else json.dumps(out).encode()
-                self.send_response(status)
+                # send_response would add a Date of its own ahead of an
+                # answer's: a test's Date must be the only one.
+                self.send_response_only(status)
+                if "Date" not in headers:
+                    self.send_header("Date", self.date_time_string())
                 for k, v in headers.items():
                     self.send_header(k, v)
                 self.send_header("Content-Length", str(len(raw)))
