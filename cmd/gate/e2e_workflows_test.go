@@ -303,3 +303,71 @@ func TestE2EWorkflowStepStartCLI(t *testing.T) {
 		})
 	}
 }
+
+// TestE2EWorkflowOutcomeContract: workflows that succeeded, failed and
+// were canceled show how they ended in outcome, and every answer about them
+// (submit, cancel, read, list) matches the OpenAPI document the gate serves
+// (the contract check), whose outcome lists exactly those three. On SQLite
+// and PostgreSQL.
+func TestE2EWorkflowOutcomeContract(t *testing.T) {
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			contract(t)
+			g := startGateOnStore(t, driver)
+			g.putType(t, "wf.end", map[string]any{}, "")
+			agent := g.newKey(t, "agent", "agent.ends", "")
+			wkey := g.newKey(t, "worker", "wf.w1", "")
+			ids, steps := map[string]string{}, map[string]string{}
+			for _, end := range []string{"succeeded", "failed", "canceled"} {
+				r := call(t, "POST", g.URL+"/v1/workflows", agent, map[string]any{"name": end,
+					"steps": []map[string]any{{"name": "only", "task_type": "wf.end"}}})
+				want(t, r, 201, "")
+				var sub struct {
+					WorkflowID string            `json:"workflow_id"`
+					Steps      map[string]string `json:"steps"`
+				}
+				r.Into(t, &sub)
+				ids[end], steps[sub.Steps["only"]] = sub.WorkflowID, end
+			}
+			want(t, call(t, "POST", g.URL+"/v1/workflows/"+ids["canceled"]+"/cancel", agent, nil), 200, "")
+			var leases struct {
+				Leases []struct {
+					LeaseID string `json:"lease_id"`
+					Task    struct {
+						TaskID string `json:"task_id"`
+					} `json:"task"`
+				} `json:"leases"`
+			}
+			r := call(t, "POST", g.URL+"/v1/leases", wkey, map[string]any{"worker_id": "wf.w1", "task_types": []string{"wf.end"}, "max_tasks": 5})
+			want(t, r, 200, "")
+			if r.Into(t, &leases); len(leases.Leases) != 2 {
+				t.Fatalf("leased %d steps, want the two of the running workflows: %s", len(leases.Leases), r.Body)
+			}
+			for _, l := range leases.Leases {
+				switch steps[l.Task.TaskID] {
+				case "succeeded":
+					want(t, call(t, "POST", g.URL+"/v1/leases/"+l.LeaseID+"/complete", wkey, map[string]any{"result": map[string]any{}, "summary": "ok"}), 200, "")
+				case "failed":
+					want(t, call(t, "POST", g.URL+"/v1/leases/"+l.LeaseID+"/fail", wkey, map[string]any{"error_message": "no", "retryable": false}), 200, "")
+				default:
+					t.Fatalf("leased %s, the step of no running workflow", l.Task.TaskID)
+				}
+			}
+			for end, id := range ids {
+				var w struct{ Status, Outcome string }
+				call(t, "GET", g.URL+"/v1/workflows/"+id, agent, nil).Into(t, &w)
+				if w.Status != end || w.Outcome != end {
+					t.Errorf("the %s workflow: status %q, outcome %q", end, w.Status, w.Outcome)
+				}
+			}
+			want(t, call(t, "GET", g.URL+"/v1/workflows", agent, nil), 200, "")
+			d := contractFor(t, g.URL)
+			for _, name := range []string{"Workflow", "WorkflowView"} {
+				if got := fmt.Sprint(d.doc.Components.Schemas[name].Value.Properties["outcome"].Value.Enum); got != "[succeeded failed canceled]" {
+					t.Errorf("the document's %s.outcome enum %s, want [succeeded failed canceled]", name, got)
+				}
+			}
+		})
+	}
+}

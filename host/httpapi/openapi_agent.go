@@ -9,7 +9,7 @@ import (
 
 // The agent API's operations in the OpenAPI document.
 func init() {
-	openapi.Enum(host.StateWaiting, host.StateQueued, host.StateScheduled, host.StateLeased, host.StateSucceeded, host.StateCanceled, host.StateDeadLetter)
+	openapi.Enum(host.StateWaiting, host.StateQueued, host.StateScheduled, host.StateLeased, host.StateSucceeded, host.StateCanceled, host.StateDeadLetter, host.StateArchived)
 	openapi.Enum(host.RuleAllSucceeded, host.RuleAnySucceeded, host.RuleAllFinished)
 	agents := []string{"agent", "admin"}
 	anyKey := []string{"agent", "worker", "admin"}

@@ -4,10 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"reflect"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
+	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi/openapi"
 )
 
@@ -78,5 +84,101 @@ func BenchmarkOpenAPIDocument(b *testing.B) {
 		if _, err := openapi.Document("bench"); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestOpenAPIWorkflowOutcome: the document's workflow outcome lists exactly
+// the end states (succeeded, failed, canceled), in Workflow and
+// WorkflowView, and the gate's answers about workflows that ended each way,
+// before and after retention archives them, match the document.
+func TestOpenAPIWorkflowOutcome(t *testing.T) {
+	clock := host.NewManualClock(time.Now())
+	b := setupClock(t, clock)
+	ctx := context.Background()
+	code, raw := b.raw(t, "GET", "/openapi.json", "", "")
+	if code != 200 {
+		t.Fatalf("GET /openapi.json: %d", code)
+	}
+	doc, err := openapi3.NewLoader().LoadFromData(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []any{"succeeded", "failed", "canceled"}
+	for _, name := range []string{"Workflow", "WorkflowView"} {
+		s := doc.Components.Schemas[name]
+		if s == nil || s.Value.Properties["outcome"] == nil {
+			t.Fatalf("the document has no %s.outcome", name)
+		}
+		if got := s.Value.Properties["outcome"].Value.Enum; !reflect.DeepEqual(got, want) {
+			t.Errorf("%s.outcome enum %v, want %v", name, got, want)
+		}
+	}
+	check := func(schema, what string, body []byte) {
+		t.Helper()
+		var v any
+		if err := json.Unmarshal(body, &v); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if err := doc.Components.Schemas[schema].Value.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+			t.Errorf("%s does not match the document's %s: %v\n%s", what, schema, err, body)
+		}
+	}
+
+	if code, m := b.do(t, "PUT", "/v1/admin/task-types/echo", b.admin, `{"default_retention_days":1}`); code != 200 {
+		t.Fatalf("PUT task type = %d %v", code, m)
+	}
+	ids := map[string]string{} // how it ends → workflow id
+	steps := map[string]string{}
+	for _, end := range []string{"succeeded", "failed", "canceled"} {
+		code, m := b.do(t, "POST", "/v1/workflows", b.agent, `{"name":"`+end+`","steps":[{"name":"only","task_type":"echo"}]}`)
+		if code != 201 {
+			t.Fatalf("submit: %d %v", code, m)
+		}
+		ids[end] = m["workflow_id"].(string)
+		steps[m["steps"].(map[string]any)["only"].(string)] = end
+	}
+	code, raw = b.raw(t, "POST", "/v1/workflows/"+ids["canceled"]+"/cancel", b.agent, "")
+	if code != 200 {
+		t.Fatalf("cancel: %d %s", code, raw)
+	}
+	check("Workflow", "the cancel's answer", raw)
+	offers, err := b.eng.Lease(ctx, engine.LeaseRequest{Tenant: auth.DefaultTenant, WorkerID: "echo.w1", MaxTasks: 5})
+	if err != nil || len(offers) != 2 {
+		t.Fatalf("lease: %v %v", offers, err)
+	}
+	for _, o := range offers {
+		call := engine.WorkerCall{Tenant: auth.DefaultTenant, WorkerID: "echo.w1", LeaseID: o.LeaseID}
+		switch steps[o.Task.ID] {
+		case "succeeded":
+			_, err = b.eng.Complete(ctx, engine.CompleteRequest{WorkerCall: call, Result: host.Result{Pointer: "inline:aGk=", Summary: "hi"}})
+		case "failed":
+			_, err = b.eng.Fail(ctx, engine.FailRequest{WorkerCall: call, Error: "no"})
+		default:
+			t.Fatalf("leased %s, the step of no running workflow", o.Task.ID)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, archived := range []bool{false, true} {
+		if archived {
+			clock.Advance(time.Duration(engine.DefaultDeadLetterDays+1) * 24 * time.Hour) // past the dead letter's keep too
+			if code, m := b.do(t, "POST", "/v1/admin/retention/sweep", b.admin, ""); code != 200 || m["workflows_archived"] != float64(3) {
+				t.Fatalf("sweep: %d %v", code, m)
+			}
+		}
+		for end, id := range ids {
+			code, raw := b.raw(t, "GET", "/v1/workflows/"+id, b.agent, "")
+			var w struct{ Status, Outcome string }
+			if code != 200 || json.Unmarshal(raw, &w) != nil || w.Outcome != end || (w.Status == "archived") != archived {
+				t.Fatalf("GET the %s workflow (archived %v): %d %s", end, archived, code, raw)
+			}
+			check("WorkflowView", "the "+end+" workflow (archived "+strconv.FormatBool(archived)+")", raw)
+		}
+		code, raw := b.raw(t, "GET", "/v1/workflows", b.agent, "")
+		if code != 200 {
+			t.Fatalf("list: %d %s", code, raw)
+		}
+		check("WorkflowList", "the list", raw)
 	}
 }

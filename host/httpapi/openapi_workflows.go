@@ -9,6 +9,9 @@ import (
 // The workflow operations in the OpenAPI document (issue 39).
 func init() {
 	openapi.Enum(host.WorkflowRunning, host.WorkflowSucceeded, host.WorkflowFailed, host.WorkflowCanceled, host.WorkflowArchived)
+	// A workflow's outcome is how it ended (endWorkflow), kept when it is
+	// archived: never running or archived.
+	openapi.FieldEnum(host.Workflow{}, "outcome", host.WorkflowSucceeded, host.WorkflowFailed, host.WorkflowCanceled)
 	agents := []string{"agent", "admin"}
 	openapi.Add(
 		openapi.Op{Method: "POST", Path: "/v1/workflows", Tag: "workflows", Roles: agents, Strict: true, Body: engine.WorkflowRequest{}, BodyRequired: true,

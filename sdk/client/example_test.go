@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/asyncgate/asyncgate/sdk/client"
@@ -48,5 +49,49 @@ func Example() {
 	thumb, _, err := client.ResultAs[Thumb](ctx, c, t.TaskID)
 	if err == nil {
 		fmt.Println(thumb.URL)
+	}
+}
+
+// A later session finds the outcomes of the work an earlier one queued: the
+// unread inbox items (a task's end, or a workflow's: its id is the
+// workflow's), their results, and marks them read once handled; what is
+// still owed is in OwedToYou.
+func ExampleClient_SessionBootstrap() {
+	ctx := context.Background()
+	c := client.New("http://127.0.0.1:8080", os.Getenv("ASYNCGATE_KEY"))
+	boot, err := c.SessionBootstrap(ctx, 0)
+	if err != nil {
+		return
+	}
+	fmt.Printf("%d outcomes still owed\n", len(boot.OwedToYou))
+	items, cursor := boot.Inbox, boot.InboxCursor
+	for {
+		var done []string
+		for _, it := range items {
+			switch it.Kind {
+			case client.InboxCompleted:
+				if strings.HasPrefix(it.TaskID, "WF-") {
+					if w, err := c.GetWorkflow(ctx, it.TaskID); err == nil && w.Result != nil {
+						fmt.Println(w.Name, "succeeded:", w.Result.Summary)
+					}
+				} else if r, err := c.Result(ctx, it.TaskID); err == nil {
+					fmt.Println(it.TaskID, "succeeded:", r.Summary)
+				}
+			case client.InboxFailed, client.InboxEscalation:
+				fmt.Println(it.TaskID, it.Kind+":", it.Summary)
+			}
+			done = append(done, it.InboxID)
+		}
+		if len(done) > 0 {
+			if _, err := c.MarkRead(ctx, done...); err != nil {
+				return
+			}
+		}
+		if cursor == "" {
+			return
+		}
+		if items, cursor, err = c.Inbox(ctx, client.InboxOptions{Unread: true, Cursor: cursor}); err != nil {
+			return
+		}
 	}
 }

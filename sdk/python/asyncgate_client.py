@@ -326,9 +326,17 @@ def _enqueue_body(task_type: str, params: Any, o: Optional[EnqueueOptions]) -> J
 
 
 def step(name: str, task_type: str, params: Any = None, *after: str, after_rule: str = "",
-         priority: int = 0, max_retries: Optional[int] = None, summary: str = "") -> Json:
+         priority: int = 0, max_retries: Optional[int] = None, summary: str = "",
+         delay: float = 0.0, not_before: Union[None, str, _dt.datetime] = None,
+         resource_intents: Optional[Sequence[Any]] = None) -> Json:
     """A workflow step for ``submit_workflow``: ``after`` names the steps it
-    waits on (their outcomes go to its worker)."""
+    waits on (their outcomes go to its worker). ``delay`` (seconds, rounded
+    up: the step's ``delay_seconds``) and ``not_before`` (a ``datetime``,
+    naive taken as UTC, or an RFC 3339 string) hold its start as an
+    enqueue's, counted from the submission, not from the end of the steps in
+    ``after``: a step with both starts when its rule is met and its time has
+    come. ``resource_intents`` are resources its task needs while it runs,
+    besides its type's, as EnqueueOptions takes them."""
     s: Json = {"name": name, "task_type": task_type}
     if params is not None:
         s["params"] = params
@@ -342,6 +350,12 @@ def step(name: str, task_type: str, params: Any = None, *after: str, after_rule:
         s["after"] = list(after)
     if after_rule:
         s["after_rule"] = after_rule
+    if delay and delay > 0:
+        s["delay_seconds"] = int(math.ceil(delay))
+    if not_before is not None:
+        s["not_before"] = _rfc3339(not_before)
+    if resource_intents:
+        s["resource_intents"] = _intents(resource_intents)
     return s
 
 
@@ -721,9 +735,11 @@ class Client:
         → task id). The gate checks the whole graph before it queues
         anything: a bad one is a 400 APIError with code ``unknown_step``,
         ``duplicate_step``, ``workflow_cycle``, ``too_many_steps``,
-        ``invalid_workflow``, ``unknown_task_type`` or ``invalid_params``.
-        ``final_step`` names the step whose outcome is the workflow's ("":
-        the one step nothing waits on)."""
+        ``invalid_workflow``, or a step's field as an enqueue's
+        (``unknown_task_type``, ``invalid_params``, ``invalid_resource``,
+        ``bad_request``; 413 ``too_large``). ``final_step`` names the step
+        whose outcome is the workflow's ("": the one step nothing waits
+        on)."""
         body: Json = {"name": name, "steps": list(steps)}
         if final_step:
             body["final_step"] = final_step

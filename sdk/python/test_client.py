@@ -246,6 +246,38 @@ class GateTests(unittest.TestCase):
             self.c.submit_workflow("loop", [ac.step("a", "pyc.wf", {}, "b"), ac.step("b", "pyc.wf", {}, "a")])
         self.assertEqual((cm.exception.status, cm.exception.code), (400, "workflow_cycle"))
 
+    def test_workflow_step_start_and_intents(self):
+        # A step's delay, not_before and resource_intents reach the gate: the
+        # workflow shows when each delayed step may start, its task runs
+        # under the intents, a changed start under the same key is a
+        # conflict, and a bad intent is the error an enqueue gets.
+        put_type("pyc.timed")
+        key = unique("timed")
+        nb = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=2)).replace(microsecond=0)
+
+        def steps(delay):
+            return [ac.step("a", "pyc.timed", {}),
+                    ac.step("b", "pyc.timed", {}, "a", delay=delay, resource_intents=[("REPO:pyc", ac.READS)]),
+                    ac.step("c", "pyc.timed", {}, not_before=nb)]
+        before = time.time()
+        sub = self.c.submit_workflow("py-timed", steps(3600), final_step="b", idempotency_key=key)
+        w = self.c.get_workflow(sub["workflow_id"])
+        b, c = w["steps"][1], w["steps"][2]
+        self.assertEqual((b["name"], b["status"], c["name"], c["status"]), ("b", "waiting", "c", "scheduled"))
+        at_b = datetime.datetime.fromisoformat(b["available_at"].replace("Z", "+00:00")).timestamp()
+        self.assertGreaterEqual(at_b, before + 3600 - 1, b)
+        self.assertLessEqual(at_b, time.time() + 3600, b)
+        self.assertEqual(datetime.datetime.fromisoformat(c["available_at"].replace("Z", "+00:00")), nb)
+        self.assertEqual(self.c.get_task(sub["steps"]["b"])["resource_intents"],
+                         [{"resource": "REPO:pyc", "predicate": "READS"}])
+        with self.assertRaises(ac.APIError) as cm:
+            self.c.submit_workflow("py-timed", steps(60), final_step="b", idempotency_key=key)
+        self.assertEqual((cm.exception.status, cm.exception.code), (409, "idempotency_conflict"))
+        with self.assertRaises(ac.APIError) as cm:
+            self.c.submit_workflow("py-bad", [ac.step("x", "pyc.timed", {}, resource_intents=[("FILE:", ac.READS)])])
+        self.assertEqual((cm.exception.status, cm.exception.code), (400, "invalid_resource"))
+        self.c.cancel_workflow(sub["workflow_id"])
+
     def test_schedule_lifecycle(self):
         put_type("pyc.sched")
         name = unique("py-hourly")
@@ -315,7 +347,11 @@ class FakeGate:
                 i = min(len(gate.requests), len(gate.answers)) - 1
                 status, headers, out = gate.answers[i]
                 raw = out if isinstance(out, bytes) else json.dumps(out).encode()
-                self.send_response(status)
+                # send_response would add a Date of its own ahead of an
+                # answer's: a test's Date must be the only one.
+                self.send_response_only(status)
+                if "Date" not in headers:
+                    self.send_header("Date", self.date_time_string())
                 for k, v in headers.items():
                     self.send_header(k, v)
                 self.send_header("Content-Length", str(len(raw)))
@@ -452,6 +488,20 @@ class FakeGateTests(unittest.TestCase):
         self.assertIsNone(ac._retry_after(ac.APIError(409, "conflict", retry_after=5)))
         d = ac._retry_after(ac.APIError(429, "quota_exceeded", retry_after=600))
         self.assertTrue(60.0 <= d <= 66.0, d)
+
+    def test_step_body(self):
+        self.assertEqual(ac.step("s", "t"), {"name": "s", "task_type": "t"})
+        naive = datetime.datetime(2026, 1, 2, 3, 4, 5)
+        self.assertEqual(
+            ac.step("s", "t", {"p": 1}, "a", "b", delay=0.2, not_before=naive,
+                    resource_intents=[("FILE:/x", ac.MUTATES), {"resource": "REPO:r", "predicate": ac.READS}]),
+            {"name": "s", "task_type": "t", "params": {"p": 1}, "after": ["a", "b"], "delay_seconds": 1,
+             "not_before": "2026-01-02T03:04:05Z",
+             "resource_intents": [{"resource": "FILE:/x", "predicate": "MUTATES"},
+                                  {"resource": "REPO:r", "predicate": "READS"}]})
+        self.assertEqual(ac.step("s", "t", not_before="2026-01-02T03:04:05+02:00", delay=-5)["not_before"],
+                         "2026-01-02T03:04:05+02:00")
+        self.assertNotIn("delay_seconds", ac.step("s", "t", delay=-5))
 
     def test_fire_key_and_result_decoding(self):
         at = datetime.datetime(2026, 1, 2, 3, 4, 5, 120000, tzinfo=datetime.timezone.utc)

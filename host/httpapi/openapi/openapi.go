@@ -92,6 +92,9 @@ var (
 	mu    sync.Mutex
 	ops   []Op
 	enums = map[reflect.Type][]string{}
+	// fieldEnums are the values of single fields (FieldEnum): by the
+	// struct type that declares the field, then the field's JSON name.
+	fieldEnums = map[reflect.Type]map[string][]string{}
 )
 
 // Enum declares the values of a named string type (e.g. the task states):
@@ -105,6 +108,51 @@ func Enum[T ~string](values ...T) {
 		vs[i] = string(v)
 	}
 	enums[reflect.TypeOf(zero)] = vs
+}
+
+// FieldEnum declares the values one field of a struct type can hold, where
+// they are fewer than its type's Enum (a workflow's outcome is a
+// WorkflowState, but only an end state): of is a value of the struct type
+// that declares the field (a struct embedding it gets the same schema), field
+// the field's JSON name. It panics when of has no such field of a string
+// type, so a renamed field fails at start rather than going unlisted.
+func FieldEnum[T ~string](of any, field string, values ...T) {
+	t := reflect.TypeOf(of)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if !hasStringField(t, field) {
+		panic(fmt.Sprintf("openapi.FieldEnum: %s has no string field %q", t, field))
+	}
+	vs := make([]string, len(values))
+	for i, v := range values {
+		vs[i] = string(v)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fieldEnums[t] == nil {
+		fieldEnums[t] = map[string][]string{}
+	}
+	fieldEnums[t][field] = vs
+}
+
+// hasStringField reports whether struct type t declares a field of a string
+// kind whose JSON name is name.
+func hasStringField(t reflect.Type, name string) bool {
+	if t.Kind() != reflect.Struct {
+		return false
+	}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		n, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if n == "" {
+			n = f.Name
+		}
+		if f.IsExported() && n == name && f.Type.Kind() == reflect.String {
+			return true
+		}
+	}
+	return false
 }
 
 // Add registers operations. Call it from an init function.
@@ -519,11 +567,20 @@ func (g *gen) fields(t reflect.Type, request, strict bool, props map[string]any,
 			name = f.Name
 		}
 		omit := strings.Contains(opts, "omitempty") || strings.Contains(opts, "omitzero")
-		if request {
+		mu.Lock()
+		vs := fieldEnums[t][name]
+		mu.Unlock()
+		switch {
+		case vs != nil && ft.Kind() == reflect.String:
+			props[name] = Schema{"type": "string", "enum": vs}
+		case request:
 			props[name] = g.schemaOf(ft, true, strict)
+		default:
+			props[name] = g.schemaOf(ft, false, false)
+		}
+		if request {
 			continue
 		}
-		props[name] = g.schemaOf(ft, false, false)
 		if !omit {
 			*required = append(*required, name)
 		}

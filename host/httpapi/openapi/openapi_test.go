@@ -89,3 +89,43 @@ func TestOpenAPIPathAndOperationID(t *testing.T) {
 		t.Errorf("exclusions")
 	}
 }
+
+type ending struct {
+	State state `json:"state"`
+	Ended state `json:"ended,omitempty"`
+}
+
+type endingView struct {
+	*ending
+	Extra string `json:"extra"`
+}
+
+// TestFieldEnumNarrowsOneField: a field declared with FieldEnum lists its own
+// values, in the declaring struct and in one embedding it, while another
+// field of the same type keeps the type's; a field that is not there panics.
+func TestFieldEnumNarrowsOneField(t *testing.T) {
+	Enum[state]("on", "off", "gone")
+	FieldEnum(ending{}, "ended", state("on"), state("off"))
+	g := newGen()
+	g.schemaOf(reflect.TypeOf(ending{}), false, false)
+	g.schemaOf(reflect.TypeOf(endingView{}), false, false)
+	for _, name := range []string{"ending", "endingView"} {
+		props := g.schemas[name].(Schema)["properties"].(map[string]any)
+		if !reflect.DeepEqual(props["ended"], Schema{"type": "string", "enum": []string{"on", "off"}}) {
+			t.Errorf("%s.ended %v, want the field's values", name, props["ended"])
+		}
+		if !reflect.DeepEqual(props["state"], Schema{"type": "string", "enum": []string{"on", "off", "gone"}}) {
+			t.Errorf("%s.state %v, want the type's values", name, props["state"])
+		}
+	}
+	for _, field := range []string{"nope", "Ended"} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("FieldEnum of a field %q ending lacks did not panic", field)
+				}
+			}()
+			FieldEnum(&ending{}, field, state("on"))
+		}()
+	}
+}
