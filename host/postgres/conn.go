@@ -152,6 +152,9 @@ func isFatal(err error) bool {
 	if !errors.As(err, &pe) {
 		return true // I/O, protocol or context errors: the connection is suspect
 	}
+	if pe.Code == "55P03" {
+		return true // lock_not_available: a bounded lock wait ran out (runTx)
+	}
 	switch pe.Code[:2] {
 	case "40", // transaction rollback: deadlock, serialization failure
 		"08", // connection exception
@@ -170,11 +173,12 @@ func isBroken(err error) bool {
 	return c == "" || strings.HasPrefix(c, "08") || strings.HasPrefix(c, "57P") || strings.HasPrefix(c, "58") || strings.HasPrefix(c, "XX")
 }
 
-// isRetryable reports whether err is a deadlock or serialization failure after
-// which the whole transaction may simply run again.
+// isRetryable reports whether err is a deadlock, a serialization failure or
+// a bounded lock wait that ran out, after which the whole transaction may
+// simply run again.
 func isRetryable(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001" || pe.Code == "55P03")
 }
 
 // pgCode returns err's SQLSTATE or "".

@@ -523,6 +523,10 @@ func (w *writer) connect() error {
 // maxAttempts bounds how often one batch is rerun.
 const maxAttempts = 12
 
+// firstRunLockWaitSQL bounds a batch's first run's wait for a lock (runTx)
+// to a few batches' time, well under the server's default deadlock_timeout.
+const firstRunLockWaitSQL = `SET LOCAL lock_timeout = '50ms'`
+
 // retryPause is the pause before attempt n+1 of a batch that failed n times
 // with a deadlock or a serialization failure: random, up to 2^n ms capped at
 // 250 ms. A request rerun in a transaction of its own after a deadlock is
@@ -561,7 +565,7 @@ func (w *writer) run(batch []*request) {
 	}
 	strict := false
 	for attempt := 1; ; attempt++ {
-		out := w.runTx(live, strict)
+		out := w.runTx(live, strict, attempt == 1)
 		if out.err == nil {
 			for _, r := range out.later {
 				// Its batch has committed and released its locks: now it
@@ -637,7 +641,7 @@ type txResult struct {
 // conflict, a lost fence), nothing is committed and the batch runs again in
 // strict mode, where every write is answered at once and fails its request
 // alone, exactly as the engine expects.
-func (w *writer) runTx(reqs []*request, strict bool) txResult {
+func (w *writer) runTx(reqs []*request, strict, bounded bool) txResult {
 	if err := w.connect(); err != nil {
 		return txResult{err: unavailable("connect", err), retry: true}
 	}
@@ -645,6 +649,16 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 	ss := &sess{conn: w.conn.Conn(), trips: &w.s.writerTrips, stmts: &w.s.writerStmts}
 	st := &txState{chain: w.chain, lastCheckpoint: w.lastCheckpoint, checkpointed: w.checkpointed}
 	ss.queueCtl(`BEGIN`)
+	if bounded {
+		// A batch's first run waits for another transaction's lock no
+		// longer than firstRunLockWaitSQL says: two writers' batches lock rows in
+		// their requests' order, not one order, and a deadlock between
+		// them would otherwise stand until the server's deadlock_timeout
+		// (1 s by default) found it. The batch runs again without the
+		// bound (lock_not_available is retried as a deadlock is).
+		ss.queueCtl(firstRunLockWaitSQL)
+	}
+	opening := len(ss.pre) // BEGIN and its settings
 	// fail abandons the transaction before COMMIT was sent. A broken
 	// connection is dropped; either way nothing was written, so the batch may
 	// run again after a lost connection, a deadlock or a serialization failure.
@@ -763,7 +777,7 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 	}
 	// The requests' rows written behind join the queue at its end.
 	wtx.materializeAtEnd()
-	if ss.flushes == 0 && len(ss.pre) == 1 {
+	if ss.flushes == 0 && len(ss.pre) == opening {
 		// Nothing but BEGIN: no transaction to commit.
 		ss.truncate(0)
 		w.finish(reqs)
@@ -793,6 +807,12 @@ func (w *writer) runTx(reqs []*request, strict bool) txResult {
 			}
 			return fail("deferred writes", err)
 		}
+	}
+	if bounded {
+		// COMMIT waits on a lock of its own when the transaction notifies
+		// (the server serializes notifying commits): unbounded, so a commit
+		// never fails for a wait.
+		ss.queueCtl(`SET LOCAL lock_timeout TO DEFAULT`)
 	}
 	seen := map[string]bool{}
 	for _, t := range st.notify {

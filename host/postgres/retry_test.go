@@ -8,6 +8,7 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/storetest"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -149,4 +150,59 @@ func p0(m map[time.Duration]bool) time.Duration {
 		return k
 	}
 	return 0
+}
+
+// A batch's first run waits for a row lock another transaction holds no
+// longer than its bound (firstRunLockWaitSQL), then runs again without it and
+// commits when the lock is let go: a deadlock between two writers' batches
+// costs the bound, not the server's deadlock_timeout.
+func TestAFirstRunsLockWaitIsBounded(t *testing.T) {
+	schema := newSchema(t)
+	st := openIn(t, schema, Options{Writers: 1})
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	ctx := b.Ctx
+	task := b.Task(t, b.Enqueue(t, "work").TaskID)
+	other, err := pgx.Connect(ctx, testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
+	hold, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback(ctx)
+	tbl := pgx.Identifier{schema, "tasks"}.Sanitize()
+	if _, err := hold.Exec(ctx, `SELECT 1 FROM `+tbl+` WHERE id = $1 FOR UPDATE`, task.ID); err != nil {
+		t.Fatal(err)
+	}
+	retries := st.BatchRetries()
+	done := make(chan error, 1)
+	go func() {
+		done <- st.Update(ctx, func(tx store.Tx) error {
+			c := *task
+			c.Priority = 8
+			return tx.UpdateTask(ctx, &c, store.Fence{State: host.StateQueued, Version: task.Version})
+		})
+	}()
+	for deadline := time.Now().Add(20 * time.Second); st.BatchRetries() == retries; {
+		if time.Now().After(deadline) {
+			t.Fatal("the batch waited for the lock past its bound without running again")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the update ended while the lock was held: %v", err)
+	default:
+	}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the update failed after the lock was let go: %v", err)
+	}
+	if got := b.Task(t, task.ID); got.Priority != 8 {
+		t.Errorf("priority %d, want 8", got.Priority)
+	}
 }
