@@ -51,7 +51,8 @@ type sess struct {
 	// flushes counts the round trips that carried queued statements.
 	flushes int
 	// fatal is the first error that makes the whole transaction unusable: a
-	// lost connection or a deadlock/serialization failure (class 40).
+	// lost connection, a deadlock/serialization failure (class 40) or a
+	// bounded lock wait that ran out (55P03).
 	fatal error
 	// failed is the first statement error since the current savepoint.
 	failed error

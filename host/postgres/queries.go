@@ -595,15 +595,6 @@ var updateTaskSQL = func() string {
 	return b.String()
 }()
 
-// updateTask returns the fenced UPDATE for t.
-func updateTask(t *host.Task, f store.Fence) (stmt, error) {
-	u, err := newTaskUpdate(t, f)
-	if err != nil {
-		return stmt{}, err
-	}
-	return updateOne(u), nil
-}
-
 // UpdateTask implements store.Tx. Outside strict mode the update is written
 // behind (writebehind.go), with the batch's other task updates as one
 // statement (setupdates.go); a lost fence then runs the batch again in

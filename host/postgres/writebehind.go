@@ -13,11 +13,12 @@ import (
 	"github.com/asyncgate/asyncgate/host/store/sqlrows"
 )
 
-// Rows written behind (outside strict mode): a batch's new tasks, receipts,
-// obligations, obligation terminations and inbox rows wait in the writeTx.
-// Tasks (with their listing rows) go to the server as one statement,
-// receipts and obligations as another, inbox rows as a third (arrays through
-// unnest), not one statement per row. A statement's fixed cost in the server
+// Rows written behind (outside strict mode): a batch's new tasks, fenced
+// task updates, attempts, receipts, obligations, obligation terminations and
+// inbox rows wait in the writeTx. Tasks (with their listing rows) go to the
+// server as one statement, task updates as another (setupdates.go), attempts,
+// receipts and obligations, terminations and inbox rows each as one more
+// (arrays through unnest), not one statement per row. A statement's fixed cost in the server
 // (executor start-up, opening the table's indexes, a portal) is then paid once
 // per batch and table (RATIONALE.md, "PostgreSQL, rows written behind").
 //
@@ -30,19 +31,21 @@ import (
 //     savepoint;
 //   - a request that fails drops the rows it buffered and did not send.
 //
-// Within a flush the rows are written in the order tasks, receipts and
-// obligations, terminations, inbox: an obligation takes its receipt's seq,
+// Within a flush the rows are written in the order tasks, attempts, receipts
+// and obligations, task updates and terminations, inbox: an update may be of
+// a task inserted in the same batch, an obligation takes its receipt's seq,
 // and a termination may end an obligation opened in the same batch. Nothing
-// else the writer queues without reading touches these tables (reads send
-// the pipeline first) except a fenced update of a task, which sends the
-// waiting rows into the queue ahead of it when the batch inserted its task;
-// so the rows' later arrival is seen by nobody. A second insert of a key the
+// else the writer queues without reading touches the inserted tables (reads
+// send the pipeline first), so their rows' later arrival is seen by nobody;
+// a statement queued directly may change a task, so it sends the waiting
+// task updates first (writeTx.beforeWrite). A second insert of a key the
 // batch holds is refused at once (writeTx.keys). In strict mode every write
 // is answered at once and nothing waits here.
 type behind struct {
 	tasks       [][]any // sqlrows.TaskInsertValues of each new task
 	updates     []taskUpdate
-	attempts    [][]any // an attempt row's values (attemptValues)
+	updated     map[string]struct{} // the ids of updates
+	attempts    [][]any             // an attempt row: tenant, task id, lease id, ended at, body
 	receipts    []*host.Receipt
 	parents     []string // receipts' parents as JSON, in step with receipts
 	obligations []host.Obligation
@@ -77,12 +80,8 @@ type taskUpdate struct {
 
 // updating reports whether an update of task id waits.
 func (b *behind) updating(id string) bool {
-	for i := range b.updates {
-		if b.updates[i].id == id {
-			return true
-		}
-	}
-	return false
+	_, ok := b.updated[id]
+	return ok
 }
 
 // ownUpdates reports whether the running request has task updates waiting.
@@ -94,7 +93,11 @@ func (w *writeTx) updateBehind(u taskUpdate) {
 	if w.bh.updating(u.id) {
 		w.materialize()
 	}
+	if w.bh.updated == nil {
+		w.bh.updated = map[string]struct{}{}
+	}
 	w.bh.updates = append(w.bh.updates, u)
+	w.bh.updated[u.id] = struct{}{}
 }
 
 // beforeWrite runs before a statement is queued directly (sess.queue): the
@@ -126,6 +129,9 @@ func (b *behind) endRequest(ok bool) {
 		return
 	}
 	e := b.ended
+	for _, u := range b.updates[e.updates:] {
+		delete(b.updated, u.id)
+	}
 	b.tasks, b.updates, b.attempts = b.tasks[:e.tasks], b.updates[:e.updates], b.attempts[:e.attempts]
 	b.receipts, b.parents = b.receipts[:e.receipts], b.parents[:e.receipts]
 	b.obligations, b.terms, b.inbox = b.obligations[:e.obligations], b.terms[:e.terms], b.inbox[:e.inbox]
@@ -171,8 +177,8 @@ func (w *writeTx) materializeAtEnd() {
 // plan is made while the tables are small, and a join to one of them would
 // keep a sequential scan as they grow (measured: the cycle rate halved within
 // 8,000 cycles). So an obligation takes its receipt's seq from the receipts
-// the same statement inserted, and terminations stay one statement each,
-// found by primary key.
+// the same statement inserted. (The updates join their arrays to the table
+// by key, planned afresh each time: setupdates.go.)
 //
 // The arrays are unnested in the select list, not in FROM: `FROM unnest(a,
 // b, …)` materializes each array into a tuplestore of its own, whose first
