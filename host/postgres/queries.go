@@ -680,13 +680,12 @@ func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.T
 	if len(rows) == 0 {
 		return nil, nil
 	}
-	stmts, ups := make([]stmt, len(rows)), make([]taskUpdate, len(rows))
+	ups := make([]taskUpdate, len(rows))
 	for i, c := range rows {
 		q.Grant(c.t)
 		if ups[i], err = newTaskUpdate(c.t, store.Fence{State: host.StateQueued}); err != nil {
 			return nil, err
 		}
-		stmts[i] = updateOne(ups[i])
 	}
 	var ns []int64
 	if w.deferWrites {
@@ -701,8 +700,15 @@ func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.T
 			w.updateBehind(u)
 			ns[i] = 1
 		}
-	} else if ns, err = w.ss.execAll(w.c(ctx), stmts); err != nil {
-		return nil, err
+	} else {
+		// Strict: each row its own statement, answered at once.
+		stmts := make([]stmt, len(ups))
+		for i, u := range ups {
+			stmts[i] = updateOne(u)
+		}
+		if ns, err = w.ss.execAll(w.c(ctx), stmts); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]*host.Task, 0, len(rows))
 	for i, c := range rows {
