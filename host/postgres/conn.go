@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strings"
@@ -30,13 +31,23 @@ type stmt struct {
 var errDeferred = errors.New("postgres: a deferred write failed; the batch runs again with immediate writes")
 
 // mismatch is a deferred write's check finding an answer other than the one
-// its request assumed.
-type mismatch struct{ what string }
+// its request assumed. req, when set, is the one request whose guess it was
+// (depspec.go): the batch can then run again without it, as it was, and it
+// after the batch (writer.run).
+type mismatch struct {
+	what string
+	reqs []*request
+}
 
 func (m *mismatch) Error() string { return m.what }
 
-// deferredFailure wraps what went wrong with a deferred write.
-type deferredFailure struct{ err error }
+// deferredFailure wraps what went wrong with a deferred write. culprits,
+// when set, are the requests whose guesses failed (each mismatch names
+// its request), and nothing else failed in the statements read.
+type deferredFailure struct {
+	err      error
+	culprits []*request
+}
 
 func (d *deferredFailure) Error() string { return errDeferred.Error() + ": " + d.err.Error() }
 func (d *deferredFailure) Unwrap() error { return errDeferred }
@@ -111,6 +122,13 @@ func (s *sess) wrote() {
 // pipeline is next sent.
 func (s *sess) queueChecked(check func(pgx.BatchResults) error, sql string, args ...any) {
 	s.wrote()
+	s.queueCheckedAsIs(check, sql, args...)
+}
+
+// queueCheckedAsIs is queueChecked without the beforeWrite hook: for a
+// statement whose caller has seen to what must run before it
+// (writeTx.queueCheckedOn).
+func (s *sess) queueCheckedAsIs(check func(pgx.BatchResults) error, sql string, args ...any) {
 	s.pre = append(s.pre, stmt{sql: sql, args: args, check: check})
 	s.checks++
 }
@@ -208,19 +226,29 @@ func (s *sess) send(ctx context.Context, extra ...stmt) (pgx.BatchResults, error
 	s.flushes++
 	s.trip(len(pre) + len(extra))
 	br := s.conn.SendBatch(ctx, b)
+	var blamed []*request // requests whose guess a check found wrong
+	var blame error
 	for _, p := range pre {
 		var err error
 		if p.check != nil {
 			if err = p.check(br); err != nil {
 				var pe *pgconn.PgError
 				var mm *mismatch
+				if errors.As(err, &mm) && len(mm.reqs) > 0 {
+					// Requests' own writes or guesses: the statements after
+					// it ran, so their checks are read too, for every
+					// request to blame.
+					blamed = append(blamed, mm.reqs...)
+					blame = cmp.Or(blame, err)
+					continue
+				}
 				if errors.As(err, &mm) || errors.Is(err, pgx.ErrNoRows) || (errors.As(err, &pe) && !isFatal(err)) {
 					// A conflict, a lost fence or a refused value: the
 					// batch runs again in strict mode, where the same write
 					// is answered at once and fails its request alone.
 					br.Close()
 					if s.deferred == nil {
-						s.deferred = &deferredFailure{err}
+						s.deferred = &deferredFailure{err: err}
 					}
 					return nil, s.deferred
 				}
@@ -239,6 +267,13 @@ func (s *sess) send(ctx context.Context, extra ...stmt) (pgx.BatchResults, error
 			}
 			return nil, err
 		}
+	}
+	if blamed != nil {
+		br.Close()
+		if s.deferred == nil {
+			s.deferred = &deferredFailure{err: blame, culprits: blamed}
+		}
+		return nil, s.deferred
 	}
 	return br, nil
 }

@@ -28,7 +28,8 @@ func (w *writeTx) InsertDependencies(ctx context.Context, deps []host.Dependency
 SELECT $1, j.w, j.d, j.r, j.p, j.s, j.h FROM jsonb_to_recordset($2::jsonb) AS j(w text, d text, r text, p integer, s text, h integer)`
 	w.edges = append(w.edges, deps...)
 	if w.deferWrites {
-		w.ss.queueChecked(expectRows("dependency insert", len(deps)), q, tenant, rows)
+		// It writes no task row: the batch's task updates may stay one set.
+		w.queueCheckedOn(nil, expectRows("dependency insert", len(deps)), q, tenant, rows)
 		return nil
 	}
 	_, err = w.ss.exec(w.c(ctx), q, tenant, rows)
@@ -93,6 +94,66 @@ func (w *writeTx) MarkWaitedOn(ctx context.Context, tenant string, ids []string)
 	q, args := byIDs(markWaitedOn, markOneWaitedOn, tenant, ids)
 	_, err := w.ss.exec(w.c(ctx), q, args...)
 	return err
+}
+
+// An enqueue's marker and locking read lock rows other transactions write:
+// a completion's or a claim's batch on another writer (or host) holds its
+// tasks' rows until it commits. Two batches that each hold a row the other
+// then waits for deadlock, and each batch takes its rows in its requests'
+// order, not in one order for all. So a marker in a batch of several
+// requests does not wait: it takes the rows it can (SKIP LOCKED), and if
+// another transaction holds one the request gives way (errLockOrder),
+// undone, and runs after its batch in a transaction of its own, which
+// holds nothing when it waits (as LockResources does for resources). A
+// request alone in its transaction waits as before.
+
+// markNoWaitSQL locks every one of the ids' rows without waiting: the
+// unfinished unmarked ones FOR NO KEY UPDATE, marking them, the others
+// FOR SHARE (what LockDependencies takes, so enqueues naming one marked
+// dependency do not give way to each other), and answers whether it
+// locked every row there is. A row that changed since the statement's
+// snapshot may fall out of both sets: the request then gives way too.
+const markNoWaitSQL = `WITH a AS (SELECT id FROM tasks WHERE tenant || '' = $1 AND id = ANY($2::text[]) AND NOT has_waiters
+AND state NOT IN ('succeeded', 'canceled', 'dead_letter', 'archived') FOR NO KEY UPDATE SKIP LOCKED),
+b AS (SELECT id FROM tasks WHERE tenant || '' = $1 AND id = ANY($2::text[])
+AND (has_waiters OR state IN ('succeeded', 'canceled', 'dead_letter', 'archived')) FOR SHARE SKIP LOCKED),
+u AS (UPDATE tasks SET has_waiters = true WHERE tenant || '' = $1 AND id = ANY($2::text[]) AND id IN (SELECT id FROM a))
+SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM b) = (SELECT count(*) FROM tasks WHERE tenant || '' = $1 AND id = ANY($2::text[]))`
+
+// markNoWaitOneSQL is markNoWaitSQL for one id (byIDs).
+var markNoWaitOneSQL = allOneID(markNoWaitSQL)
+
+// allOneID is q, which reads its ids as id = ANY($2::text[]) (each time
+// it names them), for one id compared as id = $2 (byIDs).
+func allOneID(q string) string {
+	const many = `id = ANY($2::text[])`
+	if !strings.Contains(q, many) {
+		panic("postgres: allOneID: no " + many + " in " + q)
+	}
+	return strings.ReplaceAll(q, many, `id = $2`)
+}
+
+// markOrGiveWay is the marker of an enqueue in a batch of several
+// requests (markNoWaitSQL): errLockOrder when a row is held elsewhere.
+// The locking read that follows then waits for nothing: every row it
+// reads is locked by this transaction already.
+func (w *writeTx) markOrGiveWay(ctx context.Context, tenant string, ids []string) error {
+	for _, id := range ids {
+		if w.keys.HasTask(id) {
+			w.materialize() // its insert goes into the queue ahead of the marker
+			break
+		}
+	}
+	w.noteMarked(tenant, ids)
+	q, args := byIDs(markNoWaitSQL, markNoWaitOneSQL, tenant, ids)
+	var all bool
+	if err := w.ss.queryRow(w.c(ctx), []any{&all}, q, args...); err != nil {
+		return err
+	}
+	if !all {
+		return errLockOrder
+	}
+	return nil
 }
 
 // markOneWaitedOn is markWaitedOn for one id: a plain UPDATE, which has one

@@ -127,6 +127,8 @@ type depGuess struct {
 	// counts are the open edges the check read (nil until it ran), which
 	// CrowdedDependency answers from afterwards.
 	counts *store.DependencyCounts
+	// req is the request that made the guess.
+	req *request
 }
 
 // covers reports whether the guess holds every one of ids in tenant.
@@ -176,6 +178,27 @@ RETURNING tasks.id, tasks.state, tasks.result IS NOT NULL, tasks.dead_reason, ta
 
 // guessLockOneSQL is guessLockSQL for one id (byIDs).
 var guessLockOneSQL = oneID(guessLockSQL)
+
+// guessMarkNoWaitSQL is the marker and the locking read of a guessed
+// enqueue in a batch of several requests (markNoWaitSQL): the rows it
+// could lock without waiting, as guessLockSQL answers them, each as of its
+// lock. A row another transaction holds is missing from the answer, so the
+// check fails and the batch runs again in strict mode, where the request
+// gives way (markOrGiveWay).
+const guessMarkNoWaitSQL = `WITH a AS (SELECT id, state, result IS NOT NULL AS r, dead_reason, worker_id FROM tasks
+WHERE tenant || '' = $1 AND id = ANY($2::text[]) AND NOT has_waiters
+AND state NOT IN ('succeeded', 'canceled', 'dead_letter', 'archived') FOR NO KEY UPDATE SKIP LOCKED),
+b AS (SELECT id, state, result IS NOT NULL AS r, dead_reason, worker_id FROM tasks
+WHERE tenant || '' = $1 AND id = ANY($2::text[])
+AND (has_waiters OR state IN ('succeeded', 'canceled', 'dead_letter', 'archived')) FOR SHARE SKIP LOCKED),
+u AS (UPDATE tasks SET has_waiters = true WHERE tenant || '' = $1 AND id = ANY($2::text[]) AND id IN (SELECT id FROM a))
+SELECT x.id, x.state, x.r, x.dead_reason, x.worker_id,
+CASE WHEN x.state IN ('succeeded', 'canceled', 'dead_letter', 'archived') THEN 0 ELSE
+  (SELECT count(*)::int FROM task_dependencies d WHERE d.tenant = $1 AND d.dep_id = x.id AND d.dep_state = '') END
+FROM (SELECT * FROM a UNION ALL SELECT * FROM b) x ORDER BY x.id`
+
+// guessMarkNoWaitOneSQL is guessMarkNoWaitSQL for one id (byIDs).
+var guessMarkNoWaitOneSQL = allOneID(guessMarkNoWaitSQL)
 
 // guessMarkOneSQL is guessMarkSQL for one id: markOneWaitedOn answering
 // as guessLockSQL does (byIDs).
@@ -228,7 +251,7 @@ func (g *depGuess) check(br pgx.BatchResults) error {
 		}
 	}
 	if bad != "" {
-		return &mismatch{"guessed dependencies: " + bad}
+		return &mismatch{"guessed dependencies: " + bad, blame(g.req)}
 	}
 	g.counts = counts
 	return nil
@@ -256,7 +279,7 @@ func (w *writeTx) guessDependencies(tenant string, ids []string) []*host.Task {
 	if ts == nil {
 		return nil
 	}
-	g := &depGuess{tenant: tenant, tasks: make(map[string]*host.Task, len(ts))}
+	g := &depGuess{tenant: tenant, tasks: make(map[string]*host.Task, len(ts)), req: w.req}
 	unmarked := true
 	for _, t := range ts {
 		g.tasks[t.ID] = t
@@ -276,7 +299,13 @@ func (w *writeTx) guessDependencies(tenant string, ids []string) []*host.Task {
 		}
 	}
 	w.noteMarked(tenant, ids)
-	if unmarked {
+	if !w.locks.alone {
+		// Rows locked by another transaction are skipped, not waited
+		// for: the check then misses them and the batch runs again in
+		// strict mode, where the request gives way (markOrGiveWay).
+		q, args := byIDs(guessMarkNoWaitSQL, guessMarkNoWaitOneSQL, tenant, ids)
+		w.queueCheckedOn(ids, g.check, q, args...)
+	} else if unmarked {
 		// The marker alone locks every one of them: one statement.
 		q, args := byIDs(guessMarkSQL, guessMarkOneSQL, tenant, ids)
 		w.ss.queueChecked(g.check, q, args...)
@@ -322,10 +351,17 @@ func (w *writeTx) wrote(t *host.Task) {
 }
 
 // guessedMarkAndLock is MarkAndLockDependencies: the guess when it can be
-// made, else the marker and the locking read in one round trip.
+// made, else the marker and the locking read in one round trip (two when
+// the request may have to give way).
 func (w *writeTx) guessedMarkAndLock(ctx context.Context, tenant string, ids []string) ([]*host.Task, error) {
 	if ts := w.guessDependencies(tenant, ids); ts != nil {
 		return ts, nil
+	}
+	if !w.locks.alone {
+		if err := w.markOrGiveWay(ctx, tenant, ids); err != nil {
+			return nil, err
+		}
+		return w.LockDependencies(ctx, tenant, ids)
 	}
 	if err := w.MarkWaitedOn(ctx, tenant, ids); err != nil {
 		return nil, err
@@ -449,12 +485,14 @@ func (w *writeTx) guessSettle(tenant, dep string, state host.TaskState) []store.
 		out[i] = store.SettledWaiter{Task: t, Tally: host.DependencyTally{Rule: rule[t.ID]}}
 		out[i].Tally.Add(state, 1)
 	}
-	g := &settleGuess{want: make([]store.SettledWaiter, len(out))}
+	g := &settleGuess{want: make([]store.SettledWaiter, len(out)), req: w.req}
 	for i, sw := range out {
 		cp := *sw.Task
 		g.want[i] = store.SettledWaiter{Task: &cp, Tally: sw.Tally}
 	}
-	w.ss.queueChecked(g.check, settleGuessSQL, tenant, dep, string(state))
+	// It reads and locks the waiters' rows and the edges (never written
+	// behind): the batch's other task updates may stay one set.
+	w.queueCheckedOn(ids, g.check, settleGuessSQL, tenant, dep, string(state))
 	return out
 }
 
@@ -493,7 +531,10 @@ CROSS JOIN LATERAL (SELECT t.id, t.version, t.has_waiters, t.state,
 ORDER BY l.id`
 
 // settleGuess is a guessed settlement: what settleGuessSQL must answer.
-type settleGuess struct{ want []store.SettledWaiter }
+type settleGuess struct {
+	want []store.SettledWaiter
+	req  *request // the request that made the guess
+}
 
 // check reads settleGuessSQL's answer and holds it to the guess: the same
 // waiters in id order, each at the version and with the marker guessed,
@@ -531,7 +572,7 @@ func (g *settleGuess) check(br pgx.BatchResults) error {
 		bad = fmt.Sprintf("%d waiters, guessed %d", n, len(g.want))
 	}
 	if bad != "" {
-		return &mismatch{"guessed settlement: " + bad}
+		return &mismatch{"guessed settlement: " + bad, blame(g.req)}
 	}
 	return nil
 }

@@ -33,6 +33,7 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"path"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -103,6 +104,9 @@ type Store struct {
 	// strictReruns counts batches rerun in strict mode after a deferred
 	// write failed.
 	strictReruns atomic.Int64
+	// setAside counts requests run after their batch, alone and strict,
+	// because a deferred write or a guess of theirs failed (writer.run).
+	setAside atomic.Int64
 	// lockReorders counts requests that ran after their batch, in a
 	// transaction of their own, because they asked for a resource lock below
 	// one their batch held and found it taken (resourceleases.go).
@@ -231,6 +235,11 @@ func (s *Store) BatchRetries() int64 { return s.retries.Load() }
 // StrictReruns reports how many batches ran again in strict mode because a
 // deferred write failed (a conflict or a lost fence found at the batch's end).
 func (s *Store) StrictReruns() int64 { return s.strictReruns.Load() }
+
+// SetAside reports how many requests ran after their batch, alone and in
+// strict mode, because a deferred write of theirs failed (a lost fence) or
+// a dependency or settlement they guessed was not as guessed.
+func (s *Store) SetAside() int64 { return s.setAside.Load() }
 
 // LockReorders reports how many requests ran after their batch, on their
 // own, because they needed a resource lock out of key order (LockResources).
@@ -523,6 +532,11 @@ func (w *writer) connect() error {
 // maxAttempts bounds how often one batch is rerun.
 const maxAttempts = 12
 
+// maxMissed bounds the requests a batch sets aside for failed deferred
+// writes and guesses (writer.run) before it runs again in strict mode
+// instead.
+const maxMissed = 64
+
 // firstRunLockWaitSQL bounds a batch's first run's wait for a lock (runTx)
 // to a few batches' time, well under the server's default deadlock_timeout.
 const firstRunLockWaitSQL = `SET LOCAL lock_timeout = '50ms'`
@@ -549,7 +563,10 @@ func (w *writer) closeChain() {
 }
 
 // run runs a batch in one transaction, rerunning it when that may help.
-func (w *writer) run(batch []*request) {
+func (w *writer) run(batch []*request) { w.runIn(batch, false) }
+
+// runIn is run, in strict mode from the first run when strict is set.
+func (w *writer) runIn(batch []*request, strict bool) {
 	live := batch[:0:0]
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
@@ -563,9 +580,19 @@ func (w *writer) run(batch []*request) {
 	if len(live) == 0 {
 		return
 	}
-	strict := false
+	bounded := !strict
+	// missed are requests whose deferred write or guess failed: they run
+	// after the batch, each alone and in strict mode (where the write
+	// fails its request at once, and nothing is guessed), however the
+	// batch ends.
+	var missed []*request
+	defer func() {
+		for _, r := range missed {
+			w.runIn([]*request{r}, true)
+		}
+	}()
 	for attempt := 1; ; attempt++ {
-		out := w.runTx(live, strict, attempt == 1)
+		out := w.runTx(live, strict, bounded)
 		if out.err == nil {
 			for _, r := range out.later {
 				// Its batch has committed and released its locks: now it
@@ -575,10 +602,35 @@ func (w *writer) run(batch []*request) {
 			}
 			return
 		}
+		if out.strict && !strict && len(out.culprits) > 0 && len(missed) < maxMissed {
+			// What failed were some requests' own deferred writes (a lost
+			// fence) or guesses (a dependency or a settlement answered
+			// from a copy), and nothing else: the batch runs again as it
+			// was without them, and they run after it, alone and strict,
+			// where each meets its failure as its own. The requests of one
+			// batch are concurrent calls, none answered yet, so this order
+			// is as good as the first; a strict rerun of the whole batch
+			// would cost every request a round trip for each write.
+			rest := make([]*request, 0, len(live))
+			var out2 []*request
+			for _, r := range live {
+				if slices.Contains(out.culprits, r) {
+					out2 = append(out2, r)
+				} else {
+					rest = append(rest, r)
+				}
+			}
+			if len(rest) > 0 && len(out2) > 0 {
+				live = rest
+				missed = append(missed, out2...)
+				w.s.setAside.Add(int64(len(out2)))
+				continue
+			}
+		}
 		if out.strict && !strict {
 			// A deferred write failed: run the batch again with every write
 			// answered at once, so the failure belongs to its request alone.
-			strict = true
+			strict, bounded = true, false
 			w.s.strictReruns.Add(1)
 			continue
 		}
@@ -594,6 +646,7 @@ func (w *writer) run(batch []*request) {
 			return
 		}
 		w.s.retries.Add(1)
+		bounded = false
 		if attempt > 1 && len(live) > 1 {
 			// A batch takes its requests' locks in request order, not in one
 			// order for all writers, so the same mix can deadlock again with
@@ -624,6 +677,9 @@ type txResult struct {
 	err    error // the transaction failed; no request was finished
 	retry  bool  // the failed transaction may simply run again
 	strict bool  // a deferred write failed: run again with immediate writes
+	// culprits, when set with strict, are the requests whose guesses the
+	// failed deferred writes checked (depspec.go), and nothing else failed.
+	culprits []*request
 	// later are the requests that gave way for lock order, undone and not
 	// finished: they run after the committed transaction, each alone.
 	later []*request
@@ -667,7 +723,11 @@ func (w *writer) runTx(reqs []*request, strict, bounded bool) txResult {
 			if _, rerr := w.conn.Exec(bg, `ROLLBACK`); rerr != nil {
 				w.discard()
 			}
-			return txResult{err: unavailable(what, ss.deferred), strict: true}
+			var culprits []*request
+			if df, ok := ss.deferred.(*deferredFailure); ok {
+				culprits = df.culprits
+			}
+			return txResult{err: unavailable(what, ss.deferred), strict: true, culprits: culprits}
 		}
 		broken := isBroken(err)
 		if broken {
@@ -687,6 +747,7 @@ func (w *writer) runTx(reqs []*request, strict, bounded bool) txResult {
 	for _, r := range reqs {
 		r.err = nil
 		r.later = false
+		wtx.req = r
 		if err := r.ctx.Err(); err != nil {
 			r.err = err // finished with its own error, wrote nothing
 			continue

@@ -58,7 +58,9 @@ type writeTx struct {
 	// after such an answer runs again. written are copies of the task rows
 	// the transaction wrote, for recentTasks once it commits.
 	guessed, noGuess bool
-	written          []*host.Task
+	// req is the request running.
+	req     *request
+	written []*host.Task
 	// edges are the edges the transaction wrote and settled the
 	// dependencies it settled, for recentEdges once it commits.
 	edges   []host.Dependency
@@ -102,7 +104,7 @@ func expectOne(what string) func(pgx.BatchResults) error {
 			return err
 		}
 		if tag.RowsAffected() != 1 {
-			return &mismatch{fmt.Sprintf("%s changed %d rows", what, tag.RowsAffected())}
+			return &mismatch{what: fmt.Sprintf("%s changed %d rows", what, tag.RowsAffected())}
 		}
 		return nil
 	}

@@ -2,7 +2,10 @@ package postgres
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -46,7 +49,8 @@ var tasksUpdateSet = func() string {
 unnest($%d::int8[]) AS f_expired, unnest($%d::int8[]) AS f_version, unnest($%d::bool[]) AS f_nowait) AS v
 WHERE t.id = v.id AND t.state = v.f_state AND (v.f_lease = '' OR t.lease_id = v.f_lease)
 AND (v.f_live IS NULL OR t.lease_expires_at > v.f_live) AND (v.f_expired IS NULL OR t.lease_expires_at <= v.f_expired)
-AND (v.f_version = 0 OR t.version = v.f_version) AND (NOT v.f_nowait OR NOT t.has_waiters)`, n, n+1, n+2, n+3, n+4, n+5)
+AND (v.f_version = 0 OR t.version = v.f_version) AND (NOT v.f_nowait OR NOT t.has_waiters)
+RETURNING t.id`, n, n+1, n+2, n+3, n+4, n+5)
 	return b.String()
 }()
 
@@ -140,7 +144,69 @@ func updateOne(u taskUpdate) stmt {
 	if u.f.NoWaiters {
 		q += ` AND NOT has_waiters`
 	}
-	return stmt{sql: q, args: a, check: expectOne("fenced task update")}
+	return stmt{sql: q, args: a, check: expectOneOf("fenced task update", u.req)}
+}
+
+// blame is r as the requests a mismatch names: none when r is nil.
+func blame(r *request) []*request {
+	if r == nil {
+		return nil
+	}
+	return []*request{r}
+}
+
+// expectOneOf is expectOne for a write of request r, which a mismatch
+// names.
+func expectOneOf(what string, r *request) func(pgx.BatchResults) error {
+	one := expectOne(what)
+	return func(br pgx.BatchResults) error {
+		err := one(br)
+		if mm, ok := err.(*mismatch); ok {
+			mm.reqs = blame(r)
+		}
+		return err
+	}
+}
+
+// updatedAll checks tasksUpdateSet's answer (the ids it changed) against
+// the updates: every one must have changed its row. A mismatch names the
+// requests whose rows did not change, when each is known.
+func updatedAll(ups []taskUpdate) func(pgx.BatchResults) error {
+	return func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		changed := make(map[string]bool, len(ups))
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			changed[id] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(changed) == len(ups) {
+			return nil
+		}
+		mm := &mismatch{what: fmt.Sprintf("fenced task update wrote %d of %d rows", len(changed), len(ups))}
+		for _, u := range ups {
+			if !changed[u.id] {
+				if u.req == nil {
+					mm.reqs = nil // one cannot be blamed: none is
+					break
+				}
+				if !slices.Contains(mm.reqs, u.req) {
+					mm.reqs = append(mm.reqs, u.req)
+				}
+			}
+		}
+		return mm
+	}
 }
 
 // updatesStmt is the set-oriented update of several tasks (tasksUpdateSet).
@@ -167,5 +233,5 @@ func updatesStmt(ups []taskUpdate) stmt {
 	}
 	a := append([]any{ids}, columnsOf(rows)...)
 	a = append(a, state, lease, live, expired, version, nowait)
-	return stmt{sql: tasksUpdateSet, args: a, check: expectRows("fenced task update", n)}
+	return stmt{sql: tasksUpdateSet, args: a, check: updatedAll(ups)}
 }

@@ -76,6 +76,7 @@ type taskUpdate struct {
 	id   string
 	vals []any
 	f    store.Fence
+	req  *request // the request that wrote it (nil outside a batch's run)
 }
 
 // updating reports whether an update of task id waits.
@@ -96,6 +97,7 @@ func (w *writeTx) updateBehind(u taskUpdate) {
 	if w.bh.updated == nil {
 		w.bh.updated = map[string]struct{}{}
 	}
+	u.req = w.req
 	w.bh.updates = append(w.bh.updates, u)
 	w.bh.updated[u.id] = struct{}{}
 }
@@ -109,6 +111,21 @@ func (w *writeTx) beforeWrite() {
 	if len(w.bh.updates) > 0 {
 		w.materialize()
 	}
+}
+
+// queueCheckedOn queues a checked statement that changes or reads no task
+// row but those of ids (in tenant) and no table rows are written behind
+// to but tasks: the waiting task updates go into the queue first only
+// when one is of those ids, so the others stay one set. (beforeWrite
+// sends them all.)
+func (w *writeTx) queueCheckedOn(ids []string, check func(pgx.BatchResults) error, sql string, args ...any) {
+	for _, id := range ids {
+		if w.bh.updating(id) {
+			w.materialize()
+			break
+		}
+	}
+	w.ss.queueCheckedAsIs(check, sql, args...)
 }
 
 // empty reports whether no row waits.
@@ -388,12 +405,12 @@ func behindStmts(tasks [][]any, updates []taskUpdate, attempts [][]any, rcs []*h
 				if len(ids) != n || len(seqs) != n || wrote != int64(m) {
 					// A clash (an id or dedupe key taken): strict mode pins
 					// it on its request.
-					return &mismatch{fmt.Sprintf("wrote %d of %d receipts and %d of %d obligations", len(ids), n, wrote, m)}
+					return &mismatch{what: fmt.Sprintf("wrote %d of %d receipts and %d of %d obligations", len(ids), n, wrote, m)}
 				}
 				for i, rid := range ids {
 					rc := byID[rid]
 					if rc == nil {
-						return &mismatch{"the receipt insert answered an id it was not given: " + rid}
+						return &mismatch{what: "the receipt insert answered an id it was not given: " + rid}
 					}
 					rc.Seq = seqs[i]
 				}
@@ -433,7 +450,7 @@ func expectRows(what string, n int) func(pgx.BatchResults) error {
 			return err
 		}
 		if tag.RowsAffected() != int64(n) {
-			return &mismatch{fmt.Sprintf("%s wrote %d of %d rows", what, tag.RowsAffected(), n)}
+			return &mismatch{what: fmt.Sprintf("%s wrote %d of %d rows", what, tag.RowsAffected(), n)}
 		}
 		return nil
 	}
