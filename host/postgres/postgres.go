@@ -582,13 +582,12 @@ func (w *writer) runIn(batch []*request, strict bool) {
 	}
 	bounded := !strict
 	// missed are requests whose deferred write or guess failed: they run
-	// after the batch, each alone and in strict mode (where the write
-	// fails its request at once, and nothing is guessed), however the
-	// batch ends.
+	// after the batch, together in strict mode (where a write fails its
+	// request at once, and nothing is guessed), however the batch ends.
 	var missed []*request
 	defer func() {
-		for _, r := range missed {
-			w.runIn([]*request{r}, true)
+		if len(missed) > 0 {
+			w.runIn(missed, true)
 		}
 	}()
 	for attempt := 1; ; attempt++ {
