@@ -31,9 +31,9 @@ type stmt struct {
 var errDeferred = errors.New("postgres: a deferred write failed; the batch runs again with immediate writes")
 
 // mismatch is a deferred write's check finding an answer other than the one
-// its request assumed. req, when set, is the one request whose guess it was
-// (depspec.go): the batch can then run again without it, as it was, and it
-// after the batch (writer.run).
+// its request assumed. reqs, when set, are the requests whose own write or
+// guess it was (a fenced task update, depspec.go): the batch can then run
+// again without them, as it was, and they after it (writer.runIn).
 type mismatch struct {
 	what string
 	reqs []*request
@@ -110,6 +110,10 @@ func (s *sess) queue(sql string, args ...any) {
 // savepoint, a notification): it writes no table, so the beforeWrite hook
 // does not run.
 func (s *sess) queueCtl(sql string, args ...any) { s.pre = append(s.pre, stmt{sql: sql, args: args}) }
+
+// queueAsIs queues a statement without the beforeWrite hook: one that
+// writes no table (a row lock) and must not send the waiting rows.
+func (s *sess) queueAsIs(sql string, args ...any) { s.pre = append(s.pre, stmt{sql: sql, args: args}) }
 
 // wrote runs the beforeWrite hook.
 func (s *sess) wrote() {
@@ -242,19 +246,30 @@ func (s *sess) send(ctx context.Context, extra ...stmt) (pgx.BatchResults, error
 					blame = cmp.Or(blame, err)
 					continue
 				}
-				if errors.As(err, &mm) || errors.Is(err, pgx.ErrNoRows) || (errors.As(err, &pe) && !isFatal(err)) {
+				if blamed != nil || errors.As(err, &mm) || errors.Is(err, pgx.ErrNoRows) || (errors.As(err, &pe) && !isFatal(err)) {
 					// A conflict, a lost fence or a refused value: the
 					// batch runs again in strict mode, where the same write
 					// is answered at once and fails its request alone.
+					// (After a request to blame, any failure does: had
+					// the blamed one stopped the reading, as every failure
+					// did before, this one would not have been seen.)
 					br.Close()
 					if s.deferred == nil {
-						s.deferred = &deferredFailure{err: err}
+						s.deferred = &deferredFailure{err: cmp.Or(blame, err)}
 					}
 					return nil, s.deferred
 				}
 			}
 		} else {
 			_, err = br.Exec()
+		}
+		if err != nil && blamed != nil {
+			// As above: the batch runs again in strict mode.
+			br.Close()
+			if s.deferred == nil {
+				s.deferred = &deferredFailure{err: blame}
+			}
+			return nil, s.deferred
 		}
 		if err != nil {
 			br.Close()

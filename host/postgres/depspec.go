@@ -183,8 +183,10 @@ var guessLockOneSQL = oneID(guessLockSQL)
 // enqueue in a batch of several requests (markNoWaitSQL): the rows it
 // could lock without waiting, as guessLockSQL answers them, each as of its
 // lock. A row another transaction holds is missing from the answer, so the
-// check fails and the batch runs again in strict mode, where the request
-// gives way (markOrGiveWay).
+// check fails on this request: the batch runs again without it, and it
+// runs after in strict mode (writer.runIn), where it reads its dependencies
+// and, still in a batch of several, gives way if one is held
+// (markOrGiveWay).
 const guessMarkNoWaitSQL = `WITH a AS (SELECT id, state, result IS NOT NULL AS r, dead_reason, worker_id FROM tasks
 WHERE tenant || '' = $1 AND id = ANY($2::text[]) AND NOT has_waiters
 AND state NOT IN ('succeeded', 'canceled', 'dead_letter', 'archived') FOR NO KEY UPDATE SKIP LOCKED),
@@ -301,8 +303,8 @@ func (w *writeTx) guessDependencies(tenant string, ids []string) []*host.Task {
 	w.noteMarked(tenant, ids)
 	if !w.locks.alone {
 		// Rows locked by another transaction are skipped, not waited
-		// for: the check then misses them and the batch runs again in
-		// strict mode, where the request gives way (markOrGiveWay).
+		// for: the check then misses them and the request is set aside
+		// (guessMarkNoWaitSQL).
 		q, args := byIDs(guessMarkNoWaitSQL, guessMarkNoWaitOneSQL, tenant, ids)
 		w.queueCheckedOn(ids, g.check, q, args...)
 	} else if unmarked {
@@ -490,11 +492,24 @@ func (w *writeTx) guessSettle(tenant, dep string, state host.TaskState) []store.
 		cp := *sw.Task
 		g.want[i] = store.SettledWaiter{Task: &cp, Tally: sw.Tally}
 	}
-	// It reads and locks the waiters' rows and the edges (never written
-	// behind): the batch's other task updates may stay one set.
+	// The dependency's own finishing update waits behind with the batch's
+	// other task updates, to go out as one set after this. But the edges
+	// must be read only once the dependency's row is this transaction's:
+	// an enqueue on another writer or host that holds it FOR SHARE while
+	// it adds an edge has then committed, and a statement begun after the
+	// wait sees that edge (the check then fails on it). So the row is
+	// locked first, by a statement of its own: a lock taken inside the
+	// settlement's statement would not do, its snapshot being older than
+	// the wait. The settlement reads and locks the waiters' rows and the
+	// edges, never written behind.
+	w.ss.queueAsIs(lockDependencyRowSQL, tenant, dep)
 	w.queueCheckedOn(ids, g.check, settleGuessSQL, tenant, dep, string(state))
 	return out
 }
+
+// lockDependencyRowSQL locks a finishing dependency's row ahead of its
+// guessed settlement (guessSettle).
+const lockDependencyRowSQL = `SELECT 1 FROM tasks WHERE tenant || '' = $1 AND id = $2 FOR NO KEY UPDATE`
 
 // waiting returns copies of the rows of ids in tenant (in their order) when
 // every one is held and waiting; nil otherwise.

@@ -623,6 +623,10 @@ func (w *writer) runIn(batch []*request, strict bool) {
 				live = rest
 				missed = append(missed, out2...)
 				w.s.setAside.Add(int64(len(out2)))
+				// Not a retry: the rest runs as if for the first time
+				// (its reruns after a deadlock or a lock wait that ran
+				// out are counted from here).
+				attempt--
 				continue
 			}
 		}
@@ -693,9 +697,12 @@ type txResult struct {
 // terminations) are deferred: queued into the pipeline with a check read when
 // it is next sent, so a batch costs a few round trips, not several per
 // request. They are all read before COMMIT is sent; should one fail (a
-// conflict, a lost fence), nothing is committed and the batch runs again in
-// strict mode, where every write is answered at once and fails its request
-// alone, exactly as the engine expects.
+// conflict, a lost fence), nothing is committed. When the failures are
+// requests' own writes or guesses, which name their requests, the batch runs
+// again without those, and they run after it (txResult.culprits,
+// writer.runIn); otherwise the batch runs again in strict mode. In strict
+// mode every write is answered at once and fails its request alone,
+// exactly as the engine expects.
 func (w *writer) runTx(reqs []*request, strict, bounded bool) txResult {
 	if err := w.connect(); err != nil {
 		return txResult{err: unavailable("connect", err), retry: true}
