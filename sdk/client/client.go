@@ -2,8 +2,8 @@
 // work use it to enqueue tasks with typed params, read their status, wait for
 // them to finish, fetch their results and cancel them, and, in a later
 // session, find their outcomes (SessionBootstrap, Inbox, OpenObligations,
-// Receipts), over the gate's HTTP API (docs/http.md) with an agent (or
-// admin) key.
+// Receipts) and how a task went (Attempts, Timeline), over the gate's HTTP
+// API (docs/http.md) with an agent (or admin) key.
 //
 //	c := client.New("http://127.0.0.1:8080", os.Getenv("ASYNCGATE_KEY"))
 //	resize := client.NewTaskType[ResizeParams](c, "image.resize")
