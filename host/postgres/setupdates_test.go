@@ -164,3 +164,42 @@ func TestTerminationsOfABatchEndTheirOwnObligations(t *testing.T) {
 	}
 	b.Verify(t)
 }
+
+// Two updates of one set that both lose their fences set both their
+// requests aside, not the batch: the other two commit at once.
+func TestTwoLostFencesInASetSetBothRequestsAside(t *testing.T) {
+	st := openIn(t, newSchema(t), Options{Writers: 1})
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	var tasks []*host.Task
+	for range 4 {
+		tasks = append(tasks, b.Task(t, b.Enqueue(t, "work").TaskID))
+	}
+	reruns, aside := st.StrictReruns(), st.SetAside()
+	errs := runHeld(t, st,
+		priorityTo(tasks[0], 6, tasks[0].Version+2), // stale
+		priorityTo(tasks[1], 6, tasks[1].Version),
+		priorityTo(tasks[2], 6, tasks[2].Version+5), // stale
+		priorityTo(tasks[3], 6, tasks[3].Version))
+	for _, i := range []int{0, 2} {
+		if !errors.Is(errs[i], store.ErrFenced) {
+			t.Errorf("stale fence %d: %v, want store.ErrFenced", i, errs[i])
+		}
+	}
+	for _, i := range []int{1, 3} {
+		if errs[i] != nil {
+			t.Errorf("sound update %d failed: %v", i, errs[i])
+		}
+	}
+	if n := st.SetAside() - aside; n != 2 {
+		t.Errorf("%d requests set aside, want the two whose fences were lost", n)
+	}
+	if n := st.StrictReruns() - reruns; n != 0 {
+		t.Errorf("%d strict reruns of the whole batch, want none", n)
+	}
+	for i, want := range []int{tasks[0].Priority, 6, tasks[2].Priority, 6} {
+		if got := b.Task(t, tasks[i].ID); got.Priority != want {
+			t.Errorf("task %d: priority %d, want %d", i, got.Priority, want)
+		}
+	}
+	b.Verify(t)
+}
