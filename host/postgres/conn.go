@@ -42,8 +42,9 @@ type mismatch struct {
 func (m *mismatch) Error() string { return m.what }
 
 // deferredFailure wraps what went wrong with a deferred write. culprits,
-// when set, are the requests whose guesses failed (each mismatch names
-// its request), and nothing else failed in the statements read.
+// when set, are the requests whose own writes or guesses failed (each
+// mismatch names its requests), and nothing else failed in the statements
+// read.
 type deferredFailure struct {
 	err      error
 	culprits []*request
@@ -230,7 +231,7 @@ func (s *sess) send(ctx context.Context, extra ...stmt) (pgx.BatchResults, error
 	s.flushes++
 	s.trip(len(pre) + len(extra))
 	br := s.conn.SendBatch(ctx, b)
-	var blamed []*request // requests whose guess a check found wrong
+	var blamed []*request // requests whose own write or guess a check found wrong
 	var blame error
 	for _, p := range pre {
 		var err error

@@ -104,8 +104,8 @@ type Store struct {
 	// strictReruns counts batches rerun in strict mode after a deferred
 	// write failed.
 	strictReruns atomic.Int64
-	// setAside counts requests run after their batch, alone and strict,
-	// because a deferred write or a guess of theirs failed (writer.run).
+	// setAside counts requests run after their batch, in strict mode,
+	// because a deferred write or a guess of theirs failed (writer.runIn).
 	setAside atomic.Int64
 	// lockReorders counts requests that ran after their batch, in a
 	// transaction of their own, because they asked for a resource lock below
@@ -236,7 +236,7 @@ func (s *Store) BatchRetries() int64 { return s.retries.Load() }
 // deferred write failed (a conflict or a lost fence found at the batch's end).
 func (s *Store) StrictReruns() int64 { return s.strictReruns.Load() }
 
-// SetAside reports how many requests ran after their batch, alone and in
+// SetAside reports how many requests ran after their batch, together in
 // strict mode, because a deferred write of theirs failed (a lost fence) or
 // a dependency or settlement they guessed was not as guessed.
 func (s *Store) SetAside() int64 { return s.setAside.Load() }
@@ -605,24 +605,24 @@ func (w *writer) runIn(batch []*request, strict bool) {
 			// What failed were some requests' own deferred writes (a lost
 			// fence) or guesses (a dependency or a settlement answered
 			// from a copy), and nothing else: the batch runs again as it
-			// was without them, and they run after it, alone and strict,
+			// was without them, and they run after it in strict mode,
 			// where each meets its failure as its own. The requests of one
 			// batch are concurrent calls, none answered yet, so this order
 			// is as good as the first; a strict rerun of the whole batch
 			// would cost every request a round trip for each write.
 			rest := make([]*request, 0, len(live))
-			var out2 []*request
+			var aside []*request
 			for _, r := range live {
 				if slices.Contains(out.culprits, r) {
-					out2 = append(out2, r)
+					aside = append(aside, r)
 				} else {
 					rest = append(rest, r)
 				}
 			}
-			if len(rest) > 0 && len(out2) > 0 {
+			if len(rest) > 0 && len(aside) > 0 {
 				live = rest
-				missed = append(missed, out2...)
-				w.s.setAside.Add(int64(len(out2)))
+				missed = append(missed, aside...)
+				w.s.setAside.Add(int64(len(aside)))
 				// Not a retry: the rest runs as if for the first time
 				// (its reruns after a deadlock or a lock wait that ran
 				// out are counted from here).
