@@ -19,12 +19,14 @@ import (
 // waits. So the rest of its batch commits while the row is still held, and
 // the marker is set once it is let go. Both ways in are covered: the
 // dependency answered from the rows this store committed (guessed), and
-// read because another host wrote it.
+// read because another host wrote it; and one dependency named or two
+// (the several-id statements), only one of them held.
 func TestAMarkerInABatchGivesWayToAHeldRow(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		guessed bool
-	}{{"guessed", true}, {"read", false}} {
+		two     bool
+	}{{"guessed", true, false}, {"read", false, false}, {"guessed/two", true, true}, {"read/two", false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			schema := newSchema(t)
 			st := openIn(t, schema, Options{Writers: 1})
@@ -38,6 +40,10 @@ func TestAMarkerInABatchGivesWayToAHeldRow(t *testing.T) {
 				via = storetest.Setup(t, func(testing.TB) storetest.Store { return other })
 			}
 			dep := via.Enqueue(t, "work").TaskID
+			after := []string{dep}
+			if tc.two {
+				after = append(after, via.Enqueue(t, "work").TaskID)
+			}
 			plain := b.Enqueue(t, "work").TaskID
 
 			conn, err := pgx.Connect(ctx, testURL())
@@ -73,7 +79,7 @@ func TestAMarkerInABatchGivesWayToAHeldRow(t *testing.T) {
 			waitQueued(t, st, 1, "the first request never queued")
 			go func() {
 				markDone <- st.Update(ctx, func(tx store.Tx) error {
-					_, err := tx.MarkAndLockDependencies(ctx, "acme", []string{dep})
+					_, err := tx.MarkAndLockDependencies(ctx, "acme", after)
 					return err
 				})
 			}()
@@ -110,8 +116,10 @@ func TestAMarkerInABatchGivesWayToAHeldRow(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatal("the marker's request did not end after the row was let go")
 			}
-			if got := b.Task(t, dep); !got.HasWaiters {
-				t.Error("the dependency is not marked as waited on")
+			for _, id := range after {
+				if got := b.Task(t, id); !got.HasWaiters {
+					t.Errorf("dependency %s is not marked as waited on", id)
+				}
 			}
 		})
 	}
