@@ -72,6 +72,11 @@ type deliveryTx struct {
 	// ends are the workflows' final steps the update finished
 	// (workflows.go): their workflows end once fn's writes are done.
 	ends []workflowEnd
+	// settled are the tasks whose terminal write settled their waiters:
+	// dropped from the engine's waitedOn once the update committed (not
+	// before: a batch rolled back and run again builds the write again,
+	// and must find the hint again).
+	settled []waitedKey
 }
 
 // deliveryOut is what an update's deliveryTx did that matters once the
@@ -84,6 +89,8 @@ type deliveryOut struct {
 	readied, canceled []*host.Task
 	// reoffered are the tasks it made available again.
 	reoffered []taskWake
+	// settled are the tasks whose waiters it settled (deliveryTx.settled).
+	settled []waitedKey
 }
 
 // withDelivery returns fn run on a deliveryTx; *out says, once the update
@@ -97,7 +104,7 @@ func (e *Engine) withDelivery(fn func(store.Tx) error, out *deliveryOut) func(st
 		}
 		*out = deliveryOut{}
 		if err == nil {
-			*out = deliveryOut{outboxed: d.outboxed, readied: d.readied, canceled: d.canceled, reoffered: d.reoffered}
+			*out = deliveryOut{outboxed: d.outboxed, readied: d.readied, canceled: d.canceled, reoffered: d.reoffered, settled: d.settled}
 		}
 		return err
 	}
@@ -108,6 +115,9 @@ func (e *Engine) withDelivery(fn func(store.Tx) error, out *deliveryOut) func(st
 func (e *Engine) afterCommit(out *deliveryOut) {
 	if out.outboxed {
 		e.wakeOutbox()
+	}
+	for _, k := range out.settled {
+		e.waited.drop(k.tenant, k.id)
 	}
 	for _, t := range out.readied {
 		e.waiters.wake(t.Tenant, t.Type, 1)
@@ -156,7 +166,7 @@ func (d *deliveryTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence
 		}
 	}
 	if finishing && !f.NoWaiters {
-		d.e.waited.drop(t.Tenant, t.ID)
+		d.settled = append(d.settled, waitedKey{t.Tenant, t.ID})
 		d.settle = append(d.settle, finished{tenant: t.Tenant, id: t.ID, state: host.FinishedAs(t)})
 		if !d.settling {
 			return d.settleAll(ctx)

@@ -10,7 +10,11 @@ import "sync"
 // built again from the row. It is a hint that only saves that second
 // build: an entry of an enqueue that rolled back makes one terminal write
 // settle nothing, and a lost entry (the set is bounded, and other hosts
-// have their own) leaves the fence to catch the marker.
+// have their own) leaves the fence to catch the marker. An entry is
+// dropped once the terminal write that used it has committed (afterCommit),
+// not when the write is built: a transaction rolled back and run again (a
+// driver reruns a batch when another request of it fails) builds the write
+// again and needs the entry again.
 type waitedOn struct {
 	mu sync.Mutex
 	m  map[waitedKey]struct{}
