@@ -58,12 +58,28 @@ func (e *Engine) Lease(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 		defer t.Stop()
 		deadline = t.C
 	}
+	key := lookKey(req.Tenant, req.Types)
+	arriving := true
 	for {
 		var w *waiter
+		var offers []host.Offer
+		var err error
 		if req.Wait > 0 {
-			w = e.waiters.add(req.Tenant, req.Types)
+			w = e.waiters.add(req.Tenant, req.Types, req.MaxTasks)
 		}
-		offers, err := e.claim(ctx, req)
+		if arriving && w != nil && e.waiters.drained(key, req.Tenant, time.Now()) {
+			// A look of the same kind found the queue short of ready
+			// tasks and no task has been made ready since that no woken
+			// waiter stands for: park at once (registered above, so
+			// none is missed).
+		} else {
+			mark := e.waiters.mark(req.Tenant)
+			offers, err = e.claim(ctx, req)
+			if err == nil && len(offers) < req.MaxTasks {
+				e.waiters.markDrained(key, mark, time.Now())
+			}
+		}
+		arriving = false
 		if err != nil && req.Wait > 0 && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			// The long-poll's caller stopped waiting (it went away, or the
 			// server began shutting down) while a claim ran. A store reports
@@ -74,7 +90,7 @@ func (e *Engine) Lease(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 		}
 		if err != nil || len(offers) > 0 || req.Wait <= 0 {
 			if w != nil {
-				e.waiters.remove(req.Tenant, w)
+				e.waiters.leave(req.Tenant, w)
 			}
 			traceLeases(ctx, req.WorkerID, offers)
 			return offers, err
@@ -86,15 +102,15 @@ func (e *Engine) Lease(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 		case <-poll.C:
 		case <-deadline:
 			poll.Stop()
-			e.waiters.remove(req.Tenant, w)
+			e.waiters.leave(req.Tenant, w)
 			return nil, nil
 		case <-ctx.Done():
 			poll.Stop()
-			e.waiters.remove(req.Tenant, w)
+			e.waiters.leave(req.Tenant, w)
 			return nil, nil
 		case <-e.stop:
 			poll.Stop()
-			e.waiters.remove(req.Tenant, w)
+			e.waiters.leave(req.Tenant, w)
 			return nil, nil
 		}
 		poll.Stop()

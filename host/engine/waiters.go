@@ -1,27 +1,123 @@
 package engine
 
-import "sync"
+import (
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
 
 // waiters parks long-polling lease calls per tenant and wakes them when work
 // may have arrived. A waiter registers before it looks at the queue, so a task
 // queued between its look and its park still wakes it (no lost wake-ups).
+//
+// A woken waiter stands for as many of the tasks that wake waiters as its
+// lease call may take (its MaxTasks) until it looks at the queue again: the
+// wake-ups of the tasks a batch queues together go to one waiter while it
+// has room, not one waiter each, so a burst of enqueues does not send every
+// parked worker to claim what one of them takes (each of the others' claims
+// a writer's round trip that finds nothing). A waiter that leaves without
+// looking again (its call ended, or its look found offers before the tasks
+// it stood for were visible to it) passes its wake-ups on.
 type waiters struct {
 	mu  sync.Mutex
 	byT map[string]map[*waiter]struct{}
+	// woken are the waiters woken and not yet removed, per tenant: they
+	// take the wake-ups of further tasks up to their room.
+	woken map[string]map[*waiter]struct{}
+
+	// gen counts, per tenant, the wake-ups no waiter took (no waiter
+	// wanted the task or had room for it) and the wake-ups of every
+	// waiter of the tenant; epoch counts those of every tenant. A look
+	// that found the queue short of ready tasks is marked with them
+	// (drained); an arriving lease call of the same kind parks without a
+	// look of its own while they have not moved since, for at most
+	// drainedFor.
+	gen    map[string]uint64
+	epoch  uint64
+	drains map[string]drainMark
+	// drainedFor bounds how long a drained mark holds (drainedHold).
+	drainedFor time.Duration
+}
+
+// lookMark is the generation of a tenant's wake-ups when a look began.
+type lookMark struct{ gen, epoch uint64 }
+
+type drainMark struct {
+	lookMark
+	at time.Time
+}
+
+// drainedHold bounds how long a drained mark holds: a task made ready by
+// time alone (a delay, a retry's backoff) wakes no one, and is otherwise
+// found by the parked calls' poll.
+const drainedHold = 50 * time.Millisecond
+
+// maxDrains bounds the drained marks kept (one per tenant and set of
+// types); past it they start again empty.
+const maxDrains = 4096
+
+// lookKey is the kind of a lease call's look: its tenant and its set of
+// types.
+func lookKey(tenant string, types []string) string {
+	if len(types) == 0 {
+		return tenant + "\x01"
+	}
+	ts := slices.Clone(types)
+	slices.Sort(ts)
+	return tenant + "\x00" + strings.Join(slices.Compact(ts), "\x00")
+}
+
+// mark returns the generation of tenant's wake-ups now, before a look.
+func (ws *waiters) mark(tenant string) lookMark {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return lookMark{gen: ws.gen[tenant], epoch: ws.epoch}
+}
+
+// markDrained records that a look of kind key, begun at m, found fewer
+// ready tasks than it asked for.
+func (ws *waiters) markDrained(key string, m lookMark, now time.Time) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.drains == nil || len(ws.drains) >= maxDrains {
+		ws.drains = map[string]drainMark{}
+	}
+	ws.drains[key] = drainMark{m, now}
+}
+
+// drained reports whether a look of kind key found the queue short of
+// ready tasks less than drainedFor ago and no wake-up of tenant went
+// untaken (or to every waiter) since it began.
+func (ws *waiters) drained(key, tenant string, now time.Time) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	d, ok := ws.drains[key]
+	return ok && d.gen == ws.gen[tenant] && d.epoch == ws.epoch && now.Sub(d.at) < ws.drainedFor
 }
 
 type waiter struct {
 	types map[string]bool // nil: any type
+	room  int             // tasks its next look may take
 	ch    chan struct{}   // closed once to wake
 	once  sync.Once
+	// stands is how many tasks' wake-ups it took since it was woken (under
+	// waiters.mu).
+	stands int
 }
 
-func newWaiters() *waiters { return &waiters{byT: map[string]map[*waiter]struct{}{}} }
+func newWaiters() *waiters {
+	return &waiters{byT: map[string]map[*waiter]struct{}{}, woken: map[string]map[*waiter]struct{}{}, gen: map[string]uint64{}, drainedFor: drainedHold}
+}
 
 func (w *waiter) wake() { w.once.Do(func() { close(w.ch) }) }
 
-func (ws *waiters) add(tenant string, types []string) *waiter {
-	w := &waiter{ch: make(chan struct{})}
+func (w *waiter) wants(taskType string) bool { return w.types == nil || w.types[taskType] }
+
+// add registers a waiter of tenant for types (none: any) whose look takes up
+// to room tasks.
+func (ws *waiters) add(tenant string, types []string, room int) *waiter {
+	w := &waiter{ch: make(chan struct{}), room: max(room, 1)}
 	if len(types) > 0 {
 		w.types = make(map[string]bool, len(types))
 		for _, t := range types {
@@ -39,41 +135,106 @@ func (ws *waiters) add(tenant string, types []string) *waiter {
 	return w
 }
 
+// remove unregisters w before it looks at the queue again: the wake-ups it
+// took are its look's to answer.
 func (ws *waiters) remove(tenant string, w *waiter) {
 	ws.mu.Lock()
+	ws.drop(tenant, w)
+	ws.mu.Unlock()
+}
+
+// leave unregisters w when it will not look at the queue again, and passes
+// the wake-ups it took on to the other waiters.
+func (ws *waiters) leave(tenant string, w *waiter) {
+	ws.mu.Lock()
+	n := ws.drop(tenant, w)
+	if n > 0 {
+		if w.types == nil {
+			ws.wakeAllLocked(tenant)
+		} else {
+			for t := range w.types {
+				ws.wakeLocked(tenant, t, n)
+			}
+		}
+	}
+	ws.mu.Unlock()
+}
+
+func (ws *waiters) drop(tenant string, w *waiter) (stood int) {
 	if m := ws.byT[tenant]; m != nil {
 		delete(m, w)
 		if len(m) == 0 {
 			delete(ws.byT, tenant)
 		}
 	}
+	if m := ws.woken[tenant]; m != nil {
+		if _, ok := m[w]; ok {
+			stood = w.stands
+			delete(m, w)
+			if len(m) == 0 {
+				delete(ws.woken, tenant)
+			}
+		}
+	}
+	return stood
+}
+
+// wake hands the wake-ups of n tasks of tenant and taskType to the woken
+// waiters that want them and have room, then wakes as many parked ones as
+// the rest needs.
+func (ws *waiters) wake(tenant, taskType string, n int) {
+	ws.mu.Lock()
+	ws.wakeLocked(tenant, taskType, n)
 	ws.mu.Unlock()
 }
 
-// wake wakes up to n waiters of tenant that want taskType, and removes them.
-func (ws *waiters) wake(tenant, taskType string, n int) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
+func (ws *waiters) wakeLocked(tenant, taskType string, n int) {
+	for w := range ws.woken[tenant] {
+		if n <= 0 {
+			return
+		}
+		if w.wants(taskType) && w.stands < w.room {
+			k := min(n, w.room-w.stands)
+			w.stands += k
+			n -= k
+		}
+	}
 	for w := range ws.byT[tenant] {
 		if n <= 0 {
 			return
 		}
-		if w.types == nil || w.types[taskType] {
+		if w.wants(taskType) {
 			w.wake()
 			delete(ws.byT[tenant], w)
-			n--
+			w.stands = min(n, w.room)
+			n -= w.stands
+			m := ws.woken[tenant]
+			if m == nil {
+				m = map[*waiter]struct{}{}
+				ws.woken[tenant] = m
+			}
+			m[w] = struct{}{}
 		}
+	}
+	if n > 0 {
+		// No waiter stands for these: the next arriving call looks.
+		ws.gen[tenant]++
 	}
 }
 
 // wakeAll wakes every waiter of tenant.
 func (ws *waiters) wakeAll(tenant string) {
 	ws.mu.Lock()
+	ws.wakeAllLocked(tenant)
+	ws.mu.Unlock()
+}
+
+func (ws *waiters) wakeAllLocked(tenant string) {
 	for w := range ws.byT[tenant] {
 		w.wake()
 	}
 	delete(ws.byT, tenant)
-	ws.mu.Unlock()
+	ws.gen[tenant]++
 }
 
 func (ws *waiters) wakeEveryone() {
@@ -84,5 +245,6 @@ func (ws *waiters) wakeEveryone() {
 		}
 	}
 	ws.byT = map[string]map[*waiter]struct{}{}
+	ws.epoch++
 	ws.mu.Unlock()
 }
