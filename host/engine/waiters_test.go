@@ -109,9 +109,9 @@ func TestADrainedMarkHoldsUntilAWakeUpGoesUntaken(t *testing.T) {
 		t.Fatal("a wake-up no waiter took left the look drained")
 	}
 	for name, end := range map[string]func(){
-		"with no waiter": func() { ws.wake("acme", "work", 1) },
+		"with no waiter":                func() { ws.wake("acme", "work", 1) },
 		"of every waiter of the tenant": func() { ws.wakeAll("acme") },
-		"of every waiter": ws.wakeEveryone,
+		"of every waiter":               ws.wakeEveryone,
 	} {
 		ws.markDrained(key, ws.mark("acme"), now)
 		end()
