@@ -67,12 +67,21 @@ func (e *Engine) Lease(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 		if req.Wait > 0 {
 			w = e.waiters.add(req.Tenant, req.Types, req.MaxTasks)
 		}
-		if arriving && w != nil && e.waiters.drained(key, req.Tenant, time.Now()) {
+		// Look again at least every second: delayed tasks become ready
+		// without a wake-up.
+		next, skip := time.Second, false
+		if arriving && w != nil {
 			// A look of the same kind found the queue short of ready
 			// tasks and no task has been made ready since that no woken
 			// waiter stands for: park at once (registered above, so
-			// none is missed).
-		} else {
+			// none is missed), and look once the mark lapses at the
+			// latest (a task may become ready by time alone).
+			if left, ok := e.waiters.drained(key, req.Tenant, time.Now()); ok {
+				next, skip = left, true
+				e.waiters.skips.Add(1)
+			}
+		}
+		if !skip {
 			mark := e.waiters.mark(req.Tenant)
 			offers, err = e.claim(ctx, req)
 			if err == nil && len(offers) < req.MaxTasks {
@@ -95,8 +104,7 @@ func (e *Engine) Lease(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 			traceLeases(ctx, req.WorkerID, offers)
 			return offers, err
 		}
-		// Delayed tasks become ready without a wake-up; look again at least every second.
-		poll := time.NewTimer(time.Second)
+		poll := time.NewTimer(next)
 		select {
 		case <-w.ch:
 		case <-poll.C:

@@ -145,7 +145,10 @@ func (e *Engine) ResumeTaskType(ctx context.Context, tenant, name string) (bool,
 		return false, err
 	}
 	if was {
-		e.waiters.wake(tenant, name, MaxBatch)
+		// Its backlog may be any size: every parked call of the tenant
+		// looks (a wake-up of MaxBatch tasks would go to the first call
+		// with that much room).
+		e.waiters.wakeAll(tenant)
 	}
 	return was, nil
 }

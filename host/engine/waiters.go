@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,6 +39,9 @@ type waiters struct {
 	drains map[string]drainMark
 	// drainedFor bounds how long a drained mark holds (drainedHold).
 	drainedFor time.Duration
+	// skips counts the arriving calls that parked on a drained mark
+	// without a look of their own; woke counts the parked calls woken.
+	skips, woke atomic.Int64
 }
 
 // lookMark is the generation of a tenant's wake-ups when a look began.
@@ -88,12 +92,17 @@ func (ws *waiters) markDrained(key string, m lookMark, now time.Time) {
 
 // drained reports whether a look of kind key found the queue short of
 // ready tasks less than drainedFor ago and no wake-up of tenant went
-// untaken (or to every waiter) since it began.
-func (ws *waiters) drained(key, tenant string, now time.Time) bool {
+// untaken (or to every waiter) since it began, and if so how long the mark
+// still holds: a call that parks on it looks by then at the latest.
+func (ws *waiters) drained(key, tenant string, now time.Time) (time.Duration, bool) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	d, ok := ws.drains[key]
-	return ok && d.gen == ws.gen[tenant] && d.epoch == ws.epoch && now.Sub(d.at) < ws.drainedFor
+	left := ws.drainedFor - now.Sub(d.at)
+	if !ok || d.gen != ws.gen[tenant] || d.epoch != ws.epoch || left <= 0 {
+		return 0, false
+	}
+	return left, true
 }
 
 type waiter struct {
@@ -101,9 +110,10 @@ type waiter struct {
 	room  int             // tasks its next look may take
 	ch    chan struct{}   // closed once to wake
 	once  sync.Once
-	// stands is how many tasks' wake-ups it took since it was woken (under
-	// waiters.mu).
+	// stands is how many tasks' wake-ups it took since it was woken, and
+	// stood how many of each type (under waiters.mu).
 	stands int
+	stood  map[string]int
 }
 
 func newWaiters() *waiters {
@@ -113,6 +123,15 @@ func newWaiters() *waiters {
 func (w *waiter) wake() { w.once.Do(func() { close(w.ch) }) }
 
 func (w *waiter) wants(taskType string) bool { return w.types == nil || w.types[taskType] }
+
+// stand records that w takes the wake-ups of k tasks of taskType.
+func (w *waiter) stand(taskType string, k int) {
+	if w.stood == nil {
+		w.stood = map[string]int{}
+	}
+	w.stood[taskType] += k
+	w.stands += k
+}
 
 // add registers a waiter of tenant for types (none: any) whose look takes up
 // to room tasks.
@@ -144,23 +163,17 @@ func (ws *waiters) remove(tenant string, w *waiter) {
 }
 
 // leave unregisters w when it will not look at the queue again, and passes
-// the wake-ups it took on to the other waiters.
+// the wake-ups it took on to the other waiters, type by type.
 func (ws *waiters) leave(tenant string, w *waiter) {
 	ws.mu.Lock()
-	n := ws.drop(tenant, w)
-	if n > 0 {
-		if w.types == nil {
-			ws.wakeAllLocked(tenant)
-		} else {
-			for t := range w.types {
-				ws.wakeLocked(tenant, t, n)
-			}
-		}
+	for t, n := range ws.drop(tenant, w) {
+		ws.wakeLocked(tenant, t, n)
 	}
 	ws.mu.Unlock()
 }
 
-func (ws *waiters) drop(tenant string, w *waiter) (stood int) {
+// drop unregisters w and returns the wake-ups it took, by type.
+func (ws *waiters) drop(tenant string, w *waiter) (stood map[string]int) {
 	if m := ws.byT[tenant]; m != nil {
 		delete(m, w)
 		if len(m) == 0 {
@@ -169,7 +182,7 @@ func (ws *waiters) drop(tenant string, w *waiter) (stood int) {
 	}
 	if m := ws.woken[tenant]; m != nil {
 		if _, ok := m[w]; ok {
-			stood = w.stands
+			stood = w.stood
 			delete(m, w)
 			if len(m) == 0 {
 				delete(ws.woken, tenant)
@@ -195,7 +208,7 @@ func (ws *waiters) wakeLocked(tenant, taskType string, n int) {
 		}
 		if w.wants(taskType) && w.stands < w.room {
 			k := min(n, w.room-w.stands)
-			w.stands += k
+			w.stand(taskType, k)
 			n -= k
 		}
 	}
@@ -205,9 +218,11 @@ func (ws *waiters) wakeLocked(tenant, taskType string, n int) {
 		}
 		if w.wants(taskType) {
 			w.wake()
+			ws.woke.Add(1)
 			delete(ws.byT[tenant], w)
-			w.stands = min(n, w.room)
-			n -= w.stands
+			k := min(n, w.room)
+			w.stand(taskType, k)
+			n -= k
 			m := ws.woken[tenant]
 			if m == nil {
 				m = map[*waiter]struct{}{}
@@ -232,6 +247,7 @@ func (ws *waiters) wakeAll(tenant string) {
 func (ws *waiters) wakeAllLocked(tenant string) {
 	for w := range ws.byT[tenant] {
 		w.wake()
+		ws.woke.Add(1)
 	}
 	delete(ws.byT, tenant)
 	ws.gen[tenant]++

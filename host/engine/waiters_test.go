@@ -43,7 +43,11 @@ func TestWakeUpsOfABurstGoToOneWaiterWhileItHasRoom(t *testing.T) {
 	if got := wokenOf(a, b, c); len(got) != 3 {
 		t.Fatalf("a wake-up after the woken waiters looked again woke %d in all, want 3", len(got))
 	}
-	// A wake-up of another type is not taken by a waiter that does not want it.
+	// A wake-up of another type is not taken by a waiter that does not
+	// want it (the woken ones have looked again: none stands for it).
+	for _, w := range []*waiter{a, b, c} {
+		ws.remove("acme", w)
+	}
 	d := ws.add("acme", []string{"other"}, 4)
 	ws.wake("acme", "work", 1)
 	if len(wokenOf(d)) != 0 {
@@ -82,30 +86,42 @@ func TestAWaiterThatLeavesPassesItsWakeUpsOn(t *testing.T) {
 // and for at most drainedFor.
 func TestADrainedMarkHoldsUntilAWakeUpGoesUntaken(t *testing.T) {
 	ws := newWaiters()
+	isDrained := func(key, tenant string, now time.Time) bool {
+		_, ok := ws.drained(key, tenant, now)
+		return ok
+	}
 	now := time.Now()
 	key := lookKey("acme", []string{"work"})
-	if ws.drained(key, "acme", now) {
+	if isDrained(key, "acme", now) {
 		t.Fatal("a kind of look never made is drained")
 	}
 	ws.markDrained(key, ws.mark("acme"), now)
-	if !ws.drained(key, "acme", now) {
+	if !isDrained(key, "acme", now) {
 		t.Fatal("a look that found the queue short is not drained")
 	}
-	if ws.drained(key, "acme", now.Add(ws.drainedFor)) {
+	if isDrained(key, "acme", now.Add(ws.drainedFor)) {
 		t.Fatal("a drained mark held past drainedFor")
 	}
-	if ws.drained(lookKey("acme", []string{"other"}), "acme", now) {
+	if left, _ := ws.drained(key, "acme", now.Add(ws.drainedFor/4)); left != ws.drainedFor*3/4 {
+		t.Fatalf("a mark a quarter through its hold has %s left, want %s", left, ws.drainedFor*3/4)
+	}
+	if isDrained(lookKey("acme", []string{"other"}), "acme", now) {
 		t.Fatal("a look of other types is drained")
 	}
-	// A wake-up a woken waiter takes keeps the mark: that waiter looks.
+	// A wake-up a parked waiter takes keeps the mark (that waiter looks),
+	// and so does one a woken waiter with room takes.
 	w := ws.add("acme", []string{"work"}, 4)
 	ws.wake("acme", "work", 1)
-	if len(wokenOf(w)) != 1 || !ws.drained(key, "acme", now) {
-		t.Fatal("a wake-up a waiter took ended the drained mark (or woke no one)")
+	if len(wokenOf(w)) != 1 || !isDrained(key, "acme", now) {
+		t.Fatal("a wake-up a parked waiter took ended the drained mark (or woke no one)")
+	}
+	ws.wake("acme", "work", 2)
+	if !isDrained(key, "acme", now) {
+		t.Fatal("a wake-up a woken waiter with room took ended the drained mark")
 	}
 	// One no waiter has room for ends it.
-	ws.wake("acme", "work", 4)
-	if ws.drained(key, "acme", now) {
+	ws.wake("acme", "work", 2) // room for one: the other goes untaken
+	if isDrained(key, "acme", now) {
 		t.Fatal("a wake-up no waiter took left the look drained")
 	}
 	for name, end := range map[string]func(){
@@ -115,22 +131,42 @@ func TestADrainedMarkHoldsUntilAWakeUpGoesUntaken(t *testing.T) {
 	} {
 		ws.markDrained(key, ws.mark("acme"), now)
 		end()
-		if ws.drained(key, "acme", now) {
+		if isDrained(key, "acme", now) {
 			t.Errorf("a wake-up %s left the look drained", name)
 		}
 	}
 	// Another tenant's wake-ups leave it.
 	ws.markDrained(key, ws.mark("acme"), now)
 	ws.wake("globex", "work", 1)
-	if !ws.drained(key, "acme", now) {
+	if !isDrained(key, "acme", now) {
 		t.Error("another tenant's wake-up ended the drained mark")
 	}
 	// A mark taken before a wake-up went untaken is stale when recorded.
 	m := ws.mark("acme")
 	ws.wake("acme", "work", 1)
 	ws.markDrained(key, m, now)
-	if ws.drained(key, "acme", now) {
+	if isDrained(key, "acme", now) {
 		t.Error("a look begun before an untaken wake-up was marked drained")
+	}
+}
+
+// A waiter of several types, or of any, passes on what it took type by
+// type: a parked waiter of another type is not woken for it, and one that
+// wants it is, once.
+func TestALeavingWaiterPassesItsWakeUpsOnByType(t *testing.T) {
+	for name, types := range map[string][]string{"several types": {"work", "merge"}, "any type": nil} {
+		ws := newWaiters()
+		w := ws.add("acme", types, 16)
+		ws.wake("acme", "work", 2)
+		if len(wokenOf(w)) != 1 {
+			t.Fatalf("%s: setup: the waiter was not woken", name)
+		}
+		merge1, merge2, work := ws.add("acme", []string{"merge"}, 16), ws.add("acme", []string{"merge"}, 16), ws.add("acme", []string{"work"}, 16)
+		ws.leave("acme", w)
+		if len(wokenOf(work)) != 1 || len(wokenOf(merge1, merge2)) != 0 {
+			t.Errorf("%s: leaving with two wake-ups of type work woke %d waiters of work and %d of merge, want 1 and 0",
+				name, len(wokenOf(work)), len(wokenOf(merge1, merge2)))
+		}
 	}
 }
 
