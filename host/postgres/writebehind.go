@@ -208,13 +208,20 @@ func (w *writeTx) materializeAtEnd() {
 const (
 	// receiptsBehind inserts receipts and the obligations they open, and
 	// answers how many obligations it wrote and the receipts' ids and seqs.
+	// A clash (an id or dedupe key taken) fails the statement, and the
+	// batch runs again in strict mode, where the receipt's own insert
+	// (AppendReceipt, ON CONFLICT DO NOTHING) meets it. There is no ON
+	// CONFLICT here: its speculative insertion costs every row a probe of
+	// each unique index before the insert and a WAL record after it, a
+	// fifth of the insert's time (RATIONALE.md, "Rows written behind are
+	// plain inserts").
 	receiptsBehind = `WITH r AS (
 INSERT INTO receipts (id, tenant, type, from_p, to_p, task_id, lease_id, parents, body, dedupe_key,
 created_at, prev_hash, hash, chain_id, chain_seq)
 SELECT unnest($1::text[]), unnest($2::text[]), unnest($3::text[]), unnest($4::text[]), unnest($5::text[]),
 unnest($6::text[]), unnest($7::text[]), unnest($8::text[]), unnest($9::text[]), unnest($10::text[]),
 unnest($11::int8[]), unnest($12::text[]), unnest($13::text[]), unnest($14::int8[]), unnest($15::int8[])
-ON CONFLICT DO NOTHING RETURNING id, seq
+RETURNING id, seq
 ), o AS (
 INSERT INTO obligations (receipt_id, tenant, type, obligor, obligee, task_id, created_at, seq)
 SELECT v.receipt_id, v.tenant, v.type, v.obligor, v.obligee, v.task_id, v.created_at, coalesce(r.seq, nullif(v.seq, 0))
@@ -232,12 +239,13 @@ SELECT (SELECT count(*) FROM o), (SELECT coalesce(array_agg(id ORDER BY seq), '{
 // does and take each column's values as an array of its type (unnestOf).
 var (
 	// tasksBehind inserts tasks and their listing rows (migration 0015). A
-	// clash (an id or idempotency key taken) inserts fewer rows than it was
-	// given, which its check reports.
+	// clash (an id or idempotency key taken) fails the statement and the
+	// batch runs again in strict mode, where each task's own insert
+	// (taskInsert) meets it; a plain insert, as receiptsBehind.
 	tasksBehind = `WITH t AS (
 INSERT INTO tasks (` + sqlrows.TaskInsertColumns + `)
 ` + unnestOf(taskSample) + `
-ON CONFLICT DO NOTHING RETURNING seq, tenant, task_type, created_by, recipient
+RETURNING seq, tenant, task_type, created_by, recipient
 ) INSERT INTO task_list (seq, tenant, task_type, created_by, recipient) SELECT * FROM t`
 	// taskInsert inserts one task and its listing row; it changes one row,
 	// or none on a clash. Strict mode writes each task with it, and a flush
@@ -388,9 +396,9 @@ func behindStmts(tasks [][]any, updates []taskUpdate, attempts [][]any, rcs []*h
 		// The statement runs on its generic plan. Left to the default
 		// (auto), the server saw arrays of known length cheaper to a plan
 		// made for them and planned the statement afresh at every execution
-		// (its two inserts, the join and the ON CONFLICT each time), which
-		// cost more than the rows. The generic plan looks no table up, so
-		// one made while the tables are small stays good.
+		// (its two inserts and the join each time), which cost more than
+		// the rows. The generic plan looks no table up, so one made while
+		// the tables are small stays good.
 		out = append(out, stmt{sql: `SET LOCAL plan_cache_mode = force_generic_plan`}, stmt{
 			sql: receiptsBehind,
 			args: []any{id, tenant, typ, from, to, task, lease, parents, body, dedupe, created, prev, hash, chain, chainSeq,
@@ -403,8 +411,8 @@ func behindStmts(tasks [][]any, updates []taskUpdate, attempts [][]any, rcs []*h
 					return err
 				}
 				if len(ids) != n || len(seqs) != n || wrote != int64(m) {
-					// A clash (an id or dedupe key taken): strict mode pins
-					// it on its request.
+					// Not expected (a clash fails the statement): strict
+					// mode finds the request it belongs to.
 					return &mismatch{what: fmt.Sprintf("wrote %d of %d receipts and %d of %d obligations", len(ids), n, wrote, m)}
 				}
 				for i, rid := range ids {
