@@ -31,7 +31,30 @@ type CompleteResult struct {
 	Duplicate bool `json:"duplicate"`
 }
 
-func completeDedupe(leaseID string) string { return "complete:" + leaseID }
+// completeDedupe is the dedupe key of a task.completed receipt: none for
+// a lease id that names its task (host.NewLeaseID), whose completion is
+// found among its task's receipts (completedReceipt); "complete:<lease>"
+// for a lease id of the older form, which names none. A key costs an entry
+// in the ledger's dedupe index on every completion; the task's receipts
+// are indexed anyway (RATIONALE.md, "A completion is found through its
+// task").
+func completeDedupe(leaseID string) string {
+	if _, ok := host.LeaseTaskID(leaseID); ok {
+		return ""
+	}
+	return "complete:" + leaseID
+}
+
+// completedReceipt returns the task.completed receipt written under
+// leaseID, or nil: by the task its lease id names, or by the dedupe key of
+// an older lease id (and of completions written before keys were dropped,
+// which the task's receipts hold too).
+func completedReceipt(ctx context.Context, r store.Reader, tenant, leaseID string) (*host.Receipt, error) {
+	if taskID, ok := host.LeaseTaskID(leaseID); ok {
+		return r.GetLeaseReceipt(ctx, tenant, taskID, leaseID, host.ReceiptCompleted)
+	}
+	return r.GetReceiptByDedupe(ctx, tenant, "", "complete:"+leaseID)
+}
 
 var (
 	checksumPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,15}:[0-9a-fA-F]{1,128}$`)
@@ -109,7 +132,7 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 		},
 		gone: func(tx store.Tx, t *host.Task, err error) error {
 			if host.IsCode(err, host.CodeLeaseExpired) {
-				if prev, _ := tx.GetReceiptByDedupe(ctx, req.Tenant, "", completeDedupe(req.LeaseID)); ownOutcome(prev, req.WorkerCall, host.ReceiptCompleted) {
+				if prev, _ := completedReceipt(ctx, tx, req.Tenant, req.LeaseID); ownOutcome(prev, req.WorkerCall, host.ReceiptCompleted) {
 					out.Task, out.ReceiptID, out.Duplicate = t, prev.ID, true
 					if t == nil {
 						out.Task, _ = tx.GetTask(ctx, prev.Tenant, prev.TaskID)
@@ -136,7 +159,7 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 func (e *Engine) completeDuplicate(ctx context.Context, req CompleteRequest) *CompleteResult {
 	var out *CompleteResult
 	_ = e.view(ctx, func(r store.Reader) error {
-		prev, err := r.GetReceiptByDedupe(ctx, req.Tenant, "", completeDedupe(req.LeaseID))
+		prev, err := completedReceipt(ctx, r, req.Tenant, req.LeaseID)
 		if err != nil || !ownOutcome(prev, req.WorkerCall, host.ReceiptCompleted) {
 			return err
 		}

@@ -859,6 +859,18 @@ func (r *reader) GetReceiptByDedupe(ctx context.Context, tenant, from, key strin
 	return rc, err
 }
 
+func (r *reader) GetLeaseReceipt(ctx context.Context, tenant, taskID, leaseID string, typ host.ReceiptType) (*host.Receipt, error) {
+	if taskID == "" || leaseID == "" {
+		return nil, nil
+	}
+	rc, err := sqlrows.ScanReceipt(r.queryRow(ctx, `SELECT `+sqlrows.ReceiptColumns+` FROM receipts WHERE tenant = ? AND task_id = ? AND task_id <> ''`+
+		` AND lease_id = ? AND type = ? ORDER BY seq LIMIT 1`, tenant, taskID, leaseID, string(typ)))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	return rc, err
+}
+
 func (r *reader) ListReceipts(ctx context.Context, f store.ReceiptFilter) ([]*host.Receipt, string, error) {
 	after, err := store.ParseCursor(f.Cursor)
 	if err != nil {

@@ -118,6 +118,36 @@ func testOlderLeaseIDs(t *testing.T, b *Bundle) {
 			}
 		}
 	}
+	// A lease of the older form names no task: its completion keeps the
+	// dedupe key "complete:<lease>", and a repeat is found by it.
+	b.Enqueue(t, "work")
+	o := b.LeaseOne(t, "w.1")
+	older := host.NewID(host.PrefixLease)
+	if err := b.Store.Update(ctx, func(tx store.Tx) error {
+		tk, err := tx.GetTask(ctx, "acme", o.Task.ID)
+		if err != nil {
+			return err
+		}
+		tk.LeaseID = older
+		return tx.UpdateTask(ctx, tk, store.Fence{State: host.StateLeased, LeaseID: o.LeaseID})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	o.LeaseID = older
+	first := b.Complete(t, "w.1", o)
+	again := b.Complete(t, "w.1", o)
+	if first.Duplicate || !again.Duplicate || again.ReceiptID != first.ReceiptID {
+		t.Fatalf("complete of an older lease id twice = %+v then %+v", first, again)
+	}
+	if err := b.Store.View(ctx, func(r store.Reader) error {
+		rc, err := r.GetReceipt(ctx, "acme", first.ReceiptID)
+		if err != nil || rc.DedupeKey != "complete:"+older {
+			t.Errorf("completion of an older lease id = %+v, %v; want dedupe key complete:%s", rc, err, older)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	if err := b.Store.View(ctx, func(r store.Reader) error {
 		for _, id := range []string{"", "lease-", host.PrefixLease + "." + old.ID, old.LeaseID + ".", host.NewLeaseID(old.ID), host.NewLeaseID("T-NONE")} {
 			if tk, err := r.GetTaskByLease(ctx, id); !host.IsCode(err, host.CodeNotFound) {

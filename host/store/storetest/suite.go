@@ -470,6 +470,37 @@ func testCompleteIdempotent(t *testing.T, b *Bundle) {
 	if n := len(b.Receipts(t, o.Task.ID)); n != 2 {
 		t.Fatalf("repeat complete wrote receipts: %d", n)
 	}
+	// The completion of a lease id that names its task carries no dedupe
+	// key: the repeat above found it among the task's receipts, and so does
+	// the store, by task, lease and type only.
+	other := b.Enqueue(t, "work")
+	if err := b.Store.View(b.Ctx, func(r store.Reader) error {
+		rc, err := r.GetReceipt(b.Ctx, "acme", a.ReceiptID)
+		if err != nil || rc.DedupeKey != "" || rc.LeaseID != o.LeaseID {
+			t.Errorf("completion receipt = %+v, %v; want lease %s and no dedupe key", rc, err, o.LeaseID)
+		}
+		if got, err := r.GetLeaseReceipt(b.Ctx, "acme", o.Task.ID, o.LeaseID, host.ReceiptCompleted); err != nil || got == nil || got.ID != a.ReceiptID {
+			t.Errorf("GetLeaseReceipt = %+v, %v; want %s", got, err, a.ReceiptID)
+		}
+		for _, c := range []struct {
+			tenant, task, lease string
+			typ                 host.ReceiptType
+		}{
+			{"other", o.Task.ID, o.LeaseID, host.ReceiptCompleted},
+			{"acme", other.TaskID, o.LeaseID, host.ReceiptCompleted},
+			{"acme", o.Task.ID, host.NewLeaseID(o.Task.ID), host.ReceiptCompleted},
+			{"acme", o.Task.ID, o.LeaseID, host.ReceiptFailed},
+			{"acme", o.Task.ID, "", host.ReceiptCompleted},
+			{"acme", "", o.LeaseID, host.ReceiptCompleted},
+		} {
+			if got, err := r.GetLeaseReceipt(b.Ctx, c.tenant, c.task, c.lease, c.typ); err != nil || got != nil {
+				t.Errorf("GetLeaseReceipt(%q, %q, %q, %s) = %+v, %v; want none", c.tenant, c.task, c.lease, c.typ, got, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func testFailRetry(t *testing.T, b *Bundle) {
