@@ -97,6 +97,31 @@ func OpenAttempt(t *Task) *Attempt {
 	return a
 }
 
+// SucceededAttempt returns the attempt that completed the succeeded task
+// t: it is not stored, but derived from the task's row, which keeps its
+// last lease (id, worker, grant, acceptance) and its completion time, and
+// from rc, the task.completed receipt written under that lease, which
+// gives the attempt its receipt and the lease's expiry when it ended (nil
+// when it cannot be found: the attempt then has neither). It returns nil
+// when t has not succeeded under a lease.
+func SucceededAttempt(t *Task, rc *Receipt) *Attempt {
+	if t == nil || t.State != StateSucceeded || t.LeaseID == "" || t.LeasedAt == nil || t.CompletedAt == nil {
+		return nil
+	}
+	a := OpenAttempt(t)
+	if rc != nil && rc.Type == ReceiptCompleted && rc.TaskID == t.ID && rc.LeaseID == t.LeaseID {
+		a.ReceiptID = rc.ID
+		var b struct {
+			Expires *time.Time `json:"lease_expires_at"`
+		}
+		if json.Unmarshal(rc.Body, &b) == nil {
+			a.LeaseExpiresAt = b.Expires
+		}
+	}
+	a.End(*t.CompletedAt, AttemptSucceeded)
+	return a
+}
+
 // End marks a ended at with outcome and sets its duration.
 func (a *Attempt) End(at time.Time, outcome AttemptOutcome) {
 	a.EndedAt, a.Outcome = &at, outcome

@@ -116,13 +116,12 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 	_, err := e.changeLeased(ctx, req.WorkerCall, now, leaseChange{
 		reset: func() { rsReleased, rsExpired = 0, 0 },
 		prebuild: func(t *host.Task) *leaseWrite {
-			at, ref, att := *t.LeasedAt, refOf(t), host.OpenAttempt(t)
+			// The attempt a success ends is not stored: the succeeded task's
+			// row and its task.completed receipt hold it (host.SucceededAttempt).
+			at, ref := *t.LeasedAt, refOf(t)
 			r, types := completeTask(t, res, now)
 			return &leaseWrite{receipts: []*host.Receipt{r}, parents: types, then: func(tx store.Tx, t *host.Task) (err error) {
 				if rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, ref); err != nil {
-					return err
-				}
-				if err := endAttempt(ctx, tx, att, now, host.AttemptSucceeded, r.ID); err != nil {
 					return err
 				}
 				leasedAt = at
@@ -227,7 +226,7 @@ func completeTask(t *host.Task, res host.Result, now time.Time) (*host.Receipt, 
 	body := map[string]any{
 		"lease_id": t.LeaseID, "worker_id": t.WorkerID, "attempt": t.Attempts + 1,
 		"result_channel": res.Channel, "result_pointer": res.Pointer, "result_checksum": res.Checksum,
-		"summary": res.Summary,
+		"summary": res.Summary, "lease_expires_at": t.LeaseExpiresAt,
 	}
 	if len(res.Artifacts) > 0 {
 		body["artifacts"] = res.Artifacts

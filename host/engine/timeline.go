@@ -179,6 +179,9 @@ func (e *Engine) history(ctx context.Context, actor Actor, id string, all bool) 
 		if h.attempts, err = r.ListAttempts(ctx, actor.Tenant, id, store.MaxAttemptsListed); err != nil {
 			return err
 		}
+		if h.attempts, err = withSucceededAttempt(ctx, r, t, h.attempts); err != nil {
+			return err
+		}
 		if !all {
 			return nil
 		}
@@ -203,4 +206,28 @@ func (e *Engine) history(ctx context.Context, actor Actor, id string, all bool) 
 		h.attempts = append(h.attempts, *a)
 	}
 	return h, nil
+}
+
+// withSucceededAttempt appends to the stored attempts of t the attempt its
+// success ended, which is derived, not stored (host.SucceededAttempt);
+// a success stored by an older gate is kept as it is. A list already
+// holding store.MaxAttemptsListed attempts is cut short before the last,
+// so it gets none.
+func withSucceededAttempt(ctx context.Context, r store.Reader, t *host.Task, stored []host.Attempt) ([]host.Attempt, error) {
+	if t.State != host.StateSucceeded || t.LeaseID == "" || len(stored) >= store.MaxAttemptsListed {
+		return stored, nil
+	}
+	for _, a := range stored {
+		if a.LeaseID == t.LeaseID && a.Outcome == host.AttemptSucceeded {
+			return stored, nil
+		}
+	}
+	rc, err := completedReceipt(ctx, r, t.Tenant, t.LeaseID)
+	if err != nil {
+		return nil, err
+	}
+	if a := host.SucceededAttempt(t, rc); a != nil {
+		stored = append(stored, *a)
+	}
+	return stored, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/store"
 )
 
 // testAttemptsHistory: every lease of a task is kept as an attempt when it
@@ -50,7 +51,8 @@ func testAttemptsHistory(t *testing.T, b *Bundle) {
 	}
 	b.Clock.Advance(2 * time.Second)
 	pct := 50.0
-	if _, err := b.Engine.Heartbeat(b.Ctx, engine.HeartbeatRequest{WorkerCall: Call("w.4", o4), ProgressPercent: &pct, ProgressMessage: "half way"}); err != nil {
+	hb, err := b.Engine.Heartbeat(b.Ctx, engine.HeartbeatRequest{WorkerCall: Call("w.4", o4), ProgressPercent: &pct, ProgressMessage: "half way"})
+	if err != nil {
 		t.Fatal(err)
 	}
 	b.Clock.Advance(time.Second)
@@ -102,12 +104,40 @@ func testAttemptsHistory(t *testing.T, b *Bundle) {
 		t.Fatalf("the running attempt's expiry: %+v", as[3])
 	}
 
-	// 4 completes: its attempt is stored with the completion's receipt.
+	// 4 completes: its attempt is told with the completion's receipt and
+	// the lease as it stood (accepted, its expiry after the heartbeat), but
+	// not stored: the succeeded task's row and its receipt hold it.
+	running := as[3]
 	cr := b.Complete(t, "w.4", o4)
 	ta, err = b.Engine.Attempts(b.Ctx, b.Agent, id)
 	as = ta.Attempts
-	if err != nil || len(as) != 4 || as[3].Outcome != host.AttemptSucceeded || as[3].ReceiptID != cr.ReceiptID || as[3].EndedAt == nil {
+	if err != nil || len(as) != 4 {
 		t.Fatalf("after complete: %+v %v", as, err)
+	}
+	if a := as[3]; a.Outcome != host.AttemptSucceeded || a.ReceiptID != cr.ReceiptID || a.EndedAt == nil || !a.EndedAt.Equal(b.Clock.Now()) ||
+		a.LeaseID != o4.LeaseID || a.WorkerID != "w.4" || a.Attempt != 2 || a.Lease != 4 || a.DurationMS != 3000 ||
+		a.AcceptedAt == nil || !a.AcceptedAt.Equal(*running.AcceptedAt) || !a.LeasedAt.Equal(running.LeasedAt) ||
+		a.LeaseExpiresAt == nil || !a.LeaseExpiresAt.Equal(hb.LeaseExpiresAt) || a.LastHeardAt != nil {
+		t.Fatalf("the succeeded attempt = %+v, want the running one %+v ended now, expiring at %v", a, running, hb.LeaseExpiresAt)
+	}
+	if err := b.Store.View(b.Ctx, func(r store.Reader) error {
+		stored, err := r.ListAttempts(b.Ctx, "acme", id, store.MaxAttemptsListed)
+		if err != nil || len(stored) != 3 {
+			t.Errorf("stored attempts after the success: %d %v, want the 3 that ended before it", len(stored), err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// A success an older gate stored is told once, as stored.
+	old := as[3]
+	old.DurationMS = 2999
+	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error { return tx.InsertAttempt(b.Ctx, &old) }); err != nil {
+		t.Fatal(err)
+	}
+	ta, err = b.Engine.Attempts(b.Ctx, b.Agent, id)
+	if as = ta.Attempts; err != nil || len(as) != 4 || as[3].Outcome != host.AttemptSucceeded || as[3].DurationMS != 2999 {
+		t.Fatalf("with a stored success: %+v %v", as, err)
 	}
 
 	tl, err := b.Engine.Timeline(b.Ctx, b.Agent, id)
