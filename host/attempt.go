@@ -9,7 +9,9 @@ import (
 type AttemptOutcome string
 
 // Attempt outcomes. AttemptRunning is the current lease of a leased task;
-// it is never stored, the others are written when the lease ends.
+// it is never stored. AttemptSucceeded is derived from the succeeded task
+// and its receipt (SucceededAttempt); the others are written when the lease
+// ends.
 const (
 	AttemptRunning   AttemptOutcome = "running"
 	AttemptSucceeded AttemptOutcome = "succeeded"
@@ -103,9 +105,10 @@ func OpenAttempt(t *Task) *Attempt {
 // from rc, the task.completed receipt written under that lease, which
 // gives the attempt its receipt and the lease's expiry when it ended (nil
 // when it cannot be found: the attempt then has neither). It returns nil
-// when t has not succeeded under a lease.
+// when t has not succeeded under a lease; a success archived by retention
+// keeps its row's lease and so its attempt (FinishedAs).
 func SucceededAttempt(t *Task, rc *Receipt) *Attempt {
-	if t == nil || t.State != StateSucceeded || t.LeaseID == "" || t.LeasedAt == nil || t.CompletedAt == nil {
+	if t == nil || FinishedAs(t) != StateSucceeded || t.LeaseID == "" || t.LeasedAt == nil || t.CompletedAt == nil {
 		return nil
 	}
 	a := OpenAttempt(t)

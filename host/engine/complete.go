@@ -48,12 +48,24 @@ func completeDedupe(leaseID string) string {
 // completedReceipt returns the task.completed receipt written under
 // leaseID, or nil: by the task its lease id names, or by the dedupe key of
 // an older lease id (and of completions written before keys were dropped,
-// which the task's receipts hold too).
+// which the task's receipts hold too). A task that succeeded keeps the id
+// of the lease that completed it, and nothing leases it again, so the
+// task's receipts are read only when its row names leaseID: a lease id
+// made up for a task, or one of its earlier leases, costs one read by key,
+// not a walk of the task's receipts.
 func completedReceipt(ctx context.Context, r store.Reader, tenant, leaseID string) (*host.Receipt, error) {
-	if taskID, ok := host.LeaseTaskID(leaseID); ok {
-		return r.GetLeaseReceipt(ctx, tenant, taskID, leaseID, host.ReceiptCompleted)
+	taskID, ok := host.LeaseTaskID(leaseID)
+	if !ok {
+		return r.GetReceiptByDedupe(ctx, tenant, "", "complete:"+leaseID)
 	}
-	return r.GetReceiptByDedupe(ctx, tenant, "", "complete:"+leaseID)
+	t, err := r.GetTask(ctx, tenant, taskID)
+	if host.IsCode(err, host.CodeNotFound) {
+		return nil, nil
+	}
+	if err != nil || t.LeaseID != leaseID || host.FinishedAs(t) != host.StateSucceeded {
+		return nil, err
+	}
+	return r.GetLeaseReceipt(ctx, tenant, taskID, leaseID, host.ReceiptCompleted)
 }
 
 var (

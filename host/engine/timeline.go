@@ -214,7 +214,7 @@ func (e *Engine) history(ctx context.Context, actor Actor, id string, all bool) 
 // holding store.MaxAttemptsListed attempts is cut short before the last,
 // so it gets none.
 func withSucceededAttempt(ctx context.Context, r store.Reader, t *host.Task, stored []host.Attempt) ([]host.Attempt, error) {
-	if t.State != host.StateSucceeded || t.LeaseID == "" || len(stored) >= store.MaxAttemptsListed {
+	if host.FinishedAs(t) != host.StateSucceeded || t.LeaseID == "" || len(stored) >= store.MaxAttemptsListed {
 		return stored, nil
 	}
 	for _, a := range stored {

@@ -10,7 +10,7 @@ import (
 )
 
 // InsertAttempt implements store.Tx. It reads no row, so it does not make
-// the rows written behind go out first (rawExec): a completion's batch keeps
+// the rows written behind go out first (rawExec): a failure's batch keeps
 // its tasks and receipts in their multi-row statements.
 func (w *writeTx) InsertAttempt(ctx context.Context, a *host.Attempt) error {
 	body, ended, err := store.AttemptRow(a)

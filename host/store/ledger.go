@@ -30,7 +30,7 @@ type LedgerReader interface {
 	// that task taskID's ledger holds under lease leaseID, or nil and no
 	// error. It reads the task's receipts (the index by task), so an
 	// outcome the gate writes once a lease is found without a dedupe key
-	// of its own (storetest: LeaseReceipt).
+	// of its own (storetest: CompleteIdempotentPerLease, OlderLeaseIDs).
 	GetLeaseReceipt(ctx context.Context, tenant, taskID, leaseID string, typ host.ReceiptType) (*host.Receipt, error)
 	// ListReceipts lists a tenant's receipts in ledger (Seq) order from the
 	// cursor on, with the cursor of the next page; a bad cursor is

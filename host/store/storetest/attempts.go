@@ -129,16 +129,6 @@ func testAttemptsHistory(t *testing.T, b *Bundle) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	// A success an older gate stored is told once, as stored.
-	old := as[3]
-	old.DurationMS = 2999
-	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error { return tx.InsertAttempt(b.Ctx, &old) }); err != nil {
-		t.Fatal(err)
-	}
-	ta, err = b.Engine.Attempts(b.Ctx, b.Agent, id)
-	if as = ta.Attempts; err != nil || len(as) != 4 || as[3].Outcome != host.AttemptSucceeded || as[3].DurationMS != 2999 {
-		t.Fatalf("with a stored success: %+v %v", as, err)
-	}
 
 	tl, err := b.Engine.Timeline(b.Ctx, b.Agent, id)
 	if err != nil {
@@ -161,6 +151,17 @@ func testAttemptsHistory(t *testing.T, b *Bundle) {
 	}
 	if ev := tl.Events[5]; ev.WorkerID != "w.2" || ev.ReceiptID != fr.ReceiptID || !strings.Contains(string(ev.Details), "E503") {
 		t.Fatalf("retry event: %+v %s", ev, ev.Details)
+	}
+
+	// A success an older gate stored is told once, as stored.
+	old := as[3]
+	old.DurationMS = 2999
+	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error { return tx.InsertAttempt(b.Ctx, &old) }); err != nil {
+		t.Fatal(err)
+	}
+	ta, err = b.Engine.Attempts(b.Ctx, b.Agent, id)
+	if as = ta.Attempts; err != nil || len(as) != 4 || as[3].Outcome != host.AttemptSucceeded || as[3].DurationMS != 2999 {
+		t.Fatalf("with a stored success: %+v %v", as, err)
 	}
 
 	// A fatal failure: the attempt says dead_letter and why.

@@ -166,6 +166,25 @@ func testRetention(t *testing.T, b *Bundle) {
 			t.Fatalf("task %s after retention: %+v %+v", id, tk, tk.Result)
 		}
 	}
+	// An archived success keeps the attempt that ended it, which is derived
+	// from its row and receipt, not stored, and its timeline keeps the grant.
+	for _, id := range []string{stored, inline} {
+		ta, err := eng.Attempts(b.Ctx, b.Agent, id)
+		if err != nil || len(ta.Attempts) != 1 || ta.Attempts[0].Outcome != host.AttemptSucceeded || ta.Attempts[0].ReceiptID == "" {
+			t.Fatalf("attempts of archived task %s: %+v %v", id, ta, err)
+		}
+		tl, err := eng.Timeline(b.Ctx, b.Agent, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var types []string
+		for _, ev := range tl.Events {
+			types = append(types, ev.Type)
+		}
+		if got := strings.Join(types, " "); got != "task.assigned lease.granted task.completed" {
+			t.Fatalf("timeline of archived task %s: %s", id, got)
+		}
+	}
 	if ch.held() != 1 || len(ch.acked) != 2 || !strings.HasPrefix(ch.acked[0], "mem:") {
 		t.Fatalf("mem channel holds %d payloads, acked %v", ch.held(), ch.acked)
 	}
