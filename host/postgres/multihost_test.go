@@ -28,7 +28,13 @@ type gateHost struct {
 
 func startHost(t *testing.T, schema, name string) *gateHost {
 	t.Helper()
-	st := openIn(t, schema, Options{})
+	return startHostWith(t, schema, name, Options{})
+}
+
+// startHostWith is startHost with the store's options.
+func startHostWith(t *testing.T, schema, name string, opts Options) *gateHost {
+	t.Helper()
+	st := openIn(t, schema, opts)
 	eng, err := engine.New(engine.Config{Store: st, ExpiryJitter: -1, SweepInterval: 100 * time.Millisecond,
 		MaxWait: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

@@ -74,6 +74,12 @@ type Options struct {
 	// checkpoint while it appends receipts (default 10 s). Close records
 	// one too.
 	CheckpointEvery time.Duration
+
+	// firstRunLockWait, when set, replaces the default bound on a batch's
+	// first run's lock wait (the constant of that name), for tests that
+	// must tell a deadlock, which the server finds after its
+	// deadlock_timeout, from a lock merely held long on a loaded machine.
+	firstRunLockWait time.Duration
 }
 
 // DefaultWriters is how many writers a store runs when Options.Writers is
@@ -537,9 +543,18 @@ const maxAttempts = 12
 // instead.
 const maxMissed = 64
 
-// firstRunLockWaitSQL bounds a batch's first run's wait for a lock (runTx)
-// to a few batches' time, well under the server's default deadlock_timeout.
-const firstRunLockWaitSQL = `SET LOCAL lock_timeout = '50ms'`
+// firstRunLockWait bounds a batch's first run's wait for a lock (runTx) to
+// a few batches' time, well under the server's default deadlock_timeout.
+const firstRunLockWait = 50 * time.Millisecond
+
+// firstRunLockWaitSQL sets the bound of a batch's first run.
+func (s *Store) firstRunLockWaitSQL() string {
+	d := firstRunLockWait
+	if s.opts.firstRunLockWait > 0 {
+		d = s.opts.firstRunLockWait
+	}
+	return fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, d.Milliseconds())
+}
 
 // retryPause is the pause before attempt n+1 of a batch that failed n times
 // with a deadlock or a serialization failure: random, up to 2^n ms capped at
@@ -713,12 +728,12 @@ func (w *writer) runTx(reqs []*request, strict, bounded bool) txResult {
 	ss.queueCtl(`BEGIN`)
 	if bounded {
 		// A batch's first run waits for another transaction's lock no
-		// longer than firstRunLockWaitSQL says: two writers' batches lock rows in
+		// longer than firstRunLockWait says: two writers' batches lock rows in
 		// their requests' order, not one order, and a deadlock between
 		// them would otherwise stand until the server's deadlock_timeout
 		// (1 s by default) found it. The batch runs again without the
 		// bound (lock_not_available is retried as a deadlock is).
-		ss.queueCtl(firstRunLockWaitSQL)
+		ss.queueCtl(w.s.firstRunLockWaitSQL())
 	}
 	opening := len(ss.pre) // BEGIN and its settings
 	// fail abandons the transaction before COMMIT was sent. A broken

@@ -153,7 +153,7 @@ func p0(m map[time.Duration]bool) time.Duration {
 }
 
 // A batch's first run waits for a row lock another transaction holds no
-// longer than its bound (firstRunLockWaitSQL), then runs again without it and
+// longer than its bound (firstRunLockWait), then runs again without it and
 // commits when the lock is let go: a deadlock between two writers' batches
 // costs the bound, not the server's deadlock_timeout.
 func TestAFirstRunsLockWaitIsBounded(t *testing.T) {

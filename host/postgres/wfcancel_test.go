@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
@@ -19,10 +20,17 @@ import (
 // completion locked the step and then the workflow, and PostgreSQL broke
 // the cycle (40P01) after deadlock_timeout. Each workflow ends once,
 // succeeded or canceled, as its final step did.
+//
+// A batch's first run waits for a lock 50 ms at most and is then run
+// again, which a loaded machine (a race-enabled CI run) reaches by a slow
+// lock holder alone; here the first run may wait 10 s, longer than the
+// server's deadlock_timeout, so a rerun counted is a deadlock the server
+// found, not a wait.
 func TestWorkflowCancelRacesFinalStepWithoutDeadlock(t *testing.T) {
 	const workflows = 40
 	schema := newSchema(t)
-	a, b := startHost(t, schema, "a"), startHost(t, schema, "b")
+	opts := Options{firstRunLockWait: 10 * time.Second}
+	a, b := startHostWith(t, schema, "a", opts), startHostWith(t, schema, "b", opts)
 	ctx := context.Background()
 	agent := engine.Actor{Tenant: "acme", Principal: "agent.kee", Role: engine.RoleAgent}
 	tt := host.NewTaskType("work")
