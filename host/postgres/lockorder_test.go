@@ -20,8 +20,11 @@ import (
 // ran again).
 func TestBatchLockWaitsFollowKeyOrder(t *testing.T) {
 	schema := newSchema(t)
-	a := openIn(t, schema, Options{Writers: 1})
-	b := openIn(t, schema, Options{Writers: 1})
+	// A first run may wait 10 s for a lock, past the server's
+	// deadlock_timeout, so a rerun counted is a deadlock the server found,
+	// not a wait a loaded machine stretched past the usual 50 ms.
+	a := openIn(t, schema, Options{Writers: 1, firstRunLockWait: 10 * time.Second})
+	b := openIn(t, schema, Options{Writers: 1, firstRunLockWait: 10 * time.Second})
 	const tenant = "t"
 	lo, hi := "res-1", "res-2"
 	if resourceLockKeys(a.schema, tenant, []string{lo})[0] > resourceLockKeys(a.schema, tenant, []string{hi})[0] {
