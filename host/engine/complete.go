@@ -65,7 +65,16 @@ func completedReceipt(ctx context.Context, r store.Reader, tenant, leaseID strin
 	if err != nil || t.LeaseID != leaseID || host.FinishedAs(t) != host.StateSucceeded {
 		return nil, err
 	}
-	return r.GetLeaseReceipt(ctx, tenant, taskID, leaseID, host.ReceiptCompleted)
+	return completionOf(ctx, r, t)
+}
+
+// completionOf returns the task.completed receipt of the succeeded task t,
+// written under the lease its row keeps, or nil.
+func completionOf(ctx context.Context, r store.Reader, t *host.Task) (*host.Receipt, error) {
+	if _, ok := host.LeaseTaskID(t.LeaseID); !ok {
+		return r.GetReceiptByDedupe(ctx, t.Tenant, "", "complete:"+t.LeaseID)
+	}
+	return r.GetLeaseReceipt(ctx, t.Tenant, t.ID, t.LeaseID, host.ReceiptCompleted)
 }
 
 var (

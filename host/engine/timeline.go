@@ -222,7 +222,7 @@ func withSucceededAttempt(ctx context.Context, r store.Reader, t *host.Task, sto
 			return stored, nil
 		}
 	}
-	rc, err := completedReceipt(ctx, r, t.Tenant, t.LeaseID)
+	rc, err := completionOf(ctx, r, t)
 	if err != nil {
 		return nil, err
 	}
