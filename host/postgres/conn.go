@@ -23,6 +23,12 @@ type stmt struct {
 	// the statement's own failure, is errDeferred: the batch is rerun with
 	// every write answered at once, so the failure is pinned on its request.
 	check func(pgx.BatchResults) error
+	// asserted: the statement fails on the server whenever check would
+	// find it wrong (a plain insert writes every row or fails; a fenced
+	// update checks its rows itself, fence_check), so its check may be read
+	// after a COMMIT sent behind it: a failure aborts the transaction and
+	// the server skips the COMMIT.
+	asserted bool
 }
 
 // errDeferred reports that a deferred write did not do what its request
@@ -37,6 +43,10 @@ var errDeferred = errors.New("postgres: a deferred write failed; the batch runs 
 type mismatch struct {
 	what string
 	reqs []*request
+	// aborted: the mismatch is the statement's own failure on the server
+	// (fence_check), so the transaction is aborted and the statements after
+	// it in the pipeline did not run.
+	aborted bool
 }
 
 func (m *mismatch) Error() string { return m.what }
@@ -68,10 +78,11 @@ type sess struct {
 	fatal error
 	// failed is the first statement error since the current savepoint.
 	failed error
-	// deferred is the first failure of a deferred write; checks counts the
-	// deferred writes queued and not yet read.
-	deferred error
-	checks   int
+	// deferred is the first failure of a deferred write; unasserted counts
+	// the queued deferred writes whose checks must be read before COMMIT is
+	// sent (stmt.asserted).
+	deferred   error
+	unasserted int
 	// trips and stmts, when set, count the round trips this session makes
 	// and the statements they carry.
 	trips, stmts *atomic.Int64
@@ -134,17 +145,28 @@ func (s *sess) queueChecked(check func(pgx.BatchResults) error, sql string, args
 // statement whose caller has seen to what must run before it
 // (writeTx.queueCheckedOn).
 func (s *sess) queueCheckedAsIs(check func(pgx.BatchResults) error, sql string, args ...any) {
-	s.pre = append(s.pre, stmt{sql: sql, args: args, check: check})
-	s.checks++
+	s.push(stmt{sql: sql, args: args, check: check})
+}
+
+// push queues st as it is, counting its check.
+func (s *sess) push(st stmt) {
+	s.pre = append(s.pre, st)
+	s.count(st, 1)
+}
+
+// count adds d to the count of checks that must be read before COMMIT is
+// sent when st is one.
+func (s *sess) count(st stmt, d int) {
+	if st.check != nil && !st.asserted {
+		s.unasserted += d
+	}
 }
 
 // truncate drops queued statements from index i on (a request that wrote
 // nothing the database has seen is forgotten).
 func (s *sess) truncate(i int) {
 	for _, p := range s.pre[i:] {
-		if p.check != nil {
-			s.checks--
-		}
+		s.count(p, -1)
 	}
 	s.pre = s.pre[:i]
 }
@@ -227,7 +249,7 @@ func (s *sess) send(ctx context.Context, extra ...stmt) (pgx.BatchResults, error
 	}
 	pre := s.pre
 	s.pre = nil
-	s.checks = 0
+	s.unasserted = 0
 	s.flushes++
 	s.trip(len(pre) + len(extra))
 	br := s.conn.SendBatch(ctx, b)
@@ -239,6 +261,21 @@ func (s *sess) send(ctx context.Context, extra ...stmt) (pgx.BatchResults, error
 			if err = p.check(br); err != nil {
 				var pe *pgconn.PgError
 				var mm *mismatch
+				if errors.As(err, &mm) && mm.aborted {
+					// The statement failed on the server: nothing after it
+					// ran, so no later check can name more requests. Its
+					// own, with any named before it, are set aside; none
+					// when one of its rows cannot be blamed.
+					br.Close()
+					if s.deferred == nil {
+						var culprits []*request
+						if len(mm.reqs) > 0 {
+							culprits = append(blamed, mm.reqs...)
+						}
+						s.deferred = &deferredFailure{err: err, culprits: culprits}
+					}
+					return nil, s.deferred
+				}
 				if errors.As(err, &mm) && len(mm.reqs) > 0 {
 					// Requests' own writes or guesses: the statements after
 					// it ran, so their checks are read too, for every

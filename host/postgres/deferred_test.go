@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
 	"github.com/asyncgate/asyncgate/host/store/storetest"
@@ -107,9 +110,10 @@ func TestDeferredWriteFailureFailsItsRequestAlone(t *testing.T) {
 	b.Verify(t)
 }
 
-// A batch whose writes are all deferred costs two round trips, however many
-// requests it carries: one pipeline with every write, whose answers are read
-// before COMMIT is sent, and COMMIT. WriterTrips counts them.
+// A batch whose writes are all deferred costs one round trip, however many
+// requests it carries: one pipeline with every write and the COMMIT behind
+// them (a lost fence or a clash fails its statement on the server, which
+// then skips the COMMIT: stmt.asserted). WriterTrips counts them.
 func TestDeferredBatchRoundTrips(t *testing.T) {
 	st := openIn(t, newSchema(t), Options{Writers: 1})
 	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
@@ -158,16 +162,16 @@ func TestDeferredBatchRoundTrips(t *testing.T) {
 			t.Errorf("task %d: priority %d, want 5", i, got.Priority)
 		}
 	}
-	if got := st.WriterTrips() - trips; got != 2 {
-		t.Errorf("a batch of %d requests with deferred writes made %d round trips, want 2 (the writes, then COMMIT)", len(tasks), got)
+	if got := st.WriterTrips() - trips; got != 1 {
+		t.Errorf("a batch of %d requests with deferred writes made %d round trips, want 1 (the writes and COMMIT)", len(tasks), got)
 	}
 	b.Verify(t)
 }
 
 // A claim's task updates are deferred too: the rows are locked by the claim,
 // so they cannot lose their fence. A batch that claims tasks and then makes
-// deferred writes costs three round trips: the claim's read, one pipeline
-// with every write, and COMMIT.
+// deferred writes costs two round trips: the claim's read, and one pipeline
+// with every write and the COMMIT.
 func TestClaimUpdatesAreDeferred(t *testing.T) {
 	st := openIn(t, newSchema(t), Options{Writers: 1})
 	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
@@ -232,8 +236,8 @@ func TestClaimUpdatesAreDeferred(t *testing.T) {
 	if got := b.Task(t, other.ID); got.Priority != 5 {
 		t.Errorf("the other task's priority is %d, want 5", got.Priority)
 	}
-	if got := st.WriterTrips() - trips; got != 3 {
-		t.Errorf("a batch that claims and then writes made %d round trips, want 3 (the claim, the writes, COMMIT)", got)
+	if got := st.WriterTrips() - trips; got != 2 {
+		t.Errorf("a batch that claims and then writes made %d round trips, want 2 (the claim; the writes and COMMIT)", got)
 	}
 	b.Verify(t)
 }
@@ -247,5 +251,31 @@ func waitQueued(t *testing.T, st *Store, n int, what string) {
 			t.Fatal(what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// Only a statement's failure on the server before a pipelined COMMIT means
+// the server skipped it: a check's own finding after it (none of the
+// asserted checks makes one) leaves the outcome unknown, and such a batch
+// must not run again (refusedBeforeCommit).
+func TestOnlyAServerFailureRefusesAPipelinedCommit(t *testing.T) {
+	server := &pgconn.PgError{Code: "23505", Message: "duplicate key"}
+	cases := []struct {
+		name     string
+		err      error
+		deferred error
+		want     bool
+	}{
+		{"a lost fence (fence_check)", errDeferred, &deferredFailure{err: &mismatch{what: "lost", aborted: true}}, true},
+		{"a clash", errDeferred, &deferredFailure{err: server}, true},
+		{"a check's own mismatch", errDeferred, &deferredFailure{err: &mismatch{what: "wrote 1 of 2 rows"}}, false},
+		{"a check that found no row", errDeferred, &deferredFailure{err: pgx.ErrNoRows}, false},
+		{"an unchecked statement's failure", server, nil, true},
+		{"a lost connection", errors.New("conn closed"), nil, false},
+	}
+	for _, c := range cases {
+		if got := refusedBeforeCommit(c.err, c.deferred); got != c.want {
+			t.Errorf("%s: refused before COMMIT %v, want %v", c.name, got, c.want)
+		}
 	}
 }

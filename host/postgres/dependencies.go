@@ -29,7 +29,7 @@ SELECT $1, j.w, j.d, j.r, j.p, j.s, j.h FROM jsonb_to_recordset($2::jsonb) AS j(
 	w.edges = append(w.edges, deps...)
 	if w.deferWrites {
 		// It writes no task row: the batch's task updates may stay one set.
-		w.queueCheckedOn(nil, expectRows("dependency insert", len(deps)), q, tenant, rows)
+		w.queueCheckedOn(nil, stmt{sql: q, args: []any{tenant, rows}, check: expectRows("dependency insert", len(deps)), asserted: true})
 		return nil
 	}
 	_, err = w.ss.exec(w.c(ctx), q, tenant, rows)

@@ -253,7 +253,7 @@ func (g *depGuess) check(br pgx.BatchResults) error {
 		}
 	}
 	if bad != "" {
-		return &mismatch{"guessed dependencies: " + bad, blame(g.req)}
+		return &mismatch{what: "guessed dependencies: " + bad, reqs: blame(g.req)}
 	}
 	g.counts = counts
 	return nil
@@ -306,7 +306,7 @@ func (w *writeTx) guessDependencies(tenant string, ids []string) []*host.Task {
 		// for: the check then misses them and the request is set aside
 		// (guessMarkNoWaitSQL).
 		q, args := byIDs(guessMarkNoWaitSQL, guessMarkNoWaitOneSQL, tenant, ids)
-		w.queueCheckedOn(ids, g.check, q, args...)
+		w.queueCheckedOn(ids, stmt{sql: q, args: args, check: g.check})
 	} else if unmarked {
 		// The marker alone locks every one of them: one statement.
 		q, args := byIDs(guessMarkSQL, guessMarkOneSQL, tenant, ids)
@@ -503,7 +503,7 @@ func (w *writeTx) guessSettle(tenant, dep string, state host.TaskState) []store.
 	// the wait. The settlement reads and locks the waiters' rows and the
 	// edges, never written behind.
 	w.ss.queueAsIs(lockDependencyRowSQL, tenant, dep)
-	w.queueCheckedOn(ids, g.check, settleGuessSQL, tenant, dep, string(state))
+	w.queueCheckedOn(ids, stmt{sql: settleGuessSQL, args: []any{tenant, dep, string(state)}, check: g.check})
 	return out
 }
 
@@ -587,7 +587,7 @@ func (g *settleGuess) check(br pgx.BatchResults) error {
 		bad = fmt.Sprintf("%d waiters, guessed %d", n, len(g.want))
 	}
 	if bad != "" {
-		return &mismatch{"guessed settlement: " + bad, blame(g.req)}
+		return &mismatch{what: "guessed settlement: " + bad, reqs: blame(g.req)}
 	}
 	return nil
 }

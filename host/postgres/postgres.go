@@ -711,8 +711,11 @@ type txResult struct {
 // goes on (new tasks and receipts, fenced task updates, inbox rows, obligation
 // terminations) are deferred: queued into the pipeline with a check read when
 // it is next sent, so a batch costs a few round trips, not several per
-// request. They are all read before COMMIT is sent; should one fail (a
-// conflict, a lost fence), nothing is committed. When the failures are
+// request. Those that fail on the server whenever they are wrong (plain
+// inserts; fenced updates, through fence_check) go in one round trip with
+// the COMMIT, which the server skips after a failure; the others (guesses)
+// are read before COMMIT is sent. Should one fail (a conflict, a lost
+// fence, a wrong guess), nothing is committed. When the failures are
 // requests' own writes or guesses, which name their requests, the batch runs
 // again without those, and they run after it (txResult.culprits,
 // writer.runIn); otherwise the batch runs again in strict mode. In strict
@@ -880,9 +883,12 @@ func (w *writer) runTx(reqs []*request, strict, bounded bool) txResult {
 			return fail("ledger checkpoint", err)
 		}
 	}
-	if ss.checks > 0 {
-		// Read every deferred write's answer before COMMIT is sent: a
-		// failed one must stop the commit, not follow it.
+	if ss.unasserted > 0 {
+		// Read the answers of deferred writes that can go wrong without
+		// failing on the server before COMMIT is sent: a wrong one must
+		// stop the commit, not follow it. The others (stmt.asserted) go
+		// in one round trip with the COMMIT: a failed one aborts the
+		// transaction, and the server skips the COMMIT behind it.
 		if err := ss.flush(bg); err != nil {
 			if ss.fatal != nil && ss.deferred == nil {
 				err = ss.fatal
@@ -905,7 +911,7 @@ func (w *writer) runTx(reqs []*request, strict, bounded bool) txResult {
 	}
 	br, err := ss.send(bg, stmt{sql: `COMMIT`})
 	if err != nil {
-		if !isBroken(err) {
+		if refusedBeforeCommit(err, ss.deferred) {
 			// A statement before COMMIT failed, so the server skipped COMMIT.
 			return fail("commit", err)
 		}
@@ -933,6 +939,23 @@ func (w *writer) runTx(reqs []*request, strict, bounded bool) txResult {
 	w.s.edges.put(wtx.edges, wtx.settled)
 	w.finish(reqs)
 	return txResult{later: later}
+}
+
+// refusedBeforeCommit reports whether err, from the round trip that
+// carried COMMIT, is a statement's failure on the server before it (so the
+// server skipped the COMMIT and nothing was written). deferred is the
+// session's deferred failure, if any: a check's own finding, not the
+// server's, leaves the COMMIT's outcome unknown (asserted checks never make
+// one; this keeps a mistake from rerunning a batch that committed).
+func refusedBeforeCommit(err, deferred error) bool {
+	if df, ok := deferred.(*deferredFailure); ok {
+		var mm *mismatch
+		if errors.As(df.err, &mm) {
+			return mm.aborted
+		}
+		return pgCode(df.err) != ""
+	}
+	return !isBroken(err)
 }
 
 // forgetChain follows a commit whose outcome is unknown: the chain's head is

@@ -695,8 +695,9 @@ func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.T
 		// queued when read, so their fenced updates cannot lose: they are
 		// written behind like every other task update, one statement for
 		// all of them, and cost no round trip of their own. Should one
-		// change no row after all, the batch runs again in strict mode,
-		// which skips that row.
+		// change no row after all, its statement fails (fence_check) and
+		// the batch runs again without this request, which then runs in
+		// strict mode and skips that row.
 		ns = make([]int64, len(ups))
 		for i, u := range ups {
 			w.updateBehind(u)

@@ -1,11 +1,13 @@
 package postgres
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -51,7 +53,7 @@ WHERE t.id = v.id AND t.state = v.f_state AND (v.f_lease = '' OR t.lease_id = v.
 AND (v.f_live IS NULL OR t.lease_expires_at > v.f_live) AND (v.f_expired IS NULL OR t.lease_expires_at <= v.f_expired)
 AND (v.f_version = 0 OR t.version = v.f_version) AND (NOT v.f_nowait OR NOT t.has_waiters)
 RETURNING t.id`, n, n+1, n+2, n+3, n+4, n+5)
-	return b.String()
+	return `WITH u AS (` + b.String() + `) SELECT fence_check(ARRAY(SELECT id FROM u), $1::text[])`
 }()
 
 // termsSet ends open obligations: $1 the terminators, $2 the obligations'
@@ -78,9 +80,10 @@ func newTaskUpdate(t *host.Task, f store.Fence) (taskUpdate, error) {
 
 // setUpdates returns the statements of task updates and terminations: a
 // single row as its own statement, several as one set-oriented statement
-// on a custom plan. Every task update must change its row (else the batch
-// runs again in strict mode, where its request meets its fence); a
-// termination may find its obligation already ended.
+// on a custom plan. Every task update must change its row (else its
+// statement fails, fence_check, and its request is set aside to run after
+// the batch in strict mode, where it meets its fence); a termination may
+// find its obligation already ended.
 func setUpdates(updates []taskUpdate, terms []termination) []stmt {
 	// An obligation is ended once: the first terminator wins, as when
 	// each ran in turn.
@@ -104,7 +107,7 @@ func setUpdates(updates []taskUpdate, terms []termination) []stmt {
 	switch len(updates) {
 	case 0:
 	case 1:
-		out = append(out, updateOne(updates[0]))
+		out = append(out, updateOneBehind(updates[0]))
 	default:
 		out = append(out, updatesStmt(updates))
 	}
@@ -125,7 +128,8 @@ func setUpdates(updates []taskUpdate, terms []termination) []stmt {
 	return out
 }
 
-// updateOne is u as the one-row fenced update (updateTask).
+// updateOne is u as the one-row fenced update (updateTask), answered at
+// once in strict mode: it changes one row, or none when the fence is lost.
 func updateOne(u taskUpdate) stmt {
 	a := args(u.vals)
 	q := updateTaskSQL + a.add(u.id) + ` AND state = ` + a.add(string(u.f.State))
@@ -144,7 +148,16 @@ func updateOne(u taskUpdate) stmt {
 	if u.f.NoWaiters {
 		q += ` AND NOT has_waiters`
 	}
-	return stmt{sql: q, args: a, check: expectOneOf("fenced task update", u.req)}
+	return stmt{sql: q, args: a}
+}
+
+// updateOneBehind is u's one-row fenced update written behind: it fails on
+// the server when the fence is lost (fence_check).
+func updateOneBehind(u taskUpdate) stmt {
+	one := updateOne(u)
+	a := args(one.args)
+	q := `WITH u AS (` + one.sql + ` RETURNING id) SELECT fence_check(ARRAY(SELECT id FROM u), ARRAY[` + a.add(u.id) + `]::text[])`
+	return stmt{sql: q, args: a, check: fenced([]taskUpdate{u}), asserted: true}
 }
 
 // blame is r as the requests a mismatch names: none when r is nil.
@@ -155,59 +168,41 @@ func blame(r *request) []*request {
 	return []*request{r}
 }
 
-// expectOneOf is expectOne for a write of request r, which a mismatch
-// names.
-func expectOneOf(what string, r *request) func(pgx.BatchResults) error {
-	one := expectOne(what)
+// fenced is the check of a fenced update of ups (updateOne, updatesStmt),
+// whose statement fails on the server when a fence is lost (fence_check,
+// migration 0052): the transaction is then aborted, nothing after the
+// statement ran, and the mismatch names the requests of the rows it did
+// not change (every update must change its row) when each is known. The
+// statement cannot succeed with a row unchanged, so the check may be read
+// after a COMMIT pipelined behind it (asserted).
+func fenced(ups []taskUpdate) func(pgx.BatchResults) error {
 	return func(br pgx.BatchResults) error {
-		err := one(br)
-		if mm, ok := err.(*mismatch); ok {
-			mm.reqs = blame(r)
-		}
-		return err
-	}
-}
-
-// updatedAll checks tasksUpdateSet's answer (the ids it changed) against
-// the updates: every one must have changed its row. A mismatch names the
-// requests whose rows did not change, when each is known.
-func updatedAll(ups []taskUpdate) func(pgx.BatchResults) error {
-	return func(br pgx.BatchResults) error {
-		rows, err := br.Query()
-		if err != nil {
+		var n int64
+		err := br.QueryRow().Scan(&n)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != fenceLost {
 			return err
 		}
-		changed := make(map[string]bool, len(ups))
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			changed[id] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if len(changed) == len(ups) {
-			return nil
-		}
-		mm := &mismatch{what: fmt.Sprintf("fenced task update wrote %d of %d rows", len(changed), len(ups))}
+		mm := &mismatch{what: pe.Message, aborted: true}
+		lost := strings.Split(pe.Detail, ",")
 		for _, u := range ups {
-			if !changed[u.id] {
-				if u.req == nil {
-					mm.reqs = nil // one cannot be blamed: none is
-					break
-				}
-				if !slices.Contains(mm.reqs, u.req) {
-					mm.reqs = append(mm.reqs, u.req)
-				}
+			if !slices.Contains(lost, u.id) {
+				continue
+			}
+			if u.req == nil {
+				mm.reqs = nil // one cannot be blamed: none is
+				break
+			}
+			if !slices.Contains(mm.reqs, u.req) {
+				mm.reqs = append(mm.reqs, u.req)
 			}
 		}
 		return mm
 	}
 }
+
+// fenceLost is the SQLSTATE fence_check raises.
+const fenceLost = "AGF01"
 
 // updatesStmt is the set-oriented update of several tasks (tasksUpdateSet).
 // No two of them are of one task: the writer sends the waiting updates
@@ -233,5 +228,5 @@ func updatesStmt(ups []taskUpdate) stmt {
 	}
 	a := append([]any{ids}, columnsOf(rows)...)
 	a = append(a, state, lease, live, expired, version, nowait)
-	return stmt{sql: tasksUpdateSet, args: a, check: updatedAll(ups)}
+	return stmt{sql: tasksUpdateSet, args: a, check: fenced(ups), asserted: true}
 }

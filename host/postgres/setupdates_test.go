@@ -94,6 +94,59 @@ func TestALostFenceInASetOfUpdatesFailsItsRequestAlone(t *testing.T) {
 	b.Verify(t)
 }
 
+// A batch with a single task update writes it as the one-row statement
+// (updateOneBehind), pipelined with the COMMIT like the set: when its fence
+// is lost the statement fails on the server, nothing of the batch commits,
+// its request alone is set aside (and meets its fence in strict mode), and
+// the batch's other request commits once, in the run without it.
+func TestALostFenceOfASingleUpdateFailsItsRequestAlone(t *testing.T) {
+	st := openIn(t, newSchema(t), Options{Writers: 1})
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	task := b.Task(t, b.Enqueue(t, "work").TaskID)
+	rc := &host.Receipt{ID: host.NewID("R"), Tenant: "acme", Type: host.ReceiptProgress, From: "agent.kee", To: "agent.kee",
+		TaskID: task.ID, Body: []byte(`{}`), Parents: []string{}, CreatedAt: b.Clock.Now()}
+	reruns, aside, trips := st.StrictReruns(), st.SetAside(), st.WriterTrips()
+	errs := runHeld(t, st,
+		priorityTo(task, 6, task.Version+3), // stale
+		func(tx store.Tx) error { return tx.AppendReceipt(context.Background(), rc) })
+	if !errors.Is(errs[0], store.ErrFenced) {
+		t.Errorf("stale fence: %v, want store.ErrFenced", errs[0])
+	}
+	if errs[1] != nil {
+		t.Fatalf("the sound request failed with its batch: %v", errs[1])
+	}
+	if n := st.SetAside() - aside; n != 1 {
+		t.Errorf("%d requests set aside, want the one whose fence was lost", n)
+	}
+	if n := st.StrictReruns() - reruns; n != 0 {
+		t.Errorf("%d strict reruns of the whole batch, want none", n)
+	}
+	// The held batch's commit, the failed run (its writes and COMMIT in
+	// one trip), the run without the stale request, and that request alone.
+	if n := st.WriterTrips() - trips; n > 5 {
+		t.Errorf("%d round trips", n)
+	}
+	if got := b.Task(t, task.ID); got.Priority == 6 || got.Version != task.Version {
+		t.Errorf("the fenced-out update was written: priority %d, version %d (was %d)", got.Priority, got.Version, task.Version)
+	}
+	var seqs []int64
+	if err := st.View(context.Background(), func(r store.Reader) error {
+		rcs, _, err := r.ListReceipts(context.Background(), store.ReceiptFilter{Tenant: "acme", TaskID: task.ID, Limit: 100})
+		for _, x := range rcs {
+			if x.ID == rc.ID {
+				seqs = append(seqs, x.Seq)
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(seqs) != 1 || seqs[0] != rc.Seq {
+		t.Errorf("the sound request's receipt stored %v (reported seq %d), want once", seqs, rc.Seq)
+	}
+	b.Verify(t)
+}
+
 // A statement a later request queues directly runs after the task updates
 // the batch's earlier requests wrote behind, as they were asked: here it
 // sets the priority an earlier update set, and the later one stays.

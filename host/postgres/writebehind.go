@@ -118,14 +118,14 @@ func (w *writeTx) beforeWrite() {
 // to but tasks: the waiting task updates go into the queue first only
 // when one is of those ids, so the others stay one set. (beforeWrite
 // sends them all.)
-func (w *writeTx) queueCheckedOn(ids []string, check func(pgx.BatchResults) error, sql string, args ...any) {
+func (w *writeTx) queueCheckedOn(ids []string, st stmt) {
 	for _, id := range ids {
 		if w.bh.updating(id) {
 			w.materialize()
 			break
 		}
 	}
-	w.ss.queueCheckedAsIs(check, sql, args...)
+	w.ss.push(st)
 }
 
 // empty reports whether no row waits.
@@ -169,9 +169,7 @@ func (w *writeTx) materialize() {
 	ss.pre = slices.Insert(ss.pre, at, block...)
 	ss.pre = append(ss.pre, own...)
 	for _, st := range append(block, own...) {
-		if st.check != nil {
-			ss.checks++
-		}
+		ss.count(st, 1)
 	}
 	// The running request's SAVEPOINT now follows the block.
 	*b = behind{blockAt: at + len(block)}
@@ -248,12 +246,17 @@ INSERT INTO tasks (` + sqlrows.TaskInsertColumns + `)
 RETURNING seq, tenant, task_type, created_by, recipient
 ) INSERT INTO task_list (seq, tenant, task_type, created_by, recipient) SELECT * FROM t`
 	// taskInsert inserts one task and its listing row; it changes one row,
-	// or none on a clash. Strict mode writes each task with it, and a flush
-	// of rows written behind that holds a single task too: for one row the
-	// VALUES list costs the server less than the arrays.
+	// or none on a clash. Strict mode writes each task with it.
 	taskInsert = `WITH t AS (INSERT INTO tasks (` + sqlrows.TaskInsertColumns + `)
 VALUES (` + placeholders(1, len(taskSample)) + `)
 ON CONFLICT DO NOTHING RETURNING seq, tenant, task_type, created_by, recipient) INSERT INTO task_list (seq, tenant, task_type, created_by, recipient) SELECT * FROM t`
+	// taskInsertBehind is taskInsert for a flush of rows written behind
+	// that holds a single task (for one row the VALUES list costs the
+	// server less than the arrays): a plain insert, as tasksBehind, so a clash
+	// fails the statement.
+	taskInsertBehind = `WITH t AS (INSERT INTO tasks (` + sqlrows.TaskInsertColumns + `)
+VALUES (` + placeholders(1, len(taskSample)) + `)
+RETURNING seq, tenant, task_type, created_by, recipient) INSERT INTO task_list (seq, tenant, task_type, created_by, recipient) SELECT * FROM t`
 	inboxBehind = `INSERT INTO inbox (` + sqlrows.InboxInsertColumns + `)
 ` + unnestOf(sqlrows.InboxInsertValues(host.InboxItem{}))
 
@@ -371,9 +374,9 @@ func behindStmts(tasks [][]any, updates []taskUpdate, attempts [][]any, rcs []*h
 	switch len(attempts) {
 	case 0:
 	case 1:
-		out = append(out, stmt{sql: attemptInsert, args: attempts[0], check: expectRows("attempt insert", 1)})
+		out = append(out, stmt{sql: attemptInsert, args: attempts[0], check: expectRows("attempt insert", 1), asserted: true})
 	default:
-		out = append(out, stmt{sql: attemptsBehind, args: columnsOf(attempts), check: expectRows("attempt insert", len(attempts))})
+		out = append(out, stmt{sql: attemptsBehind, args: columnsOf(attempts), check: expectRows("attempt insert", len(attempts)), asserted: true})
 	}
 	if len(rcs) > 0 || len(obs) > 0 {
 		n := len(rcs)
@@ -424,6 +427,7 @@ func behindStmts(tasks [][]any, updates []taskUpdate, attempts [][]any, rcs []*h
 				}
 				return nil
 			},
+			asserted: true,
 		}, stmt{sql: `SET LOCAL plan_cache_mode TO DEFAULT`})
 	}
 	// Updates after receipts and obligations: a termination may end an
@@ -434,7 +438,7 @@ func behindStmts(tasks [][]any, updates []taskUpdate, attempts [][]any, rcs []*h
 		for i, it := range inbox {
 			rows[i] = sqlrows.InboxInsertValues(it)
 		}
-		out = append(out, stmt{sql: inboxBehind, args: columnsOf(rows), check: expectRows("inbox insert", len(inbox))})
+		out = append(out, stmt{sql: inboxBehind, args: columnsOf(rows), check: expectRows("inbox insert", len(inbox)), asserted: true})
 	}
 	return out
 }
@@ -443,9 +447,9 @@ func behindStmts(tasks [][]any, updates []taskUpdate, attempts [][]any, rcs []*h
 // sqlrows.TaskInsertValues).
 func tasksStmt(rows [][]any) stmt {
 	if len(rows) == 1 {
-		return stmt{sql: taskInsert, args: rows[0], check: expectRows("task insert", 1)}
+		return stmt{sql: taskInsertBehind, args: rows[0], check: expectRows("task insert", 1), asserted: true}
 	}
-	return stmt{sql: tasksBehind, args: columnsOf(rows), check: expectRows("task insert", len(rows))}
+	return stmt{sql: tasksBehind, args: columnsOf(rows), check: expectRows("task insert", len(rows)), asserted: true}
 }
 
 func col(n int) []string { return make([]string, n) }
