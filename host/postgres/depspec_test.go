@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -242,4 +243,96 @@ func TestRecentTasksHoldNoLargeRows(t *testing.T) {
 	if got := c.guessable("acme", []string{"T-small"}, nil); got != nil {
 		t.Fatalf("a copy of T-small at version 1 is still held after a version too large to hold: %+v", got[0])
 	}
+}
+
+// A guessed enqueue past the waiter bound: the bound is asked of the guess
+// after its read was queued, the guess's check (read before COMMIT) finds
+// the dependency crowded, and the request meets the bound in strict mode as
+// CodeTooManyWaiters; nothing of it is written.
+func TestGuessedEnqueuePastTheWaiterBoundIsRefused(t *testing.T) {
+	b, st := guessBundle(t)
+	limited, err := engine.New(engine.Config{Store: st, Clock: b.Clock, ExpiryJitter: -1, MaxWaiters: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer limited.Close()
+	a := b.Enqueue(t, "work")
+	if _, err := limited.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "other", After: []string{a.TaskID}}); err != nil {
+		t.Fatalf("the first waiter: %v", err)
+	}
+	aside, reruns := st.SetAside(), st.StrictReruns()
+	_, err = limited.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "other", After: []string{a.TaskID}, IdempotencyKey: "second"})
+	storetest.WantCode(t, err, host.CodeTooManyWaiters)
+	// Alone in its batch, the request is the batch: it runs again in strict
+	// mode, not set aside.
+	if a, r := st.SetAside()-aside, st.StrictReruns()-reruns; a != 0 || r != 1 {
+		t.Errorf("%d requests set aside and %d strict reruns, want 0 and 1", a, r)
+	}
+	var n int
+	if err := st.View(b.Ctx, func(r store.Reader) error {
+		tasks, _, err := r.ListTasks(b.Ctx, store.TaskFilter{Tenant: "acme", Types: []string{"other"}, Limit: 10})
+		n = len(tasks)
+		return err
+	}); err != nil || n != 1 {
+		t.Errorf("%d tasks of type other (%v), want the first waiter alone", n, err)
+	}
+	b.Verify(t)
+}
+
+// Two wrong guesses in one batch: their checks are read before COMMIT, and
+// neither fails on the server, so both are found in the one run and set
+// aside together; the batch's plain enqueue commits without them, and each
+// waiter, read again in strict mode, is ready at once (its dependency
+// finished). (Checked on the server, as a lost fence is, the first would
+// stop the pipeline and each would cost a run of its own: RATIONALE.md, "A
+// batch commits in the round trip that carries its writes".)
+func TestTwoWrongGuessesInABatchAreFoundInOneRun(t *testing.T) {
+	b, st := guessBundle(t)
+	var deps []string
+	for range 2 {
+		a := b.Enqueue(t, "work")
+		b.Complete(t, "w.1", b.LeaseOne(t, "w.1", "work"))
+		stale(t, b, st, a.TaskID, func(tk *host.Task) {
+			tk.State, tk.CompletedAt, tk.Result = host.StateLeased, nil, nil
+		})
+		deps = append(deps, a.TaskID)
+	}
+	aside, reruns := st.SetAside(), st.StrictReruns()
+	hold, held := make(chan struct{}), make(chan struct{})
+	go st.Update(b.Ctx, func(store.Tx) error { close(held); <-hold; return nil })
+	<-held
+	trips := st.WriterTrips()
+	results := make([]*engine.EnqueueResult, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		req := engine.EnqueueRequest{TaskType: "other"}
+		if i < 2 {
+			req.After = []string{deps[i]}
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); results[i], errs[i] = b.Engine.Enqueue(b.Ctx, b.Agent, req) }()
+		waitQueued(t, st, i+1, "an enqueue never queued behind the held batch")
+	}
+	close(hold)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("enqueue %d: %v", i, err)
+		}
+		if results[i].Status != string(host.StateQueued) {
+			t.Errorf("enqueue %d: %s, want queued", i, results[i].Status)
+		}
+	}
+	if a, r := st.SetAside()-aside, st.StrictReruns()-reruns; a != 2 || r != 0 {
+		t.Errorf("%d requests set aside and %d strict reruns of the batch, want 2 and 0", a, r)
+	}
+	// The run that found both (its writes and both reads, then ROLLBACK),
+	// the batch without them (writes and COMMIT), and the two in strict
+	// mode: 13 round trips. Had each wrong guess stopped its run, it would
+	// have cost one of its own: 14.
+	if n := st.WriterTrips() - trips; n > 13 {
+		t.Errorf("%d round trips, want 13 (both wrong guesses found in one run)", n)
+	}
+	b.Verify(t)
 }
