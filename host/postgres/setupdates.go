@@ -168,7 +168,7 @@ func blame(r *request) []*request {
 	return []*request{r}
 }
 
-// fenced is the check of a fenced update of ups (updateOne, updatesStmt),
+// fenced is the check of a fenced update of ups (updateOneBehind, updatesStmt),
 // whose statement fails on the server when a fence is lost (fence_check,
 // migration 0052): the transaction is then aborted, nothing after the
 // statement ran, and the mismatch names the requests of the rows it did
