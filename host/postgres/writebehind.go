@@ -247,17 +247,13 @@ RETURNING seq, tenant, task_type, created_by, recipient
 ) INSERT INTO task_list (seq, tenant, task_type, created_by, recipient) SELECT * FROM t`
 	// taskInsert inserts one task and its listing row; it changes one row,
 	// or none on a clash. Strict mode writes each task with it.
-	taskInsert = `WITH t AS (INSERT INTO tasks (` + sqlrows.TaskInsertColumns + `)
-VALUES (` + placeholders(1, len(taskSample)) + `)
-ON CONFLICT DO NOTHING RETURNING seq, tenant, task_type, created_by, recipient) INSERT INTO task_list (seq, tenant, task_type, created_by, recipient) SELECT * FROM t`
+	taskInsert = oneTaskInsert(`ON CONFLICT DO NOTHING `)
 	// taskInsertBehind is taskInsert for a flush of rows written behind
 	// that holds a single task (for one row the VALUES list costs the
 	// server less than the arrays): a plain insert, as tasksBehind, so a clash
 	// fails the statement.
-	taskInsertBehind = `WITH t AS (INSERT INTO tasks (` + sqlrows.TaskInsertColumns + `)
-VALUES (` + placeholders(1, len(taskSample)) + `)
-RETURNING seq, tenant, task_type, created_by, recipient) INSERT INTO task_list (seq, tenant, task_type, created_by, recipient) SELECT * FROM t`
-	inboxBehind = `INSERT INTO inbox (` + sqlrows.InboxInsertColumns + `)
+	taskInsertBehind = oneTaskInsert(``)
+	inboxBehind      = `INSERT INTO inbox (` + sqlrows.InboxInsertColumns + `)
 ` + unnestOf(sqlrows.InboxInsertValues(host.InboxItem{}))
 
 	// taskSample is a task's values, for their types.
@@ -269,6 +265,15 @@ RETURNING seq, tenant, task_type, created_by, recipient) INSERT INTO task_list (
 		return v
 	}()
 )
+
+// oneTaskInsert is the statement that inserts one task (its
+// sqlrows.TaskInsertValues) and its listing row, with onConflict before
+// its RETURNING.
+func oneTaskInsert(onConflict string) string {
+	return `WITH t AS (INSERT INTO tasks (` + sqlrows.TaskInsertColumns + `)
+VALUES (` + placeholders(1, len(taskSample)) + `)
+` + onConflict + `RETURNING seq, tenant, task_type, created_by, recipient) INSERT INTO task_list (seq, tenant, task_type, created_by, recipient) SELECT * FROM t`
+}
 
 // placeholders is "$from, $from+1, …", n of them.
 func placeholders(from, n int) string {
