@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -285,19 +286,24 @@ func (r *reader) ListDependencies(ctx context.Context, tenant, waiter string) ([
 // dependencyTaskColumns are the dependency tasks' columns in DependencyTasks.
 var dependencyTaskColumns = sqlrows.Prefixed("t", sqlrows.OutcomeColumns)
 
-// DependencyTasks implements store.Reader. The edges drive the read: each
-// dependency is one lookup of tasks by its unique id in a LATERAL subquery
-// (the LIMIT keeps the planner from flattening it into a join it may turn
-// around; the id is the only condition inside, so no other index serves).
-// A lease asks this for every batch of offers; as a plain join, the generic
-// plan a pooled connection cached while tasks was small walked every task of
-// the tenant by its index and probed task_dependencies for each, a read that
-// grew with the queue (0.01 ms on a fresh database, 33 ms ten seconds into
-// an HTTP run) until autoanalyze replanned it.
+// DependencyTasks implements store.Reader. The waiters drive the read:
+// each waiter's edges are one range of the edges' primary key, and each
+// dependency one lookup of tasks by its unique id, both in LATERAL
+// subqueries the planner cannot flatten (OFFSET 0, LIMIT 1) into a join it
+// may turn around. A lease asks this for every batch of offers; as a plain
+// join, the generic plan a pooled connection cached while tasks was small
+// walked every task of the tenant by its index and probed
+// task_dependencies for each, a read that grew with the queue (0.01 ms on
+// a fresh database, 33 ms ten seconds into an HTTP run); and with the
+// waiters as waiter_id = ANY($2), one cached while the edges had no
+// statistics walked every edge of the tenant (0.9 ms a lease at 3,000
+// edges), until autoanalyze replanned them.
 func (r *reader) DependencyTasks(ctx context.Context, tenant string, waiters []string) (map[string][]*host.Task, error) {
 	if len(waiters) == 0 {
 		return nil, nil
 	}
+	// Each waiter once: the read gives a row for each one named.
+	waiters = slices.Compact(slices.Sorted(slices.Values(waiters)))
 	out := map[string][]*host.Task{}
 	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
 		var waiter string
@@ -312,10 +318,11 @@ func (r *reader) DependencyTasks(ctx context.Context, tenant string, waiters []s
 }
 
 // dependencyTasksQuery reads the outcomes of the dependencies of waiters
-// ($2) in tenant ($1), in each waiter's after order.
-var dependencyTasksQuery = `SELECT d.waiter_id, ` + dependencyTaskColumns + ` FROM task_dependencies d
+// ($2, each once) in tenant ($1), in each waiter's after order.
+var dependencyTasksQuery = `SELECT w.id, ` + dependencyTaskColumns + ` FROM unnest($2::text[]) AS w(id)
+CROSS JOIN LATERAL (SELECT dep_id, position FROM task_dependencies WHERE tenant = $1 AND waiter_id = w.id OFFSET 0) d
 CROSS JOIN LATERAL (SELECT tenant, ` + sqlrows.OutcomeColumns + ` FROM tasks WHERE id = d.dep_id LIMIT 1) t
-WHERE d.tenant = $1 AND d.waiter_id = ANY($2::text[]) AND t.tenant = d.tenant ORDER BY d.waiter_id, d.position`
+WHERE t.tenant = $1 ORDER BY w.id, d.position`
 
 // LockDependencies implements store.Reader: inside Update the rows are
 // locked FOR SHARE in id order (enqueues naming the same dependency do not
@@ -417,11 +424,17 @@ func (r *reader) CrowdedDependency(ctx context.Context, tenant string, ids []str
 	var id string
 	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
 		return rows.Scan(&id)
-	}, `SELECT dep_id FROM task_dependencies
-WHERE tenant = $1 AND dep_id = ANY($2::text[]) AND dep_state = ''
-GROUP BY dep_id HAVING count(*) >= $3 ORDER BY dep_id LIMIT 1`, tenant, ids, limit)
+	}, crowdedDependencySQL, tenant, ids, limit)
 	return id, err
 }
+
+// crowdedDependencySQL is CrowdedDependency's read when no counts cover
+// it: each dependency's open edges counted on their index by its id (a
+// scalar subquery, which the planner never flattens), so no plan walks
+// every open edge of the tenant (DependencyTasks).
+var crowdedDependencySQL = `SELECT x.id FROM unnest($2::text[]) AS x(id)
+WHERE (SELECT count(*) FROM task_dependencies d WHERE d.tenant = $1 AND d.dep_id = x.id AND d.dep_state = '') >= $3
+ORDER BY x.id LIMIT 1`
 
 // WaiterDepth implements store.Reader. Inside Update, right after
 // LockDependencies read ids, it answers from the depths that read took.
@@ -435,6 +448,11 @@ func (r *reader) WaiterDepth(ctx context.Context, tenant string, ids []string) (
 	var depth int
 	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
 		return rows.Scan(&depth)
-	}, `SELECT coalesce(max(depth), 0) FROM task_dependencies WHERE tenant = $1 AND waiter_id = ANY($2::text[])`, tenant, ids)
+	}, waiterDepthSQL, tenant, ids)
 	return depth, err
 }
+
+// waiterDepthSQL is WaiterDepth's read when no counts cover it: each
+// waiter's edges on their primary key (as crowdedDependencySQL).
+var waiterDepthSQL = `SELECT coalesce(max((SELECT max(d.depth) FROM task_dependencies d WHERE d.tenant = $1 AND d.waiter_id = w.id)), 0)
+FROM unnest($2::text[]) AS w(id)`

@@ -12,6 +12,74 @@ import (
 // and walks no other index of tasks, so its cost stays with the edges as
 // the queue grows.
 func TestDependencyTasksPlanLooksUpByID(t *testing.T) {
+	plan := genericPlan(t, `text, text[]`, dependencyTasksQuery, `'acme', '{a,b}'`)
+	byID := false
+	for _, l := range plan {
+		if !strings.Contains(l, " on tasks") {
+			continue
+		}
+		if !strings.Contains(l, "Index Scan using tasks_id_key on tasks") {
+			t.Fatalf("the dependency read scans tasks other than by id:\n%s", strings.Join(plan, "\n"))
+		}
+		byID = true
+	}
+	if !byID {
+		t.Fatalf("the dependency read never looks tasks up by id:\n%s", strings.Join(plan, "\n"))
+	}
+}
+
+// TestDependencyEdgeReadsLookUpByKey: the generic plans of the reads of
+// some tasks' edges (the lease's dependency read, by waiter; the waiter
+// bound's and the depth's fallbacks, by dependency and by waiter), made
+// while the edges have rows but no statistics (seedEdges), find the edges
+// by the key they name, not by the tenant alone. Written with waiter_id = ANY($2), the lease's read kept a plan
+// that walked every edge of the tenant on the primary key and filtered the
+// waiters named (0.9 ms a lease at 3,000 edges, growing with them).
+func TestDependencyEdgeReadsLookUpByKey(t *testing.T) {
+	for _, c := range []struct {
+		name, types, q, args, key string
+	}{
+		{"dependencyTasksQuery", `text, text[]`, dependencyTasksQuery, `'acme', '{a,b}'`, "waiter_id"},
+		{"crowdedDependencySQL", `text, text[], int`, crowdedDependencySQL, `'acme', '{a,b}', 10`, "dep_id"},
+		{"waiterDepthSQL", `text, text[]`, waiterDepthSQL, `'acme', '{a,b}'`, "waiter_id"},
+	} {
+		plan := genericPlan(t, c.types, c.q, c.args, seedEdges)
+		scans := 0
+		for i, l := range plan {
+			if !strings.Contains(l, " on task_dependencies") {
+				continue
+			}
+			scans++
+			cond := ""
+			for _, m := range plan[i+1:] {
+				if strings.Contains(m, "->") {
+					break
+				}
+				if strings.Contains(m, "Index Cond:") {
+					cond = m
+				}
+			}
+			if !strings.Contains(l, "Index") || !strings.Contains(cond, c.key) {
+				t.Errorf("%s reads the edges other than by %s:\n%s", c.name, c.key, strings.Join(plan, "\n"))
+				break
+			}
+		}
+		if scans == 0 {
+			t.Errorf("%s never reads the edges:\n%s", c.name, strings.Join(plan, "\n"))
+		}
+	}
+}
+
+// seedEdges gives one tenant 3,000 open edges and leaves the table
+// without statistics, as a young database's is between autoanalyze runs:
+// the planner then guesses a handful of rows for any tenant.
+const seedEdges = `INSERT INTO task_dependencies (tenant, waiter_id, dep_id, rule, position)
+SELECT 'acme', 'w' || g, 'd' || g, 'all_succeeded', 0 FROM generate_series(1, 3000) g`
+
+// genericPlan is the generic plan of q (taking parameters of types) for
+// args, made on a fresh schema after the seeds (SQL statements) ran.
+func genericPlan(t *testing.T, types, q, args string, seeds ...string) []string {
+	t.Helper()
 	st := openTest(t)
 	ctx := context.Background()
 	conn, err := st.pool.Acquire(ctx)
@@ -19,14 +87,19 @@ func TestDependencyTasksPlanLooksUpByID(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Release()
+	for _, seed := range seeds {
+		if _, err := conn.Exec(ctx, seed); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Exec(ctx, `PREPARE deptasks(text, text[]) AS `+dependencyTasksQuery); err != nil {
+	if _, err := conn.Exec(ctx, `PREPARE planned(`+types+`) AS `+q); err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Exec(ctx, `DEALLOCATE deptasks; RESET plan_cache_mode`) //nolint:errcheck
-	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE deptasks('acme', '{a,b}')`)
+	defer conn.Exec(ctx, `DEALLOCATE planned; RESET plan_cache_mode`) //nolint:errcheck
+	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE planned(`+args+`)`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,19 +114,7 @@ func TestDependencyTasksPlanLooksUpByID(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	byID := false
-	for _, l := range plan {
-		if !strings.Contains(l, " on tasks") {
-			continue
-		}
-		if !strings.Contains(l, "Index Scan using tasks_id_key on tasks") {
-			t.Fatalf("the dependency read scans tasks other than by id:\n%s", strings.Join(plan, "\n"))
-		}
-		byID = true
-	}
-	if !byID {
-		t.Fatalf("the dependency read never looks tasks up by id:\n%s", strings.Join(plan, "\n"))
-	}
+	return plan
 }
 
 // TestDependencyWriterPlansLookUpByID: the generic plans of the statements
