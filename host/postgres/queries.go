@@ -645,6 +645,15 @@ const claimTyped = `SELECT t.* FROM unnest($4::text[]) AS ty(name), LATERAL (
   ORDER BY priority DESC, seq LIMIT $3 FOR UPDATE SKIP LOCKED) t
 ORDER BY t.priority DESC, t.seq LIMIT $3`
 
+// claimOneType is claimTyped for a lease naming one type ($4), the common
+// case: one range of tasks_ready_type. Its generic plan is as cheap as a
+// custom one, so the server plans it once a connection; claimTyped's, made
+// for an array of unknown length, looked dearer than a plan for one type,
+// and the server planned it afresh at every claim (95–120 µs, as much as
+// the claim's own work).
+const claimOneType = `SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE tenant = $1 AND task_type = $4 AND state = 'queued' AND available_at <= $2
+ORDER BY priority DESC, seq LIMIT $3 FOR UPDATE SKIP LOCKED`
+
 // ClaimTasks implements store.Tx: rows another host has locked are skipped, and
 // the chosen rows stay locked until commit, so no task is leased twice.
 func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.Task, error) {
@@ -664,7 +673,11 @@ func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.T
 				types = append(types, t)
 			}
 		}
-		rows, err = w.tasks(ctx, claimTyped, q.Tenant, us(q.Now), q.Limit, types)
+		if len(types) == 1 {
+			rows, err = w.tasks(ctx, claimOneType, q.Tenant, us(q.Now), q.Limit, types[0])
+		} else {
+			rows, err = w.tasks(ctx, claimTyped, q.Tenant, us(q.Now), q.Limit, types)
+		}
 		sort.SliceStable(rows, func(i, j int) bool {
 			if rows[i].t.Priority != rows[j].t.Priority {
 				return rows[i].t.Priority > rows[j].t.Priority
