@@ -4,6 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestDependencyTasksPlanLooksUpByID: the generic plan of the lease's
@@ -80,18 +83,8 @@ SELECT 'acme', 'w' || g, 'd' || g, 'all_succeeded', 0 FROM generate_series(1, 30
 // args, made on a fresh schema after the seeds (SQL statements) ran.
 func genericPlan(t *testing.T, types, q, args string, seeds ...string) []string {
 	t.Helper()
-	st := openTest(t)
+	conn := planConn(t, seeds...)
 	ctx := context.Background()
-	conn, err := st.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	for _, seed := range seeds {
-		if _, err := conn.Exec(ctx, seed); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
 		t.Fatal(err)
 	}
@@ -99,19 +92,39 @@ func genericPlan(t *testing.T, types, q, args string, seeds ...string) []string 
 		t.Fatal(err)
 	}
 	defer conn.Exec(ctx, `DEALLOCATE planned; RESET plan_cache_mode`) //nolint:errcheck
-	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE planned(`+args+`)`)
+	return explainLines(t, conn, `EXPLAIN EXECUTE planned(`+args+`)`)
+}
+
+// planConn is a connection to a fresh schema on which the seeds (SQL
+// statements) ran; it is released when the test ends.
+func planConn(t *testing.T, seeds ...string) *pgxpool.Conn {
+	t.Helper()
+	st := openTest(t)
+	ctx := context.Background()
+	conn, err := st.pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var plan []string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
+	t.Cleanup(conn.Release)
+	for _, seed := range seeds {
+		if _, err := conn.Exec(ctx, seed); err != nil {
 			t.Fatal(err)
 		}
-		plan = append(plan, line)
 	}
-	if err := rows.Err(); err != nil {
+	return conn
+}
+
+// explainLines runs explain (an EXPLAIN) on q and returns its lines.
+func explainLines(t *testing.T, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, explain string) []string {
+	t.Helper()
+	rows, err := q.Query(context.Background(), explain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
 		t.Fatal(err)
 	}
 	return plan

@@ -64,18 +64,8 @@ SELECT 'rcpt' || g, 'acme', 'task.assigned', 'gate', 'a', 'task' || g, g, g FROM
 // NULL, made on a fresh schema after the seeds ran.
 func keyedPlan(t *testing.T, q string, seeds ...string) []string {
 	t.Helper()
-	st := openTest(t)
+	conn := planConn(t, seeds...)
 	ctx := context.Background()
-	conn, err := st.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	for _, seed := range seeds {
-		if _, err := conn.Exec(ctx, seed); err != nil {
-			t.Fatal(err)
-		}
-	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -95,38 +85,15 @@ func keyedPlan(t *testing.T, q string, seeds ...string) []string {
 			n = k
 		}
 	}
-	rows, err := tx.Query(ctx, `EXPLAIN EXECUTE keyed(`+strings.TrimSuffix(strings.Repeat("NULL, ", n), ", ")+`)`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan []string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, line)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return plan
+	return explainLines(t, tx, `EXPLAIN EXECUTE keyed(`+strings.TrimSuffix(strings.Repeat("NULL, ", n), ", ")+`)`)
 }
 
 // TestClaimOfOneTypeIsPlannedOnce: run as the writer runs it (a prepared
 // statement, plan_cache_mode left to the server), the claim of one type
 // is planned generically after its first runs, not afresh at every claim.
 func TestClaimOfOneTypeIsPlannedOnce(t *testing.T) {
-	st := openTest(t)
+	conn := planConn(t, seedTasks)
 	ctx := context.Background()
-	conn, err := st.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, seedTasks); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := conn.Exec(ctx, `PREPARE claim1(text, bigint, bigint, text) AS `+claimOneType); err != nil {
 		t.Fatal(err)
 	}

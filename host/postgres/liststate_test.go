@@ -28,22 +28,7 @@ func explainGeneric(t *testing.T, st *Store, q string, params []string, args []s
 		t.Fatal(err)
 	}
 	defer conn.Exec(ctx, `DEALLOCATE planned`) //nolint:errcheck
-	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE planned(`+strings.Join(args, ", ")+`)`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan []string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, line)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return plan
+	return explainLines(t, conn, `EXPLAIN EXECUTE planned(`+strings.Join(args, ", ")+`)`)
 }
 
 // TestStateListsSeekTheirRanges checks the generic plans, on an empty schema
