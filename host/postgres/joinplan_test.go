@@ -3,9 +3,16 @@ package postgres
 import (
 	"context"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/storetest"
 )
 
 // seedTasks gives one tenant 3,000 tasks, a third of them queued, and
@@ -30,6 +37,11 @@ func TestClaimOfOneTypeSeeksItsRange(t *testing.T) {
 		for _, bad := range []string{"Seq Scan", "Bitmap", "Sort"} {
 			if strings.Contains(text, bad) {
 				t.Errorf("the claim of one type plans a %s (%d seeds):\n%s", bad, len(seeds), text)
+			}
+		}
+		for _, l := range plan {
+			if strings.Contains(l, " on tasks") && !strings.Contains(l, "using tasks_ready_type on tasks") {
+				t.Errorf("the claim of one type reads another index of tasks (%d seeds):\n%s", len(seeds), text)
 			}
 		}
 	}
@@ -117,4 +129,85 @@ func TestClaimOfOneTypeIsPlannedOnce(t *testing.T) {
 	if custom > 5 || generic < 15 {
 		t.Fatalf("20 claims of one type: %d generic plans, %d custom plans (planned afresh after the first 5)", generic, custom)
 	}
+}
+
+// TestTheWritersJoinsKeepOnePlan runs the writer's own statements: batches
+// whose task updates go out as one set statement, and claims naming one
+// type. On the writer's connection the set statement then has only generic
+// plans and the one-type claim was planned afresh at most five times (the
+// server's first custom plans); and a read sent after a set statement in
+// the same transaction finds the planner's settings back at their
+// defaults.
+func TestTheWritersJoinsKeepOnePlan(t *testing.T) {
+	st := openIn(t, newSchema(t), Options{Writers: 1})
+	b := storetest.Setup(t, func(testing.TB) storetest.Store { return st })
+	ctx := b.Ctx
+	const runs = 12
+	for i := range runs {
+		var fns []func(store.Tx) error
+		for range 3 {
+			task := b.Task(t, b.Enqueue(t, "work").TaskID)
+			fns = append(fns, priorityTo(task, i+1, task.Version))
+		}
+		for j, err := range runHeld(t, st, fns...) {
+			if err != nil {
+				t.Fatalf("batch %d, update %d: %v", i, j, err)
+			}
+		}
+		if err := st.Update(ctx, func(tx store.Tx) error {
+			_, err := tx.ClaimTasks(ctx, store.ClaimQuery{Tenant: "acme", Types: []string{"work"}, Now: b.Clock.Now(), Limit: 1,
+				Grant: func(t *host.Task) { t.State, t.LeaseID, t.WorkerID = host.StateLeased, "lease-"+t.ID, "w" }})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plans := map[string][2]int64{}
+	var settings []string
+	t1, t2 := b.Task(t, b.Enqueue(t, "work").TaskID), b.Task(t, b.Enqueue(t, "work").TaskID)
+	err := st.Update(ctx, func(tx store.Tx) error {
+		w := tx.(*writeTx)
+		clear(plans)
+		settings = nil
+		// Two updates in one request: a set statement, then a read.
+		for _, task := range []*host.Task{t1, t2} {
+			if err := priorityTo(task, 9, task.Version)(tx); err != nil {
+				return err
+			}
+		}
+		if err := w.ss.query(ctx, func(r pgx.Rows) error {
+			var s string
+			if err := r.Scan(&s); err != nil {
+				return err
+			}
+			settings = append(settings, s)
+			return nil
+		}, `SELECT unnest(ARRAY[current_setting('plan_cache_mode'), current_setting('enable_hashjoin'),
+current_setting('enable_mergejoin'), current_setting('enable_seqscan')])`); err != nil {
+			return err
+		}
+		return w.ss.query(ctx, func(r pgx.Rows) error {
+			var q string
+			var g, c int64
+			if err := r.Scan(&q, &g, &c); err != nil {
+				return err
+			}
+			plans[q] = [2]int64{g, c}
+			return nil
+		}, `SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = ANY($1::text[])`,
+			[]string{tasksUpdateSet, claimOneType})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"auto", "on", "on", "on"}; !slices.Equal(settings, want) {
+		t.Errorf("after a set statement the transaction's planner settings are %v, want %v", settings, want)
+	}
+	if p, ok := plans[tasksUpdateSet]; !ok || p[0] < runs || p[1] != 0 {
+		t.Errorf("the set statement of task updates: %d generic and %d custom plans (found %v), want %d or more generic and no custom", p[0], p[1], ok, runs)
+	}
+	if p, ok := plans[claimOneType]; !ok || p[1] > 5 || p[0] < runs-5 {
+		t.Errorf("the claim of one type: %d generic and %d custom plans (found %v), want %d or more generic and at most 5 custom", p[0], p[1], ok, runs-5)
+	}
+	b.Verify(t)
 }

@@ -84,7 +84,9 @@ func newTaskUpdate(t *host.Task, f store.Fence) (taskUpdate, error) {
 
 // setUpdates returns the statements of task updates and terminations: a
 // single row as its own statement, several as one set-oriented statement
-// on a custom plan. Every task update must change its row (else its
+// between keyedJoin and plannerDefaults (a one-row statement of the other
+// kind in the same block gets its generic plan made there too: a key
+// lookup either way). Every task update must change its row (else its
 // statement fails, fence_check, and its request is set aside to run after
 // the batch in strict mode, where it meets its fence); a termination may
 // find its obligation already ended.

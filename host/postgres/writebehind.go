@@ -193,7 +193,8 @@ func (w *writeTx) materializeAtEnd() {
 // keep a sequential scan as they grow (measured: the cycle rate halved within
 // 8,000 cycles). So an obligation takes its receipt's seq from the receipts
 // the same statement inserted. (The updates join their arrays to the table
-// by key, planned afresh each time: setupdates.go.)
+// by key, on a generic plan made with only nested loops over indexes
+// allowed: setupdates.go.)
 //
 // The arrays are unnested in the select list, not in FROM: `FROM unnest(a,
 // b, …)` materializes each array into a tuplestore of its own, whose first
