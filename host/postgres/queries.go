@@ -632,17 +632,15 @@ func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) e
 // tasks_ready_type per type, each locked with SKIP LOCKED, merged. There is
 // no untyped ready index for it to walk: every enqueue and requeue would
 // write an entry in it too (migration 0049).
-const claimAny = queuedTypes + `
+var claimAny = queuedTypes + `
 SELECT t.* FROM ty, LATERAL (
-  SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE tenant = $1 AND task_type = ty.name AND state = 'queued' AND available_at <= $2
-  ORDER BY priority DESC, seq LIMIT $3 FOR UPDATE SKIP LOCKED) t
+  ` + claimRange(`ty.name`) + `) t
 ORDER BY t.priority DESC, t.seq LIMIT $3`
 
 // claimTyped walks one index range per type (tasks_ready_type), each locked
 // with SKIP LOCKED, and merges them: the cost follows the batch, not the queue.
-const claimTyped = `SELECT t.* FROM unnest($4::text[]) AS ty(name), LATERAL (
-  SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE tenant = $1 AND task_type = ty.name AND state = 'queued' AND available_at <= $2
-  ORDER BY priority DESC, seq LIMIT $3 FOR UPDATE SKIP LOCKED) t
+var claimTyped = `SELECT t.* FROM unnest($4::text[]) AS ty(name), LATERAL (
+  ` + claimRange(`ty.name`) + `) t
 ORDER BY t.priority DESC, t.seq LIMIT $3`
 
 // claimOneType is claimTyped for a lease naming one type ($4), the common
@@ -651,8 +649,14 @@ ORDER BY t.priority DESC, t.seq LIMIT $3`
 // for an array of unknown length, looked dearer than a plan for one type,
 // and the server planned it afresh at every claim (95–120 µs, as much as
 // the claim's own work).
-const claimOneType = `SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE tenant = $1 AND task_type = $4 AND state = 'queued' AND available_at <= $2
-ORDER BY priority DESC, seq LIMIT $3 FOR UPDATE SKIP LOCKED`
+var claimOneType = claimRange(`$4`)
+
+// claimRange is a claim's range of tasks_ready_type for the type typ names
+// ($1 tenant, $2 now, $3 limit), locked with SKIP LOCKED, in lease order.
+func claimRange(typ string) string {
+	return `SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE tenant = $1 AND task_type = ` + typ + ` AND state = 'queued' AND available_at <= $2
+  ORDER BY priority DESC, seq LIMIT $3 FOR UPDATE SKIP LOCKED`
+}
 
 // ClaimTasks implements store.Tx: rows another host has locked are skipped, and
 // the chosen rows stay locked until commit, so no task is leased twice.
