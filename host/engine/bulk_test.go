@@ -2,11 +2,13 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/host/store/groupcommit"
 )
 
 // classStore counts the updates that reach the store marked bulk and those
@@ -15,12 +17,15 @@ type classStore struct {
 	store.Store
 	bulk, prompt atomic.Int64
 	tenant       atomic.Value // the tenant of the last bulk update
+	keys         atomic.Value // the enqueue budget's keys of the last bulk update
 }
 
 func (s *classStore) Update(ctx context.Context, fn func(store.Tx) error) error {
 	if tenant, bulk := store.BulkTenant(ctx); bulk {
 		s.bulk.Add(1)
 		s.tenant.Store(tenant)
+		keys, _ := store.BulkKeys(ctx)
+		s.keys.Store(keys)
 	} else {
 		s.prompt.Add(1)
 	}
@@ -50,6 +55,9 @@ func TestEnqueueIsBulkCompletionIsPrompt(t *testing.T) {
 	}
 	if st.bulk.Load() != 1 || st.tenant.Load() != "acme" {
 		t.Fatalf("an enqueue made %d bulk updates for %v, want 1 for its tenant (the enqueue budget is the tenant's)", st.bulk.Load(), st.tenant.Load())
+	}
+	if keys := st.keys.Load().([]string); !slices.Equal(keys, []string{groupcommit.Key("acme", "work")}) {
+		t.Fatalf("an enqueue's budget keys %q, want its tenant's and type's alone", keys)
 	}
 	offers, err := eng.Lease(ctx, LeaseRequest{Tenant: "acme", WorkerID: "w.1", Types: []string{"work"}})
 	if err != nil || len(offers) != 1 {

@@ -164,7 +164,7 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	}
 	// A new task is bulk work: the writer serves completions and lease
 	// calls ahead of it when it must choose (store.BulkUpdate).
-	err = e.update(store.BulkUpdate(ctx, actor.Tenant), func(tx store.Tx) error {
+	err = e.update(store.BulkUpdate(ctx, actor.Tenant, t.Type), func(tx store.Tx) error {
 		res.IsDuplicate = false
 		if t.IdempotencyKey != "" {
 			old, err := tx.FindTaskByIdempotency(ctx, store.IdempotencyKeyOf(t))

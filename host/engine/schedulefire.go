@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -151,7 +152,15 @@ func (e *Engine) firePass(ctx context.Context) (int, bool, error) {
 	}
 	var fired []firedTask
 	var claimed int
-	err := e.update(store.BulkUpdate(ctx, fireTenant(due)), func(tx store.Tx) error {
+	// The types the pass may enqueue are its bulk work's (the enqueue
+	// budget's keys, store.BulkUpdate).
+	var types []string
+	for _, p := range prep {
+		if p.tt != nil && !slices.Contains(types, p.tt.Name) {
+			types = append(types, p.tt.Name)
+		}
+	}
+	err := e.update(store.BulkUpdate(ctx, fireTenant(due), types...), func(tx store.Tx) error {
 		fired, claimed = fired[:0], 0
 		ss, err := tx.ClaimSchedules(ctx, ids, now)
 		if err != nil {

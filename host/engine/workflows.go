@@ -217,7 +217,15 @@ func (e *Engine) SubmitWorkflow(ctx context.Context, actor Actor, req WorkflowRe
 		res.Workflow, res.IsDuplicate = old, true
 		return nil
 	}
-	err = e.update(store.BulkUpdate(ctx, actor.Tenant), func(tx store.Tx) error {
+	// The steps' types are what the workflow adds (the enqueue budget's
+	// keys, store.BulkUpdate).
+	var types []string
+	for i := range plan {
+		if !slices.Contains(types, plan[i].task.Type) {
+			types = append(types, plan[i].task.Type)
+		}
+	}
+	err = e.update(store.BulkUpdate(ctx, actor.Tenant, types...), func(tx store.Tx) error {
 		res.Workflow, res.IsDuplicate = nil, false
 		if wf.IdempotencyKey != "" {
 			old, err := tx.FindWorkflowByIdempotency(ctx, wf.Tenant, wf.CreatedBy, wf.IdempotencyKey)

@@ -69,3 +69,11 @@ func BenchmarkDependencyCost(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEnqueueBesideABacklog: enqueues of a type whose workers keep up,
+// beside another type's backlog in the same tenant
+// (storetest.EnqueueBesideABacklog).
+func BenchmarkEnqueueBesideABacklog(b *testing.B) {
+	eng, _ := depBenchStore(b)
+	storetest.EnqueueBesideABacklog(b, eng)
+}

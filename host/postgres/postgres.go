@@ -368,11 +368,11 @@ func unavailable(what string, err error) error {
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
 	r := &request{ctx: ctx, fn: fn, done: make(chan struct{})}
 	class := groupcommit.Prompt
-	tenant, bulk := store.BulkTenant(ctx)
+	keys, bulk := store.BulkKeys(ctx)
 	if bulk {
 		class = groupcommit.Bulk
 	}
-	if err := s.queue.Put(ctx, r, class, tenant); err != nil {
+	if err := s.queue.Put(ctx, r, class, keys...); err != nil {
 		return err
 	}
 	<-r.done // once queued, the outcome is waited for: it may have been committed

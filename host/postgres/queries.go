@@ -693,9 +693,10 @@ func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.T
 		return nil, err
 	}
 	// A claim that found all it asked for tells the writer queue that the
-	// tenant has a backlog (its enqueue budget); one that found fewer, that
-	// it has none.
-	w.s.queue.Claimed(q.Tenant, len(rows) >= q.Limit)
+	// types it named (every type of the tenant, when it named none) have a
+	// backlog (the enqueue budget); one that found fewer, that they have
+	// none.
+	w.s.queue.Claimed(store.ClaimKeys(q.Tenant, q.Types), len(rows) >= q.Limit)
 	if len(rows) == 0 {
 		return nil, nil
 	}

@@ -221,3 +221,11 @@ func BenchmarkVerifyLedger(b *testing.B) {
 	}
 	b.ReportMetric(float64(rep.Receipts)/time.Since(start).Seconds(), "receipts/s")
 }
+
+// BenchmarkEnqueueBesideABacklog: enqueues of a type whose workers keep up,
+// beside another type's backlog in the same tenant
+// (storetest.EnqueueBesideABacklog).
+func BenchmarkEnqueueBesideABacklog(b *testing.B) {
+	eng, _ := benchEngine(b)
+	storetest.EnqueueBesideABacklog(b, eng)
+}

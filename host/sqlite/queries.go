@@ -633,9 +633,10 @@ AND available_at <= ? ORDER BY priority DESC, seq LIMIT ?`, q.Tenant, typ, now, 
 		})
 	}
 	// A claim that found all it asked for tells the writer queue that the
-	// tenant has a backlog (its enqueue budget); one that found fewer, that
-	// it has none.
-	w.s.queue.Claimed(q.Tenant, len(cands) >= q.Limit)
+	// types it named (every type of the tenant, when it named none) have a
+	// backlog (the enqueue budget); one that found fewer, that they have
+	// none.
+	w.s.queue.Claimed(store.ClaimKeys(q.Tenant, q.Types), len(cands) >= q.Limit)
 	if len(cands) > q.Limit {
 		cands = cands[:q.Limit]
 	}

@@ -67,6 +67,7 @@ import (
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store/groupcommit"
 )
 
 // Store is a durable home for tasks, receipts and their bookkeeping. All of
@@ -254,26 +255,68 @@ func NewerSchemaError(driver string, applied, known int) error {
 }
 
 // bulkKey marks a context whose Update adds new work; its value is the
-// tenant the work is for.
+// bulkWork the work is.
 type bulkKey struct{}
 
+// bulkWork is what a bulk update adds: new tasks of types (none: not
+// known) for tenant.
+type bulkWork struct {
+	tenant string
+	types  []string
+}
+
 // BulkUpdate returns ctx marked so that an Update under it counts as bulk
-// work (a new task) for tenant rather than work on tasks already queued or
-// leased. A driver's writer serves unmarked updates first when more wait
-// than one batch holds, and limits each batch's share of bulk ones, so that
-// under overload completions and lease calls are not starved by enqueues
-// (host/store/groupcommit). While the store's claims of tenant's tasks find
-// a backlog and prompt updates arrive, a bulk update for tenant may also
-// wait for the queue's enqueue budget, at most groupcommit.MaxHold, before
-// it is queued; another tenant's backlog never holds it. A bulk update
-// still runs within a bounded time; it means nothing else.
-func BulkUpdate(ctx context.Context, tenant string) context.Context {
-	return context.WithValue(ctx, bulkKey{}, tenant)
+// work (new tasks of types, for tenant) rather than work on tasks already
+// queued or leased. A driver's writer serves unmarked updates first when
+// more wait than one batch holds, and limits each batch's share of bulk
+// ones, so that under overload completions and lease calls are not starved
+// by enqueues (host/store/groupcommit). While the store's claims of one of
+// those types (or of any type of tenant) find a backlog and prompt updates
+// arrive, a bulk update may also wait for the queue's enqueue budget, at
+// most groupcommit.MaxHold, before it is queued; another tenant's backlog,
+// or one of a type it does not add, never holds it. With no types named
+// (not known), a backlog of any of tenant's types holds it; with no tenant
+// (work for several), none does. A bulk update still runs within a bounded
+// time; it means nothing else.
+func BulkUpdate(ctx context.Context, tenant string, types ...string) context.Context {
+	return context.WithValue(ctx, bulkKey{}, bulkWork{tenant: tenant, types: types})
 }
 
 // BulkTenant reports whether ctx was marked by BulkUpdate, and for which
 // tenant.
 func BulkTenant(ctx context.Context) (tenant string, bulk bool) {
-	tenant, bulk = ctx.Value(bulkKey{}).(string)
-	return tenant, bulk
+	w, bulk := ctx.Value(bulkKey{}).(bulkWork)
+	return w.tenant, bulk
+}
+
+// BulkKeys reports whether ctx was marked by BulkUpdate and the enqueue
+// budget's keys of its work (groupcommit.Key): its tenant's and each
+// type's, its tenant's own when it named no type, none without a tenant.
+func BulkKeys(ctx context.Context) (keys []string, bulk bool) {
+	w, bulk := ctx.Value(bulkKey{}).(bulkWork)
+	if !bulk || w.tenant == "" {
+		return nil, bulk
+	}
+	if len(w.types) == 0 {
+		return []string{groupcommit.Key(w.tenant, "")}, true
+	}
+	keys = make([]string, 0, len(w.types))
+	for _, t := range w.types {
+		keys = append(keys, groupcommit.Key(w.tenant, t))
+	}
+	return keys, true
+}
+
+// ClaimKeys are the enqueue budget's keys a claim of tenant's ready tasks
+// of types reports its backlog for (groupcommit.Queue.Claimed): each type's,
+// or the tenant's own when it named none (every type).
+func ClaimKeys(tenant string, types []string) []string {
+	if len(types) == 0 {
+		return []string{groupcommit.Key(tenant, "")}
+	}
+	keys := make([]string, 0, len(types))
+	for _, t := range types {
+		keys = append(keys, groupcommit.Key(tenant, t))
+	}
+	return keys
 }

@@ -1,6 +1,7 @@
 package groupcommit
 
 import (
+	"strings"
 	"sync"
 	"time"
 )
@@ -13,13 +14,20 @@ import (
 // each prompt request queued earns Ratio bulk tokens (up to Burst), and a
 // bulk request waits for a token, in order, at most MaxHold.
 //
-// It is in force for a key (the store's tenant) only while that key has a
-// backlog and completions arrive: the store's last claim of ready tasks for
-// the key (a lease call) took all it asked for, within Window, and a prompt
-// request was queued within Window. Otherwise a bulk request of the key
-// passes at once, so a queue that only fills, a tenant whose workers keep
-// up, or a tenant beside another one's backlog enqueues at full speed. The
-// tokens are shared: the writer they pace is one.
+// It is in force for a key only while that key has a backlog and
+// completions arrive: the store's last claim of ready tasks for the key (a
+// lease call) took all it asked for, within Window, and a prompt request
+// was queued within Window. Otherwise a bulk request of the key passes at
+// once, so a queue that only fills, a task type whose workers keep up, or
+// a tenant beside another one's backlog enqueues at full speed. The tokens
+// are shared: the writer they pace is one.
+//
+// Keys are scopes (the store's tenant) and their parts (Key(tenant, type)):
+// a claim naming types finds a backlog of those parts, one naming none of
+// the whole scope. A bulk request for a part is in force when that part or
+// its scope is; one for a whole scope (its parts unknown) when the scope or
+// any of its parts is. A claim that found no backlog ends its key's, and a
+// scope's ends its parts' too.
 
 // Budget constants. A bulk request waits at most MaxHold for a token; it
 // is then queued as it would have been without the budget, and served by
@@ -50,19 +58,63 @@ type budget struct {
 	waiting []hold
 }
 
-// hold is one held bulk request: its key and the channel a grant closes.
+// hold is one held bulk request: its keys and the channel a grant closes.
 type hold struct {
-	key string
-	ch  chan struct{}
+	keys []string
+	ch   chan struct{}
+}
+
+// keySep joins a scope and its part in a key (Key); neither a tenant nor a
+// task type holds it.
+const keySep = "\x00"
+
+// Key is the budget's key of part (a task type) within scope (a tenant);
+// with no part, scope's own.
+func Key(scope, part string) string {
+	if part == "" {
+		return scope
+	}
+	return scope + keySep + part
+}
+
+// scopeOf is the scope of a part's key, or "" for a scope's own key.
+func scopeOf(key string) string {
+	if i := strings.Index(key, keySep); i >= 0 {
+		return key[:i]
+	}
+	return ""
+}
+
+// inForceLocked reports whether a bulk request for any of keys is under the
+// budget: its key or its key's scope has a backlog, or, for a scope's own
+// key, one of its parts has.
+func (b *budget) inForceLocked(keys []string) bool {
+	for _, k := range keys {
+		if _, on := b.backlogAt[k]; on {
+			return true
+		}
+		if sc := scopeOf(k); sc != "" {
+			if _, on := b.backlogAt[sc]; on {
+				return true
+			}
+			continue
+		}
+		for on := range b.backlogAt {
+			if scopeOf(on) == k && k != "" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func newBudget() *budget { return &budget{tokens: Burst, backlogAt: map[string]time.Time{}} }
 
-// activeLocked reports whether the budget is in force for key at now. It
+// activeLocked reports whether the budget is in force for keys at now. It
 // first forgets the backlogs older than Window and, when it forgot one,
-// lets go the requests held for a key no longer in force (the held
+// lets go the requests held for keys no longer in force (the held
 // requests are walked only then, not on every call).
-func (b *budget) activeLocked(now time.Time, key string) bool {
+func (b *budget) activeLocked(now time.Time, keys []string) bool {
 	prompt := now.Sub(b.lastPrompt) < Window
 	forgot := false
 	for k, at := range b.backlogAt {
@@ -74,8 +126,7 @@ func (b *budget) activeLocked(now time.Time, key string) bool {
 	if forgot {
 		b.releaseLocked()
 	}
-	_, on := b.backlogAt[key]
-	return on
+	return b.inForceLocked(keys)
 }
 
 // releaseLocked lets go every held request whose key is not in force;
@@ -86,7 +137,7 @@ func (b *budget) releaseLocked() {
 	}
 	kept := b.waiting[:0]
 	for _, h := range b.waiting {
-		if _, on := b.backlogAt[h.key]; on {
+		if b.inForceLocked(h.keys) {
 			kept = append(kept, h)
 		} else {
 			close(h.ch)
@@ -103,7 +154,7 @@ func (b *budget) prompt(now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.lastPrompt = now
-	b.activeLocked(now, "")
+	b.activeLocked(now, nil)
 	if len(b.backlogAt) == 0 {
 		return
 	}
@@ -116,29 +167,42 @@ func (b *budget) prompt(now time.Time) {
 	}
 }
 
-// claimed records a claim of ready tasks for key at now: backlog is whether
-// it took all it asked for (more may be ready). A claim that took fewer
-// ends the key's backlog and lets every request held for it go.
-func (b *budget) claimed(now time.Time, key string, backlog bool) {
+// claimed records a claim of ready tasks for keys at now: backlog is
+// whether it took all it asked for (more may be ready). A claim that took
+// fewer ends its keys' backlogs (a scope's, its parts' too) and lets every
+// request held for them alone go.
+func (b *budget) claimed(now time.Time, keys []string, backlog bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	for _, k := range keys {
+		if backlog {
+			b.backlogAt[k] = now
+			continue
+		}
+		delete(b.backlogAt, k)
+		if scopeOf(k) == "" {
+			for on := range b.backlogAt {
+				if scopeOf(on) == k {
+					delete(b.backlogAt, on)
+				}
+			}
+		}
+	}
 	if backlog {
-		b.backlogAt[key] = now
 		return
 	}
-	delete(b.backlogAt, key)
-	b.activeLocked(now, key)
+	b.activeLocked(now, nil)
 	b.releaseLocked()
 }
 
-// admit is the arrival at now of a bulk request for key. It returns nil
+// admit is the arrival at now of a bulk request for keys. It returns nil
 // when the request may be queued at once, else a channel closed when it is
 // granted a token or let go; the caller stops waiting after MaxHold and
 // then calls cancel.
-func (b *budget) admit(now time.Time, key string) <-chan struct{} {
+func (b *budget) admit(now time.Time, keys []string) <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.activeLocked(now, key) {
+	if !b.activeLocked(now, keys) {
 		return nil
 	}
 	if len(b.waiting) == 0 && b.tokens >= 1 {
@@ -146,7 +210,7 @@ func (b *budget) admit(now time.Time, key string) <-chan struct{} {
 		return nil
 	}
 	ch := make(chan struct{})
-	b.waiting = append(b.waiting, hold{key: key, ch: ch})
+	b.waiting = append(b.waiting, hold{keys: keys, ch: ch})
 	return ch
 }
 

@@ -32,40 +32,40 @@ func TestBudgetRule(t *testing.T) {
 	// A queue that only fills: no claim, no prompt request.
 	b := newBudget()
 	for i := range 10 * Burst {
-		if ch := b.admit(at(time.Duration(i)*time.Microsecond), ""); ch != nil {
+		if ch := b.admit(at(time.Duration(i)*time.Microsecond), []string{""}); ch != nil {
 			t.Fatalf("fill without workers: bulk request %d held", i)
 		}
 	}
 	// Prompt requests but no backlog (the claims found fewer than asked).
-	b.claimed(at(0), "", false)
+	b.claimed(at(0), []string{""}, false)
 	for i := range 10 * Burst {
 		b.prompt(at(time.Millisecond))
-		if ch := b.admit(at(time.Millisecond), ""); ch != nil {
+		if ch := b.admit(at(time.Millisecond), []string{""}); ch != nil {
 			t.Fatalf("no backlog: bulk request %d held", i)
 		}
 	}
 	// A backlog but no prompt request within Window.
 	b = newBudget()
 	b.prompt(at(0))
-	b.claimed(at(Window), "", true)
+	b.claimed(at(Window), []string{""}, true)
 	for i := range 10 * Burst {
-		if ch := b.admit(at(Window), ""); ch != nil {
+		if ch := b.admit(at(Window), []string{""}); ch != nil {
 			t.Fatalf("no prompt request within Window: bulk request %d held", i)
 		}
 	}
 
 	// A backlog and prompt requests: Burst pass, then one per prompt.
 	b = newBudget()
-	b.claimed(at(0), "", true)
+	b.claimed(at(0), []string{""}, true)
 	b.prompt(at(0))
 	for i := range Burst {
-		if ch := b.admit(at(time.Millisecond), ""); ch != nil {
+		if ch := b.admit(at(time.Millisecond), []string{""}); ch != nil {
 			t.Fatalf("bulk request %d of the first Burst held", i)
 		}
 	}
 	held := make([]<-chan struct{}, 5)
 	for i := range held {
-		if held[i] = b.admit(at(2*time.Millisecond), ""); held[i] == nil {
+		if held[i] = b.admit(at(2*time.Millisecond), []string{""}); held[i] == nil {
 			t.Fatalf("bulk request %d past Burst not held", i)
 		}
 	}
@@ -85,7 +85,7 @@ func TestBudgetRule(t *testing.T) {
 	if b.held() != 1 {
 		t.Fatalf("held %d after a cancel, want 1", b.held())
 	}
-	late := b.admit(at(4*time.Millisecond), "")
+	late := b.admit(at(4*time.Millisecond), []string{""})
 	if late == nil {
 		t.Fatal("a request behind a held one passed")
 	}
@@ -94,22 +94,22 @@ func TestBudgetRule(t *testing.T) {
 		t.Fatal("the token went past the oldest held request")
 	}
 	// A claim that finds fewer than it asked: no backlog, all go, full again.
-	b.claimed(at(6*time.Millisecond), "", false)
+	b.claimed(at(6*time.Millisecond), []string{""}, false)
 	if !granted(late) || b.held() != 0 {
 		t.Fatal("a claim without backlog did not let the held requests go")
 	}
 	for i := range 10 * Burst {
 		b.prompt(at(7 * time.Millisecond))
-		if ch := b.admit(at(7*time.Millisecond), ""); ch != nil {
+		if ch := b.admit(at(7*time.Millisecond), []string{""}); ch != nil {
 			t.Fatalf("after the backlog ended: bulk request %d held", i)
 		}
 	}
 	// The backlog again; held requests go once the backlog is Window old.
-	b.claimed(at(10*time.Millisecond), "", true)
+	b.claimed(at(10*time.Millisecond), []string{""}, true)
 	for range Burst {
-		b.admit(at(10*time.Millisecond), "")
+		b.admit(at(10*time.Millisecond), []string{""})
 	}
-	ch := b.admit(at(11*time.Millisecond), "")
+	ch := b.admit(at(11*time.Millisecond), []string{""})
 	if ch == nil {
 		t.Fatal("budget spent: a bulk request passed")
 	}
@@ -117,21 +117,21 @@ func TestBudgetRule(t *testing.T) {
 	if !granted(ch) {
 		t.Fatal("a prompt request did not grant the held request")
 	}
-	ch = b.admit(at(10*time.Millisecond+Window-1), "")
+	ch = b.admit(at(10*time.Millisecond+Window-1), []string{""})
 	if ch == nil {
 		t.Fatal("budget spent: a bulk request passed")
 	}
-	if b.admit(at(10*time.Millisecond+Window), "") != nil || !granted(ch) {
+	if b.admit(at(10*time.Millisecond+Window), []string{""}) != nil || !granted(ch) {
 		t.Fatal("a backlog Window old still holds bulk requests")
 	}
 	// Ratio: n prompt requests earn n·Ratio tokens, at most Burst saved.
 	b = newBudget()
-	b.claimed(at(0), "", true)
+	b.claimed(at(0), []string{""}, true)
 	for range 3 * Burst {
 		b.prompt(at(0))
 	}
 	n := 0
-	for b.admit(at(0), "") == nil {
+	for b.admit(at(0), []string{""}) == nil {
 		n++
 	}
 	if n != Burst {
@@ -149,13 +149,13 @@ func TestBudgetIsPerKey(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	b := newBudget()
-	b.claimed(at(0), "busy", true)
+	b.claimed(at(0), []string{"busy"}, true)
 	b.prompt(at(0))
-	for b.admit(at(0), "busy") == nil {
+	for b.admit(at(0), []string{"busy"}) == nil {
 	}
-	busy := b.admit(at(time.Millisecond), "busy") // held behind the first one
+	busy := b.admit(at(time.Millisecond), []string{"busy"}) // held behind the first one
 	for i := range 4 * Burst {
-		if ch := b.admit(at(time.Millisecond), "quiet"); ch != nil {
+		if ch := b.admit(at(time.Millisecond), []string{"quiet"}); ch != nil {
 			t.Fatalf("quiet's bulk request %d held by busy's backlog", i)
 		}
 	}
@@ -163,17 +163,17 @@ func TestBudgetIsPerKey(t *testing.T) {
 		t.Fatalf("%d held, want busy's 2", b.held())
 	}
 	// quiet's own backlog: its requests now wait their turn too.
-	b.claimed(at(2*time.Millisecond), "quiet", true)
-	quiet := b.admit(at(2*time.Millisecond), "quiet")
+	b.claimed(at(2*time.Millisecond), []string{"quiet"}, true)
+	quiet := b.admit(at(2*time.Millisecond), []string{"quiet"})
 	if quiet == nil {
 		t.Fatal("quiet's bulk request passed with its own backlog and no token")
 	}
 	// busy's workers catch up: only busy's held requests go, no token spent.
-	b.claimed(at(3*time.Millisecond), "busy", false)
+	b.claimed(at(3*time.Millisecond), []string{"busy"}, false)
 	if b.held() != 1 || granted(quiet) || !granted(busy) {
 		t.Fatalf("after busy's backlog ended: held %d, quiet granted %v, busy granted %v; want quiet alone held", b.held(), granted(quiet), granted(busy))
 	}
-	if ch := b.admit(at(3*time.Millisecond), "busy"); ch != nil {
+	if ch := b.admit(at(3*time.Millisecond), []string{"busy"}); ch != nil {
 		t.Fatal("busy's bulk request held after its backlog ended")
 	}
 	// A prompt request's token goes to quiet's held request.
@@ -186,13 +186,69 @@ func TestBudgetIsPerKey(t *testing.T) {
 	if len(b.backlogAt) != 0 {
 		t.Fatalf("backlogs kept past Window: %v", b.backlogAt)
 	}
-	b.claimed(at(2*time.Millisecond+Window), "quiet", true)
+	b.claimed(at(2*time.Millisecond+Window), []string{"quiet"}, true)
 	n := 0
-	for b.admit(at(2*time.Millisecond+Window), "quiet") == nil {
+	for b.admit(at(2*time.Millisecond+Window), []string{"quiet"}) == nil {
 		n++
 	}
 	if n != Burst {
 		t.Fatalf("%d passed after the refill, want Burst (%d)", n, Burst)
+	}
+}
+
+// TestBudgetIsPerType: a key's parts (a tenant's task types) are budgeted
+// apart. A claim naming the type "slow" that finds a backlog holds bulk
+// requests of slow, of the tenant as a whole (types unknown) and of
+// several types among them slow, but not of "fast"; a claim naming no type
+// (the whole tenant) that finds a backlog holds fast's too; one that finds
+// none ends the tenant's backlog and its types', letting every held request
+// go; a claim naming slow that finds none ends slow's alone.
+func TestBudgetIsPerType(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	slow, fast, acme := []string{Key("acme", "slow")}, []string{Key("acme", "fast")}, []string{Key("acme", "")}
+	b := newBudget()
+	b.claimed(at(0), slow, true)
+	b.prompt(at(0))
+	n := 0
+	for b.admit(at(0), slow) == nil {
+		n++
+	}
+	if n != Burst {
+		t.Fatalf("%d of slow's bulk requests passed on the saved tokens, want Burst (%d)", n, Burst)
+	}
+	for i := range 4 * Burst {
+		if ch := b.admit(at(time.Millisecond), fast); ch != nil {
+			t.Fatalf("fast's bulk request %d held by slow's backlog", i)
+		}
+	}
+	whole := b.admit(at(time.Millisecond), acme)
+	both := b.admit(at(time.Millisecond), []string{Key("acme", "fast"), Key("acme", "slow")})
+	if whole == nil || both == nil {
+		t.Fatalf("with slow's backlog and no token: the tenant's request held %v, fast's and slow's %v; want both held", whole != nil, both != nil)
+	}
+	if ch := b.admit(at(time.Millisecond), []string{Key("globex", "slow")}); ch != nil {
+		t.Fatal("another tenant's request of a type of the same name held")
+	}
+	// A claim of every type finds a backlog: fast's requests wait too.
+	b.claimed(at(2*time.Millisecond), acme, true)
+	f := b.admit(at(2*time.Millisecond), fast)
+	if f == nil {
+		t.Fatal("fast's bulk request passed with the whole tenant's backlog and no token")
+	}
+	// slow's workers catch up: the tenant's backlog still holds all three.
+	b.claimed(at(3*time.Millisecond), slow, false)
+	if b.held() != 4 || granted(f) || granted(whole) || granted(both) {
+		t.Fatalf("after slow's backlog ended beside the tenant's: %d held, want 4", b.held())
+	}
+	// A claim of every type finds none: every type's backlog ends.
+	b.claimed(at(4*time.Millisecond), slow, true)
+	b.claimed(at(4*time.Millisecond), acme, false)
+	if b.held() != 0 || !granted(f) || !granted(whole) || !granted(both) || len(b.backlogAt) != 0 {
+		t.Fatalf("after the tenant's backlog ended: %d held, backlogs %v; want none", b.held(), b.backlogAt)
+	}
+	if ch := b.admit(at(5*time.Millisecond), slow); ch != nil {
+		t.Fatal("slow's bulk request held after the tenant's claim found no backlog")
 	}
 }
 
@@ -203,7 +259,7 @@ func TestBudgetIsPerKey(t *testing.T) {
 func TestBudgetHoldIsBounded(t *testing.T) {
 	ctx := context.Background()
 	q := New[int](4096)
-	q.Claimed("", true)
+	q.Claimed([]string{""}, true)
 	if err := q.Put(ctx, 0, Prompt, ""); err != nil {
 		t.Fatal(err)
 	}

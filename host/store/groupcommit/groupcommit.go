@@ -88,25 +88,28 @@ func New[R any](size int) *Queue[R] {
 		budget: newBudget(), now: time.Now}
 }
 
-// Claimed tells the queue how a claim of ready tasks (a lease call) for key
-// (the tenant) went: backlog is whether it took all it asked for. A driver
-// calls it from its claim; the enqueue budget holds a key's bulk requests
-// only while that key's claims find a backlog.
-func (q *Queue[R]) Claimed(key string, backlog bool) { q.budget.claimed(q.now(), key, backlog) }
+// Claimed tells the queue how a claim of ready tasks (a lease call) went
+// for keys (Key of the tenant and each type it named, or the tenant's own
+// key when it named none): backlog is whether it took all it asked for. A
+// driver calls it from its claim; the enqueue budget holds a key's bulk
+// requests only while that key's claims find a backlog.
+func (q *Queue[R]) Claimed(keys []string, backlog bool) { q.budget.claimed(q.now(), keys, backlog) }
 
 // Held is how many bulk requests wait for the enqueue budget now (they are
 // not queued yet: Len does not count them).
 func (q *Queue[R]) Held() int { return q.budget.held() }
 
 // Put queues r for the writer in class c. A bulk request first waits for
-// the enqueue budget of key (its tenant; Claimed), at most MaxHold; key
-// means nothing to a prompt request. Put fails with ErrClosed once Close
+// the enqueue budget of its keys (Key of its tenant and each task type it
+// adds, or its tenant's own key when those are unknown; Claimed), at most
+// MaxHold; a bulk request of no key is never held, and keys mean nothing
+// to a prompt request. Put fails with ErrClosed once Close
 // has been called, and with ctx's error if ctx ends while r is held or the
 // queue of c is full. Once Put has queued r, the caller must wait for r's
 // outcome: it may be committed whatever the caller's context does.
-func (q *Queue[R]) Put(ctx context.Context, r R, c Class, key string) error {
+func (q *Queue[R]) Put(ctx context.Context, r R, c Class, keys ...string) error {
 	if c == Bulk {
-		if err := q.hold(ctx, key); err != nil {
+		if err := q.hold(ctx, keys); err != nil {
 			return err
 		}
 	} else {
@@ -129,11 +132,11 @@ func (q *Queue[R]) Put(ctx context.Context, r R, c Class, key string) error {
 	}
 }
 
-// hold waits until the enqueue budget lets a bulk request for key be
+// hold waits until the enqueue budget lets a bulk request for keys be
 // queued, or MaxHold has passed, or Close is called; it fails only when ctx
 // ends.
-func (q *Queue[R]) hold(ctx context.Context, key string) error {
-	ch := q.budget.admit(q.now(), key)
+func (q *Queue[R]) hold(ctx context.Context, keys []string) error {
+	ch := q.budget.admit(q.now(), keys)
 	if ch == nil {
 		return nil
 	}

@@ -16,23 +16,29 @@ import (
 // backlog) and prompt updates arrive, bulk updates pass on the budget's
 // tokens and then wait for one, at most MaxHold, and still run; another
 // tenant's bulk updates run at once beside that backlog; once a claim finds
-// fewer than it asked for, bulk updates run at once.
+// fewer than it asked for, bulk updates run at once. A claim naming task
+// types finds a backlog of those types alone: bulk updates adding another
+// type run at once beside it.
 func testEnqueueBudget(t *testing.T, b *Bundle) {
 	ctx := b.Ctx
-	if err := b.Store.Update(ctx, func(tx store.Tx) error {
-		for i := range 4 {
-			if err := tx.InsertTask(ctx, wbTask(fmt.Sprintf("T-EB%d", i), "")); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	claim := func(limit, want int) {
+	insert := func(from, to int) {
 		t.Helper()
 		if err := b.Store.Update(ctx, func(tx store.Tx) error {
-			ts, err := tx.ClaimTasks(ctx, store.ClaimQuery{Tenant: "acme", Now: Epoch, Limit: limit, Grant: func(t *host.Task) {
+			for i := from; i < to; i++ {
+				if err := tx.InsertTask(ctx, wbTask(fmt.Sprintf("T-EB%d", i), "")); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert(0, 4)
+	claimOf := func(types []string, limit, want int) {
+		t.Helper()
+		if err := b.Store.Update(ctx, func(tx store.Tx) error {
+			ts, err := tx.ClaimTasks(ctx, store.ClaimQuery{Tenant: "acme", Types: types, Now: Epoch, Limit: limit, Grant: func(t *host.Task) {
 				t.State, t.LeaseID, t.WorkerID = host.StateLeased, "L-"+t.ID, "w.1"
 				t.LeasedAt, t.LeaseExpiresAt = &Epoch, new(Epoch.Add(60e9))
 			}})
@@ -44,12 +50,13 @@ func testEnqueueBudget(t *testing.T, b *Bundle) {
 			t.Fatal(err)
 		}
 	}
+	claim := func(limit, want int) { t.Helper(); claimOf(nil, limit, want) }
 	ran := 0
 	var mu sync.Mutex
-	bulkFor := func(tenant string) time.Duration {
+	bulkFor := func(tenant string, types ...string) time.Duration {
 		t.Helper()
 		start := time.Now()
-		if err := b.Store.Update(store.BulkUpdate(ctx, tenant), func(store.Tx) error {
+		if err := b.Store.Update(store.BulkUpdate(ctx, tenant, types...), func(store.Tx) error {
 			mu.Lock()
 			ran++
 			mu.Unlock()
@@ -90,7 +97,26 @@ func testEnqueueBudget(t *testing.T, b *Bundle) {
 	if d := time.Since(start); d >= groupcommit.MaxHold {
 		t.Fatalf("5 bulk updates without a backlog took %v, MaxHold or more", d)
 	}
-	if ran != groupcommit.Burst+2+5+5 {
-		t.Fatalf("%d bulk updates ran, want %d", ran, groupcommit.Burst+2+5+5)
+	// A claim naming its type (wbTask's "work") finds a backlog: bulk
+	// updates adding another type of acme run at once beside it, once the
+	// saved tokens are spent; one adding work among others waits.
+	insert(4, 6)
+	claimOf([]string{"work"}, 1, 1)
+	for range groupcommit.Burst {
+		wg.Go(func() { bulkFor("acme", "work") })
+	}
+	wg.Wait()
+	start = time.Now()
+	for range 5 {
+		bulkFor("acme", "other")
+	}
+	if d := time.Since(start); d >= groupcommit.MaxHold {
+		t.Fatalf("5 bulk updates of another type beside work's spent budget took %v, MaxHold or more", d)
+	}
+	if d := bulkFor("acme", "other", "work"); d < groupcommit.MaxHold*9/10 || d > 5*groupcommit.MaxHold {
+		t.Fatalf("a bulk update adding work and another type with work's budget spent took %v, want MaxHold (%v) and a little", d, groupcommit.MaxHold)
+	}
+	if want := 2*groupcommit.Burst + 2 + 5 + 5 + 5 + 1; ran != want {
+		t.Fatalf("%d bulk updates ran, want %d", ran, want)
 	}
 }
