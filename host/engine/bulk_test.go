@@ -54,7 +54,7 @@ func TestEnqueueIsBulkCompletionIsPrompt(t *testing.T) {
 		t.Fatal(err)
 	}
 	if st.bulk.Load() != 1 || st.tenant.Load() != "acme" {
-		t.Fatalf("an enqueue made %d bulk updates for %v, want 1 for its tenant (the enqueue budget is the tenant's)", st.bulk.Load(), st.tenant.Load())
+		t.Fatalf("an enqueue made %d bulk updates for %v, want 1 for its tenant", st.bulk.Load(), st.tenant.Load())
 	}
 	if keys := st.keys.Load().([]string); !slices.Equal(keys, []string{groupcommit.Key("acme", "work")}) {
 		t.Fatalf("an enqueue's budget keys %q, want its tenant's and type's alone", keys)

@@ -297,26 +297,35 @@ func BulkKeys(ctx context.Context) (keys []string, bulk bool) {
 	if !bulk || w.tenant == "" {
 		return nil, bulk
 	}
-	if len(w.types) == 0 {
-		return []string{groupcommit.Key(w.tenant, "")}, true
-	}
 	keys = make([]string, 0, len(w.types))
 	for _, t := range w.types {
-		keys = append(keys, groupcommit.Key(w.tenant, t))
+		if t != "" {
+			keys = append(keys, groupcommit.Key(w.tenant, t))
+		}
+	}
+	if len(keys) == 0 {
+		keys = append(keys, groupcommit.Key(w.tenant, ""))
 	}
 	return keys, true
 }
 
 // ClaimKeys are the enqueue budget's keys a claim of tenant's ready tasks
-// of types reports its backlog for (groupcommit.Queue.Claimed): each type's,
-// or the tenant's own when it named none (every type).
+// of types reports its backlog for (groupcommit.Queue.Claimed): each named
+// type's, or the tenant's own when it named none (every type). An empty
+// name is no type's: it adds no key (a claim naming only empty names
+// reports nothing), never the tenant's own.
 func ClaimKeys(tenant string, types []string) []string {
+	if tenant == "" {
+		return nil
+	}
 	if len(types) == 0 {
 		return []string{groupcommit.Key(tenant, "")}
 	}
 	keys := make([]string, 0, len(types))
 	for _, t := range types {
-		keys = append(keys, groupcommit.Key(tenant, t))
+		if t != "" {
+			keys = append(keys, groupcommit.Key(tenant, t))
+		}
 	}
 	return keys
 }

@@ -85,6 +85,11 @@ func scopeOf(key string) string {
 	return ""
 }
 
+// isPartOf reports whether key is a part's key within scope.
+func isPartOf(key, scope string) bool {
+	return len(key) > len(scope)+len(keySep) && strings.HasPrefix(key, scope+keySep)
+}
+
 // inForceLocked reports whether a bulk request for any of keys is under the
 // budget: its key or its key's scope has a backlog, or, for a scope's own
 // key, one of its parts has.
@@ -100,7 +105,7 @@ func (b *budget) inForceLocked(keys []string) bool {
 			continue
 		}
 		for on := range b.backlogAt {
-			if scopeOf(on) == k && k != "" {
+			if isPartOf(on, k) {
 				return true
 			}
 		}
@@ -180,11 +185,9 @@ func (b *budget) claimed(now time.Time, keys []string, backlog bool) {
 			continue
 		}
 		delete(b.backlogAt, k)
-		if scopeOf(k) == "" {
-			for on := range b.backlogAt {
-				if scopeOf(on) == k {
-					delete(b.backlogAt, on)
-				}
+		for on := range b.backlogAt {
+			if isPartOf(on, k) {
+				delete(b.backlogAt, on)
 			}
 		}
 	}

@@ -236,10 +236,11 @@ func TestBudgetIsPerType(t *testing.T) {
 	if f == nil {
 		t.Fatal("fast's bulk request passed with the whole tenant's backlog and no token")
 	}
-	// slow's workers catch up: the tenant's backlog still holds all three.
+	// slow's workers catch up: slow's backlog ends, and the tenant's still
+	// holds all four (the loop's last slow request among them).
 	b.claimed(at(3*time.Millisecond), slow, false)
-	if b.held() != 4 || granted(f) || granted(whole) || granted(both) {
-		t.Fatalf("after slow's backlog ended beside the tenant's: %d held, want 4", b.held())
+	if _, on := b.backlogAt[slow[0]]; on || b.held() != 4 || granted(f) || granted(whole) || granted(both) {
+		t.Fatalf("after slow's backlog ended beside the tenant's: slow's kept %v, %d held; want slow's gone, 4 held", on, b.held())
 	}
 	// A claim of every type finds none: every type's backlog ends.
 	b.claimed(at(4*time.Millisecond), slow, true)
@@ -249,6 +250,31 @@ func TestBudgetIsPerType(t *testing.T) {
 	}
 	if ch := b.admit(at(5*time.Millisecond), slow); ch != nil {
 		t.Fatal("slow's bulk request held after the tenant's claim found no backlog")
+	}
+	// A request of the whole tenant held by one type's backlog alone goes
+	// when that backlog ends; another tenant's claims leave acme's keys be,
+	// and a claim of no tenant ("") ends none.
+	b.claimed(at(6*time.Millisecond), slow, true)
+	b.claimed(at(6*time.Millisecond), []string{Key("globex", "")}, true)
+	for b.admit(at(6*time.Millisecond), slow) == nil {
+	}
+	whole = b.admit(at(6*time.Millisecond), acme)
+	if whole == nil {
+		t.Fatal("the tenant's request passed with slow's backlog and no token")
+	}
+	b.claimed(at(7*time.Millisecond), []string{Key("globex", "")}, false)
+	b.claimed(at(7*time.Millisecond), []string{""}, false)
+	if _, on := b.backlogAt[slow[0]]; !on || granted(whole) {
+		t.Fatal("another tenant's claim, or a claim of no tenant, ended acme's backlog")
+	}
+	b.claimed(at(8*time.Millisecond), slow, false)
+	if !granted(whole) || b.held() != 0 {
+		t.Fatalf("the tenant's request held by slow's backlog alone not let go when it ended: %d held", b.held())
+	}
+	b.claimed(at(9*time.Millisecond), []string{Key("acme", ""), Key("globex", "")}, true)
+	b.claimed(at(9*time.Millisecond), []string{""}, false)
+	if len(b.backlogAt) != 2 {
+		t.Fatalf("a claim of no tenant ended tenants' backlogs: %v left", b.backlogAt)
 	}
 }
 
