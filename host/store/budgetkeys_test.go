@@ -15,34 +15,22 @@ import (
 func TestBudgetKeysOfClaimsAndBulkUpdates(t *testing.T) {
 	acme, work := groupcommit.Key("acme", ""), groupcommit.Key("acme", "work")
 	for _, c := range []struct {
-		tenant string
-		types  []string
-		want   []string
+		tenant           string
+		types            []string
+		claimed, bulkFor []string
 	}{
-		{"acme", nil, []string{acme}},
-		{"acme", []string{"work"}, []string{work}},
-		{"acme", []string{""}, []string{}},
-		{"acme", []string{"work", ""}, []string{work}},
-		{"", []string{"work"}, nil},
+		{"acme", nil, []string{acme}, []string{acme}},
+		{"acme", []string{"work"}, []string{work}, []string{work}},
+		{"acme", []string{""}, []string{}, []string{acme}},
+		{"acme", []string{"work", ""}, []string{work}, []string{work}},
+		{"", []string{"work"}, nil, nil},
 	} {
-		if got := ClaimKeys(c.tenant, c.types); !slices.Equal(got, c.want) {
-			t.Errorf("ClaimKeys(%q, %q) = %q, want %q", c.tenant, c.types, got, c.want)
+		if got := ClaimKeys(c.tenant, c.types); !slices.Equal(got, c.claimed) {
+			t.Errorf("ClaimKeys(%q, %q) = %q, want %q", c.tenant, c.types, got, c.claimed)
 		}
-	}
-	for _, c := range []struct {
-		tenant string
-		types  []string
-		want   []string
-	}{
-		{"acme", nil, []string{acme}},
-		{"acme", []string{"work"}, []string{work}},
-		{"acme", []string{""}, []string{acme}},
-		{"acme", []string{"work", ""}, []string{work}},
-		{"", []string{"work"}, nil},
-	} {
 		got, bulk := BulkKeys(BulkUpdate(context.Background(), c.tenant, c.types...))
-		if !bulk || !slices.Equal(got, c.want) {
-			t.Errorf("BulkKeys of BulkUpdate(%q, %q) = %q, %v; want %q, true", c.tenant, c.types, got, bulk, c.want)
+		if !bulk || !slices.Equal(got, c.bulkFor) {
+			t.Errorf("BulkKeys of BulkUpdate(%q, %q) = %q, %v; want %q, true", c.tenant, c.types, got, bulk, c.bulkFor)
 		}
 	}
 	if keys, bulk := BulkKeys(context.Background()); bulk || keys != nil {
