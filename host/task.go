@@ -302,6 +302,14 @@ const maxSeconds = 366 * 24 * 3600
 
 var taskTypeName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.\-]{0,63}$`)
 
+// ValidTaskTypeName reports whether name can name a task type (what a
+// registered type's name must match).
+func ValidTaskTypeName(name string) bool { return taskTypeName.MatchString(name) }
+
+// TaskTypeNamePattern is the pattern a task type's name must match, for
+// error messages.
+func TaskTypeNamePattern() string { return taskTypeName.String() }
+
 // Normalize fills unset fields with the seed defaults and checks the rest. It
 // does not compile the params schema (the engine does).
 func (tt *TaskType) Normalize() error {

@@ -48,6 +48,13 @@ func (e *Engine) Lease(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 	if len(req.Types) > 50 {
 		return nil, host.Errorf(host.CodeBadRequest, "at most 50 task types per lease call")
 	}
+	for _, t := range req.Types {
+		// A name no type can have matches no task: refused rather than
+		// left to wait for work that never comes.
+		if !host.ValidTaskTypeName(t) {
+			return nil, host.Errorf(host.CodeBadRequest, "task type %q in a lease call is not a task type name (must match %s)", t, host.TaskTypeNamePattern())
+		}
+	}
 	if req.Wait > e.cfg.MaxWait {
 		req.Wait = e.cfg.MaxWait
 	}

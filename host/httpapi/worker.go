@@ -36,7 +36,9 @@ type LeaseBody struct {
 	WorkerID     string   `json:"worker_id"`
 	Capabilities []string `json:"capabilities,omitempty"`
 	// TaskTypes and PreferredKinds (the Lease Protocol's name) restrict the
-	// offers to these task types; both lists are merged.
+	// offers to these task types; both lists are merged. A name no task type
+	// can have (empty, or outside the type names' pattern) is refused with
+	// bad_request.
 	TaskTypes      []string `json:"task_types,omitempty"`
 	PreferredKinds []string `json:"preferred_kinds,omitempty"`
 	MaxTasks       int      `json:"max_tasks,omitempty"`
