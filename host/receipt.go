@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"time"
 )
@@ -152,20 +153,31 @@ func (r *Receipt) Validate() error {
 	if len(r.Body) == 0 {
 		r.Body = json.RawMessage(`{}`)
 	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, r.Body); err != nil {
-		return Errorf(CodeInvalidReceipt, "receipt body is not valid JSON: %v", err)
+	// A body with no whitespace byte is compact already if it is JSON at
+	// all, which the decoding below checks: the bodies the engine marshals
+	// are read once, not compacted, scanned and decoded.
+	compacted := false
+	if bytes.ContainsAny(r.Body, " \t\r\n") {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, r.Body); err != nil {
+			return Errorf(CodeInvalidReceipt, "receipt body is not valid JSON: %v", err)
+		}
+		r.Body, compacted = buf.Bytes(), true
 	}
-	r.Body = buf.Bytes()
 	var body struct {
 		Artifacts     []json.RawMessage `json:"artifacts"`
 		ResultPointer any               `json:"result_pointer"`
 		DeliveryProof json.RawMessage   `json:"delivery_proof"`
 	}
+	err := json.Unmarshal(r.Body, &body)
+	var syntax *json.SyntaxError
+	if !compacted && errors.As(err, &syntax) {
+		return Errorf(CodeInvalidReceipt, "receipt body is not valid JSON: %v", err)
+	}
 	if r.Body[0] != '{' {
 		return Errorf(CodeInvalidReceipt, "receipt body must be a JSON object")
 	}
-	if err := json.Unmarshal(r.Body, &body); err != nil {
+	if err != nil {
 		return Errorf(CodeInvalidReceipt, "receipt body: %v", err)
 	}
 	if len(body.Artifacts) > MaxArtifacts {

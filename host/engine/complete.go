@@ -244,19 +244,11 @@ func (e *Engine) hasMailbox() bool {
 // returns the task.completed receipt that records it.
 func completeTask(t *host.Task, res host.Result, now time.Time) (*host.Receipt, map[string]host.ReceiptType) {
 	parents, types := taskParents(t)
-	body := map[string]any{
-		"lease_id": t.LeaseID, "worker_id": t.WorkerID, "attempt": t.Attempts + 1,
-		"result_channel": res.Channel, "result_pointer": res.Pointer, "result_checksum": res.Checksum,
-		"summary": res.Summary, "lease_expires_at": t.LeaseExpiresAt,
-	}
-	if len(res.Artifacts) > 0 {
-		body["artifacts"] = res.Artifacts
-	}
-	if len(res.DeliveryProof) > 0 {
-		body["delivery_proof"] = res.DeliveryProof
-	}
-	if len(res.Metadata) > 0 {
-		body["metadata"] = res.Metadata
+	body := completedBody{
+		Artifacts: res.Artifacts, Attempt: t.Attempts + 1, DeliveryProof: res.DeliveryProof,
+		LeaseExpiresAt: t.LeaseExpiresAt, LeaseID: t.LeaseID, Metadata: res.Metadata,
+		ResultChannel: res.Channel, ResultChecksum: res.Checksum, ResultPointer: res.Pointer,
+		Summary: res.Summary, WorkerID: t.WorkerID,
 	}
 	r := &host.Receipt{
 		ID: host.NewID(host.PrefixReceipt), Tenant: t.Tenant, Type: host.ReceiptCompleted,
@@ -269,6 +261,25 @@ func completeTask(t *host.Task, res host.Result, now time.Time) (*host.Receipt, 
 	t.CancelRequested = false
 	t.LeaseExpiresAt = nil
 	return r, types
+}
+
+// completedBody is a task.completed receipt's body. Its fields are in the
+// order of their names, with the optional ones omitted when empty: it
+// encodes byte for byte as the map of the same keys did (encoding/json sorts
+// a map's keys), without the map's reflection and sorting on the completion
+// path (TestReceiptBodiesEncodeAsTheirMaps).
+type completedBody struct {
+	Artifacts      []host.Artifact `json:"artifacts,omitempty"`
+	Attempt        int             `json:"attempt"`
+	DeliveryProof  json.RawMessage `json:"delivery_proof,omitempty"`
+	LeaseExpiresAt *time.Time      `json:"lease_expires_at"`
+	LeaseID        string          `json:"lease_id"`
+	Metadata       json.RawMessage `json:"metadata,omitempty"`
+	ResultChannel  string          `json:"result_channel"`
+	ResultChecksum string          `json:"result_checksum"`
+	ResultPointer  string          `json:"result_pointer"`
+	Summary        string          `json:"summary"`
+	WorkerID       string          `json:"worker_id"`
 }
 
 func compactJSON(raw json.RawMessage) (json.RawMessage, error) {

@@ -129,12 +129,9 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	}
 	// The task.assigned receipt is built and validated before the writer runs
 	// the update (which may run it again: it must stay the same receipt).
-	body := map[string]any{
-		"task_type": t.Type, "priority": t.Priority, "queued_by": t.CreatedBy,
-		"task_summary": t.Summary, "available_at": t.AvailableAt,
-	}
-	if len(req.After) > 0 {
-		body["after"], body["after_rule"] = req.After, rule
+	body := assignedBody{
+		After: req.After, AfterRule: rule, AvailableAt: t.AvailableAt, Priority: t.Priority,
+		QueuedBy: t.CreatedBy, TaskSummary: t.Summary, TaskType: t.Type,
 	}
 	assigned := &host.Receipt{
 		ID: host.NewID(host.PrefixReceipt), Tenant: t.Tenant, Type: host.ReceiptAssigned,
@@ -230,6 +227,19 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 		}
 	}
 	return res, nil
+}
+
+// assignedBody is a task.assigned receipt's body, its fields in the order of
+// their names and the dependencies omitted when there are none: it encodes
+// byte for byte as the map of the same keys did (completedBody).
+type assignedBody struct {
+	After       []string            `json:"after,omitempty"`
+	AfterRule   host.DependencyRule `json:"after_rule,omitempty"`
+	AvailableAt time.Time           `json:"available_at"`
+	Priority    int                 `json:"priority"`
+	QueuedBy    string              `json:"queued_by"`
+	TaskSummary string              `json:"task_summary"`
+	TaskType    string              `json:"task_type"`
 }
 
 // taskStart are the fields that say when, and holding what, a new task
