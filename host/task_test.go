@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 )
@@ -206,6 +207,10 @@ func FuzzReceiptValidate(f *testing.F) {
 		// A valid receipt's body is compact JSON of at most the limit.
 		if !json.Valid(r.Body) || len(r.Body) > MaxReceiptBody || len(r.Parents) > MaxParents {
 			t.Fatalf("accepted an invalid receipt: %q", r.Body)
+		}
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, r.Body); err != nil || !bytes.Equal(compact.Bytes(), r.Body) {
+			t.Fatalf("accepted body %q is not compact (%q)", r.Body, compact.Bytes())
 		}
 		if r.Type.Terminal() && len(r.Parents) == 0 {
 			t.Fatal("accepted a terminal receipt without parents")

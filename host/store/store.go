@@ -282,13 +282,6 @@ func BulkUpdate(ctx context.Context, tenant string, types ...string) context.Con
 	return context.WithValue(ctx, bulkKey{}, bulkWork{tenant: tenant, types: types})
 }
 
-// BulkTenant reports whether ctx was marked by BulkUpdate, and for which
-// tenant.
-func BulkTenant(ctx context.Context) (tenant string, bulk bool) {
-	w, bulk := ctx.Value(bulkKey{}).(bulkWork)
-	return w.tenant, bulk
-}
-
 // BulkKeys reports whether ctx was marked by BulkUpdate and the enqueue
 // budget's keys of its work (groupcommit.Key): its tenant's and each
 // type's, its tenant's own when it named no type, none without a tenant.
