@@ -25,6 +25,17 @@ func TestE2ELeaseRefusesNamesNoTypeCanHave(t *testing.T) {
 				r := call(t, "POST", g.URL+"/v1/leases", worker, map[string]any{"worker_id": "job.a", "task_types": types})
 				want(t, r, 400, "bad_request")
 			}
+			// A refusal names the field the bad name came in.
+			for field, body := range map[string]map[string]any{
+				`task_types[1] "Job"`:      {"worker_id": "job.a", "task_types": []string{"job", "Job"}},
+				`preferred_kinds[0] "Job"`: {"worker_id": "job.a", "task_types": []string{"job"}, "preferred_kinds": []string{"Job"}},
+			} {
+				r := call(t, "POST", g.URL+"/v1/leases", worker, body)
+				want(t, r, 400, "bad_request")
+				if d, _ := r.JSON(t)["detail"].(string); !strings.Contains(d, field) {
+					t.Fatalf("refusal %q does not name %s", d, field)
+				}
+			}
 			c := stdioClient(t, "mcp", "--url", g.URL, "--key", worker)
 			if out, isErr := callTool(t, c, "worker_lease_task", map[string]any{"task_types": []string{"job", ""}}); !isErr || out["error"] != "bad_request" {
 				t.Fatalf("MCP lease naming \"\": %v (error %v), want bad_request", out, isErr)

@@ -590,3 +590,54 @@ func TestE2EGatePrincipalIsReserved(t *testing.T) {
 		t.Fatalf("gate keys create made a key for the gate's own principal: %s", out)
 	}
 }
+
+// TestE2ELeaseCallsTellNothingOfOthersLeases: a worker that names a lease
+// it cannot hold — another tenant's live one, or, in its own tenant,
+// another worker's that has ended — gets the words an unknown lease gets:
+// nothing that tells a real lease id from a made-up one, or the state of a
+// task it may not read. The lease's own worker still hears why its lease
+// is gone. On SQLite and PostgreSQL.
+func TestE2ELeaseCallsTellNothingOfOthersLeases(t *testing.T) {
+	t.Parallel()
+	for _, sc := range bothStores() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			g := startGate(t, t.TempDir(), sc.args(t)...)
+			g.putType(t, "job", map[string]any{}, "ta")
+			g.putType(t, "job", map[string]any{}, "tb")
+			agentA := g.newKey(t, "agent", "agent.a", "ta")
+			workerA, workerA2 := g.newKey(t, "worker", "job.a", "ta"), g.newKey(t, "worker", "job.a2", "ta")
+			workerB := g.newKey(t, "worker", "job.b", "tb")
+			g.enqueue(t, agentA, "job", nil)
+			o := g.lease(t, workerA, "job.a", nil)
+			if len(o) != 1 {
+				t.Fatalf("lease: %+v", o)
+			}
+			unknownID := "lease-01M8GME6G9P78S4Y21S82KRJ2A"
+			detail := func(r resp, lease string) string {
+				t.Helper()
+				want(t, r, 409, "lease_expired")
+				d, _ := r.JSON(t)["detail"].(string)
+				return strings.ReplaceAll(d, lease, "X")
+			}
+			unknown := detail(call(t, "POST", g.URL+"/v1/leases/"+unknownID+"/heartbeat", workerB, map[string]any{}), unknownID)
+			for _, verb := range []string{"heartbeat", "complete"} {
+				body := map[string]any{}
+				if verb == "complete" {
+					body = map[string]any{"result": "x"}
+				}
+				if d := detail(call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/"+verb, workerB, body), o[0].LeaseID); d != unknown {
+					t.Fatalf("another tenant's live lease (%s) answers %q, an unknown one %q", verb, d, unknown)
+				}
+			}
+			want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/complete", workerA, map[string]any{"result": "done"}), 200, "")
+			d := detail(call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/heartbeat", workerA2, map[string]any{}), o[0].LeaseID)
+			if d != unknown || strings.Contains(d, "succeeded") {
+				t.Fatalf("another worker's ended lease answers %q, an unknown one %q", d, unknown)
+			}
+			if own := detail(call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/heartbeat", workerA, map[string]any{}), o[0].LeaseID); !strings.Contains(own, "succeeded") {
+				t.Fatalf("the lease's own worker hears %q, want the task's state", own)
+			}
+		})
+	}
+}

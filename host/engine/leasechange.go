@@ -29,11 +29,19 @@ func liveLease(ctx context.Context, r store.Reader, c WorkerCall, now time.Time)
 	t, err := r.GetTaskByLease(ctx, c.LeaseID)
 	if err != nil {
 		if host.IsCode(err, host.CodeNotFound) {
-			return nil, host.Errorf(host.CodeLeaseExpired, "no live lease %s: it expired, was released or never existed", c.LeaseID)
+			return nil, noLiveLease(c)
 		}
 		return nil, err
 	}
 	return checkLive(t, c, now)
+}
+
+// noLiveLease answers a call naming a lease the caller cannot hold: one
+// that never existed, another tenant's, or, once it ended, another
+// worker's. The words are the same for each, so that the answer tells
+// nothing of leases and tasks the caller may not see.
+func noLiveLease(c WorkerCall) error {
+	return host.Errorf(host.CodeLeaseExpired, "no live lease %s: it expired, was released or never existed", c.LeaseID)
 }
 
 // leasedTask returns a copy of the task under c's live lease, to build a
@@ -59,9 +67,12 @@ func (e *Engine) leasedTask(ctx context.Context, c WorkerCall, now time.Time) *h
 // checkLive reports whether t is the live lease c names at now.
 func checkLive(t *host.Task, c WorkerCall, now time.Time) (*host.Task, error) {
 	if t.Tenant != c.Tenant || (c.TaskID != "" && c.TaskID != t.ID) {
-		return nil, host.Errorf(host.CodeLeaseExpired, "no live lease %s for this task", c.LeaseID)
+		return nil, noLiveLease(c)
 	}
 	if t.State != host.StateLeased || t.LeaseID != c.LeaseID {
+		if c.WorkerID != "" && t.WorkerID != c.WorkerID {
+			return t, noLiveLease(c) // not its lease: the task's state is not its to learn
+		}
 		return t, host.Errorf(host.CodeLeaseExpired, "lease %s is no longer held: the task is %s", c.LeaseID, t.State)
 	}
 	if c.WorkerID != "" && t.WorkerID != c.WorkerID {

@@ -69,6 +69,18 @@ func (s *Server) doLease(c echo.Context, b LeaseBody) ([]host.Offer, error) {
 	if len(b.Capabilities) > 100 {
 		return nil, badRequest("at most 100 capabilities")
 	}
+	// Each list's names are checked here so that a refusal names the field
+	// the caller wrote (the engine checks the merged list again).
+	for _, l := range []struct {
+		field string
+		names []string
+	}{{"task_types", b.TaskTypes}, {"preferred_kinds", b.PreferredKinds}} {
+		for i, n := range l.names {
+			if !host.ValidTaskTypeName(n) {
+				return nil, badRequest("%s[%d] %q is not a task type name (must match %s)", l.field, i, n, host.TaskTypeNamePattern())
+			}
+		}
+	}
 	types := b.TaskTypes
 	if len(b.PreferredKinds) > 0 {
 		types = append(append([]string{}, b.TaskTypes...), b.PreferredKinds...)
