@@ -7,7 +7,8 @@ import (
 
 // TestE2EPolicyEscalateToIsValidated: a policy whose escalate_to is not a
 // valid principal (here the real escalate plugin, configured with a
-// supervisor holding a NUL and a newline) is a policy fault: the gate falls
+// supervisor holding a newline; a NUL is refused at the door before any
+// plugin sees it) is a policy fault: the gate falls
 // back to the built-in decision, escalates to the task's recipient and says
 // why in a policy_fault receipt; the bad principal never becomes a receipt's
 // "to".
@@ -16,7 +17,7 @@ func TestE2EPolicyEscalateToIsValidated(t *testing.T) {
 	g := startGate(t, t.TempDir())
 	g.putType(t, "sneaky", map[string]any{
 		"default_max_retries": 0,
-		"policy":              map[string]any{"name": "escalate", "config": map[string]any{"supervisor": "agent.sup\u0000\nforged"}},
+		"policy":              map[string]any{"name": "escalate", "config": map[string]any{"supervisor": "agent.sup\nforged"}},
 	}, "")
 	agent := g.newKey(t, "agent", "agent.kee", "")
 	worker := g.newKey(t, "worker", "sneaky.1", "")

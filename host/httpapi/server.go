@@ -111,7 +111,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler
 	e.JSONSerializer = rawJSONSerializer{}
-	e.Use(s.recoverer, s.bodyLimit, traceRequest)
+	e.Use(s.recoverer, s.bodyLimit, refuseNUL, traceRequest)
 	if s.metrics != nil {
 		e.Use(s.metrics.middleware)
 		s.metrics.watch(s.eng, s.st)
@@ -205,6 +205,20 @@ func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		if r.Body != nil && r.Body != http.NoBody {
 			r.Body = http.MaxBytesReader(c.Response(), r.Body, s.cfg.BodyLimit)
+		}
+		return next(c)
+	}
+}
+
+// refuseNUL refuses a request whose path or query holds a NUL character
+// (%00): PostgreSQL refuses U+0000 in text and SQLite would look it up, so
+// the two stores would answer apart. Bodies are checked as they are decoded
+// (jsonkeys), on both doors.
+func refuseNUL(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		u := c.Request().URL
+		if strings.Contains(u.Path, "\x00") || strings.Contains(u.RawPath, "%00") || strings.Contains(u.RawQuery, "%00") || strings.Contains(u.RawQuery, "\x00") {
+			return badRequest("the request's path or query holds a NUL character (%%00), which no parameter accepts")
 		}
 		return next(c)
 	}

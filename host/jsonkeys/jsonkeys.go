@@ -30,6 +30,9 @@ type Error struct {
 // Error reads as the HTTP door's bad_request detail: duplicate key "prompt"
 // in params.
 func (e *Error) Error() string {
+	if e.Key == "" && e.Hint == "" && strings.HasPrefix(e.Problem, "a string holds") {
+		return e.Problem + " at " + e.Where
+	}
 	return e.Problem + " " + strconv.Quote(e.Key) + " in " + e.Where + e.Hint
 }
 
@@ -110,6 +113,67 @@ func (w *keyWalker) str(i int) (int, bool) {
 	return i, esc
 }
 
+// escapes refuses a string (b[i:end], quotes included) with a \u escape
+// that no store keeps as sent: U+0000, which PostgreSQL refuses in text and
+// SQLite would keep, so the two stores would answer one request apart; and a
+// UTF-16 surrogate that is not half of a pair, which encoding/json reads as
+// U+FFFD where a value is decoded but which a raw value (a task's params, a
+// receipt's body) would keep, to be refused by the strict JSON readers of
+// whoever reads it back. Both are refused on every door, wherever they are.
+func (w *keyWalker) escapes(i, end int) error {
+	b := w.b[:end]
+	for i++; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		i++
+		if i >= len(b) || b[i] != 'u' {
+			continue
+		}
+		r, ok := hex4(b, i+1)
+		if !ok {
+			continue
+		}
+		i += 4
+		switch {
+		case r == 0:
+			return w.refuseValue("a string holds a NUL character (\\u0000), which no field accepts")
+		case r >= 0xD800 && r < 0xDC00:
+			if i+6 < len(b) && b[i+1] == '\\' && b[i+2] == 'u' {
+				if lo, ok := hex4(b, i+3); ok && lo >= 0xDC00 && lo < 0xE000 {
+					i += 6
+					continue
+				}
+			}
+			return w.refuseValue("a string holds a lone UTF-16 surrogate (\\u" + string(b[i-3:i+1]) + "), which is not a character")
+		case r >= 0xDC00 && r < 0xE000:
+			return w.refuseValue("a string holds a lone UTF-16 surrogate (\\u" + string(b[i-3:i+1]) + "), which is not a character")
+		}
+	}
+	return nil
+}
+
+// hex4 reads the four hex digits at b[i:i+4].
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
+
 // text is a key as encoding/json reads it.
 func (w *keyWalker) text(k keySpan) string {
 	if !k.esc {
@@ -157,7 +221,12 @@ func (w *keyWalker) value(i int, typ reflect.Type) (int, error) {
 		}
 		return w.array(i, elem)
 	case '"':
-		end, _ := w.str(i)
+		end, esc := w.str(i)
+		if esc {
+			if err := w.escapes(i, end); err != nil {
+				return i, err
+			}
+		}
 		return end, nil
 	}
 	// A number, true, false or null.
@@ -177,6 +246,11 @@ func (w *keyWalker) object(i int, fields *structFields, elem reflect.Type) (int,
 	i = w.space(i + 1)
 	for i < len(w.b) && w.b[i] != '}' {
 		end, esc := w.str(i)
+		if esc {
+			if err := w.escapes(i, end); err != nil {
+				return i, err
+			}
+		}
 		k := keySpan{s: i + 1, e: end - 1, esc: esc}
 		if many != nil {
 			t := w.text(k)
@@ -243,6 +317,13 @@ func (w *keyWalker) array(i int, elem reflect.Type) (int, error) {
 		}
 	}
 	return i + 1, nil
+}
+
+// refuseValue is an *Error about a string rather than a key, naming where
+// it is: "task_type", "params.prompt", "steps[2].name", or the root.
+func (w *keyWalker) refuseValue(what string) error {
+	e := w.refuse(what, "", "").(*Error)
+	return e
 }
 
 // refuse is an *Error naming the key and the object it is in: the root

@@ -67,3 +67,39 @@ func BenchmarkCheckToolsCall(b *testing.B) {
 		}
 	}
 }
+
+// TestCheckRefusesNULAndLoneSurrogates: a \u0000 escape or a UTF-16
+// surrogate that is not half of a pair, in a value or a key, at any depth,
+// is refused with where it is; escaped backslashes, pairs and every other
+// escape are not.
+func TestCheckRefusesNULAndLoneSurrogates(t *testing.T) {
+	for _, c := range []struct{ body, want string }{
+		{`{"task_type":"ec\u0000ho"}`, `a string holds a NUL character (\u0000), which no field accepts at task_type`},
+		{`{"params":{"a":["x","\u0000"]}}`, `a string holds a NUL character (\u0000), which no field accepts at params.a[1]`},
+		{`{"params":{"k\u0000":1}}`, `a string holds a NUL character (\u0000), which no field accepts at params`},
+		{`{"params":{"a":"\ud800"}}`, `a string holds a lone UTF-16 surrogate (\ud800), which is not a character at params.a`},
+		{`{"a":"x\uDBFFy"}`, `a string holds a lone UTF-16 surrogate (\uDBFF), which is not a character at a`},
+		{`{"a":"\udc00"}`, `a string holds a lone UTF-16 surrogate (\udc00), which is not a character at a`},
+		{`{"a":"\ud800\u0041"}`, `a string holds a lone UTF-16 surrogate (\ud800), which is not a character at a`},
+		{`{"a":"\ud83d\ude00\ude00"}`, `a string holds a lone UTF-16 surrogate (\ude00), which is not a character at a`},
+		{`{"a":"\ud800"`, `a string holds a lone UTF-16 surrogate (\ud800), which is not a character at a`},
+	} {
+		err := jsonkeys.Check([]byte(c.body), nil)
+		var ke *jsonkeys.Error
+		if !errors.As(err, &ke) || err.Error() != c.want {
+			t.Errorf("%s: %v, want %s", c.body, err, c.want)
+		}
+	}
+	for _, body := range []string{
+		`{"a":"\\u0000"}`,      // an escaped backslash, then text
+		`{"a":"\\\\u0000"}`,    // two of them
+		`{"a":"\ud83d\ude00"}`, // a pair
+		`{"a":"\uD83D\uDE00 \u00e9\u0001\n\"\/"}`,
+		`{"a":"\u0100\uE000\uFFFF"}`,
+		`{"a":"\\ud800"}`,
+	} {
+		if err := jsonkeys.Check([]byte(body), nil); err != nil {
+			t.Errorf("%s: %v", body, err)
+		}
+	}
+}
