@@ -147,7 +147,7 @@ func TestStagedStartServesFromInterpreter(t *testing.T) {
 	}
 	// The wait is bounded by ReadyWait; under -race on a busy machine the
 	// interpreter's load takes longer than the default 10 s.
-	reg, err := NewRegistry(context.Background(), rt, RegistryOptions{Builtins: held, Background: true, ReadyWait: 2 * time.Minute})
+	reg, err := NewRegistry(context.Background(), rt, RegistryOptions{Builtins: held, Background: true, ReadyWait: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,10 @@ func TestStagedStartServesFromInterpreter(t *testing.T) {
 		}
 		reg.Close()
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// A guard against a hang, not a measure: the waits below end when their
+	// condition holds, and under -race with two test runs at once (load 10
+	// on two cores) compiling the two modules took over two minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
 	// A call made before any module is read waits for its plugin.
