@@ -144,10 +144,17 @@ func (e *Engine) placeAfter(ctx context.Context, tx store.Tx, actor Actor, t *ho
 	return deps, nil
 }
 
-// sameAfter names "after" when a repeat of an enqueue names other
-// dependencies (or another rule) than the task its key holds.
-func sameAfter(ctx context.Context, r store.Reader, old *host.Task, after []string, rule host.DependencyRule) (string, error) {
-	if len(after) == 0 {
+// sameAfter names "after" (or "after_rule") when a repeat of an enqueue
+// names other dependencies, in another order, or another rule than the task
+// its key holds. It is symmetric: a repeat that leaves after out (or gives
+// it empty) for a task that has dependencies differs as much as one that
+// names dependencies for a task without. noEdges says old is known to have
+// none (it saves the read).
+func sameAfter(ctx context.Context, r store.Reader, old *host.Task, after []string, rule host.DependencyRule, noEdges bool) (string, error) {
+	if noEdges {
+		if len(after) > 0 {
+			return "after", nil
+		}
 		return "", nil
 	}
 	edges, err := r.ListDependencies(ctx, old.Tenant, old.ID)

@@ -148,7 +148,9 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 		diff := sameEnqueue(old, t, req)
 		if diff == "" {
 			var err error
-			if diff, err = sameAfter(ctx, r, old, req.After, rule); err != nil {
+			// A task this engine queued without after has no edges.
+			noEdges := e.noDeps.has(old.Tenant, old.ID)
+			if diff, err = sameAfter(ctx, r, old, req.After, rule, noEdges); err != nil {
 				return err
 			}
 		}

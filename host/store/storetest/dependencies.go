@@ -312,11 +312,36 @@ func testDepsIdempotent(t *testing.T, b *Bundle) {
 	if !again.IsDuplicate || again.TaskID != first.TaskID || again.Status != string(host.StateWaiting) {
 		t.Fatalf("repeat = %+v, first %+v", again, first)
 	}
-	for _, mod := range []func(*engine.EnqueueRequest){after("", c.TaskID, a.TaskID), after("", a.TaskID), after(host.RuleAllFinished, a.TaskID, c.TaskID)} {
+	// The default rule named is the same rule.
+	named := b.Enqueue(t, "other", key, after(host.RuleAllSucceeded, a.TaskID, c.TaskID))
+	if !named.IsDuplicate || named.TaskID != first.TaskID {
+		t.Fatalf("repeat naming the default rule = %+v, first %+v", named, first)
+	}
+	// Another list, another order, another rule, or no list at all (left
+	// out or empty) is another task.
+	for name, mod := range map[string]func(*engine.EnqueueRequest){
+		"reordered": after("", c.TaskID, a.TaskID),
+		"shorter":   after("", a.TaskID),
+		"rule":      after(host.RuleAllFinished, a.TaskID, c.TaskID),
+		"left out":  func(r *engine.EnqueueRequest) { r.After = nil },
+		"empty":     func(r *engine.EnqueueRequest) { r.After = []string{} },
+	} {
 		req := engine.EnqueueRequest{TaskType: "other", Params: json.RawMessage(`{"n":1}`), IdempotencyKey: "fan-in"}
 		mod(&req)
 		_, err := b.Engine.Enqueue(b.Ctx, b.Agent, req)
-		WantCode(t, err, host.CodeIdempotencyConflict)
+		if !host.IsCode(err, host.CodeIdempotencyConflict) {
+			t.Fatalf("repeat with after %s: %v, want %s", name, err, host.CodeIdempotencyConflict)
+		}
+		if !contains(err.Error(), first.TaskID) {
+			t.Fatalf("repeat with after %s: the conflict does not name the task: %v", name, err)
+		}
+	}
+	// And a repeat naming dependencies its key's task does not have.
+	plain := b.Enqueue(t, "other", func(r *engine.EnqueueRequest) { r.IdempotencyKey = "plain" })
+	_, err := b.Engine.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "other", Params: json.RawMessage(`{"n":1}`),
+		IdempotencyKey: "plain", After: []string{a.TaskID}})
+	if !host.IsCode(err, host.CodeIdempotencyConflict) || !contains(err.Error(), plain.TaskID) {
+		t.Fatalf("repeat adding after: %v, want %s naming %s", err, host.CodeIdempotencyConflict, plain.TaskID)
 	}
 	// A repeat after a dependency failed still answers the first task.
 	b.failFatal(t, "w.1", b.leaseType(t, "w.1", "work"))
