@@ -342,6 +342,70 @@ func workflowHash(req WorkflowRequest) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
+// cycleSteps returns, in step order, the steps that lie on a cycle of the
+// after lists: those in a strongly connected component of more than one
+// step, or after themselves. Only the steps a topological order left out
+// (pending > 0) are searched; a step among them that waits on a cycle
+// without being on one is not returned. Tarjan's algorithm, once over each
+// step and edge.
+func cycleSteps(steps []WorkflowStepRequest, index map[string]int, pending []int) []int {
+	n := len(steps)
+	num := make([]int, n) // visit order from 1; 0 is not visited
+	low := make([]int, n)
+	onStack := make([]bool, n)
+	onCycle := make([]bool, n)
+	var stack []int
+	visits := 0
+	var visit func(v int)
+	visit = func(v int) {
+		visits++
+		num[v], low[v] = visits, visits
+		stack = append(stack, v)
+		onStack[v] = true
+		for _, a := range steps[v].After {
+			w := index[a]
+			switch {
+			case w == v:
+				onCycle[v] = true
+			case pending[w] == 0:
+				// ordered: on no cycle
+			case num[w] == 0:
+				visit(w)
+				low[v] = min(low[v], low[w])
+			case onStack[w]:
+				low[v] = min(low[v], num[w])
+			}
+		}
+		if low[v] != num[v] {
+			return
+		}
+		k := len(stack) - 1
+		for stack[k] != v {
+			k--
+		}
+		component := stack[k:]
+		for _, w := range component {
+			onStack[w] = false
+			if len(component) > 1 {
+				onCycle[w] = true
+			}
+		}
+		stack = stack[:k]
+	}
+	var on []int
+	for v := range n {
+		if pending[v] > 0 && num[v] == 0 {
+			visit(v)
+		}
+	}
+	for v := range n {
+		if onCycle[v] {
+			on = append(on, v)
+		}
+	}
+	return on
+}
+
 // stepErr is err with the step it concerns named in its detail, its code
 // kept.
 func stepErr(i int, name string, err error) error {
@@ -438,11 +502,11 @@ func (e *Engine) planWorkflow(ctx context.Context, actor Actor, req *WorkflowReq
 		}
 	}
 	if len(order) < len(req.Steps) {
+		// What is left holds a cycle and the steps that only wait on one
+		// (or lie between two): name the first only.
 		var in []string
-		for i := range req.Steps {
-			if pending[i] > 0 {
-				in = append(in, req.Steps[i].Name)
-			}
+		for _, i := range cycleSteps(req.Steps, index, pending) {
+			in = append(in, req.Steps[i].Name)
 		}
 		return nil, 0, host.Errorf(host.CodeWorkflowCycle, "the steps' after lists make a cycle among: %s", clip(strings.Join(in, ", "), 500))
 	}

@@ -301,6 +301,28 @@ func testWorkflowBadGraphs(t *testing.T, b *Bundle) {
 			t.Fatalf("%s: %s answers %d, want 400", c.name, c.code, s)
 		}
 	}
+	// A cycle's message names the steps on a cycle, in step order, and not
+	// those that only wait on one or lie between two.
+	for _, c := range []struct {
+		name   string
+		steps  []engine.WorkflowStepRequest
+		detail string
+	}{
+		{"waiter of a cycle", []engine.WorkflowStepRequest{step("x", "work"), step("a", "work", "b"), step("b", "work", "a"), step("fin", "work", "a", "x")},
+			"the steps' after lists make a cycle among: a, b"},
+		{"entry and exit", []engine.WorkflowStepRequest{step("a", "work"), step("b", "work", "a", "d"), step("c", "work", "b"), step("d", "work", "c"), step("e", "work", "d")},
+			"the steps' after lists make a cycle among: b, c, d"},
+		{"between two cycles", []engine.WorkflowStepRequest{step("p", "work", "q"), step("q", "work", "p"), step("m", "work", "p"),
+			step("r", "work", "m", "s"), step("s", "work", "r"), step("z", "work", "r")},
+			"the steps' after lists make a cycle among: p, q, r, s"},
+		{"self", []engine.WorkflowStepRequest{step("x", "work"), step("a", "work", "x", "a"), step("fin", "work", "a")},
+			"steps[1] (a) waits on itself"},
+	} {
+		_, err := b.Engine.SubmitWorkflow(b.Ctx, b.Agent, engine.WorkflowRequest{Name: "x", Steps: c.steps})
+		if host.ErrorCode(err) != host.CodeWorkflowCycle || host.ErrorDetail(err) != c.detail {
+			t.Fatalf("%s: got %v, want %s %q", c.name, err, host.CodeWorkflowCycle, c.detail)
+		}
+	}
 	// Nothing was written: no task, no workflow, no receipt.
 	if qs, err := b.Engine.Stats(b.Ctx, "acme"); err != nil || len(qs.ByState) != 0 && sum(qs.ByState) != 0 {
 		t.Fatalf("refused workflows left tasks: %v %v", qs.ByState, err)
