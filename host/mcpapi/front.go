@@ -383,7 +383,7 @@ func refuseKeys(msg []byte, err error, head rpcMessage) (answer []byte, to int) 
 // handledHere says whether handle may answer method (it may still decline).
 func handledHere(method string) bool {
 	switch method {
-	case "tools/call", "tasks/get", "tasks/result", "tasks/list", "tasks/cancel", "resources/subscribe", "resources/unsubscribe":
+	case "tools/call", "tasks/get", "tasks/result", "tasks/list", "tasks/cancel", "resources/read", "resources/subscribe", "resources/unsubscribe":
 		return true
 	}
 	return false

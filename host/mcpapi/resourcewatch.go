@@ -9,7 +9,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/asyncgate/asyncgate/host"
-	"github.com/asyncgate/asyncgate/host/auth"
+	"github.com/asyncgate/asyncgate/host/engine"
 )
 
 // ResourceLeaseURIPrefix starts the URI of a leased resource's holders:
@@ -45,15 +45,11 @@ func (s *Server) resourceLeaseResources() {
 	s.mcp.AddResourceTemplate(mcp.NewResourceTemplate(ResourceLeaseURIPrefix+"{+resource}", "leased resource",
 		mcp.WithTemplateDescription("Who holds a resource now (as list_resource_holders answers). Subscribe to it (resources/subscribe) to hear when a lease on it ends: the moment to acquire it again instead of polling."),
 		mcp.WithTemplateMIMEType("application/json")),
-		s.readResourceHolders)
+		s.readTemplate)
 }
 
-func (s *Server) readResourceHolders(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-	a, ok := auth.ActorFromContext(ctx)
-	if !ok {
-		return nil, host.Errorf(host.CodeUnauthorized, "no caller identity: connect with an API key")
-	}
-	name, ok, err := resourceLeaseURI(req.Params.URI)
+func (s *Server) readResourceHolders(ctx context.Context, a engine.Actor, uri string) ([]mcp.ResourceContents, error) {
+	name, ok, err := resourceLeaseURI(uri)
 	if !ok {
 		err = host.Errorf(host.CodeBadRequest, "want %s{resource}", ResourceLeaseURIPrefix)
 	}
@@ -64,7 +60,7 @@ func (s *Server) readResourceHolders(ctx context.Context, req mcp.ReadResourceRe
 	if err != nil {
 		return nil, err
 	}
-	return jsonResource(req.Params.URI, res)
+	return jsonResource(uri, res)
 }
 
 // MaxSubscriptions caps the resources one session subscribes to at once

@@ -23,8 +23,9 @@ import (
 // principal, not to the session, so a client finds its tasks again after a
 // reconnect or a gate restart. mcp-go keeps tasks in memory per session and
 // has no seam for a store, so the task methods (and tools/call of the
-// task-type tools, and resources/subscribe) are answered here, ahead of
-// mcp-go, by handle; everything else goes to mcp-go unchanged.
+// task-type tools, resources/subscribe, and resources/read of the gate's
+// resources, so that a caller's error keeps its code) are answered here,
+// ahead of mcp-go, by handle; everything else goes to mcp-go unchanged.
 
 // TaskURIPrefix starts the URI of a task's resource: asyncgate://tasks/{id}.
 const TaskURIPrefix = "asyncgate://tasks/"
@@ -96,7 +97,7 @@ func errFor(err error) *rpcError {
 	rc := rpcInternal
 	switch code {
 	case host.CodeNotFound, host.CodeConflict, host.CodeBadRequest, host.CodeInvalidParams,
-		host.CodeUnknownTaskType, host.CodeTaskTypeDisabled, host.CodeTooLarge, host.CodeIdempotencyConflict,
+		host.CodeUnknownTaskType, host.CodeTaskTypeDisabled, host.CodeTooLarge, host.CodeIdempotencyConflict, host.CodeInvalidResource,
 		host.CodeInvalidWorkflow, host.CodeUnknownStep, host.CodeDuplicateStep, host.CodeWorkflowCycle, host.CodeTooManySteps:
 		rc = rpcInvalidParams
 	case host.CodeInternal:
@@ -162,6 +163,11 @@ func (s *Server) handle(ctx context.Context, sess *session, raw []byte) (out []b
 		res, rerr = s.tasksList(ctx, a, m.Params)
 	case "tasks/cancel":
 		res, rerr = s.tasksCancel(ctx, a, m.Params)
+	case "resources/read":
+		var ok bool
+		if res, rerr, ok = s.resourcesRead(ctx, a, m.Params); !ok {
+			return nil, false // not one of the gate's resources: mcp-go answers
+		}
 	case "resources/subscribe":
 		res, rerr = s.subscribe(ctx, sess, m.Params, true)
 	case "resources/unsubscribe":
@@ -466,7 +472,7 @@ func (s *Server) subscribe(ctx context.Context, sess *session, params json.RawMe
 	}
 	if name, ok, err := resourceLeaseURI(p.URI); ok {
 		if err != nil {
-			return nil, &rpcError{Code: rpcInvalidParams, Message: host.ErrorCode(err) + ": " + host.ErrorDetail(err)}
+			return nil, errFor(err)
 		}
 		return s.subscribeResource(sess, p.URI, name)
 	}
@@ -506,19 +512,76 @@ func (s *Server) taskResources() {
 	s.mcp.AddResourceTemplate(mcp.NewResourceTemplate(TaskURIPrefix+"{task_id}", "task",
 		mcp.WithTemplateDescription("One of your tasks as check_task_status shows it (status, progress, retries, next_step). Subscribe to it (resources/subscribe) to hear when it changes."),
 		mcp.WithTemplateMIMEType("application/json")),
-		s.readTask)
+		s.readTemplate)
 	s.mcp.AddResourceTemplate(mcp.NewResourceTemplate(ReceiptURIPrefix+"{receipt_id}/chain", "receipt chain",
 		mcp.WithTemplateDescription("A receipt and the receipts it answers (its parents), nearest first, as get_receipt_chain shows it."),
 		mcp.WithTemplateMIMEType("application/json")),
-		s.readChain)
+		s.readTemplate)
 }
 
-func (s *Server) readTask(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+// readTemplate is the mcp-go handler of the gate's resource templates. The
+// doors answer resources/read of these URIs in handle (resourcesRead), so
+// that a caller's error keeps its code; this serves in-process clients of
+// MCPServer, for which mcp-go reports any error as an internal one.
+func (s *Server) readTemplate(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
 	a, ok := auth.ActorFromContext(ctx)
 	if !ok {
 		return nil, host.Errorf(host.CodeUnauthorized, "no caller identity: connect with an API key")
 	}
-	id, ok := taskURI(req.Params.URI)
+	contents, _, err := s.readResource(ctx, a, req.Params.URI)
+	return contents, err
+}
+
+// resourcesRead serves resources/read of the gate's resources: a caller's
+// error (an unknown or foreign task, a bad URI) is -32602 with the gate's
+// code in data.error, as tasks/get and resources/subscribe answer it, and
+// only a failure of the gate is -32603. It reports false for a URI none of
+// the gate's templates starts, which mcp-go answers.
+func (s *Server) resourcesRead(ctx context.Context, a engine.Actor, params json.RawMessage) (any, *rpcError, bool) {
+	var p struct {
+		URI  string         `json:"uri"`
+		Meta map[string]any `json:"_meta"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil || p.URI == "" {
+		return nil, nil, false
+	}
+	contents, ok, err := s.readResource(ctx, a, p.URI)
+	if !ok {
+		return nil, nil, false
+	}
+	if err != nil {
+		return nil, errFor(err), true
+	}
+	res := mcp.ReadResourceResult{Contents: contents}
+	// Protocol 2026-07-28 asks every result for its type, as mcp-go adds it.
+	if v, _ := p.Meta["io.modelcontextprotocol/protocolVersion"].(string); mcp.IsModernProtocol(v) {
+		res.ResultType = mcp.ResultTypeComplete
+	}
+	return res, nil, true
+}
+
+// readResource reads the gate's resource uri as a. It reports false for a
+// URI that none of the gate's resource templates starts.
+func (s *Server) readResource(ctx context.Context, a engine.Actor, uri string) ([]mcp.ResourceContents, bool, error) {
+	var contents []mcp.ResourceContents
+	var err error
+	switch {
+	case strings.HasPrefix(uri, TaskURIPrefix):
+		contents, err = s.readTask(ctx, a, uri)
+	case strings.HasPrefix(uri, ReceiptURIPrefix):
+		contents, err = s.readChain(ctx, a, uri)
+	case strings.HasPrefix(uri, TaskTypeURIPrefix):
+		contents, err = s.readTaskType(ctx, a, uri)
+	case strings.HasPrefix(uri, ResourceLeaseURIPrefix):
+		contents, err = s.readResourceHolders(ctx, a, uri)
+	default:
+		return nil, false, nil
+	}
+	return contents, true, err
+}
+
+func (s *Server) readTask(ctx context.Context, a engine.Actor, uri string) ([]mcp.ResourceContents, error) {
+	id, ok := taskURI(uri)
 	if !ok {
 		return nil, host.Errorf(host.CodeBadRequest, "want %s{task_id}", TaskURIPrefix)
 	}
@@ -526,15 +589,11 @@ func (s *Server) readTask(ctx context.Context, req mcp.ReadResourceRequest) ([]m
 	if err != nil {
 		return nil, err
 	}
-	return jsonResource(req.Params.URI, st)
+	return jsonResource(uri, st)
 }
 
-func (s *Server) readChain(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-	a, ok := auth.ActorFromContext(ctx)
-	if !ok {
-		return nil, host.Errorf(host.CodeUnauthorized, "no caller identity: connect with an API key")
-	}
-	rest, _ := strings.CutPrefix(req.Params.URI, ReceiptURIPrefix)
+func (s *Server) readChain(ctx context.Context, a engine.Actor, uri string) ([]mcp.ResourceContents, error) {
+	rest, _ := strings.CutPrefix(uri, ReceiptURIPrefix)
 	id, ok := strings.CutSuffix(rest, "/chain")
 	if !ok || id == "" || strings.Contains(id, "/") {
 		return nil, host.Errorf(host.CodeBadRequest, "want %s{receipt_id}/chain", ReceiptURIPrefix)
@@ -546,5 +605,5 @@ func (s *Server) readChain(ctx context.Context, req mcp.ReadResourceRequest) ([]
 	if links == nil {
 		links = []engine.ChainLink{}
 	}
-	return jsonResource(req.Params.URI, ChainResult{ReceiptID: id, Chain: links})
+	return jsonResource(uri, ChainResult{ReceiptID: id, Chain: links})
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/api"
-	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 )
 
@@ -192,7 +191,7 @@ func (s *Server) taskTypeTools() {
 	s.mcp.AddResourceTemplate(mcp.NewResourceTemplate(TaskTypeURIPrefix+"{name}", "task type",
 		mcp.WithTemplateDescription("A task type of your tenant: description, params schema, retry policy, result channel and typical duration (as list_task_types shows it)."),
 		mcp.WithTemplateMIMEType("application/json")),
-		s.readTaskType)
+		s.readTemplate)
 }
 
 func (s *Server) listTaskTypes(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
@@ -221,12 +220,8 @@ func (s *Server) listTaskTypes(ctx context.Context, a engine.Actor, req mcp.Call
 	return out, text, nil
 }
 
-func (s *Server) readTaskType(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-	a, ok := auth.ActorFromContext(ctx)
-	if !ok {
-		return nil, host.Errorf(host.CodeUnauthorized, "no caller identity: connect with an API key")
-	}
-	name, err := url.PathUnescape(strings.TrimPrefix(req.Params.URI, TaskTypeURIPrefix))
+func (s *Server) readTaskType(ctx context.Context, a engine.Actor, uri string) ([]mcp.ResourceContents, error) {
+	name, err := url.PathUnescape(strings.TrimPrefix(uri, TaskTypeURIPrefix))
 	if err != nil || name == "" || strings.Contains(name, "/") {
 		return nil, host.Errorf(host.CodeBadRequest, "want %s{name}", TaskTypeURIPrefix)
 	}
@@ -234,7 +229,7 @@ func (s *Server) readTaskType(ctx context.Context, req mcp.ReadResourceRequest) 
 	if err != nil {
 		return nil, s.explainType(ctx, a.Tenant, err)
 	}
-	return jsonResource(req.Params.URI, s.taskTypeInfo(tt))
+	return jsonResource(uri, s.taskTypeInfo(tt))
 }
 
 // jsonResource is v as the JSON text of the resource uri.
