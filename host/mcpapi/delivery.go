@@ -76,6 +76,9 @@ func (s *Server) sessionBootstrap(ctx context.Context, a engine.Actor, req mcp.C
 	}
 	wctx, cancel := detached(ctx)
 	defer cancel()
+	if err := nonNegative("limit", in.Limit); err != nil {
+		return nil, "", err
+	}
 	b, err := s.eng.SessionBootstrap(wctx, a, in.Limit)
 	if err != nil {
 		return nil, "", err
@@ -95,6 +98,9 @@ func (s *Server) listInbox(ctx context.Context, a engine.Actor, req mcp.CallTool
 	}
 	wctx, cancel := detached(ctx)
 	defer cancel()
+	if err := nonNegative("limit", in.Limit); err != nil {
+		return nil, "", err
+	}
 	items, cur, err := s.eng.Inbox(wctx, a, engine.InboxQuery{Unread: in.Unread, TaskID: in.TaskID, Limit: in.Limit, Cursor: in.Cursor})
 	if err != nil {
 		return nil, "", err

@@ -108,6 +108,9 @@ func (s *Server) listSchedules(ctx context.Context, a engine.Actor, req mcp.Call
 	if err := bind(req, &in); err != nil {
 		return nil, "", err
 	}
+	if err := nonNegative("limit", in.Limit); err != nil {
+		return nil, "", err
+	}
 	vs, cur, err := s.eng.ListSchedules(ctx, a, in.Cursor, in.Limit, in.NextRuns)
 	if err != nil {
 		return nil, "", err

@@ -388,3 +388,12 @@ func plural(n int, one, many string) string {
 	}
 	return fmt.Sprintf("%d %s", n, many)
 }
+
+// nonNegative refuses a negative integer argument with bad_request, as the
+// HTTP door refuses a negative query parameter; zero means the default.
+func nonNegative(name string, n int) error {
+	if n < 0 {
+		return host.Errorf(host.CodeBadRequest, "argument %s must be a non-negative integer", name)
+	}
+	return nil
+}

@@ -450,6 +450,9 @@ func (s *Server) getTaskProgress(ctx context.Context, a engine.Actor, req mcp.Ca
 	if err := required("task_id", in.TaskID); err != nil {
 		return nil, "", err
 	}
+	if err := nonNegative("limit", in.Limit); err != nil {
+		return nil, "", err
+	}
 	t, ps, err := s.eng.Progress(ctx, a, in.TaskID, in.Limit)
 	if err != nil {
 		return nil, "", err
@@ -494,6 +497,9 @@ func (s *Server) listActiveTasks(ctx context.Context, a engine.Actor, req mcp.Ca
 		Cursor      string   `json:"cursor,omitempty"`
 	}
 	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	if err := nonNegative("limit", in.Limit); err != nil {
 		return nil, "", err
 	}
 	f := store.TaskFilter{Recipient: in.RecipientAI, Cursor: in.Cursor, Limit: in.Limit}
@@ -575,6 +581,9 @@ func (s *Server) listOpenObligations(ctx context.Context, a engine.Actor, req mc
 		Cursor string `json:"cursor,omitempty"`
 	}
 	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	if err := nonNegative("limit", in.Limit); err != nil {
 		return nil, "", err
 	}
 	obs, cur, err := s.eng.OpenObligations(ctx, a, store.ObligationFilter{Role: in.Role, Limit: in.Limit, Cursor: in.Cursor})

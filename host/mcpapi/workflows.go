@@ -177,6 +177,9 @@ func (s *Server) listWorkflows(ctx context.Context, a engine.Actor, req mcp.Call
 	if err := bind(req, &in); err != nil {
 		return nil, "", err
 	}
+	if err := nonNegative("limit", in.Limit); err != nil {
+		return nil, "", err
+	}
 	wfs, cur, err := s.eng.ListWorkflows(ctx, a, store.WorkflowFilter{State: host.WorkflowState(in.Status), Cursor: in.Cursor, Limit: in.Limit})
 	if err != nil {
 		return nil, "", err
