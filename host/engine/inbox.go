@@ -137,6 +137,11 @@ func words(who, text string, n int) string {
 	return who + " wrote: " + strconv.Quote(clip(strings.ToValidUTF8(text, "\uFFFD"), n))
 }
 
+// Words is text another principal wrote as the gate shows it to a model:
+// at most 300 bytes of it, marked as who's words and quoted on one line
+// (`echo.w1 wrote: "…"`), as inbox items quote it.
+func Words(who, text string) string { return words(who, text, maxQuoted) }
+
 func clip(s string, n int) string {
 	if len(s) <= n {
 		return s

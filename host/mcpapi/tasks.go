@@ -400,7 +400,7 @@ func (s *Server) tasksResult(ctx context.Context, a engine.Actor, params json.Ra
 		}
 		text := fmt.Sprintf("Task %s (%s) succeeded; it is archived, past its retention: its payload was purged.", t.ID, t.Type)
 		if rr.Summary != "" {
-			text += " Summary: " + rr.Summary
+			text += " Summary: " + workerWords(t, rr.Summary)
 		}
 		out = result(TaskTypeCallResult{TaskID: t.ID, Status: string(t.State), Result: &rr}, text)
 	case as == host.StateCanceled:
@@ -418,7 +418,7 @@ func (s *Server) tasksResult(ctx context.Context, a engine.Actor, params json.Ra
 		rr := resultResponse(fr)
 		text := fmt.Sprintf("Task %s (%s) succeeded.", t.ID, t.Type)
 		if rr.Summary != "" {
-			text += " Summary: " + rr.Summary
+			text += " Summary: " + workerWords(fr.Task, rr.Summary)
 		}
 		if rr.ChecksumValid != nil && !*rr.ChecksumValid {
 			text += " WARNING: the checksum does not match; the payload may have been altered."

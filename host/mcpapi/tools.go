@@ -545,7 +545,7 @@ func (s *Server) fetchTaskResult(ctx context.Context, a engine.Actor, req mcp.Ca
 	}
 	text += "."
 	if out.Summary != "" {
-		text += " Summary: " + out.Summary
+		text += " Summary: " + workerWords(fr.Task, out.Summary)
 	}
 	if out.ChecksumValid != nil && !*out.ChecksumValid {
 		text += " WARNING: the checksum does not match; the payload may have been altered."
@@ -663,4 +663,15 @@ func (s *Server) getReceiptChain(ctx context.Context, a engine.Actor, req mcp.Ca
 	}
 	return ChainResult{ReceiptID: in.ReceiptID, Chain: links},
 		fmt.Sprintf("Chain of %s (%s): %s.", in.ReceiptID, plural(len(links), "receipt", "receipts"), strings.Join(types, " ← ")), nil
+}
+
+// workerWords is a summary t's worker wrote as a tool's text shows it to a
+// model: quoted and attributed (engine.Words), so it cannot pass for the
+// gate's words or start a line of its own.
+func workerWords(t *host.Task, summary string) string {
+	who := t.WorkerID
+	if who == "" {
+		who = "the worker"
+	}
+	return engine.Words(who, summary)
 }
