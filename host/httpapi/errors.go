@@ -107,7 +107,8 @@ func (s *Server) allowed(path string) []string {
 const ctxKeySeedErrors = "asyncgate.seed_errors"
 
 // errorHandler is echo's central error handler: it maps every error to
-// {"error": code, "detail": text} with host.HTTPStatus, and logs 5xx answers.
+// {"error": code, "detail": text} with host.HTTPStatus, and logs 5xx answers
+// (at failureLevel).
 func (s *Server) errorHandler(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
@@ -140,7 +141,7 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		}
 	}
 	if status >= 500 {
-		s.log.LogAttrs(c.Request().Context(), slog.LevelError, "request failed",
+		s.log.LogAttrs(c.Request().Context(), failureLevel(code), "request failed",
 			slog.String("method", c.Request().Method), slog.String("path", c.Request().URL.Path),
 			slog.String("error", code), slog.String("detail", detail))
 		if code == host.CodeInternal {
@@ -162,6 +163,20 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		return
 	}
 	_ = c.JSON(status, body)
+}
+
+// failureLevel is the log level of a 5xx answer with code: WARN for the
+// refusals that are the gate's configuration or its limits answering a
+// caller (no mail configured, plugins still loading, too many large result
+// fetches), which any caller can repeat at will; ERROR for the rest, the
+// answers an operator must look at (internal errors, an unavailable
+// database, a failing channel or plugin).
+func failureLevel(code string) slog.Level {
+	switch code {
+	case host.CodeMailUnavailable, host.CodePluginNotReady, host.CodeBusy:
+		return slog.LevelWarn
+	}
+	return slog.LevelError
 }
 
 // retryAfter is the Retry-After, in seconds, of a 503 or 429 answer: how
