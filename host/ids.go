@@ -3,6 +3,7 @@ package host
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"strings"
 	"sync"
 	"time"
 )
@@ -99,4 +100,24 @@ func LeaseTaskID(leaseID string) (string, bool) {
 		return "", false
 	}
 	return leaseID[n+1:], true
+}
+
+// IsID reports whether s is an id NewID(prefix) could have made: prefix
+// followed by 26 Crockford base32 characters, the first at most '7' (a
+// ULID holds 128 bits). Lists paged by id use it to refuse a cursor they
+// never handed out.
+func IsID(prefix, s string) bool {
+	if len(s) != len(prefix)+26 || s[:len(prefix)] != prefix {
+		return false
+	}
+	u := s[len(prefix):]
+	if u[0] > '7' {
+		return false
+	}
+	for i := 0; i < len(u); i++ {
+		if strings.IndexByte(crockford, u[i]) < 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -352,7 +352,7 @@ func clampRuns(n int) int {
 
 // ListSchedules lists the caller's schedules (an admin: the tenant's) by
 // id, after the id cursor, at most limit (1..500, default 100), each with
-// its next n runs.
+// its next n runs. A cursor that is not a schedule id is a bad_request.
 func (e *Engine) ListSchedules(ctx context.Context, actor Actor, cursor string, limit, n int) ([]*ScheduleView, string, error) {
 	if limit <= 0 {
 		limit = 100
@@ -364,6 +364,10 @@ func (e *Engine) ListSchedules(ctx context.Context, actor Actor, cursor string, 
 	}
 	if owner == "" && actor.Role != RoleAdmin {
 		return nil, "", host.Errorf(host.CodeBadRequest, "the caller has no principal")
+	}
+	if cursor != "" && !host.IsID(host.PrefixSchedule, cursor) {
+		// The cursor is the last schedule id of the previous page.
+		return nil, "", host.Errorf(host.CodeBadRequest, "bad cursor %q", cursor)
 	}
 	var ss []*host.Schedule
 	err := e.view(ctx, func(r store.Reader) error {

@@ -623,6 +623,7 @@ func (e *Engine) GetWorkflow(ctx context.Context, actor Actor, id string) (*Work
 
 // ListWorkflows lists workflows newest first: an admin's every workflow of
 // the tenant (or one principal's), anyone else's only their own.
+// A cursor that is not a workflow id is a bad_request.
 func (e *Engine) ListWorkflows(ctx context.Context, actor Actor, f store.WorkflowFilter) ([]*host.Workflow, string, error) {
 	f.Tenant = actor.Tenant
 	if actor.Role != RoleAdmin {
@@ -634,8 +635,9 @@ func (e *Engine) ListWorkflows(ctx context.Context, actor Actor, f store.Workflo
 	if f.Limit <= 0 || f.Limit > 500 {
 		f.Limit = 100
 	}
-	if len(f.Cursor) > 100 {
-		return nil, "", host.Errorf(host.CodeBadRequest, "bad cursor")
+	if f.Cursor != "" && !host.IsID(host.PrefixWorkflow, f.Cursor) {
+		// The cursor is the last workflow id of the previous page.
+		return nil, "", host.Errorf(host.CodeBadRequest, "bad cursor %q", f.Cursor)
 	}
 	var out []*host.Workflow
 	var cur string
