@@ -133,6 +133,9 @@ func (s *Server) deleteTaskType(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := noBody(c); err != nil {
+		return err
+	}
 	name := c.Param("name")
 	if err := s.eng.DeleteTaskType(c.Request().Context(), tenant, name); err != nil {
 		return err
@@ -286,6 +289,9 @@ func (s *Server) listKeys(c echo.Context) error {
 
 // revokeKey is DELETE /v1/admin/keys/{id}.
 func (s *Server) revokeKey(c echo.Context) error {
+	if err := noBody(c); err != nil {
+		return err
+	}
 	id := c.Param("id")
 	ks, err := s.visibleKeys(c)
 	if err != nil {
@@ -328,6 +334,9 @@ func (s *Server) deadLetters(c echo.Context) error {
 func (s *Server) redrive(c echo.Context) error {
 	tenant, err := adminTenant(c, "")
 	if err != nil {
+		return err
+	}
+	if err := noBody(c); err != nil {
 		return err
 	}
 	a := ActorOf(c)

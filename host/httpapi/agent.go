@@ -198,6 +198,9 @@ func (s *Server) fetchResult(c echo.Context) error {
 
 // archive is POST /v1/tasks/{id}/archive: the channel's ack, then archived_at.
 func (s *Server) archive(c echo.Context) error {
+	if err := noBody(c); err != nil {
+		return err
+	}
 	t, err := s.eng.ArchiveResult(c.Request().Context(), ActorOf(c), c.Param("id"))
 	if err != nil {
 		return err

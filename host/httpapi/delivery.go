@@ -90,6 +90,9 @@ func (s *Server) outboxRetry(c echo.Context) error {
 // retentionSweep is POST /v1/admin/retention/sweep: one retention sweep now,
 // answered with what it archived and purged.
 func (s *Server) retentionSweep(c echo.Context) error {
+	if err := noBody(c); err != nil {
+		return err
+	}
 	rep, err := s.eng.RetentionSweep(c.Request().Context())
 	if err != nil {
 		return err

@@ -47,6 +47,9 @@ func (s *Server) fetchTaskEmail(c echo.Context) error {
 // channel's ack deletes the message from the mailbox; the result is marked
 // archived.
 func (s *Server) archiveTaskEmail(c echo.Context) error {
+	if err := noBody(c); err != nil {
+		return err
+	}
 	t, err := s.eng.ArchiveTaskEmail(c.Request().Context(), ActorOf(c), c.Param("id"))
 	if err != nil {
 		return err

@@ -91,6 +91,9 @@ func (s *Server) revokeResourceLease(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := noBody(c); err != nil {
+		return err
+	}
 	res, err := s.eng.RevokeResourceLease(c.Request().Context(), ActorOf(c), tenant, c.Param("lease_id"))
 	if err != nil {
 		return err

@@ -71,6 +71,9 @@ func (s *Server) updateSchedule(c echo.Context) error {
 
 // pauseSchedule is POST /v1/schedules/{id}/pause.
 func (s *Server) pauseSchedule(c echo.Context) error {
+	if err := noBody(c); err != nil {
+		return err
+	}
 	v, err := s.eng.PauseSchedule(c.Request().Context(), ActorOf(c), c.Param("id"))
 	if err != nil {
 		return err
@@ -80,6 +83,9 @@ func (s *Server) pauseSchedule(c echo.Context) error {
 
 // resumeSchedule is POST /v1/schedules/{id}/resume.
 func (s *Server) resumeSchedule(c echo.Context) error {
+	if err := noBody(c); err != nil {
+		return err
+	}
 	v, err := s.eng.ResumeSchedule(c.Request().Context(), ActorOf(c), c.Param("id"))
 	if err != nil {
 		return err
@@ -89,6 +95,9 @@ func (s *Server) resumeSchedule(c echo.Context) error {
 
 // deleteSchedule is DELETE /v1/schedules/{id}.
 func (s *Server) deleteSchedule(c echo.Context) error {
+	if err := noBody(c); err != nil {
+		return err
+	}
 	id := c.Param("id")
 	if err := s.eng.DeleteSchedule(c.Request().Context(), ActorOf(c), id); err != nil {
 		return err

@@ -430,6 +430,13 @@ func (s *Server) pluginsNotReady() error {
 	return nil
 }
 
+// noBody is the body check of a /v1 route that takes no fields: an empty
+// body or {} passes; anything else (malformed JSON, an unknown field) is a
+// 400 bad_request, as docs/http.md says of every /v1 body.
+func noBody(c echo.Context) error {
+	return bind(c, &struct{}{}, strict)
+}
+
 // queryInt reads an optional integer query parameter.
 func queryInt(c echo.Context, name string, def int) (int, error) {
 	v := c.QueryParam(name)
