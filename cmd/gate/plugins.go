@@ -214,6 +214,11 @@ func startPlugins(cfg serveConfig, log *slog.Logger) (*pluginWiring, error) {
 				if a.Role != engine.RoleAdmin {
 					return host.Errorf(host.CodeForbidden, "listing plugins needs an admin key")
 				}
+				// Plugins are the gate's, not a tenant's; ?tenant= is still
+				// held to the rule of every /v1/admin route.
+				if _, err := httpapi.AdminTenant(c); err != nil {
+					return err
+				}
 				if a.Tenant == auth.DefaultTenant {
 					return c.JSON(http.StatusOK, map[string]any{"ready": reg.Ready(), "plugins": reg.List(), "plugins_dir": dir})
 				}

@@ -33,6 +33,14 @@ func adminTenant(c echo.Context, fromBody string) (string, error) {
 	return t, nil
 }
 
+// AdminTenant is the tenant an admin route of another door acts on, as for
+// the /v1/admin routes of this one: the key's own, or the one ?tenant=
+// names. An admin of another tenant than the default naming a tenant not
+// its own is refused with forbidden ("cannot act on tenant …").
+func AdminTenant(c echo.Context) (string, error) {
+	return adminTenant(c, "")
+}
+
 // putTaskType is PUT /v1/admin/task-types/{name}: create or replace a task
 // type. Fields are host.TaskType's; omitted fields take the seed defaults.
 func (s *Server) putTaskType(c echo.Context) error {
