@@ -65,6 +65,9 @@ func decodeBody(b []byte, v any, mode decodeMode) error {
 	if !utf8.Valid(b) {
 		return badRequest("the request body is not valid UTF-8")
 	}
+	// A lone surrogate escape reads as U+FFFD in a decoded field; in a raw
+	// value (params) it would be kept and handed back unreadable.
+	b = jsonkeys.FixLoneSurrogates(b)
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if mode == strict {
 		dec.DisallowUnknownFields()

@@ -113,13 +113,11 @@ func (w *keyWalker) str(i int) (int, bool) {
 	return i, esc
 }
 
-// escapes refuses a string (b[i:end], quotes included) with a \u escape
-// that no store keeps as sent: U+0000, which PostgreSQL refuses in text and
-// SQLite would keep, so the two stores would answer one request apart; and a
-// UTF-16 surrogate that is not half of a pair, which encoding/json reads as
-// U+FFFD where a value is decoded but which a raw value (a task's params, a
-// receipt's body) would keep, to be refused by the strict JSON readers of
-// whoever reads it back. Both are refused on every door, wherever they are.
+// escapes refuses a string (b[i:end], quotes included) holding a \u0000
+// escape: PostgreSQL keeps no U+0000 in text and SQLite would, so the two
+// stores would answer one request apart. It is refused on every door,
+// wherever it is. (A lone surrogate is rewritten instead:
+// FixLoneSurrogates.)
 func (w *keyWalker) escapes(i, end int) error {
 	b := w.b[:end]
 	for i++; i < len(b); i++ {
@@ -130,27 +128,66 @@ func (w *keyWalker) escapes(i, end int) error {
 		if i >= len(b) || b[i] != 'u' {
 			continue
 		}
+		if r, ok := hex4(b, i+1); ok && r == 0 {
+			return w.refuseValue("a string holds a NUL character (\\u0000), which no field accepts")
+		}
+	}
+	return nil
+}
+
+// FixLoneSurrogates returns b with every \u escape of a UTF-16 surrogate
+// that is not half of a pair, in its strings, written \ufffd (U+FFFD, the
+// replacement character): the value encoding/json decodes such an escape
+// to. A raw value (a task's params, a receipt's body), which is stored and
+// handed back as sent, then holds what a decoded field holds, and the strict
+// JSON readers of whoever reads it back can read it. It returns b itself
+// when there is nothing to rewrite, else a rewritten copy of the same length.
+// b need not be valid JSON: only its strings' escapes are read.
+func FixLoneSurrogates(b []byte) []byte {
+	var out []byte
+	in := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if !in {
+			in = c == '"'
+			continue
+		}
+		switch c {
+		case '"':
+			in = false
+			continue
+		case '\\':
+		default:
+			continue
+		}
+		i++
+		if i >= len(b) || b[i] != 'u' {
+			continue
+		}
 		r, ok := hex4(b, i+1)
 		if !ok {
 			continue
 		}
+		at := i + 1 // the escape's digits
 		i += 4
-		switch {
-		case r == 0:
-			return w.refuseValue("a string holds a NUL character (\\u0000), which no field accepts")
-		case r >= 0xD800 && r < 0xDC00:
-			if i+6 < len(b) && b[i+1] == '\\' && b[i+2] == 'u' {
-				if lo, ok := hex4(b, i+3); ok && lo >= 0xDC00 && lo < 0xE000 {
-					i += 6
-					continue
-				}
-			}
-			return w.refuseValue("a string holds a lone UTF-16 surrogate (\\u" + string(b[i-3:i+1]) + "), which is not a character")
-		case r >= 0xDC00 && r < 0xE000:
-			return w.refuseValue("a string holds a lone UTF-16 surrogate (\\u" + string(b[i-3:i+1]) + "), which is not a character")
+		if r < 0xD800 || r >= 0xE000 {
+			continue
 		}
+		if r < 0xDC00 && i+6 < len(b) && b[i+1] == '\\' && b[i+2] == 'u' {
+			if lo, ok := hex4(b, i+3); ok && lo >= 0xDC00 && lo < 0xE000 {
+				i += 6 // a pair
+				continue
+			}
+		}
+		if out == nil {
+			out = bytes.Clone(b)
+		}
+		copy(out[at:at+4], "fffd")
 	}
-	return nil
+	if out == nil {
+		return b
+	}
+	return out
 }
 
 // hex4 reads the four hex digits at b[i:i+4].

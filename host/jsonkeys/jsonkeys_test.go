@@ -68,21 +68,15 @@ func BenchmarkCheckToolsCall(b *testing.B) {
 	}
 }
 
-// TestCheckRefusesNULAndLoneSurrogates: a \u0000 escape or a UTF-16
-// surrogate that is not half of a pair, in a value or a key, at any depth,
-// is refused with where it is; escaped backslashes, pairs and every other
-// escape are not.
-func TestCheckRefusesNULAndLoneSurrogates(t *testing.T) {
+// TestCheckRefusesNUL: a \u0000 escape, in a value or a key, at any
+// depth, is refused with where it is; escaped backslashes, surrogates and
+// every other escape are not.
+func TestCheckRefusesNUL(t *testing.T) {
 	for _, c := range []struct{ body, want string }{
 		{`{"task_type":"ec\u0000ho"}`, `a string holds a NUL character (\u0000), which no field accepts at task_type`},
 		{`{"params":{"a":["x","\u0000"]}}`, `a string holds a NUL character (\u0000), which no field accepts at params.a[1]`},
 		{`{"params":{"k\u0000":1}}`, `a string holds a NUL character (\u0000), which no field accepts at params`},
-		{`{"params":{"a":"\ud800"}}`, `a string holds a lone UTF-16 surrogate (\ud800), which is not a character at params.a`},
-		{`{"a":"x\uDBFFy"}`, `a string holds a lone UTF-16 surrogate (\uDBFF), which is not a character at a`},
-		{`{"a":"\udc00"}`, `a string holds a lone UTF-16 surrogate (\udc00), which is not a character at a`},
-		{`{"a":"\ud800\u0041"}`, `a string holds a lone UTF-16 surrogate (\ud800), which is not a character at a`},
-		{`{"a":"\ud83d\ude00\ude00"}`, `a string holds a lone UTF-16 surrogate (\ude00), which is not a character at a`},
-		{`{"a":"\ud800"`, `a string holds a lone UTF-16 surrogate (\ud800), which is not a character at a`},
+		{`{"a":"\ud800\u0000"}`, `a string holds a NUL character (\u0000), which no field accepts at a`},
 	} {
 		err := jsonkeys.Check([]byte(c.body), nil)
 		var ke *jsonkeys.Error
@@ -91,15 +85,49 @@ func TestCheckRefusesNULAndLoneSurrogates(t *testing.T) {
 		}
 	}
 	for _, body := range []string{
-		`{"a":"\\u0000"}`,      // an escaped backslash, then text
-		`{"a":"\\\\u0000"}`,    // two of them
-		`{"a":"\ud83d\ude00"}`, // a pair
+		`{"a":"\\u0000"}`,   // an escaped backslash, then text
+		`{"a":"\\\\u0000"}`, // two of them
+		`{"a":"\ud83d\ude00"}`,
+		`{"a":"\ud800"}`,
 		`{"a":"\uD83D\uDE00 \u00e9\u0001\n\"\/"}`,
-		`{"a":"\u0100\uE000\uFFFF"}`,
-		`{"a":"\\ud800"}`,
 	} {
 		if err := jsonkeys.Check([]byte(body), nil); err != nil {
 			t.Errorf("%s: %v", body, err)
+		}
+	}
+}
+
+// TestFixLoneSurrogates: an escaped surrogate that is not half of a pair
+// becomes \ufffd, in place of its digits; pairs, other escapes, escaped
+// backslashes and text outside strings are left, and b itself comes back
+// when nothing changes.
+func TestFixLoneSurrogates(t *testing.T) {
+	for _, c := range [][2]string{
+		{`{"a":"\ud800"}`, `{"a":"\ufffd"}`},
+		{`{"a":"x\uDBFFy","\udc00":1}`, `{"a":"x\ufffdy","\ufffd":1}`},
+		{`{"a":"\ud800\u0041"}`, `{"a":"\ufffd\u0041"}`},
+		{`{"a":"\ud83d\ude00\ude00"}`, `{"a":"\ud83d\ude00\ufffd"}`},
+		{`{"a":"\ud800\ud800\udc00"}`, `{"a":"\ufffd\ud800\udc00"}`},
+		{`{"a":"\ud800`, `{"a":"\ufffd`},
+	} {
+		in := []byte(c[0])
+		if got := string(jsonkeys.FixLoneSurrogates(in)); got != c[1] {
+			t.Errorf("%s became %s, want %s", c[0], got, c[1])
+		}
+		if string(in) != c[0] {
+			t.Errorf("%s was changed in place", c[0])
+		}
+	}
+	for _, body := range []string{
+		`{"a":"\ud83d\ude00"}`,
+		`{"a":"\\ud800"}`,
+		`{"a":"\uE000\uFFFF\u0000"}`,
+		`{"a":1,"ud800":"x"}`,
+		`not json \ud800`,
+	} {
+		in := []byte(body)
+		if got := jsonkeys.FixLoneSurrogates(in); &got[0] != &in[0] || string(got) != body {
+			t.Errorf("%s became %s, want it left as it is", body, got)
 		}
 	}
 }

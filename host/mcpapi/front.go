@@ -90,6 +90,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		writeRPC(w, http.StatusRequestEntityTooLarge, rpcFail(nil, &rpcError{Code: rpcInvalidRequest, Message: "the message is larger than 16 MiB"}))
 		return
 	}
+	// A lone surrogate escape reads as U+FFFD in a decoded field; in a raw
+	// value (a task's params) it would be kept and handed back unreadable.
+	body = jsonkeys.FixLoneSurrogates(body)
 	var head struct {
 		rpcMessage
 		Params struct {
@@ -257,6 +260,7 @@ func (s *Server) serveStdio(ctx context.Context, actor engine.Actor, keyHash str
 		rd := bufio.NewReaderSize(in, 64<<10)
 		for {
 			line, err := rd.ReadBytes('\n')
+			line = jsonkeys.FixLoneSurrogates(line) // as the HTTP front does
 			if len(bytes.TrimSpace(line)) > 0 {
 				select {
 				case lines <- line:
@@ -307,7 +311,7 @@ func (s *Server) serveStdio(ctx context.Context, actor engine.Actor, keyHash str
 			}
 			if msg, to := refuseKeys(line, perr, head); msg != nil {
 				if to == toNobody {
-					s.log.Warn("mcp: dropped a message with duplicate keys that asks for no answer", "method", head.Method)
+					s.log.Warn("mcp: dropped a message that asks for no answer", "method", head.Method, "why", string(msg))
 				} else {
 					lw.message(msg)
 				}
