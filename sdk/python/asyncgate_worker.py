@@ -227,13 +227,15 @@ class _OutcomeBatcher:
             self._deliver(batch)
             return
         except AsyncGateError as e:
-            if e.status != 413:
+            if e.status != 413 and not (e.status == 400 and len(batch) > 1):
                 for p in batch:
                     p["error"] = e
                     p["done"].set()
                 return
-            # Together over the gate's body limit (large inline results):
-            # each on its own, as it would have gone without batching.
+            # Together over the gate's body limit (large inline results), or
+            # one entry's value refused for the whole body (the gate checks a
+            # body's strings before its entries): each on its own, as it would
+            # have gone without batching, so that only that one fails.
             for p in batch:
                 self._deliver([p])
             return
@@ -258,6 +260,11 @@ class _OutcomeBatcher:
 MAX_RETRY_AFTER = 60.0
 """The cap on the Retry-After the Runner and ResourceHolder wait for (s); up
 to 10% jitter comes on top of the capped wait."""
+
+
+def _no_nul(text: str) -> str:
+    """text with every NUL character, which the gate refuses in any string, written U+FFFD."""
+    return text.replace("\x00", "\ufffd")
 
 
 def _http_date(value: Optional[str]) -> Optional[float]:
@@ -1326,10 +1333,13 @@ class Runner:
             self._deliver_fail(task, FatalError("the gate refused the result: %s" % err), "")
 
     def _deliver_fail(self, task: Task, error: BaseException, tb: str) -> None:
-        body: Dict[str, Any] = {"task_id": task.task_id, "error_message": (str(error) or type(error).__name__)[:8000],
+        # The gate refuses a NUL character in any string (PostgreSQL keeps none in text); an error's text
+        # may hold one, and must still reach it.
+        body: Dict[str, Any] = {"task_id": task.task_id,
+                                "error_message": _no_nul((str(error) or type(error).__name__)[:8000]),
                                 "retryable": not isinstance(error, FatalError)}
         if tb:
-            body["metadata"] = {"exception": type(error).__name__, "traceback": tb[-8000:]}
+            body["metadata"] = {"exception": type(error).__name__, "traceback": _no_nul(tb[-8000:])}
 
         def send():
             res = self._outcomes.send("fail", task.lease_id, body, trace=task.trace)

@@ -978,6 +978,20 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(t["dead_reason"], "max_retries_exceeded")
         self.assertIn("missing", t["error_message"])
 
+    def test_failure_holding_nul_reaches_the_gate(self):
+        # The gate refuses a NUL character in any string; an error's text may hold one.
+        put_type("py-nul")
+        r = self.make_runner()
+
+        @r.task("py-nul")
+        def nul(task):
+            raise aw.FatalError("bad\x00byte")
+
+        self.start(r)
+        tid = enqueue("py-nul", {}, max_retries=3)
+        t = wait_task(tid, "dead letter", status_is("dead_letter"))
+        self.assertIn("bad\ufffdbyte", t["error_message"])
+
     def test_client_outcomes(self):
         put_type("py-batch", lease_seconds=30)
         tids = [enqueue("py-batch", {"i": i}) for i in range(2)]

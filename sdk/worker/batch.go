@@ -176,9 +176,11 @@ func (b *outcomeBatcher) deliver(batch []*pendingOutcome) {
 		return
 	}
 	var ae *APIError
-	if errors.As(err, &ae) && ae.Status == http.StatusRequestEntityTooLarge {
-		// Together over the gate's body limit (large inline results): each
-		// on its own, as it would have gone without batching.
+	if errors.As(err, &ae) && (ae.Status == http.StatusRequestEntityTooLarge || ae.Status == http.StatusBadRequest && len(batch) > 1) {
+		// Together over the gate's body limit (large inline results), or
+		// one entry's value refused for the whole body (the gate checks a
+		// body's strings before its entries): each on its own, as it would
+		// have gone without batching, so that only that one fails.
 		for _, p := range batch {
 			b.deliver([]*pendingOutcome{p})
 		}

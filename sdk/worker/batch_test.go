@@ -185,3 +185,50 @@ func TestRunnerOutcomesOverTheBodyLimit(t *testing.T) {
 		t.Fatalf("no batch over the limit was tried (%d batches, %d single calls)", px.batches.Load(), px.one.Load())
 	}
 }
+
+// TestRunnerFailureHoldingNULReachesTheGate: a handler's error whose text
+// holds a NUL character (the gate refuses one in any string) still reaches
+// the gate, the NUL written U+FFFD, in a batch beside other outcomes, and
+// every task ends as its handler said.
+func TestRunnerFailureHoldingNULReachesTheGate(t *testing.T) {
+	g := sharedGate(t)
+	g.putType("o-nul", 30, nil)
+	const n = 6
+	var started atomic.Int64
+	release := make(chan struct{})
+	cfg := testConfig(t)
+	cfg.Concurrency = n
+	start(t, g.URL, g.Worker, cfg, map[string]worker.HandlerFunc{
+		"o-nul": func(ctx context.Context, task *worker.Task) (any, error) {
+			started.Add(1)
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			var p struct{ I int }
+			if err := task.Bind(&p); err != nil {
+				return nil, err
+			}
+			if p.I%2 == 0 {
+				return nil, worker.Fatal(errors.New("bad\x00byte"))
+			}
+			return map[string]int{"i": p.I}, nil
+		},
+	})
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = g.enqueue("o-nul", map[string]any{"i": i}, nil)
+	}
+	eventually(t, "every handler running", func() bool { return started.Load() == int64(n) })
+	close(release)
+	for i, id := range ids {
+		if i%2 == 1 {
+			g.waitTask(id, "succeeded", status("succeeded"))
+			continue
+		}
+		if tv := g.waitTask(id, "dead_letter", status("dead_letter")); !strings.Contains(tv.ErrorMessage, "bad\uFFFDbyte") {
+			t.Fatalf("task %d's error reached the gate as %q", i, tv.ErrorMessage)
+		}
+	}
+}

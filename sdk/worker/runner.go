@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -833,10 +834,12 @@ func (r *Runner) deliverComplete(l *lease, comp Completion, took time.Duration) 
 
 // deliverFail reports a failed attempt with retries and the spool.
 func (r *Runner) deliverFail(l *lease, herr error) {
-	f := Failure{TaskID: l.o.Task.ID, ErrorMessage: herr.Error(), Retryable: IsRetryable(herr)}
+	// The gate refuses a NUL character in any string (as PostgreSQL keeps
+	// none in text); an error's text may hold one, and must still reach it.
+	f := Failure{TaskID: l.o.Task.ID, ErrorMessage: noNUL(herr.Error()), Retryable: IsRetryable(herr)}
 	var pe *PanicError
 	if errors.As(herr, &pe) {
-		f.Metadata, _ = json.Marshal(map[string]any{"panic": fmt.Sprint(pe.Value), "stack": truncate(pe.Stack, 8000)})
+		f.Metadata, _ = json.Marshal(map[string]any{"panic": noNUL(fmt.Sprint(pe.Value)), "stack": noNUL(truncate(pe.Stack, 8000))})
 	}
 	if len(f.ErrorMessage) > 8000 {
 		f.ErrorMessage = f.ErrorMessage[:8000]
@@ -1040,3 +1043,6 @@ func (r *Runner) flushSpool(ctx context.Context) (delivered, remaining int, busy
 	}
 	return delivered, len(entries) - len(done), busy, nil
 }
+
+// noNUL is s with every NUL character written U+FFFD, which the gate takes.
+func noNUL(s string) string { return strings.ReplaceAll(s, "\x00", "\uFFFD") }
