@@ -71,7 +71,11 @@ func checkLive(t *host.Task, c WorkerCall, now time.Time) (*host.Task, error) {
 	}
 	if t.State != host.StateLeased || t.LeaseID != c.LeaseID {
 		if c.WorkerID != "" && t.WorkerID != c.WorkerID {
-			return t, noLiveLease(c) // not its lease: the task's state is not its to learn
+			// Not its lease, or one whose end cleared the holder (a release,
+			// snooze, failure or expiry): the task's state is not the
+			// caller's to learn from a lease id. Only a success keeps the
+			// holder, whose worker hears the state.
+			return t, noLiveLease(c)
 		}
 		return t, host.Errorf(host.CodeLeaseExpired, "lease %s is no longer held: the task is %s", c.LeaseID, t.State)
 	}

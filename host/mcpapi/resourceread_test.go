@@ -33,6 +33,24 @@ func TestResourceReadErrors(t *testing.T) {
 				t.Fatalf("read own task: %v %+v", err, res)
 			}
 
+			// On 2026-07-28 a read result carries what mcp-go's own answers
+			// carry: its type, the server's identity and cache hints.
+			if version == mcp.LATEST_PROTOCOL_VERSION {
+				raw, e := rpc(t, agent, "resources/read", map[string]any{"uri": mine,
+					"_meta": map[string]any{"io.modelcontextprotocol/protocolVersion": version}})
+				var got struct {
+					ResultType string          `json:"resultType"`
+					TTL        *int64          `json:"ttlMs"`
+					Scope      string          `json:"cacheScope"`
+					Meta       map[string]any  `json:"_meta"`
+					Contents   json.RawMessage `json:"contents"`
+				}
+				if e != nil || json.Unmarshal(raw, &got) != nil || got.ResultType != "complete" || got.TTL == nil ||
+					got.Scope != "private" || got.Meta["io.modelcontextprotocol/serverInfo"] == nil || len(got.Contents) == 0 {
+					t.Errorf("read own task on %s: %+v %s", version, e, raw)
+				}
+			}
+
 			_, want := rpc(t, agent, "tasks/get", map[string]any{"taskId": "T-nope"})
 			for _, c := range []struct {
 				who       string

@@ -553,9 +553,14 @@ func (s *Server) resourcesRead(ctx context.Context, a engine.Actor, params json.
 		return nil, errFor(err), true
 	}
 	res := mcp.ReadResourceResult{Contents: contents}
-	// Protocol 2026-07-28 asks every result for its type, as mcp-go adds it.
+	// Protocol 2026-07-28 asks every result for its type and the server's
+	// identity, and a read result for its cache hints, as mcp-go's
+	// decoration of its own answers adds them (its defaults: no caching,
+	// private).
 	if v, _ := p.Meta["io.modelcontextprotocol/protocolVersion"].(string); mcp.IsModernProtocol(v) {
 		res.ResultType = mcp.ResultTypeComplete
+		res.EnsureResultMeta().SetServerInfo(mcp.Implementation{Name: "asyncgate", Version: s.cfg.Version})
+		res.SetCacheHints(0, mcp.CacheScopePrivate)
 	}
 	return res, nil, true
 }
