@@ -610,8 +610,7 @@ func (w *writer) runIn(batch []*request, strict bool) {
 		if out.err == nil {
 			for _, r := range out.later {
 				// Its batch has committed and released its locks: now it
-				// waits for its own in key order.
-				w.s.lockReorders.Add(1)
+				// waits for its own in key order (counted in finish).
 				w.run([]*request{r})
 			}
 			return
@@ -970,9 +969,15 @@ func (w *writer) forgetChain(st *txState) {
 }
 
 // finish finishes every request of a committed transaction but those that
-// run again after it (later).
+// run again after it (later), counting those before any caller hears of its
+// batch's commit.
 func (w *writer) finish(rs []*request) {
 	w.account()
+	for _, r := range rs {
+		if r.later {
+			w.s.lockReorders.Add(1)
+		}
+	}
 	for _, r := range rs {
 		if !r.later {
 			close(r.done)
