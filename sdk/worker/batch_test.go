@@ -107,6 +107,30 @@ func runTogether(t *testing.T, g *gate, base, taskType string, n int) {
 // small JSON object).
 func runTogetherSized(t *testing.T, g *gate, base, taskType string, n, size int) {
 	t.Helper()
+	ids := runReleased(t, g, base, taskType, n, func(i int) (any, error) {
+		if i%3 == 0 {
+			return nil, worker.Fatal(errors.New("three"))
+		}
+		if size > 0 {
+			return []byte(strings.Repeat("x", size)), nil
+		}
+		return map[string]int{"i": i}, nil
+	})
+	for i, id := range ids {
+		want := "succeeded"
+		if i%3 == 0 {
+			want = "dead_letter"
+		}
+		g.waitTask(id, want, status(want))
+	}
+}
+
+// runReleased enqueues n tasks of taskType (params {"i": i}) for a Runner
+// of n slots whose handlers, once all n are running, return outcome(i) at
+// the same moment. It returns the tasks' ids in order, without waiting for
+// them to end.
+func runReleased(t *testing.T, g *gate, base, taskType string, n int, outcome func(i int) (any, error)) []string {
+	t.Helper()
 	g.putType(taskType, 30, nil)
 	var started atomic.Int64
 	release := make(chan struct{})
@@ -124,13 +148,7 @@ func runTogetherSized(t *testing.T, g *gate, base, taskType string, n, size int)
 			if err := task.Bind(&p); err != nil {
 				return nil, err
 			}
-			if p.I%3 == 0 {
-				return nil, worker.Fatal(errors.New("three"))
-			}
-			if size > 0 {
-				return []byte(strings.Repeat("x", size)), nil
-			}
-			return map[string]int{"i": p.I}, nil
+			return outcome(p.I)
 		},
 	})
 	ids := make([]string, n)
@@ -139,13 +157,7 @@ func runTogetherSized(t *testing.T, g *gate, base, taskType string, n, size int)
 	}
 	eventually(t, "every handler running", func() bool { return started.Load() == int64(n) })
 	close(release)
-	for i, id := range ids {
-		want := "succeeded"
-		if i%3 == 0 {
-			want = "dead_letter"
-		}
-		g.waitTask(id, want, status(want))
-	}
+	return ids
 }
 
 // TestRunnerBatchesOutcomes: outcomes ready at once go to the gate in batch
@@ -192,36 +204,13 @@ func TestRunnerOutcomesOverTheBodyLimit(t *testing.T) {
 // every task ends as its handler said.
 func TestRunnerFailureHoldingNULReachesTheGate(t *testing.T) {
 	g := sharedGate(t)
-	g.putType("o-nul", 30, nil)
 	const n = 6
-	var started atomic.Int64
-	release := make(chan struct{})
-	cfg := testConfig(t)
-	cfg.Concurrency = n
-	start(t, g.URL, g.Worker, cfg, map[string]worker.HandlerFunc{
-		"o-nul": func(ctx context.Context, task *worker.Task) (any, error) {
-			started.Add(1)
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			var p struct{ I int }
-			if err := task.Bind(&p); err != nil {
-				return nil, err
-			}
-			if p.I%2 == 0 {
-				return nil, worker.Fatal(errors.New("bad\x00byte"))
-			}
-			return map[string]int{"i": p.I}, nil
-		},
+	ids := runReleased(t, g, g.URL, "o-nul", n, func(i int) (any, error) {
+		if i%2 == 0 {
+			return nil, worker.Fatal(errors.New("bad\x00byte"))
+		}
+		return map[string]int{"i": i}, nil
 	})
-	ids := make([]string, n)
-	for i := range n {
-		ids[i] = g.enqueue("o-nul", map[string]any{"i": i}, nil)
-	}
-	eventually(t, "every handler running", func() bool { return started.Load() == int64(n) })
-	close(release)
 	for i, id := range ids {
 		if i%2 == 1 {
 			g.waitTask(id, "succeeded", status("succeeded"))
