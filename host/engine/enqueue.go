@@ -101,6 +101,9 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 		if host.IsWorkflowRecipient(fields.Recipient) {
 			return nil, host.Errorf(host.CodeBadRequest, "recipient_ai must name a principal, not a workflow")
 		}
+		if strings.EqualFold(fields.Recipient, GatePrincipal) {
+			return nil, host.Errorf(host.CodeBadRequest, "recipient_ai must name a principal other than the gate (%s); name one in recipient_ai", GatePrincipal)
+		}
 	}
 	start := taskStart{DelaySeconds: req.DelaySeconds, NotBefore: req.NotBefore, ResourceIntents: req.ResourceIntents}
 	if err := start.check(e.now()); err != nil {
@@ -352,6 +355,11 @@ func checkTaskFields(prefix string, f *taskFields) error {
 	if host.IsWorkflowRecipient(f.Recipient) {
 		// Workflow steps are addressed to their workflow by the gate alone.
 		return host.Errorf(host.CodeBadRequest, "%srecipient_ai must name a principal, not a workflow", prefix)
+	}
+	if strings.EqualFold(f.Recipient, GatePrincipal) {
+		// The gate's own name is its receipts' issuer, which no key may
+		// hold: an outcome owed to it would be owed to no one.
+		return host.Errorf(host.CodeBadRequest, "%srecipient_ai must name a principal other than the gate (%s)", prefix, GatePrincipal)
 	}
 	return nil
 }

@@ -29,3 +29,31 @@ func TestEnqueueDefaultRecipientIsNoWorkflow(t *testing.T) {
 		t.Fatalf("an enqueue addressed by default to %s: %+v, %v; want %s", actor.Principal, res, err, host.CodeBadRequest)
 	}
 }
+
+// A local session whose principal is the gate's own name (`gate mcp
+// --principal asyncgate`) addresses no task to the gate by default: the
+// gate issues receipts under that name and owes nothing to itself.
+func TestEnqueueDefaultRecipientIsNotTheGate(t *testing.T) {
+	ctx := context.Background()
+	eng, err := New(Config{Store: openSQLite(t), ExpiryJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	tt := host.NewTaskType("work")
+	tt.Tenant = "acme"
+	if _, err := eng.PutTaskType(ctx, tt); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{GatePrincipal, "ASYNCGATE"} {
+		actor := Actor{Tenant: "acme", Principal: p, Role: RoleAgent}
+		res, err := eng.Enqueue(ctx, actor, EnqueueRequest{TaskType: "work"})
+		if !host.IsCode(err, host.CodeBadRequest) {
+			t.Fatalf("an enqueue addressed by default to %s: %+v, %v; want %s", p, res, err, host.CodeBadRequest)
+		}
+	}
+	if _, err := eng.Enqueue(ctx, Actor{Tenant: "acme", Principal: GatePrincipal, Role: RoleAgent},
+		EnqueueRequest{TaskType: "work", Recipient: "agent.b"}); err != nil {
+		t.Fatalf("naming another recipient: %v", err)
+	}
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestE2ENoTaskIsAddressedToTheGate: recipient_ai naming the gate itself
+// ("asyncgate", in any case) is refused with bad_request on every way a
+// task is made — a single enqueue, a batch entry, a workflow step, a
+// schedule's template, and MCP's queue_task — on SQLite and PostgreSQL.
+// The gate's name is the issuer of its own receipts and no key may hold
+// it: a task owed to it would be a promise to no one, and its receipts
+// would read as if the gate had asked for the work.
+func TestE2ENoTaskIsAddressedToTheGate(t *testing.T) {
+	t.Parallel()
+	for _, sc := range bothStores() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			g := startGate(t, t.TempDir(), sc.args(t)...)
+			g.putType(t, "job", map[string]any{}, "ta")
+			agent := g.newKey(t, "agent", "agent.a", "ta")
+			names := []string{"asyncgate", "AsyncGate", " asyncgate "}
+			for _, name := range names {
+				r := call(t, "POST", g.URL+"/v1/tasks", agent, map[string]any{"task_type": "job", "recipient_ai": name})
+				want(t, r, 400, "bad_request")
+				if d, _ := r.JSON(t)["detail"].(string); !strings.Contains(d, "recipient_ai") {
+					t.Fatalf("refusal %q does not name recipient_ai", d)
+				}
+				b := batchCall(t, g.URL+"/v1/tasks/batch", agent, map[string]any{"tasks": []map[string]any{
+					{"task_type": "job"}, {"task_type": "job", "recipient_ai": name}}})
+				if len(b.Results) != 2 || !b.Results[0].OK || b.Results[1].OK || b.Results[1].Error != "bad_request" {
+					t.Fatalf("batch with an entry addressed to %q: %+v", name, b)
+				}
+				r = call(t, "POST", g.URL+"/v1/workflows", agent, map[string]any{"name": "wf",
+					"steps": []map[string]any{{"name": "only", "task_type": "job", "recipient_ai": name}}})
+				want(t, r, 400, "bad_request")
+				r = call(t, "POST", g.URL+"/v1/schedules", agent, map[string]any{"name": "s", "interval_seconds": 3600,
+					"template": map[string]any{"task_type": "job", "recipient_ai": name}})
+				want(t, r, 400, "bad_request")
+			}
+			c := stdioClient(t, "mcp", "--url", g.URL, "--key", agent)
+			if out, isErr := callTool(t, c, "queue_task", map[string]any{"task_type": "job", "recipient_ai": "asyncgate"}); !isErr || out["error"] != "bad_request" {
+				t.Fatalf("MCP queue_task addressed to the gate: %v (error %v), want bad_request", out, isErr)
+			}
+			// Another principal is still a recipient.
+			want(t, call(t, "POST", g.URL+"/v1/tasks", agent, map[string]any{"task_type": "job", "recipient_ai": "agent.b"}), 201, "")
+		})
+	}
+}
