@@ -11,7 +11,9 @@ import (
 // schedule's template, and MCP's queue_task — on SQLite and PostgreSQL.
 // The gate's name is the issuer of its own receipts and no key may hold
 // it: a task owed to it would be a promise to no one, and its receipts
-// would read as if the gate had asked for the work.
+// would read as if the gate had asked for the work. A task's recipient
+// (another principal) may cancel it; an agent neither its creator nor its
+// recipient gets not_found.
 func TestE2ENoTaskIsAddressedToTheGate(t *testing.T) {
 	t.Parallel()
 	for _, sc := range bothStores() {
@@ -43,8 +45,19 @@ func TestE2ENoTaskIsAddressedToTheGate(t *testing.T) {
 			if out, isErr := callTool(t, c, "queue_task", map[string]any{"task_type": "job", "recipient_ai": "asyncgate"}); !isErr || out["error"] != "bad_request" {
 				t.Fatalf("MCP queue_task addressed to the gate: %v (error %v), want bad_request", out, isErr)
 			}
-			// Another principal is still a recipient.
-			want(t, call(t, "POST", g.URL+"/v1/tasks", agent, map[string]any{"task_type": "job", "recipient_ai": "agent.b"}), 201, "")
+			// Another principal is still a recipient, and may cancel what is
+			// owed to it (docs/http.md); an agent neither made nor owed it
+			// hears of no such task.
+			r := call(t, "POST", g.URL+"/v1/tasks", agent, map[string]any{"task_type": "job", "recipient_ai": "agent.b"})
+			want(t, r, 201, "")
+			id, _ := r.JSON(t)["task_id"].(string)
+			stranger, recipient := g.newKey(t, "agent", "agent.c", "ta"), g.newKey(t, "agent", "agent.b", "ta")
+			want(t, call(t, "POST", g.URL+"/v1/tasks/"+id+"/cancel", stranger, nil), 404, "not_found")
+			r = call(t, "POST", g.URL+"/v1/tasks/"+id+"/cancel", recipient, map[string]any{"reason": "not needed"})
+			want(t, r, 200, "")
+			if st, _ := r.JSON(t)["status"].(string); st != "canceled" {
+				t.Fatalf("the recipient's cancel: %v", r.JSON(t))
+			}
 		})
 	}
 }
