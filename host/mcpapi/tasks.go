@@ -211,18 +211,20 @@ func (s *Server) callType(ctx context.Context, sess *session, tt *host.TaskType,
 }
 
 // mapStatus is the MCP status of a gate task and a short status message.
+// What a worker wrote (its summary, error or progress message) is quoted
+// as its words (workerWords), never repeated raw.
 func mapStatus(t *host.Task) (mcp.TaskStatus, string) {
 	if t.State == host.StateArchived {
 		// Past its retention: the MCP task keeps how it ended.
 		as := host.FinishedAs(t)
-		st, msg := mapStatus(&host.Task{State: as, Result: t.Result, DeadReason: t.DeadReason, LastError: t.LastError})
+		st, msg := mapStatus(&host.Task{State: as, WorkerID: t.WorkerID, Result: t.Result, DeadReason: t.DeadReason, LastError: t.LastError})
 		return st, msg + " (archived)"
 	}
 	switch t.State {
 	case host.StateSucceeded:
 		msg := "succeeded"
 		if t.Result != nil && t.Result.Summary != "" {
-			msg += ": " + t.Result.Summary
+			msg += ": " + workerWords(t.WorkerID, t.Result.Summary)
 		}
 		return mcp.TaskStatusCompleted, msg
 	case host.StateCanceled:
@@ -233,7 +235,7 @@ func mapStatus(t *host.Task) (mcp.TaskStatus, string) {
 			msg += " (" + t.DeadReason + ")"
 		}
 		if t.LastError != "" {
-			msg += ": " + t.LastError
+			msg += ": " + workerWords(t.WorkerID, t.LastError)
 		}
 		return mcp.TaskStatusFailed, msg
 	}
@@ -248,7 +250,7 @@ func mapStatus(t *host.Task) (mcp.TaskStatus, string) {
 		msg += fmt.Sprintf(", %.0f%%", *t.ProgressPercent)
 	}
 	if t.ProgressMessage != "" {
-		msg += ": " + t.ProgressMessage
+		msg += ": " + workerWords(t.WorkerID, t.ProgressMessage)
 	}
 	if t.CancelRequested {
 		msg += " (cancellation requested)"
@@ -400,7 +402,7 @@ func (s *Server) tasksResult(ctx context.Context, a engine.Actor, params json.Ra
 		}
 		text := fmt.Sprintf("Task %s (%s) succeeded; it is archived, past its retention: its payload was purged.", t.ID, t.Type)
 		if rr.Summary != "" {
-			text += " Summary: " + workerWords(t, rr.Summary)
+			text += " Summary: " + workerWords(t.WorkerID, rr.Summary)
 		}
 		out = result(TaskTypeCallResult{TaskID: t.ID, Status: string(t.State), Result: &rr}, text)
 	case as == host.StateCanceled:
@@ -418,7 +420,7 @@ func (s *Server) tasksResult(ctx context.Context, a engine.Actor, params json.Ra
 		rr := resultResponse(fr)
 		text := fmt.Sprintf("Task %s (%s) succeeded.", t.ID, t.Type)
 		if rr.Summary != "" {
-			text += " Summary: " + workerWords(fr.Task, rr.Summary)
+			text += " Summary: " + workerWords(fr.Task.WorkerID, rr.Summary)
 		}
 		if rr.ChecksumValid != nil && !*rr.ChecksumValid {
 			text += " WARNING: the checksum does not match; the payload may have been altered."

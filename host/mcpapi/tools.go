@@ -420,7 +420,10 @@ func (s *Server) checkTaskStatus(ctx context.Context, a engine.Actor, req mcp.Ca
 			text += fmt.Sprintf(" %.0f%%", *t.ProgressPercent)
 		}
 		if t.ProgressMessage != "" {
-			text += " " + t.ProgressMessage
+			if t.ProgressPercent != nil {
+				text += ","
+			}
+			text += " " + workerWords(t.WorkerID, t.ProgressMessage)
 		}
 		text += "."
 	}
@@ -545,7 +548,7 @@ func (s *Server) fetchTaskResult(ctx context.Context, a engine.Actor, req mcp.Ca
 	}
 	text += "."
 	if out.Summary != "" {
-		text += " Summary: " + workerWords(fr.Task, out.Summary)
+		text += " Summary: " + workerWords(fr.Task.WorkerID, out.Summary)
 	}
 	if out.ChecksumValid != nil && !*out.ChecksumValid {
 		text += " WARNING: the checksum does not match; the payload may have been altered."
@@ -665,13 +668,15 @@ func (s *Server) getReceiptChain(ctx context.Context, a engine.Actor, req mcp.Ca
 		fmt.Sprintf("Chain of %s (%s): %s.", in.ReceiptID, plural(len(links), "receipt", "receipts"), strings.Join(types, " ← ")), nil
 }
 
-// workerWords is a summary t's worker wrote as a tool's text shows it to a
-// model: quoted and attributed (engine.Words), so it cannot pass for the
-// gate's words or start a line of its own.
-func workerWords(t *host.Task, summary string) string {
-	who := t.WorkerID
+// workerWords is text a worker wrote (a summary, an error, a progress
+// message) as a tool's text or a task's statusMessage shows it to a model:
+// quoted and attributed to who, the worker (engine.Words), so it cannot pass
+// for the gate's words or start a line of its own. who is "" when the gate
+// no longer knows which worker wrote it (a task that failed for good no
+// longer names its worker): the text is then "the worker"'s.
+func workerWords(who, text string) string {
 	if who == "" {
 		who = "the worker"
 	}
-	return engine.Words(who, summary)
+	return engine.Words(who, text)
 }

@@ -333,7 +333,7 @@ func (s *Server) workflowTaskResult(ctx context.Context, a engine.Actor, id stri
 		}
 		text := fmt.Sprintf("Workflow %s (%s) succeeded; it is archived, past its retention: the final step %s's payload was purged.", v.ID, v.Name, v.FinalStep)
 		if rr.Summary != "" {
-			text += " Summary: " + workerWords(&host.Task{}, rr.Summary)
+			text += " Summary: " + workerWords("", rr.Summary)
 		}
 		out = result(WorkflowCallResult{WorkflowID: v.ID, Status: string(v.State), Outcome: string(v.Outcome), FinalStep: v.FinalStep, FinalTaskID: v.FinalTaskID, Result: &rr}, text)
 	case v.State == host.WorkflowSucceeded:
@@ -347,7 +347,7 @@ func (s *Server) workflowTaskResult(ctx context.Context, a engine.Actor, id stri
 		rr := resultResponse(fr)
 		text := fmt.Sprintf("Workflow %s (%s) succeeded; its final step %s returned.", v.ID, v.Name, v.FinalStep)
 		if rr.Summary != "" {
-			text += " Summary: " + workerWords(fr.Task, rr.Summary)
+			text += " Summary: " + workerWords(fr.Task.WorkerID, rr.Summary)
 		}
 		out = result(WorkflowCallResult{WorkflowID: v.ID, Status: string(v.State), Outcome: string(v.Outcome), FinalStep: v.FinalStep, FinalTaskID: v.FinalTaskID, Result: &rr}, text)
 	case v.Ended() == host.WorkflowCanceled:
