@@ -189,6 +189,9 @@ func (d *deliveryTx) AppendReceipt(ctx context.Context, r *host.Receipt) error {
 			return err
 		}
 	}
+	if len(d.ends) > 0 && (r.Type == host.ReceiptFailed || r.Type == host.ReceiptCanceled) {
+		d.noteErrorBy(r)
+	}
 	if d.e.outboxOn() {
 		d.outboxed = true
 		if r.Seq == 0 {

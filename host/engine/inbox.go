@@ -84,13 +84,18 @@ func inboxItemFor(r *host.Receipt, t *host.Task) (host.InboxItem, bool) {
 
 // workflowInboxItem is the one item a workflow's end makes for its
 // submitter: completed or failed (a cancel is the submitter's own act and
-// makes none, as a task's does).
+// makes none, as a task's does). The final step's summary, or its error,
+// is quoted as the words of the worker that wrote it (the end receipt's
+// worker_id, error_by), as a task's item quotes them; an error the gate
+// wrote (error_by asyncgate) is the gate's own words.
 func workflowInboxItem(r *host.Receipt) (host.InboxItem, bool) {
 	var b struct {
 		Name      string `json:"name"`
 		Summary   string `json:"summary"`
 		Error     string `json:"error_message"`
 		FinalStep string `json:"final_step"`
+		WorkerID  string `json:"worker_id"`
+		ErrorBy   string `json:"error_by"`
 	}
 	_ = json.Unmarshal(r.Body, &b)
 	it := host.InboxItem{ID: host.NewID(host.PrefixInbox), Tenant: r.Tenant, Recipient: r.To, TaskID: r.TaskID,
@@ -100,18 +105,31 @@ func workflowInboxItem(r *host.Receipt) (host.InboxItem, bool) {
 		it.Kind = host.InboxCompleted
 		it.Summary = name + " completed"
 		if b.Summary != "" {
-			it.Summary += "; its final step " + b.FinalStep + " says: " + strconv.Quote(clip(b.Summary, maxQuoted))
+			it.Summary += "; its final step " + b.FinalStep + " returned, " + words(workerOr(b.WorkerID), b.Summary, maxQuoted)
 		}
 		it.Summary += ". Read it with get_workflow, and the final step's result with fetch_task_result."
 		return it, true
 	}
 	it.Kind = host.InboxFailed
 	it.Summary = name + " failed"
-	if b.Error != "" {
-		it.Summary += ": " + strconv.Quote(clip(b.Error, maxQuoted))
+	switch {
+	case b.Error == "":
+	case b.ErrorBy == GatePrincipal && r.From == GatePrincipal:
+		it.Summary += ": " + clip(b.Error, maxQuoted)
+	default:
+		it.Summary += "; " + words(workerOr(b.ErrorBy), b.Error, maxQuoted)
 	}
 	it.Summary += ". Read its steps with get_workflow and decide whether to submit it again."
 	return it, true
+}
+
+// workerOr is who, or "the worker" when the gate does not know which
+// worker wrote a text (it is a worker's, not the gate's).
+func workerOr(who string) string {
+	if who == "" {
+		return "the worker"
+	}
+	return who
 }
 
 // errorText is err's text as the store may keep it: valid UTF-8 with no NUL

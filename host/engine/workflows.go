@@ -780,6 +780,38 @@ func (e *Engine) cancelSteps(ctx context.Context, tx store.Tx, wf *host.Workflow
 type workflowEnd struct {
 	tenant, workflow string
 	step             *host.Task
+	// errorBy is who wrote the step's error_message (step.LastError), when
+	// a receipt the update appended for the step says so (noteErrorBy).
+	errorBy string
+}
+
+// noteErrorBy notes, for the final step a failed or canceled receipt r of
+// this update ends, who wrote the step's error_message: the worker whose
+// own failure r records (its error_message is the step's), or the gate
+// when r gives the gate's reason for a cancel (a dependency's end). The
+// task row no longer names its worker once its lease is cleared, and its
+// error may be an earlier attempt's: without such a receipt the writer
+// stays unknown.
+func (d *deliveryTx) noteErrorBy(r *host.Receipt) {
+	for i := range d.ends {
+		end := &d.ends[i]
+		if end.step.ID != r.TaskID || end.step.Tenant != r.Tenant || end.step.LastError == "" {
+			continue
+		}
+		var b struct {
+			Error  string `json:"error_message"`
+			Reason string `json:"reason"`
+		}
+		if json.Unmarshal(r.Body, &b) != nil {
+			continue
+		}
+		switch {
+		case r.From != GatePrincipal && b.Error == end.step.LastError:
+			end.errorBy = r.From
+		case r.From == GatePrincipal && b.Reason == end.step.LastError:
+			end.errorBy = GatePrincipal
+		}
+	}
 }
 
 // endWorkflows ends, once the update's own writes are done and in its
@@ -821,14 +853,21 @@ func (d *deliveryTx) endWorkflow(ctx context.Context, end workflowEnd) error {
 		if t.Result != nil {
 			body["result_pointer"], body["summary"] = t.Result.Pointer, t.Result.Summary
 		}
+		if t.WorkerID != "" {
+			body["worker_id"] = t.WorkerID // who completed the final step: its summary is that worker's words
+		}
 	case state == host.StateCanceled && wf.CancelRequested:
 		wf.State, typ = host.WorkflowCanceled, host.ReceiptWorkflowCanceled
 		wf.Error = "canceled"
 	default:
 		wf.State, typ = host.WorkflowFailed, host.ReceiptWorkflowFailed
 		wf.Error = t.LastError
+		if end.errorBy != "" {
+			body["error_by"] = end.errorBy
+		}
 		if wf.Error == "" {
 			wf.Error = "final step " + wf.FinalStep + " finished " + string(state)
+			body["error_by"] = GatePrincipal
 		}
 		if t.DeadReason != "" {
 			body["dead_reason"] = t.DeadReason
