@@ -180,3 +180,74 @@ func TestTaskNotificationQuotesWorkerText(t *testing.T) {
 	ok(t, worker, "worker_complete_task", map[string]any{"task_id": id, "run_id": lease.RunID, "result": map[string]any{"ok": true}, "summary": hostile}, nil)
 	wantQuoted(t, "completion notification", status("tasks/status completed", mcp.TaskStatusCompleted), "echo.w1")
 }
+
+// TestWorkflowStatusQuotesWorkerText checks that a workflow's tasks/get
+// statusMessage and tasks/result error quote its final step's summary or
+// error as the words of the worker that wrote it, and show an error the
+// gate wrote as the gate's words.
+func TestWorkflowStatusQuotesWorkerText(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	agent := b.connect(t, b.agent)
+	submit := func(steps ...map[string]any) string {
+		t.Helper()
+		var ct createTask
+		rpcOK(t, agent, "tools/call", map[string]any{"name": "submit_workflow", "task": map[string]any{},
+			"arguments": map[string]any{"name": "wf", "steps": steps}}, &ct)
+		return ct.Task.TaskId
+	}
+	only := map[string]any{"name": "only", "task_type": "echo", "params": map[string]any{"n": 1}}
+	get := func(id string, want mcp.TaskStatus) string {
+		t.Helper()
+		var got mcp.Task
+		rpcOK(t, agent, "tasks/get", map[string]any{"taskId": id}, &got)
+		if got.Status != want {
+			t.Fatalf("tasks/get %s: %+v, want %s", id, got, want)
+		}
+		return got.StatusMessage
+	}
+	failure := func(id string) string {
+		t.Helper()
+		var tr mcp.CallToolResult
+		rpcOK(t, agent, "tasks/result", map[string]any{"taskId": id}, &tr)
+		var body mcpapi.ErrorBody
+		if err := json.Unmarshal([]byte(text(&tr)), &body); err != nil || !tr.IsError || body.Error != mcpapi.CodeTaskFailed {
+			t.Fatalf("tasks/result of a failed workflow: %q (%v)", text(&tr), err)
+		}
+		return body.Detail
+	}
+	lease := func() (*client.Client, mcpapi.LeaseResult) {
+		t.Helper()
+		worker := b.connect(t, b.worker)
+		var l mcpapi.LeaseResult
+		ok(t, worker, "worker_lease_task", map[string]any{"task_types": []string{"echo"}}, &l)
+		if l.TaskID == nil {
+			t.Fatal("no step to lease")
+		}
+		return worker, l
+	}
+
+	// Succeeded: the final step's summary is its worker's.
+	id := submit(only)
+	worker, l := lease()
+	ok(t, worker, "worker_complete_task", map[string]any{"task_id": *l.TaskID, "run_id": l.RunID, "result": map[string]any{"ok": true}, "summary": hostile}, nil)
+	wantQuoted(t, "tasks/get of a succeeded workflow", get(id, mcp.TaskStatusCompleted), "echo.w1")
+
+	// Failed by its final step's worker: the error is that worker's.
+	id = submit(only)
+	worker, l = lease()
+	ok(t, worker, "worker_fail_task", map[string]any{"task_id": *l.TaskID, "run_id": l.RunID, "error_message": hostile, "retryable": false}, nil)
+	wantQuoted(t, "tasks/get of a failed workflow", get(id, mcp.TaskStatusFailed), "echo.w1")
+	wantQuoted(t, "tasks/result of a failed workflow", failure(id), "echo.w1")
+
+	// Failed by the gate: its final step canceled when the step it waits on
+	// failed. The reason is the gate's own words, not quoted as a worker's.
+	id = submit(map[string]any{"name": "a", "task_type": "echo", "params": map[string]any{"n": 1}},
+		map[string]any{"name": "b", "task_type": "echo", "params": map[string]any{"n": 2}, "after": []string{"a"}})
+	worker, l = lease()
+	ok(t, worker, "worker_fail_task", map[string]any{"task_id": *l.TaskID, "run_id": l.RunID, "error_message": hostile, "retryable": false}, nil)
+	for where, msg := range map[string]string{"tasks/get": get(id, mcp.TaskStatusFailed), "tasks/result": failure(id)} {
+		if !strings.Contains(msg, "failed: dependency "+*l.TaskID+" finished dead_letter") || strings.Contains(msg, "wrote:") || strings.Contains(msg, "IGNORE") {
+			t.Errorf("%s of a workflow the gate failed: %q, want the gate's reason as its words", where, msg)
+		}
+	}
+}

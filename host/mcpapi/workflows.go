@@ -228,15 +228,17 @@ func (s *Server) callWorkflowAsTask(ctx context.Context, a engine.Actor, args js
 		return nil, errFor(err)
 	}
 	return map[string]any{
-		"task": mcpWorkflowTask(v),
+		"task": mcpWorkflowTask(v, ""),
 		"_meta": map[string]any{"io.modelcontextprotocol/model-immediate-response": fmt.Sprintf(
 			"Submitted workflow %s (%s) with %d steps. It runs in the background and survives disconnects; its result (the final step's) comes through tasks/result.", v.ID, v.Name, len(v.Steps))},
 	}, nil
 }
 
 // mcpWorkflowTask is a workflow as an MCP task: an archived workflow is
-// the task its outcome made it, its message saying it is archived.
-func mcpWorkflowTask(v *engine.WorkflowView) mcp.Task {
+// the task its outcome made it, its message saying it is archived. by is
+// who wrote an ended workflow's summary or error (endWriter): the text is
+// quoted as that worker's words.
+func mcpWorkflowTask(v *engine.WorkflowView, by string) mcp.Task {
 	out := mcp.Task{TaskId: v.ID, CreatedAt: v.CreatedAt.UTC().Format(time.RFC3339Nano), LastUpdatedAt: v.UpdatedAt.UTC().Format(time.RFC3339Nano)}
 	archived := ""
 	if v.State == host.WorkflowArchived {
@@ -246,12 +248,12 @@ func mcpWorkflowTask(v *engine.WorkflowView) mcp.Task {
 	case host.WorkflowSucceeded:
 		out.Status, out.StatusMessage = mcp.TaskStatusCompleted, "succeeded"+archived
 		if v.Result != nil && v.Result.Summary != "" {
-			out.StatusMessage += ": " + v.Result.Summary
+			out.StatusMessage += ": " + workerWords(by, v.Result.Summary)
 		}
 	case host.WorkflowCanceled:
 		out.Status, out.StatusMessage = mcp.TaskStatusCancelled, "canceled"+archived
 	case host.WorkflowFailed:
-		out.Status, out.StatusMessage = mcp.TaskStatusFailed, "failed"+archived+": "+v.Error
+		out.Status, out.StatusMessage = mcp.TaskStatusFailed, "failed"+archived+": "+workflowError(v, by)
 	default:
 		out.Status, out.StatusMessage = mcp.TaskStatusWorking, "running, "+stepCounts(v)
 		if v.CancelRequested {
@@ -263,12 +265,53 @@ func mcpWorkflowTask(v *engine.WorkflowView) mcp.Task {
 	return out
 }
 
+// workflowError is a failed workflow's error as a model reads it: the
+// gate's own words when the gate wrote it (by is engine.GatePrincipal),
+// else quoted as the words of the worker that wrote it.
+func workflowError(v *engine.WorkflowView, by string) string {
+	if by == engine.GatePrincipal {
+		return v.Error
+	}
+	return workerWords(by, v.Error)
+}
+
+// endWriter is who wrote an ended workflow's summary or error, as its end
+// receipt names them (worker_id in workflow.completed, error_by in
+// workflow.failed); "" when it names no one or cannot be read.
+func (s *Server) endWriter(ctx context.Context, a engine.Actor, v *engine.WorkflowView) string {
+	if v.EndReceipt == "" {
+		return ""
+	}
+	switch v.Ended() {
+	case host.WorkflowSucceeded:
+		if v.Result == nil || v.Result.Summary == "" {
+			return ""
+		}
+	case host.WorkflowFailed:
+	default:
+		return ""
+	}
+	r, _, err := s.eng.GetReceipt(ctx, a, v.EndReceipt)
+	if err != nil {
+		return ""
+	}
+	var b struct {
+		WorkerID string `json:"worker_id"`
+		ErrorBy  string `json:"error_by"`
+	}
+	_ = json.Unmarshal(r.Body, &b)
+	if v.Ended() == host.WorkflowFailed {
+		return b.ErrorBy
+	}
+	return b.WorkerID
+}
+
 func (s *Server) workflowTaskGet(ctx context.Context, a engine.Actor, id string) (any, *rpcError) {
 	v, err := s.eng.GetWorkflow(ctx, a, id)
 	if err != nil {
 		return nil, errFor(err)
 	}
-	return mcpWorkflowTask(v), nil
+	return mcpWorkflowTask(v, s.endWriter(ctx, a, v)), nil
 }
 
 func (s *Server) workflowTaskCancel(ctx context.Context, a engine.Actor, id string) (any, *rpcError) {
@@ -333,7 +376,7 @@ func (s *Server) workflowTaskResult(ctx context.Context, a engine.Actor, id stri
 		}
 		text := fmt.Sprintf("Workflow %s (%s) succeeded; it is archived, past its retention: the final step %s's payload was purged.", v.ID, v.Name, v.FinalStep)
 		if rr.Summary != "" {
-			text += " Summary: " + workerWords("", rr.Summary)
+			text += " Summary: " + workerWords(s.endWriter(ctx, a, v), rr.Summary)
 		}
 		out = result(WorkflowCallResult{WorkflowID: v.ID, Status: string(v.State), Outcome: string(v.Outcome), FinalStep: v.FinalStep, FinalTaskID: v.FinalTaskID, Result: &rr}, text)
 	case v.State == host.WorkflowSucceeded:
@@ -353,7 +396,7 @@ func (s *Server) workflowTaskResult(ctx context.Context, a engine.Actor, id stri
 	case v.Ended() == host.WorkflowCanceled:
 		out = toolError(host.Errorf(CodeTaskCanceled, "workflow %s was canceled", v.ID))
 	default:
-		out = toolError(host.Errorf(CodeTaskFailed, "workflow %s failed: %s", v.ID, v.Error))
+		out = toolError(host.Errorf(CodeTaskFailed, "workflow %s failed: %s", v.ID, workflowError(v, s.endWriter(ctx, a, v))))
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
