@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -460,7 +462,8 @@ func resultResponse(fr *engine.FetchedResult) api.ResultResponse {
 // subscribe serves resources/subscribe and resources/unsubscribe. Tasks
 // (asyncgate://tasks/{id}) and leased resources
 // (asyncgate://resource-leases/{resource}, resourcewatch.go) change, so only
-// they can be subscribed to.
+// they can be subscribed to. A URI holding a control character is refused
+// before its id is looked up (refuseControl).
 func (s *Server) subscribe(ctx context.Context, sess *session, params json.RawMessage, on bool) (any, *rpcError) {
 	var p struct {
 		URI string `json:"uri"`
@@ -471,6 +474,9 @@ func (s *Server) subscribe(ctx context.Context, sess *session, params json.RawMe
 	if !on {
 		unsubscribe(sess, p.URI)
 		return struct{}{}, nil
+	}
+	if err := refuseControl(p.URI); err != nil {
+		return nil, errFor(err)
 	}
 	if name, ok, err := resourceLeaseURI(p.URI); ok {
 		if err != nil {
@@ -570,21 +576,52 @@ func (s *Server) resourcesRead(ctx context.Context, a engine.Actor, params json.
 // readResource reads the gate's resource uri as a. It reports false for a
 // URI that none of the gate's resource templates starts.
 func (s *Server) readResource(ctx context.Context, a engine.Actor, uri string) ([]mcp.ResourceContents, bool, error) {
-	var contents []mcp.ResourceContents
-	var err error
+	var read func(context.Context, engine.Actor, string) ([]mcp.ResourceContents, error)
 	switch {
 	case strings.HasPrefix(uri, TaskURIPrefix):
-		contents, err = s.readTask(ctx, a, uri)
+		read = s.readTask
 	case strings.HasPrefix(uri, ReceiptURIPrefix):
-		contents, err = s.readChain(ctx, a, uri)
+		read = s.readChain
 	case strings.HasPrefix(uri, TaskTypeURIPrefix):
-		contents, err = s.readTaskType(ctx, a, uri)
+		read = s.readTaskType
 	case strings.HasPrefix(uri, ResourceLeaseURIPrefix):
-		contents, err = s.readResourceHolders(ctx, a, uri)
+		read = s.readResourceHolders
 	default:
 		return nil, false, nil
 	}
+	if err := refuseControl(uri); err != nil {
+		return nil, true, err
+	}
+	contents, err := read(ctx, a, uri)
 	return contents, true, err
+}
+
+// refuseControl refuses a resource URI that holds a NUL or another control
+// character (C0, DEL or C1), as it is or percent-escaped (%00, %0A,
+// %C2%85), with bad_request, before the id or name in it is looked up. No
+// id or name of the gate holds one, and PostgreSQL refuses U+0000 in text
+// where SQLite looks it up: the stores would answer one request apart. It
+// is the MCP door's counterpart of the HTTP door's refusal of %00 in a
+// path; a malformed escape is left to the URI's own parser.
+func refuseControl(uri string) error {
+	b := make([]byte, 0, len(uri))
+	for i := 0; i < len(uri); i++ {
+		c := uri[i]
+		if c == '%' && i+2 < len(uri) {
+			if v, err := strconv.ParseUint(uri[i+1:i+3], 16, 8); err == nil {
+				c = byte(v)
+				i += 2
+			}
+		}
+		b = append(b, c)
+	}
+	for _, r := range string(b) {
+		if unicode.IsControl(r) {
+			return host.Errorf(host.CodeBadRequest, "the URI holds a control character, %U (%s percent-escaped), which no id or name accepts",
+				r, url.PathEscape(string(r)))
+		}
+	}
+	return nil
 }
 
 func (s *Server) readTask(ctx context.Context, a engine.Actor, uri string) ([]mcp.ResourceContents, error) {
