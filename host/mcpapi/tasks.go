@@ -180,7 +180,63 @@ func (s *Server) handle(ctx context.Context, sess *session, raw []byte) (out []b
 	if rerr != nil {
 		return rpcFail(m.ID, rerr), true
 	}
+	if modernRequest(m.Params) {
+		res = s.decorate(res)
+	}
 	return rpcReply(m.ID, res), true
+}
+
+// modernRequest says whether params declare protocol 2026-07-28 or later in
+// their _meta, as mcp-go tells the protocol eras apart; a request of an
+// older version (its version fixed at initialize) declares none.
+func modernRequest(params json.RawMessage) bool {
+	var p struct {
+		Meta map[string]any `json:"_meta"`
+	}
+	if json.Unmarshal(params, &p) != nil {
+		return false
+	}
+	v, _ := p.Meta[mcp.MetaKeyProtocolVersion].(string)
+	return mcp.IsModernProtocol(v)
+}
+
+// serverInfo is the server's identity as mcp-go states it (initialize,
+// _meta of a 2026-07-28 result).
+func (s *Server) serverInfo() mcp.Implementation {
+	return mcp.Implementation{Name: "asyncgate", Version: s.cfg.Version}
+}
+
+// decorate adds to res, the answer handle gives to a request of protocol
+// 2026-07-28 or later, what mcp-go's decoration adds to its own answers for
+// those versions: resultType "complete" and the server's identity in _meta
+// (serverInfo), each unless res has it already, beside res's own _meta.
+// mcp-go adds cache hints to list and read results of tools, prompts and
+// resources as well; of those the gate answers only resources/read, and
+// resourcesRead sets them. Answers to older versions are not decorated.
+func (s *Server) decorate(res any) any {
+	b, err := json.Marshal(res)
+	if err != nil {
+		return res
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(b, &m) != nil || m == nil {
+		return res // not an object: nothing to add to
+	}
+	if _, ok := m["resultType"]; !ok {
+		m["resultType"], _ = json.Marshal(mcp.ResultTypeComplete)
+	}
+	var meta map[string]json.RawMessage
+	if raw, ok := m["_meta"]; ok && json.Unmarshal(raw, &meta) != nil {
+		return res
+	}
+	if meta == nil {
+		meta = map[string]json.RawMessage{}
+	}
+	if _, ok := meta[mcp.MetaKeyServerInfo]; !ok {
+		meta[mcp.MetaKeyServerInfo], _ = json.Marshal(s.serverInfo())
+	}
+	m["_meta"], _ = json.Marshal(meta)
+	return m
 }
 
 // callType serves tools/call of a task-type tool: it queues the task and
@@ -547,8 +603,7 @@ func (s *Server) readTemplate(ctx context.Context, req mcp.ReadResourceRequest) 
 // the gate's templates starts, which mcp-go answers.
 func (s *Server) resourcesRead(ctx context.Context, a engine.Actor, params json.RawMessage) (any, *rpcError, bool) {
 	var p struct {
-		URI  string         `json:"uri"`
-		Meta map[string]any `json:"_meta"`
+		URI string `json:"uri"`
 	}
 	if err := json.Unmarshal(params, &p); err != nil || p.URI == "" {
 		return nil, nil, false
@@ -561,13 +616,11 @@ func (s *Server) resourcesRead(ctx context.Context, a engine.Actor, params json.
 		return nil, errFor(err), true
 	}
 	res := mcp.ReadResourceResult{Contents: contents}
-	// Protocol 2026-07-28 asks every result for its type and the server's
-	// identity, and a read result for its cache hints, as mcp-go's
-	// decoration of its own answers adds them (its defaults: no caching,
-	// private).
-	if v, _ := p.Meta["io.modelcontextprotocol/protocolVersion"].(string); mcp.IsModernProtocol(v) {
-		res.ResultType = mcp.ResultTypeComplete
-		res.EnsureResultMeta().SetServerInfo(mcp.Implementation{Name: "asyncgate", Version: s.cfg.Version})
+	// Protocol 2026-07-28 asks a read result for its cache hints, as
+	// mcp-go's decoration of its own answers adds them (its defaults: no
+	// caching, private); handle adds its type and the server's identity
+	// (decorate).
+	if modernRequest(params) {
 		res.SetCacheHints(0, mcp.CacheScopePrivate)
 	}
 	return res, nil, true
