@@ -63,6 +63,11 @@ func TestResourceReadErrors(t *testing.T) {
 				{"agent", mcpapi.TaskTypeURIPrefix + "nope", host.CodeNotFound},
 				{"agent", mcpapi.ResourceLeaseURIPrefix, host.CodeBadRequest},
 				{"agent", mcpapi.ResourceLeaseURIPrefix + "FILE:/p%D0%B0ypal.go", host.CodeInvalidResource},
+				// A control character, escaped or not, is refused before any
+				// lookup (both stores: TestE2EMCPResourceURIControlCharactersRefusedAlike).
+				{"agent", mcpapi.TaskURIPrefix + "%00", host.CodeBadRequest},
+				{"agent", mcpapi.TaskTypeURIPrefix + "echo%0A", host.CodeBadRequest},
+				{"agent", mcpapi.ResourceLeaseURIPrefix + "FILE:/a\x01", host.CodeBadRequest},
 			} {
 				c := c
 				cl := agent
