@@ -131,7 +131,11 @@ func TestWorkerPythonPackage(t *testing.T) {
 		})
 		return cmd, logs, done
 	}
-	// stop sends SIGTERM and wants a clean exit within a second.
+	// stop sends SIGTERM and wants a clean exit well before the 30 s poll
+	// the worker is in would have ended: the poll is cut off at once (the
+	// SDK stops within a second on an idle machine; a loaded one running
+	// two -race suites may take the Python process longer to end, so the
+	// bound is the poll's, and the time taken is logged).
 	stop := func(cmd *exec.Cmd, logs *syncBuffer, done chan error) time.Duration {
 		t.Helper()
 		sent := time.Now()
@@ -146,8 +150,8 @@ func TestWorkerPythonPackage(t *testing.T) {
 				t.Fatalf("worker after SIGTERM: %v\n%s", err, logs.String())
 			}
 			return took
-		case <-time.After(time.Second):
-			t.Fatalf("the worker did not exit within 1 s of SIGTERM\n%s", logs.String())
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the worker did not exit within 10 s of SIGTERM: its 30 s poll was not cut off\n%s", logs.String())
 		}
 		return 0
 	}
@@ -184,7 +188,7 @@ func TestWorkerPythonPackage(t *testing.T) {
 	t.Logf("the example stopped %s after SIGTERM", stop(cmd, logs, done))
 
 	// A worker in its first long-poll (the gate has seen it; nothing is
-	// queued, so the poll waits 30 s) stops within a second of SIGTERM.
+	// queued, so the poll waits 30 s) stops long before the poll ends.
 	cmd, logs, done = start("image.py2")
 	deadline = time.Now().Add(60 * time.Second)
 	for !strings.Contains(string(call(t, "GET", g.URL+"/v1/admin/workers", g.Admin, nil).Body), `"image.py2"`) {
