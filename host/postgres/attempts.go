@@ -49,3 +49,28 @@ func (r *reader) ListAttempts(ctx context.Context, tenant, taskID string, limit 
 	}, `SELECT body FROM task_attempts WHERE tenant = $1 AND task_id = $2 ORDER BY seq LIMIT $3`, tenant, taskID, limit)
 	return out, err
 }
+
+// GetAttemptByLease implements store.Reader: the task's attempts index
+// read from its newest end (a lease is its task's last as a rule).
+func (r *reader) GetAttemptByLease(ctx context.Context, tenant, taskID, leaseID string) (*host.Attempt, error) {
+	var a *host.Attempt
+	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		var body string
+		if err := rows.Scan(&body); err != nil {
+			return err
+		}
+		a = &host.Attempt{}
+		if err := json.Unmarshal([]byte(body), a); err != nil {
+			return fmt.Errorf("postgres: attempt of task %s: %w", taskID, err)
+		}
+		a.Tenant = tenant
+		return nil
+	}, `SELECT body FROM task_attempts WHERE tenant = $1 AND task_id = $2 AND lease_id = $3 ORDER BY seq DESC LIMIT 1`, tenant, taskID, leaseID)
+	if err != nil {
+		return nil, err
+	}
+	if a == nil {
+		return nil, notFound("attempt of lease", leaseID)
+	}
+	return a, nil
+}

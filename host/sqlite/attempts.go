@@ -2,7 +2,9 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -46,4 +48,24 @@ func (r *reader) ListAttempts(ctx context.Context, tenant, taskID string, limit 
 		out = append(out, a)
 	}
 	return out, rows.Err()
+}
+
+// GetAttemptByLease implements store.Reader: the task's attempts index
+// read from its newest end (a lease is its task's last as a rule).
+func (r *reader) GetAttemptByLease(ctx context.Context, tenant, taskID, leaseID string) (*host.Attempt, error) {
+	var body string
+	err := r.queryRow(ctx, `SELECT body FROM task_attempts WHERE tenant = ? AND task_id = ? AND lease_id = ? ORDER BY seq DESC LIMIT 1`,
+		tenant, taskID, leaseID).Scan(&body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("attempt of lease", leaseID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var a host.Attempt
+	if err := json.Unmarshal([]byte(body), &a); err != nil {
+		return nil, fmt.Errorf("sqlite: attempt of task %s: %w", taskID, err)
+	}
+	a.Tenant = tenant
+	return &a, nil
 }

@@ -22,6 +22,12 @@ type AttemptReader interface {
 	// ListAttempts returns up to limit ended attempts of a task, oldest
 	// first (the order they were inserted); none for an unknown task.
 	ListAttempts(ctx context.Context, tenant, taskID string, limit int) ([]host.Attempt, error)
+	// GetAttemptByLease returns the ended attempt of the task's lease
+	// leaseID — who held it and how it ended — or host.CodeNotFound when
+	// there is none: a lease that is live, never existed, or is another
+	// task's or tenant's. Its cost does not grow with the task's attempts
+	// (storetest: AttemptsHistory).
+	GetAttemptByLease(ctx context.Context, tenant, taskID, leaseID string) (*host.Attempt, error)
 }
 
 // MaxAttemptsListed bounds one ListAttempts call.

@@ -125,6 +125,21 @@ func testAttemptsHistory(t *testing.T, b *Bundle) {
 		if err != nil || len(stored) != 3 {
 			t.Errorf("stored attempts after the success: %d %v, want the 3 that ended before it", len(stored), err)
 		}
+		// One lease's attempt, read by the lease: who held it and how it
+		// ended; none for a lease not stored as ended, or named with
+		// another task or tenant.
+		for i, o := range []host.Offer{o1, o2, o3} {
+			a, err := r.GetAttemptByLease(b.Ctx, "acme", id, o.LeaseID)
+			if err != nil || a.LeaseID != o.LeaseID || a.WorkerID != stored[i].WorkerID || a.Outcome != stored[i].Outcome || a.Tenant != "acme" || a.TaskID != id {
+				t.Errorf("GetAttemptByLease(%s) = %+v, %v; want %+v", o.LeaseID, a, err, stored[i])
+			}
+		}
+		for _, q := range [][3]string{{"acme", id, o4.LeaseID}, {"acme", id, "lease-never"}, {"evil", id, o1.LeaseID}, {"acme", "task-none", o1.LeaseID}} {
+			a, err := r.GetAttemptByLease(b.Ctx, q[0], q[1], q[2])
+			if !host.IsCode(err, host.CodeNotFound) {
+				t.Errorf("GetAttemptByLease(%q, %q, %q) = %+v, %v; want not found", q[0], q[1], q[2], a, err)
+			}
+		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -156,7 +171,16 @@ func testAttemptsHistory(t *testing.T, b *Bundle) {
 	// A success an older gate stored is told once, as stored.
 	old := as[3]
 	old.DurationMS = 2999
-	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error { return tx.InsertAttempt(b.Ctx, &old) }); err != nil {
+	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error {
+		if err := tx.InsertAttempt(b.Ctx, &old); err != nil {
+			return err
+		}
+		// The transaction that writes an attempt reads it by its lease.
+		if a, err := tx.GetAttemptByLease(b.Ctx, "acme", id, o4.LeaseID); err != nil || a.DurationMS != 2999 || a.WorkerID != "w.4" {
+			t.Errorf("GetAttemptByLease of the attempt just written = %+v, %v", a, err)
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	ta, err = b.Engine.Attempts(b.Ctx, b.Agent, id)
