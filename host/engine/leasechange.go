@@ -37,9 +37,9 @@ func liveLease(ctx context.Context, r store.Reader, c WorkerCall, now time.Time)
 }
 
 // noLiveLease answers a call naming a lease the caller cannot hold: one
-// that never existed, another tenant's, or, once it ended, another
-// worker's. The words are the same for each, so that the answer tells
-// nothing of leases and tasks the caller may not see.
+// that never existed, another tenant's, or another worker's, live or
+// ended. The words are the same for each, so that the answer tells nothing
+// of leases and tasks the caller may not see.
 func noLiveLease(c WorkerCall) error {
 	return host.Errorf(host.CodeLeaseExpired, "no live lease %s: it expired, was released or never existed", c.LeaseID)
 }
@@ -80,7 +80,7 @@ func checkLive(t *host.Task, c WorkerCall, now time.Time) (*host.Task, error) {
 		return t, host.Errorf(host.CodeLeaseExpired, "lease %s is no longer held: the task is %s", c.LeaseID, t.State)
 	}
 	if c.WorkerID != "" && t.WorkerID != c.WorkerID {
-		return t, host.Errorf(host.CodeLeaseExpired, "lease %s is held by another worker", c.LeaseID)
+		return t, noLiveLease(c) // another worker's: that it is live is not the caller's to learn
 	}
 	if !now.Before(*t.LeaseExpiresAt) {
 		return t, host.Errorf(host.CodeLeaseExpired, "lease %s expired at %s (server time %s)", c.LeaseID,

@@ -9,10 +9,11 @@ import (
 )
 
 // Release gives a leased task back to the queue at once without using an
-// attempt. Releasing a lease of the caller's tenant that is already gone is
-// a no-op (KLIS-3 §5.3); a lease id no task of the tenant holds or last held
-// (unknown, another tenant's, or replaced by a later lease of its task) is
-// 404 not_found, the same answer for each.
+// attempt. Releasing the caller's own lease that is already gone is a no-op
+// (KLIS-3 §5.3). A lease the caller cannot hold is 404 not_found, the same
+// answer, in the same words, as a lease id that never existed: another
+// tenant's, another worker's (live or ended), one named with another task,
+// or one a later lease of its task replaced.
 func (e *Engine) Release(ctx context.Context, c WorkerCall, reason string) (*host.Task, error) {
 	return e.giveBack(ctx, c, reason, 0)
 }
@@ -35,6 +36,38 @@ func (e *Engine) Snooze(ctx context.Context, c WorkerCall, delay time.Duration, 
 	return e.giveBack(ctx, c, reason, delay)
 }
 
+// noLease answers a release or snooze naming a lease the caller cannot
+// hold, in the words of one that never existed (see noLiveLease).
+func noLease(c WorkerCall) error {
+	return host.Errorf(host.CodeNotFound, "no lease %s", c.LeaseID)
+}
+
+// heldLease reports whether the lease c names, which liveLease found not
+// live (t is the task it found, nil for none of the caller's tenant and
+// task), is the caller's own: held by c's worker — the task's holder while
+// it is leased or after a success, else the worker its ended attempt
+// records — or, for an admin tool's call (no worker), any lease of the
+// tenant.
+func heldLease(ctx context.Context, r store.Reader, c WorkerCall, t *host.Task) (bool, error) {
+	if t == nil || t.LeaseID != c.LeaseID {
+		return false, nil
+	}
+	if c.WorkerID == "" {
+		return true, nil
+	}
+	if t.WorkerID != "" {
+		return t.WorkerID == c.WorkerID, nil
+	}
+	a, err := r.GetAttemptByLease(ctx, t.Tenant, t.ID, c.LeaseID)
+	if host.IsCode(err, host.CodeNotFound) {
+		return false, nil // no record of its holder: tell nothing
+	}
+	if err != nil {
+		return false, err
+	}
+	return a.WorkerID == c.WorkerID, nil
+}
+
 // giveBack is Release (delay 0) and Snooze (delay > 0).
 func (e *Engine) giveBack(ctx context.Context, c WorkerCall, reason string, delay time.Duration) (*host.Task, error) {
 	defer e.leases.drop(c.LeaseID) // the lease ends here, or was not live
@@ -49,24 +82,17 @@ func (e *Engine) giveBack(ctx context.Context, c WorkerCall, reason string, dela
 	out, err := e.changeLeased(ctx, c, now, leaseChange{
 		reset: func() { released, rsReleased, rsExpired = false, 0, 0 },
 		gone: func(tx store.Tx, t *host.Task, err error) error {
-			if host.IsCode(err, host.CodeLeaseExpired) {
-				if t != nil && t.State == host.StateLeased && t.LeaseID == c.LeaseID && c.WorkerID != "" && t.WorkerID != c.WorkerID {
-					return err // someone else's live lease: not this caller's to release
-				}
-				if t == nil {
-					// A lease no task of this tenant has (had): unknown, or
-					// another tenant's. Both are 404 with the same words, so
-					// the answer says nothing of other tenants' leases.
-					cur, gerr := tx.GetTaskByLease(ctx, c.LeaseID)
-					if host.IsCode(gerr, host.CodeNotFound) || (gerr == nil && cur.Tenant != c.Tenant) {
-						return host.Errorf(host.CodeNotFound, "no lease %s", c.LeaseID)
-					} else if gerr != nil {
-						return gerr
-					}
-				}
-				return nil // idempotent: already released or expired; say nothing of the task
+			if !host.IsCode(err, host.CodeLeaseExpired) {
+				return err
 			}
-			return err
+			held, herr := heldLease(ctx, tx, c, t)
+			if herr != nil {
+				return herr
+			}
+			if !held {
+				return noLease(c)
+			}
+			return nil // idempotent: the caller's own lease, already ended; say nothing of the task
 		},
 		build: func(_ store.Tx, t *host.Task) (*leaseWrite, error) {
 			ref, att := refOf(t), host.OpenAttempt(t)

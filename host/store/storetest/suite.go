@@ -578,6 +578,11 @@ func testFailFatal(t *testing.T, b *Bundle) {
 	}
 }
 
+// testRelease: a worker gives its leased task back without using an
+// attempt; a repeat is a no-op for the lease's own worker. A lease the
+// caller cannot hold — another tenant's, another worker's (live or
+// released), one named with another task, or one a later lease replaced —
+// is 404, in an unknown lease's words.
 func testRelease(t *testing.T, b *Bundle) {
 	res := b.Enqueue(t, "work")
 	o := b.LeaseOne(t, "w.1")
@@ -601,12 +606,49 @@ func testRelease(t *testing.T, b *Bundle) {
 	if tk := b.Task(t, o.Task.ID); tk.State != host.StateLeased || tk.LeaseID != o.LeaseID {
 		t.Fatalf("another tenant's release changed the task: %+v", tk)
 	}
+	// Another worker of the tenant, naming the live lease with or without
+	// its task, or the lease's own worker naming another task: the same
+	// 404 and words, and the lease is untouched.
+	other, wrongTask := Call("w.2", o), Call("w.1", o)
+	wrongTask.TaskID = "task-other"
+	withTask := Call("w.2", o)
+	withTask.TaskID = o.Task.ID
+	wantUnknown := func(what string, c engine.WorkerCall) {
+		t.Helper()
+		_, err := b.Engine.Release(b.Ctx, c, "not mine")
+		WantCode(t, err, host.CodeNotFound)
+		if got := strings.ReplaceAll(err.Error(), o.LeaseID, "X"); got != strings.ReplaceAll(errU.Error(), "lease-never", "X") {
+			t.Fatalf("release of %s answers %v, an unknown lease %v", what, err, errU)
+		}
+	}
+	wantUnknown("another worker's live lease", other)
+	wantUnknown("another worker's live lease, with its task", withTask)
+	wantUnknown("its own live lease, with another task", wrongTask)
+	// Nor does a heartbeat tell another worker that the lease is live.
+	_, errH := b.Engine.Heartbeat(b.Ctx, engine.HeartbeatRequest{WorkerCall: other})
+	WantCode(t, errH, host.CodeLeaseExpired)
+	_, errHU := b.Engine.Heartbeat(b.Ctx, engine.HeartbeatRequest{WorkerCall: unknown})
+	if strings.ReplaceAll(errH.Error(), o.LeaseID, "X") != strings.ReplaceAll(errHU.Error(), "lease-never", "X") {
+		t.Fatalf("a heartbeat of another worker's live lease answers %v, of an unknown one %v", errH, errHU)
+	}
+	if tk := b.Task(t, o.Task.ID); tk.State != host.StateLeased || tk.LeaseID != o.LeaseID || tk.WorkerID != "w.1" {
+		t.Fatalf("a refused release changed the task: %+v", tk)
+	}
 	tk, err := b.Engine.Release(b.Ctx, Call("w.1", o), "shutting down")
 	if err != nil || tk.State != host.StateQueued || tk.Attempts != 0 {
 		t.Fatalf("release: %+v %v", tk, err)
 	}
 	if _, err := b.Engine.Release(b.Ctx, Call("w.1", o), "again"); err != nil {
 		t.Fatalf("second release must be a no-op: %v", err)
+	}
+	// Once released, still the lease's own worker's alone: another worker
+	// of the tenant is told of it what an unknown lease tells, and an
+	// admin tool's call (no worker) gets the no-op.
+	wantUnknown("another worker's released lease", other)
+	wantUnknown("another worker's released lease, with its task", withTask)
+	admin := Call("", o)
+	if _, err := b.Engine.Release(b.Ctx, admin, "again"); err != nil {
+		t.Fatalf("an admin tool's release of a released lease must be a no-op: %v", err)
 	}
 	if obs := b.Open(t, "w.1"); len(obs) != 0 {
 		t.Fatalf("release left the worker's obligation open")
@@ -1150,9 +1192,10 @@ func testHostileInput(t *testing.T, b *Bundle) {
 	}
 	_, err := b.Engine.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", o), Result: host.Result{Pointer: "x:y", Checksum: "garbage"}})
 	WantCode(t, err, host.CodeBadRequest)
-	// Another worker cannot release a live lease.
+	// Another worker cannot release a live lease: it is told there is no
+	// such lease.
 	_, err = b.Engine.Release(b.Ctx, Call("w.2", o), "")
-	WantCode(t, err, host.CodeLeaseExpired)
+	WantCode(t, err, host.CodeNotFound)
 	if tk := b.Task(t, o.Task.ID); tk.State != host.StateLeased || tk.WorkerID != "w.1" {
 		t.Fatalf("a foreign release changed the task: %+v", tk)
 	}

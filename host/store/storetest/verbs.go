@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,8 +16,10 @@ import (
 // attempt is used (attempt count and retry budget untouched), the task is
 // not offered before the time, the attempt is kept as snoozed with that
 // time, and an accepted lease's obligation is discharged by task.snoozed.
-// Snoozing someone else's lease, or one that is gone, is refused as
-// release refuses it; a bad duration is bad_request and changes nothing.
+// Snoozing someone else's lease, live or gone, is refused as release
+// refuses it, as a lease that never existed; snoozing the worker's own
+// lease that is gone is a no-op; a bad duration is bad_request and changes
+// nothing.
 func testSnooze(t *testing.T, b *Bundle) {
 	res := b.Enqueue(t, "work", func(r *engine.EnqueueRequest) { r.MaxRetries = ptrInt(1) })
 	o := b.LeaseOne(t, "w.1")
@@ -32,7 +35,7 @@ func testSnooze(t *testing.T, b *Bundle) {
 	_, err := b.Engine.Snooze(b.Ctx, foreign, time.Minute, "not mine")
 	WantCode(t, err, host.CodeNotFound)
 	_, err = b.Engine.Snooze(b.Ctx, Call("w.2", o), time.Minute, "not mine either")
-	WantCode(t, err, host.CodeLeaseExpired)
+	WantCode(t, err, host.CodeNotFound)
 	if tk := b.Task(t, o.Task.ID); tk.State != host.StateLeased || tk.LeaseID != o.LeaseID {
 		t.Fatalf("a refused snooze changed the task: %+v", tk)
 	}
@@ -67,6 +70,15 @@ func testSnooze(t *testing.T, b *Bundle) {
 	}
 	if _, err := b.Engine.Snooze(b.Ctx, Call("w.1", o), time.Minute, "again"); err != nil {
 		t.Fatalf("snoozing a lease already given back must be a no-op: %v", err)
+	}
+	// Another worker's snoozed lease is, to it, a lease that never was.
+	_, err = b.Engine.Snooze(b.Ctx, Call("w.2", o), time.Minute, "not mine")
+	WantCode(t, err, host.CodeNotFound)
+	unknown := Call("w.2", o)
+	unknown.LeaseID = "lease-never"
+	_, errU := b.Engine.Snooze(b.Ctx, unknown, time.Minute, "")
+	if strings.ReplaceAll(err.Error(), o.LeaseID, "X") != strings.ReplaceAll(errU.Error(), "lease-never", "X") {
+		t.Fatalf("another worker's snoozed lease answers %v, an unknown one %v", err, errU)
 	}
 	if got := b.Task(t, res.TaskID); !got.AvailableAt.Equal(until) {
 		t.Fatalf("a repeated snooze moved the task to %v, want %v", got.AvailableAt, until)
