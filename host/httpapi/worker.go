@@ -329,8 +329,9 @@ type ReleaseResponse struct {
 }
 
 // release is POST /v1/leases/{lease_id}/release: the task goes back to the
-// queue at once without using an attempt. Releasing a lease that is gone is a
-// no-op.
+// queue at once without using an attempt. Releasing the caller's own lease
+// that is gone is a no-op; a lease the caller cannot hold is 404, as an
+// unknown one (engine.Release).
 func (s *Server) release(c echo.Context) error {
 	var b LeaseCallBody
 	if err := bind(c, &b, strict); err != nil {
@@ -348,8 +349,8 @@ func (s *Server) release(c echo.Context) error {
 		return err
 	}
 	out := ReleaseResponse{Status: "released", LeaseID: call.LeaseID}
-	// The engine also returns the task when the lease was held by another
-	// worker; name it only when this caller held it (or is an admin).
+	// Name the task only when this caller held the lease (or is an admin):
+	// the engine returns it only then, and this keeps it so.
 	if t != nil && (call.WorkerID == "" || t.WorkerID == "" || t.WorkerID == call.WorkerID) {
 		out.TaskID, out.TaskStatus = t.ID, string(t.State)
 	}
@@ -368,8 +369,8 @@ type SnoozeBody struct {
 
 // snooze is POST /v1/leases/{lease_id}/snooze: the task goes back to the
 // queue until snooze_seconds from now without using an attempt (SQS
-// ChangeMessageVisibility, River's JobSnooze). Snoozing a lease that is gone
-// is a no-op, as a release is.
+// ChangeMessageVisibility, River's JobSnooze). Its answers for a lease that
+// is gone, or not the caller's, are a release's.
 func (s *Server) snooze(c echo.Context) error {
 	var b SnoozeBody
 	if err := bind(c, &b, strict); err != nil {

@@ -118,7 +118,7 @@ Failing the same run twice returns the first outcome.`,
 
 	s.add(tool("worker_snooze_task", "Worker: snooze a task",
 		`Worker shim. Give the task back until snooze_seconds from now without using an attempt: its retry budget is untouched, and it is offered again (to you or another worker) no earlier than available_at. Use it when the task cannot run yet (an upstream rate limit, a resource not ready), not for failures.
-Your lease ends: the run_id stops working. An accepted lease's obligation is discharged by a task.snoozed receipt. Snoozing a run that is already gone does nothing.`,
+Your lease ends: the run_id stops working. An accepted lease's obligation is discharged by a task.snoozed receipt. Snoozing your run that is already gone does nothing; a run_id that is not yours is not_found, as one that never existed.`,
 		returns[api.SnoozeResponse](), writes(true, true),
 		props(workerIDArg, wTaskIDArg, runIDArg,
 			mcp.WithInteger("snooze_seconds", mcp.Required(), mcp.Min(1), mcp.Max(float64(engine.MaxSnooze/time.Second)), mcp.Description("How long the task waits before it is offered again, in seconds (1 to a year).")),

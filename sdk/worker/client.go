@@ -479,7 +479,8 @@ type SnoozeResult struct {
 
 // Snooze gives the task back until req.Seconds from now without using an
 // attempt (a task whose cancel was requested is canceled instead).
-// Snoozing a lease that is gone is a no-op.
+// Snoozing the worker's own lease that is gone is a no-op; a lease id
+// that is not its own is a not_found error, as an unknown one.
 func (c *Client) Snooze(ctx context.Context, leaseID string, req SnoozeRequest) (*SnoozeResult, error) {
 	var out SnoozeResult
 	if _, _, err := c.do(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(leaseID)+"/snooze", req, &out); err != nil {
@@ -489,8 +490,9 @@ func (c *Client) Snooze(ctx context.Context, leaseID string, req SnoozeRequest) 
 }
 
 // Release gives the task back to the queue at once without using an attempt
-// (a task whose cancel was requested is canceled instead). Releasing a lease
-// that is gone is a no-op.
+// (a task whose cancel was requested is canceled instead). Releasing the
+// worker's own lease that is gone is a no-op; a lease id that is not its
+// own is a not_found error, as an unknown one.
 func (c *Client) Release(ctx context.Context, leaseID, taskID, reason string) error {
 	_, _, err := c.do(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(leaseID)+"/release",
 		map[string]string{"task_id": taskID, "reason": reason}, nil)
