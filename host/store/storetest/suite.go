@@ -661,6 +661,25 @@ func testRelease(t *testing.T, b *Bundle) {
 	// known: 404 (the documented cost of keeping only a task's last lease).
 	_, err = b.Engine.Release(b.Ctx, Call("w.1", o), "late")
 	WantCode(t, err, host.CodeNotFound)
+
+	// A lease that expired, before and after the sweep: a no-op for its
+	// worker, an unknown lease for another.
+	b.Clock.Set(o2.LeaseExpiresAt)
+	for _, swept := range []bool{false, true} {
+		if swept {
+			if n, err := b.Engine.Sweep(b.Ctx); err != nil || n != 1 {
+				t.Fatalf("sweep = %d %v", n, err)
+			}
+		}
+		_, err = b.Engine.Release(b.Ctx, Call("w.1", o2), "not mine")
+		WantCode(t, err, host.CodeNotFound)
+		if got := strings.ReplaceAll(err.Error(), o2.LeaseID, "X"); got != strings.ReplaceAll(errU.Error(), "lease-never", "X") {
+			t.Fatalf("release of another worker's expired lease (swept %v) answers %v, an unknown lease %v", swept, err, errU)
+		}
+		if _, err := b.Engine.Release(b.Ctx, Call("w.2", o2), "expired"); err != nil {
+			t.Fatalf("release of its own expired lease (swept %v) must be a no-op: %v", swept, err)
+		}
+	}
 }
 
 func testCancel(t *testing.T, b *Bundle) {
