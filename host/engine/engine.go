@@ -470,6 +470,11 @@ func (e *Engine) jitter(max time.Duration) time.Duration {
 
 // clearLease resets the current attempt's fields when a task leaves leased.
 func clearLease(t *host.Task) {
+	// Progress is the running lease's: a later lease's worker must not be
+	// shown as the writer of an earlier one's words (the task's progress
+	// list keeps every report with its lease).
+	t.ProgressPercent = nil
+	t.ProgressMessage = ""
 	t.WorkerID = ""
 	t.LeasedAt = nil
 	t.LeaseExpiresAt = nil
