@@ -210,6 +210,17 @@ func TestMCPStdio(t *testing.T) {
 			t.Fatalf("gate mcp --principal %q: %v, want a refusal naming the principal:\n%s", p, err, stderr.String())
 		}
 	}
+	// Nor may a local session take the gate's own name, which no key may
+	// hold: the gate issues its receipts under it.
+	for _, p := range []string{"asyncgate", "AsyncGate"} {
+		cmd := exec.Command(gateBin, "mcp", "--data", dir, "--principal", p, "--wasm-cache", wasmCache)
+		cmd.Stdin = strings.NewReader("")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err == nil || !strings.Contains(stderr.String(), "the gate's own name") {
+			t.Fatalf("gate mcp --principal %q: %v, want a refusal naming the gate's own name:\n%s", p, err, stderr.String())
+		}
+	}
 
 	// The shared compilation cache, as gate serve above used: nothing compiles.
 	local := stdioClient(t, "mcp", "--data", dir, "--principal", "claude.a", "--wasm-cache", wasmCache)

@@ -21,7 +21,9 @@ import (
 // binary (`gate mcp --url --key`, the stdio bridge, to `gate serve`) on
 // SQLite and PostgreSQL alike. PostgreSQL refused U+0000 in text ("the
 // database refused a value") where SQLite looked it up (not_found): one
-// request, two answers. An id without one still reads as before.
+// request, two answers. So are escapes that decode to bytes that are not
+// UTF-8 (PostgreSQL refused them too). An id without either still reads as
+// before.
 func TestE2EMCPResourceURIControlCharactersRefusedAlike(t *testing.T) {
 	t.Parallel()
 	for _, sc := range bothStores() {
@@ -54,6 +56,18 @@ func TestE2EMCPResourceURIControlCharactersRefusedAlike(t *testing.T) {
 			} {
 				mcpRefused(t, c, "resources/read", uri, "bad_request", "control character")
 			}
+			// Escapes that decode to bytes no UTF-8 text holds: PostgreSQL
+			// refused them ("invalid byte sequence") where SQLite looked
+			// them up.
+			for _, uri := range []string{
+				"asyncgate://tasks/%FF",
+				"asyncgate://tasks/T-%C0%80",
+				"asyncgate://task-types/%ED%A0%80",
+				"asyncgate://resource-leases/FILE:%2F%FF",
+			} {
+				mcpRefused(t, c, "resources/read", uri, "bad_request", "not UTF-8")
+			}
+			mcpRefused(t, c, "resources/subscribe", "asyncgate://tasks/%FF", "bad_request", "not UTF-8")
 			for _, uri := range []string{
 				"asyncgate://tasks/%00",
 				"asyncgate://tasks/" + id + "%00",

@@ -123,6 +123,10 @@ func serveMCPStdio(ctx context.Context, data, dbURL, wasmCache, key string, acto
 			if !host.ValidPrincipal(actor.Principal) {
 				return fmt.Errorf("--principal %q is not a principal name (letters, digits and _.:@- , at most 200, starting with a letter or digit)", actor.Principal)
 			}
+			if strings.EqualFold(actor.Principal, engine.GatePrincipal) {
+				// As keys refuse it: the gate's own name issues its receipts.
+				return fmt.Errorf("--principal %q is the gate's own name; choose another", actor.Principal)
+			}
 		case engine.RoleWorker:
 			if !host.ValidWorkerID(actor.Principal) {
 				return errors.New("--role worker needs a worker id ({type}.{instance}) as --principal")

@@ -68,6 +68,7 @@ func TestResourceReadErrors(t *testing.T) {
 				{"agent", mcpapi.TaskURIPrefix + "%00", host.CodeBadRequest},
 				{"agent", mcpapi.TaskTypeURIPrefix + "echo%0A", host.CodeBadRequest},
 				{"agent", mcpapi.ResourceLeaseURIPrefix + "FILE:/a\x01", host.CodeBadRequest},
+				{"agent", mcpapi.TaskURIPrefix + "T-%FF", host.CodeBadRequest},
 			} {
 				c := c
 				cl := agent

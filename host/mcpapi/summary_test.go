@@ -232,6 +232,25 @@ func TestWorkflowStatusQuotesWorkerText(t *testing.T) {
 	ok(t, worker, "worker_complete_task", map[string]any{"task_id": *l.TaskID, "run_id": l.RunID, "result": map[string]any{"ok": true}, "summary": hostile}, nil)
 	wantQuoted(t, "tasks/get of a succeeded workflow", get(id, mcp.TaskStatusCompleted), "echo.w1")
 
+	// Submitted again with its key: the duplicate's answer names the ended
+	// workflow, its final step's summary still its worker's.
+	keyed := func() mcp.Task {
+		t.Helper()
+		var ct createTask
+		rpcOK(t, agent, "tools/call", map[string]any{"name": "submit_workflow", "task": map[string]any{},
+			"arguments": map[string]any{"name": "wf", "steps": []map[string]any{only}, "idempotency_key": "again"}}, &ct)
+		return ct.Task
+	}
+	first := keyed()
+	worker, l = lease()
+	ok(t, worker, "worker_complete_task", map[string]any{"task_id": *l.TaskID, "run_id": l.RunID, "result": map[string]any{"ok": true}, "summary": hostile}, nil)
+	get(first.TaskId, mcp.TaskStatusCompleted)
+	if again := keyed(); again.TaskId != first.TaskId {
+		t.Fatalf("the keyed resubmission made %s, want %s", again.TaskId, first.TaskId)
+	} else {
+		wantQuoted(t, "a duplicate submission of a succeeded workflow", again.StatusMessage, "echo.w1")
+	}
+
 	// Failed by its final step's worker: the error is that worker's.
 	id = submit(only)
 	worker, l = lease()

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -667,6 +668,11 @@ func refuseControl(uri string) error {
 			}
 		}
 		b = append(b, c)
+	}
+	if !utf8.Valid(b) {
+		// Each store would answer it its own way (PostgreSQL refuses the
+		// bytes, SQLite looks them up): one answer for both, before either.
+		return host.Errorf(host.CodeBadRequest, "the URI's escapes decode to bytes that are not UTF-8, which no id or name is")
 	}
 	for _, r := range string(b) {
 		if unicode.IsControl(r) {

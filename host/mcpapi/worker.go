@@ -57,7 +57,7 @@ func (w WorkerCallArgs) call(a engine.Actor) (engine.WorkerCall, error) {
 var (
 	workerIDArg = mcp.WithString("worker_id", mcp.Description("Your worker id. Optional: a worker key always acts as its own worker id ({type}.{instance}); a different one is forbidden."))
 	wTaskIDArg  = mcp.WithString("task_id", mcp.Required(), mcp.Description("The task_id from worker_lease_task."))
-	runIDArg    = mcp.WithString("run_id", mcp.Required(), mcp.Description("The run_id from worker_lease_task (the lease id). A stale run_id is a lease_expired error."))
+	runIDArg    = mcp.WithString("run_id", mcp.Required(), mcp.Description("The run_id from worker_lease_task (the lease id). A stale run_id is a lease_expired error (not_found for release and snooze)."))
 )
 
 // workerTools registers the MCP worker shim, for worker keys only.

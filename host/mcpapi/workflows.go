@@ -228,7 +228,7 @@ func (s *Server) callWorkflowAsTask(ctx context.Context, a engine.Actor, args js
 		return nil, errFor(err)
 	}
 	return map[string]any{
-		"task": mcpWorkflowTask(v, ""),
+		"task": mcpWorkflowTask(v, s.endWriter(ctx, a, v)), // a duplicate may name an ended workflow
 		"_meta": map[string]any{"io.modelcontextprotocol/model-immediate-response": fmt.Sprintf(
 			"Submitted workflow %s (%s) with %d steps. It runs in the background and survives disconnects; its result (the final step's) comes through tasks/result.", v.ID, v.Name, len(v.Steps))},
 	}, nil
