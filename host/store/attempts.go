@@ -25,8 +25,11 @@ type AttemptReader interface {
 	// GetAttemptByLease returns the ended attempt of the task's lease
 	// leaseID — who held it and how it ended — or host.CodeNotFound when
 	// there is none: a lease that is live, never existed, or is another
-	// task's or tenant's. Its cost does not grow with the task's attempts
-	// (storetest: AttemptsHistory).
+	// task's or tenant's. It reads the task's attempts from the newest: a
+	// lease that ended last (the common case, a worker's retry of its own
+	// release) is one row; one that did not is found, or missed, after
+	// reading the task's later attempts. Only a release or snooze of a
+	// lease that is not live asks.
 	GetAttemptByLease(ctx context.Context, tenant, taskID, leaseID string) (*host.Attempt, error)
 }
 
