@@ -530,7 +530,8 @@ func TestNotifierReportsWhatItMayHaveMissed(t *testing.T) {
 }
 
 // listening opens two hosts on a fresh schema and subscribes the first to
-// the notifications, until the test ends.
+// the notifications, until the test ends, and checks that the first thing
+// it hears is store.NotifyEveryone.
 func listening(t *testing.T) (schema string, a, b *Store, ch <-chan string) {
 	t.Helper()
 	schema = newSchema(t)
@@ -538,6 +539,16 @@ func listening(t *testing.T) (schema string, a, b *Store, ch <-chan string) {
 	ch, err := a.Subscribe(t.Context())
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The first word is "look again": what was notified before the LISTEN
+	// began was missed, and a consumer may have parked waiters before it.
+	select {
+	case got := <-ch:
+		if got != store.NotifyEveryone {
+			t.Fatalf("first thing heard after subscribing: %q, want store.NotifyEveryone", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing heard after subscribing")
 	}
 	return schema, a, b, ch
 }

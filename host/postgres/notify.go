@@ -19,6 +19,10 @@ import (
 // consumer is slow, notifications are coalesced rather than queued without
 // bound. The channel is closed when ctx is done or the store is closed.
 //
+// The first notification, and the first after every reconnection, is
+// store.NotifyEveryone: waiters that parked before the LISTEN began may
+// have missed a notification.
+//
 // Subscribe does not fail when the database is briefly unreachable: the
 // engine gives up on cross-host wake-ups for good when it does, so the
 // listener keeps trying in the background instead.
@@ -31,6 +35,12 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan string, error) {
 		conn = nil // connect in the loop below
 	}
 	out := make(chan string, 256)
+	if conn != nil {
+		// The consumer may have parked waiters before this LISTEN began
+		// (an engine subscribes in the background as it starts): what was
+		// notified before it was missed, so the first word is "look again".
+		out <- store.NotifyEveryone
+	}
 	go func() {
 		defer close(out)
 		ctx, cancel := context.WithCancel(ctx)
