@@ -14,16 +14,7 @@ import (
 // (a fatal error, not a test failure) long before 800 links.
 func TestDependencyChainCancelUsesNoStack(t *testing.T) {
 	ctx := context.Background()
-	eng, err := New(Config{Store: openSQLite(t), ExpiryJitter: -1, MaxDependencyDepth: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	tt := host.NewTaskType("work")
-	tt.Tenant = "acme"
-	if _, err := eng.PutTaskType(ctx, tt); err != nil {
-		t.Fatal(err)
-	}
+	eng := workEngine(t, Config{MaxDependencyDepth: 1000})
 	agent := Actor{Tenant: "acme", Principal: "agent.kee", Role: RoleAgent}
 	const links = 800
 	ids := make([]string, 0, links+1)
@@ -39,7 +30,7 @@ func TestDependencyChainCancelUsesNoStack(t *testing.T) {
 		ids = append(ids, res.TaskID)
 	}
 	old := debug.SetMaxStack(1 << 20)
-	_, err = eng.Cancel(ctx, agent, ids[0], "stop the chain")
+	_, err := eng.Cancel(ctx, agent, ids[0], "stop the chain")
 	debug.SetMaxStack(old)
 	if err != nil {
 		t.Fatal(err)

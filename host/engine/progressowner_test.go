@@ -3,8 +3,6 @@ package engine
 import (
 	"context"
 	"testing"
-
-	"github.com/asyncgate/asyncgate/host"
 )
 
 // A task's current progress is its running lease's: a lease that ends
@@ -13,16 +11,7 @@ import (
 // every report.
 func TestProgressIsTheRunningLeases(t *testing.T) {
 	ctx := context.Background()
-	eng, err := New(Config{Store: openSQLite(t), ExpiryJitter: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	tt := host.NewTaskType("work")
-	tt.Tenant = "acme"
-	if _, err := eng.PutTaskType(ctx, tt); err != nil {
-		t.Fatal(err)
-	}
+	eng := workEngine(t, Config{})
 	agent := Actor{Tenant: "acme", Principal: "agent.kee", Role: RoleAgent}
 	res, err := eng.Enqueue(ctx, agent, EnqueueRequest{TaskType: "work"})
 	if err != nil {

@@ -13,16 +13,7 @@ import (
 // a task to a workflow that way: its end would end that workflow.
 func TestEnqueueDefaultRecipientIsNoWorkflow(t *testing.T) {
 	ctx := context.Background()
-	eng, err := New(Config{Store: openSQLite(t), ExpiryJitter: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	tt := host.NewTaskType("work")
-	tt.Tenant = "acme"
-	if _, err := eng.PutTaskType(ctx, tt); err != nil {
-		t.Fatal(err)
-	}
+	eng := workEngine(t, Config{})
 	actor := Actor{Tenant: "acme", Principal: host.WorkflowFinalRecipient("wf_victim"), Role: RoleAgent}
 	res, err := eng.Enqueue(ctx, actor, EnqueueRequest{TaskType: "work"})
 	if !host.IsCode(err, host.CodeBadRequest) {
@@ -35,16 +26,7 @@ func TestEnqueueDefaultRecipientIsNoWorkflow(t *testing.T) {
 // gate issues receipts under that name and owes nothing to itself.
 func TestEnqueueDefaultRecipientIsNotTheGate(t *testing.T) {
 	ctx := context.Background()
-	eng, err := New(Config{Store: openSQLite(t), ExpiryJitter: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	tt := host.NewTaskType("work")
-	tt.Tenant = "acme"
-	if _, err := eng.PutTaskType(ctx, tt); err != nil {
-		t.Fatal(err)
-	}
+	eng := workEngine(t, Config{})
 	for _, p := range []string{GatePrincipal, "ASYNCGATE"} {
 		actor := Actor{Tenant: "acme", Principal: p, Role: RoleAgent}
 		res, err := eng.Enqueue(ctx, actor, EnqueueRequest{TaskType: "work"})

@@ -102,3 +102,24 @@ func openSQLite(t *testing.T) *sqlite.Store {
 	t.Cleanup(func() { st.Close() })
 	return st
 }
+
+// workEngine is an engine on a store of the test's own (openSQLite) with
+// the task type "work" in tenant acme, closed when the test ends.
+func workEngine(t *testing.T, cfg Config) *Engine {
+	t.Helper()
+	cfg.Store = openSQLite(t)
+	if cfg.ExpiryJitter == 0 {
+		cfg.ExpiryJitter = -1
+	}
+	eng, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eng.Close)
+	tt := host.NewTaskType("work")
+	tt.Tenant = "acme"
+	if _, err := eng.PutTaskType(context.Background(), tt); err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
