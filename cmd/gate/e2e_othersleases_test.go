@@ -21,12 +21,7 @@ func TestE2EReleaseAndSnoozeTellNothingOfOthersLeases(t *testing.T) {
 	for _, sc := range bothStores() {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
-			g := startGate(t, t.TempDir(), sc.args(t)...)
-			g.putType(t, "job", map[string]any{}, "ta")
-			g.putType(t, "job", map[string]any{}, "tb")
-			agentA := g.newKey(t, "agent", "agent.a", "ta")
-			workerA, workerA2 := g.newKey(t, "worker", "job.a", "ta"), g.newKey(t, "worker", "job.a2", "ta")
-			workerB := g.newKey(t, "worker", "job.b", "tb")
+			g, agentA, workerA, workerA2, workerB := othersLeasesGate(t, sc)
 			others := map[string]string{"another worker": workerA2, "another tenant's worker": workerB}
 			g.enqueue(t, agentA, "job", nil)
 			const unknownID = "lease-01M8GME6G9P78S4Y21S82KRJ2A"
@@ -157,4 +152,18 @@ func TestE2EReleaseAndSnoozeTellNothingOfOthersLeases(t *testing.T) {
 			}
 		})
 	}
+}
+
+// othersLeasesGate starts a gate on sc's store with the task type "job" in
+// tenants ta and tb, and returns it with the keys the lease tests use: an
+// agent and two workers (job.a, job.a2) of ta, and a worker (job.b) of tb.
+func othersLeasesGate(t *testing.T, sc storeCase) (g *gateProc, agentA, workerA, workerA2, workerB string) {
+	t.Helper()
+	g = startGate(t, t.TempDir(), sc.args(t)...)
+	g.putType(t, "job", map[string]any{}, "ta")
+	g.putType(t, "job", map[string]any{}, "tb")
+	agentA = g.newKey(t, "agent", "agent.a", "ta")
+	workerA, workerA2 = g.newKey(t, "worker", "job.a", "ta"), g.newKey(t, "worker", "job.a2", "ta")
+	workerB = g.newKey(t, "worker", "job.b", "tb")
+	return g, agentA, workerA, workerA2, workerB
 }

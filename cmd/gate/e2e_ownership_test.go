@@ -602,12 +602,7 @@ func TestE2ELeaseCallsTellNothingOfOthersLeases(t *testing.T) {
 	for _, sc := range bothStores() {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
-			g := startGate(t, t.TempDir(), sc.args(t)...)
-			g.putType(t, "job", map[string]any{}, "ta")
-			g.putType(t, "job", map[string]any{}, "tb")
-			agentA := g.newKey(t, "agent", "agent.a", "ta")
-			workerA, workerA2 := g.newKey(t, "worker", "job.a", "ta"), g.newKey(t, "worker", "job.a2", "ta")
-			workerB := g.newKey(t, "worker", "job.b", "tb")
+			g, agentA, workerA, workerA2, workerB := othersLeasesGate(t, sc)
 			g.enqueue(t, agentA, "job", nil)
 			o := g.lease(t, workerA, "job.a", nil)
 			if len(o) != 1 {
