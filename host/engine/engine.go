@@ -96,6 +96,12 @@ type Config struct {
 	SweepInterval time.Duration
 	// MaxWait caps a long-poll (default 30 s).
 	MaxWait time.Duration
+	// FallbackPoll is how long a parked long-poll or resource waiter waits
+	// for a wake-up before it looks again on its own (default 1 s). The
+	// wake-ups are hints (a notification may be lost with its connection,
+	// a task becomes ready by time alone), so this bounds how late such
+	// work is found.
+	FallbackPoll time.Duration
 	// DefaultPolicy decides failures of task types without a policy plugin
 	// (default host.ExponentialBackoff{}).
 	DefaultPolicy host.RetryPolicy
@@ -195,6 +201,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = time.Second
+	}
+	if cfg.FallbackPoll <= 0 {
+		cfg.FallbackPoll = time.Second
 	}
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = 30 * time.Second

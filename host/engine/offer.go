@@ -74,9 +74,9 @@ func (e *Engine) Lease(ctx context.Context, req LeaseRequest) ([]host.Offer, err
 		if req.Wait > 0 {
 			w = e.waiters.add(req.Tenant, req.Types, req.MaxTasks)
 		}
-		// Look again at least every second: delayed tasks become ready
-		// without a wake-up.
-		next, skip := time.Second, false
+		// Look again at least every FallbackPoll: delayed tasks become
+		// ready without a wake-up.
+		next, skip := e.cfg.FallbackPoll, false
 		if arriving && w != nil {
 			// A look of the same kind found the queue short of ready
 			// tasks and no task has been made ready since that no woken

@@ -53,6 +53,11 @@ type ResourceLeaseConfig struct {
 	// kept, answering 409 session_ended, before the sweep purges it and
 	// its id answers 404 not_found (default 1 h).
 	SessionRetention time.Duration
+	// StepAside is how long at most a task whose intents could not be
+	// granted steps aside (its available_at moves by it) so the tasks
+	// behind it are offered meanwhile; a release of what blocked it, or
+	// its expiry, makes it available sooner (default 1 s).
+	StepAside time.Duration
 }
 
 func (c ResourceLeaseConfig) withDefaults() ResourceLeaseConfig {
@@ -85,6 +90,9 @@ func (c ResourceLeaseConfig) withDefaults() ResourceLeaseConfig {
 	}
 	if c.SessionRetention <= 0 {
 		c.SessionRetention = time.Hour
+	}
+	if c.StepAside <= 0 {
+		c.StepAside = time.Second
 	}
 	if c.MaxLeasesPerHolder == 0 {
 		c.MaxLeasesPerHolder = 256

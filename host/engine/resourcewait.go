@@ -21,10 +21,9 @@ import (
 // through the store's Notifier. An expiry needs no wake-up: a waiter parks
 // until the earliest expiry among the leases it waits for, at most.
 
-// resourceFallbackPoll bounds how long a waiter parks without a wake-up:
-// the wake-ups are hints (a notification may be lost with its connection),
-// so a waiter looks again at least this often.
-const resourceFallbackPoll = time.Second
+// A waiter parks at most Config.FallbackPoll without a wake-up: the
+// wake-ups are hints (a notification may be lost with its connection), so
+// a waiter looks again at least this often.
 
 // rwKey names one resource of one tenant.
 type rwKey struct{ tenant, resource string }
@@ -128,7 +127,7 @@ func (e *Engine) WatchResources(tenant string, resources []string) (<-chan struc
 // blocks the waiter; zero: none known), for the fallback poll, or for stop;
 // it returns the error that stop carries, or nil to look again.
 func (e *Engine) park(ctx context.Context, w *rwaiter, until time.Time, deadline <-chan time.Time) (timedOut bool, err error) {
-	d := resourceFallbackPoll
+	d := e.cfg.FallbackPoll
 	if !until.IsZero() {
 		// The waiter looks again just after the expiry: a lease is not
 		// honoured at its expires_at (strict expiry).

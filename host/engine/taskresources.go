@@ -18,12 +18,6 @@ import (
 // resource are therefore never leased at once, and an agent's MUTATES lease
 // on a resource keeps such tasks waiting until it ends.
 
-// resourceRetryDelay is how long at most a task whose intents could not be
-// granted steps aside (its available_at moves by it) so the tasks behind it
-// are offered meanwhile; a release of what blocked it, or its expiry, makes
-// it available sooner (taskwake.go).
-const resourceRetryDelay = time.Second
-
 // claimRounds bounds how many times one claim looks further down the queue
 // after tasks stepped aside for their resources.
 const claimRounds = 4

@@ -11,7 +11,7 @@ import (
 
 // Tasks stepped aside for their resources (issue 43 item 2). A task whose
 // intents cannot be granted at a claim goes back to the queue, available
-// again after resourceRetryDelay at most, and no later than the earliest
+// again after ResourceLeaseConfig.StepAside at most, and no later than the earliest
 // expiry among the leases that blocked it, and is registered as a waiter on
 // its intents (resourcefair.go). The transaction that ends a lease on one of
 // them (or removes a waiter ahead of it), holding the resource's lock, makes
@@ -42,7 +42,7 @@ type taskBlock struct {
 // not be granted, back in the queue as snap (its state before the claim),
 // and remembers it on the resources that blocked it.
 func (e *Engine) stepAside(ctx context.Context, tx store.Tx, snap host.Task, leaseID string, b *taskBlock, now time.Time) error {
-	at := now.Add(resourceRetryDelay)
+	at := now.Add(e.rl().cfg.StepAside)
 	if !b.until.IsZero() && b.until.Before(at) {
 		at = b.until
 	}
