@@ -697,8 +697,10 @@ func (s *Server) readTask(ctx context.Context, a engine.Actor, uri string) ([]mc
 
 func (s *Server) readChain(ctx context.Context, a engine.Actor, uri string) ([]mcp.ResourceContents, error) {
 	rest, _ := strings.CutPrefix(uri, ReceiptURIPrefix)
-	id, ok := strings.CutSuffix(rest, "/chain")
-	if !ok || id == "" || strings.Contains(id, "/") {
+	esc, ok := strings.CutSuffix(rest, "/chain")
+	// The id is unescaped as a task's is (taskURI): R-%41 names R-A.
+	id, err := url.PathUnescape(esc)
+	if !ok || err != nil || id == "" || strings.Contains(id, "/") {
 		return nil, host.Errorf(host.CodeBadRequest, "want %s{receipt_id}/chain", ReceiptURIPrefix)
 	}
 	links, err := s.eng.Chain(ctx, a, id)

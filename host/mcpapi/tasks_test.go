@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -428,6 +429,16 @@ func TestTaskNotifications(t *testing.T) {
 	rr.Params.URI = mcpapi.ReceiptURIPrefix + status.AssignReceipt + "/chain"
 	if res, err = agent.ReadResource(context.Background(), rr); err != nil || !strings.Contains(res.Contents[0].(mcp.TextResourceContents).Text, "task.assigned") {
 		t.Fatalf("receipt chain resource: %v %+v", err, res)
+	}
+	// The receipt id is unescaped as a task's is: an escaped letter names
+	// the same receipt, an escaped slash no receipt.
+	rr.Params.URI = mcpapi.ReceiptURIPrefix + "%" + fmt.Sprintf("%02X", status.AssignReceipt[0]) + status.AssignReceipt[1:] + "/chain"
+	if res, err = agent.ReadResource(context.Background(), rr); err != nil || !strings.Contains(res.Contents[0].(mcp.TextResourceContents).Text, "task.assigned") {
+		t.Fatalf("receipt chain resource by %s: %v %+v", rr.Params.URI, err, res)
+	}
+	rr.Params.URI = mcpapi.ReceiptURIPrefix + status.AssignReceipt + "%2Fx/chain"
+	if _, err = agent.ReadResource(context.Background(), rr); err == nil || !strings.Contains(err.Error(), "receipt_id") {
+		t.Fatalf("receipt chain resource by %s: %v; want it refused", rr.Params.URI, err)
 	}
 	rr.Params.URI = uri
 	if _, err := other.ReadResource(context.Background(), rr); err == nil {
