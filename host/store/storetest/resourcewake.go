@@ -192,6 +192,13 @@ func TaskWakeOnRelease(t *testing.T, agentEng, workerEng *engine.Engine, tenant 
 			err    error
 			at     time.Time
 		}
+		// Read before the worker's claim can step the task aside (its
+		// available_at then moves past this one's).
+		admin := engine.Actor{Tenant: tenant, Role: engine.RoleAdmin}
+		first, err := agentEng.GetTask(ctx, admin, enq.TaskID)
+		if err != nil {
+			t.Fatal(err)
+		}
 		done := make(chan out, 1)
 		go func() {
 			// The first claim steps the task aside; the poll parks and is
@@ -199,11 +206,6 @@ func TaskWakeOnRelease(t *testing.T, agentEng, workerEng *engine.Engine, tenant 
 			os, err := workerEng.Lease(ctx, engine.LeaseRequest{Tenant: tenant, WorkerID: "wakeedit.1", Types: []string{"wakeedit"}, Wait: 20 * time.Second})
 			done <- out{os, err, time.Now()}
 		}()
-		admin := engine.Actor{Tenant: tenant, Role: engine.RoleAdmin}
-		first, err := agentEng.GetTask(ctx, admin, enq.TaskID)
-		if err != nil {
-			t.Fatal(err)
-		}
 		waitFor(t, "the task to step aside", func() bool {
 			tk, err := agentEng.GetTask(ctx, admin, enq.TaskID)
 			return err == nil && (tk.State == host.StateQueued || tk.State == host.StateScheduled) && tk.AvailableAt.After(first.AvailableAt)
