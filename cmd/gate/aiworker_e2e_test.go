@@ -174,6 +174,7 @@ func (b *aiBundle) waitStatus(t *testing.T, id, status string) aiTask {
 // progress was reported per step, a large answer lands in the file channel,
 // and a fan-out returns every model's answer.
 func TestAIWorkerToolLoopOnTheGate(t *testing.T) {
+	t.Parallel()
 	b := newAIBundle(t, 30, func(r aitest.Request) aitest.Reply {
 		prompt := r.Messages[1].Text()
 		switch {
@@ -309,6 +310,7 @@ func TestAIWorkerToolLoopOnTheGate(t *testing.T) {
 // 2 stops there: that request is abandoned, no step 3 is asked for, and the
 // task ends canceled.
 func TestAIWorkerCancelMidLoop(t *testing.T) {
+	t.Parallel()
 	hold := make(chan struct{})
 	defer close(hold)
 	// A 6 s lease: heartbeats every 2 s, each with seconds to spare on a
@@ -334,6 +336,7 @@ func TestAIWorkerCancelMidLoop(t *testing.T) {
 // 2 stops heartbeating; the lease expires (not counted as a failure) and a
 // second worker redoes the task from the start.
 func TestAIWorkerKilledMidLoop(t *testing.T) {
+	t.Parallel()
 	hold := make(chan struct{})
 	defer close(hold)
 	var killed atomic.Bool
@@ -377,6 +380,7 @@ func TestAIWorkerKilledMidLoop(t *testing.T) {
 // fails retryable after the worker's retry budget; after the provider
 // recovers the retry succeeds.
 func TestAIWorkerProviderOutage(t *testing.T) {
+	t.Parallel()
 	b := newAIBundle(t, 30, func(aitest.Request) aitest.Reply { return aitest.Reply{Status: 503} })
 	b.startAIWorker(t, "worker.ai-1")
 	id := b.g.enqueue(t, b.agent, "ai.chat", map[string]any{"prompt": "are you there?"})
@@ -424,6 +428,7 @@ func TestAIWorkerCheck(t *testing.T) {
 // the 6 s lease to answer does not lose the task: the worker heartbeats for
 // the whole run, and the one lease it was granted completes it.
 func TestAIWorkerHeartbeatsThroughASlowModel(t *testing.T) {
+	t.Parallel()
 	b := newAIBundle(t, 6, func(r aitest.Request) aitest.Reply {
 		if r.Step() == 1 {
 			// The scripted model thinks for 9 s: longer than the lease.

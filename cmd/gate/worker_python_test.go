@@ -14,6 +14,7 @@ import (
 // (sdk/python/test_worker.py) against a real gate. Without python3 it skips,
 // except under CI (CI set), where that is a failure.
 func TestWorkerPython(t *testing.T) {
+	t.Parallel()
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		if os.Getenv("CI") != "" {
