@@ -53,11 +53,17 @@ vet:
 # -timeout is a hang guard per package, not a budget: alone, the slowest
 # package (cmd/gate, the real binary end to end) takes about 5 minutes under
 # -race, and two runs at once on two cores have taken it past 25.
+# -p 1 runs the packages one at a time: on two cores two at a time only
+# contend for the cores and the database (cmd/gate took 279 s alone and 718 s
+# beside the others), and took longer in all (the go test step 18.4 minutes
+# against 16.8, one fresh-clone run each, 2026-11-30). Override with
+# GOTEST_P=N on a larger machine.
+GOTEST_P ?= 1
 test: plugins vet
 	@bash scripts/ensure-postgres.sh || { if [ -n "$$CI" ]; then exit 1; fi; echo "PostgreSQL unavailable here: its tests will skip"; }
 	@bash scripts/ensure-chromium.sh || { if [ -n "$$CI" ]; then exit 1; fi; echo "Chromium unavailable here: the dashboard's browser test will skip"; }
 	@bash scripts/ensure-mailpit.sh || { if [ -n "$$CI" ]; then exit 1; fi; echo "mailpit unavailable here: the mail tests will skip"; }
-	$(GO) test -race -count=1 -p 1 -timeout 45m ./...
+	$(GO) test -race -count=1 -p $(GOTEST_P) -timeout 45m ./...
 	@for m in $(SDK_MODULES); do (cd $$m && $(GO) test -race -count=1 -timeout 10m ./...) || exit 1; done
 	$(MAKE) bench-smoke
 
