@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -40,6 +41,14 @@ func TestE2EMCPResourceURIControlCharactersRefusedAlike(t *testing.T) {
 				t.Fatalf("read own task: %+v %s", e, res)
 			}
 			mcpRefused(t, c, "resources/read", "asyncgate://tasks/T-nope", "not_found", "")
+			// A receipt id is path-unescaped as a task id is: an escaped
+			// letter names the same receipt, an escaped slash none.
+			rid := assignReceiptOf(t, c, id)
+			esc := fmt.Sprintf("asyncgate://receipts/%%%02X%s/chain", rid[0], rid[1:])
+			if res, e := mcpRPC(t, c, "resources/read", map[string]any{"uri": esc}); e != nil || !strings.Contains(string(res), "task.assigned") {
+				t.Fatalf("read %s: %+v %s", esc, e, res)
+			}
+			mcpRefused(t, c, "resources/read", "asyncgate://receipts/"+rid+"%2Fx/chain", "bad_request", "receipt_id")
 
 			for _, uri := range []string{
 				"asyncgate://tasks/%00",
@@ -81,6 +90,31 @@ func TestE2EMCPResourceURIControlCharactersRefusedAlike(t *testing.T) {
 			}
 		})
 	}
+}
+
+// assignReceiptOf reads the task resource of id and answers its
+// task.assigned receipt's id.
+func assignReceiptOf(t *testing.T, c *client.Client, id string) string {
+	t.Helper()
+	res, e := mcpRPC(t, c, "resources/read", map[string]any{"uri": "asyncgate://tasks/" + id})
+	if e != nil {
+		t.Fatalf("read task %s: %+v", id, e)
+	}
+	var read struct {
+		Contents []struct {
+			Text string `json:"text"`
+		} `json:"contents"`
+	}
+	var st struct {
+		AssignReceipt string `json:"assign_receipt_id"`
+	}
+	if err := json.Unmarshal(res, &read); err != nil || len(read.Contents) != 1 {
+		t.Fatalf("task resource %s: %v %s", id, err, res)
+	}
+	if err := json.Unmarshal([]byte(read.Contents[0].Text), &st); err != nil || st.AssignReceipt == "" {
+		t.Fatalf("task resource %s names no task.assigned receipt: %v %s", id, err, read.Contents[0].Text)
+	}
+	return st.AssignReceipt
 }
 
 // mcpRPCID numbers mcpRPC's requests, small enough to come back through
