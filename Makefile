@@ -55,9 +55,10 @@ vet:
 # -race, and two runs at once on two cores have taken it past 25.
 # -p 1 runs the packages one at a time: on two cores two at a time only
 # contend for the cores and the database (cmd/gate took 279 s alone and 718 s
-# beside the others), and took longer in all (the go test step 18.4 minutes
-# against 16.8, one fresh-clone run each, 2026-11-30). Override with
-# GOTEST_P=N on a larger machine.
+# beside the others) and stretch each other's waits; in all it is no slower
+# (the go test step 18.4 minutes two at a time, 16.8 and 18.4 one at a time,
+# one fresh-clone run each, 2026-11-30). Override with GOTEST_P=N on a larger
+# machine.
 GOTEST_P ?= 1
 test: plugins vet
 	@bash scripts/ensure-postgres.sh || { if [ -n "$$CI" ]; then exit 1; fi; echo "PostgreSQL unavailable here: its tests will skip"; }
