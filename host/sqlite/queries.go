@@ -593,7 +593,10 @@ func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.T
 	now := us(q.Now)
 	var cands []candidate
 	collect := func(query string, args ...any) error {
-		rows, err := w.query(ctx, query, args...)
+		if err := w.flushTasks(ctx); err != nil {
+			return err
+		}
+		rows, err := w.rawQuery(ctx, query, args...)
 		if err != nil {
 			return err
 		}
@@ -679,7 +682,10 @@ func (w *writeTx) updateQueued(ctx context.Context, ts []*host.Task) ([]*host.Ta
 		b.WriteString(c + " = v." + c)
 	}
 	b.WriteString(`, version = tasks.version + 1 FROM v WHERE tasks.id = v.id AND tasks.state = 'queued' RETURNING tasks.id`)
-	rows, err := w.query(ctx, b.String(), args...)
+	if err := w.flushTasks(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := w.rawQuery(ctx, b.String(), args...)
 	if err != nil {
 		return nil, err
 	}

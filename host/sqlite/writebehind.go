@@ -16,8 +16,10 @@ import (
 // multi-row INSERT per table (up to behindPerStmt rows) when the batch ends,
 // when an update ends in savepoint mode, or before any other statement that
 // may read them (reader.query, queryRow and exec write them first; only the
-// statements known not to read them use the raw forms). So there is one way
-// to write, and every read inside a batch sees the batch's own rows.
+// statements known not to read them use the raw forms, and a claim, which
+// reads and writes the tasks table alone, writes the kept tasks alone first:
+// flushTasks). So there is one way to write, and every read inside a batch
+// sees the batch's own rows.
 //
 // Undo: an update that fails drops the rows it kept (they were never
 // written). A clash the writer can see in memory (the same task id,
@@ -143,6 +145,36 @@ func (r *reader) flushBehind(ctx context.Context) error {
 	return r.wb.flushObligations(ctx)
 }
 
+// flushTasks writes the batch's kept task rows alone: what a statement that
+// reads or writes only the tasks table needs written first (a claim: its
+// read of queued tasks and its update of the ones it takes). The kept
+// receipts, inbox items, edges and obligation ends stay for the batch's
+// multi-row statements; each receipt's seq and chain link were assigned when
+// it was kept, so writing them later changes no order. A failure sticks, as
+// flushRows'; a no-op in a view.
+func (r *reader) flushTasks(ctx context.Context) error {
+	if r.wb == nil {
+		return nil
+	}
+	if r.wb.failed != nil {
+		return r.wb.failed
+	}
+	return r.wb.writeKeptTasks(ctx)
+}
+
+// writeKeptTasks writes the kept task rows, if any; a failure sticks.
+func (w *writeTx) writeKeptTasks(ctx context.Context) error {
+	if len(w.newTasks) == 0 {
+		return nil
+	}
+	if err := w.insertRows(ctx, `INSERT OR FAIL INTO tasks (`+sqlrows.TaskInsertColumns+`) VALUES `, taskInsertN, w.newTasks, errTaskClash); err != nil {
+		w.failed = err
+		return err
+	}
+	w.newTasks = w.newTasks[:0]
+	return nil
+}
+
 // flushFor writes the kept rows when one of ids is a task this batch
 // inserted: what a statement that reads only those tasks (by id) needs
 // written first. Any other read leaves the batch's rows in their multi-row
@@ -168,11 +200,9 @@ func (w *writeTx) flushRows(ctx context.Context) error {
 	if w.empty() {
 		return nil
 	}
-	if err := w.insertRows(ctx, `INSERT OR FAIL INTO tasks (`+sqlrows.TaskInsertColumns+`) VALUES `, taskInsertN, w.newTasks, errTaskClash); err != nil {
-		w.failed = err
+	if err := w.writeKeptTasks(ctx); err != nil {
 		return err
 	}
-	w.newTasks = w.newTasks[:0]
 	if err := w.insertRows(ctx, `INSERT OR FAIL INTO receipts (`+sqlrows.ReceiptColumns+`) VALUES `, receiptN, w.newReceipts, errReceiptClash); err != nil {
 		w.failed = err
 		return err

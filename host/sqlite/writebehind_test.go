@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -131,4 +132,68 @@ func TestBatchRowRefusedMidStatementLeavesNoneOfItsRows(t *testing.T) {
 	}
 	// 2 task.assigned and 1 progress in the batch, 1 after.
 	g.afterwards(t, "after", 4)
+}
+
+// TestAClaimWritesOnlyTheBatchsKeptTasksFirst: a claim reads and writes the
+// tasks table alone, so it writes the batch's kept tasks before it reads (a
+// task enqueued earlier in the batch is claimable) and leaves the kept
+// receipts to the batch's multi-row statements at its end. A trigger records
+// what the claim's update sees: the task enqueued in the batch, none of the
+// batch's receipts. Afterwards every receipt is committed and the ledger
+// verifies.
+func TestAClaimWritesOnlyTheBatchsKeptTasksFirst(t *testing.T) {
+	g := newFailGate(t)
+	g.exec(t, `CREATE TABLE claim_saw (receipts INTEGER, tasks INTEGER)`)
+	g.exec(t, `CREATE TRIGGER claim_seen AFTER UPDATE OF state ON tasks WHEN NEW.state = 'leased'
+		BEGIN INSERT INTO claim_saw VALUES ((SELECT count(*) FROM receipts), (SELECT count(*) FROM tasks)); END`)
+	before := g.count(t, `SELECT count(*) FROM receipts`)
+	ctx := context.Background()
+	var claimed []*host.Task
+	claim := func() error {
+		return g.st.Update(ctx, func(tx store.Tx) error {
+			var err error
+			claimed, err = tx.ClaimTasks(ctx, store.ClaimQuery{Tenant: "acme", Types: []string{"work"}, Now: storetest.Epoch, Limit: 10,
+				Grant: func(t *host.Task) {
+					t.State, t.LeaseID, t.WorkerID = host.StateLeased, host.NewLeaseID(t.ID), "worker.one"
+					at, until := storetest.Epoch, storetest.Epoch.Add(time.Minute)
+					t.LeasedAt, t.LeaseExpiresAt = &at, &until
+				}})
+			return err
+		})
+	}
+	// Enqueues are bulk requests, which a batch serves after the prompt
+	// ones; this update keeps a task and a receipt as an enqueue does, as
+	// a prompt request, so that it runs before the claim.
+	keep := func() error {
+		return g.st.Update(ctx, func(tx store.Tx) error {
+			if err := tx.InsertTask(ctx, &host.Task{ID: host.NewID(host.PrefixTask), Tenant: "acme", Type: "work", CreatedBy: "agent.kee",
+				Recipient: "agent.kee", State: host.StateQueued, Params: json.RawMessage(`{}`), IdempotencyKey: "a-1",
+				CreatedAt: storetest.Epoch, UpdatedAt: storetest.Epoch, AvailableAt: storetest.Epoch}); err != nil {
+				return err
+			}
+			return tx.AppendReceipt(ctx, &host.Receipt{ID: host.NewID(host.PrefixReceipt), Tenant: "acme", Type: host.ReceiptProgress,
+				From: "agent.kee", To: "agent.kee", Parents: []string{}, Body: json.RawMessage(`{}`), CreatedAt: storetest.Epoch})
+		})
+	}
+	errs := g.oneBatch(t, keep, g.appendProgress("agent.kee", ""), claim)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("update %d of the batch: %v", i, err)
+		}
+	}
+	if len(claimed) != 1 || g.count(t, `SELECT count(*) FROM tasks WHERE idempotency_key = 'a-1' AND state = 'leased' AND id = '`+claimed[0].ID+`'`) != 1 {
+		t.Fatalf("the claim took %d tasks, want the one kept earlier in its batch", len(claimed))
+	}
+	var sawReceipts, sawTasks int
+	if err := g.db.QueryRow(`SELECT receipts, tasks FROM claim_saw`).Scan(&sawReceipts, &sawTasks); err != nil {
+		t.Fatal(err)
+	}
+	if sawTasks != 1 {
+		t.Fatalf("the claim's update saw %d tasks, want the batch's kept one written", sawTasks)
+	}
+	if sawReceipts != before {
+		t.Fatalf("the claim's update saw %d receipts, want %d: it wrote the batch's %d kept receipts first", sawReceipts, before, sawReceipts-before)
+	}
+	// Two progress receipts in the batch, the task.assigned of afterwards'.
+	g.afterwards(t, "after", int64(before)+3)
 }
