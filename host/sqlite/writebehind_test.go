@@ -136,11 +136,10 @@ func TestBatchRowRefusedMidStatementLeavesNoneOfItsRows(t *testing.T) {
 
 // TestAClaimWritesOnlyTheBatchsKeptTasksFirst: a claim reads and writes the
 // tasks table alone, so it writes the batch's kept tasks before it reads (a
-// task enqueued earlier in the batch is claimable) and leaves the kept
-// receipts to the batch's multi-row statements at its end. A trigger records
-// what the claim's update sees: the task enqueued in the batch, none of the
-// batch's receipts. Afterwards every receipt is committed and the ledger
-// verifies.
+// task kept earlier in the batch is claimable) and leaves the kept receipts
+// to the batch's multi-row statements at its end. A trigger records what the
+// claim's update sees: the task kept in the batch, none of the batch's
+// receipts. Afterwards every receipt is committed and the ledger verifies.
 func TestAClaimWritesOnlyTheBatchsKeptTasksFirst(t *testing.T) {
 	g := newFailGate(t)
 	g.exec(t, `CREATE TABLE claim_saw (receipts INTEGER, tasks INTEGER)`)
