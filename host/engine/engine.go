@@ -145,8 +145,10 @@ type Engine struct {
 	cfg     Config
 	policy  host.RetryPolicy
 	waiters *waiters
-	types   *typeCache
-	pauses  *pauseCache
+	// unhook takes the engine's ready hook off its store (store.ReadyHooker).
+	unhook func()
+	types  *typeCache
+	pauses *pauseCache
 	// waited are the tasks this engine's enqueues marked as waited on
 	// (waitedon.go).
 	waited waitedOn
@@ -249,6 +251,11 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.types = newTypeCache(e)
 	e.pauses = newPauseCache()
+	if h, ok := cfg.Store.(store.ReadyHooker); ok {
+		// Waiters the store made ready at its batch's end, not in the
+		// update's answer (deliveryTx.settleWaiters): wake their long-polls.
+		e.unhook = h.AddReadyHook(func(tenant, taskType string) { e.waiters.wake(tenant, taskType, 1) })
+	}
 	return e, nil
 }
 
@@ -328,7 +335,12 @@ func (e *Engine) forward(ch <-chan string) {
 
 // Close stops the background loops and wakes every long-poll. It does not close the store.
 func (e *Engine) Close() {
-	e.stopOnce.Do(func() { close(e.stop) })
+	e.stopOnce.Do(func() {
+		close(e.stop)
+		if e.unhook != nil {
+			e.unhook()
+		}
+	})
 	e.waiters.wakeEveryone()
 	e.wg.Wait()
 	e.rl().shutdown()

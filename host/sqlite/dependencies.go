@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -121,8 +122,23 @@ func (w *writeTx) settledWaiters(ctx context.Context, tenant, dep string, ids []
 // the engine's update of the waiter cost three, the read and the update
 // of a whole row among them. The other waiters are read as SettleWaiters
 // reads them.
+//
+// A dependency that succeeded is only noted: its waiters are settled with
+// the batch's other succeeded dependencies' by writeSettles, when the
+// batch's rows written behind go out (at its end, or before a statement
+// that may see them), and their long-polls are woken once the batch
+// commits (Store.AddReadyHook; without a hook added, nobody would hear of
+// them, and they are settled at once). Such an end can only make a waiter
+// ready, so nothing is returned for the engine to decide.
 func (w *writeTx) SettleReadyWaiters(ctx context.Context, tenant, dep string, state host.TaskState, now time.Time) ([]*host.Task, []store.SettledWaiter, error) {
 	w.deps = nil
+	if state == host.StateSucceeded && w.s.hearsReady() {
+		if len(w.settles) == 0 {
+			w.settleMark = w.queuedN
+		}
+		w.settles = append(w.settles, pendingSettle{tenant: tenant, dep: dep, now: now})
+		return nil, nil, nil
+	}
 	if err := w.flushDepsFor(ctx, dep); err != nil {
 		return nil, nil, err
 	}
@@ -167,6 +183,110 @@ func (w *writeTx) SettleReadyWaiters(ctx context.Context, tenant, dep string, st
 	if err := w.flushDepsFor(ctx, all...); err != nil {
 		return nil, nil, err
 	}
+	ready, err := w.readyWaiters(ctx, tenant, &by, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(decide) == 0 {
+		return ready, nil, nil
+	}
+	rest, err := w.settledWaiters(ctx, tenant, dep, decide)
+	return ready, rest, err
+}
+
+var _ store.WaiterReadier = (*writeTx)(nil)
+
+// pendingSettle is a dependency that succeeded in the batch, its waiters
+// not settled yet (SettleReadyWaiters).
+type pendingSettle struct {
+	tenant, dep string
+	now         time.Time
+}
+
+// writeSettles settles the waiters of the batch's succeeded dependencies,
+// per tenant in two statements or three: the edges' update of all of them
+// (settleEdgesSQL, settleManyEdgesSQL), then per rule the update that moves
+// the waiters it now lets run to queued (readyWaitersSQL). Settled together
+// or one after another, the same waiters end ready: a success only closes
+// edges, and a rule's check reads the edges after all of them are closed.
+// flushRows calls it last, after the kept tasks and edges it may touch. A
+// waiter takes the latest of its tenant's noted successes' times as its
+// updated_at and the floor of its available_at: a few milliseconds later
+// than its own dependency's at most, and none of them visible before the
+// batch commits, after all of them. A failure sticks, as flushRows'.
+func (w *writeTx) writeSettles(ctx context.Context) error {
+	if w.failed != nil {
+		return w.failed
+	}
+	for len(w.settles) > 0 {
+		tenant, now := w.settles[0].tenant, w.settles[0].now
+		var deps []string
+		rest := w.settles[:0]
+		for _, p := range w.settles {
+			switch {
+			case p.tenant != tenant:
+				rest = append(rest, p)
+			case !slices.Contains(deps, p.dep):
+				deps = append(deps, p.dep)
+				fallthrough
+			default:
+				if p.now.After(now) {
+					now = p.now
+				}
+			}
+		}
+		if err := w.settleSucceeded(ctx, tenant, deps, now); err != nil {
+			w.failed = err
+			return err
+		}
+		w.settles = rest
+	}
+	return nil
+}
+
+// settleSucceeded is writeSettles for one tenant's dependencies.
+func (w *writeTx) settleSucceeded(ctx context.Context, tenant string, deps []string, now time.Time) error {
+	q, arg := settleEdgesSQL, any(deps[0])
+	if len(deps) > 1 {
+		q, arg = settleManyEdgesSQL, store.IDsJSON(deps)
+	}
+	w.wrote = true // before the statement: OR FAIL leaves what it wrote before an error
+	rows, err := w.rawQuery(ctx, q, string(host.StateSucceeded), tenant, arg)
+	if err != nil {
+		return err
+	}
+	var by [readyKinds][]string
+	for rows.Next() {
+		var id, rule string
+		if err := rows.Scan(&id, &rule); err != nil {
+			rows.Close()
+			return err
+		}
+		kind := readyAllSucceeded
+		switch host.DependencyRule(rule) {
+		case host.RuleAllFinished:
+			kind = readyAllFinished
+		case host.RuleAnySucceeded:
+			kind = readyAny
+		}
+		if !slices.Contains(by[kind], id) {
+			by[kind] = append(by[kind], id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		rows.Close()
+		return err
+	}
+	rows.Close()
+	ready, err := w.readyWaiters(ctx, tenant, &by, now)
+	w.readied = append(w.readied, ready...)
+	return err
+}
+
+// readyWaiters runs readyWaitersSQL for the waiters of each kind and
+// returns those it moved to queued (id, tenant, type and state), counted in
+// the queue counts.
+func (w *writeTx) readyWaiters(ctx context.Context, tenant string, by *[readyKinds][]string, now time.Time) ([]*host.Task, error) {
 	var ready []*host.Task
 	for kind, ids := range by {
 		if len(ids) == 0 {
@@ -178,35 +298,32 @@ func (w *writeTx) SettleReadyWaiters(ctx context.Context, tenant, dep string, st
 		}
 		rows, err := w.rawQuery(ctx, q, us(now), us(now), tenant, arg)
 		if err != nil {
-			return nil, nil, err
+			return ready, err
 		}
 		for rows.Next() {
 			t := &host.Task{Tenant: tenant, State: host.StateQueued}
 			if err := rows.Scan(&t.ID, &t.Type); err != nil {
 				rows.Close()
-				return nil, nil, err
+				return ready, err
 			}
 			w.counts = store.Moved(w.counts, t, host.StateWaiting, host.StateQueued)
 			ready = append(ready, t)
 		}
 		if err := rows.Err(); err != nil {
 			rows.Close()
-			return nil, nil, err
+			return ready, err
 		}
 		rows.Close()
 	}
-	if len(decide) == 0 {
-		return ready, nil, nil
-	}
-	rest, err := w.settledWaiters(ctx, tenant, dep, decide)
-	return ready, rest, err
+	return ready, nil
 }
-
-var _ store.WaiterReadier = (*writeTx)(nil)
 
 // settleEdgesSQL records a dependency's end on its open edges and answers
 // each one's waiter and rule.
 const settleEdgesSQL = `UPDATE OR FAIL task_dependencies INDEXED BY task_dependencies_open SET dep_state = ? WHERE tenant = ? AND dep_id = ? AND dep_state = '' RETURNING waiter_id, rule`
+
+// settleManyEdgesSQL is settleEdgesSQL for a JSON array of dependencies.
+const settleManyEdgesSQL = `UPDATE OR FAIL task_dependencies INDEXED BY task_dependencies_open SET dep_state = ? WHERE tenant = ? AND dep_id IN (SELECT value FROM json_each(?)) AND dep_state = '' RETURNING waiter_id, rule`
 
 // The ready statements of SettleReadyWaiters, by what the rule needs of
 // the waiter's edges once the dependency's end is recorded.
@@ -296,37 +413,53 @@ func (w *writeTx) MarkAndLockDependencies(ctx context.Context, tenant string, id
 	if err := w.flushFor(ctx, ids...); err != nil {
 		return nil, err
 	}
-	if err := w.flushDepsFor(ctx, ids...); err != nil {
+	// The batch's unsettled successes (writeSettles) close only edges
+	// of finished tasks, which this read does not count: its edges need
+	// writing first, not the settling, unless a named task waits (its
+	// state and depth are the settling's to change).
+	if err := w.flushKeptDepsFor(ctx, ids...); err != nil {
 		return nil, err
 	}
 	q, arg := checkDepsOneSQL, any(ids[0])
 	if len(ids) > 1 {
 		q, arg = checkDepsSQL, store.IDsJSON(ids)
 	}
-	rows, err := w.rawQuery(ctx, q, tenant, arg)
-	if err != nil {
-		return nil, err
-	}
-	counts := store.NewDependencyCounts(tenant)
+	var counts *store.DependencyCounts
 	var out, mark []*host.Task
-	for rows.Next() {
-		var open, depth int
-		t, err := sqlrows.ScanDependencyCheck(suffixScanner{rows, []any{&open, &depth}})
+	for settled := false; ; settled = true {
+		rows, err := w.rawQuery(ctx, q, tenant, arg)
 		if err != nil {
+			return nil, err
+		}
+		counts = store.NewDependencyCounts(tenant)
+		out, mark = out[:0], mark[:0]
+		waiting := false
+		for rows.Next() {
+			var open, depth int
+			t, err := sqlrows.ScanDependencyCheck(suffixScanner{rows, []any{&open, &depth}})
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			counts.Open[t.ID], counts.Depth[t.ID] = open, depth
+			out = append(out, t)
+			if !t.HasWaiters && !t.State.Terminal() {
+				mark = append(mark, t)
+			}
+			waiting = waiting || t.State == host.StateWaiting
+		}
+		if err := rows.Err(); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		counts.Open[t.ID], counts.Depth[t.ID] = open, depth
-		out = append(out, t)
-		if !t.HasWaiters && !t.State.Terminal() {
-			mark = append(mark, t)
+		rows.Close()
+		if settled || !waiting || len(w.settles) == 0 {
+			break
+		}
+		if err := w.flushRows(ctx); err != nil {
+			return nil, err
 		}
 	}
-	if err := rows.Err(); err != nil {
-		rows.Close()
-		return nil, err
-	}
-	rows.Close()
 	if len(mark) > 0 {
 		ids := make([]string, len(mark))
 		for i, t := range mark {

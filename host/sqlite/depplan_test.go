@@ -41,6 +41,7 @@ func TestDependencyQueriesUseTheirIndexes(t *testing.T) {
 		// The settling's edge update, and its updates of the ready waiters:
 		// each waiter by its id, its edges by their key.
 		{settleEdgesSQL, "USING INDEX task_dependencies_open (tenant=? AND dep_id=?)"},
+		{settleManyEdgesSQL, "USING INDEX task_dependencies_open (tenant=? AND dep_id=?)"},
 		{readyWaitersSQL[readyAny][0], "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
 		{readyWaitersSQL[readyAny][1], "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
 		{readyWaitersSQL[readyAllFinished][0], "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},

@@ -557,8 +557,10 @@ func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) e
 	if f.NoWaiters {
 		q += ` AND has_waiters = 0`
 	}
-	if w.inserted(t.ID) {
-		// The task was inserted in this batch: write it first.
+	if w.inserted(t.ID) || (f.State == host.StateWaiting && len(w.settles) > 0) {
+		// The task was inserted in this batch, or waits while the batch
+		// has successes whose waiters are not settled yet (writeSettles,
+		// which may move it to queued): write those first.
 		if err := w.flushBehind(ctx); err != nil {
 			return err
 		}
@@ -578,6 +580,9 @@ func (w *writeTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence) e
 	}
 	t.Version++
 	w.counts = store.Moved(w.counts, t, f.State, t.State)
+	if t.State == host.StateQueued {
+		w.queuedN++
+	}
 	return nil
 }
 
@@ -593,7 +598,17 @@ func (w *writeTx) ClaimTasks(ctx context.Context, q store.ClaimQuery) ([]*host.T
 	now := us(q.Now)
 	var cands []candidate
 	collect := func(query string, args ...any) error {
-		if err := w.flushTasks(ctx); err != nil {
+		// A claim that may see a task the batch queued after noting a
+		// success (one enqueued after the finished task, queued at once)
+		// must see the waiters that success readied too (writeSettles),
+		// or no order of the batch's updates would explain what it took.
+		// One that cannot is ordered before the success: it sees nothing
+		// the success wrote (a claim reads only queued tasks).
+		flush := w.flushTasks
+		if len(w.settles) > 0 && w.queuedN > w.settleMark {
+			flush = w.flushRows
+		}
+		if err := flush(ctx); err != nil {
 			return err
 		}
 		rows, err := w.rawQuery(ctx, query, args...)

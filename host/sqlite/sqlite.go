@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -68,6 +69,11 @@ type Store struct {
 	stmtsClosed bool
 	prepWG      sync.WaitGroup
 
+	// readyHooks are called once a batch commits with the waiters its
+	// settling moved to queued (store.ReadyHooker).
+	readyMu    sync.Mutex
+	readyHooks []*func(tenant, taskType string)
+
 	batches, ops atomic.Int64
 	busy         atomic.Int64 // nanoseconds the writer spent running batches
 	commits      store.CommitWatch
@@ -96,6 +102,7 @@ var (
 	_ store.Store         = (*Store)(nil)
 	_ store.WriterStatser = (*Store)(nil)
 	_ store.CommitHealth  = (*Store)(nil)
+	_ store.ReadyHooker   = (*Store)(nil)
 )
 
 type request struct {
@@ -533,7 +540,46 @@ func (s *Store) tryBatch(batch []*request, savepoints bool, began time.Time) boo
 	if err := tx.Commit(); err != nil {
 		return abort(tx, "commit", err)
 	}
+	s.wakeReady(wtx.readied)
 	return finish(nil)
+}
+
+// AddReadyHook implements store.ReadyHooker.
+func (s *Store) AddReadyHook(hook func(tenant, taskType string)) (remove func()) {
+	s.readyMu.Lock()
+	defer s.readyMu.Unlock()
+	h := &hook
+	s.readyHooks = append(s.readyHooks, h)
+	return func() {
+		s.readyMu.Lock()
+		defer s.readyMu.Unlock()
+		s.readyHooks = slices.DeleteFunc(slices.Clone(s.readyHooks), func(x *func(string, string)) bool { return x == h })
+	}
+}
+
+// hearsReady reports whether a ready hook was added: only then may a
+// batch settle its successes' waiters at its end (writeSettles).
+func (s *Store) hearsReady() bool {
+	s.readyMu.Lock()
+	defer s.readyMu.Unlock()
+	return len(s.readyHooks) > 0
+}
+
+// wakeReady calls the ready hooks with the waiters a committed batch moved
+// to queued (a waiter whose update's savepoint was rolled back may be among
+// them: a wake-up is a hint, and a long-poll reads the queue).
+func (s *Store) wakeReady(ready []*host.Task) {
+	if len(ready) == 0 {
+		return
+	}
+	s.readyMu.Lock()
+	hooks := s.readyHooks
+	s.readyMu.Unlock()
+	for _, t := range ready {
+		for _, h := range hooks {
+			(*h)(t.Tenant, t.Type)
+		}
+	}
 }
 
 // runFn runs fn and turns a panic into an internal error, so one bad call

@@ -60,6 +60,16 @@ type behind struct {
 	// before the first statement that reads an edge among them
 	// (flushDepsFor) or with the other rows.
 	newDeps []host.Dependency
+	// settles are the succeeded dependencies whose waiters are not settled
+	// yet (SettleReadyWaiters), settled together by writeSettles.
+	settles []pendingSettle
+	// readied are the waiters writeSettles moved to queued: the writer
+	// wakes their long-polls once the batch commits (Store.AddReadyHook).
+	readied []*host.Task
+	// queuedN counts the tasks the batch's updates inserted or updated as
+	// queued, which a claim may take; settleMark is its value when the
+	// first of settles was noted (ClaimTasks).
+	queuedN, settleMark int
 	// keys are the task ids, idempotency keys, receipt ids and dedupe keys
 	// the batch inserted, written or not, to refuse a clash among them at
 	// once; a failed update forgets its own.
@@ -70,10 +80,10 @@ type behind struct {
 }
 
 // behindMark is where an update started in the kept rows.
-type behindMark struct{ tasks, receipts, journal, inbox, deps int }
+type behindMark struct{ tasks, receipts, journal, inbox, deps, settles int }
 
 func (b *behind) mark() behindMark {
-	return behindMark{len(b.newTasks), len(b.newReceipts), b.keys.Mark(), len(b.newInbox), len(b.newDeps)}
+	return behindMark{len(b.newTasks), len(b.newReceipts), b.keys.Mark(), len(b.newInbox), len(b.newDeps), len(b.settles)}
 }
 
 // undo drops the rows kept since m and forgets their keys (the update that
@@ -83,6 +93,7 @@ func (b *behind) undo(m behindMark) {
 	b.newReceipts = b.newReceipts[:min(m.receipts, len(b.newReceipts))]
 	b.newInbox = b.newInbox[:min(m.inbox, len(b.newInbox))]
 	b.newDeps = b.newDeps[:min(m.deps, len(b.newDeps))]
+	b.settles = b.settles[:min(m.settles, len(b.settles))]
 	b.keys.Undo(m.journal)
 }
 
@@ -90,7 +101,7 @@ func (b *behind) undo(m behindMark) {
 func (b *behind) inserted(id string) bool { return b.keys.HasTask(id) }
 
 func (b *behind) empty() bool {
-	return len(b.newTasks) == 0 && len(b.newReceipts) == 0 && len(b.newInbox) == 0 && len(b.newDeps) == 0
+	return len(b.newTasks) == 0 && len(b.newReceipts) == 0 && len(b.newInbox) == 0 && len(b.newDeps) == 0 && len(b.settles) == 0
 }
 
 // receiptN is the number of sqlrows.ReceiptColumns.
@@ -114,6 +125,9 @@ func (w *writeTx) bufferTask(t *host.Task) error {
 		return errTaskClash
 	}
 	w.newTasks = append(w.newTasks, a)
+	if t.State == host.StateQueued {
+		w.queuedN++
+	}
 	t.Version = 1
 	w.counts = store.Moved(w.counts, t, "", t.State)
 	return nil
@@ -213,7 +227,10 @@ func (w *writeTx) flushRows(ctx context.Context) error {
 		return err
 	}
 	w.newInbox = w.newInbox[:0]
-	return w.flushDeps(ctx)
+	if err := w.flushDeps(ctx); err != nil {
+		return err
+	}
+	return w.writeSettles(ctx)
 }
 
 // flushDeps writes the kept edges with multi-row INSERTs. A failure sticks, as
@@ -236,7 +253,20 @@ func (w *writeTx) flushDeps(ctx context.Context) error {
 // flushDepsFor writes the kept edges first when one of them names one of
 // ids (as its waiter or its dependency): what a statement that reads only
 // those tasks' edges needs written. A no-op in a view.
+//
+// It also settles the waiters of the batch's succeeded dependencies first
+// (writeSettles): a statement that reads edges must find them settled.
 func (r *reader) flushDepsFor(ctx context.Context, ids ...string) error {
+	if r.wb != nil && len(r.wb.settles) > 0 {
+		return r.wb.flushRows(ctx)
+	}
+	return r.flushKeptDepsFor(ctx, ids...)
+}
+
+// flushKeptDepsFor is flushDepsFor without the settling, for the enqueue's
+// read of what it waits on (MarkAndLockDependencies), which decides itself
+// when the settling must come first.
+func (r *reader) flushKeptDepsFor(ctx context.Context, ids ...string) error {
 	if r.wb == nil || len(r.wb.newDeps) == 0 {
 		return nil
 	}

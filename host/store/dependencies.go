@@ -89,6 +89,17 @@ type DependencyWriter interface {
 	MarkAndLockDependencies(ctx context.Context, tenant string, ids []string) ([]*host.Task, error)
 }
 
+// ReadyHooker is implemented by stores whose WaiterReadier may leave the
+// waiters a dependency's success makes ready to the end of the batch
+// (SQLite settles a batch's successes together): SettleReadyWaiters then
+// returns none of them, and the store calls every hook added with each
+// waiter it moved to queued (its tenant and task type) once the batch has
+// committed, for the long-polls a returned one would have woken. A store
+// with no hook added settles at once. remove takes the hook off.
+type ReadyHooker interface {
+	AddReadyHook(hook func(tenant, taskType string)) (remove func())
+}
+
 // WaiterReadier is what a Tx may implement (SQLite does) to settle the
 // waiters a dependency's end makes ready without handing them to the
 // engine: SettleWaiters, with the ready verdict applied in SQL.

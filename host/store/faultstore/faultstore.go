@@ -187,6 +187,19 @@ func (s *Store) Close() error { return s.inner.Close() }
 // Driver names the inner store's driver.
 func (s *Store) Driver() string { return s.inner.Driver() }
 
+// AddReadyHook implements store.ReadyHooker when the inner store does (the
+// inner store's transactions, which the wrapper hands through, may leave
+// the waiters they make ready to their batch's end and report them only
+// through it); otherwise the hook is never called.
+func (s *Store) AddReadyHook(hook func(tenant, taskType string)) (remove func()) {
+	if h, ok := s.inner.(store.ReadyHooker); ok {
+		return h.AddReadyHook(hook)
+	}
+	return func() {}
+}
+
+var _ store.ReadyHooker = (*Store)(nil)
+
 // Once returns a plan that injects f into the next call at f's kind of step
 // (an Update for Begin, Commit and Ambiguous) and nothing afterwards.
 func Once(f Fault) Plan {
