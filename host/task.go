@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // TaskState is where a task is in its lifecycle.
@@ -413,4 +414,11 @@ type Offer struct {
 	// Dependencies are the outcomes of the tasks this task waited on (its
 	// after list, in that order); none for a task without dependencies.
 	Dependencies []DependencyOutcome `json:"dependencies,omitempty"`
+}
+
+// LongerThan reports whether s holds more than n characters (Unicode code
+// points, as the documented limits and the OpenAPI document's maxLength
+// count them), not bytes: a name of 200 accented letters is 200 long.
+func LongerThan(s string, n int) bool {
+	return len(s) > n && utf8.RuneCountInString(s) > n
 }

@@ -19,7 +19,7 @@ func (e *Engine) Cancel(ctx context.Context, actor Actor, taskID, reason string)
 // task: false when it was already canceled, or its cancellation already
 // requested, before the call (the no-op of canceling twice).
 func (e *Engine) CancelChanged(ctx context.Context, actor Actor, taskID, reason string) (*host.Task, bool, error) {
-	if len(reason) > 1000 {
+	if host.LongerThan(reason, 1000) {
 		return nil, false, host.Errorf(host.CodeBadRequest, "reason is longer than 1000 characters")
 	}
 	now := e.now()

@@ -87,7 +87,7 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	if err := checkTaskFields("", &fields); err != nil {
 		return nil, err
 	}
-	if len(req.IdempotencyKey) > 200 {
+	if host.LongerThan(req.IdempotencyKey, 200) {
 		return nil, host.Errorf(host.CodeBadRequest, "idempotency_key is longer than 200 characters")
 	}
 	if fields.Recipient == "" {
@@ -95,7 +95,7 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 		// session's --principal is not held to PrincipalPattern, and one
 		// named like a workflow must address no task to it.
 		fields.Recipient = actor.Principal
-		if len(fields.Recipient) > 200 || !printable(fields.Recipient) {
+		if host.LongerThan(fields.Recipient, 200) || !printable(fields.Recipient) {
 			return nil, host.Errorf(host.CodeBadRequest, "recipient_ai must be at most 200 printable characters")
 		}
 		if host.IsWorkflowRecipient(fields.Recipient) {
@@ -336,7 +336,7 @@ func checkTaskFields(prefix string, f *taskFields) error {
 	if f.Priority != 0 && (f.Priority < 1 || f.Priority > 10) {
 		return host.Errorf(host.CodeBadRequest, "%spriority must be 1..10, got %d", prefix, f.Priority)
 	}
-	if len(f.Summary) > 1000 {
+	if host.LongerThan(f.Summary, 1000) {
 		return host.Errorf(host.CodeBadRequest, "%stask_summary is longer than 1000 characters", prefix)
 	}
 	if !utf8.ValidString(f.Summary) || strings.ContainsRune(f.Summary, 0) {
@@ -349,7 +349,7 @@ func checkTaskFields(prefix string, f *taskFields) error {
 		return host.Errorf(host.CodeBadRequest, "%smax_retries must be 0..1000", prefix)
 	}
 	f.Recipient = strings.TrimSpace(f.Recipient)
-	if len(f.Recipient) > 200 || !printable(f.Recipient) {
+	if host.LongerThan(f.Recipient, 200) || !printable(f.Recipient) {
 		return host.Errorf(host.CodeBadRequest, "%srecipient_ai must be at most 200 printable characters", prefix)
 	}
 	if host.IsWorkflowRecipient(f.Recipient) {
@@ -458,13 +458,16 @@ func canonicalJSON(raw json.RawMessage) ([]byte, error) {
 	return json.Marshal(v)
 }
 
-// printable reports whether s is valid UTF-8 without control characters.
+// printable reports whether s is valid UTF-8 without control characters
+// and without the bidirectional embeddings, overrides and isolates
+// (U+202A–U+202E, U+2066–U+2069), which make a name read in another order
+// than it is written ("\u202egnp" shows as "png").
 func printable(s string) bool {
 	if !utf8.ValidString(s) {
 		return false
 	}
 	for _, r := range s {
-		if unicode.IsControl(r) {
+		if unicode.IsControl(r) || (r >= 0x202A && r <= 0x202E) || (r >= 0x2066 && r <= 0x2069) {
 			return false
 		}
 	}

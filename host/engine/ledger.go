@@ -194,7 +194,7 @@ func (e *Engine) AppendReceipt(ctx context.Context, actor Actor, req AppendReque
 		}
 		return nil, false, host.Errorf(host.CodeForbidden, "receipts of type %s are written by the gate as the task moves; use the task calls", req.Type)
 	}
-	if len(req.DedupeKey) > 200 {
+	if host.LongerThan(req.DedupeKey, 200) {
 		return nil, false, host.Errorf(host.CodeBadRequest, "dedupe_key is longer than 200 characters")
 	}
 	if req.To == "" {

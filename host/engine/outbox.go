@@ -362,7 +362,7 @@ func (e *Engine) PromoteToMemory(ctx context.Context, actor Actor, req PromoteRe
 	if !e.outboxOn() {
 		return nil, host.Errorf(host.CodeConflict, "this gate has no external ledger configured (delivery.sink); nothing to promote to")
 	}
-	if len(req.Domain) > 200 || !printable(req.Domain) {
+	if host.LongerThan(req.Domain, 200) || !printable(req.Domain) {
 		return nil, host.Errorf(host.CodeBadRequest, "domain must be at most 200 printable characters")
 	}
 	t, err := e.GetTask(ctx, actor, req.TaskID)

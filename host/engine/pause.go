@@ -93,7 +93,7 @@ func (p *tenantPauses) leasable(asked []string) (types []string, ok bool) {
 // ResumeTaskType. Pausing a paused type is a no-op that returns the pause in
 // force. Only operators (admin keys) may call it; the doors check the role.
 func (e *Engine) PauseTaskType(ctx context.Context, tenant, name, by, reason string) (*store.TaskTypePause, error) {
-	if len(reason) > 1000 {
+	if host.LongerThan(reason, 1000) {
 		return nil, host.Errorf(host.CodeBadRequest, "reason is longer than 1000 characters")
 	}
 	p := store.TaskTypePause{Tenant: tenant, TaskType: name, PausedBy: by, PausedAt: e.now(), Reason: reason}
@@ -132,13 +132,22 @@ func (e *Engine) PauseTaskType(ctx context.Context, tenant, name, by, reason str
 
 // ResumeTaskType resumes the leasing of a paused task type and wakes the
 // lease calls waiting for its tasks. It reports whether the type was
-// paused; resuming a type that is not is a no-op.
+// paused; resuming a registered type that is not is a no-op, and one that
+// is not registered is 404.
 func (e *Engine) ResumeTaskType(ctx context.Context, tenant, name string) (bool, error) {
 	var was bool
 	err := e.update(ctx, func(tx store.Tx) error {
 		var err error
-		was, err = tx.ResumeTaskType(ctx, tenant, name)
-		return err
+		if was, err = tx.ResumeTaskType(ctx, tenant, name); err != nil || was {
+			return err
+		}
+		// Nothing was paused: a type that does not exist is 404, as its
+		// pause is.
+		if _, err := tx.GetTaskType(ctx, tenant, name); host.IsCode(err, host.CodeNotFound) {
+			return host.Errorf(host.CodeNotFound, "no task type %q", name)
+		} else {
+			return err
+		}
 	})
 	e.pauses.invalidate(tenant)
 	if err != nil {

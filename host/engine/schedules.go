@@ -74,13 +74,40 @@ type timing struct {
 
 func (tm *timing) next(t time.Time) time.Time {
 	if tm.cron != nil {
-		return tm.cron.Next(t.In(tm.loc)).UTC().Truncate(time.Microsecond)
+		n := tm.cron.Next(t.In(tm.loc))
+		// A wall-clock time a fall-back repeats (01:30 on the night the
+		// clocks go back an hour) fires once, at its first instant: the
+		// parser offers both.
+		for i := 0; i < 4 && !n.IsZero() && repeatedWallTime(n); i++ {
+			n = tm.cron.Next(n)
+		}
+		return n.UTC().Truncate(time.Microsecond)
 	}
 	if t.Before(tm.anchor) {
 		return tm.anchor.Add(tm.interval)
 	}
 	k := t.Sub(tm.anchor)/tm.interval + 1
 	return tm.anchor.Add(k * tm.interval)
+}
+
+// repeatedWallTime reports whether n's wall-clock time in its zone was
+// also read at an earlier instant: n falls in the hour (or half hour) a
+// fall-back repeats, on its second pass. The zone's offset a day before n
+// is the one it left; an instant that much earlier, still on that offset
+// and showing the same wall clock, is the first pass.
+func repeatedWallTime(n time.Time) bool {
+	_, now := n.Zone()
+	_, before := n.Add(-24 * time.Hour).Zone()
+	if before <= now {
+		return false
+	}
+	first := n.Add(-time.Duration(before-now) * time.Second)
+	if _, off := first.Zone(); off != before {
+		return false
+	}
+	y1, m1, d1 := first.Date()
+	y2, m2, d2 := n.Date()
+	return y1 == y2 && m1 == m2 && d1 == d2 && first.Hour() == n.Hour() && first.Minute() == n.Minute() && first.Second() == n.Second()
 }
 
 // timings caches compiled expressions by (cron, zone). Callers choose the
@@ -114,7 +141,7 @@ func compileTiming(cronExpr, zone string, intervalSeconds int64, anchor time.Tim
 	if tm, ok := timings.Load(key); ok {
 		return tm.(*timing), nil
 	}
-	if len(cronExpr) > 200 {
+	if host.LongerThan(cronExpr, 200) {
 		return nil, host.Errorf(host.CodeInvalidCron, "cron is longer than 200 characters")
 	}
 	trimmed := strings.TrimSpace(cronExpr)
@@ -124,7 +151,7 @@ func compileTiming(cronExpr, zone string, intervalSeconds int64, anchor time.Tim
 	if strings.HasPrefix(trimmed, "@every") {
 		return nil, host.Errorf(host.CodeInvalidCron, "use interval_seconds for a fixed interval, not @every")
 	}
-	if len(zone) > 100 {
+	if host.LongerThan(zone, 100) {
 		return nil, host.Errorf(host.CodeInvalidTimezone, "timezone is longer than 100 characters")
 	}
 	loc := time.UTC
@@ -135,6 +162,15 @@ func compileTiming(cronExpr, zone string, intervalSeconds int64, anchor time.Tim
 		}
 		if loc, err = time.LoadLocation(zone); err != nil {
 			return nil, host.Errorf(host.CodeInvalidTimezone, "timezone %q is not an IANA zone name (e.g. Europe/Berlin)", zone)
+		}
+	}
+	// The parser drops an empty element of a list ("0,,5"), which crontab
+	// refuses: so does the gate, rather than read what was not written.
+	if !strings.HasPrefix(trimmed, "@") {
+		for i, f := range strings.Fields(trimmed) {
+			if strings.HasPrefix(f, ",") || strings.HasSuffix(f, ",") || strings.Contains(f, ",,") {
+				return nil, host.Errorf(host.CodeInvalidCron, "cron %q: field %d has an empty list element", cronExpr, i+1)
+			}
 		}
 	}
 	sched, err := cronParser.Parse(trimmed)
@@ -196,8 +232,11 @@ func (e *Engine) checkTemplate(ctx context.Context, tenant string, tmpl host.Sch
 // checkScheduleName returns a schedule's name trimmed, or a 400.
 func checkScheduleName(name string) (string, error) {
 	name = strings.TrimSpace(name)
-	if name == "" || len(name) > host.MaxScheduleName || !printable(name) {
+	if name == "" {
 		return "", host.Errorf(host.CodeBadRequest, "name is required: at most %d printable characters", host.MaxScheduleName)
+	}
+	if host.LongerThan(name, host.MaxScheduleName) || !printable(name) {
+		return "", host.Errorf(host.CodeBadRequest, "name must be at most %d printable characters", host.MaxScheduleName)
 	}
 	return name, nil
 }
@@ -460,7 +499,7 @@ func (e *Engine) ResumeSchedule(ctx context.Context, actor Actor, id string) (*S
 			return nil, err
 		}
 		if revoked {
-			return nil, host.Errorf(host.CodeOwnerRevoked, "schedule %s's owner %s holds no live agent or admin key in its tenant: it is resumed once the owner holds one again", id, cur.Owner)
+			return nil, host.Errorf(host.CodeOwnerRevoked, "schedule %s's owner %s holds no live agent or admin key in its tenant: it can be resumed (by the owner or an admin) once the owner holds one again", id, cur.Owner)
 		}
 	}
 	s, err := e.changeSchedule(ctx, actor, id, host.ReceiptScheduleResumed, func(s *host.Schedule, now time.Time) (bool, map[string]any, error) {

@@ -1,9 +1,13 @@
 package engine
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/asyncgate/asyncgate/host"
 )
 
 // TestTimingCacheBounded: the cache of compiled cron expressions is filled
@@ -26,5 +30,124 @@ func TestTimingCacheBounded(t *testing.T) {
 	timings.Range(func(any, any) bool { cached++; return true })
 	if cached > maxCachedTimings {
 		t.Fatalf("%d distinct expressions left %d compiled ones cached, the bound is %d", n, cached, maxCachedTimings)
+	}
+}
+
+// TestCronFallBackFiresOnce: a local time the clocks pass twice when they
+// go back (docs/http.md, schedules: "one that happens twice fires once")
+// fires at its first instant only, whatever the shift (an hour, or Lord
+// Howe's half hour); every other run is kept.
+func TestCronFallBackFiresOnce(t *testing.T) {
+	cases := []struct {
+		cron, zone, after string
+		want              []string // the next runs after after, in UTC
+	}{
+		// 2027-11-07 01:30 in New York is 05:30Z (EDT) and 06:30Z (EST).
+		{"30 1 7 11 *", "America/New_York", "2027-11-01T00:00:00Z",
+			[]string{"2027-11-07T05:30:00Z", "2028-11-07T06:30:00Z"}},
+		// Hourly across that night: 01:00 EST (06:00Z) repeats 01:00 EDT.
+		{"0 * * * *", "America/New_York", "2027-11-07T03:30:00Z",
+			[]string{"2027-11-07T04:00:00Z", "2027-11-07T05:00:00Z", "2027-11-07T07:00:00Z", "2027-11-07T08:00:00Z"}},
+		// Every quarter hour: 01:00–01:45 EST are all second passes.
+		{"*/15 1 * * *", "America/New_York", "2027-11-07T04:50:00Z",
+			[]string{"2027-11-07T05:00:00Z", "2027-11-07T05:15:00Z", "2027-11-07T05:30:00Z", "2027-11-07T05:45:00Z", "2027-11-08T06:00:00Z"}},
+		// Berlin goes back at 03:00 CEST on 2027-10-31: 02:30 is 00:30Z, then 01:30Z.
+		{"30 2 * * *", "Europe/Berlin", "2027-10-30T12:00:00Z",
+			[]string{"2027-10-31T00:30:00Z", "2027-11-01T01:30:00Z"}},
+		// Lord Howe goes back half an hour at 02:00 on 2027-04-04: 01:45
+		// (+11, 14:45Z the day before) comes again at +10:30 (15:15Z).
+		{"45 1 * * *", "Australia/Lord_Howe", "2027-04-03T12:00:00Z",
+			[]string{"2027-04-03T14:45:00Z", "2027-04-04T15:15:00Z"}},
+		// A time the spring change skips stays skipped; one outside the
+		// changes is untouched.
+		{"30 2 14 3 *", "America/New_York", "2027-01-01T00:00:00Z",
+			[]string{"2028-03-14T06:30:00Z"}},
+		{"30 1 * * *", "UTC", "2027-11-06T00:00:00Z",
+			[]string{"2027-11-06T01:30:00Z", "2027-11-07T01:30:00Z"}},
+	}
+	for _, c := range cases {
+		tm, err := compileTiming(c.cron, c.zone, 0, time.Time{})
+		if err != nil {
+			t.Fatalf("%s in %s: %v", c.cron, c.zone, err)
+		}
+		at, err := time.Parse(time.RFC3339, c.after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for range c.want {
+			at = tm.next(at)
+			got = append(got, at.Format(time.RFC3339))
+		}
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%q in %s after %s: next runs %v, want %v", c.cron, c.zone, c.after, got, c.want)
+		}
+	}
+}
+
+// TestLimitsCountCharacters: the documented limits on names, keys and
+// reasons count characters, not bytes: 200 accented letters (400 bytes)
+// make a schedule name and a workflow name, 201 do not.
+func TestLimitsCountCharacters(t *testing.T) {
+	at := strings.Repeat("é", 200)
+	if _, err := checkScheduleName(at); err != nil {
+		t.Errorf("a schedule name of 200 characters (%d bytes): %v", len(at), err)
+	}
+	if _, err := checkScheduleName(at + "é"); !host.IsCode(err, host.CodeBadRequest) || !strings.Contains(err.Error(), "at most 200") {
+		t.Errorf("a schedule name of 201 characters: %v, want bad_request naming the limit", err)
+	}
+	e := &Engine{}
+	req := &WorkflowRequest{Name: at}
+	if _, _, err := e.planWorkflow(context.Background(), Actor{}, req); host.IsCode(err, host.CodeInvalidWorkflow) && strings.Contains(err.Error(), "name") {
+		t.Errorf("a workflow name of 200 characters: %v", err)
+	}
+	req = &WorkflowRequest{Name: at + "é"}
+	if _, _, err := e.planWorkflow(context.Background(), Actor{}, req); !host.IsCode(err, host.CodeInvalidWorkflow) || !strings.Contains(err.Error(), "name must be at most 200") {
+		t.Errorf("a workflow name of 201 characters: %v, want invalid_workflow naming the limit", err)
+	}
+	for _, c := range []struct {
+		s    string
+		n    int
+		over bool
+	}{{"", 0, false}, {"abc", 3, false}, {"abcd", 3, true}, {"ééé", 3, false}, {"éééé", 3, true}, {"日本語", 2, true}, {"🙂🙂", 2, false}} {
+		if got := host.LongerThan(c.s, c.n); got != c.over {
+			t.Errorf("LongerThan(%q, %d) = %v, want %v", c.s, c.n, got, c.over)
+		}
+	}
+}
+
+// TestCronEmptyListElementRefused: crontab refuses an empty element of a
+// list; the parser would drop it and fire at what is left ("0,,5" at :00
+// and :05), so the gate refuses it first.
+func TestCronEmptyListElementRefused(t *testing.T) {
+	for _, c := range []string{"0,,5 * * * *", ",5 * * * *", "5, * * * *", "0 1,,2 * * *", "0 0 * * 1,,3"} {
+		if _, err := compileTiming(c, "", 0, time.Time{}); !host.IsCode(err, host.CodeInvalidCron) {
+			t.Errorf("cron %q: %v, want invalid_cron", c, err)
+		}
+	}
+	for _, c := range []string{"0,5 * * * *", "@daily", "*/15 1-3 * JAN,JUL MON-FRI"} {
+		if _, err := compileTiming(c, "", 0, time.Time{}); err != nil {
+			t.Errorf("cron %q: %v", c, err)
+		}
+	}
+}
+
+// TestNamesRefuseBidiOverrides: a schedule or workflow name may not hold
+// the bidirectional controls that show text in another order than it is
+// written; right-to-left script itself is fine.
+func TestNamesRefuseBidiOverrides(t *testing.T) {
+	for _, n := range []string{"\u202egnp.exe", "a\u2066b\u2069", "x\u202ay"} {
+		if _, err := checkScheduleName(n); !host.IsCode(err, host.CodeBadRequest) {
+			t.Errorf("schedule name %q: %v, want bad_request", n, err)
+		}
+		req := &WorkflowRequest{Name: n}
+		if _, _, err := (&Engine{}).planWorkflow(context.Background(), Actor{}, req); !host.IsCode(err, host.CodeInvalidWorkflow) || !strings.Contains(err.Error(), "name must be") {
+			t.Errorf("workflow name %q: %v, want invalid_workflow on its name", n, err)
+		}
+	}
+	for _, n := range []string{"שלום עולם", "تقرير يومي", "nightly index"} {
+		if _, err := checkScheduleName(n); err != nil {
+			t.Errorf("schedule name %q: %v", n, err)
+		}
 	}
 }

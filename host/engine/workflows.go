@@ -420,13 +420,13 @@ func (e *Engine) planWorkflow(ctx context.Context, actor Actor, req *WorkflowReq
 	switch {
 	case req.Name == "":
 		return nil, 0, host.Errorf(host.CodeInvalidWorkflow, "name is required")
-	case len(req.Name) > 200 || !printable(req.Name):
+	case host.LongerThan(req.Name, 200) || !printable(req.Name):
 		return nil, 0, host.Errorf(host.CodeInvalidWorkflow, "name must be at most 200 printable characters")
 	case len(req.Steps) == 0:
 		return nil, 0, host.Errorf(host.CodeInvalidWorkflow, "a workflow needs at least one step")
 	case len(req.Steps) > host.MaxWorkflowSteps:
 		return nil, 0, host.Errorf(host.CodeTooManySteps, "the workflow has %d steps, the limit is %d", len(req.Steps), host.MaxWorkflowSteps)
-	case len(req.IdempotencyKey) > 200:
+	case host.LongerThan(req.IdempotencyKey, 200):
 		return nil, 0, host.Errorf(host.CodeBadRequest, "idempotency_key is longer than 200 characters")
 	}
 	index := make(map[string]int, len(req.Steps))
@@ -656,7 +656,7 @@ func (e *Engine) ListWorkflows(ctx context.Context, actor Actor, f store.Workflo
 // it. Canceling a canceled workflow is a no-op; one that ended otherwise
 // is a conflict.
 func (e *Engine) CancelWorkflow(ctx context.Context, actor Actor, id, reason string) (*host.Workflow, error) {
-	if len(reason) > 1000 {
+	if host.LongerThan(reason, 1000) {
 		return nil, host.Errorf(host.CodeBadRequest, "reason is longer than 1000 characters")
 	}
 	// Lock order: the steps' task rows (by id, as a dependency's end locks
@@ -783,6 +783,14 @@ type workflowEnd struct {
 	// errorBy is who wrote the step's error_message (step.LastError), when
 	// a receipt the update appended for the step says so (noteErrorBy).
 	errorBy string
+	// stepCanceled: a task.canceled receipt the update appended for the
+	// step shows it canceled as a task (by the submitter or an admin,
+	// at once or at the end of the lease the cancel flagged), not by the
+	// gate for a dependency's end (noteErrorBy). Such a cancel ends the
+	// workflow canceled, not failed; canceledBy is who asked, when the
+	// receipt names them.
+	stepCanceled bool
+	canceledBy   string
 }
 
 // noteErrorBy notes, for the final step a failed or canceled receipt r of
@@ -795,14 +803,22 @@ type workflowEnd struct {
 func (d *deliveryTx) noteErrorBy(r *host.Receipt) {
 	for i := range d.ends {
 		end := &d.ends[i]
-		if end.step.ID != r.TaskID || end.step.Tenant != r.Tenant || end.step.LastError == "" {
+		if end.step.ID != r.TaskID || end.step.Tenant != r.Tenant {
 			continue
 		}
 		var b struct {
-			Error  string `json:"error_message"`
-			Reason string `json:"reason"`
+			Error      string `json:"error_message"`
+			Reason     string `json:"reason"`
+			CanceledBy string `json:"canceled_by"`
+			Dependency string `json:"dependency"`
 		}
 		if json.Unmarshal(r.Body, &b) != nil {
+			continue
+		}
+		if r.Type == host.ReceiptCanceled && b.Dependency == "" {
+			end.stepCanceled, end.canceledBy = true, b.CanceledBy
+		}
+		if end.step.LastError == "" {
 			continue
 		}
 		switch {
@@ -859,6 +875,16 @@ func (d *deliveryTx) endWorkflow(ctx context.Context, end workflowEnd) error {
 	case state == host.StateCanceled && wf.CancelRequested:
 		wf.State, typ = host.WorkflowCanceled, host.ReceiptWorkflowCanceled
 		wf.Error = "canceled"
+	case state == host.StateCanceled && end.stepCanceled:
+		// The final step canceled as a task (by the submitter or an
+		// admin), not by the gate for a step it needed: the workflow
+		// is canceled as if it had been, and makes no inbox item.
+		wf.State, typ = host.WorkflowCanceled, host.ReceiptWorkflowCanceled
+		wf.Error = "canceled"
+		body["final_step_canceled"] = true
+		if end.canceledBy != "" {
+			body["canceled_by"] = end.canceledBy
+		}
 	default:
 		wf.State, typ = host.WorkflowFailed, host.ReceiptWorkflowFailed
 		wf.Error = t.LastError

@@ -90,6 +90,9 @@ func TestPauseTaskType(t *testing.T) {
 	if code, m := b.do(t, "POST", "/v1/admin/task-types/nope/pause", b.admin, `{}`); code != http.StatusNotFound {
 		t.Fatalf("pause of an unknown type: %d %v, want 404", code, m)
 	}
+	if code, m := b.do(t, "POST", "/v1/admin/task-types/nope/resume", b.admin, `{}`); code != http.StatusNotFound || m["error"] != "not_found" {
+		t.Fatalf("resume of an unknown type: %d %v, want 404 not_found", code, m)
+	}
 	if code, m := b.do(t, "POST", "/v1/admin/task-types/echo/pause", b.admin, `{"reason":"x","extra":1}`); code != http.StatusBadRequest {
 		t.Fatalf("pause with an unknown field: %d %v, want 400", code, m)
 	}

@@ -337,7 +337,7 @@ func (s *Server) release(c echo.Context) error {
 	if err := bind(c, &b, strict); err != nil {
 		return err
 	}
-	if len(b.Reason) > 1000 {
+	if host.LongerThan(b.Reason, 1000) {
 		return badRequest("reason is longer than 1000 characters")
 	}
 	call, err := workerCall(c, c.Param("lease_id"), b.WorkerID, b.TaskID)
@@ -376,7 +376,7 @@ func (s *Server) snooze(c echo.Context) error {
 	if err := bind(c, &b, strict); err != nil {
 		return err
 	}
-	if len(b.Reason) > 1000 {
+	if host.LongerThan(b.Reason, 1000) {
 		return badRequest("reason is longer than 1000 characters")
 	}
 	if b.SnoozeSeconds < 1 || b.SnoozeSeconds > int64(engine.MaxSnooze/time.Second) {

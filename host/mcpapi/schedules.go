@@ -111,6 +111,9 @@ func (s *Server) listSchedules(ctx context.Context, a engine.Actor, req mcp.Call
 	if err := nonNegative("limit", in.Limit); err != nil {
 		return nil, "", err
 	}
+	if err := nonNegative("next_runs", in.NextRuns); err != nil {
+		return nil, "", err
+	}
 	vs, cur, err := s.eng.ListSchedules(ctx, a, in.Cursor, in.Limit, in.NextRuns)
 	if err != nil {
 		return nil, "", err
@@ -124,6 +127,9 @@ func (s *Server) scheduleArgs(req mcp.CallToolRequest) (string, int, error) {
 		NextRuns   int    `json:"next_runs,omitempty"`
 	}
 	if err := bind(req, &in); err != nil {
+		return "", 0, err
+	}
+	if err := nonNegative("next_runs", in.NextRuns); err != nil {
 		return "", 0, err
 	}
 	return in.ScheduleID, in.NextRuns, required("schedule_id", in.ScheduleID)

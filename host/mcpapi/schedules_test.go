@@ -36,6 +36,10 @@ func TestScheduleTools(t *testing.T) {
 	if len(got.NextRuns) != 8 {
 		t.Fatalf("get_schedule next runs: %v", got.NextRuns)
 	}
+	// A negative count is refused, as ?next_runs=-1 is over HTTP, not
+	// read as the default.
+	fails(t, agent, "get_schedule", map[string]any{"schedule_id": v.ID, "next_runs": -3}, "bad_request")
+	fails(t, agent, "list_schedules", map[string]any{"next_runs": -1}, "bad_request")
 	var list api.ScheduleList
 	ok(t, agent, "list_schedules", nil, &list)
 	if len(list.Schedules) != 1 || list.Schedules[0].ID != v.ID {

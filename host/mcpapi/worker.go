@@ -143,7 +143,7 @@ func (s *Server) workerSnooze(ctx context.Context, a engine.Actor, req mcp.CallT
 	if in.SnoozeSeconds < 1 || in.SnoozeSeconds > int64(engine.MaxSnooze/time.Second) {
 		return nil, "", host.Errorf(host.CodeBadRequest, "snooze_seconds must be 1..%d, got %d", int64(engine.MaxSnooze/time.Second), in.SnoozeSeconds)
 	}
-	if len(in.Reason) > 1000 {
+	if host.LongerThan(in.Reason, 1000) {
 		return nil, "", host.Errorf(host.CodeBadRequest, "reason is longer than 1000 characters")
 	}
 	wctx, cancel := detached(ctx)

@@ -140,6 +140,9 @@ func (s *Server) getWorkflow(ctx context.Context, a engine.Actor, req mcp.CallTo
 	if err := bind(req, &in); err != nil {
 		return nil, "", err
 	}
+	if err := required("workflow_id", in.WorkflowID); err != nil {
+		return nil, "", err
+	}
 	v, err := s.eng.GetWorkflow(ctx, a, in.WorkflowID)
 	if err != nil {
 		return nil, "", err
@@ -196,6 +199,9 @@ func (s *Server) cancelWorkflow(ctx context.Context, a engine.Actor, req mcp.Cal
 		Reason     string `json:"reason"`
 	}
 	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	if err := required("workflow_id", in.WorkflowID); err != nil {
 		return nil, "", err
 	}
 	wctx, cancel := detached(ctx)

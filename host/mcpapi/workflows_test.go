@@ -49,6 +49,9 @@ func TestWorkflowAsDurableTask(t *testing.T) {
 	}
 	fails(t, other, "get_workflow", map[string]any{"workflow_id": id}, "not_found")
 	fails(t, other, "cancel_workflow", map[string]any{"workflow_id": id}, "not_found")
+	// No id at all is a bad call, not an unknown workflow.
+	fails(t, again, "get_workflow", map[string]any{}, "bad_request")
+	fails(t, again, "cancel_workflow", map[string]any{"workflow_id": " "}, "bad_request")
 
 	var v engine.WorkflowView
 	ok(t, again, "get_workflow", map[string]any{"workflow_id": id}, &v)

@@ -32,6 +32,7 @@ func workflowCases() []struct {
 		{"WorkflowInboxNamesTheWriter", testWorkflowInboxNamesTheWriter},
 		{"WorkflowCancel", testWorkflowCancel},
 		{"WorkflowCancelLeasedFinal", testWorkflowCancelLeasedFinal},
+		{"WorkflowFinalStepCanceledAsTask", testWorkflowFinalStepCanceledAsTask},
 		{"WorkflowRefusesBadGraphs", testWorkflowBadGraphs},
 		{"WorkflowForeignPrincipal", testWorkflowForeign},
 		{"WorkflowIdempotent", testWorkflowIdempotent},
@@ -322,6 +323,49 @@ func testWorkflowCancelLeasedFinal(t *testing.T, b *Bundle) {
 	b.wantWorkflowEnd(t, done.WorkflowID, host.WorkflowSucceeded)
 	_, err := b.Engine.CancelWorkflow(b.Ctx, b.Agent, done.WorkflowID, "")
 	WantCode(t, err, host.CodeConflict)
+}
+
+// testWorkflowFinalStepCanceledAsTask: the submitter may cancel a step as
+// a task it queued (docs/http.md, workflows). Canceling the final step so
+// ends the workflow canceled, as canceling the workflow would, not failed
+// with the gate named as the author of the submitter's own act, and makes
+// no inbox item; likewise when the final step was leased and its worker
+// answers the cancel.
+func testWorkflowFinalStepCanceledAsTask(t *testing.T, b *Bundle) {
+	res := b.submit(t, "cancel the end", step("a", "work"), step("last", "other", "a"))
+	if _, err := b.Engine.Cancel(b.Ctx, b.Agent, res.Steps["last"], "not needed after all"); err != nil {
+		t.Fatal(err)
+	}
+	v := b.wantWorkflowEnd(t, res.WorkflowID, host.WorkflowCanceled)
+	r, _, err := b.Engine.GetReceipt(b.Ctx, b.Agent, v.EndReceipt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(r.Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	if body["canceled_by"] != b.Agent.Principal || body["error_by"] != nil {
+		t.Errorf("end receipt body %v: want canceled_by %s and no error_by", body, b.Agent.Principal)
+	}
+	// The step it waited on is canceled with the workflow.
+	if tk := b.Task(t, res.Steps["a"]); tk.State != host.StateCanceled {
+		t.Errorf("step a is %s after its workflow ended canceled", tk.State)
+	}
+
+	// Leased: the cancel flags it; the worker's release ends it.
+	res = b.submit(t, "cancel the running end", step("only", "work"))
+	o := b.leaseType(t, "w.1", "work")
+	if _, err := b.Engine.Cancel(b.Ctx, b.Agent, res.Steps["only"], ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Engine.Release(b.Ctx, Call("w.1", o), "told to stop"); err != nil {
+		t.Fatal(err)
+	}
+	b.wantWorkflowEnd(t, res.WorkflowID, host.WorkflowCanceled)
+	if items := b.inbox(t, b.Agent, engine.InboxQuery{}); len(items) != 0 {
+		t.Fatalf("workflows whose final step the submitter canceled made inbox items %+v", items)
+	}
 }
 
 func testWorkflowBadGraphs(t *testing.T, b *Bundle) {
