@@ -51,6 +51,10 @@ func TestCronFallBackFiresOnce(t *testing.T) {
 		// Every quarter hour: 01:00–01:45 EST are all second passes.
 		{"*/15 1 * * *", "America/New_York", "2027-11-07T04:50:00Z",
 			[]string{"2027-11-07T05:00:00Z", "2027-11-07T05:15:00Z", "2027-11-07T05:30:00Z", "2027-11-07T05:45:00Z", "2027-11-08T06:00:00Z"}},
+		// Every minute of 01:xx: the hour's second pass (60 instants) is
+		// skipped whole.
+		{"* 1 * * *", "America/New_York", "2027-11-07T05:58:00Z",
+			[]string{"2027-11-07T05:59:00Z", "2027-11-08T06:00:00Z"}},
 		// Berlin goes back at 03:00 CEST on 2027-10-31: 02:30 is 00:30Z, then 01:30Z.
 		{"30 2 * * *", "Europe/Berlin", "2027-10-30T12:00:00Z",
 			[]string{"2027-10-31T00:30:00Z", "2027-11-01T01:30:00Z"}},
