@@ -252,7 +252,7 @@ func TestE2ECLIAgainstARunningGate(t *testing.T) {
 
 	// Workers and stats.
 	mustContain(t, "workers", cliOK(t, u, admin, "workers"), "WORKER", "echo.w1")
-	mustContain(t, "stats", cliOK(t, u, admin, "stats"), "STATE", "succeeded", "canceled")
+	mustContain(t, "stats", cliOK(t, u, admin, "stats"), "STATE", "waiting", "succeeded", "canceled")
 	var st struct {
 		ByState map[string]int `json:"by_state"`
 	}
@@ -299,6 +299,17 @@ func TestCLIHelpAndCompletion(t *testing.T) {
 			}
 			mustContain(t, name+" --help", out, "Usage:", "Commands:", "ASYNCGATE_URL")
 		}
+	}
+	// gate keys (offline) answers -h alike, without a data folder.
+	if out, _, code := cliRun(t, nil, "keys", "-h"); code != 0 || !strings.Contains(out, "gate keys create") {
+		t.Errorf("gate keys -h: exit %d, %q", code, out)
+	}
+	for _, sub := range []string{"create", "list", "revoke"} {
+		_, errs, code := cliRun(t, nil, "keys", sub, "-h")
+		if code != 0 {
+			t.Errorf("gate keys %s -h: exit %d", sub, code)
+		}
+		mustContain(t, "keys "+sub+" -h", errs, "Usage: gate keys "+sub, "Flags:", "-data")
 	}
 	if _, _, code := cliRun(t, nil, "tasks", "show"); code != 2 {
 		t.Errorf("tasks show without an id: exit %d", code)

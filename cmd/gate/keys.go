@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -26,21 +27,61 @@ create prints the new key on stdout; it is stored only as a sha256 hash.
 A worker key's principal is its worker id ({type}.{instance}).
 `
 
+// keysSubs are gate keys' commands and what each does.
+var keysSubs = map[string]string{
+	"create": "create an API key and print it (once) on stdout",
+	"list":   "list the API keys (never the keys themselves)",
+	"revoke": "revoke an API key by its id",
+}
+
 func runKeys(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, keysUsage)
 		return 2
 	}
 	sub, args := args[0], args[1:]
+	switch sub {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, keysUsage)
+		return 0
+	}
+	summary, known := keysSubs[sub]
+	if !known {
+		fmt.Fprintf(stderr, "gate keys: unknown command %q\n\n%s", sub, keysUsage)
+		return 2
+	}
 	fs := flag.NewFlagSet("gate keys "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	data := fs.String("data", "./gate-data", "data folder")
 	db := fs.String("db", "", "database URL (empty: SQLite in the data folder)")
-	role := fs.String("role", "", "admin, agent or worker (create)")
-	principal := fs.String("principal", "", "agent name or worker id (create)")
-	tenant := fs.String("tenant", auth.DefaultTenant, "tenant (create)")
-	asJSON := fs.Bool("json", false, "print JSON (list)")
+	var role, principal, tenant *string
+	var asJSON *bool
+	usageArgs := "[flags]"
+	switch sub {
+	case "create":
+		role = fs.String("role", "", "admin, agent or worker")
+		principal = fs.String("principal", "", "agent name or worker id ({type}.{instance})")
+		tenant = fs.String("tenant", auth.DefaultTenant, "tenant")
+		usageArgs = "--role ROLE --principal NAME [flags]"
+	case "list":
+		asJSON = fs.Bool("json", false, "print JSON")
+	case "revoke":
+		usageArgs = "[flags] KEY_ID"
+	}
+	// Help (exit 0) and a flag error's usage (exit 2) go to stderr, as
+	// every remote command's -h does.
+	usage := func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: gate keys %s %s\n\n%s (offline, on the data folder or database).\n\nFlags:\n", sub, usageArgs, summary)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(stderr)
+	}
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
+		usage(stderr)
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	st, _, err := openStore(context.Background(), *data, *db, openExisting) // never creates a gate

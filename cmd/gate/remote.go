@@ -333,11 +333,16 @@ func (rc *remoteCtx) table(header []string, rows [][]string) {
 	tw.Flush()
 }
 
-// fields prints "name: value" lines, aligned, skipping empty values.
+// fields prints "name: value" lines, aligned, skipping empty values; a
+// line with no name is one more value of the field above it.
 func (rc *remoteCtx) fields(kv [][2]string) {
 	tw := tabwriter.NewWriter(rc.out, 0, 0, 1, ' ', 0)
 	for _, f := range kv {
-		if f[1] != "" {
+		switch {
+		case f[1] == "":
+		case f[0] == "": // a further value of the field above
+			fmt.Fprintf(tw, "\t%s\n", f[1])
+		default:
 			fmt.Fprintf(tw, "%s:\t%s\n", f[0], f[1])
 		}
 	}

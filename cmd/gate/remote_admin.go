@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,7 +24,7 @@ func init() {
 		all    bool
 	)
 	registerRemote(remoteGroup{name: "dlq", summary: "list and redrive dead-lettered tasks on a running gate (admin)", subs: []remoteSub{
-		{name: "list", summary: "list dead letters, newest first", maxArgs: 0, tenant: true,
+		{name: "list", summary: "list dead letters, oldest first", maxArgs: 0, tenant: true,
 			flags: func(fs *flag.FlagSet) {
 				fs.IntVar(&limit, "limit", 50, "tasks per page")
 				fs.StringVar(&cursor, "cursor", "", "the cursor a previous page printed")
@@ -268,7 +269,15 @@ task type cache's 2 s); the pause survives restarts. gate types resume NAME ends
 					return err
 				}
 				var rows [][]string
-				for _, st := range []string{client.StateQueued, client.StateScheduled, client.StateLeased, client.StateSucceeded, client.StateCanceled, client.StateDeadLetter} {
+				// Every state, in a task's order; one the gate counts that
+				// this binary does not know of is shown after them.
+				states := []string{client.StateWaiting, client.StateQueued, client.StateScheduled, client.StateLeased, client.StateSucceeded, client.StateCanceled, client.StateDeadLetter}
+				for _, st := range sortedKeys(s.ByState) {
+					if !slices.Contains(states, st) {
+						states = append(states, st)
+					}
+				}
+				for _, st := range states {
 					rows = append(rows, []string{st, strconv.FormatInt(s.ByState[st], 10)})
 				}
 				fmt.Fprintf(rc.out, "tenant %s, oldest ready task waiting %s\n\n", s.Tenant, short(time.Duration(s.Oldest*float64(time.Second))))

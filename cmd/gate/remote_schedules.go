@@ -66,7 +66,7 @@ func init() {
 			return show(rc, raw)
 		}
 	}
-	registerRemote(remoteGroup{name: "schedules", summary: "create, list, show, change, pause, resume and delete recurring tasks on a running gate", subs: []remoteSub{
+	registerRemote(remoteGroup{name: "schedules", summary: "create, list, get, update, pause, resume and delete recurring tasks on a running gate", subs: []remoteSub{
 		{name: "create", args: "NAME TASK_TYPE", summary: "create a schedule: a task of TASK_TYPE at each fire of --cron or --every", minArgs: 2, maxArgs: 2,
 			more: `Give exactly one of --cron (five fields: minute hour day-of-month month
 day-of-week, or @hourly, @daily, @weekly, @monthly, @yearly; read in --tz,

@@ -122,7 +122,7 @@ reached, or the payload does not match its checksum, 2 bad usage.`,
 			run: func(rc *remoteCtx, args []string) error {
 				return printResult(rc, args[0], outFile)
 			}},
-		{name: "list", summary: "list tasks, newest first", maxArgs: 0,
+		{name: "list", summary: "list tasks, oldest first (the order they were queued in)", maxArgs: 0,
 			more: "Agent keys see the tasks they queued or that are addressed to them; admin keys their tenant's.",
 			flags: func(fs *flag.FlagSet) {
 				fs.StringVar(&status, "status", "", "states, comma-separated: queued, leased, succeeded, canceled, dead_letter")

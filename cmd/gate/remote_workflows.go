@@ -21,7 +21,7 @@ func init() {
 		idemKey, final, status, cursor, reason string
 		limit                                  int
 	)
-	registerRemote(remoteGroup{name: "workflows", summary: "submit, show, list and cancel workflows (graphs of tasks) on a running gate", subs: []remoteSub{
+	registerRemote(remoteGroup{name: "workflows", summary: "submit, get, list and cancel workflows (graphs of tasks) on a running gate", subs: []remoteSub{
 		{name: "submit", args: "WORKFLOW_JSON", summary: "submit a workflow given as JSON (inline, @FILE or - for stdin)", minArgs: 1, maxArgs: 1,
 			more: `The workflow is the body of POST /v1/workflows:
   {"name": "...", "steps": [{"name": "a", "task_type": "...", "params": {...}},

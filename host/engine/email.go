@@ -248,7 +248,7 @@ type EmailAttachment struct {
 // so a pointer without the recorded channel is not the gate's.
 func emailPointer(t *host.Task) (string, error) {
 	if t.State != host.StateSucceeded || t.Result == nil {
-		return "", host.Errorf(host.CodeConflict, "task %s is %s and has no result yet", t.ID, t.State)
+		return "", host.Errorf(host.CodeConflict, "task %s is %s and has no result%s", t.ID, t.State, resultYet(t.State))
 	}
 	id, ok := strings.CutPrefix(t.Result.Pointer, EmailChannel+":")
 	if !ok || t.Result.Channel != EmailChannel {

@@ -180,7 +180,7 @@ func (e *Engine) openResult(ctx context.Context, actor Actor, id string, whole b
 		return nil, err
 	}
 	if t.State != host.StateSucceeded || t.Result == nil {
-		return nil, host.Errorf(host.CodeConflict, "task %s is %s and has no result yet", id, t.State)
+		return nil, host.Errorf(host.CodeConflict, "task %s is %s and has no result%s", id, t.State, resultYet(t.State))
 	}
 	out := &ResultStream{Task: t, Channel: t.Result.Channel, Pointer: t.Result.Pointer}
 	if t.Result.Pointer == "" {
@@ -333,4 +333,15 @@ func (e *Engine) storePayload(ctx context.Context, req *CompleteRequest) error {
 // the proof is recorded in the completion receipt.
 type ProofChannel interface {
 	PutWithProof(ctx context.Context, taskID string, payload []byte) (string, json.RawMessage, error)
+}
+
+// resultYet is " yet" for a task that may still succeed, and "" for one
+// that has finished otherwise (canceled, dead-lettered), whose result will
+// never come.
+func resultYet(s host.TaskState) string {
+	switch s {
+	case host.StateCanceled, host.StateDeadLetter:
+		return ""
+	}
+	return " yet"
 }

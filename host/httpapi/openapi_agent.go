@@ -26,7 +26,7 @@ func init() {
 			Summary:   "Queue up to 1,000 tasks in one call, each with its own idempotency key and answer (200 with one result per task)",
 			Responses: map[int]any{200: EnqueueBatchResponse{}}},
 		openapi.Op{Method: "GET", Path: "/v1/tasks", Tag: "tasks", Roles: anyKey,
-			Summary: "List the tasks the caller may see, newest first",
+			Summary: "List the tasks the caller may see, oldest first",
 			Query: append([]openapi.Param{
 				{Name: "status", Description: "comma-separated states"},
 				{Name: "task_type", Description: "comma-separated task types"},

@@ -219,7 +219,7 @@ Canceling twice is harmless; canceling a task that already succeeded or failed i
 		agentRoles, s.cancelTask)
 
 	s.add(tool("list_active_tasks", "List your active tasks",
-		`List your tasks that are still in flight (waiting, queued or leased), newest first, with type, status, priority, created_at and progress. Pass status to list other states (e.g. ["succeeded"] to find results waiting for you).
+		`List your tasks that are still in flight (waiting, queued or leased), oldest first (the order you queued them; page on with cursor), with type, status, priority, created_at and progress. Pass status to list other states (e.g. ["succeeded"] to find results waiting for you).
 Use it to get an overview at the start of a session; use check_task_status for details of one task.`,
 		returns[TaskList](), readOnly(), props(
 			mcp.WithString("task_type", mcp.Description("Only tasks of this type.")),

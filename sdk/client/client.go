@@ -475,7 +475,7 @@ type ListOptions struct {
 	Limit     int    // 0: the gate's default
 }
 
-// List returns a page of the tasks the key may see, newest first, and the
+// List returns a page of the tasks the key may see, oldest first, and the
 // cursor of the next page ("" after the last).
 func (c *Client) List(ctx context.Context, o ListOptions) ([]Task, string, error) {
 	q := url.Values{}

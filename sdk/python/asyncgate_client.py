@@ -581,7 +581,7 @@ class Client:
 
     def list_tasks(self, status: Sequence[str] = (), task_types: Sequence[str] = (), recipient: str = "",
                    cursor: str = "", limit: int = 0) -> Tuple[List[Json], str]:
-        """A page of the tasks the key may see, newest first, and the cursor
+        """A page of the tasks the key may see, oldest first, and the cursor
         of the next page ("" after the last)."""
         out = self._get(_query("/v1/tasks", status=list(status), task_type=list(task_types),
                                recipient_ai=recipient, cursor=cursor, limit=limit))

@@ -105,6 +105,11 @@ type Dependency struct {
 	Result      json.RawMessage `json:"result,omitempty"`
 	Error       string          `json:"error_message,omitempty"`
 	DeadReason  string          `json:"dead_reason,omitempty"`
+	// Truncated is set when the offer's outcomes passed their size bound
+	// (1 MB of results and errors) before this one: Result, Error and
+	// DeadReason are then left out, not empty; read the task (the client
+	// SDK's Get, or GET /v1/tasks/{id}) for them.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // FencingToken returns the fencing token of this run's lease on resource

@@ -270,3 +270,23 @@ func TestRetryAfterKeepsLeaseBounds(t *testing.T) {
 		t.Fatalf("holder retry without Retry-After: %v, want a quarter of the period", d)
 	}
 }
+
+// TestDependencyTruncatedDecoded: an offer whose dependencies' outcomes
+// passed their size bound marks the later ones truncated (docs/http.md,
+// dependencies); the SDK keeps the mark, so a handler can tell an outcome
+// left out from an empty one.
+func TestDependencyTruncatedDecoded(t *testing.T) {
+	raw := `{"leases":[{"lease_id":"L-1","task":{"task_id":"T-3"},"dependencies":[
+{"task_id":"T-1","task_type":"a","status":"dead_letter","error_message":"boom","dead_reason":"fatal_error"},
+{"task_id":"T-2","task_type":"a","status":"dead_letter","truncated":true}]}]}`
+	var out struct {
+		Leases []Offer `json:"leases"`
+	}
+	if err := json.Unmarshal([]byte(raw), &out); err != nil {
+		t.Fatal(err)
+	}
+	ds := out.Leases[0].Dependencies
+	if len(ds) != 2 || ds[0].Truncated || ds[0].Error != "boom" || !ds[1].Truncated || ds[1].Error != "" {
+		t.Fatalf("dependencies decoded as %+v", ds)
+	}
+}
