@@ -120,7 +120,8 @@ func (e *Engine) DeadLetters(ctx context.Context, tenant, cursor string, limit i
 }
 
 // Redrive puts a dead letter back in the queue with fresh attempts and a new
-// task.assigned receipt (the old assignment was discharged by task.failed).
+// task.assigned receipt (the old assignment was discharged by task.failed);
+// the tasks still waiting on it wait for its next end.
 func (e *Engine) Redrive(ctx context.Context, actor Actor, taskID string) (*host.Task, error) {
 	now := e.now()
 	var out *host.Task
@@ -142,6 +143,14 @@ func (e *Engine) Redrive(ctx context.Context, actor Actor, taskID string) (*host
 		t.AssignReceipt = r.ID
 		if err := tx.UpdateTask(ctx, t, store.Fence{State: host.StateDeadLetter}); err != nil {
 			return host.Errorf(host.CodeConflict, "task %s changed during redrive; try again", taskID)
+		}
+		// Tasks still waiting on it count it as unfinished again: its
+		// next end settles them (a waiter its dead letter settled stays
+		// as it is).
+		if t.HasWaiters {
+			if _, err := tx.ReopenDependency(ctx, t.Tenant, t.ID); err != nil {
+				return err
+			}
 		}
 		out = t
 		return appendReceipt(ctx, tx, r, nil)
@@ -282,10 +291,40 @@ func (e *Engine) ArchiveResult(ctx context.Context, actor Actor, id string) (*ho
 		if err := tx.UpdateTask(ctx, cur, store.Fence{State: host.StateSucceeded}); err != nil {
 			return err
 		}
+		// A workflow's final step: the workflow's copy of its result says
+		// it was archived too (its payload acknowledged, perhaps gone), as
+		// the step's does.
+		if id, final := host.WorkflowOf(cur); final {
+			if err := archiveWorkflowResult(ctx, tx, cur, id, now); err != nil {
+				return err
+			}
+		}
 		// Only the archiving principal's own items: another's act is not
 		// theirs to record (seed 002).
 		_, err = tx.MarkInbox(ctx, store.InboxMark{Tenant: cur.Tenant, Recipient: actor.Principal, TaskID: cur.ID, Field: host.InboxFetched, At: now})
 		return err
 	})
 	return t, err
+}
+
+// archiveWorkflowResult sets, in tx, ArchivedAt on the result of workflow id
+// when step is its final step and the workflow holds the step's result.
+func archiveWorkflowResult(ctx context.Context, tx store.Tx, step *host.Task, id string, now time.Time) error {
+	wf, err := tx.GetWorkflow(ctx, step.Tenant, id) // locks it, after the step's row, as an end does
+	if host.IsCode(err, host.CodeNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if wf.FinalTaskID != step.ID || wf.Result == nil || wf.Result.ArchivedAt != nil {
+		return nil
+	}
+	r := *wf.Result
+	r.ArchivedAt = ptr(now)
+	wf.Result, wf.UpdatedAt = &r, now
+	if err := tx.UpdateWorkflow(ctx, wf, wf.State); err != nil && err != store.ErrFenced {
+		return err
+	}
+	return nil
 }

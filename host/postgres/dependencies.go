@@ -54,6 +54,26 @@ func (w *writeTx) SettleDependency(ctx context.Context, tenant, dep string, stat
 	return out, err
 }
 
+// ReopenDependency implements store.Tx. Its read sends the batch's rows
+// written behind first, so the waiters' states it reads are the batch's
+// own. A waiter another writer settles at the same moment (its other
+// dependency's end) may be settled counting dep's dead letter: the two
+// acts race, and either order is an order they could have come in.
+func (w *writeTx) ReopenDependency(ctx context.Context, tenant, dep string) ([]string, error) {
+	w.deps, w.guess = nil, nil
+	var out []string
+	err := w.ss.query(w.c(ctx), func(rows pgx.Rows) error {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		out = append(out, id)
+		return nil
+	}, `UPDATE task_dependencies SET dep_state = '' WHERE tenant = $1 AND dep_id = $2 AND dep_state <> ''
+AND waiter_id IN (SELECT id FROM tasks WHERE tenant || '' = $1 AND state = 'waiting') RETURNING waiter_id`, tenant, dep)
+	return out, err
+}
+
 // markWaitedOn sets the marker on the unfinished tasks among the ids,
 // locking them in id order (FOR NO KEY UPDATE). Already marked rows are
 // neither written nor locked: an enqueue that finds the marker holds only

@@ -64,6 +64,34 @@ func (w *writeTx) SettleDependency(ctx context.Context, tenant, dep string, stat
 	return out, rows.Err()
 }
 
+// ReopenDependency implements store.Tx. A redrive is an operator's act,
+// rare: the batch's rows written behind go out first, so the waiters'
+// states read here are the batch's own.
+func (w *writeTx) ReopenDependency(ctx context.Context, tenant, dep string) ([]string, error) {
+	w.deps = nil
+	if w.wb != nil {
+		if err := w.wb.flushRows(ctx); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := w.rawQuery(ctx, `UPDATE task_dependencies SET dep_state = '' WHERE tenant = ? AND dep_id = ? AND dep_state <> ''
+AND waiter_id IN (SELECT id FROM tasks WHERE +tenant = ? AND state = 'waiting') RETURNING waiter_id`, tenant, dep, tenant)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	w.wrote = true
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}
+
 // SettleWaiters implements store.Tx in two statements: the edges' update,
 // then one read of the waiters' rows with each waiting one's tally
 // (settledWaitersSQL). Neither makes the batch's rows written behind go out

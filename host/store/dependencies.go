@@ -61,6 +61,14 @@ type DependencyWriter interface {
 	// terminal state calls it, so each edge is settled exactly once, with
 	// that write (storetest: DependencyEdges).
 	SettleDependency(ctx context.Context, tenant, dep string, state host.TaskState) ([]string, error)
+	// ReopenDependency undoes SettleDependency for the waiters of dep that
+	// are still waiting: their edges naming dep have no state again, and
+	// it returns those waiters. A redrive of dep, a dead letter, calls it
+	// in its transaction, so the tasks still waiting count dep as
+	// unfinished until its next end settles them again (it keeps its
+	// has_waiters marker); a waiter its dead letter already settled is
+	// left as it is (storetest: DependencyRedriven).
+	ReopenDependency(ctx context.Context, tenant, dep string) ([]string, error)
 	// SettleWaiters is SettleDependency followed, for each waiter it
 	// returns (in id order), by locking the waiter's row (GetTask inside
 	// Update) and, when the waiter is waiting, counting its edges by state

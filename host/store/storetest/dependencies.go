@@ -30,6 +30,7 @@ func dependencyCases() []struct {
 		{"DependenciesAnySucceeded", testDepsAnySucceeded},
 		{"DependenciesAllFinished", testDepsAllFinished},
 		{"DependencyDeadLetterCancelsWaiter", testDepsDeadLetterCancels},
+		{"DependencyRedriven", testDepsRedriven},
 		{"DependencyCancelSettlesWaiter", testDepsCancelSettles},
 		{"DependenciesRefuseForeignIDs", testDepsForeign},
 		{"DependenciesAtEnqueue", testDepsAtEnqueue},
@@ -168,6 +169,61 @@ func testDepsAllFinished(t *testing.T, b *Bundle) {
 	if o.Dependencies[0].Error != "broken input" || o.Dependencies[0].DeadReason != host.ReasonFatalError {
 		t.Fatalf("the dead letter's failure is not visible to the waiter: %+v", o.Dependencies[0])
 	}
+}
+
+// testDepsRedriven: a dead letter redriven while tasks still wait on it
+// is unfinished again for them: an any_succeeded waiter is not canceled
+// when its other dependency dead-letters too (the redriven one may yet
+// succeed), an all_finished one is not offered before the redriven one
+// ends again, and both are offered with its new outcome. A waiter its
+// dead letter canceled stays canceled.
+func testDepsRedriven(t *testing.T, b *Bundle) {
+	a := b.Enqueue(t, "work")
+	c := b.Enqueue(t, "work")
+	anyW := b.Enqueue(t, "other", after(host.RuleAnySucceeded, a.TaskID, c.TaskID))
+	allW := b.Enqueue(t, "other", after(host.RuleAllFinished, a.TaskID, c.TaskID))
+	gone := b.Enqueue(t, "other", after(host.RuleAllSucceeded, a.TaskID))
+	oa := b.leaseType(t, "w.1", "work")
+	if oa.Task.ID != a.TaskID {
+		t.Fatalf("leased %s first, want %s", oa.Task.ID, a.TaskID)
+	}
+	b.failFatal(t, "w.1", oa)
+	if tk := b.Task(t, gone.TaskID); tk.State != host.StateCanceled {
+		t.Fatalf("all_succeeded waiter of a dead letter is %s, want canceled", tk.State)
+	}
+	if _, err := b.Engine.Redrive(b.Ctx, b.Admin, a.TaskID); err != nil {
+		t.Fatal(err)
+	}
+	// a (redriven, the older) is leased and held; c dead-letters.
+	oa = b.leaseType(t, "w.1", "work")
+	oc := b.leaseType(t, "w.1", "work")
+	if oa.Task.ID != a.TaskID || oc.Task.ID != c.TaskID {
+		t.Fatalf("leased %s and %s, want %s and %s", oa.Task.ID, oc.Task.ID, a.TaskID, c.TaskID)
+	}
+	b.failFatal(t, "w.1", oc)
+	for _, w := range []string{anyW.TaskID, allW.TaskID} {
+		if tk := b.Task(t, w); tk.State != host.StateWaiting {
+			t.Fatalf("waiter %s is %s while its redriven dependency runs, want waiting", w, tk.State)
+		}
+	}
+	b.noOffer(t, "other", "a waiter was offered before its redriven dependency ended")
+	b.Complete(t, "w.1", oa)
+	got := map[string]host.Offer{}
+	for range 2 {
+		o := b.leaseType(t, "w.2", "other")
+		got[o.Task.ID] = o
+	}
+	for _, w := range []string{anyW.TaskID, allW.TaskID} {
+		o, ok := got[w]
+		if !ok {
+			t.Fatalf("waiter %s was not offered once its redriven dependency succeeded (offered %v)", w, got)
+		}
+		wantDeps(t, o, a.TaskID+":succeeded", c.TaskID+":dead_letter")
+	}
+	if tk := b.Task(t, gone.TaskID); tk.State != host.StateCanceled {
+		t.Fatalf("a waiter the dead letter canceled is %s after the redrive's success, want canceled", tk.State)
+	}
+	b.noOffer(t, "other", "a canceled waiter was offered")
 }
 
 func testDepsDeadLetterCancels(t *testing.T, b *Bundle) {

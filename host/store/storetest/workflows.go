@@ -154,6 +154,17 @@ func testWorkflowLinear(t *testing.T, b *Bundle) {
 	if len(items) != 1 || items[0].TaskID != res.WorkflowID || items[0].Kind != host.InboxCompleted || !strings.Contains(items[0].Summary, "the final answer") {
 		t.Fatalf("inbox = %+v, want one completed item for the workflow", items)
 	}
+	// The submitter archives the final step's result (its payload
+	// acknowledged): the workflow's copy of it says so too.
+	if v.Result.ArchivedAt != nil {
+		t.Fatalf("workflow result archived before its step's: %+v", v.Result)
+	}
+	if _, err := b.Engine.ArchiveResult(b.Ctx, b.Agent, oc.Task.ID); err != nil {
+		t.Fatal(err)
+	}
+	if v = b.workflow(t, res.WorkflowID); v.Result == nil || v.Result.ArchivedAt == nil || v.State != host.WorkflowSucceeded {
+		t.Fatalf("after its final step's result was archived, the workflow is %s with result %+v, want succeeded with archived_at", v.State, v.Result)
+	}
 }
 
 func testWorkflowFanOutFanIn(t *testing.T, b *Bundle) {
