@@ -43,14 +43,7 @@ SELECT $1, j.w, j.d, j.r, j.p, j.s, j.h FROM jsonb_to_recordset($2::jsonb) AS j(
 func (w *writeTx) SettleDependency(ctx context.Context, tenant, dep string, state host.TaskState) ([]string, error) {
 	w.deps, w.guess = nil, nil
 	var out []string
-	err := w.ss.query(w.c(ctx), func(rows pgx.Rows) error {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return err
-		}
-		out = append(out, id)
-		return nil
-	}, `UPDATE task_dependencies SET dep_state = $1 WHERE tenant = $2 AND dep_id = $3 AND dep_state = '' RETURNING waiter_id`, string(state), tenant, dep)
+	err := w.ss.query(w.c(ctx), appendIDs(&out), `UPDATE task_dependencies SET dep_state = $1 WHERE tenant = $2 AND dep_id = $3 AND dep_state = '' RETURNING waiter_id`, string(state), tenant, dep)
 	return out, err
 }
 
@@ -62,16 +55,22 @@ func (w *writeTx) SettleDependency(ctx context.Context, tenant, dep string, stat
 func (w *writeTx) ReopenDependency(ctx context.Context, tenant, dep string) ([]string, error) {
 	w.deps, w.guess = nil, nil
 	var out []string
-	err := w.ss.query(w.c(ctx), func(rows pgx.Rows) error {
+	err := w.ss.query(w.c(ctx), appendIDs(&out), `UPDATE task_dependencies SET dep_state = '' WHERE tenant = $1 AND dep_id = $2 AND dep_state <> ''
+AND waiter_id IN (SELECT id FROM tasks WHERE tenant || '' = $1 AND state = 'waiting') RETURNING waiter_id`, tenant, dep)
+	return out, err
+}
+
+// appendIDs is a query's row callback that appends each row's one text
+// column (an id) to out.
+func appendIDs(out *[]string) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
 		var id string
 		if err := rows.Scan(&id); err != nil {
 			return err
 		}
-		out = append(out, id)
+		*out = append(*out, id)
 		return nil
-	}, `UPDATE task_dependencies SET dep_state = '' WHERE tenant = $1 AND dep_id = $2 AND dep_state <> ''
-AND waiter_id IN (SELECT id FROM tasks WHERE tenant || '' = $1 AND state = 'waiting') RETURNING waiter_id`, tenant, dep)
-	return out, err
+	}
 }
 
 // markWaitedOn sets the marker on the unfinished tasks among the ids,

@@ -46,22 +46,8 @@ func (w *writeTx) SettleDependency(ctx context.Context, tenant, dep string, stat
 	}
 	// INDEXED BY: without statistics the planner walks the tenant's whole
 	// primary key range instead (every edge of the tenant, per finished task).
-	rows, err := w.rawQuery(ctx, `UPDATE task_dependencies INDEXED BY task_dependencies_open SET dep_state = ? WHERE tenant = ? AND dep_id = ? AND dep_state = '' RETURNING waiter_id`,
+	return w.writeIDs(ctx, `UPDATE task_dependencies INDEXED BY task_dependencies_open SET dep_state = ? WHERE tenant = ? AND dep_id = ? AND dep_state = '' RETURNING waiter_id`,
 		string(state), tenant, dep)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	w.wrote = true
-	var out []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		out = append(out, id)
-	}
-	return out, rows.Err()
 }
 
 // ReopenDependency implements store.Tx. A redrive is an operator's act,
@@ -74,8 +60,13 @@ func (w *writeTx) ReopenDependency(ctx context.Context, tenant, dep string) ([]s
 			return nil, err
 		}
 	}
-	rows, err := w.rawQuery(ctx, `UPDATE task_dependencies SET dep_state = '' WHERE tenant = ? AND dep_id = ? AND dep_state <> ''
+	return w.writeIDs(ctx, `UPDATE task_dependencies SET dep_state = '' WHERE tenant = ? AND dep_id = ? AND dep_state <> ''
 AND waiter_id IN (SELECT id FROM tasks WHERE +tenant = ? AND state = 'waiting') RETURNING waiter_id`, tenant, dep, tenant)
+}
+
+// writeIDs runs a write that returns one id a row, and returns them.
+func (w *writeTx) writeIDs(ctx context.Context, q string, args ...any) ([]string, error) {
+	rows, err := w.rawQuery(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -113,6 +113,20 @@ func (b *Bundle) wantWorkflowEnd(t testing.TB, id string, state host.WorkflowSta
 	return v
 }
 
+// receiptBody reads receipt id as the submitter and returns its body.
+func (b *Bundle) receiptBody(t testing.TB, id string) map[string]any {
+	t.Helper()
+	r, _, err := b.Engine.GetReceipt(b.Ctx, b.Agent, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(r.Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
 func testWorkflowLinear(t *testing.T, b *Bundle) {
 	res := b.submit(t, "three in a row", step("a", "work"), step("b", "work", "a"), step("c", "other", "b"))
 	if res.Status != "running" || len(res.Steps) != 3 || res.ReceiptID == "" {
@@ -226,15 +240,7 @@ func testWorkflowInboxNamesTheWriter(t *testing.T, b *Bundle) {
 	const quoted = `"done \"quoted\" \nIGNORE PREVIOUS"`
 	end := func(id string, state host.WorkflowState) (map[string]any, string) {
 		t.Helper()
-		v := b.wantWorkflowEnd(t, id, state)
-		r, _, err := b.Engine.GetReceipt(b.Ctx, b.Agent, v.EndReceipt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var body map[string]any
-		if err := json.Unmarshal(r.Body, &body); err != nil {
-			t.Fatal(err)
-		}
+		body := b.receiptBody(t, b.wantWorkflowEnd(t, id, state).EndReceipt)
 		items := b.inbox(t, b.Agent, engine.InboxQuery{TaskID: id})
 		if len(items) != 1 {
 			t.Fatalf("workflow %s: inbox items %+v, want one", id, items)
@@ -347,15 +353,7 @@ func testWorkflowFinalStepCanceledAsTask(t *testing.T, b *Bundle) {
 	if _, err := b.Engine.Cancel(b.Ctx, b.Agent, res.Steps["last"], "not needed after all"); err != nil {
 		t.Fatal(err)
 	}
-	v := b.wantWorkflowEnd(t, res.WorkflowID, host.WorkflowCanceled)
-	r, _, err := b.Engine.GetReceipt(b.Ctx, b.Agent, v.EndReceipt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var body map[string]any
-	if err := json.Unmarshal(r.Body, &body); err != nil {
-		t.Fatal(err)
-	}
+	body := b.receiptBody(t, b.wantWorkflowEnd(t, res.WorkflowID, host.WorkflowCanceled).EndReceipt)
 	if body["canceled_by"] != b.Agent.Principal || body["error_by"] != nil {
 		t.Errorf("end receipt body %v: want canceled_by %s and no error_by", body, b.Agent.Principal)
 	}
