@@ -202,6 +202,31 @@ func isTemplateFault(err error) bool {
 	return true
 }
 
+// dueFires counts the fires of tm from from (a schedule's next fire) up to
+// now, with the first and the last: the fires due that no firer pass has
+// queued. A cron schedule's walk stops after maxFireSteps fires.
+func dueFires(tm *timing, from, now time.Time) (n int64, first, last time.Time) {
+	if from.IsZero() || from.After(now) {
+		return 0, first, last
+	}
+	if tm.cron == nil {
+		n = int64(now.Sub(from)/tm.interval) + 1
+		return n, from, from.Add(time.Duration(n-1) * tm.interval)
+	}
+	for t, steps := from, 0; !t.After(now) && steps < maxFireSteps; steps++ {
+		if n == 0 {
+			first = t
+		}
+		n, last = n+1, t
+		next := tm.next(t)
+		if !next.After(t) {
+			break
+		}
+		t = next
+	}
+	return n, first, last
+}
+
 // fireOne runs the fires of one claimed schedule by its missed-run policy
 // and advances it.
 func (e *Engine) fireOne(ctx context.Context, tx store.Tx, s *host.Schedule, p firePrep, now time.Time, fired *[]firedTask) error {
@@ -234,6 +259,7 @@ func (e *Engine) fireOne(ctx context.Context, tx store.Tx, s *host.Schedule, p f
 	var missedTail []time.Time // the latest missed fires, at most keep
 	var missed int64
 	var firstMissed, lastMissed time.Time
+	var lastSkipped time.Time // the latest missed fire not run (the tail runs)
 	var onTime []time.Time
 	t := s.NextFireAt
 	lateBefore := now.Add(-grace) // a fire before this is missed
@@ -242,6 +268,9 @@ func (e *Engine) fireOne(ctx context.Context, tx store.Tx, s *host.Schedule, p f
 		m := int64((lateBefore.Sub(t) + tm.interval - 1) / tm.interval)
 		missed, firstMissed = m, t
 		lastMissed = t.Add(time.Duration(m-1) * tm.interval)
+		if m > int64(keep) {
+			lastSkipped = t.Add(time.Duration(m-int64(keep)-1) * tm.interval)
+		}
 		for i := max(m-int64(keep), 0); i < m; i++ {
 			missedTail = append(missedTail, t.Add(time.Duration(i)*tm.interval))
 		}
@@ -275,9 +304,12 @@ func (e *Engine) fireOne(ctx context.Context, tx store.Tx, s *host.Schedule, p f
 			lastMissed = t
 			if keep > 0 {
 				if len(missedTail) == keep {
+					lastSkipped = missedTail[0]
 					missedTail = missedTail[1:]
 				}
 				missedTail = append(missedTail, t)
+			} else {
+				lastSkipped = t
 			}
 		} else {
 			onTime = append(onTime, t)
@@ -287,11 +319,14 @@ func (e *Engine) fireOne(ctx context.Context, tx store.Tx, s *host.Schedule, p f
 	run := append(missedTail, onTime...)
 	skipped := missed - int64(len(missedTail))
 	if p.err != nil {
+		// None runs: every due fire is skipped.
 		skipped, run = missed+int64(len(onTime)), nil
+		lastSkipped = lastMissed
 		if missed == 0 && len(onTime) > 0 {
-			firstMissed, lastMissed = onTime[0], onTime[len(onTime)-1]
-		} else if len(onTime) > 0 {
-			lastMissed = onTime[len(onTime)-1]
+			firstMissed = onTime[0]
+		}
+		if len(onTime) > 0 {
+			lastSkipped = onTime[len(onTime)-1]
 		}
 	}
 	actor := Actor{Tenant: s.Tenant, Principal: s.Owner, Role: RoleAgent}
@@ -309,7 +344,7 @@ func (e *Engine) fireOne(ctx context.Context, tx store.Tx, s *host.Schedule, p f
 	if skipped > 0 {
 		body := map[string]any{
 			"schedule_id": s.ID, "name": s.Name, "skipped": skipped, "first_fire_at": firstMissed,
-			"last_fire_at": lastMissed, "missed_policy": s.MissedPolicy,
+			"last_fire_at": lastSkipped, "missed_policy": s.MissedPolicy, // of the fires not run
 		}
 		if p.err != nil {
 			body["error"], body["detail"] = host.ErrorCode(p.err), host.ErrorDetail(p.err)

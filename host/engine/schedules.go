@@ -473,12 +473,21 @@ func (e *Engine) changeSchedule(ctx context.Context, actor Actor, id string, typ
 // PauseSchedule stops a schedule's fires until ResumeSchedule; pausing a
 // paused schedule changes nothing.
 func (e *Engine) PauseSchedule(ctx context.Context, actor Actor, id string) (*ScheduleView, error) {
-	s, err := e.changeSchedule(ctx, actor, id, host.ReceiptSchedulePaused, func(s *host.Schedule, _ time.Time) (bool, map[string]any, error) {
+	s, err := e.changeSchedule(ctx, actor, id, host.ReceiptSchedulePaused, func(s *host.Schedule, now time.Time) (bool, map[string]any, error) {
 		if s.Paused {
 			return false, nil, nil
 		}
 		s.Paused, s.PausedReason = true, ""
-		return true, map[string]any{}, nil
+		body := map[string]any{}
+		// Fires already due that no firer pass has queued yet are not
+		// run (the pause lands first): its receipt counts them, as a
+		// schedule.skipped receipt counts the fires a policy does not run.
+		if tm, err := scheduleTiming(s); err == nil {
+			if n, first, last := dueFires(tm, s.NextFireAt, now); n > 0 {
+				body["skipped"], body["first_fire_at"], body["last_fire_at"] = n, first, last
+			}
+		}
+		return true, body, nil
 	})
 	if err != nil {
 		return nil, err

@@ -380,6 +380,33 @@ func testSchedulePauseResume(t *testing.T, b *Bundle) {
 			t.Fatalf("schedule receipts %v, want %v", kinds, want)
 		}
 	}
+
+	// A pause that lands when fires are due that no firer pass has
+	// queued yet: they are not run, and its receipt counts them.
+	d := b.createSchedule(t, engine.CreateScheduleRequest{Name: "due", IntervalSeconds: 10}) // at 60 s: first fire at 70 s
+	b.Clock.Advance(25 * time.Second)                                                        // 85 s: the fires at 70 and 80 s are due
+	if _, err := b.Engine.PauseSchedule(b.Ctx, b.Agent, d.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.fire(t) // tick's fires
+	if got := b.firedAt(t, d.ID); len(got) != 0 {
+		t.Fatalf("fires %v after the pause", got)
+	}
+	if rs, err = b.tenantReceipts(); err != nil {
+		t.Fatal(err)
+	}
+	var paused map[string]any
+	for _, rc := range rs {
+		if rc.Type == host.ReceiptSchedulePaused && strings.Contains(string(rc.Body), d.ID) {
+			if err := json.Unmarshal(rc.Body, &paused); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	first, last := Epoch.Add(70*time.Second).Format(time.RFC3339), Epoch.Add(80*time.Second).Format(time.RFC3339)
+	if paused["skipped"] != float64(2) || paused["first_fire_at"] != first || paused["last_fire_at"] != last {
+		t.Fatalf("paused receipt body %v, want skipped 2 from %s to %s", paused, first, last)
+	}
 }
 
 func testScheduleMissed(t *testing.T, b *Bundle) {
@@ -405,20 +432,30 @@ func testScheduleMissed(t *testing.T, b *Bundle) {
 		t.Fatal(err)
 	}
 	skipped := map[string]float64{}
+	spans := map[string][2]time.Time{}
 	for _, rc := range rs {
 		if rc.Type == host.ReceiptScheduleSkipped {
 			var body struct {
-				ID      string  `json:"schedule_id"`
-				Skipped float64 `json:"skipped"`
+				ID      string    `json:"schedule_id"`
+				Skipped float64   `json:"skipped"`
+				First   time.Time `json:"first_fire_at"`
+				Last    time.Time `json:"last_fire_at"`
 			}
 			if err := json.Unmarshal(rc.Body, &body); err != nil {
 				t.Fatal(err)
 			}
 			skipped[body.ID] = body.Skipped
+			spans[body.ID] = [2]time.Time{body.First, body.Last}
 		}
 	}
 	if skipped[skip.ID] != 8 || skipped[once.ID] != 7 || skipped[allCapped.ID] != 3 || skipped[all.ID] != 0 {
 		t.Fatalf("skipped receipts: %v", skipped)
+	}
+	// Each receipt spans the fires not run, not the ones its policy ran.
+	for id, want := range map[string][2]time.Time{skip.ID: {m(1), m(8)}, once.ID: {m(1), m(7)}, allCapped.ID: {m(1), m(3)}} {
+		if got := spans[id]; !got[0].Equal(want[0]) || !got[1].Equal(want[1]) {
+			t.Errorf("schedule %s's skipped receipt spans %v–%v, want %v–%v", id, got[0], got[1], want[0], want[1])
+		}
 	}
 	// A cron schedule far behind (a year of minutes) catches up by its
 	// policy without walking every fire.
