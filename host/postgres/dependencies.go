@@ -55,10 +55,16 @@ func (w *writeTx) SettleDependency(ctx context.Context, tenant, dep string, stat
 func (w *writeTx) ReopenDependency(ctx context.Context, tenant, dep string) ([]string, error) {
 	w.deps, w.guess = nil, nil
 	var out []string
-	err := w.ss.query(w.c(ctx), appendIDs(&out), `UPDATE task_dependencies SET dep_state = '' WHERE tenant = $1 AND dep_id = $2 AND dep_state <> ''
-AND waiter_id IN (SELECT id FROM tasks WHERE tenant || '' = $1 AND state = 'waiting') RETURNING waiter_id`, tenant, dep)
+	err := w.ss.query(w.c(ctx), appendIDs(&out), reopenEdgesSQL, tenant, dep)
 	return out, err
 }
+
+// reopenEdgesSQL clears the state of the edges naming dead letter $2 whose
+// waiters are still waiting: the edges by task_dependencies_dead (migration
+// 0053), each waiter by its id: a scalar subquery, which the planner never
+// flattens into a join that may walk tasks instead.
+const reopenEdgesSQL = `UPDATE task_dependencies AS d SET dep_state = '' WHERE d.tenant = $1 AND d.dep_id = $2 AND d.dep_state = 'dead_letter'
+AND (SELECT t.state FROM tasks t WHERE t.id = d.waiter_id) = 'waiting' RETURNING d.waiter_id`
 
 // appendIDs is a query's row callback that appends each row's one text
 // column (an id) to out.

@@ -203,3 +203,18 @@ func TestDependencyWriterPlansLookUpByID(t *testing.T) {
 		}
 	}
 }
+
+// TestReopenEdgesPlanLooksUpByKey: a redrive's reopening of a dead
+// letter's edges (reopenEdgesSQL) finds them by task_dependencies_dead and
+// each waiter by the tasks' id index: never a walk of the tenant's edges,
+// which outlive their waiters.
+func TestReopenEdgesPlanLooksUpByKey(t *testing.T) {
+	plan := genericPlan(t, `text, text`, reopenEdgesSQL, `'acme', 'a'`, seedEdges)
+	all := strings.Join(plan, "\n")
+	if !strings.Contains(all, "using task_dependencies_dead on task_dependencies") {
+		t.Fatalf("the reopening does not find the edges by task_dependencies_dead:\n%s", all)
+	}
+	if !strings.Contains(all, "using tasks_id_key on tasks") {
+		t.Fatalf("the reopening does not find each waiter by its id:\n%s", all)
+	}
+}

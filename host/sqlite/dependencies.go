@@ -60,9 +60,14 @@ func (w *writeTx) ReopenDependency(ctx context.Context, tenant, dep string) ([]s
 			return nil, err
 		}
 	}
-	return w.writeIDs(ctx, `UPDATE task_dependencies SET dep_state = '' WHERE tenant = ? AND dep_id = ? AND dep_state <> ''
-AND waiter_id IN (SELECT id FROM tasks WHERE +tenant = ? AND state = 'waiting') RETURNING waiter_id`, tenant, dep, tenant)
+	return w.writeIDs(ctx, reopenEdgesSQL, tenant, dep)
 }
+
+// reopenEdgesSQL clears the state of the edges naming dead letter $2 whose
+// waiters are still waiting: the edges by task_dependencies_dead (migration
+// 0049), each waiter by its id.
+const reopenEdgesSQL = `UPDATE task_dependencies INDEXED BY task_dependencies_dead SET dep_state = '' WHERE tenant = ? AND dep_id = ? AND dep_state = 'dead_letter'
+AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = task_dependencies.waiter_id AND t.state = 'waiting') RETURNING waiter_id`
 
 // writeIDs runs a write that returns one id a row, and returns them.
 func (w *writeTx) writeIDs(ctx context.Context, q string, args ...any) ([]string, error) {

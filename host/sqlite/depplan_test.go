@@ -42,6 +42,10 @@ func TestDependencyQueriesUseTheirIndexes(t *testing.T) {
 		// each waiter by its id, its edges by their key.
 		{settleEdgesSQL, "USING INDEX task_dependencies_open (tenant=? AND dep_id=?)"},
 		{settleManyEdgesSQL, "USING INDEX task_dependencies_open (tenant=? AND dep_id=?)"},
+		// A redrive's reopening: the dead letter's edges by their index,
+		// each waiter by its id, never a walk of the tenant's edges.
+		{reopenEdgesSQL, "USING INDEX task_dependencies_dead (tenant=? AND dep_id=?)"},
+		{reopenEdgesSQL, "SEARCH t USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
 		{readyWaitersSQL[readyAny][0], "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
 		{readyWaitersSQL[readyAny][1], "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
 		{readyWaitersSQL[readyAllFinished][0], "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
