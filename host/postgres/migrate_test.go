@@ -81,6 +81,15 @@ func TestMigrationDependencies(t *testing.T) {
 		func(stmts ...string) { execIn(t, schema, stmts...) })
 }
 
+// Migration 0053 on a schema made before it: a dead letter's edges settled
+// then are found by its redrive.
+func TestMigrationDeadLetterEdges(t *testing.T) {
+	schema := newSchema(t)
+	storetest.MigrationDeadLetterEdges(t, func(t *testing.T) store.Store { return openIn(t, schema, Options{}) },
+		func(stmts ...string) { execIn(t, schema, stmts...) },
+		`DROP INDEX task_dependencies_dead`, `DELETE FROM schema_migrations WHERE version = 53`)
+}
+
 // Migration 0040 on a schema made before it: tasks waited on are marked,
 // and settle their waiters.
 func TestMigrationWaitersMarker(t *testing.T) {

@@ -100,6 +100,20 @@ func TestMigrationDependencies(t *testing.T) {
 	}, func(stmts ...string) { tamper(t, path, stmts...) })
 }
 
+// Migration 0049 on a data folder made before it: a dead letter's edges
+// settled then are found by its redrive.
+func TestMigrationDeadLetterEdges(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gate.db")
+	storetest.MigrationDeadLetterEdges(t, func(t *testing.T) store.Store {
+		st, err := sqlite.Open(path, sqlite.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}, func(stmts ...string) { tamper(t, path, stmts...) },
+		`DROP INDEX task_dependencies_dead`, `DELETE FROM schema_migrations WHERE version = 49`)
+}
+
 // Migration 0048 on a data folder whose retention archived workflows'
 // final steps before it: those workflows are archived, outcome kept.
 func TestMigrationWorkflowRetention(t *testing.T) {

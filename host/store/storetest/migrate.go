@@ -297,3 +297,82 @@ func MigrationWorkflowRetention(t *testing.T, open func(t *testing.T) store.Stor
 		t.Errorf("a running workflow after the migration: %+v", wf)
 	}
 }
+
+// MigrationDeadLetterEdges checks the migration that indexes the edges
+// settled as dead letters (task_dependencies_dead) on a data folder or
+// schema made before it (windBack undoes it): an edge a dead letter
+// settled before the migration is found by the redrive after it, so the
+// task still waiting on it is not canceled when its other dependency dies
+// too, and runs when the redriven task succeeds.
+func MigrationDeadLetterEdges(t *testing.T, open func(t *testing.T) store.Store, exec func(stmts ...string), windBack ...string) {
+	ctx := context.Background()
+	agent := engine.Actor{Tenant: "t", Principal: "agent.a", Role: engine.RoleAgent}
+	admin := engine.Actor{Tenant: "t", Principal: "ops", Role: engine.RoleAdmin}
+	withEngine := func(st store.Store, fn func(eng *engine.Engine)) {
+		t.Helper()
+		eng, err := engine.New(engine.Config{Store: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer eng.Close()
+		fn(eng)
+	}
+	lease := func(eng *engine.Engine, typ, want string) host.Offer {
+		t.Helper()
+		offers, err := eng.Lease(ctx, engine.LeaseRequest{Tenant: "t", WorkerID: "w.1", Types: []string{typ}, MaxTasks: 1})
+		if err != nil || len(offers) != 1 || offers[0].Task.ID != want {
+			t.Fatalf("lease of %s: %v %v, want %s", typ, offers, err, want)
+		}
+		return offers[0]
+	}
+	kill := func(eng *engine.Engine, o host.Offer) {
+		t.Helper()
+		res, err := eng.Fail(ctx, engine.FailRequest{WorkerCall: engine.WorkerCall{Tenant: "t", WorkerID: "w.1", LeaseID: o.LeaseID}, Error: "broken"})
+		if err != nil || res.Status != "dead_letter" {
+			t.Fatalf("fatal failure: %+v %v", res, err)
+		}
+	}
+	st := open(t)
+	var a, c, w string
+	withEngine(st, func(eng *engine.Engine) {
+		for _, name := range []string{"work", "merge"} {
+			tt := host.NewTaskType(name)
+			tt.Tenant = "t"
+			if _, err := eng.PutTaskType(ctx, tt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, id := range []*string{&a, &c} {
+			res, err := eng.Enqueue(ctx, agent, engine.EnqueueRequest{TaskType: "work"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			*id = res.TaskID
+		}
+		res, err := eng.Enqueue(ctx, agent, engine.EnqueueRequest{TaskType: "merge", After: []string{a, c}, AfterRule: host.RuleAnySucceeded})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w = res.TaskID
+		kill(eng, lease(eng, "work", a))
+	})
+	st.Close()
+	exec(windBack...)
+	st = open(t)
+	defer st.Close()
+	withEngine(st, func(eng *engine.Engine) {
+		if _, err := eng.Redrive(ctx, admin, a); err != nil {
+			t.Fatal(err)
+		}
+		oa := lease(eng, "work", a)
+		kill(eng, lease(eng, "work", c))
+		if tk, err := eng.GetTask(ctx, agent, w); err != nil || tk.State != host.StateWaiting {
+			t.Fatalf("the waiter of a dead letter settled before the migration, redriven after it: %+v %v, want waiting", tk, err)
+		}
+		if _, err := eng.Complete(ctx, engine.CompleteRequest{WorkerCall: engine.WorkerCall{Tenant: "t", WorkerID: "w.1", LeaseID: oa.LeaseID},
+			Result: host.Result{Channel: "inline", Pointer: "inline:b2s="}}); err != nil {
+			t.Fatal(err)
+		}
+		lease(eng, "merge", w)
+	})
+}
