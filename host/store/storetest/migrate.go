@@ -67,24 +67,38 @@ func MigrationFencingTokens(t *testing.T, open func(t *testing.T) store.Store, e
 	}
 }
 
+// withEngine runs fn with an engine on st, closed after it.
+func withEngine(t *testing.T, st store.Store, fn func(eng *engine.Engine)) {
+	t.Helper()
+	eng, err := engine.New(engine.Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	fn(eng)
+}
+
+// putTypes registers task types of the given names in tenant t.
+func putTypes(t *testing.T, eng *engine.Engine, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		tt := host.NewTaskType(name)
+		tt.Tenant = "t"
+		if _, err := eng.PutTaskType(context.Background(), tt); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // MigrationDependencies checks a driver's migrations 0035 and 0036 (task
 // dependencies and their depth) on a database made before them: tasks queued before the upgrade can be
 // waited on after it, and the waiter is settled by their completion.
 func MigrationDependencies(t *testing.T, open func(t *testing.T) store.Store, exec func(stmts ...string)) {
 	ctx := context.Background()
 	agent := engine.Actor{Tenant: "t", Principal: "agent.a", Role: engine.RoleAgent}
-	withEngine := func(st store.Store, fn func(eng *engine.Engine)) {
-		t.Helper()
-		eng, err := engine.New(engine.Config{Store: st})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer eng.Close()
-		fn(eng)
-	}
 	st := open(t)
 	var old string
-	withEngine(st, func(eng *engine.Engine) {
+	withEngine(t, st, func(eng *engine.Engine) {
 		tt := host.NewTaskType("work")
 		tt.Tenant = "t"
 		if _, err := eng.PutTaskType(ctx, tt); err != nil {
@@ -102,7 +116,7 @@ func MigrationDependencies(t *testing.T, open func(t *testing.T) store.Store, ex
 	exec(`DROP TABLE task_dependencies`, `DELETE FROM schema_migrations WHERE version IN (35, 36)`)
 	st = open(t)
 	defer st.Close()
-	withEngine(st, func(eng *engine.Engine) {
+	withEngine(t, st, func(eng *engine.Engine) {
 		w, err := eng.Enqueue(ctx, agent, engine.EnqueueRequest{TaskType: "work", After: []string{old}})
 		if err != nil || w.Status != string(host.StateWaiting) {
 			t.Fatalf("enqueue after a task of before the upgrade: %+v %v", w, err)
@@ -129,15 +143,6 @@ func MigrationDependencies(t *testing.T, open func(t *testing.T) store.Store, ex
 func MigrationWaitersMarker(t *testing.T, open func(t *testing.T) store.Store, exec func(stmts ...string), windBack ...string) {
 	ctx := context.Background()
 	agent := engine.Actor{Tenant: "t", Principal: "agent.a", Role: engine.RoleAgent}
-	withEngine := func(st store.Store, fn func(eng *engine.Engine)) {
-		t.Helper()
-		eng, err := engine.New(engine.Config{Store: st})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer eng.Close()
-		fn(eng)
-	}
 	enqueue := func(eng *engine.Engine, typ string, after ...string) string {
 		t.Helper()
 		res, err := eng.Enqueue(ctx, agent, engine.EnqueueRequest{TaskType: typ, After: after})
@@ -148,14 +153,8 @@ func MigrationWaitersMarker(t *testing.T, open func(t *testing.T) store.Store, e
 	}
 	st := open(t)
 	var dep, plain, waiter string
-	withEngine(st, func(eng *engine.Engine) {
-		for _, name := range []string{"work", "merge"} {
-			tt := host.NewTaskType(name)
-			tt.Tenant = "t"
-			if _, err := eng.PutTaskType(ctx, tt); err != nil {
-				t.Fatal(err)
-			}
-		}
+	withEngine(t, st, func(eng *engine.Engine) {
+		putTypes(t, eng, "work", "merge")
 		dep, plain = enqueue(eng, "work"), enqueue(eng, "work")
 		waiter = enqueue(eng, "merge", dep)
 	})
@@ -179,7 +178,7 @@ func MigrationWaitersMarker(t *testing.T, open func(t *testing.T) store.Store, e
 	}); err != nil {
 		t.Fatal(err)
 	}
-	withEngine(st, func(eng *engine.Engine) {
+	withEngine(t, st, func(eng *engine.Engine) {
 		offers, err := eng.Lease(ctx, engine.LeaseRequest{Tenant: "t", WorkerID: "w.1", Types: []string{"work"}, MaxTasks: 2})
 		if err != nil || len(offers) != 2 {
 			t.Fatalf("lease: %v %v", offers, err)
@@ -308,15 +307,6 @@ func MigrationDeadLetterEdges(t *testing.T, open func(t *testing.T) store.Store,
 	ctx := context.Background()
 	agent := engine.Actor{Tenant: "t", Principal: "agent.a", Role: engine.RoleAgent}
 	admin := engine.Actor{Tenant: "t", Principal: "ops", Role: engine.RoleAdmin}
-	withEngine := func(st store.Store, fn func(eng *engine.Engine)) {
-		t.Helper()
-		eng, err := engine.New(engine.Config{Store: st})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer eng.Close()
-		fn(eng)
-	}
 	lease := func(eng *engine.Engine, typ, want string) host.Offer {
 		t.Helper()
 		offers, err := eng.Lease(ctx, engine.LeaseRequest{Tenant: "t", WorkerID: "w.1", Types: []string{typ}, MaxTasks: 1})
@@ -334,14 +324,8 @@ func MigrationDeadLetterEdges(t *testing.T, open func(t *testing.T) store.Store,
 	}
 	st := open(t)
 	var a, c, w string
-	withEngine(st, func(eng *engine.Engine) {
-		for _, name := range []string{"work", "merge"} {
-			tt := host.NewTaskType(name)
-			tt.Tenant = "t"
-			if _, err := eng.PutTaskType(ctx, tt); err != nil {
-				t.Fatal(err)
-			}
-		}
+	withEngine(t, st, func(eng *engine.Engine) {
+		putTypes(t, eng, "work", "merge")
 		for _, id := range []*string{&a, &c} {
 			res, err := eng.Enqueue(ctx, agent, engine.EnqueueRequest{TaskType: "work"})
 			if err != nil {
@@ -360,7 +344,7 @@ func MigrationDeadLetterEdges(t *testing.T, open func(t *testing.T) store.Store,
 	exec(windBack...)
 	st = open(t)
 	defer st.Close()
-	withEngine(st, func(eng *engine.Engine) {
+	withEngine(t, st, func(eng *engine.Engine) {
 		if _, err := eng.Redrive(ctx, admin, a); err != nil {
 			t.Fatal(err)
 		}
