@@ -77,9 +77,9 @@ func (tm *timing) next(t time.Time) time.Time {
 		n := tm.cron.Next(t.In(tm.loc))
 		// A wall-clock time a fall-back repeats (01:30 on the night the
 		// clocks go back an hour) fires once, at its first instant: the
-		// parser offers both.
-		// A minute-by-minute expression has up to 120 of them in a row
-		// (no zone goes back more than two hours).
+		// parser offers both. A minute-by-minute expression meets up to
+		// 120 second passes in a row (no zone goes back more than two
+		// hours).
 		for i := 0; i < 180 && !n.IsZero() && repeatedWallTime(n); i++ {
 			n = tm.cron.Next(n)
 		}
