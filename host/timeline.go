@@ -79,12 +79,24 @@ func (ev TimelineEvent) Note() string {
 		parts = append(parts, "held "+HeldText(int64(ms)))
 	}
 	for _, k := range []string{"retry_scheduled_at", "available_at"} {
-		if v := str(k); v != "" {
-			if at, err := time.Parse(time.RFC3339Nano, v); err == nil {
-				v = at.UTC().Format(time.RFC3339)
-			}
-			parts = append(parts, "offered again "+v)
+		v := str(k)
+		if v == "" {
+			continue
 		}
+		at, err := time.Parse(time.RFC3339Nano, v)
+		if err == nil {
+			v = at.UTC().Format(time.RFC3339)
+		}
+		if ev.Type == string(ReceiptAssigned) {
+			// A new task is offered for the first time, not again: its
+			// start is worth a note only when it lies ahead (a delayed
+			// start; a waiting task's rule may make it later still).
+			if err == nil && at.After(ev.Time) {
+				parts = append(parts, "not before "+v)
+			}
+			continue
+		}
+		parts = append(parts, "offered again "+v)
 	}
 	return strings.Join(parts, " · ")
 }

@@ -19,6 +19,11 @@ func TestTimelineNotes(t *testing.T) {
 			"boom · offered again 2026-01-04T15:30:00Z"},
 		{TimelineEvent{Type: EventLeaseExpired, Details: json.RawMessage(`{"outcome":"expired","duration_ms":61500}`)}, "expired · held 1m2s"},
 		{TimelineEvent{Type: "task.assigned", Details: json.RawMessage(`not json`)}, ""},
+		{TimelineEvent{Type: "task.assigned", Time: at, Details: json.RawMessage(`{"available_at":"2026-01-04T15:30:00Z"}`)}, ""},
+		{TimelineEvent{Type: "task.assigned", Time: at, Details: json.RawMessage(`{"task_summary":"later","available_at":"2026-01-04T16:00:00Z"}`)},
+			"not before 2026-01-04T16:00:00Z"},
+		{TimelineEvent{Type: "task.snoozed", Details: json.RawMessage(`{"snooze_seconds":60,"available_at":"2026-01-04T15:30:00Z"}`)},
+			"offered again 2026-01-04T15:30:00Z"},
 	} {
 		if got := c.ev.Note(); got != c.want {
 			t.Errorf("%s %s: %q, want %q", c.ev.Type, c.ev.Details, got, c.want)
