@@ -179,6 +179,14 @@ type Task struct {
 	Traceparent string `json:"traceparent,omitempty"`
 	Tracestate  string `json:"tracestate,omitempty"`
 
+	// After names the tasks this task was queued after, in its after
+	// list's order, and AfterRule when it may run: what a waiting task
+	// waits on. Filled by a read of one task (GET /v1/tasks/{id},
+	// check_task_status); absent for a task queued without after, and in
+	// lists and offers (an offer carries the outcomes, Offer.Dependencies).
+	After     []string       `json:"after,omitempty"`
+	AfterRule DependencyRule `json:"after_rule,omitempty"`
+
 	// Version counts the writes to the task row (1 after insert). A fence on
 	// it makes an update conditional on nothing having changed since a read.
 	Version int64 `json:"-"`

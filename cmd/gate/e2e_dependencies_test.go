@@ -35,6 +35,17 @@ func TestE2EDependencies(t *testing.T) {
 			if st := r.JSON(t)["status"]; st != "waiting" {
 				t.Fatalf("merge enqueued %v, want waiting", st)
 			}
+			// Its reader sees what it waits on, in after order; a task
+			// queued without after shows none.
+			got := call(t, "GET", g.URL+"/v1/tasks/"+merge, alice, nil)
+			want(t, got, 200, "")
+			if body := got.JSON(t); fmt.Sprint(body["after"]) != fmt.Sprint(parts) || body["after_rule"] != "all_succeeded" {
+				t.Fatalf("GET of the waiting merge: after %v, after_rule %v; want %v, all_succeeded", body["after"], body["after_rule"], parts)
+			}
+			got = call(t, "GET", g.URL+"/v1/tasks/"+parts[0], alice, nil)
+			if body := got.JSON(t); body["after"] != nil || body["after_rule"] != nil {
+				t.Fatalf("a part shows after %v, after_rule %v", body["after"], body["after_rule"])
+			}
 
 			// Hostile: bob may not wait on alice's task; nobody may name
 			// another tenant's or a made-up id. Each is the same refusal.

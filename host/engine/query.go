@@ -35,7 +35,15 @@ func (e *Engine) GetTask(ctx context.Context, actor Actor, id string) (*host.Tas
 	var t *host.Task
 	err := e.view(ctx, func(r store.Reader) error {
 		var err error
-		t, err = r.GetTask(ctx, actor.Tenant, id)
+		if t, err = r.GetTask(ctx, actor.Tenant, id); err != nil || !visible(actor, t) {
+			return err
+		}
+		// What the task waits (or waited) on: its edges, in after order.
+		deps, err := r.ListDependencies(ctx, actor.Tenant, id)
+		for _, d := range deps {
+			t.After = append(t.After, d.DependsOn)
+			t.AfterRule = d.Rule
+		}
 		return err
 	})
 	if err != nil {

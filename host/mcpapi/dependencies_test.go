@@ -1,6 +1,7 @@
 package mcpapi_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -21,6 +22,11 @@ func TestQueueTaskAfter(t *testing.T) {
 	ok(t, agent, "queue_task", map[string]any{"task_type": "echo", "after": []string{p1.TaskID, p2.TaskID}, "after_rule": "all_succeeded"}, &merge)
 	if merge.Status != string(host.StateWaiting) {
 		t.Fatalf("merge queued %q, want waiting", merge.Status)
+	}
+	var st mcpapi.TaskStatus
+	ok(t, agent, "check_task_status", map[string]any{"task_id": merge.TaskID}, &st)
+	if st.Task == nil || !slices.Equal(st.After, []string{p1.TaskID, p2.TaskID}) || st.AfterRule != host.RuleAllSucceeded {
+		t.Fatalf("check_task_status of the waiting merge: %+v", st.Task)
 	}
 	for range 2 {
 		var lease mcpapi.LeaseResult

@@ -438,6 +438,10 @@ type Task struct {
 	// ResourceIntents are the resources the task runs under (its type's
 	// and its enqueue's, normalized), fixed at enqueue.
 	ResourceIntents []ResourceIntent `json:"resource_intents,omitempty"`
+	// After names the tasks this task was queued after, in order, and
+	// AfterRule when it may run (Status shows them; lists do not).
+	After     []string `json:"after,omitempty"`
+	AfterRule string   `json:"after_rule,omitempty"`
 }
 
 // Terminal reports whether the task has finished.
