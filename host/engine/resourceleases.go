@@ -1056,6 +1056,15 @@ func (e *Engine) DieRestart(ctx context.Context, a Actor) (*ResourceLeasesResult
 				ids = append(ids, l.ID)
 			}
 		}
+		if len(ids) > 0 {
+			// A session's leases follow the session: losing it loses them
+			// at that instant, so no grace outlives it.
+			in, err := tx.ResourceSessionsOfLeases(ctx, a.Tenant, ids)
+			if err != nil {
+				return err
+			}
+			ids = slices.DeleteFunc(ids, func(id string) bool { _, ok := in[id]; return ok })
+		}
 		if len(ids) == 0 {
 			out = &ResourceLeasesResult{Leases: []*host.ResourceLease{}, ServerTime: start}
 			return nil

@@ -66,6 +66,13 @@ func testRLSessions(t *testing.T, b *Bundle, eng *engine.Engine, _ *eventLog) {
 	_, err = eng.CreateResourceSession(b.Ctx, h, -time.Second)
 	WantCode(t, err, host.CodeBadRequest)
 
+	// DIE_RESTART gives a session's leases no grace (they follow the
+	// session), so losing the session still loses them at that instant.
+	dr, err := eng.DieRestart(b.Ctx, h)
+	if err != nil || len(dr.Leases) != 0 {
+		t.Fatalf("die-restart of a holder whose leases are all in a session: %+v, %v", dr, err)
+	}
+
 	// Losing the session (no heartbeat before its expiry) loses its leases
 	// at that instant.
 	b.Clock.Advance(10 * time.Second)
