@@ -117,9 +117,11 @@ func (s *Server) acquireResourceLeases(ctx context.Context, a engine.Actor, req 
 	if in.TTLMs < 0 {
 		return nil, "", host.Errorf(host.CodeBadRequest, "ttl_ms must not be negative")
 	}
-	wait := time.Duration(in.WaitSeconds * float64(time.Second))
-	if wait > s.cfg.MaxLeaseWait {
-		wait = s.cfg.MaxLeaseWait
+	// Capped before it becomes a Duration: a huge wait_seconds would
+	// overflow to a negative one, that is no wait at all.
+	wait := s.cfg.MaxLeaseWait
+	if in.WaitSeconds < wait.Seconds() {
+		wait = time.Duration(in.WaitSeconds * float64(time.Second))
 	}
 	ttl := time.Duration(min(in.TTLMs, int64(24*time.Hour/time.Millisecond))) * time.Millisecond
 	lctx, cancel := context.WithCancel(ctx)

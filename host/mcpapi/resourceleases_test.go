@@ -2,6 +2,7 @@ package mcpapi_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
@@ -85,4 +86,35 @@ func TestResourceLeaseToolsFencingAndHolders(t *testing.T) {
 	}
 	fails(t, agent, "list_resource_holders", map[string]any{"resources": []any{"FILE:"}}, host.CodeInvalidResource)
 	fails(t, agent, "list_resource_holders", map[string]any{"resources": []any{}}, host.CodeBadRequest)
+}
+
+// TestHugeWaitIsCapped: a wait_seconds beyond any bound waits the gate's
+// cap, not nothing (a huge float once overflowed to a negative duration): a
+// worker's lease call with no task ready, and an acquire whose caller is
+// older than the holder in its way (wait-die: it waits).
+func TestHugeWaitIsCapped(t *testing.T) {
+	const limit = 300 * time.Millisecond
+	b := setup(t, mcpapi.Config{MaxLeaseWait: limit})
+	agent, worker := b.connect(t, b.agent), b.connect(t, b.worker)
+
+	start := time.Now()
+	var lease mcpapi.LeaseResult
+	ok(t, worker, "worker_lease_task", map[string]any{"task_types": []string{"echo"}, "wait_seconds": 1e10}, &lease)
+	if took := time.Since(start); lease.TaskID != nil || took < limit {
+		t.Fatalf("a lease call with wait_seconds 1e10 answered %+v after %s, want no task after the %s cap", lease, took, limit)
+	}
+
+	in := []any{map[string]any{"resource": "FILE:/repo/wait.go", "predicate": "MUTATES"}}
+	var held mcpapi.AcquireToolResult
+	ok(t, worker, "acquire_resource_leases", map[string]any{"intents": in, "ttl_ms": 60000}, &held)
+	if !held.Granted {
+		t.Fatalf("first acquire: %+v", held)
+	}
+	start = time.Now()
+	var waited mcpapi.AcquireToolResult
+	ok(t, agent, "acquire_resource_leases", map[string]any{"intents": in, "wait_seconds": 1e10,
+		"priority_at": time.Now().Add(-10 * time.Second).Format(time.RFC3339Nano)}, &waited)
+	if took := time.Since(start); waited.Granted || waited.WaitDie != "wait" || took < limit {
+		t.Fatalf("an older caller's acquire with wait_seconds 1e10 answered %+v after %s, want a wait of the %s cap", waited, took, limit)
+	}
 }

@@ -175,9 +175,11 @@ func (s *Server) workerLease(ctx context.Context, a engine.Actor, req mcp.CallTo
 	if in.WaitSeconds < 0 || in.WaitSeconds != in.WaitSeconds {
 		return nil, "", host.Errorf(host.CodeBadRequest, "wait_seconds must not be negative")
 	}
-	wait := time.Duration(in.WaitSeconds * float64(time.Second))
-	if wait > s.cfg.MaxLeaseWait {
-		wait = s.cfg.MaxLeaseWait
+	// Capped before it becomes a Duration, which a huge wait_seconds would
+	// overflow to a negative one (no wait at all).
+	wait := s.cfg.MaxLeaseWait
+	if in.WaitSeconds < wait.Seconds() {
+		wait = time.Duration(in.WaitSeconds * float64(time.Second))
 	}
 	// The wait ends when the client goes away or the gate shuts down; the
 	// claim itself is one transaction, so an offer is either returned or
