@@ -193,6 +193,56 @@ func testPrincipals(t *testing.T, g *gateProc) {
 			t.Fatalf("repeat of %s by %s: %+v, want %s", c.dedupe, c.want.From, got, c.want.ID)
 		}
 	}
+
+	// A principal has one role: no worker key named like an agent (it
+	// would read agent.a's inbox and write receipts in its name), by
+	// either route; a worker key has no inbox routes.
+	want(t, call(t, "POST", g.URL+"/v1/admin/keys", g.Admin, map[string]string{"role": "worker", "principal": "agent.a"}), 409, "conflict")
+	want(t, call(t, "POST", g.URL+"/admin/workers/create_key", g.Admin, map[string]string{"worker_id": "agent.a"}), 409, "")
+	w := g.newKey(t, "worker", "echo.w1", "")
+	want(t, call(t, "POST", g.URL+"/v1/admin/keys", g.Admin, map[string]string{"role": "agent", "principal": "echo.w1"}), 409, "conflict")
+	for _, r := range []resp{call(t, "GET", g.URL+"/v1/inbox", w, nil), call(t, "GET", g.URL+"/v1/session/bootstrap", w, nil),
+		call(t, "POST", g.URL+"/v1/inbox/mark-read", w, map[string]any{"inbox_ids": []string{"I-x"}})} {
+		want(t, r, 403, "forbidden")
+	}
+
+	// An admin is no worker: it may not lease as one (in any name) nor act
+	// on a worker's lease, and the one thing it may do, take a lease away,
+	// it does as itself.
+	want(t, call(t, "POST", g.URL+"/v1/leases", g.Admin, map[string]any{"worker_id": "agent.b", "task_types": []string{"echo"}}), 403, "forbidden")
+	want(t, call(t, "POST", g.URL+"/lease", g.Admin, map[string]any{"worker_id": "echo.w1"}), 403, "")
+	td, _ := enqueue(a, "echo", "")
+	var o offer
+	for _, got := range g.lease(t, w, "echo.w1", map[string]any{"task_types": []string{"echo"}, "max_tasks": 10}) {
+		if got.Task.ID == td {
+			o = got
+		}
+	}
+	if o.LeaseID == "" {
+		t.Fatalf("echo.w1 was not offered %s", td)
+	}
+	want(t, call(t, "POST", g.URL+"/v1/leases/"+o.LeaseID+"/accept", w, nil), 200, "")
+	for verb, body := range map[string]map[string]any{"accept": {}, "heartbeat": {}, "complete": {"result": map[string]any{"forged": true}},
+		"fail": {"error_message": "forged"}, "snooze": {"snooze_seconds": 60}} {
+		want(t, call(t, "POST", g.URL+"/v1/leases/"+o.LeaseID+"/"+verb, g.Admin, body), 403, "forbidden")
+	}
+	want(t, call(t, "POST", g.URL+"/v1/leases/batch", g.Admin, map[string]any{"entries": []any{
+		map[string]any{"lease_id": o.LeaseID, "complete": map[string]any{"result": map[string]any{"forged": true}}}}}), 403, "forbidden")
+	want(t, call(t, "POST", g.URL+"/v1/leases/"+o.LeaseID+"/release", g.Admin, map[string]any{"worker_id": "echo.w1"}), 403, "forbidden")
+	want(t, call(t, "POST", g.URL+"/v1/leases/"+o.LeaseID+"/release", g.Admin, map[string]any{"reason": "operator takes it back"}), 200, "")
+	var rs struct {
+		Receipts []receipt `json:"receipts"`
+	}
+	call(t, "GET", g.URL+"/v1/receipts?task_id="+td, g.Admin, nil).Into(t, &rs)
+	var released []string
+	for _, r := range rs.Receipts {
+		if strings.Contains(string(r.Body), "operator takes it back") {
+			released = append(released, r.From)
+		}
+	}
+	if len(released) != 1 || released[0] == "echo.w1" {
+		t.Fatalf("the admin's release was written from %v, want one receipt from the admin", released)
+	}
 }
 
 // inboxOf returns the caller's inbox items.

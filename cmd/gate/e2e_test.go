@@ -430,7 +430,7 @@ func TestE2EBadInputAndAuth(t *testing.T) {
 		{"agent leases", "POST", "/v1/leases", b.agent, `{"worker_id":"echo.w1"}`, 403, "forbidden"},
 		{"agent admin", "GET", "/v1/admin/keys", b.agent, nil, 403, "forbidden"},
 		{"worker as other", "POST", "/v1/leases", b.worker, `{"worker_id":"echo.w2"}`, 403, "forbidden"},
-		{"bad worker id", "POST", "/v1/leases", g.Admin, `{"worker_id":"nodot"}`, 400, "invalid_worker_id"},
+		{"admin leases", "POST", "/v1/leases", g.Admin, `{"worker_id":"nodot"}`, 403, "forbidden"},
 		{"max tasks", "POST", "/v1/leases", b.worker, `{"max_tasks":1000}`, 400, "bad_request"},
 		{"negative wait", "POST", "/v1/leases", b.worker, `{"wait_seconds":-1}`, 400, "bad_request"},
 		{"gone lease", "POST", "/v1/leases/lease-NOPE/heartbeat", b.worker, nil, 409, "lease_expired"},
@@ -445,7 +445,7 @@ func TestE2EBadInputAndAuth(t *testing.T) {
 		{"bad limit", "GET", "/v1/tasks?limit=x", b.agent, nil, 400, "bad_request"},
 		{"obligations of another", "GET", "/v1/obligations/open?principal=someone", b.agent, nil, 403, "forbidden"},
 		{"obligations role", "GET", "/v1/obligations/open?role=boss", b.agent, nil, 400, "bad_request"},
-		{"seed bad worker", "POST", "/lease", g.Admin, `{"worker_id":"openrouter-001"}`, 400, "invalid_worker_id"},
+		{"seed admin leases", "POST", "/lease", g.Admin, `{"worker_id":"openrouter-001"}`, 403, "forbidden"},
 		{"seed need run", "POST", "/worker/heartbeat", b.worker, `{"task_id":"T-1"}`, 400, "bad_request"},
 	}
 	for _, c := range cases {

@@ -84,7 +84,25 @@ func CreateKey(ctx context.Context, st store.Store, req NewKeyRequest) (*Created
 		ID: host.NewID(host.PrefixKey), Hash: HashKey(secret), Prefix: secret[:len(KeyPrefix)+6],
 		Role: req.Role, Tenant: req.Tenant, Principal: req.Principal, CreatedAt: time.Now().UTC().Truncate(time.Microsecond),
 	}
-	if err := st.Update(ctx, func(tx store.Tx) error { return tx.PutKey(ctx, k) }); err != nil {
+	err := st.Update(ctx, func(tx store.Tx) error {
+		// A principal has one role in its tenant. Reads and receipts follow
+		// the principal (what it queued, what is addressed to it, what it
+		// issued), so a worker key named like an agent would read that
+		// agent's inbox and write receipts in its name. Revoked keys count:
+		// the ledger keeps what their principal did.
+		keys, err := tx.ListKeys(ctx)
+		if err != nil {
+			return err
+		}
+		for _, o := range keys {
+			if o.Tenant == k.Tenant && o.Principal == k.Principal && o.Role != k.Role {
+				return host.Errorf(host.CodeConflict, "principal %q already has a key with role %s in tenant %q (key %s): a principal has one role; name this %s key another principal",
+					k.Principal, o.Role, k.Tenant, o.ID, k.Role)
+			}
+		}
+		return tx.PutKey(ctx, k)
+	})
+	if err != nil {
 		return nil, storeErr(err)
 	}
 	return &CreatedKey{Key: k, APIKey: secret}, nil

@@ -13,8 +13,12 @@ import (
 // WorkerCall identifies the lease a worker call is about.
 type WorkerCall struct {
 	Tenant   string
-	WorkerID string // "" skips the holder check (admin tools)
-	LeaseID  string
+	WorkerID string // "" skips the holder check (an admin's release)
+	// By is the principal acting when it is not the holder (an admin taking
+	// a lease away): the receipts the call writes come from it, not from
+	// the worker.
+	By      string
+	LeaseID string
 	// TaskID, when set, must match the lease's task (the spec's task_id + run_id).
 	TaskID string
 }

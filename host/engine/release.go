@@ -96,6 +96,10 @@ func (e *Engine) giveBack(ctx context.Context, c WorkerCall, reason string, dela
 		},
 		build: func(_ store.Tx, t *host.Task) (*leaseWrite, error) {
 			ref, att := refOf(t), host.OpenAttempt(t)
+			from := t.WorkerID
+			if c.By != "" {
+				from = c.By // an operator's give-back is its own, not the worker's
+			}
 			// The task's resource leases end before its receipt is appended.
 			end := func(tx store.Tx) (err error) {
 				rsReleased, rsExpired, err = e.endTaskResources(ctx, tx, ref)
@@ -103,7 +107,7 @@ func (e *Engine) giveBack(ctx context.Context, c WorkerCall, reason string, dela
 			}
 			if t.CancelRequested {
 				parents, types := taskParents(t)
-				r := &host.Receipt{Type: host.ReceiptCanceled, From: t.WorkerID, Parents: parents, Body: mustJSON(map[string]any{"reason": "cancel_requested", "lease_id": t.LeaseID})}
+				r := &host.Receipt{Type: host.ReceiptCanceled, From: from, Parents: parents, Body: mustJSON(map[string]any{"reason": "cancel_requested", "lease_id": t.LeaseID})}
 				fillTaskReceipt(r, t, t.LeaseID, now)
 				clearLease(t)
 				t.State, t.CompletedAt, t.UpdatedAt = host.StateCanceled, ptr(now), now
@@ -123,7 +127,7 @@ func (e *Engine) giveBack(ctx context.Context, c WorkerCall, reason string, dela
 				if delay > 0 {
 					body["snooze_seconds"], body["available_at"] = int64(delay/time.Second), until
 				}
-				r = &host.Receipt{Type: rtype, From: t.WorkerID, Parents: []string{t.AcceptReceipt}, Body: mustJSON(body)}
+				r = &host.Receipt{Type: rtype, From: from, Parents: []string{t.AcceptReceipt}, Body: mustJSON(body)}
 				fillTaskReceipt(r, t, t.LeaseID, now)
 			}
 			acc := t.AcceptReceipt

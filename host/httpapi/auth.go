@@ -47,7 +47,6 @@ func ActorOf(c echo.Context) engine.Actor {
 	return a
 }
 
-// requireRole refuses callers whose role is not in roles.
 // requireOperator admits only admins of the default tenant, the gate's
 // operators. The routes it guards act on the whole gate, across tenants (the
 // outbox to the external ledger holds every tenant's receipts and results;
@@ -56,13 +55,14 @@ func ActorOf(c echo.Context) engine.Actor {
 func requireOperator(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if a := ActorOf(c); a.Role != engine.RoleAdmin || a.Tenant != auth.DefaultTenant {
-			return host.Errorf(host.CodeForbidden, "this route acts on every tenant's data and needs an admin key of the %q tenant; yours is a %s of tenant %q",
+			return host.Errorf(host.CodeForbidden, "this route acts on every tenant's data and needs an admin key of the %q tenant; yours has role %s in tenant %q",
 				auth.DefaultTenant, a.Role, a.Tenant)
 		}
 		return next(c)
 	}
 }
 
+// requireRole refuses callers whose role is not in roles.
 func requireRole(roles ...string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {

@@ -96,6 +96,9 @@ func (s *Server) leaseBatch(c echo.Context) error {
 		}
 		seen[e.ID] = true
 	}
+	if _, _, err := actingWorker(ActorOf(c), b.WorkerID, false); err != nil {
+		return err // every entry would be refused alike: an admin is no worker
+	}
 	out := api.OutcomesResponse{Results: make([]api.OutcomeResult, len(b.Entries))}
 	api.RunBatch(len(b.Entries), api.BatchParallel, func(i int) string { return b.Entries[i].LeaseID }, func(i int) {
 		out.Results[i] = s.outcome(c, b.WorkerID, b.Entries[i])

@@ -13,10 +13,12 @@ import (
 // deliveryRoutes registers the delivery API (issue 13): the session
 // bootstrap, the inbox and mark_read.
 func (s *Server) deliveryRoutes(auth echo.MiddlewareFunc) {
+	// An agent's (or an admin's), as the MCP door's inbox tools are.
+	agents := requireRole(engine.RoleAgent, engine.RoleAdmin)
 	v1 := s.e.Group("/v1", auth)
-	v1.GET("/session/bootstrap", s.sessionBootstrap)
-	v1.GET("/inbox", s.inbox)
-	v1.POST("/inbox/mark-read", s.markRead)
+	v1.GET("/session/bootstrap", s.sessionBootstrap, agents)
+	v1.GET("/inbox", s.inbox, agents)
+	v1.POST("/inbox/mark-read", s.markRead, agents)
 	v1.POST("/tasks/:id/store-in-memory", s.storeInMemory, requireRole(engine.RoleAgent, engine.RoleAdmin))
 	// Gate-wide: operators only (requireOperator).
 	a := s.e.Group("/v1/admin", auth, requireOperator)

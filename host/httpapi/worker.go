@@ -18,16 +18,25 @@ const MaxWaitSeconds = 30
 
 // actingWorker returns the worker id a call acts as. A worker key acts only as
 // its own worker id: a different worker_id in the body is forbidden, an empty
-// one means the key's. Admins may act as any worker (or, with "", skip the
-// holder check on lease calls).
-func actingWorker(a engine.Actor, given string) (string, error) {
+// one means the key's. An admin key is no worker's: receipts name their
+// issuer, and an operator's words must not read as a worker's, so an admin
+// may neither lease nor act on a lease as a worker (forbidden). It may only
+// take a lease away (release, with adminMay), as itself: the call skips the
+// holder check and the receipt it writes comes from the admin.
+func actingWorker(a engine.Actor, given string, adminMay bool) (wid, by string, err error) {
 	if a.Role == engine.RoleWorker {
 		if given != "" && given != a.Principal {
-			return "", host.Errorf(host.CodeForbidden, "this key acts as worker %q, not %q", a.Principal, given)
+			return "", "", host.Errorf(host.CodeForbidden, "this key acts as worker %q, not %q", a.Principal, given)
 		}
-		return a.Principal, nil
+		return a.Principal, "", nil
 	}
-	return given, nil
+	if !adminMay {
+		return "", "", host.Errorf(host.CodeForbidden, "a key with role %s is no worker's: lease and act on leases with a worker key (an admin may only release a lease, as itself)", a.Role)
+	}
+	if given != "" {
+		return "", "", host.Errorf(host.CodeForbidden, "an admin releases a lease as itself (%s), not as worker %q: omit worker_id", a.Principal, given)
+	}
+	return "", a.Principal, nil
 }
 
 // LeaseBody is the body of POST /v1/leases (and, leniently, of the seeds'
@@ -56,7 +65,7 @@ type LeasesResponse struct {
 // long-poll ends early when the server begins shutting down.
 func (s *Server) doLease(c echo.Context, b LeaseBody) ([]host.Offer, error) {
 	a := ActorOf(c)
-	wid, err := actingWorker(a, b.WorkerID)
+	wid, _, err := actingWorker(a, b.WorkerID, false)
 	if err != nil {
 		return nil, err
 	}
@@ -117,16 +126,17 @@ func (s *Server) lease(c echo.Context) error {
 }
 
 // workerCall builds the engine's WorkerCall for a lease route.
-func workerCall(c echo.Context, leaseID, bodyWorker, taskID string) (engine.WorkerCall, error) {
+// adminMay admits an admin (release alone; see actingWorker).
+func workerCall(c echo.Context, leaseID, bodyWorker, taskID string, adminMay bool) (engine.WorkerCall, error) {
 	a := ActorOf(c)
-	wid, err := actingWorker(a, bodyWorker)
+	wid, by, err := actingWorker(a, bodyWorker, adminMay)
 	if err != nil {
 		return engine.WorkerCall{}, err
 	}
 	if leaseID == "" {
 		return engine.WorkerCall{}, badRequest("lease_id (run_id) is required")
 	}
-	return engine.WorkerCall{Tenant: a.Tenant, WorkerID: wid, LeaseID: leaseID, TaskID: taskID}, nil
+	return engine.WorkerCall{Tenant: a.Tenant, WorkerID: wid, By: by, LeaseID: leaseID, TaskID: taskID}, nil
 }
 
 // sameRun refuses a body whose run_id names another lease than the path's
@@ -160,7 +170,7 @@ func (s *Server) accept(c echo.Context) error {
 	if err := bind(c, &b, strict); err != nil {
 		return err
 	}
-	call, err := workerCall(c, c.Param("lease_id"), b.WorkerID, b.TaskID)
+	call, err := workerCall(c, c.Param("lease_id"), b.WorkerID, b.TaskID, false)
 	if err != nil {
 		return err
 	}
@@ -188,7 +198,7 @@ func (s *Server) doHeartbeat(c echo.Context, leaseID string, b HeartbeatBody) (*
 	if err := sameRun(leaseID, b.RunID); err != nil {
 		return nil, err
 	}
-	call, err := workerCall(c, leaseID, b.WorkerID, b.TaskID)
+	call, err := workerCall(c, leaseID, b.WorkerID, b.TaskID, false)
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +247,7 @@ func (s *Server) doComplete(c echo.Context, leaseID string, b CompleteBody) (*ap
 	if err := sameRun(leaseID, b.RunID); err != nil {
 		return nil, err
 	}
-	call, err := workerCall(c, leaseID, b.WorkerID, b.TaskID)
+	call, err := workerCall(c, leaseID, b.WorkerID, b.TaskID, false)
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +300,7 @@ func (s *Server) doFail(c echo.Context, leaseID string, b FailBody) (*api.FailRe
 	if err := sameRun(leaseID, b.RunID); err != nil {
 		return nil, err
 	}
-	call, err := workerCall(c, leaseID, b.WorkerID, b.TaskID)
+	call, err := workerCall(c, leaseID, b.WorkerID, b.TaskID, false)
 	if err != nil {
 		return nil, err
 	}
@@ -340,7 +350,7 @@ func (s *Server) release(c echo.Context) error {
 	if host.LongerThan(b.Reason, 1000) {
 		return badRequest("reason is longer than 1000 characters")
 	}
-	call, err := workerCall(c, c.Param("lease_id"), b.WorkerID, b.TaskID)
+	call, err := workerCall(c, c.Param("lease_id"), b.WorkerID, b.TaskID, true)
 	if err != nil {
 		return err
 	}
@@ -382,7 +392,7 @@ func (s *Server) snooze(c echo.Context) error {
 	if b.SnoozeSeconds < 1 || b.SnoozeSeconds > int64(engine.MaxSnooze/time.Second) {
 		return badRequest("snooze_seconds must be 1..%d, got %d", int64(engine.MaxSnooze/time.Second), b.SnoozeSeconds)
 	}
-	call, err := workerCall(c, c.Param("lease_id"), b.WorkerID, b.TaskID)
+	call, err := workerCall(c, c.Param("lease_id"), b.WorkerID, b.TaskID, false)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/mcpapi"
+	"github.com/asyncgate/asyncgate/host/store"
 )
 
 var rpcID atomic.Int64
@@ -618,14 +619,23 @@ func TestTasksCancelOfAFinishedTaskIsAnError(t *testing.T) {
 
 // TestStatusNotificationsOnlyToWhoMaySeeTheTask: a worker key whose
 // principal has the name of an agent's cannot read the agent's task, and so
-// does not hear of it either; the agent does.
+// does not hear of it either; the agent does. The gate makes no such key
+// now (a principal has one role); one made before that rule is planted.
 func TestStatusNotificationsOnlyToWhoMaySeeTheTask(t *testing.T) {
 	b := setup(t, mcpapi.Config{TaskResultWait: 300 * time.Millisecond, WatchInterval: 50 * time.Millisecond})
-	ck, err := auth.CreateKey(context.Background(), b.eng.Store(), auth.NewKeyRequest{Role: engine.RoleWorker, Principal: "agent.a", Tenant: "default"})
-	if err != nil {
+	ctx := context.Background()
+	_, err := auth.CreateKey(ctx, b.eng.Store(), auth.NewKeyRequest{Role: engine.RoleWorker, Principal: "agent.a", Tenant: "default"})
+	if !host.IsCode(err, host.CodeConflict) {
+		t.Fatalf("a worker key named like an agent's: %v, want conflict", err)
+	}
+	secret := auth.KeyPrefix + "planted-before-one-role-per-principal"
+	if err := b.eng.Store().Update(ctx, func(tx store.Tx) error {
+		return tx.PutKey(ctx, store.Key{ID: host.NewID(host.PrefixKey), Hash: auth.HashKey(secret), Prefix: secret[:10],
+			Role: engine.RoleWorker, Tenant: "default", Principal: "agent.a", CreatedAt: time.Now().UTC().Truncate(time.Microsecond)})
+	}); err != nil {
 		t.Fatal(err)
 	}
-	wc, wn := b.listen(t, ck.APIKey)
+	wc, wn := b.listen(t, secret)
 	agent, an := b.listen(t, b.agent)
 	var ct createTask
 	rpcOK(t, agent, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{}, "task": map[string]any{}}, &ct)
