@@ -352,9 +352,15 @@ func checkTaskFields(prefix string, f *taskFields) error {
 	if host.LongerThan(f.Recipient, 200) || !printable(f.Recipient) {
 		return host.Errorf(host.CodeBadRequest, "%srecipient_ai must be at most 200 printable characters", prefix)
 	}
-	if host.IsWorkflowRecipient(f.Recipient) {
+	if host.IsWorkflowRecipient(strings.ToLower(f.Recipient)) {
 		// Workflow steps are addressed to their workflow by the gate alone.
 		return host.Errorf(host.CodeBadRequest, "%srecipient_ai must name a principal, not a workflow", prefix)
+	}
+	if f.Recipient != "" && !host.ValidPrincipal(f.Recipient) {
+		// Every principal that may read a task (a key's, a local
+		// session's) has this form: an outcome owed to another name would
+		// be owed to no one.
+		return host.Errorf(host.CodeBadRequest, "%srecipient_ai %q is not a principal name (must match %s)", prefix, f.Recipient, host.PrincipalPattern)
 	}
 	if strings.EqualFold(f.Recipient, GatePrincipal) {
 		// The gate's own name is its receipts' issuer, which no key may

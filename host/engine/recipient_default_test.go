@@ -39,3 +39,22 @@ func TestEnqueueDefaultRecipientIsNotTheGate(t *testing.T) {
 		t.Fatalf("naming another recipient: %v", err)
 	}
 }
+
+// A given recipient_ai names a principal, in the form every principal that
+// may read a task has (a key's, a local session's): an outcome owed to any
+// other name is owed to no one, and a workflow's address is the gate's to
+// give in any spelling of its prefix.
+func TestEnqueueRecipientIsAPrincipal(t *testing.T) {
+	ctx := context.Background()
+	eng := workEngine(t, Config{})
+	actor := Actor{Tenant: "acme", Principal: "agent.a", Role: RoleAgent}
+	for _, to := range []string{"a b", "!!!", "x/y", "../..", "Workflow/WF-x", "WORKFLOW/wf-x", "agent.b\u200b"} {
+		res, err := eng.Enqueue(ctx, actor, EnqueueRequest{TaskType: "work", Recipient: to})
+		if !host.IsCode(err, host.CodeBadRequest) {
+			t.Errorf("recipient_ai %q: %+v, %v; want %s", to, res, err, host.CodeBadRequest)
+		}
+	}
+	if _, err := eng.Enqueue(ctx, actor, EnqueueRequest{TaskType: "work", Recipient: "agent.b@team:1"}); err != nil {
+		t.Fatalf("a principal name: %v", err)
+	}
+}
