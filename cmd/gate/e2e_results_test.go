@@ -83,8 +83,17 @@ func TestE2EResultsStayWithTheirTenant(t *testing.T) {
 		{"result_pointer": ptrA, "result_channel": "file"},
 		{"result_pointer": ptrA, "result_channel": "s3"}, // the pointer's own prefix still names the file channel
 		{"result_pointer": "file:" + stolen + "/" + strings.Repeat("a", 64)},
+		// The http channel is not configured here: a pointer into it would
+		// still be read with the gate's credentials once it is.
+		{"result_pointer": "http:http://127.0.0.1:1/results/" + taskA + "/obj"},
+		{"result_pointer": "http:results/" + taskA, "result_channel": "http"},
 	} {
 		want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/complete", workerB, forged), 422, "foreign_pointer")
+	}
+	// An inline pointer is its content: one the channel cannot read would
+	// be a success nobody can fetch.
+	for _, bad := range []string{"inline:@@@notbase64", "inline:eyJmb3JnZWQiOiB0cnVlfQ"} {
+		want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/complete", workerB, map[string]any{"result_pointer": bad}), 400, "bad_request")
 	}
 	want(t, call(t, "POST", g.URL+"/worker/complete", workerB,
 		map[string]any{"task_id": stolen, "run_id": o[0].LeaseID, "result_pointer": ptrA}), 422, "foreign_pointer")

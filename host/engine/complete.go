@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -98,7 +99,7 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 			}
 			return nil, err
 		}
-	} else if err := e.checkWorkerPointer(req.Result); err != nil {
+	} else if err := e.checkWorkerPointer(ctx, req.Result); err != nil {
 		return nil, err
 	}
 	res := req.Result
@@ -208,7 +209,7 @@ func (e *Engine) completeDuplicate(ctx context.Context, req CompleteRequest) *Co
 // worker is refused (issue 37). A gate without mail cannot read such a
 // pointer back: it is the worker's own (seed 001's worker that mailed its
 // result itself), recorded as given.
-func (e *Engine) checkWorkerPointer(res host.Result) error {
+func (e *Engine) checkWorkerPointer(ctx context.Context, res host.Result) error {
 	if res.Pointer == "" {
 		return nil
 	}
@@ -217,8 +218,28 @@ func (e *Engine) checkWorkerPointer(res host.Result) error {
 		prefix = "" // a URL (http://…, s3://…), not a channel:data pointer
 	}
 	for _, name := range []string{res.Channel, prefix} {
-		if name == "" || name == "inline" {
+		if name == "" {
 			continue
+		}
+		if name == "inline" {
+			// Its content is the pointer: one the channel cannot read
+			// would make a success no one can fetch.
+			if e.cfg.Plugins == nil {
+				continue
+			}
+			if ch, err := e.cfg.Plugins.Channel(name); err == nil {
+				if _, err := ch.Get(ctx, res.Pointer); host.IsCode(err, host.CodeBadRequest) {
+					return host.Errorf(host.CodeBadRequest, "result_pointer %.40q cannot be read by channel inline (%s): send the payload as result or result_base64", res.Pointer, host.ErrorDetail(err))
+				} else if err != nil {
+					return err // the channel did not answer (not ready, a fault): not the worker's
+				}
+			}
+			continue
+		}
+		if slices.Contains(storingChannels, name) {
+			// Refused whether or not this gate runs the channel now: one
+			// configured later would read the pointer with its own grants.
+			return host.Errorf(host.CodeForeignPointer, "result_pointer names channel %q, one the gate stores payloads in with its own grants: its pointers are made by the gate when it stores a payload, never taken from a worker; send the payload as result or result_base64", name)
 		}
 		if name == EmailChannel && e.hasMailbox() {
 			return host.Errorf(host.CodeForeignPointer, "result_pointer names channel %q, which is the gate's own: its pointers are made by the gate when it stores a payload, never taken from a worker; send the payload as result or result_base64", name)
@@ -232,6 +253,12 @@ func (e *Engine) checkWorkerPointer(res host.Result) error {
 	}
 	return nil
 }
+
+// storingChannels are the built-in channels in which the gate stores
+// payloads and reads them back with its own grants (a folder, an endpoint's
+// credentials): a worker's pointer naming one is refused even on a gate
+// that does not run it (yet).
+var storingChannels = []string{"file", "http"}
 
 // hasMailbox reports whether this gate reads mail back (fetch_task_email):
 // then email: pointers name messages in its own mailbox.
