@@ -53,6 +53,9 @@ type Options struct {
 // Store is the SQLite driver. It implements store.Store.
 type Store struct {
 	path string
+	// file is the database file as opened: Ping finds it removed or
+	// replaced under the gate (nil when it could not be read at open).
+	file os.FileInfo
 	wdb  *sql.DB // exactly one connection: the writer
 	rdb  *sql.DB // readers
 	opts Options
@@ -191,6 +194,7 @@ func Open(path string, opts Options) (*Store, error) {
 	rdb.SetMaxOpenConns(opts.ReadConns)
 	rdb.SetMaxIdleConns(opts.ReadConns)
 	s.rdb = rdb
+	s.file, _ = os.Stat(path)
 	go s.writer()
 	ok = true
 	return s, nil
@@ -620,6 +624,18 @@ func (s *Store) View(ctx context.Context, fn func(store.Reader) error) error {
 // application id (the same value every time; SQLite rewrites the header page
 // regardless), which also marks the file as the gate's.
 func (s *Store) Ping(ctx context.Context) error {
+	if s.file != nil {
+		// A file removed (or replaced) while the gate runs still takes
+		// writes through the open descriptor, but they are lost at the
+		// next start: that is a lost database, not a ready one.
+		fi, err := os.Stat(s.path)
+		if err != nil {
+			return unavailable("finding the database file", err)
+		}
+		if !os.SameFile(s.file, fi) {
+			return unavailable("finding the database file", fmt.Errorf("%s was replaced by another file while the gate runs", s.path))
+		}
+	}
 	if err := s.View(ctx, func(r store.Reader) error {
 		_, err := r.QueueStats(ctx, store.ProbeTenant)
 		return err
