@@ -178,6 +178,25 @@ func TestE2EDataFolderRefusals(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, "gate.db")); err == nil {
 			t.Fatal("serve created gate.db beside an old admin.key")
 		}
+		// The same with the database named apart (--db sqlite:PATH, a path
+		// that does not exist): a new database over an old gate's folder
+		// is refused before anything is written, key or database.
+		elsewhere := filepath.Join(t.TempDir(), "typo.db")
+		os.Mkdir(filepath.Join(dir, "results"), 0o700)
+		for _, keep := range []bool{true, false} {
+			if !keep {
+				os.Remove(filepath.Join(dir, "admin.key"))
+			}
+			serveRefuses(t, dir, "but no gate database", "--db", "sqlite:"+elsewhere)
+			if _, err := os.Stat(elsewhere); err == nil {
+				t.Fatalf("serve created %s over an old gate's folder (admin.key kept: %v)", elsewhere, keep)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "admin.key")); err == nil != keep {
+				t.Fatalf("serve wrote admin.key over an old gate's folder (kept: %v)", keep)
+			}
+		}
+		os.WriteFile(filepath.Join(dir, "admin.key"), []byte(oldKey), 0o600)
+		os.Remove(filepath.Join(dir, "results"))
 		// A gate database without keys beside an admin.key: the key is not
 		// this database's, and it is never overwritten.
 		st, err := sqlite.Open(filepath.Join(dir, "gate.db"), sqlite.Options{})

@@ -69,6 +69,14 @@ func openStoreWith(ctx context.Context, dataDir, dbURL string, mode openMode, pg
 		if path == "" {
 			return nil, false, fmt.Errorf("--db %q names no file", dbURL)
 		}
+		if _, err := os.Stat(path); mode != openExisting && errors.Is(err, fs.ErrNotExist) {
+			// A new database file: the data folder beside it (results, the
+			// admin key) must be new too, as for gate.db, or a mistyped
+			// path would start an empty gate over another gate's results.
+			if err := checkNewDataFolder(dataDir, mode); err != nil {
+				return nil, false, fmt.Errorf("--db %s does not exist: %w", dbURL, err)
+			}
+		}
 		return openSQLite(path, mode)
 	case isPostgresURL(dbURL):
 		// Several gate hosts may share the database (see docs/postgres.md).
