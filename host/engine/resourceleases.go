@@ -675,6 +675,12 @@ func checkIDs(ids []string) error {
 	if len(ids) > MaxResourceLeaseIDs {
 		return host.Errorf(host.CodeTooLarge, "lease_ids: at most %d per call", MaxResourceLeaseIDs)
 	}
+	for i, id := range ids {
+		if id == "" {
+			// It names no lease: not a lookup that failed (404).
+			return host.Errorf(host.CodeBadRequest, "lease_ids[%d] is empty", i)
+		}
+	}
 	return nil
 }
 
@@ -705,7 +711,7 @@ func loadOwned(ctx context.Context, tx store.Reader, a Actor, ids []string) ([]*
 	for _, id := range ids {
 		l := by[id]
 		if l == nil {
-			return nil, host.Errorf(host.CodeNotFound, "no resource lease %s", id)
+			return nil, host.Errorf(host.CodeNotFound, "no resource lease %.80q", id)
 		}
 		if l.Holder != a.Principal && a.Role != RoleAdmin {
 			return nil, host.Errorf(host.CodeForbidden, "resource lease %s is held by %s, not by %s", id, l.Holder, a.Principal)
@@ -986,7 +992,7 @@ func (e *Engine) VerifyResources(ctx context.Context, a Actor, req VerifyRequest
 		}
 		for _, id := range f.IDs {
 			if !by[id] {
-				return nil, host.Errorf(host.CodeNotFound, "no resource lease %s", id)
+				return nil, host.Errorf(host.CodeNotFound, "no resource lease %.80q", id)
 			}
 		}
 	}
