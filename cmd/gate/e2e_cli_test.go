@@ -584,3 +584,18 @@ func TestE2ECLICreateAndResult(t *testing.T) {
 		})
 	}
 }
+
+// TestCLIEmptyKeyFile: a key file that holds no key is refused before
+// anything is sent (the gate would answer 401 to a request without a key,
+// which says nothing of the file).
+func TestCLIEmptyKeyFile(t *testing.T) {
+	t.Parallel()
+	empty := filepath.Join(t.TempDir(), "empty.key")
+	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := gateCLI(t, "stats", "--url", "http://127.0.0.1:1", "--key-file", empty)
+	if code == 0 || !strings.Contains(stderr, "holds no key") {
+		t.Fatalf("gate stats with an empty key file: exit %d, %s", code, stderr)
+	}
+}

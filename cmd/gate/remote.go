@@ -287,6 +287,9 @@ func (rc *remoteCtx) connect() error {
 			return fmt.Errorf("key file: %w", err)
 		}
 		rc.key = strings.TrimSpace(string(b))
+		if rc.key == "" {
+			return fmt.Errorf("key file %s holds no key", rc.keyFile)
+		}
 	}
 	rc.c = client.New(rc.url, rc.key, client.WithUserAgent("gate-cli/"+buildVersion()))
 	return nil
