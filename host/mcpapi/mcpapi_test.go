@@ -471,7 +471,7 @@ func TestAgentAndWorkerRoundTrip(t *testing.T) {
 		t.Fatalf("complete: %+v", done)
 	}
 	var again api.CompleteResponse
-	ok(t, worker, "worker_complete_task", map[string]any{"task_id": ack.TaskID, "run_id": lease.RunID, "result_pointer": "inline:x"}, &again)
+	ok(t, worker, "worker_complete_task", map[string]any{"task_id": ack.TaskID, "run_id": lease.RunID, "result_pointer": "inline:eA=="}, &again)
 	if !again.Duplicate || again.ReceiptID != done.ReceiptID {
 		t.Fatalf("second complete: %+v", again)
 	}

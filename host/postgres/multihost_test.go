@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -170,7 +171,7 @@ func TestMultiHost(t *testing.T) {
 					errs <- fmt.Errorf("%s accept: %w", id, err)
 					return
 				}
-				res, err := h.eng.Complete(ctx, engine.CompleteRequest{WorkerCall: call, Result: host.Result{Channel: "inline", Pointer: "inline:" + o.Task.ID}})
+				res, err := h.eng.Complete(ctx, engine.CompleteRequest{WorkerCall: call, Result: host.Result{Channel: "inline", Pointer: "inline:" + base64.StdEncoding.EncodeToString([]byte(o.Task.ID))}})
 				if err != nil {
 					if host.IsCode(err, host.CodeLeaseExpired) || victim {
 						continue
