@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -288,5 +289,33 @@ func TestDependencyTruncatedDecoded(t *testing.T) {
 	ds := out.Leases[0].Dependencies
 	if len(ds) != 2 || ds[0].Truncated || ds[0].Error != "boom" || !ds[1].Truncated || ds[1].Error != "" {
 		t.Fatalf("dependencies decoded as %+v", ds)
+	}
+}
+
+// TestProgressMessage: a progress message is made one the gate takes (at
+// most 4096 bytes of UTF-8 once encoded and decoded as JSON, no NUL),
+// keeping as much of it as fits.
+func TestProgressMessage(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"halfway", "halfway"},
+		{"a\x00b", "a\uFFFDb"},
+		{strings.Repeat("é", 3000), strings.Repeat("é", 2048)},
+		{strings.Repeat("€", 2000), strings.Repeat("€", 1365)},
+		{strings.Repeat("x", 4095) + "€", strings.Repeat("x", 4095)},
+		{strings.Repeat("x", 4096) + "€", strings.Repeat("x", 4096)},
+		{strings.Repeat("\x00", 2000), strings.Repeat("\uFFFD", 1365)},
+		{"ok\xffthen", "ok\uFFFDthen"},
+		{strings.Repeat("\xff", 5000), "\uFFFD"},
+	} {
+		got := progressMessage(tc.in)
+		if got != tc.want {
+			t.Errorf("progressMessage(%.20q…) = %.20q… (%d bytes), want %.20q… (%d bytes)", tc.in, got, len(got), tc.want, len(tc.want))
+		}
+		// What the gate counts: the string the JSON it is sent as decodes to.
+		raw, _ := json.Marshal(got)
+		var back string
+		if err := json.Unmarshal(raw, &back); err != nil || back != got || len(back) > maxProgressMessage || strings.Contains(back, "\x00") {
+			t.Errorf("progressMessage(%.20q…): %d bytes after JSON (%v)", tc.in, len(back), err)
+		}
 	}
 }

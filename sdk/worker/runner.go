@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // HandlerFunc does the work of one task. ctx is cancelled when the lease is
@@ -362,7 +363,10 @@ type lease struct {
 	beatMu   sync.Mutex        // one heartbeat at a time
 	lost     bool
 	canceled bool
-	nudge    chan struct{}
+	// progressRefused is set once the gate refused a progress report (it
+	// is logged once per task).
+	progressRefused bool
+	nudge           chan struct{}
 }
 
 type leaseKey struct{}
@@ -623,18 +627,36 @@ func heartbeatRetry(fails int, interval, untilDeadline, hint time.Duration) time
 
 // beat sends one heartbeat with the latest unsent progress; it reports
 // whether the gate answered, and otherwise the error. beatMu keeps it from
-// running alongside flushProgress.
+// running alongside flushProgress. A progress report the gate refuses (400,
+// 413) is dropped and the heartbeat sent again without it: it says nothing
+// about the lease.
 func (l *lease) beat(stop <-chan struct{}) (bool, error) {
 	l.beatMu.Lock()
 	defer l.beatMu.Unlock()
 	l.mu.Lock()
-	deadline := l.deadline
-	req := HeartbeatRequest{TaskID: l.o.Task.ID, ExtendLeaseSeconds: l.r.cfg.LeaseSeconds}
 	sent := l.pending
+	l.mu.Unlock()
+	for {
+		res, err := l.heartbeat(stop, sent)
+		if err != nil && sent != nil && progressRefused(err) {
+			l.dropProgress(sent, err)
+			sent = nil
+			continue
+		}
+		return l.beaten(stop, sent, res, err)
+	}
+}
+
+// heartbeat sends one heartbeat carrying the progress of sent (none when
+// nil), bounded by the lease's local expiry and cut off by stop.
+func (l *lease) heartbeat(stop <-chan struct{}, sent *HeartbeatRequest) (*HeartbeatResult, error) {
+	l.mu.Lock()
+	deadline := l.deadline
+	l.mu.Unlock()
+	req := HeartbeatRequest{TaskID: l.o.Task.ID, ExtendLeaseSeconds: l.r.cfg.LeaseSeconds}
 	if sent != nil {
 		req.ProgressPercent, req.ProgressMessage = sent.ProgressPercent, sent.ProgressMessage
 	}
-	l.mu.Unlock()
 	ctx, cancel := context.WithDeadline(l.o.Task.traceInto(context.Background()), deadline)
 	defer cancel()
 	go func() {
@@ -644,7 +666,37 @@ func (l *lease) beat(stop <-chan struct{}) (bool, error) {
 		case <-ctx.Done():
 		}
 	}()
-	res, err := l.r.c.Heartbeat(ctx, l.o.LeaseID, req)
+	return l.r.c.Heartbeat(ctx, l.o.LeaseID, req)
+}
+
+// progressRefused reports whether a heartbeat carrying progress was refused
+// for it: 400 (a percent or message the gate does not take) or 413 (a
+// message over its limit).
+func progressRefused(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && (ae.Status == http.StatusBadRequest || ae.Status == http.StatusRequestEntityTooLarge)
+}
+
+// dropProgress forgets the progress report the gate refused (unless a newer
+// one replaced it meanwhile); the first refusal of a task is logged as a
+// warning, later ones at debug level.
+func (l *lease) dropProgress(sent *HeartbeatRequest, err error) {
+	l.mu.Lock()
+	if l.pending == sent {
+		l.pending = nil
+	}
+	first := !l.progressRefused
+	l.progressRefused = true
+	l.mu.Unlock()
+	if first {
+		l.log.Warn("the gate refused a progress report; dropping it and heartbeating without it", "err", err)
+	} else {
+		l.log.Debug("the gate refused a progress report; dropping it", "err", err)
+	}
+}
+
+// beaten handles a heartbeat's answer (res, or err).
+func (l *lease) beaten(stop <-chan struct{}, sent *HeartbeatRequest, res *HeartbeatResult, err error) (bool, error) {
 	if err != nil {
 		select {
 		case <-stop:
@@ -655,10 +707,13 @@ func (l *lease) beat(stop <-chan struct{}) (bool, error) {
 			l.loseLease(err.Error())
 			return true, nil
 		}
+		l.mu.Lock()
+		deadline := l.deadline
+		l.mu.Unlock()
 		l.log.Warn("heartbeat failed", "err", err, "lease_local_expiry_in", time.Until(deadline).Round(time.Millisecond))
 		if ae := (*APIError)(nil); errors.As(err, &ae) && !Temporary(err) {
-			// A refusal that is not lease_expired (400, 403): the lease
-			// cannot be kept, so the work must stop.
+			// A refusal of the heartbeat itself that is not lease_expired
+			// (400, 403): the lease cannot be kept, so the work must stop.
 			l.loseLease(err.Error())
 			return true, nil
 		}
@@ -712,9 +767,12 @@ func (l *lease) loseLease(why string) {
 // lease) apart (never more than the regular third of the lease): reports
 // made faster are coalesced and the latest one is sent when the gap is over.
 // Progress not yet sent when the handler returns goes with one last
-// heartbeat before the outcome. Calling it in a tight loop is cheap. It
-// returns an error when ctx is not a handler's context or percent is over
-// 100.
+// heartbeat before the outcome. Calling it in a tight loop is cheap. The
+// message is made one the gate takes: a NUL character (or invalid UTF-8)
+// is written U+FFFD, and a message longer than the gate's 4096 bytes is cut
+// there, on a character boundary. Should the gate still refuse a report,
+// it is dropped (logged) and the lease kept. It returns an error when ctx
+// is not a handler's context or percent is over 100.
 func Progress(ctx context.Context, percent float64, msg string) error {
 	l, _ := ctx.Value(leaseKey{}).(*lease)
 	if l == nil {
@@ -723,10 +781,7 @@ func Progress(ctx context.Context, percent float64, msg string) error {
 	if percent > 100 || percent != percent {
 		return fmt.Errorf("worker: progress percent %v is over 100", percent)
 	}
-	if len(msg) > 4096 {
-		msg = msg[:4096]
-	}
-	p := &HeartbeatRequest{ProgressMessage: msg}
+	p := &HeartbeatRequest{ProgressMessage: progressMessage(msg)}
 	if percent >= 0 {
 		p.ProgressPercent = &percent
 	}
@@ -738,6 +793,29 @@ func Progress(ctx context.Context, percent float64, msg string) error {
 	default:
 	}
 	return nil
+}
+
+// maxProgressMessage is the longest progress message the gate takes, in
+// bytes of UTF-8.
+const maxProgressMessage = 4096
+
+// progressMessage is msg as the gate takes it: valid UTF-8 (each run of
+// invalid bytes written U+FFFD), NUL written U+FFFD, and cut to at most
+// maxProgressMessage bytes on a character boundary.
+func progressMessage(msg string) string {
+	return cutUTF8(noNUL(strings.ToValidUTF8(msg, "\uFFFD")), maxProgressMessage)
+}
+
+// cutUTF8 cuts the valid UTF-8 string s to at most n bytes without
+// splitting a character.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // Lease returns the offer a handler's context belongs to.

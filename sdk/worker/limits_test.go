@@ -1,0 +1,145 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asyncgate/asyncgate/sdk/worker"
+)
+
+// The gate's limits the Runner keeps to: progress_message at most 4096
+// bytes of UTF-8 without NUL.
+
+// refusingProxy forwards to the gate, except the calls refuse picks out:
+// those it answers itself with the status, code and detail it returns.
+type refusingProxy struct {
+	*httptest.Server
+	refused atomic.Int64
+}
+
+func newRefusingProxy(t *testing.T, target string, refuse func(path string, body []byte) (status int, code, detail string)) *refusingProxy {
+	u, _ := url.Parse(target)
+	p := &refusingProxy{}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if st, code, detail := refuse(r.URL.Path, body); st != 0 {
+			p.refused.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(st)
+			fmt.Fprintf(w, `{"error":%q,"detail":%q}`, code, detail)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+// TestWorkerProgressKeptToTheGatesLimits: a progress message longer than
+// 4096 bytes is cut on a character boundary (never mid-character, which
+// would come out as U+FFFD and take it past the limit), and one holding NUL
+// has it written U+FFFD: the gate takes both and the lease is kept.
+func TestWorkerProgressKeptToTheGatesLimits(t *testing.T) {
+	g := sharedGate(t)
+	g.putType("lim-progress", 10, nil)
+	long := strings.Repeat("€", 2000) // 6000 bytes; 4096 falls inside a character
+	next := make(chan struct{})
+	causes := make(chan error, 1)
+	start(t, g.URL, g.Worker, testConfig(t), map[string]worker.HandlerFunc{
+		"lim-progress": func(ctx context.Context, task *worker.Task) (any, error) {
+			for _, msg := range []string{long, "before\x00after"} {
+				if err := worker.Progress(ctx, 50, msg); err != nil {
+					return nil, err
+				}
+				select {
+				case <-next:
+				case <-ctx.Done():
+					causes <- context.Cause(ctx)
+					return nil, ctx.Err()
+				}
+			}
+			return "ok", nil
+		},
+	})
+	id := g.enqueue("lim-progress", map[string]any{}, nil)
+	stopped := func() {
+		select {
+		case c := <-causes:
+			t.Fatalf("the handler was stopped (%v) after reporting progress", c)
+		default:
+		}
+	}
+	want := strings.Repeat("€", 4096/len("€"))
+	g.waitTask(id, "the long progress message, cut", func(tv taskView) bool {
+		stopped()
+		return tv.ProgressMessage == want
+	})
+	next <- struct{}{}
+	g.waitTask(id, "the progress message with NUL", func(tv taskView) bool {
+		stopped()
+		return tv.ProgressMessage == "before\uFFFDafter"
+	})
+	next <- struct{}{}
+	tv := g.waitTask(id, "succeeded", status("succeeded"))
+	if tv.LeaseCount != 1 || tv.LeaseExpiries != 0 {
+		t.Fatalf("the lease was not kept: %+v", tv)
+	}
+}
+
+// TestWorkerProgressRefusedKeepsTheLease: a progress report the gate
+// refuses (400, 413) is dropped, the heartbeat goes again without it, and
+// the lease is kept; later progress still reaches the gate.
+func TestWorkerProgressRefusedKeepsTheLease(t *testing.T) {
+	g := sharedGate(t)
+	g.putType("lim-refused", 10, nil)
+	px := newRefusingProxy(t, g.URL, func(path string, body []byte) (int, string, string) {
+		if strings.HasSuffix(path, "/heartbeat") && bytes.Contains(body, []byte("refuse me")) {
+			return http.StatusRequestEntityTooLarge, "too_large", "progress_message is longer than 4096 bytes"
+		}
+		return 0, "", ""
+	})
+	causes := make(chan error, 1)
+	release := make(chan struct{})
+	start(t, px.URL, g.Worker, testConfig(t), map[string]worker.HandlerFunc{
+		"lim-refused": func(ctx context.Context, task *worker.Task) (any, error) {
+			worker.Progress(ctx, 10, "refuse me")
+			for px.refused.Load() == 0 && ctx.Err() == nil {
+				time.Sleep(10 * time.Millisecond) // until the gate (the proxy) refused it
+			}
+			worker.Progress(ctx, 20, "accepted")
+			select {
+			case <-release:
+				return "ok", nil
+			case <-ctx.Done():
+				causes <- context.Cause(ctx)
+				return nil, ctx.Err()
+			}
+		},
+	})
+	id := g.enqueue("lim-refused", map[string]any{}, nil)
+	g.waitTask(id, "the later progress", func(tv taskView) bool {
+		select {
+		case c := <-causes:
+			t.Fatalf("the handler was stopped (%v) after the gate refused a progress report", c)
+		default:
+		}
+		return tv.ProgressMessage == "accepted"
+	})
+	close(release)
+	tv := g.waitTask(id, "succeeded", status("succeeded"))
+	if tv.LeaseExpiries != 0 || tv.LeaseCount != 1 {
+		t.Fatalf("the lease was not kept: %+v", tv)
+	}
+}
