@@ -267,6 +267,19 @@ def _no_nul(text: str) -> str:
     return text.replace("\x00", "\ufffd")
 
 
+MAX_PROGRESS_MESSAGE = 4096
+"""The longest progress message the gate takes, in bytes of UTF-8 (not
+characters)."""
+
+
+def _progress_message(message: str) -> str:
+    """message as the gate takes it: NUL written U+FFFD (a lone surrogate,
+    which UTF-8 cannot carry, "?"), cut to at most MAX_PROGRESS_MESSAGE bytes
+    of UTF-8 on a character boundary."""
+    raw = _no_nul(str(message)).encode("utf-8", "replace")[:MAX_PROGRESS_MESSAGE]
+    return raw.decode("utf-8", "ignore")  # "ignore" drops only a character cut at the end
+
+
 def _http_date(value: Optional[str]) -> Optional[float]:
     """Read an HTTP-date (a Date or Retry-After header) as Unix time; None
     when absent or unreadable. A date without a zone (asctime format, or
@@ -879,6 +892,7 @@ class Task:
         self._nudge = threading.Event()
         self._beat_lock = threading.Lock()  # one heartbeat at a time
         self._retry_after = 0.0  # the last failed heartbeat's Retry-After (s)
+        self._progress_refused = False  # the gate refused a progress report (logged once)
 
     def fencing_token(self, resource: str) -> int:
         """The fencing token of this run's lease on ``resource`` (its name as
@@ -896,11 +910,15 @@ class Task:
         the lease) apart (never more than the regular third of the lease):
         faster reports are coalesced and the latest is sent when the gap is
         over. Progress still unsent when the handler returns goes with one
-        last heartbeat before the outcome. Cheap to call in a tight loop."""
+        last heartbeat before the outcome. Cheap to call in a tight loop.
+        The message is made one the gate takes: NUL is written U+FFFD and a
+        message over the gate's 4096 bytes of UTF-8 is cut there, on a
+        character boundary. Should the gate still refuse a report, it is
+        dropped (logged) and the lease kept."""
         if percent is not None and not (0 <= percent <= 100):
             raise ValueError("progress percent must be 0..100")
         with self._lock:
-            self._pending = {"progress_percent": percent, "progress_message": message[:4096]}
+            self._pending = {"progress_percent": percent, "progress_message": _progress_message(message)}
         self._nudge.set()
 
     def check(self) -> None:
@@ -1251,37 +1269,63 @@ class Runner:
     def _beat(self, task: Task, done: Optional[threading.Event] = None) -> bool:
         """Send one heartbeat with the latest unsent progress; the call is
         bounded by the lease's local expiry (and the client's timeout). Report
-        whether the gate answered; a refusal stops the task (lease_lost)."""
+        whether the gate answered; a refusal of the heartbeat stops the task
+        (lease_lost). A progress report the gate refuses (400, 413) is
+        dropped and the heartbeat sent again without it: it says nothing
+        about the lease."""
         with task._beat_lock:
             with task._lock:
-                pending, deadline = task._pending, task._deadline
-            left = deadline - time.time()
-            if left <= 0:
-                return False
-            kw: Dict[str, Any] = {"extend_lease_seconds": self.lease_seconds,
-                                  "timeout": min(self.client.timeout, left)}
-            if pending:
-                kw.update(pending)
-            try:
-                res = self.client.heartbeat(task.lease_id, task.task_id, trace=task.trace, **kw)
-            except Exception as e:  # noqa: BLE001
-                if done is not None and done.is_set():
-                    return True  # the task is over; nothing more to do
-                if isinstance(e, AsyncGateError) and (e.lease_lost or not e.temporary):
-                    if task._stop("lease_lost"):
-                        task.log.warning("lease %s lost: %s", task.lease_id, e)
-                    return True
-                task.log.warning("heartbeat for %s failed: %s", task.lease_id, e)
-                task._retry_after = retry_after(e)
-                return False
-            with task._lock:
-                if res.get("_ttl", 0) > 0:
-                    task._ttl, task._deadline = res["_ttl"], res["_deadline"]
-                if task._pending is pending:
-                    task._pending = None
-            if res.get("cancel_requested") and task._stop("canceled"):
-                task.log.info("the gate asks to cancel task %s", task.task_id)
-            return True
+                pending = task._pending
+            while True:
+                with task._lock:
+                    deadline = task._deadline
+                left = deadline - time.time()
+                if left <= 0:
+                    return False
+                kw: Dict[str, Any] = {"extend_lease_seconds": self.lease_seconds,
+                                      "timeout": min(self.client.timeout, left)}
+                if pending:
+                    kw.update(pending)
+                try:
+                    res = self.client.heartbeat(task.lease_id, task.task_id, trace=task.trace, **kw)
+                except Exception as e:  # noqa: BLE001
+                    if done is not None and done.is_set():
+                        return True  # the task is over; nothing more to do
+                    if pending and isinstance(e, AsyncGateError) and e.status in (400, 413):
+                        self._drop_progress(task, pending, e)
+                        pending = None
+                        continue
+                    if isinstance(e, AsyncGateError) and (e.lease_lost or not e.temporary):
+                        if task._stop("lease_lost"):
+                            task.log.warning("lease %s lost: %s", task.lease_id, e)
+                        return True
+                    task.log.warning("heartbeat for %s failed: %s", task.lease_id, e)
+                    task._retry_after = retry_after(e)
+                    return False
+                with task._lock:
+                    if res.get("_ttl", 0) > 0:
+                        task._ttl, task._deadline = res["_ttl"], res["_deadline"]
+                    if task._pending is pending:
+                        task._pending = None
+                if res.get("cancel_requested") and task._stop("canceled"):
+                    task.log.info("the gate asks to cancel task %s", task.task_id)
+                return True
+
+    @staticmethod
+    def _drop_progress(task: Task, pending: Dict[str, Any], err: AsyncGateError) -> None:
+        """Forget the progress report the gate refused (unless a newer one
+        replaced it meanwhile); the first refusal of a task is logged as a
+        warning, later ones at debug level."""
+        with task._lock:
+            if task._pending is pending:
+                task._pending = None
+            first = not task._progress_refused
+            task._progress_refused = True
+        if first:
+            task.log.warning("the gate refused a progress report for %s (%s); dropping it and heartbeating "
+                             "without it", task.lease_id, err)
+        else:
+            task.log.debug("the gate refused a progress report for %s (%s); dropping it", task.lease_id, err)
 
     # ---- outcomes
 

@@ -142,6 +142,22 @@ class FlakyClient(aw.Client):
         return super().complete(*a, **kw)
 
 
+class RefusingClient(aw.Client):
+    """A client whose calls the gate refuses as the test says: a heartbeat
+    whose progress message holds ``refuse_progress`` gets 413."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.refuse_progress = ""
+        self.refused = 0
+
+    def heartbeat(self, *a, **kw):
+        if self.refuse_progress and self.refuse_progress in kw.get("progress_message", ""):
+            self.refused += 1
+            raise aw.AsyncGateError(413, "too_large", "progress_message is longer than 4096 bytes")
+        return super().heartbeat(*a, **kw)
+
+
 class CountingClient(aw.Client):
     """Counts outcome calls; with old=True the batch route answers 404 as on
     a gate without it. Single completions and failures wait for ``release``
@@ -1200,6 +1216,91 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(get_task(a)["status"], "succeeded")
         tb = get_task(b)
         self.assertEqual((tb["status"], tb["attempts"]), ("queued", 0))
+
+
+class LimitTests(unittest.TestCase):
+    """The gate's limits the Runner keeps to: progress_message at most 4096
+    bytes of UTF-8 without NUL."""
+
+    make_runner = WorkerTest.make_runner
+    start = WorkerTest.start
+
+    def test_progress_message_made_one_the_gate_takes(self):
+        for given, want in [
+            ("halfway", "halfway"),
+            ("a\x00b", "a\ufffdb"),
+            ("\u00e9" * 3000, "\u00e9" * 2048),
+            ("\u20ac" * 2000, "\u20ac" * 1365),
+            ("x" * 4095 + "\u20ac", "x" * 4095),
+            ("x" * 4096 + "\u20ac", "x" * 4096),
+            ("\x00" * 2000, "\ufffd" * 1365),
+            ("lone \udc80 surrogate", "lone ? surrogate"),
+        ]:
+            got = aw._progress_message(given)
+            self.assertEqual(got, want)
+            self.assertLessEqual(len(got.encode("utf-8")), 4096)
+
+    def test_progress_kept_to_the_gates_limits(self):
+        put_type("py-lim-progress")
+        r = self.make_runner()
+        step = threading.Event()
+
+        @r.task("py-lim-progress")
+        def progress(task):
+            for msg in ("\u00e9" * 3000, "before\x00after"):  # 6000 bytes; NUL
+                step.clear()
+                task.progress(50, msg)
+                wait_for("the next step", lambda: step.is_set() or task.cancelled.is_set())
+                task.check()
+            return "ok"
+
+        self.start(r)
+        tid = enqueue("py-lim-progress", {})
+
+        def shows(msg):
+            def check(t):
+                if t["lease_expiries"] or t["status"] not in ("leased", "succeeded"):
+                    self.fail("the handler was stopped after reporting progress: %s" % t)
+                return t.get("progress_message") == msg
+            return check
+
+        wait_task(tid, "the long progress message, cut", shows("\u00e9" * 2048))
+        step.set()
+        wait_task(tid, "the progress message with NUL", shows("before\ufffdafter"))
+        step.set()
+        t = wait_task(tid, "succeeded", status_is("succeeded"))
+        self.assertEqual((t["lease_count"], t["lease_expiries"]), (1, 0))
+
+    def test_progress_refused_keeps_the_lease(self):
+        put_type("py-lim-refused")
+        client = RefusingClient(URL, WORKER)
+        client.refuse_progress = "refuse me"
+        r = self.make_runner(client)
+        go, reasons = threading.Event(), []
+
+        @r.task("py-lim-refused")
+        def refused(task):
+            task.progress(10, "refuse me")
+            wait_for("the refusal", lambda: client.refused or task.cancelled.is_set())
+            task.progress(20, "accepted")
+            wait_for("go", lambda: go.is_set() or task.cancelled.is_set())
+            if task.cancelled.is_set():
+                reasons.append(task.stop_reason)
+            task.check()
+            return "ok"
+
+        self.start(r)
+        tid = enqueue("py-lim-refused", {})
+
+        def later_progress(t):
+            if reasons:
+                self.fail("the handler was stopped (%s) after the gate refused a progress report" % reasons)
+            return t.get("progress_message") == "accepted"
+
+        wait_task(tid, "the later progress", later_progress)
+        go.set()
+        t = wait_task(tid, "succeeded", status_is("succeeded"))
+        self.assertEqual((t["lease_count"], t["lease_expiries"], reasons), (1, 0, []))
 
 
 class LeaseClockTests(unittest.TestCase):
