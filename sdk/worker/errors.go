@@ -88,10 +88,14 @@ func (e *SnoozeError) Error() string { return fmt.Sprintf("snooze for %s", e.Del
 
 // Snooze returns the error that has the Runner snooze the task for d: it is
 // offered again no earlier than d from now (rounded up to whole seconds,
-// at least one), and the attempt does not count as a failure.
+// at least one, at most the gate's 366 days), and the attempt does not
+// count as a failure. Should the gate refuse the snooze (400), the task is
+// failed for good with the refusal as its error.
 func Snooze(d time.Duration) error { return &SnoozeError{Delay: d} }
 
-// SnoozeFor is Snooze with a reason the task's history keeps.
+// SnoozeFor is Snooze with a reason the task's history keeps (NUL is
+// written U+FFFD, and a reason over the gate's 1000 characters is cut
+// there).
 func SnoozeFor(d time.Duration, reason string) error { return &SnoozeError{Delay: d, Reason: reason} }
 
 // asSnooze returns the SnoozeError in err's chain, or nil.
@@ -103,8 +107,16 @@ func asSnooze(err error) *SnoozeError {
 	return nil
 }
 
-// snoozeSeconds rounds d up to whole seconds, at least one.
+// maxSnooze is the longest snooze the gate takes: 366 days (snooze_seconds
+// 1..31622400).
+const maxSnooze = 366 * 24 * time.Hour
+
+// snoozeSeconds rounds d up to whole seconds, at least one and at most the
+// gate's bound (maxSnooze).
 func snoozeSeconds(d time.Duration) int64 {
+	if d >= maxSnooze {
+		return int64(maxSnooze / time.Second)
+	}
 	s := int64((d + time.Second - 1) / time.Second)
 	return max(s, 1)
 }

@@ -319,3 +319,25 @@ func TestProgressMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestSnoozeBounds: a snooze is sent within the gate's bound (1..31622400
+// seconds), its reason within 1000 characters and without NUL.
+func TestSnoozeBounds(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want int64
+	}{
+		{-time.Hour, 1}, {0, 1}, {time.Millisecond, 1}, {1500 * time.Millisecond, 2}, {time.Minute, 60},
+		{366 * 24 * time.Hour, 31622400}, {400 * 24 * time.Hour, 31622400}, {time.Duration(1<<63 - 1), 31622400},
+	} {
+		if got := snoozeSeconds(tc.d); got != tc.want {
+			t.Errorf("snoozeSeconds(%v) = %d, want %d", tc.d, got, tc.want)
+		}
+	}
+	if got := snoozeReason("not\x00yet"); got != "not\uFFFDyet" {
+		t.Errorf("snoozeReason with NUL: %q", got)
+	}
+	if got := snoozeReason(strings.Repeat("é", 1200)); got != strings.Repeat("é", 1000) {
+		t.Errorf("snoozeReason of 1200 characters: %d characters", len([]rune(got)))
+	}
+}

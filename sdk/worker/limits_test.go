@@ -18,7 +18,7 @@ import (
 )
 
 // The gate's limits the Runner keeps to: progress_message at most 4096
-// bytes of UTF-8 without NUL.
+// bytes of UTF-8 without NUL, and snooze_seconds 1..31622400.
 
 // refusingProxy forwards to the gate, except the calls refuse picks out:
 // those it answers itself with the status, code and detail it returns.
@@ -141,5 +141,65 @@ func TestWorkerProgressRefusedKeepsTheLease(t *testing.T) {
 	tv := g.waitTask(id, "succeeded", status("succeeded"))
 	if tv.LeaseExpiries != 0 || tv.LeaseCount != 1 {
 		t.Fatalf("the lease was not kept: %+v", tv)
+	}
+}
+
+// TestWorkerSnoozeBeyondTheGatesBound: a snooze longer than the gate's
+// bound (366 days) is clamped to it: the task is scheduled a year out
+// instead of its lease running out again and again.
+func TestWorkerSnoozeBeyondTheGatesBound(t *testing.T) {
+	g := sharedGate(t)
+	g.putType("lim-snooze-long", 3, nil)
+	start(t, g.URL, g.Worker, testConfig(t), map[string]worker.HandlerFunc{
+		"lim-snooze-long": func(ctx context.Context, task *worker.Task) (any, error) {
+			return nil, worker.Snooze(400 * 24 * time.Hour)
+		},
+	})
+	id := g.enqueue("lim-snooze-long", map[string]any{}, nil)
+	var tv struct {
+		Status        string    `json:"status"`
+		AvailableAt   time.Time `json:"available_at"`
+		LeaseExpiries int       `json:"lease_expiries"`
+	}
+	eventually(t, "the task scheduled by the snooze", func() bool {
+		if st := g.call("GET", "/v1/tasks/"+id, g.Agent, nil, &tv); st != 200 {
+			t.Fatalf("get task: %d", st)
+		}
+		if tv.LeaseExpiries > 0 {
+			t.Fatalf("the lease ran out instead of the task being snoozed: %+v", tv)
+		}
+		return tv.Status == "scheduled"
+	})
+	if until := time.Until(tv.AvailableAt); until < 365*24*time.Hour || until > 367*24*time.Hour {
+		t.Fatalf("available_at %v: %v from now, want 366 days", tv.AvailableAt, until)
+	}
+}
+
+// TestWorkerSnoozeRefusedFailsTheTask: a snooze the gate refuses with 400
+// fails the task for good, with the refusal as its error, instead of leaving
+// the lease to run out with no trace of why.
+func TestWorkerSnoozeRefusedFailsTheTask(t *testing.T) {
+	g := sharedGate(t)
+	g.putType("lim-snooze-refused", 3, nil)
+	px := newRefusingProxy(t, g.URL, func(path string, body []byte) (int, string, string) {
+		if strings.HasSuffix(path, "/snooze") {
+			return http.StatusBadRequest, "bad_request", "snooze refused by the test"
+		}
+		return 0, "", ""
+	})
+	start(t, px.URL, g.Worker, testConfig(t), map[string]worker.HandlerFunc{
+		"lim-snooze-refused": func(ctx context.Context, task *worker.Task) (any, error) {
+			return nil, worker.Snooze(time.Minute)
+		},
+	})
+	id := g.enqueue("lim-snooze-refused", map[string]any{}, nil)
+	tv := g.waitTask(id, "dead_letter", func(tv taskView) bool {
+		if tv.LeaseExpiries > 0 {
+			t.Fatalf("the lease ran out instead of the task failing: %+v", tv)
+		}
+		return tv.Status == "dead_letter"
+	})
+	if tv.DeadReason != "fatal_error" || !strings.Contains(tv.ErrorMessage, "snooze refused by the test") {
+		t.Fatalf("dead task %+v, want fatal_error with the refusal's message", tv)
 	}
 }

@@ -455,7 +455,12 @@ func (r *Runner) work(o Offer) {
 	case asSnooze(err) != nil:
 		se := asSnooze(err)
 		log.Info("task snoozed; giving the lease back until later without using an attempt", "took", took, "for", se.Delay)
-		r.snooze(bg, log, o, se)
+		if serr := r.snooze(bg, log, o, se); serr != nil {
+			// The gate will never take this snooze: fail the task instead,
+			// so its lease does not run out with no trace of why.
+			log.Error("the gate refused the snooze; reporting a failure instead", "err", serr)
+			r.deliverFail(l, Fatal(fmt.Errorf("the gate refused the snooze: %w", serr)))
+		}
 	default:
 		r.deliverFail(l, err)
 	}
@@ -857,26 +862,43 @@ func (r *Runner) release(ctx context.Context, log *slog.Logger, o Offer, reason 
 	}
 }
 
-// snooze gives the lease back until se.Delay from now, retrying network
-// errors a few times; a lease that cannot be snoozed expires on its own
-// (and the task is offered again after the type's requeue delay).
-func (r *Runner) snooze(ctx context.Context, log *slog.Logger, o Offer, se *SnoozeError) {
+// snooze gives the lease back until se.Delay from now (at most the gate's
+// bound), retrying network errors a few times; a lease that cannot be
+// snoozed expires on its own (and the task is offered again after the
+// type's requeue delay). It returns the gate's refusal when it answered
+// 400: that snooze will never be taken.
+func (r *Runner) snooze(ctx context.Context, log *slog.Logger, o Offer, se *SnoozeError) error {
+	req := SnoozeRequest{TaskID: o.Task.ID, Seconds: snoozeSeconds(se.Delay), Reason: snoozeReason(se.Reason)}
 	for n := 1; n <= 3; n++ {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err := r.c.Snooze(cctx, o.LeaseID, SnoozeRequest{TaskID: o.Task.ID, Seconds: snoozeSeconds(se.Delay), Reason: se.Reason})
+		_, err := r.c.Snooze(cctx, o.LeaseID, req)
 		cancel()
 		if err == nil {
-			return
+			return nil
+		}
+		if ae := (*APIError)(nil); errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
+			return err
 		}
 		if !Temporary(err) || n == 3 {
 			log.Warn("could not snooze the lease; it will expire on its own", "err", err)
-			return
+			return nil
 		}
 		select {
 		case <-r.hard:
 		case <-time.After(retryWait(err, r.cfg.DeliveryBackoff.Delay(n))):
 		}
 	}
+	return nil
+}
+
+// snoozeReason is reason as the gate takes it: NUL written U+FFFD and cut
+// to 1000 characters.
+func snoozeReason(reason string) string {
+	reason = noNUL(strings.ToValidUTF8(reason, "\uFFFD"))
+	if utf8.RuneCountInString(reason) <= 1000 {
+		return reason
+	}
+	return string([]rune(reason)[:1000])
 }
 
 // deliverComplete reports a success with retries, falling back to a data:
