@@ -363,14 +363,31 @@ class FatalError(Exception):
 
 class Snooze(Exception):
     """Raise from a handler to give the task back until ``seconds`` from now
-    (rounded up to whole seconds, at least one) without using an attempt:
-    the task is offered again after that, and its retry budget is untouched.
-    ``reason`` goes into the task's history (the task.snoozed receipt)."""
+    (rounded up to whole seconds, at least one, at most the gate's 366 days)
+    without using an attempt: the task is offered again after that, and its
+    retry budget is untouched. ``reason`` goes into the task's history (the
+    task.snoozed receipt; NUL written U+FFFD, cut to the gate's 1000
+    characters). Should the gate refuse the snooze (400), the task is failed
+    for good with the refusal as its error."""
 
     def __init__(self, seconds: float, reason: str = ""):
         super().__init__("snooze for %ss" % seconds)
         self.seconds = seconds
         self.reason = reason
+
+
+MAX_SNOOZE_SECONDS = 366 * 86400
+"""The longest snooze the gate takes (snooze_seconds 1..31622400)."""
+
+
+def _snooze_seconds(seconds: float) -> int:
+    """seconds rounded up to whole seconds, at least one and at most
+    MAX_SNOOZE_SECONDS (infinity is the most, NaN the least)."""
+    if seconds != seconds:  # NaN
+        return 1
+    if seconds >= MAX_SNOOZE_SECONDS:
+        return MAX_SNOOZE_SECONDS
+    return max(1, int(math.ceil(seconds)))
 
 
 class TaskStopped(Exception):
@@ -1330,12 +1347,22 @@ class Runner:
     # ---- outcomes
 
     def _snooze(self, task: Task, sn: Snooze) -> None:
-        seconds = max(1, int(math.ceil(sn.seconds)))
+        """Give the lease back until sn.seconds from now (within the gate's
+        bound), retrying network errors a few times; a lease that cannot be
+        snoozed expires on its own. A snooze the gate refuses with 400 will
+        never be taken: the task is failed for good instead, with the
+        refusal as its error."""
+        seconds = _snooze_seconds(sn.seconds)
+        reason = _no_nul(str(sn.reason or ""))[:1000]
         for n in range(1, 4):
             try:
-                self.client.snooze(task.lease_id, seconds, task.task_id, sn.reason, trace=task.trace)
+                self.client.snooze(task.lease_id, seconds, task.task_id, reason, trace=task.trace)
                 return
             except Exception as e:  # noqa: BLE001
+                if isinstance(e, AsyncGateError) and e.status == 400:
+                    task.log.error("the gate refused to snooze %s (%s); reporting a failure instead", task.lease_id, e)
+                    self._deliver_fail(task, FatalError("the gate refused the snooze: %s" % e), "")
+                    return
                 if not is_temporary(e) or n == 3:
                     task.log.warning("could not snooze %s (%s); it will expire on its own", task.lease_id, e)
                     return

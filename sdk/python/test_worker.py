@@ -144,11 +144,13 @@ class FlakyClient(aw.Client):
 
 class RefusingClient(aw.Client):
     """A client whose calls the gate refuses as the test says: a heartbeat
-    whose progress message holds ``refuse_progress`` gets 413."""
+    whose progress message holds ``refuse_progress`` gets 413, every snooze
+    400 while ``refuse_snoozes`` is set."""
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.refuse_progress = ""
+        self.refuse_snoozes = False
         self.refused = 0
 
     def heartbeat(self, *a, **kw):
@@ -156,6 +158,12 @@ class RefusingClient(aw.Client):
             self.refused += 1
             raise aw.AsyncGateError(413, "too_large", "progress_message is longer than 4096 bytes")
         return super().heartbeat(*a, **kw)
+
+    def snooze(self, *a, **kw):
+        if self.refuse_snoozes:
+            self.refused += 1
+            raise aw.AsyncGateError(400, "bad_request", "snooze refused by the test")
+        return super().snooze(*a, **kw)
 
 
 class CountingClient(aw.Client):
@@ -1220,7 +1228,7 @@ class WorkerTest(unittest.TestCase):
 
 class LimitTests(unittest.TestCase):
     """The gate's limits the Runner keeps to: progress_message at most 4096
-    bytes of UTF-8 without NUL."""
+    bytes of UTF-8 without NUL, and snooze_seconds 1..31622400."""
 
     make_runner = WorkerTest.make_runner
     start = WorkerTest.start
@@ -1239,6 +1247,11 @@ class LimitTests(unittest.TestCase):
             got = aw._progress_message(given)
             self.assertEqual(got, want)
             self.assertLessEqual(len(got.encode("utf-8")), 4096)
+
+    def test_snooze_seconds_within_the_gates_bound(self):
+        for given, want in [(0, 1), (-5, 1), (0.2, 1), (1.5, 2), (60, 60), (31622400, 31622400),
+                            (400 * 86400, 31622400), (float("inf"), 31622400), (float("nan"), 1)]:
+            self.assertEqual(aw._snooze_seconds(given), want, given)
 
     def test_progress_kept_to_the_gates_limits(self):
         put_type("py-lim-progress")
@@ -1301,6 +1314,49 @@ class LimitTests(unittest.TestCase):
         go.set()
         t = wait_task(tid, "succeeded", status_is("succeeded"))
         self.assertEqual((t["lease_count"], t["lease_expiries"], reasons), (1, 0, []))
+
+    def test_snooze_beyond_the_gates_bound(self):
+        put_type("py-lim-snooze-long", lease_seconds=3)
+        r = self.make_runner()
+
+        @r.task("py-lim-snooze-long")
+        def snoozy(task):
+            raise aw.Snooze(400 * 86400, "not\x00yet" + "." * 2000)  # the reason: NUL, over 1000 characters
+
+        self.start(r)
+        tid = enqueue("py-lim-snooze-long", {})
+
+        def scheduled(t):
+            if t["lease_expiries"]:
+                self.fail("the lease ran out instead of the task being snoozed: %s" % t)
+            return t["status"] == "scheduled"
+
+        t = wait_task(tid, "scheduled by the snooze", scheduled)
+        at = datetime.datetime.strptime(t["available_at"][:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.timezone.utc)
+        until = at.timestamp() - time.time()
+        self.assertTrue(365 * 86400 < until < 367 * 86400, until)
+
+    def test_snooze_refused_fails_the_task(self):
+        put_type("py-lim-snooze-refused", lease_seconds=3)
+        client = RefusingClient(URL, WORKER)
+        client.refuse_snoozes = True
+        r = self.make_runner(client)
+
+        @r.task("py-lim-snooze-refused")
+        def snoozy(task):
+            raise aw.Snooze(60)
+
+        self.start(r)
+        tid = enqueue("py-lim-snooze-refused", {}, max_retries=3)
+
+        def dead(t):
+            if t["lease_expiries"]:
+                self.fail("the lease ran out instead of the task failing: %s" % t)
+            return t["status"] == "dead_letter"
+
+        t = wait_task(tid, "dead letter", dead)
+        self.assertEqual(t["dead_reason"], "fatal_error")
+        self.assertIn("snooze refused by the test", t["error_message"])
 
 
 class LeaseClockTests(unittest.TestCase):
