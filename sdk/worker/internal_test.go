@@ -341,3 +341,25 @@ func TestSnoozeBounds(t *testing.T) {
 		t.Errorf("snoozeReason of 1200 characters: %d characters", len([]rune(got)))
 	}
 }
+
+// TestTypeChunks: the task types go to lease calls of at most 50 each, in
+// order, every type in exactly one.
+func TestTypeChunks(t *testing.T) {
+	for _, n := range []int{1, 49, 50, 51, 100, 101, 250} {
+		types := make([]string, n)
+		for i := range types {
+			types[i] = fmt.Sprintf("t-%03d", i)
+		}
+		chunks := typeChunks(types)
+		var all []string
+		for _, c := range chunks {
+			if len(c) == 0 || len(c) > 50 {
+				t.Fatalf("%d types: a chunk of %d", n, len(c))
+			}
+			all = append(all, c...)
+		}
+		if want := (n + 49) / 50; len(chunks) != want || strings.Join(all, ",") != strings.Join(types, ",") {
+			t.Fatalf("%d types: %d chunks (want %d) holding %d types", n, len(chunks), want, len(all))
+		}
+	}
+}

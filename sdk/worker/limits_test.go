@@ -3,6 +3,7 @@ package worker_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,7 +19,8 @@ import (
 )
 
 // The gate's limits the Runner keeps to: progress_message at most 4096
-// bytes of UTF-8 without NUL, and snooze_seconds 1..31622400.
+// bytes of UTF-8 without NUL, snooze_seconds 1..31622400, and at most 50
+// task types per lease call.
 
 // refusingProxy forwards to the gate, except the calls refuse picks out:
 // those it answers itself with the status, code and detail it returns.
@@ -201,5 +203,38 @@ func TestWorkerSnoozeRefusedFailsTheTask(t *testing.T) {
 	})
 	if tv.DeadReason != "fatal_error" || !strings.Contains(tv.ErrorMessage, "snooze refused by the test") {
 		t.Fatalf("dead task %+v, want fatal_error with the refusal's message", tv)
+	}
+}
+
+// TestWorkerServesMoreThan50Types: a Runner with more handlers than one
+// lease call may name (50) splits its types across lease calls and serves
+// every one of them.
+func TestWorkerServesMoreThan50Types(t *testing.T) {
+	g := sharedGate(t)
+	handlers := map[string]worker.HandlerFunc{}
+	for i := range 120 {
+		handlers[fmt.Sprintf("lim-many-%03d", i)] = func(ctx context.Context, task *worker.Task) (any, error) {
+			return task.Type, nil
+		}
+	}
+	rr := start(t, g.URL, g.Worker, testConfig(t), handlers)
+	var ids []string
+	for _, i := range []int{0, 49, 50, 99, 100, 119} {
+		tt := fmt.Sprintf("lim-many-%03d", i)
+		g.putType(tt, 10, nil)
+		ids = append(ids, g.enqueue(tt, map[string]any{}, nil))
+	}
+	for _, id := range ids {
+		g.waitTask(id, "succeeded", func(tv taskView) bool {
+			select {
+			case <-rr.done:
+				t.Fatalf("Run returned: %v", rr.err)
+			default:
+			}
+			return tv.Status == "succeeded"
+		})
+	}
+	if err := rr.stop(t); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v", err)
 	}
 }

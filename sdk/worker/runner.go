@@ -41,7 +41,10 @@ type Config struct {
 	// (0: the task type's lease_seconds).
 	LeaseSeconds int
 	// PollWait is how long one lease call long-polls (default 30 s, the
-	// gate's cap; negative: no long-poll).
+	// gate's cap; negative: no long-poll). A lease call names at most 50
+	// task types: a Runner with more handlers asks for them in chunks of
+	// 50, in turn, each call long-polling its share of PollWait, so that
+	// every type is asked for at least once a PollWait.
 	PollWait time.Duration
 	// IdleWait is the pause after an empty answer that did not long-poll
 	// (default 5 s, the Lease Protocol's "no work" backoff).
@@ -284,10 +287,31 @@ func (r *Runner) inFlight() int {
 	return len(r.live)
 }
 
+// maxLeaseTypes is how many task types one lease call may name (the gate
+// refuses more with 400).
+const maxLeaseTypes = 50
+
+// typeChunks splits types into lease calls' worth: at most maxLeaseTypes
+// each.
+func typeChunks(types []string) [][]string {
+	var out [][]string
+	for len(types) > maxLeaseTypes {
+		out = append(out, types[:maxLeaseTypes:maxLeaseTypes])
+		types = types[maxLeaseTypes:]
+	}
+	return append(out, types)
+}
+
 // leaseLoop asks for work while slots are free, until ctx is done or a
-// permanent error.
+// permanent error. More types than one lease call may name are split into
+// chunks of at most maxLeaseTypes, asked for in turn, each call
+// long-polling its share of PollWait: every type is asked for at least once
+// a PollWait.
 func (r *Runner) leaseLoop(ctx context.Context, types []string, wg *sync.WaitGroup) error {
 	slots := make(chan struct{}, r.cfg.Concurrency)
+	chunks := typeChunks(types)
+	wait := r.cfg.PollWait / time.Duration(len(chunks))
+	next := 0 // the chunk the next lease call asks for
 	fails := 0
 	for {
 		select {
@@ -305,9 +329,9 @@ func (r *Runner) leaseLoop(ctx context.Context, types []string, wg *sync.WaitGro
 				break more
 			}
 		}
-		req := LeaseRequest{WorkerID: r.cfg.WorkerID, TaskTypes: types, MaxTasks: n, LeaseSeconds: r.cfg.LeaseSeconds}
+		req := LeaseRequest{WorkerID: r.cfg.WorkerID, TaskTypes: chunks[next], MaxTasks: n, LeaseSeconds: r.cfg.LeaseSeconds}
 		if r.cfg.PollWait > 0 {
-			req.WaitSeconds = r.cfg.PollWait.Seconds()
+			req.WaitSeconds = wait.Seconds()
 		}
 		start := time.Now()
 		offers, err := r.c.Lease(ctx, req)
@@ -332,6 +356,7 @@ func (r *Runner) leaseLoop(ctx context.Context, types []string, wg *sync.WaitGro
 			continue
 		}
 		fails = 0
+		next = (next + 1) % len(chunks)
 		for _, o := range offers {
 			wg.Add(1)
 			go func(o Offer) {
@@ -340,7 +365,9 @@ func (r *Runner) leaseLoop(ctx context.Context, types []string, wg *sync.WaitGro
 				r.work(o)
 			}(o)
 		}
-		if len(offers) == 0 && (r.cfg.PollWait <= 0 || time.Since(start) < r.cfg.PollWait/2) {
+		// An empty answer that did not long-poll pauses the loop, once a
+		// round of the chunks is over.
+		if len(offers) == 0 && next == 0 && (r.cfg.PollWait <= 0 || time.Since(start) < wait/2) {
 			if !sleep(ctx, r.cfg.IdleWait) {
 				return nil
 			}
