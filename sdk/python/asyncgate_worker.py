@@ -376,6 +376,15 @@ class Snooze(Exception):
         self.reason = reason
 
 
+MAX_LEASE_TYPES = 50
+"""How many task types one lease call may name (the gate refuses more)."""
+
+
+def _type_chunks(types: List[str]) -> List[List[str]]:
+    """types split into lease calls' worth: at most MAX_LEASE_TYPES each."""
+    return [types[i:i + MAX_LEASE_TYPES] for i in range(0, len(types), MAX_LEASE_TYPES)] or [[]]
+
+
 MAX_SNOOZE_SECONDS = 366 * 86400
 """The longest snooze the gate takes (snooze_seconds 1..31622400)."""
 
@@ -967,7 +976,10 @@ class Runner:
 
     Parameters mirror the Go SDK's Config: ``worker_id`` ("{type}.{instance}",
     default: the key's own), ``concurrency``, ``lease_seconds`` (0: the task
-    type's), ``poll_wait`` (long-poll seconds, ≤ 30), ``idle_wait``,
+    type's), ``poll_wait`` (long-poll seconds, ≤ 30; a lease call names at
+    most 50 task types, so a Runner with more handlers asks for them in
+    chunks of 50, in turn, each call long-polling its share of poll_wait),
+    ``idle_wait``,
     ``poll_backoff`` and ``delivery_backoff`` (initial, max seconds),
     ``delivery_attempts``, ``spool_path`` (default
     ``~/.cache/asyncgate/spool-<worker id>.jsonl``, or ``spool-key-<hash of
@@ -1096,6 +1108,14 @@ class Runner:
         return d * (1 + random.uniform(-0.1, 0.1))
 
     def _lease_loop(self, types: List[str]) -> None:
+        """Ask for work while slots are free, until stop() or a permanent
+        refusal. More types than one lease call may name are split into
+        chunks of at most MAX_LEASE_TYPES, asked for in turn, each call
+        long-polling its share of poll_wait: every type is asked for at
+        least once a poll_wait."""
+        chunks = _type_chunks(types)
+        wait = self.poll_wait / len(chunks)
+        nxt = 0  # the chunk the next lease call asks for
         fails = 0
         while not self._stop.is_set():
             if not self._slots.acquire(timeout=0.5):
@@ -1106,8 +1126,8 @@ class Runner:
             start = time.time()
             _call_deadline.abort = self._poll_abort
             try:
-                offers = self.client.lease(types, worker_id=self.worker_id, max_tasks=n,
-                                           lease_seconds=self.lease_seconds, wait_seconds=self.poll_wait)
+                offers = self.client.lease(chunks[nxt], worker_id=self.worker_id, max_tasks=n,
+                                           lease_seconds=self.lease_seconds, wait_seconds=wait)
             except Exception as e:  # noqa: BLE001 - every error is classified
                 for _ in range(n):
                     self._slots.release()
@@ -1125,6 +1145,7 @@ class Runner:
                 _call_deadline.abort = None
                 self._poll_abort.done()
             fails = 0
+            nxt = (nxt + 1) % len(chunks)
             for _ in range(n - len(offers)):
                 self._slots.release()
             self._threads = [th for th in self._threads if th.is_alive()]
@@ -1132,7 +1153,9 @@ class Runner:
                 th = threading.Thread(target=self._work, args=(o,), name="asyncgate-task", daemon=True)
                 self._threads.append(th)
                 th.start()
-            if not offers and (self.poll_wait <= 0 or time.time() - start < self.poll_wait / 2):
+            # An empty answer that did not long-poll pauses the loop, once
+            # a round of the chunks is over.
+            if not offers and nxt == 0 and (self.poll_wait <= 0 or time.time() - start < wait / 2):
                 self._sleep(self.idle_wait)
 
     # ---- one task

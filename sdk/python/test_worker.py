@@ -1228,7 +1228,8 @@ class WorkerTest(unittest.TestCase):
 
 class LimitTests(unittest.TestCase):
     """The gate's limits the Runner keeps to: progress_message at most 4096
-    bytes of UTF-8 without NUL, and snooze_seconds 1..31622400."""
+    bytes of UTF-8 without NUL, snooze_seconds 1..31622400, and at most 50
+    task types per lease call."""
 
     make_runner = WorkerTest.make_runner
     start = WorkerTest.start
@@ -1252,6 +1253,14 @@ class LimitTests(unittest.TestCase):
         for given, want in [(0, 1), (-5, 1), (0.2, 1), (1.5, 2), (60, 60), (31622400, 31622400),
                             (400 * 86400, 31622400), (float("inf"), 31622400), (float("nan"), 1)]:
             self.assertEqual(aw._snooze_seconds(given), want, given)
+
+    def test_type_chunks(self):
+        for n in (1, 49, 50, 51, 100, 101, 250):
+            types = ["t-%03d" % i for i in range(n)]
+            chunks = aw._type_chunks(types)
+            self.assertEqual(len(chunks), (n + 49) // 50)
+            self.assertTrue(all(0 < len(c) <= 50 for c in chunks))
+            self.assertEqual([t for c in chunks for t in c], types)
 
     def test_progress_kept_to_the_gates_limits(self):
         put_type("py-lim-progress")
@@ -1357,6 +1366,33 @@ class LimitTests(unittest.TestCase):
         t = wait_task(tid, "dead letter", dead)
         self.assertEqual(t["dead_reason"], "fatal_error")
         self.assertIn("snooze refused by the test", t["error_message"])
+
+    def test_serves_more_than_50_types(self):
+        r = self.make_runner()
+        for i in range(120):
+            r.task("py-lim-many-%03d" % i)(lambda task: task.task_type)
+        errors = []
+
+        def run():
+            try:
+                r.run()
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+        th = threading.Thread(target=run, daemon=True)
+        th.start()
+        self.addCleanup(lambda: (r.stop(), th.join(60)))
+        tids = []
+        for i in (0, 49, 50, 99, 100, 119):
+            put_type("py-lim-many-%03d" % i)
+            tids.append(enqueue("py-lim-many-%03d" % i, {}))
+        for tid in tids:
+            def done(t):
+                if errors:
+                    self.fail("run() stopped: %s" % errors[0])
+                return t["status"] == "succeeded"
+            t = wait_task(tid, "succeeded", done)
+            self.assertEqual(result_content(t), t["task_type"])
 
 
 class LeaseClockTests(unittest.TestCase):
