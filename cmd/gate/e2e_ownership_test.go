@@ -262,8 +262,8 @@ func TestE2EPrivateDataFolder(t *testing.T) {
 // TestE2ERefusesFoldersOthersCanWrite (issue 37 items 8b and 8c): the gate
 // refuses, before it listens, a data folder its group or others can write
 // (a sticky /tmp-like one included) or that another user owns, and a wasm
-// compilation cache (code it runs) with such a folder or entry anywhere in
-// it.
+// compilation cache or plugins folder (code it runs) with such a folder or
+// entry anywhere in it, or a symlink.
 func TestE2ERefusesFoldersOthersCanWrite(t *testing.T) {
 	t.Parallel()
 	ensureGate(t)
@@ -325,6 +325,18 @@ func TestE2ERefusesFoldersOthersCanWrite(t *testing.T) {
 	}
 	if out, code := serve(mkdir(0o700), "--wasm-cache", cache); code == 0 || !strings.Contains(out, "wasm cache") || !strings.Contains(out, "0123abcd") {
 		t.Errorf("cache entry 0666: exit %d\n%s", code, out)
+	}
+	// A plugins folder holding a symlink (the rule the registry also
+	// applies to each drop-in while the gate runs: host/private).
+	data := mkdir(0o700)
+	if err := os.Mkdir(filepath.Join(data, "plugins"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(entry, filepath.Join(data, "plugins", "pol.wasm")); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := serve(data); code == 0 || !strings.Contains(out, "plugins folder") || !strings.Contains(out, "pol.wasm: it is a symbolic link") {
+		t.Errorf("plugins folder with a symlink: exit %d\n%s", code, out)
 	}
 }
 

@@ -6,13 +6,16 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/asyncgate/asyncgate/host/private"
 )
 
 // ensurePrivateDir creates dir (0700, with any missing parents) when it does
 // not exist, then refuses it when a user other than the gate's can write it
-// (checkPrivate). With entries it also checks everything beneath dir: a
-// folder whose files the gate runs (compiled plugins) must not hold one
-// another user could have written.
+// (private.Check). With entries it also checks everything beneath dir: a
+// folder whose files the gate runs (compiled plugins, drop-ins) must hold
+// only files and folders no other user could have written (private.Entry,
+// the rule the plugin registry also applies to each drop-in it reads).
 func ensurePrivateDir(dir, what string, entries bool) error {
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -26,7 +29,7 @@ func ensurePrivateDir(dir, what string, entries bool) error {
 	if !fi.IsDir() {
 		return fmt.Errorf("%s %s is not a folder", what, dir)
 	}
-	if err := checkPrivate(dir, fi); err != nil {
+	if err := private.Check(fi); err != nil {
 		return fmt.Errorf("%s %s: %w; the gate refuses a folder others can write (chmod go-w, or give the gate a folder of its own)", what, dir, err)
 	}
 	if !entries {
@@ -44,18 +47,15 @@ func ensurePrivateDir(dir, what string, entries bool) error {
 		if p == dir {
 			return nil
 		}
-		if !d.Type().IsRegular() && !d.IsDir() {
-			return fmt.Errorf("%s %s: %s is neither a file nor a folder; remove it", what, dir, p)
-		}
-		fi, err := d.Info()
+		fi, err := d.Info() // as WalkDir found it: a link is not followed
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		if err := checkPrivate(p, fi); err != nil {
-			return fmt.Errorf("%s %s: %s: %w; remove the folder (it is rebuilt) or chmod -R go-w it", what, dir, p, err)
+		if err := private.Entry(fi); err != nil {
+			return fmt.Errorf("%s %s: %s: %w; remove it (the wasm cache is rebuilt), or chmod -R go-w the folder", what, dir, p, err)
 		}
 		return nil
 	})

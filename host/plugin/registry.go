@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/private"
 )
 
 // RegistryOptions configure a Registry.
@@ -420,14 +421,18 @@ func (r *Registry) Reap() {
 	}
 }
 
+// fingerprint says whether the folder files changed since the last try:
+// their size, time, mode and whether they pass the private rule, so a
+// chmod go-w or a chown of a refused file is noticed like a new version.
+// A symlink counts as present (and is refused when read).
 func fingerprint(paths ...string) (string, bool) {
 	var b strings.Builder
 	for _, p := range paths {
-		st, err := os.Stat(p)
+		st, err := os.Lstat(p)
 		if err != nil {
 			return "", false
 		}
-		fmt.Fprintf(&b, "%d/%d;", st.Size(), st.ModTime().UnixNano())
+		fmt.Fprintf(&b, "%d/%d/%v/%v;", st.Size(), st.ModTime().UnixNano(), st.Mode(), private.Entry(st) == nil)
 	}
 	return b.String(), true
 }
@@ -490,17 +495,39 @@ func (r *Registry) Scan(ctx context.Context) {
 }
 
 func (r *Registry) loadFromDir(ctx context.Context, e *entry, manifestPath, wasmPath string) {
-	man, err1 := os.ReadFile(manifestPath)
-	wasm, err2 := os.ReadFile(wasmPath)
+	// A drop-in is code the gate runs: each file must pass the rule `gate
+	// serve` applies to the whole folder at start (a regular file, not a
+	// link, that no other user can write), or the plugin is refused here
+	// and the next start would refuse the folder.
+	man, err1 := private.ReadFile(manifestPath)
+	wasm, err2 := private.ReadFile(wasmPath)
 	if err := errors.Join(err1, err2); err != nil {
-		r.mu.Lock()
-		e.fp = "" // try again next scan
-		r.mu.Unlock()
+		if errors.Is(err, fs.ErrNotExist) {
+			r.mu.Lock()
+			e.fp = "" // gone meanwhile: try again next scan
+			r.mu.Unlock()
+			return
+		}
+		var why []string
+		for _, f := range []struct {
+			path string
+			err  error
+		}{{manifestPath, err1}, {wasmPath, err2}} {
+			var pe *fs.PathError
+			if errors.As(f.err, &pe) {
+				f.err = pe.Err
+			}
+			if f.err != nil {
+				why = append(why, filepath.Base(f.path)+": "+f.err.Error())
+			}
+		}
+		r.refuse(e, fmt.Errorf("%s; the plugins folder may hold only regular files no other user can write (chmod go-w; copy the files in, do not link them)", strings.Join(why, "; ")))
 		return
 	}
 	digest := digestOf(wasm)
 	if cur := e.cur.Load(); cur != nil && cur.Source == wasmPath && cur.Digest == digest && bytes.Equal(cur.manifestJSON, man) {
-		return // touched, not changed
+		e.stats.setRefused("") // what the folder holds serves: an earlier refusal is over
+		return                 // touched, not changed
 	}
 	m, err := ParseManifest(man)
 	if err != nil {
