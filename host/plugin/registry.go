@@ -324,14 +324,14 @@ func (r *Registry) loadBuiltins(ctx context.Context, manifests []string) {
 			if m, err := ParseManifest(man); err == nil && m.WasmSHA256 != "" && m.WasmSHA256 != digestOf(wasm) {
 				r.setMissing(e, "built-in "+name+".wasm does not match its manifest's wasm_sha256 (rebuild with make plugins)")
 				return
+			} else if err == nil && m.Name != name {
+				// Before loading, so the log never says it loaded.
+				r.setMissing(e, fmt.Sprintf("manifest name %q does not match file name %q", m.Name, name))
+				return
 			}
 			p, err := r.rt.load(ctx, wasm, man, r.grantFor(name, digestOf(wasm), true), "builtin", e.stats, r.engine())
 			if err == nil {
 				p.reread = func() ([]byte, error) { return fs.ReadFile(r.opts.Builtins, name+".wasm") }
-			}
-			if err == nil && p.Manifest.Name != name {
-				p.Close()
-				err = fmt.Errorf("manifest name %q does not match file name %q", p.Manifest.Name, name)
 			}
 			if errors.Is(err, ErrNotGranted) {
 				r.setNotConfigured(e, err.Error())
@@ -543,6 +543,10 @@ func (r *Registry) loadFromDir(ctx context.Context, e *entry, manifestPath, wasm
 		r.log.Info("plugin files do not match yet; waiting for a consistent pair", "plugin", e.name,
 			"manifest_wasm_sha256", truncate(m.WasmSHA256, 12), "wasm_sha256", digest[:12])
 		return
+	case m.Name != e.name:
+		// Refused before it loads: the log says only the refusal.
+		r.refuse(e, fmt.Errorf("manifest name %q does not match file name %q", m.Name, e.name))
+		return
 	}
 	p, err := r.rt.load(ctx, wasm, man, r.grantFor(e.name, digest, false), wasmPath, e.stats, r.engine())
 	if err == nil {
@@ -552,10 +556,6 @@ func (r *Registry) loadFromDir(ctx context.Context, e *entry, manifestPath, wasm
 		// next scan loaded the new version. ~2–3 MB kept beside the
 		// ~13 MB of machine code dormancy frees.
 		p.reread = func() ([]byte, error) { return wasm, nil }
-	}
-	if err == nil && p.Manifest.Name != e.name {
-		p.Close()
-		err = fmt.Errorf("manifest name %q does not match file name %q", p.Manifest.Name, e.name)
 	}
 	if err != nil {
 		r.refuse(e, err)
