@@ -97,7 +97,12 @@ type entry struct {
 	notConfigured bool
 	fp            string // fingerprint of the folder files last tried
 	inDir         bool
-	gone          time.Time // when the folder files were first seen missing (zero: present)
+	// dirFirst: the registry's first scan has yet to try this name's
+	// folder files, so a built-in of the same name does not serve
+	// meanwhile (the operator's version decides, or its refusal does).
+	// builtinPending: the built-in of this name is still loading.
+	dirFirst, builtinPending bool
+	gone                     time.Time // when the folder files were first seen missing (zero: present)
 }
 
 // NewRegistry loads the plugins folder and the built-ins (a built-in serves
@@ -127,26 +132,41 @@ func NewRegistry(ctx context.Context, rt *Runtime, opts RegistryOptions) (*Regis
 			return nil, err
 		}
 	}
-	load := func(ctx context.Context) {
-		defer close(r.ready)
-		if opts.Dir != "" {
-			r.Scan(ctx)
-		}
-		r.loadBuiltins(ctx, manifests)
-	}
-	if !opts.Background {
-		load(ctx)
-		return r, nil
-	}
 	// Known names answer "not ready" (not "no such plugin") while loading.
 	for _, mf := range manifests {
-		r.entry(strings.TrimSuffix(mf, ".manifest.json"))
+		r.entry(strings.TrimSuffix(mf, ".manifest.json")).builtinPending = true
 	}
 	if opts.Dir != "" {
 		dropped, _ := filepath.Glob(filepath.Join(opts.Dir, "*.manifest.json"))
 		for _, mf := range dropped {
-			r.entry(strings.TrimSuffix(filepath.Base(mf), ".manifest.json"))
+			r.entry(strings.TrimSuffix(filepath.Base(mf), ".manifest.json")).dirFirst = true
 		}
+	}
+	// The built-ins and the folder load side by side: a drop-in whose first
+	// load is slow (a start that never ends takes its StartTimeout, on the
+	// interpreter and again compiled) holds only itself and the folder's
+	// other plugins, never a built-in of another name.
+	load := func(ctx context.Context) {
+		defer close(r.ready)
+		var wg sync.WaitGroup
+		if opts.Dir != "" {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.Scan(ctx)
+				r.mu.Lock()
+				for _, e := range r.entries {
+					r.endDirFirstLocked(e)
+				}
+				r.mu.Unlock()
+			}()
+		}
+		r.loadBuiltins(ctx, manifests)
+		wg.Wait()
+	}
+	if !opts.Background {
+		load(ctx)
+		return r, nil
 	}
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.cancel = cancel
@@ -310,7 +330,13 @@ func (r *Registry) loadBuiltins(ctx context.Context, manifests []string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer e.markLoaded()
+			var p *Plugin
+			defer func() {
+				r.mu.Lock()
+				e.builtin, e.builtinPending = p, false
+				r.settleLocked(e)
+				r.mu.Unlock()
+			}()
 			man, err := fs.ReadFile(r.opts.Builtins, mf)
 			if err != nil {
 				r.setMissing(e, err.Error())
@@ -329,10 +355,7 @@ func (r *Registry) loadBuiltins(ctx context.Context, manifests []string) {
 				r.setMissing(e, fmt.Sprintf("manifest name %q does not match file name %q", m.Name, name))
 				return
 			}
-			p, err := r.rt.load(ctx, wasm, man, r.grantFor(name, digestOf(wasm), true), "builtin", e.stats, r.engine())
-			if err == nil {
-				p.reread = func() ([]byte, error) { return fs.ReadFile(r.opts.Builtins, name+".wasm") }
-			}
+			loaded, err := r.rt.load(ctx, wasm, man, r.grantFor(name, digestOf(wasm), true), "builtin", e.stats, r.engine())
 			if errors.Is(err, ErrNotGranted) {
 				r.setNotConfigured(e, err.Error())
 				return
@@ -341,12 +364,8 @@ func (r *Registry) loadBuiltins(ctx context.Context, manifests []string) {
 				r.setMissing(e, err.Error())
 				return
 			}
-			r.mu.Lock()
-			e.builtin = p
-			if e.cur.Load() == nil {
-				e.cur.Store(p)
-			}
-			r.mu.Unlock()
+			loaded.reread = func() ([]byte, error) { return fs.ReadFile(r.opts.Builtins, name+".wasm") }
+			p = loaded
 		}()
 	}
 	wg.Wait()
@@ -354,6 +373,31 @@ func (r *Registry) loadBuiltins(ctx context.Context, manifests []string) {
 
 // markLoaded records that e's first load ended.
 func (e *entry) markLoaded() { e.loadedOnce.Do(func() { close(e.loaded) }) }
+
+// settleLocked (r.mu held) runs when one of e's first loads ended: once
+// the folder's first try of the name is over, a built-in serves where no
+// folder version does, and the entry's first load has ended when something
+// serves or nothing is left to load.
+func (r *Registry) settleLocked(e *entry) {
+	if e.dirFirst {
+		return
+	}
+	if e.cur.Load() == nil && e.builtin != nil {
+		e.cur.Store(e.builtin)
+	}
+	if e.cur.Load() != nil || !e.builtinPending {
+		e.markLoaded()
+	}
+}
+
+// endDirFirstLocked (r.mu held) records that the first scan tried e's
+// folder files (loaded, refused, or not a consistent pair).
+func (r *Registry) endDirFirstLocked(e *entry) {
+	if e.dirFirst {
+		e.dirFirst = false
+		r.settleLocked(e)
+	}
+}
 
 // setNotConfigured records a built-in that asks for a capability the
 // operator's config does not grant (the http channel without allowlisted
@@ -462,6 +506,9 @@ func (r *Registry) Scan(ctx context.Context) {
 		if changed {
 			r.loadFromDir(ctx, e, mf, wasmPath)
 		}
+		r.mu.Lock()
+		r.endDirFirstLocked(e)
+		r.mu.Unlock()
 	}
 	now := time.Now()
 	r.mu.Lock()
@@ -565,10 +612,11 @@ func (r *Registry) loadFromDir(ctx context.Context, e *entry, manifestPath, wasm
 	r.mu.Lock()
 	e.inDir = true
 	old := e.cur.Swap(p)
+	builtin := e.builtin
 	r.mu.Unlock()
 	e.markLoaded()
 	e.stats.setRefused("")
-	if old != nil && old != e.builtin {
+	if old != nil && old != builtin {
 		old.Close()
 	}
 	prev := ""
