@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -139,8 +140,10 @@ func (s *Server) handle(ctx context.Context, sess *session, raw []byte) (out []b
 		if json.Unmarshal(m.Params, &p) != nil {
 			return nil, false
 		}
-		if _, builtin := s.roles[p.Name]; builtin {
-			if p.Task == nil {
+		if roles, builtin := s.roles[p.Name]; builtin {
+			if p.Task == nil || !slices.Contains(roles, a.Role) {
+				// mcp-go answers: the call itself, or "tool not found" to
+				// a key that may not use the tool (as tools/list hides it).
 				return nil, false
 			}
 			if p.Name == "submit_workflow" {

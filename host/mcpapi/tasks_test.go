@@ -848,3 +848,21 @@ func setupRetention(t *testing.T) (*testBundle, *host.ManualClock) {
 	}
 	return b, clock
 }
+
+// TestTaskCallOfAToolTheKeyMayNotUse: a task-augmented call of a tool the
+// key's role may not use answers "tool not found", as the plain call does
+// and as tools/list hides it — not an answer telling the tool exists.
+func TestTaskCallOfAToolTheKeyMayNotUse(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	agent, _ := b.listen(t, b.agent)
+	worker, _ := b.listen(t, b.worker)
+	for _, c := range []struct {
+		who  *client.Client
+		tool string
+	}{{agent, "worker_complete_task"}, {agent, "revoke_resource_lease"}, {worker, "queue_task"}, {worker, "submit_workflow"}, {agent, "no_such_tool"}} {
+		_, e := rpc(t, c.who, "tools/call", map[string]any{"name": c.tool, "arguments": map[string]any{}, "task": map[string]any{}})
+		if e == nil || !strings.Contains(e.Message, "not found") {
+			t.Errorf("a task call of %s by a key that may not use it: %+v, want tool not found", c.tool, e)
+		}
+	}
+}

@@ -40,7 +40,15 @@ type WorkflowCallResult struct {
 	FinalStep   string `json:"final_step"`
 	FinalTaskID string `json:"final_task_id"`
 	Result      any    `json:"result"`
+	// NextStep is what to do now, as submit_workflow's answer has it (the
+	// tool's one output schema covers both answers).
+	NextStep string `json:"next_step"`
 }
+
+// workflowArchivedStep is the next step of a succeeded workflow past its
+// retention, and workflowDoneStep of one whose result is still kept.
+const workflowArchivedStep = "The workflow succeeded and is archived: its final step's payload was purged; result holds what is left (summary, checksum, artifacts). Nothing more is owed for it."
+const workflowDoneStep = "The workflow succeeded: result is its final step's result. Nothing more is owed for it; archive the final step's result (archive_task_result with final_task_id) when you no longer need it."
 
 // WorkflowListResult is list_workflows's answer.
 type WorkflowListResult struct {
@@ -384,7 +392,7 @@ func (s *Server) workflowTaskResult(ctx context.Context, a engine.Actor, id stri
 		if rr.Summary != "" {
 			text += " Summary: " + workerWords(s.endWriter(ctx, a, v), rr.Summary)
 		}
-		out = result(WorkflowCallResult{WorkflowID: v.ID, Status: string(v.State), Outcome: string(v.Outcome), FinalStep: v.FinalStep, FinalTaskID: v.FinalTaskID, Result: &rr}, text)
+		out = result(WorkflowCallResult{WorkflowID: v.ID, Status: string(v.State), Outcome: string(v.Outcome), FinalStep: v.FinalStep, FinalTaskID: v.FinalTaskID, Result: &rr, NextStep: workflowArchivedStep}, text)
 	case v.State == host.WorkflowSucceeded:
 		fctx, cancel := context.WithTimeout(ctx, resultFetchTimeout)
 		fr, err := s.eng.FetchResult(fctx, a, v.FinalTaskID)
@@ -398,7 +406,7 @@ func (s *Server) workflowTaskResult(ctx context.Context, a engine.Actor, id stri
 		if rr.Summary != "" {
 			text += " Summary: " + workerWords(fr.Task.WorkerID, rr.Summary)
 		}
-		out = result(WorkflowCallResult{WorkflowID: v.ID, Status: string(v.State), Outcome: string(v.Outcome), FinalStep: v.FinalStep, FinalTaskID: v.FinalTaskID, Result: &rr}, text)
+		out = result(WorkflowCallResult{WorkflowID: v.ID, Status: string(v.State), Outcome: string(v.Outcome), FinalStep: v.FinalStep, FinalTaskID: v.FinalTaskID, Result: &rr, NextStep: workflowDoneStep}, text)
 	case v.Ended() == host.WorkflowCanceled:
 		out = toolError(host.Errorf(CodeTaskCanceled, "workflow %s was canceled", v.ID))
 	default:

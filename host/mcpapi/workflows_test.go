@@ -11,6 +11,7 @@ import (
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/mcpapi"
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/santhosh-tekuri/jsonschema/v5"
 )
 
 // TestWorkflowAsDurableTask submits a workflow as a task-augmented call:
@@ -67,6 +68,19 @@ func TestWorkflowAsDurableTask(t *testing.T) {
 		Meta              map[string]map[string]any `json:"_meta"`
 	}
 	rpcOK(t, again, "tasks/result", map[string]any{"taskId": id}, &tr)
+	// A client checks a task's result against the tool's one output
+	// schema, as it checks a plain call's: the workflow's must match.
+	var raw struct {
+		StructuredContent any `json:"structuredContent"`
+	}
+	rpcOK(t, again, "tasks/result", map[string]any{"taskId": id}, &raw)
+	schema, err := jsonschema.CompileString("submit_workflow.output.json", string(mcpapi.OutputSchema[mcpapi.SubmitWorkflowResult]()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.Validate(raw.StructuredContent); err != nil {
+		t.Fatalf("tasks/result of a workflow does not match submit_workflow's output schema: %v", err)
+	}
 	res, _ := json.Marshal(tr.StructuredContent.Result)
 	if tr.IsError || tr.StructuredContent.WorkflowID != id || tr.StructuredContent.Status != "succeeded" || !strings.Contains(string(res), `"content":{"answer":42}`) ||
 		tr.Meta["io.modelcontextprotocol/related-task"]["taskId"] != id {
