@@ -160,11 +160,12 @@ func writeRefusedSession(w http.ResponseWriter, id json.RawMessage, err error) {
 	writeForeignSession(w, id)
 }
 
-// writeForeignSession answers a request that names another key's session
-// as the transport spec answers an unknown session: 404.
+// writeForeignSession answers a request that names another key's session,
+// or one its owner ended, as the transport spec answers an unknown session:
+// 404, in words that do not tell which (another key's session exists).
 func writeForeignSession(w http.ResponseWriter, id json.RawMessage) {
 	writeRPC(w, http.StatusNotFound, rpcFail(id, &rpcError{Code: -32001,
-		Message: "Session not found: this Mcp-Session-Id belongs to another key; send initialize to start a session of your own"}))
+		Message: "Session not found: this Mcp-Session-Id is not a live session of your key; send initialize to start one"}))
 }
 
 // revokedError answers a request of a session whose key was revoked, on

@@ -36,6 +36,7 @@ const DefaultKeyCheckInterval = 5 * time.Second
 var (
 	errForeignSession = errors.New("the session belongs to another key")
 	errKeyRevoked     = errors.New("the key was revoked")
+	errSessionEnded   = errors.New("the session was ended")
 )
 
 // session is a connected MCP session: who it acts as, how to send it a
@@ -89,6 +90,10 @@ func (s *Server) touchSession(id string, a engine.Actor, keyHash string, send fu
 		s.endSession(old)
 	}
 	s.sessMu.Lock()
+	if _, gone := s.ended[id]; gone {
+		s.sessMu.Unlock()
+		return nil, errSessionEnded
+	}
 	sess, ok := s.sessions[id]
 	if ok {
 		if sess.actor != a {
@@ -129,11 +134,37 @@ func (s *Server) dropSessionOf(id string, a engine.Actor) bool {
 		return false
 	}
 	delete(s.sessions, id)
+	s.endedNow(id)
 	s.sessMu.Unlock()
 	if ok {
 		sess.end()
 	}
 	return true
+}
+
+// Bounds of Server.ended.
+const (
+	endedKeep = 24 * time.Hour
+	maxEnded  = 10000
+)
+
+// endedNow records that session id was ended, forgetting ids ended longer
+// than endedKeep ago (or, past maxEnded, the oldest). sessMu is held.
+func (s *Server) endedNow(id string) {
+	if len(s.ended) >= maxEnded {
+		var oldest string
+		for k, at := range s.ended {
+			if time.Since(at) > endedKeep {
+				delete(s.ended, k)
+			} else if oldest == "" || at.Before(s.ended[oldest]) {
+				oldest = k
+			}
+		}
+		if len(s.ended) >= maxEnded {
+			delete(s.ended, oldest)
+		}
+	}
+	s.ended[id] = time.Now()
 }
 
 // endSession forgets sess (not a later session of the same id) and ends its

@@ -515,7 +515,7 @@ func TestMissingSessionID(t *testing.T) {
 	}
 	b2, _ := io.ReadAll(r2.Body)
 	r2.Body.Close()
-	if r2.StatusCode != http.StatusNotFound || !strings.Contains(string(b2), "another key") {
+	if r2.StatusCode != http.StatusNotFound || !strings.Contains(string(b2), "not a live session of your key") {
 		t.Fatalf("another key's session: %d %s", r2.StatusCode, b2)
 	}
 	// Nor end it: the DELETE is refused and the owner's session goes on.
@@ -528,11 +528,40 @@ func TestMissingSessionID(t *testing.T) {
 	}
 	b3, _ := io.ReadAll(r3.Body)
 	r3.Body.Close()
-	if r3.StatusCode != http.StatusNotFound || !strings.Contains(string(b3), "another key") {
+	if r3.StatusCode != http.StatusNotFound || !strings.Contains(string(b3), "not a live session of your key") {
 		t.Fatalf("another key ends the session: %d %s", r3.StatusCode, b3)
 	}
 	if _, err := c.ListTools(context.Background(), mcp.ListToolsRequest{}); err != nil {
 		t.Fatalf("the owner's session after another key's DELETE: %v", err)
+	}
+	// Its owner ends it: after that the id answers as an unknown session
+	// (404), for its owner and for any other key that would take it up.
+	own, _ := http.NewRequest(http.MethodDelete, b.ts.URL+mcpapi.Path, nil)
+	own.Header.Set("Authorization", "Bearer "+b.agent)
+	own.Header.Set("Mcp-Session-Id", c.GetSessionId())
+	r4, err := http.DefaultClient.Do(own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r4.Body.Close()
+	if r4.StatusCode != http.StatusOK {
+		t.Fatalf("the owner's DELETE: %d", r4.StatusCode)
+	}
+	for _, key := range []string{b.agent, b.admin} {
+		req, _ := http.NewRequest(http.MethodPost, b.ts.URL+mcpapi.Path, strings.NewReader(`{"jsonrpc":"2.0","id":5,"method":"tools/list"}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", c.GetSessionId())
+		r5, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b5, _ := io.ReadAll(r5.Body)
+		r5.Body.Close()
+		if r5.StatusCode != http.StatusNotFound {
+			t.Fatalf("a request on an ended session: %d %.300s", r5.StatusCode, b5)
+		}
 	}
 
 	resp, body = post("")
