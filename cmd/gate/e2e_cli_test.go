@@ -599,3 +599,35 @@ func TestCLIEmptyKeyFile(t *testing.T) {
 		t.Fatalf("gate stats with an empty key file: exit %d, %s", code, stderr)
 	}
 }
+
+// TestCLIShowsControlCharactersInert: text agents and workers wrote (a
+// summary, an error message) reaches the operator's terminal with its
+// control characters made visible, never as escape sequences the terminal
+// would act on (clearing the screen, retitling the window, planting a
+// link); a result's payload is still written as it is.
+func TestCLIShowsControlCharactersInert(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, t.TempDir())
+	g.putType(t, "echo", map[string]any{}, "")
+	agent := g.newKey(t, "agent", "agent.cli", "")
+	agentFile := filepath.Join(t.TempDir(), "agent.key")
+	if err := os.WriteFile(agentFile, []byte(agent), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hostile := "ansi\x1b[2J\x1b]0;pwned\x07\x1b[31mRED\rOVER\u009b31m"
+	r := call(t, "POST", g.URL+"/v1/tasks", agent, map[string]any{"task_type": "echo", "task_summary": hostile})
+	want(t, r, 201, "")
+	id := r.JSON(t)["task_id"].(string)
+	for _, args := range [][]string{{"tasks", "show", id}, {"tasks", "list"}, {"tasks", "show", id, "--json"}} {
+		out := cliOK(t, g.URL, agentFile, args...)
+		if strings.ContainsAny(out, "\x1b\x07\r\u009b") {
+			t.Fatalf("gate %v wrote control characters to the terminal: %q", args, out)
+		}
+		if !strings.Contains(out, "ansi") {
+			t.Fatalf("gate %v lost the summary: %q", args, out)
+		}
+	}
+	if out := cliOK(t, g.URL, agentFile, "tasks", "show", id); !strings.Contains(out, `ansi\x1b[2J\x1b]0;pwned\x07`) {
+		t.Fatalf("the summary's controls are not shown as \\x escapes: %q", out)
+	}
+}

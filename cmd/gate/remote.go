@@ -163,7 +163,7 @@ func (g *remoteGroup) flagSet(s *remoteSub, rc *remoteCtx, stderr io.Writer) *fl
 }
 
 func (g *remoteGroup) runSub(s *remoteSub, args []string, stdout, stderr io.Writer) int {
-	rc := &remoteCtx{out: stdout, errw: stderr}
+	rc := &remoteCtx{out: &termSafe{w: stdout}, raw: stdout, errw: &termSafe{w: stderr}}
 	fs := g.flagSet(s, rc, stderr)
 	fs.SetOutput(stderr)
 	// Flags may follow the positional arguments (gate tasks show T-1 --json).
@@ -255,7 +255,8 @@ type remoteCtx struct {
 	json              bool
 	timeout           time.Duration
 	c                 *client.Client
-	out, errw         io.Writer
+	out, errw         io.Writer // through termSafe: no control characters reach the terminal
+	raw               io.Writer // stdout as it is, for a result's payload
 }
 
 // connect resolves the URL and key (flags, then the environment) and makes

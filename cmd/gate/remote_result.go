@@ -56,7 +56,7 @@ func printResult(rc *remoteCtx, id, outFile string) error {
 	}
 	defer body.Close()
 
-	var out io.Writer = rc.out
+	var out io.Writer = rc.raw // the payload, as it is
 	var tmp *os.File
 	if outFile != "" {
 		tmp, err = os.CreateTemp(filepath.Dir(outFile), "."+filepath.Base(outFile)+".part-*")
@@ -73,7 +73,7 @@ func printResult(rc *remoteCtx, id, outFile string) error {
 	}
 	in := io.Reader(body)
 	if rc.json {
-		in = io.TeeReader(body, rc.out) // the answer as it came; the payload is checked, not written twice
+		in = io.TeeReader(body, rc.raw) // the answer as it came; the payload is checked, not written twice
 		out = io.Discard
 	}
 	bw := bufio.NewWriterSize(out, 64<<10)

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"io"
+	"strconv"
+	"unicode/utf8"
+)
+
+// termSafe writes what the CLI prints with the control characters a
+// terminal would act on made visible: C0 controls but newline and tab, DEL
+// and the C1 controls (U+0080–U+009F) are written as \x1b, \u009b, ….
+// Task summaries, error and progress messages and receipt bodies are
+// written by agents and workers: an escape sequence among them must not
+// clear the operator's screen, retitle the window, rewrite earlier lines
+// or plant a hyperlink. A result's payload, which the caller asked for as
+// it is, is not written through it (remoteCtx.raw).
+type termSafe struct {
+	w    io.Writer
+	tail []byte // an incomplete UTF-8 sequence the last Write ended with
+}
+
+func (t *termSafe) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(t.tail) > 0 {
+		p = append(t.tail, p...)
+		t.tail = nil
+	}
+	out := make([]byte, 0, len(p))
+	for i := 0; i < len(p); {
+		c := p[i]
+		if c < utf8.RuneSelf {
+			if (c < 0x20 && c != '\n' && c != '\t') || c == 0x7f {
+				out = append(out, `\x`...)
+				out = append(out, "0123456789abcdef"[c>>4], "0123456789abcdef"[c&15])
+			} else {
+				out = append(out, c)
+			}
+			i++
+			continue
+		}
+		if !utf8.FullRune(p[i:]) {
+			t.tail = append([]byte(nil), p[i:]...)
+			break
+		}
+		r, size := utf8.DecodeRune(p[i:])
+		if r >= 0x80 && r <= 0x9f {
+			out = append(out, `\u00`...)
+			out = strconv.AppendInt(out, int64(r), 16)
+		} else {
+			out = append(out, p[i:i+size]...)
+		}
+		i += size
+	}
+	if _, err := t.w.Write(out); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
