@@ -648,3 +648,34 @@ func TestE2ELeaseCallsTellNothingOfOthersLeases(t *testing.T) {
 		})
 	}
 }
+
+// TestE2EDashboardPluginStatsAreTheOperators: the plugins page shows a
+// tenant's admin what the gate runs, as GET /v1/admin/plugins does, but not
+// the call counts and latencies, which count every tenant's traffic; the
+// operator sees them.
+func TestE2EDashboardPluginStatsAreTheOperators(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, t.TempDir())
+	g.waitPluginsReady(t)
+	acme := g.newKey(t, "admin", "acme-ops", "acme")
+	op, ten := newUIClient(t, g.URL), newUIClient(t, g.URL)
+	if st, _ := op.signIn(g.Admin); st != 303 {
+		t.Fatalf("operator sign-in: %d", st)
+	}
+	if st, _ := ten.signIn(acme); st != 303 {
+		t.Fatalf("tenant admin sign-in: %d", st)
+	}
+	_, _, opPage := op.do("GET", "/ui/plugins", nil)
+	_, _, tenPage := ten.do("GET", "/ui/plugins", nil)
+	if !strings.Contains(opPage, "<th>Calls</th>") || !strings.Contains(opPage, "<th>p99</th>") {
+		t.Fatalf("the operator's plugins page lacks the statistics:\n%.2000s", opPage)
+	}
+	if !strings.Contains(tenPage, "<td>inline</td>") {
+		t.Fatalf("the tenant admin's plugins page lacks the plugins:\n%.2000s", tenPage)
+	}
+	for _, col := range []string{"<th>Calls</th>", "<th>Failures</th>", "<th>p50</th>", "<th>p99</th>", "idle of", "<th>Last error</th>"} {
+		if strings.Contains(tenPage, col) {
+			t.Fatalf("a tenant admin's plugins page shows the gate-wide %q:\n%.2000s", col, tenPage)
+		}
+	}
+}

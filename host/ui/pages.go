@@ -510,21 +510,24 @@ func (u *UI) schedules(c echo.Context) error {
 }
 
 type pluginsData struct {
-	Known   bool
-	Ready   bool
-	Plugins []plugin.Info
+	Known    bool
+	Ready    bool
+	Operator bool // the gate-wide statistics and errors are shown
+	Plugins  []plugin.Info
 }
 
-// plugins is GET /ui/plugins. A tenant's admin sees what the gate runs, not
-// its folders or error texts (those are the operator's).
+// plugins is GET /ui/plugins. A tenant's admin sees what the gate runs
+// (name, kind, version, state), as GET /v1/admin/plugins shows it: not its
+// folders or error texts, nor its call statistics, which count every
+// tenant's traffic (the operator's to see).
 func (u *UI) plugins(c echo.Context) error {
-	d := pluginsData{}
+	d := pluginsData{Operator: sessionOf(c).operator()}
 	if u.cfg.Plugins != nil {
 		d.Known = true
 		d.Ready, d.Plugins = u.cfg.Plugins()
-		if !sessionOf(c).operator() {
-			for i := range d.Plugins {
-				d.Plugins[i].Source, d.Plugins[i].LastError, d.Plugins[i].Refused, d.Plugins[i].Note = "", "", "", ""
+		if !d.Operator {
+			for i, p := range d.Plugins {
+				d.Plugins[i] = plugin.Info{Name: p.Name, Kind: p.Kind, Version: p.Version, Digest: p.Digest, State: p.State, Capabilities: p.Capabilities}
 			}
 		}
 	}

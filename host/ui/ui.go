@@ -346,7 +346,7 @@ func (u *UI) login(c echo.Context) error {
 	if a.Role != engine.RoleAdmin {
 		tok := randomToken()
 		u.setCookie(c, loginCookie, tok, 600)
-		return u.render(c, http.StatusForbidden, "login", page{Title: "Sign in", CSRF: tok, Data: "The dashboard needs an admin key; this one is a " + a.Role + " key."})
+		return u.render(c, http.StatusForbidden, "login", page{Title: "Sign in", CSRF: tok, Data: "The dashboard needs an admin key; this one has role " + a.Role + "."})
 	}
 	if wait := u.signins.take(hashKey(key), u.now()); wait > 0 {
 		secs := int(wait/time.Second) + 1
