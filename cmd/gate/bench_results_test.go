@@ -68,7 +68,8 @@ func BenchmarkResultFetchRSS(b *testing.B) {
 	admin := strings.TrimSpace(string(key))
 	// do makes one call; a 503 plugin_not_ready (the file channel still
 	// compiling at start) is retried after its Retry-After, as a client does.
-	do := func(method, path string, body any) map[string]any {
+	var doAs func(key, method, path string, body any) map[string]any
+	doAs = func(key, method, path string, body any) map[string]any {
 		var j []byte
 		if body != nil {
 			j, _ = json.Marshal(body)
@@ -79,7 +80,7 @@ func BenchmarkResultFetchRSS(b *testing.B) {
 				rd = bytes.NewReader(j)
 			}
 			req, _ := http.NewRequest(method, url+path, rd)
-			req.Header.Set("Authorization", "Bearer "+admin)
+			req.Header.Set("Authorization", "Bearer "+key)
 			res, err := httpc.Do(req)
 			if err != nil {
 				b.Fatal(err)
@@ -98,12 +99,15 @@ func BenchmarkResultFetchRSS(b *testing.B) {
 			return m
 		}
 	}
+	do := func(method, path string, body any) map[string]any { return doAs(admin, method, path, body) }
 	do("PUT", "/v1/admin/task-types/big", map[string]any{"default_result_channel": "file", "max_payload_bytes": size})
 	task := do("POST", "/v1/tasks", map[string]any{"task_type": "big"})["task_id"].(string)
-	lease := do("POST", "/v1/leases", map[string]any{"worker_id": "big.1", "task_types": []string{"big"}})
+	// An admin is no worker: the lease and completion take a worker key.
+	worker := do("POST", "/v1/admin/keys", map[string]any{"role": "worker", "principal": "big.1"})["api_key"].(string)
+	lease := doAs(worker, "POST", "/v1/leases", map[string]any{"worker_id": "big.1", "task_types": []string{"big"}})
 	lid := lease["leases"].([]any)[0].(map[string]any)["lease_id"].(string)
 	payload := bytes.Repeat([]byte("0123456789abcdef"), size/16)
-	do("POST", "/v1/leases/"+lid+"/complete", map[string]any{"result_base64": base64.StdEncoding.EncodeToString(payload)})
+	doAs(worker, "POST", "/v1/leases/"+lid+"/complete", map[string]any{"result_base64": base64.StdEncoding.EncodeToString(payload)})
 	payload = nil
 	client := &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: fetches}}
 
