@@ -271,7 +271,7 @@ func waitTask(rc *remoteCtx, id string, waitFor, interval time.Duration, mode st
 	switch mode {
 	case "auto":
 		mode = "plain"
-		if isTerminal(rc.out) {
+		if isTerminal(rc.raw) {
 			mode = "bar"
 		}
 	case "bar", "plain", "none":
@@ -294,7 +294,9 @@ func waitTask(rc *remoteCtx, id string, waitFor, interval time.Duration, mode st
 		seen = t
 		switch mode {
 		case "bar":
-			fmt.Fprint(rc.out, "\r"+progressBar(t, time.Since(start), 30)+"\x1b[K")
+			// The redraw's own controls go out as they are; the bar's text
+			// (a worker's progress message among it) is made inert.
+			fmt.Fprint(rc.raw, "\r"+inert(progressBar(t, time.Since(start), 30))+"\x1b[K")
 		case "plain":
 			line := strings.TrimSpace(t.Status + " " + progressText(t))
 			if t.CancelRequested && !t.Terminal() {

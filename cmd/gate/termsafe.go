@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"io"
 	"strconv"
 	"unicode/utf8"
@@ -55,4 +56,13 @@ func (t *termSafe) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return n, nil
+}
+
+// inert is s with its control characters made visible, as termSafe writes
+// them: for a line the CLI itself redraws with its own controls (written to
+// remoteCtx.raw around it).
+func inert(s string) string {
+	var b bytes.Buffer
+	_, _ = (&termSafe{w: &b}).Write([]byte(s))
+	return b.String()
 }
