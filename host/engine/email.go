@@ -106,7 +106,7 @@ func (e *Engine) SendEmail(ctx context.Context, actor Actor, req SendEmailReques
 		return nil, host.Errorf(host.CodeBadRequest, "body must be UTF-8 text")
 	}
 	if req.TaskID != "" {
-		if _, err := e.GetTask(ctx, actor, req.TaskID); err != nil {
+		if _, err := e.PeekTask(ctx, actor, req.TaskID); err != nil {
 			return nil, err
 		}
 	}
@@ -265,7 +265,7 @@ func emailPointer(t *host.Task) (string, error) {
 // back from the gate's POP3 mailbox: subject, body (parsed as JSON when it
 // is), attachments and Message-ID.
 func (e *Engine) FetchTaskEmail(ctx context.Context, actor Actor, taskID string) (*TaskEmail, error) {
-	t, err := e.GetTask(ctx, actor, taskID)
+	t, err := e.PeekTask(ctx, actor, taskID)
 	if err != nil {
 		return nil, err
 	}
@@ -316,7 +316,7 @@ func (e *Engine) FetchTaskEmail(ctx context.Context, actor Actor, taskID string)
 // ack deletes the message from the gate's mailbox, and the result is marked
 // archived (ArchiveResult).
 func (e *Engine) ArchiveTaskEmail(ctx context.Context, actor Actor, taskID string) (*host.Task, error) {
-	t, err := e.GetTask(ctx, actor, taskID)
+	t, err := e.PeekTask(ctx, actor, taskID)
 	if err != nil {
 		return nil, err
 	}

@@ -63,7 +63,7 @@ func (e *Engine) TaskReceipts(ctx context.Context, actor Actor, taskID, cursor s
 		}); err != nil {
 			return nil, "", err
 		}
-	} else if _, err := e.GetTask(ctx, actor, taskID); err != nil {
+	} else if _, err := e.PeekTask(ctx, actor, taskID); err != nil {
 		return nil, "", err
 	}
 	if limit <= 0 || limit > 500 {
@@ -219,7 +219,7 @@ func (e *Engine) AppendReceipt(ctx context.Context, actor Actor, req AppendReque
 	// to holds the principals the receipt may be addressed to.
 	to := map[string]bool{actor.Principal: true}
 	if req.TaskID != "" {
-		t, err := e.GetTask(ctx, actor, req.TaskID)
+		t, err := e.PeekTask(ctx, actor, req.TaskID)
 		if err != nil {
 			return nil, false, err // only a task the caller may see (a worker: one it holds)
 		}

@@ -86,3 +86,61 @@ func TestLeaseOfTasksWithoutDependenciesReadsNoOutcomes(t *testing.T) {
 		t.Fatalf("another engine's lease read outcomes %d times in all, want 2", n)
 	}
 }
+
+// edgeReads counts the reads of a task's dependency edges.
+type edgeReads struct {
+	store.Store
+	n atomic.Int64
+}
+
+type edgeReader struct {
+	store.Reader
+	n *atomic.Int64
+}
+
+func (s *edgeReads) View(ctx context.Context, fn func(store.Reader) error) error {
+	return s.Store.View(ctx, func(r store.Reader) error { return fn(edgeReader{r, &s.n}) })
+}
+
+func (r edgeReader) ListDependencies(ctx context.Context, tenant, waiter string) ([]host.Dependency, error) {
+	r.n.Add(1)
+	return r.Reader.ListDependencies(ctx, tenant, waiter)
+}
+
+// GetTask shows what a task waits on, from one read of its edges; PeekTask,
+// which the doors' status polls use, reads no edges and shows none.
+func TestPeekTaskReadsNoEdges(t *testing.T) {
+	ctx := context.Background()
+	st := &edgeReads{Store: openSQLite(t)}
+	eng, err := New(Config{Store: st, ExpiryJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	agent := Actor{Tenant: "acme", Principal: "agent.kee", Role: RoleAgent}
+	tt := host.NewTaskType("work")
+	tt.Tenant = "acme"
+	if _, err := eng.PutTaskType(ctx, tt); err != nil {
+		t.Fatal(err)
+	}
+	dep, err := eng.Enqueue(ctx, agent, EnqueueRequest{TaskType: "work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := eng.Enqueue(ctx, agent, EnqueueRequest{TaskType: "work", After: []string{dep.TaskID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.n.Store(0)
+	got, err := eng.GetTask(ctx, agent, w.TaskID)
+	if err != nil || len(got.After) != 1 || got.After[0] != dep.TaskID || st.n.Load() != 1 {
+		t.Fatalf("GetTask: after %v (%v) from %d edge reads, want [%s] from one", got.After, err, st.n.Load(), dep.TaskID)
+	}
+	peeked, err := eng.PeekTask(ctx, agent, w.TaskID)
+	if err != nil || peeked.ID != w.TaskID || len(peeked.After) != 0 || st.n.Load() != 1 {
+		t.Fatalf("PeekTask: task %v, after %v (%v), %d edge reads in all, want no edges read", peeked, peeked.After, err, st.n.Load())
+	}
+	if _, err := eng.PeekTask(ctx, Actor{Tenant: "acme", Principal: "agent.other", Role: RoleAgent}, w.TaskID); host.ErrorCode(err) != host.CodeNotFound {
+		t.Fatalf("PeekTask of another agent's task: %v, want not_found", err)
+	}
+}

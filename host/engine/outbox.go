@@ -365,7 +365,7 @@ func (e *Engine) PromoteToMemory(ctx context.Context, actor Actor, req PromoteRe
 	if host.LongerThan(req.Domain, 200) || !printable(req.Domain) {
 		return nil, host.Errorf(host.CodeBadRequest, "domain must be at most 200 printable characters")
 	}
-	t, err := e.GetTask(ctx, actor, req.TaskID)
+	t, err := e.PeekTask(ctx, actor, req.TaskID)
 	if err != nil {
 		return nil, err
 	}

@@ -30,12 +30,25 @@ func visible(a Actor, t *host.Task) bool {
 	}
 }
 
-// GetTask returns a task the actor may see, or not_found.
+// GetTask returns a task the actor may see, or not_found, with what it
+// waits (or waited) on: After and AfterRule.
 func (e *Engine) GetTask(ctx context.Context, actor Actor, id string) (*host.Task, error) {
+	return e.getTask(ctx, actor, id, true)
+}
+
+// PeekTask is GetTask without the task's dependency edges (After and
+// AfterRule stay empty): one read, for callers that check a task's
+// visibility or state and never show what it waits on — an MCP task's
+// status polls, a receipt's addressees, a result's channel.
+func (e *Engine) PeekTask(ctx context.Context, actor Actor, id string) (*host.Task, error) {
+	return e.getTask(ctx, actor, id, false)
+}
+
+func (e *Engine) getTask(ctx context.Context, actor Actor, id string, edges bool) (*host.Task, error) {
 	var t *host.Task
 	err := e.view(ctx, func(r store.Reader) error {
 		var err error
-		if t, err = r.GetTask(ctx, actor.Tenant, id); err != nil || !visible(actor, t) {
+		if t, err = r.GetTask(ctx, actor.Tenant, id); err != nil || !visible(actor, t) || !edges {
 			return err
 		}
 		// What the task waits (or waited) on: its edges, in after order.

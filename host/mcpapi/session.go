@@ -313,7 +313,7 @@ func (s *Server) pollTasks() {
 	s.watchMu.Unlock()
 	for id, w := range ids {
 		ctx, cancel := context.WithTimeout(s.drain, 5*time.Second)
-		t, err := s.eng.GetTask(ctx, engine.Actor{Tenant: w.tenant, Role: engine.RoleAdmin}, id)
+		t, err := s.eng.PeekTask(ctx, engine.Actor{Tenant: w.tenant, Role: engine.RoleAdmin}, id)
 		cancel()
 		if err != nil {
 			if host.ErrorCode(err) == host.CodeNotFound {

@@ -261,7 +261,7 @@ func (s *Server) callType(ctx context.Context, sess *session, tt *host.TaskType,
 	}
 	t := res.Task
 	if t == nil {
-		if t, err = s.eng.GetTask(ctx, sess.actor, res.TaskID); err != nil {
+		if t, err = s.eng.PeekTask(ctx, sess.actor, res.TaskID); err != nil {
 			return nil, errFor(err)
 		}
 	}
@@ -354,7 +354,7 @@ func (s *Server) tasksGet(ctx context.Context, sess *session, params json.RawMes
 	if isWorkflowID(id) {
 		return s.workflowTaskGet(ctx, sess.actor, id)
 	}
-	t, err := s.eng.GetTask(ctx, sess.actor, id)
+	t, err := s.eng.PeekTask(ctx, sess.actor, id)
 	if err != nil {
 		return nil, errFor(err)
 	}
@@ -431,7 +431,7 @@ func (s *Server) tasksResult(ctx context.Context, a engine.Actor, params json.Ra
 	var t *host.Task
 	for {
 		var err error
-		if t, err = s.eng.GetTask(wctx, a, id); err != nil {
+		if t, err = s.eng.PeekTask(wctx, a, id); err != nil {
 			if wctx.Err() != nil {
 				break
 			}
@@ -548,7 +548,7 @@ func (s *Server) subscribe(ctx context.Context, sess *session, params json.RawMe
 	if !ok {
 		return nil, subscribeURIError()
 	}
-	t, err := s.eng.GetTask(ctx, sess.actor, id)
+	t, err := s.eng.PeekTask(ctx, sess.actor, id)
 	if err != nil {
 		return nil, errFor(err)
 	}
