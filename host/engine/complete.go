@@ -3,7 +3,6 @@ package engine
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"regexp"
 	"slices"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/asyncgate/asyncgate/sdk/plugin/inline"
 )
 
 // CompleteRequest reports success. The result must be locatable: a pointer,
@@ -223,12 +223,11 @@ func (e *Engine) checkWorkerPointer(res host.Result) error {
 			continue
 		}
 		if name == "inline" {
-			// Its content is the pointer ("inline:" and standard base64,
-			// as the built-in channel writes and reads it): one it cannot
-			// read would make a success no one can fetch. Checked here, not
+			// Its content is the pointer (sdk/plugin/inline, the format
+			// the built-in channel writes and reads): one it cannot read
+			// would make a success no one can fetch. Checked here, not
 			// through the plugin, so a completion costs no plugin call.
-			data, ok := strings.CutPrefix(res.Pointer, "inline:")
-			if _, err := base64.StdEncoding.DecodeString(data); !ok || err != nil {
+			if _, err := inline.Payload(res.Pointer); err != nil {
 				return host.Errorf(host.CodeBadRequest, "result_pointer %.40q is no inline pointer (inline: and standard base64) the inline channel can read: send the payload as result or result_base64", res.Pointer)
 			}
 			continue

@@ -1,11 +1,11 @@
 package ai
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
 
+	"github.com/asyncgate/asyncgate/sdk/plugin/inline"
 	"github.com/asyncgate/asyncgate/sdk/worker"
 )
 
@@ -62,11 +62,7 @@ func DependencyContext(deps []worker.Dependency) string {
 // answer, its fan-out's answers, or the payload as text; "" for a pointer
 // of another channel.
 func inlineAnswer(pointer string) string {
-	data, ok := strings.CutPrefix(pointer, "inline:")
-	if !ok {
-		return ""
-	}
-	raw, err := base64.StdEncoding.DecodeString(data)
+	raw, err := inline.Payload(pointer)
 	if err != nil {
 		return ""
 	}

@@ -4,10 +4,8 @@
 package main
 
 import (
-	"encoding/base64"
-	"strings"
-
 	"github.com/asyncgate/asyncgate/sdk/plugin"
+	"github.com/asyncgate/asyncgate/sdk/plugin/inline"
 )
 
 type config struct {
@@ -27,16 +25,12 @@ func init() {
 			if int64(len(payload)) > c.max() {
 				return plugin.PutResult{}, plugin.Errorf("too_large", "payload exceeds the inline channel's max_size_bytes")
 			}
-			return plugin.PutResult{Pointer: "inline:" + base64.StdEncoding.EncodeToString(payload)}, nil
+			return plugin.PutResult{Pointer: inline.Pointer(payload)}, nil
 		},
 		Get: func(_ *config, pointer string) ([]byte, error) {
-			data, ok := strings.CutPrefix(pointer, "inline:")
-			if !ok {
-				return nil, plugin.Errorf("bad_request", "not an inline: pointer")
-			}
-			b, err := base64.StdEncoding.DecodeString(data)
+			b, err := inline.Payload(pointer)
 			if err != nil {
-				return nil, plugin.Errorf("bad_request", "inline pointer is not base64")
+				return nil, plugin.Errorf("bad_request", err.Error())
 			}
 			return b, nil
 		},
