@@ -212,6 +212,13 @@ type Result struct {
 	// PurgedAt is when retention purged the payload: the pointer no longer
 	// names anything (the checksum stays, as evidence of what was delivered).
 	PurgedAt *time.Time `json:"purged_at,omitempty"`
+	// FromWorker says the worker gave Pointer: it sent no payload for the
+	// gate to store. The gate never reads or archives such a pointer
+	// through a channel, save an inline one (its content): a channel
+	// installed after the completion would read a pointer the worker made
+	// up with the gate's own grants. Set by the gate at completion; a
+	// result recorded before it was kept reads as the gate's.
+	FromWorker bool `json:"result_pointer_from_worker,omitempty"`
 }
 
 // Artifact is one locatable piece of a result.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -336,5 +337,88 @@ func TestE2EStreamedResult(t *testing.T) {
 	// Streamed, the verdict can only follow the content it was computed over.
 	if c, v := bytes.Index(r.Body, []byte(`"content_base64"`)), bytes.Index(r.Body, []byte(`"checksum_valid"`)); c < 0 || v < c {
 		t.Fatalf("the result was not streamed (checksum_valid at %d, content at %d)", v, c)
+	}
+}
+
+// TestE2EWorkerPointerIntoALaterChannel: a worker's pointer naming a channel
+// the gate did not have at completion is the worker's own location. A
+// drop-in channel of that name installed afterwards must not read it with
+// the gate's grants: the result names the pointer as the worker's, and
+// fetching it answers where it is. A payload the gate stored stays
+// readable. Both stores.
+func TestE2EWorkerPointerIntoALaterChannel(t *testing.T) {
+	t.Parallel()
+	wasm, err := os.ReadFile("../../plugins/dist/inline.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range bothStores() {
+		t.Run(sc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			g := startGate(t, dir, sc.args(t)...)
+			g.putType(t, "report", map[string]any{"default_result_channel": "inline"}, "acme")
+			agent, worker := g.newKey(t, "agent", "agent.a", "acme"), g.newKey(t, "worker", "report.w", "acme")
+
+			given := g.enqueue(t, agent, "report", nil)
+			g.completeOne(t, worker, "report.w", given, map[string]any{"result_channel": "vault", "result_pointer": "inline:c2VjcmV0"})
+			stored := g.enqueue(t, agent, "report", nil)
+			g.completeOne(t, worker, "report.w", stored, map[string]any{"result_base64": base64.StdEncoding.EncodeToString([]byte("ours"))})
+
+			// The channel "vault" arrives: the inline channel's code under
+			// another name, which reads any inline: pointer it is given.
+			var man map[string]any
+			raw, err := os.ReadFile("../../plugins/dist/inline.manifest.json")
+			if err == nil {
+				err = json.Unmarshal(raw, &man)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			man["name"] = "vault"
+			raw, _ = json.Marshal(man)
+			pdir := filepath.Join(dir, "plugins")
+			for name, b := range map[string][]byte{"vault.wasm": wasm, "vault.manifest.json": raw} {
+				if err := os.WriteFile(filepath.Join(pdir, name+".tmp"), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(filepath.Join(pdir, name+".tmp"), filepath.Join(pdir, name)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			deadline := time.Now().Add(2 * time.Minute)
+			for {
+				var out struct {
+					Plugins []struct{ Name, State string }
+				}
+				call(t, "GET", g.URL+"/v1/admin/plugins", g.Admin, nil).Into(t, &out)
+				ready := false
+				for _, p := range out.Plugins {
+					ready = ready || p.Name == "vault" && p.State == "ready"
+				}
+				if ready {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the vault channel never loaded: %+v\n%s", out, g.Log())
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+
+			task := call(t, "GET", g.URL+"/v1/tasks/"+given, agent, nil).JSON(t)
+			if res, _ := task["result"].(map[string]any); res["result_pointer_from_worker"] != true {
+				t.Fatalf("the worker's pointer is not marked as the worker's: %v", task["result"])
+			}
+			r := call(t, "GET", g.URL+"/v1/tasks/"+given+"/result", agent, nil)
+			want(t, r, 409, "conflict")
+			if !strings.Contains(string(r.Body), "the worker gave") {
+				t.Fatalf("fetching the worker's pointer: %s", r.Body)
+			}
+			if got := g.fetchContent(t, agent, stored); string(got) != "ours" {
+				t.Fatalf("the stored result reads %q", got)
+			}
+			if res, _ := call(t, "GET", g.URL+"/v1/tasks/"+stored, agent, nil).JSON(t)["result"].(map[string]any); res["result_pointer_from_worker"] != nil {
+				t.Fatalf("a payload the gate stored is marked as the worker's: %v", res)
+			}
+		})
 	}
 }

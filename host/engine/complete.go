@@ -104,6 +104,7 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 		return nil, err
 	}
 	res := req.Result
+	res.FromWorker = len(req.Payload) == 0 && res.Pointer != ""
 	if !res.Locatable() {
 		return nil, host.Errorf(host.CodeNotLocatable, "a success must be locatable: give result_pointer, artifacts or delivery_proof (or a payload to store)")
 	}

@@ -258,6 +258,11 @@ func emailPointer(t *host.Task) (string, error) {
 		}
 		return "", host.Errorf(host.CodeNotEmailChannel, "task %s's result went through the %q channel, not email", t.ID, ch)
 	}
+	if t.Result.FromWorker {
+		// A message the worker mailed itself, on a gate that had no mailbox
+		// then: the gate reads back only what it sent (pointerChannel).
+		return "", host.Errorf(host.CodeConflict, "task %s's result is %s, a message the worker sent itself, not one the gate's mailbox holds for it", t.ID, t.Result.Pointer)
+	}
 	return id, nil
 }
 

@@ -256,12 +256,20 @@ func channelReadErr(err error, pointer, name string) error {
 // stores), else the pointer's prefix (channel:data). A URL (scheme://…) the
 // worker gave names no channel, even when its scheme is a channel's name
 // (checkWorkerPointer lets such pointers through as the worker's own): "".
+// Nor does any other pointer the worker gave but an inline one
+// (host.Result.FromWorker): a channel this gate has now was not this
+// gate's at completion (checkWorkerPointer refuses those), so it would read
+// or archive the worker's pointer with grants the worker never had.
 func pointerChannel(res *host.Result) string {
-	if res.Channel != "" {
-		return res.Channel
+	name := res.Channel
+	if name == "" {
+		var rest string
+		name, rest, _ = strings.Cut(res.Pointer, ":")
+		if strings.HasPrefix(rest, "//") {
+			return ""
+		}
 	}
-	name, rest, _ := strings.Cut(res.Pointer, ":")
-	if strings.HasPrefix(rest, "//") {
+	if res.FromWorker && name != "inline" {
 		return ""
 	}
 	return name

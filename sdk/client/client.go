@@ -404,6 +404,9 @@ type TaskResult struct {
 	Metadata   json.RawMessage `json:"metadata,omitempty"`
 	Artifacts  []Artifact      `json:"artifacts,omitempty"`
 	ArchivedAt *time.Time      `json:"archived_at,omitempty"`
+	// FromWorker says the worker gave Pointer: the gate does not fetch it
+	// through a channel (save inline:); read it where it points.
+	FromWorker bool `json:"result_pointer_from_worker,omitempty"`
 }
 
 // Task is a task as the gate shows it.
