@@ -14,10 +14,10 @@ func TestPayloadOfPointer(t *testing.T) {
 		}
 	}
 	for in, want := range map[string]error{
-		"file:x":        ErrNotInline,
-		"INLINE:eA==":   ErrNotInline,
-		"inline:eA":     ErrNotBase64, // unpadded
-		"inline:e-A=":   ErrNotBase64, // URL alphabet
+		"file:x":      ErrNotInline,
+		"INLINE:eA==": ErrNotInline,
+		"inline:eA":   ErrNotBase64, // unpadded
+		"inline:e-A=": ErrNotBase64, // URL alphabet
 	} {
 		if _, err := Payload(in); !errors.Is(err, want) {
 			t.Errorf("Payload(%q): %v, want %v", in, err, want)
