@@ -162,16 +162,24 @@ func (e *Engine) Redrive(ctx context.Context, actor Actor, taskID string) (*host
 		t.State, t.AvailableAt, t.UpdatedAt = host.StateQueued, now, now
 		t.Attempts, t.LeaseExpiries, t.DeadReason, t.LastError, t.CompletedAt = 0, 0, "", "", nil
 		t.AssignReceipt = r.ID
+		// Tasks still waiting on it count it as unfinished again: its
+		// next end settles them (a waiter its dead letter settled stays
+		// as it is). Asked whether or not it is marked as waited on: a
+		// waiter enqueued after it had dead-lettered leaves no mark on a
+		// finished task, and its edge is reopened all the same — and then
+		// the task is marked, so that its next end settles the edge.
+		reopened, err := tx.ReopenDependency(ctx, t.Tenant, t.ID)
+		if err != nil {
+			return err
+		}
 		if err := tx.UpdateTask(ctx, t, store.Fence{State: host.StateDeadLetter}); err != nil {
 			return host.Errorf(host.CodeConflict, "task %s changed during redrive; try again", taskID)
 		}
-		// Tasks still waiting on it count it as unfinished again: its
-		// next end settles them (a waiter its dead letter settled stays
-		// as it is).
-		if t.HasWaiters {
-			if _, err := tx.ReopenDependency(ctx, t.Tenant, t.ID); err != nil {
+		if len(reopened) > 0 && !t.HasWaiters {
+			if err := tx.MarkWaitedOn(ctx, t.Tenant, []string{t.ID}); err != nil {
 				return err
 			}
+			t.HasWaiters = true
 		}
 		out = t
 		return appendReceipt(ctx, tx, r, nil)

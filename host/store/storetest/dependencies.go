@@ -31,6 +31,7 @@ func dependencyCases() []struct {
 		{"DependenciesAllFinished", testDepsAllFinished},
 		{"DependencyDeadLetterCancelsWaiter", testDepsDeadLetterCancels},
 		{"DependencyRedriven", testDepsRedriven},
+		{"DependencyRedrivenAfterItsWaiters", testDepsRedrivenLateWaiters},
 		{"DependencyCancelSettlesWaiter", testDepsCancelSettles},
 		{"DependenciesRefuseForeignIDs", testDepsForeign},
 		{"DependenciesAtEnqueue", testDepsAtEnqueue},
@@ -224,6 +225,57 @@ func testDepsRedriven(t *testing.T, b *Bundle) {
 		t.Fatalf("a waiter the dead letter canceled is %s after the redrive's success, want canceled", tk.State)
 	}
 	b.noOffer(t, "other", "a canceled waiter was offered")
+}
+
+// testDepsRedrivenLateWaiters: waiters enqueued after their dependency had
+// already dead-lettered (their edges born settled, the dead letter never
+// marked as waited on) count it as unfinished again once it is redriven,
+// and its next end settles them.
+func testDepsRedrivenLateWaiters(t *testing.T, b *Bundle) {
+	a := b.Enqueue(t, "work")
+	b.failFatal(t, "w.1", b.leaseType(t, "w.1", "work"))
+	c := b.Enqueue(t, "work")
+	anyW := b.Enqueue(t, "other", after(host.RuleAnySucceeded, a.TaskID, c.TaskID))
+	allW := b.Enqueue(t, "other", after(host.RuleAllFinished, a.TaskID, c.TaskID))
+	if _, err := b.Engine.Redrive(b.Ctx, b.Admin, a.TaskID); err != nil {
+		t.Fatal(err)
+	}
+	// Another host runs the rest: it has no memory of the enqueues, only
+	// what the store holds.
+	other, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1, MaxLeaseSeconds: 3600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ob := *b
+	ob.Engine = other
+	b = &ob
+	// The redriven a (the older) is leased and held; c dead-letters.
+	oa := b.leaseType(t, "w.1", "work")
+	oc := b.leaseType(t, "w.1", "work")
+	if oa.Task.ID != a.TaskID || oc.Task.ID != c.TaskID {
+		t.Fatalf("leased %s and %s, want %s and %s", oa.Task.ID, oc.Task.ID, a.TaskID, c.TaskID)
+	}
+	b.failFatal(t, "w.1", oc)
+	for _, w := range []string{anyW.TaskID, allW.TaskID} {
+		if tk := b.Task(t, w); tk.State != host.StateWaiting {
+			t.Fatalf("waiter %s is %s (%s) while its redriven dependency runs, want waiting", w, tk.State, tk.LastError)
+		}
+	}
+	b.noOffer(t, "other", "a waiter was offered before its redriven dependency ended")
+	b.Complete(t, "w.1", oa)
+	got := map[string]host.Offer{}
+	for range 2 {
+		o := b.leaseType(t, "w.2", "other")
+		got[o.Task.ID] = o
+	}
+	for _, w := range []string{anyW.TaskID, allW.TaskID} {
+		o, ok := got[w]
+		if !ok {
+			t.Fatalf("waiter %s was not offered once its redriven dependency succeeded (offered %v)", w, got)
+		}
+		wantDeps(t, o, a.TaskID+":succeeded", c.TaskID+":dead_letter")
+	}
 }
 
 func testDepsDeadLetterCancels(t *testing.T, b *Bundle) {
