@@ -422,3 +422,58 @@ func TestE2EWorkerPointerIntoALaterChannel(t *testing.T) {
 		})
 	}
 }
+
+// TestE2EFanInReadsItsDependenciesResults: the worker of a task that waited
+// on another reads that one's result under its lease, even when the gate
+// stored it in the file channel (a pointer the worker could not read
+// itself); nothing else opens to it: a task its task does not wait on, the
+// same read without the lease, under another worker's lease, or after the
+// lease ended. Both stores.
+func TestE2EFanInReadsItsDependenciesResults(t *testing.T) {
+	t.Parallel()
+	for _, sc := range bothStores() {
+		t.Run(sc.name, func(t *testing.T) {
+			g := startGate(t, t.TempDir(), sc.args(t)...)
+			g.putType(t, "consult", map[string]any{}, "acme")
+			g.putType(t, "synthesize", map[string]any{}, "acme")
+			agent := g.newKey(t, "agent", "agent.a", "acme")
+			consultant, synth := g.newKey(t, "worker", "consult.w", "acme"), g.newKey(t, "worker", "synth.w", "acme")
+
+			big := strings.Repeat("a long answer ", 300<<10/14)
+			dep := g.enqueue(t, agent, "consult", nil)
+			ptr, _ := g.completeOne(t, consultant, "consult.w", dep, map[string]any{"result": map[string]any{"text": big}})["result_pointer"].(string)
+			if !strings.HasPrefix(ptr, "file:") {
+				t.Fatalf("a 300 KiB result went to %q, want the file channel", ptr)
+			}
+			other := g.enqueue(t, agent, "consult", nil)
+			g.completeOne(t, consultant, "consult.w", other, map[string]any{"result": map[string]any{"text": "not yours"}})
+
+			r := call(t, "POST", g.URL+"/v1/tasks", agent, map[string]any{"task_type": "synthesize", "after": []string{dep}})
+			want(t, r, 201, "")
+			o := g.lease(t, synth, "synth.w", nil)
+			if len(o) != 1 {
+				t.Fatalf("the waiter was not offered: %+v", o)
+			}
+			lease := o[0].LeaseID
+
+			want(t, call(t, "GET", g.URL+"/v1/tasks/"+dep+"/result", synth, nil), 404, "not_found")
+			r = call(t, "GET", g.URL+"/v1/tasks/"+dep+"/result?lease_id="+lease, synth, nil)
+			want(t, r, 200, "")
+			var got struct {
+				Content       struct{ Text string } `json:"content"`
+				ChecksumValid *bool                 `json:"checksum_valid"`
+			}
+			r.Into(t, &got)
+			if got.Content.Text != big || got.ChecksumValid == nil || !*got.ChecksumValid {
+				t.Fatalf("the dependency's result under the lease: %d bytes of text, checksum_valid %v", len(got.Content.Text), got.ChecksumValid)
+			}
+			want(t, call(t, "GET", g.URL+"/v1/tasks/"+other+"/result?lease_id="+lease, synth, nil), 404, "not_found")
+			want(t, call(t, "GET", g.URL+"/v1/tasks/"+dep+"/result?lease_id="+lease, consultant, nil), 409, "lease_expired")
+			want(t, call(t, "GET", g.URL+"/v1/tasks/"+dep+"/result?lease_id="+lease, agent, nil), 403, "forbidden")
+			want(t, call(t, "GET", g.URL+"/v1/tasks/"+dep+"/result?lease_id=", synth, nil), 400, "bad_request")
+
+			want(t, call(t, "POST", g.URL+"/v1/leases/"+lease+"/complete", synth, map[string]any{"result": "done"}), 200, "")
+			want(t, call(t, "GET", g.URL+"/v1/tasks/"+dep+"/result?lease_id="+lease, synth, nil), 409, "lease_expired")
+		})
+	}
+}

@@ -172,13 +172,53 @@ func (e *Engine) OpenResult(ctx context.Context, actor Actor, id string) (*Resul
 	return rs, err
 }
 
-// openResult is OpenResult; whole says the caller will hold the payload in
-// memory, so even a streamable one takes a slot of MaxResultGets.
-func (e *Engine) openResult(ctx context.Context, actor Actor, id string, whole bool) (*ResultStream, error) {
-	t, err := e.GetTask(ctx, actor, id)
+// OpenDependencyResult opens, for the worker holding call's live lease, the
+// payload of task depID, one of those the lease's task waits (or waited)
+// on: the results a fan-in reads. Only the edges of the leased task open a
+// task to its worker; any other id is not_found, as a task it may not see.
+// Nothing is marked fetched: the inbox items of depID are its creator's.
+func (e *Engine) OpenDependencyResult(ctx context.Context, call WorkerCall, depID string) (*ResultStream, error) {
+	var dep *host.Task
+	err := e.view(ctx, func(r store.Reader) error {
+		t, err := liveLease(ctx, r, call, e.now())
+		if err != nil {
+			return err
+		}
+		deps, err := r.ListDependencies(ctx, t.Tenant, t.ID)
+		if err != nil {
+			return err
+		}
+		for _, d := range deps {
+			if d.DependsOn == depID {
+				dep, err = r.GetTask(ctx, t.Tenant, depID)
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil && dep == nil {
+		err = host.Errorf(host.CodeNotFound, "no task %s among those the task of lease %s waits on", depID, call.LeaseID)
+	}
 	if err != nil {
 		return nil, err
 	}
+	dep.State = dep.Presented(e.now())
+	return e.openTaskResult(ctx, dep, false)
+}
+
+// openResult is OpenResult; whole says the caller will hold the payload in
+// memory, so even a streamable one takes a slot of MaxResultGets.
+func (e *Engine) openResult(ctx context.Context, actor Actor, id string, whole bool) (*ResultStream, error) {
+	t, err := e.PeekTask(ctx, actor, id)
+	if err != nil {
+		return nil, err
+	}
+	return e.openTaskResult(ctx, t, whole)
+}
+
+// openTaskResult opens the payload of t, a task its caller may see.
+func (e *Engine) openTaskResult(ctx context.Context, t *host.Task, whole bool) (*ResultStream, error) {
+	id := t.ID
 	if t.State != host.StateSucceeded || t.Result == nil {
 		return nil, host.Errorf(host.CodeConflict, "task %s is %s and has no result%s", id, t.State, resultYet(t.State))
 	}

@@ -139,9 +139,22 @@ func (p progressWriter) Write(b []byte) (int, error) {
 // as content (JSON) or content_base64; a larger one is streamed from the
 // channel as content_base64, with checksum_valid after it, so the gate never
 // holds it whole. A read that fails mid-way aborts the response, which the
-// client sees as a truncated body, never as a complete answer.
+// client sees as a truncated body, never as a complete answer. With
+// ?lease_id= a worker reads the result of a task its live lease's task
+// waits (or waited) on (engine.OpenDependencyResult).
 func (s *Server) fetchResult(c echo.Context) error {
-	rs, err := s.eng.OpenResult(c.Request().Context(), ActorOf(c), c.Param("id"))
+	var rs *engine.ResultStream
+	var err error
+	if lease := c.QueryParam("lease_id"); lease != "" || c.QueryParams().Has("lease_id") {
+		// A worker reads what the task of its live lease waited on.
+		var call engine.WorkerCall
+		if call, err = workerCall(c, lease, "", "", false); err != nil {
+			return err
+		}
+		rs, err = s.eng.OpenDependencyResult(c.Request().Context(), call, c.Param("id"))
+	} else {
+		rs, err = s.eng.OpenResult(c.Request().Context(), ActorOf(c), c.Param("id"))
+	}
 	if err != nil {
 		return err
 	}

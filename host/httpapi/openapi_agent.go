@@ -49,7 +49,9 @@ func init() {
 			}{},
 			Summary: "Cancel a task (queued: at once; leased: cancel_requested)", Responses: map[int]any{200: &host.Task{}}},
 		openapi.Op{Method: "GET", Path: "/v1/tasks/:id/result", Tag: "tasks", Roles: anyKey,
-			Summary: "Fetch a finished task's result through its channel", Responses: map[int]any{200: api.ResultResponse{}}},
+			Summary: "Fetch a finished task's result through its channel",
+			Query: []openapi.Param{{Name: "lease_id", Description: "a worker's live lease whose task waits (or waited) on this one: read a dependency's result under it"}},
+			Responses: map[int]any{200: api.ResultResponse{}}},
 		openapi.Op{Method: "POST", Path: "/v1/tasks/:id/archive", Tag: "tasks", Roles: agents,
 			Summary: "Archive a task's result", Responses: map[int]any{200: openapi.Schema{
 				"type": "object", "required": []string{"task_id", "status"},

@@ -839,6 +839,24 @@ class Client:
         """POST /v1/leases/{id}/fail with error_message, retryable, metadata."""
         return self._call("POST", "/v1/leases/%s/fail" % urllib.parse.quote(lease_id), body, trace=trace)[1]
 
+    def dependency_result(self, lease_id: str, task_id: str) -> Optional[bytes]:
+        """The payload of ``task_id``, a task the task of the live lease
+        ``lease_id`` waits (or waited) on, read under that lease
+        (GET /v1/tasks/{id}/result?lease_id=): a fan-in reads its inputs
+        whatever channel the gate stored them in. A JSON payload comes as
+        its JSON text (bytes), any other as its bytes; None when the result
+        has no payload. A checksum mismatch raises ValueError."""
+        _, out, _ = self._call("GET", "/v1/tasks/%s/result?lease_id=%s" % (
+            urllib.parse.quote(task_id, safe=""), urllib.parse.quote(lease_id, safe="")))
+        out = out or {}
+        if out.get("checksum_valid") is False:
+            raise ValueError("the result of %s does not match its checksum" % task_id)
+        if out.get("content_base64"):
+            return base64.b64decode(out["content_base64"])
+        if "content" in out:
+            return json.dumps(out["content"]).encode()
+        return None
+
     def outcomes(self, entries: List[Dict[str, Any]], trace: Optional[Tuple[str, str]] = None) -> List[Dict[str, Any]]:
         """POST /v1/leases/batch: up to MAX_OUTCOME_BATCH entries, each
         ``{"lease_id": …, "complete"|"fail"|"heartbeat": body}`` (and an
@@ -929,6 +947,12 @@ class Task:
             if lease.get("resource") == resource:
                 return int(lease.get("fencing_token", 0))
         return 0
+
+    def dependency_result(self, task_id: str) -> Optional[bytes]:
+        """The payload of ``task_id``, one of the tasks this one waited on
+        (``dependencies``), read under this run's lease
+        (Client.dependency_result)."""
+        return self._runner.client.dependency_result(self.lease_id, task_id)
 
     def progress(self, percent: Optional[float] = None, message: str = "") -> None:
         """Report progress (percent 0..100 and/or a message). It is sent with an

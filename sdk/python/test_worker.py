@@ -935,6 +935,33 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(t["result"]["result_channel"], "s3")
         self.assertEqual(t["result"]["metadata"], {"bytes": 3})
 
+    def test_fan_in_reads_dependency_result(self):
+        # A payload too large to be inline is stored in the gate's file
+        # channel; the task that waited on it reads it under its lease.
+        put_type("py-dep-big")
+        put_type("py-dep-fanin")
+        big = "a long answer " * (300 * 1024 // 14)
+        r = self.make_runner()
+        read = []
+
+        @r.task("py-dep-big")
+        def producer(task):
+            return {"text": big}
+
+        @r.task("py-dep-fanin")
+        def fan_in(task):
+            dep = task.dependencies[0]["task_id"]
+            read.append(json.loads(task.dependency_result(dep))["text"])
+            return {"read": len(read[0])}
+
+        self.start(r)
+        dep = enqueue("py-dep-big", {})
+        tid = enqueue("py-dep-fanin", {}, after=[dep])
+        wait_task(tid, "succeeded", status_is("succeeded"))
+        st, t = call("GET", "/v1/tasks/" + dep, AGENT)
+        self.assertTrue(t["result"]["result_pointer"].startswith("file:"), t["result"])
+        self.assertEqual(read, [big])
+
     def test_snooze_uses_no_attempt(self):
         put_type("py-snooze")
         r = self.make_runner()

@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -450,6 +451,35 @@ func (c *Client) Complete(ctx context.Context, leaseID string, comp Completion) 
 		return nil, err
 	}
 	return &out, nil
+}
+
+// DependencyResult reads the payload of task depID, one that the task of
+// the live lease leaseID waits (or waited) on, under that lease: a fan-in
+// reads its inputs whatever channel the gate stored them in (GET
+// /v1/tasks/{id}/result?lease_id=). A JSON payload comes as its JSON text,
+// any other as its bytes. A result with no payload (located by artifacts
+// or a delivery proof only) is nil; a payload whose checksum does not
+// match is an error.
+func (c *Client) DependencyResult(ctx context.Context, leaseID, depID string) ([]byte, error) {
+	var out struct {
+		Content       json.RawMessage `json:"content"`
+		ContentBase64 string          `json:"content_base64"`
+		ChecksumValid *bool           `json:"checksum_valid"`
+	}
+	path := "/v1/tasks/" + url.PathEscape(depID) + "/result?lease_id=" + url.QueryEscape(leaseID)
+	if _, _, err := c.do(ctx, http.MethodGet, path, nil, &out); err != nil {
+		return nil, err
+	}
+	if out.ChecksumValid != nil && !*out.ChecksumValid {
+		return nil, fmt.Errorf("worker: the result of %s does not match its checksum", depID)
+	}
+	if out.ContentBase64 != "" {
+		return base64.StdEncoding.DecodeString(out.ContentBase64)
+	}
+	if len(out.Content) == 0 {
+		return nil, nil
+	}
+	return out.Content, nil
 }
 
 // Fail reports a failed attempt; the gate's retry policy decides whether the

@@ -859,6 +859,18 @@ func Lease(ctx context.Context) (Offer, bool) {
 	return l.o, true
 }
 
+// DependencyResult reads, in a handler, the payload of task depID, one of
+// the tasks the handler's task waited on (Task.Dependencies), under the
+// handler's lease (Client.DependencyResult). It returns an error when ctx
+// is not a handler's context.
+func DependencyResult(ctx context.Context, depID string) ([]byte, error) {
+	l, _ := ctx.Value(leaseKey{}).(*lease)
+	if l == nil {
+		return nil, errors.New("worker: DependencyResult needs the context of a task handler")
+	}
+	return l.r.c.DependencyResult(ctx, l.o.LeaseID, depID)
+}
+
 // Logger returns the Runner's logger with the task's task_id, lease_id,
 // task_type and attempt, or slog.Default() outside a handler.
 func Logger(ctx context.Context) *slog.Logger {

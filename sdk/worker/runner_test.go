@@ -596,3 +596,49 @@ func TestWorkerSnooze(t *testing.T) {
 		t.Fatalf("no task.snoozed with its reason in the timeline: %+v", tl.Events)
 	}
 }
+
+// A fan-in's handler reads the result of what its task waited on, a
+// payload too large to be inline (the gate stores it in its file channel),
+// through its lease; outside a handler DependencyResult refuses.
+func TestWorkerReadsDependencyResult(t *testing.T) {
+	g := sharedGate(t)
+	g.putType("s-dep-big", 10, nil)
+	g.putType("s-dep-fanin", 10, nil)
+	big := strings.Repeat("a long answer ", 300<<10/14)
+	dep := g.enqueue("s-dep-big", map[string]any{}, nil)
+	fanIn := g.enqueue("s-dep-fanin", map[string]any{}, map[string]any{"after": []string{dep}})
+	read := make(chan string, 1)
+	start(t, g.URL, g.Worker, worker.Config{WorkerID: workerID}, map[string]worker.HandlerFunc{
+		"s-dep-big": func(ctx context.Context, _ *worker.Task) (any, error) {
+			return map[string]string{"text": big}, nil
+		},
+		"s-dep-fanin": func(ctx context.Context, tk *worker.Task) (any, error) {
+			if len(tk.Dependencies) != 1 || tk.Dependencies[0].TaskID != dep {
+				return nil, worker.Fatalf("dependencies %+v", tk.Dependencies)
+			}
+			raw, err := worker.DependencyResult(ctx, dep)
+			if err != nil {
+				return nil, worker.Fatal(err)
+			}
+			var v struct{ Text string }
+			if err := json.Unmarshal(raw, &v); err != nil {
+				return nil, worker.Fatal(err)
+			}
+			read <- v.Text
+			return map[string]int{"read": len(v.Text)}, nil
+		},
+	})
+	tv := g.waitTask(fanIn, "succeeded", func(tv taskView) bool { return tv.Status == "succeeded" || tv.Status == "dead_letter" })
+	if tv.Status != "succeeded" {
+		t.Fatalf("the fan-in ended %s: %s", tv.Status, tv.ErrorMessage)
+	}
+	if p := g.task(dep).Result.Pointer; !strings.HasPrefix(p, "file:") {
+		t.Fatalf("the dependency's result is at %q, want the file channel", p)
+	}
+	if got := <-read; got != big {
+		t.Fatalf("the fan-in read %d bytes of text, want %d", len(got), len(big))
+	}
+	if _, err := worker.DependencyResult(context.Background(), dep); err == nil {
+		t.Fatal("DependencyResult outside a handler did not refuse")
+	}
+}

@@ -411,7 +411,7 @@ func (w *Worker) handle(ctx context.Context, taskType string, t *worker.Task) (a
 	prof := w.profiles[tt.Profile]
 	prompt := p.Prompt
 	if len(t.Dependencies) > 0 {
-		prompt += "\n\n" + DependencyContext(t.Dependencies)
+		prompt += "\n\n" + DependencyContext(t.Dependencies, func(id string) ([]byte, error) { return worker.DependencyResult(ctx, id) })
 	}
 	conv := Conversation{Profile: prof, Prompt: prompt, MaxIterations: DefaultMaxIterations, MaxToolCalls: DefaultMaxToolCalls}
 	if prof.MaxIterations > 0 {

@@ -21,10 +21,12 @@ const (
 )
 
 // DependencyContext is the text that tells the model what the tasks this
-// one waited on produced: each one's answer when its result is inline (an
-// AI task's answer, or its models' answers), else its summary and where its
-// result is; a failed one's error.
-func DependencyContext(deps []worker.Dependency) string {
+// one waited on produced: each one's answer (an AI task's answer, or its
+// models' answers, or the payload as text) — read from the pointer when
+// its result is inline, else through read (a payload the gate stored in
+// another channel: worker.DependencyResult), else its summary and where
+// its result is; a failed one's error. read may be nil.
+func DependencyContext(deps []worker.Dependency, read func(taskID string) ([]byte, error)) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Results of the %d tasks this task waited on:", len(deps))
 	for i, d := range deps {
@@ -41,7 +43,15 @@ func DependencyContext(deps []worker.Dependency) string {
 				text += ": " + d.Error
 			}
 		default:
-			text = inlineAnswer(r.Pointer)
+			if raw, err := inline.Payload(r.Pointer); err == nil {
+				text = answerOf(raw)
+			} else if r.Pointer != "" && read != nil {
+				if raw, err := read(d.TaskID); err == nil && len(raw) > 0 {
+					text = answerOf(raw)
+				} else if err != nil {
+					text = r.Summary + " (result at " + r.Pointer + ", not readable: " + err.Error() + ")"
+				}
+			}
 			if text == "" {
 				text = r.Summary
 				if r.Pointer != "" {
@@ -58,14 +68,9 @@ func DependencyContext(deps []worker.Dependency) string {
 	return b.String()
 }
 
-// inlineAnswer is the answer an inline result pointer holds: an AI task's
-// answer, its fan-out's answers, or the payload as text; "" for a pointer
-// of another channel.
-func inlineAnswer(pointer string) string {
-	raw, err := inline.Payload(pointer)
-	if err != nil {
-		return ""
-	}
+// answerOf is the answer a result's payload holds: an AI task's answer,
+// its fan-out's answers, or the payload as text.
+func answerOf(raw []byte) string {
 	var one Answer
 	if json.Unmarshal(raw, &one) == nil && one.Answer != "" {
 		return one.Answer
