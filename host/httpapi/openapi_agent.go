@@ -49,8 +49,8 @@ func init() {
 			}{},
 			Summary: "Cancel a task (queued: at once; leased: cancel_requested)", Responses: map[int]any{200: &host.Task{}}},
 		openapi.Op{Method: "GET", Path: "/v1/tasks/:id/result", Tag: "tasks", Roles: anyKey,
-			Summary: "Fetch a finished task's result through its channel",
-			Query: []openapi.Param{{Name: "lease_id", Description: "a worker's live lease whose task waits (or waited) on this one: read a dependency's result under it"}},
+			Summary:   "Fetch a finished task's result through its channel",
+			Query:     []openapi.Param{{Name: "lease_id", Description: "a worker's live lease whose task waits (or waited) on this one: read a dependency's result under it"}},
 			Responses: map[int]any{200: api.ResultResponse{}}},
 		openapi.Op{Method: "POST", Path: "/v1/tasks/:id/archive", Tag: "tasks", Roles: agents,
 			Summary: "Archive a task's result", Responses: map[int]any{200: openapi.Schema{
