@@ -26,6 +26,15 @@ const MaxDependencies = 1000
 // default (engine.Config.MaxWaiters).
 const MaxWaiters = 1000
 
+// CreatorWaiterReserve is the part of a task's waiter bound (maxWaiters)
+// kept for the principal that created the task: any other principal (its
+// recipient, an admin) may bring the task's open waiters up to maxWaiters
+// minus it, only the creator up to maxWaiters. So another principal that
+// may read a task cannot use up the room its creator's own fan-in needs:
+// of the default 1,000, 100 are the creator's. A bound under 10 keeps
+// nothing back.
+func CreatorWaiterReserve(maxWaiters int) int { return maxWaiters / 10 }
+
 // MaxDependencyDepth is the deepest a chain of waiting tasks may be: a task
 // naming a waiting dependency of this depth is refused, so one terminal
 // write settles a chain of bounded depth.

@@ -60,3 +60,13 @@ func TestWaitingTransitions(t *testing.T) {
 		t.Fatal("a waiting task is leasable, terminal or unknown")
 	}
 }
+
+// The creator's share of a task's waiter bound: a tenth, none under ten,
+// and the others' share never empty.
+func TestCreatorWaiterReserve(t *testing.T) {
+	for _, c := range []struct{ bound, want int }{{MaxWaiters, 100}, {10, 1}, {9, 0}, {3, 0}, {1, 0}, {1001, 100}} {
+		if got := CreatorWaiterReserve(c.bound); got != c.want || c.bound-got < 1 {
+			t.Errorf("CreatorWaiterReserve(%d) = %d, want %d", c.bound, got, c.want)
+		}
+	}
+}

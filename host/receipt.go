@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -74,6 +75,16 @@ var knownReceiptTypes = map[ReceiptType]bool{
 	ReceiptWorkflowSubmitted: true, ReceiptWorkflowCompleted: true, ReceiptWorkflowFailed: true, ReceiptWorkflowCanceled: true,
 	ReceiptScheduleCreated: true, ReceiptSchedulePaused: true, ReceiptScheduleResumed: true, ReceiptScheduleUpdated: true,
 	ReceiptScheduleDeleted: true, ReceiptScheduleFired: true, ReceiptScheduleSkipped: true,
+}
+
+// ReceiptTypes returns every receipt type of this ledger, sorted.
+func ReceiptTypes() []ReceiptType {
+	out := make([]ReceiptType, 0, len(knownReceiptTypes))
+	for t := range knownReceiptTypes {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Known reports whether t is a receipt type of this ledger.

@@ -115,10 +115,17 @@ func (e *Engine) placeAfter(ctx context.Context, tx store.Tx, actor Actor, t *ho
 	// it when one already has MaxWaiters, so one terminal write settles
 	// a bounded number of waiters; and when a waiting dependency is at
 	// MaxDependencyDepth, so the cascade it settles is bounded in depth.
-	var open, waiting []string
+	// A dependency another principal created takes this caller's waiter
+	// only below MaxWaiters less the creator's reserve
+	// (host.CreatorWaiterReserve): the rest is its creator's alone.
+	var own, others, waiting []string
 	for i, id := range after {
 		if states[i] == "" {
-			open = append(open, id)
+			if byID[id].CreatedBy == actor.Principal {
+				own = append(own, id)
+			} else {
+				others = append(others, id)
+			}
 		}
 		if byID[id].State == host.StateWaiting {
 			waiting = append(waiting, id)
@@ -134,12 +141,22 @@ func (e *Engine) placeAfter(ctx context.Context, tx store.Tx, actor Actor, t *ho
 	for i := range deps {
 		deps[i].Depth = depth + 1
 	}
-	crowded, err := tx.CrowdedDependency(ctx, actor.Tenant, open, e.cfg.MaxWaiters)
+	crowded, err := tx.CrowdedDependency(ctx, actor.Tenant, own, e.cfg.MaxWaiters)
 	if err != nil {
 		return nil, err
 	}
 	if crowded != "" {
 		return nil, host.Errorf(host.CodeTooManyWaiters, "after: task %s already has %d tasks waiting on it, the limit", crowded, e.cfg.MaxWaiters)
+	}
+	reserve := host.CreatorWaiterReserve(e.cfg.MaxWaiters)
+	crowded, err = tx.CrowdedDependency(ctx, actor.Tenant, others, e.cfg.MaxWaiters-reserve)
+	if err != nil {
+		return nil, err
+	}
+	if crowded != "" {
+		return nil, host.Errorf(host.CodeTooManyWaiters, "after: task %s already has %d tasks waiting on it, the most a principal other than "+
+			"its creator may bring it to (the last %d of the limit of %d are kept for its creator's own waiters)",
+			crowded, e.cfg.MaxWaiters-reserve, reserve, e.cfg.MaxWaiters)
 	}
 	return deps, nil
 }

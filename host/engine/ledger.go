@@ -171,12 +171,19 @@ type AppendRequest struct {
 }
 
 // AppendReceipt lets a principal append a receipt under the ledger's
-// invariants. The issuer is always the caller. Types that the engine owns
-// because they move task state (assigned, accepted, completed, failed,
-// canceled, retry_scheduled, released) are refused; a receipt may terminate
-// only obligations the caller owes or is owed. A repeated dedupe key returns
-// the first receipt the caller appended with it: dedupe keys belong to the
-// principal that used them.
+// invariants. The issuer is always the caller. A principal appends only
+// what informs (task.progress, and task.escalated: a call for attention to
+// a task's party or its configured supervisor); every type the gate writes
+// as a task, an email or a workflow moves (assigned, accepted, completed,
+// failed, canceled, retry_scheduled, released, snoozed, email.*,
+// workflow.*, schedule.*) is refused. And what a principal appends ends no
+// obligation: a parent its type would terminate (a task.escalated naming a
+// task.accepted) is refused, whoever the caller (the worker, the task's
+// creator or recipient, an admin), since only the gate's own state
+// transitions (complete, fail, retry, release, snooze, cancel, and the
+// gate's escalation when a lease expires) may end an obligation the ledger
+// shows as open. A repeated dedupe key returns the first receipt the caller
+// appended with it: dedupe keys belong to the principal that used them.
 //
 // What a principal writes stays within what it is a party to (issue 37):
 // its task must be one it may see, every parent one it may read (a parent it
@@ -246,7 +253,6 @@ func (e *Engine) AppendReceipt(ctx context.Context, actor Actor, req AppendReque
 				return nil
 			}
 		}
-		types := map[string]host.ReceiptType{}
 		parties := map[string]bool{}
 		for _, p := range rc.Parents {
 			pr, err := tx.GetReceipt(ctx, actor.Tenant, p)
@@ -261,10 +267,16 @@ func (e *Engine) AppendReceipt(ctx context.Context, actor Actor, req AppendReque
 			}
 			parties[pr.From], parties[pr.To] = true, true
 			if rc.Type.Terminates(pr.Type) {
-				if pr.From != actor.Principal && pr.To != actor.Principal && actor.Role != RoleAdmin {
-					return host.Errorf(host.CodeForbidden, "only a party to obligation %s may terminate it", p)
-				}
-				types[p] = pr.Type
+				// The ledger reads a receipt of a terminating type that
+				// names an obligation as its end (receipt.go,
+				// terminators): an escalation no lease made would stand
+				// as the end of a worker's promise while its lease is
+				// live, and the real outcome would end nothing. Citing
+				// it without ending it would leave the ledger saying
+				// one thing and the obligation index another.
+				return host.Errorf(host.CodeForbidden, "parent %s is a %s, an obligation only the gate ends as the task moves "+
+					"(complete, fail, release, snooze, cancel, or an expired lease); a %s you append may not name it. "+
+					"Name receipts it does not end instead (the task's task.assigned, a task.progress)", p, pr.Type, rc.Type)
 			}
 		}
 		if rc.TaskID == "" {
@@ -279,7 +291,7 @@ func (e *Engine) AppendReceipt(ctx context.Context, actor Actor, req AppendReque
 			return host.Errorf(host.CodeForbidden, "a receipt without a task may be addressed only to yourself or to a party of one of its parents, not to %.80q", rc.To)
 		}
 		rc.CreatedAt = e.now()
-		return appendReceipt(ctx, tx, rc, types)
+		return appendReceipt(ctx, tx, rc, nil) // it ends no obligation (above)
 	})
 	if err != nil {
 		return nil, false, err

@@ -331,8 +331,9 @@ type AppendReceiptBody struct {
 }
 
 // appendReceipt is POST /v1/receipts: a principal appends a receipt (progress
-// or escalation) under the ledger's invariants. 201, or 200 for a repeated
-// dedupe_key.
+// or escalation) under the ledger's invariants; it ends no obligation (a
+// parent it would end is 403 forbidden: engine.AppendReceipt). 201, or 200
+// for a repeated dedupe_key.
 func (s *Server) appendReceipt(c echo.Context) error {
 	var b AppendReceiptBody
 	if err := bind(c, &b, strict); err != nil {

@@ -66,7 +66,7 @@ func init() {
 			Query:     append([]openapi.Param{{Name: "task_id"}, {Name: "tenant"}}, page...),
 			Responses: map[int]any{200: ReceiptList{}}},
 		openapi.Op{Method: "POST", Path: "/v1/receipts", Tag: "receipts", Roles: anyKey, Strict: true, Body: AppendReceiptBody{}, BodyRequired: true,
-			Summary:   "Append a receipt (201; 200 with duplicate for a repeated dedupe_key)",
+			Summary:   "Append a task.progress or task.escalated receipt (201; 200 with duplicate for a repeated dedupe_key); it ends no obligation: a parent it would end is 403",
 			Responses: map[int]any{201: api.ReceiptResponse{}, 200: api.ReceiptResponse{}}},
 		openapi.Op{Method: "POST", Path: "/v1/receipts/check-terminator", Tag: "receipts", Roles: anyKey, Strict: true, BodyRequired: true,
 			Body: struct {

@@ -120,10 +120,11 @@ type depGuess struct {
 	tenant string
 	// tasks are the copies answered, by id.
 	tasks map[string]*host.Task
-	// limit is the smallest bound CrowdedDependency answered "" under
-	// before the check ran (0: not asked); asked the ids it was asked of.
-	limit int
-	asked []string
+	// limits are, by id, the smallest bound CrowdedDependency answered ""
+	// under before the check ran (nil: not asked). Bounds differ by id:
+	// a dependency the caller did not create is held to less than one it
+	// did (host.CreatorWaiterReserve).
+	limits map[string]int
 	// counts are the open edges the check read (nil until it ran), which
 	// CrowdedDependency answers from afterwards.
 	counts *store.DependencyCounts
@@ -150,10 +151,14 @@ func (g *depGuess) crowded(ids []string, limit int) string {
 	if g.counts != nil {
 		return g.counts.Crowded(ids, limit)
 	}
-	if g.limit == 0 || limit < g.limit {
-		g.limit = limit
+	if g.limits == nil {
+		g.limits = make(map[string]int, len(ids))
 	}
-	g.asked = append(g.asked, ids...)
+	for _, id := range ids {
+		if l, ok := g.limits[id]; !ok || limit < l {
+			g.limits[id] = limit
+		}
+	}
 	return ""
 }
 
@@ -247,9 +252,12 @@ func (g *depGuess) check(br pgx.BatchResults) error {
 	if bad == "" && len(counts.Open) != len(g.tasks) {
 		bad = fmt.Sprintf("found %d of %d dependencies", len(counts.Open), len(g.tasks))
 	}
-	if bad == "" && g.limit > 0 {
-		if id := counts.Crowded(g.asked, g.limit); id != "" {
-			bad = "dependency " + id + " has too many waiters"
+	if bad == "" {
+		for id, limit := range g.limits {
+			if counts.Open[id] >= limit {
+				bad = "dependency " + id + " has too many waiters"
+				break
+			}
 		}
 	}
 	if bad != "" {

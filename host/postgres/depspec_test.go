@@ -279,6 +279,47 @@ func TestGuessedEnqueuePastTheWaiterBoundIsRefused(t *testing.T) {
 	b.Verify(t)
 }
 
+// A guessed enqueue holds each dependency to its own bound: one its caller
+// created to the whole bound, one another principal created to the bound
+// less the creator's reserve (host.CreatorWaiterReserve). An enqueue
+// naming both, with the caller's own dependency between the two bounds,
+// is written from its guess (no strict rerun); another principal's past
+// its share is refused.
+func TestGuessedEnqueueHoldsEachDependencyToItsBound(t *testing.T) {
+	b, st := guessBundle(t)
+	const limit = 10
+	limited, err := engine.New(engine.Config{Store: st, Clock: b.Clock, ExpiryJitter: -1, MaxWaiters: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer limited.Close()
+	hexy := engine.Actor{Tenant: "acme", Principal: "agent.hexy", Role: engine.RoleAgent}
+	enqueue := func(a engine.Actor, ids ...string) error {
+		_, err := limited.Enqueue(b.Ctx, a, engine.EnqueueRequest{TaskType: "other", After: ids, AfterRule: host.RuleAllFinished})
+		return err
+	}
+	mine := b.Enqueue(t, "work", func(r *engine.EnqueueRequest) { r.Recipient = hexy.Principal }) // kee's
+	theirs, err := limited.Enqueue(b.Ctx, hexy, engine.EnqueueRequest{TaskType: "work", Recipient: "agent.kee"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	share := limit - host.CreatorWaiterReserve(limit)
+	for i := range share {
+		if err := enqueue(b.Agent, mine.TaskID); err != nil {
+			t.Fatalf("kee's waiter %d: %v", i+1, err)
+		}
+	}
+	reruns := st.StrictReruns()
+	if err := enqueue(b.Agent, mine.TaskID, theirs.TaskID); err != nil {
+		t.Fatalf("kee's waiter on its own task (%d waiting) and hexy's: %v", share, err)
+	}
+	if n := st.StrictReruns() - reruns; n != 0 {
+		t.Errorf("%d strict reruns, want the guess's own answer", n)
+	}
+	storetest.WantCode(t, enqueue(hexy, mine.TaskID), host.CodeTooManyWaiters)
+	b.Verify(t)
+}
+
 // Two wrong guesses in one batch: their checks are read before COMMIT, and
 // neither fails on the server, so both are found in the one run and set
 // aside together; the batch's plain enqueue commits without them, and each

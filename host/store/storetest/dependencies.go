@@ -42,6 +42,7 @@ func dependencyCases() []struct {
 		{"DependencyOutcomesCapped", testDepsOutcomesCapped},
 		{"DependencyChainCancel", testDepsChainCancel},
 		{"DependencyWaitersBounded", testDepsWaitersBounded},
+		{"DependencyCreatorKeepsWaiterRoom", testDepsCreatorWaiterRoom},
 		{"DependencyChainDepthBounded", testDepsDepthBounded},
 		{"DependencyMarker", testDepsMarker},
 		{"DependencyMarkAndLock", testDepsMarkAndLock},
@@ -847,6 +848,89 @@ func testDepsWaitersBounded(t *testing.T, b *Bundle) {
 		if _, err := enqueue(o.Task.ID); err != nil {
 			t.Fatalf("waiter %d of a finished task: %v", i+1, err)
 		}
+	}
+}
+
+// testDepsCreatorWaiterRoom: of a task's waiter bound, the last
+// host.CreatorWaiterReserve are its creator's. Its recipient (or an admin,
+// or both together) may bring its open waiters up to the bound less the
+// reserve and no further (too_many_waiters, nothing written), and its
+// creator's own fan-in still finds room, up to the whole bound. A creator
+// that fills the task first leaves the others no room past theirs.
+func testDepsCreatorWaiterRoom(t *testing.T, b *Bundle) {
+	const limit = 10
+	reserve := host.CreatorWaiterReserve(limit)
+	if reserve != 1 {
+		t.Fatalf("CreatorWaiterReserve(%d) = %d, want 1", limit, reserve)
+	}
+	eng, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1, MaxWaiters: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eng.Close)
+	hexy := engine.Actor{Tenant: "acme", Principal: "agent.hexy", Role: engine.RoleAgent}
+	enqueue := func(a engine.Actor, ids ...string) (*engine.EnqueueResult, error) {
+		return eng.Enqueue(b.Ctx, a, engine.EnqueueRequest{TaskType: "other", After: ids, AfterRule: host.RuleAllFinished})
+	}
+	// kee's task, addressed to hexy: hexy may read it, so may wait on it.
+	dep := b.Enqueue(t, "work", func(r *engine.EnqueueRequest) { r.Recipient = hexy.Principal })
+	mine, err := eng.Enqueue(b.Ctx, hexy, engine.EnqueueRequest{TaskType: "work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range limit - reserve - 1 {
+		if _, err := enqueue(hexy, dep.TaskID); err != nil {
+			t.Fatalf("hexy's waiter %d: %v", i+1, err)
+		}
+	}
+	if _, err := enqueue(b.Admin, dep.TaskID); err != nil {
+		t.Fatalf("an admin's waiter: %v", err)
+	}
+	waiting := b.waitingCount(t)
+	for _, a := range []engine.Actor{hexy, b.Admin} {
+		_, err := enqueue(a, mine.TaskID, dep.TaskID)
+		if !host.IsCode(err, host.CodeTooManyWaiters) {
+			t.Fatalf("%s's waiter %d of kee's task: %v, want %s", a.Principal, limit-reserve+1, err, host.CodeTooManyWaiters)
+		}
+	}
+	if n := b.waitingCount(t); n != waiting {
+		t.Fatalf("%d tasks waiting after refused enqueues, want %d", n, waiting)
+	}
+	// The creator's own fan-in: its waiter on its task and another of its own.
+	own := b.Enqueue(t, "work")
+	for i := range reserve {
+		if _, err := enqueue(b.Agent, own.TaskID, dep.TaskID); err != nil {
+			t.Fatalf("kee's own waiter %d after hexy took its share: %v", i+1, err)
+		}
+	}
+	_, err = enqueue(b.Agent, dep.TaskID)
+	WantCode(t, err, host.CodeTooManyWaiters) // the whole bound
+	// A single producer stays bounded on a task it did not create, with
+	// room left on those it did.
+	if _, err := enqueue(hexy, mine.TaskID); err != nil {
+		t.Fatalf("hexy's waiter of its own task: %v", err)
+	}
+	// A creator that fills its task first: the others get no room past
+	// their share, the creator the whole bound.
+	dep2 := b.Enqueue(t, "work", func(r *engine.EnqueueRequest) { r.Recipient = hexy.Principal })
+	for i := range limit - reserve {
+		if _, err := enqueue(b.Agent, dep2.TaskID); err != nil {
+			t.Fatalf("kee's waiter %d: %v", i+1, err)
+		}
+	}
+	_, err = enqueue(hexy, dep2.TaskID)
+	WantCode(t, err, host.CodeTooManyWaiters)
+	if _, err := enqueue(b.Agent, dep2.TaskID); err != nil {
+		t.Fatalf("kee's waiter %d: %v", limit, err)
+	}
+	// Once the task finished, any number may wait on it, whoever they are.
+	o := b.leaseType(t, "w.1", "work")
+	if o.Task.ID != dep.TaskID {
+		t.Fatalf("leased %s, want the oldest task %s", o.Task.ID, dep.TaskID)
+	}
+	b.Complete(t, "w.1", o)
+	if _, err := enqueue(hexy, dep.TaskID); err != nil {
+		t.Fatalf("hexy's waiter of the finished task: %v", err)
 	}
 }
 

@@ -73,6 +73,87 @@ func testReceiptAddressing(t *testing.T, b *Bundle) {
 	b.Verify(t)
 }
 
+// testAppendedReceiptsEndNoObligation: what a principal appends ends no
+// obligation. Every party of a leased task (its worker, its creator, its
+// recipient) and an admin are refused (403) a receipt of any type that
+// would end the worker's live task.accepted, task.escalated included, and
+// nothing is written; the obligation stays open until the lease engine's
+// own completion ends it. Informational receipts naming it, and an
+// escalation naming what it does not end, are still written.
+func testAppendedReceiptsEndNoObligation(t *testing.T, b *Bundle) {
+	hexy := engine.Actor{Tenant: "acme", Principal: "agent.hexy", Role: engine.RoleAgent}
+	worker := engine.Actor{Tenant: "acme", Principal: "w.1", Role: engine.RoleWorker}
+	res := b.Enqueue(t, "work", func(r *engine.EnqueueRequest) { r.Recipient = hexy.Principal })
+	o := b.LeaseOne(t, "w.1", "work")
+	_, accept, err := b.Engine.Accept(b.Ctx, Call("w.1", o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	terminator := func(id string) string {
+		t.Helper()
+		ck, err := b.Engine.CheckTerminator(b.Ctx, b.Admin, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ck.TerminatorID
+	}
+	before := len(b.Receipts(t, res.TaskID))
+	terminating := 0
+	for _, typ := range host.ReceiptTypes() {
+		if !typ.Terminates(host.ReceiptAccepted) && !typ.Terminal() {
+			continue
+		}
+		terminating++
+		for _, a := range []engine.Actor{worker, b.Agent, hexy, b.Admin} {
+			_, _, err := b.Engine.AppendReceipt(b.Ctx, a, engine.AppendRequest{Type: typ, TaskID: res.TaskID, Parents: []string{accept},
+				Body: []byte(`{"escalation_reason":"forged","result_pointer":"s3://b/k"}`)})
+			if !host.IsCode(err, host.CodeForbidden) {
+				t.Fatalf("%s appending %s naming the live lease's task.accepted: %v, want %s", a.Principal, typ, err, host.CodeForbidden)
+			}
+		}
+	}
+	if terminating < 10 {
+		t.Fatalf("only %d terminating receipt types were tried", terminating)
+	}
+	if n := len(b.Receipts(t, res.TaskID)); n != before {
+		t.Fatalf("refused appends wrote %d receipts", n-before)
+	}
+	if term := terminator(accept); term != "" {
+		t.Fatalf("the worker's task.accepted was ended by %s while its lease is live", term)
+	}
+	open := func() bool {
+		for _, ob := range b.Open(t, "w.1") {
+			if ob.ReceiptID == accept {
+				return true
+			}
+		}
+		return false
+	}
+	if !open() {
+		t.Fatal("the worker's task.accepted left its open obligations")
+	}
+	// Informational receipts are still the principals' to write.
+	if _, _, err := b.Engine.AppendReceipt(b.Ctx, worker, engine.AppendRequest{Type: host.ReceiptEscalated, TaskID: res.TaskID, To: hexy.Principal,
+		Parents: []string{res.ReceiptID}, Body: []byte(`{"escalation_reason":"need a human"}`)}); err != nil {
+		t.Fatalf("the worker's escalation naming the assignment: %v", err)
+	}
+	for _, a := range []engine.Actor{worker, b.Agent, hexy, b.Admin} {
+		if _, _, err := b.Engine.AppendReceipt(b.Ctx, a, engine.AppendRequest{Type: host.ReceiptProgress, TaskID: res.TaskID, Parents: []string{accept}}); err != nil {
+			t.Fatalf("%s's progress naming the task.accepted: %v", a.Principal, err)
+		}
+	}
+	if term := terminator(accept); term != "" || !open() {
+		t.Fatalf("an informational receipt ended the worker's task.accepted: %q", term)
+	}
+	c := b.Complete(t, "w.1", o)
+	for _, id := range []string{accept, res.ReceiptID} {
+		if term := terminator(id); term != c.ReceiptID {
+			t.Fatalf("obligation %s ended by %q, want the completion %s", id, term, c.ReceiptID)
+		}
+	}
+	b.Verify(t)
+}
+
 // testReceiptReadsBetweenPrincipals: naming a receipt one may not read as a
 // parent gets the answer an unknown id gets, and a chain leaves such parents
 // out.

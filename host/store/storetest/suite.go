@@ -59,7 +59,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"ForgedLeaseIDs", testForgedLeaseIDs}, {"OlderLeaseIDs", testOlderLeaseIDs}, // leaseids.go
 		{"VersionFence", testVersionFence},
 		{"DedupeNamespaces", testDedupeNamespaces},
-		{"ReceiptAddressing", testReceiptAddressing}, {"ReceiptReadsBetweenPrincipals", testReceiptReadsBetweenPrincipals}, {"DedupePerPrincipal", testDedupePerPrincipal}, // ledgerprincipals.go
+		{"ReceiptAddressing", testReceiptAddressing}, {"ReceiptReadsBetweenPrincipals", testReceiptReadsBetweenPrincipals}, {"DedupePerPrincipal", testDedupePerPrincipal}, {"AppendedReceiptsEndNoObligation", testAppendedReceiptsEndNoObligation}, // ledgerprincipals.go
 		{"HostileInput", testHostileInput},
 		{"CompleteAfterConcurrentWrite", testCompleteAfterConcurrentWrite},
 		{"Hammer", testHammer},
