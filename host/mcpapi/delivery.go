@@ -34,7 +34,7 @@ Each inbox item has inbox_id, kind (completed, failed, escalation, milestone), t
 	s.add(tool("mark_read", "Mark inbox items read",
 		`Mark inbox items read once you have acted on them. Read is only ever set by this call. Ids that are not in your inbox are an error and nothing is marked; items already read are listed in already_read. Marking twice is harmless.`,
 		returns[engine.MarkReadResult](), writes(true, false), props(
-			mcp.WithArray("inbox_ids", mcp.Required(), mcp.WithStringItems(), mcp.Description("The inbox_id values to mark read (at most 500).")),
+			mcp.WithArray("inbox_ids", mcp.Required(), mcp.WithStringItems(), mcp.MinItems(1), mcp.MaxItems(engine.MaxMarkRead), mcp.Description("The inbox_id values to mark read (at most 500).")),
 		)),
 		agentRoles, s.markRead)
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/engine"
+	"github.com/asyncgate/asyncgate/host/mail"
 )
 
 // emailTools registers seed 002's email tools: send_email,
@@ -16,7 +17,7 @@ func (s *Server) emailTools() {
 		`Send an email for cross-AI communication or a notification, through the gate's mail server. The recipient must be one bare address (name@domain) on the gate's allowlist: invalid_email_address or email_recipient_not_allowed otherwise, and nothing is sent. The email is queued durably (status "queued", an email.queued receipt) and sent by the gate in the background: an email.sent receipt when the mail server takes it, email.failed when it refuses it for good; while the server is down it is retried and nothing is lost. task_id ties it (and its receipts) to one of your tasks. archive_copy (default true) also sends a copy to the gate's own mailbox. mail_unavailable means this gate has no mail server configured.`,
 		returns[engine.SendEmailResult](), writes(false, false), props(
 			mcp.WithString("to", mcp.Required(), mcp.Description("Recipient address, e.g. hexy@memorygate.ai.")),
-			mcp.WithString("subject", mcp.Required(), mcp.MaxLength(998), mcp.Description("One line: no line breaks.")),
+			mcp.WithString("subject", mcp.Required(), mcp.MaxLength(mail.MaxSubject), mcp.Pattern(`^[^\r\n\x00]*$`), mcp.Description("One line: no line breaks (CR, LF) or NUL; at most 998 bytes.")),
 			mcp.WithString("body", mcp.Required(), mcp.Description("Body text or JSON (at most 1 MiB).")),
 			mcp.WithString("task_id", mcp.Description("A task of yours this email is about (its receipts join the task's).")),
 			mcp.WithBoolean("archive_copy", mcp.Description("Keep a copy in the gate's mailbox (default true).")),

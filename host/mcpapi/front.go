@@ -45,11 +45,26 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	sid := r.Header.Get(headerSessionID)
 	switch r.Method {
 	case http.MethodGet:
+		if mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
+			s.http.ServeHTTP(w, r) // mcp-go: 405, protocol 2026-07-28 has no GET stream
+			return
+		}
+		if sid == "" {
+			// A GET stream carries what the gate sends a session; without
+			// a session nothing would ever be sent on it. The transport
+			// spec: a server MUST answer a GET with an event stream or 405
+			// (no stream offered). A 405 is what clients that probe for a
+			// stream take as "none" and go on (the TypeScript SDK, Cursor).
+			w.Header().Set("Allow", "GET, POST, DELETE")
+			writeRPC(w, http.StatusMethodNotAllowed, rpcFail(nil, &rpcError{Code: rpcServerError,
+				Message: "Method Not Allowed: GET " + Path + " opens the event stream of a session and needs its Mcp-Session-Id header: send initialize (POST) first and repeat the Mcp-Session-Id header it answers with"}))
+			return
+		}
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
 		stop := context.AfterFunc(s.drain, cancel) // a parked stream must not hold shutdown
 		defer stop()
-		if ok && sid != "" {
+		if ok {
 			sess, err := s.touchSession(sid, a, keyHash, s.httpSender(sid))
 			if err != nil {
 				writeRefusedSession(w, nil, err)
@@ -93,14 +108,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	// A lone surrogate escape reads as U+FFFD in a decoded field; in a raw
 	// value (a task's params) it would be kept and handed back unreadable.
 	body = jsonkeys.FixLoneSurrogates(body)
-	var head struct {
-		rpcMessage
-		Params struct {
-			Meta map[string]any `json:"_meta"`
-		} `json:"params"`
-	}
+	var head rpcMessage
 	herr := json.Unmarshal(body, &head)
-	if msg, to := refuseKeys(body, herr, head.rpcMessage); msg != nil {
+	if msg, to := refuseKeys(body, herr, head); msg != nil {
 		status := http.StatusOK // a JSON-RPC error answers the request
 		if to != toRequest {
 			status = http.StatusBadRequest
@@ -109,8 +119,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Protocol 2026-07-28 has no sessions: each request names its version.
-	version, _ := head.Params.Meta["io.modelcontextprotocol/protocolVersion"].(string)
-	modern := mcp.IsModernProtocol(version) || mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion))
+	modern := eraOf(r.Header, body).modern
 	// The transport spec: a server that requires a session ID answers a
 	// request without one (other than initialize) with 400 Bad Request.
 	// mcp-go answers 404 in plain text, which clients read as "session
@@ -120,9 +129,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			Message: "Bad Request: Mcp-Session-Id header is required: send initialize first and repeat the Mcp-Session-Id header it answers with on every later request"}))
 		return
 	}
-	if ok && head.Method != "" && (sid != "" || modern) {
-		sess := &session{actor: a, keyHash: keyHash} // a modern request: a session of its own, never notified
-		if sid != "" {
+	// A request mcp-go refuses before serving it (its content type, its
+	// protocol version headers) goes to mcp-go, which answers the refusal,
+	// however the gate would have answered it (checks.go).
+	if ok && head.Method != "" && (sid != "" || modern) && !s.transportRefuses(r, body, head.Method) {
+		// A modern request: a session of its own, never notified. Its
+		// Mcp-Session-Id header, if any, is ignored, as mcp-go ignores it.
+		sess := &session{actor: a, keyHash: keyHash}
+		if sid != "" && !modern {
 			var err error
 			if sess, err = s.touchSession(sid, a, keyHash, s.httpSender(sid)); err != nil {
 				writeRefusedSession(w, head.ID, err)
@@ -130,7 +144,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if out, handled := s.handle(r.Context(), sess, body); handled {
-			writeRPC(w, http.StatusOK, out)
+			status := http.StatusOK
+			if modern {
+				status = modernStatus(out) // as mcp-go answers 2026-07-28
+			}
+			writeRPC(w, status, out)
 			return
 		}
 		r = r.WithContext(withSession(r.Context(), sess))

@@ -31,10 +31,13 @@ type queueTasksAnswer struct {
 
 // TestQueueTasks: queue_tasks answers every entry on its own, in order, with
 // queue_task's answer or its refusal code; a refused entry (unknown type,
-// bad params, another tenant's task in after, no task_type) writes nothing
-// and leaves its neighbours queued; entries sharing an idempotency key find
-// the first; a call with no tasks, too many or an unknown argument is
-// refused whole and queues nothing; a worker key does not see the tool.
+// bad params, another tenant's task in after) writes nothing and leaves its
+// neighbours queued; entries sharing an idempotency key find the first; a
+// call with no tasks, too many, an unknown argument or an entry its
+// declared schema refuses (no task_type, a priority out of 1..10) is
+// refused whole and queues nothing, as a client checking the arguments
+// against the tool's input schema refuses it; a worker key does not see
+// the tool.
 func TestQueueTasks(t *testing.T) {
 	b := setup(t, mcpapi.Config{})
 	agent := b.connect(t, b.agent)
@@ -53,10 +56,9 @@ func TestQueueTasks(t *testing.T) {
 		map[string]any{"task_type": "echo", "params": map[string]any{"n": "not a number"}},
 		map[string]any{"task_type": "echo", "after": []string{theirs.TaskID}},
 		map[string]any{"task_type": "echo", "params": map[string]any{"n": 1}, "idempotency_key": "k1"},
-		map[string]any{"params": map[string]any{"n": 2}},
 		map[string]any{"task_type": "echo", "priority": 9},
 	}}, &a)
-	wantCodes := []string{"", host.CodeUnknownTaskType, host.CodeInvalidParams, host.CodeUnknownDependency, "", host.CodeBadRequest, ""}
+	wantCodes := []string{"", host.CodeUnknownTaskType, host.CodeInvalidParams, host.CodeUnknownDependency, "", ""}
 	if len(a.Results) != len(wantCodes) {
 		t.Fatalf("%d results, want %d: %+v", len(a.Results), len(wantCodes), a)
 	}
@@ -72,7 +74,7 @@ func TestQueueTasks(t *testing.T) {
 			t.Errorf("entry %d: want refused %s with a detail, got ok=%v error=%q detail=%q", i, code, r.OK, r.Error, r.Detail)
 		}
 	}
-	if a.Succeeded != 3 || a.Failed != 4 || !strings.Contains(a.NextStep, "refused") || !strings.Contains(text(res), "Queued 3 tasks; 4 entries refused") {
+	if a.Succeeded != 3 || a.Failed != 3 || !strings.Contains(a.NextStep, "refused") || !strings.Contains(text(res), "Queued 3 tasks; 3 entries refused") {
 		t.Errorf("counts and guidance: succeeded %d failed %d next %q text %q", a.Succeeded, a.Failed, a.NextStep, text(res))
 	}
 	if !strings.Contains(a.Results[1].Detail, "echo") {
@@ -95,8 +97,8 @@ func TestQueueTasks(t *testing.T) {
 	for _, tk := range tasks {
 		got[tk.ID] = tk.Priority
 	}
-	if len(got) != 2 || got[first.TaskID] == 0 || got[a.Results[6].Task.TaskID] != 9 {
-		t.Errorf("tasks queued: %v, want %s and %s (priority 9)", got, first.TaskID, a.Results[6].Task.TaskID)
+	if len(got) != 2 || got[first.TaskID] == 0 || got[a.Results[5].Task.TaskID] != 9 {
+		t.Errorf("tasks queued: %v, want %s and %s (priority 9)", got, first.TaskID, a.Results[5].Task.TaskID)
 	}
 	them := engine.Actor{Tenant: "other", Principal: "agent.b", Role: engine.RoleAgent}
 	tk, err := b.eng.GetTask(ctx, them, theirs.TaskID)
@@ -109,6 +111,20 @@ func TestQueueTasks(t *testing.T) {
 	fails(t, agent, "queue_tasks", map[string]any{}, host.CodeBadRequest)
 	fails(t, agent, "queue_tasks", map[string]any{"tasks": []any{map[string]any{"task_type": "echo", "bogus": 1}}}, host.CodeBadRequest)
 	fails(t, agent, "queue_tasks", map[string]any{"tasks": []any{map[string]any{"task_type": "nope", "TASK_TYPE": "echo"}}}, host.CodeBadRequest)
+	for _, bad := range []struct {
+		entry  map[string]any
+		detail string
+	}{
+		{map[string]any{"params": map[string]any{"n": 2}}, "tasks[1].task_type is required"},
+		{map[string]any{"task_type": "echo", "priority": 11}, "tasks[1].priority must be 1..10, got 11"},
+		{map[string]any{"task_type": "echo", "after_rule": "ALL_SUCCEEDED", "after": []string{first.TaskID}}, `tasks[1].after_rule must be one of`},
+	} {
+		var body mcpapi.ErrorBody
+		res := call(t, agent, "queue_tasks", map[string]any{"tasks": []any{map[string]any{"task_type": "echo"}, bad.entry}}, &body)
+		if !res.IsError || body.Error != host.CodeBadRequest || !strings.Contains(body.Detail, bad.detail) {
+			t.Errorf("queue_tasks with %v: %+v, want bad_request naming %q", bad.entry, body, bad.detail)
+		}
+	}
 	many := make([]any, 1001)
 	for i := range many {
 		many[i] = map[string]any{"task_type": "echo"}

@@ -61,7 +61,7 @@ func intentItem() map[string]any {
 
 // resourceLeaseTools registers the resource lease tools, for every role.
 func (s *Server) resourceLeaseTools() {
-	leaseIDs := mcp.WithArray("lease_ids", mcp.Required(), mcp.WithStringItems(), mcp.Description("The lease_id values from acquire_resource_leases (at most 100)."))
+	leaseIDs := mcp.WithArray("lease_ids", mcp.Required(), mcp.WithStringItems(), mcp.MaxItems(engine.MaxResourceLeaseIDs), mcp.Description("The lease_id values from acquire_resource_leases (at most 100)."))
 	s.add(tool("acquire_resource_leases", "Lock resources before changing them",
 		`Acquire leases on the resources you are about to read or change (KLIS-3), all together or none: intents is a list of {resource, predicate}, predicate READS (shared with other readers) or MUTATES (exclusive). Resources are strings such as "FILE:/repo/src/x.go" or "REPO:github.com/a/b".
 Granted: keep every lease_id; heartbeat_resource_leases before expires_at (every ttl/3 is right), and release_resource_leases when done. Each lease has a fencing_token, larger than every earlier grant's on that resource: pass it with every change you make to the resource (a header, a column, a conditional write) so that the system holding it can refuse a change from a holder whose lease already ended. A lease you stop heartbeating expires: from then on assume you no longer hold it.
@@ -71,7 +71,7 @@ Refused (granted=false): conflict names the lease in the way, or ahead the older
 		props(
 			mcp.WithArray("intents", mcp.Required(), mcp.Items(intentItem()), mcp.Description("The (resource, predicate) pairs to lease together.")),
 			mcp.WithInteger("ttl_ms", mcp.Min(1), mcp.Description("Lease TTL in milliseconds. Default 60000; raised to the minimum (100 ms unless configured) and capped (5 minutes unless configured).")),
-			mcp.WithString("priority_at", mcp.Description("Your request's wait-die timestamp (RFC 3339). Default: now. Send the same value again when you retry.")),
+			mcp.WithString("priority_at", dateTime(), mcp.Description("Your request's wait-die timestamp (RFC 3339). Default: now. Send the same value again when you retry.")),
 			mcp.WithNumber("wait_seconds", mcp.Min(0), mcp.Description(fmt.Sprintf("When you are older than every conflicting holder, wait up to this long (at most %d).", int(s.cfg.MaxLeaseWait.Seconds())))),
 			mcp.WithString("session_id", mcp.Description("Acquire in your session (create_resource_session): the leases follow the session's heartbeats and end with it; ttl_ms is then the session's.")),
 		)),
@@ -100,7 +100,7 @@ With wait_seconds, wait until nothing in the way of taking them (predicate: what
 	s.add(tool("verify_resource_leases", "Verify resource leases (VERIFY_ALL)",
 		`The reality check after a restart: the current state of your leases by the server clock (active, released or expired). Name lease_ids, or none for every lease you hold. Leases you declared a restart for resume: heartbeats are accepted again. Trust this answer over anything you remember.`,
 		returns[engine.ResourceLeasesResult](), writes(true, false),
-		props(mcp.WithArray("lease_ids", mcp.WithStringItems(), mcp.Description("Lease ids to check. Default: every active lease you hold.")))),
+		props(mcp.WithArray("lease_ids", mcp.WithStringItems(), mcp.MaxItems(engine.MaxResourceLeaseIDs), mcp.Description("Lease ids to check (at most 100). Default: every active lease you hold.")))),
 		anyRole, s.verifyResourceLeases)
 	s.resourceLeaseResources()
 	s.resourceSessionTools()

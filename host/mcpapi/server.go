@@ -80,7 +80,8 @@ type Server struct {
 	mcp  *server.MCPServer
 	http *server.StreamableHTTPServer
 
-	roles map[string][]string // tool name -> roles that may use it
+	roles map[string][]string   // tool name -> roles that may use it
+	args  map[string]*argSchema // tool name -> its input schema, checked before it runs
 
 	sessMu   sync.Mutex
 	sessions map[string]*session // by session id
@@ -129,7 +130,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.KeyCheckInterval <= 0 {
 		cfg.KeyCheckInterval = DefaultKeyCheckInterval
 	}
-	s := &Server{eng: cfg.Engine, log: cfg.Logger, cfg: cfg, roles: map[string][]string{},
+	s := &Server{eng: cfg.Engine, log: cfg.Logger, cfg: cfg, roles: map[string][]string{}, args: map[string]*argSchema{},
 		sessions: map[string]*session{}, ended: map[string]time.Time{}, typeFP: map[string]string{}, keyChecks: map[string]keyCheck{}, watched: map[string]*watched{}, watchDone: make(chan struct{})}
 	s.drain, s.endDrain = context.WithCancel(context.Background())
 	opts := []server.ServerOption{
@@ -245,9 +246,19 @@ func (s *Server) filterTools(ctx context.Context, tools []mcp.Tool) (out []mcp.T
 // readable text, or an error that becomes a tool error.
 type handlerFunc func(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error)
 
-// add registers a tool usable by roles.
+// add registers a tool usable by roles. Its input schema refuses arguments
+// it does not name (additionalProperties false), as bind does, and every
+// call is checked against it before h runs (argSchema.check).
 func (s *Server) add(t mcp.Tool, roles []string, h handlerFunc) {
 	s.roles[t.Name] = roles
+	if t.InputSchema.AdditionalProperties == nil {
+		t.InputSchema.AdditionalProperties = false
+	}
+	as, err := compileArgs(t)
+	if err != nil {
+		panic(err) // a tool declared with a schema that does not compile
+	}
+	s.args[t.Name] = as
 	s.mcp.AddTool(t, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		a, ok := auth.ActorFromContext(ctx)
 		if !ok {
@@ -259,6 +270,9 @@ func (s *Server) add(t mcp.Tool, roles []string, h handlerFunc) {
 		}
 		if !allowed {
 			return toolError(host.Errorf(host.CodeForbidden, "%s needs a key with role %s; yours is %s", t.Name, strings.Join(roles, " or "), a.Role)), nil
+		}
+		if err := as.check(req.GetRawArguments()); err != nil {
+			return toolError(err), nil
 		}
 		ctx, done := s.bound(ctx, sessionFrom(ctx))
 		defer done()
@@ -342,21 +356,9 @@ func taskIDOf(req mcp.CallToolRequest) (string, error) {
 }
 
 func bind(req mcp.CallToolRequest, dst any) error {
-	var raw []byte
-	switch v := req.GetRawArguments().(type) {
-	case json.RawMessage:
-		raw = v
-	case nil:
-	default:
-		b, err := json.Marshal(v)
-		if err != nil {
-			return host.Errorf(host.CodeBadRequest, "arguments: %v", err)
-		}
-		raw = b
-	}
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		raw = []byte("{}")
+	raw, err := rawArgs(req.GetRawArguments())
+	if err != nil {
+		return host.Errorf(host.CodeBadRequest, "arguments: %v", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()

@@ -119,6 +119,9 @@ func (s *Server) handle(ctx context.Context, sess *session, raw []byte) (out []b
 	if err := json.Unmarshal(raw, &m); err != nil || len(m.ID) == 0 {
 		return nil, false // malformed, a batch or a notification: mcp-go answers
 	}
+	if messageRefuses(m, raw) {
+		return nil, false // mcp-go refuses it (checks.go)
+	}
 	defer func() { // as mcp-go's WithRecovery: a bug answers an error, never ends a stdio session
 		if r := recover(); r != nil {
 			s.log.Error("mcp: panic answering a request", "method", m.Method, "panic", r)

@@ -41,6 +41,12 @@ func tool(name, title, desc string, opts ...[]mcp.ToolOption) mcp.Tool {
 
 func props(opts ...mcp.ToolOption) []mcp.ToolOption { return opts }
 
+// dateTime declares a string argument an RFC 3339 date-time (JSON Schema's
+// format date-time), as the handler parses it.
+func dateTime() mcp.PropertyOption {
+	return func(s map[string]any) { s["format"] = "date-time" }
+}
+
 var taskIDArg = mcp.WithString("task_id", mcp.Required(), mcp.Description("The task id returned by queue_task (starts with \"T-\")."))
 
 // QueueTaskArgs are the arguments of queue_task.
@@ -166,10 +172,12 @@ func queueTaskProps() []mcp.ToolOption {
 		mcp.WithString("task_type", mcp.Required(), mcp.Description("A task type of your tenant: list_task_types lists them (each is also a tool of its own name). An unknown type is an unknown_task_type error that names the valid ones.")),
 		mcp.WithObject("params", mcp.Description("Task-specific parameters, checked against the task type's JSON Schema (invalid_params on mismatch). Default {}.")),
 		mcp.WithInteger("priority", mcp.Min(1), mcp.Max(10), mcp.Description("1..10, 10 runs first. Default: the task type's (usually 5).")),
-		mcp.WithString("recipient_ai", mcp.Description("Who receives the outcome (its obligation). Default: you.")),
+		mcp.WithString("recipient_ai", mcp.MaxLength(200), mcp.Description("Who receives the outcome (its obligation): a principal name. Default: you.")),
 		mcp.WithString("idempotency_key", mcp.MaxLength(200), mcp.Description("Optional key, yours alone: queuing again yourself with the same key and recipient returns the first task with is_duplicate true; another principal's use of the key never touches your task.")),
 		mcp.WithString("task_summary", mcp.MaxLength(1000), mcp.Description("One line saying what this task is for; shown in lists and receipts.")),
-		mcp.WithInteger("delay_seconds", mcp.Min(0), mcp.Description("Do not start before this many seconds from now. Default 0.")),
+		mcp.WithInteger("delay_seconds", mcp.Min(0), mcp.Max(366*24*3600), mcp.Description("Do not start before this many seconds from now (at most a year). Default 0.")),
+		// Not declared format date-time: an entry of queue_tasks whose
+		// not_before is no time is refused alone (request), not the call.
 		mcp.WithString("not_before", mcp.Description("Do not start before this instant (RFC 3339 date-time, at most a year ahead); with delay_seconds, the later of the two. The task shows status scheduled until then.")),
 		mcp.WithArray("resource_intents", mcp.Items(intentItem()), mcp.MaxItems(host.MaxTaskResourceIntents),
 			mcp.Description("Resources the task needs while it runs, besides its type's: {resource, predicate} with predicate READS (shared) or MUTATES (exclusive). The task starts only when every one can be leased (an agent's MUTATES lease on one keeps it waiting); a worker holds them for the task. A bad name is an invalid_resource error.")),
@@ -224,7 +232,7 @@ Use it to get an overview at the start of a session; use check_task_status for d
 		returns[TaskList](), readOnly(), props(
 			mcp.WithString("task_type", mcp.Description("Only tasks of this type.")),
 			mcp.WithString("recipient_ai", mcp.Description("Only tasks addressed to this recipient.")),
-			mcp.WithArray("status", mcp.WithStringEnumItems([]string{"waiting", "queued", "scheduled", "leased", "succeeded", "canceled", "dead_letter"}),
+			mcp.WithArray("status", mcp.WithStringEnumItems([]string{"waiting", "queued", "scheduled", "leased", "succeeded", "canceled", "dead_letter", "archived"}),
 				mcp.Description("States to list. Default [\"waiting\", \"queued\", \"leased\"].")),
 			mcp.WithInteger("limit", mcp.Min(1), mcp.Max(500), mcp.Description("Page size. Default 100.")),
 			mcp.WithString("cursor", mcp.Description("The cursor of the previous page, to read the next one.")),

@@ -233,6 +233,10 @@ func (s *Server) callWorkflowAsTask(ctx context.Context, a engine.Actor, args js
 	if len(args) == 0 {
 		raw = nil
 	}
+	// Checked against the declared schema as a plain call is (add).
+	if err := s.args["submit_workflow"].check(raw); err != nil {
+		return nil, errFor(err)
+	}
 	res, err := s.doSubmitWorkflow(ctx, a, raw)
 	if err != nil {
 		return nil, errFor(err)
