@@ -326,9 +326,14 @@ func (e *Engine) CreateSchedule(ctx context.Context, actor Actor, req CreateSche
 		return nil, err
 	}
 	err = e.update(ctx, func(tx store.Tx) error {
-		// The owner's cap. Creates running at once in separate PostgreSQL
-		// transactions may each pass it, so it can be passed by as many
-		// creates as run concurrently: a bound, not an exact count.
+		// The owner's cap. The owner's lock (LockResources: a
+		// transaction-scoped advisory lock on PostgreSQL, held to the
+		// commit) orders its creates across writers and hosts, so each
+		// counts what the one before it committed and two cannot both
+		// take the last place.
+		if _, err := tx.LockResources(ctx, s.Tenant, []string{scheduleOwnerLockName(s.Owner)}); err != nil {
+			return err
+		}
 		n, err := tx.CountSchedules(ctx, s.Tenant, s.Owner)
 		if err != nil {
 			return err
@@ -346,6 +351,11 @@ func (e *Engine) CreateSchedule(ctx context.Context, actor Actor, req CreateSche
 	}
 	return viewOf(s, DefaultNextRuns), nil
 }
+
+// scheduleOwnerLockName is the name under which one owner's schedule
+// creates lock each other (LockResources) while its quota is counted. A
+// resource name cannot hold a NUL, so it names no resource.
+func scheduleOwnerLockName(owner string) string { return "\x00schedules\x00" + owner }
 
 // scheduleReceipt builds a receipt about s from by to its owner.
 func (e *Engine) scheduleReceipt(s *host.Schedule, typ host.ReceiptType, by string, body map[string]any, now time.Time) *host.Receipt {

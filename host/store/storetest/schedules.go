@@ -40,6 +40,7 @@ func scheduleCases() []struct {
 		{"ScheduleTemplateGone", testScheduleTemplateGone},
 		{"ScheduleGraceZeroStillFires", testScheduleGraceZero},
 		{"ScheduleQuotaPerOwner", testScheduleQuota},
+		{"ScheduleQuotaHoldsUnderConcurrentCreates", testScheduleQuotaConcurrent},
 		{"ScheduleWithNoNextFireDoesNotWedgeTheFirer", testScheduleNoNextFire},
 		{"SchedulePoisonTemplateDoesNotStopOthers", testSchedulePoison},
 		{"ScheduleOwnerRevokedStopsFiring", testScheduleOwnerRevoked},
@@ -594,6 +595,63 @@ func testScheduleQuota(t *testing.T, b *Bundle) {
 	}
 	if _, err := eng.CreateSchedule(b.Ctx, b.Agent, engine.CreateScheduleRequest{Name: "after-delete", IntervalSeconds: 1, Template: tmpl}); err != nil {
 		t.Fatalf("a schedule after a delete freed a place: %v", err)
+	}
+}
+
+// testScheduleQuotaConcurrent: an owner just under its quota fires many
+// creates at once through two engines on one store (PostgreSQL: several
+// writers, each its own transaction): exactly as many succeed as the quota
+// has places, the rest are quota_exceeded, and the owner ends at its quota.
+func testScheduleQuotaConcurrent(t *testing.T, b *Bundle) {
+	const limit, before, racers = 40, 30, 60
+	var engs []*engine.Engine
+	for range 2 {
+		eng, err := engine.New(engine.Config{Store: b.Store, Clock: b.Clock, ExpiryJitter: -1, ScheduleTick: -1, MaxSchedulesPerOwner: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(eng.Close)
+		engs = append(engs, eng)
+	}
+	tmpl := host.ScheduleTemplate{TaskType: "work"}
+	for i := range before {
+		if _, err := engs[0].CreateSchedule(b.Ctx, b.Agent, engine.CreateScheduleRequest{Name: fmt.Sprint("before", i), IntervalSeconds: 60, Template: tmpl}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok, refused := 0, 0
+	start := make(chan struct{})
+	for i := range racers {
+		wg.Go(func() {
+			<-start
+			_, err := engs[i%2].CreateSchedule(b.Ctx, b.Agent, engine.CreateScheduleRequest{Name: fmt.Sprint("race", i), IntervalSeconds: 60, Template: tmpl})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ok++
+			case host.IsCode(err, host.CodeQuotaExceeded):
+				refused++
+			default:
+				t.Errorf("create %d: %v", i, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	var n int
+	if err := b.Store.View(b.Ctx, func(r store.Reader) error {
+		var err error
+		n, err = r.CountSchedules(b.Ctx, b.Agent.Tenant, b.Agent.Principal)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n != limit || ok != limit-before || refused != racers-(limit-before) {
+		t.Fatalf("%d concurrent creates by an owner at %d of %d schedules: %d created, %d refused, the owner has %d; want %d, %d and %d",
+			racers, before, limit, ok, refused, n, limit-before, racers-(limit-before), limit)
 	}
 }
 
