@@ -81,6 +81,20 @@ type ScheduleTemplate struct {
 	MaxRetries *int            `json:"max_retries,omitempty"`
 }
 
+// ScheduleSkip is what a schedule.skipped receipt said: when the firer
+// skipped fires, how many and which, and, when no task could be enqueued
+// from the template (its task type gone or disabled, its params refused),
+// the error it met.
+type ScheduleSkip struct {
+	At          time.Time `json:"at"`
+	ReceiptID   string    `json:"receipt_id"`
+	Skipped     int64     `json:"skipped"`
+	FirstFireAt time.Time `json:"first_fire_at"`
+	LastFireAt  time.Time `json:"last_fire_at"`
+	Error       string    `json:"error,omitempty"`
+	Detail      string    `json:"detail,omitempty"`
+}
+
 // Schedule is a recurring task. Exactly one of Cron and IntervalSeconds is
 // set. NextFireAt is the next fire the gate owes; a paused schedule keeps it
 // but does not fire, and a resumed one starts again from the next fire after
@@ -106,7 +120,10 @@ type Schedule struct {
 	NextFireAt   time.Time  `json:"next_fire_at"`
 	LastFireAt   *time.Time `json:"last_fire_at,omitempty"`
 	// Fires counts the tasks the schedule has enqueued.
-	Fires     int64     `json:"fires"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Fires int64 `json:"fires"`
+	// LastSkip is the last time the firer skipped fires of the schedule
+	// (its schedule.skipped receipt), nil if it never did.
+	LastSkip  *ScheduleSkip `json:"last_skip,omitempty"`
+	CreatedAt time.Time     `json:"created_at"`
+	UpdatedAt time.Time     `json:"updated_at"`
 }

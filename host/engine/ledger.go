@@ -51,8 +51,12 @@ func (e *Engine) GetReceipt(ctx context.Context, actor Actor, id string) (*host.
 
 // TaskReceipts lists the receipts of a task the actor may see, in ledger
 // order; given a workflow id, the workflow's own receipts (submitted, and
-// how it ended) when the actor may read the workflow.
+// how it ended) when the actor may read the workflow; given a schedule id,
+// the schedule's (ScheduleReceipts).
 func (e *Engine) TaskReceipts(ctx context.Context, actor Actor, taskID, cursor string, limit int) ([]*host.Receipt, string, error) {
+	if strings.HasPrefix(taskID, host.PrefixSchedule) {
+		return e.ScheduleReceipts(ctx, actor, taskID, cursor, limit)
+	}
 	if strings.HasPrefix(taskID, host.PrefixWorkflow) {
 		if err := e.view(ctx, func(r store.Reader) error {
 			wf, err := r.GetWorkflow(ctx, actor.Tenant, taskID)

@@ -346,12 +346,19 @@ func (e *Engine) fireOne(ctx context.Context, tx store.Tx, s *host.Schedule, p f
 			"schedule_id": s.ID, "name": s.Name, "skipped": skipped, "first_fire_at": firstMissed,
 			"last_fire_at": lastSkipped, "missed_policy": s.MissedPolicy, // of the fires not run
 		}
+		skip := &host.ScheduleSkip{At: now, Skipped: skipped, FirstFireAt: firstMissed, LastFireAt: lastSkipped}
 		if p.err != nil {
 			body["error"], body["detail"] = host.ErrorCode(p.err), host.ErrorDetail(p.err)
+			skip.Error, skip.Detail = host.ErrorCode(p.err), host.ErrorDetail(p.err)
 		}
-		if err := appendReceipt(ctx, tx, e.scheduleReceipt(s, host.ReceiptScheduleSkipped, GatePrincipal, body, now), nil); err != nil {
+		rc := e.scheduleReceipt(s, host.ReceiptScheduleSkipped, GatePrincipal, body, now)
+		if err := appendReceipt(ctx, tx, rc, nil); err != nil {
 			return err
 		}
+		// The schedule's view shows the last skip without a read of the
+		// ledger.
+		skip.ReceiptID = rc.ID
+		s.LastSkip = skip
 	}
 	if len(run) > 0 {
 		last := run[len(run)-1]

@@ -394,6 +394,63 @@ func (e *Engine) GetSchedule(ctx context.Context, actor Actor, id string, n int)
 	return viewOf(s, clampRuns(n)), nil
 }
 
+// ScheduleReceipts lists a schedule's own receipts (created, updated,
+// paused, resumed, fired, skipped, deleted) in ledger order from the cursor,
+// at most limit (1..500, default 100), with the cursor of the next page.
+// The schedule's owner and the tenant's admins may read them, after a
+// delete too (every one of them is addressed to the owner); anyone else,
+// or an id no schedule ever had, is not_found.
+func (e *Engine) ScheduleReceipts(ctx context.Context, actor Actor, id, cursor string, limit int) ([]*host.Receipt, string, error) {
+	if !host.IsID(host.PrefixSchedule, id) {
+		return nil, "", scheduleNotFound(id)
+	}
+	if limit <= 0 || limit > 500 {
+		limit = 100
+	}
+	var out []*host.Receipt
+	var cur string
+	err := e.view(ctx, func(r store.Reader) error {
+		s, err := r.GetSchedule(ctx, actor.Tenant, id)
+		switch {
+		case err == nil:
+			if !mayManage(actor, s) {
+				return scheduleNotFound(id)
+			}
+		case host.IsCode(err, host.CodeNotFound):
+			// Deleted: its receipts stay, addressed to its owner.
+			first, _, err := r.ListReceipts(ctx, store.ReceiptFilter{Tenant: actor.Tenant, ScheduleID: id, Limit: 1})
+			if err != nil {
+				return err
+			}
+			if len(first) == 0 || (actor.Role != RoleAdmin && first[0].To != actor.Principal) {
+				return scheduleNotFound(id)
+			}
+		default:
+			return err
+		}
+		out, cur, err = r.ListReceipts(ctx, store.ReceiptFilter{Tenant: actor.Tenant, ScheduleID: id, Cursor: cursor, Limit: limit})
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	// The index reads the id out of the body's text: keep only receipts
+	// whose body names the schedule when read as JSON.
+	kept := out[:0]
+	for _, rc := range out {
+		var b struct {
+			ScheduleID string `json:"schedule_id"`
+		}
+		if json.Unmarshal(rc.Body, &b) == nil && b.ScheduleID == id {
+			kept = append(kept, rc)
+		}
+	}
+	if kept == nil {
+		kept = []*host.Receipt{}
+	}
+	return kept, cur, nil
+}
+
 func clampRuns(n int) int {
 	if n <= 0 {
 		return DefaultNextRuns

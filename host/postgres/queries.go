@@ -909,6 +909,9 @@ func (r *reader) ListReceipts(ctx context.Context, f store.ReceiptFilter) ([]*ho
 	if f.TaskID != "" {
 		q += ` AND task_id = ` + a.add(f.TaskID)
 	}
+	if f.ScheduleID != "" {
+		q += ` AND ` + scheduleIDOfReceipt + ` = ` + a.add(f.ScheduleID) + ` AND ` + store.ScheduleReceiptOnly
+	}
 	q += ` ORDER BY seq LIMIT ` + a.add(f.Limit+1)
 	rs, err := r.receipts(ctx, q, a...)
 	if err != nil {
@@ -917,6 +920,9 @@ func (r *reader) ListReceipts(ctx context.Context, f store.ReceiptFilter) ([]*ho
 	rs, cur := store.Page(rs, f.Limit, func(i int) int64 { return rs[i].Seq })
 	return rs, cur, nil
 }
+
+// scheduleIDOfReceipt is store.ScheduleIDOfReceipt in PostgreSQL's words.
+var scheduleIDOfReceipt = strings.Replace(store.ScheduleIDOfReceipt, "instr(", "strpos(", 1)
 
 func (r *reader) ScanReceipts(ctx context.Context, afterSeq int64, limit int) ([]*host.Receipt, error) {
 	return r.receipts(ctx, `SELECT `+sqlrows.ReceiptColumns+` FROM receipts WHERE seq > $1 ORDER BY seq LIMIT $2`, afterSeq, limit)

@@ -80,7 +80,7 @@ func (w *writeTx) InsertSchedule(ctx context.Context, s *host.Schedule) error {
 		return err
 	}
 	n, err := w.ss.exec(w.c(ctx), `INSERT INTO schedules (`+sqlrows.ScheduleColumns+`)
-VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19) ON CONFLICT DO NOTHING`, vals...)
+VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20) ON CONFLICT DO NOTHING`, vals...)
 	if err != nil {
 		return err
 	}
@@ -97,10 +97,10 @@ func (w *writeTx) UpdateSchedule(ctx context.Context, s *host.Schedule) error {
 		return err
 	}
 	n, err := w.ss.exec(w.c(ctx), `UPDATE schedules SET paused = $1, next_fire_at = $2, last_fire_at = $3, fires = $4, updated_at = $5, paused_reason = $6,
-name = $7, cron = $8, timezone = $9, interval_seconds = $10, anchor_at = $11, template = $12, missed_policy = $13, missed_cap = $14, grace_seconds = $15
-WHERE id = $16 AND tenant = $17`, s.Paused, us(s.NextFireAt), nus(s.LastFireAt), s.Fires, us(s.UpdatedAt), s.PausedReason,
+name = $7, cron = $8, timezone = $9, interval_seconds = $10, anchor_at = $11, template = $12, missed_policy = $13, missed_cap = $14, grace_seconds = $15,
+last_skip = $16 WHERE id = $17 AND tenant = $18`, s.Paused, us(s.NextFireAt), nus(s.LastFireAt), s.Fires, us(s.UpdatedAt), s.PausedReason,
 		s.Name, s.Cron, s.Timezone, s.IntervalSeconds, us(s.AnchorAt), string(tmpl), string(s.MissedPolicy), s.MissedCap, s.GraceSeconds,
-		s.ID, s.Tenant)
+		sqlrows.LastSkip(s), s.ID, s.Tenant)
 	if err != nil {
 		if pgCode(err) == "23505" {
 			return host.WrapError(host.CodeConflict, err, fmt.Sprintf("a schedule named %q exists", s.Name))

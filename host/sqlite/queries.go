@@ -906,6 +906,10 @@ func (r *reader) ListReceipts(ctx context.Context, f store.ReceiptFilter) ([]*ho
 		q += ` AND task_id = ? AND task_id <> ''` // lets SQLite use the partial index
 		args = append(args, f.TaskID)
 	}
+	if f.ScheduleID != "" {
+		q += ` AND ` + store.ScheduleIDOfReceipt + ` = ? AND ` + store.ScheduleReceiptOnly
+		args = append(args, f.ScheduleID)
+	}
 	q += ` ORDER BY seq LIMIT ?`
 	args = append(args, f.Limit+1)
 	rs, err := r.receipts(ctx, q, args...)

@@ -82,7 +82,7 @@ func (w *writeTx) InsertSchedule(ctx context.Context, s *host.Schedule) error {
 		return err
 	}
 	res, err := w.exec(ctx, `INSERT INTO schedules (`+sqlrows.ScheduleColumns+`)
-VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING`, vals...)
+VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING`, vals...)
 	if err != nil {
 		return err
 	}
@@ -99,9 +99,10 @@ func (w *writeTx) UpdateSchedule(ctx context.Context, s *host.Schedule) error {
 		return err
 	}
 	res, err := w.exec(ctx, `UPDATE schedules SET paused = ?, next_fire_at = ?, last_fire_at = ?, fires = ?, updated_at = ?, paused_reason = ?,
-name = ?, cron = ?, timezone = ?, interval_seconds = ?, anchor_at = ?, template = ?, missed_policy = ?, missed_cap = ?, grace_seconds = ?
-WHERE id = ? AND tenant = ?`, s.Paused, us(s.NextFireAt), nus(s.LastFireAt), s.Fires, us(s.UpdatedAt), s.PausedReason,
+name = ?, cron = ?, timezone = ?, interval_seconds = ?, anchor_at = ?, template = ?, missed_policy = ?, missed_cap = ?, grace_seconds = ?,
+last_skip = ? WHERE id = ? AND tenant = ?`, s.Paused, us(s.NextFireAt), nus(s.LastFireAt), s.Fires, us(s.UpdatedAt), s.PausedReason,
 		s.Name, s.Cron, s.Timezone, s.IntervalSeconds, us(s.AnchorAt), string(tmpl), string(s.MissedPolicy), s.MissedCap, s.GraceSeconds,
+		sqlrows.LastSkip(s),
 		s.ID, s.Tenant)
 	if err != nil {
 		if strings.Contains(err.Error(), "UNIQUE") {

@@ -103,9 +103,25 @@ type ObligationWriter interface {
 type ReceiptFilter struct {
 	Tenant string
 	TaskID string
-	Cursor string
-	Limit  int
+	// ScheduleID selects the schedule.* receipts of a schedule, read
+	// through an index on the id their bodies name (migration 0054;
+	// storetest: ScheduleReceiptsListed). Only the gate writes those
+	// receipts, compact, and every one names its schedule.
+	ScheduleID string
+	Cursor     string
+	Limit      int
 }
+
+// ScheduleIDOfReceipt is the SQL expression both drivers index a schedule
+// receipt's schedule id by (migration 0054): the 28 characters after the
+// first "schedule_id":" of its compact body. PostgreSQL names instr
+// strpos. A query must spell it (and ScheduleReceiptOnly) as the index
+// does for the planners to use the index.
+const ScheduleIDOfReceipt = `substr(body, instr(body, '"schedule_id":"') + 15, 28)`
+
+// ScheduleReceiptOnly is the partial index's condition: a schedule.*
+// receipt.
+const ScheduleReceiptOnly = `substr(type, 1, 9) = 'schedule.'`
 
 // ObligationRow is a row of the obligation index: the obligation, whether
 // the index lists it as open (terminated_by is NULL), and the receipt that

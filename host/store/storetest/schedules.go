@@ -38,6 +38,7 @@ func scheduleCases() []struct {
 		{"ScheduleMissedPolicies", testScheduleMissed},
 		{"ScheduleFiresOnceAcrossEngines", testScheduleFiresOnce},
 		{"ScheduleTemplateGone", testScheduleTemplateGone},
+		{"ScheduleReceiptsListed", testScheduleReceipts},
 		{"ScheduleGraceZeroStillFires", testScheduleGraceZero},
 		{"ScheduleQuotaPerOwner", testScheduleQuota},
 		{"ScheduleQuotaHoldsUnderConcurrentCreates", testScheduleQuotaConcurrent},
@@ -518,6 +519,116 @@ func testScheduleTemplateGone(t *testing.T, b *Bundle) {
 	got, err := b.Engine.GetSchedule(b.Ctx, b.Agent, v.ID, 0)
 	if err != nil || !got.NextFireAt.Equal(Epoch.Add(20*time.Second)) {
 		t.Fatalf("a fire that cannot run still advances: %+v %v", got, err)
+	}
+}
+
+// testScheduleReceipts: a schedule's own receipts — created, fired,
+// skipped with the error that stopped its template, paused, resumed,
+// deleted — are listed by its id, page by page, for its owner and an
+// admin (after the delete too), never for another agent, and never with
+// another schedule's; the schedule's view shows its last skip.
+func testScheduleReceipts(t *testing.T, b *Bundle) {
+	gone := host.NewTaskType("gone")
+	gone.Tenant = "acme"
+	b.MustPutType(t, gone)
+	v := b.createSchedule(t, engine.CreateScheduleRequest{Name: "r", IntervalSeconds: 10, Template: host.ScheduleTemplate{TaskType: "gone"}})
+	other := b.createSchedule(t, engine.CreateScheduleRequest{Name: "beside", IntervalSeconds: 10})
+	b.Clock.Advance(10 * time.Second)
+	if n := b.fire(t); n != 2 {
+		t.Fatalf("first fires: %d, want 2", n)
+	}
+	rs, _, err := b.Engine.ScheduleReceipts(b.Ctx, b.Agent, v.ID, "", 0)
+	if err != nil || len(rs) != 2 || rs[1].Type != host.ReceiptScheduleFired {
+		t.Fatalf("after the first fire: %d receipts %v", len(rs), err)
+	}
+	if _, err := b.Engine.Cancel(b.Ctx, b.Agent, rs[1].TaskID, "done with it"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Engine.DeleteTaskType(b.Ctx, "acme", "gone"); err != nil {
+		t.Fatal(err)
+	}
+	b.Clock.Advance(10 * time.Second)
+	if n := b.fire(t); n != 1 {
+		t.Fatalf("second fires: %d, want 1 (the other schedule's)", n)
+	}
+	got, err := b.Engine.GetSchedule(b.Ctx, b.Agent, v.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls := got.LastSkip; ls == nil || ls.Skipped != 1 || ls.Error != host.CodeUnknownTaskType || ls.Detail == "" ||
+		!ls.At.Equal(b.Clock.Now()) || !ls.LastFireAt.Equal(Epoch.Add(20*time.Second)) || ls.ReceiptID == "" {
+		t.Fatalf("the view's last skip: %+v, want 1 fire at %s skipped for %s", ls, Epoch.Add(20*time.Second), host.CodeUnknownTaskType)
+	}
+	if _, err := b.Engine.PauseSchedule(b.Ctx, b.Agent, v.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Engine.ResumeSchedule(b.Ctx, b.Admin, v.ID); err != nil {
+		t.Fatal(err)
+	}
+	want := []host.ReceiptType{host.ReceiptScheduleCreated, host.ReceiptScheduleFired, host.ReceiptScheduleSkipped,
+		host.ReceiptSchedulePaused, host.ReceiptScheduleResumed}
+	list := func(a engine.Actor, id string) ([]host.ReceiptType, []*host.Receipt, error) {
+		var types []host.ReceiptType
+		var all []*host.Receipt
+		cursor := ""
+		for range 20 {
+			rs, next, err := b.Engine.ScheduleReceipts(b.Ctx, a, id, cursor, 2)
+			if err != nil {
+				return nil, nil, err
+			}
+			for _, rc := range rs {
+				types, all = append(types, rc.Type), append(all, rc)
+			}
+			if next == "" {
+				break
+			}
+			cursor = next
+		}
+		return types, all, nil
+	}
+	for _, a := range []engine.Actor{b.Agent, b.Admin} {
+		types, all, err := list(a, v.ID)
+		if err != nil || fmt.Sprint(types) != fmt.Sprint(want) {
+			t.Fatalf("%s lists the schedule's receipts: %v %v, want %v", a.Principal, types, err, want)
+		}
+		if all[2].ID != got.LastSkip.ReceiptID || !strings.Contains(string(all[2].Body), host.CodeUnknownTaskType) {
+			t.Fatalf("the skip receipt %s (%s) is not the view's last skip %s", all[2].ID, all[2].Body, got.LastSkip.ReceiptID)
+		}
+	}
+	// GET /v1/receipts?task_id=S-… lists the same.
+	if rs, _, err := b.Engine.TaskReceipts(b.Ctx, b.Agent, v.ID, "", 0); err != nil || len(rs) != len(want) {
+		t.Fatalf("the receipts by task_id %s: %d %v, want %d", v.ID, len(rs), err, len(want))
+	}
+	if types, _, err := list(b.Agent, other.ID); err != nil || fmt.Sprint(types) != fmt.Sprint([]host.ReceiptType{
+		host.ReceiptScheduleCreated, host.ReceiptScheduleFired, host.ReceiptScheduleFired}) {
+		t.Fatalf("the other schedule's receipts: %v %v", types, err)
+	}
+	stranger := engine.Actor{Tenant: "acme", Principal: "agent.other", Role: engine.RoleAgent}
+	elsewhere := engine.Actor{Tenant: "globex", Principal: b.Agent.Principal, Role: engine.RoleAdmin}
+	for _, a := range []engine.Actor{stranger, elsewhere} {
+		if _, _, err := b.Engine.ScheduleReceipts(b.Ctx, a, v.ID, "", 0); !host.IsCode(err, host.CodeNotFound) {
+			t.Fatalf("%s/%s reads another's schedule receipts: %v, want not_found", a.Tenant, a.Principal, err)
+		}
+	}
+	if _, _, err := b.Engine.ScheduleReceipts(b.Ctx, b.Agent, v.ID, "not-a-cursor", 0); !host.IsCode(err, host.CodeBadRequest) {
+		t.Fatalf("a bad cursor: %v, want bad_request", err)
+	}
+	for _, id := range []string{"S-nope", "T-" + v.ID[2:], "", "S-" + strings.Repeat("0", 26)} {
+		if _, _, err := b.Engine.ScheduleReceipts(b.Ctx, b.Agent, id, "", 0); !host.IsCode(err, host.CodeNotFound) {
+			t.Fatalf("schedule %q: %v, want not_found", id, err)
+		}
+	}
+	if err := b.Engine.DeleteSchedule(b.Ctx, b.Agent, v.ID); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, host.ReceiptScheduleDeleted)
+	for _, a := range []engine.Actor{b.Agent, b.Admin} {
+		if types, _, err := list(a, v.ID); err != nil || fmt.Sprint(types) != fmt.Sprint(want) {
+			t.Fatalf("%s lists the deleted schedule's receipts: %v %v, want %v", a.Principal, types, err, want)
+		}
+	}
+	if _, _, err := b.Engine.ScheduleReceipts(b.Ctx, stranger, v.ID, "", 0); !host.IsCode(err, host.CodeNotFound) {
+		t.Fatalf("another agent reads a deleted schedule's receipts: %v, want not_found", err)
 	}
 }
 
