@@ -56,6 +56,20 @@ func (s *Server) getSchedule(c echo.Context) error {
 	return c.JSON(http.StatusOK, v)
 }
 
+// scheduleReceipts is GET /v1/schedules/{id}/receipts: the schedule's own
+// receipts in ledger order, a page at a time (a deleted schedule's too).
+func (s *Server) scheduleReceipts(c echo.Context) error {
+	limit, err := queryInt(c, "limit", 0)
+	if err != nil {
+		return err
+	}
+	rs, cur, err := s.eng.ScheduleReceipts(c.Request().Context(), ActorOf(c), c.Param("id"), c.QueryParam("cursor"), limit)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, ReceiptList{Receipts: rs, Cursor: cur})
+}
+
 // updateSchedule is PATCH /v1/schedules/{id}.
 func (s *Server) updateSchedule(c echo.Context) error {
 	var req engine.UpdateScheduleRequest

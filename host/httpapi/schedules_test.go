@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -160,5 +161,85 @@ func TestScheduleStopsWhenOwnerKeyRevoked(t *testing.T) {
 	}
 	if code, m := b.do(t, "POST", "/v1/schedules/"+id+"/resume", b.admin, ""); code != http.StatusConflict || m["error"] != "owner_revoked" {
 		t.Fatalf("admin resume while the owner is revoked: %d %v", code, m)
+	}
+}
+
+// TestScheduleReceiptsDoor: the fires a schedule skipped because its task
+// type was disabled are visible to its owner: GET /v1/schedules/{id} shows
+// the last skip with its error, GET /v1/schedules/{id}/receipts lists the
+// schedule's receipts a page at a time (and GET /v1/receipts?task_id= with
+// the schedule's id the same), another agent gets 404 not_found as for an
+// unknown id, and a bad cursor or limit is a 400.
+func TestScheduleReceiptsDoor(t *testing.T) {
+	clock := host.NewManualClock(time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC))
+	b := setupClock(t, clock)
+	ctx := context.Background()
+	other, err := auth.CreateKey(ctx, b.st, auth.NewKeyRequest{Role: engine.RoleAgent, Principal: "agent.b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, m := b.do(t, http.MethodPut, "/v1/admin/task-types/echo", b.admin, `{}`); code != 200 {
+		t.Fatalf("PUT task type = %d %v", code, m)
+	}
+	code, m := b.do(t, "POST", "/v1/schedules", b.agent, `{"name":"tick","interval_seconds":60,"template":{"task_type":"echo"}}`)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %v", code, m)
+	}
+	id := m["schedule_id"].(string)
+	if code, m := b.do(t, http.MethodPatch, "/v1/admin/task-types/echo", b.admin, `{"enabled":false}`); code != 200 {
+		t.Fatalf("disable the task type: %d %v", code, m)
+	}
+	clock.Advance(time.Minute)
+	if n, err := b.eng.FireSchedules(ctx); err != nil || n != 0 {
+		t.Fatalf("fire with the type disabled: %d %v", n, err)
+	}
+	code, m = b.do(t, "GET", "/v1/schedules/"+id, b.agent, "")
+	skip, _ := m["last_skip"].(map[string]any)
+	if code != 200 || skip == nil || skip["error"] != host.CodeTaskTypeDisabled || skip["skipped"] != float64(1) || skip["detail"] == "" || skip["receipt_id"] == "" {
+		t.Fatalf("the schedule shows no last skip: %d %v", code, m)
+	}
+	var types []string
+	cursor := ""
+	for range 10 {
+		code, m := b.do(t, "GET", "/v1/schedules/"+id+"/receipts?limit=1&cursor="+cursor, b.agent, "")
+		if code != 200 {
+			t.Fatalf("the schedule's receipts: %d %v", code, m)
+		}
+		for _, rc := range m["receipts"].([]any) {
+			rc := rc.(map[string]any)
+			types = append(types, rc["receipt_type"].(string))
+			if rc["receipt_type"] == "schedule.skipped" {
+				body := rc["body"].(map[string]any)
+				if rc["receipt_id"] != skip["receipt_id"] || body["error"] != host.CodeTaskTypeDisabled || body["schedule_id"] != id {
+					t.Fatalf("the skip receipt: %v, the view's last skip %v", rc, skip)
+				}
+			}
+		}
+		if cursor = m["cursor"].(string); cursor == "" {
+			break
+		}
+	}
+	if strings.Join(types, ",") != "schedule.created,schedule.skipped" {
+		t.Fatalf("the schedule's receipts: %v, want created and skipped", types)
+	}
+	if code, m := b.do(t, "GET", "/v1/receipts?task_id="+id, b.agent, ""); code != 200 || len(m["receipts"].([]any)) != 2 {
+		t.Fatalf("GET /v1/receipts?task_id=%s: %d %v", id, code, m)
+	}
+	if code, m := b.do(t, "GET", "/v1/schedules/"+id+"/receipts", b.admin, ""); code != 200 || len(m["receipts"].([]any)) != 2 {
+		t.Fatalf("an admin lists the schedule's receipts: %d %v", code, m)
+	}
+	_, foreign := b.raw(t, "GET", "/v1/schedules/"+id+"/receipts", other.APIKey, "")
+	_, unknown := b.raw(t, "GET", "/v1/schedules/S-01NOSUCHSCHEDULE/receipts", other.APIKey, "")
+	if code, m := b.do(t, "GET", "/v1/schedules/"+id+"/receipts", other.APIKey, ""); code != http.StatusNotFound || m["error"] != "not_found" ||
+		string(foreign) != replaceID(string(unknown), "S-01NOSUCHSCHEDULE", id) {
+		t.Fatalf("another agent lists the schedule's receipts: %d %s (unknown id: %s)", code, foreign, unknown)
+	}
+	for _, q := range []string{"?cursor=zzz", "?limit=x"} {
+		if code, m := b.do(t, "GET", "/v1/schedules/"+id+"/receipts"+q, b.agent, ""); code != http.StatusBadRequest || m["error"] != "bad_request" {
+			t.Fatalf("receipts%s: %d %v, want 400 bad_request", q, code, m)
+		}
+	}
+	if code, _ := b.do(t, "GET", "/v1/schedules/"+id+"/receipts", b.worker, ""); code != http.StatusForbidden {
+		t.Fatalf("a worker lists a schedule's receipts: %d", code)
 	}
 }

@@ -293,6 +293,7 @@ func (s *Server) routes() {
 	v1.POST("/schedules", s.createSchedule, agents)
 	v1.GET("/schedules", s.listSchedules, agents)
 	v1.GET("/schedules/:id", s.getSchedule, agents)
+	v1.GET("/schedules/:id/receipts", s.scheduleReceipts, agents)
 	v1.PATCH("/schedules/:id", s.updateSchedule, agents)
 	v1.POST("/schedules/:id/pause", s.pauseSchedule, agents)
 	v1.POST("/schedules/:id/resume", s.resumeSchedule, agents)
