@@ -1,6 +1,16 @@
 package api
 
-import "github.com/asyncgate/asyncgate/host/engine"
+import (
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/engine"
+)
+
+// ScheduleDetail is a schedule with its latest receipts, oldest first (MCP
+// get_schedule): what it fired, what it skipped and why, who changed it.
+type ScheduleDetail struct {
+	*engine.ScheduleView
+	RecentReceipts []*host.Receipt `json:"recent_receipts"`
+}
 
 // ScheduleList is a page of schedules with their next runs (GET
 // /v1/schedules, MCP list_schedules). Cursor is "" on the last page.

@@ -401,12 +401,27 @@ func (e *Engine) GetSchedule(ctx context.Context, actor Actor, id string, n int)
 // delete too (every one of them is addressed to the owner); anyone else,
 // or an id no schedule ever had, is not_found.
 func (e *Engine) ScheduleReceipts(ctx context.Context, actor Actor, id, cursor string, limit int) ([]*host.Receipt, string, error) {
-	if !host.IsID(host.PrefixSchedule, id) {
-		return nil, "", scheduleNotFound(id)
-	}
 	if limit <= 0 || limit > 500 {
 		limit = 100
 	}
+	return e.scheduleReceipts(ctx, actor, id, store.ReceiptFilter{Cursor: cursor, Limit: limit})
+}
+
+// LatestScheduleReceipts returns a schedule's last n receipts (1..100,
+// default 10) in ledger order, for the same readers as ScheduleReceipts.
+func (e *Engine) LatestScheduleReceipts(ctx context.Context, actor Actor, id string, n int) ([]*host.Receipt, error) {
+	if n <= 0 || n > 100 {
+		n = 10
+	}
+	out, _, err := e.scheduleReceipts(ctx, actor, id, store.ReceiptFilter{Latest: true, Limit: n})
+	return out, err
+}
+
+func (e *Engine) scheduleReceipts(ctx context.Context, actor Actor, id string, f store.ReceiptFilter) ([]*host.Receipt, string, error) {
+	if !host.IsID(host.PrefixSchedule, id) {
+		return nil, "", scheduleNotFound(id)
+	}
+	f.Tenant, f.ScheduleID = actor.Tenant, id
 	var out []*host.Receipt
 	var cur string
 	err := e.view(ctx, func(r store.Reader) error {
@@ -428,7 +443,7 @@ func (e *Engine) ScheduleReceipts(ctx context.Context, actor Actor, id, cursor s
 		default:
 			return err
 		}
-		out, cur, err = r.ListReceipts(ctx, store.ReceiptFilter{Tenant: actor.Tenant, ScheduleID: id, Cursor: cursor, Limit: limit})
+		out, cur, err = r.ListReceipts(ctx, f)
 		return err
 	})
 	if err != nil {
@@ -436,7 +451,7 @@ func (e *Engine) ScheduleReceipts(ctx context.Context, actor Actor, id, cursor s
 	}
 	// The index reads the id out of the body's text: keep only receipts
 	// whose body names the schedule when read as JSON.
-	kept := out[:0]
+	kept := make([]*host.Receipt, 0, len(out))
 	for _, rc := range out {
 		var b struct {
 			ScheduleID string `json:"schedule_id"`
@@ -444,9 +459,6 @@ func (e *Engine) ScheduleReceipts(ctx context.Context, actor Actor, id, cursor s
 		if json.Unmarshal(rc.Body, &b) == nil && b.ScheduleID == id {
 			kept = append(kept, rc)
 		}
-	}
-	if kept == nil {
-		kept = []*host.Receipt{}
 	}
 	return kept, cur, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -44,8 +45,9 @@ Returns the schedule with next_runs. Errors: invalid_cron, invalid_timezone, inv
 		agentRoles, s.listSchedules)
 
 	s.add(tool("get_schedule", "Inspect a schedule",
-		`Get one of your schedules with its next runs (none while paused), last_fire_at and fires; paused_reason says why the gate paused it (owner_revoked: your keys were all revoked). A schedule that does not exist or is not yours is a not_found error.`,
-		returns[engine.ScheduleView](), readOnly(), props(scheduleIDArg, nextRunsArg)),
+		`Get one of your schedules with its next runs (none while paused), last_fire_at and fires; paused_reason says why the gate paused it (owner_revoked: your keys were all revoked); last_skip is the last time fires were skipped (missed, or its template could not run: error and detail say why); recent_receipts are its latest receipts, oldest first (schedule.created, .updated, .paused, .resumed, .fired with the task_id it queued, .skipped, .deleted). A deleted schedule is not found. A schedule that does not exist or is not yours is a not_found error.`,
+		returns[api.ScheduleDetail](), readOnly(), props(scheduleIDArg, nextRunsArg,
+			mcp.WithInteger("receipts", mcp.Min(1), mcp.Max(100), mcp.Description("How many of its latest receipts to show. Default 10.")))),
 		agentRoles, s.getSchedule)
 
 	s.add(tool("update_schedule", "Change a schedule",
@@ -136,15 +138,41 @@ func (s *Server) scheduleArgs(req mcp.CallToolRequest) (string, int, error) {
 }
 
 func (s *Server) getSchedule(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
-	id, n, err := s.scheduleArgs(req)
+	var in struct {
+		ScheduleID string `json:"schedule_id"`
+		NextRuns   int    `json:"next_runs,omitempty"`
+		Receipts   int    `json:"receipts,omitempty"`
+	}
+	if err := bind(req, &in); err != nil {
+		return nil, "", err
+	}
+	if err := nonNegative("next_runs", in.NextRuns); err != nil {
+		return nil, "", err
+	}
+	if err := nonNegative("receipts", in.Receipts); err != nil {
+		return nil, "", err
+	}
+	if err := required("schedule_id", in.ScheduleID); err != nil {
+		return nil, "", err
+	}
+	id := in.ScheduleID
+	v, err := s.eng.GetSchedule(ctx, a, id, in.NextRuns)
 	if err != nil {
 		return nil, "", err
 	}
-	v, err := s.eng.GetSchedule(ctx, a, id, n)
+	rs, err := s.eng.LatestScheduleReceipts(ctx, a, id, in.Receipts)
 	if err != nil {
 		return nil, "", err
 	}
-	return v, fmt.Sprintf("Schedule %s (%s): next run %s, %d fires so far.", v.ID, v.Name, firstRun(v), v.Fires), nil
+	text := fmt.Sprintf("Schedule %s (%s): next run %s, %d fires so far.", v.ID, v.Name, firstRun(v), v.Fires)
+	if ls := v.LastSkip; ls != nil {
+		text += fmt.Sprintf(" Last skip at %s: %d fires", ls.At.Format(time.RFC3339), ls.Skipped)
+		if ls.Error != "" {
+			text += fmt.Sprintf(" (%s: %s)", ls.Error, ls.Detail)
+		}
+		text += "."
+	}
+	return api.ScheduleDetail{ScheduleView: v, RecentReceipts: rs}, text, nil
 }
 
 func (s *Server) updateSchedule(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {

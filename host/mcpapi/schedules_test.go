@@ -2,8 +2,11 @@ package mcpapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
+	"time"
 
+	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
@@ -79,4 +82,44 @@ func TestScheduleTools(t *testing.T) {
 	var del api.ScheduleDeleted
 	ok(t, agent, "delete_schedule", map[string]any{"schedule_id": v.ID}, &del)
 	fails(t, agent, "get_schedule", map[string]any{"schedule_id": v.ID}, "not_found")
+}
+
+// TestGetScheduleShowsItsReceipts: a schedule whose task type was disabled
+// skips its fire; get_schedule shows its owner the last skip with the error
+// and its latest receipts (the skip among them), a bad count is a
+// bad_request, and another agent is told not_found.
+func TestGetScheduleShowsItsReceipts(t *testing.T) {
+	clock := host.NewManualClock(time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC))
+	b := setup(t, mcpapi.Config{}, func(c *engine.Config) { c.Clock, c.ScheduleTick = clock, -1 })
+	agent := b.connect(t, b.agent)
+	var v engine.ScheduleView
+	ok(t, agent, "create_schedule", map[string]any{"name": "tick", "interval_seconds": 60, "template": map[string]any{"task_type": "echo"}}, &v)
+	ctx := context.Background()
+	if _, err := b.eng.PatchTaskType(ctx, "default", "echo", json.RawMessage(`{"enabled":false}`)); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute)
+	if n, err := b.eng.FireSchedules(ctx); err != nil || n != 0 {
+		t.Fatalf("fire with the type disabled: %d %v", n, err)
+	}
+	var got api.ScheduleDetail
+	ok(t, agent, "get_schedule", map[string]any{"schedule_id": v.ID, "receipts": 5}, &got)
+	if got.ScheduleView == nil || got.LastSkip == nil || got.LastSkip.Error != host.CodeTaskTypeDisabled || got.LastSkip.Skipped != 1 {
+		t.Fatalf("get_schedule's last skip: %+v", got.ScheduleView)
+	}
+	if len(got.RecentReceipts) != 2 || got.RecentReceipts[0].Type != host.ReceiptScheduleCreated ||
+		got.RecentReceipts[1].Type != host.ReceiptScheduleSkipped || got.RecentReceipts[1].ID != got.LastSkip.ReceiptID {
+		t.Fatalf("get_schedule's recent receipts: %+v", got.RecentReceipts)
+	}
+	ok(t, agent, "get_schedule", map[string]any{"schedule_id": v.ID, "receipts": 1}, &got)
+	if len(got.RecentReceipts) != 1 || got.RecentReceipts[0].Type != host.ReceiptScheduleSkipped {
+		t.Fatalf("get_schedule's latest receipt: %+v", got.RecentReceipts)
+	}
+	fails(t, agent, "get_schedule", map[string]any{"schedule_id": v.ID, "receipts": -1}, "bad_request")
+	fails(t, agent, "get_schedule", map[string]any{"schedule_id": v.ID, "receipts": "all"}, "bad_request")
+	mk, err := auth.CreateKey(ctx, b.eng.Store(), auth.NewKeyRequest{Role: engine.RoleAgent, Principal: "agent.m", Tenant: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fails(t, b.connect(t, mk.APIKey), "get_schedule", map[string]any{"schedule_id": v.ID}, "not_found")
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -911,6 +912,12 @@ func (r *reader) ListReceipts(ctx context.Context, f store.ReceiptFilter) ([]*ho
 	}
 	if f.ScheduleID != "" {
 		q += ` AND ` + scheduleIDOfReceipt + ` = ` + a.add(f.ScheduleID) + ` AND ` + store.ScheduleReceiptOnly
+	}
+	if f.Latest {
+		q += ` ORDER BY seq DESC LIMIT ` + a.add(f.Limit)
+		rs, err := r.receipts(ctx, q, a...)
+		slices.Reverse(rs)
+		return rs, "", err
 	}
 	q += ` ORDER BY seq LIMIT ` + a.add(f.Limit+1)
 	rs, err := r.receipts(ctx, q, a...)

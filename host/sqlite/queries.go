@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -909,6 +910,11 @@ func (r *reader) ListReceipts(ctx context.Context, f store.ReceiptFilter) ([]*ho
 	if f.ScheduleID != "" {
 		q += ` AND ` + store.ScheduleIDOfReceipt + ` = ? AND ` + store.ScheduleReceiptOnly
 		args = append(args, f.ScheduleID)
+	}
+	if f.Latest {
+		rs, err := r.receipts(ctx, q+` ORDER BY seq DESC LIMIT ?`, append(args, f.Limit)...)
+		slices.Reverse(rs)
+		return rs, "", err
 	}
 	q += ` ORDER BY seq LIMIT ?`
 	args = append(args, f.Limit+1)

@@ -108,8 +108,11 @@ type ReceiptFilter struct {
 	// storetest: ScheduleReceiptsListed). Only the gate writes those
 	// receipts, compact, and every one names its schedule.
 	ScheduleID string
-	Cursor     string
-	Limit      int
+	// Latest lists the last Limit receipts instead (still in ledger
+	// order, with no cursor of a next page); Cursor must be "".
+	Latest bool
+	Cursor string
+	Limit  int
 }
 
 // ScheduleIDOfReceipt is the SQL expression both drivers index a schedule

@@ -595,6 +595,16 @@ func testScheduleReceipts(t *testing.T, b *Bundle) {
 			t.Fatalf("the skip receipt %s (%s) is not the view's last skip %s", all[2].ID, all[2].Body, got.LastSkip.ReceiptID)
 		}
 	}
+	if rs, err := b.Engine.LatestScheduleReceipts(b.Ctx, b.Agent, v.ID, 2); err != nil || len(rs) != 2 ||
+		rs[0].Type != host.ReceiptSchedulePaused || rs[1].Type != host.ReceiptScheduleResumed {
+		t.Fatalf("the latest 2 receipts: %d %v, want paused then resumed", len(rs), err)
+	}
+	if rs, err := b.Engine.LatestScheduleReceipts(b.Ctx, b.Agent, v.ID, 0); err != nil || len(rs) != len(want) || rs[0].Type != host.ReceiptScheduleCreated {
+		t.Fatalf("the latest receipts, fewer than asked: %d %v, want %d from created", len(rs), err, len(want))
+	}
+	if _, err := b.Engine.LatestScheduleReceipts(b.Ctx, engine.Actor{Tenant: "acme", Principal: "agent.other", Role: engine.RoleAgent}, v.ID, 0); !host.IsCode(err, host.CodeNotFound) {
+		t.Fatalf("another agent reads the latest receipts: %v, want not_found", err)
+	}
 	// GET /v1/receipts?task_id=S-… lists the same.
 	if rs, _, err := b.Engine.TaskReceipts(b.Ctx, b.Agent, v.ID, "", 0); err != nil || len(rs) != len(want) {
 		t.Fatalf("the receipts by task_id %s: %d %v, want %d", v.ID, len(rs), err, len(want))
