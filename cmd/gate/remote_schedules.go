@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/asyncgate/asyncgate/sdk/client"
@@ -44,8 +45,19 @@ func init() {
 		kv := [][2]string{{"schedule", s.ScheduleID}, {"name", s.Name}, {"owner", s.Owner}, {"when", when},
 			{"task type", s.Template.TaskType}, {"missed runs", policyText}, {"grace", strconv.Itoa(s.GraceSeconds) + "s"},
 			{"paused", strconv.FormatBool(s.Paused)}, {"fires", strconv.FormatInt(s.Fires, 10)}}
+		if s.PausedReason != "" {
+			kv = append(kv, [2]string{"paused by the gate", s.PausedReason})
+		}
 		if s.LastFireAt != nil {
 			kv = append(kv, [2]string{"last fire", s.LastFireAt.Format(time.RFC3339)})
+		}
+		if ls := s.LastSkip; ls != nil {
+			what := fmt.Sprintf("%s: %d fire(s) from %s to %s", ls.At.Format(time.RFC3339), ls.Skipped,
+				ls.FirstFireAt.Format(time.RFC3339), ls.LastFireAt.Format(time.RFC3339))
+			kv = append(kv, [2]string{"last skip", what})
+			if ls.Error != "" {
+				kv = append(kv, [2]string{"skip error", ls.Error + ": " + clip(ls.Detail, 200)})
+			}
 		}
 		for i, t := range s.NextRuns {
 			label := ""
@@ -66,7 +78,7 @@ func init() {
 			return show(rc, raw)
 		}
 	}
-	registerRemote(remoteGroup{name: "schedules", summary: "create, list, get, update, pause, resume and delete recurring tasks on a running gate", subs: []remoteSub{
+	registerRemote(remoteGroup{name: "schedules", summary: "create, list, get, update, pause, resume and delete recurring tasks, and list their receipts, on a running gate", subs: []remoteSub{
 		{name: "create", args: "NAME TASK_TYPE", summary: "create a schedule: a task of TASK_TYPE at each fire of --cron or --every", minArgs: 2, maxArgs: 2,
 			more: `Give exactly one of --cron (five fields: minute hour day-of-month month
 day-of-week, or @hourly, @daily, @weekly, @monthly, @yearly; read in --tz,
@@ -174,6 +186,46 @@ run_once (one task for the latest) or run_all (each, up to --missed-cap).`,
 				}
 				return show(rc, raw)
 			}},
+		{name: "receipts", args: "SCHEDULE_ID", summary: "list a schedule's receipts: created, changed, paused, resumed, each fire, each skip (with its error)", minArgs: 1, maxArgs: 1,
+			more: `Lists the schedule's own receipts in ledger order, a page at a time: a
+schedule.fired names the task it queued; a schedule.skipped counts the fires
+not run and, when the task could not be queued (its task type disabled or
+deleted, its params refused), says why. A deleted schedule's receipts are
+still listed, to its owner and the tenant's admins.`,
+			flags: func(fs *flag.FlagSet) {
+				fs.IntVar(&limit, "limit", 100, "receipts per page (at most 500)")
+				fs.StringVar(&cursor, "cursor", "", "the cursor a previous page printed")
+			},
+			run: func(rc *remoteCtx, args []string) error {
+				q := url.Values{}
+				q.Set("limit", strconv.Itoa(limit))
+				if cursor != "" {
+					q.Set("cursor", cursor)
+				}
+				var raw json.RawMessage
+				if err := rc.call("GET", "/v1/schedules/"+url.PathEscape(args[0])+"/receipts?"+q.Encode(), nil, &raw); err != nil {
+					return err
+				}
+				if rc.json {
+					return rc.printJSON(raw)
+				}
+				var out struct {
+					Receipts []client.Receipt `json:"receipts"`
+					Cursor   string           `json:"cursor"`
+				}
+				if err := json.Unmarshal(raw, &out); err != nil {
+					return err
+				}
+				rows := make([][]string, 0, len(out.Receipts))
+				for _, r := range out.Receipts {
+					rows = append(rows, []string{r.CreatedAt.Format(time.RFC3339), r.ReceiptID, r.ReceiptType, r.From, r.TaskID, scheduleReceiptNote(r.Body)})
+				}
+				rc.table([]string{"AT", "RECEIPT", "TYPE", "BY", "TASK", "WHAT"}, rows)
+				if out.Cursor != "" {
+					fmt.Fprintf(rc.out, "more: --cursor %s\n", out.Cursor)
+				}
+				return nil
+			}},
 		{name: "update", args: "SCHEDULE_ID", summary: "change a schedule's name, timing, task or missed-runs policy", minArgs: 1, maxArgs: 1,
 			more: `Only the flags given change. --cron (with --tz, default UTC) or --every
 replaces the timing, which then runs from its first fire after now; --tz
@@ -278,4 +330,38 @@ fire queues (the rest of the template stays as it is).`,
 				return nil
 			}},
 	}})
+}
+
+// scheduleReceiptNote is the gist of a schedule receipt's body for a table
+// row: the fires it skipped and why, the fields a change changed, the
+// reason the gate paused it.
+func scheduleReceiptNote(body json.RawMessage) string {
+	var b struct {
+		Skipped any      `json:"skipped"`
+		Error   string   `json:"error"`
+		Detail  string   `json:"detail"`
+		Reason  string   `json:"reason"`
+		Changed []string `json:"changed"`
+		FireAt  string   `json:"fire_at"`
+	}
+	if json.Unmarshal(body, &b) != nil {
+		return ""
+	}
+	var parts []string
+	if b.FireAt != "" {
+		parts = append(parts, "fire at "+b.FireAt)
+	}
+	if b.Skipped != nil {
+		parts = append(parts, fmt.Sprintf("skipped %v", b.Skipped))
+	}
+	if b.Error != "" {
+		parts = append(parts, b.Error+": "+b.Detail)
+	}
+	if b.Reason != "" {
+		parts = append(parts, "reason "+b.Reason)
+	}
+	if len(b.Changed) > 0 {
+		parts = append(parts, "changed "+strings.Join(b.Changed, ", "))
+	}
+	return clip(strings.Join(parts, "; "), 120)
 }

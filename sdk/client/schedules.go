@@ -56,12 +56,50 @@ type Schedule struct {
 	MissedCap       int              `json:"missed_cap,omitempty"`
 	GraceSeconds    int              `json:"grace_seconds"`
 	Paused          bool             `json:"paused"`
-	NextFireAt      time.Time        `json:"next_fire_at"`
-	LastFireAt      *time.Time       `json:"last_fire_at,omitempty"`
-	Fires           int64            `json:"fires"`
-	NextRuns        []time.Time      `json:"next_runs"`
-	CreatedAt       time.Time        `json:"created_at"`
-	UpdatedAt       time.Time        `json:"updated_at"`
+	// PausedReason says why the gate paused it (owner_revoked,
+	// no_next_fire); "" when it runs or a person paused it.
+	PausedReason string `json:"paused_reason,omitempty"`
+	// LastSkip is the last time the gate skipped fires of it; nil if it
+	// never did.
+	LastSkip   *ScheduleSkip `json:"last_skip,omitempty"`
+	NextFireAt time.Time     `json:"next_fire_at"`
+	LastFireAt *time.Time    `json:"last_fire_at,omitempty"`
+	Fires      int64         `json:"fires"`
+	NextRuns   []time.Time   `json:"next_runs"`
+	CreatedAt  time.Time     `json:"created_at"`
+	UpdatedAt  time.Time     `json:"updated_at"`
+}
+
+// ScheduleSkip is a schedule's last schedule.skipped receipt in short: when
+// the gate skipped fires, how many, which, and the error its template met
+// when no task could be queued from it (its task type gone or disabled, its
+// params refused); a skip for lateness (the missed-runs policy) has none.
+type ScheduleSkip struct {
+	At          time.Time `json:"at"`
+	ReceiptID   string    `json:"receipt_id"`
+	Skipped     int64     `json:"skipped"`
+	FirstFireAt time.Time `json:"first_fire_at"`
+	LastFireAt  time.Time `json:"last_fire_at"`
+	Error       string    `json:"error,omitempty"`
+	Detail      string    `json:"detail,omitempty"`
+}
+
+// ScheduleReceipts returns a page of a schedule's own receipts
+// (schedule.created, .updated, .paused, .resumed, .fired, .skipped,
+// .deleted) in ledger order and the cursor of the next page ("" after the
+// last); a deleted schedule's too. Another agent's schedule is a 404
+// not_found APIError.
+func (c *Client) ScheduleReceipts(ctx context.Context, id, cursor string, limit int) ([]Receipt, string, error) {
+	q := url.Values{}
+	setPage(q, cursor, limit)
+	var out struct {
+		Receipts []Receipt `json:"receipts"`
+		Cursor   string    `json:"cursor"`
+	}
+	if _, err := c.Do(ctx, http.MethodGet, withQuery("/v1/schedules/"+url.PathEscape(id)+"/receipts", q), nil, &out); err != nil {
+		return nil, "", err
+	}
+	return out.Receipts, out.Cursor, nil
 }
 
 // FireKey is the idempotency key of the task a schedule's fire at t

@@ -808,6 +808,16 @@ class Client:
         """A schedule with its next ``next_runs`` runs (0: 5)."""
         return self._get(_query(_path("/v1/schedules", schedule_id), next_runs=next_runs))
 
+    def schedule_receipts(self, schedule_id: str, cursor: str = "", limit: int = 0) -> Tuple[List[Json], str]:
+        """A page of a schedule's own receipts (``schedule.created``,
+        ``.updated``, ``.paused``, ``.resumed``, ``.fired`` with the task it
+        queued, ``.skipped`` with the error that stopped its template,
+        ``.deleted``) in ledger order and the cursor of the next page; a
+        deleted schedule's too. The schedule's ``last_skip`` (get_schedule)
+        is the last skip in short."""
+        out = self._get(_query(_path("/v1/schedules", schedule_id) + "/receipts", cursor=cursor, limit=limit))
+        return out.get("receipts") or [], out.get("cursor") or ""
+
     def list_schedules(self, cursor: str = "", limit: int = 0, next_runs: int = 0) -> Tuple[List[Json], str]:
         """A page of the key's schedules (an admin key: the tenant's) and the
         cursor of the next page."""

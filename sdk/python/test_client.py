@@ -299,6 +299,8 @@ class GateTests(unittest.TestCase):
         self.c.delete_schedule(sid)
         with self.assertRaises(ac.NotFoundError):
             self.c.get_schedule(sid)
+        types = [rc["receipt_type"] for rc in every(self.c.schedule_receipts, schedule_id=sid, limit=2)]
+        self.assertEqual(types, ["schedule.created", "schedule.paused", "schedule.resumed", "schedule.updated", "schedule.deleted"])
         self.assertNotIn(sid, [x["schedule_id"] for x in every(self.c.list_schedules)])
         with self.assertRaises(ac.APIError) as cm:
             self.c.create_schedule(unique("bad"), ac.schedule_template("pyc.sched"), cron="not a cron")
