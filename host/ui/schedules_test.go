@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
@@ -49,5 +50,45 @@ func TestSchedulesPage(t *testing.T) {
 	other.signIn(b.acme)
 	if _, body := other.get("/ui/schedules"); strings.Contains(body, v.ID) || !strings.Contains(body, "No schedule in this tenant") {
 		t.Fatalf("another tenant's admin sees the schedules:\n%s", body)
+	}
+}
+
+// TestSchedulesPageShowsLastSkip: a schedule whose task type was disabled
+// shows its last skip and the error on the dashboard.
+func TestSchedulesPageShowsLastSkip(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	agent := engine.Actor{Tenant: "default", Principal: "agent.a", Role: engine.RoleAgent}
+	v, err := b.eng.CreateSchedule(ctx, agent, engine.CreateScheduleRequest{Name: "every-second", IntervalSeconds: 1,
+		Template: host.ScheduleTemplate{TaskType: "echo"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.eng.PatchTaskType(ctx, "default", "echo", json.RawMessage(`{"enabled":false}`)); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := b.eng.FireSchedules(ctx); err != nil {
+			t.Fatal(err)
+		}
+		s, err := b.eng.GetSchedule(ctx, agent, v.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.LastSkip != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no skip 10 s after the schedule's task type was disabled")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	br := newBrowser(t, b.ts)
+	br.signIn(b.admin)
+	_, body := br.get("/ui/schedules")
+	for _, want := range []string{"Last skip", "skipped", host.CodeTaskTypeDisabled} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("schedules page lacks %q:\n%s", want, body)
+		}
 	}
 }
