@@ -151,3 +151,69 @@ func TestClaimSchedulesSkipsLockedRows(t *testing.T) {
 		t.Fatalf("after the first claim rolled back, the second got %d", n)
 	}
 }
+
+// TestScheduleQuotaAcrossHosts: three gates, each on its own store (its own
+// connections) on one database, create schedules for one owner at once
+// past its quota: the owner ends with exactly its quota, and every create
+// past it is quota_exceeded.
+func TestScheduleQuotaAcrossHosts(t *testing.T) {
+	const limit, before, racers = 30, 20, 45
+	schema := newSchema(t)
+	clock := host.NewManualClock(time.Date(2026, 1, 4, 15, 30, 0, 0, time.UTC))
+	var engs []*engine.Engine
+	var stores []*Store
+	for range 3 {
+		st := openIn(t, schema, Options{})
+		e, err := engine.New(engine.Config{Store: st, Clock: clock, ScheduleTick: -1, MaxSchedulesPerOwner: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Close)
+		engs, stores = append(engs, e), append(stores, st)
+	}
+	ctx := context.Background()
+	tt := host.NewTaskType("work")
+	tt.Tenant = "acme"
+	if _, err := engs[0].PutTaskType(ctx, tt); err != nil {
+		t.Fatal(err)
+	}
+	owner := engine.Actor{Tenant: "acme", Principal: "agent.kee", Role: engine.RoleAgent}
+	tmpl := host.ScheduleTemplate{TaskType: "work", Params: json.RawMessage(`{}`)}
+	for i := range before {
+		if _, err := engs[0].CreateSchedule(ctx, owner, engine.CreateScheduleRequest{Name: fmt.Sprint("before", i), IntervalSeconds: 60, Template: tmpl}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	created := 0
+	start := make(chan struct{})
+	for i := range racers {
+		wg.Go(func() {
+			<-start
+			_, err := engs[i%len(engs)].CreateSchedule(ctx, owner, engine.CreateScheduleRequest{Name: fmt.Sprint("race", i), IntervalSeconds: 60, Template: tmpl})
+			switch {
+			case err == nil:
+				mu.Lock()
+				created++
+				mu.Unlock()
+			case !host.IsCode(err, host.CodeQuotaExceeded):
+				t.Errorf("create %d: %v", i, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	var n int
+	if err := stores[1].View(ctx, func(r store.Reader) error {
+		var err error
+		n, err = r.CountSchedules(ctx, owner.Tenant, owner.Principal)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n != limit || created != limit-before {
+		t.Fatalf("%d creates on 3 hosts by an owner at %d of %d: %d created, the owner has %d; want %d and %d",
+			racers, before, limit, created, n, limit-before, limit)
+	}
+}
