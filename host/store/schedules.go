@@ -18,7 +18,10 @@ type ScheduleReader interface {
 	// owner's (storetest: ScheduleCRUD).
 	ListSchedules(ctx context.Context, tenant, owner, afterID string, limit int) ([]*host.Schedule, error)
 	// CountSchedules returns how many schedules an owner has (storetest:
-	// ScheduleQuotaPerOwner).
+	// ScheduleQuotaPerOwner). The engine counts inside the create's
+	// transaction after LockResources on the owner's name, so concurrent
+	// creates count one after another (storetest:
+	// ScheduleQuotaHoldsUnderConcurrentCreates).
 	CountSchedules(ctx context.Context, tenant, owner string) (int, error)
 	// DueSchedules returns, across tenants, unpaused schedules whose
 	// next_fire_at is not after now, soonest first, at most limit. It locks
