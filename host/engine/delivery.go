@@ -69,6 +69,10 @@ type deliveryTx struct {
 	// never a recursion however long the chain.
 	settle   []finished
 	settling bool
+	// cause is set while settleWaiters writes the cancel of a waiter
+	// whose rule a dependency's end broke: the end that started the
+	// cascade, which the waiter's own end passes on (endCause).
+	cause *endCause
 	// ends are the workflows' final steps the update finished
 	// (workflows.go): their workflows end once fn's writes are done.
 	ends []workflowEnd
@@ -160,14 +164,19 @@ func (d *deliveryTx) UpdateTask(ctx context.Context, t *host.Task, f store.Fence
 		return err
 	}
 	d.last = t
+	var cause *endCause
 	if finishing {
+		if cause = d.cause; cause == nil {
+			state := host.FinishedAs(t)
+			cause = &endCause{tenant: t.Tenant, task: t.ID, state: state, canceled: state == host.StateCanceled}
+		}
 		if wf, final := host.WorkflowOf(t); final {
-			d.ends = append(d.ends, workflowEnd{tenant: t.Tenant, workflow: wf, step: t})
+			d.ends = append(d.ends, workflowEnd{tenant: t.Tenant, workflow: wf, step: t, cause: cause})
 		}
 	}
 	if finishing && !f.NoWaiters {
 		d.settled = append(d.settled, waitedKey{t.Tenant, t.ID})
-		d.settle = append(d.settle, finished{tenant: t.Tenant, id: t.ID, state: host.FinishedAs(t)})
+		d.settle = append(d.settle, finished{tenant: t.Tenant, id: t.ID, state: host.FinishedAs(t), cause: cause})
 		if !d.settling {
 			return d.settleAll(ctx)
 		}

@@ -197,6 +197,27 @@ func sameAfter(ctx context.Context, r store.Reader, old *host.Task, after []stri
 type finished struct {
 	tenant, id string
 	state      host.TaskState
+	// cause is the end that started the cascade this end is part of:
+	// the task's own end, or, for a waiter the gate canceled because a
+	// dependency's end broke its rule, that dependency's cause.
+	cause *endCause
+}
+
+// endCause is a task end that was not a dependency's cancel: a task that
+// succeeded, failed, dead-lettered or was canceled as a task (by a
+// principal, at once or at the end of the lease its cancel flagged). A
+// cascade of cancels by the dependency rule, which runs in the
+// transaction of that end, passes it from each waiter it cancels to the
+// next, so a workflow whose final step the cascade reached ends by what
+// started it (workflows.go), not by the last link.
+type endCause struct {
+	tenant, task string
+	state        host.TaskState
+	// canceled: the task was canceled as a task, not by the gate's
+	// dependency rule; by is who asked, when the cancel's receipt names
+	// them (noteErrorBy: a cancel that ends a lease it flagged does not).
+	canceled bool
+	by       string
 }
 
 // settleAll drains the update's work-list of finished tasks: settling a
@@ -264,7 +285,10 @@ func (d *deliveryTx) settleWaiters(ctx context.Context, dep finished) error {
 			fillTaskReceipt(r, w, "", now)
 			w.State, w.CompletedAt, w.UpdatedAt = host.StateCanceled, ptr(now), now
 			w.LastError = reason
-			if err := d.UpdateTask(ctx, w, store.Fence{State: host.StateWaiting}); err != nil {
+			d.cause = dep.cause
+			err := d.UpdateTask(ctx, w, store.Fence{State: host.StateWaiting})
+			d.cause = nil
+			if err != nil {
 				return err
 			}
 			if err := appendReceipt(ctx, d, r, types); err != nil {

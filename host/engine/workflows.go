@@ -696,7 +696,7 @@ func (e *Engine) CancelWorkflow(ctx context.Context, actor Actor, id, reason str
 		reason = "workflow " + id + " canceled"
 	}
 	err := e.update(ctx, func(tx store.Tx) error {
-		if err := e.cancelSteps(ctx, tx, out, actor.Principal, reason); err != nil {
+		if err := e.cancelSteps(ctx, tx, out, nil, actor.Principal, reason); err != nil {
 			return err
 		}
 		wf, err := tx.GetWorkflow(ctx, actor.Tenant, id) // locks it
@@ -730,11 +730,16 @@ func (e *Engine) CancelWorkflow(ctx context.Context, actor Actor, id, reason str
 // cancelSteps cancels wf's unfinished steps in tx: a waiting or queued one
 // at once (task.canceled from by), a leased one flagged. It locks them in
 // task id order, the order in which a dependency's end locks its waiters.
-func (e *Engine) cancelSteps(ctx context.Context, tx store.Tx, wf *host.Workflow, by, reason string) error {
-	steps, err := tx.WorkflowSteps(ctx, wf.Tenant, wf.ID)
-	if err != nil {
-		return err
+// steps are wf's steps as tx read them, or nil for cancelSteps to read
+// them.
+func (e *Engine) cancelSteps(ctx context.Context, tx store.Tx, wf *host.Workflow, steps []host.WorkflowStep, by, reason string) error {
+	if steps == nil {
+		var err error
+		if steps, err = tx.WorkflowSteps(ctx, wf.Tenant, wf.ID); err != nil {
+			return err
+		}
 	}
+	steps = slices.Clone(steps)
 	slices.SortFunc(steps, func(a, b host.WorkflowStep) int { return strings.Compare(a.TaskID, b.TaskID) })
 	now := e.now()
 	for _, s := range steps {
@@ -783,14 +788,13 @@ type workflowEnd struct {
 	// errorBy is who wrote the step's error_message (step.LastError), when
 	// a receipt the update appended for the step says so (noteErrorBy).
 	errorBy string
-	// stepCanceled: a task.canceled receipt the update appended for the
-	// step shows it canceled as a task (by the submitter or an admin,
-	// at once or at the end of the lease the cancel flagged), not by the
-	// gate for a dependency's end (noteErrorBy). Such a cancel ends the
-	// workflow canceled, not failed; canceledBy is who asked, when the
-	// receipt names them.
-	stepCanceled bool
-	canceledBy   string
+	// cause is the end that ended the step: its own, or, when the gate
+	// canceled it because a step it needed ended (the dependency rule,
+	// through any chain of waiting steps), that step's end. A step
+	// canceled as a task (by the submitter or an admin, at once or at
+	// the end of the lease the cancel flagged) ends the workflow
+	// canceled, not failed.
+	cause *endCause
 }
 
 // noteErrorBy notes, for the final step a failed or canceled receipt r of
@@ -799,11 +803,14 @@ type workflowEnd struct {
 // when r gives the gate's reason for a cancel (a dependency's end). The
 // task row no longer names its worker once its lease is cleared, and its
 // error may be an earlier attempt's: without such a receipt the writer
-// stays unknown.
+// stays unknown. A cancel's receipt of the task that caused a final
+// step's end names who canceled it (canceled_by).
 func (d *deliveryTx) noteErrorBy(r *host.Receipt) {
 	for i := range d.ends {
 		end := &d.ends[i]
-		if end.step.ID != r.TaskID || end.step.Tenant != r.Tenant {
+		cause := end.cause
+		ofCause := cause != nil && cause.task == r.TaskID && cause.tenant == r.Tenant
+		if !ofCause && (end.step.ID != r.TaskID || end.step.Tenant != r.Tenant) {
 			continue
 		}
 		var b struct {
@@ -815,10 +822,10 @@ func (d *deliveryTx) noteErrorBy(r *host.Receipt) {
 		if json.Unmarshal(r.Body, &b) != nil {
 			continue
 		}
-		if r.Type == host.ReceiptCanceled && b.Dependency == "" {
-			end.stepCanceled, end.canceledBy = true, b.CanceledBy
+		if ofCause && cause.canceled && r.Type == host.ReceiptCanceled && b.Dependency == "" && b.CanceledBy != "" {
+			cause.by = b.CanceledBy
 		}
-		if end.step.LastError == "" {
+		if end.step.ID != r.TaskID || end.step.LastError == "" {
 			continue
 		}
 		switch {
@@ -857,6 +864,11 @@ func (d *deliveryTx) endWorkflow(ctx context.Context, end workflowEnd) error {
 	if wf.State != host.WorkflowRunning || wf.FinalTaskID != t.ID {
 		return nil
 	}
+	cause := end.cause
+	if cause == nil {
+		cause = &endCause{tenant: t.Tenant, task: t.ID, state: host.FinishedAs(t)}
+	}
+	var steps []host.WorkflowStep // read when the end needs a step's name
 	now := d.e.now()
 	state := host.FinishedAs(t)
 	body := map[string]any{"workflow_id": wf.ID, "name": wf.Name, "final_step": wf.FinalStep, "final_task_id": t.ID,
@@ -875,16 +887,43 @@ func (d *deliveryTx) endWorkflow(ctx context.Context, end workflowEnd) error {
 	case state == host.StateCanceled && wf.CancelRequested:
 		wf.State, typ = host.WorkflowCanceled, host.ReceiptWorkflowCanceled
 		wf.Error = "canceled"
-	case state == host.StateCanceled && end.stepCanceled:
+	case state == host.StateCanceled && cause.canceled && cause.task == t.ID:
 		// The final step canceled as a task (by the submitter or an
 		// admin), not by the gate for a step it needed: the workflow
 		// is canceled as if it had been, and makes no inbox item.
 		wf.State, typ = host.WorkflowCanceled, host.ReceiptWorkflowCanceled
 		wf.Error = "canceled"
 		body["final_step_canceled"] = true
-		if end.canceledBy != "" {
-			body["canceled_by"] = end.canceledBy
+		if cause.by != "" {
+			body["canceled_by"] = cause.by
 		}
+	case state == host.StateCanceled && cause.canceled:
+		// A step the final step needed was canceled as a task, and the
+		// gate canceled the final step for it: the submitter's (or an
+		// admin's) act, as a cancel of the workflow would be.
+		if steps, err = d.Tx.WorkflowSteps(ctx, wf.Tenant, wf.ID); err != nil {
+			return err
+		}
+		name := stepName(steps, cause.task)
+		wf.State, typ = host.WorkflowCanceled, host.ReceiptWorkflowCanceled
+		wf.Error = "step " + name + " was canceled"
+		if cause.by != "" {
+			wf.Error += " by " + cause.by
+			body["canceled_by"] = cause.by
+		}
+		wf.Error += ", so final step " + wf.FinalStep + " could not run"
+		body["canceled_step"] = name
+	case state == host.StateCanceled && cause.task != t.ID:
+		// The gate canceled the final step because a step it needed
+		// failed (through any chain of waiting steps): the error is the
+		// gate's, and names that step.
+		if steps, err = d.Tx.WorkflowSteps(ctx, wf.Tenant, wf.ID); err != nil {
+			return err
+		}
+		name := stepName(steps, cause.task)
+		wf.State, typ = host.WorkflowFailed, host.ReceiptWorkflowFailed
+		wf.Error = "step " + name + " finished " + string(cause.state) + ", so final step " + wf.FinalStep + " could not run"
+		body["error_by"], body["failed_step"] = GatePrincipal, name
 	default:
 		wf.State, typ = host.WorkflowFailed, host.ReceiptWorkflowFailed
 		wf.Error = t.LastError
@@ -919,5 +958,16 @@ func (d *deliveryTx) endWorkflow(ctx context.Context, end workflowEnd) error {
 	}
 	// Steps still unfinished (side branches, or steps an any_succeeded
 	// final step did not wait for) end with their workflow.
-	return d.e.cancelSteps(ctx, d, wf, GatePrincipal, "workflow "+wf.ID+" ended "+string(wf.State))
+	return d.e.cancelSteps(ctx, d, wf, steps, GatePrincipal, "workflow "+wf.ID+" ended "+string(wf.State))
+}
+
+// stepName is the name of the step of task id among steps, or the task id
+// when none is (a workflow's steps all have one).
+func stepName(steps []host.WorkflowStep, id string) string {
+	for _, s := range steps {
+		if s.TaskID == id {
+			return s.Name
+		}
+	}
+	return id
 }

@@ -265,7 +265,7 @@ func TestWorkflowStatusQuotesWorkerText(t *testing.T) {
 	worker, l = lease()
 	ok(t, worker, "worker_fail_task", map[string]any{"task_id": *l.TaskID, "run_id": l.RunID, "error_message": hostile, "retryable": false}, nil)
 	for where, msg := range map[string]string{"tasks/get": get(id, mcp.TaskStatusFailed), "tasks/result": failure(id)} {
-		if !strings.Contains(msg, "failed: dependency "+*l.TaskID+" finished dead_letter") || strings.Contains(msg, "wrote:") || strings.Contains(msg, "IGNORE") {
+		if !strings.Contains(msg, "failed: step a finished dead_letter") || strings.Contains(msg, "wrote:") || strings.Contains(msg, "IGNORE") {
 			t.Errorf("%s of a workflow the gate failed: %q, want the gate's reason as its words", where, msg)
 		}
 	}

@@ -33,6 +33,8 @@ func workflowCases() []struct {
 		{"WorkflowCancel", testWorkflowCancel},
 		{"WorkflowCancelLeasedFinal", testWorkflowCancelLeasedFinal},
 		{"WorkflowFinalStepCanceledAsTask", testWorkflowFinalStepCanceledAsTask},
+		{"WorkflowStepCanceledAsTask", testWorkflowStepCanceledAsTask},
+		{"WorkflowFailureNamesTheStep", testWorkflowFailureNamesTheStep},
 		{"WorkflowRefusesBadGraphs", testWorkflowBadGraphs},
 		{"WorkflowForeignPrincipal", testWorkflowForeign},
 		{"WorkflowIdempotent", testWorkflowIdempotent},
@@ -212,8 +214,8 @@ func testWorkflowFailingStep(t *testing.T, b *Bundle) {
 	o := b.leaseType(t, "w.1", "work")
 	b.failFatal(t, "w.1", o)
 	v := b.wantWorkflowEnd(t, res.WorkflowID, host.WorkflowFailed)
-	if !strings.Contains(v.Error, o.Task.ID) {
-		t.Fatalf("workflow error %q does not name the failed step's task %s", v.Error, o.Task.ID)
+	if !strings.Contains(v.Error, "step a ") {
+		t.Fatalf("workflow error %q does not name the failed step a", v.Error)
 	}
 	// The other root was canceled with its workflow; nothing is left to offer.
 	for _, s := range v.Steps {
@@ -280,7 +282,7 @@ func testWorkflowInboxNamesTheWriter(t *testing.T, b *Bundle) {
 	res = b.submit(t, "dep", step("a", "work"), step("last", "other", "a"))
 	b.failFatal(t, "w.1", b.leaseType(t, "w.1", "work"))
 	body, item = end(res.WorkflowID, host.WorkflowFailed)
-	if body["error_by"] != engine.GatePrincipal || !strings.Contains(item, "failed: dependency "+res.Steps["a"]) || strings.Contains(item, "wrote:") {
+	if body["error_by"] != engine.GatePrincipal || !strings.Contains(item, "failed: step a finished dead_letter") || strings.Contains(item, "wrote:") {
 		t.Errorf("failed by the gate: body %v, item %q: want the gate's reason as its own words", body, item)
 	}
 }
@@ -374,6 +376,85 @@ func testWorkflowFinalStepCanceledAsTask(t *testing.T, b *Bundle) {
 	b.wantWorkflowEnd(t, res.WorkflowID, host.WorkflowCanceled)
 	if items := b.inbox(t, b.Agent, engine.InboxQuery{}); len(items) != 0 {
 		t.Fatalf("workflows whose final step the submitter canceled made inbox items %+v", items)
+	}
+}
+
+// testWorkflowStepCanceledAsTask: a step the final step needs, canceled as
+// a task by the submitter or an admin, makes the gate cancel the final
+// step (its rule can no longer be met), through any chain of waiting
+// steps. That is the canceler's act, not a failure: the workflow ends
+// canceled, names the step (not its task id) and who canceled it, and
+// makes no inbox item; likewise when the step was leased and its worker
+// answers the cancel.
+func testWorkflowStepCanceledAsTask(t *testing.T, b *Bundle) {
+	canceled := func(id, step, by string) {
+		t.Helper()
+		v := b.wantWorkflowEnd(t, id, host.WorkflowCanceled)
+		body := b.receiptBody(t, v.EndReceipt)
+		if body["canceled_step"] != step || body["error_by"] != nil || body["final_step_canceled"] != nil {
+			t.Errorf("workflow %s: end receipt body %v, want canceled_step %s and no error_by", id, body, step)
+		}
+		if by != "" && body["canceled_by"] != by {
+			t.Errorf("workflow %s: end receipt body %v, want canceled_by %s", id, body, by)
+		}
+		if !strings.Contains(v.Error, "step "+step+" was canceled") || strings.Contains(v.Error, "T-") {
+			t.Errorf("workflow %s: error %q, want it to name step %s (not a task id)", id, v.Error, step)
+		}
+		for _, s := range v.Steps {
+			if s.Status != host.StateCanceled {
+				t.Errorf("workflow %s: step %s is %s", id, s.Name, s.Status)
+			}
+		}
+	}
+	res := b.submit(t, "cancel a step", step("a", "work"), step("b", "other", "a"))
+	if _, err := b.Engine.Cancel(b.Ctx, b.Agent, res.Steps["a"], ""); err != nil {
+		t.Fatal(err)
+	}
+	canceled(res.WorkflowID, "a", b.Agent.Principal)
+
+	// Through a chain of waiting steps, by an admin.
+	res = b.submit(t, "cancel a root", step("a", "work"), step("b", "work", "a"), step("c", "other", "b"))
+	if _, err := b.Engine.Cancel(b.Ctx, b.Admin, res.Steps["a"], "wrong input"); err != nil {
+		t.Fatal(err)
+	}
+	canceled(res.WorkflowID, "a", b.Admin.Principal)
+
+	// Leased: the cancel flags it; the worker's release ends it.
+	res = b.submit(t, "cancel a running step", step("a", "work"), step("b", "other", "a"))
+	o := b.leaseType(t, "w.1", "work")
+	if _, err := b.Engine.Cancel(b.Ctx, b.Agent, res.Steps["a"], ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Engine.Release(b.Ctx, Call("w.1", o), "told to stop"); err != nil {
+		t.Fatal(err)
+	}
+	canceled(res.WorkflowID, "a", "")
+	if items := b.inbox(t, b.Agent, engine.InboxQuery{}); len(items) != 0 {
+		t.Fatalf("workflows whose steps the submitter canceled made inbox items %+v", items)
+	}
+	if n := len(b.Open(t, "agent.kee")); n != 0 {
+		t.Fatalf("%d obligations open after the workflows were canceled", n)
+	}
+}
+
+// testWorkflowFailureNamesTheStep: a workflow whose final step the gate
+// canceled because a step it needed failed ends failed, by the gate's
+// words, and the error names that step by its name, even through a chain
+// of waiting steps, and not the link next to the final step.
+func testWorkflowFailureNamesTheStep(t *testing.T, b *Bundle) {
+	res := b.submit(t, "chain", step("fetch", "work"), step("parse", "work", "fetch"), step("report", "other", "parse"))
+	b.failFatal(t, "w.1", b.leaseType(t, "w.1", "work"))
+	v := b.wantWorkflowEnd(t, res.WorkflowID, host.WorkflowFailed)
+	body := b.receiptBody(t, v.EndReceipt)
+	if body["error_by"] != engine.GatePrincipal || body["failed_step"] != "fetch" {
+		t.Errorf("end receipt body %v, want error_by %s and failed_step fetch", body, engine.GatePrincipal)
+	}
+	if want := "step fetch finished dead_letter"; !strings.Contains(v.Error, want) || strings.Contains(v.Error, "T-") {
+		t.Errorf("workflow error %q, want %q and no task id", v.Error, want)
+	}
+	items := b.inbox(t, b.Agent, engine.InboxQuery{TaskID: res.WorkflowID})
+	if len(items) != 1 || !strings.Contains(items[0].Summary, "failed: step fetch finished dead_letter") {
+		t.Fatalf("inbox = %+v, want one failed item naming step fetch", items)
 	}
 }
 
