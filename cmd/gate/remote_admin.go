@@ -262,6 +262,8 @@ task type cache's 2 s); the pause survives restarts. gate types resume NAME ends
 					ByState map[string]int64 `json:"by_state"`
 					ByType  map[string]int64 `json:"by_type"`
 					Oldest  float64          `json:"oldest_ready_age_seconds"`
+					// Paused counts the queued tasks each paused type holds.
+					Paused map[string]int64 `json:"paused_by_type"`
 					// Workflows counts workflows by status.
 					Workflows map[string]int64 `json:"workflows_by_state"`
 				}
@@ -289,6 +291,16 @@ task type cache's 2 s); the pause survives restarts. gate types resume NAME ends
 						rows = append(rows, []string{t, strconv.FormatInt(s.ByType[t], 10)})
 					}
 					rc.table([]string{"TYPE", "QUEUED+LEASED"}, rows)
+				}
+				if len(s.Paused) > 0 {
+					// Queued, but offered to no worker until resumed, and
+					// not in the oldest ready task's age.
+					fmt.Fprintln(rc.out)
+					rows = rows[:0]
+					for _, t := range sortedKeys(s.Paused) {
+						rows = append(rows, []string{t, strconv.FormatInt(s.Paused[t], 10)})
+					}
+					rc.table([]string{"PAUSED TYPE", "QUEUED (HELD)"}, rows)
 				}
 				if len(s.Workflows) > 0 {
 					fmt.Fprintln(rc.out)

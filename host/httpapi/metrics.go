@@ -208,8 +208,9 @@ const activeWindow = 60 * time.Second
 var (
 	descByState     = prometheus.NewDesc("asyncgate_tasks_by_state", "Tasks by state.", []string{"state"}, nil)
 	descByType      = prometheus.NewDesc("asyncgate_tasks_by_type", "Queued and leased tasks by task type.", []string{"task_type"}, nil)
-	descQueueDepth  = prometheus.NewDesc("asyncgate_task_queue_depth", "Queued tasks (ready or delayed).", nil, nil)
-	descOldest      = prometheus.NewDesc("asyncgate_oldest_pending_task_age_seconds", "Age of the oldest ready queued task.", nil, nil)
+	descQueueDepth  = prometheus.NewDesc("asyncgate_task_queue_depth", "Queued tasks ready to lease (not scheduled for later, not of a paused type).", nil, nil)
+	descOldest      = prometheus.NewDesc("asyncgate_oldest_pending_task_age_seconds", "Age of the oldest queued task ready to lease (a paused type's are not).", nil, nil)
+	descPaused      = prometheus.NewDesc("asyncgate_tasks_paused", "Queued tasks of a task type whose leasing is paused, by type (every paused type, 0 when it holds none).", []string{"task_type"}, nil)
 	descWorkers     = prometheus.NewDesc("asyncgate_workers_active", "Workers seen in the last minute.", nil, nil)
 	descHeartbeat   = prometheus.NewDesc("asyncgate_worker_heartbeat_age_seconds", "Seconds since each worker was last seen (lease or heartbeat).", []string{"tenant", "worker_id"}, nil)
 	descWorkflows   = prometheus.NewDesc("asyncgate_workflows", "Workflows by state.", []string{"state"}, nil)
@@ -227,7 +228,7 @@ type gaugeCollector struct {
 }
 
 func (g *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descByState, descByType, descQueueDepth, descOldest, descWorkers, descHeartbeat, descWorkflows, descReceipts, descScrapeError} {
+	for _, d := range []*prometheus.Desc{descByState, descByType, descQueueDepth, descOldest, descPaused, descWorkers, descHeartbeat, descWorkflows, descReceipts, descScrapeError} {
 		ch <- d
 	}
 }
@@ -243,8 +244,11 @@ func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 		for tt, n := range qs.ByType {
 			ch <- prometheus.MustNewConstMetric(descByType, prometheus.GaugeValue, float64(n), tt)
 		}
-		ch <- prometheus.MustNewConstMetric(descQueueDepth, prometheus.GaugeValue, float64(qs.ByState["queued"]))
+		ch <- prometheus.MustNewConstMetric(descQueueDepth, prometheus.GaugeValue, float64(qs.ReadyQueued()))
 		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, qs.OldestReadyAge.Seconds())
+		for tt, n := range qs.Paused {
+			ch <- prometheus.MustNewConstMetric(descPaused, prometheus.GaugeValue, float64(n), tt)
+		}
 	} else {
 		failed = 1
 	}

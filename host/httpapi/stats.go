@@ -17,9 +17,17 @@ type StatsResponse struct {
 	ByState map[host.TaskState]int64 `json:"by_state"`
 	// ByType counts queued and leased tasks by task type.
 	ByType map[string]int64 `json:"by_type"`
+	// Ready counts the queued tasks ready to lease: by_state's queued
+	// ones less those of paused types (asyncgate_task_queue_depth).
+	Ready int64 `json:"ready"`
 	// OldestReadyAgeSeconds is the age of the oldest queued task ready to
-	// lease (0 when none waits).
+	// lease (0 when none waits); a task of a paused type is not ready.
 	OldestReadyAgeSeconds float64 `json:"oldest_ready_age_seconds"`
+	// PausedByType lists every task type whose leasing is paused, with
+	// the queued tasks it holds (scheduled ones are counted scheduled):
+	// by_state counts them queued, their status, but no lease is offered
+	// them until the type is resumed.
+	PausedByType map[string]int64 `json:"paused_by_type"`
 	// WorkflowsByState counts workflows by status (running, succeeded,
 	// failed, canceled).
 	WorkflowsByState map[host.WorkflowState]int64 `json:"workflows_by_state"`
@@ -43,8 +51,11 @@ func (s *Server) stats(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := StatsResponse{Tenant: tenant, ByState: qs.ByState, ByType: qs.ByType, OldestReadyAgeSeconds: qs.OldestReadyAge.Seconds(),
-		WorkflowsByState: wfs}
+	out := StatsResponse{Tenant: tenant, ByState: qs.ByState, ByType: qs.ByType, Ready: qs.ReadyQueued(),
+		OldestReadyAgeSeconds: qs.OldestReadyAge.Seconds(), PausedByType: qs.Paused, WorkflowsByState: wfs}
+	if out.PausedByType == nil {
+		out.PausedByType = map[string]int64{}
+	}
 	if out.ByState == nil {
 		out.ByState = map[host.TaskState]int64{}
 	}

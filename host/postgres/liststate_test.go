@@ -129,7 +129,7 @@ func TestReadyReadsSeekTheTypedIndex(t *testing.T) {
 		params, args []string
 	}{
 		{"a claim naming no type", claimAny, []string{"text", "bigint", "bigint"}, []string{"'acme'", "0", "50"}},
-		{"the oldest ready task", oldestReady, []string{"text", "bigint"}, []string{"'acme'", "0"}},
+		{"the oldest ready task", oldestReady, []string{"text", "bigint", "text[]"}, []string{"'acme'", "0", "'{slow}'"}},
 	} {
 		plan := explainGeneric(t, st, c.q, c.params, c.args)
 		text := strings.Join(plan, "\n")

@@ -417,26 +417,52 @@ func (r *reader) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([
 }
 
 // QueueStats implements store.Reader from the counts the writers keep
-// (queue_counts: a few rows per tenant, type and writer), and the oldest
-// ready task from the head of the state index: it never scans the queue.
+// (queue_counts: a few rows per tenant, type and writer), the paused types
+// (task_type_pauses: a row per paused type), and the oldest ready task from
+// the head of the state index: it never scans the queue. The oldest ready
+// task is probed per type, the paused ones left out, so a paused backlog
+// is never walked.
 func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStats, error) {
 	qs := store.QueueStats{ByState: map[host.TaskState]int64{}, ByType: map[string]int64{}}
+	pq := `SELECT tenant, task_type FROM task_type_pauses`
 	q := `SELECT tenant, task_type, state, sum(n)::bigint FROM queue_counts GROUP BY tenant, task_type, state ORDER BY tenant`
 	var a []any
 	if tenant != "" {
+		pq += ` WHERE tenant = $1`
 		q = `SELECT tenant, task_type, state, sum(n)::bigint FROM queue_counts WHERE tenant = $1 GROUP BY tenant, task_type, state`
 		a = append(a, tenant)
 	}
-	var queued []string // tenants with queued tasks
 	err := r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
+		var tn, typ string
+		if err := rows.Scan(&tn, &typ); err != nil {
+			return err
+		}
+		qs.NotePaused(tn, typ)
+		return nil
+	}, pq, a...)
+	if err != nil {
+		return qs, err
+	}
+	type queuedIn struct {
+		tenant string
+		paused []string // the paused types it has queued tasks of
+	}
+	var queued []queuedIn // tenants with queued tasks
+	err = r.ss.query(r.c(ctx), func(rows pgx.Rows) error {
 		var tn, typ, state string
 		var n int64
 		if err := rows.Scan(&tn, &typ, &state, &n); err != nil {
 			return err
 		}
-		qs.AddCount(typ, host.TaskState(state), n)
-		if state == string(host.StateQueued) && n > 0 && (len(queued) == 0 || queued[len(queued)-1] != tn) {
-			queued = append(queued, tn)
+		qs.AddCountIn(tn, typ, host.TaskState(state), n)
+		if state == string(host.StateQueued) && n > 0 {
+			if len(queued) == 0 || queued[len(queued)-1].tenant != tn {
+				queued = append(queued, queuedIn{tenant: tn, paused: []string{}})
+			}
+			if qs.IsPaused(tn, typ) {
+				q := &queued[len(queued)-1]
+				q.paused = append(q.paused, typ)
+			}
 		}
 		return nil
 	}, q, a...)
@@ -444,9 +470,9 @@ func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStat
 		return qs, err
 	}
 	now := time.Now()
-	for _, tn := range queued {
+	for _, q := range queued {
 		var avail int64
-		err := r.ss.queryRow(r.c(ctx), []any{&avail}, oldestReady, tn, us(now))
+		err := r.ss.queryRow(r.c(ctx), []any{&avail}, oldestReady, q.tenant, us(now), q.paused)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue
 		}
@@ -508,6 +534,7 @@ const oldestReady = queuedTypes + `
 SELECT t.available_at FROM ty, generate_series(1, 10) AS p(v), LATERAL (
   SELECT seq, available_at FROM tasks WHERE tenant = $1 AND task_type = ty.name AND state = 'queued' AND priority = p.v AND available_at <= $2
   ORDER BY seq LIMIT 1) t
+WHERE ty.name <> ALL($3::text[])
 ORDER BY t.seq LIMIT 1`
 
 // flushCounts adds the transaction's task state changes to this writer's

@@ -390,21 +390,48 @@ func (r *reader) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([
 }
 
 // QueueStats implements store.Reader from the counts the writer keeps
-// (queue_counts: a few rows per tenant and type), and the oldest ready task
-// from the head of the state index: it never scans the queue.
+// (queue_counts: a few rows per tenant and type), the paused types
+// (task_type_pauses: a row per paused type), and the oldest ready task from
+// the head of the state index: it never scans the queue. A tenant with
+// queued tasks of a paused type has its oldest ready task found per type
+// it has queued tasks of, the paused ones left out (tasks_ready_type), so
+// a paused backlog is never walked.
 func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStats, error) {
 	qs := store.QueueStats{ByState: map[host.TaskState]int64{}, ByType: map[string]int64{}}
-	q := `SELECT tenant, task_type, state, sum(n) FROM queue_counts GROUP BY tenant, task_type, state`
+	pq := `SELECT tenant, task_type FROM task_type_pauses`
+	q := `SELECT tenant, task_type, state, sum(n) FROM queue_counts GROUP BY tenant, task_type, state ORDER BY tenant`
 	args := []any{}
 	if tenant != "" {
+		pq += ` WHERE tenant = ?`
 		q = `SELECT tenant, task_type, state, sum(n) FROM queue_counts WHERE tenant = ? GROUP BY tenant, task_type, state`
 		args = append(args, tenant)
 	}
-	rows, err := r.query(ctx, q, args...)
+	rows, err := r.query(ctx, pq, args...)
 	if err != nil {
 		return qs, err
 	}
-	var queued []string // tenants with queued tasks
+	for rows.Next() {
+		var tn, typ string
+		if err := rows.Scan(&tn, &typ); err != nil {
+			rows.Close()
+			return qs, err
+		}
+		qs.NotePaused(tn, typ)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return qs, err
+	}
+	rows, err = r.query(ctx, q, args...)
+	if err != nil {
+		return qs, err
+	}
+	type queuedIn struct {
+		tenant string
+		types  []string // the types not paused it has queued tasks of
+		paused bool     // it has queued tasks of a paused type
+	}
+	var queued []queuedIn // tenants with queued tasks, in order
 	for rows.Next() {
 		var tn, typ, state string
 		var n int64
@@ -412,9 +439,18 @@ func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStat
 			rows.Close()
 			return qs, err
 		}
-		qs.AddCount(typ, host.TaskState(state), n)
-		if state == string(host.StateQueued) && n > 0 && (len(queued) == 0 || queued[len(queued)-1] != tn) {
-			queued = append(queued, tn)
+		qs.AddCountIn(tn, typ, host.TaskState(state), n)
+		if state != string(host.StateQueued) || n <= 0 {
+			continue
+		}
+		if len(queued) == 0 || queued[len(queued)-1].tenant != tn {
+			queued = append(queued, queuedIn{tenant: tn})
+		}
+		q := &queued[len(queued)-1]
+		if qs.IsPaused(tn, typ) {
+			q.paused = true
+		} else {
+			q.types = append(q.types, typ)
 		}
 	}
 	rows.Close()
@@ -422,17 +458,31 @@ func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStat
 		return qs, err
 	}
 	now := time.Now()
-	for _, tn := range queued {
+	oldest := func(query string, args ...any) error {
 		var avail int64
-		err := r.queryRow(ctx, oldestReady, tn, us(now)).Scan(&avail)
+		err := r.queryRow(ctx, query, args...).Scan(&avail)
 		if errors.Is(err, sql.ErrNoRows) {
-			continue
+			return nil
 		}
 		if err != nil {
-			return qs, err
+			return err
 		}
 		if age := now.Sub(fromUS(avail)); age > qs.OldestReadyAge {
 			qs.OldestReadyAge = age
+		}
+		return nil
+	}
+	for _, q := range queued {
+		if !q.paused {
+			if err := oldest(oldestReady, q.tenant, us(now)); err != nil {
+				return qs, err
+			}
+			continue
+		}
+		for _, typ := range q.types {
+			if err := oldest(oldestReadyOfType, q.tenant, us(now), typ); err != nil {
+				return qs, err
+			}
 		}
 	}
 	return qs, nil
@@ -471,6 +521,12 @@ GROUP BY tenant, task_type`
 const oldestReady = `WITH p(v) AS (VALUES (1),(2),(3),(4),(5),(6),(7),(8),(9),(10))
 SELECT available_at FROM tasks WHERE seq = (SELECT min((SELECT seq FROM tasks INDEXED BY tasks_ready
   WHERE tenant = ?1 AND state = 'queued' AND priority = p.v AND available_at <= ?2 ORDER BY seq LIMIT 1)) FROM p)`
+
+// oldestReadyOfType is oldestReady of one type (?3), through the typed
+// lease index (tasks_ready_type: tenant, type, priority, seq).
+const oldestReadyOfType = `WITH p(v) AS (VALUES (1),(2),(3),(4),(5),(6),(7),(8),(9),(10))
+SELECT available_at FROM tasks WHERE seq = (SELECT min((SELECT seq FROM tasks INDEXED BY tasks_ready_type
+  WHERE tenant = ?1 AND task_type = ?3 AND state = 'queued' AND priority = p.v AND available_at <= ?2 ORDER BY seq LIMIT 1)) FROM p)`
 
 // flushCounts adds the batch's task state changes to queue_counts in one
 // statement.

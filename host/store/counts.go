@@ -70,14 +70,56 @@ func (qs *QueueStats) AddCount(typ string, state host.TaskState, n int64) {
 	qs.addTypeState(typ, state, n)
 }
 
+// NotePaused records that the leasing of tenant's task type typ is paused
+// (a task_type_pauses row): the queued tasks AddCountIn then counts of it
+// are also counted in Paused, which lists typ (0 while it holds none).
+// Drivers call it before they add the counts.
+func (qs *QueueStats) NotePaused(tenant, typ string) {
+	if qs.pausedIn == nil {
+		qs.pausedIn = map[[2]string]bool{}
+	}
+	if qs.Paused == nil {
+		qs.Paused = map[string]int64{}
+	}
+	qs.pausedIn[[2]string{tenant, typ}] = true
+	qs.Paused[typ] += 0
+}
+
+// IsPaused reports whether NotePaused noted tenant's type typ.
+func (qs *QueueStats) IsPaused(tenant, typ string) bool { return qs.pausedIn[[2]string{tenant, typ}] }
+
+// AddCountIn is AddCount for tasks of tenant: queued ones of a type paused
+// there (NotePaused) are counted in Paused too.
+func (qs *QueueStats) AddCountIn(tenant, typ string, state host.TaskState, n int64) {
+	qs.AddCount(typ, state, n)
+	if state == host.StateQueued && qs.IsPaused(tenant, typ) {
+		qs.Paused[typ] += n
+	}
+}
+
+// ReadyQueued is how many queued tasks are ready to lease: those
+// ByState counts queued (scheduled ones already apart) but not the paused
+// ones.
+func (qs *QueueStats) ReadyQueued() int64 {
+	n := qs.ByState[host.StateQueued]
+	for _, p := range qs.Paused {
+		n -= p
+	}
+	return max(n, 0)
+}
+
 // SplitScheduled moves the queued tasks that ScheduledCounts counted from
 // StateQueued to StateScheduled (ByState and ByTypeState; ByType still
-// counts them, as every open task). Only the deltas of qs's tenant belong
-// in ds.
+// counts them, as every open task), and out of Paused: a scheduled task of
+// a paused type is counted scheduled. Only the deltas of qs's tenant
+// belong in ds.
 func (qs *QueueStats) SplitScheduled(ds []CountDelta) {
 	for _, d := range ds {
 		if d.N <= 0 {
 			continue
+		}
+		if qs.IsPaused(d.Tenant, d.Type) {
+			qs.Paused[d.Type] -= d.N
 		}
 		qs.ByState[host.StateQueued] -= d.N
 		qs.ByState[host.StateScheduled] += d.N

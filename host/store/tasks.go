@@ -28,12 +28,14 @@ type TaskReader interface {
 	// ListTasksPaging, ListTasksFilters).
 	ListTasks(ctx context.Context, f TaskFilter) ([]*host.Task, string, error)
 	// QueueStats counts tasks by state and reports the oldest ready queued
-	// task. Its cost must not grow with the number of tasks: drivers keep the
+	// task, leaving out the tasks of paused types, which it counts in
+	// Paused (NotePaused, AddCountIn). Its cost must not grow with the
+	// number of tasks: drivers keep the
 	// counts as the writer changes tasks (CountDelta) instead of scanning.
 	// The counts are exact, never eventual: every committed state change of
 	// every host is in them once (PostgreSQL sums one shard per writer)
 	// (storetest: QueueCountsStayExact, QueueCountsByTypeAndState,
-	// OldestReady; PostgreSQL's TestQueueCountsAcrossHosts).
+	// OldestReady, PausedStats; PostgreSQL's TestQueueCountsAcrossHosts).
 	QueueStats(ctx context.Context, tenant string) (QueueStats, error)
 	// ScheduledCounts counts, by tenant and type, the queued tasks of
 	// tenant ("" for all) not available before now: the tasks every view
@@ -203,9 +205,19 @@ type TaskFilter struct {
 
 // QueueStats is a snapshot of a tenant's queue ("" for all tenants).
 type QueueStats struct {
-	ByState        map[host.TaskState]int64
-	ByType         map[string]int64 // queued and leased tasks by type
-	OldestReadyAge time.Duration    // age of the oldest ready queued task, 0 if none
+	ByState map[host.TaskState]int64
+	ByType  map[string]int64 // queued and leased tasks by type
+	// OldestReadyAge is the age of the oldest queued task ready to lease,
+	// 0 if none: a task of a paused type is not ready, however old.
+	OldestReadyAge time.Duration
+	// Paused counts, by type, the queued tasks of a type whose leasing is
+	// paused in their tenant, not those scheduled for later: ByState
+	// counts them queued (their status), but no lease is offered them.
+	// Every paused type is listed, 0 when it holds no task; nil when no
+	// type is paused.
+	Paused map[string]int64
+	// pausedIn are the (tenant, type) pairs paused (NotePaused).
+	pausedIn map[[2]string]bool
 
 	// Dashboard (issue 12): every state of every type, from the same counters.
 	ByTypeState map[string]map[host.TaskState]int64

@@ -101,7 +101,7 @@ func (u *UI) queues(c echo.Context) (*queuesData, error) {
 	now := u.now()
 	d.Samples = len(ss)
 	d.Rates = computeRates(ss)
-	d.Backlog = plot("Backlog (queued tasks ready to lease)", ss, now, func(s sample) float64 { return float64(s.byState[host.StateQueued]) }, count)
+	d.Backlog = plot("Backlog (queued tasks ready to lease)", ss, now, func(s sample) float64 { return float64(s.ready) }, count)
 	d.Age = plot("Oldest ready task's age", ss, now, func(s sample) float64 { return s.oldest.Seconds() }, seconds)
 	return d, nil
 }

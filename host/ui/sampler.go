@@ -21,6 +21,7 @@ const window = time.Hour
 type sample struct {
 	at      time.Time
 	byState map[host.TaskState]int64
+	ready   int64 // queued tasks ready to lease: not scheduled, not of a paused type
 	oldest  time.Duration
 }
 
@@ -116,7 +117,7 @@ func (s *sampler) take(ctx context.Context, tenant string) {
 	if err != nil {
 		return // a gap in the plot; the next tick tries again
 	}
-	smp := sample{at: s.now(), byState: qs.ByState, oldest: qs.OldestReadyAge}
+	smp := sample{at: s.now(), byState: qs.ByState, ready: qs.ReadyQueued(), oldest: qs.OldestReadyAge}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.rings[tenant]

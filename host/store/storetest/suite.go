@@ -68,6 +68,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"RowsWithinOneUpdate", testRowsWithinOneUpdate}, {"ClashWithCommittedRow", testClashWithCommittedRow}, {"OldestReady", testOldestReady}, // writebehind.go, oldestready.go
 		{"EnqueueBudget", testEnqueueBudget},                         // enqueuebudget.go
 		{"QueueCountsByTypeAndState", testQueueCountsByTypeAndState}, // typestate.go
+		{"PausedStats", testPausedStats},                             // pausedstats.go
 		{"UpdateWritesEachField", testUpdateWritesEachField},         // taskupdate.go
 		{"UpdateWritesTheTaskGiven", testUpdateWritesTheTaskGiven},   // taskupdate.go
 		{"InsertWritesEveryField", testInsertWritesEveryField},       // taskupdate.go
