@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/sdk/client"
 )
 
@@ -103,12 +104,10 @@ run_once (one task for the latest) or run_all (each, up to --missed-cap).`,
 			run: func(rc *remoteCtx, args []string) error {
 				ns := client.NewSchedule{Name: args[0], Cron: cronExpr, Timezone: zone, MissedPolicy: policy, MissedCap: missedCap, Paused: paused,
 					Template: client.ScheduleTemplate{TaskType: args[1], Priority: priority, Recipient: recipient, Summary: summary}}
-				if every > 0 {
-					if every%time.Second != 0 {
-						return exitErr{exitUsage, "--every must be a whole number of seconds"}
-					}
-					ns.IntervalSeconds = int64(every / time.Second)
+				if err := checkScheduleFlags(every, maxRetries, grace, missedCap); err != nil {
+					return err
 				}
+				ns.IntervalSeconds = int64(every / time.Second)
 				if grace >= 0 {
 					ns.GraceSeconds = &grace
 				}
@@ -258,10 +257,10 @@ fire queues (the rest of the template stays as it is).`,
 				if zone != "" {
 					ch.Timezone = &zone
 				}
+				if err := checkScheduleFlags(every, maxRetries, grace, missedCap); err != nil {
+					return err
+				}
 				if every != 0 {
-					if every < 0 || every%time.Second != 0 {
-						return exitErr{exitUsage, "--every must be a positive whole number of seconds"}
-					}
 					n := int64(every / time.Second)
 					ch.IntervalSeconds = &n
 				}
@@ -364,4 +363,25 @@ func scheduleReceiptNote(body json.RawMessage) string {
 		parts = append(parts, "changed "+strings.Join(b.Changed, ", "))
 	}
 	return clip(strings.Join(parts, "; "), 120)
+}
+
+// checkScheduleFlags refuses, as bad usage, the values of gate schedules
+// create's and update's flags that would not reach the gate as given: an
+// --every that is not a whole number of seconds in the gate's range
+// (interval_seconds 1..31622400; a negative one was sent as none), a
+// --max-retries or --grace below -1 (their "not given"), a negative
+// --missed-cap (0: not given).
+func checkScheduleFlags(every time.Duration, maxRetries, grace, missedCap int) error {
+	switch {
+	case every != 0 && (every%time.Second != 0 || every < host.MinScheduleInterval*time.Second || every > host.MaxScheduleInterval*time.Second):
+		return exitErr{exitUsage, fmt.Sprintf("--every must be a whole number of seconds from %ds to %ds (interval_seconds %d..%d), got %s",
+			host.MinScheduleInterval, host.MaxScheduleInterval, host.MinScheduleInterval, host.MaxScheduleInterval, every)}
+	case maxRetries < -1:
+		return exitErr{exitUsage, fmt.Sprintf("--max-retries must be 0 or more (-1: not given), got %d", maxRetries)}
+	case grace < -1:
+		return exitErr{exitUsage, fmt.Sprintf("--grace must be 0 or more seconds (-1: not given), got %d", grace)}
+	case missedCap < 0:
+		return exitErr{exitUsage, fmt.Sprintf("--missed-cap must be 1..%d (0: not given), got %d", host.MaxMissedCap, missedCap)}
+	}
+	return nil
 }

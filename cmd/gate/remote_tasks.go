@@ -58,6 +58,9 @@ output and exit status (--json then prints only the finished task).`,
 				fs.StringVar(&progress, "progress", "auto", "with --wait: auto (a bar on a terminal), bar, plain or none")
 			},
 			run: func(rc *remoteCtx, args []string) error {
+				if err := checkCreateFlags(delay, maxRetries, waitFor, interval); err != nil {
+					return err
+				}
 				body := map[string]any{"task_type": args[0]}
 				if params != "" {
 					p, err := readJSONArg(params, os.Stdin)
@@ -267,6 +270,24 @@ func printTask(rc *remoteCtx, t *client.Task) {
 }
 
 // waitTask polls a task until it ends, drawing its progress.
+// checkCreateFlags refuses, as bad usage, the values of gate tasks
+// create's flags that the gate would never see: a negative --delay (which
+// would otherwise be sent as no delay), a --max-retries below -1 (the
+// type's default), and a negative --for or a --interval not above 0.
+func checkCreateFlags(delay time.Duration, maxRetries int, waitFor, interval time.Duration) error {
+	switch {
+	case delay < 0:
+		return exitErr{exitUsage, fmt.Sprintf("--delay must be 0s..31622400s (delay_seconds 0..31622400), got %s", delay)}
+	case maxRetries < -1:
+		return exitErr{exitUsage, fmt.Sprintf("--max-retries must be 0 or more (-1: the task type's default), got %d", maxRetries)}
+	case waitFor < 0:
+		return exitErr{exitUsage, fmt.Sprintf("--for must be 0 or more (0: wait until the task ends), got %s", waitFor)}
+	case interval <= 0:
+		return exitErr{exitUsage, fmt.Sprintf("--interval must be more than 0, got %s", interval)}
+	}
+	return nil
+}
+
 func waitTask(rc *remoteCtx, id string, waitFor, interval time.Duration, mode string) error {
 	switch mode {
 	case "auto":

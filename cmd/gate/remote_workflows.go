@@ -30,7 +30,8 @@ func init() {
    "final_step": "b"}
 A step also takes delay_seconds, not_before and resource_intents, as
 POST /v1/tasks does (a delay counts from the submission).
---idempotency-key and --final-step override the JSON's. Prints the workflow's
+--idempotency-key and --final-step give what the JSON leaves out (a JSON
+naming another value is refused). Prints the workflow's
 id and each step's task id (--json: the gate's answer).`,
 			flags: func(fs *flag.FlagSet) {
 				fs.StringVar(&idemKey, "idempotency-key", "", "a repeat with the same key answers the first workflow")
@@ -45,12 +46,20 @@ id and each step's task id (--json: the gate's answer).`,
 				if err := json.Unmarshal(raw, &body); err != nil {
 					return exitErr{exitUsage, "workflow: want a JSON object: " + err.Error()}
 				}
-				if idemKey != "" {
-					body["idempotency_key"] = idemKey
+				// A flag gives what the JSON left out, or repeats it; two
+				// different values are refused, not one silently chosen.
+				for _, f := range []struct{ flag, field, value string }{
+					{"--idempotency-key", "idempotency_key", idemKey}, {"--final-step", "final_step", final}} {
+					if f.value == "" {
+						continue
+					}
+					if inJSON, ok := body[f.field]; ok && inJSON != nil && inJSON != "" && inJSON != f.value {
+						return exitErr{exitUsage, fmt.Sprintf("%s %q differs from the workflow's %s %s: give one of them, or the same",
+							f.flag, f.value, f.field, jsonText(inJSON))}
+					}
+					body[f.field] = f.value
 				}
-				if final != "" {
-					body["final_step"] = final
-				}
+				key, _ := body["idempotency_key"].(string)
 				var ans json.RawMessage
 				if err := rc.call("POST", "/v1/workflows", body, &ans); err != nil {
 					return err
@@ -64,7 +73,7 @@ id and each step's task id (--json: the gate's answer).`,
 				}
 				head := sub.WorkflowID + " " + sub.Status
 				if sub.IsDuplicate {
-					head += fmt.Sprintf(" (the workflow of idempotency key %q, submitted before)", idemKey)
+					head += fmt.Sprintf(" (the workflow of idempotency key %q, submitted before)", key)
 				}
 				fmt.Fprintln(rc.out, head)
 				var rows [][]string
@@ -185,4 +194,13 @@ id and each step's task id (--json: the gate's answer).`,
 				return nil
 			}},
 	}})
+}
+
+// jsonText is v as JSON, for a message that quotes a value of a JSON body.
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
 }
