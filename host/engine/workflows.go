@@ -629,8 +629,10 @@ func (e *Engine) ListWorkflows(ctx context.Context, actor Actor, f store.Workflo
 	if actor.Role != RoleAdmin {
 		f.CreatedBy = actor.Principal
 	}
-	if f.State != "" && !f.State.Valid() {
-		return nil, "", host.Errorf(host.CodeBadRequest, "status must be running, succeeded, failed, canceled or archived, got %q", f.State)
+	for _, st := range f.AllStates() {
+		if !st.Valid() {
+			return nil, "", host.Errorf(host.CodeBadRequest, "status must be running, succeeded, failed, canceled or archived (or a comma list of them), got %q", st)
+		}
 	}
 	if f.Limit <= 0 || f.Limit > 500 {
 		f.Limit = 100

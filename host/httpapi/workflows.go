@@ -66,7 +66,10 @@ func (s *Server) listWorkflows(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	f := store.WorkflowFilter{State: host.WorkflowState(c.QueryParam("status")), Cursor: c.QueryParam("cursor"), Limit: limit}
+	f := store.WorkflowFilter{Cursor: c.QueryParam("cursor"), Limit: limit}
+	for _, st := range splitList(c, "status") { // a comma list, as GET /v1/tasks takes
+		f.States = append(f.States, host.WorkflowState(st))
+	}
 	wfs, cur, err := s.eng.ListWorkflows(c.Request().Context(), ActorOf(c), f)
 	if err != nil {
 		return err

@@ -41,6 +41,18 @@ func TestWorkflowRoutes(t *testing.T) {
 	if wfs, _ := m["workflows"].([]any); code != 200 || len(wfs) != 1 {
 		t.Fatalf("list: %d %v", code, m)
 	}
+	// A comma list of states, or the parameter repeated, as GET /v1/tasks
+	// takes them; a state it does not know is 400 in a list too.
+	for _, q := range []string{"status=running,succeeded", "status=succeeded&status=running", "status=failed,canceled"} {
+		code, m = b.do(t, "GET", "/v1/workflows?"+q, b.agent, "")
+		wfs, _ := m["workflows"].([]any)
+		if want := map[bool]int{true: 0, false: 1}[strings.HasPrefix(q, "status=failed")]; code != 200 || len(wfs) != want {
+			t.Fatalf("list ?%s: %d %v, want %d", q, code, m, want)
+		}
+	}
+	if code, m := b.do(t, "GET", "/v1/workflows?status=running,nope", b.agent, ""); code != 400 || m["error"] != "bad_request" {
+		t.Fatalf("list ?status=running,nope: %d %v", code, m)
+	}
 	// Another agent: the same answer as for an unknown id, and nothing listed.
 	for _, path := range []string{"/v1/workflows/" + id, "/v1/workflows/WF-unknown"} {
 		code, m := b.do(t, "GET", path, other, "")

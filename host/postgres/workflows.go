@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -98,8 +99,12 @@ func (r *reader) ListWorkflows(ctx context.Context, f store.WorkflowFilter) ([]*
 	if f.CreatedBy != "" {
 		q += ` AND created_by = ` + a.add(f.CreatedBy)
 	}
-	if f.State != "" {
-		q += ` AND state = ` + a.add(string(f.State))
+	if states := f.AllStates(); len(states) > 0 {
+		in := make([]string, len(states))
+		for i, st := range states {
+			in[i] = a.add(string(st))
+		}
+		q += ` AND state IN (` + strings.Join(in, ", ") + `)`
 	}
 	if f.Cursor != "" {
 		q += ` AND id < ` + a.add(f.Cursor)

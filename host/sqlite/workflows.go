@@ -87,9 +87,11 @@ func (r *reader) ListWorkflows(ctx context.Context, f store.WorkflowFilter) ([]*
 		q += ` AND created_by = ?`
 		args = append(args, f.CreatedBy)
 	}
-	if f.State != "" {
-		q += ` AND state = ?`
-		args = append(args, string(f.State))
+	if states := f.AllStates(); len(states) > 0 {
+		q += ` AND state IN (` + strings.TrimSuffix(strings.Repeat("?,", len(states)), ",") + `)`
+		for _, st := range states {
+			args = append(args, string(st))
+		}
 	}
 	if f.Cursor != "" {
 		q += ` AND id < ?`

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 
 	"github.com/asyncgate/asyncgate/host"
 )
@@ -47,8 +48,23 @@ type WorkflowFilter struct {
 	Tenant string
 	// CreatedBy, when set, keeps only that principal's workflows.
 	CreatedBy string
-	State     host.WorkflowState
+	// State, when set, keeps only workflows in that state; States, when
+	// set, only those in one of them (both: in either).
+	State  host.WorkflowState
+	States []host.WorkflowState
 	// Cursor is the id of the last workflow of the previous page.
 	Cursor string
 	Limit  int
+}
+
+// AllStates is the states f keeps (State and States), each once; none
+// keeps every state.
+func (f WorkflowFilter) AllStates() []host.WorkflowState {
+	var out []host.WorkflowState
+	for _, st := range append([]host.WorkflowState{f.State}, f.States...) {
+		if st != "" && !slices.Contains(out, st) {
+			out = append(out, st)
+		}
+	}
+	return out
 }

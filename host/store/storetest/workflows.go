@@ -42,6 +42,7 @@ func workflowCases() []struct {
 		{"WorkflowHammer", testWorkflowHammer},
 		{"WorkflowEndIsFenced", testWorkflowEndFenced},
 		{"WorkflowCountsByState", testWorkflowCounts},
+		{"WorkflowListStates", testWorkflowListStates},                   // workflowcounts.go
 		{"WorkflowStepDelayed", testWorkflowStepDelayed},                 // workflowstart.go
 		{"WorkflowStepNotBefore", testWorkflowStepNotBefore},             // workflowstart.go
 		{"WorkflowStepResources", testWorkflowStepResources},             // workflowstart.go
