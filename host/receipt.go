@@ -27,6 +27,12 @@ const (
 	ReceiptEscalated      ReceiptType = "task.escalated"       // lease expired, retries exhausted, policy fault
 	ReceiptReleased       ReceiptType = "task.released"        // a worker gave the task back
 	ReceiptSnoozed        ReceiptType = "task.snoozed"         // a worker gave the task back until a later time, no attempt used
+	// ReceiptCancelRequested records, when it is asked, a principal's
+	// cancel of a leased task: from the principal who asked to the worker
+	// holding the lease, with the reason. Informational (it opens and
+	// discharges nothing): the task.canceled that ends the lease names it
+	// among its parents and repeats who asked and why.
+	ReceiptCancelRequested ReceiptType = "task.cancel_requested"
 
 	// Email (send_email): the gate owes the sender a delivery from the
 	// moment it queues one until the mail server took it or refused it.
@@ -70,7 +76,7 @@ var terminators = map[ReceiptType][]ReceiptType{
 var knownReceiptTypes = map[ReceiptType]bool{
 	ReceiptAssigned: true, ReceiptAccepted: true, ReceiptProgress: true, ReceiptCompleted: true,
 	ReceiptFailed: true, ReceiptCanceled: true, ReceiptRetryScheduled: true, ReceiptEscalated: true,
-	ReceiptReleased: true, ReceiptSnoozed: true,
+	ReceiptReleased: true, ReceiptSnoozed: true, ReceiptCancelRequested: true,
 	ReceiptEmailQueued: true, ReceiptEmailSent: true, ReceiptEmailFailed: true,
 	ReceiptWorkflowSubmitted: true, ReceiptWorkflowCompleted: true, ReceiptWorkflowFailed: true, ReceiptWorkflowCanceled: true,
 	ReceiptScheduleCreated: true, ReceiptSchedulePaused: true, ReceiptScheduleResumed: true, ReceiptScheduleUpdated: true,

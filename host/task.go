@@ -147,6 +147,16 @@ type Task struct {
 	// AcceptReceipt is the task.accepted receipt of the current attempt.
 	AcceptReceipt   string `json:"accept_receipt_id,omitempty"`
 	CancelRequested bool   `json:"cancel_requested"`
+	// CancelRequestedBy and CancelReason say who asked for the task's
+	// cancel and why, as the ledger recorded it when they asked (the
+	// task.cancel_requested receipt of a leased task, the task.canceled
+	// of one canceled at once; the gate, asyncgate, for a dependency's
+	// end). Filled by a read of one task (GET /v1/tasks/{id},
+	// check_task_status) while its cancel is requested or once it is
+	// canceled; absent in lists, and for a cancel a gate recorded before
+	// it kept them so.
+	CancelRequestedBy string `json:"cancel_requested_by,omitempty"`
+	CancelReason      string `json:"cancel_reason,omitempty"`
 
 	Attempts      int `json:"attempts"`       // failures so far (each failure uses one)
 	MaxRetries    int `json:"max_retries"`    // failures allowed before dead letter

@@ -48,8 +48,8 @@ type TimelineEvent struct {
 }
 
 // Note is the part of an event's details worth a line of a table: a
-// progress report's percent and message; else its error, reasons, summary
-// or outcome, how long the lease was held, and when the task is offered
+// progress report's percent and message; else its error, reasons, who
+// asked for a cancel (when not the receipt's sender), summary or outcome, how long the lease was held, and when the task is offered
 // again.
 func (ev TimelineEvent) Note() string {
 	var d map[string]any
@@ -70,8 +70,15 @@ func (ev TimelineEvent) Note() string {
 		}
 		return strings.Join(parts, " ")
 	}
-	for _, k := range []string{"error_message", "dead_reason", "escalation_reason", "reason", "summary", "outcome"} {
-		if v := str(k); v != "" {
+	for _, k := range []string{"error_message", "dead_reason", "escalation_reason", "reason", "canceled_by", "summary", "outcome"} {
+		v := str(k)
+		if k == "canceled_by" && v == ev.From {
+			continue // the row names its sender already
+		}
+		if k == "canceled_by" && v != "" {
+			v = "canceled by " + v // who asked, when another ended the lease
+		}
+		if v != "" {
 			parts = append(parts, v)
 		}
 	}

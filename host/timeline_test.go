@@ -22,6 +22,12 @@ func TestTimelineNotes(t *testing.T) {
 		{TimelineEvent{Type: "task.assigned", Time: at, Details: json.RawMessage(`{"available_at":"2026-01-04T15:30:00Z"}`)}, ""},
 		{TimelineEvent{Type: "task.assigned", Time: at, Details: json.RawMessage(`{"task_summary":"later","available_at":"2026-01-04T16:00:00Z"}`)},
 			"not before 2026-01-04T16:00:00Z"},
+		{TimelineEvent{Type: "task.cancel_requested", From: "agent.a", Details: json.RawMessage(`{"reason":"not needed","requested_by":"agent.a","lease_id":"l"}`)},
+			"not needed"},
+		{TimelineEvent{Type: "task.canceled", From: "w.1", Details: json.RawMessage(`{"error_message":"stopped","reason":"not needed","canceled_by":"agent.a"}`)},
+			"stopped · not needed · canceled by agent.a"},
+		{TimelineEvent{Type: "task.canceled", From: "agent.a", Details: json.RawMessage(`{"reason":"not needed","canceled_by":"agent.a"}`)},
+			"not needed"},
 		{TimelineEvent{Type: "task.snoozed", Details: json.RawMessage(`{"snooze_seconds":60,"available_at":"2026-01-04T15:30:00Z"}`)},
 			"offered again 2026-01-04T15:30:00Z"},
 	} {

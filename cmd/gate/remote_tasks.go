@@ -254,7 +254,7 @@ func printTask(rc *remoteCtx, t *client.Task) {
 		{"priority", strconv.Itoa(t.Priority)}, {"created by", t.CreatedBy}, {"recipient", t.Recipient}, {"tenant", t.Tenant},
 		{"created", fmtTime(&t.CreatedAt)}, {"available", fmtTime(&t.AvailableAt)}, {"started", fmtTime(t.StartedAt)},
 		{"completed", fmtTime(t.CompletedAt)}, {"worker", t.WorkerID}, {"lease expires", fmtTime(t.LeaseExpiresAt)},
-		{"progress", prog}, {"cancel requested", cancel},
+		{"progress", prog}, {"cancel requested", cancel}, {"cancel asked by", t.CancelRequestedBy}, {"cancel reason", t.CancelReason},
 		{"failures", fmt.Sprintf("%d (retries allowed: %d)", t.Attempts, t.MaxRetries)}, {"leases", strconv.Itoa(t.LeaseCount)},
 		{"error", t.ErrorMessage}, {"dead reason", t.DeadReason}, {"idempotency key", t.IdempotencyKey},
 		{"assign receipt", t.AssignReceiptID},

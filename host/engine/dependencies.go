@@ -281,7 +281,8 @@ func (d *deliveryTx) settleWaiters(ctx context.Context, dep finished) error {
 			parents, types := taskParents(w)
 			r := &host.Receipt{Type: host.ReceiptCanceled, From: GatePrincipal, Parents: parents,
 				Body: mustJSON(map[string]any{"reason": reason, "canceled_by": GatePrincipal,
-					"dependency": dep.id, "dependency_status": state, "after_rule": tally.Rule})}
+					"dependency": dep.id, "dependency_status": state, "after_rule": tally.Rule}),
+				DedupeKey: cancelDedupe(w.ID)}
 			fillTaskReceipt(r, w, "", now)
 			w.State, w.CompletedAt, w.UpdatedAt = host.StateCanceled, ptr(now), now
 			w.LastError = reason

@@ -54,7 +54,11 @@ func (e *Engine) sweepBatch(ctx context.Context, limit int) (int, error) {
 			switch {
 			case t.CancelRequested:
 				parents, _ := taskParents(t)
-				rs = append(rs, &host.Receipt{Type: host.ReceiptCanceled, Parents: parents, Body: mustJSON(map[string]any{"reason": "cancel_requested", "lease_id": leaseID})})
+				body := map[string]any{"lease_id": leaseID}
+				if parents, err = endCanceled(ctx, tx, t, body, parents); err != nil {
+					return err
+				}
+				rs = append(rs, &host.Receipt{Type: host.ReceiptCanceled, Parents: parents, Body: mustJSON(body)})
 				clearLease(t)
 				t.State, t.CompletedAt = host.StateCanceled, ptr(now)
 				events = append(events, Event{Kind: EvCanceled, Tenant: t.Tenant, TaskType: t.Type})

@@ -79,7 +79,7 @@ func (e *Engine) Fail(ctx context.Context, req FailRequest) (*FailResult, error)
 		// The store may run this again (a batch rerun): nothing of a run
 		// that did not commit may reach the answer or the events.
 		reset: func() { *out, dead, rsReleased, rsExpired = FailResult{}, false, 0, 0 },
-		build: func(_ store.Tx, t *host.Task) (*leaseWrite, error) {
+		build: func(tx store.Tx, t *host.Task) (*leaseWrite, error) {
 			leasedAt = *t.LeasedAt
 			ref := refOf(t)
 			att := host.OpenAttempt(t)
@@ -97,9 +97,15 @@ func (e *Engine) Fail(ctx context.Context, req FailRequest) (*FailResult, error)
 			var rtypes map[string]host.ReceiptType
 			switch {
 			case t.CancelRequested:
+				// The worker's error is its attempt's (kept in the
+				// attempt and the receipt); the task's is the cancel's
+				// reason (endCanceled).
 				parents, types := taskParents(t)
 				rtypes = types
-				body["reason"] = "cancel_requested"
+				parents, err := endCanceled(ctx, tx, t, body, parents)
+				if err != nil {
+					return nil, err
+				}
 				rs = append(rs, &host.Receipt{Type: host.ReceiptCanceled, From: t.WorkerID, Parents: parents, Body: mustJSON(body)})
 				clearLease(t)
 				t.State, t.CompletedAt = host.StateCanceled, ptr(now)

@@ -57,7 +57,11 @@ func (e *Engine) getTask(ctx context.Context, actor Actor, id string, edges bool
 			t.After = append(t.After, d.DependsOn)
 			t.AfterRule = d.Rule
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		// Who asked for its cancel and why, from the receipt that recorded it.
+		return fillCancel(ctx, r, t)
 	})
 	if err != nil {
 		return nil, err

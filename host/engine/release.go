@@ -94,7 +94,7 @@ func (e *Engine) giveBack(ctx context.Context, c WorkerCall, reason string, dela
 			}
 			return nil // idempotent: the caller's own lease, already ended; say nothing of the task
 		},
-		build: func(_ store.Tx, t *host.Task) (*leaseWrite, error) {
+		build: func(tx store.Tx, t *host.Task) (*leaseWrite, error) {
 			ref, att := refOf(t), host.OpenAttempt(t)
 			from := t.WorkerID
 			if c.By != "" {
@@ -107,7 +107,12 @@ func (e *Engine) giveBack(ctx context.Context, c WorkerCall, reason string, dela
 			}
 			if t.CancelRequested {
 				parents, types := taskParents(t)
-				r := &host.Receipt{Type: host.ReceiptCanceled, From: from, Parents: parents, Body: mustJSON(map[string]any{"reason": "cancel_requested", "lease_id": t.LeaseID})}
+				body := map[string]any{"lease_id": t.LeaseID}
+				parents, err := endCanceled(ctx, tx, t, body, parents)
+				if err != nil {
+					return nil, err
+				}
+				r := &host.Receipt{Type: host.ReceiptCanceled, From: from, Parents: parents, Body: mustJSON(body)}
 				fillTaskReceipt(r, t, t.LeaseID, now)
 				clearLease(t)
 				t.State, t.CompletedAt, t.UpdatedAt = host.StateCanceled, ptr(now), now

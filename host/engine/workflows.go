@@ -730,7 +730,8 @@ func (e *Engine) CancelWorkflow(ctx context.Context, actor Actor, id, reason str
 }
 
 // cancelSteps cancels wf's unfinished steps in tx: a waiting or queued one
-// at once (task.canceled from by), a leased one flagged. It locks them in
+// at once (task.canceled from by), a leased one flagged (task.cancel_requested
+// from by to its worker). It locks them in
 // task id order, the order in which a dependency's end locks its waiters.
 // steps are wf's steps as tx read them, or nil for cancelSteps to read
 // them.
@@ -757,7 +758,8 @@ func (e *Engine) cancelSteps(ctx context.Context, tx store.Tx, wf *host.Workflow
 			fence := store.Fence{State: t.State}
 			parents, types := taskParents(t)
 			r := &host.Receipt{Type: host.ReceiptCanceled, From: by, Parents: parents,
-				Body: mustJSON(map[string]any{"reason": reason, "canceled_by": by, "workflow_id": wf.ID, "step": s.Name})}
+				Body:      mustJSON(map[string]any{"reason": reason, "canceled_by": by, "workflow_id": wf.ID, "step": s.Name}),
+				DedupeKey: cancelDedupe(t.ID)}
 			fillTaskReceipt(r, t, "", now)
 			t.State, t.CompletedAt, t.UpdatedAt, t.LastError = host.StateCanceled, ptr(now), now, reason
 			if err := tx.UpdateTask(ctx, t, fence); err != nil {
@@ -776,6 +778,10 @@ func (e *Engine) cancelSteps(ctx context.Context, tx store.Tx, wf *host.Workflow
 			fence := store.Fence{State: host.StateLeased, LeaseID: t.LeaseID}
 			t.CancelRequested, t.UpdatedAt = true, now
 			if err := tx.UpdateTask(ctx, t, fence); err != nil {
+				return err
+			}
+			r := cancelRequest(t, by, reason, map[string]any{"workflow_id": wf.ID, "step": s.Name}, now)
+			if err := appendReceipt(ctx, tx, r, nil); err != nil {
 				return err
 			}
 		}

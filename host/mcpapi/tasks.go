@@ -282,7 +282,8 @@ func mapStatus(t *host.Task) (mcp.TaskStatus, string) {
 	if t.State == host.StateArchived {
 		// Past its retention: the MCP task keeps how it ended.
 		as := host.FinishedAs(t)
-		st, msg := mapStatus(&host.Task{State: as, WorkerID: t.WorkerID, Result: t.Result, DeadReason: t.DeadReason, LastError: t.LastError})
+		st, msg := mapStatus(&host.Task{State: as, WorkerID: t.WorkerID, Result: t.Result, DeadReason: t.DeadReason, LastError: t.LastError,
+			CancelRequestedBy: t.CancelRequestedBy, CancelReason: t.CancelReason})
 		return st, msg + " (archived)"
 	}
 	switch t.State {
@@ -293,7 +294,7 @@ func mapStatus(t *host.Task) (mcp.TaskStatus, string) {
 		}
 		return mcp.TaskStatusCompleted, msg
 	case host.StateCanceled:
-		return mcp.TaskStatusCancelled, "canceled"
+		return mcp.TaskStatusCancelled, "canceled" + askedBy(t)
 	case host.StateDeadLetter:
 		msg := "failed"
 		if t.DeadReason != "" {
@@ -318,9 +319,28 @@ func mapStatus(t *host.Task) (mcp.TaskStatus, string) {
 		msg += ": " + workerWords(t.WorkerID, t.ProgressMessage)
 	}
 	if t.CancelRequested {
-		msg += " (cancellation requested)"
+		msg += " (cancellation requested" + askedBy(t) + ")"
 	}
 	return mcp.TaskStatusWorking, msg
+}
+
+// askedBy is who asked for t's cancel and why, when a read of the task
+// filled them: " by agent.a: agent.a wrote: "…"", the reason quoted as
+// the words of the principal who gave it (the gate's own, such as a
+// dependency's end, unquoted).
+func askedBy(t *host.Task) string {
+	if t.CancelRequestedBy == "" {
+		return ""
+	}
+	s := " by " + t.CancelRequestedBy
+	switch {
+	case t.CancelReason == "":
+	case t.CancelRequestedBy == engine.GatePrincipal:
+		s += ": " + t.CancelReason
+	default:
+		s += ": " + engine.Words(t.CancelRequestedBy, t.CancelReason)
+	}
+	return s
 }
 
 // mcpTask is t as an MCP task. Gate tasks do not expire (ttl null); poll is

@@ -220,7 +220,7 @@ Use it when check_task_status shows a long-running task and you want to see how 
 		anyRole, s.getTaskProgress)
 
 	s.add(tool("cancel_task", "Cancel a task",
-		`Cancel a task you no longer need. A queued task is canceled at once (status canceled, a task.canceled receipt discharges its obligation). A task a worker is running gets cancel_requested true and stops at the worker's next heartbeat.
+		`Cancel a task you no longer need. A queued task is canceled at once (status canceled, a task.canceled receipt discharges its obligation). A task a worker is running gets cancel_requested true (a task.cancel_requested receipt to its worker records that you asked and why) and stops at the worker's next heartbeat.
 Canceling twice is harmless; canceling a task that already succeeded or failed is a conflict error.`,
 		returns[host.Task](), writes(true, true), props(taskIDArg,
 			mcp.WithString("reason", mcp.MaxLength(1000), mcp.Description("Why, for the ledger (optional).")))),

@@ -427,17 +427,22 @@ type Task struct {
 	WorkerID        string          `json:"worker_id,omitempty"`
 	LeaseExpiresAt  *time.Time      `json:"lease_expires_at,omitempty"`
 	CancelRequested bool            `json:"cancel_requested"`
-	Attempts        int             `json:"attempts"`
-	MaxRetries      int             `json:"max_retries"`
-	LeaseCount      int             `json:"lease_count"`
-	StartedAt       *time.Time      `json:"started_at,omitempty"`
-	CompletedAt     *time.Time      `json:"completed_at,omitempty"`
-	ProgressPercent *float64        `json:"progress_percent,omitempty"`
-	ProgressMessage string          `json:"progress_message,omitempty"`
-	Result          *TaskResult     `json:"result,omitempty"`
-	ErrorMessage    string          `json:"error_message,omitempty"`
-	DeadReason      string          `json:"dead_reason,omitempty"`
-	AssignReceiptID string          `json:"assign_receipt_id"`
+	// CancelRequestedBy and CancelReason are who asked for the task's
+	// cancel and why, while it is requested or once the task is canceled
+	// (Status shows them; lists do not).
+	CancelRequestedBy string      `json:"cancel_requested_by,omitempty"`
+	CancelReason      string      `json:"cancel_reason,omitempty"`
+	Attempts          int         `json:"attempts"`
+	MaxRetries        int         `json:"max_retries"`
+	LeaseCount        int         `json:"lease_count"`
+	StartedAt         *time.Time  `json:"started_at,omitempty"`
+	CompletedAt       *time.Time  `json:"completed_at,omitempty"`
+	ProgressPercent   *float64    `json:"progress_percent,omitempty"`
+	ProgressMessage   string      `json:"progress_message,omitempty"`
+	Result            *TaskResult `json:"result,omitempty"`
+	ErrorMessage      string      `json:"error_message,omitempty"`
+	DeadReason        string      `json:"dead_reason,omitempty"`
+	AssignReceiptID   string      `json:"assign_receipt_id"`
 	// ResourceIntents are the resources the task runs under (its type's
 	// and its enqueue's, normalized), fixed at enqueue.
 	ResourceIntents []ResourceIntent `json:"resource_intents,omitempty"`

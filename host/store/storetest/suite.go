@@ -75,8 +75,9 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"ProbeReadsAndCommits", testProbe},                          // probe.go
 		{"UpdatesFailingAloneAreNoRefusedCommit", testRefusedCommit}, // probe.go
 		{"ResourceLeaseUpdateIsFenced", testResourceLeaseUpdateIsFenced},
-		{"AttemptsHistory", testAttemptsHistory},       // attempts.go
-		{"EnqueueKeepsTraceContext", testTraceContext}, // tracecontext.go
+		{"AttemptsHistory", testAttemptsHistory},             // attempts.go
+		{"CancelRecordsWhoAsked", testCancelRecordsWhoAsked}, // cancelask.go
+		{"EnqueueKeepsTraceContext", testTraceContext},       // tracecontext.go
 	}
 	cases = append(cases, dependencyCases()...) // dependencies.go
 	cases = append(cases, workflowCases()...)   // workflows.go

@@ -304,6 +304,12 @@ func testWorkflowCancel(t *testing.T, b *Bundle) {
 			if tk := b.Task(t, s.TaskID); tk.State != host.StateLeased || !tk.CancelRequested {
 				t.Fatalf("leased step is %s, cancel requested %v", tk.State, tk.CancelRequested)
 			}
+			// Who asked, why and for which workflow, told to its worker.
+			req := b.lastOf(t, s.TaskID, host.ReceiptCancelRequested)
+			if rb := b.receiptBody(t, req.ID); req.From != b.Agent.Principal || req.To != "w.1" || rb["reason"] != "changed my mind" ||
+				rb["workflow_id"] != res.WorkflowID || rb["step"] != s.Name {
+				t.Fatalf("the leased step's cancel request: %+v %s", req, req.Body)
+			}
 			continue
 		}
 		if s.Status != host.StateCanceled {
@@ -350,7 +356,7 @@ func testWorkflowCancelLeasedFinal(t *testing.T, b *Bundle) {
 // ends the workflow canceled, as canceling the workflow would, not failed
 // with the gate named as the author of the submitter's own act, and makes
 // no inbox item; likewise when the final step was leased and its worker
-// answers the cancel.
+// answers the cancel (its end names who asked then too).
 func testWorkflowFinalStepCanceledAsTask(t *testing.T, b *Bundle) {
 	res := b.submit(t, "cancel the end", step("a", "work"), step("last", "other", "a"))
 	if _, err := b.Engine.Cancel(b.Ctx, b.Agent, res.Steps["last"], "not needed after all"); err != nil {
@@ -374,7 +380,12 @@ func testWorkflowFinalStepCanceledAsTask(t *testing.T, b *Bundle) {
 	if _, err := b.Engine.Release(b.Ctx, Call("w.1", o), "told to stop"); err != nil {
 		t.Fatal(err)
 	}
-	b.wantWorkflowEnd(t, res.WorkflowID, host.WorkflowCanceled)
+	// Its end names who asked, as a cancel at once does: the request the
+	// step's task.canceled repeats.
+	body = b.receiptBody(t, b.wantWorkflowEnd(t, res.WorkflowID, host.WorkflowCanceled).EndReceipt)
+	if body["canceled_by"] != b.Agent.Principal || body["final_step_canceled"] != true {
+		t.Errorf("end receipt body %v: want canceled_by %s", body, b.Agent.Principal)
+	}
 	if items := b.inbox(t, b.Agent, engine.InboxQuery{}); len(items) != 0 {
 		t.Fatalf("workflows whose final step the submitter canceled made inbox items %+v", items)
 	}
