@@ -32,6 +32,19 @@ const (
 	CodePluginNotReady      = "plugin_not_ready"     // a plugin the call needs is still loading at start-up; retry after Retry-After (503)
 	CodeInternal            = "internal_error"       // a bug; never caused by input (500)
 
+	// CodePluginFault: a plugin the call needs failed — it trapped,
+	// panicked, answered what its schema refuses, or returned an error of
+	// its own instead of a verdict — so nothing was judged or written; the
+	// detail names the plugin. The gate's fault, not the input's: the call
+	// may be retried (the faulting instance is discarded) (502).
+	CodePluginFault = "plugin_fault"
+	// CodePluginUnavailable: a plugin a task type names is not loaded (it
+	// left the plugins folder, was refused when it loaded, or is now a
+	// plugin of another kind or refuses the type's config); the detail
+	// names the type and the plugin. An operator must restore it or change
+	// the type; retry after Retry-After (503).
+	CodePluginUnavailable = "plugin_unavailable"
+
 	// Resource leases (KLIS-3).
 	CodeInvalidResource  = "invalid_resource"  // a resource name breaks a rule; the detail names it (400)
 	CodeResourceConflict = "resource_conflict" // a conflicting lease is held; the detail names it (409)
@@ -137,9 +150,9 @@ func HTTPStatus(code string) int {
 		return 413
 	case CodeNotLocatable, CodeInvalidReceipt, CodeForeignPointer:
 		return 422
-	case CodeChannelError:
+	case CodeChannelError, CodePluginFault:
 		return 502
-	case CodeDatabaseUnavailable, CodeBusy, CodePluginNotReady:
+	case CodeDatabaseUnavailable, CodeBusy, CodePluginNotReady, CodePluginUnavailable:
 		return 503
 	case CodePluginTimeout:
 		return 504

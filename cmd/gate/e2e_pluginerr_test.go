@@ -30,8 +30,9 @@ func (g *gateProc) dropIn(t *testing.T, src, kind string) {
 
 // TestE2EPluginFaultsNameThePlugin: a validator that runs past its deadline
 // answers 504 plugin_timeout naming the plugin (it was 503
-// database_unavailable), and a panicking plugin's stack reaches the operator
-// log but neither the answer nor the receipts agents read.
+// database_unavailable), a panicking validator 502 plugin_fault, and a
+// panicking plugin's stack reaches the operator log but neither the answer
+// nor the receipts agents read.
 func TestE2EPluginFaultsNameThePlugin(t *testing.T) {
 	t.Parallel()
 	g := startGate(t, t.TempDir())
@@ -48,7 +49,7 @@ func TestE2EPluginFaultsNameThePlugin(t *testing.T) {
 
 	g.putType(t, "panic", map[string]any{"validators": []map[string]any{{"name": "slowvalidator"}}}, "")
 	r = call(t, "POST", g.URL+"/v1/tasks", agent, map[string]any{"task_type": "panic", "params": map[string]any{}})
-	if r.Status < 400 || strings.Contains(string(r.Body), "goroutine ") || strings.Contains(string(r.Body), `\n`) {
+	if r.Status != 502 || !strings.Contains(string(r.Body), `"plugin_fault"`) || strings.Contains(string(r.Body), "goroutine ") || strings.Contains(string(r.Body), `\n`) {
 		t.Fatalf("a validator panic answered %d %s", r.Status, r.Body)
 	}
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 	"unicode"
@@ -480,18 +481,38 @@ func printable(s string) bool {
 	return true
 }
 
+// runValidators runs tt's validator plugins on params. A refusal is the
+// validator's verdict (host.CodeInvalidParams, or the bad_request and
+// too_large a validator may answer); anything else is the gate's: a
+// validator that faults is host.CodePluginFault (502, retryable; a
+// timeout host.CodePluginTimeout, 504), and one tt names that is not
+// loaded — gone from the plugins folder, refused when it loaded, now a
+// plugin of another kind or refusing tt's config — is
+// host.CodePluginUnavailable (503), never the 404 or 400 that would say
+// the route, the task or the caller's input is wrong. A validator still
+// in its first load is host.CodePluginNotReady, as before.
 func (e *Engine) runValidators(ctx context.Context, tt *host.TaskType, params json.RawMessage) error {
 	if e.cfg.Plugins == nil || len(tt.Validators) == 0 {
 		return nil
 	}
 	vs, err := e.cfg.Plugins.Validators(tt)
-	if err != nil {
+	switch host.ErrorCode(err) {
+	case "":
+	case host.CodeNotFound:
+		return host.WrapError(host.CodePluginUnavailable, err, fmt.Sprintf(
+			"task type %q cannot check params: a validator it names is not loaded (%s); an operator must put the plugin back in the plugins folder or change the task type",
+			tt.Name, host.ErrorDetail(err)))
+	case host.CodeBadRequest:
+		return host.WrapError(host.CodePluginUnavailable, err, fmt.Sprintf(
+			"task type %q cannot check params: a validator it names cannot run for it (%s); an operator must restore the plugin or change the task type",
+			tt.Name, host.ErrorDetail(err)))
+	default:
 		return err
 	}
 	for _, v := range vs {
 		if err := v.Validate(ctx, tt.Name, params); err != nil {
 			if host.ErrorCode(err) == host.CodeInternal {
-				return host.WrapError(host.CodeInvalidParams, err, "params validator: "+err.Error())
+				return host.WrapError(host.CodePluginFault, err, "params validator failed: "+host.ErrorDetail(err))
 			}
 			return err
 		}

@@ -191,6 +191,8 @@ func retryAfter(code string) int {
 		return 5 // a reconnect, a failover, a lock released
 	case host.CodeMailUnavailable:
 		return 30 // a mail server down or unreachable
+	case host.CodePluginUnavailable:
+		return 30 // an operator putting a plugin back (the folder is read every second)
 	case host.CodeQuotaExceeded:
 		return 60 // a lease released or expired, a quota window moving on
 	}

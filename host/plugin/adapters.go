@@ -86,8 +86,9 @@ func (b *binding) run(ctx context.Context, op string, in build, schemas bool, ch
 }
 
 // PolicyAdapter makes a policy plugin a host.RetryPolicy with one config (a
-// task type's). Errors are *host.Error with code host.CodeInternal wrapping a
-// *Fault; wrap the adapter in FallbackPolicy to always get a usable decision.
+// task type's). Errors are *host.Error (host.CodePluginFault, or ErrorFor's
+// other codes) wrapping a *Fault; wrap the adapter in FallbackPolicy to
+// always get a usable decision.
 type PolicyAdapter struct{ b *binding }
 
 // Decide implements host.RetryPolicy: it calls the plugin's decide export with
@@ -179,7 +180,9 @@ func (f FallbackPolicy) fallback(ctx context.Context, in host.FailureInput, caus
 
 // ValidatorAdapter makes a validator plugin a host.Validator with one config.
 // Invalid params are a *host.Error with host.CodeInvalidParams listing the
-// violations; a validator fault fails closed with host.CodeInternal.
+// violations; a validator fault fails closed with host.CodePluginFault (a
+// timeout host.CodePluginTimeout: ErrorFor), which blames the plugin, not
+// the params.
 type ValidatorAdapter struct{ b *binding }
 
 // Validate implements host.Validator.

@@ -100,8 +100,13 @@ func (f *Fault) discard() bool {
 // still compiling at start-up is host.CodePluginNotReady (503, retry soon); a
 // call past its deadline is host.CodePluginTimeout (504). Other channel
 // faults are host.CodeChannelError (502, retryable) unless the guest said
-// not_found, bad_request or too_large; other policy and validator faults are
-// host.CodeInternal. The detail names the plugin. A nil err maps to nil.
+// not_found, bad_request or too_large. A policy or validator that is gone
+// (no instance could be started) is host.CodePluginUnavailable (503); its
+// other faults are host.CodePluginFault (502, retryable) unless the guest
+// said bad_request or too_large: a trap, a panic, garbage or an error of its
+// own is the gate's plugin failing, never a verdict on the input (a
+// validator refuses params with violations: host.CodeInvalidParams). The
+// detail names the plugin. A nil err maps to nil.
 func ErrorFor(kind string, err error) error {
 	if err == nil {
 		return nil
@@ -122,15 +127,24 @@ func ErrorFor(kind string, err error) error {
 	}
 	if f.Kind == FaultGuestError || f.Kind == FaultBadInput {
 		switch f.Code {
-		case host.CodeNotFound, host.CodeBadRequest, host.CodeTooLarge:
+		case host.CodeNotFound:
+			// A channel's object that does not exist; a validator or
+			// policy has nothing of the caller's to find.
+			if kind == KindChannel {
+				return host.WrapError(f.Code, f, f.Message)
+			}
+		case host.CodeBadRequest, host.CodeTooLarge:
 			return host.WrapError(f.Code, f, f.Message)
 		}
 		if f.Kind == FaultBadInput {
 			return host.WrapError(host.CodeBadRequest, f, f.Error())
 		}
 	}
-	if kind == KindChannel {
+	switch {
+	case kind == KindChannel:
 		return host.WrapError(host.CodeChannelError, f, f.Error())
+	case f.Kind == FaultUnavailable:
+		return host.WrapError(host.CodePluginUnavailable, f, f.Error())
 	}
-	return host.WrapError(host.CodeInternal, f, f.Error())
+	return host.WrapError(host.CodePluginFault, f, f.Error())
 }

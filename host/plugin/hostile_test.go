@@ -87,8 +87,8 @@ func testHostilePlugin(t *testing.T, interp bool) {
 				t.Fatalf("got %v, want fault kind %s", err, c.kind)
 			}
 			// A timeout names itself and the plugin (504); other faults of a
-			// policy are internal errors.
-			wantCode := host.CodeInternal
+			// policy are the plugin's (plugin_fault, 502), not the gate's bugs.
+			wantCode := host.CodePluginFault
 			if f.Kind == FaultTimeout {
 				wantCode = host.CodePluginTimeout
 			}

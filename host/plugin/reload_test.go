@@ -154,8 +154,8 @@ func TestDropInRemoved(t *testing.T) {
 	os.Remove(filepath.Join(dir, "pol.manifest.json"))
 	waitFor(t, func() bool { reg.Scan(context.Background()); _, err := reg.Plugin("pol"); return err != nil })
 	in := host.FailureInput{TaskID: "t", TaskType: "fine", Kind: host.FailureError, Retryable: true, Attempts: 1, MaxRetries: 3}
-	if _, err := pol.Decide(context.Background(), in); !host.IsCode(err, host.CodeInternal) {
-		t.Fatalf("removed plugin: %v", err)
+	if _, err := pol.Decide(context.Background(), in); !host.IsCode(err, host.CodePluginUnavailable) {
+		t.Fatalf("removed plugin: %v, want plugin_unavailable", err)
 	}
 }
 

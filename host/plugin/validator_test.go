@@ -69,3 +69,66 @@ func TestEscalatePolicy(t *testing.T) {
 		t.Fatalf("config without a supervisor: %v", err)
 	}
 }
+
+// TestValidatorFaultsArePluginFaults: a validator that traps, panics,
+// answers what its output schema refuses or returns an error of its own
+// fails closed with plugin_fault (502) naming the plugin, never
+// invalid_params: the params were not judged. A loop is plugin_timeout; a
+// violation is invalid_params; a validator gone from the folder under an
+// existing binding is plugin_unavailable.
+func TestValidatorFaultsArePluginFaults(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, Limits{}, "slowvalidator")
+	v, err := b.reg.Validator("slowvalidator", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, c := range []struct{ taskType, code, detail string }{
+		{"panic", host.CodePluginFault, "plugin slowvalidator@0.0.1 validate: panic"},
+		{"exit", host.CodePluginFault, "plugin slowvalidator@0.0.1 validate: trap"},
+		{"garbage", host.CodePluginFault, "plugin slowvalidator@0.0.1 validate: bad_output"},
+		{"error", host.CodePluginFault, "guest_error validator_broken: cannot judge anything today"},
+		{"loop", host.CodePluginTimeout, "plugin slowvalidator@0.0.1 validate: timeout"},
+		{"refuse", host.CodeInvalidParams, "/n: must not be given"},
+	} {
+		err := v.Validate(ctx, c.taskType, json.RawMessage(`{}`))
+		if !host.IsCode(err, c.code) || !strings.Contains(host.ErrorDetail(err), c.detail) {
+			t.Errorf("%s: got %v, want %s with %q", c.taskType, err, c.code, c.detail)
+		}
+		if s := host.HTTPStatus(host.ErrorCode(err)); c.code != host.CodeInvalidParams && s < 500 {
+			t.Errorf("%s: a plugin's fault answers %d", c.taskType, s)
+		}
+	}
+	if err := v.Validate(ctx, "fine", json.RawMessage(`{}`)); err != nil {
+		t.Fatalf("a healthy call after the faults: %v", err)
+	}
+}
+
+// TestErrorForGuestCodes: what a guest's own error code becomes, by kind:
+// not_found is a channel's missing object, never a validator's or a
+// policy's (a 404 would say the route or the task does not exist);
+// bad_request and too_large speak of the input for every kind.
+func TestErrorForGuestCodes(t *testing.T) {
+	for _, c := range []struct {
+		kind, guest, want string
+	}{
+		{KindChannel, host.CodeNotFound, host.CodeNotFound},
+		{KindValidator, host.CodeNotFound, host.CodePluginFault},
+		{KindPolicy, host.CodeNotFound, host.CodePluginFault},
+		{KindValidator, host.CodeBadRequest, host.CodeBadRequest},
+		{KindValidator, host.CodeTooLarge, host.CodeTooLarge},
+		{KindValidator, "anything_else", host.CodePluginFault},
+		{KindChannel, "anything_else", host.CodeChannelError},
+	} {
+		err := ErrorFor(c.kind, &Fault{Plugin: "p", Op: "op", Kind: FaultGuestError, Code: c.guest, Message: "m"})
+		if !host.IsCode(err, c.want) {
+			t.Errorf("%s guest %s: %v, want %s", c.kind, c.guest, err, c.want)
+		}
+	}
+	for kind, want := range map[string]string{KindValidator: host.CodePluginUnavailable, KindPolicy: host.CodePluginUnavailable, KindChannel: host.CodeChannelError} {
+		if err := ErrorFor(kind, &Fault{Plugin: "p", Kind: FaultUnavailable}); !host.IsCode(err, want) {
+			t.Errorf("%s unavailable: %v, want %s", kind, err, want)
+		}
+	}
+}
