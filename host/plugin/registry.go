@@ -595,6 +595,10 @@ func (r *Registry) loadFromDir(ctx context.Context, e *entry, manifestPath, wasm
 		r.refuse(e, fmt.Errorf("manifest name %q does not match file name %q", m.Name, e.name))
 		return
 	}
+	if err := kindKept(e, m.Kind, r.opts.RemoveAfter); err != nil {
+		r.refuse(e, err)
+		return
+	}
 	p, err := r.rt.load(ctx, wasm, man, r.grantFor(e.name, digest, false), wasmPath, e.stats, r.engine())
 	if err == nil {
 		// The bytes it was loaded from, not the file: the operator may
@@ -624,6 +628,29 @@ func (r *Registry) loadFromDir(ctx context.Context, e *entry, manifestPath, wasm
 		prev = old.Manifest.Version
 	}
 	r.log.Info("plugin reloaded", "plugin", e.name, "version", p.Manifest.Version, "previous", prev)
+}
+
+// kindKept refuses a new version of a kind other than the one serving
+// under its name (a drop-in's, or the built-in it would override): task
+// types name a plugin for its kind (a validator, a policy, a result
+// channel, whose stored pointers carry its name), so a validator replaced
+// in place by a channel of its name would turn every enqueue of those
+// types into plugin_unavailable and strand every pointer of the channel it
+// replaced. The serving version keeps serving and the refusal is logged and
+// listed, as for any refused version. A name with nothing serving (at
+// start, or once a drop-in's files stayed gone for RemoveAfter and no
+// built-in has the name) takes a plugin of any kind.
+func kindKept(e *entry, kind string, removeAfter time.Duration) error {
+	cur := e.cur.Load()
+	if cur == nil || cur.Manifest.Kind == kind {
+		return nil
+	}
+	if cur == e.builtin {
+		return fmt.Errorf("manifest kind %q is not the kind of the built-in %s it would override (%s): a drop-in that replaces a serving built-in must be of its kind; name it otherwise",
+			kind, e.name, cur.Manifest.Kind)
+	}
+	return fmt.Errorf("manifest kind %q is not the serving version's (%s): a plugin keeps its kind while the gate runs, since task types name it as a %s; to serve a %s under this name, remove its files until it is unloaded (%s), then drop the new one in, or name it otherwise",
+		kind, cur.Manifest.Kind, cur.Manifest.Kind, kind, removeAfter)
 }
 
 func (r *Registry) refuse(e *entry, err error) {

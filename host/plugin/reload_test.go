@@ -292,3 +292,60 @@ func TestChannelReloadRaceUsesAnsweringVersion(t *testing.T) {
 		t.Fatalf("put answered by the second version got %q, %v; want too_large by its own limit of 8 bytes", a.ptr, a.err)
 	}
 }
+
+// TestReloadKeepsTheKind: a new version dropped in under a serving
+// plugin's name with another kind (a validator's files replaced by a
+// policy's, a built-in channel overridden by a validator) is refused with
+// the reason logged and listed, and the serving version keeps serving its
+// callers. Once the drop-in's files stayed gone long enough for it to be
+// unloaded, the name takes a plugin of the other kind.
+func TestReloadKeepsTheKind(t *testing.T) {
+	t.Parallel()
+	builtins := t.TempDir()
+	copyPlugin(t, "inline", "inline", builtins)
+	dir := t.TempDir()
+	copyPlugin(t, "safe-paths", "check", dir)
+	rt := newTestRuntime(t, Limits{})
+	reg, err := NewRegistry(context.Background(), rt, RegistryOptions{Dir: dir, Builtins: os.DirFS(builtins), RemoveAfter: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	ctx := context.Background()
+	v, err := reg.Validator("check", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, _ := reg.Plugin("check")
+
+	copyPlugin(t, "backoff", "check", dir)
+	reg.Scan(ctx)
+	in := infoOf(reg, "check")
+	if p, _ := reg.Plugin("check"); p != serving || in.Kind != KindValidator || in.State != "ready" ||
+		!strings.Contains(in.Refused, `manifest kind "policy" is not the serving version's (validator)`) {
+		t.Fatalf("a policy dropped in over a validator: %+v", in)
+	}
+	if err := v.Validate(ctx, "x", json.RawMessage(`{"path": "../x"}`)); !host.IsCode(err, host.CodeInvalidParams) {
+		t.Fatalf("the serving validator after the refused reload: %v", err)
+	}
+	if _, err := reg.Policy("check", nil); !host.IsCode(err, host.CodeBadRequest) {
+		t.Fatalf("the refused policy is bound: %v", err)
+	}
+
+	// A built-in serving its name: a drop-in of another kind is refused too.
+	copyPlugin(t, "safe-paths", "inline", dir)
+	reg.Scan(ctx)
+	if in := infoOf(reg, "inline"); in.Kind != KindChannel || in.Source != "builtin" || !strings.Contains(in.Refused, "built-in inline") {
+		t.Fatalf("a validator dropped in over the built-in channel: %+v", in)
+	}
+
+	// Gone long enough to be unloaded: the name is free for another kind.
+	os.Remove(filepath.Join(dir, "check.wasm"))
+	os.Remove(filepath.Join(dir, "check.manifest.json"))
+	waitFor(t, func() bool { reg.Scan(ctx); _, err := reg.Plugin("check"); return err != nil })
+	copyPlugin(t, "backoff", "check", dir)
+	reg.Scan(ctx)
+	if in := infoOf(reg, "check"); in.Kind != KindPolicy || in.State != "ready" || in.Refused != "" {
+		t.Fatalf("a policy under a free name: %+v", in)
+	}
+}
