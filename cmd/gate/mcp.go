@@ -23,6 +23,7 @@ import (
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/mcpapi"
+	"github.com/asyncgate/asyncgate/host/store"
 )
 
 func init() {
@@ -106,6 +107,9 @@ func runMCP(args []string, stdout, stderr io.Writer) int {
 // serveMCPStdio opens the store and serves one MCP session on stdin/stdout as
 // actor (or as the key's principal when key is set).
 func serveMCPStdio(ctx context.Context, data, dbURL, wasmCache, key string, actor engine.Actor, stdout io.Writer, log *slog.Logger) error {
+	// Each store call of a tool call waits for the database at most as
+	// long as gate serve's default (store.WithTimeout), as on the HTTP door.
+	ctx = store.WithTimeout(ctx, store.DefaultTimeout)
 	st, _, err := openStore(ctx, data, dbURL, openExisting) // never creates a gate
 	if err != nil {
 		return err

@@ -62,6 +62,11 @@ type serveConfig struct {
 	// OTLPEndpoint is the OTLP/HTTP collector spans go to (empty: the
 	// standard OTEL_* variables decide; tracing.go).
 	OTLPEndpoint string `json:"otlp_endpoint"`
+	// DBTimeoutSeconds bounds each store call a request makes, and each
+	// run of a PostgreSQL writer's batch: past it the request answers 503
+	// database_unavailable (RATIONALE.md, "A request's store calls answer
+	// within 15 s").
+	DBTimeoutSeconds int `json:"db_timeout_seconds"`
 	// WasmCacheDir holds compiled plugins (default <data>/wasm-cache); gates
 	// may share one, so only the first start on a machine compiles.
 	WasmCacheDir string `json:"wasm_cache_dir"`
@@ -93,6 +98,7 @@ func defaultServeConfig() serveConfig {
 	return serveConfig{
 		Listen: "127.0.0.1:8080", Data: "./gate-data", BodyLimitBytes: httpapi.DefaultBodyLimit,
 		MaxLeaseSeconds: 3600, ExpiryJitterMS: 3000, SweepIntervalMS: 1000, AuthCacheSeconds: 5,
+		DBTimeoutSeconds:       int(store.DefaultTimeout / time.Second),
 		ShutdownTimeoutSeconds: 15, LogLevel: "info", LogFormat: "text", MemoryLimitMiB: defaultMemoryLimitMiB,
 		GCPercent: defaultGCPercent,
 	}
@@ -141,6 +147,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	data := fs.String("data", cfg.Data, "data folder (SQLite database and admin.key)")
 	db := fs.String("db", "", "database URL (empty: SQLite in the data folder; postgres://… for PostgreSQL)")
 	dbWriters := fs.Int("db-writers", 0, "writer connections of this gate host on PostgreSQL, 1 to 16 (0: 2); each batches the updates waiting when it is free")
+	dbTimeout := fs.Duration("db-timeout", time.Duration(cfg.DBTimeoutSeconds)*time.Second, "longest a request's store call waits for the database before the request answers 503 database_unavailable (whole seconds, 1s to 60s)")
 	bodyLimit := fs.Int64("body-limit", cfg.BodyLimitBytes, "largest request body in bytes")
 	metricsPublic := fs.Bool("metrics-public", false, "serve /metrics without an admin key")
 	maxLease := fs.Int("max-lease-seconds", cfg.MaxLeaseSeconds, "cap on every lease grant and extension")
@@ -188,6 +195,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 			cfg.DB = *db
 		case "db-writers":
 			cfg.DBWriters = *dbWriters
+		case "db-timeout":
+			cfg.DBTimeoutSeconds, durErr = wholeUnits(durErr, "--db-timeout", *dbTimeout, time.Second)
 		case "body-limit":
 			cfg.BodyLimitBytes = *bodyLimit
 		case "metrics-public":
@@ -244,7 +253,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 // flagFields are the flags whose values the config schema bounds, by the
 // config field they set.
 var flagFields = map[string]string{
-	"db-writers": "db_writers", "body-limit": "body_limit_bytes", "max-lease-seconds": "max_lease_seconds",
+	"db-writers": "db_writers", "db-timeout": "db_timeout_seconds", "body-limit": "body_limit_bytes", "max-lease-seconds": "max_lease_seconds",
 	"expiry-jitter": "expiry_jitter_ms", "sweep-interval": "sweep_interval_ms", "auth-cache": "auth_cache_seconds",
 	"memory-limit-mib": "memory_limit_mib", "gc-percent": "gc_percent", "otlp-endpoint": "otlp_endpoint",
 }
@@ -374,7 +383,8 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	if err := ensurePrivateDir(cfg.Data, "data folder", false); err != nil {
 		return err
 	}
-	st, created, err := openStoreWith(ctx, cfg.Data, cfg.DB, openOrCreate, postgres.Options{Writers: cfg.DBWriters})
+	dbTimeout := time.Duration(cfg.DBTimeoutSeconds) * time.Second
+	st, created, err := openStoreWith(ctx, cfg.Data, cfg.DB, openOrCreate, postgres.Options{Writers: cfg.DBWriters, Timeout: dbTimeout})
 	if err != nil {
 		if ctx.Err() != nil {
 			return stopped("store")
@@ -463,7 +473,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	}
 	srv, err := httpapi.New(httpapi.Config{
 		Engine: eng, Logger: log, BodyLimit: cfg.BodyLimitBytes, Metrics: metrics,
-		MetricsPublic: cfg.MetricsPublic, Authenticator: authn, Version: v,
+		MetricsPublic: cfg.MetricsPublic, Authenticator: authn, Version: v, StoreTimeout: dbTimeout,
 	}, append([]httpapi.Option{plugins.Routes, plugins.Pending, httpapi.WithRoutes(mcpSrv.Mount), httpapi.WithRoutes(mountDashboard(dash))}, oauthOpts...)...)
 	if err != nil {
 		return err

@@ -27,6 +27,7 @@ func TestConfigEnvOverridesFileAndFlagsOverrideEnv(t *testing.T) {
 	t.Setenv("ASYNCGATE_DB", "") // empty: unset
 	t.Setenv("ASYNCGATE_HTTP_CHANNEL", `{"endpoint":"https://results.example/in","headers":{"X-A":"b"}}`)
 	t.Setenv("ASYNCGATE_URL", "http://ignored")
+	t.Setenv("ASYNCGATE_DB_TIMEOUT_SECONDS", "7")
 	var warn bytes.Buffer
 	cfg, err := parseServeFlags([]string{"--config", file, "--data", "/from/flag"}, &warn)
 	if err != nil {
@@ -35,7 +36,7 @@ func TestConfigEnvOverridesFileAndFlagsOverrideEnv(t *testing.T) {
 	if cfg.Listen != "127.0.0.1:7000" || cfg.LogFormat != "json" {
 		t.Errorf("file fields lost: listen %q log_format %q", cfg.Listen, cfg.LogFormat)
 	}
-	if cfg.MaxLeaseSeconds != 200 || !cfg.MetricsPublic || cfg.LogLevel != "debug" {
+	if cfg.MaxLeaseSeconds != 200 || !cfg.MetricsPublic || cfg.LogLevel != "debug" || cfg.DBTimeoutSeconds != 7 {
 		t.Errorf("env did not override: %+v", cfg)
 	}
 	if cfg.Data != "/from/flag" {

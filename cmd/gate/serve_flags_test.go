@@ -27,6 +27,9 @@ func TestServeFlagsAreRefusedOutsideTheConfigBounds(t *testing.T) {
 		{[]string{"--sweep-interval", "5ms"}, "--sweep-interval"},
 		{[]string{"--expiry-jitter", "1500us"}, "--expiry-jitter 1.5ms: must be a whole number of milliseconds"},
 		{[]string{"--db-writers", "17"}, "--db-writers"},
+		{[]string{"--db-timeout", "1500ms"}, "--db-timeout 1.5s: must be a whole number of seconds"},
+		{[]string{"--db-timeout", "0s"}, "--db-timeout"},
+		{[]string{"--db-timeout", "90s"}, "--db-timeout"},
 		{[]string{"--gc-percent", "-1"}, "--gc-percent"},
 	} {
 		_, err := parseServeFlags(c.args, io.Discard)
@@ -39,9 +42,12 @@ func TestServeFlagsAreRefusedOutsideTheConfigBounds(t *testing.T) {
 		t.Fatalf("gate serve --max-lease-seconds 10000000000 exited %d, want 2 (%s)", code, stderr.String())
 	}
 	t.Logf("%s", stderr.String())
-	cfg, err := parseServeFlags([]string{"--max-lease-seconds", "604800", "--auth-cache", "2s", "--expiry-jitter", "0", "--body-limit", "1073741824"}, io.Discard)
-	if err != nil || cfg.MaxLeaseSeconds != 604800 || cfg.AuthCacheSeconds != 2 || cfg.ExpiryJitterMS != 0 || cfg.BodyLimitBytes != 1<<30 {
+	cfg, err := parseServeFlags([]string{"--max-lease-seconds", "604800", "--auth-cache", "2s", "--expiry-jitter", "0", "--body-limit", "1073741824", "--db-timeout", "1m"}, io.Discard)
+	if err != nil || cfg.MaxLeaseSeconds != 604800 || cfg.AuthCacheSeconds != 2 || cfg.ExpiryJitterMS != 0 || cfg.BodyLimitBytes != 1<<30 || cfg.DBTimeoutSeconds != 60 {
 		t.Fatalf("in-bounds flags: %+v %v", cfg, err)
+	}
+	if cfg, err := parseServeFlags(nil, io.Discard); err != nil || cfg.DBTimeoutSeconds != 15 {
+		t.Fatalf("the default store timeout: %d s (%v), want 15", cfg.DBTimeoutSeconds, err)
 	}
 }
 

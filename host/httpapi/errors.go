@@ -213,6 +213,11 @@ func classify(err error) (string, string) {
 		return host.CodeTooLarge, "the request body is over the limit of " + itoa(mbe.Limit) + " bytes"
 	case errors.Is(err, context.Canceled):
 		return host.CodeBadRequest, "the request was canceled"
+	case he != nil && he.Code == host.CodeDatabaseUnavailable:
+		// The store's own account (a timeout it names, a batch whose
+		// outcome is unknown) says more than "timed out", whatever its
+		// chain holds.
+		return he.Code, he.Detail
 	case errors.Is(err, context.DeadlineExceeded):
 		return host.CodeDatabaseUnavailable, "the request timed out"
 	}

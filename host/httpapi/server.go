@@ -47,6 +47,14 @@ type Config struct {
 	AuthCacheTTL time.Duration
 	// Version is reported by /healthz and in the obligations API's server block.
 	Version string
+	// StoreTimeout bounds each store call a request makes, every route's
+	// and every door's mounted here (MCP, the dashboard) alike
+	// (store.WithTimeout): a call the database has not answered by then
+	// fails, and the request answers 503 database_unavailable. It bounds
+	// the store's calls only, so a long-poll, a result streamed from its
+	// channel or a plugin call keeps its own bound. 0: store.DefaultTimeout
+	// (15 s); negative: none.
+	StoreTimeout time.Duration
 }
 
 // Option changes a Server as it is built.
@@ -98,6 +106,9 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
+	if cfg.StoreTimeout == 0 {
+		cfg.StoreTimeout = store.DefaultTimeout
+	}
 	s := &Server{eng: cfg.Engine, st: cfg.Engine.Store(), log: cfg.Logger, cfg: cfg, metrics: cfg.Metrics}
 	s.drain, s.endDrain = context.WithCancel(context.Background())
 	s.authn = cfg.Authenticator
@@ -111,7 +122,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler
 	e.JSONSerializer = rawJSONSerializer{}
-	e.Use(s.recoverer, s.bodyLimit, refuseNUL, traceRequest)
+	e.Use(s.recoverer, s.storeTimeout, s.bodyLimit, refuseNUL, traceRequest)
 	if s.metrics != nil {
 		e.Use(s.metrics.middleware)
 		s.metrics.watch(s.eng, s.st)
@@ -191,6 +202,19 @@ func (s *Server) recoverer(next echo.HandlerFunc) echo.HandlerFunc {
 				err = host.Errorf(host.CodeInternal, "panic: %v", r)
 			}
 		}()
+		return next(c)
+	}
+}
+
+// storeTimeout marks the request's context with Config.StoreTimeout, the
+// bound of each store call it makes (store.WithTimeout).
+func (s *Server) storeTimeout(next echo.HandlerFunc) echo.HandlerFunc {
+	if s.cfg.StoreTimeout < 0 {
+		return next
+	}
+	return func(c echo.Context) error {
+		r := c.Request()
+		c.SetRequest(r.WithContext(store.WithTimeout(r.Context(), s.cfg.StoreTimeout)))
 		return next(c)
 	}
 }
@@ -369,13 +393,13 @@ type readyProbe struct {
 }
 
 func (p *readyProbe) check(ctx context.Context, st store.Store) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeoutCause(ctx, readyProbeTimeout, errReadyProbeTimeout)
 	defer cancel()
 	if err := st.View(ctx, func(r store.Reader) error {
 		_, err := r.QueueStats(ctx, store.ProbeTenant)
 		return err
 	}); err != nil {
-		return err
+		return probeTimeout(ctx, err)
 	}
 	if ch, ok := st.(store.CommitHealth); ok {
 		if at, err := ch.RefusedCommit(); err != nil && time.Since(at) < readyRefusedHold {
@@ -389,9 +413,25 @@ func (p *readyProbe) check(ctx context.Context, st store.Store) error {
 	}
 	err := st.Ping(ctx)
 	if ctx.Err() != nil {
-		return err // this caller went away or waited too long: no verdict on the store
+		return probeTimeout(ctx, err) // this caller went away or waited too long: no verdict on the store
 	}
 	p.at, p.err = time.Now(), err
+	return err
+}
+
+// readyProbeTimeout bounds one /readyz check of the store.
+const readyProbeTimeout = 5 * time.Second
+
+var errReadyProbeTimeout = errors.New("no answer within " + readyProbeTimeout.String())
+
+// probeTimeout is the probe's failure when ctx ended at the probe's own
+// bound (a store that does not answer): that, rather than "context deadline
+// exceeded" or what a store call's caller is told (a write's unknown
+// outcome).
+func probeTimeout(ctx context.Context, err error) error {
+	if err != nil && errors.Is(context.Cause(ctx), errReadyProbeTimeout) {
+		return errReadyProbeTimeout
+	}
 	return err
 }
 

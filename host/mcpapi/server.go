@@ -309,6 +309,9 @@ func toolError(err error) *mcp.CallToolResult {
 	switch {
 	case errors.Is(err, context.Canceled):
 		code, detail = host.CodeBadRequest, "the request was canceled"
+	case code == host.CodeDatabaseUnavailable:
+		// The store's own account (a timeout it names, an update whose
+		// outcome is unknown) says more than "timed out".
 	case errors.Is(err, context.DeadlineExceeded):
 		code, detail = host.CodeDatabaseUnavailable, "the request timed out; try again"
 	case code == host.CodeInternal:

@@ -23,6 +23,9 @@
 // A deadlock or serialization failure, or a connection lost before COMMIT was
 // sent, reruns the whole batch (store.Store allows it); a connection lost
 // during COMMIT is reported as database_unavailable, as the outcome is unknown.
+// A database that stops answering holds nobody past a timeout: a caller's
+// store timeout (store.WithTimeout) ends its wait, and Options.Timeout ends a
+// writer's batch (docs/postgres.md, "When PostgreSQL stops answering").
 package postgres
 
 import (
@@ -74,6 +77,16 @@ type Options struct {
 	// checkpoint while it appends receipts (default 10 s). Close records
 	// one too.
 	CheckpointEvery time.Duration
+	// Timeout bounds each run of a writer's batch transaction (default
+	// store.DefaultTimeout): a batch still waiting for the database then
+	// is abandoned, its connection dropped, and its requests told
+	// database_unavailable (after COMMIT was sent: the outcome is unknown,
+	// never a success), so a database that stops answering without
+	// refusing (a partition, a stopped server) holds a writer no longer
+	// than that, and the writer serves later updates once it answers
+	// again. gate serve sets it to its --db-timeout, the bound its
+	// requests' store calls wait (store.WithTimeout).
+	Timeout time.Duration
 
 	// firstRunLockWait, when set, replaces the default bound on a batch's
 	// first run's lock wait (the constant of that name), for tests that
@@ -145,10 +158,13 @@ var (
 )
 
 type request struct {
+	// ctx is the caller's, bounded by its store timeout (store.Bound).
 	ctx  context.Context
 	fn   func(store.Tx) error
 	err  error
 	done chan struct{}
+	// claim settles whether the writer runs it or its caller gave up on it.
+	claim groupcommit.Claim
 	// later is set when the request gave way for lock order (errLockOrder)
 	// in the transaction that just ran: it runs again after it, alone.
 	later bool
@@ -166,6 +182,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	if opts.CheckpointEvery <= 0 {
 		opts.CheckpointEvery = 10 * time.Second
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = store.DefaultTimeout
 	}
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = 8 + opts.Writers
@@ -185,6 +204,8 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	cfg.MaxConns = int32(opts.MaxConns)
 	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
+	dialBounded(cfg.ConnConfig)
+	serverKeepalives(cfg)
 	if opts.Schema != "" {
 		if err := createSchema(ctx, cfg.ConnConfig, opts.Schema); err != nil {
 			return nil, err
@@ -365,7 +386,14 @@ func unavailable(what string, err error) error {
 }
 
 // Update implements store.Store with group commit.
+//
+// The caller waits for the outcome at most the store timeout its context
+// carries (store.WithTimeout): an update the writer has not taken by then
+// is given up and never runs; one it took may still commit, so its caller
+// is told database_unavailable, the outcome unknown (store.AwaitUpdate).
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
+	ctx, cancel := store.Bound(ctx)
+	defer cancel()
 	r := &request{ctx: ctx, fn: fn, done: make(chan struct{})}
 	class := groupcommit.Prompt
 	keys, bulk := store.BulkKeys(ctx)
@@ -373,34 +401,58 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
 		class = groupcommit.Bulk
 	}
 	if err := s.queue.Put(ctx, r, class, keys...); err != nil {
-		return err
+		return store.QueueTimeout(ctx, "postgres", err)
 	}
-	<-r.done // once queued, the outcome is waited for: it may have been committed
-	return r.err
+	return store.AwaitUpdate(ctx, "postgres", r.done, &r.claim, &r.err)
 }
 
 // View implements store.Store: fn reads one REPEATABLE READ snapshot.
+// Its statements wait for the database at most the store timeout ctx
+// carries (store.WithTimeout), fn's reads included, whatever context fn
+// hands them: past it the read fails with database_unavailable.
 func (s *Store) View(ctx context.Context, fn func(store.Reader) error) error {
 	if s.queue.IsClosed() {
 		return errClosed
 	}
-	c, err := s.pool.Acquire(ctx)
+	bctx, cancel := store.Bound(ctx)
+	defer cancel()
+	c, err := s.pool.Acquire(bctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if bctx.Err() != nil {
+			return store.ReadTimeout(bctx, "postgres", bctx.Err())
 		}
 		return unavailable("connect", err)
 	}
 	defer c.Release()
 	ss := &sess{conn: c.Conn()}
 	ss.queue(`BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`)
-	err = fn(&reader{s: s, ss: ss})
-	if ss.flushes > 0 {
-		if _, rerr := c.Exec(context.Background(), `ROLLBACK`); rerr != nil {
-			c.Conn().Close(context.Background()) // the pool drops it
-		}
+	r := &reader{s: s, ss: ss}
+	if bctx != ctx {
+		r.ctx = bctx
 	}
-	return err
+	err = fn(r)
+	if ss.flushes > 0 {
+		rctx, cancel := context.WithTimeout(context.Background(), endTimeout)
+		if _, rerr := c.Exec(rctx, `ROLLBACK`); rerr != nil {
+			closeConn(c.Conn()) // the pool drops it
+		}
+		cancel()
+	}
+	return store.ReadTimeout(bctx, "postgres", err)
+}
+
+// endTimeout bounds what ends a transaction or a connection outside any
+// caller's bound (a read's ROLLBACK, a dropped connection's goodbye): on a
+// healthy server it takes a round trip, and on one that stopped answering
+// it must not hold the connection, or the writer, for good.
+const endTimeout = 5 * time.Second
+
+// closeConn closes a connection that may be broken, waiting at most
+// endTimeout for its goodbye to be sent.
+func closeConn(c *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
+	defer cancel()
+	c.Close(ctx)
 }
 
 // Ping implements store.Store: it reads the gate's tables and commits a
@@ -415,7 +467,8 @@ func (s *Store) Ping(ctx context.Context) error {
 		return err
 	}
 	return s.Update(ctx, func(tx store.Tx) error {
-		_, err := tx.(*writeTx).ss.exec(ctx, `SELECT txid_current()`)
+		w := tx.(*writeTx)
+		_, err := w.ss.exec(w.c(ctx), `SELECT txid_current()`)
 		return err
 	})
 }
@@ -513,7 +566,7 @@ func (w *writer) release() {
 // discard drops a connection that may be broken.
 func (w *writer) discard() {
 	if w.conn != nil {
-		w.conn.Conn().Close(context.Background())
+		closeConn(w.conn.Conn())
 		w.release()
 	}
 }
@@ -522,7 +575,7 @@ func (w *writer) connect() error {
 	if w.conn != nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), w.s.opts.Timeout)
 	defer cancel()
 	c, err := w.s.pool.Acquire(ctx)
 	if err != nil {
@@ -582,16 +635,7 @@ func (w *writer) run(batch []*request) { w.runIn(batch, false) }
 
 // runIn is run, in strict mode from the first run when strict is set.
 func (w *writer) runIn(batch []*request, strict bool) {
-	live := batch[:0:0]
-	for _, r := range batch {
-		if err := r.ctx.Err(); err != nil {
-			r.err = err
-			w.account()
-			close(r.done)
-			continue
-		}
-		live = append(live, r)
-	}
+	live := w.waited(batch)
 	if len(live) == 0 {
 		return
 	}
@@ -605,6 +649,7 @@ func (w *writer) runIn(batch []*request, strict bool) {
 			w.runIn(missed, true)
 		}
 	}()
+	began := time.Now()
 	for attempt := 1; ; attempt++ {
 		out := w.runTx(live, strict, bounded)
 		if out.err == nil {
@@ -651,7 +696,12 @@ func (w *writer) runIn(batch []*request, strict bool) {
 			w.s.strictReruns.Add(1)
 			continue
 		}
-		if !out.retry || attempt >= maxAttempts {
+		// A batch that has spent Options.Timeout failing is not run
+		// again: its callers' own timeouts have passed by then (a
+		// caller without one, a background job, is answered and tries
+		// again later), and a database that stopped answering would
+		// otherwise hold the writer for maxAttempts timeouts.
+		if !out.retry || attempt >= maxAttempts || time.Since(began) >= w.s.opts.Timeout {
 			if host.IsCode(out.err, host.CodeDatabaseUnavailable) {
 				w.s.commits.Refused(out.err) // before any caller hears of it
 			}
@@ -664,6 +714,12 @@ func (w *writer) runIn(batch []*request, strict bool) {
 		}
 		w.s.retries.Add(1)
 		bounded = false
+		// Requests whose callers stopped waiting meanwhile (their store
+		// timeout passed while the batch was stuck) are not run again:
+		// nothing of them was committed, and nobody waits for them.
+		if live = w.waited(live); len(live) == 0 {
+			return
+		}
 		if attempt > 1 && len(live) > 1 {
 			// A batch takes its requests' locks in request order, not in one
 			// order for all writers, so the same mix can deadlock again with
@@ -677,6 +733,27 @@ func (w *writer) runIn(batch []*request, strict bool) {
 		time.Sleep(retryPause(attempt))
 	}
 }
+
+// waited returns the requests of rs whose callers still wait, finishing the
+// others (their context ended: the caller went away or gave up at its
+// store timeout) unrun, with their context's error.
+func (w *writer) waited(rs []*request) []*request {
+	live := rs[:0:0]
+	for _, r := range rs {
+		if err := r.ctx.Err(); err != nil {
+			r.err = err
+			w.account()
+			close(r.done)
+			continue
+		}
+		live = append(live, r)
+	}
+	return live
+}
+
+// errBatchTimeout is the cause of a batch transaction's context ending at
+// Options.Timeout.
+var errBatchTimeout = errors.New("the batch reached its timeout")
 
 // txState is what a batch transaction knows about the writer's chain.
 type txState struct {
@@ -724,7 +801,14 @@ func (w *writer) runTx(reqs []*request, strict, bounded bool) txResult {
 	if err := w.connect(); err != nil {
 		return txResult{err: unavailable("connect", err), retry: true}
 	}
-	bg := context.Background()
+	// Every statement of the transaction runs on bg, never on a caller's
+	// context (one caller must not break the batch it shares with
+	// others), and bg ends after Options.Timeout: a database that stops
+	// answering holds the writer no longer (the connection is dropped
+	// then; before COMMIT the batch may run again, after it the outcome
+	// is unknown).
+	bg, cancel := context.WithTimeoutCause(context.Background(), w.s.opts.Timeout, errBatchTimeout)
+	defer cancel()
 	ss := &sess{conn: w.conn.Conn(), trips: &w.s.writerTrips, stmts: &w.s.writerStmts}
 	st := &txState{chain: w.chain, lastCheckpoint: w.lastCheckpoint, checkpointed: w.checkpointed}
 	ss.queueCtl(`BEGIN`)
@@ -738,6 +822,13 @@ func (w *writer) runTx(reqs []*request, strict, bounded bool) txResult {
 		ss.queueCtl(w.s.firstRunLockWaitSQL())
 	}
 	opening := len(ss.pre) // BEGIN and its settings
+	// late names the batch timeout in err when bg ended at it.
+	late := func(err error) error {
+		if bg.Err() != nil && errors.Is(context.Cause(bg), errBatchTimeout) {
+			return fmt.Errorf("no answer within %v (%v)", w.s.opts.Timeout, err)
+		}
+		return err
+	}
 	// fail abandons the transaction before COMMIT was sent. A broken
 	// connection is dropped; either way nothing was written, so the batch may
 	// run again after a lost connection, a deadlock or a serialization failure.
@@ -760,9 +851,9 @@ func (w *writer) runTx(reqs []*request, strict, bounded bool) txResult {
 				w.discard()
 			}
 		}
-		return txResult{err: unavailable(what, err), retry: broken || isRetryable(err)}
+		return txResult{err: unavailable(what, late(err)), retry: broken || isRetryable(err)}
 	}
-	wtx := &writeTx{reader: reader{s: w.s, ss: ss, write: true}, st: st, deferWrites: !strict}
+	wtx := &writeTx{reader: reader{s: w.s, ss: ss, write: true, ctx: bg}, st: st, deferWrites: !strict}
 	wtx.locks.alone = len(reqs) == 1
 	ss.before = wtx.materialize
 	ss.beforeWrite = wtx.beforeWrite
@@ -773,6 +864,12 @@ func (w *writer) runTx(reqs []*request, strict, bounded bool) txResult {
 		wtx.req = r
 		if err := r.ctx.Err(); err != nil {
 			r.err = err // finished with its own error, wrote nothing
+			continue
+		}
+		if !r.claim.Take() {
+			// Its caller gave up before it ran (store.AwaitUpdate): it
+			// never runs.
+			r.err = context.Cause(r.ctx)
 			continue
 		}
 		mark := *st
@@ -916,7 +1013,7 @@ func (w *writer) runTx(reqs []*request, strict, bounded bool) txResult {
 		}
 		w.discard()
 		w.forgetChain(st)
-		return txResult{err: unavailable("commit", err)} // COMMIT may have run: never rerun
+		return txResult{err: unavailable("commit", late(err))} // COMMIT may have run: never rerun
 	}
 	tag, cerr := br.Exec()
 	if err2 := br.Close(); cerr == nil {
@@ -926,7 +1023,7 @@ func (w *writer) runTx(reqs []*request, strict, bounded bool) txResult {
 		// The outcome is unknown: never rerun, report unavailable.
 		w.discard()
 		w.forgetChain(st)
-		return txResult{err: unavailable("commit", cerr)}
+		return txResult{err: unavailable("commit", late(cerr))}
 	}
 	if tag.String() != "COMMIT" {
 		// The transaction was aborted (COMMIT answered ROLLBACK): nothing was written.

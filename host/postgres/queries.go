@@ -23,11 +23,15 @@ import (
 type reader struct {
 	s  *Store
 	ss *sess
-	// write is set inside the writer's batch transaction: statements then run
-	// on the writer's context, never the caller's (a cancelled caller must not
-	// break the connection its batch shares with others), and ExpiredLeases
-	// locks what it returns.
+	// write is set inside the writer's batch transaction: ExpiredLeases
+	// then locks what it returns.
 	write bool
+	// ctx, when set, is the context every statement runs on, whatever
+	// context the caller hands a method: in the writer's batch, the
+	// batch's own (a cancelled caller must not break the connection its
+	// batch shares with others; it ends at Options.Timeout); in a View,
+	// the View's, bounded by its caller's store timeout (store.Bound).
+	ctx context.Context
 	// deps are the counts the transaction's last LockDependencies read
 	// (dependencies.go).
 	deps *store.DependencyCounts
@@ -117,8 +121,8 @@ var (
 )
 
 func (r *reader) c(ctx context.Context) context.Context {
-	if r.write {
-		return context.Background()
+	if r.ctx != nil {
+		return r.ctx
 	}
 	return ctx
 }

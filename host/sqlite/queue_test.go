@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,6 +74,71 @@ func TestUpdateCanceledWhileQueued(t *testing.T) {
 	}
 	err = st.View(ctx, func(r store.Reader) error {
 		for name, want := range map[string]bool{"first": true, "canceled": false, "after": true} {
+			_, err := r.GetTaskType(ctx, "acme", name)
+			if got := err == nil; got != want {
+				t.Errorf("task type %q stored: %v, want %v (%v)", name, got, want, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUpdateQueuedPastItsStoreTimeout: an update queued behind one that
+// holds the writer answers database_unavailable at its store timeout
+// (store.WithTimeout), saying it was not made, instead of waiting for the
+// writer; the writer, once free, skips it. The update holding the writer
+// (taken when its caller's own timeout passes) is told its outcome is
+// unknown, and does commit.
+func TestUpdateQueuedPastItsStoreTimeout(t *testing.T) {
+	st, err := Open(filepath.Join(t.TempDir(), "gate.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ctx := context.Background()
+	put := func(name string) func(store.Tx) error {
+		return func(tx store.Tx) error {
+			tt := host.NewTaskType(name)
+			tt.Tenant = "acme"
+			return tx.PutTaskType(ctx, &tt)
+		}
+	}
+	bounded := store.WithTimeout(ctx, 50*time.Millisecond)
+	hold, holding := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- st.Update(bounded, func(tx store.Tx) error {
+			close(holding)
+			<-hold
+			return put("first")(tx)
+		})
+	}()
+	<-holding
+	start := time.Now()
+	err = st.Update(bounded, put("queued"))
+	if !host.IsCode(err, host.CodeDatabaseUnavailable) || !strings.Contains(host.ErrorDetail(err), "was not made") {
+		t.Fatalf("the update queued past its timeout: %v, want database_unavailable saying it was not made", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("it answered after %v, its timeout is 50ms", took)
+	}
+	select {
+	case err := <-first:
+		if !host.IsCode(err, host.CodeDatabaseUnavailable) || !strings.Contains(host.ErrorDetail(err), "outcome is unknown") {
+			t.Fatalf("the update holding the writer: %v, want database_unavailable saying its outcome is unknown", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the update holding the writer did not answer at its timeout")
+	}
+	close(hold)
+	if err := st.Update(ctx, put("after")); err != nil {
+		t.Fatalf("an update after: %v", err)
+	}
+	err = st.View(ctx, func(r store.Reader) error {
+		for name, want := range map[string]bool{"first": true, "queued": false, "after": true} {
 			_, err := r.GetTaskType(ctx, "acme", name)
 			if got := err == nil; got != want {
 				t.Errorf("task type %q stored: %v, want %v (%v)", name, got, want, err)

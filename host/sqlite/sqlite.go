@@ -109,10 +109,13 @@ var (
 )
 
 type request struct {
+	// ctx is the caller's, bounded by its store timeout (store.Bound).
 	ctx  context.Context
 	fn   func(store.Tx) error
 	err  error
 	done chan struct{}
+	// claim settles whether the writer runs it or its caller gave up on it.
+	claim groupcommit.Claim
 }
 
 // Open opens (creating if needed, unless opts.MustExist) the database file at
@@ -347,7 +350,12 @@ func (s *Store) preparePending() {
 var errClosed = groupcommit.ErrClosed
 
 // Update implements store.Store with group commit.
+//
+// The caller waits for the outcome at most the store timeout its context
+// carries (store.WithTimeout), as on PostgreSQL (store.AwaitUpdate).
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
+	ctx, cancel := store.Bound(ctx)
+	defer cancel()
 	r := &request{ctx: ctx, fn: fn, done: make(chan struct{})}
 	class := groupcommit.Prompt
 	keys, bulk := store.BulkKeys(ctx)
@@ -355,10 +363,9 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
 		class = groupcommit.Bulk
 	}
 	if err := s.queue.Put(ctx, r, class, keys...); err != nil {
-		return err
+		return store.QueueTimeout(ctx, "sqlite", err)
 	}
-	<-r.done // once queued, the outcome is waited for: it may have been committed
-	return r.err
+	return store.AwaitUpdate(ctx, "sqlite", r.done, &r.claim, &r.err)
 }
 
 func (s *Store) writer() {
@@ -446,6 +453,10 @@ func (s *Store) tryBatch(batch []*request, savepoints bool, began time.Time) boo
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
 			r.err = err
+			continue
+		}
+		if !r.claim.Take() {
+			r.err = context.Cause(r.ctx) // its caller gave up before it ran: it never runs
 			continue
 		}
 		if savepoints {
@@ -610,12 +621,16 @@ func (s *Store) View(ctx context.Context, fn func(store.Reader) error) error {
 	if s.queue.IsClosed() {
 		return errClosed
 	}
-	tx, err := s.rdb.BeginTx(ctx, nil)
+	// The read transaction ends at the store timeout ctx carries
+	// (store.WithTimeout): its reads fail then.
+	bctx, cancel := store.Bound(ctx)
+	defer cancel()
+	tx, err := s.rdb.BeginTx(bctx, nil)
 	if err != nil {
-		return unavailable("begin read", err)
+		return store.ReadTimeout(bctx, "sqlite", unavailable("begin read", err))
 	}
 	defer tx.Rollback()
-	return fn(&reader{s: s, db: s.rdb, tx: tx})
+	return store.ReadTimeout(bctx, "sqlite", fn(&reader{s: s, db: s.rdb, tx: tx}))
 }
 
 // Ping implements store.Store: it reads the database and commits a real

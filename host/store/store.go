@@ -80,8 +80,8 @@ type Store interface {
 	// durable on disk. fn may run again only if the whole batch had to be retried,
 	// so it must not have side effects outside tx. The batch is shared: a
 	// driver must not let one caller's context (cancellation, deadline) abort
-	// the transaction the other updates ride in; once queued, an update runs
-	// to its outcome.
+	// the transaction the other updates ride in; once the writer has taken
+	// an update, it runs to its outcome.
 	//
 	// A panic in fn is recovered and returned as a host.CodeInternal error,
 	// with fn's writes undone (storetest: GroupCommitIsolatesFailures). A
@@ -90,13 +90,23 @@ type Store interface {
 	// connection was lost while COMMIT was under way) is reported as
 	// host.CodeDatabaseUnavailable too, never as a success. A context done
 	// before the update was queued returns ctx.Err() and writes nothing.
-	// The conformance suite does not cancel a queued update; host/sqlite's
-	// TestUpdateCanceledWhileQueued does.
+	// Once queued, the caller waits for the outcome at most the store
+	// timeout ctx carries (WithTimeout; timeout.go): an update the writer
+	// has not taken by then never runs, and Update says it was not made;
+	// one it took may still commit, and Update says its outcome is unknown
+	// (AwaitUpdate), both host.CodeDatabaseUnavailable. A caller canceled
+	// before the writer took its update gets ctx.Err() at once, and the
+	// update never runs. The conformance suite does not cancel a queued
+	// update; host/sqlite's TestUpdateCanceledWhileQueued and
+	// TestUpdateQueuedPastItsStoreTimeout, and host/postgres's
+	// TestFrozenDatabase… do.
 	Update(ctx context.Context, fn func(Tx) error) error
 	// View runs fn against a consistent read-only view: every read fn makes
 	// sees the same committed state (PostgreSQL: one REPEATABLE READ
 	// snapshot), and no read locks anything. Not checked by the conformance
-	// suite, which never reads while it writes the rows it reads.
+	// suite, which never reads while it writes the rows it reads. Its
+	// reads end at the store timeout ctx carries (WithTimeout), with
+	// host.CodeDatabaseUnavailable (ReadTimeout).
 	View(ctx context.Context, fn func(Reader) error) error
 	// Ping reports whether the store can serve reads and writes: it reads the
 	// queue counts of ProbeTenant and commits a write transaction through the

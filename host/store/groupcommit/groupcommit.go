@@ -105,8 +105,10 @@ func (q *Queue[R]) Held() int { return q.budget.held() }
 // MaxHold; a bulk request of no key is never held, and keys mean nothing
 // to a prompt request. Put fails with ErrClosed once Close
 // has been called, and with ctx's error if ctx ends while r is held or the
-// queue of c is full. Once Put has queued r, the caller must wait for r's
-// outcome: it may be committed whatever the caller's context does.
+// queue of c is full. Once Put has queued r, the caller waits for r's
+// outcome, or stops waiting and settles with r's Claim whether r will
+// still run: taken by the writer, it may be committed whatever the
+// caller's context does.
 func (q *Queue[R]) Put(ctx context.Context, r R, c Class, keys ...string) error {
 	if c == Bulk {
 		if err := q.hold(ctx, keys); err != nil {
@@ -260,3 +262,30 @@ func (q *Queue[R]) Closing() <-chan struct{} { return q.closed }
 
 // Len is how many requests of both classes wait for a writer now.
 func (q *Queue[R]) Len() int { return len(q.reqs) + len(q.bulk) }
+
+// Claim settles, once, whether the writer runs a queued request or its
+// caller has given up on it: the writer Takes it right before it runs it,
+// the caller Abandons it when it stops waiting, and whichever comes first
+// wins. A request abandoned before it was taken never runs (nothing of it
+// is written); one taken before its caller gave up may still commit, so
+// its outcome is unknown to the caller (store.UpdateAbandoned). The zero
+// value is a queued request's.
+type Claim struct{ state atomic.Uint32 }
+
+const (
+	claimQueued uint32 = iota
+	claimTaken
+	claimAbandoned
+)
+
+// Take reports whether the writer may run the request: it takes it now, or
+// took it before (a batch run again); false when its caller abandoned it.
+func (c *Claim) Take() bool {
+	return c.state.CompareAndSwap(claimQueued, claimTaken) || c.state.Load() == claimTaken
+}
+
+// Abandon reports whether the caller gave the request up before the writer
+// took it: then it never runs. False when the writer took it first.
+func (c *Claim) Abandon() bool {
+	return c.state.CompareAndSwap(claimQueued, claimAbandoned) || c.state.Load() == claimAbandoned
+}
