@@ -15,6 +15,7 @@ require (
 )
 
 require (
+	github.com/asyncgate/asyncgate/sdk/plugin v0.0.0-00010101000000-000000000000 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
@@ -57,3 +58,5 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
+
+replace github.com/asyncgate/asyncgate/sdk/plugin => ../sdk/plugin
