@@ -822,10 +822,16 @@ func (w *writer) runTx(reqs []*request, strict, bounded bool) txResult {
 		ss.queueCtl(w.s.firstRunLockWaitSQL())
 	}
 	opening := len(ss.pre) // BEGIN and its settings
-	// late names the batch timeout in err when bg ended at it.
-	late := func(err error) error {
+	// late names the batch timeout in err when bg ended at it, and what it
+	// means to the batch's callers: before COMMIT was sent nothing was
+	// written (a batch that spent its timeout is not run again), after it
+	// the outcome is unknown.
+	late := func(err error, commitSent bool) error {
 		if bg.Err() != nil && errors.Is(context.Cause(bg), errBatchTimeout) {
-			return fmt.Errorf("no answer within %v (%v)", w.s.opts.Timeout, err)
+			if commitSent {
+				return fmt.Errorf("no answer within %v: its outcome is unknown (it may still commit); read it back, or retry with the same idempotency key (%v)", w.s.opts.Timeout, err)
+			}
+			return fmt.Errorf("no answer within %v, so the update was not made; try again (%v)", w.s.opts.Timeout, err)
 		}
 		return err
 	}
@@ -851,7 +857,7 @@ func (w *writer) runTx(reqs []*request, strict, bounded bool) txResult {
 				w.discard()
 			}
 		}
-		return txResult{err: unavailable(what, late(err)), retry: broken || isRetryable(err)}
+		return txResult{err: unavailable(what, late(err, false)), retry: broken || isRetryable(err)}
 	}
 	wtx := &writeTx{reader: reader{s: w.s, ss: ss, write: true, ctx: bg}, st: st, deferWrites: !strict}
 	wtx.locks.alone = len(reqs) == 1
@@ -1013,7 +1019,7 @@ func (w *writer) runTx(reqs []*request, strict, bounded bool) txResult {
 		}
 		w.discard()
 		w.forgetChain(st)
-		return txResult{err: unavailable("commit", late(err))} // COMMIT may have run: never rerun
+		return txResult{err: unavailable("commit", late(err, true))} // COMMIT may have run: never rerun
 	}
 	tag, cerr := br.Exec()
 	if err2 := br.Close(); cerr == nil {
@@ -1023,7 +1029,7 @@ func (w *writer) runTx(reqs []*request, strict, bounded bool) txResult {
 		// The outcome is unknown: never rerun, report unavailable.
 		w.discard()
 		w.forgetChain(st)
-		return txResult{err: unavailable("commit", late(cerr))}
+		return txResult{err: unavailable("commit", late(cerr, true))}
 	}
 	if tag.String() != "COMMIT" {
 		// The transaction was aborted (COMMIT answered ROLLBACK): nothing was written.
