@@ -481,3 +481,47 @@ func (r *reader) WaiterDepth(ctx context.Context, tenant string, ids []string) (
 // waiter's edges on their primary key (as crowdedDependencySQL).
 var waiterDepthSQL = `SELECT coalesce(max((SELECT max(d.depth) FROM task_dependencies d WHERE d.tenant = $1 AND d.waiter_id = w.id)), 0)
 FROM unnest($2::text[]) AS w(id)`
+
+// HasPendingSettlements implements store.Reader.
+func (r *reader) HasPendingSettlements(ctx context.Context) (bool, error) {
+	var found bool
+	err := r.ss.queryRow(r.c(ctx), []any{&found}, `SELECT EXISTS (SELECT 1 FROM pending_settlements)`)
+	return found, err
+}
+
+// AddPendingSettlements implements store.Tx.
+func (w *writeTx) AddPendingSettlements(ctx context.Context, ps []store.PendingSettlement) error {
+	for _, p := range ps {
+		if _, err := w.ss.exec(w.c(ctx), `INSERT INTO pending_settlements (tenant, task_id, state, cause, created_at) VALUES ($1,$2,$3,$4,$5)
+ON CONFLICT (tenant, task_id) DO UPDATE SET state = excluded.state, cause = excluded.cause`,
+			p.Tenant, p.TaskID, string(p.State), p.Cause, us(p.CreatedAt)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ClaimPendingSettlements implements store.Tx. Rows another host's
+// drainer holds are skipped; the ones returned stay locked until this
+// transaction ends, which deletes those it settles.
+func (w *writeTx) ClaimPendingSettlements(ctx context.Context, limit int) ([]store.PendingSettlement, error) {
+	var out []store.PendingSettlement
+	err := w.ss.query(w.c(ctx), func(rows pgx.Rows) error {
+		var p store.PendingSettlement
+		var state string
+		var at int64
+		if err := rows.Scan(&p.Tenant, &p.TaskID, &state, &p.Cause, &at); err != nil {
+			return err
+		}
+		p.State, p.CreatedAt = host.TaskState(state), fromUS(at)
+		out = append(out, p)
+		return nil
+	}, `SELECT tenant, task_id, state, cause, created_at FROM pending_settlements ORDER BY created_at, tenant, task_id LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
+	return out, err
+}
+
+// DeletePendingSettlement implements store.Tx.
+func (w *writeTx) DeletePendingSettlement(ctx context.Context, tenant, taskID string) error {
+	_, err := w.ss.exec(w.c(ctx), `DELETE FROM pending_settlements WHERE tenant = $1 AND task_id = $2`, tenant, taskID)
+	return err
+}

@@ -740,3 +740,52 @@ func (r *reader) WaiterDepth(ctx context.Context, tenant string, ids []string) (
 		tenant, store.IDsJSON(ids)).Scan(&depth)
 	return depth, err
 }
+
+// HasPendingSettlements implements store.Reader. The table is never held
+// behind, so the probe reads it as it is.
+func (r *reader) HasPendingSettlements(ctx context.Context) (bool, error) {
+	var n int
+	err := r.rawQueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM pending_settlements LIMIT 1)`).Scan(&n)
+	return n > 0, err
+}
+
+// AddPendingSettlements implements store.Tx. It reads nothing the batch
+// holds behind, so it runs raw.
+func (w *writeTx) AddPendingSettlements(ctx context.Context, ps []store.PendingSettlement) error {
+	for _, p := range ps {
+		if _, err := w.rawExec(ctx, `INSERT INTO pending_settlements (tenant, task_id, state, cause, created_at) VALUES (?,?,?,?,?)
+ON CONFLICT (tenant, task_id) DO UPDATE SET state = excluded.state, cause = excluded.cause`,
+			p.Tenant, p.TaskID, string(p.State), p.Cause, us(p.CreatedAt)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ClaimPendingSettlements implements store.Tx: the single writer holds
+// every row it reads until the batch ends.
+func (w *writeTx) ClaimPendingSettlements(ctx context.Context, limit int) ([]store.PendingSettlement, error) {
+	rows, err := w.rawQuery(ctx, `SELECT tenant, task_id, state, cause, created_at FROM pending_settlements ORDER BY created_at, tenant, task_id LIMIT ?`, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.PendingSettlement
+	for rows.Next() {
+		var p store.PendingSettlement
+		var state string
+		var at int64
+		if err := rows.Scan(&p.Tenant, &p.TaskID, &state, &p.Cause, &at); err != nil {
+			return nil, err
+		}
+		p.State, p.CreatedAt = host.TaskState(state), fromUS(at)
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// DeletePendingSettlement implements store.Tx.
+func (w *writeTx) DeletePendingSettlement(ctx context.Context, tenant, taskID string) error {
+	_, err := w.rawExec(ctx, `DELETE FROM pending_settlements WHERE tenant = ? AND task_id = ?`, tenant, taskID)
+	return err
+}

@@ -48,6 +48,11 @@ type DependencyReader interface {
 	// waiters among ids, 0 when none has edges: one range of the edges'
 	// primary key per id (storetest: DependencyChainDepthBounded).
 	WaiterDepth(ctx context.Context, tenant string, ids []string) (int, error)
+	// HasPendingSettlements reports whether any settlement is pending
+	// (AddPendingSettlements), in any tenant: one probe of a table that
+	// is empty unless a cascade outgrew its transaction (storetest:
+	// DependencyCascadeBounded).
+	HasPendingSettlements(ctx context.Context) (bool, error)
 }
 
 // DependencyWriter writes task dependencies.
@@ -95,6 +100,32 @@ type DependencyWriter interface {
 	// sqlrows.DependencyCheckColumns, all an enqueue checks (SQLite)
 	// (storetest: DependencyMarkAndLock).
 	MarkAndLockDependencies(ctx context.Context, tenant string, ids []string) ([]*host.Task, error)
+	// AddPendingSettlements records finished tasks whose waiters the
+	// transaction leaves unsettled, for a later transaction to settle
+	// (the engine's settlement drainer). A task already pending is
+	// recorded again with the newer entry's state and cause (storetest:
+	// DependencyCascadeBounded).
+	AddPendingSettlements(ctx context.Context, ps []PendingSettlement) error
+	// ClaimPendingSettlements returns up to limit pending settlements,
+	// oldest first, each held by this transaction until it ends: on
+	// PostgreSQL locked FOR UPDATE, and ones another transaction holds
+	// are skipped (SKIP LOCKED), so several hosts drain apart; on SQLite
+	// the single writer holds them all.
+	ClaimPendingSettlements(ctx context.Context, limit int) ([]PendingSettlement, error)
+	// DeletePendingSettlement removes a pending settlement, in the
+	// transaction that settles it.
+	DeletePendingSettlement(ctx context.Context, tenant, taskID string) error
+}
+
+// PendingSettlement is a finished task whose waiters are still to be
+// settled: the rest of a dependency cascade that one transaction's budget
+// did not cover. Cause is the engine's, opaque to the store (what
+// started the cascade, so a workflow it reaches ends by it).
+type PendingSettlement struct {
+	Tenant, TaskID string
+	State          host.TaskState
+	Cause          string
+	CreatedAt      time.Time
 }
 
 // ReadyHooker is implemented by stores whose WaiterReadier may leave the
