@@ -69,6 +69,11 @@ type deliveryTx struct {
 	// never a recursion however long the chain.
 	settle   []finished
 	settling bool
+	// spent counts the waiters the update settled; once it reaches the
+	// budget (Config.SettleBudget) the work-list's rest goes to pending,
+	// which the update records for the drainer (settlements.go).
+	spent   int
+	pending []finished
 	// cause is set while settleWaiters writes the cancel of a waiter
 	// whose rule a dependency's end broke: the end that started the
 	// cascade, which the waiter's own end passes on (endCause).
@@ -95,6 +100,8 @@ type deliveryOut struct {
 	reoffered []taskWake
 	// settled are the tasks whose waiters it settled (deliveryTx.settled).
 	settled []waitedKey
+	// pending: it left settlements for the drainer (settlements.go).
+	pending bool
 }
 
 // withDelivery returns fn run on a deliveryTx; *out says, once the update
@@ -106,9 +113,13 @@ func (e *Engine) withDelivery(fn func(store.Tx) error, out *deliveryOut) func(st
 		if err == nil {
 			err = d.endWorkflows(context.Background())
 		}
+		if err == nil && len(d.pending) > 0 {
+			err = d.savePending(context.Background())
+		}
 		*out = deliveryOut{}
 		if err == nil {
-			*out = deliveryOut{outboxed: d.outboxed, readied: d.readied, canceled: d.canceled, reoffered: d.reoffered, settled: d.settled}
+			*out = deliveryOut{outboxed: d.outboxed, readied: d.readied, canceled: d.canceled, reoffered: d.reoffered, settled: d.settled,
+				pending: len(d.pending) > 0}
 		}
 		return err
 	}
@@ -131,6 +142,9 @@ func (e *Engine) afterCommit(out *deliveryOut) {
 	}
 	for _, w := range out.reoffered {
 		e.waiters.wake(w.tenant, w.typ, 1)
+	}
+	if out.pending {
+		e.wakeSettler()
 	}
 }
 
@@ -198,7 +212,7 @@ func (d *deliveryTx) AppendReceipt(ctx context.Context, r *host.Receipt) error {
 			return err
 		}
 	}
-	if len(d.ends) > 0 && (r.Type == host.ReceiptFailed || r.Type == host.ReceiptCanceled) {
+	if (len(d.ends) > 0 || len(d.pending) > 0) && (r.Type == host.ReceiptFailed || r.Type == host.ReceiptCanceled) {
 		d.noteErrorBy(r)
 	}
 	if d.e.outboxOn() {

@@ -32,7 +32,10 @@ import (
 //     waiters this end may cancel. A cancel is itself a
 //     terminal write, so it settles the waiter's own waiters in turn: the
 //     finished tasks go on a work-list drained in a loop (settleAll), so
-//     a long chain costs no stack.
+//     a long chain costs no stack. An update settles a bounded number of
+//     waiters (Config.SettleBudget) and records the rest of its list as
+//     pending settlements in its transaction, which the drainer settles
+//     in later ones (settlements.go).
 //
 // Both writes are fenced (a waiter is changed only while it is waiting), so
 // a waiter is settled once whatever the number of writers. On PostgreSQL the
@@ -223,12 +226,22 @@ type endCause struct {
 // settleAll drains the update's work-list of finished tasks: settling a
 // waiter may cancel it, which puts it on the list in turn. The cascade is
 // a loop (a chain of any length costs no stack), and the update's last
-// task is the one that started it when it returns.
+// task is the one that started it when it returns. Once the update has
+// settled its budget of waiters (Config.SettleBudget), what is left of
+// the list is kept for the update to record as pending settlements
+// (savePending), which the drainer settles in later transactions
+// (settlements.go). The budget is looked at before each finished task,
+// never within one, and an update starts with none spent: the first end
+// it writes settles its direct waiters with it.
 func (d *deliveryTx) settleAll(ctx context.Context) error {
 	last := d.last
 	d.settling = true
 	defer func() { d.last, d.settling, d.settle = last, false, nil }()
 	for len(d.settle) > 0 {
+		if d.overBudget() {
+			d.pending = append(d.pending, d.settle...)
+			break
+		}
 		dep := d.settle[0]
 		d.settle[0] = finished{}
 		d.settle = d.settle[1:]
@@ -252,9 +265,11 @@ func (d *deliveryTx) settleWaiters(ctx context.Context, dep finished) error {
 		var ready []*host.Task
 		ready, settled, err = r.SettleReadyWaiters(ctx, dep.tenant, dep.id, dep.state, now)
 		d.readied = append(d.readied, ready...)
+		d.spent += len(ready)
 	} else {
 		settled, err = d.Tx.SettleWaiters(ctx, dep.tenant, dep.id, dep.state)
 	}
+	d.spent += len(settled)
 	if err != nil || len(settled) == 0 {
 		return err
 	}

@@ -89,6 +89,12 @@ type Config struct {
 	// (default host.MaxDependencyDepth): it bounds the depth of the
 	// cascade one terminal write settles.
 	MaxDependencyDepth int
+	// SettleBudget is how many waiters one transaction settles before it
+	// leaves the rest of a dependency cascade to the drainer
+	// (settlements.go; default DefaultSettleBudget; negative: no bound,
+	// the whole cascade in the transaction of the end that started it).
+	// The drainer runs on a started engine (Start).
+	SettleBudget int
 	// ExpiryJitter is the most random delay added to the requeue delay after a
 	// lease expires, so expiries don't storm (default 3 s; negative: none).
 	ExpiryJitter time.Duration
@@ -163,6 +169,7 @@ type Engine struct {
 	streamSlots slots // result fetches streamed from their channel
 
 	outboxWake chan struct{} // wakes the outbox dispatcher (delivery)
+	settleWake chan struct{} // wakes the settlement drainer (settlements.go)
 
 	seenMu sync.Mutex
 	seen   map[string]time.Time // worker key -> last recorded sighting
@@ -222,6 +229,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.MaxWaiters <= 0 {
 		cfg.MaxWaiters = host.MaxWaiters
 	}
+	if cfg.SettleBudget == 0 {
+		cfg.SettleBudget = DefaultSettleBudget
+	}
 	if cfg.MaxSchedulesPerOwner <= 0 {
 		cfg.MaxSchedulesPerOwner = host.MaxSchedulesPerOwner
 	}
@@ -245,6 +255,7 @@ func New(cfg Config) (*Engine, error) {
 		stop:    make(chan struct{}),
 
 		outboxWake: make(chan struct{}, 1),
+		settleWake: make(chan struct{}, 1),
 
 		getSlots:    make(slots, cfg.MaxResultGets),
 		streamSlots: make(slots, cfg.MaxResultStreams),
@@ -265,11 +276,13 @@ func (e *Engine) Store() store.Store { return e.st }
 // Clock returns the engine's clock.
 func (e *Engine) Clock() host.Clock { return e.clock }
 
-// Start runs the expiry sweeper and, when the store supports it, the cross-host
+// Start runs the expiry sweeper, the settlement drainer and, when the store supports it, the cross-host
 // wake-up listener, until Close.
 func (e *Engine) Start() {
 	e.wg.Add(1)
 	go e.sweepLoop()
+	e.wg.Add(1)
+	go e.settleLoop()
 	if e.cfg.ScheduleTick > 0 {
 		e.wg.Add(1)
 		go e.scheduleLoop()

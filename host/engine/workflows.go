@@ -814,6 +814,9 @@ type workflowEnd struct {
 // stays unknown. A cancel's receipt of the task that caused a final
 // step's end names who canceled it (canceled_by).
 func (d *deliveryTx) noteErrorBy(r *host.Receipt) {
+	if len(d.pending) > 0 {
+		d.notePendingBy(r)
+	}
 	for i := range d.ends {
 		end := &d.ends[i]
 		cause := end.cause
