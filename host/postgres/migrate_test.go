@@ -380,3 +380,11 @@ func TestMigrationWorkflowRetention(t *testing.T) {
 		func(stmts ...string) { execIn(t, schema, stmts...) },
 		`ALTER TABLE workflows DROP COLUMN outcome`, `ALTER TABLE workflows DROP COLUMN archived_at`, `DELETE FROM schema_migrations WHERE version = 51`)
 }
+
+// Pending settlements (migration 0055) outlive the store: a cascade cut
+// at its budget, the store closed before the drainer ran and opened again,
+// is settled by the next started engine.
+func TestCascadeResumesAfterReopen(t *testing.T) {
+	schema := newSchema(t)
+	storetest.CascadeAfterReopen(t, func(t *testing.T) store.Store { return openIn(t, schema, Options{}) })
+}

@@ -127,3 +127,17 @@ func TestMigrationWorkflowRetention(t *testing.T) {
 	}, func(stmts ...string) { tamper(t, path, stmts...) },
 		`ALTER TABLE workflows DROP COLUMN outcome`, `ALTER TABLE workflows DROP COLUMN archived_at`, `DELETE FROM schema_migrations WHERE version = 48`)
 }
+
+// Pending settlements (migration 0055) outlive the store: a cascade cut
+// at its budget, the store closed before the drainer ran and opened again,
+// is settled by the next started engine.
+func TestCascadeResumesAfterReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gate.db")
+	storetest.CascadeAfterReopen(t, func(t *testing.T) store.Store {
+		st, err := sqlite.Open(path, sqlite.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	})
+}

@@ -48,6 +48,7 @@ func dependencyCases() []struct {
 		{"DependencyMarkAndLock", testDepsMarkAndLock},
 		{"DependencyReadyWaiterRows", testDepsReadyRows},
 		{"DependencyRaceWithCompletion", testDepsRaceWithCompletion},
+		{"DependencyCascadeBounded", testDepsCascadeBounded}, {"DependencyCascadeResumes", testDepsCascadeResumes}, // cascade.go
 	}
 }
 

@@ -42,12 +42,13 @@ func workflowCases() []struct {
 		{"WorkflowHammer", testWorkflowHammer},
 		{"WorkflowEndIsFenced", testWorkflowEndFenced},
 		{"WorkflowCountsByState", testWorkflowCounts},
-		{"WorkflowListStates", testWorkflowListStates},                   // workflowcounts.go
-		{"WorkflowStepDelayed", testWorkflowStepDelayed},                 // workflowstart.go
-		{"WorkflowStepNotBefore", testWorkflowStepNotBefore},             // workflowstart.go
-		{"WorkflowStepResources", testWorkflowStepResources},             // workflowstart.go
-		{"WorkflowStepStartRefused", testWorkflowStepStartRefused},       // workflowstart.go
-		{"WorkflowStepStartIdempotent", testWorkflowStepStartIdempotent}, // workflowstart.go
+		{"WorkflowListStates", testWorkflowListStates},                           // workflowcounts.go
+		{"WorkflowStepDelayed", testWorkflowStepDelayed},                         // workflowstart.go
+		{"WorkflowStepNotBefore", testWorkflowStepNotBefore},                     // workflowstart.go
+		{"WorkflowStepResources", testWorkflowStepResources},                     // workflowstart.go
+		{"WorkflowStepStartRefused", testWorkflowStepStartRefused},               // workflowstart.go
+		{"WorkflowStepStartIdempotent", testWorkflowStepStartIdempotent},         // workflowstart.go
+		{"WorkflowEndedByContinuedCascade", testWorkflowEndedByContinuedCascade}, // cascade.go
 	}
 }
 
