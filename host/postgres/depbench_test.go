@@ -77,3 +77,11 @@ func BenchmarkEnqueueBesideABacklog(b *testing.B) {
 	eng, _ := depBenchStore(b)
 	storetest.EnqueueBesideABacklog(b, eng)
 }
+
+// BenchmarkCascadeCancel measures the cancel of a root with 20,020
+// waiters, with the settle budget and without (storetest.CascadeCancel).
+//
+//	go test ./host/postgres -run '^$' -bench CascadeCancel -benchtime 1x
+func BenchmarkCascadeCancel(b *testing.B) {
+	storetest.CascadeCancel(b, func(t testing.TB) storetest.Store { return openTest(t) })
+}

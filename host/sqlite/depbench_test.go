@@ -50,3 +50,9 @@ func BenchmarkDependencyCost(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCascadeCancel measures the cancel of a root with 20,020
+// waiters, with the settle budget and without (storetest.CascadeCancel).
+//
+//	go test ./host/sqlite -run '^$' -bench CascadeCancel -benchtime 1x
+func BenchmarkCascadeCancel(b *testing.B) { storetest.CascadeCancel(b, openTemp) }
