@@ -106,9 +106,16 @@ func wantCutCascade(t testing.TB, b *Bundle, eng *engine.Engine, tr cascadeTree)
 	if _, err := eng.Cancel(b.Ctx, b.Agent, tr.root, "stop the tree"); err != nil {
 		t.Fatal(err)
 	}
+	wantCut(t, b, tr)
+}
+
+// wantCut checks that the transaction that ended tr's root settled at
+// most the budget (plus one task's waiters) and left the rest pending.
+func wantCut(t testing.TB, b *Bundle, tr cascadeTree) {
+	t.Helper()
 	bound := cascadeBudget - 1 + tr.fanOut
 	if n := b.countCanceled(t, tr.waiters); n > bound || n == len(tr.waiters) {
-		t.Fatalf("the cancel's transaction canceled %d of %d waiters, want at most %d (budget %d, fan-out %d) and some left",
+		t.Fatalf("the transaction that ended the root canceled %d of %d waiters, want at most %d (budget %d, fan-out %d) and some left",
 			n, len(tr.waiters), bound, cascadeBudget, tr.fanOut)
 	}
 	if !b.pendingSettlements(t) {
@@ -177,6 +184,33 @@ func testDepsCascadeResumes(t *testing.T, b *Bundle) {
 	first.Close()
 	cascadeEngine(t, b, cascadeBudget).Start()
 	wantCascadeDone(t, b, tr)
+}
+
+// testDepsCascadeFromDeadLetter: a worker's failure that dead-letters the
+// root is cut the same way, and its waiters are canceled naming the dead
+// letter.
+func testDepsCascadeFromDeadLetter(t *testing.T, b *Bundle) {
+	tr := buildCascadeTree(t, b)
+	eng := cascadeEngine(t, b, cascadeBudget)
+	o := b.leaseType(t, "w.1", "work")
+	if o.Task.ID != tr.root {
+		t.Fatalf("leased %s, want the root %s", o.Task.ID, tr.root)
+	}
+	if _, err := eng.Fail(b.Ctx, engine.FailRequest{WorkerCall: Call("w.1", o), Error: "broken input"}); err != nil {
+		t.Fatal(err)
+	}
+	if tk := b.Task(t, tr.root); tk.State != host.StateDeadLetter {
+		t.Fatalf("the root is %s after its fatal failure", tk.State)
+	}
+	wantCut(t, b, tr)
+	eng.Start()
+	wantCascadeDone(t, b, tr)
+	if tk := b.Task(t, tr.waiters[len(tr.waiters)-1]); !strings.Contains(tk.LastError, "finished canceled") {
+		t.Fatalf("the chain's end was canceled with %q", tk.LastError)
+	}
+	if tk := b.Task(t, tr.waiters[0]); !strings.Contains(tk.LastError, "dependency "+tr.root+" finished dead_letter") {
+		t.Fatalf("a waiter of the root was canceled with %q", tk.LastError)
+	}
 }
 
 // testWorkflowEndedByContinuedCascade: a workflow whose final step only

@@ -49,6 +49,7 @@ func dependencyCases() []struct {
 		{"DependencyReadyWaiterRows", testDepsReadyRows},
 		{"DependencyRaceWithCompletion", testDepsRaceWithCompletion},
 		{"DependencyCascadeBounded", testDepsCascadeBounded}, {"DependencyCascadeResumes", testDepsCascadeResumes}, // cascade.go
+		{"DependencyCascadeFromDeadLetter", testDepsCascadeFromDeadLetter}, // cascade.go
 	}
 }
 
