@@ -31,9 +31,39 @@ import (
 // blocks nobody, so no cycle of waiters can form. Otherwise it is refused at
 // once, naming the waiter ahead.
 
-// waiterSlack is how long an acquire's registration outlives its wait (a
-// host that dies mid-wait leaves it to lapse).
+// waiterSlack is how long an acquire's registration outlives its wait.
 const waiterSlack = 2 * time.Second
+
+// acquireWaiterTTL is how long an acquire's registration lasts unless the
+// waiting request renews it; it renews it while it waits, each time less
+// than half of it is left (waiterRenewal), so a host that dies mid-wait
+// (SIGKILL, a lost machine) blocks the requests behind its waiter for at
+// most this long, not for the rest of a wait of up to MaxWait.
+const acquireWaiterTTL = 5 * time.Second
+
+// waiterExpiry is when an acquire's registration, written at now, lapses:
+// acquireWaiterTTL later, but never later than its wait's end (until) and
+// waiterSlack.
+func waiterExpiry(now, until time.Time) time.Time {
+	return minTime(now.Add(acquireWaiterTTL), until.Add(waiterSlack))
+}
+
+// waiterRenewal is when a registration that lapses at expires is renewed:
+// when half of acquireWaiterTTL is left. A registration that already lasts
+// to its wait's end (until) needs none: the zero time.
+func waiterRenewal(expires, until time.Time) time.Time {
+	if !expires.Before(until.Add(waiterSlack)) {
+		return time.Time{}
+	}
+	return expires.Add(-acquireWaiterTTL / 2)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
 
 // taskWaiterTTL is how long a stepped-aside task's registration lasts unless
 // it steps aside again: a task no worker asks for stops counting.
@@ -75,13 +105,13 @@ func behindWaiter(w *host.ResourceWaiter, prio, now time.Time, holdsNothing bool
 		ServerTime: now, PriorityAt: prio}
 }
 
-// registerWaiter registers an acquire that is about to park as a waiter on
-// each of its resources, until its wait ends.
-func (e *Engine) registerWaiter(ctx context.Context, req AcquireRequest, self string, intents []ResourceIntent, prio time.Time, until time.Time) error {
+// registerWaiter registers (or renews) an acquire that is about to park as
+// a waiter on each of its resources, until expires (waiterExpiry).
+func (e *Engine) registerWaiter(ctx context.Context, req AcquireRequest, self string, intents []ResourceIntent, prio time.Time, expires time.Time) error {
 	return e.update(ctx, func(tx store.Tx) error {
 		for _, it := range intents {
 			if err := tx.PutResourceWaiter(ctx, host.ResourceWaiter{Tenant: req.Tenant, Resource: it.Resource, WaiterID: self, Holder: req.Holder,
-				Predicate: it.Predicate, PriorityAt: prio, ExpiresAt: until.Add(waiterSlack)}); err != nil {
+				Predicate: it.Predicate, PriorityAt: prio, ExpiresAt: expires}); err != nil {
 				return err
 			}
 		}

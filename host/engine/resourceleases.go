@@ -299,7 +299,7 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 	// The registration lasts until the wait ends, counted from the first
 	// decision's time (read under the resources' lock: a clock reading
 	// before the lock would order nothing).
-	var waitUntil time.Time
+	var waitUntil, regExpires, renewAt time.Time
 	for {
 		w := e.rl().watch(req.Tenant, intentResources(intents))
 		res, err := e.tryAcquire(ctx, req, intents, ttl, &prio, &floor, explicit, self)
@@ -317,14 +317,18 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 		if waitUntil.IsZero() {
 			waitUntil = ce.ServerTime.Add(req.Wait)
 		}
-		if !registered {
+		if !registered || (!renewAt.IsZero() && !ce.ServerTime.Before(renewAt)) {
 			// Registered before it parks: from now on younger conflicting
 			// requests queue behind it. The priority is the one it ran with.
-			if err := e.registerWaiter(ctx, req, self, intents, ce.PriorityAt, waitUntil); err != nil {
+			// The registration lasts acquireWaiterTTL and is renewed
+			// while the request waits, so a waiter whose host died stops
+			// blocking others soon after (resourcefair.go).
+			regExpires = waiterExpiry(ce.ServerTime, waitUntil)
+			if err := e.registerWaiter(ctx, req, self, intents, ce.PriorityAt, regExpires); err != nil {
 				e.rl().unwatch(w)
 				return nil, err
 			}
-			registered = true
+			registered, renewAt = true, waiterRenewal(regExpires, waitUntil)
 		}
 		if !waiting {
 			waiting = true
@@ -332,7 +336,15 @@ func (e *Engine) AcquireResources(ctx context.Context, req AcquireRequest) (*Acq
 		}
 		// Woken when a lease on one of the resources ends, on this host or
 		// another; an expiry needs no wake-up (park wakes at the earliest).
-		timedOut, stop := e.park(ctx, w, ce.until, deadline)
+		wake := ce.until
+		if !renewAt.IsZero() {
+			// Look again in time to renew the registration: a renewal
+			// after its lapse would let younger requests pass meanwhile.
+			if wake.IsZero() || renewAt.Before(wake) {
+				wake = renewAt
+			}
+		}
+		timedOut, stop := e.park(ctx, w, wake, deadline)
 		e.rl().unwatch(w)
 		if stop != nil {
 			return nil, stop
