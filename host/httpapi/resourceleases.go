@@ -50,7 +50,8 @@ type AcquireBody struct {
 	PriorityAt *time.Time `json:"priority_at,omitempty"`
 	// WaitSeconds long-polls (at most 30) while wait-die lets the request wait.
 	WaitSeconds float64 `json:"wait_seconds,omitempty"`
-	// Holder names the holder; only an admin may name another than its key's principal.
+	// Holder, when given, must be the key's principal (the holder is always
+	// the caller; another name is 403 forbidden, for an admin too).
 	Holder string `json:"holder,omitempty"`
 	// SessionID grants the leases in the holder's session: they follow the
 	// session's heartbeats and end with it (ttl_ms is the session's).
@@ -88,12 +89,11 @@ func (s *Server) acquireResources(c echo.Context) error {
 	if err := bind(c, &b, strict); err != nil {
 		return err
 	}
-	holder := a.Principal
+	// The holder is the caller, an admin included: a lease held in another's
+	// name would put that name on every grant, heartbeat and fencing token
+	// of it. An admin takes leases away with release or revoke.
 	if b.Holder != "" && b.Holder != a.Principal {
-		if a.Role != engine.RoleAdmin {
-			return host.Errorf(host.CodeForbidden, "this key holds leases as %q, not %q", a.Principal, b.Holder)
-		}
-		holder = b.Holder
+		return host.Errorf(host.CodeForbidden, "this key holds leases as %q, not %q: a lease's holder is the key that acquires it, an admin's included", a.Principal, b.Holder)
 	}
 	if b.WaitSeconds < 0 || math.IsNaN(b.WaitSeconds) {
 		return badRequest("wait_seconds must not be negative")
@@ -115,7 +115,7 @@ func (s *Server) acquireResources(c echo.Context) error {
 		stop := context.AfterFunc(s.drain, cancel)
 		defer stop()
 	}
-	res, err := s.eng.AcquireResources(ctx, engine.AcquireRequest{Tenant: a.Tenant, Holder: holder, Intents: b.Intents,
+	res, err := s.eng.AcquireResources(ctx, engine.AcquireRequest{Tenant: a.Tenant, Holder: a.Principal, Intents: b.Intents,
 		TTL: time.Duration(b.TTLMs) * time.Millisecond, PriorityAt: b.PriorityAt, Wait: time.Duration(b.WaitSeconds * float64(time.Second)),
 		SessionID: b.SessionID})
 	var ce *engine.ResourceConflictError
