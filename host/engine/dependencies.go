@@ -218,7 +218,9 @@ type endCause struct {
 	state        host.TaskState
 	// canceled: the task was canceled as a task, not by the gate's
 	// dependency rule; by is who asked, when the cancel's receipt names
-	// them (noteErrorBy: a cancel that ends a lease it flagged does not).
+	// them (noteErrorBy). A cancel that ends a lease it flagged names them
+	// too (endCanceled repeats the task.cancel_requested's asker); only a
+	// lease flagged by a gate that wrote no such request leaves by empty.
 	canceled bool
 	by       string
 }

@@ -34,6 +34,7 @@ func workflowCases() []struct {
 		{"WorkflowCancelLeasedFinal", testWorkflowCancelLeasedFinal},
 		{"WorkflowFinalStepCanceledAsTask", testWorkflowFinalStepCanceledAsTask},
 		{"WorkflowStepCanceledAsTask", testWorkflowStepCanceledAsTask},
+		{"WorkflowLeasedStepCanceledNamesWhoAsked", testWorkflowLeasedStepCanceledNamesWhoAsked}, // workflowcancelask.go
 		{"WorkflowFailureNamesTheStep", testWorkflowFailureNamesTheStep},
 		{"WorkflowRefusesBadGraphs", testWorkflowBadGraphs},
 		{"WorkflowForeignPrincipal", testWorkflowForeign},
@@ -441,7 +442,7 @@ func testWorkflowStepCanceledAsTask(t *testing.T, b *Bundle) {
 	if _, err := b.Engine.Release(b.Ctx, Call("w.1", o), "told to stop"); err != nil {
 		t.Fatal(err)
 	}
-	canceled(res.WorkflowID, "a", "")
+	canceled(res.WorkflowID, "a", b.Agent.Principal)
 	if items := b.inbox(t, b.Agent, engine.InboxQuery{}); len(items) != 0 {
 		t.Fatalf("workflows whose steps the submitter canceled made inbox items %+v", items)
 	}
