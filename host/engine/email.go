@@ -328,5 +328,5 @@ func (e *Engine) ArchiveTaskEmail(ctx context.Context, actor Actor, taskID strin
 	if _, err := emailPointer(t); err != nil {
 		return nil, err
 	}
-	return e.ArchiveResult(ctx, actor, taskID)
+	return e.archiveResult(ctx, actor, t)
 }

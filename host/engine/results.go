@@ -184,17 +184,14 @@ func (e *Engine) OpenDependencyResult(ctx context.Context, call WorkerCall, depI
 		if err != nil {
 			return err
 		}
-		deps, err := r.ListDependencies(ctx, t.Tenant, t.ID)
-		if err != nil {
+		// The one edge (the lease's task, depID): a point read, however
+		// many tasks the lease's task waits on.
+		d, err := r.GetDependency(ctx, t.Tenant, t.ID, depID)
+		if err != nil || d == nil {
 			return err
 		}
-		for _, d := range deps {
-			if d.DependsOn == depID {
-				dep, err = r.GetTask(ctx, t.Tenant, depID)
-				return err
-			}
-		}
-		return nil
+		dep, err = r.GetTask(ctx, t.Tenant, depID)
+		return err
 	})
 	if err == nil && dep == nil {
 		err = host.Errorf(host.CodeNotFound, "no task %s among those the task of lease %s waits on", depID, call.LeaseID)

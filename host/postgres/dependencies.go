@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 
@@ -306,6 +307,24 @@ func (r *reader) ListDependencies(ctx context.Context, tenant, waiter string) ([
 		return nil
 	}, `SELECT dep_id, rule, position, dep_state FROM task_dependencies WHERE tenant = $1 AND waiter_id = $2 ORDER BY position`, tenant, waiter)
 	return out, err
+}
+
+// getDependencySQL reads one edge by the edges' primary key.
+const getDependencySQL = `SELECT rule, position, dep_state FROM task_dependencies WHERE tenant = $1 AND waiter_id = $2 AND dep_id = $3`
+
+// GetDependency implements store.Reader.
+func (r *reader) GetDependency(ctx context.Context, tenant, waiter, dep string) (*host.Dependency, error) {
+	d := host.Dependency{Tenant: tenant, Waiter: waiter, DependsOn: dep}
+	var rule, state string
+	err := r.ss.queryRow(r.c(ctx), []any{&rule, &d.Position, &state}, getDependencySQL, tenant, waiter, dep)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	d.Rule, d.DepState = host.DependencyRule(rule), host.TaskState(state)
+	return &d, nil
 }
 
 // dependencyTaskColumns are the dependency tasks' columns in DependencyTasks.

@@ -45,6 +45,7 @@ func TestDependencyEdgeReadsLookUpByKey(t *testing.T) {
 		{"dependencyTasksQuery", `text, text[]`, dependencyTasksQuery, `'acme', '{a,b}'`, "waiter_id"},
 		{"crowdedDependencySQL", `text, text[], int`, crowdedDependencySQL, `'acme', '{a,b}', 10`, "dep_id"},
 		{"waiterDepthSQL", `text, text[]`, waiterDepthSQL, `'acme', '{a,b}'`, "waiter_id"},
+		{"getDependencySQL", `text, text, text`, getDependencySQL, `'acme', 'w1', 'd1'`, "dep_id"},
 	} {
 		plan := genericPlan(t, c.types, c.q, c.args, seedEdges)
 		scans := 0

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -551,6 +552,27 @@ func (r *reader) ListDependencies(ctx context.Context, tenant, waiter string) ([
 		out = append(out, d)
 	}
 	return out, rows.Err()
+}
+
+// getDependencySQL reads one edge by the edges' primary key.
+const getDependencySQL = `SELECT rule, position, dep_state FROM task_dependencies WHERE tenant = ? AND waiter_id = ? AND dep_id = ?`
+
+// GetDependency implements store.Reader.
+func (r *reader) GetDependency(ctx context.Context, tenant, waiter, dep string) (*host.Dependency, error) {
+	if err := r.flushDepsFor(ctx, waiter); err != nil {
+		return nil, err
+	}
+	d := host.Dependency{Tenant: tenant, Waiter: waiter, DependsOn: dep}
+	var rule, state string
+	err := r.rawQueryRow(ctx, getDependencySQL, tenant, waiter, dep).Scan(&rule, &d.Position, &state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	d.Rule, d.DepState = host.DependencyRule(rule), host.TaskState(state)
+	return &d, nil
 }
 
 // dependencyTaskColumns are the dependency tasks' columns in DependencyTasks.

@@ -22,6 +22,8 @@ func TestDependencyQueriesUseTheirIndexes(t *testing.T) {
 		{`SELECT id FROM tasks WHERE +tenant = 'x' AND id IN (SELECT value FROM json_each('["a"]'))`, "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
 		{`UPDATE task_dependencies INDEXED BY task_dependencies_open SET dep_state = 's' WHERE tenant = 'x' AND dep_id = 'y' AND dep_state = '' RETURNING waiter_id`, "USING INDEX task_dependencies_open (tenant=? AND dep_id=?)"},
 		{`SELECT rule, dep_state, count(*) FROM task_dependencies WHERE tenant = 'x' AND waiter_id = 'y' GROUP BY rule, dep_state`, "USING PRIMARY KEY (tenant=? AND waiter_id=?)"},
+		// A fan-in's read of one dependency's result: its one edge.
+		{getDependencySQL, "USING PRIMARY KEY (tenant=? AND waiter_id=? AND dep_id=?)"},
 		// The enqueue's read of its dependencies, with their open edges
 		// and depth: each by its index.
 		{lockDependenciesSQL, "SEARCH t USING INDEX sqlite_autoindex_tasks_1 (id=?)"},

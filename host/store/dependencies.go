@@ -15,6 +15,11 @@ type DependencyReader interface {
 	// with the state its dependency finished in ("" while it has not); none
 	// for a task without dependencies (storetest: DependencyEdges).
 	ListDependencies(ctx context.Context, tenant, waiter string) ([]host.Dependency, error)
+	// GetDependency returns waiter's edge to dep, as ListDependencies
+	// returns it, or nil when waiter does not wait on dep: one lookup of
+	// the edges' primary key, whatever the number of waiter's edges
+	// (storetest: DependencyEdgeByKey).
+	GetDependency(ctx context.Context, tenant, waiter, dep string) (*host.Dependency, error)
 	// TallyDependencies counts a waiter's edges by their state, with the
 	// waiter's rule; a zero tally (no Rule) for a task without
 	// dependencies. Its cost must not grow with anything but the waiter's
