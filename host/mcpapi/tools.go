@@ -47,6 +47,37 @@ func dateTime() mcp.PropertyOption {
 	return func(s map[string]any) { s["format"] = "date-time" }
 }
 
+// oneOrList declares an argument that takes one of values, or a list of
+// them (anyOf a string and an array of strings, each one of values): a
+// filter that took one value and now takes several keeps its callers.
+// Its handler binds it as oneOrMany.
+func oneOrList(values ...string) mcp.PropertyOption {
+	return func(s map[string]any) {
+		s["anyOf"] = []any{
+			map[string]any{"type": "string", "enum": values},
+			map[string]any{"type": "array", "items": map[string]any{"type": "string", "enum": values}},
+		}
+	}
+}
+
+// oneOrMany binds an argument declared with oneOrList: a string is a list
+// of one.
+type oneOrMany []string
+
+func (o *oneOrMany) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*o = oneOrMany{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return fmt.Errorf("a string or a list of strings")
+	}
+	*o = many
+	return nil
+}
+
 var taskIDArg = mcp.WithString("task_id", mcp.Required(), mcp.Description("The task id returned by queue_task (starts with \"T-\")."))
 
 // QueueTaskArgs are the arguments of queue_task.

@@ -124,12 +124,13 @@ func (a *argSchema) check(args any) error {
 		}
 	}
 	walk(ve)
+	leaves, merged := a.formsOf(leaves, v)
 	// Unknown arguments first: a misspelt name explains what follows
 	// ("TASK_TYPE" for task_type: task_type is also missing).
 	slices.SortStableFunc(leaves, func(x, y *jsonschema.ValidationError) int {
 		return boolInt(keyword(y) == "additionalProperties") - boolInt(keyword(x) == "additionalProperties")
 	})
-	var msgs []string
+	msgs := merged
 	code := ""
 	for _, l := range leaves {
 		m := a.word(l, v)
@@ -151,6 +152,70 @@ func (a *argSchema) check(args any) error {
 		code = host.CodeBadRequest
 	}
 	return host.Errorf(code, "%s", strings.Join(msgs, "; "))
+}
+
+// formsOf words the refusal of an argument that takes one of several forms
+// (anyOf: a state or a list of states) by the form its value has. Every
+// form refuses it, each in leaves of its own. A form whose type is not the
+// value's says only that; those are left out when a form of the value's
+// type refused it for another reason (a state that is no state is not also
+// "not a list"), and named together when every form refused the value's
+// type: "status must be a string or an array, got an integer". It returns
+// the leaves left to word and the messages of the merged ones.
+func (a *argSchema) formsOf(leaves []*jsonschema.ValidationError, inst any) ([]*jsonschema.ValidationError, []string) {
+	// anyOfType is the anyOf a leaf's form is of when the leaf is that
+	// form's own type refused ("/properties/status/anyOf/1/type"), else "".
+	anyOfType := func(e *jsonschema.ValidationError) string {
+		segs := pointer(e.KeywordLocation)
+		if n := len(segs); n >= 3 && segs[n-1] == "type" && segs[n-3] == "anyOf" {
+			return strings.Join(segs[:n-2], "/")
+		}
+		return ""
+	}
+	// within says whether a leaf is under the anyOf at prefix.
+	within := func(e *jsonschema.ValidationError, prefix string) bool {
+		return strings.HasPrefix(strings.Join(pointer(e.KeywordLocation), "/"), prefix+"/")
+	}
+	var out []*jsonschema.ValidationError
+	var msgs []string
+	done := map[string]bool{}
+	for _, l := range leaves {
+		g := anyOfType(l)
+		if g == "" {
+			out = append(out, l)
+			continue
+		}
+		if done[g] {
+			continue
+		}
+		own := false // a form of the value's type refused it otherwise
+		var types []any
+		for _, m := range leaves {
+			if !within(m, g) {
+				continue
+			}
+			if anyOfType(m) != g {
+				own = true
+				continue
+			}
+			sch, _ := at(a.doc, pointer(m.KeywordLocation)[:len(pointer(m.KeywordLocation))-1])
+			if s, ok := sch.(map[string]any); ok {
+				types = append(types, asList(s["type"])...)
+			}
+		}
+		done[g] = true
+		if own {
+			continue
+		}
+		path := pointer(l.InstanceLocation)
+		val, _ := at(inst, path)
+		m := fmt.Sprintf("%s must be %s, got %s", argPath(path), typeWords(types), jsonKind(val))
+		if val == nil {
+			m += " (leave an argument out rather than send null)"
+		}
+		msgs = append(msgs, m)
+	}
+	return out, msgs
 }
 
 // codeOf is the code of a refusal of the argument at the instance path

@@ -104,9 +104,10 @@ Everything is checked before anything is queued: unknown_step, duplicate_step, w
 		agentRoles, s.getWorkflow)
 
 	s.add(tool("list_workflows", "List your workflows",
-		`List the workflows you submitted, newest first.`,
+		`List the workflows you submitted, newest first. status keeps those in one state, or in any of a list of them (e.g. ["failed", "canceled"]).`,
 		returns[WorkflowListResult](), readOnly(), props(
-			mcp.WithString("status", mcp.Enum("running", "succeeded", "failed", "canceled", "archived")),
+			mcp.WithAny("status", oneOrList("running", "succeeded", "failed", "canceled", "archived"),
+				mcp.Description("A state, or a list of states; default: every state.")),
 			mcp.WithString("cursor", mcp.Description("The cursor of the previous page.")),
 			mcp.WithInteger("limit", mcp.Min(1), mcp.Max(500)))),
 		agentRoles, s.listWorkflows)
@@ -181,9 +182,9 @@ func stepCounts(v *engine.WorkflowView) string {
 
 func (s *Server) listWorkflows(ctx context.Context, a engine.Actor, req mcp.CallToolRequest) (any, string, error) {
 	var in struct {
-		Status string `json:"status"`
-		Cursor string `json:"cursor"`
-		Limit  int    `json:"limit"`
+		Status oneOrMany `json:"status"`
+		Cursor string    `json:"cursor"`
+		Limit  int       `json:"limit"`
 	}
 	if err := bind(req, &in); err != nil {
 		return nil, "", err
@@ -191,7 +192,11 @@ func (s *Server) listWorkflows(ctx context.Context, a engine.Actor, req mcp.Call
 	if err := nonNegative("limit", in.Limit); err != nil {
 		return nil, "", err
 	}
-	wfs, cur, err := s.eng.ListWorkflows(ctx, a, store.WorkflowFilter{State: host.WorkflowState(in.Status), Cursor: in.Cursor, Limit: in.Limit})
+	f := store.WorkflowFilter{Cursor: in.Cursor, Limit: in.Limit}
+	for _, st := range in.Status {
+		f.States = append(f.States, host.WorkflowState(st))
+	}
+	wfs, cur, err := s.eng.ListWorkflows(ctx, a, f)
 	if err != nil {
 		return nil, "", err
 	}

@@ -242,3 +242,115 @@ func TestWorkflowDurableTaskArchived(t *testing.T) {
 		t.Fatalf("list_workflows archived: %+v", list)
 	}
 }
+
+// TestListWorkflowsTakesStates: list_workflows takes one state (a string, as
+// it always did) or a list of them, as GET /v1/workflows?status=a,b does,
+// through the MCP client; what its declared input schema accepts and
+// refuses, the gate accepts and refuses, and a refusal says what status
+// must be.
+func TestListWorkflowsTakesStates(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	agent := b.connect(t, b.agent)
+	submit := func(name string) string {
+		t.Helper()
+		var sub mcpapi.SubmitWorkflowResult
+		ok(t, agent, "submit_workflow", map[string]any{"name": name, "steps": []map[string]any{{"name": "x", "task_type": "echo"}}}, &sub)
+		return sub.Steps["x"]
+	}
+	done := submit("done")
+	complete(t, b, done, map[string]any{"ok": true})
+	submit("dropped")
+	var list mcpapi.WorkflowListResult
+	ok(t, agent, "list_workflows", map[string]any{"status": "succeeded"}, &list)
+	if len(list.Workflows) != 1 || list.Workflows[0].Name != "done" {
+		t.Fatalf("succeeded: %+v", list.Workflows)
+	}
+	ok(t, agent, "list_workflows", map[string]any{}, &list)
+	var dropped string
+	for _, w := range list.Workflows {
+		if w.Name == "dropped" {
+			dropped = w.ID
+		}
+	}
+	ok(t, agent, "cancel_workflow", map[string]any{"workflow_id": dropped}, nil)
+	submit("running")
+
+	names := func(args map[string]any) []string {
+		t.Helper()
+		var l mcpapi.WorkflowListResult
+		ok(t, agent, "list_workflows", args, &l)
+		var out []string
+		for _, w := range l.Workflows {
+			out = append(out, w.Name)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		status any
+		want   string
+	}{
+		{[]string{"succeeded", "canceled"}, "dropped,done"},
+		{[]string{"canceled"}, "dropped"},
+		{[]string{"running", "running"}, "running"},
+		{"canceled", "dropped"},
+		{[]string{}, "running,dropped,done"},
+		{nil, "running,dropped,done"},
+	} {
+		args := map[string]any{}
+		if c.status != nil {
+			args["status"] = c.status
+		}
+		if got := strings.Join(names(args), ","); got != c.want {
+			t.Errorf("status %v: %s, want %s", c.status, got, c.want)
+		}
+	}
+
+	// The declared schema and the gate agree.
+	tools, err := agent.ListTools(context.Background(), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema *jsonschema.Schema
+	for _, tl := range tools.Tools {
+		if tl.Name == "list_workflows" {
+			raw, _ := json.Marshal(tl.InputSchema)
+			if schema, err = jsonschema.CompileString("list_workflows.input.json", string(raw)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if schema == nil {
+		t.Fatal("list_workflows is not listed")
+	}
+	for _, c := range []struct {
+		status any
+		want   string // "" accepted; else what the refusal's detail holds
+	}{
+		{"failed", ""},
+		{[]any{"failed", "archived"}, ""},
+		{[]any{}, ""},
+		{"bogus", `status must be one of "running", "succeeded", "failed", "canceled", "archived", got "bogus"`},
+		{[]any{"running", "Failed"}, `status[1] must be one of`},
+		{7, "status must be a string or an array, got an integer"},
+		{[]any{7}, "status[0] must be a string, got an integer"},
+		{map[string]any{"running": true}, "status must be a string or an array, got an object"},
+		{nil, "status must be a string or an array, got null (leave an argument out"},
+	} {
+		args := map[string]any{"status": c.status}
+		verr := schema.Validate(map[string]any{"status": c.status})
+		var body mcpapi.ErrorBody
+		res := call(t, agent, "list_workflows", args, &body)
+		if c.want == "" {
+			if verr != nil || res.IsError {
+				t.Errorf("status %v: schema says %v, the gate %s", c.status, verr, text(res))
+			}
+			continue
+		}
+		if verr == nil {
+			t.Errorf("status %v: the declared schema accepts it", c.status)
+		}
+		if !res.IsError || body.Error != "bad_request" || !strings.Contains(body.Detail, c.want) {
+			t.Errorf("status %v: %s, want bad_request saying %q", c.status, text(res), c.want)
+		}
+	}
+}
