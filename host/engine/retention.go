@@ -30,6 +30,9 @@ type RetentionConfig struct {
 // DefaultDeadLetterDays is how long dead letters are kept by default.
 const DefaultDeadLetterDays = 90
 
+// DefaultRetentionInterval is how often the retention sweeper runs by default.
+const DefaultRetentionInterval = time.Minute
+
 func (c *RetentionConfig) defaults() {
 	if c.DefaultDays <= 0 {
 		c.DefaultDays = host.DefaultRetentionDays
@@ -44,7 +47,7 @@ func (c *RetentionConfig) defaults() {
 		c.MaxBatches = 10
 	}
 	if c.Interval == 0 {
-		c.Interval = time.Minute
+		c.Interval = DefaultRetentionInterval
 	}
 }
 
