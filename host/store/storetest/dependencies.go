@@ -50,7 +50,7 @@ func dependencyCases() []struct {
 		{"DependencyRaceWithCompletion", testDepsRaceWithCompletion},
 		{"DependencyCascadeBounded", testDepsCascadeBounded}, {"DependencyCascadeResumes", testDepsCascadeResumes}, // cascade.go
 		{"DependencyCascadeFromDeadLetter", testDepsCascadeFromDeadLetter}, // cascade.go
-		{"DependencyEdgeByKey", testDepsGetEdge}, // depedge.go
+		{"DependencyEdgeByKey", testDepsGetEdge},                           // depedge.go
 	}
 }
 
