@@ -215,6 +215,7 @@ var (
 	descHeartbeat   = prometheus.NewDesc("asyncgate_worker_heartbeat_age_seconds", "Seconds since each worker was last seen (lease or heartbeat).", []string{"tenant", "worker_id"}, nil)
 	descWorkflows   = prometheus.NewDesc("asyncgate_workflows", "Workflows by state.", []string{"state"}, nil)
 	descReceipts    = prometheus.NewDesc("asyncgate_receipts_total", "Receipts in the ledger.", nil, nil)
+	descSettlements = prometheus.NewDesc("asyncgate_dependency_settlements_pending", "Finished tasks whose waiters a cascade left for the drainers to settle in later transactions (gate-wide).", nil, nil)
 	descScrapeError = prometheus.NewDesc("asyncgate_scrape_error", "1 if reading the store for these gauges failed.", nil, nil)
 )
 
@@ -228,7 +229,7 @@ type gaugeCollector struct {
 }
 
 func (g *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descByState, descByType, descQueueDepth, descOldest, descPaused, descWorkers, descHeartbeat, descWorkflows, descReceipts, descScrapeError} {
+	for _, d := range []*prometheus.Desc{descByState, descByType, descQueueDepth, descOldest, descPaused, descWorkers, descHeartbeat, descWorkflows, descReceipts, descSettlements, descScrapeError} {
 		ch <- d
 	}
 }
@@ -293,6 +294,18 @@ func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 		failed = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(active))
+	if g.tenant == "" {
+		var n int64
+		if err := g.st.View(ctx, func(r store.Reader) error {
+			var err error
+			n, err = r.CountPendingSettlements(ctx)
+			return err
+		}); err == nil {
+			ch <- prometheus.MustNewConstMetric(descSettlements, prometheus.GaugeValue, float64(n))
+		} else {
+			failed = 1
+		}
+	}
 	if hk, ok := g.st.(interface {
 		LedgerHead(ctx context.Context) (int64, string, error)
 	}); ok && g.tenant == "" {

@@ -508,6 +508,13 @@ func (r *reader) HasPendingSettlements(ctx context.Context) (bool, error) {
 	return found, err
 }
 
+// CountPendingSettlements implements store.Reader.
+func (r *reader) CountPendingSettlements(ctx context.Context) (int64, error) {
+	var n int64
+	err := r.ss.queryRow(r.c(ctx), []any{&n}, `SELECT count(*) FROM pending_settlements`)
+	return n, err
+}
+
 // AddPendingSettlements implements store.Tx.
 func (w *writeTx) AddPendingSettlements(ctx context.Context, ps []store.PendingSettlement) error {
 	for _, p := range ps {

@@ -771,6 +771,13 @@ func (r *reader) HasPendingSettlements(ctx context.Context) (bool, error) {
 	return n > 0, err
 }
 
+// CountPendingSettlements implements store.Reader.
+func (r *reader) CountPendingSettlements(ctx context.Context) (int64, error) {
+	var n int64
+	err := r.rawQueryRow(ctx, `SELECT count(*) FROM pending_settlements`).Scan(&n)
+	return n, err
+}
+
 // AddPendingSettlements implements store.Tx. It reads nothing the batch
 // holds behind, so it runs raw.
 func (w *writeTx) AddPendingSettlements(ctx context.Context, ps []store.PendingSettlement) error {

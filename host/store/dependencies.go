@@ -58,6 +58,10 @@ type DependencyReader interface {
 	// is empty unless a cascade outgrew its transaction (storetest:
 	// DependencyCascadeBounded).
 	HasPendingSettlements(ctx context.Context) (bool, error)
+	// CountPendingSettlements counts the pending settlements of every
+	// tenant, for the gate-wide gauge an operator watches (a backlog the
+	// drainers have not caught up with).
+	CountPendingSettlements(ctx context.Context) (int64, error)
 }
 
 // DependencyWriter writes task dependencies.

@@ -72,16 +72,24 @@ func cascadeEngine(t testing.TB, b *Bundle, budget int) *engine.Engine {
 	return eng
 }
 
-// pendingSettlements says whether the store holds pending settlements.
+// pendingSettlements says whether the store holds pending settlements;
+// its count (the operator's gauge) must agree.
 func (b *Bundle) pendingSettlements(t testing.TB) bool {
 	t.Helper()
 	var found bool
+	var n int64
 	if err := b.Store.View(b.Ctx, func(r store.Reader) error {
 		var err error
-		found, err = r.HasPendingSettlements(b.Ctx)
+		if found, err = r.HasPendingSettlements(b.Ctx); err != nil {
+			return err
+		}
+		n, err = r.CountPendingSettlements(b.Ctx)
 		return err
 	}); err != nil {
 		t.Fatal(err)
+	}
+	if found != (n > 0) {
+		t.Fatalf("HasPendingSettlements says %v, CountPendingSettlements %d", found, n)
 	}
 	return found
 }
