@@ -71,6 +71,24 @@ func TestE2EResourceLeaseHolderIsTheCaller(t *testing.T) {
 			}
 			want(t, call(t, "POST", g.URL+"/v1/resource-leases", g.Admin, map[string]any{"intents": []map[string]any{{"resource": "FILE:/repo/z.go", "predicate": "READS"}}, "holder": admin}), 201, "")
 
+			// Keeping a lease alive is its holder's alone: an admin's
+			// heartbeat would hold it in agent.alice's name.
+			want(t, call(t, "POST", g.URL+"/v1/resource-leases/"+mine+"/heartbeat", g.Admin, nil), 403, "forbidden")
+			want(t, call(t, "POST", g.URL+"/v1/resource-leases/heartbeat", g.Admin, map[string]any{"lease_ids": []string{mine}}), 403, "forbidden")
+			want(t, call(t, "POST", g.URL+"/v1/resource-leases/"+mine+"/heartbeat", agent, nil), 200, "")
+			var sess struct {
+				Session struct {
+					ID string `json:"session_id"`
+				} `json:"session"`
+			}
+			r = call(t, "POST", g.URL+"/v1/resource-sessions", agent, map[string]any{})
+			want(t, r, 201, "")
+			r.Into(t, &sess)
+			sid := sess.Session.ID
+			want(t, call(t, "POST", g.URL+"/v1/resource-sessions/"+sid+"/heartbeat", g.Admin, map[string]any{}), 403, "forbidden")
+			want(t, call(t, "POST", g.URL+"/v1/resource-sessions/"+sid+"/heartbeat", agent, map[string]any{}), 200, "")
+			want(t, call(t, "POST", g.URL+"/v1/resource-sessions/"+sid+"/end", g.Admin, nil), 200, "")
+
 			// Taking a lease away stays the admin's.
 			r = call(t, "POST", g.URL+"/v1/resource-leases/"+mine+"/release", g.Admin, nil)
 			want(t, r, 200, "")

@@ -736,6 +736,19 @@ func loadOwned(ctx context.Context, tx store.Reader, a Actor, ids []string) ([]*
 	return out, nil
 }
 
+// heldByCaller refuses a heartbeat of leases the caller does not hold: an
+// admin may release or revoke another holder's lease, never keep it alive
+// (RATIONALE.md, "A resource lease's holder is the caller, an admin's
+// too").
+func heldByCaller(a Actor, ls []*host.ResourceLease) error {
+	for _, l := range ls {
+		if l.Holder != a.Principal {
+			return host.Errorf(host.CodeForbidden, "resource lease %s is held by %s: only its holder heartbeats it (an admin may release or revoke it)", l.ID, l.Holder)
+		}
+	}
+	return nil
+}
+
 func resourcesOf(ls []*host.ResourceLease) []string {
 	out := make([]string, 0, len(ls))
 	for _, l := range ls {
@@ -791,6 +804,9 @@ func (e *Engine) HeartbeatResources(ctx context.Context, a Actor, ids []string, 
 		out = nil
 		ls, now, err := e.lockAndLoad(ctx, tx, a, ids)
 		if err != nil {
+			return err
+		}
+		if err := heldByCaller(a, ls); err != nil {
 			return err
 		}
 		for _, l := range ls {

@@ -174,6 +174,11 @@ func (e *Engine) HeartbeatResourceSession(ctx context.Context, a Actor, id strin
 		if err != nil {
 			return err
 		}
+		if s.Holder != a.Principal {
+			// An admin may end another holder's session, never keep it
+			// alive (heldByCaller).
+			return host.Errorf(host.CodeForbidden, "resource session %s is held by %s: only its holder heartbeats it (an admin may end it)", id, s.Holder)
+		}
 		if !s.LiveAt(now) {
 			return host.Errorf(host.CodeSessionEnded, "resource session %s is %s (server time %s, expires_at %s): its leases are no longer held; create a session and acquire again",
 				id, s.StateAt(now), now.Format(time.RFC3339Nano), s.ExpiresAt.Format(time.RFC3339Nano)).At(now)
