@@ -898,6 +898,12 @@ func (d *deliveryTx) endWorkflow(ctx context.Context, end workflowEnd) error {
 	case state == host.StateCanceled && wf.CancelRequested:
 		wf.State, typ = host.WorkflowCanceled, host.ReceiptWorkflowCanceled
 		wf.Error = "canceled"
+		if cause.canceled && cause.by != "" {
+			// Who canceled the workflow: its steps' cancels name them,
+			// and the final step's end passes it on (an admin's cancel of
+			// an agent's workflow is the admin's act).
+			body["canceled_by"] = cause.by
+		}
 	case state == host.StateCanceled && cause.canceled && cause.task == t.ID:
 		// The final step canceled as a task (by the submitter or an
 		// admin), not by the gate for a step it needed: the workflow

@@ -301,6 +301,9 @@ func testWorkflowCancel(t *testing.T, b *Bundle) {
 		t.Fatalf("canceled workflow is %s", wf.State)
 	}
 	v := b.wantWorkflowEnd(t, res.WorkflowID, host.WorkflowCanceled)
+	if body := b.receiptBody(t, v.EndReceipt); body["canceled_by"] != b.Agent.Principal {
+		t.Fatalf("the workflow's end receipt does not name who canceled it: %v", body)
+	}
 	for _, s := range v.Steps {
 		if s.TaskID == oa.Task.ID {
 			if tk := b.Task(t, s.TaskID); tk.State != host.StateLeased || !tk.CancelRequested {
@@ -335,7 +338,8 @@ func testWorkflowCancel(t *testing.T, b *Bundle) {
 func testWorkflowCancelLeasedFinal(t *testing.T, b *Bundle) {
 	res := b.submit(t, "one step", step("only", "work"))
 	o := b.leaseType(t, "w.1", "work")
-	if _, err := b.Engine.CancelWorkflow(b.Ctx, b.Agent, res.WorkflowID, ""); err != nil {
+	// An admin cancels the agent's workflow: the end names the admin.
+	if _, err := b.Engine.CancelWorkflow(b.Ctx, b.Admin, res.WorkflowID, ""); err != nil {
 		t.Fatal(err)
 	}
 	if v := b.workflow(t, res.WorkflowID); v.State != host.WorkflowRunning || !v.CancelRequested {
@@ -344,7 +348,9 @@ func testWorkflowCancelLeasedFinal(t *testing.T, b *Bundle) {
 	if _, err := b.Engine.Release(b.Ctx, Call("w.1", o), "told to stop"); err != nil {
 		t.Fatal(err)
 	}
-	b.wantWorkflowEnd(t, res.WorkflowID, host.WorkflowCanceled)
+	if body := b.receiptBody(t, b.wantWorkflowEnd(t, res.WorkflowID, host.WorkflowCanceled).EndReceipt); body["canceled_by"] != b.Admin.Principal {
+		t.Fatalf("the end of a workflow an admin canceled does not name the admin: %v", body)
+	}
 	// A finished workflow cannot be canceled; a succeeded one is a conflict.
 	done := b.submit(t, "done", step("only", "work"))
 	b.Complete(t, "w.1", b.leaseType(t, "w.1", "work"))
