@@ -148,6 +148,8 @@ func HTTPStatus(code string) int {
 		return 409
 	case CodeTooLarge:
 		return 413
+	case CodeUnsupportedMediaType:
+		return 415
 	case CodeNotLocatable, CodeInvalidReceipt, CodeForeignPointer:
 		return 422
 	case CodeChannelError, CodePluginFault:
@@ -211,3 +213,7 @@ const (
 	CodeTokenNotMapped    = "token_not_mapped"   // a valid access token whose claims no configured mapping names (403)
 	CodeInsufficientScope = "insufficient_scope" // a valid access token without a scope the gate requires (403)
 )
+
+// CodeUnsupportedMediaType: a request body sent with a Content-Encoding
+// other than identity; the gate never inflates a body (415).
+const CodeUnsupportedMediaType = "unsupported_media_type"

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"io"
@@ -275,4 +276,52 @@ func FuzzRoutes(f *testing.F) {
 			t.Fatalf("%s %s: error answer is not JSON: %q", r.method, r.path, raw)
 		}
 	})
+}
+
+func TestEncodedBodyIsUnsupportedMediaType(t *testing.T) {
+	b := setup(t)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(`{"task_type":"echo","params":{}}`))
+	zw.Close()
+	for _, enc := range []string{"gzip", "deflate", "br", "identity, gzip"} {
+		req, _ := http.NewRequest("POST", b.ts.URL+"/v1/tasks", bytes.NewReader(gz.Bytes()))
+		req.Header.Set("Authorization", "Bearer "+b.agent)
+		req.Header.Set("Content-Encoding", enc)
+		res, err := b.ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		json.NewDecoder(res.Body).Decode(&m)
+		res.Body.Close()
+		if res.StatusCode != 415 || m["error"] != "unsupported_media_type" || !strings.Contains(m["detail"].(string), "Content-Encoding") {
+			t.Fatalf("Content-Encoding %s: %d %v", enc, res.StatusCode, m)
+		}
+	}
+	// identity, and no body at all, are read as ever (the body below is
+	// decoded: its task type is looked up).
+	req, _ := http.NewRequest("POST", b.ts.URL+"/v1/tasks", strings.NewReader(`{"task_type":"nope","params":{}}`))
+	req.Header.Set("Authorization", "Bearer "+b.agent)
+	req.Header.Set("Content-Encoding", "identity")
+	res, err := b.ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 400 || !strings.Contains(string(raw), "unknown_task_type") {
+		t.Fatalf("Content-Encoding identity: %d %s", res.StatusCode, raw)
+	}
+	req, _ = http.NewRequest("GET", b.ts.URL+"/v1/tasks", nil)
+	req.Header.Set("Authorization", "Bearer "+b.agent)
+	req.Header.Set("Content-Encoding", "gzip")
+	res, err = b.ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("GET without a body, Content-Encoding gzip: %d", res.StatusCode)
+	}
 }
