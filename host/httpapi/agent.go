@@ -27,7 +27,7 @@ func (s *Server) enqueue(c echo.Context) error {
 	}
 	res, err := s.eng.Enqueue(c.Request().Context(), ActorOf(c), req)
 	if err != nil {
-		return err
+		return enqueueAdvice(err, req.IdempotencyKey)
 	}
 	status := http.StatusCreated
 	if res.IsDuplicate {

@@ -187,7 +187,7 @@ func (s *Server) enqueueBatch(c echo.Context) error {
 		res, err := s.eng.Enqueue(ctx, a, b.Tasks[i])
 		r := &out.Results[i]
 		if err != nil {
-			r.BatchEntryError, r.HTTPStatus = entryError(err)
+			r.BatchEntryError, r.HTTPStatus = entryError(enqueueAdvice(err, b.Tasks[i].IdempotencyKey))
 			return
 		}
 		r.OK, r.Task, r.HTTPStatus = true, res, http.StatusCreated

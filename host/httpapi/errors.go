@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
 )
 
 // ErrorBody is the JSON shape of every error answer.
@@ -238,4 +239,30 @@ func itoa(n int64) string {
 
 func badRequest(format string, args ...any) error {
 	return host.Errorf(host.CodeBadRequest, format, args...)
+}
+
+// What makes a call whose outcome is unknown safe to repeat, added to the
+// store's "read it back, or retry the same call" (retryAdvice).
+const (
+	adviceLeaseID = "A heartbeat, completion or failure is idempotent by its lease id: retry it with the same lease id."
+	adviceKey     = "An enqueue is idempotent by its idempotency_key: retry it with the same idempotency_key."
+	adviceNoKey   = "This enqueue has no idempotency_key, so a retry may make a second task: read the tasks back before enqueuing it again."
+)
+
+// retryAdvice adds advice to the detail of err when err is a store update
+// whose outcome is unknown (store.ErrOutcomeUnknown); any other error is
+// returned as it is.
+func retryAdvice(err error, advice string) error {
+	if err == nil || !errors.Is(err, store.ErrOutcomeUnknown) || !host.IsCode(err, host.CodeDatabaseUnavailable) {
+		return err
+	}
+	return host.WrapError(host.CodeDatabaseUnavailable, err, host.ErrorDetail(err)+" "+advice)
+}
+
+// enqueueAdvice is retryAdvice for an enqueue with idempotency key key.
+func enqueueAdvice(err error, key string) error {
+	if key == "" {
+		return retryAdvice(err, adviceNoKey)
+	}
+	return retryAdvice(err, adviceKey)
 }

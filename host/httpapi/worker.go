@@ -207,7 +207,7 @@ func (s *Server) doHeartbeat(c echo.Context, leaseID string, b HeartbeatBody) (*
 		Milestone: b.Milestone,
 	})
 	if err != nil {
-		return nil, err
+		return nil, retryAdvice(err, adviceLeaseID)
 	}
 	return &api.HeartbeatResponse{Status: res.Status, LeaseID: leaseID, LeaseExpiresAt: res.LeaseExpiresAt, CancelRequested: res.CancelRequested, ServerTime: res.ServerTime}, nil
 }
@@ -261,7 +261,7 @@ func (s *Server) doComplete(c echo.Context, leaseID string, b CompleteBody) (*ap
 			Metadata: b.Metadata, Artifacts: b.Artifacts, DeliveryProof: b.DeliveryProof},
 	})
 	if err != nil {
-		return nil, err
+		return nil, retryAdvice(err, adviceLeaseID)
 	}
 	out := &api.CompleteResponse{Status: res.Status, LeaseID: leaseID, ReceiptID: res.ReceiptID, Duplicate: res.Duplicate}
 	if res.Task != nil {
@@ -307,7 +307,7 @@ func (s *Server) doFail(c echo.Context, leaseID string, b FailBody) (*api.FailRe
 	retryable := b.Retryable == nil || *b.Retryable
 	res, err := s.eng.Fail(c.Request().Context(), engine.FailRequest{WorkerCall: call, Error: b.ErrorMessage, Retryable: retryable, Metadata: b.Metadata})
 	if err != nil {
-		return nil, err
+		return nil, retryAdvice(err, adviceLeaseID)
 	}
 	out := &api.FailResponse{Status: res.Status, LeaseID: leaseID, WillRetry: res.WillRetry, RetryScheduledAt: res.RetryScheduledAt,
 		ReceiptID: res.ReceiptID, Duplicate: res.Duplicate}

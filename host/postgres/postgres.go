@@ -829,7 +829,7 @@ func (w *writer) runTx(reqs []*request, strict, bounded bool) txResult {
 	late := func(err error, commitSent bool) error {
 		if bg.Err() != nil && errors.Is(context.Cause(bg), errBatchTimeout) {
 			if commitSent {
-				return fmt.Errorf("no answer within %v: its outcome is unknown (it may still commit); read it back, or retry with the same idempotency key (%v)", w.s.opts.Timeout, err)
+				return store.OutcomeUnknown(fmt.Errorf("no answer within %v: its outcome is unknown (it may still commit); read it back, or retry the same call (%v)", w.s.opts.Timeout, err))
 			}
 			return fmt.Errorf("no answer within %v, so the update was not made; try again (%v)", w.s.opts.Timeout, err)
 		}

@@ -130,12 +130,25 @@ func UpdateAbandoned(ctx context.Context, driver string, taken bool) error {
 		return host.WrapError(host.CodeDatabaseUnavailable, ErrTimeout,
 			driver+" is not answering: the update waited "+TimeoutOf(ctx).String()+" for a writer and was not made; try again")
 	}
-	return host.WrapError(host.CodeDatabaseUnavailable, errOutcomeUnknown,
-		driver+" did not confirm the update"+within+": its outcome is unknown (it may still commit); read it back, or retry with the same idempotency key")
+	return host.WrapError(host.CodeDatabaseUnavailable, ErrOutcomeUnknown,
+		driver+" did not confirm the update"+within+": its outcome is unknown (it may still commit); read it back, or retry the same call")
 }
 
-// errOutcomeUnknown is the cause of an update abandoned in its batch.
-var errOutcomeUnknown = errors.New("the update's outcome is unknown")
+// ErrOutcomeUnknown is in the chain of an update's error when the update
+// may or may not have committed (UpdateAbandoned, OutcomeUnknown). The
+// store's detail says to read it back or retry the same call; a caller that
+// knows what makes its call safe to repeat (an idempotency key, a lease id)
+// adds it.
+var ErrOutcomeUnknown = errors.New("the update's outcome is unknown")
+
+// OutcomeUnknown returns err with ErrOutcomeUnknown in its chain and err's
+// text.
+func OutcomeUnknown(err error) error { return outcomeUnknown{err} }
+
+type outcomeUnknown struct{ error }
+
+func (e outcomeUnknown) Unwrap() error        { return e.error }
+func (e outcomeUnknown) Is(target error) bool { return target == ErrOutcomeUnknown }
 
 // QueueTimeout is UpdateAbandoned for an update that was never queued:
 // err is what queueing it returned (groupcommit.Queue.Put), ctx its Bound
