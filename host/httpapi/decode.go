@@ -73,7 +73,7 @@ func decodeBody(b []byte, v any, mode decodeMode) error {
 		dec.DisallowUnknownFields()
 	}
 	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
+		return jsonError(err, b, v, mode)
 	}
 	if dec.More() {
 		return badRequest("the request body holds more than one JSON value")
@@ -100,13 +100,20 @@ func checkKeys(b []byte, typ reflect.Type) error {
 	return nil
 }
 
-// jsonError turns a decoding error into a bad_request that names the field.
-func jsonError(err error) error {
+// jsonError turns an error decoding b into v into a bad_request that names
+// the field where it is, array indexes included ("entries[1].lease_id"):
+// encoding/json's own names leave them out.
+func jsonError(err error, b []byte, v any, mode decodeMode) error {
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &te):
 		field := te.Field
+		if te.Offset > 0 && te.Offset <= int64(len(b)) {
+			// The offset is past the value (a scalar) or its opening
+			// bracket: the value holds the byte before it.
+			field = jsonkeys.PathAt(b, te.Offset-1, "")
+		}
 		if field == "" {
 			field = "(body)"
 		}
@@ -116,6 +123,13 @@ func jsonError(err error) error {
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return badRequest("malformed JSON: the body ends early")
 	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		// encoding/json names the key alone; the key walk names the
+		// object it is in (unknown field "bogus" in entries[1]).
+		if mode == strict {
+			if kerr := checkKeys(b, reflect.TypeOf(v)); kerr != nil {
+				return kerr
+			}
+		}
 		return badRequest("%s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	var he *host.Error

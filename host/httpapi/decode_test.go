@@ -112,3 +112,29 @@ func BenchmarkCheckKeysEnqueueBody(b *testing.B) {
 		}
 	}
 }
+
+// TestDecodeErrorsNameTheEntry: a type error or an unknown field in a
+// batch names the entry it is in, index included, and the whole call is
+// refused with 400 bad_request.
+func TestDecodeErrorsNameTheEntry(t *testing.T) {
+	b := setup(t)
+	for _, tc := range []struct {
+		path, key, body, detail string
+	}{
+		{"/v1/leases/batch", b.worker, `{"entries":[{"lease_id":5,"heartbeat":{}},{"lease_id":"L","heartbeat":{}}]}`, "field entries[0].lease_id must be a string, not a JSON number"},
+		{"/v1/leases/batch", b.worker, `{"entries":[{"lease_id":"L","heartbeat":{}},{"lease_id":"L","heartbeat":{"progress_percent":"5"}}]}`, "field entries[1].heartbeat.progress_percent must be a number, not a JSON string"},
+		{"/v1/leases/batch", b.worker, `{"entries":[{"lease_id":"L","heartbeat":{}},{"lease_id":"L","bogus":1,"heartbeat":{}}]}`, `unknown field "bogus" in entries[1]`},
+		{"/v1/leases/batch", b.worker, `{"entries":[{"lease_id":"L","fail":{"error_message":"x","bogus":1}}]}`, `unknown field "bogus" in entries[0].fail`},
+		{"/v1/leases/batch", b.worker, `{"entries":[{"lease_id":"L","heartbeat":{}}, 7]}`, "field entries[1] must be an object, not a JSON number"},
+		{"/v1/tasks/batch", b.agent, `{"tasks":[{"task_type":"echo"},{"task_type":"echo"},{"task_type":"echo"},{"task_type":"echo","priority":"high"}]}`, "field tasks[3].priority must be an integer, not a JSON string"},
+		{"/v1/tasks/batch", b.agent, `{"tasks":[{"task_type":"echo"},{"task_type":"echo","after":{"a":1}}]}`, "field tasks[1].after must be an array, not a JSON object"},
+		{"/v1/tasks/batch", b.agent, `{"tasks":[{"task_type":"echo"},{"task_type":"echo","bogus":true}]}`, `unknown field "bogus" in tasks[1]`},
+		{"/v1/tasks", b.agent, `{"task_type":"echo","priority":"high"}`, "field priority must be an integer, not a JSON string"},
+		{"/v1/tasks", b.agent, `{"task_type":"echo","bogus":1}`, `unknown field "bogus" in the body`},
+	} {
+		code, m := b.do(t, "POST", tc.path, tc.key, tc.body)
+		if code != 400 || m["error"] != "bad_request" || m["detail"] != tc.detail {
+			t.Errorf("%s %s: %d %v, want 400 bad_request %q", tc.path, tc.body, code, m, tc.detail)
+		}
+	}
+}

@@ -366,6 +366,12 @@ func (w *keyWalker) refuseValue(what string) error {
 // refuse is an *Error naming the key and the object it is in: the root
 // ("the body"), "params", "params.options", "artifacts[2]".
 func (w *keyWalker) refuse(what, key, hint string) error {
+	return &Error{Problem: what, Key: key, Where: w.where(), Hint: hint}
+}
+
+// where names the walk's place: the root, or a path ("params.options",
+// "artifacts[2]").
+func (w *keyWalker) where() string {
 	where := w.root
 	if len(w.path) > 0 {
 		var sb strings.Builder
@@ -383,7 +389,83 @@ func (w *keyWalker) refuse(what, key, hint string) error {
 		}
 		where = sb.String()
 	}
-	return &Error{Problem: what, Key: key, Where: where, Hint: hint}
+	return where
+}
+
+// PathAt returns the path of the innermost value of b, one valid JSON
+// value, that holds byte off: "entries[1].lease_id", "tasks[3]", or root
+// for b itself (and for an off outside b). It names where an
+// encoding/json error with an offset (json.UnmarshalTypeError.Offset, the
+// bytes read when it was found: past a scalar, past the opening bracket of
+// an object or array) is, with the array indexes its Field leaves out: so
+// off is the offset less one.
+func PathAt(b []byte, off int64, root string) string {
+	w := keyWalker{b: b, root: root}
+	at := int(off)
+	found := ""
+	var walk func(i int) int
+	walk = func(i int) int {
+		start := i
+		if i >= len(b) {
+			return i
+		}
+		var end int
+		switch b[i] {
+		case '{':
+			i = w.space(i + 1)
+			for i < len(b) && b[i] != '}' && i <= at {
+				kend, esc := w.str(i)
+				k := keySpan{s: i + 1, e: kend - 1, esc: esc}
+				i = w.space(w.space(kend) + 1) // the colon
+				w.path = append(w.path, pathElem{key: k, idx: -1})
+				i = w.space(walk(i))
+				w.path = w.path[:len(w.path)-1]
+				if i < len(b) && b[i] == ',' {
+					i = w.space(i + 1)
+				}
+			}
+			end = i + 1
+		case '[':
+			i = w.space(i + 1)
+			for n := 0; i < len(b) && b[i] != ']' && i <= at; n++ {
+				w.path = append(w.path, pathElem{idx: n})
+				i = w.space(walk(i))
+				w.path = w.path[:len(w.path)-1]
+				if i < len(b) && b[i] == ',' {
+					i = w.space(i + 1)
+				}
+			}
+			end = i + 1
+		default:
+			end = w.skip(i)
+		}
+		// A container's walk stops past at, so end is at most its own.
+		if found == "" && start <= at && at < end {
+			found = w.where()
+		}
+		return end
+	}
+	walk(w.space(0))
+	if found == "" {
+		return root
+	}
+	return found
+}
+
+// skip returns the end of the scalar at b[i]: a string, a number, true,
+// false or null.
+func (w *keyWalker) skip(i int) int {
+	if i < len(w.b) && w.b[i] == '"' {
+		end, _ := w.str(i)
+		return end
+	}
+	for ; i < len(w.b); i++ {
+		switch w.b[i] {
+		case ',', '}', ']', ' ', '\t', '\r', '\n':
+			return i
+		}
+	}
+	return i
 }
 
 var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()

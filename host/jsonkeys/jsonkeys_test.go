@@ -1,6 +1,7 @@
 package jsonkeys_test
 
 import (
+	"bytes"
 	"errors"
 	"reflect"
 	"strings"
@@ -129,5 +130,31 @@ func TestFixLoneSurrogates(t *testing.T) {
 		if got := jsonkeys.FixLoneSurrogates(in); &got[0] != &in[0] || string(got) != body {
 			t.Errorf("%s became %s, want it left as it is", body, got)
 		}
+	}
+}
+
+func TestPathAt(t *testing.T) {
+	b := []byte(` {"entries": [ {"lease_id":5,"m":{"a":"x"}} , {"lease_id":{"a":1}, "n":[1, [2,3]]} ], "k":"v"}`)
+	for _, tc := range []struct {
+		at   string // the first occurrence of at names the offset
+		want string
+	}{
+		{`5`, "entries[0].lease_id"},
+		{`"x"`, "entries[0].m.a"},
+		{`{"a":1}`, "entries[1].lease_id"},
+		{`1}`, "entries[1].lease_id.a"},
+		{`[2`, "entries[1].n[1]"},
+		{`3]`, "entries[1].n[1][1]"},
+		{`, "n"`, "entries[1]"},
+		{`"v"`, "k"},
+		{`{"entries"`, "root"},
+	} {
+		off := bytes.Index(b, []byte(tc.at))
+		if got := jsonkeys.PathAt(b, int64(off), "root"); got != tc.want {
+			t.Errorf("PathAt(%q at %d) = %q, want %q", tc.at, off, got, tc.want)
+		}
+	}
+	if got := jsonkeys.PathAt(b, int64(len(b)+5), "root"); got != "root" {
+		t.Errorf("past the end: %q", got)
 	}
 }
