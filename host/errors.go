@@ -64,6 +64,11 @@ type Error struct {
 	// decided; the doors answer it as server_time (resource lease refusals
 	// carry it, so a holder judges its leases by the gate's clock).
 	ServerTime time.Time
+	// TaskStatus, when set, is the state of the task a lease_expired
+	// refusal's lease belonged to, told only to the worker that held it
+	// (so it knows its task already ended); the doors answer it as
+	// task_status.
+	TaskStatus string
 }
 
 // Error implements the error interface.
@@ -81,6 +86,16 @@ func (e *Error) Unwrap() error { return e.Err }
 func (e *Error) At(now time.Time) *Error {
 	e.ServerTime = now
 	return e
+}
+
+// ErrorTaskStatus returns the task status an *Error in err's chain
+// carries (Error.TaskStatus), or "".
+func ErrorTaskStatus(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.TaskStatus
+	}
+	return ""
 }
 
 // ErrorServerTime returns the server time an *Error in err's chain was

@@ -24,6 +24,9 @@ const BatchParallel = 64
 type BatchEntryError struct {
 	Error  string `json:"error,omitempty"`
 	Detail string `json:"detail,omitempty"`
+	// TaskStatus is the state of the task of a lease_expired entry's lease,
+	// told only to the worker that held it (host.Error.TaskStatus).
+	TaskStatus string `json:"task_status,omitempty"`
 }
 
 // OutcomeResult is one entry's answer in a batch of lease outcomes. OK

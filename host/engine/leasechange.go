@@ -81,7 +81,14 @@ func checkLive(t *host.Task, c WorkerCall, now time.Time) (*host.Task, error) {
 			// holder, whose worker hears the state.
 			return t, noLiveLease(c)
 		}
-		return t, host.Errorf(host.CodeLeaseExpired, "lease %s is no longer held: the task is %s", c.LeaseID, t.State)
+		err := host.Errorf(host.CodeLeaseExpired, "lease %s is no longer held: the task is %s", c.LeaseID, t.State)
+		if c.WorkerID != "" {
+			// The holder's own worker: its task's state, in a field too,
+			// so that a worker whose completion was taken but whose answer
+			// was lost knows the task ended rather than that it lost it.
+			err.TaskStatus = string(t.State)
+		}
+		return t, err
 	}
 	if c.WorkerID != "" && t.WorkerID != c.WorkerID {
 		return t, noLiveLease(c) // another worker's: that it is live is not the caller's to learn

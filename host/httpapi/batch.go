@@ -58,7 +58,7 @@ type EnqueueBatchResponse struct {
 // call's answer, and that answer's status.
 func entryError(err error) (api.BatchEntryError, int) {
 	code, detail := classify(err)
-	return api.BatchEntryError{Error: code, Detail: detail}, host.HTTPStatus(code)
+	return api.BatchEntryError{Error: code, Detail: detail, TaskStatus: taskStatus(code, err)}, host.HTTPStatus(code)
 }
 
 // entryPanic logs a panic in entry i of a batch with its stack and answers

@@ -30,6 +30,10 @@ type ErrorBody struct {
 	// refusals that judge a lease by it (resource leases: lease_expired,
 	// verify_required, quota_exceeded, conflict).
 	ServerTime *time.Time `json:"server_time,omitempty"`
+	// TaskStatus is the state of the task on a lease_expired answer to the
+	// worker that held the lease (its task already ended: "succeeded"); never
+	// on an answer to anyone else.
+	TaskStatus string `json:"task_status,omitempty"`
 }
 
 // CodeMethodNotAllowed is the error code of a 405: the path exists, the
@@ -156,6 +160,7 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	if at := host.ErrorServerTime(err); !at.IsZero() {
 		body.ServerTime = &at
 	}
+	body.TaskStatus = taskStatus(code, err)
 	if v, _ := c.Get(ctxKeySeedErrors).(bool); v {
 		body.Message = detail
 	}
@@ -265,4 +270,13 @@ func enqueueAdvice(err error, key string) error {
 		return retryAdvice(err, adviceNoKey)
 	}
 	return retryAdvice(err, adviceKey)
+}
+
+// taskStatus is the task_status of an answer with code: a lease_expired
+// refusal's (host.ErrorTaskStatus), else "".
+func taskStatus(code string, err error) string {
+	if code != host.CodeLeaseExpired {
+		return ""
+	}
+	return host.ErrorTaskStatus(err)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,5 +128,49 @@ func TestPauseTaskType(t *testing.T) {
 	}
 	if code, m := b.do(t, "GET", "/v1/admin/task-types/echo", b.admin, ""); code != 200 || m["paused"] != nil {
 		t.Fatalf("view after resume: %d %v", code, m)
+	}
+}
+
+// TestEndedTaskStatusToHolder: the worker whose completion was taken hears,
+// on its lease's next call, lease_expired with task_status (single call and
+// batch entry); another worker hears the words of a lease that never
+// existed and no task_status.
+func TestEndedTaskStatusToHolder(t *testing.T) {
+	b := setup(t)
+	other, err := auth.CreateKey(context.Background(), b.st, auth.NewKeyRequest{Role: engine.RoleWorker, Principal: "echo.w2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, m := b.do(t, http.MethodPut, "/v1/admin/task-types/echo", b.admin, `{}`); code != 200 {
+		t.Fatalf("PUT task type = %d %v", code, m)
+	}
+	if code, m := b.do(t, "POST", "/v1/tasks", b.agent, `{"task_type":"echo","params":{}}`); code != 201 {
+		t.Fatalf("enqueue: %d %v", code, m)
+	}
+	code, m := b.do(t, "POST", "/v1/leases", b.worker, `{"worker_id":"echo.w1"}`)
+	if code != 200 {
+		t.Fatalf("lease: %d %v", code, m)
+	}
+	id := m["leases"].([]any)[0].(map[string]any)["lease_id"].(string)
+	if code, m := b.do(t, "POST", "/v1/leases/"+id+"/complete", b.worker, `{"result_pointer":"s3://x"}`); code != 200 {
+		t.Fatalf("complete: %d %v", code, m)
+	}
+	code, m = b.do(t, "POST", "/v1/leases/"+id+"/heartbeat", b.worker, `{}`)
+	if code != 409 || m["error"] != "lease_expired" || m["task_status"] != "succeeded" {
+		t.Fatalf("the holder's heartbeat: %d %v, want 409 lease_expired task_status succeeded", code, m)
+	}
+	code, m = b.do(t, "POST", "/v1/leases/batch", b.worker, `{"entries":[{"lease_id":"`+id+`","heartbeat":{}}]}`)
+	if r := m["results"].([]any)[0].(map[string]any); code != 200 || r["error"] != "lease_expired" || r["task_status"] != "succeeded" {
+		t.Fatalf("the holder's batch heartbeat: %d %v", code, m)
+	}
+	_, never := b.do(t, "POST", "/v1/leases/lease-never/heartbeat", other.APIKey, `{}`)
+	code, m = b.do(t, "POST", "/v1/leases/"+id+"/heartbeat", other.APIKey, `{}`)
+	want := strings.ReplaceAll(never["detail"].(string), "lease-never", id)
+	if _, told := m["task_status"]; code != 409 || told || m["detail"] != want {
+		t.Fatalf("another worker's heartbeat: %d %v, want 409 %q and no task_status", code, m, want)
+	}
+	code, m = b.do(t, "POST", "/v1/leases/batch", other.APIKey, `{"entries":[{"lease_id":"`+id+`","heartbeat":{}}]}`)
+	if r := m["results"].([]any)[0].(map[string]any); code != 200 || r["task_status"] != nil || r["detail"] != want {
+		t.Fatalf("another worker's batch heartbeat: %d %v", code, m)
 	}
 }

@@ -125,13 +125,28 @@ class AsyncGateError(Exception):
     Runner waits at least that long (at most ``MAX_RETRY_AFTER``, plus up to
     10% jitter) before it tries again. ``server_time`` is the gate's clock
     (RFC 3339) when it decided a refusal that judges a lease by it (resource
-    leases: lease_expired, verify_required, quota_exceeded), else ""."""
+    leases: lease_expired, verify_required, quota_exceeded), else "".
+    ``task_status`` is the state of the task on a 409 lease_expired answer to
+    the worker that held the lease ("succeeded": the task already ended, its
+    completion taken), else "" (see ``task_finished``)."""
 
-    def __init__(self, status: int, code: str, detail: str = "", retry_after: float = 0.0, server_time: str = ""):
+    def __init__(self, status: int, code: str, detail: str = "", retry_after: float = 0.0, server_time: str = "",
+                 task_status: str = ""):
         super().__init__("gate answered %d %s: %s" % (status, code, detail))
         self.status, self.code, self.detail = status, code, detail
         self.retry_after = retry_after
         self.server_time = server_time
+        self.task_status = task_status
+
+    @property
+    def task_finished(self) -> str:
+        """The task's state when this is a lease_expired answer saying the
+        task already ended ("succeeded", "canceled", "dead_letter",
+        "archived"), which the gate tells only the worker that held the
+        lease; "" otherwise, a lost lease included."""
+        if self.lease_lost and self.task_status in ("succeeded", "canceled", "dead_letter", "archived"):
+            return self.task_status
+        return ""
 
     @property
     def lease_lost(self) -> bool:
@@ -156,7 +171,8 @@ MAX_OUTCOME_BATCH = 100
 def outcome_error(result: Dict[str, Any]) -> AsyncGateError:
     """The AsyncGateError a refused batch entry stands for: the code, detail
     and status its single call would have answered."""
-    return AsyncGateError(int(result.get("http_status") or 0), result.get("error") or "", result.get("detail") or "")
+    return AsyncGateError(int(result.get("http_status") or 0), result.get("error") or "", result.get("detail") or "",
+                          task_status=result.get("task_status") or "")
 
 
 class _OutcomeBatcher:
@@ -749,17 +765,19 @@ class Client:
             raise
         if refused is not None:
             code, detail = "http_%d" % refused.code, raw.decode("utf-8", "replace")[:200]
-            server_time = ""
+            server_time, task_status = "", ""
             try:
                 j = json.loads(raw)
                 code, detail = j.get("error", code), j.get("detail", "")
                 server_time = j.get("server_time") or ""
+                task_status = j.get("task_status") or ""
             except (ValueError, AttributeError):
                 pass
             hdrs = refused.headers
             edate = _http_date(hdrs.get("Date") if hdrs else None)
             raise AsyncGateError(refused.code, code, detail,
-                                 _parse_retry_after(hdrs.get("Retry-After") if hdrs else None, edate), server_time)
+                                 _parse_retry_after(hdrs.get("Retry-After") if hdrs else None, edate), server_time,
+                                 task_status)
         server = _http_date(date)
         try:
             out = json.loads(raw) if raw else None
@@ -937,6 +955,8 @@ class Task:
         self._beat_lock = threading.Lock()  # one heartbeat at a time
         self._retry_after = 0.0  # the last failed heartbeat's Retry-After (s)
         self._progress_refused = False  # the gate refused a progress report (logged once)
+        self._reporting = False  # the handler returned: its outcome is being reported (or was)
+        self._ended = ""  # the task's state once a heartbeat was answered that it already ended
 
     def fencing_token(self, resource: str) -> int:
         """The fencing token of this run's lease on ``resource`` (its name as
@@ -1218,13 +1238,18 @@ class Runner:
             except Exception as e:  # noqa: BLE001 - a handler error is a failure, not a crash
                 error, tb = e, traceback.format_exc()
             took = time.time() - started
+            with task._lock:
+                task._reporting = True
             reason = task.stop_reason
             if reason is None and task._pending is not None:
                 # Progress the gap held back goes before the outcome.
                 self._beat(task)
                 if task.stop_reason == "lease_lost":
                     reason = task.stop_reason
-            if reason == "lease_lost":
+            if reason == "lease_lost" and task._ended:
+                task.log.info("task %s stopped: it already ended at the gate (%s); outcome not reported",
+                              task.task_id, task._ended)
+            elif reason == "lease_lost":
                 task.log.warning("task %s stopped: the lease was lost; outcome not reported", task.task_id)
             elif reason == "canceled":
                 task.log.info("task %s canceled by the gate; releasing", task.task_id)
@@ -1329,6 +1354,8 @@ class Runner:
                 fails = 0
             else:
                 fails += 1
+            if task._ended:
+                return  # the task already ended at the gate: no more heartbeats
 
     def _beat(self, task: Task, done: Optional[threading.Event] = None) -> bool:
         """Send one heartbeat with the latest unsent progress; the call is
@@ -1359,6 +1386,9 @@ class Runner:
                         self._drop_progress(task, pending, e)
                         pending = None
                         continue
+                    if isinstance(e, AsyncGateError) and e.task_finished:
+                        self._task_ended(task, e.task_finished)
+                        return True
                     if isinstance(e, AsyncGateError) and (e.lease_lost or not e.temporary):
                         if task._stop("lease_lost"):
                             task.log.warning("lease %s lost: %s", task.lease_id, e)
@@ -1374,6 +1404,26 @@ class Runner:
                 if res.get("cancel_requested") and task._stop("canceled"):
                     task.log.info("the gate asks to cancel task %s", task.task_id)
                 return True
+
+    @staticmethod
+    def _task_ended(task: Task, status: str) -> None:
+        """A heartbeat was answered that the task already ended (status, its
+        state): the gate told the worker that held the lease, so it is not a
+        lease lost to another worker. Heartbeats stop. With the handler's
+        outcome being reported (or reported already: an answer lost, a gate
+        restarted) that is all; with the handler still running, it is
+        stopped and its outcome not reported, as the task needs none."""
+        with task._lock:
+            first = not task._ended
+            task._ended = status
+            running = not task._reporting
+        if not first:
+            return
+        if not running:
+            task.log.info("task %s already ended at the gate (%s); heartbeats stop", task.task_id, status)
+            return
+        task.log.info("task %s already ended at the gate (%s); stopping the handler", task.task_id, status)
+        task._stop("lease_lost")
 
     @staticmethod
     def _drop_progress(task: Task, pending: Dict[str, Any], err: AsyncGateError) -> None:
@@ -1476,6 +1526,10 @@ class Runner:
                 return None
             except Exception as e:  # noqa: BLE001
                 err = e
+            if isinstance(err, AsyncGateError) and err.task_finished:
+                task.log.info("%s for %s not sent again: the task already ended at the gate (%s)",
+                              kind, task.lease_id, err.task_finished)
+                return err
             if isinstance(err, AsyncGateError) and err.lease_lost:
                 task.log.warning("%s refused for %s: the lease is no longer held; the task will be leased again",
                                  kind, task.lease_id)
@@ -1483,6 +1537,10 @@ class Runner:
             if not is_temporary(err):
                 task.log.error("%s refused for %s: %s", kind, task.lease_id, err)
                 return err
+            if task._ended:
+                task.log.info("%s for %s not sent again: the task already ended at the gate (%s)",
+                              kind, task.lease_id, task._ended)
+                return None
             if task.stop_reason == "lease_lost" or n == self.delivery_attempts or self._hard.is_set():
                 break
             d = _retry_wait(err, self._delay(self.delivery_backoff, n))

@@ -200,11 +200,16 @@ class FakeGate:
     """A local stand-in for the gate's worker API that offers one task of
     type "fake" with a ``lease_s`` lease, then no more. ``hang_heartbeats``
     keeps heartbeat answers back until ``release`` is set; ``cut_completions``
-    cuts that many completion answers off mid-body. ``calls`` records (path,
-    body) of every request."""
+    cuts that many completion answers off mid-body. ``ended(fake)``, when it
+    returns true, has a heartbeat answered 409 lease_expired with
+    task_status succeeded (the task already ended: what the gate tells the
+    worker that held the lease); ``completions_unavailable`` answers every
+    completion 503. ``calls`` records (path, body) of every request."""
 
-    def __init__(self, test, lease_s=30.0, hang_heartbeats=False, cut_completions=0, refuse=None):
+    def __init__(self, test, lease_s=30.0, hang_heartbeats=False, cut_completions=0, refuse=None, ended=None,
+                 completions_unavailable=False):
         self.lease_s, self.hang_heartbeats, self.cut_completions = lease_s, hang_heartbeats, cut_completions
+        self.ended, self.completions_unavailable = ended, completions_unavailable
         # refuse=(suffix, status, retry_after(now)): the first request whose
         # path ends in suffix is answered status with that Retry-After (and
         # Date now); refused_at is when that answer began, retried_at when
@@ -272,6 +277,11 @@ class FakeGate:
                         return self.answer(204, None)
                     return self.answer(200, {"leases": [dict(lease, lease_id="L1", run_id="L1", attempt=1, task={
                         "task_id": "T1", "task_type": "fake", "params": {}, "traceparent": TRACEPARENT})]})
+                if self.path.endswith("/heartbeat") and fake.ended is not None and fake.ended(fake):
+                    return self.answer(409, {"error": "lease_expired", "task_status": "succeeded",
+                                             "detail": "lease L1 is no longer held: the task is succeeded"})
+                if self.path.endswith("/complete") and fake.completions_unavailable:
+                    return self.answer(503, {"error": "database_unavailable", "detail": "restarting"})
                 if self.path.endswith("/heartbeat"):
                     if fake.hang_heartbeats:
                         fake.release.wait(60)
@@ -554,6 +564,56 @@ class FakeGateTests(unittest.TestCase):
         wait_for("the handler to be told (lease 3 s, client timeout 30 s)", lambda: told, timeout=20)
         self.assertEqual(told, ["lease_lost"])
         self.assertEqual(fake.paths("/complete") + fake.paths("/fail"), [])
+
+    def test_task_ended_while_completing(self):
+        # The handler returned and its completion is being retried (its
+        # answer lost, the gate restarting) when a heartbeat answers that
+        # the task already succeeded: the Runner says so at INFO, stops
+        # heartbeating and sending the completion, and never calls the lease
+        # lost (no warning, nothing spooled).
+        fake = FakeGate(self, lease_s=3.0, completions_unavailable=True,
+                        ended=lambda f: any(p.endswith("/complete") for p, _ in f.calls))
+        spool = os.path.join(tempfile.mkdtemp(), "spool.jsonl")
+        with self.assertLogs("asyncgate_worker", level="DEBUG") as logs:
+            self.run_worker(fake, lambda task: {"ok": 1}, spool_path=spool, single_outcomes=True,
+                            delivery_attempts=100, delivery_backoff=(0.2, 0.5))
+            wait_for("the completion to be given up", lambda: any("not sent again" in m for m in logs.output),
+                     timeout=30)
+            beats, completes = len(fake.paths("/heartbeat")), len(fake.paths("/complete"))
+        out = "\n".join(logs.output)
+        self.assertNotIn("lost", out)
+        self.assertIn("INFO:asyncgate_worker:task T1 already ended at the gate (succeeded); heartbeats stop", out)
+        self.assertFalse(os.path.exists(spool) and os.path.getsize(spool) > 0, "the completion was spooled")
+        self.assertEqual((len(fake.paths("/heartbeat")), len(fake.paths("/complete"))), (beats, completes))
+
+    def test_task_ended_while_running(self):
+        # A heartbeat answers that the task already succeeded while the
+        # handler runs: the handler is stopped, nothing is reported, and the
+        # log says the task ended (INFO), not that the lease was lost.
+        fake = FakeGate(self, lease_s=3.0, ended=lambda f: True)
+        told = []
+
+        def handler(task):
+            task.cancelled.wait(60)
+            told.append(task.stop_reason)
+
+        with self.assertLogs("asyncgate_worker", level="DEBUG") as logs:
+            self.run_worker(fake, handler)
+            wait_for("the task to stop", lambda: any("stopped" in m for m in logs.output), timeout=30)
+        out = "\n".join(logs.output)
+        self.assertEqual(told, ["lease_lost"])
+        self.assertNotIn("WARNING", out)
+        self.assertIn("task T1 stopped: it already ended at the gate (succeeded); outcome not reported", out)
+        self.assertEqual(fake.paths("/complete") + fake.paths("/fail"), [])
+        self.assertEqual(len(fake.paths("/heartbeat")), 1)
+
+    def test_task_finished(self):
+        self.assertEqual(aw.AsyncGateError(409, "lease_expired", task_status="succeeded").task_finished, "succeeded")
+        self.assertEqual(aw.AsyncGateError(409, "lease_expired", task_status="leased").task_finished, "")
+        self.assertEqual(aw.AsyncGateError(409, "lease_expired").task_finished, "")
+        self.assertEqual(aw.AsyncGateError(409, "conflict", task_status="succeeded").task_finished, "")
+        e = aw.outcome_error({"http_status": 409, "error": "lease_expired", "task_status": "succeeded"})
+        self.assertEqual(e.task_finished, "succeeded")
 
     def test_completion_cut_mid_answer_is_retried(self):
         # An answer cut off mid-body is a temporary error: the completion is

@@ -53,6 +53,7 @@ func (c *Client) Outcomes(ctx context.Context, entries []OutcomeEntry) ([]Outcom
 			HTTPStatus int              `json:"http_status"`
 			Error      string           `json:"error"`
 			Detail     string           `json:"detail"`
+			TaskStatus string           `json:"task_status"`
 			Complete   *CompleteResult  `json:"complete"`
 			Fail       *FailResult      `json:"fail"`
 			Heartbeat  *HeartbeatResult `json:"heartbeat"`
@@ -74,7 +75,7 @@ func (c *Client) Outcomes(ctx context.Context, entries []OutcomeEntry) ([]Outcom
 	for i, r := range out.Results {
 		res[i] = OutcomeResult{ID: r.ID, LeaseID: r.LeaseID, Complete: r.Complete, Fail: r.Fail, Heartbeat: r.Heartbeat}
 		if !r.OK {
-			res[i] = OutcomeResult{ID: r.ID, LeaseID: r.LeaseID, Err: &APIError{Status: r.HTTPStatus, Code: r.Error, Detail: r.Detail}}
+			res[i] = OutcomeResult{ID: r.ID, LeaseID: r.LeaseID, Err: &APIError{Status: r.HTTPStatus, Code: r.Error, Detail: r.Detail, TaskStatus: r.TaskStatus}}
 			continue
 		}
 		if h := r.Heartbeat; h != nil {

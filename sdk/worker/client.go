@@ -272,6 +272,26 @@ type APIError struct {
 	// refusals that judge a lease by it (resource leases: lease_expired,
 	// verify_required, quota_exceeded); zero otherwise.
 	ServerTime time.Time
+	// TaskStatus is the state of the task on a 409 lease_expired answer to
+	// the worker that held the lease ("succeeded": the task already ended,
+	// its completion taken); empty otherwise (see TaskFinished).
+	TaskStatus string
+}
+
+// TaskFinished reports the state of the task when err is a lease_expired
+// answer saying the task already ended ("succeeded", "canceled",
+// "dead_letter", "archived"), which the gate tells only the worker that held
+// the lease; "" for any other error, a lost lease included.
+func TaskFinished(err error) string {
+	var ae *APIError
+	if !errors.As(err, &ae) || !errors.Is(ae, ErrLeaseLost) {
+		return ""
+	}
+	switch ae.TaskStatus {
+	case "succeeded", "canceled", "dead_letter", "archived":
+		return ae.TaskStatus
+	}
+	return ""
 }
 
 // Error implements error.
@@ -348,9 +368,10 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 			Error      string    `json:"error"`
 			Detail     string    `json:"detail"`
 			ServerTime time.Time `json:"server_time"`
+			TaskStatus string    `json:"task_status"`
 		}
 		if json.Unmarshal(raw, &eb) == nil && eb.Error != "" {
-			ae.Code, ae.Detail, ae.ServerTime = eb.Error, eb.Detail, eb.ServerTime
+			ae.Code, ae.Detail, ae.ServerTime, ae.TaskStatus = eb.Error, eb.Detail, eb.ServerTime, eb.TaskStatus
 		} else {
 			ae.Code = http.StatusText(res.StatusCode)
 			ae.Detail = strings.TrimSpace(string(raw))

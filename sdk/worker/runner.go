@@ -390,6 +390,12 @@ type lease struct {
 	beatMu   sync.Mutex        // one heartbeat at a time
 	lost     bool
 	canceled bool
+	// reporting is set once the handler returned: its outcome is being
+	// reported (or was).
+	reporting bool
+	// ended is the task's state once a heartbeat was answered that the
+	// task already ended (TaskFinished): heartbeats stop.
+	ended string
 	// progressRefused is set once the gate refused a progress report (it
 	// is logged once per task).
 	progressRefused bool
@@ -402,6 +408,14 @@ func (l *lease) isLost() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lost
+}
+
+// endedAs is the task's state when a heartbeat was answered that it
+// already ended, else "".
+func (l *lease) endedAs() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ended
 }
 
 // work runs one offer: accept, heartbeat, handler, outcome.
@@ -457,11 +471,16 @@ func (r *Runner) work(o Offer) {
 	start := time.Now()
 	val, err := r.call(l.ctx, h, &l.o.Task)
 	took := time.Since(start).Round(time.Millisecond)
+	l.mu.Lock()
+	l.reporting = true
+	l.mu.Unlock()
 	cause := context.Cause(l.ctx)
 	if cause == nil {
 		l.flushProgress()
 	}
 	switch {
+	case l.isLost() && l.endedAs() != "":
+		log.Info("task stopped: it already ended at the gate; its outcome is not reported", "task_status", l.endedAs(), "took", took, "handler_err", err)
 	case l.isLost():
 		log.Warn("task stopped: the lease was lost; its outcome is not reported (the gate will lease it again)", "took", took, "handler_err", err)
 	case errors.Is(cause, ErrTaskCanceled):
@@ -575,7 +594,7 @@ func (l *lease) heartbeatLoop(stop <-chan struct{}) {
 			continue
 		}
 		fails, wait = 0, 0
-		if l.isLost() {
+		if l.isLost() || l.endedAs() != "" {
 			return
 		}
 	}
@@ -735,6 +754,10 @@ func (l *lease) beaten(stop <-chan struct{}, sent *HeartbeatRequest, res *Heartb
 			return true, nil // the task is over; nothing more to do
 		default:
 		}
+		if st := TaskFinished(err); st != "" {
+			l.taskEnded(st)
+			return true, nil
+		}
 		if errors.Is(err, ErrLeaseLost) {
 			l.loseLease(err.Error())
 			return true, nil
@@ -780,6 +803,32 @@ func (l *lease) flushProgress() {
 	if pending && !lost && time.Now().Before(deadline) {
 		l.beat(nil)
 	}
+}
+
+// taskEnded follows a heartbeat answered that the task already ended (st,
+// its state): the gate told the worker that held the lease, so it is not a
+// lease lost to another worker. Heartbeats stop. With the handler's outcome
+// being reported (or reported already: an answer lost, a gate restarted)
+// that is all; with the handler still running, it is canceled and its
+// outcome not reported, as the task needs none.
+func (l *lease) taskEnded(st string) {
+	l.mu.Lock()
+	first := l.ended == ""
+	l.ended = st
+	running := !l.reporting
+	if running {
+		l.lost = true
+	}
+	l.mu.Unlock()
+	if !first {
+		return
+	}
+	if !running {
+		l.log.Info("the task already ended at the gate; heartbeats stop", "task_status", st)
+		return
+	}
+	l.log.Info("the task already ended at the gate; canceling the handler", "task_status", st)
+	l.cancel(ErrLeaseLost)
 }
 
 func (l *lease) loseLease(why string) {
@@ -1014,12 +1063,19 @@ func (r *Runner) deliver(l *lease, send func(context.Context) error, kind string
 		switch {
 		case err == nil:
 			return nil
+		case TaskFinished(err) != "":
+			l.log.Info("the task already ended at the gate; the outcome is not sent again", "kind", kind, "task_status", TaskFinished(err))
+			return err
 		case errors.Is(err, ErrLeaseLost):
 			l.log.Warn("the gate refused the outcome: the lease is no longer held; the task will be leased again", "kind", kind, "err", err)
 			return err
 		case !Temporary(err):
 			l.log.Error("the gate refused the outcome", "kind", kind, "err", err)
 			return err
+		}
+		if st := l.endedAs(); st != "" {
+			l.log.Info("the task already ended at the gate; the outcome is not sent again", "kind", kind, "task_status", st, "err", err)
+			return nil
 		}
 		if l.isLost() {
 			l.log.Warn("the lease was lost while delivering the outcome; it is dropped", "kind", kind, "err", err)

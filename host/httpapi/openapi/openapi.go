@@ -229,6 +229,9 @@ type errorBody struct {
 	Error   string `json:"error"`
 	Detail  string `json:"detail,omitempty"`
 	Message string `json:"message,omitempty"`
+	// TaskStatus: on a lease_expired answer to the worker that held the
+	// lease, the state its task is in (it already ended: "succeeded").
+	TaskStatus string `json:"task_status,omitempty"`
 }
 
 // Operations returns "METHOD /openapi/path" for every registered operation.

@@ -40,6 +40,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"StrictExpiry", testStrictExpiry},
 		{"CompleteLocatableAndTerminates", testComplete},
 		{"CompleteIdempotentPerLease", testCompleteIdempotent},
+		{"EndedTaskStatusToHolder", testEndedTaskStatusToHolder}, // endedstatus.go
 		{"FailRetriesWithBackoffThenDeadLetters", testFailRetry},
 		{"FailNonRetryableDeadLetters", testFailFatal},
 		{"ReleaseUsesNoAttempt", testRelease},
