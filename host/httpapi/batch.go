@@ -17,7 +17,7 @@ type OutcomeEntry struct {
 	// ID is the caller's name for the entry, echoed in its result (optional;
 	// results come in the entries' order either way).
 	ID        string         `json:"id,omitempty"`
-	LeaseID   string         `json:"lease_id"`
+	LeaseID   string         `json:"lease_id" openapi:"required"`
 	Complete  *CompleteBody  `json:"complete,omitempty"`
 	Fail      *FailBody      `json:"fail,omitempty"`
 	Heartbeat *HeartbeatBody `json:"heartbeat,omitempty"`
@@ -27,13 +27,13 @@ type OutcomeEntry struct {
 // every entry acts as unless its own body names one.
 type OutcomesBody struct {
 	WorkerID string         `json:"worker_id,omitempty"`
-	Entries  []OutcomeEntry `json:"entries"`
+	Entries  []OutcomeEntry `json:"entries" openapi:"required,minItems=1,maxItems=100" doc:"1 to 100 entries. Each names its lease_id and holds exactly one of complete, fail or heartbeat (an entry with none, or two, is refused on its own: 400 in its result)."`
 }
 
 // EnqueueBatchBody is the body of POST /v1/tasks/batch: up to
 // api.MaxBatchEnqueue tasks, each the body of POST /v1/tasks.
 type EnqueueBatchBody struct {
-	Tasks []engine.EnqueueRequest `json:"tasks"`
+	Tasks []engine.EnqueueRequest `json:"tasks" openapi:"required,minItems=1,maxItems=1000" doc:"1 to 1,000 tasks, each the body of POST /v1/tasks. after cannot name a task of the same batch (its id is made by the gate): enqueue the dependency first."`
 }
 
 // EnqueueBatchResult is one task's answer in a batch enqueue: the answer of

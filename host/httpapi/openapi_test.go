@@ -6,12 +6,14 @@ import (
 	"net/http"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi/openapi"
@@ -180,5 +182,43 @@ func TestOpenAPIWorkflowOutcome(t *testing.T) {
 			t.Fatalf("list: %d %s", code, raw)
 		}
 		check("WorkflowList", "the list", raw)
+	}
+}
+
+// TestOpenAPIBatchBodies: the batch routes' bodies say what the handlers
+// enforce: the array is required and holds 1 to the cap (api.MaxBatchOutcomes,
+// api.MaxBatchEnqueue) items, an entry requires lease_id and holds exactly one
+// verb; and the error shape lists task_status.
+func TestOpenAPIBatchBodies(t *testing.T) {
+	raw, err := openapi.Document("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := openapi3.NewLoader().LoadFromData(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := func(path string) *openapi3.Schema {
+		return doc.Paths.Find(path).Post.RequestBody.Value.Content.Get("application/json").Schema.Value
+	}
+	for _, c := range []struct {
+		path, field string
+		max         int
+	}{{"/v1/leases/batch", "entries", api.MaxBatchOutcomes}, {"/v1/tasks/batch", "tasks", api.MaxBatchEnqueue}} {
+		s := body(c.path)
+		a := s.Properties[c.field].Value
+		if !reflect.DeepEqual(s.Required, []string{c.field}) || a.MinItems != 1 || a.MaxItems == nil || int(*a.MaxItems) != c.max || a.Description == "" {
+			t.Errorf("%s: required %v, %s minItems %d maxItems %v description %q; want required, 1 to %d", c.path, s.Required, c.field, a.MinItems, a.MaxItems, a.Description, c.max)
+		}
+	}
+	entries := body("/v1/leases/batch").Properties["entries"].Value
+	if e := entries.Items.Value; !reflect.DeepEqual(e.Required, []string{"lease_id"}) || !strings.Contains(entries.Description, "exactly one of complete, fail or heartbeat") {
+		t.Errorf("an entry: required %v, entries described %q", e.Required, entries.Description)
+	}
+	if !strings.Contains(body("/v1/tasks/batch").Properties["tasks"].Value.Description, "after cannot name a task of the same batch") {
+		t.Errorf("tasks: %q", body("/v1/tasks/batch").Properties["tasks"].Value.Description)
+	}
+	if doc.Components.Schemas["Error"].Value.Properties["task_status"] == nil {
+		t.Errorf("the Error schema lacks task_status")
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -424,8 +425,9 @@ var (
 // schemaOf derives the JSON Schema of how encoding/json writes (response)
 // or reads (request) a value of type t. Responses name non-omitempty fields
 // required and allow fields the type does not list (answers may grow);
-// strict requests refuse unknown fields and require none (the handlers check
-// what they need, with clearer errors).
+// strict requests refuse unknown fields and require only the fields tagged
+// openapi:"required" (the handlers check what they need, with clearer
+// errors). Fields' openapi and doc tags add to their schema (fieldTags).
 func (g *gen) schemaOf(t reflect.Type, request, strict bool) any {
 	nullable := false
 	for t.Kind() == reflect.Pointer {
@@ -581,11 +583,51 @@ func (g *gen) fields(t reflect.Type, request, strict bool, props map[string]any,
 		default:
 			props[name] = g.schemaOf(ft, false, false)
 		}
+		req := fieldTags(f, props, name)
 		if request {
+			if req {
+				*required = append(*required, name)
+			}
 			continue
 		}
-		if !omit {
+		if !omit || req {
 			*required = append(*required, name)
 		}
 	}
+}
+
+// fieldTags applies a field's schema tags to its schema, props[name], and
+// reports whether the field is required:
+//
+//   - openapi:"required,minItems=1,maxItems=100": a field a body must hold
+//     (request schemas otherwise require none), and an array's bounds;
+//   - doc:"…": the field's description.
+//
+// It panics on a key it does not know, so a misspelt tag fails at start.
+func fieldTags(f reflect.StructField, props map[string]any, name string) bool {
+	s, _ := props[name].(Schema)
+	if d := f.Tag.Get("doc"); d != "" && s != nil {
+		s["description"] = d
+	}
+	tag := f.Tag.Get("openapi")
+	if tag == "" {
+		return false
+	}
+	req := false
+	for _, kv := range strings.Split(tag, ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "required":
+			req = true
+		case "minItems", "maxItems":
+			n, err := strconv.Atoi(v)
+			if err != nil || s == nil {
+				panic(fmt.Sprintf("openapi: field %s: bad tag %q", f.Name, kv))
+			}
+			s[k] = n
+		default:
+			panic(fmt.Sprintf("openapi: field %s: unknown tag %q", f.Name, kv))
+		}
+	}
+	return req
 }
