@@ -24,6 +24,7 @@ import (
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/mcpapi"
 	"github.com/asyncgate/asyncgate/host/store"
+	"github.com/mark3labs/mcp-go/mcp"
 )
 
 func init() {
@@ -318,6 +319,9 @@ func (b *bridge) forward(ctx context.Context, msg []byte, id json.RawMessage) {
 		req.Header.Set("Mcp-Session-Id", b.session)
 	}
 	b.mu.Unlock()
+	for k, v := range modernHeaders(msg) {
+		req.Header.Set(k, v)
+	}
 	resp, err := b.hc.Do(req)
 	if err != nil {
 		b.fail(id, "the gate is not reachable: "+err.Error())
@@ -376,6 +380,37 @@ func (b *bridge) readEvents(r io.Reader) {
 	if data.Len() > 0 {
 		b.write(data.Bytes())
 	}
+}
+
+// modernHeaders are the HTTP headers a message of protocol 2026-07-28 or
+// later must travel with (no session, no handshake: each request names its
+// version in params._meta, and the transport refuses a POST whose
+// Mcp-Protocol-Version, Mcp-Method or Mcp-Name does not match its body);
+// nil for a message of an earlier version, whose session carries it.
+func modernHeaders(msg []byte) map[string]string {
+	var m struct {
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
+	}
+	if json.Unmarshal(msg, &m) != nil || m.Method == "" || len(m.Params) == 0 {
+		return nil
+	}
+	var p struct {
+		Meta *mcp.Meta `json:"_meta"`
+	}
+	if json.Unmarshal(m.Params, &p) != nil || p.Meta == nil {
+		return nil
+	}
+	v := p.Meta.ProtocolVersion()
+	if !mcp.IsModernProtocol(v) {
+		return nil
+	}
+	h := mcp.StandardHeaders(v, mcp.MCPMethod(m.Method), m.Params)
+	if h == nil {
+		h = map[string]string{}
+	}
+	h[mcp.HeaderProtocolVersion] = v
+	return h
 }
 
 // protocolVersion is the version an initialize request asks for (the server
