@@ -170,6 +170,7 @@ type Engine struct {
 
 	outboxWake chan struct{} // wakes the outbox dispatcher (delivery)
 	settleWake chan struct{} // wakes the settlement drainer (settlements.go)
+	settleHeld settleHolds   // pending settlements that failed alone, backing off (settlements.go)
 
 	seenMu sync.Mutex
 	seen   map[string]time.Time // worker key -> last recorded sighting

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -124,21 +125,36 @@ func (e *Engine) wakeSettler() {
 // some are left (the budget ran out, or the transaction left new ones).
 // The drainer (Start) calls it; tests may too.
 func (e *Engine) DrainSettlements(ctx context.Context) (done int, more bool, err error) {
+	done, more, _, err = e.drainOnce(ctx, settleClaim)
+	return done, more, err
+}
+
+// drainOnce settles up to limit pending settlements in one transaction,
+// passing over those held back after failing alone (settleHolds), and
+// answers which it tried as well.
+func (e *Engine) drainOnce(ctx context.Context, limit int) (done int, more bool, tried []settleKey, err error) {
+	held := e.settleHeld.holding(e.now())
 	err = e.update(ctx, func(tx store.Tx) error {
-		done, more = 0, false
+		done, more, tried = 0, false, tried[:0]
 		d, ok := tx.(*deliveryTx)
 		if !ok {
 			return nil
 		}
-		ps, err := d.ClaimPendingSettlements(ctx, settleClaim)
+		// Held rows come first when they are oldest: claim past them.
+		ps, err := d.ClaimPendingSettlements(ctx, limit+len(held))
 		if err != nil {
 			return err
 		}
 		for _, p := range ps {
-			if d.overBudget() {
+			k := settleKey{p.Tenant, p.TaskID}
+			if held[k] {
+				continue
+			}
+			if len(tried) == limit || d.overBudget() {
 				more = true
 				break
 			}
+			tried = append(tried, k)
 			if err := d.DeletePendingSettlement(ctx, p.Tenant, p.TaskID); err != nil {
 				return err
 			}
@@ -168,7 +184,10 @@ func (e *Engine) DrainSettlements(ctx context.Context) (done int, more bool, err
 		}
 		return nil
 	})
-	return done, more, err
+	if err == nil {
+		e.settleHeld.settled(tried)
+	}
+	return done, more, tried, err
 }
 
 // settleLoop is the drainer: it settles pending settlements until none is
@@ -207,22 +226,131 @@ func (e *Engine) settleLoop() {
 	}
 }
 
-// drainSettlements runs DrainSettlements until nothing is left, the engine
-// stops, or a transaction fails (the next look tries again).
+// drainSettlements runs drainOnce until nothing is left, the engine
+// stops, or the store fails (the next look tries again). A transaction
+// that fails otherwise (a settlement that cannot be settled, whatever the
+// cause) is not allowed to stall the rest behind it: the drainer goes on
+// one settlement a transaction, and one that fails alone is held back
+// (settleHolds) and tried again after a backoff, still in the table.
 func (e *Engine) drainSettlements() {
+	limit := settleClaim
 	for {
 		select {
 		case <-e.stop:
 			return
 		default:
 		}
-		done, more, err := e.DrainSettlements(store.WithTimeout(context.Background(), store.DefaultTimeout))
-		if err != nil {
+		done, more, tried, err := e.drainOnce(store.WithTimeout(context.Background(), store.DefaultTimeout), limit)
+		switch {
+		case err == nil:
+		case len(tried) == 0 || !e.storeReadable():
+			// Nothing was tried (the claim failed), or the store fails
+			// whatever is asked of it: an outage, not a settlement.
 			e.log.Warn("pending settlements: drain failed", "err", err)
 			return
+		case len(tried) > 1:
+			limit = 1 // which one fails: one a transaction from here
+			continue
+		default:
+			k := tried[0]
+			n, wait := e.settleHeld.hold(k, e.now())
+			e.log.Error("pending settlement: settling failed; held back, still pending",
+				"tenant", k.tenant, "task_id", k.task, "failures", n, "retry_in", wait, "err", err)
+			continue
 		}
 		if !more && done == 0 {
-			return // none left, or only rows another host's drainer holds
+			return // none left, or only rows held back or another host's drainer holds
 		}
+	}
+}
+
+// storeReadable says whether the store answers a read now: a failed
+// settlement is held back only when the store itself is working.
+func (e *Engine) storeReadable() bool {
+	ctx := store.WithTimeout(context.Background(), store.DefaultTimeout)
+	return e.view(ctx, func(r store.Reader) error {
+		_, err := r.HasPendingSettlements(ctx)
+		return err
+	}) == nil
+}
+
+// settleKey names a pending settlement.
+type settleKey struct{ tenant, task string }
+
+// Backoff of a held settlement: doubling from settleBackoffMin up to
+// settleBackoffMax. At most maxSettleHolds are remembered; past that the
+// oldest hold is forgotten (and its row tried again).
+const (
+	settleBackoffMin = time.Second
+	settleBackoffMax = 5 * time.Minute
+	maxSettleHolds   = 1024
+)
+
+// settleHolds are the pending settlements this engine failed to settle
+// alone (a poison row): each is passed over until its backoff ends, so
+// the rows behind it drain. The hold is this engine's memory; the row
+// stays in the table, counted by the pending gauge, so a restart or
+// another host tries it again.
+type settleHolds struct {
+	mu   sync.Mutex
+	held map[settleKey]settleHold
+}
+
+type settleHold struct {
+	failures int
+	until    time.Time
+}
+
+// holding answers the settlements held back at now.
+func (h *settleHolds) holding(now time.Time) map[settleKey]bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out map[settleKey]bool
+	for k, v := range h.held {
+		if now.Before(v.until) {
+			if out == nil {
+				out = map[settleKey]bool{}
+			}
+			out[k] = true
+		}
+	}
+	return out
+}
+
+// hold holds k back after a failure at now and answers how often it has
+// failed and how long it is held.
+func (h *settleHolds) hold(k settleKey, now time.Time) (int, time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held == nil {
+		h.held = map[settleKey]settleHold{}
+	}
+	v := h.held[k]
+	v.failures++
+	wait := settleBackoffMax
+	if v.failures <= 16 {
+		wait = min(settleBackoffMin<<(v.failures-1), settleBackoffMax)
+	}
+	v.until = now.Add(wait)
+	if _, ok := h.held[k]; !ok && len(h.held) >= maxSettleHolds {
+		var oldest settleKey
+		var first time.Time
+		for ok, ov := range h.held {
+			if first.IsZero() || ov.until.Before(first) {
+				oldest, first = ok, ov.until
+			}
+		}
+		delete(h.held, oldest)
+	}
+	h.held[k] = v
+	return v.failures, wait
+}
+
+// settled forgets the holds of settlements a committed transaction took.
+func (h *settleHolds) settled(ks []settleKey) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, k := range ks {
+		delete(h.held, k)
 	}
 }

@@ -50,6 +50,7 @@ func dependencyCases() []struct {
 		{"DependencyRaceWithCompletion", testDepsRaceWithCompletion},
 		{"DependencyCascadeBounded", testDepsCascadeBounded}, {"DependencyCascadeResumes", testDepsCascadeResumes}, // cascade.go
 		{"DependencyCascadeFromDeadLetter", testDepsCascadeFromDeadLetter}, // cascade.go
+		{"DependencyCascadePoison", testDepsCascadePoison},                 // cascadepoison.go
 		{"DependencyEdgeByKey", testDepsGetEdge},                           // depedge.go
 	}
 }
