@@ -515,17 +515,27 @@ func (r *reader) CountPendingSettlements(ctx context.Context) (int64, error) {
 	return n, err
 }
 
-// AddPendingSettlements implements store.Tx.
+// AddPendingSettlements implements store.Tx: one statement for the
+// update's rows, whatever their number.
 func (w *writeTx) AddPendingSettlements(ctx context.Context, ps []store.PendingSettlement) error {
-	for _, p := range ps {
-		if _, err := w.ss.exec(w.c(ctx), `INSERT INTO pending_settlements (tenant, task_id, state, cause, created_at) VALUES ($1,$2,$3,$4,$5)
-ON CONFLICT (tenant, task_id) DO UPDATE SET state = excluded.state, cause = excluded.cause`,
-			p.Tenant, p.TaskID, string(p.State), p.Cause, us(p.CreatedAt)); err != nil {
-			return err
-		}
+	if len(ps) == 0 {
+		return nil
 	}
-	return nil
+	tenants, ids, states, causes, ats := make([]string, len(ps)), make([]string, len(ps)), make([]string, len(ps)), make([]string, len(ps)), make([]int64, len(ps))
+	for i, p := range ps {
+		tenants[i], ids[i], states[i], causes[i], ats[i] = p.Tenant, p.TaskID, string(p.State), p.Cause, us(p.CreatedAt)
+	}
+	_, err := w.ss.exec(w.c(ctx), addPendingSQL, tenants, ids, states, causes, ats)
+	return err
 }
+
+// addPendingSQL inserts pending settlements from arrays; a task named
+// twice keeps its last row (an update's work-list names a task once).
+const addPendingSQL = `INSERT INTO pending_settlements (tenant, task_id, state, cause, created_at)
+SELECT DISTINCT ON (v.tenant, v.task_id) v.tenant, v.task_id, v.state, v.cause, v.at
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[]) WITH ORDINALITY AS v(tenant, task_id, state, cause, at, n)
+ORDER BY v.tenant, v.task_id, v.n DESC
+ON CONFLICT (tenant, task_id) DO UPDATE SET state = excluded.state, cause = excluded.cause`
 
 // ClaimPendingSettlements implements store.Tx. Rows another host's
 // drainer holds are skipped; the ones returned stay locked until this
