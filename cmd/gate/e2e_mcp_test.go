@@ -142,6 +142,29 @@ func stdioClientAt(t *testing.T, version string, notify func(mcp.JSONRPCNotifica
 	return c
 }
 
+// httpMCPClient opens an MCP session over streamable HTTP at url (the
+// gate's /mcp) with key as its bearer and initializes it.
+func httpMCPClient(t *testing.T, url, key, name string) *client.Client {
+	t.Helper()
+	c, err := client.NewStreamableHttpClient(url, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + key}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	req := mcp.InitializeRequest{}
+	req.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	req.Params.ClientInfo = mcp.Implementation{Name: name, Version: "1"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.Initialize(ctx, req); err != nil {
+		t.Fatalf("%s: initialize: %v", url, err)
+	}
+	return c
+}
+
 // callTool calls a tool and decodes its structured content.
 func callTool(t *testing.T, c *client.Client, name string, args map[string]any) (map[string]any, bool) {
 	t.Helper()

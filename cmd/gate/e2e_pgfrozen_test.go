@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -132,20 +131,7 @@ func TestE2EPostgresFrozen(t *testing.T) {
 	}
 
 	// An agent's MCP session over streamable HTTP, opened before the freeze.
-	mc, err := client.NewStreamableHttpClient(g.URL+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + agent}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mc.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mc.Close() })
-	ini := mcp.InitializeRequest{}
-	ini.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
-	ini.Params.ClientInfo = mcp.Implementation{Name: "frozen-test", Version: "1"}
-	if _, err := mc.Initialize(context.Background(), ini); err != nil {
-		t.Fatal(err)
-	}
+	mc := httpMCPClient(t, g.URL+"/mcp", agent, "frozen-test")
 
 	proxy.Freeze()
 	frozenAt := time.Now()

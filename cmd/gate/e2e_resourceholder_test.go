@@ -1,13 +1,8 @@
 package main
 
 import (
-	"context"
 	"strings"
 	"testing"
-
-	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
-	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // TestE2EResourceLeaseHolderIsTheCaller: through the real binary, on SQLite
@@ -27,20 +22,7 @@ func TestE2EResourceLeaseHolderIsTheCaller(t *testing.T) {
 			r := call(t, "POST", g.URL+"/v1/resource-leases", g.Admin, map[string]any{"intents": intents, "holder": "agent.alice"})
 			want(t, r, 403, "forbidden")
 
-			mc, err := client.NewStreamableHttpClient(g.URL+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + g.Admin}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := mc.Start(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { mc.Close() })
-			ini := mcp.InitializeRequest{}
-			ini.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
-			ini.Params.ClientInfo = mcp.Implementation{Name: "holder-test", Version: "1"}
-			if _, err := mc.Initialize(context.Background(), ini); err != nil {
-				t.Fatal(err)
-			}
+			mc := httpMCPClient(t, g.URL+"/mcp", g.Admin, "holder-test")
 			out, isErr := callTool(t, mc, "acquire_resource_leases", map[string]any{"intents": intents, "holder": "agent.alice"})
 			if !isErr || out["granted"] == true {
 				t.Fatalf("MCP acquire naming agent.alice as holder was answered %v (tool error %v)", out, isErr)
