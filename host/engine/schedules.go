@@ -179,6 +179,7 @@ func compileTiming(cronExpr, zone string, intervalSeconds int64, anchor time.Tim
 	if err != nil {
 		return nil, host.Errorf(host.CodeInvalidCron, "cron %q: %v (five fields: minute hour day-of-month month day-of-week, or @hourly, @daily, @weekly, @monthly, @yearly)", cronExpr, err)
 	}
+	crontabDays(sched, trimmed)
 	// An expression that can never fire (31 February) would make Next
 	// return the zero time.
 	if sched.Next(time.Now().In(loc)).IsZero() {
@@ -193,6 +194,33 @@ func compileTiming(cronExpr, zone string, intervalSeconds int64, anchor time.Tim
 		timingsCount.Add(-1)
 	}
 	return tm, nil
+}
+
+// starBit is the parser's mark on a field written as "*" (cron's
+// SpecSchedule keeps it in bit 63 of the field's bits).
+const starBit = 1 << 63
+
+// crontabDays makes the day fields combine as crontab(5) has them: when
+// both day of month and day of week are restricted (neither starts with
+// "*"), a day matching either fires; when either starts with "*", a day
+// must match both. The parser marks a field unrestricted only when it is
+// exactly "*" or "?", so "*/2" in one field and "1" in the other read as
+// "odd days or Mondays"; crontab, Vixie cron and cronie fire on odd-dated
+// Mondays only. The flag is what decides, so a field starting with "*"
+// (or "?", the parser's other "any") gets it.
+func crontabDays(sched cron.Schedule, expr string) {
+	spec, ok := sched.(*cron.SpecSchedule)
+	fields := strings.Fields(expr)
+	if !ok || len(fields) != 5 {
+		return
+	}
+	unrestricted := func(f string) bool { return strings.HasPrefix(f, "*") || strings.HasPrefix(f, "?") }
+	if unrestricted(fields[2]) {
+		spec.Dom |= starBit
+	}
+	if unrestricted(fields[4]) {
+		spec.Dow |= starBit
+	}
 }
 
 func scheduleTiming(s *host.Schedule) (*timing, error) {

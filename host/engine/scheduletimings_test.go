@@ -155,3 +155,35 @@ func TestNamesRefuseBidiOverrides(t *testing.T) {
 		}
 	}
 }
+
+// TestCronDayFieldsAsCrontab: the day of month and the day of week combine
+// as crontab(5) has them. A field starting with "*" (a step over the whole
+// range included) leaves the other deciding with it (both must match):
+// "0 0 */2 * 1" fires on odd-dated Mondays only, not on every odd day and
+// every Monday. Both restricted, either matches.
+func TestCronDayFieldsAsCrontab(t *testing.T) {
+	from := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		expr string
+		want []string
+	}{
+		{"0 0 */2 * 1", []string{"2026-12-07", "2026-12-21", "2027-01-11", "2027-01-25", "2027-02-01"}},
+		{"0 0 1 * */3", []string{"2027-05-01", "2027-08-01", "2027-09-01", "2027-12-01", "2028-01-01"}},
+		{"0 0 13 * 5", []string{"2026-12-04", "2026-12-11", "2026-12-13", "2026-12-18", "2026-12-25"}},
+		{"0 0 */10 * *", []string{"2026-12-11", "2026-12-21", "2026-12-31", "2027-01-01", "2027-01-11"}},
+		{"0 0 ? * 1-5/2", []string{"2026-12-02", "2026-12-04", "2026-12-07", "2026-12-09", "2026-12-11"}},
+	} {
+		tm, err := compileTiming(c.expr, "", 0, time.Time{})
+		if err != nil {
+			t.Fatalf("%s: %v", c.expr, err)
+		}
+		var got []string
+		for n := from; len(got) < len(c.want); {
+			n = tm.next(n)
+			got = append(got, n.Format("2006-01-02"))
+		}
+		if strings.Join(got, " ") != strings.Join(c.want, " ") {
+			t.Errorf("%q fires on %v, want %v", c.expr, got, c.want)
+		}
+	}
+}
