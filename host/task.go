@@ -326,6 +326,9 @@ const (
 // on it can overflow a time.Duration.
 const maxSeconds = 366 * 24 * 3600
 
+// MaxDelaySeconds bounds an enqueue's delay_seconds (a year).
+const MaxDelaySeconds = maxSeconds
+
 var taskTypeName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.\-]{0,63}$`)
 
 // ValidTaskTypeName reports whether name can name a task type (what a

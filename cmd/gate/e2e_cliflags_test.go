@@ -13,8 +13,8 @@ import (
 // TestE2ECLIRefusesWhatHTTPRefuses: the real binary against a real gate.
 // A flag value of gate tasks create, gate schedules create/update or gate
 // workflows submit that the gate would refuse, or that the CLI would send
-// as something else (a negative --delay as no delay, a negative --every as
-// no interval, a --max-retries or --grace below -1 as the default, a
+// as something else (a negative --delay as no delay, a fraction of a
+// second rounded, a negative or zero --every as no interval, a --max-retries or --grace below -1 as the default, a
 // second idempotency key in place of the JSON's), is refused with exit
 // status 2 and a message naming the flag and what it takes; nothing is
 // queued, scheduled or submitted.
@@ -56,7 +56,11 @@ func TestE2ECLIRefusesWhatHTTPRefuses(t *testing.T) {
 			}
 		}
 	}
-	refused([]string{"--delay", "0s..31622400s", "-5s"}, "tasks", "create", "echo", "--delay", "-5s")
+	const delay = "from 0s to 31622400s"
+	refused([]string{"--delay", delay, "-5s"}, "tasks", "create", "echo", "--delay", "-5s")
+	refused([]string{"--delay", delay, "1.5s"}, "tasks", "create", "echo", "--delay", "1.5s")
+	refused([]string{"--delay", delay}, "tasks", "create", "echo", "--delay", "400ms")
+	refused([]string{"--delay", delay}, "tasks", "create", "echo", "--delay", "8785h")
 	refused([]string{"--max-retries", "-5"}, "tasks", "create", "echo", "--max-retries", "-5")
 	refused([]string{"--for", "-1s"}, "tasks", "create", "echo", "--wait", "--for", "-1s")
 	refused([]string{"--interval"}, "tasks", "create", "echo", "--wait", "--interval", "0s")
@@ -65,6 +69,8 @@ func TestE2ECLIRefusesWhatHTTPRefuses(t *testing.T) {
 	refused([]string{"--every", every, "-5s"}, "schedules", "create", "s", "echo", "--every", "-5s")
 	refused([]string{"--every", every}, "schedules", "create", "s", "echo", "--every", "1.5s")
 	refused([]string{"--every", every}, "schedules", "create", "s", "echo", "--every", "8785h")
+	refused([]string{"--every", every, "0s"}, "schedules", "create", "s", "echo", "--every", "0s")
+	refused([]string{"--every", every, "0s"}, "schedules", "update", "S-00000000000000000000000000", "--every", "0s")
 	refused([]string{"--grace", "-5"}, "schedules", "create", "s", "echo", "--every", "60s", "--grace", "-5")
 	refused([]string{"--max-retries", "-3"}, "schedules", "create", "s", "echo", "--every", "60s", "--max-retries", "-3")
 	refused([]string{"--missed-cap", "1..100"}, "schedules", "create", "s", "echo", "--every", "60s", "--missed", "run_all", "--missed-cap", "-2")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net/url"
@@ -20,7 +21,7 @@ func init() {
 	var (
 		cronExpr, zone, params, policy, recipient, summary, cursor string
 		newName, taskType                                          string
-		every                                                      time.Duration
+		every                                                      givenDuration
 		priority, missedCap, grace, limit, nextRuns, maxRetries    int
 		paused                                                     bool
 	)
@@ -90,7 +91,7 @@ run_once (one task for the latest) or run_all (each, up to --missed-cap).`,
 			flags: func(fs *flag.FlagSet) {
 				fs.StringVar(&cronExpr, "cron", "", `a cron expression, e.g. "0 9 * * 1-5" or @hourly`)
 				fs.StringVar(&zone, "tz", "", "the IANA time zone of --cron, e.g. Europe/Berlin (default UTC)")
-				fs.DurationVar(&every, "every", 0, "fire at this interval instead of --cron (whole seconds)")
+				fs.Var(&every, "every", "fire at this interval instead of --cron (whole seconds)")
 				fs.StringVar(&params, "params", "", "the tasks' params: inline JSON, @FILE, or - for stdin")
 				fs.IntVar(&priority, "priority", 0, "1..10, 10 first (0: the task type's default)")
 				fs.StringVar(&recipient, "recipient", "", "who receives each task's outcome (default: you)")
@@ -107,7 +108,7 @@ run_once (one task for the latest) or run_all (each, up to --missed-cap).`,
 				if err := checkScheduleFlags(every, maxRetries, grace, missedCap); err != nil {
 					return err
 				}
-				ns.IntervalSeconds = int64(every / time.Second)
+				ns.IntervalSeconds = int64(every.d / time.Second)
 				if grace >= 0 {
 					ns.GraceSeconds = &grace
 				}
@@ -235,7 +236,7 @@ fire queues (the rest of the template stays as it is).`,
 				fs.StringVar(&newName, "name", "", "a new name")
 				fs.StringVar(&cronExpr, "cron", "", `a new cron expression, e.g. "0 9 * * 1-5" or @hourly`)
 				fs.StringVar(&zone, "tz", "", "the IANA time zone of the cron expression")
-				fs.DurationVar(&every, "every", 0, "fire at this interval instead (whole seconds)")
+				fs.Var(&every, "every", "fire at this interval instead (whole seconds)")
 				fs.StringVar(&taskType, "task-type", "", "a new task type for the tasks")
 				fs.StringVar(&params, "params", "", "the tasks' new params: inline JSON, @FILE, or - for stdin")
 				fs.IntVar(&priority, "priority", 0, "1..10, 10 first")
@@ -260,8 +261,8 @@ fire queues (the rest of the template stays as it is).`,
 				if err := checkScheduleFlags(every, maxRetries, grace, missedCap); err != nil {
 					return err
 				}
-				if every != 0 {
-					n := int64(every / time.Second)
+				if every.set {
+					n := int64(every.d / time.Second)
 					ch.IntervalSeconds = &n
 				}
 				if policy != "" {
@@ -367,15 +368,15 @@ func scheduleReceiptNote(body json.RawMessage) string {
 
 // checkScheduleFlags refuses, as bad usage, the values of gate schedules
 // create's and update's flags that would not reach the gate as given: an
-// --every that is not a whole number of seconds in the gate's range
-// (interval_seconds 1..31622400; a negative one was sent as none), a
+// --every given that is not a whole number of seconds in the gate's range
+// (interval_seconds 1..31622400; 0s or a negative one was sent as none), a
 // --max-retries or --grace below -1 (their "not given"), a negative
 // --missed-cap (0: not given).
-func checkScheduleFlags(every time.Duration, maxRetries, grace, missedCap int) error {
-	switch {
-	case every != 0 && (every%time.Second != 0 || every < host.MinScheduleInterval*time.Second || every > host.MaxScheduleInterval*time.Second):
+func checkScheduleFlags(every givenDuration, maxRetries, grace, missedCap int) error {
+	switch d := every.d; {
+	case every.set && (d%time.Second != 0 || d < host.MinScheduleInterval*time.Second || d > host.MaxScheduleInterval*time.Second):
 		return exitErr{exitUsage, fmt.Sprintf("--every must be a whole number of seconds from %ds to %ds (interval_seconds %d..%d), got %s",
-			host.MinScheduleInterval, host.MaxScheduleInterval, host.MinScheduleInterval, host.MaxScheduleInterval, every)}
+			host.MinScheduleInterval, host.MaxScheduleInterval, host.MinScheduleInterval, host.MaxScheduleInterval, d)}
 	case maxRetries < -1:
 		return exitErr{exitUsage, fmt.Sprintf("--max-retries must be 0 or more (-1: not given), got %d", maxRetries)}
 	case grace < -1:
@@ -383,5 +384,28 @@ func checkScheduleFlags(every time.Duration, maxRetries, grace, missedCap int) e
 	case missedCap < 0:
 		return exitErr{exitUsage, fmt.Sprintf("--missed-cap must be 1..%d (0: not given), got %d", host.MaxMissedCap, missedCap)}
 	}
+	return nil
+}
+
+// givenDuration is a duration flag that knows whether it was given, so an
+// explicit 0s is refused rather than read as "not given".
+type givenDuration struct {
+	d   time.Duration
+	set bool
+}
+
+func (g *givenDuration) String() string {
+	if g == nil || !g.set {
+		return ""
+	}
+	return g.d.String()
+}
+
+func (g *givenDuration) Set(v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return errors.New("parse error")
+	}
+	g.d, g.set = d, true
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/sdk/client"
 )
 
@@ -271,13 +272,14 @@ func printTask(rc *remoteCtx, t *client.Task) {
 
 // waitTask polls a task until it ends, drawing its progress.
 // checkCreateFlags refuses, as bad usage, the values of gate tasks
-// create's flags that the gate would never see: a negative --delay (which
-// would otherwise be sent as no delay), a --max-retries below -1 (the
+// create's flags that would not reach the gate as given: a --delay that is
+// not a whole number of seconds in the gate's range (a negative one would
+// be sent as no delay, a fraction rounded), a --max-retries below -1 (the
 // type's default), and a negative --for or a --interval not above 0.
 func checkCreateFlags(delay time.Duration, maxRetries int, waitFor, interval time.Duration) error {
 	switch {
-	case delay < 0:
-		return exitErr{exitUsage, fmt.Sprintf("--delay must be 0s..31622400s (delay_seconds 0..31622400), got %s", delay)}
+	case delay < 0 || delay%time.Second != 0 || delay > host.MaxDelaySeconds*time.Second:
+		return exitErr{exitUsage, fmt.Sprintf("--delay must be a whole number of seconds from 0s to %ds (delay_seconds 0..%d), got %s", host.MaxDelaySeconds, host.MaxDelaySeconds, delay)}
 	case maxRetries < -1:
 		return exitErr{exitUsage, fmt.Sprintf("--max-retries must be 0 or more (-1: the task type's default), got %d", maxRetries)}
 	case waitFor < 0:

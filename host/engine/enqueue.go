@@ -269,8 +269,8 @@ type taskStart struct {
 // check checks the start's fields at now. Field names in the errors are
 // the request's (a workflow step's are prefixed by stepErr).
 func (s taskStart) check(now time.Time) error {
-	if s.DelaySeconds < 0 || s.DelaySeconds > 366*24*3600 {
-		return host.Errorf(host.CodeBadRequest, "delay_seconds must be 0..31622400")
+	if s.DelaySeconds < 0 || s.DelaySeconds > host.MaxDelaySeconds {
+		return host.Errorf(host.CodeBadRequest, "delay_seconds must be 0..%d", host.MaxDelaySeconds)
 	}
 	if s.NotBefore != nil && s.NotBefore.After(now.Add(366*24*time.Hour)) {
 		return host.Errorf(host.CodeBadRequest, "not_before is more than a year away")

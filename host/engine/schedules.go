@@ -127,7 +127,12 @@ const maxCachedTimings = 4096
 // code for what is wrong.
 func compileTiming(cronExpr, zone string, intervalSeconds int64, anchor time.Time) (*timing, error) {
 	if (cronExpr == "") == (intervalSeconds == 0) {
-		return nil, host.Errorf(host.CodeInvalidInterval, "give exactly one of cron and interval_seconds")
+		if cronExpr == "" {
+			// interval_seconds 0 reads as not given: say what it takes.
+			return nil, host.Errorf(host.CodeInvalidInterval, "give exactly one of cron and interval_seconds (%d..%d; 0 or absent is none)",
+				host.MinScheduleInterval, host.MaxScheduleInterval)
+		}
+		return nil, host.Errorf(host.CodeInvalidInterval, "give exactly one of cron and interval_seconds, not both")
 	}
 	if cronExpr == "" {
 		if zone != "" {

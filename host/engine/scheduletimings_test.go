@@ -187,3 +187,18 @@ func TestCronDayFieldsAsCrontab(t *testing.T) {
 		}
 	}
 }
+
+// TestIntervalZeroSaysWhatItTakes: interval_seconds 0 reads as absent, so
+// a schedule with neither timing is refused with a detail that gives the
+// range (a caller who sent 0 learns what it takes), and one with both says
+// so.
+func TestIntervalZeroSaysWhatItTakes(t *testing.T) {
+	_, err := compileTiming("", "", 0, time.Time{})
+	if !host.IsCode(err, host.CodeInvalidInterval) || !strings.Contains(err.Error(), "1..31622400") {
+		t.Fatalf("neither cron nor interval: %v, want invalid_interval naming 1..31622400", err)
+	}
+	_, err = compileTiming("* * * * *", "", 60, time.Time{})
+	if !host.IsCode(err, host.CodeInvalidInterval) || !strings.Contains(err.Error(), "not both") {
+		t.Fatalf("both cron and interval: %v, want invalid_interval saying not both", err)
+	}
+}
