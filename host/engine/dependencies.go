@@ -254,6 +254,26 @@ func (d *deliveryTx) settleAll(ctx context.Context) error {
 	return nil
 }
 
+// holdSettling runs fn with the settling of the waiters of the tasks fn
+// finishes held back until fn is done, then settles them as one
+// work-list (settleAll: the budget, and pending settlements for what it
+// leaves). So fn may end several tasks, some waiting on others, each in
+// its own name, before any of them is settled by the dependency rule
+// (cancelSteps). Inside a settling, or on a nil d (a transaction that is
+// not a deliveryTx), it only runs fn.
+func (d *deliveryTx) holdSettling(ctx context.Context, fn func() error) error {
+	if d == nil || d.settling {
+		return fn()
+	}
+	d.settling = true
+	err := fn()
+	d.settling = false
+	if err != nil {
+		return err
+	}
+	return d.settleAll(ctx)
+}
+
 // settleWaiters runs in the transaction that wrote dep's terminal state: it
 // records the state on dep's open edges and settles each waiter whose rule
 // that decides. A waiter it cancels joins the work-list (settleAll).

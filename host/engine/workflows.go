@@ -32,8 +32,11 @@ import (
 //     canceled when a cancel was asked, failed otherwise. The end is fenced
 //     on the workflow's running state, so it happens once whatever the
 //     number of writers, and it cancels the steps still unfinished.
-//   - CancelWorkflow cancels every step not finished (a leased one is
-//     flagged, as Cancel does); the final step's cancel ends the workflow.
+//   - CancelWorkflow cancels every step not finished, waiting ones
+//     included, in the canceler's name with the reason (a leased one is
+//     flagged, as Cancel does), before any of them settles its waiters;
+//     the final step's cancel ends the workflow, whose error and end
+//     receipt keep who canceled it and why.
 //
 // Only the final step's end reads the workflow row: the final step's
 // recipient says it is the final one, so the other steps' ends cost nothing
@@ -652,11 +655,14 @@ func (e *Engine) ListWorkflows(ctx context.Context, actor Actor, f store.Workflo
 }
 
 // CancelWorkflow cancels a workflow: every step not finished is canceled
-// (a leased one is flagged, and its worker learns it from its next
-// heartbeat). The final step's cancel ends the workflow canceled in the
+// by actor with reason (a leased one is flagged, and its worker learns it
+// from its next heartbeat), a waiting one too whatever its rule
+// (cancelSteps). The final step's cancel ends the workflow canceled in the
 // same transaction; when the final step is leased the workflow ends with
-// it. Canceling a canceled workflow is a no-op; one that ended otherwise
-// is a conflict.
+// it. Either way its error_message is "canceled by <principal>: <reason>"
+// ("canceled by <principal>" without a reason) and its workflow.canceled
+// receipt names canceled_by and reason. Canceling a canceled workflow is
+// a no-op; one that ended otherwise is a conflict.
 func (e *Engine) CancelWorkflow(ctx context.Context, actor Actor, id, reason string) (*host.Workflow, error) {
 	if host.LongerThan(reason, 1000) {
 		return nil, host.Errorf(host.CodeBadRequest, "reason is longer than 1000 characters")
@@ -695,7 +701,7 @@ func (e *Engine) CancelWorkflow(ctx context.Context, actor Actor, id, reason str
 		return out, nil
 	}
 	if reason == "" {
-		reason = "workflow " + id + " canceled"
+		reason = workflowCancelReason(id)
 	}
 	err := e.update(ctx, func(tx store.Tx) error {
 		if err := e.cancelSteps(ctx, tx, out, nil, actor.Principal, reason); err != nil {
@@ -729,12 +735,41 @@ func (e *Engine) CancelWorkflow(ctx context.Context, actor Actor, id, reason str
 	return out, nil
 }
 
+// workflowCancelReason is the reason a workflow's cancel gives its steps
+// when the canceler gave none; the workflow's own error then names who
+// canceled it alone (canceledError).
+func workflowCancelReason(id string) string { return "workflow " + id + " canceled" }
+
+// canceledError is the error_message of a workflow canceled by by (when
+// known) for reason (when given): "canceled by agent.a: not needed".
+func canceledError(by, reason string) string {
+	msg := "canceled"
+	if by != "" {
+		msg += " by " + by
+	}
+	if reason != "" {
+		msg += ": " + reason
+	}
+	return msg
+}
+
 // cancelSteps cancels wf's unfinished steps in tx: a waiting or queued one
-// at once (task.canceled from by), a leased one flagged (task.cancel_requested
-// from by to its worker). It locks them in
-// task id order, the order in which a dependency's end locks its waiters.
-// steps are wf's steps as tx read them, or nil for cancelSteps to read
-// them.
+// at once (task.canceled from by, with reason, workflow_id and step), a
+// leased one flagged (task.cancel_requested from by to its worker). It
+// locks them in task id order, the order in which a dependency's end locks
+// its waiters. steps are wf's steps as tx read them, or nil for
+// cancelSteps to read them.
+//
+// The waiters of the steps it ends are settled once every step is
+// written (holdSettling), not after each: a waiting step is the
+// canceler's to cancel like the others, whatever its rule, and settling
+// as it went would let the cancel of a step it waits on get there first,
+// canceling it in the gate's name for a dependency (all_succeeded,
+// any_succeeded) or readying it (all_finished). The settling that follows
+// finds the steps no longer waiting and passes them over; it still
+// records the steps' ends on their edges and settles waiters outside the
+// workflow, within the update's budget like any cascade, the rest left
+// pending (settlements.go).
 func (e *Engine) cancelSteps(ctx context.Context, tx store.Tx, wf *host.Workflow, steps []host.WorkflowStep, by, reason string) error {
 	if steps == nil {
 		var err error
@@ -744,6 +779,13 @@ func (e *Engine) cancelSteps(ctx context.Context, tx store.Tx, wf *host.Workflow
 	}
 	steps = slices.Clone(steps)
 	slices.SortFunc(steps, func(a, b host.WorkflowStep) int { return strings.Compare(a.TaskID, b.TaskID) })
+	d, _ := tx.(*deliveryTx)
+	return d.holdSettling(ctx, func() error { return e.cancelStepsNow(ctx, tx, d, wf, steps, by, reason) })
+}
+
+// cancelStepsNow is cancelSteps' loop over steps, in the order given; d
+// is tx as a deliveryTx, or nil.
+func (e *Engine) cancelStepsNow(ctx context.Context, tx store.Tx, d *deliveryTx, wf *host.Workflow, steps []host.WorkflowStep, by, reason string) error {
 	now := e.now()
 	for _, s := range steps {
 		if s.Task != nil && s.Task.State.Terminal() {
@@ -762,13 +804,22 @@ func (e *Engine) cancelSteps(ctx context.Context, tx store.Tx, wf *host.Workflow
 				DedupeKey: cancelDedupe(t.ID)}
 			fillTaskReceipt(r, t, "", now)
 			t.State, t.CompletedAt, t.UpdatedAt, t.LastError = host.StateCanceled, ptr(now), now, reason
-			if err := tx.UpdateTask(ctx, t, fence); err != nil {
+			if d != nil {
+				// The end its waiters' settling carries, who asked
+				// included: the settling comes after every receipt.
+				d.cause = &endCause{tenant: t.Tenant, task: t.ID, state: host.StateCanceled, canceled: true, by: by}
+			}
+			err := tx.UpdateTask(ctx, t, fence)
+			if d != nil {
+				d.cause = nil
+			}
+			if err != nil {
 				return err
 			}
 			if err := appendReceipt(ctx, tx, r, types); err != nil {
 				return err
 			}
-			if d, ok := tx.(*deliveryTx); ok {
+			if d != nil {
 				d.canceled = append(d.canceled, t)
 			}
 		case host.StateLeased:
@@ -896,23 +947,38 @@ func (d *deliveryTx) endWorkflow(ctx context.Context, end workflowEnd) error {
 			body["worker_id"] = t.WorkerID // who completed the final step: its summary is that worker's words
 		}
 	case state == host.StateCanceled && wf.CancelRequested:
+		// Who canceled the workflow and why: its steps' cancels name
+		// them, and the final step's end passes them on (an admin's
+		// cancel of an agent's workflow is the admin's act): the
+		// final step's error is the cancel's reason, at once or at
+		// the end of the lease the cancel flagged.
 		wf.State, typ = host.WorkflowCanceled, host.ReceiptWorkflowCanceled
-		wf.Error = "canceled"
-		if cause.canceled && cause.by != "" {
-			// Who canceled the workflow: its steps' cancels name them,
-			// and the final step's end passes it on (an admin's cancel of
-			// an agent's workflow is the admin's act).
-			body["canceled_by"] = cause.by
+		var by, reason string
+		if cause.canceled {
+			by = cause.by
+		}
+		if cause.task == t.ID && t.LastError != workflowCancelReason(wf.ID) {
+			reason = t.LastError
+		}
+		wf.Error = canceledError(by, reason)
+		if by != "" {
+			body["canceled_by"] = by
+		}
+		if reason != "" {
+			body["reason"] = reason
 		}
 	case state == host.StateCanceled && cause.canceled && cause.task == t.ID:
 		// The final step canceled as a task (by the submitter or an
 		// admin), not by the gate for a step it needed: the workflow
 		// is canceled as if it had been, and makes no inbox item.
 		wf.State, typ = host.WorkflowCanceled, host.ReceiptWorkflowCanceled
-		wf.Error = "canceled"
+		wf.Error = canceledError(cause.by, t.LastError)
 		body["final_step_canceled"] = true
 		if cause.by != "" {
 			body["canceled_by"] = cause.by
+		}
+		if t.LastError != "" {
+			body["reason"] = t.LastError
 		}
 	case state == host.StateCanceled && cause.canceled:
 		// A step the final step needed was canceled as a task, and the

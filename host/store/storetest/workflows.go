@@ -43,13 +43,16 @@ func workflowCases() []struct {
 		{"WorkflowHammer", testWorkflowHammer},
 		{"WorkflowEndIsFenced", testWorkflowEndFenced},
 		{"WorkflowCountsByState", testWorkflowCounts},
-		{"WorkflowListStates", testWorkflowListStates},                           // workflowcounts.go
-		{"WorkflowStepDelayed", testWorkflowStepDelayed},                         // workflowstart.go
-		{"WorkflowStepNotBefore", testWorkflowStepNotBefore},                     // workflowstart.go
-		{"WorkflowStepResources", testWorkflowStepResources},                     // workflowstart.go
-		{"WorkflowStepStartRefused", testWorkflowStepStartRefused},               // workflowstart.go
-		{"WorkflowStepStartIdempotent", testWorkflowStepStartIdempotent},         // workflowstart.go
-		{"WorkflowEndedByContinuedCascade", testWorkflowEndedByContinuedCascade}, // cascade.go
+		{"WorkflowListStates", testWorkflowListStates},                                   // workflowcounts.go
+		{"WorkflowStepDelayed", testWorkflowStepDelayed},                                 // workflowstart.go
+		{"WorkflowStepNotBefore", testWorkflowStepNotBefore},                             // workflowstart.go
+		{"WorkflowStepResources", testWorkflowStepResources},                             // workflowstart.go
+		{"WorkflowStepStartRefused", testWorkflowStepStartRefused},                       // workflowstart.go
+		{"WorkflowStepStartIdempotent", testWorkflowStepStartIdempotent},                 // workflowstart.go
+		{"WorkflowEndedByContinuedCascade", testWorkflowEndedByContinuedCascade},         // cascade.go
+		{"WorkflowCancelWaitingSteps", testWorkflowCancelWaitingSteps},                   // workflowcancelreason.go
+		{"WorkflowCancelLeasedStepsKeepReason", testWorkflowCancelLeasedStepsKeepReason}, // workflowcancelreason.go
+		{"WorkflowCancelBeyondBudget", testWorkflowCancelBeyondBudget},                   // workflowcancelreason.go
 	}
 }
 
@@ -370,9 +373,14 @@ func testWorkflowFinalStepCanceledAsTask(t *testing.T, b *Bundle) {
 	if _, err := b.Engine.Cancel(b.Ctx, b.Agent, res.Steps["last"], "not needed after all"); err != nil {
 		t.Fatal(err)
 	}
-	body := b.receiptBody(t, b.wantWorkflowEnd(t, res.WorkflowID, host.WorkflowCanceled).EndReceipt)
+	v := b.wantWorkflowEnd(t, res.WorkflowID, host.WorkflowCanceled)
+	body := b.receiptBody(t, v.EndReceipt)
 	if body["canceled_by"] != b.Agent.Principal || body["error_by"] != nil {
 		t.Errorf("end receipt body %v: want canceled_by %s and no error_by", body, b.Agent.Principal)
+	}
+	// Who asked and why, in the workflow's error and end receipt.
+	if want := "canceled by " + b.Agent.Principal + ": not needed after all"; v.Error != want || body["reason"] != "not needed after all" {
+		t.Errorf("workflow error %q, end receipt body %v: want %q and its reason", v.Error, body, want)
 	}
 	// The step it waited on is canceled with the workflow.
 	if tk := b.Task(t, res.Steps["a"]); tk.State != host.StateCanceled {
@@ -390,9 +398,14 @@ func testWorkflowFinalStepCanceledAsTask(t *testing.T, b *Bundle) {
 	}
 	// Its end names who asked, as a cancel at once does: the request the
 	// step's task.canceled repeats.
-	body = b.receiptBody(t, b.wantWorkflowEnd(t, res.WorkflowID, host.WorkflowCanceled).EndReceipt)
+	v = b.wantWorkflowEnd(t, res.WorkflowID, host.WorkflowCanceled)
+	body = b.receiptBody(t, v.EndReceipt)
 	if body["canceled_by"] != b.Agent.Principal || body["final_step_canceled"] != true {
 		t.Errorf("end receipt body %v: want canceled_by %s", body, b.Agent.Principal)
+	}
+	// No reason given: the error names who asked alone.
+	if want := "canceled by " + b.Agent.Principal; v.Error != want || body["reason"] != nil {
+		t.Errorf("workflow error %q, end receipt body %v: want %q and no reason", v.Error, body, want)
 	}
 	if items := b.inbox(t, b.Agent, engine.InboxQuery{}); len(items) != 0 {
 		t.Fatalf("workflows whose final step the submitter canceled made inbox items %+v", items)
