@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -185,4 +186,66 @@ func testWorkflowCancelBeyondBudget(t *testing.T, b *Bundle) {
 		}
 	}
 	b.wantWorkflowEnd(t, res.WorkflowID, host.WorkflowCanceled)
+}
+
+// testWorkflowCancelLargest: the largest workflow (host.MaxWorkflowSteps
+// steps: a root, a chain as deep as a chain of waiting steps may be, the
+// rest waiting on the root, and a final step waiting on them all),
+// canceled on an engine of the default settle budget: one call cancels
+// every step in the canceler's name and ends the workflow, and what the
+// budget left pending is settled without touching a step again.
+func testWorkflowCancelLargest(t *testing.T, b *Bundle) {
+	const reason = "the whole plan changed"
+	steps := []engine.WorkflowStepRequest{step("a", "work")}
+	prev := "a"
+	for i := 1; i < host.MaxDependencyDepth-1; i++ {
+		name := fmt.Sprintf("c%d", i)
+		steps = append(steps, step(name, "other", prev))
+		prev = name
+	}
+	finAfter := []string{prev}
+	for i := 1; len(steps) < host.MaxWorkflowSteps-1; i++ {
+		name := fmt.Sprintf("w%d", i)
+		steps = append(steps, step(name, "other", "a"))
+		finAfter = append(finAfter, name)
+	}
+	steps = append(steps, step("fin", "other", finAfter...))
+	res, err := b.Engine.SubmitWorkflow(b.Ctx, b.Agent, engine.WorkflowRequest{Name: "largest", Steps: steps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf, err := b.Engine.CancelWorkflow(b.Ctx, b.Agent, res.WorkflowID, reason)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "canceled by " + b.Agent.Principal + ": " + reason; wf.State != host.WorkflowCanceled || wf.Error != want {
+		t.Fatalf("the cancel answered %s, error %q; want canceled, %q", wf.State, wf.Error, want)
+	}
+	for n := 0; ; n++ { // the drainer's part, as it runs it
+		done, more, err := b.Engine.DrainSettlements(b.Ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !more && done == 0 {
+			break
+		}
+		if n > host.MaxWorkflowSteps {
+			t.Fatal("the pending settlements do not drain")
+		}
+	}
+	if b.pendingSettlements(t) {
+		t.Fatal("pending settlements left after draining")
+	}
+	v := b.wantWorkflowEnd(t, res.WorkflowID, host.WorkflowCanceled)
+	if len(v.Steps) != host.MaxWorkflowSteps {
+		t.Fatalf("the workflow has %d steps, want %d", len(v.Steps), host.MaxWorkflowSteps)
+	}
+	for _, s := range v.Steps {
+		if s.Status != host.StateCanceled || s.Error != reason {
+			t.Fatalf("step %s is %s with error %q; want canceled for %q", s.Name, s.Status, s.Error, reason)
+		}
+	}
+	for _, name := range []string{"a", "c1", prev, "w1", finAfter[len(finAfter)-1], "fin"} {
+		b.wantStepCanceledBy(t, res.WorkflowID, name, res.Steps[name], b.Agent.Principal, reason)
+	}
 }

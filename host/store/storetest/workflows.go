@@ -52,7 +52,8 @@ func workflowCases() []struct {
 		{"WorkflowEndedByContinuedCascade", testWorkflowEndedByContinuedCascade},         // cascade.go
 		{"WorkflowCancelWaitingSteps", testWorkflowCancelWaitingSteps},                   // workflowcancelreason.go
 		{"WorkflowCancelLeasedStepsKeepReason", testWorkflowCancelLeasedStepsKeepReason}, // workflowcancelreason.go
-		{"WorkflowCancelBeyondBudget", testWorkflowCancelBeyondBudget},                   // workflowcancelreason.go
+		{"WorkflowCancelBeyondBudget", testWorkflowCancelBeyondBudget},
+		{"WorkflowCancelLargest", testWorkflowCancelLargest}, // workflowcancelreason.go
 	}
 }
 
