@@ -169,7 +169,7 @@ id and each step's task id (--json: the gate's answer).`,
 				return nil
 			}},
 		{name: "cancel", args: "WORKFLOW_ID", summary: "cancel a workflow: every step not finished is canceled", minArgs: 1, maxArgs: 1,
-			flags: func(fs *flag.FlagSet) { fs.StringVar(&reason, "reason", "", "why (kept in the steps' receipts)") },
+			flags: func(fs *flag.FlagSet) { fs.StringVar(&reason, "reason", "", "why (kept in steps and workflow)") },
 			run: func(rc *remoteCtx, args []string) error {
 				var body any
 				if reason != "" {
