@@ -501,6 +501,26 @@ func (r *reader) WaiterDepth(ctx context.Context, tenant string, ids []string) (
 var waiterDepthSQL = `SELECT coalesce(max((SELECT max(d.depth) FROM task_dependencies d WHERE d.tenant = $1 AND d.waiter_id = w.id)), 0)
 FROM unnest($2::text[]) AS w(id)`
 
+// OwedWaiters implements store.Reader.
+func (r *reader) OwedWaiters(ctx context.Context, tenant, dep string) (int, string, error) {
+	var n int
+	var first *string
+	err := r.ss.queryRow(r.c(ctx), []any{&n, &first}, owedWaitersSQL, tenant, dep)
+	if err != nil || first == nil {
+		return n, "", err
+	}
+	return n, *first, nil
+}
+
+// owedWaitersSQL is OwedWaiters' read: dep's open edges and its succeeded
+// ones, each on its partial index, joined to their waiters' rows.
+const owedWaitersSQL = `SELECT count(*)::int, min(w.waiter_id) FROM (
+  SELECT waiter_id FROM task_dependencies WHERE tenant = $1 AND dep_id = $2 AND dep_state = ''
+  UNION ALL
+  SELECT waiter_id FROM task_dependencies WHERE tenant = $1 AND dep_id = $2 AND dep_state = 'succeeded') w
+JOIN tasks t ON t.tenant = $1 AND t.id = w.waiter_id
+WHERE t.state NOT IN ('succeeded', 'canceled', 'dead_letter', 'archived')`
+
 // HasPendingSettlements implements store.Reader.
 func (r *reader) HasPendingSettlements(ctx context.Context) (bool, error) {
 	var found bool

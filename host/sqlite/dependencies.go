@@ -746,6 +746,24 @@ GROUP BY dep_id HAVING count(*) >= ? ORDER BY dep_id LIMIT 1`, tenant, store.IDs
 	return id, rows.Err()
 }
 
+// OwedWaiters implements store.Reader. queryRow writes the batch's kept
+// rows first (its edges, settlements and tasks), so the read sees them.
+func (r *reader) OwedWaiters(ctx context.Context, tenant, dep string) (int, string, error) {
+	var n int
+	var first sql.NullString
+	err := r.queryRow(ctx, owedWaitersSQL, tenant, dep, tenant, dep).Scan(&n, &first)
+	return n, first.String, err
+}
+
+// owedWaitersSQL is OwedWaiters' read: dep's open edges and its succeeded
+// ones, each on its partial index, joined to their waiters' rows.
+const owedWaitersSQL = `SELECT count(*), min(w.waiter_id) FROM (
+  SELECT waiter_id FROM task_dependencies INDEXED BY task_dependencies_open WHERE tenant = ? AND dep_id = ? AND dep_state = ''
+  UNION ALL
+  SELECT waiter_id FROM task_dependencies INDEXED BY task_dependencies_succeeded WHERE tenant = ? AND dep_id = ? AND dep_state = 'succeeded') w
+JOIN tasks t ON t.id = w.waiter_id
+WHERE t.state NOT IN ('succeeded', 'canceled', 'dead_letter', 'archived')`
+
 // WaiterDepth implements store.Reader.
 func (r *reader) WaiterDepth(ctx context.Context, tenant string, ids []string) (int, error) {
 	if len(ids) == 0 {

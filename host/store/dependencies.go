@@ -53,6 +53,15 @@ type DependencyReader interface {
 	// waiters among ids, 0 when none has edges: one range of the edges'
 	// primary key per id (storetest: DependencyChainDepthBounded).
 	WaiterDepth(ctx context.Context, tenant string, ids []string) (int, error)
+	// OwedWaiters counts the tasks of tenant that wait on dep (an edge
+	// to it, open or settled as succeeded) and have not finished (waiting,
+	// queued or leased), and returns the first of them by id ("" when none):
+	// the tasks whose workers may still read dep's result through their
+	// leases, so an archive that removes its payload waits for them. Read
+	// on the open edges' index and on the succeeded edges' (migration
+	// 0056), so its cost grows with dep's own waiters only (storetest:
+	// DependencyOwedWaiters).
+	OwedWaiters(ctx context.Context, tenant, dep string) (n int, first string, err error)
 	// HasPendingSettlements reports whether any settlement is pending
 	// (AddPendingSettlements), in any tenant: one probe of a table that
 	// is empty unless a cascade outgrew its transaction (storetest:

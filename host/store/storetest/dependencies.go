@@ -52,6 +52,7 @@ func dependencyCases() []struct {
 		{"DependencyCascadeFromDeadLetter", testDepsCascadeFromDeadLetter}, // cascade.go
 		{"DependencyCascadePoison", testDepsCascadePoison},                 // cascadepoison.go
 		{"DependencyEdgeByKey", testDepsGetEdge},                           // depedge.go
+		{"DependencyOwedWaiters", testDepsOwedWaiters},                     // depowed.go
 	}
 }
 
