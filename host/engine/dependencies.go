@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -101,6 +102,12 @@ func (e *Engine) placeAfter(ctx context.Context, tx store.Tx, actor Actor, t *ho
 		d := byID[id]
 		if d == nil || !visible(actor, d) {
 			return nil, host.Errorf(host.CodeUnknownDependency, "after[%d]: no task %s that this caller may read", i, id)
+		}
+		if r := d.Result; r != nil && r.ArchivedAt != nil && (r.PurgedAt != nil || releasesPayload(r)) {
+			// Its worker would be handed a result it can never read.
+			return nil, host.Errorf(host.CodeConflict, "after[%d]: task %s's result was archived at %s and its payload released; "+
+				"no task may wait on it now (a waiter's worker could not read it): pass what it needs in the params instead",
+				i, id, r.ArchivedAt.UTC().Format(time.RFC3339))
 		}
 		states[i] = host.FinishedAs(d)
 		deps[i] = host.Dependency{Tenant: t.Tenant, Waiter: t.ID, DependsOn: id, Rule: rule, Position: i, DepState: states[i], Depth: 1}

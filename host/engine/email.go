@@ -250,6 +250,9 @@ func emailPointer(t *host.Task) (string, error) {
 	if t.State != host.StateSucceeded || t.Result == nil {
 		return "", host.Errorf(host.CodeConflict, "task %s is %s and has no result%s", t.ID, t.State, resultYet(t.State))
 	}
+	if t.Result.Channel == EmailChannel && t.Result.PurgedAt != nil {
+		return "", archivedResultErr(t)
+	}
 	id, ok := strings.CutPrefix(t.Result.Pointer, EmailChannel+":")
 	if !ok || t.Result.Channel != EmailChannel {
 		ch := t.Result.Channel
@@ -325,8 +328,8 @@ func (e *Engine) ArchiveTaskEmail(ctx context.Context, actor Actor, taskID strin
 	if err != nil {
 		return nil, err
 	}
-	if _, err := emailPointer(t); err != nil {
-		return nil, err
+	if _, err := emailPointer(t); err != nil && !(t.Result != nil && t.Result.PurgedAt != nil && t.Result.Channel == EmailChannel) {
+		return nil, err // archived and purged already: a no-op below
 	}
 	return e.archiveResult(ctx, actor, t)
 }

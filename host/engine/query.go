@@ -288,8 +288,14 @@ func QueueStats(ctx context.Context, r store.Reader, tenant string, now time.Tim
 	return qs, nil
 }
 
-// ArchiveResult calls the channel's ack for a visible succeeded task's payload
-// and records when it was archived. Archiving twice is a no-op.
+// ArchiveResult archives a visible succeeded task's result: it records when
+// it was archived, then, when the payload is held by a channel the gate
+// manages (not inline), acknowledges it through that channel, which may
+// delete it, and purges the pointer (PurgedAt), as retention does. A result
+// whose payload the archive releases is refused (conflict) while a task
+// that waits on the task has not finished: its worker reads the payload
+// through its lease. Archiving twice is a no-op, save that it finishes an
+// archive whose channel failed before the payload was released.
 func (e *Engine) ArchiveResult(ctx context.Context, actor Actor, id string) (*host.Task, error) {
 	t, err := e.PeekTask(ctx, actor, id) // the answer shows no edges
 	if err != nil {
@@ -299,56 +305,138 @@ func (e *Engine) ArchiveResult(ctx context.Context, actor Actor, id string) (*ho
 }
 
 // archiveResult is ArchiveResult of t, the task as PeekTask read it.
+//
+// The order closes the race with an enqueue after t: the transaction that
+// records archived_at first locks t's row (GetTask inside Update) and then
+// reads its unfinished waiters (store.Reader.OwedWaiters), and an enqueue
+// reads its dependencies under a share lock (LockDependencies) and refuses
+// one whose result was released (placeAfter). Whichever commits second sees
+// the other's rows, so either the archive is refused or the enqueue is. The
+// channel's ack comes only after that commit, so no payload is released
+// that a waiter committed before may still read.
 func (e *Engine) archiveResult(ctx context.Context, actor Actor, t *host.Task) (*host.Task, error) {
 	id := t.ID
 	if t.State != host.StateSucceeded || t.Result == nil {
 		return nil, host.Errorf(host.CodeConflict, "task %s is %s and has no result to archive", id, t.State)
 	}
-	if t.Result.ArchivedAt != nil {
+	if t.Result.ArchivedAt == nil {
+		now := e.now()
+		err := e.update(ctx, func(tx store.Tx) error {
+			cur, err := tx.GetTask(ctx, actor.Tenant, id) // locks it against an enqueue naming it
+			if err != nil {
+				return err
+			}
+			if cur.State != host.StateSucceeded || cur.Result == nil {
+				return host.Errorf(host.CodeConflict, "task %s is %s and has no result to archive", id, cur.State)
+			}
+			if cur.Result.ArchivedAt != nil {
+				t = cur
+				return nil
+			}
+			if releasesPayload(cur.Result) {
+				n, first, err := tx.OwedWaiters(ctx, cur.Tenant, id)
+				if err != nil {
+					return err
+				}
+				if n > 0 {
+					return host.Errorf(host.CodeConflict, "task %s's result is still needed by %d unfinished %s that %s on it (first: %s); "+
+						"archiving it would delete the payload their workers read, so archive it after they finish", id, n, plural(n, "task", "tasks"), plural(n, "waits", "wait"), first)
+				}
+			}
+			cur.Result.ArchivedAt = ptr(now)
+			cur.UpdatedAt = now
+			t = cur
+			if err := tx.UpdateTask(ctx, cur, store.Fence{State: host.StateSucceeded}); err != nil {
+				return err
+			}
+			// A workflow's final step: the workflow's copy of its result says
+			// it was archived too, as the step's does.
+			if id, final := host.WorkflowOf(cur); final {
+				if err := archiveWorkflowResult(ctx, tx, cur, id, now, false); err != nil {
+					return err
+				}
+			}
+			// Only the archiving principal's own items: another's act is not
+			// theirs to record (seed 002).
+			_, err = tx.MarkInbox(ctx, store.InboxMark{Tenant: cur.Tenant, Recipient: actor.Principal, TaskID: cur.ID, Field: host.InboxFetched, At: now})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return e.releaseArchived(ctx, t)
+}
+
+// releasesPayload reports whether archiving r acknowledges its payload
+// through a channel that may delete it: a pointer the gate stored through a
+// channel other than inline (whose payload is the pointer itself), not
+// purged yet. A pointer the worker gave is not the gate's to release.
+func releasesPayload(r *host.Result) bool {
+	if r == nil || r.Pointer == "" || r.PurgedAt != nil {
+		return false
+	}
+	name := pointerChannel(r)
+	return name != "" && name != "inline"
+}
+
+// releaseArchived acknowledges an archived result's payload through its
+// channel and then purges the pointer (PurgedAt) on the task and on its
+// workflow's copy, so no read presents a pointer to a payload that is gone.
+// A channel that fails leaves the result archived with its pointer: the
+// answer is channel_error, and archiving again retries.
+func (e *Engine) releaseArchived(ctx context.Context, t *host.Task) (*host.Task, error) {
+	if !releasesPayload(t.Result) {
 		return t, nil
 	}
-	if name := pointerChannel(t.Result); name != "" && e.cfg.Plugins != nil {
-		if ch, err := e.cfg.Plugins.Channel(name); err == nil {
-			if err := ch.Ack(ctx, t.Result.Pointer); err != nil {
-				return nil, host.WrapError(host.CodeChannelError, err, "result channel "+name+" failed to archive: "+err.Error())
-			}
-		}
+	ch, name, managed := e.managedChannel(t.Result)
+	if ch == nil || !managed {
+		return t, nil // no such channel here: nothing this gate can release
+	}
+	pointer := t.Result.Pointer
+	if err := ch.Ack(ctx, pointer); err != nil {
+		return nil, host.WrapError(host.CodeChannelError, err, "task "+t.ID+"'s result is archived, but result channel "+name+
+			" failed to release its payload: "+err.Error()+"; archive it again to retry")
 	}
 	now := e.now()
 	err := e.update(ctx, func(tx store.Tx) error {
-		cur, err := tx.GetTask(ctx, actor.Tenant, id)
+		cur, err := tx.GetTask(ctx, t.Tenant, t.ID)
 		if err != nil {
 			return err
 		}
-		if cur.Result == nil || cur.Result.ArchivedAt != nil {
-			t = cur
-			return nil
-		}
-		cur.Result.ArchivedAt = ptr(now)
-		cur.UpdatedAt = now
 		t = cur
-		if err := tx.UpdateTask(ctx, cur, store.Fence{State: host.StateSucceeded}); err != nil {
+		if cur.Result == nil || cur.Result.Pointer != pointer || cur.Result.PurgedAt != nil {
+			return nil // purged meanwhile (retention, another archive)
+		}
+		r := *cur.Result
+		r.Pointer, r.PurgedAt = "", ptr(now)
+		cur.Result, cur.UpdatedAt = &r, now
+		if err := tx.UpdateTask(ctx, cur, store.Fence{State: cur.State, Version: cur.Version}); err != nil {
 			return err
 		}
-		// A workflow's final step: the workflow's copy of its result says
-		// it was archived too (its payload acknowledged, perhaps gone), as
-		// the step's does.
 		if id, final := host.WorkflowOf(cur); final {
-			if err := archiveWorkflowResult(ctx, tx, cur, id, now); err != nil {
-				return err
-			}
+			return archiveWorkflowResult(ctx, tx, cur, id, now, true)
 		}
-		// Only the archiving principal's own items: another's act is not
-		// theirs to record (seed 002).
-		_, err = tx.MarkInbox(ctx, store.InboxMark{Tenant: cur.Tenant, Recipient: actor.Principal, TaskID: cur.ID, Field: host.InboxFetched, At: now})
-		return err
+		return nil
 	})
-	return t, err
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// plural is one when n is 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // archiveWorkflowResult sets, in tx, ArchivedAt on the result of workflow id
-// when step is its final step and the workflow holds the step's result.
-func archiveWorkflowResult(ctx context.Context, tx store.Tx, step *host.Task, id string, now time.Time) error {
+// when step is its final step and the workflow holds the step's result;
+// purged also clears its pointer and sets PurgedAt, as the step's were.
+func archiveWorkflowResult(ctx context.Context, tx store.Tx, step *host.Task, id string, now time.Time, purged bool) error {
 	wf, err := tx.GetWorkflow(ctx, step.Tenant, id) // locks it, after the step's row, as an end does
 	if host.IsCode(err, host.CodeNotFound) {
 		return nil
@@ -356,11 +444,16 @@ func archiveWorkflowResult(ctx context.Context, tx store.Tx, step *host.Task, id
 	if err != nil {
 		return err
 	}
-	if wf.FinalTaskID != step.ID || wf.Result == nil || wf.Result.ArchivedAt != nil {
+	if wf.FinalTaskID != step.ID || wf.Result == nil || (wf.Result.ArchivedAt != nil && (!purged || wf.Result.PurgedAt != nil)) {
 		return nil
 	}
 	r := *wf.Result
-	r.ArchivedAt = ptr(now)
+	if r.ArchivedAt == nil {
+		r.ArchivedAt = ptr(now)
+	}
+	if purged {
+		r.Pointer, r.PurgedAt = "", ptr(now)
+	}
 	wf.Result, wf.UpdatedAt = &r, now
 	if err := tx.UpdateWorkflow(ctx, wf, wf.State); err != nil && err != store.ErrFenced {
 		return err

@@ -219,6 +219,9 @@ func (e *Engine) openTaskResult(ctx context.Context, t *host.Task, whole bool) (
 	if t.State != host.StateSucceeded || t.Result == nil {
 		return nil, host.Errorf(host.CodeConflict, "task %s is %s and has no result%s", id, t.State, resultYet(t.State))
 	}
+	if t.Result.PurgedAt != nil {
+		return nil, archivedResultErr(t)
+	}
 	out := &ResultStream{Task: t, Channel: t.Result.Channel, Pointer: t.Result.Pointer}
 	if t.Result.Pointer == "" {
 		return out, nil // located by artifacts or delivery proof only
@@ -253,7 +256,7 @@ func (e *Engine) openTaskResult(ctx context.Context, t *host.Task, whole bool) (
 		if ok {
 			if err != nil {
 				release()
-				return nil, channelReadErr(err, t.Result.Pointer, name)
+				return nil, channelReadErr(err, t, name)
 			}
 			out.r, out.closer, out.release, out.Size = rc, rc, release, size
 			return out, nil
@@ -271,14 +274,21 @@ func (e *Engine) openTaskResult(ctx context.Context, t *host.Task, whole bool) (
 	b, err := ch.Get(ctx, t.Result.Pointer)
 	if err != nil {
 		release()
-		return nil, channelReadErr(err, t.Result.Pointer, name)
+		return nil, channelReadErr(err, t, name)
 	}
 	out.r, out.release, out.Size = bytes.NewReader(b), release, int64(len(b))
 	return out, nil
 }
 
-// channelReadErr turns a channel's read error into the engine's answer.
-func channelReadErr(err error, pointer, name string) error {
+// channelReadErr turns a channel's read error of t's payload into the
+// engine's answer. A payload the channel no longer has of a result that was
+// archived (released, its pointer not purged yet, or archived before the
+// gate purged pointers on archive) is answered as archived.
+func channelReadErr(err error, t *host.Task, name string) error {
+	pointer := t.Result.Pointer
+	if host.IsCode(err, host.CodeNotFound) && t.Result.ArchivedAt != nil {
+		return archivedResultErr(t)
+	}
 	if host.IsCode(err, host.CodeBadRequest) {
 		return host.Errorf(host.CodeConflict, "the worker recorded %s, which channel %q cannot read: %s", pointer, name, host.ErrorDetail(err))
 	}
@@ -286,6 +296,19 @@ func channelReadErr(err error, pointer, name string) error {
 		return host.WrapError(host.CodeChannelError, err, "result channel "+name+" failed: "+err.Error())
 	}
 	return err
+}
+
+// archivedResultErr is the answer to a read of t's result once it was
+// archived and its payload released: not_found, saying when.
+func archivedResultErr(t *host.Task) error {
+	at := "an earlier time"
+	if r := t.Result; r != nil && r.ArchivedAt != nil {
+		at = r.ArchivedAt.UTC().Format(time.RFC3339)
+	} else if r != nil && r.PurgedAt != nil {
+		at = r.PurgedAt.UTC().Format(time.RFC3339)
+	}
+	return host.Errorf(host.CodeNotFound, "task %s's result was archived at %s and its payload released by its channel; "+
+		"it can no longer be read (the summary, metadata and checksum remain on the task)", t.ID, at)
 }
 
 // pointerChannel names the channel a result's pointer belongs to: the one

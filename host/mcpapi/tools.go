@@ -273,12 +273,13 @@ Use it to get an overview at the start of a session; use check_task_status for d
 	s.add(tool("fetch_task_result", "Fetch a task's result",
 		`Fetch the result of a succeeded task from its result channel (inline, file, …).
 Returns channel, result_pointer, content (the payload when it is JSON; content_base64 otherwise), checksum_valid (false means the payload was altered), summary, metadata and artifacts.
-A task that has not succeeded yet is a conflict error: check_task_status first. After you have used the result, call archive_task_result.`,
+A task that has not succeeded yet is a conflict error: check_task_status first. A result that was archived and whose payload its channel released is a not_found error saying when it was archived. After you have used the result, call archive_task_result.`,
 		returns[api.ResultResponse](), readOnly(), props(taskIDArg)),
 		anyRole, s.fetchTaskResult)
 
 	s.add(tool("archive_task_result", "Archive a task's result",
-		`Mark a succeeded task's result as handled: the result channel archives or deletes the payload and the task records archived_at. Call it after fetch_task_result once you have stored what you need (for example in your memory). Archiving twice is harmless.`,
+		`Mark a succeeded task's result as handled: the result channel archives or deletes the payload and the task records archived_at. Call it after fetch_task_result once you have stored what you need (for example in your memory). Archiving twice is harmless.
+While a task queued after this one (its after list) has not finished, a result the channel would delete is not archived: a conflict error names the first such task; archive it after they finish. Once archived, no task may be queued after this one.`,
 		returns[ArchiveResult](), writes(true, true), props(taskIDArg)),
 		agentRoles, s.archiveTaskResult)
 

@@ -105,13 +105,22 @@ func (c *recentTasks) guessable(tenant string, ids []string, mine map[string]*ho
 		if t == nil {
 			t = c.m[taskKey{tenant, id}]
 		}
-		if t == nil || t.State == host.StateWaiting {
+		if t == nil || t.State == host.StateWaiting || heldPayload(t.Result) {
 			return nil
 		}
 		cp := *t
 		out = append(out, &cp)
 	}
 	return out
+}
+
+// heldPayload reports whether r's payload is held by a channel other than
+// inline, which an archive may release: an enqueue after such a task reads
+// it (LockDependencies), as the check of a guess compares only states and
+// would miss an archive of the result another host committed meanwhile
+// (engine.archiveResult refuses the enqueue then).
+func heldPayload(r *host.Result) bool {
+	return r != nil && r.Pointer != "" && r.Channel != "" && r.Channel != "inline"
 }
 
 // depGuess is an enqueue's dependencies answered from recentTasks: what its
