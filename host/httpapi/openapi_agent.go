@@ -49,11 +49,12 @@ func init() {
 			}{},
 			Summary: "Cancel a task (queued: at once; leased: cancel_requested)", Responses: map[int]any{200: &host.Task{}}},
 		openapi.Op{Method: "GET", Path: "/v1/tasks/:id/result", Tag: "tasks", Roles: anyKey,
-			Summary:   "Fetch a finished task's result through its channel",
+			Summary:   "Fetch a finished task's result through its channel (404 not_found, saying when, once it was archived and its payload released)",
 			Query:     []openapi.Param{{Name: "lease_id", Description: "a worker's live lease whose task waits (or waited) on this one: read a dependency's result under it"}},
 			Responses: map[int]any{200: api.ResultResponse{}}},
 		openapi.Op{Method: "POST", Path: "/v1/tasks/:id/archive", Tag: "tasks", Roles: agents,
-			Summary: "Archive a task's result", Responses: map[int]any{200: openapi.Schema{
+			Summary: "Archive a task's result: archived_at, then the channel's ack and the pointer purged (purged_at); 409 conflict while a task queued after it has not finished and the ack would release its payload",
+			Responses: map[int]any{200: openapi.Schema{
 				"type": "object", "required": []string{"task_id", "status"},
 				"properties": map[string]any{"task_id": str, "status": openapi.Schema{"const": "archived"},
 					"archived_at": openapi.Schema{"type": []string{"string", "null"}, "format": "date-time"}}}}},
