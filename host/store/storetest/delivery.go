@@ -26,6 +26,8 @@ var deliveryCases = []struct {
 	{"InboxMarkReadRefusesOthersItems", testInboxMarkReadOthers},
 	{"SessionBootstrapShape", testSessionBootstrap},
 	{"RetentionArchivesAndPurges", testRetention},
+	{"ArchiveOwedResult", testArchiveOwedResult},     // archivewaiters.go
+	{"ArchiveRacesEnqueue", testArchiveRacesEnqueue}, // archivewaiters.go
 	{"RetentionBoundedBatchesAndOrphans", testRetentionBatches},
 	{"RetentionOrphansOldestFirst", testRetentionOrphansOldestFirst},
 	{"RetentionArchivesWorkflows", testWorkflowRetention},      // wfretention.go
