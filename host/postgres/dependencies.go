@@ -513,13 +513,14 @@ func (r *reader) OwedWaiters(ctx context.Context, tenant, dep string) (int, stri
 }
 
 // owedWaitersSQL is OwedWaiters' read: dep's open edges and its succeeded
-// ones, each on its partial index, joined to their waiters' rows.
+// ones, each on its partial index, and each waiter's state by its id (a
+// scalar subquery, which the planner never flattens: a join walked the
+// tenant's tasks on a young table). An edge's waiter is of its tenant.
 const owedWaitersSQL = `SELECT count(*)::int, min(w.waiter_id) FROM (
   SELECT waiter_id FROM task_dependencies WHERE tenant = $1 AND dep_id = $2 AND dep_state = ''
   UNION ALL
   SELECT waiter_id FROM task_dependencies WHERE tenant = $1 AND dep_id = $2 AND dep_state = 'succeeded') w
-JOIN tasks t ON t.tenant = $1 AND t.id = w.waiter_id
-WHERE t.state NOT IN ('succeeded', 'canceled', 'dead_letter', 'archived')`
+WHERE (SELECT t.state FROM tasks t WHERE t.id = w.waiter_id) NOT IN ('succeeded', 'canceled', 'dead_letter', 'archived')`
 
 // HasPendingSettlements implements store.Reader.
 func (r *reader) HasPendingSettlements(ctx context.Context) (bool, error) {

@@ -219,3 +219,21 @@ func TestReopenEdgesPlanLooksUpByKey(t *testing.T) {
 		t.Fatalf("the reopening does not find each waiter by its id:\n%s", all)
 	}
 }
+
+// TestOwedWaitersPlanLooksUpByKey: an archive's count of a task's
+// unfinished waiters (owedWaitersSQL) finds its open edges by
+// task_dependencies_open and its succeeded ones by
+// task_dependencies_succeeded (migration 0056), and each waiter by the
+// tasks' id index: never a walk of the tenant's edges, which outlive their
+// waiters.
+func TestOwedWaitersPlanLooksUpByKey(t *testing.T) {
+	seedSucceeded := `INSERT INTO task_dependencies (tenant, waiter_id, dep_id, rule, position, dep_state)
+SELECT 'acme', 'v' || g, 'e' || g, 'all_succeeded', 0, 'succeeded' FROM generate_series(1, 3000) g`
+	plan := genericPlan(t, `text, text`, owedWaitersSQL, `'acme', 'a'`, seedEdges, seedSucceeded)
+	all := strings.Join(plan, "\n")
+	for _, want := range []string{"task_dependencies_open on task_dependencies", "task_dependencies_succeeded on task_dependencies", "using tasks_id_key on tasks"} {
+		if !strings.Contains(all, want) {
+			t.Fatalf("the count of owed waiters does not use %s:\n%s", want, all)
+		}
+	}
+}

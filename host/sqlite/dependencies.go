@@ -756,13 +756,14 @@ func (r *reader) OwedWaiters(ctx context.Context, tenant, dep string) (int, stri
 }
 
 // owedWaitersSQL is OwedWaiters' read: dep's open edges and its succeeded
-// ones, each on its partial index, joined to their waiters' rows.
+// ones, each on its partial index, and each waiter's state by its id (a
+// scalar subquery: one look-up a waiter, never a walk of the tasks). An
+// edge's waiter is of its tenant.
 const owedWaitersSQL = `SELECT count(*), min(w.waiter_id) FROM (
   SELECT waiter_id FROM task_dependencies INDEXED BY task_dependencies_open WHERE tenant = ? AND dep_id = ? AND dep_state = ''
   UNION ALL
   SELECT waiter_id FROM task_dependencies INDEXED BY task_dependencies_succeeded WHERE tenant = ? AND dep_id = ? AND dep_state = 'succeeded') w
-JOIN tasks t ON t.id = w.waiter_id
-WHERE t.state NOT IN ('succeeded', 'canceled', 'dead_letter', 'archived')`
+WHERE (SELECT t.state FROM tasks t WHERE t.id = w.waiter_id) NOT IN ('succeeded', 'canceled', 'dead_letter', 'archived')`
 
 // WaiterDepth implements store.Reader.
 func (r *reader) WaiterDepth(ctx context.Context, tenant string, ids []string) (int, error) {

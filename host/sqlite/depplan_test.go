@@ -48,6 +48,11 @@ func TestDependencyQueriesUseTheirIndexes(t *testing.T) {
 		// each waiter by its id, never a walk of the tenant's edges.
 		{reopenEdgesSQL, "USING INDEX task_dependencies_dead (tenant=? AND dep_id=?)"},
 		{reopenEdgesSQL, "SEARCH t USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
+		// An archive's count of a task's unfinished waiters: its open and
+		// succeeded edges by their indexes, each waiter by its id.
+		{owedWaitersSQL, "USING COVERING INDEX task_dependencies_open (tenant=? AND dep_id=?)"},
+		{owedWaitersSQL, "USING COVERING INDEX task_dependencies_succeeded (tenant=? AND dep_id=?)"},
+		{owedWaitersSQL, "SEARCH t USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
 		{readyWaitersSQL[readyAny][0], "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
 		{readyWaitersSQL[readyAny][1], "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
 		{readyWaitersSQL[readyAllFinished][0], "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
