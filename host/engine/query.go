@@ -15,7 +15,10 @@ func Visible(a Actor, t *host.Task) bool { return visible(a, t) }
 
 // visible reports whether actor may see task t. Admins see their whole tenant;
 // agents see the tasks they queued or that are addressed to them; workers see
-// the tasks they hold. Another tenant's task is never visible.
+// the tasks they hold, while they hold them: a task a worker completed (its
+// worker_id stays, as who did it) is no more its to read, or to address
+// receipts about, than one whose lease expired. Another tenant's task is
+// never visible.
 func visible(a Actor, t *host.Task) bool {
 	if t == nil || t.Tenant != a.Tenant {
 		return false
@@ -24,7 +27,7 @@ func visible(a Actor, t *host.Task) bool {
 	case RoleAdmin:
 		return true
 	case RoleWorker:
-		return t.WorkerID == a.Principal
+		return t.WorkerID == a.Principal && t.State == host.StateLeased
 	default:
 		return t.CreatedBy == a.Principal || t.Recipient == a.Principal
 	}
@@ -319,6 +322,10 @@ func (e *Engine) archiveResult(ctx context.Context, actor Actor, t *host.Task) (
 	if t.State != host.StateSucceeded || t.Result == nil {
 		return nil, host.Errorf(host.CodeConflict, "task %s is %s and has no result to archive", id, t.State)
 	}
+	if owed := resultOwedTo(t); t.Result.ArchivedAt == nil && releasesPayload(t.Result) && actor.Role != RoleAdmin && owed != actor.Principal {
+		return nil, host.Errorf(host.CodeForbidden, "task %s's result is owed to %s (its recipient_ai): archiving releases the payload, "+
+			"so only %s or an admin may archive it", id, owed, owed)
+	}
 	if t.Result.ArchivedAt == nil {
 		now := e.now()
 		err := e.update(ctx, func(tx store.Tx) error {
@@ -366,6 +373,15 @@ func (e *Engine) archiveResult(ctx context.Context, actor Actor, t *host.Task) (
 		}
 	}
 	return e.releaseArchived(ctx, t)
+}
+
+// resultOwedTo is the principal t's result is owed to: its recipient, or,
+// for a workflow's step, the workflow's submitter (who queued the step).
+func resultOwedTo(t *host.Task) string {
+	if wf, _ := host.WorkflowOf(t); wf != "" || t.Recipient == "" {
+		return t.CreatedBy
+	}
+	return t.Recipient
 }
 
 // releasesPayload reports whether archiving r acknowledges its payload
