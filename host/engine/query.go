@@ -40,9 +40,10 @@ func (e *Engine) GetTask(ctx context.Context, actor Actor, id string) (*host.Tas
 }
 
 // PeekTask is GetTask without the task's dependency edges (After and
-// AfterRule stay empty): one read, for callers that check a task's
-// visibility or state and never show what it waits on — an MCP task's
-// status polls, a receipt's addressees, a result's channel.
+// AfterRule stay empty): one read (two when its cancel is requested or it
+// is canceled: who asked and why, as GetTask fills them), for callers that
+// check a task's visibility or state and never show what it waits on — an
+// MCP task's status polls, a receipt's addressees, a result's channel.
 func (e *Engine) PeekTask(ctx context.Context, actor Actor, id string) (*host.Task, error) {
 	return e.getTask(ctx, actor, id, false)
 }
@@ -51,17 +52,19 @@ func (e *Engine) getTask(ctx context.Context, actor Actor, id string, edges bool
 	var t *host.Task
 	err := e.view(ctx, func(r store.Reader) error {
 		var err error
-		if t, err = r.GetTask(ctx, actor.Tenant, id); err != nil || !visible(actor, t) || !edges {
+		if t, err = r.GetTask(ctx, actor.Tenant, id); err != nil || !visible(actor, t) {
 			return err
 		}
-		// What the task waits (or waited) on: its edges, in after order.
-		deps, err := r.ListDependencies(ctx, actor.Tenant, id)
-		for _, d := range deps {
-			t.After = append(t.After, d.DependsOn)
-			t.AfterRule = d.Rule
-		}
-		if err != nil {
-			return err
+		if edges {
+			// What the task waits (or waited) on: its edges, in after order.
+			deps, err := r.ListDependencies(ctx, actor.Tenant, id)
+			for _, d := range deps {
+				t.After = append(t.After, d.DependsOn)
+				t.AfterRule = d.Rule
+			}
+			if err != nil {
+				return err
+			}
 		}
 		// Who asked for its cancel and why, from the receipt that recorded it.
 		return fillCancel(ctx, r, t)
@@ -122,6 +125,32 @@ func (e *Engine) ListTasks(ctx context.Context, actor Actor, f store.TaskFilter)
 		}
 	}
 	return kept, cur, nil
+}
+
+// FillCancels sets, on tasks the actor read (from ListTasks, which leaves
+// them out), who asked for each one's cancel and why
+// (Task.CancelRequestedBy, Task.CancelReason) as GetTask does: one read
+// per task whose cancel is requested or that is canceled, none for the
+// others.
+func (e *Engine) FillCancels(ctx context.Context, actor Actor, ts []*host.Task) error {
+	var need []*host.Task
+	for _, t := range ts {
+		if visible(actor, t) && t.CancelRequestedBy == "" &&
+			(t.CancelRequested || host.FinishedAs(t) == host.StateCanceled) {
+			need = append(need, t)
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	return e.view(ctx, func(r store.Reader) error {
+		for _, t := range need {
+			if err := fillCancel(ctx, r, t); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // Progress returns a visible task's progress history, newest first.

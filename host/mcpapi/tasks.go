@@ -398,6 +398,11 @@ func (s *Server) tasksList(ctx context.Context, a engine.Actor, params json.RawM
 	if err != nil {
 		return nil, errFor(err)
 	}
+	// A list leaves out who asked for a cancel and why; the status
+	// messages say it, as tasks/get's do.
+	if err := s.eng.FillCancels(ctx, a, ts); err != nil {
+		return nil, errFor(err)
+	}
 	out := make([]mcp.Task, 0, len(ts))
 	for _, t := range ts {
 		out = append(out, mcpTask(t, s.pollSuggestion(ctx, t)))

@@ -943,3 +943,82 @@ func TestTaskCallOfAToolTheKeyMayNotUse(t *testing.T) {
 		}
 	}
 }
+
+// TestTasksGetSaysWhoCanceledAndWhy: tasks/get and tasks/list of a task
+// canceled with a reason, or whose cancel is requested while it is leased,
+// name who asked and quote the reason as that principal's words; a
+// workflow canceled with a reason says the same as an MCP task.
+func TestTasksGetSaysWhoCanceledAndWhy(t *testing.T) {
+	b := setup(t, mcpapi.Config{TaskResultWait: 300 * time.Millisecond})
+	c := b.connect(t, b.agent)
+	const want = `canceled by agent.a: agent.a wrote: "not needed"`
+	var queued createTask
+	rpcOK(t, c, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{}, "task": map[string]any{}}, &queued)
+	ok(t, c, "cancel_task", map[string]any{"task_id": queued.Task.TaskId, "reason": "not needed"}, nil)
+	var got mcp.Task
+	rpcOK(t, c, "tasks/get", map[string]any{"taskId": queued.Task.TaskId}, &got)
+	if got.Status != mcp.TaskStatusCancelled || got.StatusMessage != want {
+		t.Fatalf("tasks/get of a canceled task: %q %q, want %q", got.Status, got.StatusMessage, want)
+	}
+
+	var leased createTask
+	rpcOK(t, c, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{}, "task": map[string]any{}}, &leased)
+	worker := b.connect(t, b.worker)
+	var lease mcpapi.LeaseResult
+	ok(t, worker, "worker_lease_task", map[string]any{"task_types": []string{"echo"}}, &lease)
+	if lease.TaskID == nil || *lease.TaskID != leased.Task.TaskId {
+		t.Fatalf("leased %+v, want %s", lease, leased.Task.TaskId)
+	}
+	ok(t, c, "cancel_task", map[string]any{"task_id": leased.Task.TaskId, "reason": "not needed"}, nil)
+	const asked = `(cancellation requested by agent.a: agent.a wrote: "not needed")`
+	got = mcp.Task{}
+	rpcOK(t, c, "tasks/get", map[string]any{"taskId": leased.Task.TaskId}, &got)
+	if got.Status != mcp.TaskStatusWorking || !strings.HasSuffix(got.StatusMessage, asked) {
+		t.Fatalf("tasks/get of a leased task whose cancel is requested: %q %q, want it to end %q", got.Status, got.StatusMessage, asked)
+	}
+
+	var list struct {
+		Tasks []mcp.Task `json:"tasks"`
+	}
+	rpcOK(t, c, "tasks/list", map[string]any{}, &list)
+	seen := map[string]string{}
+	for _, x := range list.Tasks {
+		seen[x.TaskId] = x.StatusMessage
+	}
+	if seen[queued.Task.TaskId] != want || !strings.HasSuffix(seen[leased.Task.TaskId], asked) {
+		t.Fatalf("tasks/list: %q and %q", seen[queued.Task.TaskId], seen[leased.Task.TaskId])
+	}
+
+	var sub mcpapi.SubmitWorkflowResult
+	ok(t, c, "submit_workflow", map[string]any{"name": "one", "steps": []map[string]any{{"name": "x", "task_type": "echo"}}}, &sub)
+	ok(t, c, "cancel_workflow", map[string]any{"workflow_id": sub.WorkflowID, "reason": "not needed"}, nil)
+	got = mcp.Task{}
+	rpcOK(t, c, "tasks/get", map[string]any{"taskId": sub.WorkflowID}, &got)
+	if got.Status != mcp.TaskStatusCancelled || got.StatusMessage != want {
+		t.Fatalf("tasks/get of a canceled workflow: %q %q, want %q", got.Status, got.StatusMessage, want)
+	}
+	ok(t, c, "submit_workflow", map[string]any{"name": "two", "steps": []map[string]any{{"name": "x", "task_type": "echo"}}}, &sub)
+	ok(t, c, "cancel_workflow", map[string]any{"workflow_id": sub.WorkflowID}, nil)
+	got = mcp.Task{}
+	rpcOK(t, c, "tasks/get", map[string]any{"taskId": sub.WorkflowID}, &got)
+	if got.Status != mcp.TaskStatusCancelled || got.StatusMessage != "canceled by agent.a" {
+		t.Fatalf("tasks/get of a workflow canceled without a reason: %q %q", got.Status, got.StatusMessage)
+	}
+}
+
+func TestCanceledMessage(t *testing.T) {
+	for _, c := range []struct{ err, archived, want string }{
+		{"", "", "canceled"},
+		{"canceled", "", "canceled"},
+		{"canceled by agent.a", "", "canceled by agent.a"},
+		{"canceled by agent.a: not needed", "", `canceled by agent.a: agent.a wrote: "not needed"`},
+		{"canceled by a:b: x: y", " (archived)", `canceled (archived) by a:b: a:b wrote: "x: y"`},
+		{"canceled by asyncgate: dependency T-1 failed", "", "canceled by asyncgate: dependency T-1 failed"},
+		{"canceled: why\nnot", "", `canceled: the canceler wrote: "why\nnot"`},
+		{"step a was canceled by agent.a, so final step b could not run", "", "canceled: step a was canceled by agent.a, so final step b could not run"},
+	} {
+		if got := mcpapi.CanceledMessage(c.err, c.archived); got != c.want {
+			t.Errorf("CanceledMessage(%q, %q) = %q, want %q", c.err, c.archived, got, c.want)
+		}
+	}
+}

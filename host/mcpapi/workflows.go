@@ -274,7 +274,7 @@ func mcpWorkflowTask(v *engine.WorkflowView, by string) mcp.Task {
 			out.StatusMessage += ": " + workerWords(by, v.Result.Summary)
 		}
 	case host.WorkflowCanceled:
-		out.Status, out.StatusMessage = mcp.TaskStatusCancelled, "canceled"+archived
+		out.Status, out.StatusMessage = mcp.TaskStatusCancelled, canceledMessage(v.Error, archived)
 	case host.WorkflowFailed:
 		out.Status, out.StatusMessage = mcp.TaskStatusFailed, "failed"+archived+": "+workflowError(v, by)
 	default:
@@ -286,6 +286,35 @@ func mcpWorkflowTask(v *engine.WorkflowView, by string) mcp.Task {
 		out.PollInterval = &ms
 	}
 	return out
+}
+
+// canceledMessage is a canceled workflow's statusMessage from its error
+// (archived is " (archived)" or ""): "canceled by agent.a: agent.a wrote:
+// "not needed"", the reason quoted as the words of the principal who
+// canceled it (a principal has no space, so the first ": " ends its name);
+// the gate's own reason, such as a canceled step the final step needed,
+// unquoted; "canceled" alone when the error says nothing more.
+func canceledMessage(e, archived string) string {
+	msg := "canceled" + archived
+	switch rest, ok := strings.CutPrefix(e, "canceled"); {
+	case e == "":
+	case ok && strings.HasPrefix(rest, " by "):
+		by, reason, quoted := strings.Cut(strings.TrimPrefix(rest, " by "), ": ")
+		msg += " by " + by
+		switch {
+		case !quoted:
+		case by == engine.GatePrincipal:
+			msg += ": " + reason
+		default:
+			msg += ": " + engine.Words(by, reason)
+		}
+	case ok && strings.HasPrefix(rest, ": "):
+		msg += ": " + engine.Words("the canceler", strings.TrimPrefix(rest, ": "))
+	case ok && rest == "":
+	default:
+		msg += ": " + e
+	}
+	return msg
 }
 
 // workflowError is a failed workflow's error as a model reads it: the
