@@ -124,3 +124,34 @@ func TestGateWideDeliveryRoutesAreOperatorsOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestInboxRoutesRefuseQueryTheyDoNotTake: a query parameter the inbox or
+// the session bootstrap does not take — principal= as the obligations
+// routes spell it, recipient= on the bootstrap — is a 400 bad_request that
+// names the parameter and those the route takes, never ignored with the
+// caller's own inbox as the answer.
+func TestInboxRoutesRefuseQueryTheyDoNotTake(t *testing.T) {
+	b := setup(t)
+	for _, c := range []struct{ q, names, takes string }{
+		{"/v1/inbox?principal=agent.b", `"principal"`, "recipient"},
+		{"/v1/inbox?unread=true&principal=agent.a", `"principal"`, "recipient"},
+		{"/v1/inbox?recipent=agent.b", `"recipent"`, "recipient"},
+		{"/v1/session/bootstrap?recipient=agent.b", `"recipient"`, "only limit"},
+		{"/v1/session/bootstrap?principal=agent.b", `"principal"`, "only limit"},
+		{"/v1/session/bootstrap?cursor=x", `"cursor"`, "only limit"},
+	} {
+		code, m := b.do(t, http.MethodGet, c.q, b.agent, "")
+		d, _ := m["detail"].(string)
+		if code != 400 || m["error"] != "bad_request" || !strings.Contains(d, c.names) || !strings.Contains(d, c.takes) {
+			t.Errorf("GET %s = %d %v, want 400 bad_request naming %s and %s", c.q, code, m, c.names, c.takes)
+		}
+	}
+	for _, q := range []string{"/v1/inbox?unread=true&task_id=T-x&cursor=&limit=5", "/v1/inbox?tenant=default", "/v1/session/bootstrap?limit=5", "/v1/session/bootstrap"} {
+		if code, m := b.do(t, http.MethodGet, q, b.agent, ""); code != 200 {
+			t.Errorf("GET %s = %d %v, want 200", q, code, m)
+		}
+	}
+	if code, _ := b.do(t, http.MethodGet, "/v1/inbox?principal=agent.b", "", ""); code != 401 {
+		t.Errorf("GET /v1/inbox?principal= without a key = %d, want 401", code)
+	}
+}

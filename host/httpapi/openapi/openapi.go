@@ -163,6 +163,19 @@ func Add(o ...Op) {
 	ops = append(ops, o...)
 }
 
+// QueryOf is the query parameters the registered operation method path
+// (echo or OpenAPI syntax) declares, and whether there is one.
+func QueryOf(method, path string) ([]Param, bool) {
+	mu.Lock()
+	defer mu.Unlock()
+	for _, o := range ops {
+		if strings.EqualFold(o.Method, method) && OpenAPIPath(o.Path) == OpenAPIPath(path) {
+			return o.Query, true
+		}
+	}
+	return nil, false
+}
+
 // OpenAPIPath turns an echo path ("/v1/tasks/:id") into OpenAPI syntax.
 func OpenAPIPath(p string) string {
 	segs := strings.Split(p, "/")
