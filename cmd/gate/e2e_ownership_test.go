@@ -131,8 +131,30 @@ func TestE2EEmailPointerStaysWithItsTask(t *testing.T) {
 				{"result_pointer": "email:" + msgA},
 				{"result_pointer": "email:" + msgA, "result_channel": "email"},
 				{"result_pointer": "s3://bucket/x", "result_channel": "email"},
+				// A channel's name whatever its case.
+				{"result_pointer": "EMAIL:" + msgA},
+				{"result_pointer": "FILE:" + taskA + "/" + strings.Repeat("a", 64)},
 			} {
 				want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/complete", workerB, body), 422, "foreign_pointer")
+			}
+			// Whitespace around a pointer is no channel's: bad input, on
+			// a completion and in a batch.
+			want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/complete", workerB,
+				map[string]any{"result_pointer": " email:" + msgA}), 400, "bad_request")
+			r = call(t, "POST", g.URL+"/v1/leases/batch", workerB, map[string]any{"entries": []map[string]any{
+				{"id": "upper", "lease_id": o[0].LeaseID, "complete": map[string]any{"result_pointer": "Email:" + msgA}},
+				{"id": "space", "lease_id": o[0].LeaseID, "complete": map[string]any{"result_pointer": "email:" + msgA + " "}}}})
+			want(t, r, 200, "")
+			var batch struct {
+				Results []struct {
+					ID, Error string
+					OK        bool
+				}
+			}
+			r.Into(t, &batch)
+			if len(batch.Results) != 2 || batch.Results[0].OK || batch.Results[0].Error != "foreign_pointer" ||
+				batch.Results[1].OK || batch.Results[1].Error != "bad_request" {
+				t.Fatalf("batch completions with a pointer to A's mail: %s", r.Body)
 			}
 			if st := call(t, "GET", g.URL+"/v1/tasks/"+taskB, agentB, nil).JSON(t)["status"]; st != "leased" {
 				t.Fatalf("task B is %v after refused completions", st)

@@ -88,8 +88,20 @@ func TestE2EResultsStayWithTheirTenant(t *testing.T) {
 		// still be read with the gate's credentials once it is.
 		{"result_pointer": "http:http://127.0.0.1:1/results/" + taskA + "/obj"},
 		{"result_pointer": "http:results/" + taskA, "result_channel": "http"},
+		// A channel's name whatever its case.
+		{"result_pointer": "FILE:" + strings.TrimPrefix(ptrA, "file:")},
+		{"result_pointer": "File:" + strings.TrimPrefix(ptrA, "file:")},
 	} {
 		want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/complete", workerB, forged), 422, "foreign_pointer")
+	}
+	// A pointer with whitespace around it, or a control character in it,
+	// is no channel's: refused as bad input naming result_pointer.
+	for _, bad := range []string{" " + ptrA, ptrA + " ", "\t" + ptrA, ptrA + "\n"} {
+		r := call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/complete", workerB, map[string]any{"result_pointer": bad})
+		want(t, r, 400, "bad_request")
+		if !strings.Contains(string(r.Body), "result_pointer") {
+			t.Fatalf("complete with %q: %s", bad, r.Body)
+		}
 	}
 	// An inline pointer is its content: one the channel cannot read would
 	// be a success nobody can fetch.

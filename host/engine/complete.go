@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -215,12 +216,17 @@ func (e *Engine) checkWorkerPointer(res host.Result) error {
 	if res.Pointer == "" {
 		return nil
 	}
+	if err := checkPointerText(res.Pointer); err != nil {
+		return err
+	}
 	prefix, rest, _ := strings.Cut(res.Pointer, ":")
 	if strings.HasPrefix(rest, "//") {
 		prefix = "" // a URL (http://…, s3://…), not a channel:data pointer
 	}
 	for _, name := range []string{res.Channel, prefix} {
-		if name == "" {
+		// A channel's name, as a URL's scheme, is compared whatever its
+		// case: FILE:T-…/… names the file channel as file:T-…/… does.
+		if name = strings.ToLower(name); name == "" {
 			continue
 		}
 		if name == "inline" {
@@ -247,6 +253,21 @@ func (e *Engine) checkWorkerPointer(res host.Result) error {
 		if _, err := e.cfg.Plugins.Channel(name); err == nil {
 			return host.Errorf(host.CodeForeignPointer, "result_pointer names channel %q, which this gate manages: its pointers are made by the gate when it stores a payload, never taken from a worker; send the payload as result or result_base64", name)
 		}
+	}
+	return nil
+}
+
+// checkPointerText refuses, with bad_request, a worker's result_pointer
+// with leading or trailing whitespace or a control or format character
+// (a newline, a zero-width space, a direction mark) anywhere: no channel
+// writes such a pointer, and " file:T-…/…" would pass for the worker's own
+// though it reads as one the gate stored.
+func checkPointerText(p string) error {
+	if strings.TrimSpace(p) != p {
+		return host.Errorf(host.CodeBadRequest, "result_pointer %.40q has leading or trailing whitespace: send the pointer exactly as its channel or store wrote it", p)
+	}
+	if i := strings.IndexFunc(p, func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }); i >= 0 {
+		return host.Errorf(host.CodeBadRequest, "result_pointer %.40q has a control or format character at byte %d: send the pointer exactly as its channel or store wrote it", p, i)
 	}
 	return nil
 }
