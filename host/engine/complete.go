@@ -261,9 +261,10 @@ func (e *Engine) checkWorkerPointer(res host.Result) error {
 // with leading or trailing whitespace or a control or format character
 // (a newline, a zero-width space, a direction mark) anywhere: no channel
 // writes such a pointer, and " file:T-…/…" would pass for the worker's own
-// though it reads as one the gate stored.
+// though it reads as one the gate stored. A pointer of whitespace alone is
+// no pointer: the result's locatability check refuses it (not_locatable).
 func checkPointerText(p string) error {
-	if strings.TrimSpace(p) != p {
+	if t := strings.TrimSpace(p); t != p && t != "" {
 		return host.Errorf(host.CodeBadRequest, "result_pointer %.40q has leading or trailing whitespace: send the pointer exactly as its channel or store wrote it", p)
 	}
 	if i := strings.IndexFunc(p, func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }); i >= 0 {
