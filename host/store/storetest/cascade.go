@@ -140,13 +140,7 @@ func wantCascadeDone(t *testing.T, b *Bundle, tr cascadeTree) {
 		return b.countCanceled(t, tr.waiters) == len(tr.waiters) && !b.pendingSettlements(t)
 	})
 	for _, id := range tr.waiters {
-		n := 0
-		for _, typ := range b.ReceiptTypes(t, id) {
-			if typ == host.ReceiptCanceled {
-				n++
-			}
-		}
-		if n != 1 {
+		if n := countType(b.ReceiptTypes(t, id), host.ReceiptCanceled); n != 1 {
 			t.Fatalf("waiter %s has %d task.canceled receipts, want 1", id, n)
 		}
 	}

@@ -175,13 +175,7 @@ func testWorkflowCancelBeyondBudget(t *testing.T, b *Bundle) {
 	waitFor(t, "no pending settlements", func() bool { return !b.pendingSettlements(t) })
 	check()
 	for name, id := range res.Steps {
-		n := 0
-		for _, typ := range b.ReceiptTypes(t, id) {
-			if typ == host.ReceiptCanceled {
-				n++
-			}
-		}
-		if n != 1 {
+		if n := countType(b.ReceiptTypes(t, id), host.ReceiptCanceled); n != 1 {
 			t.Errorf("step %s has %d task.canceled receipts, want 1", name, n)
 		}
 	}
