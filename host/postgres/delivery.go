@@ -94,7 +94,9 @@ func (w *writeTx) MarkInbox(ctx context.Context, m store.InboxMark) (int64, erro
 // wrote): the tasks of one type are a merge of one range per state, each
 // already in completion order, so a batch reads about its own size however
 // many tasks are due; orphans first walk the index's (tenant, type) pairs,
-// one seek a pair, for the types no longer registered.
+// one seek a pair, for the types no longer registered. A succeeded task
+// still owed to a waiter is passed by in its range (owedSQL): a range
+// reads the owed tasks in front of its batch, not the batch alone.
 func (r *reader) RetentionDue(ctx context.Context, q store.RetentionQuery) ([]*host.Task, error) {
 	if len(q.States) == 0 || q.Limit <= 0 {
 		return nil, nil
@@ -154,8 +156,11 @@ func (r *reader) retentionDueOf(ctx context.Context, q store.RetentionQuery, ten
 			b.WriteString(` UNION ALL `)
 		}
 		b.WriteString(`(SELECT ` + sqlrows.TaskColumns + ` FROM tasks WHERE tenant = ` + a.add(tenant) + ` AND task_type = ` + a.add(typ) +
-			` AND state = ` + a.add(string(st)) + ` AND completed_at IS NOT NULL AND completed_at <= ` + a.add(us(q.Before)) +
-			` ORDER BY completed_at LIMIT ` + a.add(q.Limit) + `)`)
+			` AND state = ` + a.add(string(st)) + ` AND completed_at IS NOT NULL AND completed_at <= ` + a.add(us(q.Before)))
+		if st == host.StateSucceeded {
+			b.WriteString(` AND NOT ` + owedSQL)
+		}
+		b.WriteString(` ORDER BY completed_at LIMIT ` + a.add(q.Limit) + `)`)
 	}
 	rows, err := r.tasks(ctx, `SELECT * FROM (`+b.String()+`) u ORDER BY completed_at LIMIT `+a.add(q.Limit), a...)
 	if err != nil {
@@ -167,6 +172,19 @@ func (r *reader) retentionDueOf(ctx context.Context, q store.RetentionQuery, ten
 	}
 	return out, nil
 }
+
+// owedSQL is true, in a read of tasks, of a task still owed to an
+// unfinished waiter (OwedWaiters' rule: an edge to it, open or settled as
+// succeeded, from a task not finished), so retention passes it by instead
+// of handing batch after batch the same owed rows. Each edge is found on
+// its partial index and each waiter's state by its id (a scalar subquery,
+// as in owedWaitersSQL); a task none waits on costs the two empty probes.
+const owedSQL = `EXISTS (
+  SELECT 1 FROM task_dependencies d WHERE d.tenant = tasks.tenant AND d.dep_id = tasks.id AND d.dep_state = ''
+    AND (SELECT w.state FROM tasks w WHERE w.id = d.waiter_id) NOT IN ('succeeded', 'canceled', 'dead_letter', 'archived')
+  UNION ALL
+  SELECT 1 FROM task_dependencies d WHERE d.tenant = tasks.tenant AND d.dep_id = tasks.id AND d.dep_state = 'succeeded'
+    AND (SELECT w.state FROM tasks w WHERE w.id = d.waiter_id) NOT IN ('succeeded', 'canceled', 'dead_letter', 'archived'))`
 
 // ListTaskTypeKeys implements store.Reader.
 func (r *reader) ListTaskTypeKeys(ctx context.Context) ([]store.TaskTypeKey, error) {

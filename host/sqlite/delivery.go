@@ -124,7 +124,9 @@ func (w *writeTx) MarkInbox(ctx context.Context, m store.InboxMark) (int64, erro
 // walk of the index's (tenant, type) pairs, one seek each, then each orphan
 // type's due tasks, merged by completion time. A global index on completed_at
 // would serve orphans in one walk, but every completion would write it an
-// entry (RATIONALE.md, "One state index, not two").
+// entry (RATIONALE.md, "One state index, not two"). A succeeded task still
+// owed to a waiter is passed by in its range (owedSQL): a range reads the
+// owed tasks in front of its batch, not the batch alone.
 func (r *reader) RetentionDue(ctx context.Context, q store.RetentionQuery) ([]*host.Task, error) {
 	if len(q.States) == 0 || q.Limit <= 0 {
 		return nil, nil
@@ -184,8 +186,21 @@ func (r *reader) retentionDueOf(ctx context.Context, q store.RetentionQuery, ten
 // batch reads about its own size however many tasks are due (mergeSQL).
 func finishedSQL(n int) string {
 	return mergeSQL(n, `SELECT `+sqlrows.TaskColumns+` FROM tasks INDEXED BY tasks_finished
-WHERE tenant = ? AND task_type = ? AND state = ? AND completed_at IS NOT NULL AND completed_at <= ?`, "completed_at")
+WHERE tenant = ? AND task_type = ? AND state = ? AND completed_at IS NOT NULL AND completed_at <= ? AND NOT `+owedSQL, "completed_at")
 }
+
+// owedSQL holds, in a read of tasks, a succeeded task that is still owed to
+// an unfinished waiter (OwedWaiters' rule: an edge to it, open or settled
+// as succeeded, from a task not finished), so retention passes it by
+// instead of handing batch after batch the same owed rows. Each edge is
+// found on its partial index and each waiter's state by its id; a task
+// none waits on costs the two empty probes.
+const owedSQL = `(tasks.state = 'succeeded' AND EXISTS (
+  SELECT 1 FROM task_dependencies d INDEXED BY task_dependencies_open WHERE d.tenant = tasks.tenant AND d.dep_id = tasks.id AND d.dep_state = ''
+    AND (SELECT w.state FROM tasks w WHERE w.id = d.waiter_id) NOT IN ('succeeded', 'canceled', 'dead_letter', 'archived')
+  UNION ALL
+  SELECT 1 FROM task_dependencies d INDEXED BY task_dependencies_succeeded WHERE d.tenant = tasks.tenant AND d.dep_id = tasks.id AND d.dep_state = 'succeeded'
+    AND (SELECT w.state FROM tasks w WHERE w.id = d.waiter_id) NOT IN ('succeeded', 'canceled', 'dead_letter', 'archived')))`
 
 // ListTaskTypeKeys implements store.Reader.
 func (r *reader) ListTaskTypeKeys(ctx context.Context) ([]store.TaskTypeKey, error) {

@@ -74,9 +74,13 @@ type OutboxWriter interface {
 type RetentionReader interface {
 	// RetentionDue returns up to q.Limit finished tasks (q.States) whose
 	// completed_at is at or before q.Before, oldest first (see
-	// RetentionQuery). No states or no limit returns nothing (storetest:
+	// RetentionQuery). A succeeded task still owed to an unfinished waiter
+	// (OwedWaiters would count one) is left out: retention keeps its result
+	// for a later sweep, and the tasks behind it are not held up by it. No
+	// states or no limit returns nothing (storetest:
 	// Delivery/RetentionLeavesAWorkersURL, RetentionArchivesAndPurges,
-	// RetentionBoundedBatchesAndOrphans, RetentionOrphansOldestFirst).
+	// RetentionBoundedBatchesAndOrphans, RetentionOrphansOldestFirst,
+	// RetentionKeepsAnOwedResult).
 	RetentionDue(ctx context.Context, q RetentionQuery) ([]*host.Task, error)
 }
 

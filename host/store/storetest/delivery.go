@@ -26,8 +26,9 @@ var deliveryCases = []struct {
 	{"InboxMarkReadRefusesOthersItems", testInboxMarkReadOthers},
 	{"SessionBootstrapShape", testSessionBootstrap},
 	{"RetentionArchivesAndPurges", testRetention},
-	{"ArchiveOwedResult", testArchiveOwedResult},     // archivewaiters.go
-	{"ArchiveRacesEnqueue", testArchiveRacesEnqueue}, // archivewaiters.go
+	{"ArchiveOwedResult", testArchiveOwedResult},            // archivewaiters.go
+	{"ArchiveRacesEnqueue", testArchiveRacesEnqueue},        // archivewaiters.go
+	{"RetentionKeepsAnOwedResult", testRetentionOwedResult}, // retentionwaiters.go
 	{"RetentionBoundedBatchesAndOrphans", testRetentionBatches},
 	{"RetentionOrphansOldestFirst", testRetentionOrphansOldestFirst},
 	{"RetentionArchivesWorkflows", testWorkflowRetention},      // wfretention.go

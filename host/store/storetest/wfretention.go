@@ -86,7 +86,8 @@ func (w *wfRetention) sweep(t *testing.T) engine.RetentionReport {
 // step was canceled by its failed dependency, a canceled one's by the
 // cancel): state archived, outcome kept, its result's pointer purged (a
 // payload through a managed channel and an inline one), no receipt written.
-// A running workflow whose first step is archived stays running. A second
+// A running workflow's first step waits while its second step, which is
+// owed its result, has not finished, and goes once it has. A second
 // sweep changes nothing.
 func testWorkflowRetention(t *testing.T, b *Bundle) {
 	w := newWFRetention(t, b)
@@ -127,9 +128,10 @@ func testWorkflowRetention(t *testing.T, b *Bundle) {
 	b.Clock.Advance(24*time.Hour + time.Second)
 	rep := w.sweep(t)
 	// Tasks: ok's two steps, inline's one, failed's canceled final step,
-	// canceled's one, running's first step; failed's dead letter waits.
-	if rep.Archived != 6 || rep.WorkflowsArchived != 4 || rep.ChannelErrors != 0 {
-		t.Fatalf("sweep: %+v, want 6 tasks and 4 workflows archived", rep)
+	// canceled's one; failed's dead letter waits, and so does running's
+	// first step, whose result its unfinished second step is owed.
+	if rep.Archived != 5 || rep.WorkflowsArchived != 4 || rep.ChannelErrors != 0 {
+		t.Fatalf("sweep: %+v, want 5 tasks and 4 workflows archived", rep)
 	}
 	archivedAt := b.Clock.Now()
 	for id, st := range ended {
@@ -164,8 +166,8 @@ func testWorkflowRetention(t *testing.T, b *Bundle) {
 	if v := w.get(t, failed.WorkflowID); v.Result != nil || v.Error == "" {
 		t.Fatalf("the failed workflow after retention: result %+v error %q", v.Result, v.Error)
 	}
-	if v := w.get(t, running.WorkflowID); v.State != host.WorkflowRunning || v.Outcome != "" || v.ArchivedAt != nil || v.Steps[0].Status != host.StateArchived {
-		t.Fatalf("a running workflow after its first step's retention: %s outcome %q archived %v, steps %+v", v.State, v.Outcome, v.ArchivedAt, v.Steps)
+	if v := w.get(t, running.WorkflowID); v.State != host.WorkflowRunning || v.Outcome != "" || v.ArchivedAt != nil || v.Steps[0].Status != host.StateSucceeded {
+		t.Fatalf("a running workflow after its first step's retention ran out: %s outcome %q archived %v, steps %+v", v.State, v.Outcome, v.ArchivedAt, v.Steps)
 	}
 	// Reads by state: the list and the counts.
 	wfs, _, err := w.eng.ListWorkflows(b.Ctx, b.Agent, store.WorkflowFilter{State: host.WorkflowArchived})
@@ -199,6 +201,16 @@ func testWorkflowRetention(t *testing.T, b *Bundle) {
 	b.Clock.Advance(5 * 24 * time.Hour)
 	if rep := w.sweep(t); rep.Archived != 1 || rep.WorkflowsArchived != 0 || b.Task(t, failed.Steps["a"]).State != host.StateArchived {
 		t.Fatalf("dead letter retention: %+v", rep)
+	}
+	// The running workflow's second step finishes: its first step, owed to
+	// it no longer, goes at the next sweep; the workflow (its final step
+	// within retention) stays as it ended.
+	w.complete(t, "work", running.Steps["z"], "inline")
+	if rep := w.sweep(t); rep.Archived != 1 || rep.WorkflowsArchived != 0 || b.Task(t, running.Steps["a"]).State != host.StateArchived {
+		t.Fatalf("sweep once the first step is owed to none: %+v", rep)
+	}
+	if v := w.get(t, running.WorkflowID); v.State != host.WorkflowSucceeded || v.ArchivedAt != nil {
+		t.Fatalf("the workflow whose first step was archived: %s archived %v", v.State, v.ArchivedAt)
 	}
 	if v := b.Verify(t); !v.OK {
 		t.Fatalf("ledger after retention: %+v", v)
