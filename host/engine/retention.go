@@ -66,6 +66,11 @@ type RetentionReport struct {
 	// WorkflowsArchived counts the workflows archived with their final
 	// step (archiveWorkflow).
 	WorkflowsArchived int `json:"workflows_archived"`
+	// Held counts the tasks left for a later sweep because a task enqueued
+	// after one since the sweep read it had not finished (heldForWaiters);
+	// the owed tasks the read passed by (store RetentionDue) are not
+	// counted.
+	Held int `json:"held_for_waiters"`
 }
 
 func (r *RetentionReport) add(o RetentionReport) {
@@ -73,6 +78,7 @@ func (r *RetentionReport) add(o RetentionReport) {
 	r.Purged += o.Purged
 	r.ChannelErrors += o.ChannelErrors
 	r.WorkflowsArchived += o.WorkflowsArchived
+	r.Held += o.Held
 }
 
 var (
@@ -135,9 +141,9 @@ func (e *Engine) RetentionSweep(ctx context.Context) (RetentionReport, error) {
 			}
 		}
 	}
-	if total.Archived > 0 || total.ChannelErrors > 0 {
+	if total.Archived > 0 || total.ChannelErrors > 0 || total.Held > 0 {
 		e.log.Info("retention sweep", "archived", total.Archived, "payloads_purged", total.Purged, "channel_errors", total.ChannelErrors,
-			"workflows_archived", total.WorkflowsArchived)
+			"workflows_archived", total.WorkflowsArchived, "held_for_waiters", total.Held)
 	}
 	return total, nil
 }
@@ -166,67 +172,99 @@ func (e *Engine) managedChannel(res *host.Result) (host.Channel, string, bool) {
 	return ch, name, true
 }
 
-// archiveTasks archives ts: payloads first, through their channels, outside
-// any transaction (a slow channel holds no write); then one transaction
-// moves every task whose payload is gone to archived, fenced on the version
-// read, so a task redriven meanwhile is left alone. A task that is a
-// workflow's final step archives its workflow in that transaction.
+// archiveTasks archives ts, finished tasks as RetentionDue read them, in
+// the order of the manual archive (archiveResult), so that no payload is
+// released that a waiter may still read:
+//
+//  1. One transaction locks each task's row (GetTask inside Update) and,
+//     when it is still as read (not redriven since), decides. A result
+//     whose payload retention would take (heldForWaiters) is left for a
+//     later sweep while store.Reader.OwedWaiters counts an unfinished
+//     waiter; RetentionDue passes such tasks by already, so this catches
+//     a waiter enqueued since the read. A payload a channel holds gets
+//     archived_at and its task stays in its state until the payload is
+//     released: an enqueue after it from then on is refused (placeAfter),
+//     and one committed before was counted. Any other task moves to
+//     archived at once (an inline payload, which is its pointer, purged).
+//  2. Each such payload is acknowledged through its channel, outside any
+//     transaction (a slow channel holds no write). A channel that fails
+//     leaves its task archived_at with its pointer; the next sweep finds
+//     it again and retries.
+//  3. One transaction purges the pointer of each released payload
+//     (PurgedAt) and moves its task to archived.
+//
+// A task that is a workflow's final step archives its workflow with it.
 func (e *Engine) archiveTasks(ctx context.Context, ts []*host.Task, now time.Time) (RetentionReport, error) {
 	var rep RetentionReport
-	var workflows int
-	var ready []*host.Task
-	purged := map[string]bool{}
-	for _, t := range ts {
-		ch, name, managed := e.managedChannel(t.Result)
-		if ch != nil {
-			actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err := ch.Ack(actx, t.Result.Pointer)
-			cancel()
-			if err != nil {
-				rep.ChannelErrors++
-				e.log.Warn("retention: the channel did not archive a payload; retrying next sweep", "task_id", t.ID, "channel", name, "err", err)
-				e.emit(Event{Kind: EvRetentionError, Tenant: t.Tenant, TaskType: t.Type, Detail: name})
-				continue
-			}
-		}
-		purged[t.ID] = managed
-		ready = append(ready, t)
+	type release struct {
+		t       *host.Task // as the first transaction wrote it
+		ch      host.Channel
+		name    string
+		pointer string
 	}
-	if len(ready) == 0 {
-		return rep, nil
-	}
+	var releases []release
 	var moved []*host.Task
+	purged := map[string]bool{}
+	type heldTask struct {
+		id      string
+		waiters int
+		first   string
+	}
+	var held []heldTask
 	err := e.update(ctx, func(tx store.Tx) error {
-		moved, workflows = moved[:0], 0
-		for _, t := range ready {
-			cur := *t
-			if cur.Result != nil {
-				r := *cur.Result
-				cur.Result = &r
-				if purged[t.ID] {
-					cur.Result.Pointer, cur.Result.PurgedAt = "", ptr(now)
-				}
-				if cur.Result.ArchivedAt == nil {
-					cur.Result.ArchivedAt = ptr(now)
-				}
-			}
-			cur.State, cur.UpdatedAt = host.StateArchived, now
-			err := tx.UpdateTask(ctx, &cur, store.Fence{State: t.State, Version: t.Version})
-			if err == store.ErrFenced {
-				continue // changed since it was read (redriven): the next sweep decides again
+		releases, moved, held, rep.WorkflowsArchived = releases[:0], moved[:0], held[:0], 0
+		clear(purged)
+		for _, t := range ts {
+			cur, err := tx.GetTask(ctx, t.Tenant, t.ID) // locks it against an enqueue naming it
+			if host.IsCode(err, host.CodeNotFound) {
+				continue
 			}
 			if err != nil {
 				return err
 			}
-			moved = append(moved, &cur)
-			if _, final := host.WorkflowOf(&cur); final {
-				done, err := archiveWorkflow(ctx, tx, &cur, purged[t.ID], now)
+			if cur.State != t.State || cur.Version != t.Version {
+				continue // changed since it was read (redriven): the next sweep decides again
+			}
+			if heldForWaiters(cur.Result) {
+				n, first, err := tx.OwedWaiters(ctx, cur.Tenant, cur.ID)
 				if err != nil {
 					return err
 				}
-				if done {
-					workflows++
+				if n > 0 {
+					held = append(held, heldTask{id: cur.ID, waiters: n, first: first})
+					continue
 				}
+			}
+			ch, name, managed := e.managedChannel(cur.Result)
+			if ch != nil {
+				if cur.Result.ArchivedAt == nil {
+					r := *cur.Result
+					r.ArchivedAt = ptr(now)
+					cur.Result, cur.UpdatedAt = &r, now
+					err := tx.UpdateTask(ctx, cur, store.Fence{State: t.State, Version: t.Version})
+					if err == store.ErrFenced {
+						continue // changed since it was read: the next sweep decides again
+					}
+					if err != nil {
+						return err
+					}
+					if id, final := host.WorkflowOf(cur); final {
+						if err := archiveWorkflowResult(ctx, tx, cur, id, now, false); err != nil {
+							return err
+						}
+					}
+				}
+				releases = append(releases, release{t: cur, ch: ch, name: name, pointer: cur.Result.Pointer})
+				continue
+			}
+			done, err := archiveTask(ctx, tx, cur, store.Fence{State: t.State, Version: t.Version}, managed, now)
+			if err != nil {
+				return err
+			}
+			if done >= 0 {
+				moved = append(moved, cur)
+				purged[cur.ID] = managed
+				rep.WorkflowsArchived += done
 			}
 		}
 		return nil
@@ -234,7 +272,63 @@ func (e *Engine) archiveTasks(ctx context.Context, ts []*host.Task, now time.Tim
 	if err != nil {
 		return rep, err
 	}
-	rep.WorkflowsArchived = workflows
+	rep.Held = len(held)
+	for _, h := range held {
+		e.log.Info("retention: a result is still owed to unfinished waiters; left for a later sweep",
+			"task_id", h.id, "waiters", h.waiters, "first_waiter", h.first)
+	}
+	var acked []release
+	for _, rl := range releases {
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := rl.ch.Ack(actx, rl.pointer)
+		cancel()
+		if err != nil {
+			rep.ChannelErrors++
+			e.log.Warn("retention: the channel did not archive a payload; retrying next sweep", "task_id", rl.t.ID, "channel", rl.name, "err", err)
+			e.emit(Event{Kind: EvRetentionError, Tenant: rl.t.Tenant, TaskType: rl.t.Type, Detail: rl.name})
+			continue
+		}
+		acked = append(acked, rl)
+	}
+	if len(acked) > 0 {
+		var after []*host.Task
+		var workflows int
+		err = e.update(ctx, func(tx store.Tx) error {
+			after, workflows = after[:0], 0
+			for _, rl := range acked {
+				cur, err := tx.GetTask(ctx, rl.t.Tenant, rl.t.ID)
+				if host.IsCode(err, host.CodeNotFound) {
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				if cur.State != rl.t.State || cur.Result == nil {
+					continue // moved on meanwhile (another host's sweep)
+				}
+				if cur.Result.Pointer != rl.pointer && cur.Result.PurgedAt == nil {
+					continue // not the payload released: the next sweep decides again
+				}
+				done, err := archiveTask(ctx, tx, cur, store.Fence{State: cur.State, Version: cur.Version}, true, now)
+				if err != nil {
+					return err
+				}
+				if done >= 0 {
+					after = append(after, cur)
+					workflows += done
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return rep, err
+		}
+		for _, t := range after {
+			moved = append(moved, t)
+			purged[t.ID] = true
+		}
+		rep.WorkflowsArchived += workflows
+	}
 	for _, t := range moved {
 		rep.Archived++
 		e.emit(Event{Kind: EvArchived, Tenant: t.Tenant, TaskType: t.Type})
@@ -244,6 +338,53 @@ func (e *Engine) archiveTasks(ctx context.Context, ts []*host.Task, now time.Tim
 		}
 	}
 	return rep, nil
+}
+
+// heldForWaiters reports whether retention, archiving a task with result
+// r, would take from a task that waits on it what its worker reads: a
+// payload in a channel the gate stored it through (released by the ack),
+// or an inline one (the pointer, which retention purges); and, either way,
+// the read through the waiter's lease, which answers only for a succeeded
+// task. A pointer the worker gave (or none: artifacts, a delivery proof)
+// stays in the waiter's offer after retention, so it holds nothing; the
+// manual archive, which leaves the task succeeded and an inline pointer in
+// place, waits only for a payload it releases (releasesPayload).
+func heldForWaiters(r *host.Result) bool {
+	return r != nil && r.Pointer != "" && r.PurgedAt == nil && pointerChannel(r) != ""
+}
+
+// archiveTask moves cur, locked in tx, to archived, fenced on fence: its
+// pointer cleared when purge (the payload released, or inline), PurgedAt
+// and ArchivedAt set, and a workflow whose final step it is archived with
+// it. It returns -1 when the fence failed (changed meanwhile: the next
+// sweep decides again), else the number of workflows archived (0 or 1).
+func archiveTask(ctx context.Context, tx store.Tx, cur *host.Task, fence store.Fence, purge bool, now time.Time) (int, error) {
+	if cur.Result != nil {
+		r := *cur.Result
+		if purge && r.PurgedAt == nil {
+			r.Pointer, r.PurgedAt = "", ptr(now)
+		}
+		if r.ArchivedAt == nil {
+			r.ArchivedAt = ptr(now)
+		}
+		cur.Result = &r
+	}
+	cur.State, cur.UpdatedAt = host.StateArchived, now
+	err := tx.UpdateTask(ctx, cur, fence)
+	if err == store.ErrFenced {
+		return -1, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if _, final := host.WorkflowOf(cur); final {
+		done, err := archiveWorkflow(ctx, tx, cur, purge, now)
+		if err != nil || !done {
+			return 0, err
+		}
+		return 1, nil
+	}
+	return 0, nil
 }
 
 // archiveWorkflow archives, in tx, the workflow whose final step step is,

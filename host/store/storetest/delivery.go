@@ -29,6 +29,7 @@ var deliveryCases = []struct {
 	{"ArchiveOwedResult", testArchiveOwedResult},            // archivewaiters.go
 	{"ArchiveRacesEnqueue", testArchiveRacesEnqueue},        // archivewaiters.go
 	{"RetentionKeepsAnOwedResult", testRetentionOwedResult}, // retentionwaiters.go
+	{"RetentionRacesEnqueue", testRetentionRacesEnqueue},    // retentionwaiters.go
 	{"RetentionBoundedBatchesAndOrphans", testRetentionBatches},
 	{"RetentionOrphansOldestFirst", testRetentionOrphansOldestFirst},
 	{"RetentionArchivesWorkflows", testWorkflowRetention},      // wfretention.go

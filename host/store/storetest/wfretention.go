@@ -1,7 +1,11 @@
 package storetest
 
 import (
+	"context"
 	"encoding/base64"
+	"io"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -218,43 +222,107 @@ func testWorkflowRetention(t *testing.T, b *Bundle) {
 }
 
 // testWorkflowRetentionFenced: a final step that changes between the
-// sweep's read and its write (a channel's ack is in between) is left alone
-// for the next sweep, and so is its workflow; the next sweep archives both.
+// sweep's read and its decision (taken under the step's row lock) is left
+// alone for the next sweep, and so is its workflow; the next sweep
+// archives both. A write of the step while its payload is being released
+// (during the channel's ack, after archived_at was committed) does not
+// stop the release: the step and its workflow are archived, their
+// pointers purged, in that sweep, so neither names a payload that is gone.
 func testWorkflowRetentionFenced(t *testing.T, b *Bundle) {
-	w := newWFRetention(t, b)
+	short := host.NewTaskType("wshort")
+	short.Tenant, short.DefaultRetentionDays = "acme", 1
+	b.MustPutType(t, short)
+	hooked := &retentionHookStore{Store: b.Store}
+	ch := &memChannel{data: map[string][]byte{}}
+	eng, err := engine.New(engine.Config{Store: hooked, Clock: b.Clock, ExpiryJitter: -1, Plugins: memPlugins{ch},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Delivery: engine.DeliveryConfig{Retention: engine.RetentionConfig{Interval: -1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eng.Close)
+	w := &wfRetention{b: b, eng: eng, ch: ch}
+	touch := func(id string) func() {
+		return func() {
+			// The step's row is written (its version moves on), as a
+			// redrive or any update of it would.
+			if err := b.Store.Update(b.Ctx, func(tx store.Tx) error {
+				tk, err := tx.GetTask(b.Ctx, "acme", id)
+				if err != nil {
+					return err
+				}
+				tk.UpdatedAt = b.Clock.Now()
+				return tx.UpdateTask(b.Ctx, tk, store.Fence{State: host.StateSucceeded})
+			}); err != nil {
+				t.Error(err)
+			}
+		}
+	}
 	res := w.submit(t, "fenced", step("only", "wshort"))
 	final := res.Steps["only"]
 	w.complete(t, "wshort", final, `{"answer":1}`)
 	b.Clock.Advance(24*time.Hour + time.Second)
-	w.ch.mu.Lock()
-	w.ch.onAck = func() {
-		// The step's row is written meanwhile (its version moves on), as
-		// a redrive or any update of it would.
-		if err := b.Store.Update(b.Ctx, func(tx store.Tx) error {
-			tk, err := tx.GetTask(b.Ctx, "acme", final)
-			if err != nil {
-				return err
-			}
-			tk.UpdatedAt = b.Clock.Now()
-			return tx.UpdateTask(b.Ctx, tk, store.Fence{State: host.StateSucceeded})
-		}); err != nil {
-			t.Error(err)
-		}
-	}
-	w.ch.mu.Unlock()
-	if rep := w.sweep(t); rep.Archived != 0 || rep.WorkflowsArchived != 0 {
-		t.Fatalf("sweep with the step written meanwhile: %+v, want nothing archived", rep)
+	hooked.setAfterDue(touch(final))
+	if rep := w.sweep(t); rep.Archived != 0 || rep.WorkflowsArchived != 0 || len(ch.acked) != 0 {
+		t.Fatalf("sweep with the step written after its read: %+v (acked %v), want nothing archived", rep, ch.acked)
 	}
 	if v := w.get(t, res.WorkflowID); v.State != host.WorkflowSucceeded || v.ArchivedAt != nil || v.Result == nil || v.Result.Pointer == "" || v.Result.PurgedAt != nil {
 		t.Fatalf("the workflow of a fenced step: %s archived %v result %+v", v.State, v.ArchivedAt, v.Result)
 	}
-	w.ch.mu.Lock()
-	w.ch.onAck = nil
-	w.ch.mu.Unlock()
+	hooked.setAfterDue(nil)
 	if rep := w.sweep(t); rep.Archived != 1 || rep.WorkflowsArchived != 1 {
 		t.Fatalf("next sweep: %+v, want the step and its workflow", rep)
 	}
 	if v := w.get(t, res.WorkflowID); v.State != host.WorkflowArchived || v.Outcome != host.WorkflowSucceeded || v.Result.Pointer != "" || v.Result.PurgedAt == nil {
 		t.Fatalf("the workflow after the next sweep: %s outcome %s result %+v", v.State, v.Outcome, v.Result)
 	}
+
+	// Written during the ack: released, purged and archived all the same.
+	res = w.submit(t, "written while released", step("only", "wshort"))
+	final = res.Steps["only"]
+	w.complete(t, "wshort", final, `{"answer":2}`)
+	b.Clock.Advance(24*time.Hour + time.Second)
+	ch.mu.Lock()
+	ch.onAck = touch(final)
+	ch.mu.Unlock()
+	if rep := w.sweep(t); rep.Archived != 1 || rep.Purged != 1 || rep.WorkflowsArchived != 1 {
+		t.Fatalf("sweep with the step written during its ack: %+v, want the step and its workflow", rep)
+	}
+	if tk := b.Task(t, final); tk.State != host.StateArchived || tk.Result.Pointer != "" || tk.Result.PurgedAt == nil {
+		t.Fatalf("a step whose payload was released: %s %+v", tk.State, tk.Result)
+	}
+	if v := w.get(t, res.WorkflowID); v.State != host.WorkflowArchived || v.Result.Pointer != "" || v.Result.PurgedAt == nil {
+		t.Fatalf("the workflow of a step whose payload was released: %s result %+v", v.State, v.Result)
+	}
+}
+
+// retentionHookStore runs a hook after each RetentionDue read, as if another
+// writer came between a sweep's read and its transaction.
+type retentionHookStore struct {
+	store.Store
+	mu       sync.Mutex
+	afterDue func()
+}
+
+func (s *retentionHookStore) setAfterDue(fn func()) { s.mu.Lock(); s.afterDue = fn; s.mu.Unlock() }
+
+// View implements store.Store.
+func (s *retentionHookStore) View(ctx context.Context, fn func(store.Reader) error) error {
+	return s.Store.View(ctx, func(r store.Reader) error { return fn(retentionHookReader{r, s}) })
+}
+
+type retentionHookReader struct {
+	store.Reader
+	s *retentionHookStore
+}
+
+// RetentionDue implements store.Reader.
+func (r retentionHookReader) RetentionDue(ctx context.Context, q store.RetentionQuery) ([]*host.Task, error) {
+	ts, err := r.Reader.RetentionDue(ctx, q)
+	r.s.mu.Lock()
+	hook := r.s.afterDue
+	r.s.mu.Unlock()
+	if hook != nil && len(ts) > 0 {
+		hook()
+	}
+	return ts, err
 }
