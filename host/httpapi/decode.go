@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
@@ -136,7 +137,53 @@ func jsonError(err error, b []byte, v any, mode decodeMode) error {
 	if errors.As(err, &he) {
 		return err
 	}
+	// A value of a type that decodes itself (a time) refused its bytes:
+	// encoding/json does not say where; the walk finds it.
+	if path, raw, verr := jsonkeys.BadValue(b, reflect.TypeOf(v), "the body"); verr != nil {
+		return badValue(path, raw, verr)
+	}
 	return badRequest("malformed JSON: %v", err)
+}
+
+// badValue is the bad_request for the value raw at path, which its type
+// refused with err: a time names the form it takes.
+func badValue(path string, raw []byte, err error) error {
+	var pe *time.ParseError
+	if errors.As(err, &pe) || strings.HasPrefix(err.Error(), "Time.") {
+		what := "a JSON " + jsonKind(raw)
+		if len(raw) > 0 && raw[0] == '"' {
+			what = string(raw)
+			if len(what) > 80 {
+				n := 77
+				for n > 0 && !utf8.RuneStart(what[n]) {
+					n--
+				}
+				what = what[:n] + "…\""
+			}
+		}
+		return badRequest("field %s must be an RFC 3339 time such as \"2026-12-01T09:30:00Z\", not %s", path, what)
+	}
+	return badRequest("field %s: %v", path, err)
+}
+
+// jsonKind names the kind of the JSON value raw: a string, a number, …
+func jsonKind(raw []byte) string {
+	if len(raw) == 0 {
+		return "value"
+	}
+	switch raw[0] {
+	case '"':
+		return "string"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return "number"
 }
 
 func typeName(t string) string {

@@ -131,6 +131,11 @@ func TestDecodeErrorsNameTheEntry(t *testing.T) {
 		{"/v1/tasks/batch", b.agent, `{"tasks":[{"task_type":"echo"},{"task_type":"echo","bogus":true}]}`, `unknown field "bogus" in tasks[1]`},
 		{"/v1/tasks", b.agent, `{"task_type":"echo","priority":"high"}`, "field priority must be an integer, not a JSON string"},
 		{"/v1/tasks", b.agent, `{"task_type":"echo","bogus":1}`, `unknown field "bogus" in the body`},
+		{"/v1/tasks/batch", b.agent, `{"tasks":[{"task_type":"echo"},{"task_type":"echo"},{"task_type":"echo","not_before":"tomorrow"}]}`, `field tasks[2].not_before must be an RFC 3339 time such as "2026-12-01T09:30:00Z", not "tomorrow"`},
+		{"/v1/tasks", b.agent, `{"task_type":"echo","not_before":5}`, `field not_before must be an RFC 3339 time such as "2026-12-01T09:30:00Z", not a JSON number`},
+		{"/v1/tasks", b.agent, `{"task_type":"echo","not_before":"2026-12-01T09:30:00Z","bogus":1}`, `unknown field "bogus" in the body`},
+		{"/v1/resource-leases", b.agent, `{"intents":[{"resource":"r","mode":"MUTATES"}],"priority_at":12345}`, `field priority_at must be an RFC 3339 time such as "2026-12-01T09:30:00Z", not a JSON number`},
+		{"/v1/resource-leases", b.agent, `{"intents":[{"resource":"r","mode":"MUTATES"}],"priority_at":"2026-13-01T00:00:00Z"}`, `field priority_at must be an RFC 3339 time such as "2026-12-01T09:30:00Z", not "2026-13-01T00:00:00Z"`},
 	} {
 		code, m := b.do(t, "POST", tc.path, tc.key, tc.body)
 		if code != 400 || m["error"] != "bad_request" || m["detail"] != tc.detail {

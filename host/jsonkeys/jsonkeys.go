@@ -74,6 +74,9 @@ type keyWalker struct {
 	path []pathElem
 	// root names b in the error.
 	root string
+	// probe makes the walk a BadValue's: values of types that decode
+	// themselves are decoded, and duplicate and unknown keys pass.
+	probe bool
 }
 
 type keySpan struct {
@@ -231,12 +234,18 @@ func (w *keyWalker) same(a, b keySpan) bool {
 
 // duplicate is the error for k, a duplicate of an earlier key.
 func (w *keyWalker) duplicate(k keySpan) error {
+	if w.probe {
+		return nil
+	}
 	return w.refuse("duplicate key", w.text(k), "")
 }
 
 func (w *keyWalker) value(i int, typ reflect.Type) (int, error) {
 	if i >= len(w.b) {
 		return i, nil
+	}
+	if w.probe && typ != nil && decodesItself(typ) {
+		return w.probeValue(i, typ)
 	}
 	switch w.b[i] {
 	case '{':
@@ -292,13 +301,17 @@ func (w *keyWalker) object(i int, fields *structFields, elem reflect.Type) (int,
 		if many != nil {
 			t := w.text(k)
 			if _, dup := many[t]; dup {
-				return i, w.duplicate(k)
+				if err := w.duplicate(k); err != nil {
+					return i, err
+				}
 			}
 			many[t] = struct{}{}
 		} else {
 			for _, seen := range w.keys[first:] {
 				if w.same(seen, k) {
-					return i, w.duplicate(k)
+					if err := w.duplicate(k); err != nil {
+						return i, err
+					}
 				}
 			}
 			if len(w.keys)-first == manyKeys {
@@ -318,7 +331,7 @@ func (w *keyWalker) object(i int, fields *structFields, elem reflect.Type) (int,
 			} else {
 				vt, ok = fields.exact[string(w.b[k.s:k.e])]
 			}
-			if !ok {
+			if !ok && !w.probe {
 				name := w.text(k)
 				return i, w.refuse("unknown field", name, fields.hint(name))
 			}
@@ -556,4 +569,60 @@ func collectFields(t reflect.Type, into map[string]reflect.Type, depth int) {
 			}
 		}
 	}
+}
+
+// BadValue walks b, one valid JSON value that decoding into typ refused, and
+// returns the first value decoded by a type of its own (time.Time, or any
+// other json.Unmarshaler along typ's fields) that refuses its bytes: its
+// path, as Check names paths ("tasks[2].not_before", or root for b itself),
+// its bytes, and the type's error; err is nil when no such value refuses.
+// encoding/json reports such an error without saying where the value is;
+// this is for the error's message, so it is not fast.
+func BadValue(b []byte, typ reflect.Type, root string) (path string, raw []byte, err error) {
+	w := keyWalker{b: b, root: root, probe: true}
+	if _, werr := w.value(w.space(0), typ); werr != nil {
+		if e, is := werr.(*badValue); is {
+			return e.where, e.raw, e.err
+		}
+	}
+	return "", nil, nil
+}
+
+// badValue is what a probing walk stops at.
+type badValue struct {
+	where string
+	raw   []byte
+	err   error
+}
+
+func (e *badValue) Error() string { return e.where + ": " + e.err.Error() }
+
+// probeValue decodes the value at b[i], of a type that decodes itself, on
+// its own; a refusal stops the walk with a *badValue.
+func (w *keyWalker) probeValue(i int, typ reflect.Type) (int, error) {
+	dec := json.NewDecoder(bytes.NewReader(w.b[i:]))
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return len(w.b), nil
+	}
+	end := i + int(dec.InputOffset())
+	t := typ
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if err := json.Unmarshal(raw, reflect.New(t).Interface()); err != nil {
+		return i, &badValue{where: w.where(), raw: raw, err: err}
+	}
+	return end, nil
+}
+
+// decodesItself reports whether values of t (or *t) decode themselves.
+func decodesItself(t reflect.Type) bool {
+	for t.Kind() == reflect.Pointer {
+		if t.Implements(unmarshalerType) {
+			return true
+		}
+		t = t.Elem()
+	}
+	return t.Kind() != reflect.Interface && (t.Implements(unmarshalerType) || reflect.PointerTo(t).Implements(unmarshalerType))
 }

@@ -2,10 +2,12 @@ package jsonkeys_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host/jsonkeys"
 )
@@ -156,5 +158,33 @@ func TestPathAt(t *testing.T) {
 	}
 	if got := jsonkeys.PathAt(b, int64(len(b)+5), "root"); got != "root" {
 		t.Errorf("past the end: %q", got)
+	}
+}
+
+// TestBadValueNamesTheTime: BadValue finds the value of a type that decodes
+// itself that refuses its bytes, through pointers, slices and maps, and
+// ignores what Check would refuse (it names a value, not keys).
+func TestBadValueNamesTheTime(t *testing.T) {
+	type entry struct {
+		At *time.Time `json:"at"`
+	}
+	type body struct {
+		Tasks []entry          `json:"tasks"`
+		By    map[string]entry `json:"by"`
+		When  time.Time        `json:"when"`
+		Raw   json.RawMessage  `json:"raw"`
+	}
+	typ := reflect.TypeFor[*body]()
+	for _, tc := range []struct{ in, path, raw string }{
+		{`{"tasks":[{"at":null},{"at":"2026-12-01T00:00:00Z"},{"at":"tomorrow"}]}`, "tasks[2].at", `"tomorrow"`},
+		{`{"by":{"x":{"at":5}}}`, "by.x.at", `5`},
+		{`{"when":{"y":1}}`, "when", `{"y":1}`},
+		{`{"bogus":1,"bogus":2,"when":"x"}`, "when", `"x"`},
+		{`{"tasks":[{"at":"2026-12-01T00:00:00Z"}],"raw":[1,2]}`, "", ""},
+	} {
+		path, raw, err := jsonkeys.BadValue([]byte(tc.in), typ, "the body")
+		if path != tc.path || string(raw) != tc.raw || (err == nil) != (tc.path == "") {
+			t.Errorf("%s: %q %s %v, want %q %s", tc.in, path, raw, err, tc.path, tc.raw)
+		}
 	}
 }
