@@ -175,7 +175,22 @@ func TestE2EResourceLeaseFencing(t *testing.T) {
 			if task.Resource != res || task.Holder != worker || task.FencingToken != second.FencingToken+1 {
 				t.Fatalf("the task's resource lease %+v: want token %d", task, second.FencingToken+1)
 			}
-			want(t, call(t, "POST", g.URL+"/v1/leases/"+offers.Leases[0].LeaseID+"/release", wkey, map[string]any{"reason": "restart next"}), 200, "")
+			want(t, call(t, "POST", g.URL+"/v1/leases/"+offers.Leases[0].LeaseID+"/release", wkey, map[string]any{"reason": "offered again"}), 200, "")
+
+			// The Lease Protocol's offer (POST /lease) carries it too: a
+			// worker on the seed route holds the lease and needs its token.
+			var seed struct {
+				LeaseID        string    `json:"lease_id"`
+				ResourceLeases []rlLease `json:"resource_leases"`
+			}
+			r = call(t, "POST", g.URL+"/lease", wkey, map[string]any{"worker_id": worker, "task_types": []string{"fenced"}, "wait_seconds": 10})
+			want(t, r, 200, "")
+			r.Into(t, &seed)
+			if len(seed.ResourceLeases) != 1 || seed.ResourceLeases[0].Resource != res || seed.ResourceLeases[0].FencingToken != task.FencingToken+1 {
+				t.Fatalf("seed offer: %s; want the resource lease with token %d", r.Body, task.FencingToken+1)
+			}
+			task = seed.ResourceLeases[0]
+			want(t, call(t, "POST", g.URL+"/v1/leases/"+seed.LeaseID+"/release", wkey, map[string]any{"reason": "restart next"}), 200, "")
 
 			// Across a restart of the gate the counter goes on.
 			if err := g.Stop(syscall.SIGTERM); err != nil {

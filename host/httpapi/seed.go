@@ -19,11 +19,20 @@ import (
 // /workers/*). Their bodies are decoded leniently: unknown fields are ignored,
 // as the seeds show bodies with "..." in them.
 
-// SeedOffer is the Lease Protocol's single offer object.
+// SeedOffer is the Lease Protocol's single offer object. Beyond the
+// protocol's fields it carries what the worker of the task needs and no
+// other field could hand it: the task's resource leases with their fencing
+// tokens, and the outcomes of the tasks it waited on (as /v1/leases does).
 type SeedOffer struct {
 	LeaseID        string    `json:"lease_id"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
 	Task           SeedTask  `json:"task"`
+	// ResourceLeases are the task's resource leases (only for a task with
+	// resource intents).
+	ResourceLeases []*host.ResourceLease `json:"resource_leases,omitempty"`
+	// Dependencies are the outcomes of the tasks this one waited on (only
+	// for a task enqueued with after).
+	Dependencies []host.DependencyOutcome `json:"dependencies,omitempty"`
 }
 
 // SeedTask is the task part of a Lease Protocol offer: the work
@@ -58,7 +67,7 @@ func seedOffer(o host.Offer) SeedOffer {
 	if len(st.Inputs) == 0 {
 		st.Inputs = json.RawMessage(`{}`)
 	}
-	return SeedOffer{LeaseID: o.LeaseID, LeaseExpiresAt: o.LeaseExpiresAt, Task: st}
+	return SeedOffer{LeaseID: o.LeaseID, LeaseExpiresAt: o.LeaseExpiresAt, Task: st, ResourceLeases: o.ResourceLeases, Dependencies: o.Dependencies}
 }
 
 // seedLease is POST /lease: one offer object, or 204. max_tasks is accepted
