@@ -185,3 +185,52 @@ func shortJSON(v any) string {
 	}
 	return string(b)
 }
+
+// TestToolArgumentsNotAnObjectRefused: every tool called with arguments
+// that are not a JSON object (an array, a string, a number) is refused
+// with bad_request saying so, in JSON's words — no Go type in the detail —
+// before it runs; and a wrong-typed argument the schema leaves to the
+// handler is named by its path.
+func TestToolArgumentsNotAnObjectRefused(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	ctx := t.Context()
+	seen := map[string]bool{}
+	for _, key := range []string{b.admin, b.agent, b.worker} {
+		c := b.connect(t, key)
+		list, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tl := range list.Tools {
+			if seen[tl.Name] {
+				continue
+			}
+			seen[tl.Name] = true
+			for _, args := range []any{[]any{1}, "x", 5} {
+				req := mcp.CallToolRequest{}
+				req.Params.Name, req.Params.Arguments = tl.Name, args
+				res, err := c.CallTool(ctx, req)
+				if err != nil {
+					t.Fatalf("%s %v: %v", tl.Name, args, err)
+				}
+				want, detail := host.CodeBadRequest, "arguments must be a JSON object, not "
+				if tl.Name == "echo" {
+					// A task type's tool: its arguments are the task's params.
+					want, detail = host.CodeInvalidParams, "params must be a JSON object"
+				}
+				var body mcpapi.ErrorBody
+				if !res.IsError || json.Unmarshal([]byte(text(res)), &body) != nil || body.Error != want ||
+					!strings.HasPrefix(body.Detail, detail) || strings.Contains(body.Detail, "Go ") {
+					t.Errorf("%s with arguments %v: %v %s", tl.Name, args, res.IsError, text(res))
+				}
+			}
+		}
+	}
+	if len(seen) < 20 {
+		t.Fatalf("only %d tools listed", len(seen))
+	}
+	me := engine.Actor{Tenant: "default", Principal: "root", Role: engine.RoleAdmin}
+	if ts, _, err := b.eng.ListTasks(ctx, me, store.TaskFilter{Limit: 100, States: []host.TaskState{host.StateWaiting, host.StateQueued, host.StateScheduled}}); err != nil || len(ts) != 0 {
+		t.Errorf("refused calls queued %d tasks (%v)", len(ts), err)
+	}
+}

@@ -366,7 +366,7 @@ func bind(req mcp.CallToolRequest, dst any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
-		return host.Errorf(host.CodeBadRequest, "arguments: %s", strings.TrimPrefix(err.Error(), "json: "))
+		return argsError(err, raw, dst)
 	}
 	// encoding/json matches field names case-insensitively: "TASK_TYPE"
 	// would be read as task_type. As on the HTTP door, a field is named
@@ -375,6 +375,53 @@ func bind(req mcp.CallToolRequest, dst any) error {
 		return host.Errorf(host.CodeBadRequest, "%v", err)
 	}
 	return nil
+}
+
+// argsError words an error decoding raw into dst as the HTTP door words a
+// body's: the argument is named by its path ("tasks[2].not_before"), never
+// by a Go type.
+func argsError(err error, raw []byte, dst any) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		field := ""
+		if te.Offset > 0 && te.Offset <= int64(len(raw)) {
+			field = jsonkeys.PathAt(raw, te.Offset-1, "")
+		}
+		if field == "" {
+			return host.Errorf(host.CodeBadRequest, "arguments must be a JSON object, not a JSON %s", te.Value)
+		}
+		return host.Errorf(host.CodeBadRequest, "argument %s must be %s, not a JSON %s", field, kindName(te.Type), te.Value)
+	}
+	if path, _, verr := jsonkeys.BadValue(raw, reflect.TypeOf(dst), "arguments"); verr != nil {
+		var pe *time.ParseError
+		if errors.As(verr, &pe) || strings.HasPrefix(verr.Error(), "Time.") {
+			return host.Errorf(host.CodeBadRequest, "argument %s must be an RFC 3339 time such as \"2026-12-01T09:30:00Z\"", path)
+		}
+		return host.Errorf(host.CodeBadRequest, "argument %s: %v", path, verr)
+	}
+	return host.Errorf(host.CodeBadRequest, "arguments: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// kindName names what a Go type takes, in JSON's words.
+func kindName(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "another kind of value"
 }
 
 // required refuses an empty required string argument.

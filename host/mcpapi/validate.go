@@ -103,7 +103,7 @@ func (a *argSchema) check(args any) error {
 		return nil // not JSON: bind words it
 	}
 	if _, ok := v.(map[string]any); !ok {
-		return nil
+		return host.Errorf(host.CodeBadRequest, "arguments must be a JSON object, not %s", jsonKind(v))
 	}
 	err = a.compiled.Validate(v)
 	if err == nil {
