@@ -2,6 +2,8 @@ package engine
 
 import (
 	"encoding/json"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -38,5 +40,30 @@ func TestRemoteSchemaRefsRefused(t *testing.T) {
 	_, err := compileSchema(json.RawMessage(`{"$ref":"https://example.com/schema.json"}`))
 	if host.ErrorCode(err) != host.CodeBadRequest {
 		t.Fatalf("remote $ref: %v", err)
+	}
+}
+
+// TestSchemaErrorsNameNoPathOfTheGate: a params schema that does not
+// compile, or names a relative reference, is refused without the gate's
+// working directory (or any file URL) in the detail.
+func TestSchemaErrorsNameNoPathOfTheGate(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, schema := range []string{
+		`{"type":"object","properties":{"a":{"type":"nope"}}}`,
+		`{"$ref":"other.json"}`,
+		`{"$ref":"#/nowhere"}`,
+		`{"type":"object","pattern":"("}`,
+	} {
+		_, err := compileSchema(json.RawMessage(schema))
+		if err == nil {
+			t.Errorf("%s compiled", schema)
+			continue
+		}
+		if host.ErrorCode(err) != host.CodeBadRequest || strings.Contains(err.Error(), wd) || strings.Contains(err.Error(), "file:") {
+			t.Errorf("%s: %v", schema, err)
+		}
 	}
 }

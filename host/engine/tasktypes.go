@@ -129,6 +129,9 @@ func jsonDepth(b []byte) int {
 	return max
 }
 
+// paramsSchemaURL is the URL a task type's params schema is compiled under.
+const paramsSchemaURL = "mem://asyncgate/params_schema.json"
+
 // compileSchema compiles a params schema; an empty one accepts any object.
 func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	if len(bytes.TrimSpace(raw)) == 0 || string(raw) == "null" {
@@ -145,10 +148,13 @@ func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	c.LoadURL = func(s string) (io.ReadCloser, error) {
 		return nil, fmt.Errorf("remote schema references are not allowed (%s)", s)
 	}
-	if err := c.AddResource("params.json", bytes.NewReader(raw)); err != nil {
+	// An absolute URL of its own: a relative one would be resolved against
+	// the gate's working directory, which every compile error would then
+	// name to the caller (file:///srv/gate/params.json).
+	if err := c.AddResource(paramsSchemaURL, bytes.NewReader(raw)); err != nil {
 		return nil, host.Errorf(host.CodeBadRequest, "params_schema is not a valid JSON Schema: %v", err)
 	}
-	s, err := c.Compile("params.json")
+	s, err := c.Compile(paramsSchemaURL)
 	if err != nil {
 		return nil, host.Errorf(host.CodeBadRequest, "params_schema does not compile: %v", err)
 	}
