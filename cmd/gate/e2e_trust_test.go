@@ -126,6 +126,15 @@ func testAppendedTerminators(t *testing.T, g *gateProc) {
 		}
 	}
 
+	// A malformed addressee is bad input (400), not a refusal of who may be
+	// addressed (403): to anyone's key, the task's parties' included.
+	for _, key := range []string{w, a, g.Admin} {
+		for _, name := range []string{"bad name", "agent.ta\n", "\u202eagent.ta"} {
+			want(t, call(t, "POST", g.URL+"/v1/receipts", key, map[string]any{"receipt_type": "task.escalated", "task_id": task, "to": name,
+				"parents": []string{assign}, "body": map[string]any{"escalation_reason": "x"}}), 400, "bad_request")
+		}
+	}
+
 	// An escalation is still the caller's to write: informational, naming
 	// what it does not end (the assignment).
 	want(t, call(t, "POST", g.URL+"/v1/receipts", w, map[string]any{"receipt_type": "task.escalated", "task_id": task, "to": "agent.ta",

@@ -210,6 +210,9 @@ func (e *Engine) AppendReceipt(ctx context.Context, actor Actor, req AppendReque
 	}
 	if req.To == "" {
 		req.To = actor.Principal
+	} else if !host.ValidPrincipal(req.To) {
+		// A malformed name is bad input, whoever may be addressed.
+		return nil, false, host.Errorf(host.CodeBadRequest, "to %.80q is not a principal name (must match %s)", req.To, host.PrincipalPattern)
 	}
 	// Principals' dedupe keys live in their own namespace, apart from the keys
 	// the engine uses for its outcome receipts (complete:<lease>, fail:<lease>),
