@@ -314,7 +314,8 @@ func (e *Engine) ListTaskTypes(ctx context.Context, tenant string) ([]*host.Task
 
 // PatchTaskType applies a JSON merge patch (RFC 7386) to a registered task
 // type and stores the result as PutTaskType does: fields the patch does not
-// name keep their values, a null removes a field (it then takes its default).
+// name keep their values, a null removes a field (it then takes its seed
+// default, the value PutTaskType of host.NewTaskType gives it).
 // The patch cannot rename the type or move it to another tenant.
 func (e *Engine) PatchTaskType(ctx context.Context, tenant, name string, patch json.RawMessage) (*host.TaskType, error) {
 	var p map[string]json.RawMessage
@@ -338,7 +339,10 @@ func (e *Engine) PatchTaskType(ctx context.Context, tenant, name string, patch j
 	if err != nil {
 		return nil, err
 	}
-	tt := host.TaskType{}
+	// The merged document is decoded over the seed defaults, as PUT's body
+	// is: a field the patch removed with null takes the value PUT {} gives
+	// it (enabled true, default_max_retries 3, …), not Go's zero value.
+	tt := host.NewTaskType(old.Name)
 	dec := json.NewDecoder(bytes.NewReader(merged))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&tt); err != nil {
