@@ -193,6 +193,8 @@ func HTTPStatus(code string) int {
 		return 403
 	case CodeInvalidCron, CodeInvalidTimezone, CodeInvalidInterval, CodeInvalidMissedPolicy:
 		return 400
+	case CodeTenantMismatch, CodeReadOnlyField, CodeInvalidTaskType:
+		return 400
 	default:
 		return 500
 	}
@@ -227,6 +229,22 @@ const (
 const (
 	CodeTokenNotMapped    = "token_not_mapped"   // a valid access token whose claims no configured mapping names (403)
 	CodeInsufficientScope = "insufficient_scope" // a valid access token without a scope the gate requires (403)
+)
+
+// Admin routes (task types, keys).
+const (
+	// CodeTenantMismatch: a body names a tenant other than the one the
+	// call acts on (?tenant=, else the key's own) (400).
+	CodeTenantMismatch = "tenant_mismatch"
+	// CodeReadOnlyField: a task type body sets a field the gate keeps
+	// (created_at, updated_at, retry_policy, paused) to a value other than
+	// the stored one (400).
+	CodeReadOnlyField = "read_only_field"
+	// CodeInvalidTaskType: a task type breaks a rule of its own: a
+	// description over MaxTaskTypeDescription characters, a validator
+	// named twice, an escalate policy whose supervisor is no principal;
+	// the detail names the field (400).
+	CodeInvalidTaskType = "invalid_task_type"
 )
 
 // CodeUnsupportedMediaType: a request body sent with a Content-Encoding

@@ -322,6 +322,11 @@ const (
 	DefaultResultChannel         = "inline"
 )
 
+// MaxTaskTypeDescription bounds a task type's description, in characters:
+// it is shown in every task type listing (HTTP, the CLI's tables, the MCP
+// door's task types), not a place for documents.
+const MaxTaskTypeDescription = 4000
+
 // maxSeconds bounds every duration in a task type (a year), so no arithmetic
 // on it can overflow a time.Duration.
 const maxSeconds = 366 * 24 * 3600
@@ -379,6 +384,9 @@ func (tt *TaskType) Normalize() error {
 	case tt.EstimatedRuntimeSeconds < 0 || tt.PollSuggestionSeconds < 0 || tt.DefaultTimeoutSeconds < 0 || tt.DefaultRetentionDays < 0,
 		tt.EstimatedRuntimeSeconds > maxSeconds || tt.PollSuggestionSeconds > maxSeconds || tt.DefaultTimeoutSeconds > maxSeconds || tt.DefaultRetentionDays > 36600:
 		return Errorf(CodeBadRequest, "durations must be 0..%d seconds (retention 0..36600 days)", maxSeconds)
+	}
+	if LongerThan(tt.Description, MaxTaskTypeDescription) {
+		return Errorf(CodeInvalidTaskType, "description is longer than %d characters", MaxTaskTypeDescription)
 	}
 	if len(tt.ResourceIntents) > MaxTaskResourceIntents {
 		return Errorf(CodeTooLarge, "resource_intents: at most %d (this one has %d)", MaxTaskResourceIntents, len(tt.ResourceIntents))

@@ -7,18 +7,26 @@ import (
 
 // TestE2EPolicyEscalateToIsValidated: a policy whose escalate_to is not a
 // valid principal (here the real escalate plugin, configured with a
-// supervisor holding a newline; a NUL is refused at the door before any
-// plugin sees it) is a policy fault: the gate falls
+// supervisor holding a newline, in a type stored before PUT refused it; a
+// NUL is refused at the door before any plugin sees it) is a policy fault: the gate falls
 // back to the built-in decision, escalates to the task's recipient and says
 // why in a policy_fault receipt; the bad principal never becomes a receipt's
 // "to".
 func TestE2EPolicyEscalateToIsValidated(t *testing.T) {
 	t.Parallel()
 	g := startGate(t, t.TempDir())
+	// PUT refuses such a supervisor (invalid_task_type); a type stored
+	// before it did, or written to the database by hand, still reaches the
+	// plugin: write the config into the store after a PUT of a good one,
+	// before anything reads the type into a cache.
 	g.putType(t, "sneaky", map[string]any{
 		"default_max_retries": 0,
-		"policy":              map[string]any{"name": "escalate", "config": map[string]any{"supervisor": "agent.sup\nforged"}},
+		"policy":              map[string]any{"name": "escalate", "config": map[string]any{"supervisor": "agent.sup"}},
 	}, "")
+	want(t, call(t, "PUT", g.URL+"/v1/admin/task-types/sneaky", g.Admin, map[string]any{
+		"policy": map[string]any{"name": "escalate", "config": map[string]any{"supervisor": "agent.sup\nforged"}},
+	}), 400, "invalid_task_type")
+	bothStores()[0].exec(t, g.dir, nil, `UPDATE task_types SET body = json_set(body, '$.policy.config.supervisor', 'agent.sup' || char(10) || 'forged') WHERE name = 'sneaky'`)
 	agent := g.newKey(t, "agent", "agent.kee", "")
 	worker := g.newKey(t, "worker", "sneaky.1", "")
 	id := g.enqueue(t, agent, "sneaky", map[string]any{})

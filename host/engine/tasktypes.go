@@ -236,10 +236,18 @@ func (e *Engine) PutTaskType(ctx context.Context, tt host.TaskType) (*host.TaskT
 	if tt.Policy != nil && tt.Policy.Name == "" {
 		return nil, host.Errorf(host.CodeBadRequest, "policy needs a name")
 	}
-	for _, v := range tt.Validators {
+	named := make(map[string]bool, len(tt.Validators))
+	for i, v := range tt.Validators {
 		if v.Name == "" {
 			return nil, host.Errorf(host.CodeBadRequest, "every validator needs a name")
 		}
+		if named[v.Name] {
+			return nil, host.Errorf(host.CodeInvalidTaskType, "validators[%d]: validator %q is named twice; name each validator once (one entry, one config)", i, v.Name)
+		}
+		named[v.Name] = true
+	}
+	if err := checkEscalateConfig(&tt); err != nil {
+		return nil, err
 	}
 	if c := bytes.TrimSpace(tt.ChannelCfg); len(c) > 0 && string(c) != "null" && c[0] != '{' {
 		return nil, host.Errorf(host.CodeBadRequest, "channel_config must be a JSON object")
@@ -278,6 +286,31 @@ func (e *Engine) PutTaskType(ctx context.Context, tt host.TaskType) (*host.TaskT
 		return nil, err
 	}
 	return &tt, nil
+}
+
+// checkEscalateConfig refuses an escalate policy whose supervisor (for
+// every type, or for one under task_types) is not a principal a key could
+// hold: its escalations would go to nobody.
+func checkEscalateConfig(tt *host.TaskType) error {
+	if tt.Policy == nil || tt.Policy.Name != "escalate" || len(bytes.TrimSpace(tt.Policy.Config)) == 0 {
+		return nil
+	}
+	var c struct {
+		Supervisor *string           `json:"supervisor"`
+		TaskTypes  map[string]string `json:"task_types"`
+	}
+	if err := json.Unmarshal(tt.Policy.Config, &c); err != nil {
+		return host.Errorf(host.CodeInvalidTaskType, "policy.config of escalate: %v", err)
+	}
+	if c.Supervisor != nil && !host.ValidPrincipal(*c.Supervisor) {
+		return host.Errorf(host.CodeInvalidTaskType, "policy.config.supervisor %q is not a principal (it must match %s)", *c.Supervisor, host.PrincipalPattern)
+	}
+	for typ, sup := range c.TaskTypes {
+		if !host.ValidPrincipal(sup) {
+			return host.Errorf(host.CodeInvalidTaskType, "policy.config.task_types[%q] %q is not a principal (it must match %s)", typ, sup, host.PrincipalPattern)
+		}
+	}
+	return nil
 }
 
 // badPlugin turns a plugin lookup failure while writing a task type into a
