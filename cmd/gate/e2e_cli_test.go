@@ -109,6 +109,21 @@ func TestE2ECLIAgainstARunningGate(t *testing.T) {
 	}
 	mustContain(t, "types resume again", cliOK(t, u, admin, "types", "resume", "paws"), "was not paused")
 	mustContain(t, "types get", cliOK(t, u, admin, "types", "get", "echo"), `"task_type": "echo"`, `"retry_policy"`)
+	// get prints what put takes back, in another tenant too: --tenant is
+	// sent as ?tenant=, which the body's tenant may only repeat.
+	cliOK(t, u, admin, "types", "put", "tx", "--tenant", "acme", "--body", `{"description":"acme's"}`)
+	got := cliOK(t, u, admin, "types", "get", "tx", "--tenant", "acme")
+	mustContain(t, "types get --tenant acme", got, `"tenant": "acme"`)
+	mustContain(t, "types put of a get", cliOK(t, u, admin, "types", "put", "tx", "--tenant", "acme", "--body", got), "task type tx saved")
+	// The put changed updated_at: a patch sends the answer of a new get.
+	if _, errs, code := cli(t, u, admin, "types", "patch", "tx", "--tenant", "acme", "--body", got); code != 1 || !strings.Contains(errs, "read_only_field") {
+		t.Fatalf("types patch with a stale updated_at: exit %d %s", code, errs)
+	}
+	got = cliOK(t, u, admin, "types", "get", "tx", "--tenant", "acme")
+	mustContain(t, "types patch of a get", cliOK(t, u, admin, "types", "patch", "tx", "--tenant", "acme", "--body", got), "task type tx saved")
+	if _, errs, code := cli(t, u, admin, "types", "put", "tx", "--body", got); code != 1 || !strings.Contains(errs, "tenant_mismatch") {
+		t.Fatalf("types put of acme's type without --tenant: exit %d %s", code, errs)
+	}
 	if _, errs, code := cli(t, u, admin, "types", "put", "echo", "--body", "{nope"); code != 2 || !strings.Contains(errs, "not valid JSON") {
 		t.Fatalf("types put with bad JSON: exit %d %s", code, errs)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -339,13 +340,22 @@ func want(t *testing.T, r resp, status int, code string) {
 // newKey creates a key over the admin API and returns the secret.
 func (g *gateProc) newKey(t *testing.T, role, principal, tenant string) string {
 	t.Helper()
-	r := call(t, "POST", g.URL+"/v1/admin/keys", g.Admin, map[string]string{"role": role, "principal": principal, "tenant": tenant})
+	r := call(t, "POST", g.URL+"/v1/admin/keys"+tenantQuery(tenant), g.Admin, map[string]string{"role": role, "principal": principal, "tenant": tenant})
 	want(t, r, 201, "")
 	k, _ := r.JSON(t)["api_key"].(string)
 	if !strings.HasPrefix(k, "agw_") {
 		t.Fatalf("api_key %q", k)
 	}
 	return k
+}
+
+// tenantQuery is "?tenant=" and tenant, or "" for none: an admin route acts
+// on the tenant ?tenant= names (a body tenant may only repeat it).
+func tenantQuery(tenant string) string {
+	if tenant == "" {
+		return ""
+	}
+	return "?tenant=" + url.QueryEscape(tenant)
 }
 
 // putType registers a task type in the admin's tenant (or ?tenant=).

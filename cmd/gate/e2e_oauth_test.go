@@ -232,7 +232,7 @@ func testOAuth(t *testing.T, node, clientDir string, extra []string) {
 // newKeyID creates a key through the admin API and returns its id and secret.
 func (g *gateProc) newKeyID(t *testing.T, role, principal, tenant string) (id, key string) {
 	t.Helper()
-	r := call(t, "POST", g.URL+"/v1/admin/keys", g.Admin, map[string]string{"role": role, "principal": principal, "tenant": tenant})
+	r := call(t, "POST", g.URL+"/v1/admin/keys"+tenantQuery(tenant), g.Admin, map[string]string{"role": role, "principal": principal, "tenant": tenant})
 	want(t, r, 201, "")
 	m := r.JSON(t)
 	return m["key_id"].(string), m["api_key"].(string)

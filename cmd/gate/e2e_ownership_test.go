@@ -616,7 +616,7 @@ func TestE2EGatePrincipalIsReserved(t *testing.T) {
 	tadmin := g.newKey(t, "admin", "ops.t", "tz")
 	for _, p := range []string{"asyncgate", "AsyncGate"} {
 		for _, key := range []string{g.Admin, tadmin} {
-			r := call(t, "POST", g.URL+"/v1/admin/keys", key, map[string]string{"role": "agent", "principal": p, "tenant": "tz"})
+			r := call(t, "POST", g.URL+"/v1/admin/keys?tenant=tz", key, map[string]string{"role": "agent", "principal": p, "tenant": "tz"})
 			want(t, r, 403, "forbidden")
 		}
 	}

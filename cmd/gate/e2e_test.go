@@ -507,7 +507,9 @@ func TestE2ETenantsAndVisibility(t *testing.T) {
 	if strings.Contains(string(r.Body), `"tenant":"default"`) {
 		t.Fatalf("acme admin sees default keys: %s", r.Body)
 	}
-	want(t, call(t, "POST", g.URL+"/v1/admin/keys", acmeAdmin, map[string]any{"role": "agent", "principal": "x", "tenant": "default"}), 403, "forbidden")
+	want(t, call(t, "POST", g.URL+"/v1/admin/keys?tenant=default", acmeAdmin, map[string]any{"role": "agent", "principal": "x"}), 403, "forbidden")
+	// A tenant in the body does not choose it: naming another is refused.
+	want(t, call(t, "POST", g.URL+"/v1/admin/keys", acmeAdmin, map[string]any{"role": "agent", "principal": "x", "tenant": "default"}), 400, "tenant_mismatch")
 }
 
 func TestE2ESeedShapes(t *testing.T) {

@@ -38,7 +38,10 @@ func HashKey(key string) string {
 type NewKeyRequest struct {
 	Role      string `json:"role"`
 	Principal string `json:"principal"`
-	Tenant    string `json:"tenant,omitempty"`
+	// Tenant is the key's tenant (the default one when empty). Over HTTP
+	// the call's ?tenant= (else the admin's own) decides it, and a body
+	// tenant may only repeat that (tenant_mismatch).
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // CreatedKey is a new key: its stored record and the secret, shown only once.

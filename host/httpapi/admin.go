@@ -1,8 +1,11 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
+	"reflect"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -12,23 +15,27 @@ import (
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
-// adminTenant returns the tenant an admin call acts on: its own, or the one
-// named by ?tenant= (or tenant in a body). Admins of the default tenant are the
-// gate's operators and may name any tenant; other admins only their own.
+// adminTenant returns the tenant an admin call acts on: the one ?tenant=
+// names, else the key's own. Admins of the default tenant are the gate's
+// operators and may name any tenant; other admins only their own. A tenant
+// in the body (fromBody, "" for none) never chooses it: one that differs
+// from it is refused with tenant_mismatch, so a body written for one tenant
+// is never applied to another in silence.
 func adminTenant(c echo.Context, fromBody string) (string, error) {
 	a := ActorOf(c)
 	t := c.QueryParam("tenant")
-	if t == "" {
-		t = fromBody
-	}
-	if t == "" || t == a.Tenant {
-		return a.Tenant, nil
-	}
-	if a.Tenant != auth.DefaultTenant {
+	switch {
+	case t == "" || t == a.Tenant:
+		t = a.Tenant
+	case a.Tenant != auth.DefaultTenant:
 		return "", host.Errorf(host.CodeForbidden, "an admin of tenant %q cannot act on tenant %q", a.Tenant, t)
-	}
-	if !auth.TenantPattern.MatchString(t) {
+	case !auth.TenantPattern.MatchString(t):
 		return "", badRequest("tenant must match %s", auth.TenantPattern)
+	}
+	if fromBody != "" && fromBody != t {
+		return "", host.Errorf(host.CodeTenantMismatch,
+			"the body names tenant %q but this call acts on tenant %q (?tenant=, else the key's own): name the tenant with ?tenant=%s, or leave tenant out of the body",
+			fromBody, t, fromBody)
 	}
 	return t, nil
 }
@@ -43,15 +50,19 @@ func AdminTenant(c echo.Context) (string, error) {
 
 // putTaskType is PUT /v1/admin/task-types/{name}: create or replace a task
 // type. Fields are host.TaskType's; omitted fields take the seed defaults.
+// The fields a GET answer adds (created_at, updated_at, retry_policy,
+// paused) are the gate's: a body may carry them, so a GET answer can be
+// sent back, only with the stored type's values (checkReadOnly).
 func (s *Server) putTaskType(c echo.Context) error {
 	name := c.Param("name")
 	body := struct {
 		host.TaskType
-		// RetryPolicy is read-only (what GET shows); accepted and ignored so
-		// a GET answer can be PUT back.
+		// The read-only fields, shadowing TaskType's timestamps: kept raw
+		// for checkReadOnly, never stored.
+		CreatedAt   json.RawMessage `json:"created_at"`
+		UpdatedAt   json.RawMessage `json:"updated_at"`
 		RetryPolicy json.RawMessage `json:"retry_policy"`
-		// Paused is read-only too: pause and resume have routes of their own.
-		Paused json.RawMessage `json:"paused"`
+		Paused      json.RawMessage `json:"paused"`
 	}{TaskType: host.NewTaskType(name)}
 	body.Tenant = ""
 	if err := bind(c, &body, strict); err != nil {
@@ -66,11 +77,84 @@ func (s *Server) putTaskType(c echo.Context) error {
 		return err
 	}
 	tt.Tenant = tenant
+	if err := s.checkReadOnly(c, tenant, name, map[string]json.RawMessage{
+		"created_at": body.CreatedAt, "updated_at": body.UpdatedAt, "retry_policy": body.RetryPolicy, "paused": body.Paused,
+	}); err != nil {
+		return err
+	}
 	out, err := s.eng.PutTaskType(c.Request().Context(), tt)
 	if err != nil {
 		return err
 	}
 	return s.typeAnswer(c, out)
+}
+
+// readOnlyFields are the fields of a task type answer the gate keeps: a PUT
+// or PATCH body may repeat them only with the values a GET shows.
+var readOnlyFields = []string{"created_at", "updated_at", "retry_policy", "paused"}
+
+// checkReadOnly refuses, with read_only_field, a read-only field of a PUT
+// or PATCH body (given: field → raw value; absent or null: not given) whose
+// value is not the one the stored type's answer shows: any value for a
+// type not registered yet, a paused of a type that is not paused, a
+// retry_policy that is not the one in effect. Equal values pass, so a GET
+// answer round-trips; they are dropped either way, never stored.
+func (s *Server) checkReadOnly(c echo.Context, tenant, name string, given map[string]json.RawMessage) error {
+	var cur map[string]json.RawMessage
+	for _, f := range readOnlyFields {
+		v := bytes.TrimSpace(given[f])
+		if len(v) == 0 || string(v) == "null" {
+			continue
+		}
+		if cur == nil {
+			tt, err := s.eng.GetTaskType(c.Request().Context(), tenant, name)
+			if host.IsCode(err, host.CodeNotFound) {
+				return host.Errorf(host.CodeReadOnlyField, "%s is read-only and task type %q is not registered yet: leave %s out of the body", f, name, f)
+			}
+			if err != nil {
+				return err
+			}
+			ps, err := s.eng.TaskTypePauses(c.Request().Context(), tenant)
+			if err != nil {
+				return err
+			}
+			b, err := json.Marshal(s.typeView(tt, ps))
+			if err != nil {
+				return err
+			}
+			if err := json.Unmarshal(b, &cur); err != nil {
+				return err
+			}
+		}
+		if !sameJSON(v, cur[f]) {
+			what := "the stored value"
+			if f == "paused" {
+				what = "the pause in force (pause and resume have routes of their own)"
+			}
+			return host.Errorf(host.CodeReadOnlyField, "%s is read-only: the body may repeat it only as GET shows it (%s), or leave it out", f, what)
+		}
+	}
+	return nil
+}
+
+// sameJSON reports whether two JSON values are equal as values: objects
+// whatever their key order, numbers whatever their spelling, and two
+// RFC 3339 timestamps naming the same instant.
+func sameJSON(a, b json.RawMessage) bool {
+	var x, y any
+	if len(b) == 0 || json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	if xs, ok := x.(string); ok {
+		if ys, ok := y.(string); ok {
+			xt, err1 := time.Parse(time.RFC3339Nano, xs)
+			yt, err2 := time.Parse(time.RFC3339Nano, ys)
+			if err1 == nil && err2 == nil {
+				return xt.Equal(yt)
+			}
+		}
+	}
+	return reflect.DeepEqual(x, y)
 }
 
 // TaskTypeView is a task type as the admin API shows it: its fields, the
@@ -104,12 +188,10 @@ func (s *Server) typeAnswer(c echo.Context, tt *host.TaskType) error {
 
 // patchTaskType is PATCH /v1/admin/task-types/{name}: a JSON merge patch
 // (RFC 7386) of the task type. Fields the patch leaves out keep their values;
-// null resets a field to its default.
+// null resets a field to its default (the value PUT {} gives it). The
+// fields it cannot change (task_type, tenant and the read-only ones) may
+// only repeat their current values, so a GET answer can be sent as a patch.
 func (s *Server) patchTaskType(c echo.Context) error {
-	tenant, err := adminTenant(c, "")
-	if err != nil {
-		return err
-	}
 	b, err := readBody(c)
 	if err != nil {
 		return err
@@ -121,13 +203,40 @@ func (s *Server) patchTaskType(c echo.Context) error {
 	if p == nil {
 		return badRequest("the request body must be a JSON merge patch object")
 	}
-	delete(p, "retry_policy") // read-only, as in PUT
-	delete(p, "paused")
+	var bodyTenant string
+	if v, ok := p["tenant"]; ok {
+		if json.Unmarshal(v, &bodyTenant) != nil {
+			return badRequest("field tenant must be a string")
+		}
+		delete(p, "tenant")
+	}
+	tenant, err := adminTenant(c, bodyTenant)
+	if err != nil {
+		return err
+	}
+	name := c.Param("name")
+	if v, ok := p["task_type"]; ok {
+		var n string
+		if json.Unmarshal(v, &n) != nil || n != name {
+			return badRequest("task_type in the body (%s) differs from the path (%q): a patch cannot rename a task type", v, name)
+		}
+		delete(p, "task_type")
+	}
+	given := map[string]json.RawMessage{}
+	for _, f := range readOnlyFields {
+		if v, ok := p[f]; ok {
+			given[f] = v
+			delete(p, f)
+		}
+	}
+	if err := s.checkReadOnly(c, tenant, name, given); err != nil {
+		return err
+	}
 	patch, err := json.Marshal(p)
 	if err != nil {
 		return err
 	}
-	out, err := s.eng.PatchTaskType(c.Request().Context(), tenant, c.Param("name"), patch)
+	out, err := s.eng.PatchTaskType(c.Request().Context(), tenant, name, patch)
 	if err != nil {
 		return err
 	}
@@ -241,7 +350,8 @@ func (s *Server) resumeTaskType(c echo.Context) error {
 }
 
 // createKey is POST /v1/admin/keys {"role", "principal", "tenant"}: 201 with
-// the secret api_key, shown only this once.
+// the secret api_key, shown only this once. The key's tenant is the call's
+// (?tenant=, else the admin's own); a body tenant may only repeat it.
 func (s *Server) createKey(c echo.Context) error {
 	var b auth.NewKeyRequest
 	if err := bind(c, &b, strict); err != nil {
@@ -295,18 +405,25 @@ func (s *Server) listKeys(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"keys": ks})
 }
 
-// revokeKey is DELETE /v1/admin/keys/{id}.
+// revokeKey is DELETE /v1/admin/keys/{id}: it acts in the tenant every
+// admin route acts on (?tenant=, else the key's own), so an operator
+// revoking another tenant's key names it with ?tenant=; a key of another
+// tenant is 404, as an unknown one.
 func (s *Server) revokeKey(c echo.Context) error {
+	tenant, err := adminTenant(c, "")
+	if err != nil {
+		return err
+	}
 	if err := noBody(c); err != nil {
 		return err
 	}
 	id := c.Param("id")
-	ks, err := s.visibleKeys(c)
+	ks, err := auth.ListKeys(c.Request().Context(), s.st)
 	if err != nil {
 		return err
 	}
 	for _, k := range ks {
-		if k.ID != id {
+		if k.ID != id || k.Tenant != tenant {
 			continue
 		}
 		if err := auth.RevokeKey(c.Request().Context(), s.st, id); err != nil {
@@ -315,7 +432,7 @@ func (s *Server) revokeKey(c echo.Context) error {
 		s.authn.Forget()
 		return c.JSON(http.StatusOK, map[string]any{"key_id": id, "status": "revoked"})
 	}
-	return host.Errorf(host.CodeNotFound, "no key %s", id)
+	return host.Errorf(host.CodeNotFound, "no key %s in tenant %q", id, tenant)
 }
 
 // deadLetters is GET /v1/admin/dead-letters?cursor=&limit=.

@@ -10,17 +10,21 @@ import (
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
-// putTaskTypeBody is the body PUT /v1/admin/task-types/{name} decodes.
+// putTaskTypeBody is the body PUT /v1/admin/task-types/{name} decodes: a
+// task type, with the read-only fields of its answer (created_at,
+// updated_at, retry_policy, paused) allowed only as GET shows them
+// (read_only_field otherwise).
 type putTaskTypeBody struct {
 	host.TaskType
 	RetryPolicy json.RawMessage `json:"retry_policy"`
+	Paused      json.RawMessage `json:"paused"`
 }
 
 // The operator API's operations and the gate's own routes in the OpenAPI
 // document.
 func init() {
 	admins := []string{"admin"}
-	tenant := []openapi.Param{{Name: "tenant", Description: "another tenant (operators: admins of the default tenant)"}}
+	tenant := []openapi.Param{{Name: "tenant", Description: "the tenant the call acts on, else the key's own; only admins of the default tenant may name another. A tenant in a body never chooses it: one that differs is 400 tenant_mismatch"}}
 	str := openapi.Schema{"type": "string"}
 	typeView := openapi.Ref(TaskTypeView{})
 	openapi.Add(
@@ -55,7 +59,7 @@ func init() {
 		openapi.Op{Method: "POST", Path: "/v1/admin/task-types/:name/resume", Tag: "task types", Roles: admins, Strict: true, Query: tenant,
 			Summary: "Resume a task type's leasing", Responses: map[int]any{200: PauseResponse{}}},
 
-		openapi.Op{Method: "POST", Path: "/v1/admin/keys", Tag: "keys", Roles: admins, Strict: true, Body: auth.NewKeyRequest{}, BodyRequired: true,
+		openapi.Op{Method: "POST", Path: "/v1/admin/keys", Tag: "keys", Roles: admins, Strict: true, Query: tenant, Body: auth.NewKeyRequest{}, BodyRequired: true,
 			Summary: "Create an API key (the secret is shown once)", Responses: map[int]any{201: auth.CreatedKey{}}},
 		openapi.Op{Method: "GET", Path: "/v1/admin/keys", Tag: "keys", Roles: admins, Query: tenant, Summary: "List API keys (never their secrets)",
 			Responses: map[int]any{200: openapi.Schema{"type": "object", "required": []string{"keys"},

@@ -374,7 +374,7 @@ func TestARevokedKeyEndsItsSessions(t *testing.T) {
 	br := newBrowser(t, b.ts)
 	br.signIn(b.acme)
 	keys := b.api(t, "GET", "/v1/admin/keys?tenant=acme", b.admin, nil)["keys"].([]any)
-	b.api(t, "DELETE", "/v1/admin/keys/"+keys[0].(map[string]any)["key_id"].(string), b.admin, nil)
+	b.api(t, "DELETE", "/v1/admin/keys/"+keys[0].(map[string]any)["key_id"].(string)+"?tenant=acme", b.admin, nil)
 	if res, _ := br.get("/ui/"); res.StatusCode != http.StatusSeeOther {
 		t.Fatalf("a session of a revoked key still opens pages: %d", res.StatusCode)
 	}
