@@ -3,6 +3,7 @@ package host
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -228,4 +229,19 @@ func splitComma(s string) []string {
 		}
 	}
 	return out
+}
+
+// TestTaskTypeDescriptionLimit: Normalize takes a description of
+// MaxTaskTypeDescription characters (counted as characters, not bytes) and
+// refuses a longer one with invalid_task_type.
+func TestTaskTypeDescriptionLimit(t *testing.T) {
+	tt := NewTaskType("d")
+	tt.Description = strings.Repeat("é", MaxTaskTypeDescription)
+	if err := tt.Normalize(); err != nil {
+		t.Fatalf("a description of %d characters: %v", MaxTaskTypeDescription, err)
+	}
+	tt.Description += "x"
+	if err := tt.Normalize(); !IsCode(err, CodeInvalidTaskType) {
+		t.Fatalf("a description of %d characters: %v, want %s", MaxTaskTypeDescription+1, err, CodeInvalidTaskType)
+	}
 }
