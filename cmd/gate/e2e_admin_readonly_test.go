@@ -23,6 +23,7 @@ func TestE2EPutTaskTypeReadOnlyFields(t *testing.T) {
 			want(t, call(t, "PUT", u, g.Admin, forged), 400, "read_only_field")
 			want(t, call(t, "PUT", u, g.Admin, map[string]any{"retry_policy": "nope"}), 400, "read_only_field")
 			want(t, call(t, "GET", u, g.Admin, nil), 404, "not_found")
+			want(t, call(t, "PATCH", u, g.Admin, forged), 404, "not_found")
 
 			want(t, call(t, "PUT", u, g.Admin, map[string]any{"description": "first"}), 200, "")
 			got := call(t, "GET", u, g.Admin, nil)

@@ -79,7 +79,7 @@ func (s *Server) putTaskType(c echo.Context) error {
 	tt.Tenant = tenant
 	if err := s.checkReadOnly(c, tenant, name, map[string]json.RawMessage{
 		"created_at": body.CreatedAt, "updated_at": body.UpdatedAt, "retry_policy": body.RetryPolicy, "paused": body.Paused,
-	}); err != nil {
+	}, false); err != nil {
 		return err
 	}
 	out, err := s.eng.PutTaskType(c.Request().Context(), tt)
@@ -98,8 +98,9 @@ var readOnlyFields = []string{"created_at", "updated_at", "retry_policy", "pause
 // value is not the one the stored type's answer shows: any value for a
 // type not registered yet, a paused of a type that is not paused, a
 // retry_policy that is not the one in effect. Equal values pass, so a GET
-// answer round-trips; they are dropped either way, never stored.
-func (s *Server) checkReadOnly(c echo.Context, tenant, name string, given map[string]json.RawMessage) error {
+// answer round-trips; they are dropped either way, never stored. With
+// mustExist (PATCH) a type not registered is not_found, as without them.
+func (s *Server) checkReadOnly(c echo.Context, tenant, name string, given map[string]json.RawMessage, mustExist bool) error {
 	var cur map[string]json.RawMessage
 	for _, f := range readOnlyFields {
 		v := bytes.TrimSpace(given[f])
@@ -108,7 +109,7 @@ func (s *Server) checkReadOnly(c echo.Context, tenant, name string, given map[st
 		}
 		if cur == nil {
 			tt, err := s.eng.GetTaskType(c.Request().Context(), tenant, name)
-			if host.IsCode(err, host.CodeNotFound) {
+			if host.IsCode(err, host.CodeNotFound) && !mustExist {
 				return host.Errorf(host.CodeReadOnlyField, "%s is read-only and task type %q is not registered yet: leave %s out of the body", f, name, f)
 			}
 			if err != nil {
@@ -229,7 +230,7 @@ func (s *Server) patchTaskType(c echo.Context) error {
 			delete(p, f)
 		}
 	}
-	if err := s.checkReadOnly(c, tenant, name, given); err != nil {
+	if err := s.checkReadOnly(c, tenant, name, given, true); err != nil {
 		return err
 	}
 	patch, err := json.Marshal(p)
