@@ -28,8 +28,8 @@ func init() {
 		openapi.Op{Method: "GET", Path: "/v1/tasks", Tag: "tasks", Roles: anyKey,
 			Summary: "List the tasks the caller may see, oldest first",
 			Query: append([]openapi.Param{
-				{Name: "status", Description: "comma-separated states"},
-				{Name: "task_type", Description: "comma-separated task types"},
+				{Name: "status", List: true, Description: "states, comma-separated or repeated"},
+				{Name: "task_type", List: true, Description: "task types, comma-separated or repeated"},
 				{Name: "recipient_ai"},
 				{Name: "tenant", Description: "must be the key's tenant when given"},
 			}, page...),

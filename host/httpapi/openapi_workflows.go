@@ -20,7 +20,7 @@ func init() {
 		openapi.Op{Method: "GET", Path: "/v1/workflows", Tag: "workflows", Roles: agents,
 			Summary: "List the caller's workflows (an admin's: the tenant's), newest first",
 			Query: []openapi.Param{
-				{Name: "status", Description: "comma-separated states: running, succeeded, failed, canceled, archived"},
+				{Name: "status", List: true, Description: "states, comma-separated or repeated: running, succeeded, failed, canceled, archived"},
 				{Name: "cursor", Description: "the cursor of the previous page"},
 				{Name: "limit", Type: "integer", Description: "page size (0: the default)"},
 			},

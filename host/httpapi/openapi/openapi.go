@@ -67,13 +67,19 @@ type Op struct {
 	Responses map[int]any
 }
 
-// Param is a query parameter.
+// Param is a query parameter. The HTTP door refuses a query parameter its
+// operation does not declare, and a declared one given more than once
+// unless it is a List: the operations' Query is what the gate takes, not
+// only what the document says.
 type Param struct {
 	Name        string
 	Type        string // string (default), integer, number, boolean
 	Description string
 	Required    bool
 	Enum        []string
+	// List parameters hold comma-separated values and may be repeated
+	// (status=a,b&status=c); the others take one value.
+	List bool
 }
 
 // Schema is a JSON Schema written by hand (may $ref "#/components/schemas/X"
@@ -161,19 +167,36 @@ func Add(o ...Op) {
 	mu.Lock()
 	defer mu.Unlock()
 	ops = append(ops, o...)
+	index = nil
+}
+
+// index finds a registered operation by "METHOD /openapi/path"; built on
+// the first Lookup after an Add.
+var index map[string]int
+
+// Lookup is the registered operation method path (echo or OpenAPI syntax),
+// and whether there is one. The HTTP door calls it on every request.
+func Lookup(method, path string) (Op, bool) {
+	mu.Lock()
+	defer mu.Unlock()
+	if index == nil {
+		index = make(map[string]int, len(ops))
+		for i, o := range ops {
+			index[strings.ToUpper(o.Method)+" "+OpenAPIPath(o.Path)] = i
+		}
+	}
+	i, ok := index[strings.ToUpper(method)+" "+OpenAPIPath(path)]
+	if !ok {
+		return Op{}, false
+	}
+	return ops[i], true
 }
 
 // QueryOf is the query parameters the registered operation method path
 // (echo or OpenAPI syntax) declares, and whether there is one.
 func QueryOf(method, path string) ([]Param, bool) {
-	mu.Lock()
-	defer mu.Unlock()
-	for _, o := range ops {
-		if strings.EqualFold(o.Method, method) && OpenAPIPath(o.Path) == OpenAPIPath(path) {
-			return o.Query, true
-		}
-	}
-	return nil, false
+	o, ok := Lookup(method, path)
+	return o.Query, ok
 }
 
 // OpenAPIPath turns an echo path ("/v1/tasks/:id") into OpenAPI syntax.
@@ -332,6 +355,11 @@ func (g *gen) operation(o Op, path string) (map[string]any, error) {
 			s["enum"] = q.Enum
 		}
 		p := map[string]any{"name": q.Name, "in": "query", "schema": s}
+		if q.List {
+			// Repeated (form, exploded); each value may also be a comma list.
+			p["schema"] = Schema{"type": "array", "items": s}
+			p["style"], p["explode"] = "form", true
+		}
 		if q.Required {
 			p["required"] = true
 		}

@@ -129,3 +129,35 @@ func TestFieldEnumNarrowsOneField(t *testing.T) {
 		}()
 	}
 }
+
+// TestLookupAndListParams: Lookup finds an operation by method and either
+// path syntax, again after a later Add; a List parameter is documented as
+// a repeated (form, exploded) array of its type, the others as one value.
+func TestLookupAndListParams(t *testing.T) {
+	Add(Op{Method: "GET", Path: "/zz-lookup/:id", Query: []Param{{Name: "status", List: true}, {Name: "limit", Type: "integer"}}})
+	for _, p := range []string{"/zz-lookup/:id", "/zz-lookup/{id}"} {
+		if o, ok := Lookup("get", p); !ok || len(o.Query) != 2 || !o.Query[0].List {
+			t.Errorf("Lookup(get, %s) = %+v, %v", p, o, ok)
+		}
+	}
+	if _, ok := Lookup("POST", "/zz-lookup/:id"); ok {
+		t.Error("Lookup found POST of a GET-only path")
+	}
+	Add(Op{Method: "POST", Path: "/zz-lookup/:id"})
+	if _, ok := Lookup("POST", "/zz-lookup/{id}"); !ok {
+		t.Error("Lookup missed an operation added after the first lookup")
+	}
+	g := newGen()
+	op, err := g.operation(Op{Method: "GET", Path: "/zz", Query: []Param{{Name: "status", List: true}, {Name: "limit", Type: "integer"}}}, "/zz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := op["parameters"].([]any)
+	list, one := ps[0].(map[string]any), ps[1].(map[string]any)
+	if !reflect.DeepEqual(list["schema"], Schema{"type": "array", "items": Schema{"type": "string"}}) || list["explode"] != true || list["style"] != "form" {
+		t.Errorf("list parameter %v", list)
+	}
+	if !reflect.DeepEqual(one["schema"], Schema{"type": "integer", "minimum": 0}) || one["explode"] != nil {
+		t.Errorf("single parameter %v", one)
+	}
+}
