@@ -34,6 +34,9 @@ func authMiddleware(a *auth.Authenticator) echo.MiddlewareFunc {
 			c.Set(ctxKeyActor, actor)
 			ctx := auth.WithKeyHash(auth.WithActor(c.Request().Context(), actor), keyHash)
 			c.SetRequest(c.Request().WithContext(ctx))
+			if err := checkQuery(c); err != nil { // after the key: a caller without one is told 401 first
+				return err
+			}
 			return next(c)
 		}
 	}

@@ -2,15 +2,12 @@ package httpapi
 
 import (
 	"net/http"
-	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/asyncgate/asyncgate/host/api"
 	"github.com/asyncgate/asyncgate/host/engine"
-	"github.com/asyncgate/asyncgate/host/httpapi/openapi"
 )
 
 // deliveryRoutes registers the delivery API (issue 13): the session
@@ -19,12 +16,10 @@ func (s *Server) deliveryRoutes(auth echo.MiddlewareFunc) {
 	// An agent's (or an admin's), as the MCP door's inbox tools are.
 	agents := requireRole(engine.RoleAgent, engine.RoleAdmin)
 	v1 := s.e.Group("/v1", auth)
-	// Their query is what the operations declare: a parameter they do not
-	// take (an obligations route's principal=) is refused, not ignored.
-	v1.GET("/session/bootstrap", s.sessionBootstrap, agents,
-		declaredQuery(http.MethodGet, "/v1/session/bootstrap", "it is always the caller's own"))
-	v1.GET("/inbox", s.inbox, agents,
-		declaredQuery(http.MethodGet, "/v1/inbox", "recipient names another principal's inbox, for admins"))
+	// Their query is what the operations declare, as every route's
+	// (checkQuery): the obligations routes' principal= is refused here.
+	v1.GET("/session/bootstrap", s.sessionBootstrap, agents)
+	v1.GET("/inbox", s.inbox, agents)
 	v1.POST("/inbox/mark-read", s.markRead, agents)
 	v1.POST("/tasks/:id/store-in-memory", s.storeInMemory, requireRole(engine.RoleAgent, engine.RoleAdmin))
 	// Gate-wide: operators only (requireOperator).
@@ -162,43 +157,4 @@ func (s *Server) markRead(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, res)
-}
-
-// declaredQuery refuses, with 400 bad_request, a request to the operation
-// method path whose query has a parameter the operation does not declare
-// (openapi.Op.Query): a misspelt or foreign parameter, such as principal=
-// on a route that takes recipient=, would otherwise be ignored and the
-// caller answered as if it had not asked. The detail names the parameter
-// and those the route takes, then note (what its principal is).
-func declaredQuery(method, path, note string) echo.MiddlewareFunc {
-	params, ok := openapi.QueryOf(method, path)
-	if !ok {
-		panic("httpapi: no OpenAPI operation " + method + " " + path)
-	}
-	var names []string
-	for _, p := range params {
-		names = append(names, p.Name)
-	}
-	takes := "no query parameters"
-	if len(names) > 0 {
-		takes = "only " + strings.Join(names, ", ")
-	}
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			var unknown []string
-			for k := range c.QueryParams() {
-				if k != "tenant" && !slices.Contains(names, k) { // tenant: every route's, checked by authMiddleware
-					unknown = append(unknown, k)
-				}
-			}
-			if len(unknown) > 0 {
-				k := slices.Min(unknown)
-				if len(k) > 64 { // the caller's, and may be anything
-					k = k[:64] + "…"
-				}
-				return badRequest("%s %s takes no query parameter %q; it takes %s (%s)", method, path, k, takes, note)
-			}
-			return next(c)
-		}
-	}
 }

@@ -109,7 +109,6 @@ func TestGateWideDeliveryRoutesAreOperatorsOnly(t *testing.T) {
 	}
 	routes := []struct{ method, path, body string }{
 		{http.MethodGet, "/v1/admin/outbox", ""},
-		{http.MethodGet, "/v1/admin/outbox?tenant=globex", ""},
 		{http.MethodPost, "/v1/admin/outbox/retry", `{}`},
 		{http.MethodPost, "/v1/admin/retention/sweep", ""},
 	}
@@ -121,6 +120,13 @@ func TestGateWideDeliveryRoutesAreOperatorsOnly(t *testing.T) {
 		}
 		if c, m := b.do(t, r.method, r.path, b.admin, r.body); c != 200 {
 			t.Errorf("%s %s by an operator = %d %v, want 200", r.method, r.path, c, m)
+		}
+	}
+	// They act on every tenant: ?tenant= names none of them, and is refused
+	// (checkQuery), not ignored, whoever sends it.
+	for _, key := range []string{ck.APIKey, b.admin} {
+		if c, m := b.do(t, http.MethodGet, "/v1/admin/outbox?tenant=globex", key, ""); c != 400 || m["error"] != "bad_request" || !strings.Contains(m["detail"].(string), `"tenant"`) {
+			t.Errorf("GET /v1/admin/outbox?tenant=globex = %d %v, want 400 bad_request naming tenant", c, m)
 		}
 	}
 }

@@ -24,7 +24,7 @@ func (s *Server) openAPIRoutes() {
 			return host.WrapError(host.CodeInternal, err, "building the OpenAPI document: "+err.Error())
 		}
 		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, doc)
-	})
+	}, keyless)
 }
 
 // RouteDocDiff compares the routes registered on the server (every door's)

@@ -122,7 +122,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler
 	e.JSONSerializer = rawJSONSerializer{}
-	e.Use(s.recoverer, s.storeTimeout, s.bodyLimit, refuseNUL, traceRequest)
+	e.Use(s.recoverer, s.storeTimeout, s.bodyLimit, refuseNUL, refuseBadURL, traceRequest)
 	if s.metrics != nil {
 		e.Use(s.metrics.middleware)
 		s.metrics.watch(s.eng, s.st)
@@ -277,11 +277,11 @@ func (s *Server) routes() {
 	agents := requireRole(engine.RoleAgent, engine.RoleAdmin)
 	admins := requireRole(engine.RoleAdmin)
 
-	e.GET("/healthz", s.healthz)
-	e.GET("/readyz", s.readyz)
+	e.GET("/healthz", s.healthz, keyless)
+	e.GET("/readyz", s.readyz, keyless)
 	if s.metrics != nil {
 		if s.cfg.MetricsPublic {
-			e.GET("/metrics", s.metrics.handler(true))
+			e.GET("/metrics", s.metrics.handler(true), keyless)
 		} else {
 			e.GET("/metrics", s.metrics.handler(false), auth, admins)
 		}
