@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -167,29 +168,46 @@ func Add(o ...Op) {
 	mu.Lock()
 	defer mu.Unlock()
 	ops = append(ops, o...)
-	index = nil
+	index.Store(nil)
 }
 
-// index finds a registered operation by "METHOD /openapi/path"; built on
-// the first Lookup after an Add.
-var index map[string]int
+// index finds a registered operation by "METHOD path", the path in echo and
+// in OpenAPI syntax alike; built on the first Lookup after an Add, then read
+// without a lock.
+var index atomic.Pointer[map[string]*Op]
 
 // Lookup is the registered operation method path (echo or OpenAPI syntax),
-// and whether there is one. The HTTP door calls it on every request.
+// and whether there is one. The HTTP door calls it on every request: a map
+// read, no lock and no allocation once the method is in upper case.
 func Lookup(method, path string) (Op, bool) {
-	mu.Lock()
-	defer mu.Unlock()
-	if index == nil {
-		index = make(map[string]int, len(ops))
-		for i, o := range ops {
-			index[strings.ToUpper(o.Method)+" "+OpenAPIPath(o.Path)] = i
+	m := index.Load()
+	if m == nil {
+		m = buildIndex()
+	}
+	o, ok := (*m)[method+" "+path]
+	if !ok {
+		if o, ok = (*m)[strings.ToUpper(method)+" "+OpenAPIPath(path)]; !ok {
+			return Op{}, false
 		}
 	}
-	i, ok := index[strings.ToUpper(method)+" "+OpenAPIPath(path)]
-	if !ok {
-		return Op{}, false
+	return *o, true
+}
+
+func buildIndex() *map[string]*Op {
+	mu.Lock()
+	defer mu.Unlock()
+	if m := index.Load(); m != nil {
+		return m
 	}
-	return ops[i], true
+	m := make(map[string]*Op, 2*len(ops))
+	for i := range ops {
+		o := &ops[i]
+		method := strings.ToUpper(o.Method)
+		m[method+" "+OpenAPIPath(o.Path)] = o
+		m[method+" "+o.Path] = o
+	}
+	index.Store(&m)
+	return &m
 }
 
 // QueryOf is the query parameters the registered operation method path
