@@ -27,6 +27,7 @@ const (
 	CodeDatabaseUnavailable = "database_unavailable" // the store cannot be used (503)
 	CodeChannelError        = "channel_error"        // a result channel failed; the call may be retried (502)
 	CodeForeignPointer      = "foreign_pointer"      // a result_pointer of a channel the gate manages that it did not store for this lease (422)
+	CodeChecksumMismatch    = "checksum_mismatch"    // a result_checksum given with a payload is not the payload's sha256 (422)
 	CodeBusy                = "busy"                 // too many large result fetches at once; retry after a moment (503)
 	CodePluginTimeout       = "plugin_timeout"       // a plugin call ran past its deadline and was stopped; the detail names the plugin (504)
 	CodePluginNotReady      = "plugin_not_ready"     // a plugin the call needs is still loading at start-up; retry after Retry-After (503)
@@ -165,7 +166,7 @@ func HTTPStatus(code string) int {
 		return 413
 	case CodeUnsupportedMediaType:
 		return 415
-	case CodeNotLocatable, CodeInvalidReceipt, CodeForeignPointer:
+	case CodeNotLocatable, CodeInvalidReceipt, CodeForeignPointer, CodeChecksumMismatch:
 		return 422
 	case CodeChannelError, CodePluginFault:
 		return 502

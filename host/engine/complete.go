@@ -3,6 +3,8 @@ package engine
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"regexp"
 	"slices"
@@ -88,12 +90,23 @@ var (
 // Complete marks the leased task succeeded and writes task.completed, which
 // discharges the assignment and the acceptance. Completing the same lease again
 // returns the first outcome.
+//
+// Every check of the request itself runs before a payload is stored
+// (checkCompletion), so a refused completion leaves nothing behind in a
+// channel. A payload stored for a completion that is then refused all the
+// same (its lease was lost meanwhile) is released through its channel
+// (releaseUnrecorded); one whose write may have committed is kept.
 func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteResult, error) {
+	if err := e.checkCompletion(&req); err != nil {
+		return nil, err
+	}
+	var storedFor string // the task whose payload this call stored, if any
 	if len(req.Payload) > 0 {
 		// The payload is stored only for a live lease. A repeat of a
 		// completion that already committed finds the lease gone: it is
 		// answered with the first outcome before anything is stored.
-		if err := e.storePayload(ctx, &req); err != nil {
+		id, err := e.storePayload(ctx, &req)
+		if err != nil {
 			if host.IsCode(err, host.CodeLeaseExpired) {
 				if dup := e.completeDuplicate(ctx, req); dup != nil {
 					return dup, nil
@@ -101,38 +114,108 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 			}
 			return nil, err
 		}
-	} else if err := e.checkWorkerPointer(req.Result); err != nil {
-		return nil, err
+		storedFor = id
 	}
 	res := req.Result
 	res.FromWorker = len(req.Payload) == 0 && res.Pointer != ""
-	if !res.Locatable() {
-		return nil, host.Errorf(host.CodeNotLocatable, "a success must be locatable: give result_pointer, artifacts or delivery_proof (or a payload to store)")
+	out, err := e.complete(ctx, req, res)
+	if storedFor != "" && (err != nil || out.Duplicate) {
+		// Not recorded: the lease was lost while the payload was stored, the
+		// store failed, or a concurrent repeat of this completion recorded
+		// its own payload first.
+		e.releaseUnrecorded(ctx, req.WorkerCall, storedFor, res, err)
+	}
+	return out, err
+}
+
+// checkCompletion refuses a completion whose fields are bad or contradict
+// each other, before anything is stored: a refusal it can decide must never
+// leave a payload behind in a channel. It compacts metadata and
+// delivery_proof in place.
+func (e *Engine) checkCompletion(req *CompleteRequest) error {
+	res := &req.Result
+	stored := len(req.Payload) > 0
+	if stored {
+		if res.Pointer != "" {
+			return host.Errorf(host.CodeBadRequest, "give result (or result_base64) or result_pointer, not both: the gate records the pointer of the payload it stores")
+		}
+	} else {
+		if err := e.checkWorkerPointer(*res); err != nil {
+			return err
+		}
+		if !res.Locatable() {
+			return host.Errorf(host.CodeNotLocatable, "a success must be locatable: give result_pointer, artifacts or delivery_proof (or a payload to store)")
+		}
 	}
 	if len(res.Artifacts) > host.MaxArtifacts {
-		return nil, host.Errorf(host.CodeTooLarge, "%d artifacts, the limit is %d. %s", len(res.Artifacts), host.MaxArtifacts, host.ContractsNotChat)
+		return host.Errorf(host.CodeTooLarge, "%d artifacts, the limit is %d. %s", len(res.Artifacts), host.MaxArtifacts, host.ContractsNotChat)
 	}
-	if len(res.Pointer) > 8192 || len(res.Checksum) > 200 || len(res.Summary) > 8192 {
-		return nil, host.Errorf(host.CodeTooLarge, "result_pointer, result_checksum or summary is too long")
+	for i, a := range res.Artifacts {
+		if strings.TrimSpace(a.Type) == "" {
+			return host.Errorf(host.CodeBadRequest, "artifacts[%d].type is required: say what the artifact is (file, url, record, …)", i)
+		}
+	}
+	for _, f := range []struct {
+		name  string
+		value string
+		max   int
+	}{{"result_pointer", res.Pointer, maxPointerBytes}, {"result_checksum", res.Checksum, maxChecksumBytes}, {"summary", res.Summary, maxSummaryBytes}} {
+		if len(f.value) > f.max {
+			return host.Errorf(host.CodeTooLarge, "%s is %d bytes, the limit is %d", f.name, len(f.value), f.max)
+		}
 	}
 	if res.Checksum != "" && !checksumPattern.MatchString(res.Checksum) {
-		return nil, host.Errorf(host.CodeBadRequest, "result_checksum must look like algorithm:hex (sha256:…)")
+		return host.Errorf(host.CodeBadRequest, "result_checksum must look like algorithm:hex (sha256:…)")
+	}
+	if stored && res.Checksum != "" {
+		if err := checkPayloadChecksum(res.Checksum, req.Payload); err != nil {
+			return err
+		}
 	}
 	if res.Channel != "" && !channelPattern.MatchString(res.Channel) {
-		return nil, host.Errorf(host.CodeBadRequest, "result_channel must match %s", channelPattern)
+		return host.Errorf(host.CodeBadRequest, "result_channel must match %s", channelPattern)
 	}
 	if m := bytes.TrimSpace(res.Metadata); len(m) > 0 && string(m) != "null" && m[0] != '{' {
-		return nil, host.Errorf(host.CodeBadRequest, "metadata must be a JSON object")
+		return host.Errorf(host.CodeBadRequest, "metadata must be a JSON object")
 	}
 	for _, raw := range []*json.RawMessage{&res.Metadata, &res.DeliveryProof} {
 		if len(*raw) > 0 {
 			c, err := compactJSON(*raw)
 			if err != nil {
-				return nil, host.Errorf(host.CodeBadRequest, "metadata and delivery_proof must be valid JSON")
+				return host.Errorf(host.CodeBadRequest, "metadata and delivery_proof must be valid JSON")
 			}
 			*raw = c
 		}
 	}
+	return nil
+}
+
+// Limits of a completion's text fields, in bytes.
+const (
+	maxPointerBytes  = 8192
+	maxChecksumBytes = 200
+	maxSummaryBytes  = 8192
+)
+
+// checkPayloadChecksum refuses a worker's result_checksum given with a
+// payload the gate stores: the gate records the payload's sha256 itself, so
+// a checksum of another algorithm cannot be checked (bad_request) and a
+// sha256 that differs says the payload is not the one the worker meant
+// (checksum_mismatch). Neither is dropped in silence for the gate's own.
+func checkPayloadChecksum(given string, payload []byte) error {
+	algo, digest, _ := strings.Cut(given, ":")
+	if algo != "sha256" {
+		return host.Errorf(host.CodeBadRequest, "result_checksum %.40q uses %s: with result or result_base64 the gate computes the payload's sha256 itself; give sha256:<64 hex digits> or leave result_checksum out", given, algo)
+	}
+	sum := sha256.Sum256(payload)
+	if have := hex.EncodeToString(sum[:]); !strings.EqualFold(digest, have) {
+		return host.Errorf(host.CodeChecksumMismatch, "result_checksum %.80q does not match the payload the gate received (sha256:%s): the payload was altered or the checksum is of something else", given, have)
+	}
+	return nil
+}
+
+// complete records the success res under req's lease.
+func (e *Engine) complete(ctx context.Context, req CompleteRequest, res host.Result) (*CompleteResult, error) {
 	now := e.now()
 	out := &CompleteResult{}
 	var leasedAt time.Time

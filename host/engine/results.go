@@ -337,10 +337,12 @@ func pointerChannel(res *host.Result) string {
 
 // storePayload stores a completion's inline payload through a result channel:
 // the one the worker named, else the task type's default, else by size (inline
-// when it fits, file otherwise). It records pointer and sha256 checksum.
-func (e *Engine) storePayload(ctx context.Context, req *CompleteRequest) error {
+// when it fits, file otherwise). It records pointer and sha256 checksum, and
+// returns the id of the task it stored the payload for. Nothing is stored
+// unless every check it makes passes.
+func (e *Engine) storePayload(ctx context.Context, req *CompleteRequest) (string, error) {
 	if e.cfg.Plugins == nil {
-		return host.Errorf(host.CodeBadRequest, "this gate has no result channels; complete with a result_pointer")
+		return "", host.Errorf(host.CodeBadRequest, "this gate has no result channels; complete with a result_pointer")
 	}
 	var t *host.Task
 	err := e.view(ctx, func(r store.Reader) error {
@@ -349,14 +351,14 @@ func (e *Engine) storePayload(ctx context.Context, req *CompleteRequest) error {
 		return err
 	})
 	if err != nil {
-		return err
+		return "", err
 	}
 	ct, err := e.types.get(ctx, t.Tenant, t.Type)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if ct.tt.MaxPayloadBytes > 0 && int64(len(req.Payload)) > ct.tt.MaxPayloadBytes {
-		return host.Errorf(host.CodeTooLarge, "result payload is %d bytes, task type %s allows %d", len(req.Payload), t.Type, ct.tt.MaxPayloadBytes)
+		return "", host.Errorf(host.CodeTooLarge, "result payload is %d bytes, task type %s allows %d", len(req.Payload), t.Type, ct.tt.MaxPayloadBytes)
 	}
 	name := req.Result.Channel
 	if name == "" {
@@ -365,9 +367,9 @@ func (e *Engine) storePayload(ctx context.Context, req *CompleteRequest) error {
 	ch, err := e.cfg.Plugins.Channel(name)
 	if err != nil {
 		if host.IsCode(err, host.CodeNotFound) {
-			return host.Errorf(host.CodeBadRequest, "no result channel named %q", name)
+			return "", host.Errorf(host.CodeBadRequest, "no result channel named %q", name)
 		}
-		return err
+		return "", err
 	}
 	if caps, err := ch.Capabilities(ctx); err == nil && caps.MaxSizeBytes > 0 && int64(len(req.Payload)) > caps.MaxSizeBytes && req.Result.Channel == "" {
 		// Auto-route by size: the default channel cannot hold it; use the file channel.
@@ -384,9 +386,9 @@ func (e *Engine) storePayload(ctx context.Context, req *CompleteRequest) error {
 	}
 	if err != nil {
 		if host.ErrorCode(err) == host.CodeInternal {
-			return host.WrapError(host.CodeChannelError, err, "result channel "+name+" failed to store the payload: "+err.Error())
+			return "", host.WrapError(host.CodeChannelError, err, "result channel "+name+" failed to store the payload: "+err.Error())
 		}
-		return err
+		return "", err
 	}
 	sum := sha256.Sum256(req.Payload)
 	req.Result.Channel, req.Result.Pointer = name, ptr
@@ -394,7 +396,67 @@ func (e *Engine) storePayload(ctx context.Context, req *CompleteRequest) error {
 	if len(proof) > 0 && string(proof) != "null" && len(req.Result.DeliveryProof) == 0 {
 		req.Result.DeliveryProof = proof
 	}
-	return nil
+	return t.ID, nil
+}
+
+// releaseUnrecorded releases, through its channel, a payload this
+// completion stored for task taskID that no committed row records: the
+// completion was refused after storing it (cause, its lease lost to an
+// expiry or a concurrent change), or a concurrent repeat of it recorded its
+// own payload first (cause nil). Best effort: a failure is logged, and
+// nothing is released that a row may point to:
+//
+//   - cause is not a refusal decided before the commit (a store failure, a
+//     canceled call): the write may have committed with this very pointer,
+//     so the payload stays (a retry of the completion stores it again to
+//     the same place, or hears the first outcome);
+//   - the task now records a result in the same channel: a channel's ack may
+//     release more than one object (the file channel removes the task's
+//     folder), so the result's archive releases it with the rest;
+//   - the task is leased under another lease: its holder may be storing
+//     into the same place now;
+//   - the task cannot be read.
+func (e *Engine) releaseUnrecorded(ctx context.Context, call WorkerCall, taskID string, res host.Result, cause error) {
+	if res.Pointer == "" || e.cfg.Plugins == nil {
+		return
+	}
+	name := pointerChannel(&res)
+	if name == "" || name == "inline" {
+		return // nothing stored outside the pointer itself
+	}
+	log := e.log.With("task_id", taskID, "lease_id", call.LeaseID, "channel", name, "result_pointer", res.Pointer)
+	if cause != nil {
+		if s := host.HTTPStatus(host.ErrorCode(cause)); s < 400 || s >= 500 {
+			log.Warn("complete: a payload stored for a completion whose write may have committed is kept", "err", cause)
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	var t *host.Task
+	if err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		t, err = r.GetTask(ctx, call.Tenant, taskID)
+		return err
+	}); err != nil {
+		log.Warn("complete: a payload stored for a refused completion is kept: its task could not be read", "err", err)
+		return
+	}
+	if t.Result != nil && pointerChannel(t.Result) == name {
+		return // released with the recorded result when it is archived
+	}
+	if t.State == host.StateLeased && t.LeaseID != call.LeaseID {
+		return // another lease's holder may be storing into the same place
+	}
+	ch, err := e.cfg.Plugins.Channel(name)
+	if err == nil {
+		err = ch.Ack(ctx, res.Pointer)
+	}
+	if err != nil {
+		log.Warn("complete: the channel did not release a payload stored for a refused completion", "err", err)
+		return
+	}
+	log.Info("complete: released a payload stored for a completion that was not recorded", "cause", cause)
 }
 
 // ProofChannel is a channel whose Put can also prove delivery (push channels):

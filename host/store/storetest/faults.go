@@ -31,6 +31,12 @@ func RunFaults(t *testing.T, open Opener) {
 			})
 		}
 	}
+	for _, step := range []faultstore.Step{faultstore.Begin, faultstore.Commit, faultstore.Ambiguous} {
+		t.Run("CompletePayload/"+string(step), func(t *testing.T) {
+			t.Parallel()
+			testCompletePayloadAmbiguousCommit(t, wrap, step)
+		})
+	}
 	t.Run("LeaseAnswerLost", func(t *testing.T) {
 		t.Parallel()
 		testLeaseAnswerLost(t, Setup(t, wrap))

@@ -76,9 +76,11 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"ProbeReadsAndCommits", testProbe},                          // probe.go
 		{"UpdatesFailingAloneAreNoRefusedCommit", testRefusedCommit}, // probe.go
 		{"ResourceLeaseUpdateIsFenced", testResourceLeaseUpdateIsFenced},
-		{"AttemptsHistory", testAttemptsHistory},             // attempts.go
-		{"CancelRecordsWhoAsked", testCancelRecordsWhoAsked}, // cancelask.go
-		{"EnqueueKeepsTraceContext", testTraceContext},       // tracecontext.go
+		{"AttemptsHistory", testAttemptsHistory},                             // attempts.go
+		{"CancelRecordsWhoAsked", testCancelRecordsWhoAsked},                 // cancelask.go
+		{"EnqueueKeepsTraceContext", testTraceContext},                       // tracecontext.go
+		{"CompleteRefusalStoresNothing", testCompleteRefusalStoresNothing},   // completepayload.go
+		{"CompleteLeaseLostWhileStoring", testCompleteLeaseLostWhileStoring}, // completepayload.go
 	}
 	cases = append(cases, dependencyCases()...) // dependencies.go
 	cases = append(cases, workflowCases()...)   // workflows.go
