@@ -233,7 +233,7 @@ type Result struct {
 
 // Artifact is one locatable piece of a result.
 type Artifact struct {
-	Type string          `json:"type"`
+	Type string          `json:"type" openapi:"required" doc:"What the artifact is (s3, file, url, record, …); a completion refuses an empty one."`
 	URL  string          `json:"url,omitempty"`
 	Ref  json.RawMessage `json:"ref,omitempty"`
 }

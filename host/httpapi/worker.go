@@ -232,15 +232,15 @@ type CompleteBody struct {
 	WorkerID       string          `json:"worker_id,omitempty"`
 	TaskID         string          `json:"task_id,omitempty"`
 	RunID          string          `json:"run_id,omitempty"`
-	Summary        string          `json:"summary,omitempty"`
+	Summary        string          `json:"summary,omitempty" doc:"At most 8192 bytes (413 too_large naming summary)."`
 	ResultChannel  string          `json:"result_channel,omitempty"`
-	ResultPointer  string          `json:"result_pointer,omitempty"`
-	ResultChecksum string          `json:"result_checksum,omitempty"`
+	ResultPointer  string          `json:"result_pointer,omitempty" doc:"Where the worker stored the result (at most 8192 bytes). Not with result or result_base64: the gate records the pointer of a payload it stores (400)."`
+	ResultChecksum string          `json:"result_checksum,omitempty" doc:"algorithm:hex, at most 200 bytes. With result or result_base64 it must be sha256 (else 400) and the payload's own (else 422 checksum_mismatch); the gate records its own."`
 	Metadata       json.RawMessage `json:"metadata,omitempty"`
 	Artifacts      []host.Artifact `json:"artifacts,omitempty"`
 	DeliveryProof  json.RawMessage `json:"delivery_proof,omitempty"`
-	Result         json.RawMessage `json:"result,omitempty"`
-	ResultBase64   *string         `json:"result_base64,omitempty"`
+	Result         json.RawMessage `json:"result,omitempty" doc:"The result itself, any JSON value, stored by the gate through a result channel. Every other field is checked before it is stored."`
+	ResultBase64   *string         `json:"result_base64,omitempty" doc:"The result as standard base64 bytes; not with result."`
 }
 
 func (s *Server) doComplete(c echo.Context, leaseID string, b CompleteBody) (*api.CompleteResponse, error) {
