@@ -59,6 +59,28 @@ func TestE2EDoorRefusesPathsAndQueriesThatAreNotText(t *testing.T) {
 				}
 			}
 			want(t, call(t, "GET", g.URL+"/v1/tasks/%C3%A9", agent, nil), 404, "not_found")
+
+			// Two Authorization headers are refused, whichever is valid:
+			// a proxy checking one and the gate acting on the other would
+			// disagree on who calls.
+			other := g.newKey(t, "agent", "agent.b", "")
+			for _, pair := range [][2]string{{agent, other}, {agent, "Bearer nope"}, {"Bearer nope", agent}} {
+				req, err := http.NewRequest("GET", g.URL+"/v1/tasks/"+id, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Add("Authorization", "Bearer "+strings.TrimPrefix(pair[0], "Bearer "))
+				req.Header.Add("Authorization", "Bearer "+strings.TrimPrefix(pair[1], "Bearer "))
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				if res.StatusCode != 400 || !strings.Contains(string(body), "2 Authorization headers") {
+					t.Errorf("two Authorization headers: %d %s", res.StatusCode, body)
+				}
+			}
 		})
 	}
 }

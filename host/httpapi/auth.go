@@ -16,6 +16,12 @@ import (
 func authMiddleware(a *auth.Authenticator) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
+			// One credential a request: with two Authorization headers a
+			// proxy that checks one and the gate that acts on the other
+			// would disagree on who is calling.
+			if n := len(c.Request().Header.Values(echo.HeaderAuthorization)); n > 1 {
+				return badRequest("the request has %d Authorization headers; send one", n)
+			}
 			bearer := c.Request().Header.Get(echo.HeaderAuthorization)
 			path := c.Request().URL.Path
 			actor, keyHash, err := a.AuthenticateRequest(c.Request().Context(), path, bearer)
