@@ -225,7 +225,9 @@ func classify(err error) (string, string) {
 		// chain holds.
 		return he.Code, he.Detail
 	case errors.Is(err, context.DeadlineExceeded):
-		return host.CodeDatabaseUnavailable, "the request timed out"
+		// The request's own deadline passed before the store's bound: an
+		// update may have been sent, so neither "not made" nor "made".
+		return host.CodeDatabaseUnavailable, "the request timed out before the store answered: if it asked for a change, its outcome is unknown (it may still commit); read it back, or retry the same call"
 	}
 	if he != nil {
 		return he.Code, he.Detail

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -103,6 +104,20 @@ func TestOutcomeUnknownAdvice(t *testing.T) {
 		}
 		if c.want == "same lease id" && strings.Contains(d, "idempotency") {
 			t.Fatalf("%s: %q advises an idempotency key the call does not have", c.name, d)
+		}
+	}
+}
+
+// TestRequestDeadlineSaysOutcomeUnknown: a request whose own deadline passed
+// before the store answered (a raw context deadline in the chain, not the
+// store's named bound) is database_unavailable saying the outcome of a
+// change is unknown: the update may have been sent, so "timed out" alone
+// would leave the caller guessing whether to retry.
+func TestRequestDeadlineSaysOutcomeUnknown(t *testing.T) {
+	for _, err := range []error{context.DeadlineExceeded, fmt.Errorf("enqueue: %w", context.DeadlineExceeded)} {
+		code, detail := classify(err)
+		if code != "database_unavailable" || !strings.Contains(detail, "outcome is unknown") {
+			t.Errorf("%v: %s %q", err, code, detail)
 		}
 	}
 }

@@ -313,7 +313,7 @@ func toolError(err error) *mcp.CallToolResult {
 		// The store's own account (a timeout it names, an update whose
 		// outcome is unknown) says more than "timed out".
 	case errors.Is(err, context.DeadlineExceeded):
-		code, detail = host.CodeDatabaseUnavailable, "the request timed out; try again"
+		code, detail = host.CodeDatabaseUnavailable, "the request timed out before the store answered: if it asked for a change, its outcome is unknown (it may still commit); read it back, or retry the same call"
 	case code == host.CodeInternal:
 		detail = "an internal error occurred; it was logged"
 	}
