@@ -413,9 +413,16 @@ func (e *Engine) storePayload(ctx context.Context, req *CompleteRequest) (string
 //   - the task now records a result in the same channel: a channel's ack may
 //     release more than one object (the file channel removes the task's
 //     folder), so the result's archive releases it with the rest;
-//   - the task is leased under another lease: its holder may be storing
-//     into the same place now;
+//   - the task may still be attempted (queued, scheduled, waiting, leased
+//     under this lease or another, dead-lettered and so redrivable): its
+//     next holder may store into the same place (the file channel's ack
+//     removes the task's folder; an http channel's address is the task's),
+//     and between this read and the ack nothing holds it back;
 //   - the task cannot be read.
+//
+// A payload kept this way stays until the task's result is archived in
+// that channel, and for a task that never succeeds there, for good (a
+// channel has no call that releases one object alone).
 func (e *Engine) releaseUnrecorded(ctx context.Context, call WorkerCall, taskID string, res host.Result, cause error) {
 	if res.Pointer == "" || e.cfg.Plugins == nil {
 		return
@@ -445,8 +452,11 @@ func (e *Engine) releaseUnrecorded(ctx context.Context, call WorkerCall, taskID 
 	if t.Result != nil && pointerChannel(t.Result) == name {
 		return // released with the recorded result when it is archived
 	}
-	if t.State == host.StateLeased && t.LeaseID != call.LeaseID {
-		return // another lease's holder may be storing into the same place
+	switch t.State {
+	case host.StateSucceeded, host.StateCanceled, host.StateArchived:
+		// Finished for good: no attempt will store into this place again.
+	default:
+		return // a later attempt's holder may store into the same place
 	}
 	ch, err := e.cfg.Plugins.Channel(name)
 	if err == nil {

@@ -199,20 +199,24 @@ func testCompleteRefusalStoresNothing(t *testing.T, b *Bundle) {
 }
 
 // testCompleteLeaseLostWhileStoring: a completion whose lease is lost
-// while its payload is stored is refused, and the payload no row records
-// is released through its channel, unless the task's next holder may be
-// storing into the same place or a result recorded there.
+// while its payload is stored is refused; the payload no row records is
+// released through its channel once the task is finished for good
+// (canceled), and kept while the task may be attempted again (its next
+// holder may store into the same place) or a result is recorded there.
 func testCompleteLeaseLostWhileStoring(t *testing.T, b *Bundle) {
 	eng, ch := payloadEngine(t, b)
 
-	// The lease expires while the channel stores: refused, released.
+	// The lease expires while the channel stores: refused, and kept: the
+	// task may be attempted again (requeued, or redriven once
+	// dead-lettered), and its next holder may store into the same place
+	// between the read and the release.
 	id, o := b.leaseStored(t, eng, "stored", "w.1")
 	ch.setOnPut(func() { b.Clock.Advance(61 * time.Second) })
 	_, err := eng.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", o), Payload: []byte(`{"late":1}`)})
 	ch.setOnPut(nil)
 	WantCode(t, err, host.CodeLeaseExpired)
-	if held, puts, acked := ch.state(); puts != 1 || held != 0 || len(acked) != 1 || !strings.HasPrefix(acked[0], "rec:"+id+"/") {
-		t.Fatalf("a refused completion's payload: %d stored, %d held, acked %v; want it released", puts, held, acked)
+	if held, puts, acked := ch.state(); puts != 1 || held != 1 || len(acked) != 0 {
+		t.Fatalf("a refused completion's payload while its task may run again: %d stored, %d held, acked %v; want it kept", puts, held, acked)
 	}
 	if n, err := eng.Sweep(b.Ctx); err != nil || n != 1 {
 		t.Fatalf("sweep: %d %v", n, err)
@@ -242,7 +246,7 @@ func testCompleteLeaseLostWhileStoring(t *testing.T, b *Bundle) {
 	_, err = eng.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", o), Payload: []byte(`{"same":1}`)})
 	ch.setOnPut(nil)
 	WantCode(t, err, host.CodeLeaseExpired)
-	if _, _, acked := ch.state(); len(acked) != 1 {
+	if _, _, acked := ch.state(); len(acked) != 0 {
 		t.Fatalf("a payload stored while the task's next holder may store was released: acked %v", acked)
 	}
 	// The new holder completes with the same payload: the same object,
@@ -254,6 +258,28 @@ func testCompleteLeaseLostWhileStoring(t *testing.T, b *Bundle) {
 	got, err := eng.FetchResult(b.Ctx, b.Agent, done.Task.ID)
 	if err != nil || string(got.Content) != `{"same":1}` || got.ChecksumValid == nil || !*got.ChecksumValid {
 		t.Fatalf("the next holder's result: %+v %v", got, err)
+	}
+
+	// The lease is lost and the task canceled while the channel stores:
+	// finished for good, so the payload no row records is released.
+	id, o = b.leaseStored(t, eng, "stored.again", "w.1")
+	ch.setOnPut(func() {
+		b.Clock.Advance(61 * time.Second)
+		if _, err := eng.Sweep(b.Ctx); err != nil {
+			t.Error(err)
+		}
+		if _, err := eng.Cancel(b.Ctx, b.Agent, id, "not needed"); err != nil {
+			t.Error(err)
+		}
+	})
+	_, err = eng.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", o), Payload: []byte(`{"gone":1}`)})
+	ch.setOnPut(nil)
+	WantCode(t, err, host.CodeLeaseExpired)
+	if tk := b.Task(t, id); tk.State != host.StateCanceled {
+		t.Fatalf("the canceled task: %s", tk.State)
+	}
+	if _, _, acked := ch.state(); len(acked) != 1 || !strings.HasPrefix(acked[0], "rec:"+id+"/") {
+		t.Fatalf("a payload stored for a task canceled meanwhile: acked %v; want it released", acked)
 	}
 }
 
