@@ -178,7 +178,8 @@ var index atomic.Pointer[map[string]*Op]
 
 // Lookup is the registered operation method path (echo or OpenAPI syntax),
 // and whether there is one. The HTTP door calls it on every request: a map
-// read, no lock and no allocation once the method is in upper case.
+// read and no lock (the key is built per call: an allocation when the
+// method and path pass 32 bytes).
 func Lookup(method, path string) (Op, bool) {
 	m := index.Load()
 	if m == nil {
