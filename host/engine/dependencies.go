@@ -103,11 +103,11 @@ func (e *Engine) placeAfter(ctx context.Context, tx store.Tx, actor Actor, t *ho
 		if d == nil || !visible(actor, d) {
 			return nil, host.Errorf(host.CodeUnknownDependency, "after[%d]: no task %s that this caller may read", i, id)
 		}
-		if r := d.Result; r != nil && r.ArchivedAt != nil && (r.PurgedAt != nil || releasesPayload(r)) {
+		if resultReleased(d) {
 			// Its worker would be handed a result it can never read.
 			return nil, host.Errorf(host.CodeConflict, "after[%d]: task %s's result was archived at %s and its payload released; "+
 				"no task may wait on it now (a waiter's worker could not read it): pass what it needs in the params instead",
-				i, id, r.ArchivedAt.UTC().Format(time.RFC3339))
+				i, id, d.Result.ArchivedAt.UTC().Format(time.RFC3339))
 		}
 		states[i] = host.FinishedAs(d)
 		deps[i] = host.Dependency{Tenant: t.Tenant, Waiter: t.ID, DependsOn: id, Rule: rule, Position: i, DepState: states[i], Depth: 1}
@@ -401,4 +401,43 @@ func outcomeSize(o host.DependencyOutcome) int {
 		n += len(b)
 	}
 	return n
+}
+
+// resultReleased reports whether d's result was archived with its payload
+// released (or being released): a task that waits on d now would be
+// offered a pointer its worker can never read.
+func resultReleased(d *host.Task) bool {
+	r := d.Result
+	return r != nil && r.ArchivedAt != nil && (r.PurgedAt != nil || releasesPayload(r))
+}
+
+// checkRedrivable refuses the redrive of dead letter t when one of the
+// tasks it waited on has had its result archived and its payload released
+// since t finished (a dead-lettered waiter no longer holds that result):
+// the redriven task's worker would be offered a pointer to a payload that
+// is gone, as an enqueue after that result would be (placeAfter). The
+// dependencies are read under their locks (PostgreSQL: FOR SHARE), so an
+// archive racing the redrive either sees the waiter unfinished again and
+// is refused, or is seen here.
+func checkRedrivable(ctx context.Context, tx store.Tx, t *host.Task) error {
+	edges, err := tx.ListDependencies(ctx, t.Tenant, t.ID)
+	if err != nil || len(edges) == 0 {
+		return err
+	}
+	ids := make([]string, len(edges))
+	for i, d := range edges {
+		ids[i] = d.DependsOn
+	}
+	deps, err := tx.LockDependencies(ctx, t.Tenant, ids)
+	if err != nil {
+		return err
+	}
+	for _, d := range deps {
+		if resultReleased(d) {
+			return host.Errorf(host.CodeConflict, "task %s waited on task %s, whose result was archived at %s and its payload released: "+
+				"redriven, its worker could not read it; queue a new task with what it needs in the params instead",
+				t.ID, d.ID, d.Result.ArchivedAt.UTC().Format(time.RFC3339))
+		}
+	}
+	return nil
 }

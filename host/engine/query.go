@@ -190,6 +190,9 @@ func (e *Engine) Redrive(ctx context.Context, actor Actor, taskID string) (*host
 		if t.State != host.StateDeadLetter {
 			return host.Errorf(host.CodeConflict, "task %s is %s, not a dead letter", taskID, t.State)
 		}
+		if err := checkRedrivable(ctx, tx, t); err != nil {
+			return err
+		}
 		prev := t.AssignReceipt
 		r := &host.Receipt{ID: host.NewID(host.PrefixReceipt), Tenant: t.Tenant, Type: host.ReceiptAssigned, From: GatePrincipal,
 			To: t.Recipient, TaskID: t.ID, Parents: []string{prev}, CreatedAt: now,

@@ -125,3 +125,101 @@ func (b *Bundle) leaseOn(t *testing.T, eng *engine.Engine, typ string) host.Offe
 	}
 	return offers[0]
 }
+
+// testRedriveAfterReleasedResult: a dead-lettered waiter no longer holds
+// its dependency's result, so the result may be archived and its payload
+// released; redriving the waiter then is refused (conflict naming the
+// dependency, nothing written), as an enqueue after that result is: its
+// worker would be offered a pointer to a payload that is gone. A waiter
+// whose dependency's result is still held is redriven as before.
+func testRedriveAfterReleasedResult(t *testing.T, b *Bundle) {
+	eng, _ := retentionEngine(t, b, engine.RetentionConfig{})
+	deadWaiter := func(a string) string {
+		t.Helper()
+		w, err := eng.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "other", After: []string{a}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := b.leaseOn(t, eng, "other")
+		if fr, err := eng.Fail(b.Ctx, engine.FailRequest{WorkerCall: Call("w.1", o), Error: "bad input"}); err != nil || fr.Status != "dead_letter" {
+			t.Fatalf("fail of the waiter: %+v %v", fr, err)
+		}
+		return w.TaskID
+	}
+
+	kept := b.finish(t, eng, "work", `{"x":1}`)
+	w1 := deadWaiter(kept)
+	if _, err := eng.Redrive(b.Ctx, b.Admin, w1); err != nil {
+		t.Fatalf("redrive of a waiter whose dependency's result is held: %v", err)
+	}
+	o := b.leaseOn(t, eng, "other")
+	if len(o.Dependencies) != 1 || o.Dependencies[0].Result == nil || o.Dependencies[0].Result.Pointer == "" {
+		t.Fatalf("the redriven waiter's offer: %+v", o.Dependencies)
+	}
+	if _, err := eng.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", o), Result: Pointer}); err != nil {
+		t.Fatal(err)
+	}
+
+	a := b.finish(t, eng, "work", `{"x":2}`)
+	w2 := deadWaiter(a)
+	if _, err := eng.ArchiveResult(b.Ctx, b.Agent, a); err != nil {
+		t.Fatalf("archive once its only waiter is a dead letter: %v", err)
+	}
+	before := b.task(t, eng, w2)
+	_, err := eng.Redrive(b.Ctx, b.Admin, w2)
+	if !host.IsCode(err, host.CodeConflict) || !strings.Contains(host.ErrorDetail(err), a) {
+		t.Fatalf("redrive of a waiter whose dependency's payload was released: %v, want conflict naming %s", err, a)
+	}
+	if after := b.task(t, eng, w2); after.State != host.StateDeadLetter || after.AssignReceipt != before.AssignReceipt {
+		t.Fatalf("a refused redrive wrote the waiter: %s, assign receipt %s → %s", after.State, before.AssignReceipt, after.AssignReceipt)
+	}
+}
+
+// testRedriveRacesArchive: a redrive of a dead-lettered waiter and an
+// archive of its dependency's stored result, at the same time, never both
+// succeed: either the redrive is refused, or the archive is and the
+// payload stays for the redriven waiter.
+func testRedriveRacesArchive(t *testing.T, b *Bundle) {
+	eng, _ := retentionEngine(t, b, engine.RetentionConfig{})
+	for i := range 20 {
+		a := b.finish(t, eng, "work", `{"x":1}`)
+		w, err := eng.Enqueue(b.Ctx, b.Agent, engine.EnqueueRequest{TaskType: "other", After: []string{a}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := b.leaseOn(t, eng, "other")
+		if _, err := eng.Fail(b.Ctx, engine.FailRequest{WorkerCall: Call("w.1", o), Error: "bad input"}); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var archErr, redErr error
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			_, archErr = eng.ArchiveResult(b.Ctx, b.Agent, a)
+		}()
+		go func() {
+			defer wg.Done()
+			_, redErr = eng.Redrive(b.Ctx, b.Admin, w.TaskID)
+		}()
+		wg.Wait()
+		switch {
+		case archErr == nil && redErr == nil:
+			t.Fatalf("round %d: both the archive and the redrive of a waiter went through", i)
+		case archErr == nil && !host.IsCode(redErr, host.CodeConflict):
+			t.Fatalf("round %d: redrive after the archive: %v", i, redErr)
+		case redErr == nil && !host.IsCode(archErr, host.CodeConflict):
+			t.Fatalf("round %d: archive with a redriven waiter: %v", i, archErr)
+		case redErr == nil && b.task(t, eng, a).Result.Pointer == "":
+			t.Fatalf("round %d: the redriven waiter's payload was purged", i)
+		case archErr != nil && redErr != nil:
+			t.Fatalf("round %d: both refused: %v; %v", i, archErr, redErr)
+		}
+		if redErr == nil { // drain the waiter
+			o := b.leaseOn(t, eng, "other")
+			if _, err := eng.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", o), Result: Pointer}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

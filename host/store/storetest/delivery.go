@@ -26,10 +26,12 @@ var deliveryCases = []struct {
 	{"InboxMarkReadRefusesOthersItems", testInboxMarkReadOthers},
 	{"SessionBootstrapShape", testSessionBootstrap},
 	{"RetentionArchivesAndPurges", testRetention},
-	{"ArchiveOwedResult", testArchiveOwedResult},            // archivewaiters.go
-	{"ArchiveRacesEnqueue", testArchiveRacesEnqueue},        // archivewaiters.go
-	{"RetentionKeepsAnOwedResult", testRetentionOwedResult}, // retentionwaiters.go
-	{"RetentionRacesEnqueue", testRetentionRacesEnqueue},    // retentionwaiters.go
+	{"ArchiveOwedResult", testArchiveOwedResult},                   // archivewaiters.go
+	{"ArchiveRacesEnqueue", testArchiveRacesEnqueue},               // archivewaiters.go
+	{"RedriveAfterReleasedResult", testRedriveAfterReleasedResult}, // archivewaiters.go
+	{"RedriveRacesArchive", testRedriveRacesArchive},               // archivewaiters.go
+	{"RetentionKeepsAnOwedResult", testRetentionOwedResult},        // retentionwaiters.go
+	{"RetentionRacesEnqueue", testRetentionRacesEnqueue},           // retentionwaiters.go
 	{"RetentionBoundedBatchesAndOrphans", testRetentionBatches},
 	{"RetentionOrphansOldestFirst", testRetentionOrphansOldestFirst},
 	{"RetentionArchivesWorkflows", testWorkflowRetention},      // wfretention.go
