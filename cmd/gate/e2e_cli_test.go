@@ -645,4 +645,19 @@ func TestCLIShowsControlCharactersInert(t *testing.T) {
 	if out := cliOK(t, g.URL, agentFile, "tasks", "show", id); !strings.Contains(out, `ansi\x1b[2J\x1b]0;pwned\x07`) {
 		t.Fatalf("the summary's controls are not shown as \\x escapes: %q", out)
 	}
+
+	// A newline or a tab in a summary does not print a line or a column
+	// of its own, and a bidi override does not reverse what follows it.
+	forged := "ok\nstatus:            succeeded\tX \u202efdp.exe"
+	r = call(t, "POST", g.URL+"/v1/tasks", agent, map[string]any{"task_type": "echo", "task_summary": forged})
+	want(t, r, 201, "")
+	id2 := r.JSON(t)["task_id"].(string)
+	show := cliOK(t, g.URL, agentFile, "tasks", "show", id2)
+	if n := strings.Count(show, "\nstatus:"); n != 1 || !strings.Contains(show, `ok\nstatus:            succeeded\tX \u202efdp.exe`) {
+		t.Fatalf("tasks show printed the summary's newline, tab or override as they are (%d status lines): %q", n, show)
+	}
+	list := cliOK(t, g.URL, agentFile, "tasks", "list")
+	if strings.Contains(list, "\u202e") || strings.Count(list, "\n") != 3 || !strings.Contains(list, `\u202efdp.`) {
+		t.Fatalf("tasks list: a summary added a line or kept its override: %q", list)
+	}
 }

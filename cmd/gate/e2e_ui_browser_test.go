@@ -146,6 +146,16 @@ func TestE2EDashboardInABrowser(t *testing.T) {
 	if n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("svg.history rect.hbar").length`)); n != 2 {
 		t.Fatalf("the progress history shows %d bars, want 2", n)
 	}
+	// The page's styles come from its style sheet alone (the policy allows
+	// no inline style), and the history's axis gets its width from there.
+	if w, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`getComputedStyle(document.querySelector(".history-axis")).width`)); w != "600px" {
+		t.Fatalf("the progress history's axis is %q wide, want 600px", w)
+	}
+	// Text a worker or an agent wrote is isolated: a bidi override in it
+	// cannot reverse the fields after it.
+	if b, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`[...document.querySelectorAll("td, dd, code")].map(e => getComputedStyle(e).unicodeBidi).filter(v => v !== "isolate").length + "/" + document.querySelectorAll("td, dd, code").length`)); !strings.HasPrefix(b, "0/") || b == "0/0" {
+		t.Fatalf("cells, facts and code spans not isolated (not isolated/all): %s", b)
+	}
 
 	// The form without its CSRF token is refused and changes nothing.
 	step(t, ctx, "post the cancel form without its CSRF token",
@@ -229,7 +239,7 @@ func TestE2EDashboardInABrowser(t *testing.T) {
 		t.Fatalf("leased %+v, want %s", offers, doomed)
 	}
 	want(t, call(t, "POST", g.URL+"/v1/leases/"+offers[0].LeaseID+"/fail", worker,
-		map[string]any{"worker_id": "uidemo.w1", "error_message": "no such thing", "retryable": false}), 200, "")
+		map[string]any{"worker_id": "uidemo.w1", "error_message": "no such thing " + strings.Repeat("E", 3000), "retryable": false}), 200, "")
 	step(t, ctx, "the dead letter's page",
 		chromedp.Navigate(g.URL+"/ui/tasks/"+doomed),
 		chromedp.WaitVisible(chromedp.CSS("#failures")),
@@ -240,9 +250,20 @@ func TestE2EDashboardInABrowser(t *testing.T) {
 	if a := textOf(t, ctx, "#attempts tbody"); !strings.Contains(a, "dead_letter") || !strings.Contains(a, "no such thing") {
 		t.Fatalf("the dead letter's attempts: %q", a)
 	}
-	step(t, ctx, "redrive the dead letter",
+	// A worker's error of 3,000 letters without a space wraps: the page
+	// stays as wide as the window and the redrive button on it.
+	wide := `document.documentElement.scrollWidth <= window.innerWidth`
+	if ok, _ := chromedp.Run(ctx, chromedp.Evaluate[bool](wide)); !ok {
+		t.Fatal("a long error without spaces widens the dead letter's page past the window")
+	}
+	step(t, ctx, "the dead letters page",
 		chromedp.Navigate(g.URL+"/ui/dead-letters"),
 		chromedp.WaitVisible(chromedp.CSS(`button.redrive-one[value="`+doomed+`"]`)),
+	)
+	if ok, _ := chromedp.Run(ctx, chromedp.Evaluate[bool](wide+` && document.querySelector('button.redrive-one').getBoundingClientRect().right <= window.innerWidth`)); !ok {
+		t.Fatal("a long error without spaces pushes the dead letters page, and its redrive button, past the window")
+	}
+	step(t, ctx, "redrive the dead letter",
 		chromedp.Click(chromedp.CSS(`button.redrive-one[value="`+doomed+`"]`)),
 		chromedp.WaitVisible(chromedp.CSS("#flash")),
 	)

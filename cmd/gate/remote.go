@@ -345,9 +345,9 @@ func (rc *remoteCtx) fields(kv [][2]string) {
 		switch {
 		case f[1] == "":
 		case f[0] == "": // a further value of the field above
-			fmt.Fprintf(tw, "\t%s\n", f[1])
+			fmt.Fprintf(tw, "\t%s\n", oneLine(f[1]))
 		default:
-			fmt.Fprintf(tw, "%s:\t%s\n", f[0], f[1])
+			fmt.Fprintf(tw, "%s:\t%s\n", f[0], oneLine(f[1]))
 		}
 	}
 	tw.Flush()
@@ -383,14 +383,32 @@ func short(d time.Duration) string {
 	return s
 }
 
-// clip shortens s to n runes with an ellipsis.
+// clip shortens s to n runes with an ellipsis, on one line: a newline,
+// carriage return or tab in it is a space, so text an agent or a worker
+// wrote cannot add a row or a column to a table.
 func clip(s string, n int) string {
-	r := []rune(strings.ReplaceAll(s, "\n", " "))
+	r := []rune(cellSpaces.Replace(s))
 	if len(r) <= n {
 		return string(r)
 	}
 	return string(r[:n-1]) + "…"
 }
+
+var cellSpaces = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ", "\t", " ")
+
+// oneLine is a value printed on a line of its own (fields, a wait's plain
+// progress line) with its newlines, carriage returns and tabs written as
+// \n, \r and \t: a summary, progress message or error an agent or a
+// worker wrote must not print a line the operator takes for the gate's (a
+// second "status:" line, a forged progress line) or shift the columns.
+func oneLine(s string) string {
+	if !strings.ContainsAny(s, "\n\r\t") {
+		return s
+	}
+	return lineEscapes.Replace(s)
+}
+
+var lineEscapes = strings.NewReplacer("\n", `\n`, "\r", `\r`, "\t", `\t`)
 
 // sortedKeys returns m's keys sorted.
 func sortedKeys[V any](m map[string]V) []string {

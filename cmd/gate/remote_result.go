@@ -102,7 +102,7 @@ func printResult(rc *remoteCtx, id, outFile string) error {
 			fmt.Fprintf(rc.out, "artifact: %s %s\n", ar.Type, strings.TrimSpace(ar.URL+" "+string(ar.Ref)))
 		}
 		if a.Summary != "" {
-			fmt.Fprintf(rc.out, "summary: %s\n", a.Summary)
+			fmt.Fprintf(rc.out, "summary: %s\n", oneLine(a.Summary))
 		}
 		return nil
 	}

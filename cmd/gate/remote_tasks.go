@@ -326,7 +326,7 @@ func waitTask(rc *remoteCtx, id string, waitFor, interval time.Duration, mode st
 				line += " (cancel requested)"
 			}
 			if line != last {
-				fmt.Fprintf(rc.out, "%s %s %s\n", time.Now().UTC().Format(time.RFC3339), t.TaskID, line)
+				fmt.Fprintf(rc.out, "%s %s %s\n", time.Now().UTC().Format(time.RFC3339), t.TaskID, oneLine(line))
 				last = line
 			}
 		}

@@ -106,7 +106,7 @@ id and each step's task id (--json: the gate's answer).`,
 					fmt.Fprintf(rc.out, "result: %s %q\n", w.Result.Pointer, w.Result.Summary)
 				}
 				if w.ErrorMessage != "" {
-					fmt.Fprintf(rc.out, "error: %s\n", w.ErrorMessage)
+					fmt.Fprintf(rc.out, "error: %s\n", oneLine(w.ErrorMessage))
 				}
 				rows := make([][]string, len(w.Steps))
 				for i, s := range w.Steps {

@@ -10,6 +10,10 @@ import (
 // termSafe writes what the CLI prints with the control characters a
 // terminal would act on made visible: C0 controls but newline and tab, DEL
 // and the C1 controls (U+0080–U+009F) are written as \x1b, \u009b, ….
+// The bidirectional embeddings, overrides and isolates (U+202A–U+202E,
+// U+2066–U+2069) are written as \u202e, …: one in a summary would
+// reverse what the terminal shows after it on the line (a file name, the
+// next column, another principal's name).
 // Task summaries, error and progress messages and receipt bodies are
 // written by agents and workers: an escape sequence among them must not
 // clear the operator's screen, retitle the window, rewrite earlier lines
@@ -44,8 +48,11 @@ func (t *termSafe) Write(p []byte) (int, error) {
 			break
 		}
 		r, size := utf8.DecodeRune(p[i:])
-		if r >= 0x80 && r <= 0x9f {
-			out = append(out, `\u00`...)
+		if r >= 0x80 && r <= 0x9f || bidiControl(r) {
+			out = append(out, `\u`...)
+			if r < 0x1000 {
+				out = append(out, "00"...)
+			}
 			out = strconv.AppendInt(out, int64(r), 16)
 		} else {
 			out = append(out, p[i:i+size]...)
@@ -65,4 +72,10 @@ func inert(s string) string {
 	var b bytes.Buffer
 	_, _ = (&termSafe{w: &b}).Write([]byte(s))
 	return b.String()
+}
+
+// bidiControl reports whether r is a bidirectional embedding, override or
+// isolate (U+202A–U+202E, U+2066–U+2069).
+func bidiControl(r rune) bool {
+	return r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
 }

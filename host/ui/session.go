@@ -316,7 +316,9 @@ func (u *UI) signedIn(next echo.HandlerFunc) echo.HandlerFunc {
 			return host.Errorf(host.CodeUnauthorized, "sign in first: this session is missing or has ended")
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			if !sameToken(c.FormValue(csrfField), s.csrf) {
+			// The token is read from the form body only, never from the
+			// query: a URL carrying it would land in logs and histories.
+			if !sameToken(c.Request().PostFormValue(csrfField), s.csrf) {
 				return host.Errorf(host.CodeForbidden, "the form's CSRF token is missing or wrong; reload the page and try again")
 			}
 		}

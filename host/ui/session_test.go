@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/asyncgate/asyncgate/host/engine"
 )
@@ -77,5 +78,22 @@ func TestSignInThrottle(t *testing.T) {
 	}
 	if w := si.take("k", now.Add(signinEvery)); w != 0 {
 		t.Fatalf("after %v: wait %v", signinEvery, w)
+	}
+}
+
+// TestShortCutsWholeCharacters: the dashboard's short form of a pointer or
+// an id cuts after 16 characters, never inside one (a cut inside a
+// multi-byte character made the page invalid UTF-8).
+func TestShortCutsWholeCharacters(t *testing.T) {
+	short := funcs["short"].(func(string) string)
+	for in, want := range map[string]string{
+		"s3://aaaaaaaaaa€€€/x": "s3://aaaaaaaaaa€…",
+		"€€€€€€€€€€€€€€€€":     "€€€€€€€€€€€€€€€€",
+		"T-01M8SAYKZJC0QACF":   "T-01M8SAYKZJC0QA…",
+		"short":                "short",
+	} {
+		if got := short(in); got != want || !utf8.ValidString(got) {
+			t.Errorf("short(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

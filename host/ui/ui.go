@@ -119,8 +119,8 @@ var funcs = template.FuncMap{
 		return t.UTC().Format("2006-01-02 15:04:05Z")
 	},
 	"short": func(s string) string {
-		if len(s) > 16 {
-			return s[:16] + "…"
+		if r := []rune(s); len(r) > 16 {
+			return string(r[:16]) + "…" // runes: a cut inside a character is not UTF-8
 		}
 		return s
 	},
@@ -330,10 +330,12 @@ func (u *UI) loginPage(c echo.Context) error {
 // login is POST /ui/login: key (form field, never the URL) → session.
 func (u *UI) login(c echo.Context) error {
 	ck, err := c.Request().Cookie(loginCookie)
-	if err != nil || !sameToken(c.FormValue(csrfField), ck.Value) {
+	// Both from the form body only: a key or a token in the URL's query
+	// would land in logs and histories.
+	if err != nil || !sameToken(c.Request().PostFormValue(csrfField), ck.Value) {
 		return host.Errorf(host.CodeForbidden, "the sign-in form's CSRF token is missing or wrong; reload the sign-in page")
 	}
-	key := strings.TrimSpace(c.FormValue("key"))
+	key := strings.TrimSpace(c.Request().PostFormValue("key"))
 	a, err := u.cfg.Authenticate(c.Request().Context(), key)
 	if err != nil {
 		if host.IsCode(err, host.CodeUnauthorized) || host.IsCode(err, host.CodeBadRequest) {

@@ -268,10 +268,22 @@ func TestFormPostsWithoutTheSessionCSRFTokenAreRefused(t *testing.T) {
 	if st := b.api(t, "GET", "/v1/tasks/"+id, b.admin, nil)["status"]; st != "dead_letter" {
 		t.Fatalf("a refused post changed the task: %v", st)
 	}
+	// The token counts only in the form's body: one in the URL's query
+	// (where logs and histories keep it) is no token.
+	res, body := br.post("/ui/dead-letters/redrive?csrf="+url.QueryEscape(tok), url.Values{"id": {id}})
+	if res.StatusCode != http.StatusForbidden || !strings.Contains(body, "CSRF") {
+		t.Fatalf("the token in the query: %d\n%s", res.StatusCode, body)
+	}
 	// The sign-in form is protected too (login CSRF).
-	res, _ := newBrowser(t, b.ts).post("/ui/login", url.Values{"key": {b.admin}})
+	res, _ = newBrowser(t, b.ts).post("/ui/login", url.Values{"key": {b.admin}})
 	if res.StatusCode != http.StatusForbidden {
 		t.Fatalf("sign-in without its form token answered %d, want 403", res.StatusCode)
+	}
+	// Nor does a key in the query sign in.
+	anon := newBrowser(t, b.ts)
+	_, page := anon.get("/ui/login")
+	if res, _ = anon.post("/ui/login?key="+url.QueryEscape(b.admin), url.Values{"csrf": {csrfOf(t, page)}}); res.StatusCode == http.StatusSeeOther {
+		t.Fatal("a key in the sign-in's query signed in")
 	}
 	res, _ = br.post("/ui/dead-letters/redrive", url.Values{"id": {id}, "csrf": {tok}})
 	if res.StatusCode != http.StatusSeeOther {
