@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -54,11 +55,22 @@ type EnqueueBatchResponse struct {
 	Failed    int                  `json:"failed"`
 }
 
-// entryError is the refusal an entry's error would have been as a single
-// call's answer, and that answer's status.
-func entryError(err error) (api.BatchEntryError, int) {
+// entryError is the refusal entry i's error would have been as a single
+// call's answer, and that answer's status. A 5xx is logged as the single
+// call's would be ("request failed", with the entry's index), and an
+// internal error's text stays in the log.
+func (s *Server) entryError(c echo.Context, i int, err error) (api.BatchEntryError, int) {
 	code, detail := classify(err)
-	return api.BatchEntryError{Error: code, Detail: detail, TaskStatus: taskStatus(code, err)}, host.HTTPStatus(code)
+	status := host.HTTPStatus(code)
+	if status >= 500 {
+		s.log.LogAttrs(c.Request().Context(), failureLevel(code), "request failed",
+			slog.String("method", c.Request().Method), slog.String("path", c.Request().URL.Path), slog.Int("entry", i),
+			slog.String("error", code), slog.String("detail", detail))
+		if code == host.CodeInternal {
+			detail = "an internal error occurred; it was logged"
+		}
+	}
+	return api.BatchEntryError{Error: code, Detail: detail, TaskStatus: taskStatus(code, err)}, status
 }
 
 // entryPanic logs a panic in entry i of a batch with its stack and answers
@@ -67,7 +79,7 @@ func entryError(err error) (api.BatchEntryError, int) {
 func (s *Server) entryPanic(c echo.Context, i int, v any, stack []byte) (api.BatchEntryError, int) {
 	s.log.Error("batch entry panic", "method", c.Request().Method, "path", c.Request().URL.Path,
 		"entry", i, "panic", fmt.Sprint(v), "stack", string(stack))
-	return entryError(host.Errorf(host.CodeInternal, "panic: %v", v))
+	return s.entryError(c, i, host.Errorf(host.CodeInternal, "panic: %v", v))
 }
 
 // leaseBatch is POST /v1/leases/batch: many lease outcomes in one call,
@@ -101,7 +113,7 @@ func (s *Server) leaseBatch(c echo.Context) error {
 	}
 	out := api.OutcomesResponse{Results: make([]api.OutcomeResult, len(b.Entries))}
 	api.RunBatch(len(b.Entries), api.BatchParallel, func(i int) string { return b.Entries[i].LeaseID }, func(i int) {
-		out.Results[i] = s.outcome(c, b.WorkerID, b.Entries[i])
+		out.Results[i] = s.outcome(c, i, b.WorkerID, b.Entries[i])
 	}, func(i int, v any, stack []byte) {
 		out.Results[i] = api.OutcomeResult{ID: b.Entries[i].ID, LeaseID: b.Entries[i].LeaseID}
 		out.Results[i].BatchEntryError, out.Results[i].HTTPStatus = s.entryPanic(c, i, v, stack)
@@ -116,12 +128,23 @@ func (s *Server) leaseBatch(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-// outcome runs one entry of a batch of lease outcomes.
-func (s *Server) outcome(c echo.Context, worker string, e OutcomeEntry) api.OutcomeResult {
+// maxLeaseIDBytes bounds a batch entry's lease_id: a lease id the gate
+// makes is under 100 bytes.
+const maxLeaseIDBytes = 200
+
+// outcome runs entry i of a batch of lease outcomes.
+func (s *Server) outcome(c echo.Context, i int, worker string, e OutcomeEntry) api.OutcomeResult {
 	r := api.OutcomeResult{ID: e.ID, LeaseID: e.LeaseID}
 	err := func() error {
 		if e.LeaseID == "" {
 			return badRequest("lease_id is required")
+		}
+		// Judged as the single call judges the lease id in its path.
+		if err := textOK(e.LeaseID); err != nil {
+			return badRequest("lease_id %s, which no lease id does", err)
+		}
+		if len(e.LeaseID) > maxLeaseIDBytes {
+			return badRequest("lease_id is %d bytes long; no lease id is longer than %d", len(e.LeaseID), maxLeaseIDBytes)
 		}
 		n := 0
 		for _, set := range []bool{e.Complete != nil, e.Fail != nil, e.Heartbeat != nil} {
@@ -157,7 +180,7 @@ func (s *Server) outcome(c echo.Context, worker string, e OutcomeEntry) api.Outc
 	}()
 	if err != nil {
 		r.Complete, r.Fail, r.Heartbeat = nil, nil, nil
-		r.BatchEntryError, r.HTTPStatus = entryError(err)
+		r.BatchEntryError, r.HTTPStatus = s.entryError(c, i, err)
 		return r
 	}
 	r.OK, r.HTTPStatus = true, http.StatusOK
@@ -187,7 +210,7 @@ func (s *Server) enqueueBatch(c echo.Context) error {
 		res, err := s.eng.Enqueue(ctx, a, b.Tasks[i])
 		r := &out.Results[i]
 		if err != nil {
-			r.BatchEntryError, r.HTTPStatus = entryError(enqueueAdvice(err, b.Tasks[i].IdempotencyKey))
+			r.BatchEntryError, r.HTTPStatus = s.entryError(c, i, enqueueAdvice(err, b.Tasks[i].IdempotencyKey))
 			return
 		}
 		r.OK, r.Task, r.HTTPStatus = true, res, http.StatusCreated

@@ -89,3 +89,39 @@ func TestBatchOutcomesRunConcurrently(t *testing.T) {
 		t.Fatalf("as another worker: %+v", r)
 	}
 }
+
+// TestBatchEntryLeaseIDJudgedAsThePath: a batch entry's lease_id is judged
+// as the single call judges the lease id in its path: one with a control
+// character, or not UTF-8, is 400 bad_request (not 409 lease_expired with
+// the id echoed in the detail), and one longer than any lease id is 400.
+// The other entries are answered as usual.
+func TestBatchEntryLeaseIDJudgedAsThePath(t *testing.T) {
+	b := setup(t)
+	code, raw := b.raw(t, "POST", "/v1/leases/batch", b.worker, `{"entries":[`+
+		`{"lease_id":"a\u001bb","heartbeat":{}},`+
+		`{"lease_id":"a\nb","heartbeat":{}},`+
+		`{"lease_id":"`+strings.Repeat("L", 5000)+`","heartbeat":{}},`+
+		`{"lease_id":"lease-01M8GME6G9P78S4Y21S82KRJ2A","heartbeat":{}}]}`)
+	if code != 200 {
+		t.Fatalf("batch: %d %s", code, raw)
+	}
+	var out struct {
+		Results []struct {
+			HTTPStatus int    `json:"http_status"`
+			Error      string `json:"error"`
+			Detail     string `json:"detail"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || len(out.Results) != 4 {
+		t.Fatalf("%v: %.2000s", err, raw)
+	}
+	for i, want := range []string{"control character %1B", "control character %0A", "5000 bytes long"} {
+		r := out.Results[i]
+		if r.HTTPStatus != 400 || r.Error != "bad_request" || !strings.Contains(r.Detail, want) || strings.Contains(r.Detail, "LLLL") {
+			t.Errorf("entry %d: %+v, want 400 bad_request saying %q", i, r, want)
+		}
+	}
+	if r := out.Results[3]; r.HTTPStatus != 409 || r.Error != "lease_expired" {
+		t.Errorf("entry 3 (a well-formed unknown lease): %+v, want 409 lease_expired", r)
+	}
+}

@@ -263,7 +263,11 @@ func retryAdvice(err error, advice string) error {
 	if err == nil || !errors.Is(err, store.ErrOutcomeUnknown) || !host.IsCode(err, host.CodeDatabaseUnavailable) {
 		return err
 	}
-	return host.WrapError(host.CodeDatabaseUnavailable, err, host.ErrorDetail(err)+" "+advice)
+	detail := strings.TrimRight(host.ErrorDetail(err), " ")
+	if !strings.HasSuffix(detail, ".") {
+		detail += "." // the store's sentence ends here; the advice is one of its own
+	}
+	return host.WrapError(host.CodeDatabaseUnavailable, err, detail+" "+advice)
 }
 
 // enqueueAdvice is retryAdvice for an enqueue with idempotency key key.

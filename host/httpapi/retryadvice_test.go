@@ -99,7 +99,7 @@ func TestOutcomeUnknownAdvice(t *testing.T) {
 			code, m = 503, m["results"].([]any)[0].(map[string]any)
 		}
 		d, _ := m["detail"].(string)
-		if code != 503 || m["error"] != "database_unavailable" || !strings.Contains(d, "outcome is unknown") || !strings.Contains(d, c.want) {
+		if code != 503 || m["error"] != "database_unavailable" || !strings.Contains(d, "outcome is unknown") || !strings.Contains(d, c.want) || !strings.Contains(d, "call. ") {
 			t.Fatalf("%s: %d %v, want 503 database_unavailable saying %q", c.name, code, m, c.want)
 		}
 		if c.want == "same lease id" && strings.Contains(d, "idempotency") {

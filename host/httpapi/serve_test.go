@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -132,6 +133,94 @@ type servedFixture struct {
 	worker *auth.CreatedKey
 	url    string
 	served chan error // Serve's return
+	logs   *lockedBuffer
+}
+
+// lockedBuffer is a log's text, written by concurrent requests.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestBatchEntry5xxIsLogged: an entry of a batch answered 503 (the
+// database unavailable) is logged as its single call's answer would be
+// ("request failed", naming the entry), and an entry's internal error
+// keeps its text in the log, not in the answer.
+func TestBatchEntry5xxIsLogged(t *testing.T) {
+	g := serveOnListener(t, time.Hour)
+	ctx := context.Background()
+	agent := engine.Actor{Tenant: g.worker.Tenant, Principal: "agent.a", Role: engine.RoleAgent}
+	tt := host.NewTaskType("echo")
+	tt.Tenant = agent.Tenant
+	if _, err := g.eng.PutTaskType(ctx, tt); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := g.eng.Enqueue(ctx, agent, engine.EnqueueRequest{TaskType: "echo"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	post := func(path, body string) (int, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, g.url+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+g.worker.APIKey)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&m)
+		return resp.StatusCode, m
+	}
+	code, m := post("/v1/leases", `{"worker_id":"echo.w1","max_tasks":2}`)
+	offers, _ := m["leases"].([]any)
+	if code != 200 || len(offers) != 2 {
+		t.Fatalf("lease: %d %v", code, m)
+	}
+	var leases []string
+	for _, o := range offers {
+		leases = append(leases, o.(map[string]any)["lease_id"].(string))
+	}
+	g.fs.SetPlan(func(op faultstore.Op) faultstore.Fault {
+		if op.Step != faultstore.Begin {
+			return faultstore.Fault{}
+		}
+		return faultstore.Fault{Step: faultstore.Begin, Err: host.Errorf(host.CodeDatabaseUnavailable, "the database is unavailable")}
+	})
+	code, m = post("/v1/leases/batch", `{"entries":[{"lease_id":"`+leases[0]+`","heartbeat":{}},{"lease_id":"`+leases[1]+`","complete":{"result_pointer":"s3://b/k"}}]}`)
+	g.fs.SetPlan(nil)
+	results, _ := m["results"].([]any)
+	if code != 200 || len(results) != 2 {
+		t.Fatalf("batch: %d %v", code, m)
+	}
+	for i, r := range results {
+		if e := r.(map[string]any); e["http_status"] != float64(503) || e["error"] != host.CodeDatabaseUnavailable {
+			t.Fatalf("entry %d: %v, want 503 database_unavailable", i, e)
+		}
+	}
+	var logged []string
+	for _, l := range strings.Split(g.logs.String(), "\n") {
+		if strings.Contains(l, `msg="request failed"`) && strings.Contains(l, "error=database_unavailable") && strings.Contains(l, "path=/v1/leases/batch") {
+			logged = append(logged, l)
+		}
+	}
+	if len(logged) != 2 || !strings.Contains(strings.Join(logged, "\n"), "entry=0") || !strings.Contains(strings.Join(logged, "\n"), "entry=1") {
+		t.Fatalf("the entries' 503s logged as %q, want one line each, naming entries 0 and 1", logged)
+	}
 }
 
 // serveOnListener builds a servedFixture; sweep is the engine's lease sweep
@@ -143,7 +232,8 @@ func serveOnListener(t *testing.T, sweep time.Duration) servedFixture {
 		t.Fatal(err)
 	}
 	fs := faultstore.New(st, nil)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logs := &lockedBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
 	eng, err := engine.New(engine.Config{Store: fs, Logger: log, MaxWait: 10 * time.Minute, SweepInterval: sweep})
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +255,7 @@ func serveOnListener(t *testing.T, sweep time.Duration) servedFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := servedFixture{fs: fs, eng: eng, srv: srv, worker: wk, url: "http://" + ln.Addr().String(), served: make(chan error, 1)}
+	g := servedFixture{fs: fs, eng: eng, srv: srv, worker: wk, url: "http://" + ln.Addr().String(), served: make(chan error, 1), logs: logs}
 	go func() { g.served <- srv.Serve(ln) }()
 	return g
 }

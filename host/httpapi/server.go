@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -223,22 +224,75 @@ func (s *Server) storeTimeout(next echo.HandlerFunc) echo.HandlerFunc {
 // so, and while reading otherwise. A body with a Content-Encoding other than
 // identity is refused (415) before it is read: inflating it would let a small
 // body stand for one far over the limit.
+//
+// A body refused unread (or cut at the limit) is read to its end and
+// dropped, up to drainLimit bytes within drainTime, before the answer: a
+// client that sends its whole body before it reads (Python's urllib, most
+// simple clients) otherwise has its connection reset mid-send and never
+// sees the 413, so it cannot tell a body too large from a network fault.
 func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
-		if r.Body != nil && r.Body != http.NoBody {
+		body := r.Body != nil && r.Body != http.NoBody
+		if body {
 			if enc, ok := encoded(r.Header); ok {
+				drainRefused(c, r.Body)
 				return host.Errorf(host.CodeUnsupportedMediaType, "the request body is sent with Content-Encoding %q; the gate reads bodies only as sent (identity): send it uncompressed", enc)
 			}
 		}
 		if r.ContentLength > s.cfg.BodyLimit {
+			drainRefused(c, r.Body)
 			return host.Errorf(host.CodeTooLarge, "the request body is %d bytes, the limit is %d", r.ContentLength, s.cfg.BodyLimit)
 		}
-		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = http.MaxBytesReader(c.Response(), r.Body, s.cfg.BodyLimit)
+		if !body {
+			return next(c)
 		}
-		return next(c)
+		sent := r.Body
+		lb := &limitedBody{ReadCloser: http.MaxBytesReader(c.Response(), sent, s.cfg.BodyLimit)}
+		r.Body = lb
+		err := next(c) // the answer may be written already (an inner middleware's c.Error)
+		if lb.cut {
+			drainRefused(c, sent)
+		}
+		return err
 	}
+}
+
+// limitedBody is a request body cut at the limit, which remembers whether
+// the cut was reached.
+type limitedBody struct {
+	io.ReadCloser
+	cut bool
+}
+
+func (l *limitedBody) Read(p []byte) (int, error) {
+	n, err := l.ReadCloser.Read(p)
+	var mbe *http.MaxBytesError
+	if err != nil && errors.As(err, &mbe) {
+		l.cut = true
+	}
+	return n, err
+}
+
+// How much of a refused body the gate reads and drops so that its client
+// gets the answer (bodyLimit): a client sending more, or more slowly, has
+// its connection closed instead.
+const (
+	drainLimit = 64 << 20
+	drainTime  = 15 * time.Second
+)
+
+// drainRefused reads what is left of a refused request body, up to
+// drainLimit within drainTime, and asks for the connection to be closed
+// after the answer.
+func drainRefused(c echo.Context, body io.ReadCloser) {
+	if body == nil || body == http.NoBody {
+		return
+	}
+	c.Response().Header().Set("Connection", "close")
+	rc := http.NewResponseController(c.Response().Writer)
+	_ = rc.SetReadDeadline(time.Now().Add(drainTime))
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, drainLimit))
 }
 
 // encoded returns the request's Content-Encoding when it names any coding

@@ -143,7 +143,7 @@ func workerCall(c echo.Context, leaseID, bodyWorker, taskID string, adminMay boo
 // (run_id is the lease id; it is optional where the path names the lease).
 func sameRun(leaseID, runID string) error {
 	if runID != "" && runID != leaseID {
-		return badRequest("run_id %q in the body differs from the lease id %q in the path", runID, leaseID)
+		return badRequest("run_id %q in the body differs from the lease id %q it is sent for (the path's, or a batch entry's lease_id)", runID, leaseID)
 	}
 	return nil
 }

@@ -171,6 +171,8 @@ MAX_OUTCOME_BATCH = 100
 def outcome_error(result: Dict[str, Any]) -> AsyncGateError:
     """The AsyncGateError a refused batch entry stands for: the code, detail
     and status its single call would have answered."""
+    if not isinstance(result, dict):
+        raise BadAnswerError("a batch entry's result is %s, not an object" % type(result).__name__)
     return AsyncGateError(int(result.get("http_status") or 0), result.get("error") or "", result.get("detail") or "",
                           task_status=result.get("task_status") or "")
 
@@ -890,9 +892,13 @@ class Client:
             if e.status in (404, 405):
                 raise BatchUnsupportedError(e.status, e.code, e.detail) from e
             raise
-        results = out.get("results") or []
-        if len(results) != len(entries):
-            raise BadAnswerError("the gate answered a batch of %d outcomes with %d results" % (len(entries), len(results)))
+        results = out.get("results") if isinstance(out, dict) else None
+        if not isinstance(results, list) or len(results) != len(entries):
+            raise BadAnswerError("the gate answered a batch of %d outcomes with %s" % (
+                len(entries), "%d results" % len(results) if isinstance(results, list) else "no list of results"))
+        for i, r in enumerate(results):
+            if not isinstance(r, dict):
+                raise BadAnswerError("the gate answered entry %d of a batch with %s, not an object" % (i, type(r).__name__))
         return results
 
     def snooze(self, lease_id: str, seconds: int, task_id: str = "", reason: str = "",

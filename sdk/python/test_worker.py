@@ -1126,6 +1126,30 @@ class WorkerTest(unittest.TestCase):
             want = "succeeded" if by_id[tid] is offers[0] else "dead_letter"
             wait_task(tid, want, status_is(want))
 
+    def test_batch_answer_whose_results_are_not_objects(self):
+        """A batch answered with results that are not objects (a proxy's or
+        a broken gate's answer) is BadAnswerError for each outcome; no
+        outcome waits forever for an answer that never comes."""
+        class NullResults(aw.Client):
+            def _call(self, method, path, body=None, timeout=None, trace=None):
+                if path == "/v1/leases/batch":
+                    return 200, {"results": [None] * len(body["entries"])}, None
+                return super()._call(method, path, body, timeout, trace)
+
+        c = NullResults(URL, WORKER)
+        with self.assertRaises(aw.BadAnswerError):
+            c.outcomes([{"lease_id": "lease-a", "heartbeat": {}}, {"lease_id": "lease-b", "heartbeat": {}}])
+        batcher = aw._OutcomeBatcher(c)
+        pending = [{"kind": "fail", "lease_id": "lease-%d" % i, "body": {"error_message": "x"}, "trace": None,
+                    "done": threading.Event()} for i in range(2)]
+        t = threading.Thread(target=batcher._deliver, args=(pending,), daemon=True)
+        t.start()
+        t.join(10)
+        self.assertFalse(t.is_alive())
+        for p in pending:
+            self.assertTrue(p["done"].is_set())
+            self.assertIsInstance(p.get("error"), aw.BadAnswerError)
+
     def run_together(self, client, task_type, n):
         """n tasks (every third failing for good) on a runner of n slots whose
         handlers all finish at the same moment; the first outcomes' calls are
