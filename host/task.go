@@ -39,6 +39,11 @@ func (s TaskState) Terminal() bool {
 	return s == StateSucceeded || s == StateCanceled || s == StateDeadLetter || s == StateArchived
 }
 
+// CountedStates are the states queue stats count tasks in, in the order a
+// task passes through them: stats and metrics show each, 0 included, so a
+// state whose last task left reads 0 rather than vanishing.
+var CountedStates = []TaskState{StateWaiting, StateQueued, StateScheduled, StateLeased, StateSucceeded, StateCanceled, StateDeadLetter}
+
 // Valid reports whether s is a known state.
 func (s TaskState) Valid() bool {
 	switch s {

@@ -161,3 +161,40 @@ func TestInboxRoutesRefuseQueryTheyDoNotTake(t *testing.T) {
 		t.Errorf("GET /v1/inbox?principal= without a key = %d, want 401", code)
 	}
 }
+
+// TestEveryStateCountedAtZero: /v1/admin/stats' by_state and the
+// asyncgate_tasks_by_state gauge show every state a task can be counted
+// in, 0 included: the state whose last task left (leased, once the task
+// completed) reads 0 rather than vanishing.
+func TestEveryStateCountedAtZero(t *testing.T) {
+	b := setup(t)
+	if c, m := b.do(t, "PUT", "/v1/admin/task-types/echo", b.admin, `{}`); c != 200 {
+		t.Fatalf("PUT task type: %d %v", c, m)
+	}
+	if c, m := b.do(t, "POST", "/v1/tasks", b.agent, `{"task_type":"echo"}`); c != 201 {
+		t.Fatalf("enqueue: %d %v", c, m)
+	}
+	c, m := b.do(t, "POST", "/v1/leases", b.worker, `{"worker_id":"echo.w1"}`)
+	leases, _ := m["leases"].([]any)
+	if c != 200 || len(leases) != 1 {
+		t.Fatalf("lease: %d %v", c, m)
+	}
+	lease := leases[0].(map[string]any)["lease_id"].(string)
+	if c, m := b.do(t, "POST", "/v1/leases/"+lease+"/complete", b.worker, `{"result_pointer":"s3://b/k"}`); c != 200 {
+		t.Fatalf("complete: %d %v", c, m)
+	}
+	c, m = b.do(t, "GET", "/v1/admin/stats", b.admin, "")
+	by, _ := m["by_state"].(map[string]any)
+	if c != 200 || len(by) != 7 || by["succeeded"] != float64(1) {
+		t.Fatalf("stats: %d %v, want the seven states, succeeded 1", c, m)
+	}
+	metrics := b.scrape(t)
+	for _, st := range []string{"waiting", "queued", "scheduled", "leased", "canceled", "dead_letter"} {
+		if by[st] != float64(0) {
+			t.Errorf("by_state[%s] = %v, want 0", st, by[st])
+		}
+		if want := `asyncgate_tasks_by_state{state="` + st + `"} 0`; !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}

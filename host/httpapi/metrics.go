@@ -209,7 +209,7 @@ var (
 	descByState     = prometheus.NewDesc("asyncgate_tasks_by_state", "Tasks by state.", []string{"state"}, nil)
 	descByType      = prometheus.NewDesc("asyncgate_tasks_by_type", "Queued and leased tasks by task type.", []string{"task_type"}, nil)
 	descQueueDepth  = prometheus.NewDesc("asyncgate_task_queue_depth", "Queued tasks ready to lease (not scheduled for later, not of a paused type).", nil, nil)
-	descOldest      = prometheus.NewDesc("asyncgate_oldest_pending_task_age_seconds", "Age of the oldest queued task ready to lease (a paused type's are not).", nil, nil)
+	descOldest      = prometheus.NewDesc("asyncgate_oldest_pending_task_age_seconds", "Longest a queued task ready to lease has waited since it became ready, among the first 100 of each type and priority in queue order (a paused type's are not ready).", nil, nil)
 	descPaused      = prometheus.NewDesc("asyncgate_tasks_paused", "Queued tasks of a task type whose leasing is paused, by type (every paused type, 0 when it holds none).", []string{"task_type"}, nil)
 	descWorkers     = prometheus.NewDesc("asyncgate_workers_active", "Workers seen in the last minute.", nil, nil)
 	descHeartbeat   = prometheus.NewDesc("asyncgate_worker_heartbeat_age_seconds", "Seconds since each worker was last seen (lease or heartbeat).", []string{"tenant", "worker_id"}, nil)
@@ -239,7 +239,7 @@ func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	failed := 0.0
 	if qs, err := g.eng.Stats(ctx, g.tenant); err == nil {
-		for st, n := range qs.ByState {
+		for st, n := range withEveryState(qs.ByState) {
 			ch <- prometheus.MustNewConstMetric(descByState, prometheus.GaugeValue, float64(n), string(st))
 		}
 		for tt, n := range qs.ByType {

@@ -56,11 +56,22 @@ func (s *Server) stats(c echo.Context) error {
 	if out.PausedByType == nil {
 		out.PausedByType = map[string]int64{}
 	}
-	if out.ByState == nil {
-		out.ByState = map[host.TaskState]int64{}
-	}
+	out.ByState = withEveryState(out.ByState)
 	if out.ByType == nil {
 		out.ByType = map[string]int64{}
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// withEveryState is by with every counted state (host.CountedStates) that
+// it lacks at 0: a state whose last task left reads 0, not absent.
+func withEveryState(by map[host.TaskState]int64) map[host.TaskState]int64 {
+	out := make(map[host.TaskState]int64, len(host.CountedStates)+len(by))
+	for _, st := range host.CountedStates {
+		out[st] = 0
+	}
+	for st, n := range by {
+		out[st] = n
+	}
+	return out
 }

@@ -475,15 +475,15 @@ func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStat
 	}
 	now := time.Now()
 	for _, q := range queued {
-		var avail int64
+		var avail *int64
 		err := r.ss.queryRow(r.c(ctx), []any{&avail}, oldestReady, q.tenant, us(now), q.paused)
-		if errors.Is(err, pgx.ErrNoRows) {
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && avail == nil {
 			continue
 		}
 		if err != nil {
 			return qs, err
 		}
-		if age := now.Sub(fromUS(avail)); age > qs.OldestReadyAge {
+		if age := now.Sub(fromUS(*avail)); age > qs.OldestReadyAge {
 			qs.OldestReadyAge = age
 		}
 	}
@@ -535,11 +535,17 @@ const queuedTypes = `WITH RECURSIVE ty(name) AS (
 // (48 ms at 35,000 queued, growing with depth); with statistics it walked the
 // table from the oldest task ever queued.
 const oldestReady = queuedTypes + `
-SELECT t.available_at FROM ty, generate_series(1, 10) AS p(v), LATERAL (
-  SELECT seq, available_at FROM tasks WHERE tenant = $1 AND task_type = ty.name AND state = 'queued' AND priority = p.v AND available_at <= $2
-  ORDER BY seq LIMIT 1) t
-WHERE ty.name <> ALL($3::text[])
-ORDER BY t.seq LIMIT 1`
+SELECT min(t.available_at) FROM ty, generate_series(1, 10) AS p(v), LATERAL (
+  SELECT available_at FROM tasks WHERE tenant = $1 AND task_type = ty.name AND state = 'queued' AND priority = p.v AND available_at <= $2
+  ORDER BY seq LIMIT ` + oldestReadyWindow + `) t
+WHERE ty.name <> ALL($3::text[])`
+
+// oldestReadyWindow is how many ready tasks of each type and priority, from
+// the head of the queue, the oldest ready age looks at: a task released or
+// retried keeps its place with a fresh available_at, so the head alone
+// would hide the older ones behind it; a window keeps the read bounded
+// whatever the backlog.
+const oldestReadyWindow = "100"
 
 // flushCounts adds the transaction's task state changes to this writer's
 // shard of queue_counts in one statement, queued in front of COMMIT. No other

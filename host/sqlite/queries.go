@@ -459,15 +459,15 @@ func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStat
 	}
 	now := time.Now()
 	oldest := func(query string, args ...any) error {
-		var avail int64
+		var avail sql.NullInt64
 		err := r.queryRow(ctx, query, args...).Scan(&avail)
-		if errors.Is(err, sql.ErrNoRows) {
+		if errors.Is(err, sql.ErrNoRows) || err == nil && !avail.Valid {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if age := now.Sub(fromUS(avail)); age > qs.OldestReadyAge {
+		if age := now.Sub(fromUS(avail.Int64)); age > qs.OldestReadyAge {
 			qs.OldestReadyAge = age
 		}
 		return nil
@@ -519,14 +519,21 @@ GROUP BY tenant, task_type`
 // enforced on every task): the oldest by seq of each priority's ready tasks,
 // then the oldest of those.
 const oldestReady = `WITH p(v) AS (VALUES (1),(2),(3),(4),(5),(6),(7),(8),(9),(10))
-SELECT available_at FROM tasks WHERE seq = (SELECT min((SELECT seq FROM tasks INDEXED BY tasks_ready
-  WHERE tenant = ?1 AND state = 'queued' AND priority = p.v AND available_at <= ?2 ORDER BY seq LIMIT 1)) FROM p)`
+SELECT min((SELECT min(available_at) FROM (SELECT available_at FROM tasks INDEXED BY tasks_ready
+  WHERE tenant = ?1 AND state = 'queued' AND priority = p.v AND available_at <= ?2 ORDER BY seq LIMIT ` + oldestReadyWindow + `))) FROM p`
+
+// oldestReadyWindow is how many ready tasks of each priority (of each type,
+// for oldestReadyOfType), from the head of the queue, the oldest ready age
+// looks at: a task released or retried keeps its place with a fresh
+// available_at, so the head alone would hide the older ones behind it; a
+// window keeps the read bounded whatever the backlog.
+const oldestReadyWindow = "100"
 
 // oldestReadyOfType is oldestReady of one type (?3), through the typed
 // lease index (tasks_ready_type: tenant, type, priority, seq).
 const oldestReadyOfType = `WITH p(v) AS (VALUES (1),(2),(3),(4),(5),(6),(7),(8),(9),(10))
-SELECT available_at FROM tasks WHERE seq = (SELECT min((SELECT seq FROM tasks INDEXED BY tasks_ready_type
-  WHERE tenant = ?1 AND task_type = ?3 AND state = 'queued' AND priority = p.v AND available_at <= ?2 ORDER BY seq LIMIT 1)) FROM p)`
+SELECT min((SELECT min(available_at) FROM (SELECT available_at FROM tasks INDEXED BY tasks_ready_type
+  WHERE tenant = ?1 AND task_type = ?3 AND state = 'queued' AND priority = p.v AND available_at <= ?2 ORDER BY seq LIMIT ` + oldestReadyWindow + `))) FROM p`
 
 // flushCounts adds the batch's task state changes to queue_counts in one
 // statement.

@@ -207,8 +207,12 @@ type TaskFilter struct {
 type QueueStats struct {
 	ByState map[host.TaskState]int64
 	ByType  map[string]int64 // queued and leased tasks by type
-	// OldestReadyAge is the age of the oldest queued task ready to lease,
-	// 0 if none: a task of a paused type is not ready, however old.
+	// OldestReadyAge is the longest a queued task ready to lease has waited
+	// since it became ready (its available_at), 0 if none: a task of a
+	// paused type is not ready, however old. Drivers look at the first 100
+	// ready tasks of each type and priority in queue order, so a task
+	// released or retried a moment ago at the head of its queue does not
+	// hide older ones behind it (storetest: OldestReady).
 	OldestReadyAge time.Duration
 	// Paused counts, by type, the queued tasks of a type whose leasing is
 	// paused in their tenant, not those scheduled for later: ByState

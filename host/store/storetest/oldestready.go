@@ -8,8 +8,11 @@ import (
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
-// testOldestReady: QueueStats reports the age of the oldest ready queued task
-// (in queue order) across priorities, skipping delayed and leased tasks.
+// testOldestReady: QueueStats reports how long the longest-waiting ready
+// queued task has waited since it became ready (its available_at), across
+// priorities, skipping delayed and leased tasks — also when it sits behind a
+// task that became ready again a moment ago (released, retried: it keeps its
+// place in the queue with a fresh time, and must not hide the older ones).
 // QueueStats reads the wall clock, so the tasks' times are set from it.
 func testOldestReady(t *testing.T, b *Bundle) {
 	ctx := b.Ctx
@@ -20,10 +23,11 @@ func testOldestReady(t *testing.T, b *Bundle) {
 		return tk
 	}
 	tasks := []*host.Task{
-		mk("T-OR1", 1, now.Add(time.Hour)),         // first in the queue, delayed: not ready
-		mk("T-OR2", 3, now.Add(-30*time.Second)),   // the oldest ready one
-		mk("T-OR3", 9, now.Add(-10*time.Second)),   // ready, higher priority, queued later
-		mk("T-OR4", 10, now.Add(-300*time.Second)), // older by its time but queued last
+		mk("T-OR0", 3, now.Add(-time.Second)),      // first in its lane, ready again a moment ago
+		mk("T-OR1", 1, now.Add(time.Hour)),         // delayed: not ready
+		mk("T-OR2", 3, now.Add(-30*time.Second)),   // behind T-OR0 in its lane, waiting longer
+		mk("T-OR3", 9, now.Add(-10*time.Second)),   // ready, higher priority
+		mk("T-OR4", 10, now.Add(-300*time.Second)), // the longest wait, queued last
 	}
 	if err := b.Store.Update(ctx, func(tx store.Tx) error {
 		for _, tk := range tasks {
@@ -47,19 +51,32 @@ func testOldestReady(t *testing.T, b *Bundle) {
 		}
 		return qs.OldestReadyAge
 	}
+	lease := func(tk *host.Task) {
+		t.Helper()
+		tk.State, tk.LeaseID, tk.WorkerID = host.StateLeased, "L-"+tk.ID, "w.1"
+		tk.LeasedAt, tk.LeaseExpiresAt = &now, new(now.Add(time.Minute))
+		if err := b.Store.Update(ctx, func(tx store.Tx) error {
+			return tx.UpdateTask(ctx, tk, store.Fence{State: host.StateQueued})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// The age is measured from QueueStats' own now, a little after ours.
-	if got := age(); got < 30*time.Second || got > 90*time.Second {
-		t.Fatalf("oldest ready age %v, want T-OR2's (30 s and a little)", got)
-	}
-	t2 := tasks[1]
-	t2.State, t2.LeaseID, t2.WorkerID = host.StateLeased, "L-OR2", "w.1"
-	t2.LeasedAt, t2.LeaseExpiresAt = &now, new(now.Add(time.Minute))
-	if err := b.Store.Update(ctx, func(tx store.Tx) error {
-		return tx.UpdateTask(ctx, t2, store.Fence{State: host.StateQueued})
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if got := age(); got < 10*time.Second || got > 70*time.Second {
-		t.Fatalf("oldest ready age after leasing T-OR2: %v, want T-OR3's (10 s and a little)", got)
+	for _, step := range []struct {
+		lease    *host.Task
+		min, max time.Duration
+		who      string
+	}{
+		{nil, 300 * time.Second, 360 * time.Second, "T-OR4's (300 s and a little)"},
+		{tasks[4], 30 * time.Second, 90 * time.Second, "T-OR2's (30 s), behind T-OR0's fresh time"},
+		{tasks[2], 10 * time.Second, 70 * time.Second, "T-OR3's (10 s)"},
+		{tasks[3], time.Second, 60 * time.Second, "T-OR0's (1 s)"},
+	} {
+		if step.lease != nil {
+			lease(step.lease)
+		}
+		if got := age(); got < step.min || got > step.max {
+			t.Fatalf("oldest ready age %v, want %s", got, step.who)
+		}
 	}
 }
