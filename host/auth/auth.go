@@ -77,6 +77,17 @@ type authEntry struct {
 	until time.Time
 }
 
+// StaleWhileUnavailable is how long past its TTL a cached key still
+// resolves while the store answers database_unavailable: a scraper of
+// /metrics keeps its series through a database outage. A key revoked
+// elsewhere just before the outage works for at most this long more, and
+// only for what works without the database.
+const StaleWhileUnavailable = 5 * time.Minute
+
+// staleProbe is how long the store has to resolve a key the cache still
+// holds as stale before it is taken as unavailable.
+const staleProbe = time.Second
+
 // NewAuthenticator returns an Authenticator over st that caches a resolved
 // key for ttl (0 means 5 s; negative disables the cache).
 func NewAuthenticator(st store.Store, ttl time.Duration) *Authenticator {
@@ -100,8 +111,25 @@ func (a *Authenticator) Authenticate(ctx context.Context, bearer string) (engine
 	if ok && now.Before(e.until) {
 		return e.actor, nil
 	}
-	actor, err := Authenticate(ctx, a.st, key)
+	stale := ok && now.Before(e.until.Add(StaleWhileUnavailable))
+	rctx := ctx
+	if stale {
+		// A store that does not answer soon is taken as unavailable: the
+		// key then answers from the cache at once, not after the store's
+		// whole timeout (a scrape of /metrics has about 10 s).
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, staleProbe)
+		defer cancel()
+	}
+	actor, err := Authenticate(rctx, a.st, key)
 	if err != nil {
+		unavailable := host.IsCode(err, host.CodeDatabaseUnavailable) || rctx.Err() != nil && ctx.Err() == nil
+		if stale && unavailable {
+			// The store cannot say; the key it last said was good stays
+			// good for a while, so what needs no database (/metrics, a
+			// health probe's caller) keeps answering through an outage.
+			return e.actor, nil
+		}
 		if ok {
 			a.mu.Lock()
 			delete(a.m, h)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/sqlite"
+	"github.com/asyncgate/asyncgate/host/store/faultstore"
 )
 
 // TestAuthenticatorCachesUntilForget: a key revoked behind the cache's back
@@ -75,5 +77,68 @@ func TestCreateKeyRefusesBadRequests(t *testing.T) {
 	}
 	if ks, err := auth.ListKeys(ctx, st); err != nil || len(ks) != 0 {
 		t.Fatalf("stored %d keys (%v), want none", len(ks), err)
+	}
+}
+
+// TestAuthenticatorServesAKnownKeyWhileTheStoreIsUnavailable: a key the
+// cache resolved keeps resolving past its TTL while the store answers
+// database_unavailable (so /metrics keeps answering through a database
+// outage); a key the cache never saw gets database_unavailable, and once
+// the store answers again a revoked key is refused.
+func TestAuthenticatorServesAKnownKeyWhileTheStoreIsUnavailable(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	fs := faultstore.New(st, nil)
+	known, err := auth.CreateKey(ctx, st, auth.NewKeyRequest{Role: engine.RoleAdmin, Principal: "root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unseen, err := auth.CreateKey(ctx, st, auth.NewKeyRequest{Role: engine.RoleAdmin, Principal: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := auth.NewAuthenticator(fs, time.Millisecond)
+	if _, err := a.Authenticate(ctx, known.APIKey); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // past the TTL
+	down := func(op faultstore.Op) faultstore.Fault {
+		return faultstore.Fault{Step: op.Step, Err: host.Errorf(host.CodeDatabaseUnavailable, "the database is unavailable")}
+	}
+	fs.SetPlan(down)
+	if got, err := a.Authenticate(ctx, known.APIKey); err != nil || got.Principal != "root" {
+		t.Fatalf("a cached key while the store is unavailable: %+v, %v", got, err)
+	}
+	if _, err := a.Authenticate(ctx, unseen.APIKey); !host.IsCode(err, host.CodeDatabaseUnavailable) {
+		t.Fatalf("an unseen key while the store is unavailable: %v", err)
+	}
+	fs.SetPlan(nil)
+	if err := auth.RevokeKey(ctx, st, known.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Authenticate(ctx, known.APIKey); !host.IsCode(err, host.CodeUnauthorized) {
+		t.Fatalf("the revoked key once the store answers: %v", err)
+	}
+	fs.SetPlan(down)
+	if _, err := a.Authenticate(ctx, known.APIKey); !host.IsCode(err, host.CodeDatabaseUnavailable) {
+		t.Fatalf("a key refused since, while the store is unavailable: %v", err)
+	}
+
+	// A store that does not answer at all (a frozen connection): the
+	// cached key answers within about a second, not the store's timeout.
+	fs.SetPlan(nil)
+	if _, err := a.Authenticate(ctx, unseen.APIKey); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	fs.SetPlan(func(op faultstore.Op) faultstore.Fault { return faultstore.Fault{Latency: time.Hour} })
+	start := time.Now()
+	got, err := a.Authenticate(ctx, unseen.APIKey)
+	if took := time.Since(start); err != nil || got.Principal != "other" || took > 5*time.Second {
+		t.Fatalf("a cached key while the store hangs: %+v, %v after %v", got, err, took)
 	}
 }
