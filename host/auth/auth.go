@@ -78,10 +78,11 @@ type authEntry struct {
 }
 
 // StaleWhileUnavailable is how long past its TTL a cached key still
-// resolves while the store answers database_unavailable: a scraper of
-// /metrics keeps its series through a database outage. A key revoked
-// elsewhere just before the outage works for at most this long more, and
-// only for what works without the database.
+// resolves, under a context from AllowStale (only /metrics), while the
+// store answers database_unavailable or not at all: a scraper keeps its
+// series through a database outage. A key revoked elsewhere just before the
+// outage reads /metrics for at most this long more; every other route
+// needs the store's word.
 const StaleWhileUnavailable = 5 * time.Minute
 
 // staleProbe is how long the store has to resolve a key the cache still
@@ -111,7 +112,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, bearer string) (engine
 	if ok && now.Before(e.until) {
 		return e.actor, nil
 	}
-	stale := ok && now.Before(e.until.Add(StaleWhileUnavailable))
+	stale := ok && staleAllowed(ctx) && now.Before(e.until.Add(StaleWhileUnavailable))
 	rctx := ctx
 	if stale {
 		// A store that does not answer soon is taken as unavailable: the
@@ -123,14 +124,19 @@ func (a *Authenticator) Authenticate(ctx context.Context, bearer string) (engine
 	}
 	actor, err := Authenticate(rctx, a.st, key)
 	if err != nil {
-		unavailable := host.IsCode(err, host.CodeDatabaseUnavailable) || rctx.Err() != nil && ctx.Err() == nil
+		// Unavailable: the store said so, or did not answer within the
+		// probe. Never a refusal it did answer (a key revoked or unknown).
+		refused := host.IsCode(err, host.CodeUnauthorized)
+		unavailable := !refused && (host.IsCode(err, host.CodeDatabaseUnavailable) || rctx.Err() != nil && ctx.Err() == nil)
 		if stale && unavailable {
 			// The store cannot say; the key it last said was good stays
-			// good for a while, so what needs no database (/metrics, a
-			// health probe's caller) keeps answering through an outage.
+			// good for a while for /metrics, so a scraper keeps its series
+			// through an outage.
 			return e.actor, nil
 		}
-		if ok {
+		if ok && refused {
+			// Forgotten only on the store's refusal: an outage keeps the
+			// entry for /metrics' stale answer.
 			a.mu.Lock()
 			delete(a.m, h)
 			a.mu.Unlock()

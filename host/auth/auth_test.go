@@ -80,13 +80,16 @@ func TestCreateKeyRefusesBadRequests(t *testing.T) {
 	}
 }
 
-// TestAuthenticatorServesAKnownKeyWhileTheStoreIsUnavailable: a key the
-// cache resolved keeps resolving past its TTL while the store answers
-// database_unavailable (so /metrics keeps answering through a database
-// outage); a key the cache never saw gets database_unavailable, and once
-// the store answers again a revoked key is refused.
+// TestAuthenticatorServesAKnownKeyWhileTheStoreIsUnavailable: under a
+// context from AllowStale (/metrics), a key the cache resolved keeps
+// resolving past its TTL while the store answers database_unavailable or
+// does not answer at all; without it (every other route) the call gets
+// database_unavailable. A key the cache never saw gets
+// database_unavailable, and a key the store refuses (revoked) is refused
+// with or without it.
 func TestAuthenticatorServesAKnownKeyWhileTheStoreIsUnavailable(t *testing.T) {
 	ctx := context.Background()
+	staleOK := auth.AllowStale(ctx)
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -110,21 +113,24 @@ func TestAuthenticatorServesAKnownKeyWhileTheStoreIsUnavailable(t *testing.T) {
 		return faultstore.Fault{Step: op.Step, Err: host.Errorf(host.CodeDatabaseUnavailable, "the database is unavailable")}
 	}
 	fs.SetPlan(down)
-	if got, err := a.Authenticate(ctx, known.APIKey); err != nil || got.Principal != "root" {
-		t.Fatalf("a cached key while the store is unavailable: %+v, %v", got, err)
+	if _, err := a.Authenticate(ctx, known.APIKey); !host.IsCode(err, host.CodeDatabaseUnavailable) {
+		t.Fatalf("a cached key past its TTL, store unavailable, on a route that needs the store's word: %v", err)
 	}
-	if _, err := a.Authenticate(ctx, unseen.APIKey); !host.IsCode(err, host.CodeDatabaseUnavailable) {
+	if got, err := a.Authenticate(staleOK, known.APIKey); err != nil || got.Principal != "root" {
+		t.Fatalf("a cached key past its TTL, store unavailable, stale allowed: %+v, %v", got, err)
+	}
+	if _, err := a.Authenticate(staleOK, unseen.APIKey); !host.IsCode(err, host.CodeDatabaseUnavailable) {
 		t.Fatalf("an unseen key while the store is unavailable: %v", err)
 	}
 	fs.SetPlan(nil)
 	if err := auth.RevokeKey(ctx, st, known.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Authenticate(ctx, known.APIKey); !host.IsCode(err, host.CodeUnauthorized) {
-		t.Fatalf("the revoked key once the store answers: %v", err)
+	if _, err := a.Authenticate(staleOK, known.APIKey); !host.IsCode(err, host.CodeUnauthorized) {
+		t.Fatalf("the revoked key once the store answers, stale allowed: %v", err)
 	}
 	fs.SetPlan(down)
-	if _, err := a.Authenticate(ctx, known.APIKey); !host.IsCode(err, host.CodeDatabaseUnavailable) {
+	if _, err := a.Authenticate(staleOK, known.APIKey); !host.IsCode(err, host.CodeDatabaseUnavailable) {
 		t.Fatalf("a key refused since, while the store is unavailable: %v", err)
 	}
 
@@ -137,7 +143,7 @@ func TestAuthenticatorServesAKnownKeyWhileTheStoreIsUnavailable(t *testing.T) {
 	time.Sleep(5 * time.Millisecond)
 	fs.SetPlan(func(op faultstore.Op) faultstore.Fault { return faultstore.Fault{Latency: time.Hour} })
 	start := time.Now()
-	got, err := a.Authenticate(ctx, unseen.APIKey)
+	got, err := a.Authenticate(staleOK, unseen.APIKey)
 	if took := time.Since(start); err != nil || got.Principal != "other" || took > 5*time.Second {
 		t.Fatalf("a cached key while the store hangs: %+v, %v after %v", got, err, took)
 	}

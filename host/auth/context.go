@@ -37,3 +37,19 @@ func KeyHashFromContext(ctx context.Context) (string, bool) {
 	h, ok := ctx.Value(keyHashKey{}).(string)
 	return h, ok && h != ""
 }
+
+type staleOKKey struct{}
+
+// AllowStale returns a context under which Authenticator.Authenticate may
+// answer a key from its cache past the TTL while the store is unavailable
+// (StaleWhileUnavailable). Only a route that reads nothing from the store
+// with the caller's authority sets it (/metrics): every other call waits for
+// the store to say the key is still good.
+func AllowStale(ctx context.Context) context.Context {
+	return context.WithValue(ctx, staleOKKey{}, true)
+}
+
+func staleAllowed(ctx context.Context) bool {
+	ok, _ := ctx.Value(staleOKKey{}).(bool)
+	return ok
+}

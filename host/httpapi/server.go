@@ -337,7 +337,9 @@ func (s *Server) routes() {
 		if s.cfg.MetricsPublic {
 			e.GET("/metrics", s.metrics.handler(true), keyless)
 		} else {
-			e.GET("/metrics", s.metrics.handler(false), auth, admins)
+			// A key resolved before a database outage still reads the
+			// process and HTTP series through it (auth.AllowStale).
+			e.GET("/metrics", s.metrics.handler(false), allowStaleKey, auth, admins)
 		}
 	}
 	e.RouteNotFound("/*", func(c echo.Context) error {
@@ -585,4 +587,15 @@ func (rawJSONSerializer) Serialize(c echo.Context, i any, indent string) error {
 // Deserialize reads a JSON request body into i, as echo's default does.
 func (rawJSONSerializer) Deserialize(c echo.Context, i any) error {
 	return echo.DefaultJSONSerializer{}.Deserialize(c, i)
+}
+
+// allowStaleKey lets the key of a request be answered from the key cache
+// past its TTL while the store is unavailable (auth.AllowStale): for
+// /metrics alone, which reads no data with the caller's authority beyond
+// gauges that say when the store failed them.
+func allowStaleKey(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.SetRequest(c.Request().WithContext(auth.AllowStale(c.Request().Context())))
+		return next(c)
+	}
 }
