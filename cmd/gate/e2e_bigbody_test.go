@@ -18,6 +18,8 @@ import (
 // than the body limit gets the 413 too_large answer, not a connection reset
 // in the middle of its write: with Content-Length (refused unread), chunked
 // (cut at the limit while decoding) and compressed (refused unread, 415).
+// One that waits for 100 Continue is answered 413 without being asked for
+// the body.
 func TestE2EOversizedBodyGetsItsAnswer(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -78,4 +80,20 @@ func TestE2EOversizedBodyGetsItsAnswer(t *testing.T) {
 			t.Fatalf("%s: %d %v (%v), want %d %s", c.name, res.StatusCode, m, err, c.status, c.code)
 		}
 	}
+
+	// A client that waits for 100 Continue before it sends its body (curl
+	// does for large ones) is answered 413 at once: the gate does not ask
+	// for the body it refuses.
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "POST /v1/tasks HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", u.Host, b.agent, len(payload))
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || res.StatusCode != 413 {
+		t.Fatalf("expect 100-continue: %v %v, want 413 without the body sent", res, err)
+	}
+	res.Body.Close()
 }

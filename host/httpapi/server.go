@@ -236,12 +236,12 @@ func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 		body := r.Body != nil && r.Body != http.NoBody
 		if body {
 			if enc, ok := encoded(r.Header); ok {
-				drainRefused(c, r.Body)
+				drainRefused(c, r.Body, false)
 				return host.Errorf(host.CodeUnsupportedMediaType, "the request body is sent with Content-Encoding %q; the gate reads bodies only as sent (identity): send it uncompressed", enc)
 			}
 		}
 		if r.ContentLength > s.cfg.BodyLimit {
-			drainRefused(c, r.Body)
+			drainRefused(c, r.Body, false)
 			return host.Errorf(host.CodeTooLarge, "the request body is %d bytes, the limit is %d", r.ContentLength, s.cfg.BodyLimit)
 		}
 		if !body {
@@ -252,7 +252,7 @@ func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 		r.Body = lb
 		err := next(c) // the answer may be written already (an inner middleware's c.Error)
 		if lb.cut {
-			drainRefused(c, sent)
+			drainRefused(c, sent, true)
 		}
 		return err
 	}
@@ -284,12 +284,21 @@ const (
 
 // drainRefused reads what is left of a refused request body, up to
 // drainLimit within drainTime, and asks for the connection to be closed
-// after the answer.
-func drainRefused(c echo.Context, body io.ReadCloser) {
+// after the answer. It reads nothing of a request that waits for
+// "100 Continue" before sending its body, unless its reading has started (reading would ask for the body
+// the answer refuses: Go's server then answers without it and closes), nor
+// of one without a credential (an Authorization header or the dashboard's
+// session cookie): anonymous callers keep the old bound on what the gate
+// reads for them.
+func drainRefused(c echo.Context, body io.ReadCloser, started bool) {
+	r := c.Request()
 	if body == nil || body == http.NoBody {
 		return
 	}
 	c.Response().Header().Set("Connection", "close")
+	if !started && strings.EqualFold(r.Header.Get("Expect"), "100-continue") || r.Header.Get(echo.HeaderAuthorization) == "" && len(r.Cookies()) == 0 {
+		return
+	}
 	rc := http.NewResponseController(c.Response().Writer)
 	_ = rc.SetReadDeadline(time.Now().Add(drainTime))
 	_, _ = io.Copy(io.Discard, io.LimitReader(body, drainLimit))

@@ -1066,6 +1066,23 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(t["attempts"], 1)
         self.assertEqual(result_content(t), {"call": 2})
 
+    def test_result_over_the_body_limit_is_reported(self):
+        """A result far over the gate's body limit (12 MB against 1 MiB) is
+        refused with 413, which the Runner sees (the gate reads the body it
+        refuses, so urllib's send is not cut off) and reports as the task's
+        failure, instead of spooling it as undeliverable."""
+        put_type("py-huge", lease_seconds=60)
+        r = self.make_runner(delivery_attempts=2, data_uri_fallback=False)
+
+        @r.task("py-huge")
+        def huge(task):
+            return {"blob": "b" * 12_000_000}
+
+        self.start(r)
+        tid = enqueue("py-huge", {}, max_retries=3)
+        t = wait_task(tid, "dead letter", status_is("dead_letter"))
+        self.assertIn("413", t["error_message"])
+
     def test_fatal_and_exception(self):
         put_type("py-bad")
         put_type("py-boom")
