@@ -660,4 +660,18 @@ func TestCLIShowsControlCharactersInert(t *testing.T) {
 	if strings.Contains(list, "\u202e") || strings.Count(list, "\n") != 3 || !strings.Contains(list, `\u202efdp.`) {
 		t.Fatalf("tasks list: a summary added a line or kept its override: %q", list)
 	}
+
+	// A worker's artifact and pointer cannot print a line of their own in
+	// gate tasks result.
+	worker := g.newKey(t, "worker", "echo.cli1", "")
+	offers := g.lease(t, worker, "echo.cli1", map[string]any{"max_tasks": 1})
+	if len(offers) != 1 {
+		t.Fatalf("leased %d", len(offers))
+	}
+	want(t, call(t, "POST", g.URL+"/v1/leases/"+offers[0].LeaseID+"/complete", worker, map[string]any{
+		"artifacts": []map[string]any{{"type": "s3\nsummary: forged", "url": "s3://b/k\nsummary: forged"}}}), 200, "")
+	res := cliOK(t, g.URL, agentFile, "tasks", "result", offers[0].Task.ID)
+	if strings.Contains(res, "\nsummary:") || !strings.Contains(res, `s3\nsummary: forged`) {
+		t.Fatalf("tasks result printed an artifact's newline as it is: %q", res)
+	}
 }

@@ -327,12 +327,18 @@ func (rc *remoteCtx) printJSON(v any) error {
 	return err
 }
 
-// table prints rows under a header, aligned.
+// table prints rows under a header, aligned. A cell is one line whatever
+// its text: a newline, carriage return or tab in it is a space.
 func (rc *remoteCtx) table(header []string, rows [][]string) {
 	tw := tabwriter.NewWriter(rc.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	cells := make([]string, 0, len(header))
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		cells = cells[:0]
+		for _, c := range r {
+			cells = append(cells, cellSpaces.Replace(c))
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	tw.Flush()
 }

@@ -95,11 +95,11 @@ func printResult(rc *remoteCtx, id, outFile string) error {
 		// No payload: say where the result is.
 		fmt.Fprintf(rc.out, "%s has no payload at the gate", a.TaskID)
 		if a.ResultPointer != "" {
-			fmt.Fprintf(rc.out, "; result: %s", a.ResultPointer)
+			fmt.Fprintf(rc.out, "; result: %s", oneLine(a.ResultPointer))
 		}
 		fmt.Fprintln(rc.out)
 		for _, ar := range a.Artifacts {
-			fmt.Fprintf(rc.out, "artifact: %s %s\n", ar.Type, strings.TrimSpace(ar.URL+" "+string(ar.Ref)))
+			fmt.Fprintf(rc.out, "artifact: %s %s\n", oneLine(ar.Type), oneLine(strings.TrimSpace(ar.URL+" "+string(ar.Ref))))
 		}
 		if a.Summary != "" {
 			fmt.Fprintf(rc.out, "summary: %s\n", oneLine(a.Summary))

@@ -209,7 +209,7 @@ var (
 	descByState     = prometheus.NewDesc("asyncgate_tasks_by_state", "Tasks by state.", []string{"state"}, nil)
 	descByType      = prometheus.NewDesc("asyncgate_tasks_by_type", "Queued and leased tasks by task type.", []string{"task_type"}, nil)
 	descQueueDepth  = prometheus.NewDesc("asyncgate_task_queue_depth", "Queued tasks ready to lease (not scheduled for later, not of a paused type).", nil, nil)
-	descOldest      = prometheus.NewDesc("asyncgate_oldest_pending_task_age_seconds", "Longest a queued task ready to lease has waited since it became ready, among the first 100 of each type and priority in queue order (a paused type's are not ready).", nil, nil)
+	descOldest      = prometheus.NewDesc("asyncgate_oldest_pending_task_age_seconds", "Longest a queued task ready to lease has waited since it became ready, among the 100 queued tasks of each type and priority from the first ready one in queue order (a paused type's are not ready).", nil, nil)
 	descPaused      = prometheus.NewDesc("asyncgate_tasks_paused", "Queued tasks of a task type whose leasing is paused, by type (every paused type, 0 when it holds none).", []string{"task_type"}, nil)
 	descWorkers     = prometheus.NewDesc("asyncgate_workers_active", "Workers seen in the last minute.", nil, nil)
 	descHeartbeat   = prometheus.NewDesc("asyncgate_worker_heartbeat_age_seconds", "Seconds since each worker was last seen (lease or heartbeat).", []string{"tenant", "worker_id"}, nil)

@@ -535,16 +535,19 @@ const queuedTypes = `WITH RECURSIVE ty(name) AS (
 // (48 ms at 35,000 queued, growing with depth); with statistics it walked the
 // table from the oldest task ever queued.
 const oldestReady = queuedTypes + `
-SELECT min(t.available_at) FROM ty, generate_series(1, 10) AS p(v), LATERAL (
-  SELECT available_at FROM tasks WHERE tenant = $1 AND task_type = ty.name AND state = 'queued' AND priority = p.v AND available_at <= $2
-  ORDER BY seq LIMIT ` + oldestReadyWindow + `) t
+SELECT min(w.available_at) FROM ty, generate_series(1, 10) AS p(v), LATERAL (
+  SELECT seq FROM tasks WHERE tenant = $1 AND task_type = ty.name AND state = 'queued' AND priority = p.v AND available_at <= $2
+  ORDER BY seq LIMIT 1) f, LATERAL (
+  SELECT min(available_at) FILTER (WHERE available_at <= $2) AS available_at FROM (
+    SELECT available_at FROM tasks WHERE tenant = $1 AND task_type = ty.name AND state = 'queued' AND priority = p.v AND seq >= f.seq
+    ORDER BY seq LIMIT ` + oldestReadyWindow + `) x) w
 WHERE ty.name <> ALL($3::text[])`
 
-// oldestReadyWindow is how many ready tasks of each type and priority, from
-// the head of the queue, the oldest ready age looks at: a task released or
-// retried keeps its place with a fresh available_at, so the head alone
-// would hide the older ones behind it; a window keeps the read bounded
-// whatever the backlog.
+// oldestReadyWindow is how many queued tasks of each type and priority,
+// from the first ready one in queue order, the oldest ready age looks at:
+// a task released or retried keeps its place with a fresh available_at, so
+// the first alone would hide the older ones behind it. The window adds at
+// most that many index entries a lane to the seek of the first ready task.
 const oldestReadyWindow = "100"
 
 // flushCounts adds the transaction's task state changes to this writer's

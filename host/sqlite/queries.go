@@ -429,7 +429,6 @@ func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStat
 	type queuedIn struct {
 		tenant string
 		types  []string // the types not paused it has queued tasks of
-		paused bool     // it has queued tasks of a paused type
 	}
 	var queued []queuedIn // tenants with queued tasks, in order
 	for rows.Next() {
@@ -446,10 +445,7 @@ func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStat
 		if len(queued) == 0 || queued[len(queued)-1].tenant != tn {
 			queued = append(queued, queuedIn{tenant: tn})
 		}
-		q := &queued[len(queued)-1]
-		if qs.IsPaused(tn, typ) {
-			q.paused = true
-		} else {
+		if q := &queued[len(queued)-1]; !qs.IsPaused(tn, typ) {
 			q.types = append(q.types, typ)
 		}
 	}
@@ -473,12 +469,6 @@ func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStat
 		return nil
 	}
 	for _, q := range queued {
-		if !q.paused {
-			if err := oldest(oldestReady, q.tenant, us(now)); err != nil {
-				return qs, err
-			}
-			continue
-		}
 		for _, typ := range q.types {
 			if err := oldest(oldestReadyOfType, q.tenant, us(now), typ); err != nil {
 				return qs, err
@@ -518,22 +508,22 @@ GROUP BY tenant, task_type`
 // the lease index (tasks_ready: tenant, priority, seq) per priority (1..10,
 // enforced on every task): the oldest by seq of each priority's ready tasks,
 // then the oldest of those.
-const oldestReady = `WITH p(v) AS (VALUES (1),(2),(3),(4),(5),(6),(7),(8),(9),(10))
-SELECT min((SELECT min(available_at) FROM (SELECT available_at FROM tasks INDEXED BY tasks_ready
-  WHERE tenant = ?1 AND state = 'queued' AND priority = p.v AND available_at <= ?2 ORDER BY seq LIMIT ` + oldestReadyWindow + `))) FROM p`
-
-// oldestReadyWindow is how many ready tasks of each priority (of each type,
-// for oldestReadyOfType), from the head of the queue, the oldest ready age
-// looks at: a task released or retried keeps its place with a fresh
-// available_at, so the head alone would hide the older ones behind it; a
-// window keeps the read bounded whatever the backlog.
-const oldestReadyWindow = "100"
-
-// oldestReadyOfType is oldestReady of one type (?3), through the typed
-// lease index (tasks_ready_type: tenant, type, priority, seq).
+// oldestReadyOfType is the oldest available_at among the first
+// oldestReadyWindow queued tasks of type ?3 of each priority from its first
+// ready one (available_at <= ?2) in queue order, through the typed lease
+// index (tasks_ready_type: tenant, type, priority, seq).
 const oldestReadyOfType = `WITH p(v) AS (VALUES (1),(2),(3),(4),(5),(6),(7),(8),(9),(10))
 SELECT min((SELECT min(available_at) FROM (SELECT available_at FROM tasks INDEXED BY tasks_ready_type
-  WHERE tenant = ?1 AND task_type = ?3 AND state = 'queued' AND priority = p.v AND available_at <= ?2 ORDER BY seq LIMIT ` + oldestReadyWindow + `))) FROM p`
+  WHERE tenant = ?1 AND task_type = ?3 AND state = 'queued' AND priority = p.v AND seq >= (SELECT seq FROM tasks INDEXED BY tasks_ready_type
+    WHERE tenant = ?1 AND task_type = ?3 AND state = 'queued' AND priority = p.v AND available_at <= ?2 ORDER BY seq LIMIT 1)
+  ORDER BY seq LIMIT ` + oldestReadyWindow + `) WHERE available_at <= ?2)) FROM p`
+
+// oldestReadyWindow is how many queued tasks of each type and priority,
+// from the first ready one in queue order, the oldest ready age looks at:
+// a task released or retried keeps its place with a fresh available_at, so
+// the first alone would hide the older ones behind it. The window adds at
+// most that many index entries a lane to the seek of the first ready task.
+const oldestReadyWindow = "100"
 
 // flushCounts adds the batch's task state changes to queue_counts in one
 // statement.

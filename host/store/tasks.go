@@ -209,10 +209,11 @@ type QueueStats struct {
 	ByType  map[string]int64 // queued and leased tasks by type
 	// OldestReadyAge is the longest a queued task ready to lease has waited
 	// since it became ready (its available_at), 0 if none: a task of a
-	// paused type is not ready, however old. Drivers look at the first 100
-	// ready tasks of each type and priority in queue order, so a task
-	// released or retried a moment ago at the head of its queue does not
-	// hide older ones behind it (storetest: OldestReady).
+	// paused type is not ready, however old. Drivers look, for each type and
+	// priority, at the 100 queued tasks in queue order from the first ready
+	// one, so a task released or retried a moment ago at the head of its
+	// queue does not hide older ones behind it (storetest: OldestReady,
+	// OldestReadyPerType).
 	OldestReadyAge time.Duration
 	// Paused counts, by type, the queued tasks of a type whose leasing is
 	// paused in their tenant, not those scheduled for later: ByState

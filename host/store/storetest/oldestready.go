@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -78,5 +79,49 @@ func testOldestReady(t *testing.T, b *Bundle) {
 		if got := age(); got < step.min || got > step.max {
 			t.Fatalf("oldest ready age %v, want %s", got, step.who)
 		}
+	}
+}
+
+// testOldestReadyPerType: the oldest ready age looks at each type's queue
+// on its own: 120 tasks of one type ready a moment ago ahead, in queue
+// order, of another type's task ready an hour ago do not hide it; and a
+// lane whose first ready task sits behind delayed ones still counts it.
+func testOldestReadyPerType(t *testing.T, b *Bundle) {
+	ctx := b.Ctx
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	var tasks []*host.Task
+	for i := range 120 {
+		tk := wbTask(fmt.Sprintf("T-ORA%03d", i), "")
+		tk.AvailableAt = now.Add(-time.Second)
+		tasks = append(tasks, tk)
+	}
+	for i := range 5 { // delayed, ahead of the hour-old one in its lane
+		tk := wbTask(fmt.Sprintf("T-ORD%d", i), "")
+		tk.Type, tk.AvailableAt = "other", now.Add(time.Hour)
+		tasks = append(tasks, tk)
+	}
+	old := wbTask("T-ORB", "")
+	old.Type, old.AvailableAt = "other", now.Add(-time.Hour)
+	tasks = append(tasks, old)
+	if err := b.Store.Update(ctx, func(tx store.Tx) error {
+		for _, tk := range tasks {
+			if err := tx.InsertTask(ctx, tk); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var qs store.QueueStats
+	if err := b.Store.View(ctx, func(r store.Reader) error {
+		var err error
+		qs, err = r.QueueStats(ctx, "acme")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := qs.OldestReadyAge; got < time.Hour || got > time.Hour+time.Minute {
+		t.Fatalf("oldest ready age %v, want T-ORB's hour behind another type's 120 fresh tasks", got)
 	}
 }
