@@ -353,7 +353,7 @@ func waitTask(rc *remoteCtx, id string, waitFor, interval time.Duration, mode st
 		case t.Result != nil && t.Result.Summary != "":
 			end += ": " + t.Result.Summary
 		}
-		fmt.Fprintf(rc.out, "%s %s\n", t.TaskID, end)
+		fmt.Fprintf(rc.out, "%s %s\n", t.TaskID, oneLine(end))
 	}
 	if t.Status != client.StateSucceeded {
 		return exitErr{code: exitTaskNotSucceeded}

@@ -101,9 +101,9 @@ id and each step's task id (--json: the gate's answer).`,
 				if w.Status == "archived" {
 					status += " (" + w.Outcome + ")"
 				}
-				fmt.Fprintf(rc.out, "%s  %s  %s\n", w.WorkflowID, w.Name, status)
+				fmt.Fprintf(rc.out, "%s  %s  %s\n", w.WorkflowID, oneLine(w.Name), status)
 				if w.Result != nil {
-					fmt.Fprintf(rc.out, "result: %s %q\n", w.Result.Pointer, w.Result.Summary)
+					fmt.Fprintf(rc.out, "result: %s %q\n", oneLine(w.Result.Pointer), w.Result.Summary)
 				}
 				if w.ErrorMessage != "" {
 					fmt.Fprintf(rc.out, "error: %s\n", oneLine(w.ErrorMessage))

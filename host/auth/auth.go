@@ -131,7 +131,8 @@ func (a *Authenticator) Authenticate(ctx context.Context, bearer string) (engine
 		if stale && unavailable {
 			// The store cannot say; the key it last said was good stays
 			// good for a while for /metrics, so a scraper keeps its series
-			// through an outage.
+			// through an outage (those the store does not back).
+			markServedStale(ctx)
 			return e.actor, nil
 		}
 		if ok && refused {

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/asyncgate/asyncgate/host/engine"
 )
@@ -40,16 +41,35 @@ func KeyHashFromContext(ctx context.Context) (string, bool) {
 
 type staleOKKey struct{}
 
+// staleMark is the value AllowStale puts in a context: whether the
+// Authenticator answered the request's key from its cache past the TTL.
+type staleMark struct{ served atomic.Bool }
+
 // AllowStale returns a context under which Authenticator.Authenticate may
 // answer a key from its cache past the TTL while the store is unavailable
 // (StaleWhileUnavailable). Only a route that reads nothing from the store
-// with the caller's authority sets it (/metrics): every other call waits for
-// the store to say the key is still good.
+// with the caller's authority once it knows the key was taken that way
+// (ServedStale) sets it: /metrics, which then serves no store-backed
+// series. Every other call waits for the store to say the key is good.
 func AllowStale(ctx context.Context) context.Context {
-	return context.WithValue(ctx, staleOKKey{}, true)
+	return context.WithValue(ctx, staleOKKey{}, &staleMark{})
+}
+
+// ServedStale reports whether the key of the request whose context (from
+// AllowStale) ctx derives from was answered from the cache past its TTL,
+// the store not confirming it.
+func ServedStale(ctx context.Context) bool {
+	m, _ := ctx.Value(staleOKKey{}).(*staleMark)
+	return m != nil && m.served.Load()
 }
 
 func staleAllowed(ctx context.Context) bool {
-	ok, _ := ctx.Value(staleOKKey{}).(bool)
-	return ok
+	m, _ := ctx.Value(staleOKKey{}).(*staleMark)
+	return m != nil
+}
+
+func markServedStale(ctx context.Context) {
+	if m, _ := ctx.Value(staleOKKey{}).(*staleMark); m != nil {
+		m.served.Store(true)
+	}
 }

@@ -143,6 +143,19 @@ func (m *Metrics) handler(public bool) echo.HandlerFunc {
 	full := promhttp.HandlerFor(all, promhttp.HandlerOpts{})
 	return func(c echo.Context) error {
 		a, ok := auth.ActorFromContext(c.Request().Context())
+		if !public && auth.ServedStale(c.Request().Context()) {
+			// The key was taken on the cache's word while the store did
+			// not answer: nothing the store backs, only the process's own
+			// series (the caller's tenant's, for a tenant admin).
+			var own prometheus.Gatherer = m.reg
+			if a.Tenant != auth.DefaultTenant {
+				own = tenantGatherer{m.reg, a.Tenant}
+			}
+			failed := prometheus.NewRegistry()
+			failed.MustRegister(scrapeFailed{})
+			promhttp.HandlerFor(prometheus.Gatherers{own, failed}, promhttp.HandlerOpts{}).ServeHTTP(c.Response(), c.Request())
+			return nil
+		}
 		if public || !ok || a.Tenant == auth.DefaultTenant {
 			full.ServeHTTP(c.Response(), c.Request())
 			return nil
@@ -156,6 +169,16 @@ func (m *Metrics) handler(public bool) echo.HandlerFunc {
 		h.ServeHTTP(c.Response(), c.Request())
 		return nil
 	}
+}
+
+// scrapeFailed is asyncgate_scrape_error at 1 alone: the store-backed
+// gauges were not read.
+type scrapeFailed struct{}
+
+func (scrapeFailed) Describe(ch chan<- *prometheus.Desc) { ch <- descScrapeError }
+
+func (scrapeFailed) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(descScrapeError, prometheus.GaugeValue, 1)
 }
 
 // tenantGatherer keeps the series of g labelled tenant=tenant.

@@ -391,11 +391,11 @@ func (r *reader) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([
 
 // QueueStats implements store.Reader from the counts the writer keeps
 // (queue_counts: a few rows per tenant and type), the paused types
-// (task_type_pauses: a row per paused type), and the oldest ready task from
-// the head of the state index: it never scans the queue. A tenant with
-// queued tasks of a paused type has its oldest ready task found per type
-// it has queued tasks of, the paused ones left out (tasks_ready_type), so
-// a paused backlog is never walked.
+// (task_type_pauses: a row per paused type), and the oldest ready age per
+// type a tenant has queued tasks of, the paused ones left out, from the
+// typed lease index (oldestReadyOfType: the first ready task of each
+// priority and at most oldestReadyWindow entries past it): it never scans
+// the queue, and a paused backlog is never walked.
 func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStats, error) {
 	qs := store.QueueStats{ByState: map[host.TaskState]int64{}, ByType: map[string]int64{}}
 	pq := `SELECT tenant, task_type FROM task_type_pauses`
@@ -504,10 +504,6 @@ GROUP BY tenant, task_type`
 	return out, rows.Err()
 }
 
-// oldestReady finds a tenant's oldest ready queued task with one probe of
-// the lease index (tasks_ready: tenant, priority, seq) per priority (1..10,
-// enforced on every task): the oldest by seq of each priority's ready tasks,
-// then the oldest of those.
 // oldestReadyOfType is the oldest available_at among the first
 // oldestReadyWindow queued tasks of type ?3 of each priority from its first
 // ready one (available_at <= ?2) in queue order, through the typed lease

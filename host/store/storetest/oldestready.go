@@ -84,8 +84,9 @@ func testOldestReady(t *testing.T, b *Bundle) {
 
 // testOldestReadyPerType: the oldest ready age looks at each type's queue
 // on its own: 120 tasks of one type ready a moment ago ahead, in queue
-// order, of another type's task ready an hour ago do not hide it; and a
-// lane whose first ready task sits behind delayed ones still counts it.
+// order, of another type's task ready an hour ago do not hide it, nor do
+// 150 delayed tasks of its own type ahead of it (more than the window: it
+// starts at the first ready task, not at the head of the lane).
 func testOldestReadyPerType(t *testing.T, b *Bundle) {
 	ctx := b.Ctx
 	now := time.Now().UTC().Truncate(time.Microsecond)
@@ -95,8 +96,8 @@ func testOldestReadyPerType(t *testing.T, b *Bundle) {
 		tk.AvailableAt = now.Add(-time.Second)
 		tasks = append(tasks, tk)
 	}
-	for i := range 5 { // delayed, ahead of the hour-old one in its lane
-		tk := wbTask(fmt.Sprintf("T-ORD%d", i), "")
+	for i := range 150 { // delayed, ahead of the hour-old one in its lane: more than a window
+		tk := wbTask(fmt.Sprintf("T-ORD%03d", i), "")
 		tk.Type, tk.AvailableAt = "other", now.Add(time.Hour)
 		tasks = append(tasks, tk)
 	}
@@ -122,6 +123,6 @@ func testOldestReadyPerType(t *testing.T, b *Bundle) {
 		t.Fatal(err)
 	}
 	if got := qs.OldestReadyAge; got < time.Hour || got > time.Hour+time.Minute {
-		t.Fatalf("oldest ready age %v, want T-ORB's hour behind another type's 120 fresh tasks", got)
+		t.Fatalf("oldest ready age %v, want T-ORB's hour, behind another type's 120 fresh tasks and 150 delayed ones of its own", got)
 	}
 }
