@@ -145,13 +145,20 @@ func TestE2EOperatorDoorsBothStores(t *testing.T) {
 			if st.Tenant != "default" || st.ByState["queued"] != 2 || st.ByType["doors"] != 2 {
 				t.Fatalf("/v1/admin/stats %s, want 2 queued tasks of type doors in tenant default", r.Body)
 			}
+			// Every counted state shows, 0 included.
+			for _, s := range []string{"waiting", "scheduled", "leased", "succeeded", "canceled", "dead_letter"} {
+				if n, ok := st.ByState[s]; !ok || n != 0 {
+					t.Errorf("/v1/admin/stats by_state[%s] = %d (present %v), want 0", s, n, ok)
+				}
+			}
 
 			want(t, call(t, "GET", g.URL+"/metrics", "", nil), 401, "unauthorized")
 			want(t, call(t, "GET", g.URL+"/metrics", agent, nil), 403, "forbidden")
 			r = call(t, "GET", g.URL+"/metrics", g.Admin, nil)
 			want(t, r, 200, "")
 			for _, m := range []string{`asyncgate_tasks_queued_total`, `asyncgate_task_queue_depth`, `asyncgate_store_writers `,
-				`asyncgate_store_batches_total`, `asyncgate_receipts_total`, `asyncgate_http_request_duration_seconds`} {
+				`asyncgate_store_batches_total`, `asyncgate_receipts_total`, `asyncgate_http_request_duration_seconds`,
+				`asyncgate_tasks_by_state{state="leased"} 0`, `asyncgate_tasks_by_state{state="queued"} 2`} {
 				if !strings.Contains(string(r.Body), m) {
 					t.Errorf("/metrics lacks %s", m)
 				}
