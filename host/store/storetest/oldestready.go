@@ -30,28 +30,8 @@ func testOldestReady(t *testing.T, b *Bundle) {
 		mk("T-OR3", 9, now.Add(-10*time.Second)),   // ready, higher priority
 		mk("T-OR4", 10, now.Add(-300*time.Second)), // the longest wait, queued last
 	}
-	if err := b.Store.Update(ctx, func(tx store.Tx) error {
-		for _, tk := range tasks {
-			if err := tx.InsertTask(ctx, tk); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	age := func() time.Duration {
-		t.Helper()
-		var qs store.QueueStats
-		if err := b.Store.View(ctx, func(r store.Reader) error {
-			var err error
-			qs, err = r.QueueStats(ctx, "acme")
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return qs.OldestReadyAge
-	}
+	b.insertTasks(t, tasks)
+	age := func() time.Duration { return b.queueStats(t, "acme").OldestReadyAge }
 	lease := func(tk *host.Task) {
 		t.Helper()
 		tk.State, tk.LeaseID, tk.WorkerID = host.StateLeased, "L-"+tk.ID, "w.1"
@@ -88,7 +68,6 @@ func testOldestReady(t *testing.T, b *Bundle) {
 // 150 delayed tasks of its own type ahead of it (more than the window: it
 // starts at the first ready task, not at the head of the lane).
 func testOldestReadyPerType(t *testing.T, b *Bundle) {
-	ctx := b.Ctx
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	var tasks []*host.Task
 	for i := range 120 {
@@ -104,9 +83,19 @@ func testOldestReadyPerType(t *testing.T, b *Bundle) {
 	old := wbTask("T-ORB", "")
 	old.Type, old.AvailableAt = "other", now.Add(-time.Hour)
 	tasks = append(tasks, old)
-	if err := b.Store.Update(ctx, func(tx store.Tx) error {
+	b.insertTasks(t, tasks)
+	if got := b.queueStats(t, "acme").OldestReadyAge; got < time.Hour || got > time.Hour+time.Minute {
+		t.Fatalf("oldest ready age %v, want T-ORB's hour, behind another type's 120 fresh tasks and 150 delayed ones of its own", got)
+	}
+}
+
+// insertTasks writes tasks as they are, in their order (so their seqs), in
+// one update.
+func (b *Bundle) insertTasks(t *testing.T, tasks []*host.Task) {
+	t.Helper()
+	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error {
 		for _, tk := range tasks {
-			if err := tx.InsertTask(ctx, tk); err != nil {
+			if err := tx.InsertTask(b.Ctx, tk); err != nil {
 				return err
 			}
 		}
@@ -114,15 +103,18 @@ func testOldestReadyPerType(t *testing.T, b *Bundle) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// queueStats reads tenant's QueueStats.
+func (b *Bundle) queueStats(t *testing.T, tenant string) store.QueueStats {
+	t.Helper()
 	var qs store.QueueStats
-	if err := b.Store.View(ctx, func(r store.Reader) error {
+	if err := b.Store.View(b.Ctx, func(r store.Reader) error {
 		var err error
-		qs, err = r.QueueStats(ctx, "acme")
+		qs, err = r.QueueStats(b.Ctx, tenant)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if got := qs.OldestReadyAge; got < time.Hour || got > time.Hour+time.Minute {
-		t.Fatalf("oldest ready age %v, want T-ORB's hour, behind another type's 120 fresh tasks and 150 delayed ones of its own", got)
-	}
+	return qs
 }
