@@ -324,6 +324,19 @@ func ParsePredicate(s string) (LeasePredicate, error) {
 }
 
 // String renders a lease for error details.
+// SeenBy returns the lease as principal sees it: the task it is held for
+// is named to its holder and to an admin only (admin); to anyone else the
+// lease shows without task_id, as another principal's task answers like an
+// unknown one everywhere else.
+func (l *ResourceLease) SeenBy(principal string, admin bool) *ResourceLease {
+	if l == nil || l.TaskID == "" || admin || l.Holder == principal {
+		return l
+	}
+	c := *l
+	c.TaskID = ""
+	return &c
+}
+
 func (l *ResourceLease) String() string {
 	return fmt.Sprintf("%s (%s %s by %s, expires %s)", l.ID, l.Predicate, l.Resource, l.Holder, l.ExpiresAt.Format(time.RFC3339Nano))
 }

@@ -27,3 +27,14 @@ type ResourceWaiter struct {
 	// acquire's wait ends; the task is no longer being offered).
 	ExpiresAt time.Time `json:"expires_at"`
 }
+
+// SeenBy returns the waiter as principal sees it: the task that waits is
+// named to the waiter's holder and to an admin only (ResourceLease.SeenBy).
+func (w *ResourceWaiter) SeenBy(principal string, admin bool) *ResourceWaiter {
+	if w == nil || w.TaskID == "" || admin || w.Holder == principal {
+		return w
+	}
+	c := *w
+	c.TaskID = ""
+	return &c
+}

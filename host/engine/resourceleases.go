@@ -182,6 +182,13 @@ type AcquireResult struct {
 	ServerTime time.Time             `json:"server_time"`
 }
 
+// SeenBy returns the conflicting lease and the waiter ahead as a sees them
+// (ResourceLease.SeenBy): what a door answers the refused caller.
+func (ce *ResourceConflictError) SeenBy(a Actor) (*host.ResourceLease, *host.ResourceWaiter) {
+	admin := a.Role == RoleAdmin
+	return ce.Holder.SeenBy(a.Principal, admin), ce.Ahead.SeenBy(a.Principal, admin)
+}
+
 // ResourceConflictError refuses an acquire: Holder's lease conflicts with it.
 // It unwraps to a host.Error with code resource_conflict.
 type ResourceConflictError struct {
@@ -1295,7 +1302,7 @@ func (e *Engine) ResourceHolders(ctx context.Context, a Actor, resources []strin
 	if err != nil {
 		return nil, err
 	}
-	return e.holders(ctx, a.Tenant, names, "")
+	return e.holders(ctx, a, names, "")
 }
 
 // holderNames validates and normalizes the resource names of a holders
@@ -1320,9 +1327,11 @@ func (e *Engine) holderNames(resources []string) ([]string, error) {
 	return slices.Compact(names), nil
 }
 
-// holders reads the leases honoured now on the resources of tenant; with a
-// predicate, only those that conflict with it.
-func (e *Engine) holders(ctx context.Context, tenant string, names []string, p host.LeasePredicate) (*ResourceLeasesResult, error) {
+// holders reads the leases honoured now on the resources of a's tenant,
+// as a sees them (ResourceLease.SeenBy); with a predicate, only those that
+// conflict with it.
+func (e *Engine) holders(ctx context.Context, a Actor, names []string, p host.LeasePredicate) (*ResourceLeasesResult, error) {
+	tenant := a.Tenant
 	var ls []*host.ResourceLease
 	var now time.Time
 	err := e.view(ctx, func(r store.Reader) error {
@@ -1345,6 +1354,9 @@ func (e *Engine) holders(ctx context.Context, tenant string, names []string, p h
 	}
 	if ls == nil {
 		ls = []*host.ResourceLease{}
+	}
+	for i, l := range ls {
+		ls[i] = l.SeenBy(a.Principal, a.Role == RoleAdmin)
 	}
 	return &ResourceLeasesResult{Leases: ls, ServerTime: now}, nil
 }

@@ -233,7 +233,7 @@ func (e *Engine) AwaitResources(ctx context.Context, a Actor, req AwaitRequest) 
 	}
 	for {
 		w := e.rl().watch(a.Tenant, names)
-		res, err := e.holders(ctx, a.Tenant, names, p)
+		res, err := e.holders(ctx, a, names, p)
 		if err != nil || len(res.Leases) == 0 || req.Wait <= 0 {
 			e.rl().unwatch(w)
 			return res, err
@@ -250,7 +250,7 @@ func (e *Engine) AwaitResources(ctx context.Context, a Actor, req AwaitRequest) 
 			return nil, err
 		}
 		if timedOut {
-			return e.holders(ctx, a.Tenant, names, p)
+			return e.holders(ctx, a, names, p)
 		}
 	}
 }

@@ -124,8 +124,9 @@ func (s *Server) acquireResources(c echo.Context) error {
 		if ce.MayWait {
 			wd = "wait"
 		}
+		holder, ahead := ce.SeenBy(a)
 		return c.JSON(http.StatusConflict, ResourceConflictBody{ErrorBody: ErrorBody{Error: ce.Err.Code, Detail: ce.Err.Detail},
-			Conflict: ce.Holder, Ahead: ce.Ahead, WaitDie: wd, PriorityAt: ce.PriorityAt, ServerTime: ce.ServerTime})
+			Conflict: holder, Ahead: ahead, WaitDie: wd, PriorityAt: ce.PriorityAt, ServerTime: ce.ServerTime})
 	}
 	if err != nil {
 		if errors.Is(err, context.Canceled) && s.drain.Err() != nil {

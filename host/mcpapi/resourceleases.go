@@ -138,7 +138,8 @@ func (s *Server) acquireResourceLeases(ctx context.Context, a engine.Actor, req 
 			wd = "wait"
 		}
 		prio := ce.PriorityAt
-		return AcquireToolResult{Error: ce.Err.Code, Detail: ce.Err.Detail, Conflict: ce.Holder, Ahead: ce.Ahead, WaitDie: wd, PriorityAt: &prio, ServerTime: ce.ServerTime},
+		holder, ahead := ce.SeenBy(a)
+		return AcquireToolResult{Error: ce.Err.Code, Detail: ce.Err.Detail, Conflict: holder, Ahead: ahead, WaitDie: wd, PriorityAt: &prio, ServerTime: ce.ServerTime},
 			"Refused: " + ce.Err.Detail, nil
 	}
 	if err != nil {
