@@ -61,3 +61,65 @@ func TestE2ENoTaskIsAddressedToTheGate(t *testing.T) {
 		})
 	}
 }
+
+// TestE2ENoTaskIsOwedToAWorker: recipient_ai naming a principal whose live
+// keys in the tenant are all worker keys is refused with bad_request on a
+// single enqueue, a batch entry, a schedule's template (created or changed)
+// and MCP's queue_task, on SQLite and PostgreSQL. Such a task put a
+// task.assigned obligation and inbox items on a principal that may read
+// neither its tasks nor an inbox. A principal whose worker key is revoked
+// and one with no key yet are still recipients.
+func TestE2ENoTaskIsOwedToAWorker(t *testing.T) {
+	t.Parallel()
+	for _, sc := range bothStores() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			g := startGate(t, t.TempDir(), sc.args(t)...)
+			g.putType(t, "job", map[string]any{}, "ta")
+			agent := g.newKey(t, "agent", "agent.a", "ta")
+			g.newKey(t, "worker", "job.w1", "ta")
+			refused := func(r resp) {
+				t.Helper()
+				want(t, r, 400, "bad_request")
+				if d, _ := r.JSON(t)["detail"].(string); !strings.Contains(d, "job.w1") || !strings.Contains(d, "worker") {
+					t.Fatalf("refusal %q does not name the worker", d)
+				}
+			}
+			refused(call(t, "POST", g.URL+"/v1/tasks", agent, map[string]any{"task_type": "job", "recipient_ai": "job.w1"}))
+			b := batchCall(t, g.URL+"/v1/tasks/batch", agent, map[string]any{"tasks": []map[string]any{
+				{"task_type": "job"}, {"task_type": "job", "recipient_ai": "job.w1"}}})
+			if len(b.Results) != 2 || !b.Results[0].OK || b.Results[1].OK || b.Results[1].Error != "bad_request" {
+				t.Fatalf("batch with an entry owed to a worker: %+v", b)
+			}
+			refused(call(t, "POST", g.URL+"/v1/schedules", agent, map[string]any{"name": "s", "interval_seconds": 3600,
+				"template": map[string]any{"task_type": "job", "recipient_ai": "job.w1"}}))
+			r := call(t, "POST", g.URL+"/v1/schedules", agent, map[string]any{"name": "s", "interval_seconds": 3600,
+				"template": map[string]any{"task_type": "job"}})
+			want(t, r, 201, "")
+			sid, _ := r.JSON(t)["schedule_id"].(string)
+			refused(call(t, "PATCH", g.URL+"/v1/schedules/"+sid, agent, map[string]any{
+				"template": map[string]any{"task_type": "job", "recipient_ai": "job.w1"}}))
+			c := stdioClient(t, "mcp", "--url", g.URL, "--key", agent)
+			if out, isErr := callTool(t, c, "queue_task", map[string]any{"task_type": "job", "recipient_ai": "job.w1"}); !isErr || out["error"] != "bad_request" {
+				t.Fatalf("MCP queue_task owed to a worker: %v (error %v), want bad_request", out, isErr)
+			}
+			// Nothing was written for the refused calls: the worker is owed nothing.
+			var open struct {
+				Open []any `json:"open_obligations"`
+			}
+			r = call(t, "GET", g.URL+"/v1/obligations/open?principal=job.w1", g.newKey(t, "admin", "ops.ta", "ta"), nil)
+			want(t, r, 200, "")
+			if r.Into(t, &open); len(open.Open) != 0 {
+				t.Fatalf("obligations owed to the worker after refused calls: %+v", open.Open)
+			}
+
+			// Still recipients: a principal whose worker key is revoked, one
+			// with no key yet, an agent.
+			kid, _ := g.newKeyID(t, "worker", "job.w2", "ta")
+			want(t, call(t, "DELETE", g.URL+"/v1/admin/keys/"+kid+"?tenant=ta", g.Admin, nil), 200, "")
+			for _, p := range []string{"job.w2", "agent.later", "ops.ta"} {
+				want(t, call(t, "POST", g.URL+"/v1/tasks", agent, map[string]any{"task_type": "job", "recipient_ai": p}), 201, "")
+			}
+		})
+	}
+}

@@ -118,6 +118,11 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	if err != nil {
 		return nil, err
 	}
+	if fields.Recipient != actor.Principal {
+		if err := e.checkRecipientRole(ctx, actor.Tenant, "", fields.Recipient); err != nil {
+			return nil, err
+		}
+	}
 
 	now := e.now()
 	t := fields.task(tt, actor.Tenant, actor.Principal)
@@ -393,6 +398,35 @@ func (e *Engine) checkTaskType(ctx context.Context, tenant, prefix string, f *ta
 	}
 	f.Params = params
 	return ct.tt, nil
+}
+
+// checkRecipientRole refuses a recipient_ai naming a principal of tenant
+// whose live keys are all worker keys: the task's obligation and inbox item
+// would sit on a principal that reads neither tasks nor an inbox. A
+// principal with an agent or admin key, or none yet, may be owed a task.
+func (e *Engine) checkRecipientRole(ctx context.Context, tenant, prefix, recipient string) error {
+	var keys []store.Key
+	if err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		keys, err = r.PrincipalKeys(ctx, tenant, recipient)
+		return err
+	}); err != nil {
+		return err
+	}
+	worker := false
+	for _, k := range keys {
+		if k.RevokedAt != nil {
+			continue
+		}
+		if k.Role == RoleAgent || k.Role == RoleAdmin {
+			return nil
+		}
+		worker = worker || k.Role == RoleWorker
+	}
+	if worker {
+		return host.Errorf(host.CodeBadRequest, "%srecipient_ai %q is a worker (its keys are worker keys): a task's outcome is owed to an agent", prefix, recipient)
+	}
+	return nil
 }
 
 // checkTaskRequest is checkTaskFields then checkTaskType.

@@ -260,6 +260,9 @@ func (e *Engine) checkTemplate(ctx context.Context, tenant string, tmpl host.Sch
 	f := taskFields{TaskType: tmpl.TaskType, Params: tmpl.Params, Priority: tmpl.Priority, Summary: tmpl.Summary,
 		MaxRetries: tmpl.MaxRetries, Recipient: tmpl.Recipient}
 	tt, err := e.checkTaskRequest(ctx, tenant, "template.", &f)
+	if err == nil && f.Recipient != "" {
+		err = e.checkRecipientRole(ctx, tenant, "template.", f.Recipient)
+	}
 	tmpl.Params, tmpl.Recipient = f.Params, f.Recipient
 	return tmpl, tt, err
 }
