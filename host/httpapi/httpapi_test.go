@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/sqlite"
+	"github.com/asyncgate/asyncgate/host/sqlite/sqlitetest"
 )
 
 // testBundle is an in-process gate over a real SQLite store.
@@ -41,7 +41,7 @@ func setup(t testing.TB, opts ...Option) *testBundle {
 // setupClock is setup with the engine on clock (nil: the system's).
 func setupClock(t testing.TB, clock host.Clock, opts ...Option) *testBundle {
 	t.Helper()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
+	st, err := sqlite.Open(sqlitetest.Path(t), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/mcpapi"
 	"github.com/asyncgate/asyncgate/host/sqlite"
+	"github.com/asyncgate/asyncgate/host/sqlite/sqlitetest"
 	"github.com/asyncgate/asyncgate/host/store"
 )
 
@@ -50,7 +51,7 @@ type testBundle struct {
 
 func setup(t testing.TB, cfg mcpapi.Config, opts ...func(*engine.Config)) *testBundle {
 	t.Helper()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
+	st, err := sqlite.Open(sqlitetest.Path(t), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

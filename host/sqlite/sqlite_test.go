@@ -1,22 +1,20 @@
 package sqlite_test
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/asyncgate/asyncgate/host/sqlite"
+	"github.com/asyncgate/asyncgate/host/sqlite/sqlitetest"
 	"github.com/asyncgate/asyncgate/host/store"
 	"github.com/asyncgate/asyncgate/host/store/storetest"
 )
 
+// openTemp opens a fresh store: a copy of the database the migrations made
+// once in this process (sqlitetest), so each of the suite's hundreds of
+// cases does not migrate a file of its own.
 func openTemp(t testing.TB) store.Store {
 	t.Helper()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
+	return sqlitetest.Open(t, sqlite.Options{})
 }
 
 func TestConformance(t *testing.T) { storetest.Run(t, openTemp) }

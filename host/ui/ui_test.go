@@ -8,7 +8,6 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -21,6 +20,7 @@ import (
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/httpapi"
 	"github.com/asyncgate/asyncgate/host/sqlite"
+	"github.com/asyncgate/asyncgate/host/sqlite/sqlitetest"
 	"github.com/asyncgate/asyncgate/host/ui"
 )
 
@@ -37,7 +37,7 @@ type bundle struct {
 
 func setup(t testing.TB) *bundle {
 	t.Helper()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "gate.db"), sqlite.Options{})
+	st, err := sqlite.Open(sqlitetest.Path(t), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
