@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -291,7 +292,8 @@ const MaxReasonLen = 200
 
 // checkDecision refuses a decision the engine must not act on: an unknown
 // action, a delay outside 0 s..1 year, an escalate_to that is not a valid
-// principal (it becomes a receipt's "to", read by agents and ledger tools),
+// principal (it becomes a receipt's "to", read by agents and ledger tools)
+// or names the gate itself (GatePrincipal, any case: no one reads it),
 // or a reason with control characters. The error names what was wrong,
 // quoted, so no raw control character reaches a log or a receipt.
 func checkDecision(d host.Decision) error {
@@ -306,6 +308,9 @@ func checkDecision(d host.Decision) error {
 	}
 	if d.EscalateTo != "" && !host.ValidPrincipal(d.EscalateTo) {
 		return host.Errorf(host.CodeInternal, "policy returned escalate_to %.80q, which is not a valid principal (it must match %s)", d.EscalateTo, host.PrincipalPattern)
+	}
+	if strings.EqualFold(d.EscalateTo, GatePrincipal) {
+		return host.Errorf(host.CodeInternal, "policy returned escalate_to %.80q, which is not a valid principal: it names the gate itself (%s), which reads no escalations", d.EscalateTo, GatePrincipal)
 	}
 	if len(d.Reason) > MaxReasonLen || !printable(d.Reason) {
 		return host.Errorf(host.CodeInternal, "policy returned a reason %.80q with control characters or over %d bytes", d.Reason, MaxReasonLen)

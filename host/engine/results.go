@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"hash"
 	"io"
 	"strings"
@@ -366,7 +367,15 @@ func (e *Engine) storePayload(ctx context.Context, req *CompleteRequest) (string
 	}
 	ch, err := e.cfg.Plugins.Channel(name)
 	if err != nil {
-		if host.IsCode(err, host.CodeNotFound) {
+		switch {
+		case name != "" && name == ct.tt.DefaultResultChannel && (host.IsCode(err, host.CodeNotFound) || host.IsCode(err, host.CodeBadRequest)):
+			// The type's own channel is gone (its plugin left the folder
+			// or was refused): the gate's fault, not the worker's.
+			// Nothing is stored and the lease stays; the worker retries.
+			return "", host.WrapError(host.CodePluginUnavailable, err, fmt.Sprintf(
+				"task type %q stores results in channel %q, which is not loaded now (%s); an operator must restore the plugin or change the task type; retry the completion",
+				t.Type, name, host.ErrorDetail(err)))
+		case host.IsCode(err, host.CodeNotFound):
 			return "", host.Errorf(host.CodeBadRequest, "no result channel named %q", name)
 		}
 		return "", err

@@ -290,7 +290,8 @@ func (e *Engine) PutTaskType(ctx context.Context, tt host.TaskType) (*host.TaskT
 
 // checkEscalateConfig refuses an escalate policy whose supervisor (for
 // every type, or for one under task_types) is not a principal a key could
-// hold: its escalations would go to nobody.
+// hold, or is the gate's own (GatePrincipal, any case): its escalations
+// would go to nobody.
 func checkEscalateConfig(tt *host.TaskType) error {
 	if tt.Policy == nil || tt.Policy.Name != "escalate" || len(bytes.TrimSpace(tt.Policy.Config)) == 0 {
 		return nil
@@ -305,9 +306,15 @@ func checkEscalateConfig(tt *host.TaskType) error {
 	if c.Supervisor != nil && !host.ValidPrincipal(*c.Supervisor) {
 		return host.Errorf(host.CodeInvalidTaskType, "policy.config.supervisor %q is not a principal (it must match %s)", *c.Supervisor, host.PrincipalPattern)
 	}
+	if c.Supervisor != nil && strings.EqualFold(*c.Supervisor, GatePrincipal) {
+		return host.Errorf(host.CodeInvalidTaskType, "policy.config.supervisor %q names the gate itself (%s), which reads no escalations; name a principal that does", *c.Supervisor, GatePrincipal)
+	}
 	for typ, sup := range c.TaskTypes {
 		if !host.ValidPrincipal(sup) {
 			return host.Errorf(host.CodeInvalidTaskType, "policy.config.task_types[%q] %q is not a principal (it must match %s)", typ, sup, host.PrincipalPattern)
+		}
+		if strings.EqualFold(sup, GatePrincipal) {
+			return host.Errorf(host.CodeInvalidTaskType, "policy.config.task_types[%q] %q names the gate itself (%s), which reads no escalations; name a principal that does", typ, sup, GatePrincipal)
 		}
 	}
 	return nil

@@ -751,17 +751,29 @@ func (r *Registry) Validator(name string, config json.RawMessage) (host.Validato
 // or a plugin in the folder) is returned unchecked: its calls answer
 // host.CodePluginNotReady until it is loaded, and naming it (as a task
 // type's default_result_channel) does not fail.
+//
+// Once loaded, a name the registry knows with nothing serving it (its
+// files left the folder, it was refused, a built-in was not built) is
+// host.CodePluginUnavailable (503): the gate had it and an operator may
+// restore it, so a completion naming it is retried, not refused for good.
+// A name the registry never knew, or a built-in the operator's config
+// leaves off (not_configured), is host.CodeNotFound.
 func (r *Registry) Channel(name string) (host.Channel, error) {
 	var config json.RawMessage
 	p, err := r.Plugin(name)
 	if err == nil {
 		config = p.grant.Config
-	} else if !r.Ready() {
+	} else {
 		r.mu.Lock()
-		_, known := r.entries[name]
+		e, known := r.entries[name]
+		off := known && e.notConfigured
 		r.mu.Unlock()
-		if known {
+		switch {
+		case known && !r.Ready():
 			return &ChannelAdapter{b: &binding{reg: r, name: name, kind: KindChannel}}, nil
+		case known && !off && e.cur.Load() == nil:
+			return nil, host.WrapError(host.CodePluginUnavailable, err, fmt.Sprintf(
+				"result channel %s is not loaded now (it left the plugins folder or was refused); an operator must restore it", name))
 		}
 	}
 	b, err := r.bind(name, KindChannel, config)
