@@ -26,14 +26,12 @@ func init() {
 	registerRemote(remoteGroup{name: "dlq", summary: "list and redrive dead-lettered tasks on a running gate (admin)", subs: []remoteSub{
 		{name: "list", summary: "list dead letters, oldest first", maxArgs: 0, tenant: true,
 			flags: func(fs *flag.FlagSet) {
-				fs.IntVar(&limit, "limit", 50, "tasks per page")
+				fs.IntVar(&limit, "limit", 50, "tasks per page, 1..500")
 				fs.StringVar(&cursor, "cursor", "", "the cursor a previous page printed")
 			},
 			run: func(rc *remoteCtx, _ []string) error {
 				q := url.Values{}
-				if limit > 0 {
-					q.Set("limit", strconv.Itoa(limit))
-				}
+				q.Set("limit", strconv.Itoa(limit)) // out of range: the gate's refusal
 				if cursor != "" {
 					q.Set("cursor", cursor)
 				}

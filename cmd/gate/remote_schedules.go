@@ -130,9 +130,9 @@ run_once (one task for the latest) or run_all (each, up to --missed-cap).`,
 			}},
 		{name: "list", summary: "list your schedules (an admin key: the tenant's) with their next run", maxArgs: 0,
 			flags: func(fs *flag.FlagSet) {
-				fs.IntVar(&limit, "limit", 100, "schedules per page")
+				fs.IntVar(&limit, "limit", 100, "schedules per page, 1..500")
 				fs.StringVar(&cursor, "cursor", "", "the cursor a previous page printed")
-				fs.IntVar(&nextRuns, "next-runs", 5, "next runs per schedule (--json)")
+				fs.IntVar(&nextRuns, "next-runs", 5, "next runs per schedule, 1..100 (--json)")
 			},
 			run: func(rc *remoteCtx, _ []string) error {
 				q := url.Values{}
@@ -193,7 +193,7 @@ not run and, when the task could not be queued (its task type disabled or
 deleted, its params refused), says why. A deleted schedule's receipts are
 still listed, to its owner and the tenant's admins.`,
 			flags: func(fs *flag.FlagSet) {
-				fs.IntVar(&limit, "limit", 100, "receipts per page (at most 500)")
+				fs.IntVar(&limit, "limit", 100, "receipts per page, 1..500")
 				fs.StringVar(&cursor, "cursor", "", "the cursor a previous page printed")
 			},
 			run: func(rc *remoteCtx, args []string) error {

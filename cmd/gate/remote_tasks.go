@@ -132,7 +132,7 @@ reached, or the payload does not match its checksum, 2 bad usage.`,
 				fs.StringVar(&status, "status", "", "states, comma-separated: queued, leased, succeeded, canceled, dead_letter")
 				fs.StringVar(&types, "type", "", "task types, comma-separated")
 				fs.StringVar(&recipient, "recipient", "", "only tasks addressed to this principal")
-				fs.IntVar(&limit, "limit", 50, "tasks per page")
+				fs.IntVar(&limit, "limit", 50, "tasks per page, 1..500")
 				fs.StringVar(&cursor, "cursor", "", "the cursor a previous page printed")
 			},
 			run: func(rc *remoteCtx, _ []string) error {
@@ -142,9 +142,7 @@ reached, or the payload does not match its checksum, 2 bad usage.`,
 						q.Set(k, v)
 					}
 				}
-				if limit > 0 {
-					q.Set("limit", strconv.Itoa(limit))
-				}
+				q.Set("limit", strconv.Itoa(limit)) // out of range: the gate's refusal
 				var out struct {
 					Tasks  []client.Task `json:"tasks"`
 					Cursor string        `json:"cursor"`

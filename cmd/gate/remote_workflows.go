@@ -126,7 +126,7 @@ id and each step's task id (--json: the gate's answer).`,
 		{name: "list", summary: "list your workflows (admin keys: the tenant's), newest first", maxArgs: 0,
 			flags: func(fs *flag.FlagSet) {
 				fs.StringVar(&status, "status", "", "running, succeeded, failed, canceled or archived")
-				fs.IntVar(&limit, "limit", 50, "workflows per page")
+				fs.IntVar(&limit, "limit", 50, "workflows per page, 1..500")
 				fs.StringVar(&cursor, "cursor", "", "the cursor a previous page printed")
 			},
 			run: func(rc *remoteCtx, _ []string) error {
@@ -137,9 +137,7 @@ id and each step's task id (--json: the gate's answer).`,
 				if cursor != "" {
 					q.Set("cursor", cursor)
 				}
-				if limit > 0 {
-					q.Set("limit", strconv.Itoa(limit))
-				}
+				q.Set("limit", strconv.Itoa(limit)) // out of range: the gate's refusal
 				var raw json.RawMessage
 				if err := rc.call("GET", "/v1/workflows?"+q.Encode(), nil, &raw); err != nil {
 					return err

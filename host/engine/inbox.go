@@ -215,11 +215,8 @@ func (e *Engine) Inbox(ctx context.Context, actor Actor, q InboxQuery) ([]host.I
 	if err != nil {
 		return nil, "", err
 	}
-	if q.Limit < 0 || q.Limit > 500 {
-		return nil, "", host.Errorf(host.CodeBadRequest, "limit must be 1..500")
-	}
-	if q.Limit == 0 {
-		q.Limit = 100
+	if q.Limit, err = pageSize(q.Limit, MaxPage); err != nil {
+		return nil, "", err
 	}
 	f := store.InboxFilter{Tenant: actor.Tenant, Recipient: who, Unread: q.Unread, TaskID: q.TaskID, Cursor: q.Cursor, Limit: q.Limit}
 	var items []host.InboxItem
@@ -381,16 +378,14 @@ type Bootstrap struct {
 
 // SessionBootstrap returns the caller's open obligations and unread inbox.
 func (e *Engine) SessionBootstrap(ctx context.Context, actor Actor, limit int) (*Bootstrap, error) {
-	if limit < 0 || limit > 500 {
-		return nil, host.Errorf(host.CodeBadRequest, "limit must be 1..500")
-	}
-	if limit == 0 {
-		limit = 100
+	limit, err := pageSize(limit, MaxPage)
+	if err != nil {
+		return nil, err
 	}
 	out := &Bootstrap{Principal: actor.Principal, Tenant: actor.Tenant, OwedToYou: []host.Obligation{}, YouOwe: []host.Obligation{}}
 	var items []host.InboxItem
 	var icur string
-	err := e.view(ctx, func(r store.Reader) error {
+	err = e.view(ctx, func(r store.Reader) error {
 		obs, ocur, err := r.ListOpenObligations(ctx, store.ObligationFilter{Tenant: actor.Tenant, Principal: actor.Principal, Limit: limit})
 		if err != nil {
 			return err

@@ -70,12 +70,13 @@ func (e *Engine) TaskReceipts(ctx context.Context, actor Actor, taskID, cursor s
 	} else if _, err := e.PeekTask(ctx, actor, taskID); err != nil {
 		return nil, "", err
 	}
-	if limit <= 0 || limit > 500 {
-		limit = 100
+	limit, err := pageSize(limit, MaxPage)
+	if err != nil {
+		return nil, "", err
 	}
 	var out []*host.Receipt
 	var cur string
-	err := e.view(ctx, func(r store.Reader) error {
+	err = e.view(ctx, func(r store.Reader) error {
 		var err error
 		out, cur, err = r.ListReceipts(ctx, store.ReceiptFilter{Tenant: actor.Tenant, TaskID: taskID, Cursor: cursor, Limit: limit})
 		return err
@@ -321,12 +322,13 @@ func (e *Engine) OpenObligations(ctx context.Context, actor Actor, f store.Oblig
 	if f.Role != "" && f.Role != "obligor" && f.Role != "obligee" {
 		return nil, "", host.Errorf(host.CodeBadRequest, "role must be obligor or obligee")
 	}
-	if f.Limit <= 0 || f.Limit > 500 {
-		f.Limit = 100
+	var err error
+	if f.Limit, err = pageSize(f.Limit, MaxPage); err != nil {
+		return nil, "", err
 	}
 	var out []host.Obligation
 	var cur string
-	err := e.view(ctx, func(r store.Reader) error {
+	err = e.view(ctx, func(r store.Reader) error {
 		var err error
 		out, cur, err = r.ListOpenObligations(ctx, f)
 		return err

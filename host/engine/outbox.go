@@ -307,8 +307,9 @@ func OutboxStatusOf(ctx context.Context, st store.Store, now time.Time, limit in
 
 // OutboxStatus reads the engine's outbox.
 func (e *Engine) OutboxStatus(ctx context.Context, limit int) (*OutboxStatus, error) {
-	if limit <= 0 || limit > 1000 {
-		limit = 100
+	limit, err := pageSize(limit, MaxLongPage)
+	if err != nil {
+		return nil, err
 	}
 	return OutboxStatusOf(ctx, e.st, e.now(), limit)
 }

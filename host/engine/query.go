@@ -85,8 +85,9 @@ func (e *Engine) ListTasks(ctx context.Context, actor Actor, f store.TaskFilter)
 	if actor.Role != RoleAdmin {
 		f.Principal = actor.Principal
 	}
-	if f.Limit <= 0 || f.Limit > 500 {
-		f.Limit = 100
+	var err error
+	if f.Limit, err = pageSize(f.Limit, MaxPage); err != nil {
+		return nil, "", err
 	}
 	want := map[host.TaskState]bool{}
 	var stored []host.TaskState
@@ -105,7 +106,7 @@ func (e *Engine) ListTasks(ctx context.Context, actor Actor, f store.TaskFilter)
 	f.States = stored
 	var out []*host.Task
 	var cur string
-	err := e.view(ctx, func(r store.Reader) error {
+	err = e.view(ctx, func(r store.Reader) error {
 		var err error
 		out, cur, err = r.ListTasks(ctx, f)
 		return err
@@ -159,8 +160,8 @@ func (e *Engine) Progress(ctx context.Context, actor Actor, id string, limit int
 	if err != nil {
 		return nil, nil, err
 	}
-	if limit <= 0 || limit > 1000 {
-		limit = 100
+	if limit, err = pageSize(limit, MaxLongPage); err != nil {
+		return nil, nil, err
 	}
 	var ps []store.Progress
 	err = e.view(ctx, func(r store.Reader) error {

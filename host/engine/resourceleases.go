@@ -1162,13 +1162,14 @@ func (e *Engine) GetResourceLease(ctx context.Context, a Actor, id string) (*hos
 // ListResourceLeases lists leases (operators: any tenant with f.Tenant ""),
 // with their state by the server clock.
 func (e *Engine) ListResourceLeases(ctx context.Context, f store.ResourceLeaseFilter) ([]*host.ResourceLease, string, time.Time, error) {
-	if f.Limit <= 0 || f.Limit > 1000 {
-		f.Limit = 100
+	var err error
+	if f.Limit, err = pageSize(f.Limit, MaxLongPage); err != nil {
+		return nil, "", time.Time{}, err
 	}
 	var ls []*host.ResourceLease
 	var cur string
 	var now time.Time
-	err := e.view(ctx, func(r store.Reader) error {
+	err = e.view(ctx, func(r store.Reader) error {
 		var err error
 		ls, cur, err = r.ListResourceLeases(ctx, f)
 		now = e.now()
@@ -1182,12 +1183,13 @@ func (e *Engine) ListResourceLeases(ctx context.Context, f store.ResourceLeaseFi
 
 // ResourceLeaseEvents returns the audit trail.
 func (e *Engine) ResourceLeaseEvents(ctx context.Context, f store.ResourceLeaseEventFilter) ([]host.ResourceLeaseEvent, string, error) {
-	if f.Limit <= 0 || f.Limit > 1000 {
-		f.Limit = 100
+	var err error
+	if f.Limit, err = pageSize(f.Limit, MaxLongPage); err != nil {
+		return nil, "", err
 	}
 	var evs []host.ResourceLeaseEvent
 	var cur string
-	err := e.view(ctx, func(r store.Reader) error {
+	err = e.view(ctx, func(r store.Reader) error {
 		var err error
 		evs, cur, err = r.ListResourceLeaseEvents(ctx, f)
 		return err

@@ -409,11 +409,15 @@ func mayManage(actor Actor, s *host.Schedule) bool {
 
 func scheduleNotFound(id string) error { return host.Errorf(host.CodeNotFound, "no schedule %s", id) }
 
-// GetSchedule returns a schedule with its next n runs (n ≤ 0: the
-// default). Another agent's schedule is not_found, as an unknown one.
+// GetSchedule returns a schedule with its next n runs (1..MaxNextRuns; 0:
+// the default). Another agent's schedule is not_found, as an unknown one.
 func (e *Engine) GetSchedule(ctx context.Context, actor Actor, id string, n int) (*ScheduleView, error) {
+	n, err := runsAsked(n)
+	if err != nil {
+		return nil, err
+	}
 	var s *host.Schedule
-	err := e.view(ctx, func(r store.Reader) error {
+	err = e.view(ctx, func(r store.Reader) error {
 		var err error
 		s, err = r.GetSchedule(ctx, actor.Tenant, id)
 		return err
@@ -427,7 +431,7 @@ func (e *Engine) GetSchedule(ctx context.Context, actor Actor, id string, n int)
 	if !mayManage(actor, s) {
 		return nil, scheduleNotFound(id)
 	}
-	return viewOf(s, clampRuns(n)), nil
+	return viewOf(s, n), nil
 }
 
 // ScheduleReceipts lists a schedule's own receipts (created, updated,
@@ -437,8 +441,9 @@ func (e *Engine) GetSchedule(ctx context.Context, actor Actor, id string, n int)
 // delete too (every one of them is addressed to the owner); anyone else,
 // or an id no schedule ever had, is not_found.
 func (e *Engine) ScheduleReceipts(ctx context.Context, actor Actor, id, cursor string, limit int) ([]*host.Receipt, string, error) {
-	if limit <= 0 || limit > 500 {
-		limit = 100
+	limit, err := pageSize(limit, MaxPage)
+	if err != nil {
+		return nil, "", err
 	}
 	return e.scheduleReceipts(ctx, actor, id, store.ReceiptFilter{Cursor: cursor, Limit: limit})
 }
@@ -499,21 +504,24 @@ func (e *Engine) scheduleReceipts(ctx context.Context, actor Actor, id string, f
 	return kept, cur, nil
 }
 
-func clampRuns(n int) int {
-	if n <= 0 {
-		return DefaultNextRuns
-	}
-	return min(n, MaxNextRuns)
+// runsAsked returns how many next runs a view lists: n, DefaultNextRuns for
+// 0 (none asked for); n below 0 or above MaxNextRuns is a bad_request.
+func runsAsked(n int) (int, error) {
+	return inRange("next_runs", n, MaxNextRuns, DefaultNextRuns)
 }
 
 // ListSchedules lists the caller's schedules (an admin: the tenant's) by
 // id, after the id cursor, at most limit (1..500, default 100), each with
 // its next n runs. A cursor that is not a schedule id is a bad_request.
 func (e *Engine) ListSchedules(ctx context.Context, actor Actor, cursor string, limit, n int) ([]*ScheduleView, string, error) {
-	if limit <= 0 {
-		limit = 100
+	limit, err := pageSize(limit, MaxPage)
+	if err != nil {
+		return nil, "", err
 	}
-	limit = min(limit, 500)
+	n, err = runsAsked(n)
+	if err != nil {
+		return nil, "", err
+	}
 	owner := actor.Principal
 	if actor.Role == RoleAdmin {
 		owner = ""
@@ -526,7 +534,7 @@ func (e *Engine) ListSchedules(ctx context.Context, actor Actor, cursor string, 
 		return nil, "", host.Errorf(host.CodeBadRequest, "bad cursor %q", cursor)
 	}
 	var ss []*host.Schedule
-	err := e.view(ctx, func(r store.Reader) error {
+	err = e.view(ctx, func(r store.Reader) error {
 		var err error
 		ss, err = r.ListSchedules(ctx, actor.Tenant, owner, cursor, limit+1)
 		return err
@@ -541,7 +549,7 @@ func (e *Engine) ListSchedules(ctx context.Context, actor Actor, cursor string, 
 	}
 	out := make([]*ScheduleView, 0, len(ss))
 	for _, s := range ss {
-		out = append(out, viewOf(s, clampRuns(n)))
+		out = append(out, viewOf(s, n))
 	}
 	return out, next, nil
 }

@@ -637,8 +637,9 @@ func (e *Engine) ListWorkflows(ctx context.Context, actor Actor, f store.Workflo
 			return nil, "", host.Errorf(host.CodeBadRequest, "status must be running, succeeded, failed, canceled or archived (or a comma list of them), got %q", st)
 		}
 	}
-	if f.Limit <= 0 || f.Limit > 500 {
-		f.Limit = 100
+	var err error
+	if f.Limit, err = pageSize(f.Limit, MaxPage); err != nil {
+		return nil, "", err
 	}
 	if f.Cursor != "" && !host.IsID(host.PrefixWorkflow, f.Cursor) {
 		// The cursor is the last workflow id of the previous page.
@@ -646,7 +647,7 @@ func (e *Engine) ListWorkflows(ctx context.Context, actor Actor, f store.Workflo
 	}
 	var out []*host.Workflow
 	var cur string
-	err := e.view(ctx, func(r store.Reader) error {
+	err = e.view(ctx, func(r store.Reader) error {
 		var err error
 		out, cur, err = r.ListWorkflows(ctx, f)
 		return err

@@ -75,7 +75,7 @@ func init() {
 				"properties": map[string]any{"api_key": str, "worker_id": str, "key_id": str}}}},
 
 		openapi.Op{Method: "GET", Path: "/v1/admin/dead-letters", Tag: "dead letters", Roles: admins,
-			Query:   append(tenant, openapi.Param{Name: "cursor"}, openapi.Param{Name: "limit", Type: "integer"}),
+			Query:   append(tenant, openapi.Param{Name: "cursor"}, openapi.Param{Name: "limit", Type: "integer", Max: engine.MaxPage, Description: "page size, 1..500 (default 100)"}),
 			Summary: "Dead-lettered tasks", Responses: map[int]any{200: TaskList{}}},
 		openapi.Op{Method: "POST", Path: "/v1/admin/dead-letters/:task_id/redrive", Tag: "dead letters", Roles: admins, Query: tenant,
 			Summary: "Queue a dead letter again", Responses: map[int]any{200: &host.Task{}}},

@@ -15,7 +15,7 @@ func init() {
 	anyKey := []string{"agent", "worker", "admin"}
 	page := []openapi.Param{
 		{Name: "cursor", Description: "the cursor of the previous page"},
-		{Name: "limit", Type: "integer", Description: "page size (0: the default)"},
+		{Name: "limit", Type: "integer", Max: engine.MaxPage, Description: "page size, 1..500 (default 100)"},
 	}
 	str := openapi.Schema{"type": "string"}
 	openapi.Add(
@@ -36,7 +36,7 @@ func init() {
 			Responses: map[int]any{200: TaskList{}}},
 		openapi.Op{Method: "GET", Path: "/v1/tasks/:id", Tag: "tasks", Roles: anyKey, Summary: "A task", Responses: map[int]any{200: &host.Task{}}},
 		openapi.Op{Method: "GET", Path: "/v1/tasks/:id/progress", Tag: "tasks", Roles: anyKey, Summary: "A task's progress history, newest first",
-			Query: []openapi.Param{{Name: "limit", Type: "integer"}}, Responses: map[int]any{200: api.ProgressResponse{}}},
+			Query: []openapi.Param{{Name: "limit", Type: "integer", Max: engine.MaxLongPage, Description: "most updates, 1..1000 (default 100)"}}, Responses: map[int]any{200: api.ProgressResponse{}}},
 		openapi.Op{Method: "GET", Path: "/v1/tasks/:id/attempts", Tag: "tasks", Roles: anyKey,
 			Summary:   "A task's attempts, oldest first: each lease, its worker, times, duration, outcome and error; a live lease last (outcome running)",
 			Responses: map[int]any{200: api.AttemptsResponse{}}},

@@ -11,7 +11,7 @@ func init() {
 	admins := []string{"admin"}
 	agents := []string{"agent", "admin"}
 	anyKey := []string{"agent", "admin", "worker"}
-	limit := openapi.Param{Name: "limit", Type: "integer", Description: "1..500, default 100"}
+	limit := openapi.Param{Name: "limit", Type: "integer", Max: engine.MaxPage, Description: "page size, 1..500 (default 100)"}
 	openapi.Add(
 		openapi.Op{Method: "GET", Path: "/v1/session/bootstrap", Tag: "inbox", Roles: anyKey, Query: []openapi.Param{limit},
 			Summary:   "Session start: open obligations and unread inbox items (marks them delivered, never read)",
@@ -27,7 +27,7 @@ func init() {
 			Responses: map[int]any{200: engine.PromoteResult{}}},
 		openapi.Op{Method: "POST", Path: "/v1/admin/retention/sweep", Tag: "delivery", Roles: admins,
 			Summary: "Run one retention sweep now, over every tenant (admins of the default tenant only)", Responses: map[int]any{200: engine.RetentionReport{}}},
-		openapi.Op{Method: "GET", Path: "/v1/admin/outbox", Tag: "delivery", Roles: admins, Query: []openapi.Param{{Name: "limit", Type: "integer"}},
+		openapi.Op{Method: "GET", Path: "/v1/admin/outbox", Tag: "delivery", Roles: admins, Query: []openapi.Param{{Name: "limit", Type: "integer", Max: engine.MaxLongPage, Description: "dead entries to list, 1..1000 (default 100)"}},
 			Summary: "Outbox to the external ledger, every tenant's: pending, dead, lag and the dead list (admins of the default tenant only)", Responses: map[int]any{200: engine.OutboxStatus{}}},
 		openapi.Op{Method: "POST", Path: "/v1/admin/outbox/retry", Tag: "delivery", Roles: admins, Strict: true, Body: OutboxRetryBody{},
 			Summary: "Send dead outbox entries again, all when ids is empty (admins of the default tenant only)",

@@ -16,7 +16,7 @@ func init() {
 	session := openapi.Ref(engine.ResourceSessionResult{})
 	lease := openapi.Ref(host.ResourceLease{})
 	tenant := openapi.Param{Name: "tenant", Description: "another tenant (operators: admins of the default tenant)"}
-	page := []openapi.Param{{Name: "cursor"}, {Name: "limit", Type: "integer"}}
+	page := []openapi.Param{{Name: "cursor"}, openapi.Param{Name: "limit", Type: "integer", Max: engine.MaxLongPage, Description: "page size, 1..1000 (default 100)"}}
 	openapi.Add(
 		openapi.Op{Method: "POST", Path: "/v1/resource-leases", Tag: "resource leases", Roles: anyKey, Strict: true, Body: AcquireBody{}, BodyRequired: true,
 			Summary:   "Acquire an intent manifest: every (resource, predicate) lease, or none (409 names the conflicting lease)",

@@ -11,7 +11,7 @@ import (
 func init() {
 	openapi.Enum(host.MissedSkip, host.MissedRunOnce, host.MissedRunAll)
 	agents := []string{"agent", "admin"}
-	runs := openapi.Param{Name: "next_runs", Type: "integer", Description: "how many next runs to list (default 5, at most 100)"}
+	runs := openapi.Param{Name: "next_runs", Type: "integer", Max: engine.MaxNextRuns, Description: "how many next runs to list, 1..100 (default 5)"}
 	openapi.Add(
 		openapi.Op{Method: "POST", Path: "/v1/schedules", Tag: "schedules", Roles: agents, Strict: true, Body: engine.CreateScheduleRequest{}, BodyRequired: true,
 			Summary:   "Create a schedule: a task enqueued at each fire of a cron expression (in a time zone) or an interval, as the caller (201)",
@@ -19,14 +19,14 @@ func init() {
 		openapi.Op{Method: "GET", Path: "/v1/schedules", Tag: "schedules", Roles: agents,
 			Summary: "List the caller's schedules (an admin: the tenant's) with their next runs",
 			Query: []openapi.Param{{Name: "cursor", Description: "the cursor of the previous page"},
-				{Name: "limit", Type: "integer", Description: "page size (default 100, at most 500)"}, runs},
+				{Name: "limit", Type: "integer", Max: engine.MaxPage, Description: "page size, 1..500 (default 100)"}, runs},
 			Responses: map[int]any{200: api.ScheduleList{}}},
 		openapi.Op{Method: "GET", Path: "/v1/schedules/:id", Tag: "schedules", Roles: agents, Summary: "A schedule with its next runs and its last skip",
 			Query: []openapi.Param{runs}, Responses: map[int]any{200: engine.ScheduleView{}}},
 		openapi.Op{Method: "GET", Path: "/v1/schedules/:id/receipts", Tag: "schedules", Roles: agents,
 			Summary: "A schedule's own receipts (created, updated, paused, resumed, fired, skipped, deleted) in ledger order; a deleted schedule's too",
 			Query: []openapi.Param{{Name: "cursor", Description: "the cursor of the previous page"},
-				{Name: "limit", Type: "integer", Description: "page size (default 100, at most 500)"}},
+				{Name: "limit", Type: "integer", Max: engine.MaxPage, Description: "page size, 1..500 (default 100)"}},
 			Responses: map[int]any{200: ReceiptList{}}},
 		openapi.Op{Method: "PATCH", Path: "/v1/schedules/:id", Tag: "schedules", Roles: agents, Strict: true, Body: engine.UpdateScheduleRequest{}, BodyRequired: true,
 			Summary:   "Change a schedule's name, timing, template or missed-runs policy (fields left out keep their values; a new timing runs from its first fire after now)",

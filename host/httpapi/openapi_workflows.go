@@ -22,7 +22,7 @@ func init() {
 			Query: []openapi.Param{
 				{Name: "status", List: true, Description: "states, comma-separated or repeated: running, succeeded, failed, canceled, archived"},
 				{Name: "cursor", Description: "the cursor of the previous page"},
-				{Name: "limit", Type: "integer", Description: "page size (0: the default)"},
+				{Name: "limit", Type: "integer", Max: engine.MaxPage, Description: "page size, 1..500 (default 100)"},
 			},
 			Responses: map[int]any{200: WorkflowList{}}},
 		openapi.Op{Method: "GET", Path: "/v1/workflows/:id", Tag: "workflows", Roles: agents,

@@ -162,8 +162,31 @@ func checkQuery(c echo.Context) error {
 		if len(q[k]) > 1 && !op.Query[i].List {
 			return badRequest("query parameter %q is given %d times; it takes one value", k, len(q[k]))
 		}
+		if err := inBounds(op.Query[i], q.Get(k)); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// inBounds refuses, with 400 bad_request, a value of a bounded count (p.Max
+// set: a page's limit, a schedule's next_runs) that is not an integer in
+// 1..p.Max: "limit must be 1..500, got 501". Never cut to the bound or
+// replaced by the default: the caller would be answered as if it had asked
+// for something else. A parameter left out is the handler's default.
+func inBounds(p openapi.Param, v string) error {
+	if p.Max <= 0 {
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err == nil && n >= 1 && n <= p.Max {
+		return nil
+	}
+	got := strconv.Quote(echoName(v))
+	if err == nil || errors.Is(err, strconv.ErrRange) && strings.Trim(v, "+-0123456789") == "" {
+		got = echoName(v) // a number, however big
+	}
+	return badRequest("%s must be 1..%d, got %s", p.Name, p.Max, got)
 }
 
 // keyTenant reports whether the request takes ?tenant= as its key's own

@@ -81,6 +81,11 @@ type Param struct {
 	// List parameters hold comma-separated values and may be repeated
 	// (status=a,b&status=c); the others take one value.
 	List bool
+	// Max, when not 0, bounds an integer parameter to 1..Max (a count such
+	// as a page's limit): the document declares the bounds and the door
+	// refuses a value outside them (400 bad_request "limit must be 1..500,
+	// got 501"); left out, the route's default applies.
+	Max int
 }
 
 // Schema is a JSON Schema written by hand (may $ref "#/components/schemas/X"
@@ -369,6 +374,9 @@ func (g *gen) operation(o Op, path string) (map[string]any, error) {
 		s := Schema{"type": typ}
 		if typ == "integer" {
 			s["minimum"] = 0
+			if q.Max > 0 {
+				s["minimum"], s["maximum"] = 1, q.Max
+			}
 		}
 		if len(q.Enum) > 0 {
 			s["enum"] = q.Enum
