@@ -115,6 +115,9 @@ type Runtime struct {
 	headStart     time.Duration
 	beforeCompile func(ctx context.Context)
 	interpOnly    bool // every load runs on the interpreter only (tests)
+	// limitsHook, when set, adjusts each load's limits (tests change a
+	// start deadline between loads with it, as a machine's load changes).
+	limitsHook func(name string, l Limits) Limits
 }
 
 // compiledMarks is the folder, in the compilation cache's, where a start
@@ -314,6 +317,9 @@ func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, 
 		base.Timeout = grant.Mail.CallBound()
 	}
 	p.limits = mergeLimits(base, m.Limits, grant.Limits)
+	if r.limitsHook != nil {
+		p.limits = r.limitsHook(m.Name, p.limits)
+	}
 	p.sem = make(chan struct{}, p.limits.MaxInstances)
 
 	modCfg := wazero.NewModuleConfig().
