@@ -46,6 +46,9 @@ func TestTransientRefusalRetried(t *testing.T) {
 	if in := infoOf(reg, "slowpol"); in.State != "refused" || in.RetryAt.IsZero() {
 		t.Fatalf("slowpol after its start ran out of time: %+v; want refused with a retry due", in)
 	}
+	if st, _, why := reg.State("slowpol"); st != "refused" || !strings.HasPrefix(why, "plugin slowpol: start instance") {
+		t.Fatalf("State(slowpol) = %s, %q", st, why)
+	}
 	waitFor(t, func() bool { return strings.Contains(infoOf(reg, "bad").Refused, "compile") })
 	if in := infoOf(reg, "bad"); !in.RetryAt.IsZero() {
 		t.Fatalf("a module that does not compile is retried: %+v", in)
@@ -57,6 +60,9 @@ func TestTransientRefusalRetried(t *testing.T) {
 	in := infoOf(reg, "slowpol")
 	if in.Refused != "" || !in.RetryAt.IsZero() {
 		t.Fatalf("slowpol serving: %+v; want the refusal and the retry cleared", in)
+	}
+	if st, kind, why := reg.State("slowpol"); st != "ready" || kind != KindPolicy || why != "" {
+		t.Fatalf("State(slowpol) serving = %s, %s, %q", st, kind, why)
 	}
 	pol, err := reg.Policy("slowpol", nil)
 	if err != nil {
