@@ -50,6 +50,12 @@ func (p pluginSet) Validators(tt *host.TaskType) ([]host.Validator, error) {
 // Channel implements engine.Plugins.
 func (p pluginSet) Channel(name string) (host.Channel, error) { return p.reg.Channel(name) }
 
+var _ engine.PluginStates = pluginSet{}
+
+// PluginState implements engine.PluginStates: the retry_policy view says
+// who decides while a type's policy plugin does not serve.
+func (p pluginSet) PluginState(name string) (state, kind, detail string) { return p.reg.State(name) }
+
 // pluginGrants are the operator's grants: the file channel gets exactly the
 // results folder; the http channel, when configured, may reach only URLs
 // under its endpoint and its base_url (scheme, host, port and path), and

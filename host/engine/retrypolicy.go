@@ -22,8 +22,20 @@ type RetryPolicyView struct {
 	// Expiry is what happens when a lease expires: the engine decides that
 	// from the task type alone, whatever the policy.
 	Expiry ExpiryPolicy `json:"expiry"`
-	// Note explains what the gate cannot say about a third-party policy.
+	// PluginState is the state of the policy plugin the type names, when
+	// the gate can tell it: "ready" while it serves; otherwise ("refused",
+	// "missing", "loading", …) Effective and Note say who decides meanwhile.
+	PluginState string `json:"plugin_state,omitempty"`
+	// Note explains what the gate cannot say about a third-party policy,
+	// or who decides while the type's policy plugin does not serve.
 	Note string `json:"note,omitempty"`
+}
+
+// PluginStates is what a Plugins may implement besides: the state of a
+// plugin by name, as the admin API lists it ("ready" when it serves),
+// its kind when known, and why it does not serve (a refusal).
+type PluginStates interface {
+	PluginState(name string) (state, kind, detail string)
 }
 
 // EffectiveRetry is a backoff policy's parameters after a worker-reported
@@ -62,18 +74,29 @@ func (e *Engine) RetryPolicy(tt *host.TaskType) RetryPolicyView {
 		MaxLeaseExpiries:    tt.MaxLeaseExpiries,
 	}}
 	if tt.Policy == nil || e.cfg.Plugins == nil {
-		if p, ok := e.policy.(host.ExponentialBackoff); ok {
-			jit := p.Jitter
-			if jit == 0 {
-				jit = 0.1 // as host.ExponentialBackoff.Delay
-			}
-			v.Effective = backoffView(tt, p.Base.Seconds(), p.Max.Seconds(), jit)
-		} else {
-			v.Note = "the gate's default policy is not the built-in backoff; its parameters are its own"
-		}
+		v.Note = e.defaultPolicyView(&v, tt)
 		return v
 	}
 	v.Plugin, v.Config = tt.Policy.Name, tt.Policy.Config
+	if ps, ok := e.cfg.Plugins.(PluginStates); ok {
+		state, kind, detail := ps.PluginState(tt.Policy.Name)
+		v.PluginState = state
+		switch {
+		case state == "loading":
+			v.Note = "policy plugin " + tt.Policy.Name + " is still in its first load: a failure waits for it (or answers 503 plugin_not_ready); no other policy decides for it"
+			return v
+		case state == "ready" && kind != "" && kind != "policy":
+			v.Note = joinNote("plugin "+tt.Policy.Name+" serves as a "+kind+", not a policy: the gate's default policy decides each failure (each one writes a policy_fault escalation receipt)", e.defaultPolicyView(&v, tt))
+			return v
+		case state != "ready":
+			why := state
+			if detail != "" {
+				why += ": " + detail
+			}
+			v.Note = joinNote("policy plugin "+tt.Policy.Name+" is not serving ("+why+"): the gate's default policy decides each failure until it serves (each one writes a policy_fault escalation receipt)", e.defaultPolicyView(&v, tt))
+			return v
+		}
+	}
 	switch tt.Policy.Name {
 	case "backoff":
 		// Mirrors plugins/policies/backoff: top-level settings, overridden
@@ -100,6 +123,28 @@ func (e *Engine) RetryPolicy(tt *host.TaskType) RetryPolicyView {
 		v.Note = "policy plugin " + tt.Policy.Name + " decides each failure; the gate does not know its parameters"
 	}
 	return v
+}
+
+// defaultPolicyView sets v's Effective to the engine's default policy's
+// parameters when it is the built-in backoff, else returns a note saying
+// the gate does not know them.
+func (e *Engine) defaultPolicyView(v *RetryPolicyView, tt *host.TaskType) (note string) {
+	if p, ok := e.policy.(host.ExponentialBackoff); ok {
+		jit := p.Jitter
+		if jit == 0 {
+			jit = 0.1 // as host.ExponentialBackoff.Delay
+		}
+		v.Effective = backoffView(tt, p.Base.Seconds(), p.Max.Seconds(), jit)
+		return ""
+	}
+	return "the gate's default policy is not the built-in backoff; its parameters are its own"
+}
+
+func joinNote(a, b string) string {
+	if b == "" {
+		return a
+	}
+	return a + "; " + b
 }
 
 // escalatePolicy is the config of plugins/policies/escalate.

@@ -32,8 +32,17 @@ type instanceKey struct{}
 func (pl *pool) newInstance(ctx context.Context) (*instance, error) {
 	p := pl.p
 	p.stats.coldStart()
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, p.limits.StartTimeout)
 	defer cancel()
+	// A start that ran out of its own deadline (not one whose caller gave
+	// up) may pass on a quieter machine: the registry retries it.
+	startTimedOut := func(err error) error {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
+			return transientError{err}
+		}
+		return err
+	}
 	stderr := &headBuffer{max: 1024}
 	mod, err := pl.wrt.InstantiateModule(ctx, pl.compiled, p.modCfg.WithStderr(stderr))
 	if err != nil {
@@ -41,7 +50,7 @@ func (pl *pool) newInstance(ctx context.Context) (*instance, error) {
 		if t := stderr.String(); t != "" {
 			msg += " (guest stderr: " + truncate(t, 300) + ")"
 		}
-		return nil, fmt.Errorf("plugin %s: start instance: %s", p.Manifest.Name, msg)
+		return nil, startTimedOut(fmt.Errorf("plugin %s: start instance: %s", p.Manifest.Name, msg))
 	}
 	inst := &instance{mod: mod, stderr: stderr, ops: map[string]api.Function{}, plugin: p, pool: pl}
 	inst.alloc = mod.ExportedFunction("asyncgate_alloc")
@@ -55,10 +64,21 @@ func (pl *pool) newInstance(ctx context.Context) (*instance, error) {
 		if err == nil && len(v) == 1 {
 			got = fmt.Sprint(int32(v[0]))
 		}
-		return nil, fmt.Errorf("plugin %s: module speaks ABI %s, host speaks %d", p.Manifest.Name, got, ABIVersion)
+		return nil, startTimedOut(fmt.Errorf("plugin %s: module speaks ABI %s, host speaks %d", p.Manifest.Name, got, ABIVersion))
 	}
 	return inst, nil
 }
+
+// errTransient is what a transientError is: a load refused for a cause
+// that may pass (its start ran out of time), not for the module itself.
+var errTransient = errors.New("transient load failure")
+
+// transientError marks a load error as transient (errors.Is(err,
+// errTransient)); its text is the error's own.
+type transientError struct{ error }
+
+func (e transientError) Unwrap() error        { return e.error }
+func (e transientError) Is(target error) bool { return target == errTransient }
 
 func (inst *instance) close() { inst.mod.Close(context.Background()) }
 

@@ -103,7 +103,19 @@ type entry struct {
 	// builtinPending: the built-in of this name is still loading.
 	dirFirst, builtinPending bool
 	gone                     time.Time // when the folder files were first seen missing (zero: present)
+	// retryAt is when a folder version refused for a transient cause (its
+	// start ran out of time) is tried again, zero when none is due;
+	// retryDelay is the wait before that try, doubled after each.
+	retryAt    time.Time
+	retryDelay time.Duration
 }
+
+// Retries of a folder version refused for a transient cause wait
+// retryFirst, doubling up to retryMax, until it loads or its files change.
+const (
+	retryFirst = time.Second
+	retryMax   = time.Minute
+)
 
 // NewRegistry loads the plugins folder and the built-ins (a built-in serves
 // where no plugin of its name is in the folder). A plugin that fails to load
@@ -500,10 +512,16 @@ func (r *Registry) Scan(ctx context.Context) {
 		r.mu.Lock()
 		e := r.entry(name)
 		changed := e.fp != fp
+		if changed {
+			// New files: a retry of the old ones is off, and a transient
+			// refusal of these starts its backoff afresh.
+			e.retryAt, e.retryDelay = time.Time{}, 0
+		}
+		retry := !changed && !e.retryAt.IsZero() && !time.Now().Before(e.retryAt)
 		e.fp = fp
 		e.gone = time.Time{}
 		r.mu.Unlock()
-		if changed {
+		if changed || retry {
 			r.loadFromDir(ctx, e, mf, wasmPath)
 		}
 		r.mu.Lock()
@@ -615,6 +633,7 @@ func (r *Registry) loadFromDir(ctx context.Context, e *entry, manifestPath, wasm
 	p.manifestJSON = man
 	r.mu.Lock()
 	e.inDir = true
+	e.retryAt, e.retryDelay = time.Time{}, 0
 	old := e.cur.Swap(p)
 	builtin := e.builtin
 	r.mu.Unlock()
@@ -653,13 +672,27 @@ func kindKept(e *entry, kind string, removeAfter time.Duration) error {
 		kind, cur.Manifest.Kind, cur.Manifest.Kind, kind, removeAfter)
 }
 
+// refuse records a folder version refused. One refused for a transient
+// cause (errTransient: its start ran out of time, as on a busy machine) is
+// tried again after a backoff (retryFirst doubling to retryMax) until it
+// loads or its files change; any other waits for new files.
 func (r *Registry) refuse(e *entry, err error) {
 	msg := err.Error()
 	serving := ""
 	if cur := e.cur.Load(); cur != nil {
 		serving = cur.Manifest.Version
 	}
-	r.log.Warn("plugin refused", "plugin", e.name, "reason", msg, "still_serving", serving)
+	attrs := []any{"plugin", e.name, "reason", msg, "still_serving", serving}
+	r.mu.Lock()
+	if errors.Is(err, errTransient) {
+		e.retryDelay = min(max(2*e.retryDelay, retryFirst), retryMax)
+		e.retryAt = time.Now().Add(e.retryDelay)
+		attrs = append(attrs, "retry_in", e.retryDelay)
+	} else {
+		e.retryAt, e.retryDelay = time.Time{}, 0
+	}
+	r.mu.Unlock()
+	r.log.Warn("plugin refused", attrs...)
 	e.stats.setRefused("refused: " + msg)
 }
 
@@ -800,9 +833,12 @@ type Info struct {
 	// Note says why a not_configured built-in is off (what to configure).
 	Note         string       `json:"note,omitempty"`
 	Capabilities Capabilities `json:"capabilities"`
-	Instances    int          `json:"instances"`
-	Idle         int          `json:"idle_instances"`
-	LoadedAt     time.Time    `json:"loaded_at,omitzero"`
+	// RetryAt is when a version refused for a transient cause (its start
+	// ran out of time) is loaded again; absent when no retry is due.
+	RetryAt   time.Time `json:"retry_at,omitzero"`
+	Instances int       `json:"instances"`
+	Idle      int       `json:"idle_instances"`
+	LoadedAt  time.Time `json:"loaded_at,omitzero"`
 	Stats
 }
 
@@ -820,6 +856,7 @@ func (r *Registry) List() []Info {
 		in := Info{Name: e.name, Stats: st, Refused: refused}
 		r.mu.Lock()
 		missing, notConfigured := e.missing, e.notConfigured
+		in.RetryAt = e.retryAt
 		r.mu.Unlock()
 		if p := e.cur.Load(); p != nil {
 			in.Kind, in.Version, in.Digest, in.Source = p.Manifest.Kind, p.Manifest.Version, p.Digest, p.Source

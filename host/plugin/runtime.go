@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/asyncgate/asyncgate/host"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
@@ -114,6 +115,9 @@ type Runtime struct {
 	headStart     time.Duration
 	beforeCompile func(ctx context.Context)
 	interpOnly    bool // every load runs on the interpreter only (tests)
+	// limitsHook, when set, adjusts each load's limits (tests change a
+	// start deadline between loads with it, as a machine's load changes).
+	limitsHook func(name string, l Limits) Limits
 }
 
 // compiledMarks is the folder, in the compilation cache's, where a start
@@ -313,6 +317,9 @@ func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, 
 		base.Timeout = grant.Mail.CallBound()
 	}
 	p.limits = mergeLimits(base, m.Limits, grant.Limits)
+	if r.limitsHook != nil {
+		p.limits = r.limitsHook(m.Name, p.limits)
+	}
 	p.sem = make(chan struct{}, p.limits.MaxInstances)
 
 	modCfg := wazero.NewModuleConfig().
@@ -378,9 +385,47 @@ func (r *Runtime) load(ctx context.Context, wasm, manifest []byte, grant Grant, 
 			return nil, fmt.Errorf("plugin %s: capabilities: %w", m.Name, err)
 		}
 		p.caps = res.JSON
+	} else if err := p.implementsKind(ctx); err != nil {
+		p.Close()
+		return nil, err
 	}
 	r.log.Info("plugin loaded", "plugin", m.Name, "kind", m.Kind, "version", m.Version, "sha256", p.Digest[:12], "source", source, "engine", pl.engineName())
 	return p, nil
+}
+
+// loadCheckType is the task type of the call implementsKind makes.
+const loadCheckType = "asyncgate.load-check"
+
+// implementsKind makes one cheap call of a policy's or validator's
+// operation, as gate plugin check's self-test does, and refuses a module
+// that answers not_implemented: the SDK exports every operation, so a
+// module built for another kind passes the export check and answers each
+// real call with not_implemented. Any other answer, an error or fault
+// included, is the plugin's business with a real config and input: the
+// call only asks whether the operation is there. It is bounded by the
+// plugin's call deadline, is not counted in its stats, and runs on the
+// warm instance the load just started (a channel's capabilities call at
+// load is its equivalent).
+func (p *Plugin) implementsKind(ctx context.Context) error {
+	var op string
+	var input []byte
+	schemas := true
+	switch p.Manifest.Kind {
+	case KindPolicy:
+		op, schemas = "decide", false
+		input = encodeFailureRecord(host.FailureInput{TaskID: "load-check", TaskType: loadCheckType, Kind: host.FailureError,
+			Retryable: true, Attempts: 1, MaxRetries: 3}, nil)
+	case KindValidator:
+		op, input = "validate", []byte(`{"task_type":"`+loadCheckType+`","params":{}}`)
+	default:
+		return nil
+	}
+	_, f := p.call(ctx, op, input, nil, schemas, nil)
+	if f != nil && f.Kind == FaultGuestError && f.Code == "not_implemented" {
+		return fmt.Errorf("plugin %s: module does not implement its manifest's kind (%s): %s answered not_implemented (%s); is the manifest's kind the one the module was built as?",
+			p.Manifest.Name, p.Manifest.Kind, op, f.Message)
+	}
+	return nil
 }
 
 // newPool builds a wazero runtime for the module (the compiler's, sharing
