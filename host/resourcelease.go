@@ -323,7 +323,6 @@ func ParsePredicate(s string) (LeasePredicate, error) {
 	return "", Errorf(CodeBadRequest, "predicate: must be READS or MUTATES, not %q", s)
 }
 
-// String renders a lease for error details.
 // SeenBy returns the lease as principal sees it: the task it is held for
 // is named to its holder and to an admin only (admin); to anyone else the
 // lease shows without task_id, as another principal's task answers like an
@@ -337,6 +336,7 @@ func (l *ResourceLease) SeenBy(principal string, admin bool) *ResourceLease {
 	return &c
 }
 
+// String renders a lease for error details.
 func (l *ResourceLease) String() string {
 	return fmt.Sprintf("%s (%s %s by %s, expires %s)", l.ID, l.Predicate, l.Resource, l.Holder, l.ExpiresAt.Format(time.RFC3339Nano))
 }

@@ -35,6 +35,9 @@ func (w *ResourceWaiter) SeenBy(principal string, admin bool) *ResourceWaiter {
 		return w
 	}
 	c := *w
+	if c.WaiterID == c.TaskID {
+		c.WaiterID = "" // a task's registration is named by the task's id
+	}
 	c.TaskID = ""
 	return &c
 }

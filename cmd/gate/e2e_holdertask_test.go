@@ -10,7 +10,8 @@ import (
 // TestE2EResourceHoldersNameOnlyYourTasks: a resource lease held for a
 // task names the task to its holder and to an admin only. Another agent of
 // the tenant sees who holds the resource (the holders list, a refused
-// acquire's conflict, MCP's list_resource_holders and acquire) but not the
+// acquire's conflict, a verify of the lease's id, MCP's
+// list_resource_holders and acquire) but not the
 // task: everywhere else another principal's task answers like an unknown
 // one, and a task id in a holders list told it that the task existed,
 // which worker ran it and since when. On SQLite and PostgreSQL.
@@ -63,6 +64,17 @@ func TestE2EResourceHoldersNameOnlyYourTasks(t *testing.T) {
 			r.Into(t, &refused)
 			if refused.Conflict == nil || refused.Conflict.Holder != "edit.w1" || refused.Conflict.TaskID != "" {
 				t.Fatalf("agent.b's refused acquire: %s", r.Body)
+			}
+			// The lease id the conflict named, verified by agent.b: the lease
+			// still without the task.
+			r = call(t, "POST", g.URL+"/v1/resource-leases/verify", b, map[string]any{"lease_ids": []string{refused.Conflict.ID}})
+			want(t, r, 200, "")
+			var verified struct {
+				Leases []rlLease `json:"leases"`
+			}
+			r.Into(t, &verified)
+			if len(verified.Leases) != 1 || verified.Leases[0].ID != refused.Conflict.ID || verified.Leases[0].TaskID != "" {
+				t.Fatalf("agent.b's verify of the lease: %s", r.Body)
 			}
 
 			c := stdioClient(t, "mcp", "--url", g.URL, "--key", b)

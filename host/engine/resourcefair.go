@@ -90,9 +90,11 @@ func aheadOf(ws []host.ResourceWaiter, want map[string]host.LeasePredicate, prio
 // behindWaiter refuses a request a waiter is ahead of; it may wait when its
 // holder holds nothing.
 func behindWaiter(w *host.ResourceWaiter, prio, now time.Time, holdsNothing bool) *ResourceConflictError {
+	// A task that waits is not named: the refused caller may not read it
+	// (ResourceWaiter.SeenBy); Ahead names it to those who may.
 	who := "holder " + w.Holder
 	if w.TaskID != "" {
-		who = "task " + w.TaskID
+		who = "a queued task"
 	}
 	detail := fmt.Sprintf("%s waits for %s (%s, priority %s), older than this request's %s: waiters are served oldest first",
 		who, w.Resource, w.Predicate, w.PriorityAt.Format(time.RFC3339Nano), prio.Format(time.RFC3339Nano))

@@ -1072,8 +1072,9 @@ func (e *Engine) VerifyResources(ctx context.Context, a Actor, req VerifyRequest
 			}
 		}
 	}
-	for _, l := range ls {
+	for i, l := range ls {
 		l.State = l.StateAt(now)
+		ls[i] = l.SeenBy(a.Principal, a.Role == RoleAdmin)
 	}
 	return &ResourceLeasesResult{Leases: ls, ServerTime: now}, nil
 }
