@@ -79,7 +79,7 @@ func (e *Engine) RetryPolicy(tt *host.TaskType) RetryPolicyView {
 	}
 	v.Plugin, v.Config = tt.Policy.Name, tt.Policy.Config
 	if ps, ok := e.cfg.Plugins.(PluginStates); ok {
-		state, kind, detail := ps.PluginState(tt.Policy.Name)
+		state, kind, _ := ps.PluginState(tt.Policy.Name)
 		v.PluginState = state
 		switch {
 		case state == "loading":
@@ -89,11 +89,10 @@ func (e *Engine) RetryPolicy(tt *host.TaskType) RetryPolicyView {
 			v.Note = joinNote("plugin "+tt.Policy.Name+" serves as a "+kind+", not a policy: the gate's default policy decides each failure (each one writes a policy_fault escalation receipt)", e.defaultPolicyView(&v, tt))
 			return v
 		case state != "ready":
-			why := state
-			if detail != "" {
-				why += ": " + detail
-			}
-			v.Note = joinNote("policy plugin "+tt.Policy.Name+" is not serving ("+why+"): the gate's default policy decides each failure until it serves (each one writes a policy_fault escalation receipt)", e.defaultPolicyView(&v, tt))
+			// The state only: why it was refused (file names, its stderr) is
+			// the gate operator's (GET /v1/admin/plugins), and this view is
+			// read by every tenant's admins and by agents (MCP).
+			v.Note = joinNote("policy plugin "+tt.Policy.Name+" is not serving ("+state+"): the gate's default policy decides each failure until it serves (each one writes a policy_fault escalation receipt)", e.defaultPolicyView(&v, tt))
 			return v
 		}
 	}

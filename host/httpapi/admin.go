@@ -127,6 +127,13 @@ func (s *Server) checkReadOnly(c echo.Context, tenant, name string, given map[st
 				return err
 			}
 		}
+		if f == "retry_policy" {
+			// The view's runtime part (the policy plugin's state, and the
+			// note and parameters that follow from it) changes without the
+			// stored type changing: a GET answer read a moment earlier
+			// round-trips; only what is configured is compared.
+			v, cur[f] = configuredPart(v), configuredPart(cur[f])
+		}
 		if !sameJSON(v, cur[f]) {
 			what := "the stored value"
 			if f == "paused" {
@@ -487,4 +494,22 @@ func (s *Server) listWorkers(c echo.Context) error {
 		ws = []engine.WorkerInfo{}
 	}
 	return c.JSON(http.StatusOK, map[string]any{"workers": ws})
+}
+
+// configuredPart is a retry_policy view without its runtime part
+// (plugin_state, note, effective), which follows the policy plugin's state;
+// raw unchanged when it is not a JSON object.
+func configuredPart(raw json.RawMessage) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil || m == nil {
+		return raw
+	}
+	delete(m, "plugin_state")
+	delete(m, "note")
+	delete(m, "effective")
+	b, err := json.Marshal(m)
+	if err != nil {
+		return raw
+	}
+	return b
 }
