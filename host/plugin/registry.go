@@ -108,13 +108,19 @@ type entry struct {
 	// retryDelay is the wait before that try, doubled after each.
 	retryAt    time.Time
 	retryDelay time.Duration
+	// retries counts the transient refusals of these files in a row.
+	retries int
 }
 
 // Retries of a folder version refused for a transient cause wait
-// retryFirst, doubling up to retryMax, until it loads or its files change.
+// retryFirst, doubling up to retryMax, until it loads, its files change, or
+// retryLimit refusals in a row (about ten minutes): a start that never
+// finishes (an init that loops) is not a busy machine, and each try holds
+// the folder's scan for its start timeout.
 const (
 	retryFirst = time.Second
 	retryMax   = time.Minute
+	retryLimit = 15
 )
 
 // NewRegistry loads the plugins folder and the built-ins (a built-in serves
@@ -515,7 +521,7 @@ func (r *Registry) Scan(ctx context.Context) {
 		if changed {
 			// New files: a retry of the old ones is off, and a transient
 			// refusal of these starts its backoff afresh.
-			e.retryAt, e.retryDelay = time.Time{}, 0
+			e.retryAt, e.retryDelay, e.retries = time.Time{}, 0, 0
 		}
 		retry := !changed && !e.retryAt.IsZero() && !time.Now().Before(e.retryAt)
 		e.fp = fp
@@ -532,6 +538,9 @@ func (r *Registry) Scan(ctx context.Context) {
 	r.mu.Lock()
 	var gone []*entry
 	for name, e := range r.entries {
+		if !seen[name] {
+			e.retryAt, e.retryDelay, e.retries = time.Time{}, 0, 0 // no files, no retry of them
+		}
 		if !e.inDir || seen[name] {
 			continue
 		}
@@ -633,7 +642,7 @@ func (r *Registry) loadFromDir(ctx context.Context, e *entry, manifestPath, wasm
 	p.manifestJSON = man
 	r.mu.Lock()
 	e.inDir = true
-	e.retryAt, e.retryDelay = time.Time{}, 0
+	e.retryAt, e.retryDelay, e.retries = time.Time{}, 0, 0
 	old := e.cur.Swap(p)
 	builtin := e.builtin
 	r.mu.Unlock()
@@ -675,7 +684,8 @@ func kindKept(e *entry, kind string, removeAfter time.Duration) error {
 // refuse records a folder version refused. One refused for a transient
 // cause (errTransient: its start ran out of time, as on a busy machine) is
 // tried again after a backoff (retryFirst doubling to retryMax) until it
-// loads or its files change; any other waits for new files.
+// loads, its files change or retryLimit tries in a row fail; any other
+// waits for new files.
 func (r *Registry) refuse(e *entry, err error) {
 	msg := err.Error()
 	serving := ""
@@ -684,12 +694,17 @@ func (r *Registry) refuse(e *entry, err error) {
 	}
 	attrs := []any{"plugin", e.name, "reason", msg, "still_serving", serving}
 	r.mu.Lock()
-	if errors.Is(err, errTransient) {
+	switch {
+	case errors.Is(err, errTransient) && e.retries < retryLimit:
+		e.retries++
 		e.retryDelay = min(max(2*e.retryDelay, retryFirst), retryMax)
 		e.retryAt = time.Now().Add(e.retryDelay)
 		attrs = append(attrs, "retry_in", e.retryDelay)
-	} else {
+	case errors.Is(err, errTransient):
 		e.retryAt, e.retryDelay = time.Time{}, 0
+		attrs = append(attrs, "retry", fmt.Sprintf("given up after %d tries in a row; new files are tried again", e.retries))
+	default:
+		e.retryAt, e.retryDelay, e.retries = time.Time{}, 0, 0
 	}
 	r.mu.Unlock()
 	r.log.Warn("plugin refused", attrs...)

@@ -1,0 +1,36 @@
+package plugin
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+)
+
+// TestTransientRetriesGiveUp: a folder version refused for a transient
+// cause is tried again retryLimit times in a row, then no more until its
+// files change (a start that never finishes is not a busy machine, and
+// each try holds the folder's scan for the start's deadline); a refusal
+// for what the module is schedules no try at all.
+func TestTransientRetriesGiveUp(t *testing.T) {
+	r := &Registry{log: slog.New(slog.NewTextHandler(io.Discard, nil)), entries: map[string]*entry{}}
+	e := r.entry("slow")
+	slow := transientError{errors.New("start instance: module closed with context deadline exceeded")}
+	for i := 1; i <= retryLimit; i++ {
+		r.refuse(e, slow)
+		if e.retryAt.IsZero() || e.retries != i {
+			t.Fatalf("refusal %d: retry_at %v, tries %d; want a try due", i, e.retryAt, e.retries)
+		}
+		if e.retryDelay > retryMax {
+			t.Fatalf("refusal %d: the wait %v is over %v", i, e.retryDelay, retryMax)
+		}
+	}
+	r.refuse(e, slow)
+	if !e.retryAt.IsZero() {
+		t.Fatalf("after %d transient refusals in a row a try is still due at %v", retryLimit+1, e.retryAt)
+	}
+	r.refuse(e, errors.New("compile: unexpected EOF"))
+	if !e.retryAt.IsZero() || e.retries != 0 {
+		t.Fatalf("a module refused for what it is: retry_at %v, tries %d", e.retryAt, e.retries)
+	}
+}
