@@ -59,7 +59,9 @@ func TestInlineChannel(t *testing.T) {
 func TestChannelConfigRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, map[string]Grant{"inline": {Config: json.RawMessage(`{"max_size_bytes": "big"}`)}}, Limits{}, "inline")
-	if _, err := b.reg.Channel("inline"); !host.IsCode(err, host.CodeNotFound) {
+	// Refused, so nothing serves the name: the gate's fault, not a
+	// completion's (503 plugin_unavailable; the operator fixes the config).
+	if _, err := b.reg.Channel("inline"); !host.IsCode(err, host.CodePluginUnavailable) {
 		t.Fatalf("a channel with an invalid operator config must not load: %v", err)
 	}
 	info := b.reg.List()
