@@ -323,10 +323,11 @@ func ParsePredicate(s string) (LeasePredicate, error) {
 	return "", Errorf(CodeBadRequest, "predicate: must be READS or MUTATES, not %q", s)
 }
 
-// SeenBy returns the lease as principal sees it: the task it is held for
-// is named to its holder and to an admin only (admin); to anyone else the
-// lease shows without task_id, as another principal's task answers like an
-// unknown one everywhere else.
+// SeenBy returns the lease as principal sees it from the lease alone: the
+// task it is held for is named to its holder and to an admin (admin); to
+// anyone else the lease shows without task_id, as another principal's task
+// answers like an unknown one everywhere else. (The engine also names it
+// to those who may see the task: its creator and recipient.)
 func (l *ResourceLease) SeenBy(principal string, admin bool) *ResourceLease {
 	if l == nil || l.TaskID == "" || admin || l.Holder == principal {
 		return l

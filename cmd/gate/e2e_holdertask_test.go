@@ -8,13 +8,13 @@ import (
 )
 
 // TestE2EResourceHoldersNameOnlyYourTasks: a resource lease held for a
-// task names the task to its holder and to an admin only. Another agent of
-// the tenant sees who holds the resource (the holders list, a refused
-// acquire's conflict, a verify of the lease's id, MCP's
-// list_resource_holders and acquire) but not the
-// task: everywhere else another principal's task answers like an unknown
-// one, and a task id in a holders list told it that the task existed,
-// which worker ran it and since when. On SQLite and PostgreSQL.
+// task names the task to its holder, an admin and the agent that queued
+// it. Another agent of the tenant sees who holds the resource (the holders
+// list, a refused acquire's conflict, a verify of the lease's id, MCP's
+// list_resource_holders and acquire) but not the task: everywhere else
+// another principal's task answers like an unknown one, and a task id in a
+// holders list told it that the task existed, which worker ran it and
+// since when. On SQLite and PostgreSQL.
 func TestE2EResourceHoldersNameOnlyYourTasks(t *testing.T) {
 	t.Parallel()
 	for _, sc := range bothStores() {
@@ -51,9 +51,9 @@ func TestE2EResourceHoldersNameOnlyYourTasks(t *testing.T) {
 			if got := holders(b)[0].TaskID; got != "" {
 				t.Fatalf("agent.b sees the task %q of agent.a in the holders list", got)
 			}
-			for _, key := range []string{w, g.Admin} {
+			for _, key := range []string{w, g.Admin, a} {
 				if got := holders(key)[0].TaskID; got != task {
-					t.Fatalf("the holder or an admin sees task %q, want %s", got, task)
+					t.Fatalf("the holder, an admin or the task's creator sees task %q, want %s", got, task)
 				}
 			}
 			r = call(t, "POST", g.URL+"/v1/resource-leases", b, map[string]any{"intents": []any{map[string]any{"resource": res, "predicate": "MUTATES"}}})

@@ -182,11 +182,35 @@ type AcquireResult struct {
 	ServerTime time.Time             `json:"server_time"`
 }
 
-// SeenBy returns the conflicting lease and the waiter ahead as a sees them
-// (ResourceLease.SeenBy): what a door answers the refused caller.
-func (ce *ResourceConflictError) SeenBy(a Actor) (*host.ResourceLease, *host.ResourceWaiter) {
-	admin := a.Role == RoleAdmin
-	return ce.Holder.SeenBy(a.Principal, admin), ce.Ahead.SeenBy(a.Principal, admin)
+// ConflictSeenBy returns ce's conflicting lease and waiter ahead as a sees
+// them (leaseSeenBy, waiterSeenBy): what a door answers the refused caller.
+func (e *Engine) ConflictSeenBy(ctx context.Context, a Actor, ce *ResourceConflictError) (*host.ResourceLease, *host.ResourceWaiter) {
+	return e.leaseSeenBy(ctx, a, ce.Holder), e.waiterSeenBy(ctx, a, ce.Ahead)
+}
+
+// leaseSeenBy is l as a sees it: the task it is held for is named to its
+// holder, an admin, and whoever may see the task (visible: the agent that
+// queued it, its recipient); to anyone else the lease shows without it, as
+// the task answers them like an unknown one everywhere else.
+func (e *Engine) leaseSeenBy(ctx context.Context, a Actor, l *host.ResourceLease) *host.ResourceLease {
+	if s := l.SeenBy(a.Principal, a.Role == RoleAdmin); s != l && !e.taskVisible(ctx, a, l.TaskID) {
+		return s
+	}
+	return l
+}
+
+// waiterSeenBy is w as a sees it (leaseSeenBy's rule for a waiting task).
+func (e *Engine) waiterSeenBy(ctx context.Context, a Actor, w *host.ResourceWaiter) *host.ResourceWaiter {
+	if s := w.SeenBy(a.Principal, a.Role == RoleAdmin); s != w && !e.taskVisible(ctx, a, w.TaskID) {
+		return s
+	}
+	return w
+}
+
+// taskVisible reports whether a may see task id (a store error: no).
+func (e *Engine) taskVisible(ctx context.Context, a Actor, id string) bool {
+	_, err := e.PeekTask(ctx, a, id)
+	return err == nil
 }
 
 // ResourceConflictError refuses an acquire: Holder's lease conflicts with it.
@@ -1074,7 +1098,7 @@ func (e *Engine) VerifyResources(ctx context.Context, a Actor, req VerifyRequest
 	}
 	for i, l := range ls {
 		l.State = l.StateAt(now)
-		ls[i] = l.SeenBy(a.Principal, a.Role == RoleAdmin)
+		ls[i] = e.leaseSeenBy(ctx, a, l)
 	}
 	return &ResourceLeasesResult{Leases: ls, ServerTime: now}, nil
 }
@@ -1331,7 +1355,7 @@ func (e *Engine) holderNames(resources []string) ([]string, error) {
 }
 
 // holders reads the leases honoured now on the resources of a's tenant,
-// as a sees them (ResourceLease.SeenBy); with a predicate, only those that
+// as a sees them (leaseSeenBy); with a predicate, only those that
 // conflict with it.
 func (e *Engine) holders(ctx context.Context, a Actor, names []string, p host.LeasePredicate) (*ResourceLeasesResult, error) {
 	tenant := a.Tenant
@@ -1359,7 +1383,7 @@ func (e *Engine) holders(ctx context.Context, a Actor, names []string, p host.Le
 		ls = []*host.ResourceLease{}
 	}
 	for i, l := range ls {
-		ls[i] = l.SeenBy(a.Principal, a.Role == RoleAdmin)
+		ls[i] = e.leaseSeenBy(ctx, a, l)
 	}
 	return &ResourceLeasesResult{Leases: ls, ServerTime: now}, nil
 }

@@ -124,7 +124,7 @@ func (s *Server) acquireResources(c echo.Context) error {
 		if ce.MayWait {
 			wd = "wait"
 		}
-		holder, ahead := ce.SeenBy(a)
+		holder, ahead := s.eng.ConflictSeenBy(ctx, a, ce)
 		return c.JSON(http.StatusConflict, ResourceConflictBody{ErrorBody: ErrorBody{Error: ce.Err.Code, Detail: ce.Err.Detail},
 			Conflict: holder, Ahead: ahead, WaitDie: wd, PriorityAt: ce.PriorityAt, ServerTime: ce.ServerTime})
 	}

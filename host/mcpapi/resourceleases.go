@@ -138,7 +138,7 @@ func (s *Server) acquireResourceLeases(ctx context.Context, a engine.Actor, req 
 			wd = "wait"
 		}
 		prio := ce.PriorityAt
-		holder, ahead := ce.SeenBy(a)
+		holder, ahead := s.eng.ConflictSeenBy(ctx, a, ce)
 		return AcquireToolResult{Error: ce.Err.Code, Detail: ce.Err.Detail, Conflict: holder, Ahead: ahead, WaitDie: wd, PriorityAt: &prio, ServerTime: ce.ServerTime},
 			"Refused: " + ce.Err.Detail, nil
 	}
