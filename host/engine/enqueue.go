@@ -69,6 +69,8 @@ type EnqueueResult struct {
 // same producer returns the existing task with IsDuplicate set and writes
 // nothing when the request is the same task (see sameEnqueue), and a
 // different task under the same key is refused with idempotency_conflict.
+// The repeat is so answered even when the gate's state would now refuse the
+// task (replay): its type disabled or its recipient left with worker keys.
 // Another principal's use of the same key, for any recipient, is a key of
 // its own: it neither finds nor blocks this producer's task.
 func (e *Engine) Enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (*EnqueueResult, error) {
@@ -114,14 +116,19 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	if err != nil {
 		return nil, err
 	}
+	// The checks against the gate's state (the type, its schema and
+	// validators, the recipient's keys). Their refusal of a request whose
+	// key already holds a task answers from that task (replay): a retry is
+	// not refused for what changed since its original was accepted.
 	tt, err := e.checkTaskType(ctx, actor.Tenant, "", &fields)
-	if err != nil {
-		return nil, err
+	if err == nil && fields.Recipient != actor.Principal {
+		err = e.checkRecipientRole(ctx, actor.Tenant, "", fields.Recipient)
 	}
-	if fields.Recipient != actor.Principal {
-		if err := e.checkRecipientRole(ctx, actor.Tenant, "", fields.Recipient); err != nil {
-			return nil, err
+	if err != nil {
+		if req.IdempotencyKey != "" {
+			return e.replay(ctx, actor, req, fields, start, rule, err)
 		}
+		return nil, err
 	}
 
 	now := e.now()
@@ -154,18 +161,8 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	// duplicateOf answers an enqueue whose key old already holds: the same
 	// task is a duplicate, a different one a conflict.
 	duplicateOf := func(r store.Reader, old *host.Task) error {
-		diff := sameEnqueue(old, t, req)
-		if diff == "" {
-			var err error
-			// A task this engine queued without after has no edges.
-			noEdges := e.noDeps.has(old.Tenant, old.ID)
-			if diff, err = sameAfter(ctx, r, old, req.After, rule, noEdges); err != nil {
-				return err
-			}
-		}
-		if diff != "" {
-			return host.Errorf(host.CodeIdempotencyConflict,
-				"idempotency_key %q was used for task %s with a different %s; use a new key for a different task", t.IdempotencyKey, old.ID, diff)
+		if err := e.sameTask(ctx, r, old, t, req, rule); err != nil {
+			return err
 		}
 		res.Task, res.IsDuplicate = old, true
 		return nil
@@ -222,11 +219,7 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 	if err != nil {
 		return nil, err
 	}
-	res.TaskID = res.Task.ID
-	res.Status = string(res.Task.Presented(now)) // a delayed task is scheduled
-	res.ReceiptID = res.Task.AssignReceipt
-	res.AvailableAt = res.Task.AvailableAt
-	res.Inbox = inboxNote(res.Task.Recipient)
+	res.fill(now)
 	if !res.IsDuplicate {
 		if len(req.After) == 0 {
 			// Its edges could only have been written with its insert.
@@ -238,6 +231,76 @@ func (e *Engine) enqueue(ctx context.Context, actor Actor, req EnqueueRequest) (
 		}
 	}
 	return res, nil
+}
+
+// sameTask answers an enqueue of t (made of req) whose idempotency key old
+// already holds: nil when old is the same task (sameEnqueue, sameAfter),
+// else idempotency_conflict naming the first field that differs.
+func (e *Engine) sameTask(ctx context.Context, r store.Reader, old, t *host.Task, req EnqueueRequest, rule host.DependencyRule) error {
+	diff := sameEnqueue(old, t, req)
+	if diff == "" {
+		var err error
+		// A task this engine queued without after has no edges.
+		noEdges := e.noDeps.has(old.Tenant, old.ID)
+		if diff, err = sameAfter(ctx, r, old, req.After, rule, noEdges); err != nil {
+			return err
+		}
+	}
+	if diff != "" {
+		return host.Errorf(host.CodeIdempotencyConflict,
+			"idempotency_key %q was used for task %s with a different %s; use a new key for a different task", t.IdempotencyKey, old.ID, diff)
+	}
+	return nil
+}
+
+// replay answers a keyed enqueue that the checks against the gate's state
+// refused (refusal): when its key already holds a task, by the same rule
+// as when the checks pass (the same task is its duplicate, a different one
+// idempotency_conflict), whatever changed since that task was accepted (its
+// type disabled, deleted or given another schema, its recipient left with
+// worker keys only), as a replayed key is answered from what it stored.
+// When the key holds no task, the refusal stands. Only refused requests pay
+// for this lookup: an accepted one finds its key in the enqueue's own
+// transaction.
+func (e *Engine) replay(ctx context.Context, actor Actor, req EnqueueRequest, fields taskFields, start taskStart, rule host.DependencyRule, refusal error) (*EnqueueResult, error) {
+	// The task the request would make, for the comparison: of the type as
+	// it is now (its defaults and resource intents), or of a type of that
+	// name with none when it is no longer registered.
+	tt := &host.TaskType{Name: fields.TaskType}
+	if ct, err := e.types.get(ctx, actor.Tenant, fields.TaskType); err == nil {
+		tt = ct.tt
+	}
+	t := fields.task(tt, actor.Tenant, actor.Principal)
+	t.IdempotencyKey = req.IdempotencyKey
+	start.addIntents(t, tt)
+	var old *host.Task
+	var derr error
+	if err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		if old, err = r.FindTaskByIdempotency(ctx, store.IdempotencyKeyOf(t)); err != nil || old == nil {
+			return err
+		}
+		derr = e.sameTask(ctx, r, old, t, req, rule)
+		return nil
+	}); err != nil || old == nil {
+		return nil, refusal
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	res := &EnqueueResult{Task: old, IsDuplicate: true, EstimatedRuntimeSeconds: tt.EstimatedRuntimeSeconds,
+		PollSuggestionSeconds: tt.PollSuggestionSeconds, InboxOnComplete: true}
+	res.fill(e.now())
+	return res, nil
+}
+
+// fill sets the fields of res that its task gives, at now.
+func (res *EnqueueResult) fill(now time.Time) {
+	res.TaskID = res.Task.ID
+	res.Status = string(res.Task.Presented(now)) // a delayed task is scheduled
+	res.ReceiptID = res.Task.AssignReceipt
+	res.AvailableAt = res.Task.AvailableAt
+	res.Inbox = inboxNote(res.Task.Recipient)
 }
 
 // assignedBody is a task.assigned receipt's body, its fields in the order of

@@ -1,0 +1,95 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/store"
+)
+
+// A repeat of an accepted enqueue under its idempotency key is its
+// duplicate whatever changed in the gate since: its recipient left with
+// worker keys only, its type given a schema its params break, disabled,
+// deleted. A different task under the key is still idempotency_conflict,
+// and a new key (or none) is still refused by today's state.
+func TestIdempotencyKeyReplayIgnoresChangedState(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	eng, err := New(Config{Store: st, ExpiryJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	tt := host.NewTaskType("work")
+	tt.Tenant = "acme"
+	if _, err := eng.PutTaskType(ctx, tt); err != nil {
+		t.Fatal(err)
+	}
+	agent := Actor{Tenant: "acme", Principal: "agent.a", Role: RoleAgent}
+	req := EnqueueRequest{TaskType: "work", Params: json.RawMessage(`{"n":1}`), Recipient: "job.w1", IdempotencyKey: "K"}
+	first, err := eng.Enqueue(ctx, agent, req)
+	if err != nil || first.IsDuplicate {
+		t.Fatalf("first enqueue: %+v, %v", first, err)
+	}
+	replayed := func(step string) {
+		t.Helper()
+		res, err := eng.Enqueue(ctx, agent, req)
+		if err != nil || !res.IsDuplicate || res.TaskID != first.TaskID || res.ReceiptID != first.ReceiptID {
+			t.Fatalf("%s: the repeat got %+v, %v; want the duplicate %s", step, res, err, first.TaskID)
+		}
+		other := req
+		other.Params = json.RawMessage(`{"n":2}`)
+		if res, err := eng.Enqueue(ctx, agent, other); !host.IsCode(err, host.CodeIdempotencyConflict) {
+			t.Fatalf("%s: other params under the key got %+v, %v; want idempotency_conflict", step, res, err)
+		}
+	}
+	refused := func(step, code string) {
+		t.Helper()
+		fresh := req
+		fresh.IdempotencyKey = "K2"
+		if res, err := eng.Enqueue(ctx, agent, fresh); !host.IsCode(err, code) {
+			t.Fatalf("%s: a new key got %+v, %v; want %s", step, res, err, code)
+		}
+		fresh.IdempotencyKey = ""
+		if res, err := eng.Enqueue(ctx, agent, fresh); !host.IsCode(err, code) {
+			t.Fatalf("%s: no key got %+v, %v; want %s", step, res, err, code)
+		}
+	}
+
+	// job.w1, keyless when the task was accepted, now holds a worker key.
+	now := time.Now()
+	k := store.Key{ID: "k-w", Hash: "h-w", Prefix: "p", Role: RoleWorker, Tenant: "acme", Principal: "job.w1", CreatedAt: now}
+	if err := st.Update(ctx, func(tx store.Tx) error { return tx.PutKey(ctx, k) }); err != nil {
+		t.Fatal(err)
+	}
+	refused("recipient a worker", host.CodeBadRequest)
+	replayed("recipient a worker")
+
+	// The type's schema now requires what the params lack.
+	tt.ParamsSchema = json.RawMessage(`{"type":"object","required":["m"]}`)
+	if _, err := eng.PutTaskType(ctx, tt); err != nil {
+		t.Fatal(err)
+	}
+	replayed("schema changed")
+
+	// The type is disabled.
+	tt.Enabled = false
+	if _, err := eng.PutTaskType(ctx, tt); err != nil {
+		t.Fatal(err)
+	}
+	refused("type disabled", host.CodeTaskTypeDisabled)
+	replayed("type disabled")
+
+	// The task ended and its type was deleted.
+	if _, err := eng.Cancel(ctx, agent, first.TaskID, "done with it"); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.DeleteTaskType(ctx, "acme", "work"); err != nil {
+		t.Fatal(err)
+	}
+	refused("type deleted", host.CodeUnknownTaskType)
+	replayed("type deleted")
+}
