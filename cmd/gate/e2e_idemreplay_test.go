@@ -11,7 +11,8 @@ import (
 // refused for (bad_request): by POST /v1/tasks
 // (200, the same task_id), by each entry of POST /v1/tasks/batch and by MCP
 // queue_task. The key reused for other params is still
-// idempotency_conflict, and a new key still bad_request.
+// idempotency_conflict, and a new key still bad_request. So is a workflow
+// submitted by POST /v1/workflows, after its steps' type was disabled.
 func TestE2EIdempotentRetryOutlivesRecipientChange(t *testing.T) {
 	t.Parallel()
 	for _, sc := range bothStores() {
@@ -47,6 +48,11 @@ func TestE2EIdempotentRetryOutlivesRecipientChange(t *testing.T) {
 				t.Fatalf("MCP queue_task: %v", out)
 			}
 			viaMCP := taskID(out)
+			wfReq := map[string]any{"name": "wf", "idempotency_key": "k-wf", "steps": []map[string]any{
+				{"name": "a", "task_type": "job"}, {"name": "b", "task_type": "job", "after": []string{"a"}}}}
+			r = call(t, "POST", g.URL+"/v1/workflows", agent, wfReq)
+			want(t, r, 201, "")
+			wf := r.JSON(t)["workflow_id"].(string)
 
 			// job.w1 is now a worker: a task may no longer be owed to it.
 			g.newKey(t, "worker", "job.w1", "ta")
@@ -81,6 +87,18 @@ func TestE2EIdempotentRetryOutlivesRecipientChange(t *testing.T) {
 			want(t, call(t, "POST", g.URL+"/v1/tasks", agent, task("k-single", 9)), 409, "idempotency_conflict")
 			if out, isErr := callTool(t, c, "queue_task", task("k-mcp", 9)); !isErr || out["error"] != "idempotency_conflict" {
 				t.Fatalf("MCP queue_task with other params under a used key: %v (error %v); want idempotency_conflict", out, isErr)
+			}
+
+			// The steps' type is disabled: a new workflow is refused, the
+			// retry gets its workflow.
+			want(t, call(t, "PATCH", g.URL+"/v1/admin/task-types/job?tenant=ta", g.Admin, map[string]any{"enabled": false}), 200, "")
+			wfReq["idempotency_key"] = "k-wf2"
+			want(t, call(t, "POST", g.URL+"/v1/workflows", agent, wfReq), 400, "task_type_disabled")
+			wfReq["idempotency_key"] = "k-wf"
+			r = call(t, "POST", g.URL+"/v1/workflows", agent, wfReq)
+			want(t, r, 200, "")
+			if m := r.JSON(t); m["workflow_id"] != wf || m["is_duplicate"] != true {
+				t.Fatalf("retry of POST /v1/workflows: %s; want the duplicate %s", r.Body, wf)
 			}
 		})
 	}

@@ -93,3 +93,70 @@ func TestIdempotencyKeyReplayIgnoresChangedState(t *testing.T) {
 	refused("type deleted", host.CodeUnknownTaskType)
 	replayed("type deleted")
 }
+
+// A repeat of an accepted workflow submission under its idempotency key is
+// its duplicate whatever changed since: a step's type disabled or deleted.
+// A different request under the key is still idempotency_conflict, and a
+// new key is still refused by today's state.
+func TestWorkflowIdempotencyKeyReplayIgnoresChangedState(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	eng, err := New(Config{Store: st, ExpiryJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	tt := host.NewTaskType("work")
+	tt.Tenant = "acme"
+	if _, err := eng.PutTaskType(ctx, tt); err != nil {
+		t.Fatal(err)
+	}
+	agent := Actor{Tenant: "acme", Principal: "agent.a", Role: RoleAgent}
+	req := WorkflowRequest{Name: " two steps ", FinalStep: "b", IdempotencyKey: "K", Steps: []WorkflowStepRequest{
+		{Name: "a", TaskType: "work", Params: json.RawMessage(`{"n":1}`)},
+		{Name: "b", TaskType: "work", Params: json.RawMessage(`{"n":2}`), After: []string{"a"}},
+	}}
+	first, err := eng.SubmitWorkflow(ctx, agent, req)
+	if err != nil || first.IsDuplicate {
+		t.Fatalf("first submission: %+v, %v", first, err)
+	}
+	replayed := func(step string) {
+		t.Helper()
+		res, err := eng.SubmitWorkflow(ctx, agent, req)
+		if err != nil || !res.IsDuplicate || res.WorkflowID != first.WorkflowID || res.ReceiptID != first.ReceiptID ||
+			res.Steps["a"] != first.Steps["a"] || res.Steps["b"] != first.Steps["b"] {
+			t.Fatalf("%s: the repeat got %+v, %v; want the duplicate of %+v", step, res, err, first)
+		}
+		other := req
+		other.Steps = []WorkflowStepRequest{req.Steps[0], req.Steps[1]}
+		other.Steps[1].Params = json.RawMessage(`{"n":3}`)
+		if res, err := eng.SubmitWorkflow(ctx, agent, other); !host.IsCode(err, host.CodeIdempotencyConflict) {
+			t.Fatalf("%s: another request under the key got %+v, %v; want idempotency_conflict", step, res, err)
+		}
+	}
+	refused := func(step, code string) {
+		t.Helper()
+		fresh := req
+		fresh.IdempotencyKey = "K2"
+		if res, err := eng.SubmitWorkflow(ctx, agent, fresh); !host.IsCode(err, code) {
+			t.Fatalf("%s: a new key got %+v, %v; want %s", step, res, err, code)
+		}
+	}
+	replayed("nothing changed")
+
+	tt.Enabled = false
+	if _, err := eng.PutTaskType(ctx, tt); err != nil {
+		t.Fatal(err)
+	}
+	refused("type disabled", host.CodeTaskTypeDisabled)
+	replayed("type disabled")
+
+	if _, err := eng.CancelWorkflow(ctx, agent, first.WorkflowID, "done with it"); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.DeleteTaskType(ctx, "acme", "work"); err != nil {
+		t.Fatal(err)
+	}
+	refused("type deleted", host.CodeUnknownTaskType)
+	replayed("type deleted")
+}

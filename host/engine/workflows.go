@@ -148,6 +148,9 @@ func (e *Engine) SubmitWorkflow(ctx context.Context, actor Actor, req WorkflowRe
 	}
 	plan, final, err := e.planWorkflow(ctx, actor, &req)
 	if err != nil {
+		if req.IdempotencyKey != "" && !host.LongerThan(req.IdempotencyKey, 200) {
+			return e.replayWorkflow(ctx, actor, req, err)
+		}
 		return nil, err
 	}
 	hash, err := workflowHash(req)
@@ -277,24 +280,12 @@ func (e *Engine) SubmitWorkflow(ctx context.Context, actor Actor, req WorkflowRe
 	if err != nil {
 		return nil, err
 	}
+	if res.IsDuplicate {
+		return e.duplicateWorkflow(ctx, res.Workflow)
+	}
 	res.WorkflowID = res.Workflow.ID
 	res.Status = string(res.Workflow.State)
 	res.ReceiptID = res.Workflow.SubmitReceipt
-	if res.IsDuplicate {
-		var steps []host.WorkflowStep
-		if err := e.view(ctx, func(r store.Reader) error {
-			var err error
-			steps, err = r.WorkflowSteps(ctx, res.Workflow.Tenant, res.Workflow.ID)
-			return err
-		}); err != nil {
-			return nil, err
-		}
-		res.Steps = make(map[string]string, len(steps))
-		for _, s := range steps {
-			res.Steps[s.Name] = s.TaskID
-		}
-		return res, nil
-	}
 	res.Steps = make(map[string]string, len(plan))
 	ready := map[string]int{}
 	for _, p := range plan {
@@ -306,6 +297,53 @@ func (e *Engine) SubmitWorkflow(ctx context.Context, actor Actor, req WorkflowRe
 	}
 	for typ, n := range ready {
 		e.waiters.wake(actor.Tenant, typ, n)
+	}
+	return res, nil
+}
+
+// replayWorkflow answers a keyed submission that planWorkflow refused
+// (refusal): when its key already holds a workflow, by the same rule as a
+// submission that passes (the same request is its duplicate, a different
+// one idempotency_conflict), whatever changed since that workflow was
+// accepted (a step's type disabled, deleted or given another schema, a
+// recipient left with worker keys only), as an enqueue's replay does. When
+// the key holds no workflow, the refusal stands.
+func (e *Engine) replayWorkflow(ctx context.Context, actor Actor, req WorkflowRequest, refusal error) (*WorkflowResult, error) {
+	req.Name = strings.TrimSpace(req.Name) // as planWorkflow keeps it
+	hash, err := workflowHash(req)
+	if err != nil {
+		return nil, refusal
+	}
+	var old *host.Workflow
+	if err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		old, err = r.FindWorkflowByIdempotency(ctx, actor.Tenant, actor.Principal, req.IdempotencyKey)
+		return err
+	}); err != nil || old == nil {
+		return nil, refusal
+	}
+	if old.RequestHash != hash {
+		return nil, host.Errorf(host.CodeIdempotencyConflict,
+			"idempotency_key %q was used for workflow %s with a different request; use a new key for a different workflow", req.IdempotencyKey, old.ID)
+	}
+	return e.duplicateWorkflow(ctx, old)
+}
+
+// duplicateWorkflow is the answer to a submission whose key holds wf: wf
+// with its steps' tasks.
+func (e *Engine) duplicateWorkflow(ctx context.Context, wf *host.Workflow) (*WorkflowResult, error) {
+	res := &WorkflowResult{Workflow: wf, IsDuplicate: true, WorkflowID: wf.ID, Status: string(wf.State), ReceiptID: wf.SubmitReceipt}
+	var steps []host.WorkflowStep
+	if err := e.view(ctx, func(r store.Reader) error {
+		var err error
+		steps, err = r.WorkflowSteps(ctx, wf.Tenant, wf.ID)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	res.Steps = make(map[string]string, len(steps))
+	for _, s := range steps {
+		res.Steps[s.Name] = s.TaskID
 	}
 	return res, nil
 }
