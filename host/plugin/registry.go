@@ -110,6 +110,58 @@ type entry struct {
 	retryDelay time.Duration
 	// retries counts the transient refusals of these files in a row.
 	retries int
+	// The built-in's own retry, as the folder's above: builtinRetryAt is
+	// when a built-in whose start ran out of time is loaded again (zero:
+	// none due), builtinRetrying while that load runs.
+	builtinRetryAt    time.Time
+	builtinRetryDelay time.Duration
+	builtinRetries    int
+	builtinRetrying   bool
+	// builtinRefused: the standing refusal (stats) is the built-in's;
+	// builtinRefusal is the built-in's last transient refusal, restored
+	// when a drop-in of its name leaves and the built-in is not loaded.
+	builtinRefused bool
+	builtinRefusal string
+	// waiting says why the folder's files of this name, present, are not
+	// loaded (half a pair, or a module its manifest does not name): the
+	// registry waits for a consistent pair. Empty otherwise.
+	waiting string
+	// removed is when the folder's files of this name left and nothing
+	// serves the name since (no built-in of it serves); zero otherwise.
+	removed time.Time
+}
+
+// Refusal codes: the machine-readable reason of a refused plugin
+// (Info.RefusedCode), beside its text (Info.Refused).
+const (
+	// RefusalStartTimeout: its start ran out of time (as on a busy
+	// machine); it is tried again (Info.RetryAt) while a try is due.
+	RefusalStartTimeout = "start_timeout"
+	// RefusalNotPrivate: a file breaks the plugins folder's rule (a
+	// symlink, writable by others, owned by another user).
+	RefusalNotPrivate = "not_private"
+	// RefusalManifest: the manifest is invalid, lacks wasm_sha256, or
+	// names another plugin.
+	RefusalManifest = "invalid_manifest"
+	// RefusalKind: a new version of another kind than the serving one.
+	RefusalKind = "kind_changed"
+	// RefusalNotGranted: the module asks for a capability the operator's
+	// grants do not give it.
+	RefusalNotGranted = "not_granted"
+	// RefusalLoad: the module does not load (does not compile, wrong
+	// exports or ABI, does not implement its manifest's kind).
+	RefusalLoad = "load_failed"
+)
+
+// loadRefusal is the refusal code of a failed load.
+func loadRefusal(err error) string {
+	switch {
+	case errors.Is(err, errTransient):
+		return RefusalStartTimeout
+	case errors.Is(err, ErrNotGranted):
+		return RefusalNotGranted
+	}
+	return RefusalLoad
 }
 
 // Retries of a folder version refused for a transient cause wait
@@ -218,15 +270,14 @@ func (r *Registry) Ready() bool {
 	}
 }
 
-// Pending returns the names of the plugins whose first load has not ended
-// yet, sorted (none once Ready).
+// Pending returns the names of the plugins not serving yet that will be
+// tried again, sorted: those whose first load has not ended, and those
+// refused because their start ran out of time while a try of them is due
+// (a built-in or a drop-in; see refuse). /readyz names them.
 func (r *Registry) Pending() []string {
-	if r.Ready() {
-		return nil
-	}
 	var out []string
 	for _, in := range r.List() {
-		if in.State == "loading" {
+		if in.State == "loading" || (in.State == "refused" && !in.RetryAt.IsZero()) {
 			out = append(out, in.Name)
 		}
 	}
@@ -348,45 +399,121 @@ func (r *Registry) loadBuiltins(ctx context.Context, manifests []string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var p *Plugin
-			defer func() {
-				r.mu.Lock()
-				e.builtin, e.builtinPending = p, false
-				r.settleLocked(e)
-				r.mu.Unlock()
-			}()
-			man, err := fs.ReadFile(r.opts.Builtins, mf)
-			if err != nil {
-				r.setMissing(e, err.Error())
-				return
-			}
-			wasm, err := fs.ReadFile(r.opts.Builtins, name+".wasm")
-			if err != nil {
-				r.setMissing(e, "built-in not built (run make plugins): "+name+".wasm missing")
-				return
-			}
-			if m, err := ParseManifest(man); err == nil && m.WasmSHA256 != "" && m.WasmSHA256 != digestOf(wasm) {
-				r.setMissing(e, "built-in "+name+".wasm does not match its manifest's wasm_sha256 (rebuild with make plugins)")
-				return
-			} else if err == nil && m.Name != name {
-				// Before loading, so the log never says it loaded.
-				r.setMissing(e, fmt.Sprintf("manifest name %q does not match file name %q", m.Name, name))
-				return
-			}
-			loaded, err := r.rt.load(ctx, wasm, man, r.grantFor(name, digestOf(wasm), true), "builtin", e.stats, r.engine())
-			if errors.Is(err, ErrNotGranted) {
-				r.setNotConfigured(e, err.Error())
-				return
-			}
-			if err != nil {
-				r.setMissing(e, err.Error())
-				return
-			}
-			loaded.reread = func() ([]byte, error) { return fs.ReadFile(r.opts.Builtins, name+".wasm") }
-			p = loaded
+			p := r.loadBuiltin(ctx, e)
+			r.mu.Lock()
+			e.builtin, e.builtinPending = p, false
+			r.settleLocked(e)
+			r.mu.Unlock()
 		}()
 	}
 	wg.Wait()
+}
+
+// loadBuiltin loads the built-in e.name, or records why not: a start that
+// ran out of time is refused and tried again (refuseBuiltin, RetryBuiltins);
+// any other cause leaves it missing (or not configured) until a restart.
+func (r *Registry) loadBuiltin(ctx context.Context, e *entry) *Plugin {
+	name := e.name
+	man, err := fs.ReadFile(r.opts.Builtins, name+".manifest.json")
+	if err != nil {
+		r.setMissing(e, err.Error())
+		return nil
+	}
+	wasm, err := fs.ReadFile(r.opts.Builtins, name+".wasm")
+	if err != nil {
+		r.setMissing(e, "built-in not built (run make plugins): "+name+".wasm missing")
+		return nil
+	}
+	if m, err := ParseManifest(man); err == nil && m.WasmSHA256 != "" && m.WasmSHA256 != digestOf(wasm) {
+		r.setMissing(e, "built-in "+name+".wasm does not match its manifest's wasm_sha256 (rebuild with make plugins)")
+		return nil
+	} else if err == nil && m.Name != name {
+		// Before loading, so the log never says it loaded.
+		r.setMissing(e, fmt.Sprintf("manifest name %q does not match file name %q", m.Name, name))
+		return nil
+	}
+	loaded, err := r.rt.load(ctx, wasm, man, r.grantFor(name, digestOf(wasm), true), "builtin", e.stats, r.engine())
+	switch {
+	case errors.Is(err, errTransient):
+		r.refuseBuiltin(e, err)
+		return nil
+	case errors.Is(err, ErrNotGranted):
+		r.setNotConfigured(e, err.Error())
+		return nil
+	case err != nil:
+		r.setMissing(e, err.Error())
+		return nil
+	}
+	loaded.reread = func() ([]byte, error) { return fs.ReadFile(r.opts.Builtins, name+".wasm") }
+	r.mu.Lock()
+	e.builtinRetryAt, e.builtinRetryDelay, e.builtinRetries = time.Time{}, 0, 0
+	e.missing, e.notConfigured, e.builtinRefusal = "", false, ""
+	clear := e.builtinRefused
+	e.builtinRefused = false
+	r.mu.Unlock()
+	if clear {
+		e.stats.setRefused("", "")
+		r.log.Info("built-in plugin loaded on a retry", "plugin", name, "version", loaded.Manifest.Version)
+	}
+	return loaded
+}
+
+// refuseBuiltin records a built-in whose start ran out of time (as on a
+// busy machine at boot): refused, and tried again by RetryBuiltins with
+// the folder's backoff and limit (retryFirst doubling to retryMax,
+// retryLimit tries in a row).
+func (r *Registry) refuseBuiltin(e *entry, err error) {
+	msg := err.Error()
+	attrs := []any{"plugin", e.name, "reason", msg}
+	r.mu.Lock()
+	attrs = append(attrs, backoff(err, &e.builtinRetryAt, &e.builtinRetryDelay, &e.builtinRetries, "the gate tries it again when restarted")...)
+	e.builtinRefusal = "refused: " + msg
+	e.missing, e.notConfigured = "", false
+	// A drop-in of its name that loaded serves, and its state is the one
+	// listed: the built-in's refusal stands only where no drop-in serves.
+	record := !e.inDir
+	e.builtinRefused = e.builtinRefused || record
+	r.mu.Unlock()
+	r.log.Warn("built-in plugin refused", attrs...)
+	if record {
+		e.stats.setRefused(RefusalStartTimeout, "refused: "+msg)
+	}
+}
+
+// RetryBuiltins starts a load of each built-in whose retry is due (its
+// start ran out of time); Run calls it every PollInterval, tests directly.
+// The loads run in the background: a start that runs out of time again
+// holds neither the folder's scan nor the other built-ins.
+func (r *Registry) RetryBuiltins(ctx context.Context) {
+	if r.opts.Builtins == nil {
+		return
+	}
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case <-r.closing:
+		return
+	default:
+	}
+	for _, e := range r.entries {
+		if e.builtinRetrying || e.builtinRetryAt.IsZero() || now.Before(e.builtinRetryAt) {
+			continue
+		}
+		e.builtinRetrying = true
+		r.running.Add(1)
+		go func() {
+			defer r.running.Done()
+			p := r.loadBuiltin(ctx, e)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			e.builtinRetrying = false
+			if p != nil {
+				e.builtin = p
+				r.settleLocked(e)
+			}
+		}()
+	}
 }
 
 // markLoaded records that e's first load ended.
@@ -402,6 +529,7 @@ func (r *Registry) settleLocked(e *entry) {
 	}
 	if e.cur.Load() == nil && e.builtin != nil {
 		e.cur.Store(e.builtin)
+		e.removed = time.Time{}
 	}
 	if e.cur.Load() != nil || !e.builtinPending {
 		e.markLoaded()
@@ -425,6 +553,7 @@ func (r *Registry) setNotConfigured(e *entry, why string) {
 	r.log.Info("built-in plugin not configured", "plugin", e.name, "reason", why)
 	r.mu.Lock()
 	e.missing, e.notConfigured = why, true
+	r.endBuiltinRefusalLocked(e)
 	r.mu.Unlock()
 }
 
@@ -432,7 +561,19 @@ func (r *Registry) setMissing(e *entry, why string) {
 	r.log.Warn("built-in plugin unavailable", "plugin", e.name, "reason", why)
 	r.mu.Lock()
 	e.missing = why
+	r.endBuiltinRefusalLocked(e)
 	r.mu.Unlock()
+}
+
+// endBuiltinRefusalLocked (r.mu held): a retry of the built-in ended for a
+// cause no retry mends; its transient refusal no longer stands.
+func (r *Registry) endBuiltinRefusalLocked(e *entry) {
+	e.builtinRetryAt, e.builtinRetryDelay, e.builtinRetries = time.Time{}, 0, 0
+	e.builtinRefusal = ""
+	if e.builtinRefused {
+		e.builtinRefused = false
+		e.stats.setRefused("", "")
+	}
 }
 
 // Run rescans the plugins folder and reaps idle instances every
@@ -460,6 +601,7 @@ func (r *Registry) Run(ctx context.Context) {
 			if r.opts.Dir != "" {
 				r.Scan(ctx)
 			}
+			r.RetryBuiltins(ctx)
 			r.Reap()
 		}
 	}
@@ -506,13 +648,22 @@ func (r *Registry) Scan(ctx context.Context) {
 	r.scanMu.Lock()
 	defer r.scanMu.Unlock()
 	manifests, _ := filepath.Glob(filepath.Join(r.opts.Dir, "*.manifest.json"))
-	seen := map[string]bool{}
+	seen, half := map[string]bool{}, map[string]bool{}
 	for _, mf := range manifests {
 		name := strings.TrimSuffix(filepath.Base(mf), ".manifest.json")
 		wasmPath := filepath.Join(r.opts.Dir, name+".wasm")
 		fp, ok := fingerprint(mf, wasmPath)
 		if !ok {
-			continue // half a pair: treated as missing below
+			// Half a pair: treated as missing below when a version of it
+			// was loaded; otherwise listed as waiting for its module.
+			half[name] = true
+			r.mu.Lock()
+			if e := r.entries[name]; e != nil && !e.inDir {
+				e.waiting = name + ".wasm is not in the plugins folder: waiting for the module beside its manifest"
+				e.removed = time.Time{}
+			}
+			r.mu.Unlock()
+			continue
 		}
 		seen[name] = true
 		r.mu.Lock()
@@ -541,6 +692,9 @@ func (r *Registry) Scan(ctx context.Context) {
 		if !seen[name] {
 			e.retryAt, e.retryDelay, e.retries = time.Time{}, 0, 0 // no files, no retry of them
 		}
+		if !e.inDir && !seen[name] && !half[name] {
+			r.filesLeftLocked(e, now)
+		}
 		if !e.inDir || seen[name] {
 			continue
 		}
@@ -559,12 +713,42 @@ func (r *Registry) Scan(ctx context.Context) {
 		r.mu.Lock()
 		e.inDir, e.fp, e.gone = false, "", time.Time{}
 		old := e.cur.Swap(e.builtin)
+		// Nothing serves the name now unless its built-in does: listed
+		// removed, or (a built-in whose start ran out of time) refused
+		// with the built-in's reason.
+		code, refusal := "", ""
+		switch {
+		case e.builtin != nil:
+		case e.builtinRefusal != "":
+			code, refusal, e.builtinRefused = RefusalStartTimeout, e.builtinRefusal, true
+		default:
+			e.removed = now
+		}
 		r.mu.Unlock()
 		if old != nil && old != e.builtin {
 			old.Close()
 		}
-		e.stats.setRefused("")
+		e.stats.setRefused(code, refusal)
 		r.log.Info("plugin removed from folder", "plugin", e.name, "builtin_restored", e.builtin != nil)
+	}
+}
+
+// filesLeftLocked (r.mu held) runs for a name whose files are not in the
+// folder and of which no version from the folder is loaded: a refusal of
+// its folder files, or a wait for their other half, no longer stands, and
+// a name nothing serves (no built-in of it) is listed removed.
+func (r *Registry) filesLeftLocked(e *entry, now time.Time) {
+	e.waiting = ""
+	if code, _ := e.stats.refusal(); code != "" && !e.builtinRefused {
+		e.stats.setRefused("", "")
+		e.fp = ""
+	}
+	if e.builtinRefusal != "" && !e.builtinRefused {
+		e.builtinRefused = true
+		e.stats.setRefused(RefusalStartTimeout, e.builtinRefusal)
+	}
+	if e.cur.Load() == nil && e.builtin == nil && !e.builtinPending && !e.builtinRefused && e.missing == "" && e.removed.IsZero() {
+		e.removed = now
 	}
 }
 
@@ -595,35 +779,42 @@ func (r *Registry) loadFromDir(ctx context.Context, e *entry, manifestPath, wasm
 				why = append(why, filepath.Base(f.path)+": "+f.err.Error())
 			}
 		}
-		r.refuse(e, fmt.Errorf("%s; the plugins folder may hold only regular files no other user can write (chmod go-w; copy the files in, do not link them)", strings.Join(why, "; ")))
+		r.refuse(e, RefusalNotPrivate, fmt.Errorf("%s; the plugins folder may hold only regular files no other user can write (chmod go-w; copy the files in, do not link them)", strings.Join(why, "; ")))
 		return
 	}
 	digest := digestOf(wasm)
 	if cur := e.cur.Load(); cur != nil && cur.Source == wasmPath && cur.Digest == digest && bytes.Equal(cur.manifestJSON, man) {
-		e.stats.setRefused("") // what the folder holds serves: an earlier refusal is over
-		return                 // touched, not changed
+		r.mu.Lock()
+		e.waiting = ""
+		r.mu.Unlock()
+		e.stats.setRefused("", "") // what the folder holds serves: an earlier refusal is over
+		return                     // touched, not changed
 	}
 	m, err := ParseManifest(man)
 	if err != nil {
-		r.refuse(e, err)
+		r.refuse(e, RefusalManifest, err)
 		return
 	}
 	switch {
 	case m.WasmSHA256 == "":
-		r.refuse(e, fmt.Errorf("manifest: no wasm_sha256: a plugin in the folder must name its module's sha256 (gate plugin build writes it; or add the output of sha256sum %s.wasm)", e.name))
+		r.refuse(e, RefusalManifest, fmt.Errorf("manifest: no wasm_sha256: a plugin in the folder must name its module's sha256 (gate plugin build writes it; or add the output of sha256sum %s.wasm)", e.name))
 		return
 	case m.WasmSHA256 != digest:
 		// Half of a new pair: wait for the other half, keep serving.
+		r.mu.Lock()
+		e.waiting = e.name + ".wasm does not match the wasm_sha256 its manifest names: waiting for a consistent pair"
+		e.removed = time.Time{}
+		r.mu.Unlock()
 		r.log.Info("plugin files do not match yet; waiting for a consistent pair", "plugin", e.name,
 			"manifest_wasm_sha256", truncate(m.WasmSHA256, 12), "wasm_sha256", digest[:12])
 		return
 	case m.Name != e.name:
 		// Refused before it loads: the log says only the refusal.
-		r.refuse(e, fmt.Errorf("manifest name %q does not match file name %q", m.Name, e.name))
+		r.refuse(e, RefusalManifest, fmt.Errorf("manifest name %q does not match file name %q", m.Name, e.name))
 		return
 	}
 	if err := kindKept(e, m.Kind, r.opts.RemoveAfter); err != nil {
-		r.refuse(e, err)
+		r.refuse(e, RefusalKind, err)
 		return
 	}
 	p, err := r.rt.load(ctx, wasm, man, r.grantFor(e.name, digest, false), wasmPath, e.stats, r.engine())
@@ -636,18 +827,19 @@ func (r *Registry) loadFromDir(ctx context.Context, e *entry, manifestPath, wasm
 		p.reread = func() ([]byte, error) { return wasm, nil }
 	}
 	if err != nil {
-		r.refuse(e, err)
+		r.refuse(e, loadRefusal(err), err)
 		return
 	}
 	p.manifestJSON = man
 	r.mu.Lock()
 	e.inDir = true
 	e.retryAt, e.retryDelay, e.retries = time.Time{}, 0, 0
+	e.waiting, e.removed, e.builtinRefused = "", time.Time{}, false
 	old := e.cur.Swap(p)
 	builtin := e.builtin
 	r.mu.Unlock()
 	e.markLoaded()
-	e.stats.setRefused("")
+	e.stats.setRefused("", "")
 	if old != nil && old != builtin {
 		old.Close()
 	}
@@ -681,12 +873,12 @@ func kindKept(e *entry, kind string, removeAfter time.Duration) error {
 		kind, cur.Manifest.Kind, cur.Manifest.Kind, kind, removeAfter)
 }
 
-// refuse records a folder version refused. One refused for a transient
-// cause (errTransient: its start ran out of time, as on a busy machine) is
-// tried again after a backoff (retryFirst doubling to retryMax) until it
-// loads, its files change or retryLimit tries in a row fail; any other
-// waits for new files.
-func (r *Registry) refuse(e *entry, err error) {
+// refuse records a folder version refused, with its refusal code (a
+// Refusal* constant). One refused for a transient cause (errTransient: its
+// start ran out of time, as on a busy machine) is tried again after a
+// backoff (retryFirst doubling to retryMax) until it loads, its files
+// change or retryLimit tries in a row fail; any other waits for new files.
+func (r *Registry) refuse(e *entry, code string, err error) {
 	msg := err.Error()
 	serving := ""
 	if cur := e.cur.Load(); cur != nil {
@@ -694,21 +886,31 @@ func (r *Registry) refuse(e *entry, err error) {
 	}
 	attrs := []any{"plugin", e.name, "reason", msg, "still_serving", serving}
 	r.mu.Lock()
-	switch {
-	case errors.Is(err, errTransient) && e.retries < retryLimit:
-		e.retries++
-		e.retryDelay = min(max(2*e.retryDelay, retryFirst), retryMax)
-		e.retryAt = time.Now().Add(e.retryDelay)
-		attrs = append(attrs, "retry_in", e.retryDelay)
-	case errors.Is(err, errTransient):
-		e.retryAt, e.retryDelay = time.Time{}, 0
-		attrs = append(attrs, "retry", fmt.Sprintf("given up after %d tries in a row; new files are tried again", e.retries))
-	default:
-		e.retryAt, e.retryDelay, e.retries = time.Time{}, 0, 0
-	}
+	attrs = append(attrs, backoff(err, &e.retryAt, &e.retryDelay, &e.retries, "new files are tried again")...)
+	e.builtinRefused = false // the standing refusal is this one
+	e.waiting, e.removed = "", time.Time{}
 	r.mu.Unlock()
 	r.log.Warn("plugin refused", attrs...)
-	e.stats.setRefused("refused: " + msg)
+	e.stats.setRefused(code, "refused: "+msg)
+}
+
+// backoff (r.mu held) schedules the next try of a load refused with err:
+// after a transient refusal the wait (retryFirst, doubling to retryMax)
+// until retryLimit refusals in a row, then none (then says what tries it
+// again); any other refusal resets the count. It returns the log's attrs.
+func backoff(err error, at *time.Time, delay *time.Duration, tries *int, then string) []any {
+	switch {
+	case errors.Is(err, errTransient) && *tries < retryLimit:
+		*tries++
+		*delay = min(max(2**delay, retryFirst), retryMax)
+		*at = time.Now().Add(*delay)
+		return []any{"retry_in", *delay}
+	case errors.Is(err, errTransient):
+		*at, *delay = time.Time{}, 0
+		return []any{"retry", fmt.Sprintf("given up after %d tries in a row; %s", *tries, then)}
+	}
+	*at, *delay, *tries = time.Time{}, 0, 0
+	return nil
 }
 
 // Close retires every plugin. Calls in flight finish first.
@@ -838,14 +1040,25 @@ type Info struct {
 	Version string `json:"version,omitempty"`
 	Digest  string `json:"sha256,omitempty"`
 	Source  string `json:"source,omitempty"`
-	State   string `json:"state"` // ready, loading (start-up), refused (nothing serving), missing (built-in not built), not_configured (built-in the config grants nothing it needs)
+	// State: ready; loading (start-up); refused (nothing serves: the newest
+	// version was refused, Refused and RefusedCode say why); missing
+	// (built-in not built, or not loadable: Refused says why);
+	// not_configured (built-in the config grants nothing it needs: Note);
+	// incomplete (its files in the folder are not a consistent pair yet:
+	// Note); removed (its files left the folder and it was unloaded: Note).
+	State string `json:"state"`
 	// Engine is what runs the plugin's calls: "compiler" (machine code),
 	// "interpreter" while its compile is still running after a start, or
 	// "dormant" (idle: nothing loaded; the next call loads it from the
 	// compilation cache).
 	Engine  string `json:"engine,omitempty"`
 	Refused string `json:"refused,omitempty"`
-	// Note says why a not_configured built-in is off (what to configure).
+	// RefusedCode is Refused's machine code when a version was refused (a
+	// Refusal* constant: start_timeout, not_private, invalid_manifest,
+	// kind_changed, not_granted, load_failed).
+	RefusedCode string `json:"refused_code,omitempty"`
+	// Note says why nothing serves a not_configured, incomplete or removed
+	// plugin (what to configure, which file is awaited, when it left).
 	Note         string       `json:"note,omitempty"`
 	Capabilities Capabilities `json:"capabilities"`
 	// RetryAt is when a version refused for a transient cause (its start
@@ -867,11 +1080,14 @@ func (r *Registry) List() []Info {
 	r.mu.Unlock()
 	out := make([]Info, 0, len(entries))
 	for _, e := range entries {
-		st, refused := e.stats.snapshot()
-		in := Info{Name: e.name, Stats: st, Refused: refused}
+		st, code, refused := e.stats.snapshot()
+		in := Info{Name: e.name, Stats: st, Refused: refused, RefusedCode: code}
 		r.mu.Lock()
-		missing, notConfigured := e.missing, e.notConfigured
+		missing, notConfigured, waiting, removed := e.missing, e.notConfigured, e.waiting, e.removed
 		in.RetryAt = e.retryAt
+		if e.builtinRefused {
+			in.RetryAt = e.builtinRetryAt
+		}
 		r.mu.Unlock()
 		if p := e.cur.Load(); p != nil {
 			in.Kind, in.Version, in.Digest, in.Source = p.Manifest.Kind, p.Manifest.Version, p.Digest, p.Source
@@ -884,8 +1100,15 @@ func (r *Registry) List() []Info {
 			in.State, in.Refused = "missing", missing
 		} else if !r.Ready() && refused == "" {
 			in.State = "loading"
-		} else {
+		} else if refused != "" {
 			in.State = "refused"
+		} else if waiting != "" {
+			in.State, in.Note = "incomplete", waiting
+		} else if !removed.IsZero() {
+			in.State, in.Note = "removed", "its files left the plugins folder and it was unloaded at "+removed.UTC().Format(time.RFC3339)+"; copy them in again to serve it"
+		} else {
+			// Not reached: every way to nothing serving records why.
+			in.State, in.Note = "unavailable", "nothing serves this name"
 		}
 		out = append(out, in)
 	}

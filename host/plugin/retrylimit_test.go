@@ -17,7 +17,7 @@ func TestTransientRetriesGiveUp(t *testing.T) {
 	e := r.entry("slow")
 	slow := transientError{errors.New("start instance: module closed with context deadline exceeded")}
 	for i := 1; i <= retryLimit; i++ {
-		r.refuse(e, slow)
+		r.refuse(e, RefusalStartTimeout, slow)
 		if e.retryAt.IsZero() || e.retries != i {
 			t.Fatalf("refusal %d: retry_at %v, tries %d; want a try due", i, e.retryAt, e.retries)
 		}
@@ -25,11 +25,11 @@ func TestTransientRetriesGiveUp(t *testing.T) {
 			t.Fatalf("refusal %d: the wait %v is over %v", i, e.retryDelay, retryMax)
 		}
 	}
-	r.refuse(e, slow)
+	r.refuse(e, RefusalStartTimeout, slow)
 	if !e.retryAt.IsZero() {
 		t.Fatalf("after %d transient refusals in a row a try is still due at %v", retryLimit+1, e.retryAt)
 	}
-	r.refuse(e, errors.New("compile: unexpected EOF"))
+	r.refuse(e, RefusalLoad, errors.New("compile: unexpected EOF"))
 	if !e.retryAt.IsZero() || e.retries != 0 {
 		t.Fatalf("a module refused for what it is: retry_at %v, tries %d", e.retryAt, e.retries)
 	}

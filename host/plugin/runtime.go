@@ -832,7 +832,7 @@ func truncate(s string, n int) string {
 func (p *Plugin) Capabilities() json.RawMessage { return p.caps }
 
 // Stats returns a snapshot of the plugin's call metrics.
-func (p *Plugin) Stats() Stats { s, _ := p.stats.snapshot(); return s }
+func (p *Plugin) Stats() Stats { s, _, _ := p.stats.snapshot(); return s }
 
 // Instances returns how many instances are alive and how many of them are idle.
 func (p *Plugin) Instances() (live, idle int) {

@@ -3,7 +3,8 @@ package plugin
 import "strings"
 
 // State returns a plugin's state as List describes it ("ready" while a
-// version serves; "loading", "refused", "missing", "not_configured"; or
+// version serves; "loading", "refused", "missing", "not_configured",
+// "incomplete", "removed"; or
 // "unavailable" for a name the registry does not know), the serving
 // version's kind, and why nothing serves (the refusal or the missing
 // built-in's reason). It changes only when the plugin's state or refusal
@@ -15,7 +16,7 @@ func (r *Registry) State(name string) (state, kind, detail string) {
 			continue
 		}
 		detail = strings.TrimPrefix(in.Refused, "refused: ")
-		if in.State == "not_configured" {
+		if in.State != "ready" && in.State != "refused" && in.State != "missing" {
 			detail = in.Note
 		}
 		return in.State, in.Kind, detail

@@ -27,6 +27,8 @@ type stats struct {
 	lastError  string
 	lastErrAt  time.Time
 	refused    string // why the newest version on disk was refused, if it was
+	// refusedCode is refused's machine code (a Refusal* constant).
+	refusedCode string
 }
 
 func newStats() *stats { return &stats{hist: make([]uint64, len(bucketBounds)+1)} }
@@ -57,9 +59,11 @@ func (s *stats) coldStart() {
 	s.mu.Unlock()
 }
 
-func (s *stats) setRefused(msg string) {
+// setRefused records why the newest version was refused (code and text),
+// or that no refusal stands (both empty).
+func (s *stats) setRefused(code, msg string) {
 	s.mu.Lock()
-	s.refused = msg
+	s.refused, s.refusedCode = msg, code
 	if msg != "" {
 		s.lastError, s.lastErrAt = msg, time.Now()
 	}
@@ -107,7 +111,14 @@ type Stats struct {
 	LastErrorAt   time.Time `json:"last_error_at,omitzero"`
 }
 
-func (s *stats) snapshot() (Stats, string) {
+// refusal returns the standing refusal's code and text (empty: none).
+func (s *stats) refusal() (code, msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refusedCode, s.refused
+}
+
+func (s *stats) snapshot() (st Stats, refusedCode, refused string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := Stats{
@@ -118,5 +129,5 @@ func (s *stats) snapshot() (Stats, string) {
 	if s.calls > 0 {
 		out.LatencyMeanUS = s.sumMicros / float64(s.calls)
 	}
-	return out, s.refused
+	return out, s.refusedCode, s.refused
 }
