@@ -133,7 +133,7 @@ func TestE2EStartOnEmptyCache(t *testing.T) {
 		}
 		var e struct{ Error, Detail string }
 		r.Into(t, &e)
-		if r.Status != 503 || e.Error != "plugin_not_ready" || !strings.Contains(e.Detail, "plugins still loading: ") || r.Header.Get("Retry-After") == "" {
+		if r.Status != 503 || e.Error != "plugin_not_ready" || !strings.Contains(e.Detail, "plugins not serving yet (loading, or retrying a start that ran out of time): ") || r.Header.Get("Retry-After") == "" {
 			t.Fatalf("/readyz during the start: %d %s", r.Status, r.Body)
 		}
 		if time.Now().After(deadline) {

@@ -551,7 +551,7 @@ func (s *Server) pluginsNotReady() error {
 		return nil
 	}
 	if pending := s.pluginsPending(); len(pending) > 0 {
-		return host.Errorf(host.CodePluginNotReady, "plugins still loading: %s", strings.Join(pending, ", "))
+		return host.Errorf(host.CodePluginNotReady, "plugins not serving yet (loading, or retrying a start that ran out of time): %s", strings.Join(pending, ", "))
 	}
 	return nil
 }
