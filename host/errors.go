@@ -188,7 +188,7 @@ func HTTPStatus(code string) int {
 		return 400
 	case CodeNotEmailChannel:
 		return 409
-	case CodeMailUnavailable:
+	case CodeMailUnavailable, CodeIssuerUnavailable:
 		return 503
 	case CodeTokenNotMapped, CodeInsufficientScope:
 		return 403
@@ -230,6 +230,10 @@ const (
 const (
 	CodeTokenNotMapped    = "token_not_mapped"   // a valid access token whose claims no configured mapping names (403)
 	CodeInsufficientScope = "insufficient_scope" // a valid access token without a scope the gate requires (403)
+	// CodeIssuerUnavailable: an access token's issuer cannot be reached to
+	// read its discovery document or signing keys, so the token cannot be
+	// judged; retry after Retry-After (503).
+	CodeIssuerUnavailable = "issuer_unavailable"
 )
 
 // Admin routes (task types, keys).

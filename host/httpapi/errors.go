@@ -174,12 +174,13 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 // failureLevel is the log level of a 5xx answer with code: WARN for the
 // refusals that are the gate's configuration or its limits answering a
 // caller (no mail configured, plugins still loading, too many large result
-// fetches), which any caller can repeat at will; ERROR for the rest, the
-// answers an operator must look at (internal errors, an unavailable
-// database, a failing channel or plugin).
+// fetches), which any caller can repeat at will, and an identity provider
+// that cannot be read (its failed read is logged already); ERROR for the
+// rest, the answers an operator must look at (internal errors, an
+// unavailable database, a failing channel or plugin).
 func failureLevel(code string) slog.Level {
 	switch code {
-	case host.CodeMailUnavailable, host.CodePluginNotReady, host.CodeBusy:
+	case host.CodeMailUnavailable, host.CodePluginNotReady, host.CodeBusy, host.CodeIssuerUnavailable:
 		return slog.LevelWarn
 	}
 	return slog.LevelError
@@ -195,6 +196,8 @@ func retryAfter(code string) int {
 		return 2 // a large result fetch frees its slot
 	case host.CodeDatabaseUnavailable:
 		return 5 // a reconnect, a failover, a lock released
+	case host.CodeIssuerUnavailable:
+		return 5 // an identity provider back; a failed read is tried again after 5 s
 	case host.CodeMailUnavailable:
 		return 30 // a mail server down or unreachable
 	case host.CodePluginUnavailable:

@@ -11,7 +11,7 @@ import (
 )
 
 func TestEvery503And429CarriesRetryAfter(t *testing.T) {
-	codes := []string{host.CodeDatabaseUnavailable, host.CodeMailUnavailable, host.CodeQuotaExceeded, host.CodeBusy, host.CodePluginNotReady, host.CodePluginUnavailable}
+	codes := []string{host.CodeDatabaseUnavailable, host.CodeMailUnavailable, host.CodeQuotaExceeded, host.CodeBusy, host.CodePluginNotReady, host.CodePluginUnavailable, host.CodeIssuerUnavailable}
 	b := setup(t, WithRoutes(func(e *echo.Echo, auth echo.MiddlewareFunc) {
 		e.GET("/fail/:code", func(c echo.Context) error { return host.Errorf(c.Param("code"), "it failed") })
 	}))

@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,35 +20,65 @@ import (
 // for a token that names a key it does not hold.
 var jwksRefetch = 30 * time.Second
 
+// A key set read is fresh for the max-age of its response's Cache-Control
+// held to [jwksMinAge, jwksMaxAge]; for jwksDefaultAge without one; for
+// jwksMinAge with no-cache or no-store. Past that the next token that uses
+// it has it read again in the background, and is verified against the set
+// held meanwhile. While it cannot be read again (the provider down), the
+// set held is served for jwksStaleLimit past its freshness and then no
+// longer: the issuer's tokens are answered issuer_unavailable until a read
+// succeeds.
+var (
+	jwksMinAge     = time.Minute
+	jwksDefaultAge = 10 * time.Minute
+	jwksMaxAge     = time.Hour
+	jwksStaleLimit = time.Hour
+)
+
 // maxJWKS bounds a key set document.
 const maxJWKS = 1 << 20
 
 // keySet is an issuer's signing keys (an oidc.KeySet). It reads the JWKS
-// on first use, and again for a token that names a key it does not hold
+// on first use; again once the set held is past its freshness (see
+// jwksDefaultAge); and again for a token that names a key it does not hold
 // (the issuer rotated its keys), but at most once per jwksRefetch however
 // many such tokens come: a forged token with a made-up kid costs the issuer
 // nothing. A token whose key is held but whose signature fails never
-// causes a read.
+// causes a read. Reads run apart from the lock: a token whose key is held
+// never waits for one; only a token whose key is not held (or whose issuer's
+// set was never read, or is too stale to serve) waits, within its context
+// and discoveryTimeout.
 type keySet struct {
-	client  *http.Client
-	uri     string
-	refetch time.Duration
+	client                            *http.Client
+	uri                               string
+	refetch                           time.Duration
+	minAge, defaultAge, maxAge, limit time.Duration
 
 	mu      sync.Mutex
-	keys    []jose.JSONWebKey
-	read    bool      // a read succeeded once
-	fetched time.Time // the last read, whether or not it succeeded
+	keys    []jose.JSONWebKey // replaced, never changed in place
+	read    bool              // a read succeeded once
+	fresh   time.Time         // keys are fresh until then, served until fresh+limit
+	fetched time.Time         // the last read started, whether or not it succeeded
+	failed  bool              // the last read failed
+	pending chan struct{}     // closed when the read under way ends
 }
 
 func newKeySet(client *http.Client, uri string) *keySet {
-	return &keySet{client: client, uri: uri, refetch: jwksRefetch}
+	return &keySet{client: client, uri: uri, refetch: jwksRefetch,
+		minAge: jwksMinAge, defaultAge: jwksDefaultAge, maxAge: jwksMaxAge, limit: jwksStaleLimit}
 }
 
-// errUnknownKey and errSignature are why a token's signature is refused.
+// errUnknownKey and errSignature are why a token's signature is refused;
+// errKeysUnavailable is why it cannot be judged.
 var (
-	errUnknownKey = errors.New("the token names a key the issuer does not publish")
-	errSignature  = errors.New("the token's signature does not verify")
+	errUnknownKey      = errors.New("the token names a key the issuer does not publish")
+	errSignature       = errors.New("the token's signature does not verify")
+	errKeysUnavailable = errors.New("the issuer's keys cannot be read now")
 )
+
+// unavailableKey marks a context whose *bool VerifySignature sets when it
+// answers errKeysUnavailable (go-oidc does not wrap its key set's errors).
+type unavailableKey struct{}
 
 // VerifySignature returns the payload of a token signed by one of the
 // issuer's keys.
@@ -59,14 +91,36 @@ func (ks *keySet) VerifySignature(ctx context.Context, token string) ([]byte, er
 		return nil, errors.New("the token does not carry exactly one signature")
 	}
 	kid := jws.Signatures[0].Header.KeyID
+	now := time.Now()
 	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	cands := ks.find(kid)
-	if len(cands) == 0 && ks.mayRead() {
-		ks.fetch(ctx)
-		cands = ks.find(kid)
+	if ks.pending == nil && !now.Before(ks.fresh) && (!ks.failed || now.Sub(ks.fetched) >= discoveryRetry) {
+		// Never read, or past its freshness: read (again) in the
+		// background, at most every discoveryRetry while reads fail.
+		ks.start(ctx)
+	}
+	cands := ks.find(kid, now)
+	if len(cands) == 0 && ks.pending == nil && ks.read && now.Sub(ks.fetched) >= ks.refetch {
+		ks.start(ctx) // a key not held: perhaps a rotation
+	}
+	wait := ks.pending
+	ks.mu.Unlock()
+	if len(cands) == 0 && wait != nil {
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, unavailable(ctx)
+		}
+		ks.mu.Lock()
+		cands = ks.find(kid, time.Now())
+		ks.mu.Unlock()
 	}
 	if len(cands) == 0 {
+		ks.mu.Lock()
+		usable, failed := ks.usable(time.Now()), ks.failed
+		ks.mu.Unlock()
+		if !usable || failed {
+			return nil, unavailable(ctx)
+		}
 		return nil, errUnknownKey
 	}
 	for _, k := range cands {
@@ -77,9 +131,27 @@ func (ks *keySet) VerifySignature(ctx context.Context, token string) ([]byte, er
 	return nil, errSignature
 }
 
+// unavailable returns errKeysUnavailable, marking ctx's flag.
+func unavailable(ctx context.Context) error {
+	if p, ok := ctx.Value(unavailableKey{}).(*bool); ok {
+		*p = true
+	}
+	return errKeysUnavailable
+}
+
+// usable reports whether the keys held may be served at now: read, and
+// not stale beyond the limit.
+func (ks *keySet) usable(now time.Time) bool {
+	return ks.read && now.Before(ks.fresh.Add(ks.limit))
+}
+
 // find returns the signing keys a token with kid may be signed by: the
-// key of that id, or every key when the token names none.
-func (ks *keySet) find(kid string) []*jose.JSONWebKey {
+// key of that id, or every key when the token names none; none when the
+// keys held may not be served.
+func (ks *keySet) find(kid string, now time.Time) []*jose.JSONWebKey {
+	if !ks.usable(now) {
+		return nil
+	}
 	var out []*jose.JSONWebKey
 	for i := range ks.keys {
 		k := &ks.keys[i]
@@ -91,58 +163,86 @@ func (ks *keySet) find(kid string) []*jose.JSONWebKey {
 	return out
 }
 
-// mayRead reports whether the key set may be read again now: never read,
-// or read longer than refetch ago (discoveryRetry while no read has
-// succeeded yet).
-func (ks *keySet) mayRead() bool {
-	if ks.fetched.IsZero() {
-		return true
-	}
-	wait := ks.refetch
-	if !ks.read && discoveryRetry < wait {
-		wait = discoveryRetry
-	}
-	return time.Since(ks.fetched) >= wait
+// start begins a read of the key set, apart from ctx's cancellation;
+// ks.mu is held.
+func (ks *keySet) start(ctx context.Context) {
+	done := make(chan struct{})
+	ks.pending, ks.fetched = done, time.Now()
+	go ks.fetch(context.WithoutCancel(ctx), done)
 }
 
-// fetch reads the key set, apart from the caller's context and under its
-// own timeout; on failure the keys held stay and the failure is logged.
-func (ks *keySet) fetch(ctx context.Context) {
-	ks.fetched = time.Now()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), discoveryTimeout)
+// fetch reads the key set under its own timeout, then closes done; on
+// failure the keys held stay (within their limit) and the failure is
+// logged.
+func (ks *keySet) fetch(ctx context.Context, done chan struct{}) {
+	ctx, cancel := context.WithTimeout(ctx, discoveryTimeout)
 	defer cancel()
-	keys, err := readJWKS(ctx, ks.client, ks.uri)
+	keys, maxAge, err := readJWKS(ctx, ks.client, ks.uri)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	defer close(done)
+	ks.pending = nil
 	if err != nil {
-		slog.Warn("oauth: reading an issuer's keys failed", "jwks_uri", ks.uri, "err", err)
+		ks.failed = true
+		slog.Warn("oauth: reading an issuer's keys failed", "jwks_uri", ks.uri, "err", err,
+			"serving_held_keys", ks.usable(time.Now()))
 		return
 	}
-	ks.keys, ks.read = keys, true
+	ks.keys, ks.read, ks.failed, ks.fresh = keys, true, false, time.Now().Add(ks.age(maxAge))
 }
 
-func readJWKS(ctx context.Context, client *http.Client, uri string) ([]jose.JSONWebKey, error) {
+// age is how long a key set read with Cache-Control max-age maxAge (-1:
+// none; 0: no-cache, no-store or max-age=0) stays fresh.
+func (ks *keySet) age(maxAge time.Duration) time.Duration {
+	if maxAge < 0 {
+		return ks.defaultAge
+	}
+	return min(max(maxAge, ks.minAge), ks.maxAge)
+}
+
+// cacheMaxAge reads a Cache-Control header's max-age: -1 without one, 0
+// with no-cache or no-store.
+func cacheMaxAge(h http.Header) time.Duration {
+	out := time.Duration(-1)
+	for _, d := range strings.Split(strings.Join(h.Values("Cache-Control"), ","), ",") {
+		name, value, _ := strings.Cut(strings.TrimSpace(d), "=")
+		switch strings.ToLower(strings.TrimSpace(name)) {
+		case "no-cache", "no-store":
+			return 0
+		case "max-age":
+			n, err := strconv.ParseInt(strings.Trim(strings.TrimSpace(value), `"`), 10, 64)
+			if err == nil && n >= 0 && out < 0 {
+				out = time.Duration(min(n, 1<<31)) * time.Second
+			}
+		}
+	}
+	return out
+}
+
+func readJWKS(ctx context.Context, client *http.Client, uri string) ([]jose.JSONWebKey, time.Duration, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, uri, nil)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxJWKS+1))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("status %s: %.200q", resp.Status, body)
+		return nil, 0, fmt.Errorf("status %s: %.200q", resp.Status, body)
 	}
 	if len(body) > maxJWKS {
-		return nil, fmt.Errorf("the key set is longer than %d bytes", maxJWKS)
+		return nil, 0, fmt.Errorf("the key set is longer than %d bytes", maxJWKS)
 	}
 	var set jose.JSONWebKeySet
 	if err := json.Unmarshal(body, &set); err != nil {
-		return nil, fmt.Errorf("the key set is not a JWKS: %w", err)
+		return nil, 0, fmt.Errorf("the key set is not a JWKS: %w", err)
 	}
-	return set.Keys, nil
+	return set.Keys, cacheMaxAge(resp.Header), nil
 }

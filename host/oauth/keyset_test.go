@@ -21,12 +21,18 @@ import (
 	"github.com/asyncgate/asyncgate/host/oauth"
 )
 
-// jwksServer serves a key set it can change, counting its reads.
+// jwksServer serves a key set it can change, counting its reads. It can
+// answer 500 (down), send a Cache-Control header (cacheControl), and hold
+// its answers until released (hold).
 type jwksServer struct {
 	*httptest.Server
-	reads atomic.Int64
-	mu    sync.Mutex
-	keys  []jose.JSONWebKey
+	reads        atomic.Int64
+	failures     atomic.Int64 // reads answered 500
+	down         atomic.Bool
+	mu           sync.Mutex
+	keys         []jose.JSONWebKey
+	cacheControl string
+	hold         chan struct{} // when set, reads wait until it is closed
 }
 
 func newJWKSServer(t *testing.T) *jwksServer {
@@ -35,12 +41,44 @@ func newJWKSServer(t *testing.T) *jwksServer {
 		s.reads.Add(1)
 		s.mu.Lock()
 		body, _ := json.Marshal(jose.JSONWebKeySet{Keys: s.keys})
+		cc, hold := s.cacheControl, s.hold
 		s.mu.Unlock()
+		if hold != nil {
+			<-hold
+		}
+		if s.down.Load() {
+			s.failures.Add(1)
+			http.Error(w, "down", http.StatusInternalServerError)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
+		if cc != "" {
+			w.Header().Set("Cache-Control", cc)
+		}
 		_, _ = w.Write(body)
 	}))
 	t.Cleanup(s.Close)
 	return s
+}
+
+// holdReads makes reads from now on wait until the returned function is
+// called (also at the test's end, before the server closes).
+func (s *jwksServer) holdReads(t *testing.T) (release func()) {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.hold = ch
+	s.mu.Unlock()
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.hold = nil
+			s.mu.Unlock()
+			close(ch)
+		})
+	}
+	t.Cleanup(release)
+	return release
 }
 
 // publish replaces the key set with key under kid.

@@ -34,7 +34,7 @@ func TestRefusalsKeepProviderTextOut(t *testing.T) {
 	}
 	ctx := context.Background()
 	_, err = v.Authenticate(ctx, sign(t, idp.URL, newKey(t), "k1"))
-	if !host.IsCode(err, host.CodeUnauthorized) || strings.Contains(err.Error(), "hunter2") || strings.Contains(cfg.Challenge(err), "hunter2") {
+	if !host.IsCode(err, host.CodeIssuerUnavailable) || strings.Contains(err.Error(), "hunter2") || strings.Contains(cfg.Challenge(err), "hunter2") {
 		t.Fatalf("the issuer's response reached the caller: %v", err)
 	}
 

@@ -116,11 +116,20 @@ func refuse(code, format string, args ...any) error {
 	return host.WrapError(code, &tokenError{msg: detail}, detail)
 }
 
+// issuerUnavailable answers a token that cannot be judged because its
+// issuer's discovery document or keys cannot be read now: not a fault of
+// the token, so not invalid_token (which sends a client back through its
+// sign-in), but a 503 to retry.
+func issuerUnavailable() error {
+	return host.Errorf(host.CodeIssuerUnavailable, "the signing keys of the access token's issuer cannot be read now; the token was not judged: retry it later")
+}
+
 // Authenticate verifies an access token and returns the identity it maps
 // to. Errors: unauthorized (not a JWT, unknown issuer, bad signature, wrong
 // audience, expired, or a principal without a live key), insufficient_scope
-// (a required scope missing), token_not_mapped (no rule matches), and
-// database_unavailable when the store cannot be read.
+// (a required scope missing), token_not_mapped (no rule matches),
+// issuer_unavailable when the issuer's discovery document or keys cannot
+// be read, and database_unavailable when the store cannot be read.
 func (v *Verifier) Authenticate(ctx context.Context, token string) (Identity, error) {
 	if len(token) > maxToken {
 		return Identity{}, refuse(host.CodeUnauthorized, "the access token is longer than %d bytes", maxToken)
@@ -181,12 +190,15 @@ func (v *Verifier) authenticate(ctx context.Context, token string) (Identity, er
 		if ctx.Err() == nil {
 			slog.Warn("oauth: the issuer's discovery failed", "issuer", head.Issuer, "err", err)
 		}
-		return Identity{}, refuse(host.CodeUnauthorized, "the keys of the access token's issuer could not be read; try again later")
+		return Identity{}, issuerUnavailable()
 	}
-	tok, err := verifier.Verify(oidc.ClientContext(ctx, v.client), token)
+	var keysUnavailable bool
+	tok, err := verifier.Verify(context.WithValue(oidc.ClientContext(ctx, v.client), unavailableKey{}, &keysUnavailable), token)
 	if err != nil {
 		var exp *oidc.TokenExpiredError
 		switch {
+		case keysUnavailable:
+			return Identity{}, issuerUnavailable()
 		case errors.As(err, &exp):
 			return Identity{}, refuse(host.CodeUnauthorized, "the access token expired at %s", exp.Expiry.UTC().Format(time.RFC3339))
 		case strings.Contains(err.Error(), "expected audience"):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -236,7 +237,9 @@ func TestVerifierCache(t *testing.T) {
 }
 
 // TestVerifierIssuerAway refuses tokens while the issuer's discovery
-// document cannot be read, saying so, rather than failing open.
+// document cannot be read, rather than failing open, with a 503 to retry
+// (not invalid_token, which would send the client back through its
+// sign-in).
 func TestVerifierIssuerAway(t *testing.T) {
 	idp, err := oauthtest.Start(oauthtest.Client{ID: "svc", Secret: "s", Audience: []string{resource}})
 	if err != nil {
@@ -255,7 +258,8 @@ func TestVerifierIssuerAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = v.Authenticate(context.Background(), tok)
-	if !host.IsCode(err, host.CodeUnauthorized) || !strings.Contains(err.Error(), "could not be read") {
-		t.Fatalf("issuer away: %v", err)
+	if !host.IsCode(err, host.CodeIssuerUnavailable) || host.HTTPStatus(host.ErrorCode(err)) != http.StatusServiceUnavailable ||
+		!strings.Contains(err.Error(), "cannot be read now") || strings.Contains(v.Challenge(err), "invalid_token") {
+		t.Fatalf("issuer away: %v, challenge %s", err, v.Challenge(err))
 	}
 }
