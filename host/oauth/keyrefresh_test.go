@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/oauth"
 )
@@ -225,5 +228,30 @@ func TestKeySetUnknownKidDoesNotStall(t *testing.T) {
 	}
 	if n := jwks.reads.Load(); n != 2 {
 		t.Fatalf("%d reads of the key set, want 2", n)
+	}
+}
+
+// TestTokenWithoutExpiryNamesWhatIsMissing: a signed token of a trusted
+// issuer that carries no exp is refused (unauthorized), and its detail
+// says the claim is missing rather than naming the year 1 as its expiry.
+func TestTokenWithoutExpiryNamesWhatIsMissing(t *testing.T) {
+	jwks := newJWKSServer(t)
+	k1 := newKey(t)
+	jwks.publish("k1", k1)
+	const iss = "https://idp.test"
+	v := newKeyVerifier(t, iss, jwks.URL)
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: k1},
+		(&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", "k1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := jwt.Signed(signer).Claims(jwt.Claims{Issuer: iss, Subject: "svc", Audience: jwt.Audience{resource},
+		IssuedAt: jwt.NewNumericDate(time.Now())}).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = v.Authenticate(context.Background(), tok)
+	if !host.IsCode(err, host.CodeUnauthorized) || !strings.Contains(host.ErrorDetail(err), "carries no exp") {
+		t.Fatalf("a token without exp: %v; want unauthorized saying it carries no exp", err)
 	}
 }

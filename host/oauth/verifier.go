@@ -199,6 +199,8 @@ func (v *Verifier) authenticate(ctx context.Context, token string) (Identity, er
 		switch {
 		case keysUnavailable:
 			return Identity{}, issuerUnavailable()
+		case errors.As(err, &exp) && exp.Expiry.IsZero():
+			return Identity{}, refuse(host.CodeUnauthorized, "the access token carries no exp: an access token must say when it expires (RFC 9068 §2.2)")
 		case errors.As(err, &exp):
 			return Identity{}, refuse(host.CodeUnauthorized, "the access token expired at %s", exp.Expiry.UTC().Format(time.RFC3339))
 		case strings.Contains(err.Error(), "expected audience"):
