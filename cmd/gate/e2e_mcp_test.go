@@ -536,3 +536,30 @@ func TestMCPInspectorDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPBridgeSurvivesRestart: sessions live in the gate's memory, so after
+// a restart the gate answers the bridge's old session 404; gate mcp --url
+// then opens a new session with the client's initialize and sends the
+// request again, so the stdio client goes on without noticing, and finds
+// the task it queued before.
+func TestMCPBridgeSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	g := startGate(t, dir)
+	g.putType(t, "echo", map[string]any{}, "")
+	agent := g.newKey(t, "agent", "claude.a", "default")
+	// 2025-11-25: a version with sessions (2026-07-28 has none).
+	c := stdioClientAt(t, mcp.ProtocolVersion20251125, nil, "mcp", "--url", g.URL, "--key", agent)
+	ack, isErr := callTool(t, c, "queue_task", map[string]any{"task_type": "echo"})
+	id, _ := ack["task_id"].(string)
+	if isErr || id == "" {
+		t.Fatalf("queue_task: %v", ack)
+	}
+	if err := g.Stop(syscall.SIGTERM); err != nil {
+		t.Fatalf("gate serve: %v", err)
+	}
+	startGate(t, dir, "--listen", strings.TrimPrefix(g.URL, "http://"))
+	res, isErr := callTool(t, c, "list_active_tasks", map[string]any{})
+	if b, _ := json.Marshal(res); isErr || !strings.Contains(string(b), id) {
+		t.Fatalf("list_active_tasks over the bridge after the restart: %s", b)
+	}
+}

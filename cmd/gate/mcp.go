@@ -228,6 +228,11 @@ type bridge struct {
 	version  string // the protocol version initialize agreed on
 	out      io.Writer
 	cancel   context.CancelFunc // ends the event stream
+	// init is the client's initialize, sent again to open a new session
+	// when the gate no longer knows the bridge's (it restarted, or the
+	// session ended): the gate answers such a session 404.
+	init     []byte
+	reopenMu sync.Mutex // one reopen at a time
 }
 
 func (b *bridge) sessionID() string {
@@ -261,18 +266,25 @@ func (b *bridge) listen(ctx context.Context) {
 		req.Header.Set("Authorization", "Bearer "+b.key)
 		req.Header.Set("Accept", "text/event-stream")
 		b.mu.Lock()
-		req.Header.Set("Mcp-Session-Id", b.session)
+		sid := b.session
+		req.Header.Set("Mcp-Session-Id", sid)
 		if b.version != "" {
 			req.Header.Set("Mcp-Protocol-Version", b.version)
 		}
 		b.mu.Unlock()
 		resp, err := (&http.Client{}).Do(req) // no timeout: the stream stays open
 		if err == nil {
-			if resp.StatusCode == http.StatusOK {
+			switch resp.StatusCode {
+			case http.StatusOK:
 				b.readEvents(resp.Body)
-			} else if resp.StatusCode == http.StatusMethodNotAllowed {
+			case http.StatusMethodNotAllowed:
 				resp.Body.Close()
 				return // the server offers no stream
+			case http.StatusNotFound:
+				resp.Body.Close()
+				if b.reopen(ctx, sid) {
+					continue
+				}
 			}
 			resp.Body.Close()
 		}
@@ -306,36 +318,24 @@ func (b *bridge) fail(id json.RawMessage, msg string) {
 }
 
 func (b *bridge) forward(ctx context.Context, msg []byte, id json.RawMessage) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url, bytes.NewReader(msg))
+	resp, sent, err := b.post(ctx, msg)
+	if err == nil && resp.StatusCode == http.StatusNotFound && sent != "" && b.reopen(ctx, sent) {
+		// The gate no longer knows the session (the transport spec: a
+		// 404 means start a new one): sent again on the new session.
+		resp.Body.Close()
+		resp, _, err = b.post(ctx, msg)
+	}
 	if err != nil {
 		b.fail(id, err.Error())
 		return
 	}
-	req.Header.Set("Authorization", "Bearer "+b.key)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	b.mu.Lock()
-	if b.session != "" {
-		req.Header.Set("Mcp-Session-Id", b.session)
-	}
-	b.mu.Unlock()
-	for k, v := range modernHeaders(msg) {
-		req.Header.Set(k, v)
-	}
-	resp, err := b.hc.Do(req)
-	if err != nil {
-		b.fail(id, "the gate is not reachable: "+err.Error())
-		return
-	}
 	defer resp.Body.Close()
-	if s := resp.Header.Get("Mcp-Session-Id"); s != "" {
-		b.mu.Lock()
-		b.session = s
-		b.mu.Unlock()
-	}
 	if v := protocolVersion(msg); v != "" {
 		b.mu.Lock()
 		b.version = v
+		if resp.StatusCode == http.StatusOK {
+			b.init = msg
+		}
 		b.mu.Unlock()
 	}
 	if resp.StatusCode >= 300 {
@@ -355,6 +355,78 @@ func (b *bridge) forward(ctx context.Context, msg []byte, id json.RawMessage) {
 	if len(bytes.TrimSpace(body)) > 0 {
 		b.write(body)
 	}
+}
+
+// post sends msg on the bridge's session and returns the answer and the
+// session id it was sent on; a session id in the answer (initialize's)
+// becomes the bridge's session.
+func (b *bridge) post(ctx context.Context, msg []byte) (*http.Response, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url, bytes.NewReader(msg))
+	if err != nil {
+		return nil, "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+b.key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	b.mu.Lock()
+	sid := b.session
+	b.mu.Unlock()
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+	}
+	for k, v := range modernHeaders(msg) {
+		req.Header.Set(k, v)
+	}
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		return nil, sid, errors.New("the gate is not reachable: " + err.Error())
+	}
+	if s := resp.Header.Get("Mcp-Session-Id"); s != "" {
+		b.mu.Lock()
+		b.session = s
+		b.mu.Unlock()
+	}
+	return resp, sid, nil
+}
+
+// reopen opens a new session in place of stale, which the gate answered
+// 404, by sending the client's initialize (and notifications/initialized)
+// again; the client's tasks are its principal's, so it finds them all in
+// the new session. It reports whether the bridge has a new session.
+func (b *bridge) reopen(ctx context.Context, stale string) bool {
+	b.reopenMu.Lock()
+	defer b.reopenMu.Unlock()
+	b.mu.Lock()
+	cur, init := b.session, b.init
+	if cur == stale && init != nil {
+		b.session = ""
+	}
+	b.mu.Unlock()
+	if cur != stale {
+		return cur != "" // another request opened a new one already
+	}
+	if init == nil {
+		return false
+	}
+	resp, _, err := b.post(ctx, init)
+	if err == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // the client had its answer the first time
+		resp.Body.Close()
+	}
+	if err != nil || resp.StatusCode != http.StatusOK || b.sessionID() == "" {
+		b.mu.Lock()
+		if b.session == "" {
+			b.session = stale
+		}
+		b.mu.Unlock()
+		return false
+	}
+	if resp, _, err := b.post(ctx, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); err == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+	}
+	b.log.Info("the gate no longer knew the MCP session (a restart?); opened a new one")
+	return true
 }
 
 // readEvents writes the data of each server-sent event as one message.

@@ -65,7 +65,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		stop := context.AfterFunc(s.drain, cancel) // a parked stream must not hold shutdown
 		defer stop()
 		if ok {
-			sess, err := s.touchSession(sid, a, keyHash, s.httpSender(sid))
+			sess, err := s.touchSession(sid, a, keyHash)
 			if err != nil {
 				writeRefusedSession(w, nil, err)
 				return
@@ -86,8 +86,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case http.MethodDelete:
 		if sid != "" {
-			// Only its own key may end a session: another key would lock
-			// its owner out (and take the session over on its next call).
+			// Only its own principal may end a session: another would
+			// lock its owner out. An id the gate never issued, or one
+			// already ended, is 404 too, as the transport spec has it.
 			if !ok || !s.dropSessionOf(sid, a) {
 				writeForeignSession(w, nil)
 				return
@@ -132,16 +133,37 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	// A request mcp-go refuses before serving it (its content type, its
 	// protocol version headers) goes to mcp-go, which answers the refusal,
 	// however the gate would have answered it (checks.go).
-	if ok && head.Method != "" && (sid != "" || modern) && !s.transportRefuses(r, body, head.Method) {
+	refused := s.transportRefuses(r, body, head.Method)
+	if ok && !modern && head.Method == "initialize" && !refused {
+		// The session mcp-go opens is bound to the caller before its id
+		// leaves the gate (its Mcp-Session-Id header is ignored).
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		bw := &bindWriter{ResponseWriter: w, bind: func(id string) {
+			s.openSession(id, a, keyHash, s.httpSender(id))
+		}}
+		s.http.ServeHTTP(bw, r)
+		if bw.bound {
+			s.sessionStarted(a)
+		}
+		return
+	}
+	// Every other request on a session must name a live session the gate
+	// issued to this principal: any other id is 404, as the transport spec
+	// answers an unknown session, and mcp-go never sees (or registers) it.
+	var sess *session
+	if ok && sid != "" && !modern && !refused {
+		var err error
+		if sess, err = s.touchSession(sid, a, keyHash); err != nil {
+			writeRefusedSession(w, head.ID, err)
+			return
+		}
+	}
+	if ok && head.Method != "" && (sid != "" || modern) && !refused {
 		// A modern request: a session of its own, never notified. Its
 		// Mcp-Session-Id header, if any, is ignored, as mcp-go ignores it.
-		sess := &session{actor: a, keyHash: keyHash}
-		if sid != "" && !modern {
-			var err error
-			if sess, err = s.touchSession(sid, a, keyHash, s.httpSender(sid)); err != nil {
-				writeRefusedSession(w, head.ID, err)
-				return
-			}
+		if modern {
+			sess = &session{actor: a, keyHash: keyHash}
 		}
 		if out, handled := s.handle(r.Context(), sess, body); handled {
 			status := http.StatusOK
@@ -157,6 +179,44 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	r.ContentLength = int64(len(body))
 	s.http.ServeHTTP(w, r)
 }
+
+// bindWriter passes an initialize answer on, calling bind with the session
+// id mcp-go issued before its header is written.
+type bindWriter struct {
+	http.ResponseWriter
+	bind  func(id string)
+	wrote bool
+	bound bool
+}
+
+func (b *bindWriter) WriteHeader(status int) {
+	if !b.wrote {
+		b.wrote = true
+		if id := b.Header().Get(headerSessionID); id != "" && status < 300 {
+			b.bind(id)
+			b.bound = true
+		}
+	}
+	b.ResponseWriter.WriteHeader(status)
+}
+
+func (b *bindWriter) Write(p []byte) (int, error) {
+	if !b.wrote {
+		b.WriteHeader(http.StatusOK)
+	}
+	return b.ResponseWriter.Write(p)
+}
+
+func (b *bindWriter) Flush() {
+	if !b.wrote {
+		b.WriteHeader(http.StatusOK)
+	}
+	if f, ok := b.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (b *bindWriter) Unwrap() http.ResponseWriter { return b.ResponseWriter }
 
 // httpSender sends a notification to an HTTP session's open event stream
 // (through mcp-go, which owns the streams).
@@ -178,9 +238,10 @@ func writeRefusedSession(w http.ResponseWriter, id json.RawMessage, err error) {
 	writeForeignSession(w, id)
 }
 
-// writeForeignSession answers a request that names another key's session,
-// or one its owner ended, as the transport spec answers an unknown session:
-// 404, in words that do not tell which (another key's session exists).
+// writeForeignSession answers a request that names another principal's
+// session, one that ended, or an id the gate never issued, as the transport
+// spec answers an unknown session: 404, in words that do not tell which
+// (another principal's session exists).
 func writeForeignSession(w http.ResponseWriter, id json.RawMessage) {
 	writeRPC(w, http.StatusNotFound, rpcFail(id, &rpcError{Code: -32001,
 		Message: "Session not found: this Mcp-Session-Id is not a live session of your key; send initialize to start one"}))
@@ -247,7 +308,10 @@ func (s *Server) serveStdio(ctx context.Context, actor engine.Actor, keyHash str
 	lw := &lockedWriter{w: out}
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
-	sess, err := s.touchSession("stdio-"+hex.EncodeToString(rnd[:]), actor, keyHash, func(method string, params map[string]any) error {
+	if !s.keyValid(keyHash) {
+		return host.Errorf(host.CodeUnauthorized, "the API key is not valid or was revoked")
+	}
+	sess := s.openSession("stdio-"+hex.EncodeToString(rnd[:]), actor, keyHash, func(method string, params map[string]any) error {
 		msg := map[string]any{"jsonrpc": "2.0", "method": method}
 		if params != nil {
 			msg["params"] = params
@@ -259,9 +323,7 @@ func (s *Server) serveStdio(ctx context.Context, actor engine.Actor, keyHash str
 		lw.message(b)
 		return nil
 	})
-	if err != nil {
-		return host.Errorf(host.CodeUnauthorized, "the API key is not valid or was revoked")
-	}
+	s.sessionStarted(actor)
 	defer s.dropSession(sess.id)
 
 	st := server.NewStdioServer(s.mcp)

@@ -83,13 +83,11 @@ type Server struct {
 	roles map[string][]string   // tool name -> roles that may use it
 	args  map[string]*argSchema // tool name -> its input schema, checked before it runs
 
-	sessMu   sync.Mutex
-	sessions map[string]*session // by session id
-	// ended are the session ids their owners ended (DELETE), with when:
-	// a request naming one is answered as for an unknown session (404), as
-	// the transport spec has it, for endedKeep (at most maxEnded ids).
-	ended  map[string]time.Time
-	typeFP map[string]string // tenant -> fingerprint of its task types
+	sessMu sync.Mutex
+	// sessions are the live sessions by id: only ids the gate issued
+	// (openSession) and not yet ended; any other id is answered 404.
+	sessions map[string]*session
+	typeFP   map[string]string // tenant -> fingerprint of its task types
 
 	keyMu     sync.Mutex
 	keyChecks map[string]keyCheck // key hash -> last read of the key
@@ -131,7 +129,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.KeyCheckInterval = DefaultKeyCheckInterval
 	}
 	s := &Server{eng: cfg.Engine, log: cfg.Logger, cfg: cfg, roles: map[string][]string{}, args: map[string]*argSchema{},
-		sessions: map[string]*session{}, ended: map[string]time.Time{}, typeFP: map[string]string{}, keyChecks: map[string]keyCheck{}, watched: map[string]*watched{}, watchDone: make(chan struct{})}
+		sessions: map[string]*session{}, typeFP: map[string]string{}, keyChecks: map[string]keyCheck{}, watched: map[string]*watched{}, watchDone: make(chan struct{})}
 	s.drain, s.endDrain = context.WithCancel(context.Background())
 	opts := []server.ServerOption{
 		server.WithToolCapabilities(true), // the task types are tools: they change

@@ -36,7 +36,7 @@ const DefaultKeyCheckInterval = 5 * time.Second
 var (
 	errForeignSession = errors.New("the session belongs to another key")
 	errKeyRevoked     = errors.New("the key was revoked")
-	errSessionEnded   = errors.New("the session was ended")
+	errUnknownSession = errors.New("no live session has this id")
 )
 
 // session is a connected MCP session: who it acts as, how to send it a
@@ -74,41 +74,54 @@ type watched struct {
 	msg                          string
 }
 
-// touchSession returns the session id of actor, who came with the key of
-// hash keyHash, registering it (and what it will be notified about) on first
-// sight. A session belongs to the key that first used it: another key gets
-// errForeignSession. A revoked key gets errKeyRevoked; a session whose own
-// key was revoked is dropped, and starts anew for the caller's key.
-func (s *Server) touchSession(id string, a engine.Actor, keyHash string, send func(string, map[string]any) error) (*session, error) {
+// openSession registers session id, which the gate has just issued in
+// answer to actor's initialize, who came with the key of hash keyHash: from
+// then on the session is actor's, and every other principal's request on it
+// is refused. It is called before the answer (and the id) leaves the gate,
+// so nobody can use the id first.
+func (s *Server) openSession(id string, a engine.Actor, keyHash string, send func(string, map[string]any) error) *session {
+	sess := &session{id: id, actor: a, keyHash: keyHash, send: send, seen: time.Now()}
+	sess.gone, sess.end = context.WithCancel(context.Background())
+	s.sessMu.Lock()
+	old := s.sessions[id]
+	s.sessions[id] = sess
+	s.sessMu.Unlock()
+	if old != nil { // an id is issued once; never keep two sessions under one
+		old.end()
+	}
+	return sess
+}
+
+// touchSession returns session id for actor, who came with the key of hash
+// keyHash. Only sessions the gate issued (openSession) and that are still
+// live are served: an id it never issued, or one that ended (DELETE, idle,
+// its key revoked, a restart), is errUnknownSession, and another principal's
+// session errForeignSession; both are answered alike (404), so a caller
+// learns nothing of other principals' sessions. A revoked key gets
+// errKeyRevoked; a session whose own key was revoked is ended (the client
+// starts a new one with its current key).
+func (s *Server) touchSession(id string, a engine.Actor, keyHash string) (*session, error) {
 	if !s.keyValid(keyHash) {
 		return nil, errKeyRevoked
 	}
 	s.sessMu.Lock()
-	old := s.sessions[id]
+	sess := s.sessions[id]
 	s.sessMu.Unlock()
-	if old != nil && old.actor == a && old.keyHash != keyHash && !s.keyValid(old.keyHash) {
-		s.endSession(old)
+	switch {
+	case sess == nil:
+		return nil, errUnknownSession
+	case sess.actor != a:
+		return nil, errForeignSession
+	case sess.keyHash != keyHash && !s.keyValid(sess.keyHash):
+		s.endSession(sess)
+		return nil, errUnknownSession
 	}
 	s.sessMu.Lock()
-	if _, gone := s.ended[id]; gone {
-		s.sessMu.Unlock()
-		return nil, errSessionEnded
+	defer s.sessMu.Unlock()
+	if s.sessions[id] != sess {
+		return nil, errUnknownSession
 	}
-	sess, ok := s.sessions[id]
-	if ok {
-		if sess.actor != a {
-			s.sessMu.Unlock()
-			return nil, errForeignSession
-		}
-		sess.seen = time.Now()
-		s.sessMu.Unlock()
-		return sess, nil
-	}
-	sess = &session{id: id, actor: a, keyHash: keyHash, send: send, seen: time.Now()}
-	sess.gone, sess.end = context.WithCancel(context.Background())
-	s.sessions[id] = sess
-	s.sessMu.Unlock()
-	s.sessionStarted(a)
+	sess.seen = time.Now()
 	return sess, nil
 }
 
@@ -123,48 +136,19 @@ func (s *Server) dropSession(id string) {
 	}
 }
 
-// dropSessionOf forgets session id for a, its owner, and reports false (and
-// keeps it) when it belongs to another key. A session not seen yet is a's to
-// end.
+// dropSessionOf ends session id for a, its owner, and reports false (and
+// keeps it) when it is another principal's or no live session.
 func (s *Server) dropSessionOf(id string, a engine.Actor) bool {
 	s.sessMu.Lock()
 	sess, ok := s.sessions[id]
-	if ok && sess.actor != a {
+	if !ok || sess.actor != a {
 		s.sessMu.Unlock()
 		return false
 	}
 	delete(s.sessions, id)
-	s.endedNow(id)
 	s.sessMu.Unlock()
-	if ok {
-		sess.end()
-	}
+	sess.end()
 	return true
-}
-
-// Bounds of Server.ended.
-const (
-	endedKeep = 24 * time.Hour
-	maxEnded  = 10000
-)
-
-// endedNow records that session id was ended, forgetting ids ended longer
-// than endedKeep ago (or, past maxEnded, the oldest). sessMu is held.
-func (s *Server) endedNow(id string) {
-	if len(s.ended) >= maxEnded {
-		var oldest string
-		for k, at := range s.ended {
-			if time.Since(at) > endedKeep {
-				delete(s.ended, k)
-			} else if oldest == "" || at.Before(s.ended[oldest]) {
-				oldest = k
-			}
-		}
-		if len(s.ended) >= maxEnded {
-			delete(s.ended, oldest)
-		}
-	}
-	s.ended[id] = time.Now()
 }
 
 // endSession forgets sess (not a later session of the same id) and ends its
