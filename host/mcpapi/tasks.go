@@ -359,12 +359,21 @@ func mcpTask(t *host.Task, poll int) mcp.Task {
 	return out
 }
 
+// maxTaskIDParam bounds the taskId of tasks/get, tasks/result and
+// tasks/cancel: task and workflow ids are under 40 characters.
+const maxTaskIDParam = 200
+
 func taskIDParam(params json.RawMessage) (string, *rpcError) {
 	var p struct {
 		TaskID string `json:"taskId"`
 	}
 	if err := json.Unmarshal(params, &p); err != nil || strings.TrimSpace(p.TaskID) == "" {
 		return "", &rpcError{Code: rpcInvalidParams, Message: "taskId is required"}
+	}
+	if host.LongerThan(p.TaskID, maxTaskIDParam) {
+		// No id the gate makes is near this long; an answer quoting it
+		// would carry the caller's bytes back twice.
+		return "", &rpcError{Code: rpcInvalidParams, Message: fmt.Sprintf("taskId is longer than %d characters: no task has such an id", maxTaskIDParam)}
 	}
 	return p.TaskID, nil
 }

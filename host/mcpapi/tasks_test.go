@@ -1022,3 +1022,22 @@ func TestCanceledMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestTaskIDParamIsBounded: tasks/get, tasks/result and tasks/cancel with a
+// taskId far longer than any id the gate makes are refused as invalid
+// params in a short answer that does not echo the id back.
+func TestTaskIDParamIsBounded(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	c := b.connect(t, b.agent)
+	long := "T-" + strings.Repeat("A", 100_000)
+	for _, m := range []string{"tasks/get", "tasks/result", "tasks/cancel"} {
+		res, e := rpc(t, c, m, map[string]any{"taskId": long})
+		if e == nil || e.Code != -32602 || !strings.Contains(e.Message, "longer than") {
+			b, _ := json.Marshal(e)
+			t.Fatalf("%s with a 100 kB taskId: %.200s %.300s (%d bytes); want invalid params saying it is too long", m, res, b, len(b))
+		}
+		if b, _ := json.Marshal(e); len(b) > 1000 {
+			t.Fatalf("%s with a 100 kB taskId: a %d-byte error, echoing the id", m, len(b))
+		}
+	}
+}
