@@ -271,18 +271,32 @@ func (r *Registry) Ready() bool {
 }
 
 // Pending returns the names of the plugins not serving yet that will be
-// tried again, sorted: those whose first load has not ended, and those
-// refused because their start ran out of time while a try of them is due
-// (a built-in or a drop-in; see refuse). /readyz names them.
+// tried again, sorted: those whose first load has not ended; built-ins
+// refused because their start ran out of time while a try of them is due;
+// and drop-ins so refused for their first pendingDropInTries tries only (a
+// busy machine at boot), so a drop-in whose start never ends holds /readyz
+// for about a minute, not for all its retries: its state stays in
+// /v1/admin/plugins. /readyz names them.
 func (r *Registry) Pending() []string {
+	r.mu.Lock()
+	held := map[string]bool{}
+	for name, e := range r.entries {
+		held[name] = !e.builtinRetryAt.IsZero() || (!e.retryAt.IsZero() && e.retries < pendingDropInTries)
+	}
+	r.mu.Unlock()
 	var out []string
 	for _, in := range r.List() {
-		if in.State == "loading" || (in.State == "refused" && !in.RetryAt.IsZero()) {
+		if in.State == "loading" || (in.State == "refused" && !in.RetryAt.IsZero() && held[in.Name]) {
 			out = append(out, in.Name)
 		}
 	}
 	return out
 }
+
+// pendingDropInTries is how many start-timeout refusals in a row of a
+// drop-in hold /readyz (Pending): with retryFirst doubling, the tries of
+// its first few seconds.
+const pendingDropInTries = 3
 
 // WaitCompiled waits until every plugin loaded so far runs compiled code
 // (or its compile failed and it stays on the interpreter), or ctx ends.
@@ -716,20 +730,22 @@ func (r *Registry) Scan(ctx context.Context) {
 		// Nothing serves the name now unless its built-in does: listed
 		// removed, or (a built-in whose start ran out of time) refused
 		// with the built-in's reason.
+		// (Under r.mu: a built-in's retry sets e.builtin and its refusal.)
+		builtin := e.builtin
 		code, refusal := "", ""
 		switch {
-		case e.builtin != nil:
+		case builtin != nil:
 		case e.builtinRefusal != "":
 			code, refusal, e.builtinRefused = RefusalStartTimeout, e.builtinRefusal, true
 		default:
 			e.removed = now
 		}
+		e.stats.setRefused(code, refusal)
 		r.mu.Unlock()
-		if old != nil && old != e.builtin {
+		if old != nil && old != builtin {
 			old.Close()
 		}
-		e.stats.setRefused(code, refusal)
-		r.log.Info("plugin removed from folder", "plugin", e.name, "builtin_restored", e.builtin != nil)
+		r.log.Info("plugin removed from folder", "plugin", e.name, "builtin_restored", builtin != nil)
 	}
 }
 

@@ -34,3 +34,27 @@ func TestTransientRetriesGiveUp(t *testing.T) {
 		t.Fatalf("a module refused for what it is: retry_at %v, tries %d", e.retryAt, e.retries)
 	}
 }
+
+// TestDropInStartTimeoutsHoldReadinessBriefly: a drop-in whose start ran
+// out of time is named by Pending (so /readyz is 503) for its first
+// pendingDropInTries refusals — a busy machine at boot — and no longer
+// after, though its retries go on: a drop-in whose start never ends must
+// not keep the gate out of rotation for all of its retries.
+func TestDropInStartTimeoutsHoldReadinessBriefly(t *testing.T) {
+	r := &Registry{log: slog.New(slog.NewTextHandler(io.Discard, nil)), entries: map[string]*entry{}}
+	e := r.entry("slow")
+	e.inDir = true
+	e.markLoaded()
+	slow := transientError{errors.New("start instance: module closed with context deadline exceeded")}
+	for i := 1; i <= retryLimit; i++ {
+		r.refuse(e, RefusalStartTimeout, slow)
+		p := r.Pending()
+		held := len(p) == 1 && p[0] == "slow"
+		if want := i < pendingDropInTries; held != want {
+			t.Fatalf("after refusal %d: Pending() = %v; want it named: %v", i, p, want)
+		}
+		if e.retryAt.IsZero() {
+			t.Fatalf("refusal %d: no try due", i)
+		}
+	}
+}
