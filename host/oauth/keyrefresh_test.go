@@ -255,3 +255,31 @@ func TestTokenWithoutExpiryNamesWhatIsMissing(t *testing.T) {
 		t.Fatalf("a token without exp: %v; want unauthorized saying it carries no exp", err)
 	}
 }
+
+// TestKeySetStaleSetNotServedWhileTheIssuerAnswers: once the key set held
+// is past its freshness, the first token that comes — however long after —
+// is judged by a new read, not by the stale set, while the issuer answers:
+// a key removed meanwhile is refused at once. (The stale set is served
+// only while reads fail: TestKeySetOutage.)
+func TestKeySetStaleSetNotServedWhileTheIssuerAnswers(t *testing.T) {
+	defer oauth.SetJWKSAges(200*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond, time.Hour)()
+	jwks := newJWKSServer(t)
+	k1, k2 := newKey(t), newKey(t)
+	jwks.publish("k1", k1)
+	const iss = "https://idp.test"
+	v := newKeyVerifier(t, iss, jwks.URL)
+	ctx := context.Background()
+	old := sign(t, iss, k1, "k1")
+	if _, err := v.Authenticate(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	jwks.publish("k2", k2)
+	// What is under test is the set's age: let it pass its freshness.
+	time.Sleep(300 * time.Millisecond)
+	if _, err := v.Authenticate(ctx, old); !host.IsCode(err, host.CodeUnauthorized) {
+		t.Fatalf("the first token of the removed key after the set went stale: %v; want unauthorized", err)
+	}
+	if _, err := v.Authenticate(ctx, sign(t, iss, k2, "k2")); err != nil {
+		t.Fatalf("the published key: %v", err)
+	}
+}

@@ -23,8 +23,9 @@ var jwksRefetch = 30 * time.Second
 // A key set read is fresh for the max-age of its response's Cache-Control
 // held to [jwksMinAge, jwksMaxAge]; for jwksDefaultAge without one; for
 // jwksMinAge with no-cache or no-store. Past that the next token that uses
-// it has it read again in the background, and is verified against the set
-// held meanwhile. While it cannot be read again (the provider down), the
+// it has it read again, and tokens wait for that read (a stale set is not
+// served while the provider answers). While it cannot be read again (the
+// provider down), the
 // set held is served for jwksStaleLimit past its freshness and then no
 // longer: the issuer's tokens are answered issuer_unavailable until a read
 // succeeds.
@@ -45,9 +46,10 @@ const maxJWKS = 1 << 20
 // many such tokens come: a forged token with a made-up kid costs the issuer
 // nothing. A token whose key is held but whose signature fails never
 // causes a read. Reads run apart from the lock: a token whose key is held
-// never waits for one; only a token whose key is not held (or whose issuer's
-// set was never read, or is too stale to serve) waits, within its context
-// and discoveryTimeout.
+// in a fresh set never waits for one (nor for a read an unknown kid
+// caused); a token whose key is not held, or whose issuer's set was never
+// read or is past its freshness while the issuer answers, waits, within
+// its context and discoveryTimeout.
 type keySet struct {
 	client                            *http.Client
 	uri                               string
@@ -102,9 +104,14 @@ func (ks *keySet) VerifySignature(ctx context.Context, token string) ([]byte, er
 	if len(cands) == 0 && ks.pending == nil && ks.read && now.Sub(ks.fetched) >= ks.refetch {
 		ks.start(ctx) // a key not held: perhaps a rotation
 	}
+	// A set past its freshness is served only while reads of it fail (the
+	// issuer down): otherwise the token waits for the read under way, so a
+	// key the issuer removed is refused from the first token after the
+	// set's max age, however long after it comes.
+	stale := ks.read && !now.Before(ks.fresh) && !ks.failed
 	wait := ks.pending
 	ks.mu.Unlock()
-	if len(cands) == 0 && wait != nil {
+	if wait != nil && (len(cands) == 0 || stale) {
 		select {
 		case <-wait:
 		case <-ctx.Done():
