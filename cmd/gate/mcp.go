@@ -281,10 +281,10 @@ func (b *bridge) listen(ctx context.Context) {
 				resp.Body.Close()
 				return // the server offers no stream
 			case http.StatusNotFound:
-				resp.Body.Close()
-				if b.reopen(ctx, sid) {
-					continue
-				}
+				// A new session, then the usual pause before the
+				// stream is asked again: a gate that keeps answering
+				// 404 (another host) is not asked in a tight loop.
+				b.reopen(ctx, sid)
 			}
 			resp.Body.Close()
 		}
@@ -361,6 +361,14 @@ func (b *bridge) forward(ctx context.Context, msg []byte, id json.RawMessage) {
 // session id it was sent on; a session id in the answer (initialize's)
 // becomes the bridge's session.
 func (b *bridge) post(ctx context.Context, msg []byte) (*http.Response, string, error) {
+	b.mu.Lock()
+	sid := b.session
+	b.mu.Unlock()
+	return b.postOn(ctx, msg, sid)
+}
+
+// postOn is post on session sid ("": none, as an initialize is sent).
+func (b *bridge) postOn(ctx context.Context, msg []byte, sid string) (*http.Response, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url, bytes.NewReader(msg))
 	if err != nil {
 		return nil, "", err
@@ -368,9 +376,6 @@ func (b *bridge) post(ctx context.Context, msg []byte) (*http.Response, string, 
 	req.Header.Set("Authorization", "Bearer "+b.key)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	b.mu.Lock()
-	sid := b.session
-	b.mu.Unlock()
 	if sid != "" {
 		req.Header.Set("Mcp-Session-Id", sid)
 	}
@@ -398,9 +403,6 @@ func (b *bridge) reopen(ctx context.Context, stale string) bool {
 	defer b.reopenMu.Unlock()
 	b.mu.Lock()
 	cur, init := b.session, b.init
-	if cur == stale && init != nil {
-		b.session = ""
-	}
 	b.mu.Unlock()
 	if cur != stale {
 		return cur != "" // another request opened a new one already
@@ -408,17 +410,16 @@ func (b *bridge) reopen(ctx context.Context, stale string) bool {
 	if init == nil {
 		return false
 	}
-	resp, _, err := b.post(ctx, init)
+	// The initialize goes on no session; b.session keeps the stale id
+	// until the answer names the new one (postOn sets it), so a request
+	// sent meanwhile is answered 404 and waits here for the new session,
+	// rather than going out on none.
+	resp, _, err := b.postOn(ctx, init, "")
 	if err == nil {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // the client had its answer the first time
 		resp.Body.Close()
 	}
-	if err != nil || resp.StatusCode != http.StatusOK || b.sessionID() == "" {
-		b.mu.Lock()
-		if b.session == "" {
-			b.session = stale
-		}
-		b.mu.Unlock()
+	if err != nil || resp.StatusCode != http.StatusOK || b.sessionID() == stale {
 		return false
 	}
 	if resp, _, err := b.post(ctx, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); err == nil {
