@@ -64,8 +64,9 @@ vet:
 # (on gate processes, the server, leases running out), so two at a time
 # left the cores half idle (cmd/gate 539 → 307 s, host/postgres 404 → 188 s
 # in CI). The other packages keep one per core: host/sqlite and host/plugin
-# are busy on the cores, and four at once made them slower (176 → 252 s,
-# 63 → 135 s; docs/performance.md, "The test run's parallelism").
+# are busy on the cores, and four at once made them slower (host/sqlite
+# 186 → 252 s, host/plugin 113 → 135 s; docs/performance.md, "The test
+# run's parallelism").
 GOTEST_P ?= 1
 GOTEST_PARALLEL ?= 4
 WAITING_PKGS := ./cmd/gate ./host/postgres
