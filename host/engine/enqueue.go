@@ -524,7 +524,8 @@ func (f *taskFields) task(tt *host.TaskType, tenant, by string) *host.Task {
 // equal as canonical JSON (object keys sorted, insignificant whitespace
 // dropped; numbers compare by their text, so 1 and 1.0 differ), and the same
 // priority and max_retries when the repeat gives them (a repeat that leaves
-// one out does not contradict the first). task_summary is a description, not
+// one out does not contradict the first), and the resources it names held as
+// it names them (holdsIntents). task_summary is a description, not
 // the work, so it is not compared; nor are delay_seconds and not_before: a
 // retransmitted request computes its start from a later now.
 func sameEnqueue(old, t *host.Task, req EnqueueRequest) string {
@@ -537,10 +538,34 @@ func sameEnqueue(old, t *host.Task, req EnqueueRequest) string {
 		return "priority"
 	case req.MaxRetries != nil && old.MaxRetries != t.MaxRetries:
 		return "max_retries"
-	case len(req.ResourceIntents) > 0 && host.IntentsJSON(old.ResourceIntents) != host.IntentsJSON(t.ResourceIntents):
+	case !holdsIntents(old.ResourceIntents, req.ResourceIntents):
 		return "resource_intents"
 	}
 	return ""
+}
+
+// holdsIntents reports whether a task stored with intents stored could have
+// been made by a request naming asked: every resource asked for is among
+// them with its predicate, or MUTATES, which the task type's own intent on
+// that resource may have set (the merge keeps the stronger). The type's
+// intents are not compared: they are the type's as it was when the task was
+// accepted, and a type changed or deleted since must not turn a repeat into
+// a conflict. A request that names none does not contradict any.
+func holdsIntents(stored, asked []host.ResourceIntent) bool {
+	if len(asked) == 0 {
+		return true
+	}
+	have := make(map[string]host.LeasePredicate, len(stored))
+	for _, it := range stored {
+		have[it.Resource] = it.Predicate
+	}
+	for _, it := range host.NormalizeStoredIntents(asked) {
+		p, ok := have[it.Resource]
+		if !ok || (p != it.Predicate && p != host.PredicateMutates) {
+			return false
+		}
+	}
+	return true
 }
 
 // sameJSON reports whether two JSON texts are equal as canonical JSON.

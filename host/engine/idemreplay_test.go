@@ -160,3 +160,66 @@ func TestWorkflowIdempotencyKeyReplayIgnoresChangedState(t *testing.T) {
 	refused("type deleted", host.CodeUnknownTaskType)
 	replayed("type deleted")
 }
+
+// A repeat naming resource intents is compared on the intents it names, not
+// on the type's: the type's intents changed or the type deleted since the
+// task was accepted, the repeat is still its duplicate. Intents the task
+// does not hold as asked are idempotency_conflict.
+func TestIdempotencyKeyReplayComparesTheRequestsIntents(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	eng, err := New(Config{Store: st, ExpiryJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	tt := host.NewTaskType("work")
+	tt.Tenant = "acme"
+	tt.ResourceIntents = []host.ResourceIntent{{Resource: "REPO:shared", Predicate: host.PredicateReads}}
+	if _, err := eng.PutTaskType(ctx, tt); err != nil {
+		t.Fatal(err)
+	}
+	agent := Actor{Tenant: "acme", Principal: "agent.a", Role: RoleAgent}
+	req := EnqueueRequest{TaskType: "work", Params: json.RawMessage(`{"n":1}`), IdempotencyKey: "K",
+		ResourceIntents: []host.ResourceIntent{{Resource: "REPO:mine", Predicate: host.PredicateMutates}}}
+	first, err := eng.Enqueue(ctx, agent, req)
+	if err != nil || first.IsDuplicate {
+		t.Fatalf("first enqueue: %+v, %v", first, err)
+	}
+	if got := host.IntentsJSON(first.Task.ResourceIntents); got != `[{"resource":"REPO:mine","predicate":"MUTATES"},{"resource":"REPO:shared","predicate":"READS"}]` {
+		t.Fatalf("the task holds %s", got)
+	}
+	replayed := func(step string) {
+		t.Helper()
+		res, err := eng.Enqueue(ctx, agent, req)
+		if err != nil || !res.IsDuplicate || res.TaskID != first.TaskID {
+			t.Fatalf("%s: the repeat got %+v, %v; want the duplicate %s", step, res, err, first.TaskID)
+		}
+		for _, other := range [][]host.ResourceIntent{
+			{{Resource: "REPO:elsewhere", Predicate: host.PredicateMutates}},
+			{{Resource: "REPO:shared", Predicate: host.PredicateMutates}},
+			{{Resource: "REPO:mine", Predicate: host.PredicateMutates}, {Resource: "REPO:more", Predicate: host.PredicateReads}},
+		} {
+			o := req
+			o.ResourceIntents = other
+			if res, err := eng.Enqueue(ctx, agent, o); !host.IsCode(err, host.CodeIdempotencyConflict) {
+				t.Fatalf("%s: intents %s under the key got %+v, %v; want idempotency_conflict", step, host.IntentsJSON(other), res, err)
+			}
+		}
+	}
+	replayed("nothing changed")
+
+	tt.ResourceIntents = []host.ResourceIntent{{Resource: "REPO:other", Predicate: host.PredicateMutates}}
+	if _, err := eng.PutTaskType(ctx, tt); err != nil {
+		t.Fatal(err)
+	}
+	replayed("the type's intents changed")
+
+	if _, err := eng.Cancel(ctx, agent, first.TaskID, "done with it"); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.DeleteTaskType(ctx, "acme", "work"); err != nil {
+		t.Fatal(err)
+	}
+	replayed("type deleted")
+}
