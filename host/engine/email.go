@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -24,6 +26,9 @@ type Mailer interface {
 	Check(m *host.MailMessage) error
 	Send(ctx context.Context, m host.MailMessage) (string, error)
 	Fetch(ctx context.Context, id string) (*host.FetchedMail, error)
+	// FetchWhere is Fetch of the newest message with that Message-ID that
+	// accept takes, passing over others that carry the same id.
+	FetchWhere(ctx context.Context, id string, accept func(*host.FetchedMail) bool) (*host.FetchedMail, error)
 	Delete(ctx context.Context, id string) error
 	CanRead() bool
 	NewMessageID() string
@@ -285,7 +290,12 @@ func (e *Engine) FetchTaskEmail(ctx context.Context, actor Actor, taskID string)
 	if m == nil || !m.CanRead() {
 		return nil, host.Errorf(host.CodeMailUnavailable, "this gate has no mailbox configured (mail.pop3) to read the message back")
 	}
-	f, err := m.Fetch(ctx, id)
+	// The mailbox takes mail from anyone: a message that copies this one's
+	// Message-ID and task header but not its body is not the one the gate
+	// sent, and is passed over for the gate's own.
+	f, err := m.FetchWhere(ctx, id, func(f *host.FetchedMail) bool {
+		return f.Headers[TaskHeader] == t.ID && sentBody(f, t.Result.Checksum)
+	})
 	if err != nil {
 		switch host.ErrorCode(err) {
 		case host.CodeNotFound:
@@ -332,4 +342,20 @@ func (e *Engine) ArchiveTaskEmail(ctx context.Context, actor Actor, taskID strin
 		return nil, err // archived and purged already: a no-op below
 	}
 	return e.archiveResult(ctx, actor, t)
+}
+
+// sentBody says whether a fetched message carries the payload whose
+// checksum the gate recorded when the email channel sent it: the body is
+// the payload, and the channel sends no attachments. A result recorded
+// without a sha256 checksum is not checked.
+func sentBody(f *host.FetchedMail, checksum string) bool {
+	want, ok := strings.CutPrefix(checksum, "sha256:")
+	if !ok {
+		return true
+	}
+	if len(f.Attachments) > 0 {
+		return false
+	}
+	sum := sha256.Sum256(f.Body)
+	return strings.EqualFold(hex.EncodeToString(sum[:]), want)
 }

@@ -19,10 +19,13 @@ func (m sendErrMailer) Send(context.Context, host.MailMessage) (string, error) {
 	return "", m.err
 }
 func (m sendErrMailer) Fetch(context.Context, string) (*host.FetchedMail, error) { return nil, nil }
-func (m sendErrMailer) Delete(context.Context, string) error                     { return nil }
-func (m sendErrMailer) CanRead() bool                                            { return false }
-func (m sendErrMailer) NewMessageID() string                                     { return "m-1" }
-func (m sendErrMailer) CallBound() time.Duration                                 { return time.Second }
+func (m sendErrMailer) FetchWhere(context.Context, string, func(*host.FetchedMail) bool) (*host.FetchedMail, error) {
+	return nil, nil
+}
+func (m sendErrMailer) Delete(context.Context, string) error { return nil }
+func (m sendErrMailer) CanRead() bool                        { return false }
+func (m sendErrMailer) NewMessageID() string                 { return "m-1" }
+func (m sendErrMailer) CallBound() time.Duration             { return time.Second }
 
 // finalRefusal is a mail server's final refusal, as host/mail's
 // PermanentError reports one: by its Permanent method.

@@ -96,6 +96,15 @@ func (c *Client) openPOP3(ctx context.Context) (*pop3, func(), error) {
 // find returns the number of the message whose Message-ID is id, newest
 // first, or 0.
 func (p *pop3) find(id string) (int, error) {
+	n, err := p.count()
+	if err != nil {
+		return 0, err
+	}
+	return p.findBelow(id, n, n)
+}
+
+// count returns how many messages the mailbox holds (STAT).
+func (p *pop3) count() (int, error) {
 	st, err := p.cmd("STAT")
 	if err != nil {
 		return 0, err
@@ -108,8 +117,15 @@ func (p *pop3) find(id string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("bad STAT answer %q", st)
 	}
+	return n, nil
+}
+
+// findBelow returns the number of the next message, from message from
+// down, whose Message-ID is id, or 0; it reads no message more than MaxScan
+// below n, the mailbox's count.
+func (p *pop3) findBelow(id string, from, n int) (int, error) {
 	want := "<" + id + ">"
-	for i := n; i >= 1 && i > n-MaxScan; i-- {
+	for i := from; i >= 1 && i > n-MaxScan; i-- {
 		if _, err := p.cmd("TOP %d 0", i); err != nil {
 			continue // deleted or vanished meanwhile
 		}
@@ -131,6 +147,16 @@ func (p *pop3) find(id string) (int, error) {
 // Fetch reads the message with Message-ID id (without angle brackets) from
 // the mailbox. ErrNotFound (wrapped in a not_found error) when it is not there.
 func (c *Client) Fetch(ctx context.Context, id string) (*Fetched, error) {
+	return c.FetchWhere(ctx, id, nil)
+}
+
+// FetchWhere reads a message with Message-ID id from the mailbox, newest
+// first, that accept takes (any, when accept is nil). The gate's mailbox
+// takes mail from anyone, and anyone who read a Message-ID may send a
+// message that carries it: accept tells the gate's own message from such a
+// copy, which is passed over. ErrNotFound (wrapped in a not_found error)
+// when no message with that id is taken.
+func (c *Client) FetchWhere(ctx context.Context, id string, accept func(*Fetched) bool) (*Fetched, error) {
 	if err := CheckMessageID(id); err != nil {
 		return nil, err
 	}
@@ -139,26 +165,48 @@ func (c *Client) Fetch(ctx context.Context, id string) (*Fetched, error) {
 		return nil, err
 	}
 	defer done()
-	n, err := p.find(id)
+	total, err := p.count()
 	if err != nil {
 		return nil, host.WrapError(host.CodeMailUnavailable, err, "POP3: "+err.Error())
 	}
-	if n == 0 {
-		_, _ = p.cmd("QUIT")
-		return nil, host.WrapError(host.CodeNotFound, ErrNotFound, "no message "+id+" in the mailbox")
+	for from := total; ; {
+		n, err := p.findBelow(id, from, total)
+		if err != nil {
+			return nil, host.WrapError(host.CodeMailUnavailable, err, "POP3: "+err.Error())
+		}
+		if n == 0 {
+			_, _ = p.cmd("QUIT")
+			return nil, host.WrapError(host.CodeNotFound, ErrNotFound, "no message "+id+" in the mailbox")
+		}
+		if _, err := p.cmd("RETR %d", n); err != nil {
+			return nil, host.WrapError(host.CodeMailUnavailable, err, "POP3: "+err.Error())
+		}
+		dr := p.tp.DotReader()
+		raw, err := io.ReadAll(io.LimitReader(dr, MaxMessage+1))
+		if err != nil {
+			return nil, host.WrapError(host.CodeMailUnavailable, err, "POP3: "+err.Error())
+		}
+		if len(raw) > MaxMessage {
+			// Read the rest of the answer, so the session stays in step.
+			if _, err := io.Copy(io.Discard, dr); err != nil {
+				return nil, host.WrapError(host.CodeMailUnavailable, err, "POP3: "+err.Error())
+			}
+			if accept == nil {
+				return nil, host.Errorf(host.CodeTooLarge, "message %s is larger than %d bytes", id, MaxMessage)
+			}
+			from = n - 1
+			continue
+		}
+		f, err := Parse(raw)
+		if err != nil && accept == nil {
+			return nil, err
+		}
+		if err == nil && (accept == nil || accept(f)) {
+			_, _ = p.cmd("QUIT")
+			return f, nil
+		}
+		from = n - 1
 	}
-	if _, err := p.cmd("RETR %d", n); err != nil {
-		return nil, host.WrapError(host.CodeMailUnavailable, err, "POP3: "+err.Error())
-	}
-	raw, err := io.ReadAll(io.LimitReader(p.tp.DotReader(), MaxMessage+1))
-	if err != nil {
-		return nil, host.WrapError(host.CodeMailUnavailable, err, "POP3: "+err.Error())
-	}
-	if len(raw) > MaxMessage {
-		return nil, host.Errorf(host.CodeTooLarge, "message %s is larger than %d bytes", id, MaxMessage)
-	}
-	_, _ = p.cmd("QUIT")
-	return Parse(raw)
 }
 
 // Delete removes the message with Message-ID id from the mailbox. A message
