@@ -28,6 +28,21 @@ var TenantPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$`)
 
 var principalPattern = host.PrincipalPattern
 
+// keyLen is the length of a key: KeyPrefix and 32 bytes in base32.
+var keyLen = len(KeyPrefix) + keyEncoding.EncodedLen(32)
+
+// LooksLikeKey says whether s has the shape of an API key: KeyPrefix and
+// 52 base32 characters, in any case. Forms that should never hold a key
+// (the dashboard's filters, which go into URLs) refuse such a value
+// instead of showing it back.
+func LooksLikeKey(s string) bool {
+	if len(s) != keyLen || !strings.HasPrefix(strings.ToLower(s), KeyPrefix) {
+		return false
+	}
+	_, err := keyEncoding.DecodeString(strings.ToUpper(s[len(KeyPrefix):]))
+	return err == nil
+}
+
 // HashKey returns the stored form of an API key: the hex sha256 of the key.
 func HashKey(key string) string {
 	sum := sha256.Sum256([]byte(key))

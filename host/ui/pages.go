@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/asyncgate/asyncgate/host"
+	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 	"github.com/asyncgate/asyncgate/host/plugin"
 	"github.com/asyncgate/asyncgate/host/store"
@@ -147,12 +148,21 @@ func (u *UI) findTask(c echo.Context) error {
 	return c.Redirect(http.StatusSeeOther, "/ui/tasks/"+url.PathEscape(q))
 }
 
+// errKeyInFilter refuses an API key typed into a filter, whose value would
+// otherwise be shown back in the page and its next-page links.
+func errKeyInFilter(field string) error {
+	return host.Errorf(host.CodeBadRequest, "that %s is an API key, not a principal's name; nothing was looked up (revoke the key if it was shared: it is in this page's URL)", field)
+}
+
 // tasks is GET /ui/tasks?state=&type=&recipient=&cursor=: a page of tasks
 // in queue order.
 func (u *UI) tasks(c echo.Context) error {
 	s := sessionOf(c)
 	d := tasksData{State: c.QueryParam("state"), Type: strings.TrimSpace(c.QueryParam("type")),
 		Recipient: strings.TrimSpace(c.QueryParam("recipient")), States: allStates}
+	if auth.LooksLikeKey(d.Recipient) {
+		return errKeyInFilter("recipient")
+	}
 	f := store.TaskFilter{Recipient: d.Recipient, Cursor: c.QueryParam("cursor"), Limit: pageSize}
 	if d.State != "" {
 		f.States = []host.TaskState{host.TaskState(d.State)}
@@ -553,6 +563,9 @@ func (u *UI) obligations(c echo.Context) error {
 	s := sessionOf(c)
 	ctx := c.Request().Context()
 	d := obligationsData{Principal: strings.TrimSpace(c.QueryParam("principal")), Role: c.QueryParam("role")}
+	if auth.LooksLikeKey(d.Principal) {
+		return errKeyInFilter("principal")
+	}
 	var keys []store.Key
 	if err := u.st.View(ctx, func(r store.Reader) error {
 		var err error

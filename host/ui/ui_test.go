@@ -419,4 +419,16 @@ func TestFindingATaskKeepsWhatWasTypedOutOfURLs(t *testing.T) {
 	if res.StatusCode != http.StatusBadRequest || res.Header.Get("Location") != "" || strings.Contains(body, b.agent) {
 		t.Fatalf("a key typed into the task box: %d to %q", res.StatusCode, res.Header.Get("Location"))
 	}
+	// The filters are GET forms: a key pasted into one is refused, not
+	// shown back in the page, its form or its next-page links.
+	for _, path := range []string{"/ui/tasks?recipient=", "/ui/obligations?principal="} {
+		res, body := br.get(path + url.QueryEscape(b.agent))
+		if res.StatusCode != http.StatusBadRequest || strings.Contains(body, b.agent) {
+			t.Fatalf("a key typed into the filter %s: %d, the page shows it: %v", path, res.StatusCode, strings.Contains(body, b.agent))
+		}
+	}
+	// A principal's name that only starts like a key is still a filter.
+	if res, _ := br.get("/ui/tasks?recipient=agw_tool"); res.StatusCode != http.StatusOK {
+		t.Fatalf("the filter recipient=agw_tool: %d", res.StatusCode)
+	}
 }
