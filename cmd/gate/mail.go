@@ -21,6 +21,9 @@ type mailConfig struct {
 	AllowedRecipients []string            `json:"allowed_recipients"`
 	TimeoutSeconds    int                 `json:"timeout_seconds,omitempty"`
 	Channel           *emailChannelConfig `json:"channel,omitempty"`
+	// SendLimit bounds send_email per principal and per tenant (an hour's
+	// budget each; defaults 100 and 1,000; -1 for none).
+	SendLimit engine.EmailLimit `json:"send_limit,omitempty"`
 }
 
 // emailChannelConfig is the email channel plugin's config.

@@ -439,6 +439,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 		return fmt.Errorf("mail: %w", err)
 	} else if mc != nil {
 		ecfg.Delivery.Mail = mc
+		ecfg.Delivery.EmailLimit = cfg.Mail.SendLimit
 	}
 	eng, err := engine.New(ecfg)
 	if err != nil {

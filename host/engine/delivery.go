@@ -42,6 +42,8 @@ type DeliveryConfig struct {
 	// entries of kind email that it sends; fetch_task_email reads back
 	// through it. With it the outbox dispatcher runs even without a Sink.
 	Mail Mailer
+	// EmailLimit bounds send_email per principal and per tenant.
+	EmailLimit EmailLimit
 }
 
 // deliveryTx is the transaction every engine update runs in (withDelivery):

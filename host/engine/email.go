@@ -115,6 +115,9 @@ func (e *Engine) SendEmail(ctx context.Context, actor Actor, req SendEmailReques
 			return nil, err
 		}
 	}
+	if err := e.emails.take(e.cfg.Delivery.EmailLimit, actor.Tenant, actor.Principal, e.now()); err != nil {
+		return nil, err
+	}
 	ent := emailEntry{To: req.To, Subject: req.Subject, Body: req.Body, MessageID: m.NewMessageID(), TaskID: req.TaskID,
 		ArchiveCopy: req.ArchiveCopy == nil || *req.ArchiveCopy, Principal: actor.Principal}
 	rc := &host.Receipt{ID: host.NewID(host.PrefixReceipt), Tenant: actor.Tenant, Type: host.ReceiptEmailQueued, From: GatePrincipal,

@@ -169,6 +169,7 @@ type Engine struct {
 	streamSlots slots // result fetches streamed from their channel
 
 	outboxWake chan struct{} // wakes the outbox dispatcher (delivery)
+	emails     emailBudget   // send_email's budgets (emaillimit.go)
 	settleWake chan struct{} // wakes the settlement drainer (settlements.go)
 	settleHeld settleHolds   // pending settlements that failed alone, backing off (settlements.go)
 

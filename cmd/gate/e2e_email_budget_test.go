@@ -1,0 +1,75 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/asyncgate/asyncgate/host/mail/mailtest"
+)
+
+// TestE2ESendEmailBudget: send_email is bounded per principal and per
+// tenant (mail.send_limit), so one principal cannot flood the gate's one
+// mail server and mailbox, which every tenant's results are read back
+// from. Past a budget the call is 429 quota_exceeded with Retry-After and
+// nothing is queued; another principal, and another tenant, still send.
+// On SQLite and PostgreSQL.
+func TestE2ESendEmailBudget(t *testing.T) {
+	for _, sc := range bothStores() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			mp := mailtest.Start(t)
+			cfg := filepath.Join(t.TempDir(), "gate.json")
+			conf := map[string]any{
+				"delivery": map[string]any{"retention_sweep_seconds": -1},
+				"mail": map[string]any{
+					"smtp":               map[string]any{"host": "127.0.0.1", "port": mp.SMTPPort},
+					"from":               "gate@asyncgate.example.com",
+					"allowed_recipients": []string{"*@example.com"},
+					"timeout_seconds":    5,
+					"send_limit":         map[string]any{"per_principal_per_hour": 3, "per_tenant_per_hour": 5},
+				},
+			}
+			b, _ := json.Marshal(conf)
+			if err := os.WriteFile(cfg, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			g := startGate(t, filepath.Join(t.TempDir(), "data"), append([]string{"--config", cfg}, sc.args(t)...)...)
+			a, b2 := g.newKey(t, "agent", "agent.a", ""), g.newKey(t, "agent", "agent.b", "")
+			other := g.newKey(t, "agent", "agent.a", "t2")
+			send := func(key string) resp {
+				t.Helper()
+				return call(t, "POST", g.URL+"/v1/email", key, map[string]any{"to": "x@example.com", "subject": "s", "body": "b"})
+			}
+			pending := func() int {
+				t.Helper()
+				var st struct {
+					Pending int `json:"pending"`
+				}
+				call(t, "GET", g.URL+"/v1/admin/outbox", g.Admin, nil).Into(t, &st)
+				return st.Pending
+			}
+			refused := func(r resp, names string) {
+				t.Helper()
+				want(t, r, 429, "quota_exceeded")
+				if r.Header.Get("Retry-After") == "" || !strings.Contains(string(r.Body), names) {
+					t.Fatalf("refusal %s (Retry-After %q) does not name %s", r.Body, r.Header.Get("Retry-After"), names)
+				}
+			}
+			for i := 0; i < 3; i++ {
+				want(t, send(a), 202, "")
+			}
+			before := pending()
+			refused(send(a), "per_principal_per_hour")
+			if n := pending(); n > before {
+				t.Fatalf("a refused send queued: pending %d -> %d", before, n)
+			}
+			want(t, send(b2), 202, "")
+			want(t, send(b2), 202, "")
+			refused(send(b2), "per_tenant_per_hour")
+			want(t, send(other), 202, "")
+		})
+	}
+}
