@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/smtp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -185,5 +187,47 @@ func TestPermanentErrorSaysSo(t *testing.T) {
 	var p interface{ Permanent() bool }
 	if !errors.As(err, &p) || !p.Permanent() || !mail.IsPermanent(err) {
 		t.Fatalf("%v does not say it is permanent", err)
+	}
+}
+
+// TestDeleteRemovesEveryCopy: archiving a message removes every message
+// under its Message-ID — a second send of it (a crash between the send and
+// its bookkeeping) and a copy someone else mailed under the id — not only
+// the newest, which would leave the gate's own message behind a deleted
+// copy.
+func TestDeleteRemovesEveryCopy(t *testing.T) {
+	mp := mailtest.Start(t)
+	c, err := mail.New(mp.Config("*@example.com"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	id, err := c.Send(ctx, mail.Message{To: "agent@example.com", Subject: "result", Body: []byte("genuine")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyOf := "From: someone@example.com\r\nTo: agent@example.com\r\nSubject: result\r\nMessage-ID: <" + id + ">\r\n\r\ncopy\r\n"
+	for i := 0; i < 2; i++ {
+		if err := smtp.SendMail("127.0.0.1:"+strconv.Itoa(mp.SMTPPort), nil, "someone@example.com", []string{"agent@example.com"}, []byte(copyOf)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func() int {
+		n := 0
+		for _, m := range mp.Messages(t) {
+			if m.MessageID == id {
+				n++
+			}
+		}
+		return n
+	}
+	if n := count(); n != 3 {
+		t.Fatalf("the mailbox holds %d messages under the id, want 3", n)
+	}
+	if err := c.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("%d messages under the id are left after the delete", n)
 	}
 }

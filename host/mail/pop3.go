@@ -93,16 +93,6 @@ func (c *Client) openPOP3(ctx context.Context) (*pop3, func(), error) {
 	return p, done, nil
 }
 
-// find returns the number of the message whose Message-ID is id, newest
-// first, or 0.
-func (p *pop3) find(id string) (int, error) {
-	n, err := p.count()
-	if err != nil {
-		return 0, err
-	}
-	return p.findBelow(id, n, n)
-}
-
 // count returns how many messages the mailbox holds (STAT).
 func (p *pop3) count() (int, error) {
 	st, err := p.cmd("STAT")
@@ -209,8 +199,9 @@ func (c *Client) FetchWhere(ctx context.Context, id string, accept func(*Fetched
 	}
 }
 
-// Delete removes the message with Message-ID id from the mailbox. A message
-// that is not there is not an error (deleting twice is a no-op).
+// Delete removes every message with Message-ID id from the mailbox (within
+// the newest MaxScan). A message that is not there is not an error
+// (deleting twice is a no-op).
 func (c *Client) Delete(ctx context.Context, id string) error {
 	if err := CheckMessageID(id); err != nil {
 		return err
@@ -220,20 +211,33 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	defer done()
-	n, err := p.find(id)
+	total, err := p.count()
 	if err != nil {
 		return host.WrapError(host.CodeMailUnavailable, err, "POP3: "+err.Error())
 	}
-	if n > 0 {
+	// Every message with the id goes: a second send of the same message (a
+	// crash between its send and its bookkeeping) and a copy someone else
+	// mailed under the id alike, so none is left behind the deleted one.
+	deleted := 0
+	for from := total; ; {
+		n, err := p.findBelow(id, from, total)
+		if err != nil {
+			return host.WrapError(host.CodeMailUnavailable, err, "POP3: "+err.Error())
+		}
+		if n == 0 {
+			break
+		}
 		if _, err := p.cmd("DELE %d", n); err != nil {
 			return host.WrapError(host.CodeMailUnavailable, err, "POP3: "+err.Error())
 		}
+		deleted++
+		from = n - 1
 	}
 	// QUIT commits the deletion (RFC 1939 UPDATE state).
 	if _, err := p.cmd("QUIT"); err != nil {
 		return host.WrapError(host.CodeMailUnavailable, err, "POP3: "+err.Error())
 	}
-	if n > 0 {
+	if deleted > 0 {
 		p.awaitClose()
 	}
 	return nil
