@@ -409,6 +409,9 @@ func (is Issuer) match(claims map[string]any, fixed map[string]bool) (Rule, stri
 		if !host.ValidPrincipal(p) || strings.EqualFold(p, engine.GatePrincipal) {
 			return r, "", refuse(host.CodeTokenNotMapped, "the access token's %s claim %q does not make a valid principal name (%s)", r.PrincipalClaim, capText(value), host.PrincipalPattern)
 		}
+		if r.Role == engine.RoleWorker && !host.ValidWorkerID(p) {
+			return r, "", refuse(host.CodeTokenNotMapped, "the access token's %s claim %q does not make a worker id ({type}.{instance}) after prefix %q: a worker's principal is its worker id", r.PrincipalClaim, capText(value), r.PrincipalPrefix)
+		}
 		if fixed[strings.ToLower(p)] {
 			return r, "", refuse(host.CodeTokenNotMapped, "the access token's %s claim makes principal %q, which a fixed rule names: refused", r.PrincipalClaim, p)
 		}
