@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -64,6 +65,13 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 		stop := context.AfterFunc(s.drain, cancel) // a parked stream must not hold shutdown
 		defer stop()
+		// A stream opened with an access token ends at its exp, as a
+		// response ends: the client opens it again with its fresh token,
+		// or is refused (invalid_token) and signs in again.
+		if exp, ok := auth.ExpiryFromContext(r.Context()); ok {
+			expire := time.AfterFunc(time.Until(exp), cancel)
+			defer expire.Stop()
+		}
 		if ok {
 			sess, err := s.touchSession(sid, a, keyHash)
 			if err != nil {

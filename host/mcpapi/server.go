@@ -197,10 +197,14 @@ func (s *Server) Close() {
 }
 
 // contextWithActor carries the Actor the auth middleware put in the HTTP
-// request's context into the context mcp-go gives the tool handlers.
+// request's context, and when its credential expires, into the context
+// mcp-go gives the tool handlers.
 func contextWithActor(ctx context.Context, r *http.Request) context.Context {
 	if a, ok := auth.ActorFromContext(r.Context()); ok {
-		return auth.WithActor(ctx, a)
+		ctx = auth.WithActor(ctx, a)
+	}
+	if exp, ok := auth.ExpiryFromContext(r.Context()); ok {
+		ctx = auth.WithExpiry(ctx, exp)
 	}
 	return ctx
 }

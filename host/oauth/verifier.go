@@ -462,10 +462,10 @@ func (v *Verifier) Covers(path string) bool {
 }
 
 // VerifyToken is Authenticate for the HTTP doors: the actor a token stands
-// for and the hash of the key it acts through.
-func (v *Verifier) VerifyToken(ctx context.Context, token string) (engine.Actor, string, error) {
+// for, the hash of the key it acts through, and when the token expires.
+func (v *Verifier) VerifyToken(ctx context.Context, token string) (engine.Actor, string, time.Time, error) {
 	id, err := v.Authenticate(ctx, token)
-	return id.Actor, id.KeyHash, err
+	return id.Actor, id.KeyHash, id.Expiry, err
 }
 
 // Challenge is the WWW-Authenticate value of a refusal with err (see
