@@ -75,7 +75,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		if ok {
 			sess, err := s.touchSession(sid, a, keyHash)
 			if err != nil {
-				writeRefusedSession(w, nil, err)
+				s.writeRefusedSession(w, r, nil, err)
 				return
 			}
 			// A session dropped (its key revoked, or ended) ends its stream.
@@ -163,7 +163,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if ok && sid != "" && !modern && !refused {
 		var err error
 		if sess, err = s.touchSession(sid, a, keyHash); err != nil {
-			writeRefusedSession(w, head.ID, err)
+			s.writeRefusedSession(w, r, head.ID, err)
 			return
 		}
 	}
@@ -234,12 +234,18 @@ func (s *Server) httpSender(sid string) func(string, map[string]any) error {
 	}
 }
 
-// writeRefusedSession answers a request touchSession refused: a revoked
+// writeRefusedSession answers r, a request touchSession refused: a revoked
 // key is 401 (as the auth middleware answers it once its cache expires),
-// another key's session 404.
-func writeRefusedSession(w http.ResponseWriter, id json.RawMessage, err error) {
+// with Config.Challenge's WWW-Authenticate; another key's session 404.
+func (s *Server) writeRefusedSession(w http.ResponseWriter, r *http.Request, id json.RawMessage, err error) {
 	if errors.Is(err, errKeyRevoked) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="asyncgate"`)
+		ch := `Bearer realm="asyncgate"`
+		if s.cfg.Challenge != nil {
+			if c := s.cfg.Challenge(r, host.Errorf(host.CodeUnauthorized, "the key this credential acts through was revoked")); c != "" {
+				ch = c
+			}
+		}
+		w.Header().Set("WWW-Authenticate", ch)
 		writeRPC(w, http.StatusUnauthorized, rpcFail(id, revokedError()))
 		return
 	}

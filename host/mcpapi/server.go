@@ -66,6 +66,13 @@ type Config struct {
 	// ended, and a stdio session's requests refused (default
 	// DefaultKeyCheckInterval).
 	KeyCheckInterval time.Duration
+	// Challenge is the WWW-Authenticate value of a 401 the door answers
+	// itself, for request r refused with err (unauthorized): a request on
+	// a session whose key was revoked after the auth middleware let it
+	// through. The gate passes its key resolver's, so that this 401 names
+	// the OAuth resource metadata as the middleware's do (MCP
+	// authorization). Default: Bearer realm="asyncgate".
+	Challenge func(r *http.Request, err error) string
 	// ValidateOutput checks every tool result against the tool's output
 	// schema (a failure becomes a tool error). For tests.
 	ValidateOutput bool

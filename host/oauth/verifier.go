@@ -468,6 +468,17 @@ func (v *Verifier) VerifyToken(ctx context.Context, token string) (engine.Actor,
 	return id.Actor, id.KeyHash, id.Expiry, err
 }
 
+// InvalidToken is err, a refusal (unauthorized) of a request that came
+// with an access token, as a refusal of that token, as Authenticate's
+// are: its Challenge says error="invalid_token".
+func InvalidToken(err error) error {
+	if err == nil {
+		return nil
+	}
+	detail := host.ErrorDetail(err)
+	return host.WrapError(host.ErrorCode(err), &tokenError{msg: detail}, detail)
+}
+
 // Challenge is the WWW-Authenticate value of a refusal with err (see
 // Config.Challenge).
 func (v *Verifier) Challenge(err error) string { return v.cfg.Challenge(err) }
