@@ -328,6 +328,22 @@ func testOAuthTokenTrust(t *testing.T, extra []string) {
 	t.Run("revoked key on a session", func(t *testing.T) {
 		tok := is.token(t, resource, jose.ES256, "ec1", "at+jwt", long, svc)
 		sid := mcpOpen(t, base, tok)
+		// Its open event stream ends too (the session's key check).
+		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
+		defer scancel()
+		stream, err := mcpRaw(sctx, "GET", base, tok, sid, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stream.Body.Close()
+		if stream.StatusCode != 200 {
+			t.Fatalf("GET stream: %d", stream.StatusCode)
+		}
+		streamEnded := make(chan error, 1)
+		go func() {
+			_, err := io.Copy(io.Discard, stream.Body)
+			streamEnded <- err
+		}()
 		args := []string{"keys", "revoke", "--data", dir}
 		for i, a := range extra {
 			if a == "--db" {
@@ -355,6 +371,14 @@ func testOAuthTokenTrust(t *testing.T, extra []string) {
 				t.Fatalf("the session of a revoked key still answers 30 s later: %d %s", res.StatusCode, body)
 			}
 			time.Sleep(100 * time.Millisecond)
+		}
+		select {
+		case err := <-streamEnded:
+			if err != nil {
+				t.Errorf("the revoked key's event stream did not end cleanly: %v", err)
+			}
+		case <-sctx.Done():
+			t.Fatal("the event stream of a session whose key was revoked is still open a minute later")
 		}
 	})
 }
