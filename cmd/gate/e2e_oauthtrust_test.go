@@ -156,6 +156,7 @@ func mcpOpen(t *testing.T, base, bearer string) string {
 // for a session whose principal's key was revoked while its token was
 // remembered, names the resource metadata; and a worker rule with
 // principal_claim maps a token to the worker id its prefix begins.
+// (tasks/result's wait is cut the same way.)
 func TestE2EOAuthTokenTrust(t *testing.T) {
 	for _, db := range []string{"sqlite", "postgres"} {
 		t.Run(db, func(t *testing.T) {
@@ -319,6 +320,42 @@ func testOAuthTokenTrust(t *testing.T, extra []string) {
 		}
 		if res.StatusCode != 200 || !strings.Contains(string(body), "No tasks available") {
 			t.Errorf("the long-poll: %d %s", res.StatusCode, body)
+		}
+	})
+
+	// An agent's tasks/result wait ends by its token's exp too.
+	t.Run("tasks/result ends at exp", func(t *testing.T) {
+		exp := time.Now().Add(3 * time.Second).Truncate(time.Second)
+		tok := is.token(t, resource, jose.ES256, "ec1", "at+jwt", exp, svc)
+		sid := mcpOpen(t, base, tok)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		post := func(body string) map[string]any {
+			t.Helper()
+			res, err := mcpRaw(ctx, "POST", base, tok, sid, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			var m map[string]any
+			if err := json.NewDecoder(res.Body).Decode(&m); err != nil || res.StatusCode != 200 {
+				t.Fatalf("%s: %d %v", body, res.StatusCode, err)
+			}
+			return m
+		}
+		q := post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"queue_task","arguments":{"task_type":"echo"}}}`)
+		sc, _ := q["result"].(map[string]any)["structuredContent"].(map[string]any)
+		id, _ := sc["task_id"].(string)
+		if id == "" {
+			t.Fatalf("queue_task: %v", q)
+		}
+		// No worker takes it: the wait runs until something ends it.
+		r := post(`{"jsonrpc":"2.0","id":3,"method":"tasks/result","params":{"taskId":"` + id + `"}}`)
+		if late := time.Since(exp); late > 2*time.Second {
+			t.Errorf("the tasks/result wait of a token that expired at %s answered %s after it: %v", exp.Format(time.RFC3339), late.Round(100*time.Millisecond), r)
+		}
+		if r["error"] == nil {
+			t.Errorf("tasks/result of a task still queued: %v, want an error saying to ask again", r)
 		}
 	})
 
