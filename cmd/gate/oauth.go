@@ -47,6 +47,19 @@ func setupOAuth(cfg *oauth.Config, st store.Store, ttl time.Duration, authn *aut
 	})}, signIn, nil
 }
 
+// mcpChallenge is the WWW-Authenticate value of a 401 the MCP door answers
+// itself (mcpapi.Config.Challenge): authn's, as the auth middleware
+// answers, so it names the resource metadata when OAuth is on, with
+// error="invalid_token" for a request that came with an access token.
+func mcpChallenge(authn *auth.Authenticator) func(*http.Request, error) string {
+	return func(r *http.Request, err error) string {
+		if oauth.IsToken(auth.BearerKey(r.Header.Get("Authorization"))) {
+			err = oauth.InvalidToken(err)
+		}
+		return authn.Challenge(r.URL.Path, err)
+	}
+}
+
 // dashboardSignIn is the dashboard's sign-in through the provider.
 type dashboardSignIn struct{ l *oauth.Login }
 

@@ -19,6 +19,9 @@ func TestServeOAuthConfig(t *testing.T) {
 		{`{"oauth":{"resource":"https://gate.example.com/mcp","issuers":[{"issuer":"idp.example.com/x","map":[` + rule + `]}]}}`, "oauth.issuers[0].issuer"},
 		{`{"oauth":{"resource":"gate.example.com/mcp","issuers":[{"issuer":"https://idp.example.com","map":[` + rule + `]}]}}`, "oauth.resource"},
 		{`{"oauth":{"resource":"https://gate.example.com/mcp","issuers":[]}}`, "minItems"},
+		// A worker's principal is its worker id: "kc:" + sub never is one.
+		{`{"oauth":{"resource":"https://gate.example.com/mcp","issuers":[{"issuer":"https://idp.example.com","map":[` + rule +
+			`,{"claim":"kind","value":"worker","principal_claim":"sub","principal_prefix":"kc:","role":"worker"}]}]}}`, "oauth.issuers[0].map[1]: a worker's principal is its worker id"},
 	}
 	for _, c := range cases {
 		path := filepath.Join(t.TempDir(), "gate.json")

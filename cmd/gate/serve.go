@@ -457,7 +457,8 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	// the dashboard and the plugins list; they share one key resolver, so a
 	// key revoked through the API is forgotten by the dashboard at once.
 	authn := auth.NewAuthenticator(st, authTTL)
-	mcpSrv, err := mcpapi.New(mcpapi.Config{Engine: eng, Logger: log, Version: v, AllowAnyHost: cfg.MCPAllowAnyHost})
+	mcpSrv, err := mcpapi.New(mcpapi.Config{Engine: eng, Logger: log, Version: v, AllowAnyHost: cfg.MCPAllowAnyHost,
+		Challenge: mcpChallenge(authn)})
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host/engine"
 )
@@ -37,6 +38,24 @@ func WithKeyHash(ctx context.Context, hash string) context.Context {
 func KeyHashFromContext(ctx context.Context) (string, bool) {
 	h, ok := ctx.Value(keyHashKey{}).(string)
 	return h, ok && h != ""
+}
+
+type expiryKey struct{}
+
+// WithExpiry returns a context that carries exp, when the credential its
+// caller was authenticated with expires (an access token's exp).
+func WithExpiry(ctx context.Context, exp time.Time) context.Context {
+	return context.WithValue(ctx, expiryKey{}, exp)
+}
+
+// ExpiryFromContext returns when the credential a door's middleware
+// authenticated a request's caller with expires, if it does (an access
+// token; an API key lasts until it is revoked). A handler that serves the
+// caller beyond one moment (an MCP event stream, a long-poll) ends by then,
+// so the client authenticates again.
+func ExpiryFromContext(ctx context.Context) (time.Time, bool) {
+	exp, ok := ctx.Value(expiryKey{}).(time.Time)
+	return exp, ok && !exp.IsZero()
 }
 
 type staleOKKey struct{}

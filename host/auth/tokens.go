@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/engine"
@@ -15,9 +16,9 @@ import (
 type TokenVerifier interface {
 	// Covers reports whether tokens are accepted on a request path.
 	Covers(path string) bool
-	// VerifyToken returns the actor a token stands for and the hash of the
-	// key it acts through.
-	VerifyToken(ctx context.Context, token string) (engine.Actor, string, error)
+	// VerifyToken returns the actor a token stands for, the hash of the
+	// key it acts through, and when the token expires.
+	VerifyToken(ctx context.Context, token string) (engine.Actor, string, time.Time, error)
 	// Challenge is the WWW-Authenticate value of a refusal on a covered
 	// path (err without a token error: no token was refused).
 	Challenge(err error) string
@@ -32,14 +33,15 @@ func (a *Authenticator) SetTokens(t TokenVerifier) { a.tokens = t }
 // AuthenticateRequest resolves the bearer credential of a request to path:
 // an access token where tokens are accepted, else an API key (through the
 // cache). It also returns the stored hash of the key the caller acts
-// through.
-func (a *Authenticator) AuthenticateRequest(ctx context.Context, path, bearer string) (engine.Actor, string, error) {
+// through, and when the credential expires: an access token's exp, zero
+// for an API key (which lasts until it is revoked).
+func (a *Authenticator) AuthenticateRequest(ctx context.Context, path, bearer string) (engine.Actor, string, time.Time, error) {
 	key := BearerKey(bearer)
 	if a.tokens != nil && key != "" && !strings.HasPrefix(key, KeyPrefix) && a.tokens.Covers(path) {
 		return a.tokens.VerifyToken(ctx, key)
 	}
 	actor, err := a.Authenticate(ctx, bearer)
-	return actor, HashKey(key), err
+	return actor, HashKey(key), time.Time{}, err
 }
 
 // Challenge is the WWW-Authenticate value that answers a refusal with err

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/asyncgate/asyncgate/host"
 	"github.com/asyncgate/asyncgate/host/auth"
@@ -16,11 +17,11 @@ import (
 type tokens struct{ forgot int }
 
 func (*tokens) Covers(path string) bool { return path == "/mcp" }
-func (*tokens) VerifyToken(_ context.Context, tok string) (engine.Actor, string, error) {
+func (*tokens) VerifyToken(_ context.Context, tok string) (engine.Actor, string, time.Time, error) {
 	if tok != "good" {
-		return engine.Actor{}, "", host.Errorf(host.CodeUnauthorized, "bad token")
+		return engine.Actor{}, "", time.Time{}, host.Errorf(host.CodeUnauthorized, "bad token")
 	}
-	return engine.Actor{Tenant: "default", Principal: "agent.t", Role: engine.RoleAgent}, "hash-of-agent.t", nil
+	return engine.Actor{Tenant: "default", Principal: "agent.t", Role: engine.RoleAgent}, "hash-of-agent.t", time.Unix(2e9, 0), nil
 }
 func (*tokens) Challenge(error) string { return `Bearer resource_metadata="m"` }
 func (t *tokens) Forget()              { t.forgot++ }
@@ -44,18 +45,18 @@ func TestAuthenticateRequestTokens(t *testing.T) {
 	a := auth.NewAuthenticator(st, 0)
 	tv := &tokens{}
 	a.SetTokens(tv)
-	if got, hash, err := a.AuthenticateRequest(ctx, "/mcp", "Bearer good"); err != nil || got.Principal != "agent.t" || hash != "hash-of-agent.t" {
-		t.Fatalf("token on /mcp: %+v %q %v", got, hash, err)
+	if got, hash, exp, err := a.AuthenticateRequest(ctx, "/mcp", "Bearer good"); err != nil || got.Principal != "agent.t" || hash != "hash-of-agent.t" || !exp.Equal(time.Unix(2e9, 0)) {
+		t.Fatalf("token on /mcp: %+v %q %s %v", got, hash, exp, err)
 	}
-	if _, _, err := a.AuthenticateRequest(ctx, "/v1/tasks", "Bearer good"); !host.IsCode(err, host.CodeUnauthorized) || !strings.Contains(err.Error(), "API key") {
+	if _, _, _, err := a.AuthenticateRequest(ctx, "/v1/tasks", "Bearer good"); !host.IsCode(err, host.CodeUnauthorized) || !strings.Contains(err.Error(), "API key") {
 		t.Fatalf("token on /v1: %v", err)
 	}
 	for _, path := range []string{"/mcp", "/v1/tasks"} {
-		if got, hash, err := a.AuthenticateRequest(ctx, path, "Bearer "+ck.APIKey); err != nil || got.Principal != "agent.k" || hash != ck.Hash {
-			t.Fatalf("key on %s: %+v %q %v", path, got, hash, err)
+		if got, hash, exp, err := a.AuthenticateRequest(ctx, path, "Bearer "+ck.APIKey); err != nil || got.Principal != "agent.k" || hash != ck.Hash || !exp.IsZero() {
+			t.Fatalf("key on %s: %+v %q %s %v", path, got, hash, exp, err)
 		}
 	}
-	_, _, err = a.AuthenticateRequest(ctx, "/mcp", "Bearer bad")
+	_, _, _, err = a.AuthenticateRequest(ctx, "/mcp", "Bearer bad")
 	if ch := a.Challenge("/mcp", err); ch != `Bearer resource_metadata="m"` {
 		t.Fatalf("challenge on /mcp: %q", ch)
 	}

@@ -24,7 +24,7 @@ func authMiddleware(a *auth.Authenticator) echo.MiddlewareFunc {
 			}
 			bearer := c.Request().Header.Get(echo.HeaderAuthorization)
 			path := c.Request().URL.Path
-			actor, keyHash, err := a.AuthenticateRequest(c.Request().Context(), path, bearer)
+			actor, keyHash, exp, err := a.AuthenticateRequest(c.Request().Context(), path, bearer)
 			if err != nil {
 				if ch := a.Challenge(path, err); ch != "" {
 					c.Response().Header().Set(echo.HeaderWWWAuthenticate, ch)
@@ -39,6 +39,9 @@ func authMiddleware(a *auth.Authenticator) echo.MiddlewareFunc {
 			}
 			c.Set(ctxKeyActor, actor)
 			ctx := auth.WithKeyHash(auth.WithActor(c.Request().Context(), actor), keyHash)
+			if !exp.IsZero() {
+				ctx = auth.WithExpiry(ctx, exp)
+			}
 			c.SetRequest(c.Request().WithContext(ctx))
 			if err := checkQuery(c); err != nil { // after the key: a caller without one is told 401 first
 				return err

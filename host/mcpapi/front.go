@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -64,10 +65,17 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 		stop := context.AfterFunc(s.drain, cancel) // a parked stream must not hold shutdown
 		defer stop()
+		// A stream opened with an access token ends at its exp, as a
+		// response ends: the client opens it again with its fresh token,
+		// or is refused (invalid_token) and signs in again.
+		if exp, ok := auth.ExpiryFromContext(r.Context()); ok {
+			expire := time.AfterFunc(time.Until(exp), cancel)
+			defer expire.Stop()
+		}
 		if ok {
 			sess, err := s.touchSession(sid, a, keyHash)
 			if err != nil {
-				writeRefusedSession(w, nil, err)
+				s.writeRefusedSession(w, r, nil, err)
 				return
 			}
 			// A session dropped (its key revoked, or ended) ends its stream.
@@ -155,7 +163,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if ok && sid != "" && !modern && !refused {
 		var err error
 		if sess, err = s.touchSession(sid, a, keyHash); err != nil {
-			writeRefusedSession(w, head.ID, err)
+			s.writeRefusedSession(w, r, head.ID, err)
 			return
 		}
 	}
@@ -226,12 +234,18 @@ func (s *Server) httpSender(sid string) func(string, map[string]any) error {
 	}
 }
 
-// writeRefusedSession answers a request touchSession refused: a revoked
+// writeRefusedSession answers r, a request touchSession refused: a revoked
 // key is 401 (as the auth middleware answers it once its cache expires),
-// another key's session 404.
-func writeRefusedSession(w http.ResponseWriter, id json.RawMessage, err error) {
+// with Config.Challenge's WWW-Authenticate; another key's session 404.
+func (s *Server) writeRefusedSession(w http.ResponseWriter, r *http.Request, id json.RawMessage, err error) {
 	if errors.Is(err, errKeyRevoked) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="asyncgate"`)
+		ch := `Bearer realm="asyncgate"`
+		if s.cfg.Challenge != nil {
+			if c := s.cfg.Challenge(r, host.Errorf(host.CodeUnauthorized, "the key this credential acts through was revoked")); c != "" {
+				ch = c
+			}
+		}
+		w.Header().Set("WWW-Authenticate", ch)
 		writeRPC(w, http.StatusUnauthorized, rpcFail(id, revokedError()))
 		return
 	}

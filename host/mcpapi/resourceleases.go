@@ -123,6 +123,7 @@ func (s *Server) acquireResourceLeases(ctx context.Context, a engine.Actor, req 
 	if in.WaitSeconds < wait.Seconds() {
 		wait = time.Duration(in.WaitSeconds * float64(time.Second))
 	}
+	wait = untilExpiry(ctx, wait)
 	ttl := time.Duration(min(in.TTLMs, int64(24*time.Hour/time.Millisecond))) * time.Millisecond
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -229,6 +230,7 @@ func (s *Server) listResourceHolders(ctx context.Context, a engine.Actor, req mc
 			}
 			wait = time.Duration(min(*in.WaitSeconds, s.cfg.MaxLeaseWait.Seconds()) * float64(time.Second))
 		}
+		wait = untilExpiry(ctx, wait)
 		res, err = s.eng.AwaitResources(ctx, a, engine.AwaitRequest{Resources: in.Resources, Predicate: in.Predicate, Wait: wait})
 	}
 	if err != nil {

@@ -66,6 +66,13 @@ type Config struct {
 	// ended, and a stdio session's requests refused (default
 	// DefaultKeyCheckInterval).
 	KeyCheckInterval time.Duration
+	// Challenge is the WWW-Authenticate value of a 401 the door answers
+	// itself, for request r refused with err (unauthorized): a request on
+	// a session whose key was revoked after the auth middleware let it
+	// through. The gate passes its key resolver's, so that this 401 names
+	// the OAuth resource metadata as the middleware's do (MCP
+	// authorization). Default: Bearer realm="asyncgate".
+	Challenge func(r *http.Request, err error) string
 	// ValidateOutput checks every tool result against the tool's output
 	// schema (a failure becomes a tool error). For tests.
 	ValidateOutput bool
@@ -197,10 +204,14 @@ func (s *Server) Close() {
 }
 
 // contextWithActor carries the Actor the auth middleware put in the HTTP
-// request's context into the context mcp-go gives the tool handlers.
+// request's context, and when its credential expires, into the context
+// mcp-go gives the tool handlers.
 func contextWithActor(ctx context.Context, r *http.Request) context.Context {
 	if a, ok := auth.ActorFromContext(r.Context()); ok {
-		return auth.WithActor(ctx, a)
+		ctx = auth.WithActor(ctx, a)
+	}
+	if exp, ok := auth.ExpiryFromContext(r.Context()); ok {
+		ctx = auth.WithExpiry(ctx, exp)
 	}
 	return ctx
 }

@@ -457,6 +457,18 @@ func (s *Server) bound(ctx context.Context, sess *session) (context.Context, con
 	return ctx, cancel
 }
 
+// untilExpiry is d, how long a call may wait (a long-poll), cut to the time
+// left before the caller's credential expires (auth.ExpiryFromContext): a
+// wait opened with an access token answers by its exp as if its time had
+// run out, and the client calls again with its fresh token. A request's
+// work other than a wait is not cut short.
+func untilExpiry(ctx context.Context, d time.Duration) time.Duration {
+	if exp, ok := auth.ExpiryFromContext(ctx); ok {
+		d = min(d, max(time.Until(exp), 0))
+	}
+	return d
+}
+
 func (sess *session) stdio() bool { return len(sess.id) > 6 && sess.id[:6] == "stdio-" }
 
 func (s *Server) sessionList() []*session {

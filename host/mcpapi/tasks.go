@@ -461,7 +461,7 @@ func (s *Server) tasksResult(ctx context.Context, a engine.Actor, params json.Ra
 	if isWorkflowID(id) {
 		return s.workflowTaskResult(ctx, a, id)
 	}
-	wctx, cancel := context.WithTimeout(ctx, s.cfg.TaskResultWait)
+	wctx, cancel := context.WithTimeout(ctx, untilExpiry(ctx, s.cfg.TaskResultWait))
 	defer cancel()
 	stop := context.AfterFunc(s.drain, cancel)
 	defer stop()

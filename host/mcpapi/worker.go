@@ -181,6 +181,7 @@ func (s *Server) workerLease(ctx context.Context, a engine.Actor, req mcp.CallTo
 	if in.WaitSeconds < wait.Seconds() {
 		wait = time.Duration(in.WaitSeconds * float64(time.Second))
 	}
+	wait = untilExpiry(ctx, wait)
 	// The wait ends when the client goes away or the gate shuts down; the
 	// claim itself is one transaction, so an offer is either returned or
 	// never made (an offer whose answer is lost expires without using an

@@ -388,7 +388,7 @@ func (s *Server) workflowTaskCancel(ctx context.Context, a engine.Actor, id stri
 // workflowTaskResult waits, at most TaskResultWait, for the workflow to
 // end, then answers with its final step's result, or a tool error.
 func (s *Server) workflowTaskResult(ctx context.Context, a engine.Actor, id string) (any, *rpcError) {
-	wctx, cancel := context.WithTimeout(ctx, s.cfg.TaskResultWait)
+	wctx, cancel := context.WithTimeout(ctx, untilExpiry(ctx, s.cfg.TaskResultWait))
 	defer cancel()
 	stop := context.AfterFunc(s.drain, cancel)
 	defer stop()

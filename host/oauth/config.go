@@ -58,7 +58,9 @@ type Rule struct {
 	PrincipalClaim string `json:"principal_claim,omitempty"`
 	// PrincipalPrefix, required with PrincipalClaim, goes before the
 	// claim's value ("kc:" + sub), so the principals one issuer's tokens
-	// name stay apart from fixed principals and from other issuers'.
+	// name stay apart from fixed principals and from other issuers'. A
+	// worker rule's prefix must begin a worker id ({type}.{instance}):
+	// "echo.kc:" + sub.
 	PrincipalPrefix string `json:"principal_prefix,omitempty"`
 	// Tenant defaults to "default".
 	Tenant string `json:"tenant,omitempty"`
@@ -157,6 +159,17 @@ func (r Rule) validate() error {
 	case engine.RoleAdmin, engine.RoleAgent, engine.RoleWorker:
 	default:
 		return fmt.Errorf("role must be admin, agent or worker, got %q", r.Role)
+	}
+	// A worker's principal is its worker id, and only a worker id holds a
+	// worker key (auth.CreateKey): a rule that cannot name one would map
+	// every token to a principal that can never hold the key it needs.
+	if r.Role == engine.RoleWorker {
+		if r.Principal != "" && !host.ValidWorkerID(r.Principal) {
+			return fmt.Errorf("a worker's principal is its worker id ({type}.{instance}): principal %q is not one, so no worker key can hold it", r.Principal)
+		}
+		if r.PrincipalPrefix != "" && !host.ValidWorkerID(r.PrincipalPrefix+"x") {
+			return fmt.Errorf("a worker's principal is its worker id ({type}.{instance}): principal_prefix %q cannot begin one, so no worker key could ever match the rule; start it with the worker type and a dot, e.g. \"echo.kc:\"", r.PrincipalPrefix)
+		}
 	}
 	return nil
 }

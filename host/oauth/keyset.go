@@ -78,9 +78,22 @@ var (
 	errKeysUnavailable = errors.New("the issuer's keys cannot be read now")
 )
 
-// unavailableKey marks a context whose *bool VerifySignature sets when it
-// answers errKeysUnavailable (go-oidc does not wrap its key set's errors).
-type unavailableKey struct{}
+// errAlgMismatch is why a token is refused whose header alg is not the
+// alg its key is published for.
+var errAlgMismatch = errors.New("the token's alg is not its key's")
+
+// outcomeKey marks a context whose *signatureOutcome VerifySignature fills
+// in when it cannot judge a token or refuses it for its alg (go-oidc does
+// not wrap its key set's errors).
+type outcomeKey struct{}
+
+// signatureOutcome is why VerifySignature did not verify a token, beyond
+// its error: the issuer's keys could not be read (unavailable), or the
+// token's alg (tokenAlg) is not the alg (keyAlg) its key kid names.
+type signatureOutcome struct {
+	unavailable           bool
+	tokenAlg, keyAlg, kid string
+}
 
 // VerifySignature returns the payload of a token signed by one of the
 // issuer's keys.
@@ -130,18 +143,33 @@ func (ks *keySet) VerifySignature(ctx context.Context, token string) ([]byte, er
 		}
 		return nil, errUnknownKey
 	}
+	// A key published with an alg verifies only tokens of that alg (RFC
+	// 8725 §3.1): never another alg its key type would also verify (an
+	// RS256 key for PS256 or RS512).
+	alg := string(jws.Signatures[0].Header.Algorithm)
+	var wrongAlg *jose.JSONWebKey
 	for _, k := range cands {
+		if k.Algorithm != "" && k.Algorithm != alg {
+			wrongAlg = k
+			continue
+		}
 		if payload, err := jws.Verify(k); err == nil {
 			return payload, nil
 		}
 	}
+	if wrongAlg != nil && kid != "" && len(cands) == 1 {
+		if p, ok := ctx.Value(outcomeKey{}).(*signatureOutcome); ok {
+			p.tokenAlg, p.keyAlg, p.kid = alg, wrongAlg.Algorithm, kid
+		}
+		return nil, errAlgMismatch
+	}
 	return nil, errSignature
 }
 
-// unavailable returns errKeysUnavailable, marking ctx's flag.
+// unavailable returns errKeysUnavailable, marking ctx's outcome.
 func unavailable(ctx context.Context) error {
-	if p, ok := ctx.Value(unavailableKey{}).(*bool); ok {
-		*p = true
+	if p, ok := ctx.Value(outcomeKey{}).(*signatureOutcome); ok {
+		p.unavailable = true
 	}
 	return errKeysUnavailable
 }

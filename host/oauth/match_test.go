@@ -50,3 +50,42 @@ func TestMatchPrincipalClaim(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerRulePrincipal: a worker's principal is its worker id
+// ({type}.{instance}), so a worker rule whose prefix cannot begin one
+// (no '.' before its ':', or a character a worker id does not have) is
+// refused at start naming the rule, as is a fixed worker principal that
+// is no worker id; a prefix that begins one maps a token to a worker, and
+// a claim value that would end it badly is token_not_mapped.
+func TestWorkerRulePrincipal(t *testing.T) {
+	cfg := func(r Rule) Config {
+		return Config{Resource: "https://g/mcp", Issuers: []Issuer{{Issuer: "https://idp.test", Map: []Rule{
+			{Claim: "sub", Value: "svc", Principal: "agent.svc", Role: "agent"}, r}}}}
+	}
+	for _, r := range []Rule{
+		{Claim: "kind", Value: "worker", PrincipalClaim: "sub", PrincipalPrefix: "kc:", Role: "worker"},
+		{Claim: "kind", Value: "worker", PrincipalClaim: "sub", PrincipalPrefix: "echo@kc.w:", Role: "worker"},
+		{Claim: "kind", Value: "worker", Principal: "kc:w1", Role: "worker"},
+	} {
+		err := cfg(r).Validate()
+		if err == nil || !strings.Contains(err.Error(), "oauth.issuers[0].map[1]") || !strings.Contains(err.Error(), "worker id") {
+			t.Errorf("%+v: %v; want a refusal of oauth.issuers[0].map[1] naming the worker id", r, err)
+		}
+	}
+	good := cfg(Rule{Claim: "kind", Value: "worker", PrincipalClaim: "sub", PrincipalPrefix: "echo.kc:", Role: "worker"})
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	v, err := New(good, nil, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	is := good.Issuers[0]
+	if _, p, err := is.match(map[string]any{"sub": "3f2a-77", "kind": "worker"}, v.fixed); err != nil || p != "echo.kc:3f2a-77" || !host.ValidWorkerID(p) {
+		t.Fatalf("a worker's sub: %q, %v", p, err)
+	}
+	_, p, err := is.match(map[string]any{"sub": "alice@example.com", "kind": "worker"}, v.fixed)
+	if !host.IsCode(err, host.CodeTokenNotMapped) || !strings.Contains(host.ErrorDetail(err), "worker id") {
+		t.Fatalf("a sub that makes no worker id: %q, %v; want token_not_mapped naming the worker id", p, err)
+	}
+}

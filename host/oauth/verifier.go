@@ -175,6 +175,9 @@ func (v *Verifier) authenticate(ctx context.Context, token string) (Identity, er
 	if err != nil {
 		return Identity{}, refuse(host.CodeUnauthorized, "the bearer is neither an API key (agw_…) nor a signed JWT access token")
 	}
+	if err := checkType(parsed.Headers[0]); err != nil {
+		return Identity{}, err
+	}
 	var head struct {
 		Issuer string `json:"iss"`
 	}
@@ -192,13 +195,16 @@ func (v *Verifier) authenticate(ctx context.Context, token string) (Identity, er
 		}
 		return Identity{}, issuerUnavailable()
 	}
-	var keysUnavailable bool
-	tok, err := verifier.Verify(context.WithValue(oidc.ClientContext(ctx, v.client), unavailableKey{}, &keysUnavailable), token)
+	var sigOut signatureOutcome
+	tok, err := verifier.Verify(context.WithValue(oidc.ClientContext(ctx, v.client), outcomeKey{}, &sigOut), token)
 	if err != nil {
 		var exp *oidc.TokenExpiredError
 		switch {
-		case keysUnavailable:
+		case sigOut.unavailable:
 			return Identity{}, issuerUnavailable()
+		case sigOut.keyAlg != "":
+			return Identity{}, refuse(host.CodeUnauthorized, "the access token's header alg %q is not %q, the alg its signing key (kid %q) is published for (RFC 8725 §3.1)",
+				capText(sigOut.tokenAlg), capText(sigOut.keyAlg), capText(sigOut.kid))
 		case errors.As(err, &exp) && exp.Expiry.IsZero():
 			return Identity{}, refuse(host.CodeUnauthorized, "the access token carries no exp: an access token must say when it expires (RFC 9068 §2.2)")
 		case errors.As(err, &exp):
@@ -235,6 +241,30 @@ func (v *Verifier) authenticate(ctx context.Context, token string) (Identity, er
 	}
 	return Identity{Actor: engine.Actor{Tenant: tenant, Principal: principal, Role: rule.Role}, KeyHash: key.Hash,
 		Issuer: tok.Issuer, Subject: tok.Subject, Expiry: tok.Expiry}, nil
+}
+
+// checkType refuses a token whose JOSE header typ says it is something
+// other than an access token: absent, "at+jwt" (RFC 9068 §2.1) and "JWT"
+// (what most providers write on their access tokens) are accepted,
+// compared without case and with or without "application/" (RFC 7515
+// §4.1.9); anything else (a DPoP proof, a logout token, a security event
+// token, …) is some other JWT that must not pass for an access token
+// (RFC 8725 §3.11). An ID token typed "JWT" still needs aud to name this
+// gate, which a provider writes only on tokens issued for it.
+func checkType(h jose.Header) error {
+	v, ok := h.ExtraHeaders[jose.HeaderType]
+	if !ok {
+		return nil
+	}
+	typ, _ := v.(string)
+	switch strings.TrimPrefix(strings.ToLower(typ), "application/") {
+	case "at+jwt", "jwt":
+		return nil
+	}
+	if _, isString := v.(string); !isString {
+		return refuse(host.CodeUnauthorized, "the access token's header typ is not a string")
+	}
+	return refuse(host.CodeUnauthorized, "the access token's header typ %q says it is not an access token: this gate accepts typ at+jwt or JWT, or none (RFC 9068 §2.1)", capText(typ))
 }
 
 // discoveryTimeout bounds one reading of an issuer's discovery document.
@@ -379,6 +409,9 @@ func (is Issuer) match(claims map[string]any, fixed map[string]bool) (Rule, stri
 		if !host.ValidPrincipal(p) || strings.EqualFold(p, engine.GatePrincipal) {
 			return r, "", refuse(host.CodeTokenNotMapped, "the access token's %s claim %q does not make a valid principal name (%s)", r.PrincipalClaim, capText(value), host.PrincipalPattern)
 		}
+		if r.Role == engine.RoleWorker && !host.ValidWorkerID(p) {
+			return r, "", refuse(host.CodeTokenNotMapped, "the access token's %s claim %q does not make a worker id ({type}.{instance}) after prefix %q: a worker's principal is its worker id", r.PrincipalClaim, capText(value), r.PrincipalPrefix)
+		}
 		if fixed[strings.ToLower(p)] {
 			return r, "", refuse(host.CodeTokenNotMapped, "the access token's %s claim makes principal %q, which a fixed rule names: refused", r.PrincipalClaim, p)
 		}
@@ -429,10 +462,21 @@ func (v *Verifier) Covers(path string) bool {
 }
 
 // VerifyToken is Authenticate for the HTTP doors: the actor a token stands
-// for and the hash of the key it acts through.
-func (v *Verifier) VerifyToken(ctx context.Context, token string) (engine.Actor, string, error) {
+// for, the hash of the key it acts through, and when the token expires.
+func (v *Verifier) VerifyToken(ctx context.Context, token string) (engine.Actor, string, time.Time, error) {
 	id, err := v.Authenticate(ctx, token)
-	return id.Actor, id.KeyHash, err
+	return id.Actor, id.KeyHash, id.Expiry, err
+}
+
+// InvalidToken is err, a refusal (unauthorized) of a request that came
+// with an access token, as a refusal of that token, as Authenticate's
+// are: its Challenge says error="invalid_token".
+func InvalidToken(err error) error {
+	if err == nil {
+		return nil
+	}
+	detail := host.ErrorDetail(err)
+	return host.WrapError(host.ErrorCode(err), &tokenError{msg: detail}, detail)
 }
 
 // Challenge is the WWW-Authenticate value of a refusal with err (see
