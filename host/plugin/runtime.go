@@ -1020,7 +1020,7 @@ func (pl *pool) get(ctx context.Context) (*instance, error) {
 }
 
 func (pl *pool) put(inst *instance, healthy bool) {
-	if healthy && uint64(inst.mod.Memory().Size()) > uint64(pl.p.limits.KeepPages)<<16 {
+	if m := inst.mod.Memory(); healthy && m != nil && uint64(m.Size()) > uint64(pl.p.limits.KeepPages)<<16 {
 		healthy = false // grown past what a pooled instance may hold (Limits.KeepPages)
 	}
 	pl.mu.Lock()
