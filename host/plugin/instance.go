@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 )
 
@@ -44,7 +45,7 @@ func (pl *pool) newInstance(ctx context.Context) (*instance, error) {
 		return err
 	}
 	stderr := &headBuffer{max: 1024}
-	mod, err := pl.wrt.InstantiateModule(ctx, pl.compiled, p.modCfg.WithStderr(stderr))
+	mod, err := pl.wrt.InstantiateModule(experimental.WithMemoryAllocator(ctx, guestMemory), pl.compiled, p.modCfg.WithStderr(stderr))
 	if err != nil {
 		msg := err.Error()
 		if t := stderr.String(); t != "" {

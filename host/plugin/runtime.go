@@ -34,6 +34,11 @@ type Limits struct {
 	MaxInstances int           // per plugin version; default 4
 	IdleTimeout  time.Duration // an idle instance older than this is closed; default 60 s
 	MaxResult    uint32        // bytes a result frame may have; default 64 MiB
+	// KeepPages bounds the memory of a pooled instance, in 64 KiB pages:
+	// one whose memory grew past it (a guest's memory never shrinks) is
+	// closed after its call instead of going back to the pool, its memory
+	// returned; default 256 (16 MiB; a Go guest starts at ~3 MiB).
+	KeepPages uint32
 }
 
 func (l Limits) withDefaults() Limits {
@@ -54,6 +59,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxResult == 0 {
 		l.MaxResult = 64 << 20
+	}
+	if l.KeepPages == 0 {
+		l.KeepPages = 256
 	}
 	return l
 }
@@ -661,6 +669,9 @@ func mergeLimits(base Limits, req ManifestLimits, grant Limits) Limits {
 	if grant.MaxResult > 0 {
 		l.MaxResult = grant.MaxResult
 	}
+	if grant.KeepPages > 0 {
+		l.KeepPages = grant.KeepPages
+	}
 	return l
 }
 
@@ -1009,6 +1020,9 @@ func (pl *pool) get(ctx context.Context) (*instance, error) {
 }
 
 func (pl *pool) put(inst *instance, healthy bool) {
+	if m := inst.mod.Memory(); healthy && m != nil && uint64(m.Size()) > uint64(pl.p.limits.KeepPages)<<16 {
+		healthy = false // grown past what a pooled instance may hold (Limits.KeepPages)
+	}
 	pl.mu.Lock()
 	if healthy && !pl.retired {
 		inst.lastUsed = time.Now()

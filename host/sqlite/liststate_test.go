@@ -30,7 +30,7 @@ func TestStateListsSeekTheirRanges(t *testing.T) {
 	}{
 		{"a list merging three ranges", stateListSQL(3), 13, "tasks_state_type_seq"},
 		{"the types of a state", typesInSQL, 2, "tasks_state_type_seq"},
-		{"the oldest ready task of a type", oldestReadyOfType, 3, "tasks_ready_type"},
+		{"the oldest ready task of the types queued", oldestReadySQL, 2, "tasks_ready_type"},
 		{"the next type of finished tasks (retention's orphans)", nextFinishedTypeSQL, 2, "tasks_finished"},
 		{"a type's tasks due for retention, two states", finishedSQL(2), 9, "tasks_finished"},
 	} {

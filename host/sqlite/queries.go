@@ -132,6 +132,9 @@ func (r row) Scan(dest ...any) error {
 }
 
 func (r *reader) rawQuery(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if r.s.onStatement != nil {
+		r.s.onStatement(q)
+	}
 	ctx = r.c(ctx)
 	if st := r.st(ctx, q); st != nil {
 		return st.QueryContext(ctx, args...)
@@ -140,6 +143,9 @@ func (r *reader) rawQuery(ctx context.Context, q string, args ...any) (*sql.Rows
 }
 
 func (r *reader) rawQueryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	if r.s.onStatement != nil {
+		r.s.onStatement(q)
+	}
 	ctx = r.c(ctx)
 	if st := r.st(ctx, q); st != nil {
 		return st.QueryRowContext(ctx, args...)
@@ -148,6 +154,9 @@ func (r *reader) rawQueryRow(ctx context.Context, q string, args ...any) *sql.Ro
 }
 
 func (r *reader) rawExec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if r.s.onStatement != nil {
+		r.s.onStatement(q)
+	}
 	r.wrote = true
 	ctx = r.c(ctx)
 	if st := r.st(ctx, q); st != nil {
@@ -391,11 +400,12 @@ func (r *reader) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([
 
 // QueueStats implements store.Reader from the counts the writer keeps
 // (queue_counts: a few rows per tenant and type), the paused types
-// (task_type_pauses: a row per paused type), and the oldest ready age per
-// type a tenant has queued tasks of, the paused ones left out, from the
-// typed lease index (oldestReadyOfType: the first ready task of each
-// priority and at most oldestReadyWindow entries past it): it never scans
-// the queue, and a paused backlog is never walked.
+// (task_type_pauses: a row per paused type), and the oldest ready age over
+// the types with queued tasks, the paused ones left out, from the typed
+// lease index (oldestReadySQL: the first ready task of each type and
+// priority and at most oldestReadyWindow entries past it): three statements
+// however many types, it never scans the queue, and a paused backlog is
+// never walked.
 func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStats, error) {
 	qs := store.QueueStats{ByState: map[host.TaskState]int64{}, ByType: map[string]int64{}}
 	pq := `SELECT tenant, task_type FROM task_type_pauses`
@@ -426,11 +436,7 @@ func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStat
 	if err != nil {
 		return qs, err
 	}
-	type queuedIn struct {
-		tenant string
-		types  []string // the types not paused it has queued tasks of
-	}
-	var queued []queuedIn // tenants with queued tasks, in order
+	var queued [][2]string // (tenant, type) of the queued tasks of types not paused
 	for rows.Next() {
 		var tn, typ, state string
 		var n int64
@@ -442,39 +448,31 @@ func (r *reader) QueueStats(ctx context.Context, tenant string) (store.QueueStat
 		if state != string(host.StateQueued) || n <= 0 {
 			continue
 		}
-		if len(queued) == 0 || queued[len(queued)-1].tenant != tn {
-			queued = append(queued, queuedIn{tenant: tn})
-		}
-		if q := &queued[len(queued)-1]; !qs.IsPaused(tn, typ) {
-			q.types = append(q.types, typ)
+		if !qs.IsPaused(tn, typ) {
+			queued = append(queued, [2]string{tn, typ})
 		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return qs, err
 	}
+	if len(queued) == 0 {
+		return qs, nil
+	}
 	now := time.Now()
-	oldest := func(query string, args ...any) error {
-		var avail sql.NullInt64
-		err := r.queryRow(ctx, query, args...).Scan(&avail)
-		if errors.Is(err, sql.ErrNoRows) || err == nil && !avail.Valid {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if age := now.Sub(fromUS(avail.Int64)); age > qs.OldestReadyAge {
-			qs.OldestReadyAge = age
-		}
-		return nil
+	lanes, err := json.Marshal(queued)
+	if err != nil {
+		return qs, err
 	}
-	for _, q := range queued {
-		for _, typ := range q.types {
-			if err := oldest(oldestReadyOfType, q.tenant, us(now), typ); err != nil {
-				return qs, err
-			}
-		}
+	var avail sql.NullInt64
+	err = r.queryRow(ctx, oldestReadySQL, string(lanes), us(now)).Scan(&avail)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && !avail.Valid {
+		return qs, nil
 	}
+	if err != nil {
+		return qs, err
+	}
+	qs.OldestReadyAge = max(now.Sub(fromUS(avail.Int64)), 0)
 	return qs, nil
 }
 
@@ -504,15 +502,18 @@ GROUP BY tenant, task_type`
 	return out, rows.Err()
 }
 
-// oldestReadyOfType is the oldest available_at among the first
-// oldestReadyWindow queued tasks of type ?3 of each priority from its first
+// oldestReadySQL is the oldest available_at among the first
+// oldestReadyWindow queued tasks of each type and priority from its first
 // ready one (available_at <= ?2) in queue order, through the typed lease
-// index (tasks_ready_type: tenant, type, priority, seq).
-const oldestReadyOfType = `WITH p(v) AS (VALUES (1),(2),(3),(4),(5),(6),(7),(8),(9),(10))
+// index (tasks_ready_type: tenant, type, priority, seq), over the types ?1
+// names (a JSON array of [tenant, type] pairs): one statement however many
+// types, each type and priority one seek and at most a window of entries.
+const oldestReadySQL = `WITH ty(tenant, task_type) AS (SELECT value->>0, value->>1 FROM json_each(?1)),
+p(v) AS (VALUES (1),(2),(3),(4),(5),(6),(7),(8),(9),(10))
 SELECT min((SELECT min(available_at) FROM (SELECT available_at FROM tasks INDEXED BY tasks_ready_type
-  WHERE tenant = ?1 AND task_type = ?3 AND state = 'queued' AND priority = p.v AND seq >= (SELECT seq FROM tasks INDEXED BY tasks_ready_type
-    WHERE tenant = ?1 AND task_type = ?3 AND state = 'queued' AND priority = p.v AND available_at <= ?2 ORDER BY seq LIMIT 1)
-  ORDER BY seq LIMIT ` + oldestReadyWindow + `) WHERE available_at <= ?2)) FROM p`
+  WHERE tenant = ty.tenant AND task_type = ty.task_type AND state = 'queued' AND priority = p.v AND seq >= (SELECT seq FROM tasks INDEXED BY tasks_ready_type
+    WHERE tenant = ty.tenant AND task_type = ty.task_type AND state = 'queued' AND priority = p.v AND available_at <= ?2 ORDER BY seq LIMIT 1)
+  ORDER BY seq LIMIT ` + oldestReadyWindow + `) WHERE available_at <= ?2)) FROM ty, p`
 
 // oldestReadyWindow is how many queued tasks of each type and priority,
 // from the first ready one in queue order, the oldest ready age looks at:

@@ -62,6 +62,9 @@ type Store struct {
 	// stateRanges bounds the index ranges a list by state merges
 	// (maxStateRanges; tests lower it to reach the walk past the bound).
 	stateRanges int
+	// onStatement, when set, is called with each statement a reader or
+	// writer runs (tests count them); set it before the store is used.
+	onStatement func(query string)
 
 	queue *groupcommit.Queue[*request]
 	done  chan struct{}

@@ -118,3 +118,44 @@ func (b *Bundle) queueStats(t *testing.T, tenant string) store.QueueStats {
 	}
 	return qs
 }
+
+// testOldestReadyManyTypes: with a queue of many types the oldest ready
+// age is the oldest of every type's, whichever type holds it, paused types
+// left out: 200 types in two tenants, type i's one ready task i+1 seconds
+// old (priorities mixed), and an older one of a paused type.
+func testOldestReadyManyTypes(t *testing.T, b *Bundle) {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	var tasks []*host.Task
+	for i := range 200 {
+		tk := wbTask(fmt.Sprintf("T-ORM%03d", i), "")
+		tk.Type, tk.Priority, tk.AvailableAt = fmt.Sprintf("type-%03d", i), i%10+1, now.Add(-time.Duration(i+1)*time.Second)
+		if i%2 == 1 {
+			tk.Tenant = "globex"
+		}
+		tasks = append(tasks, tk)
+	}
+	paused := wbTask("T-ORMP", "")
+	paused.Type, paused.AvailableAt = "paused", now.Add(-time.Hour)
+	tasks = append(tasks, paused)
+	b.insertTasks(t, tasks)
+	if err := b.Store.Update(b.Ctx, func(tx store.Tx) error {
+		return tx.PauseTaskType(b.Ctx, store.TaskTypePause{Tenant: "acme", TaskType: "paused", PausedBy: "ops", PausedAt: now})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The age is measured from QueueStats' own now, a little after ours.
+	for _, c := range []struct {
+		tenant string
+		want   time.Duration
+		who    string
+	}{
+		{"acme", 199 * time.Second, "type-198's (199 s), not the paused type's hour"},
+		{"globex", 200 * time.Second, "type-199's (200 s)"},
+		{"", 200 * time.Second, "globex's type-199 (200 s)"},
+	} {
+		qs := b.queueStats(t, c.tenant)
+		if got := qs.OldestReadyAge; got < c.want || got > c.want+time.Minute {
+			t.Errorf("tenant %q: oldest ready age %v, want %s", c.tenant, got, c.who)
+		}
+	}
+}

@@ -66,7 +66,7 @@ func run(t *testing.T, open Opener, hammer bool) {
 		{"Hammer", testHammer},
 		{"QueueCountsStayExact", testQueueCounts},
 		{"ObligationsWithinOneUpdate", testObligationsWithinOneUpdate},
-		{"RowsWithinOneUpdate", testRowsWithinOneUpdate}, {"ClashWithCommittedRow", testClashWithCommittedRow}, {"OldestReady", testOldestReady}, {"OldestReadyPerType", testOldestReadyPerType}, // writebehind.go, oldestready.go
+		{"RowsWithinOneUpdate", testRowsWithinOneUpdate}, {"ClashWithCommittedRow", testClashWithCommittedRow}, {"OldestReady", testOldestReady}, {"OldestReadyPerType", testOldestReadyPerType}, {"OldestReadyManyTypes", testOldestReadyManyTypes}, // writebehind.go, oldestready.go
 		{"EnqueueBudget", testEnqueueBudget},                         // enqueuebudget.go
 		{"QueueCountsByTypeAndState", testQueueCountsByTypeAndState}, // typestate.go
 		{"PausedStats", testPausedStats},                             // pausedstats.go

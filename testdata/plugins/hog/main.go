@@ -1,0 +1,37 @@
+// Command hog is a hostile test validator that uses memory: on task type
+// "hog" it allocates and touches params.mib MiB (its linear memory grows
+// to hold them, up to the instance's cap) and then accepts the params, so
+// the instance goes back to the pool healthy but grown. Any other task type
+// is accepted at once.
+package main
+
+import (
+	"strconv"
+
+	"github.com/asyncgate/asyncgate/sdk/plugin"
+)
+
+var sink [][]byte
+
+func validate(in plugin.ValidateInput, _ *struct{}) ([]plugin.Violation, error) {
+	if in.TaskType != "hog" {
+		return nil, nil
+	}
+	mib := 0
+	if v, ok := in.Params.Get("mib"); ok {
+		mib, _ = strconv.Atoi(v.Str)
+	}
+	for range mib {
+		b := make([]byte, 1<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		sink = append(sink, b)
+	}
+	sink = nil // the memory stays grown; the next call reuses it
+	return nil, nil
+}
+
+func init() { plugin.Validator(validate) }
+
+func main() {}
