@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -23,7 +24,8 @@ type instance struct {
 	lastUsed time.Time
 	pending  []byte // http_request's response, waiting for http_response
 	plugin   *Plugin
-	pool     *pool // the pool it belongs to
+	pool     *pool        // the pool it belongs to
+	mem      *guestMemory // its linear memory's mapping, released by close
 }
 
 type instanceKey struct{}
@@ -45,22 +47,33 @@ func (pl *pool) newInstance(ctx context.Context) (*instance, error) {
 		return err
 	}
 	stderr := &headBuffer{max: 1024}
-	mod, err := pl.wrt.InstantiateModule(experimental.WithMemoryAllocator(ctx, guestMemory), pl.compiled, p.modCfg.WithStderr(stderr))
+	mem := &guestMemory{}
+	mod, err := pl.wrt.InstantiateModule(experimental.WithMemoryAllocator(ctx, mem.allocator()), pl.compiled, p.modCfg.WithStderr(stderr))
 	if err != nil {
+		mem.release()
 		msg := err.Error()
 		if t := stderr.String(); t != "" {
 			msg += " (guest stderr: " + truncate(t, 300) + ")"
 		}
 		return nil, startTimedOut(fmt.Errorf("plugin %s: start instance: %s", p.Manifest.Name, msg))
 	}
-	inst := &instance{mod: mod, stderr: stderr, ops: map[string]api.Function{}, plugin: p, pool: pl}
+	if mod.IsClosed() {
+		// Its start function exited (proc_exit, even with 0): wazero
+		// hands back a closed module, on which nothing may run.
+		mod.Close(context.Background())
+		mem.release()
+		return nil, fmt.Errorf("plugin %s: start instance: its start function exited; a plugin's _initialize must return", p.Manifest.Name)
+	}
+	inst := &instance{mod: mod, stderr: stderr, ops: map[string]api.Function{}, plugin: p, pool: pl, mem: mem}
+	// A dropped instance (never closed) gives its mapping back too.
+	runtime.AddCleanup(inst, func(m *guestMemory) { m.release() }, mem)
 	inst.alloc = mod.ExportedFunction("asyncgate_alloc")
 	for _, op := range kindOps[p.Manifest.Kind] {
 		inst.ops[op] = mod.ExportedFunction(op)
 	}
 	v, err := mod.ExportedFunction("asyncgate_abi_version").Call(ctx)
 	if err != nil || len(v) != 1 || uint32(v[0]) != ABIVersion {
-		mod.Close(context.Background())
+		inst.close()
 		got := "error"
 		if err == nil && len(v) == 1 {
 			got = fmt.Sprint(int32(v[0]))
@@ -81,7 +94,12 @@ type transientError struct{ error }
 func (e transientError) Unwrap() error        { return e.error }
 func (e transientError) Is(target error) bool { return target == errTransient }
 
-func (inst *instance) close() { inst.mod.Close(context.Background()) }
+// close closes the instance and unmaps its memory. Only when no call runs
+// on it.
+func (inst *instance) close() {
+	inst.mod.Close(context.Background())
+	inst.mem.release()
+}
 
 // write copies b into a buffer the guest allocated and returns its address.
 func (inst *instance) write(ctx context.Context, b []byte) (uint32, *Fault) {

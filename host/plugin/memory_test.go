@@ -79,7 +79,7 @@ func TestGrownInstanceNotPooled(t *testing.T) {
 // and is unmapped when its instance closes. Not parallel: it reads the
 // process's heap.
 func TestGuestMemoryOutsideGoHeap(t *testing.T) {
-	if guestMemory == nil {
+	if !guestMapping {
 		t.Skip("off Linux guest memory is wazero's own, in the Go heap")
 	}
 	mappedBefore := guestMapped.Load()
@@ -174,4 +174,47 @@ func procKB(key string) int64 {
 		}
 	}
 	return 0
+}
+
+// TestStartThatExitsRefused: a plugin whose start function exits with
+// status 0 (proc_exit in _initialize) gets a closed module back from
+// wazero; the load is refused, nothing runs on the module (its memory is
+// the gate's to unmap, not wazero's: running on an unmapped memory would
+// bring the process down), and no mapping is left behind. Not parallel: it
+// reads the process's count of mappings.
+func TestStartThatExitsRefused(t *testing.T) {
+	mappedBefore := guestMapped.Load()
+	rt := newTestRuntime(t, Limits{})
+	wasm, man := readBuilt(t, "exitinit")
+	_, err := rt.Load(context.Background(), wasm, man, Grant{}, "test")
+	if err == nil || !strings.Contains(err.Error(), "start function exited") {
+		t.Fatalf("got %v, want the load refused for its exiting start", err)
+	}
+	if m := guestMapped.Load(); m != mappedBefore {
+		t.Fatalf("%d bytes of guest memory still mapped after the refused load", m-mappedBefore)
+	}
+}
+
+// TestTrapAfterDeadlineUnmaps: a call that outlives its deadline in a host
+// call (a sleep) and then exits (proc_exit) leaves its module marked closed by
+// wazero's deadline watcher without its memory freed; the gate closes the
+// instance and unmaps its memory all the same. Not parallel: it reads the
+// process's count of mappings.
+func TestExitAfterDeadlineUnmaps(t *testing.T) {
+	if !guestMapping {
+		t.Skip("off Linux guest memory is wazero's own, in the Go heap")
+	}
+	mappedBefore := guestMapped.Load()
+	b := setup(t, nil, Limits{Timeout: 500 * time.Millisecond}, "hog")
+	v, err := b.reg.Validator("hog", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Validate(context.Background(), "hog-sleep-panic", hogParams); err == nil {
+		t.Fatal("the call that slept past its deadline and exited succeeded")
+	}
+	b.reg.Close()
+	if m := guestMapped.Load(); m != mappedBefore {
+		t.Fatalf("%d MiB of guest memory still mapped after the registry closed", (m-mappedBefore)>>20)
+	}
 }

@@ -2,11 +2,14 @@
 // "hog" it allocates and touches params.mib MiB (its linear memory grows
 // to hold them, up to the instance's cap) and then accepts the params, so
 // the instance goes back to the pool healthy but grown. Any other task type
-// is accepted at once.
+// is accepted at once. On "hog-sleep-panic" it allocates as much, sleeps 3 s
+// (past a test's deadline, in a host call) and exits with status 3.
 package main
 
 import (
+	"os"
 	"strconv"
+	"time"
 
 	"github.com/asyncgate/asyncgate/sdk/plugin"
 )
@@ -14,7 +17,7 @@ import (
 var sink [][]byte
 
 func validate(in plugin.ValidateInput, _ *struct{}) ([]plugin.Violation, error) {
-	if in.TaskType != "hog" {
+	if in.TaskType != "hog" && in.TaskType != "hog-sleep-panic" {
 		return nil, nil
 	}
 	mib := 0
@@ -27,6 +30,12 @@ func validate(in plugin.ValidateInput, _ *struct{}) ([]plugin.Violation, error) 
 			b[i] = 1
 		}
 		sink = append(sink, b)
+	}
+	if in.TaskType == "hog-sleep-panic" {
+		// Past the call's deadline in a host call (poll_oneoff), then
+		// out through proc_exit.
+		time.Sleep(3 * time.Second)
+		os.Exit(3)
 	}
 	sink = nil // the memory stays grown; the next call reuses it
 	return nil, nil
