@@ -31,16 +31,25 @@ var principalPattern = host.PrincipalPattern
 // keyLen is the length of a key: KeyPrefix and 32 bytes in base32.
 var keyLen = len(KeyPrefix) + keyEncoding.EncodedLen(32)
 
-// LooksLikeKey says whether s has the shape of an API key: KeyPrefix and
-// 52 base32 characters, in any case. Forms that should never hold a key
-// (the dashboard's filters, which go into URLs) refuse such a value
-// instead of showing it back.
-func LooksLikeKey(s string) bool {
-	if len(s) != keyLen || !strings.HasPrefix(strings.ToLower(s), KeyPrefix) {
-		return false
+// ContainsKey says whether s holds an API key anywhere: KeyPrefix and 52
+// base32 characters, in any case ("Bearer agw_…", a quoted key). Forms that
+// should never hold a key (the dashboard's filters, which go into URLs)
+// refuse such a value instead of showing it back.
+func ContainsKey(s string) bool {
+	lower := strings.ToLower(s)
+	for i := 0; ; {
+		j := strings.Index(lower[i:], KeyPrefix)
+		if j < 0 {
+			return false
+		}
+		at := i + j + len(KeyPrefix)
+		if end := at + keyLen - len(KeyPrefix); end <= len(s) {
+			if _, err := keyEncoding.DecodeString(strings.ToUpper(s[at:end])); err == nil {
+				return true
+			}
+		}
+		i = i + j + 1
 	}
-	_, err := keyEncoding.DecodeString(strings.ToUpper(s[len(KeyPrefix):]))
-	return err == nil
 }
 
 // HashKey returns the stored form of an API key: the hex sha256 of the key.

@@ -118,6 +118,12 @@ func (e *Engine) SendEmail(ctx context.Context, actor Actor, req SendEmailReques
 	if err := e.emails.take(e.cfg.Delivery.EmailLimit, actor.Tenant, actor.Principal, e.now()); err != nil {
 		return nil, err
 	}
+	queued := false
+	defer func() {
+		if !queued {
+			e.emails.refund(e.cfg.Delivery.EmailLimit, actor.Tenant, actor.Principal, e.now())
+		}
+	}()
 	ent := emailEntry{To: req.To, Subject: req.Subject, Body: req.Body, MessageID: m.NewMessageID(), TaskID: req.TaskID,
 		ArchiveCopy: req.ArchiveCopy == nil || *req.ArchiveCopy, Principal: actor.Principal}
 	rc := &host.Receipt{ID: host.NewID(host.PrefixReceipt), Tenant: actor.Tenant, Type: host.ReceiptEmailQueued, From: GatePrincipal,
@@ -140,6 +146,7 @@ func (e *Engine) SendEmail(ctx context.Context, actor Actor, req SendEmailReques
 	if err != nil {
 		return nil, err
 	}
+	queued = true
 	e.wakeOutbox()
 	e.emit(Event{Kind: EvEmailQueued, Tenant: actor.Tenant, Detail: ent.MessageID})
 	return &SendEmailResult{MessageID: ent.MessageID, To: ent.To, Status: "queued", QueuedReceiptID: rc.ID, TaskID: req.TaskID}, nil

@@ -117,3 +117,16 @@ func (eb *emailBudget) take(lim EmailLimit, tenant, principal string, now time.T
 	}
 	return nil
 }
+
+// refund gives back the message take spent for tenant and principal at
+// now, when nothing was queued after all (the store refused the write).
+func (eb *emailBudget) refund(lim EmailLimit, tenant, principal string, now time.Time) {
+	perP, perT := lim.rates()
+	eb.mu.Lock()
+	defer eb.mu.Unlock()
+	for key, per := range map[string]int{"p\x00" + tenant + "\x00" + principal: perP, "t\x00" + tenant: perT} {
+		if b := eb.buckets[key]; b != nil && per > 0 {
+			b.tokens, b.at = math.Min(float64(per), b.level(now, per)+1), now
+		}
+	}
+}

@@ -67,3 +67,22 @@ func TestEmailBudgetBounded(t *testing.T) {
 		t.Fatalf("%d buckets kept", n)
 	}
 }
+
+// A send the store refused gives its message back to both budgets.
+func TestEmailBudgetRefund(t *testing.T) {
+	var eb emailBudget
+	lim := EmailLimit{PerPrincipalPerHour: 2, PerTenantPerHour: 2}
+	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	for i := 0; i < 2; i++ {
+		if err := eb.take(lim, "acme", "a", t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eb.refund(lim, "acme", "a", t0)
+	if err := eb.take(lim, "acme", "a", t0); err != nil {
+		t.Fatalf("after a refund: %v", err)
+	}
+	if err := eb.take(lim, "acme", "a", t0); !host.IsCode(err, host.CodeQuotaExceeded) {
+		t.Fatalf("the budget spent again: %v", err)
+	}
+}

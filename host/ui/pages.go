@@ -160,8 +160,11 @@ func (u *UI) tasks(c echo.Context) error {
 	s := sessionOf(c)
 	d := tasksData{State: c.QueryParam("state"), Type: strings.TrimSpace(c.QueryParam("type")),
 		Recipient: strings.TrimSpace(c.QueryParam("recipient")), States: allStates}
-	if auth.LooksLikeKey(d.Recipient) {
+	if auth.ContainsKey(d.Recipient) {
 		return errKeyInFilter("recipient")
+	}
+	if auth.ContainsKey(d.Type) {
+		return errKeyInFilter("task type")
 	}
 	f := store.TaskFilter{Recipient: d.Recipient, Cursor: c.QueryParam("cursor"), Limit: pageSize}
 	if d.State != "" {
@@ -563,7 +566,7 @@ func (u *UI) obligations(c echo.Context) error {
 	s := sessionOf(c)
 	ctx := c.Request().Context()
 	d := obligationsData{Principal: strings.TrimSpace(c.QueryParam("principal")), Role: c.QueryParam("role")}
-	if auth.LooksLikeKey(d.Principal) {
+	if auth.ContainsKey(d.Principal) {
 		return errKeyInFilter("principal")
 	}
 	var keys []store.Key

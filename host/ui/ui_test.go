@@ -421,10 +421,12 @@ func TestFindingATaskKeepsWhatWasTypedOutOfURLs(t *testing.T) {
 	}
 	// The filters are GET forms: a key pasted into one is refused, not
 	// shown back in the page, its form or its next-page links.
-	for _, path := range []string{"/ui/tasks?recipient=", "/ui/obligations?principal="} {
-		res, body := br.get(path + url.QueryEscape(b.agent))
-		if res.StatusCode != http.StatusBadRequest || strings.Contains(body, b.agent) {
-			t.Fatalf("a key typed into the filter %s: %d, the page shows it: %v", path, res.StatusCode, strings.Contains(body, b.agent))
+	for _, path := range []string{"/ui/tasks?recipient=", "/ui/tasks?type=", "/ui/obligations?principal="} {
+		for _, typed := range []string{b.agent, "Bearer " + b.agent, `"` + strings.ToUpper(b.agent) + `"`} {
+			res, body := br.get(path + url.QueryEscape(typed))
+			if res.StatusCode != http.StatusBadRequest || strings.Contains(strings.ToLower(body), strings.ToLower(b.agent)) {
+				t.Fatalf("a key typed into the filter %s as %q: %d, the page shows it: %v", path, typed, res.StatusCode, strings.Contains(body, b.agent))
+			}
 		}
 	}
 	// A principal's name that only starts like a key is still a filter.
