@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,21 +19,7 @@ func TestE2ESendEmailBudget(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
 			mp := mailtest.Start(t)
-			cfg := filepath.Join(t.TempDir(), "gate.json")
-			conf := map[string]any{
-				"delivery": map[string]any{"retention_sweep_seconds": -1},
-				"mail": map[string]any{
-					"smtp":               map[string]any{"host": "127.0.0.1", "port": mp.SMTPPort},
-					"from":               "gate@asyncgate.example.com",
-					"allowed_recipients": []string{"*@example.com"},
-					"timeout_seconds":    5,
-					"send_limit":         map[string]any{"per_principal_per_hour": 3, "per_tenant_per_hour": 5},
-				},
-			}
-			b, _ := json.Marshal(conf)
-			if err := os.WriteFile(cfg, b, 0o600); err != nil {
-				t.Fatal(err)
-			}
+			cfg := mailConfigFile(t, mp, map[string]any{"send_limit": map[string]any{"per_principal_per_hour": 3, "per_tenant_per_hour": 5}})
 			g := startGate(t, filepath.Join(t.TempDir(), "data"), append([]string{"--config", cfg}, sc.args(t)...)...)
 			a, b2 := g.newKey(t, "agent", "agent.a", ""), g.newKey(t, "agent", "agent.b", "")
 			other := g.newKey(t, "agent", "agent.a", "t2")

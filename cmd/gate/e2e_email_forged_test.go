@@ -1,10 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"net/http"
 	"net/smtp"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,22 +24,7 @@ func TestE2EEmailResultForgedCopyIgnored(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
 			mp := mailtest.Start(t)
-			cfg := filepath.Join(t.TempDir(), "gate.json")
-			conf := map[string]any{
-				"delivery": map[string]any{"retention_sweep_seconds": -1},
-				"mail": map[string]any{
-					"smtp":               map[string]any{"host": "127.0.0.1", "port": mp.SMTPPort},
-					"pop3":               map[string]any{"host": "127.0.0.1", "port": mp.POP3Port, "username": mailtest.User, "password": mailtest.Password},
-					"from":               "gate@asyncgate.example.com",
-					"allowed_recipients": []string{"*@example.com"},
-					"timeout_seconds":    5,
-					"channel":            map[string]any{"to": "results@example.com"},
-				},
-			}
-			b, _ := json.Marshal(conf)
-			if err := os.WriteFile(cfg, b, 0o600); err != nil {
-				t.Fatal(err)
-			}
+			cfg := mailConfigFile(t, mp, map[string]any{"channel": map[string]any{"to": "results@example.com"}})
 			g := startGate(t, filepath.Join(t.TempDir(), "data"), append([]string{"--config", cfg}, sc.args(t)...)...)
 			g.putType(t, "report", map[string]any{"default_result_channel": "email"}, "")
 			agent, worker := g.newKey(t, "agent", "agent.m", ""), g.newKey(t, "worker", "report.1", "")

@@ -33,6 +33,29 @@ func emailGate(t *testing.T) (*gateProc, *mailtest.Server) {
 	return startGate(t, dir, "--config", cfg), mp
 }
 
+// mailConfigFile writes a config file whose mail section is the test mail
+// server mp's (SMTP, POP3, *@example.com allowed, 5 s sessions) with the
+// entries of with added, and returns its path.
+func mailConfigFile(t *testing.T, mp *mailtest.Server, with map[string]any) string {
+	t.Helper()
+	m := map[string]any{
+		"smtp":               map[string]any{"host": "127.0.0.1", "port": mp.SMTPPort},
+		"pop3":               map[string]any{"host": "127.0.0.1", "port": mp.POP3Port, "username": mailtest.User, "password": mailtest.Password},
+		"from":               "gate@asyncgate.example.com",
+		"allowed_recipients": []string{"*@example.com"},
+		"timeout_seconds":    5,
+	}
+	for k, v := range with {
+		m[k] = v
+	}
+	b, _ := json.Marshal(map[string]any{"delivery": map[string]any{"retention_sweep_seconds": -1}, "mail": m})
+	cfg := filepath.Join(t.TempDir(), "gate.json")
+	if err := os.WriteFile(cfg, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 // taskReceiptTypes lists the receipt types of a task.
 func (g *gateProc) taskReceiptTypes(t *testing.T, key, id string) []string {
 	t.Helper()
