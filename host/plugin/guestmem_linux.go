@@ -31,11 +31,12 @@ const guestMapping = true
 // closes it inside InstantiateModule, which then returns it; a call's
 // deadline marks it closed from another goroutine, and a trap right after
 // skips the free). The gate closes an instance only when no call runs on
-// it, and always releases its mapping then; a dropped instance's mapping
-// is released by a cleanup.
+// it, and always releases its mapping then (its memory only: on that
+// deadline path wazero's other resources of the module wait for the
+// collector); a dropped instance's mapping is released by a cleanup.
 type guestMemory struct {
 	mu sync.Mutex
-	m  *mappedMemory
+	ms []*mappedMemory // one today: wazero makes one memory an instance
 }
 
 // allocator returns the allocator InstantiateModule is given.
@@ -51,12 +52,8 @@ func (g *guestMemory) allocator() experimental.MemoryAllocator {
 		guestMapped.Add(int64(len(b)))
 		m := &mappedMemory{b: b}
 		g.mu.Lock()
-		old := g.m
-		g.m = m
+		g.ms = append(g.ms, m)
 		g.mu.Unlock()
-		if old != nil { // one memory an instance; never lose a mapping
-			old.unmap()
-		}
 		return m
 	})
 }
@@ -65,10 +62,10 @@ func (g *guestMemory) allocator() experimental.MemoryAllocator {
 // nothing runs on the instance any more.
 func (g *guestMemory) release() {
 	g.mu.Lock()
-	m := g.m
-	g.m = nil
+	ms := g.ms
+	g.ms = nil
 	g.mu.Unlock()
-	if m != nil {
+	for _, m := range ms {
 		m.unmap()
 	}
 }

@@ -58,10 +58,14 @@ func (pl *pool) newInstance(ctx context.Context) (*instance, error) {
 		return nil, startTimedOut(fmt.Errorf("plugin %s: start instance: %s", p.Manifest.Name, msg))
 	}
 	if mod.IsClosed() {
-		// Its start function exited (proc_exit, even with 0): wazero
-		// hands back a closed module, on which nothing may run.
+		// Its start function exited (proc_exit, even with 0), or its
+		// deadline closed it as it returned: wazero hands back a closed
+		// module, on which nothing may run.
 		mod.Close(context.Background())
 		mem.release()
+		if ctx.Err() != nil {
+			return nil, startTimedOut(fmt.Errorf("plugin %s: start instance: %w", p.Manifest.Name, ctx.Err()))
+		}
 		return nil, fmt.Errorf("plugin %s: start instance: its start function exited; a plugin's _initialize must return", p.Manifest.Name)
 	}
 	inst := &instance{mod: mod, stderr: stderr, ops: map[string]api.Function{}, plugin: p, pool: pl, mem: mem}

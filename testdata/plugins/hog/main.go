@@ -2,14 +2,13 @@
 // "hog" it allocates and touches params.mib MiB (its linear memory grows
 // to hold them, up to the instance's cap) and then accepts the params, so
 // the instance goes back to the pool healthy but grown. Any other task type
-// is accepted at once. On "hog-sleep-panic" it allocates as much, sleeps 3 s
-// (past a test's deadline, in a host call) and exits with status 3.
+// is accepted at once. On "hog-exit" it allocates as much and exits with
+// status 3.
 package main
 
 import (
 	"os"
 	"strconv"
-	"time"
 
 	"github.com/asyncgate/asyncgate/sdk/plugin"
 )
@@ -17,7 +16,7 @@ import (
 var sink [][]byte
 
 func validate(in plugin.ValidateInput, _ *struct{}) ([]plugin.Violation, error) {
-	if in.TaskType != "hog" && in.TaskType != "hog-sleep-panic" {
+	if in.TaskType != "hog" && in.TaskType != "hog-exit" {
 		return nil, nil
 	}
 	mib := 0
@@ -31,11 +30,8 @@ func validate(in plugin.ValidateInput, _ *struct{}) ([]plugin.Violation, error) 
 		}
 		sink = append(sink, b)
 	}
-	if in.TaskType == "hog-sleep-panic" {
-		// Past the call's deadline in a host call (poll_oneoff), then
-		// out through proc_exit.
-		time.Sleep(3 * time.Second)
-		os.Exit(3)
+	if in.TaskType == "hog-exit" {
+		os.Exit(3) // out through proc_exit, its memory grown
 	}
 	sink = nil // the memory stays grown; the next call reuses it
 	return nil, nil
