@@ -75,6 +75,8 @@ func TestConfigSchemaDefaultsAreTheCodes(t *testing.T) {
 		"delivery.dead_letter_retention_days":       engine.DefaultDeadLetterDays,
 		"delivery.retention_sweep_seconds":          sec(engine.DefaultRetentionInterval),
 		"mail.timeout_seconds":                      sec(mail.DefaultTimeout),
+		"mail.send_limit.per_principal_per_hour":    engine.DefaultEmailsPerPrincipalHour,
+		"mail.send_limit.per_tenant_per_hour":       engine.DefaultEmailsPerTenantHour,
 		"oauth.http_api":                            false,
 	}
 	// Stated, not read from the code: folders the plugin runtime's start
