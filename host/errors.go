@@ -70,6 +70,11 @@ type Error struct {
 	// (so it knows its task already ended); the doors answer it as
 	// task_status.
 	TaskStatus string
+	// RetryAfter, when set, is how long until the refusal's cause is known
+	// to pass (a budget's next token, a quota window's end); the doors
+	// answer it as Retry-After and retry_after_seconds instead of the
+	// code's usual wait.
+	RetryAfter time.Duration
 }
 
 // Error implements the error interface.
@@ -87,6 +92,30 @@ func (e *Error) Unwrap() error { return e.Err }
 func (e *Error) At(now time.Time) *Error {
 	e.ServerTime = now
 	return e
+}
+
+// Wait sets how long until the refusal's cause passes and returns e.
+func (e *Error) Wait(d time.Duration) *Error {
+	e.RetryAfter = d
+	return e
+}
+
+// ErrorRetryAfter returns the wait an *Error in err's chain names
+// (Error.RetryAfter), or 0.
+func ErrorRetryAfter(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.RetryAfter
+	}
+	return 0
+}
+
+// RetryAfterSeconds is d in whole seconds, rounded up, at least 1: a
+// Retry-After that never asks a client to come back before the wait is
+// over.
+func RetryAfterSeconds(d time.Duration) int {
+	s := int((d + time.Second - 1) / time.Second)
+	return max(s, 1)
 }
 
 // ErrorTaskStatus returns the task status an *Error in err's chain

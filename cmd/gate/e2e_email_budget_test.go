@@ -2,6 +2,7 @@ package main
 
 import (
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -11,8 +12,8 @@ import (
 // TestE2ESendEmailBudget: send_email is bounded per principal and per
 // tenant (mail.send_limit), so one principal cannot flood the gate's one
 // mail server and mailbox, which every tenant's results are read back
-// from. Past a budget the call is 429 quota_exceeded with Retry-After and
-// nothing is queued; another principal, and another tenant, still send.
+// from. Past a budget the call is 429 quota_exceeded with the budget's
+// wait in Retry-After and retry_after_seconds, and nothing is queued; another principal, and another tenant, still send.
 // On SQLite and PostgreSQL.
 func TestE2ESendEmailBudget(t *testing.T) {
 	for _, sc := range bothStores() {
@@ -35,24 +36,37 @@ func TestE2ESendEmailBudget(t *testing.T) {
 				call(t, "GET", g.URL+"/v1/admin/outbox", g.Admin, nil).Into(t, &st)
 				return st.Pending
 			}
-			refused := func(r resp, names string) {
+			// refused checks a refusal names its budget and the budget's
+			// real wait: the next message's token, an hour over per, in
+			// Retry-After and again in the body (not a fixed minute).
+			refused := func(r resp, names string, per int) {
 				t.Helper()
 				want(t, r, 429, "quota_exceeded")
-				if r.Header.Get("Retry-After") == "" || !strings.Contains(string(r.Body), names) {
-					t.Fatalf("refusal %s (Retry-After %q) does not name %s", r.Body, r.Header.Get("Retry-After"), names)
+				if !strings.Contains(string(r.Body), names) {
+					t.Fatalf("refusal %s does not name %s", r.Body, names)
+				}
+				var body struct {
+					RetryAfter int `json:"retry_after_seconds"`
+				}
+				r.Into(t, &body)
+				secs, err := strconv.Atoi(r.Header.Get("Retry-After"))
+				full := 3600 / per
+				if err != nil || secs != body.RetryAfter || secs > full || secs < full-120 {
+					t.Fatalf("refusal %s: Retry-After %q, retry_after_seconds %d; want both the token's wait, in (%d, %d]",
+						r.Body, r.Header.Get("Retry-After"), body.RetryAfter, full-120, full)
 				}
 			}
 			for i := 0; i < 3; i++ {
 				want(t, send(a), 202, "")
 			}
 			before := pending()
-			refused(send(a), "per_principal_per_hour")
+			refused(send(a), "per_principal_per_hour", 3)
 			if n := pending(); n > before {
 				t.Fatalf("a refused send queued: pending %d -> %d", before, n)
 			}
 			want(t, send(b2), 202, "")
 			want(t, send(b2), 202, "")
-			refused(send(b2), "per_tenant_per_hour")
+			refused(send(b2), "per_tenant_per_hour", 5)
 			want(t, send(other), 202, "")
 		})
 	}

@@ -87,9 +87,9 @@ func (eb *emailBudget) take(lim EmailLimit, tenant, principal string, now time.T
 		}
 		if b := eb.buckets[w.key]; b != nil {
 			if lvl := b.level(now, w.per); lvl < 1 {
-				wait := time.Duration((1 - lvl) / float64(w.per) * float64(time.Hour)).Round(time.Second)
+				wait := time.Duration((1 - lvl) / float64(w.per) * float64(time.Hour))
 				return host.Errorf(host.CodeQuotaExceeded, "%s has sent the %d emails an hour allows (mail.send_limit.%s); the next is allowed in %s",
-					w.what, w.per, w.field, fmt.Sprint(max(wait, time.Second)))
+					w.what, w.per, w.field, fmt.Sprint(max(wait.Round(time.Second), time.Second))).Wait(wait)
 			}
 		}
 	}

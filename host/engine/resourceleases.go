@@ -657,8 +657,14 @@ func (e *Engine) bookHoldRead(ctx context.Context, tx store.Tx, tenant string, a
 		}
 		add := adds[k]
 		if h.Held+add > cfg.HoldQuota {
-			return host.Errorf(host.CodeQuotaExceeded, "holder %s was granted %s of lease time on %s in the window from %s; %s more would pass its quota of %s per %s",
+			err := host.Errorf(host.CodeQuotaExceeded, "holder %s was granted %s of lease time on %s in the window from %s; %s more would pass its quota of %s per %s",
 				k.holder, h.Held.Round(time.Millisecond), k.resource, h.WindowStart.Format(time.RFC3339), add.Round(time.Millisecond), cfg.HoldQuota, cfg.QuotaWindow).At(now)
+			if h.Held > 0 && add <= cfg.HoldQuota {
+				// The window's bookings are in the way: its end frees them.
+				// (A request past the quota by itself waits in vain.)
+				err.Wait(h.WindowStart.Add(cfg.QuotaWindow).Sub(now))
+			}
+			return err
 		}
 		h.Held += add
 		hs = append(hs, h)

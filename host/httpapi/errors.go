@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,6 +35,10 @@ type ErrorBody struct {
 	// worker that held the lease (its task already ended: "succeeded"); never
 	// on an answer to anyone else.
 	TaskStatus string `json:"task_status,omitempty"`
+	// RetryAfterSeconds repeats the Retry-After header when the refusal
+	// knows its wait (an email budget's next message, a lease-time quota
+	// window's end).
+	RetryAfterSeconds int `json:"retry_after_seconds,omitempty"`
 }
 
 // CodeMethodNotAllowed is the error code of a 405: the path exists, the
@@ -128,7 +133,8 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 			// A catch-all (the gate's or a route group's) answers every
 			// path without a route for the method: a path known under
 			// other methods is 405 with Allow, anything else 404.
-			if allow := s.allowed(c.Request().URL.Path); len(allow) > 0 {
+			// (A 404 a handler of this very method returned is a 404.)
+			if allow := s.allowed(c.Request().URL.Path); len(allow) > 0 && !slices.Contains(allow, c.Request().Method) {
 				c.Response().Header().Set(echo.HeaderAllow, strings.Join(allow, ", "))
 				code, status, detail = CodeMethodNotAllowed, 405, "method "+c.Request().Method+" is not allowed on "+c.Request().URL.Path+"; allowed: "+strings.Join(allow, ", ")
 			} else {
@@ -153,10 +159,15 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 			detail = "an internal error occurred; it was logged"
 		}
 	}
-	if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
-		c.Response().Header().Set("Retry-After", strconv.Itoa(retryAfter(code)))
-	}
 	body := ErrorBody{Error: code, Detail: detail}
+	if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
+		secs := retryAfter(code)
+		if d := host.ErrorRetryAfter(err); d > 0 {
+			secs = host.RetryAfterSeconds(d)
+			body.RetryAfterSeconds = secs
+		}
+		c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
+	}
 	if at := host.ErrorServerTime(err); !at.IsZero() {
 		body.ServerTime = &at
 	}
@@ -186,8 +197,9 @@ func failureLevel(code string) slog.Level {
 	return slog.LevelError
 }
 
-// retryAfter is the Retry-After, in seconds, of a 503 or 429 answer: how
-// long the cause usually lasts (docs/http.md lists them).
+// retryAfter is the Retry-After, in seconds, of a 503 or 429 answer whose
+// error names no wait of its own (host.Error.RetryAfter): how long the
+// cause usually lasts (docs/http.md lists them).
 func retryAfter(code string) int {
 	switch code {
 	case host.CodePluginNotReady:

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/labstack/echo/v4"
+
 	"github.com/asyncgate/asyncgate/host/auth"
 	"github.com/asyncgate/asyncgate/host/engine"
 )
@@ -57,6 +59,23 @@ func TestWrongMethodIs405(t *testing.T) {
 		if code != 404 || body["error"] != "not_found" {
 			t.Errorf("GET %s = %d %v, want 404 not_found", p, code, body)
 		}
+	}
+}
+
+// TestHandlersNotFoundIs404: a route's own handler answering echo's 404
+// (a file route whose file is not there) is a 404, not a 405 naming the
+// very method the request used.
+func TestHandlersNotFoundIs404(t *testing.T) {
+	b := setup(t, WithRoutes(func(e *echo.Echo, _ echo.MiddlewareFunc) {
+		e.GET("/extra/*", func(c echo.Context) error { return echo.ErrNotFound })
+	}))
+	code, body := b.do(t, http.MethodGet, "/extra/x", b.admin, "")
+	if code != 404 || body["error"] != "not_found" {
+		t.Errorf("GET /extra/x = %d %v, want 404 not_found", code, body)
+	}
+	code, body = b.do(t, http.MethodPost, "/extra/x", b.admin, "")
+	if code != 405 || body["error"] != CodeMethodNotAllowed {
+		t.Errorf("POST /extra/x = %d %v, want 405", code, body)
 	}
 }
 

@@ -306,6 +306,23 @@ type ErrorBody struct {
 	// ServerTime is the gate's clock when a resource lease refusal was
 	// decided (lease_expired, verify_required, quota_exceeded, conflict).
 	ServerTime *time.Time `json:"server_time,omitempty"`
+	// RetryAfterSeconds is how long until the refusal's cause passes,
+	// when the refusal knows it (the HTTP door's Retry-After): an email
+	// budget's next message, a lease-time quota window's end.
+	RetryAfterSeconds int `json:"retry_after_seconds,omitempty"`
+}
+
+// errorBody is err's ErrorBody with code and detail as the caller words
+// them.
+func errorBody(err error, code, detail string) ErrorBody {
+	body := ErrorBody{Error: code, Detail: detail}
+	if at := host.ErrorServerTime(err); !at.IsZero() {
+		body.ServerTime = &at
+	}
+	if d := host.ErrorRetryAfter(err); d > 0 {
+		body.RetryAfterSeconds = host.RetryAfterSeconds(d)
+	}
+	return body
 }
 
 // toolError turns err into an MCP tool error with the HTTP API's code: its
@@ -326,11 +343,7 @@ func toolError(err error) *mcp.CallToolResult {
 	case code == host.CodeInternal:
 		detail = "an internal error occurred; it was logged"
 	}
-	body := ErrorBody{Error: code, Detail: detail}
-	if at := host.ErrorServerTime(err); !at.IsZero() {
-		body.ServerTime = &at
-	}
-	b, _ := json.Marshal(body)
+	b, _ := json.Marshal(errorBody(err, code, detail))
 	return &mcp.CallToolResult{
 		Content: []mcp.Content{mcp.NewTextContent(string(b))},
 		IsError: true,

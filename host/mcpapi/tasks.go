@@ -109,7 +109,7 @@ func errFor(err error) *rpcError {
 	default:
 		rc = rpcServerError
 	}
-	return &rpcError{Code: rc, Message: code + ": " + detail, Data: ErrorBody{Error: code, Detail: detail}}
+	return &rpcError{Code: rc, Message: code + ": " + detail, Data: errorBody(err, code, detail)}
 }
 
 // handle answers the methods served here. It reports false for any other

@@ -178,6 +178,11 @@ func (u *UI) Mount(e *echo.Echo) {
 	static, _ := fs.Sub(staticFS, "static")
 	fileServer := http.StripPrefix("/ui/static/", http.FileServer(http.FS(static)))
 	e.GET("/ui/static/*", func(c echo.Context) error {
+		// Files only: a folder (the static root, or any path ending in
+		// a slash) is not listed.
+		if name := c.Param("*"); name == "" || strings.HasSuffix(name, "/") {
+			return host.Errorf(host.CodeNotFound, "no dashboard file %q", "/ui/static/"+name)
+		}
 		c.Response().Header().Set("Cache-Control", "public, max-age=300")
 		fileServer.ServeHTTP(c.Response(), c.Request())
 		return nil

@@ -434,3 +434,32 @@ func TestFindingATaskKeepsWhatWasTypedOutOfURLs(t *testing.T) {
 		t.Fatalf("the filter recipient=agw_tool: %d", res.StatusCode)
 	}
 }
+
+// TestStaticServesFilesNotFolders: the dashboard's assets are served with
+// their security headers; the folder that holds them is not listed.
+func TestStaticServesFilesNotFolders(t *testing.T) {
+	b := setup(t)
+	for _, c := range []struct {
+		path   string
+		status int
+	}{
+		{"/ui/static/app.css", 200},
+		{"/ui/static/", 404},
+		{"/ui/static/.", 404},
+		{"/ui/static/./", 404},
+		{"/ui/static/nope.js", 404},
+	} {
+		res, err := http.Get(b.ts.URL + c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != c.status || strings.Contains(string(body), "app.js") && c.status != 200 {
+			t.Errorf("GET %s: %d %q, want %d and no listing", c.path, res.StatusCode, body, c.status)
+		}
+		if res.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("GET %s: no nosniff", c.path)
+		}
+	}
+}

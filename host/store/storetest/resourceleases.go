@@ -434,6 +434,9 @@ func testRLQuotas(t *testing.T, b *Bundle, eng *engine.Engine, _ *eventLog) {
 	if !strings.Contains(host.ErrorDetail(err), "quota of 3 concurrent leases") {
 		t.Fatalf("detail = %q", host.ErrorDetail(err))
 	}
+	if d := host.ErrorRetryAfter(err); d != 0 {
+		t.Fatalf("a count quota names a wait of %s: only a release frees it", d)
+	}
 	mustAcquire(t, eng, "b", 0, "Q:3", "READS", "Q:4", "READS") // nothing was granted to a
 	// Total lease time per resource: 10 min per hour in this suite.
 	l := mustAcquire(t, eng, "a", 5*time.Minute, "Q:9", "MUTATES").Leases[0]
@@ -451,9 +454,14 @@ func testRLQuotas(t *testing.T, b *Bundle, eng *engine.Engine, _ *eventLog) {
 	if _, err := eng.ReleaseResources(b.Ctx, a, []string{l.ID}); err != nil {
 		t.Fatal(err)
 	}
-	// Releasing and acquiring again does not reset it.
+	// Releasing and acquiring again does not reset it; the refusal names
+	// the wait until the window (opened by the first grant) ends.
+	windowEnd := l.AcquiredAt.Add(time.Hour)
 	_, err = acquire(eng, "a", 5*time.Minute, "Q:9", "MUTATES")
 	WantCode(t, err, host.CodeQuotaExceeded)
+	if d, w := host.ErrorRetryAfter(err), windowEnd.Sub(b.Clock.Now()); d != w {
+		t.Fatalf("the window refusal names a wait of %s, want %s (the window's end)", d, w)
+	}
 	mustAcquire(t, eng, "b", 5*time.Minute, "Q:9", "MUTATES") // another holder has its own
 }
 
