@@ -77,6 +77,30 @@ func TestEmailTools(t *testing.T) {
 	fails(t, agent, "fetch_task_email", map[string]any{}, "bad_request")
 }
 
+// TestSendEmailBudgetNamesItsWait: past its send_email budget an agent's
+// tool error is quota_exceeded with the budget's wait in
+// retry_after_seconds (an hour over the budget, one message a hour here),
+// as the HTTP door's Retry-After.
+func TestSendEmailBudgetNamesItsWait(t *testing.T) {
+	mp := mailtest.Start(t)
+	mc, err := mail.New(mp.Config("*@example.com"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, mcpapi.Config{}, func(c *engine.Config) {
+		c.Delivery.Mail = mc
+		c.Delivery.EmailLimit = engine.EmailLimit{PerPrincipalPerHour: 1}
+	})
+	agent := b.connect(t, b.agent)
+	args := map[string]any{"to": "x@example.com", "subject": "s", "body": "b"}
+	ok(t, agent, "send_email", args, nil)
+	var body mcpapi.ErrorBody
+	res := call(t, agent, "send_email", args, &body)
+	if !res.IsError || body.Error != "quota_exceeded" || body.RetryAfterSeconds < 3500 || body.RetryAfterSeconds > 3600 {
+		t.Fatalf("the second send: %s; want quota_exceeded with retry_after_seconds in [3500, 3600]", text(res))
+	}
+}
+
 // TestSendEmailWithoutMail: a gate without a mail server answers
 // mail_unavailable.
 func TestSendEmailWithoutMail(t *testing.T) {
