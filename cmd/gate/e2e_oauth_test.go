@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -219,6 +220,14 @@ func testOAuth(t *testing.T, node, clientDir string, extra []string) {
 	}
 	if res, page := get(back.String()); res.StatusCode != 200 || !strings.Contains(page, "Signed in") {
 		t.Fatalf("callback: %d %s", res.StatusCode, page)
+	}
+	// Signed in, the sign-in form's CSRF cookie is gone (as after a key
+	// sign-in); only the session's stays.
+	bu, _ := url.Parse(base + "/ui/")
+	for _, ck := range jar.Cookies(bu) {
+		if ck.Name == "asyncgate_login" {
+			t.Fatalf("the sign-in form's cookie outlives the sign-in: %s", ck)
+		}
 	}
 	if res, page := get(base + "/ui/"); res.StatusCode != 200 || !strings.Contains(page, "admin.user") {
 		t.Fatalf("dashboard after sign-in: %d %.300s", res.StatusCode, page)

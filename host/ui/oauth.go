@@ -82,6 +82,7 @@ func (u *UI) oauthCallback(c echo.Context) error {
 		return u.refuseSignIn(c, http.StatusTooManyRequests, "This principal signed in too often; try again in "+strconv.Itoa(secs)+" s.")
 	}
 	s := u.sessions.create(keyHash, a, u.now())
+	u.setCookie(c, loginCookie, "", -1) // the sign-in form's token, as a key sign-in drops it
 	u.setCookie(c, sessionCookie, s.id, int(sessionMax/time.Second))
 	// The session cookie is SameSite=Strict, and this answer ends a
 	// navigation that began on the provider's site: a redirect would carry
