@@ -123,7 +123,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler
 	e.JSONSerializer = rawJSONSerializer{}
-	e.Use(s.recoverer, s.storeTimeout, s.bodyLimit, refuseNUL, refuseBadURL, traceRequest)
+	e.Use(noSniff, s.recoverer, s.storeTimeout, s.bodyLimit, refuseNUL, refuseBadURL, traceRequest)
 	if s.metrics != nil {
 		e.Use(s.metrics.middleware)
 		s.metrics.watch(s.eng, s.st)
@@ -315,6 +315,17 @@ func encoded(h http.Header) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// noSniff marks every answer's Content-Type as the only reading of its
+// body: answers echo what callers sent (an error names the path it did not
+// find, a task shows its params), and a browser must never take such JSON
+// for a page or a script.
+func noSniff(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Response().Header().Set("X-Content-Type-Options", "nosniff")
+		return next(c)
+	}
 }
 
 // refuseNUL refuses a request whose path or query holds a NUL character

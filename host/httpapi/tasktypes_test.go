@@ -54,10 +54,19 @@ func TestWrongMethodIs405(t *testing.T) {
 			}
 		}
 	}
-	for _, p := range []string{"/nope", "/v1/tasks/x/nope", "/v1/admin/task-types/a/b"} {
+	for _, p := range []string{"/nope", "/v1/tasks/x/nope", "/v1/admin/task-types/a/b", "/ui/%3Cscript%3E"} {
 		code, body := b.do(t, http.MethodGet, p, b.admin, "")
 		if code != 404 || body["error"] != "not_found" {
 			t.Errorf("GET %s = %d %v, want 404 not_found", p, code, body)
+		}
+		// The answer echoes the path: never to be sniffed as a page.
+		res, err := b.ts.Client().Get(b.ts.URL + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("GET %s: no X-Content-Type-Options: nosniff", p)
 		}
 	}
 }
