@@ -142,13 +142,18 @@ func (c *Client) CallBound() time.Duration { return c.cfg.Timeout + QuitGrace }
 func (c *Client) CanRead() bool { return c.cfg.POP3 != nil }
 
 // CheckAddress accepts one bare address (local@domain): no display name, no
-// angle brackets, no CR or LF.
+// angle brackets, no CR or LF, and no relay route in the local part (the
+// "percent hack" user%other.example@allowed.example and UUCP's bang paths,
+// which a relaying server may forward past the recipient allowlist).
 func CheckAddress(addr string) error {
 	if addr == "" {
 		return host.Errorf(host.CodeInvalidEmailAddress, "an email address is required")
 	}
 	if len(addr) > 254 || strings.ContainsAny(addr, "\r\n<>,; \t\"") {
 		return host.Errorf(host.CodeInvalidEmailAddress, "%q is not one bare email address", clip(addr, 80))
+	}
+	if strings.ContainsAny(addr, "%!") {
+		return host.Errorf(host.CodeInvalidEmailAddress, "%q names a relay route (%% or !), which the gate does not send to", clip(addr, 80))
 	}
 	a, err := netmail.ParseAddress(addr)
 	if err != nil || a.Name != "" || a.Address != addr || !strings.Contains(addr[strings.LastIndexByte(addr, '@')+1:], ".") && !strings.HasSuffix(addr, "@localhost") {

@@ -36,6 +36,9 @@ func TestCheckRecipientAllowlistAndSyntax(t *testing.T) {
 		"other@corp.example.com":         host.CodeEmailRecipientNotAllowed,
 		"a@sub.team.example.org":         host.CodeEmailRecipientNotAllowed,
 		"a@evil.com":                     host.CodeEmailRecipientNotAllowed,
+		// A relay route through an allowed domain to another one.
+		"victim%evil.com@team.example.org": host.CodeInvalidEmailAddress,
+		"evil.com!victim@team.example.org": host.CodeInvalidEmailAddress,
 	} {
 		if err := c.CheckRecipient(addr); host.ErrorCode(err) != code {
 			t.Errorf("%q: got %v, want %s", addr, err, code)
