@@ -119,6 +119,35 @@ func TestSendFetchDeleteAgainstMailpit(t *testing.T) {
 	}
 }
 
+// TestSubjectShownAsGiven: a subject is what mail clients show, as the
+// agent wrote it: one holding an encoded word is not decoded by the reader
+// (into a CR LF here), and a long one with non-ASCII text comes back whole.
+func TestSubjectShownAsGiven(t *testing.T) {
+	mp := mailtest.Start(t)
+	c, err := mail.New(mp.Config("*@example.com"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, subj := range []string{
+		"=?utf-8?q?a=0D=0ABcc:_x@evil.com?=",
+		"plain =?= text",
+		strings.Repeat("Résultat é 😀 ", 40),
+		"ASCII only",
+	} {
+		id, err := c.Send(ctx, mail.Message{To: "agent@example.com", Subject: subj, Body: []byte("b")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum, ok := mp.Find(t, id); !ok || sum.Subject != subj {
+			t.Errorf("mailpit shows subject %q, want %q", sum.Subject, subj)
+		}
+		if f, err := c.Fetch(ctx, id); err != nil || f.Subject != subj {
+			t.Errorf("fetched subject %q (%v), want %q", f.Subject, err, subj)
+		}
+	}
+}
+
 // TestSendOutcomes: a recipient the server refuses is a permanent error; a
 // server that is down is a transient one; an address off the allowlist never
 // reaches the server.

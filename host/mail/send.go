@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"mime"
 	"net/smtp"
 	"net/textproto"
 	"sort"
@@ -124,13 +123,44 @@ func classify(err error) error {
 	return err
 }
 
+// encodeSubject is the Subject header's value for s: s itself when it is
+// printable ASCII with no encoded-word opener in it; otherwise all of s
+// as base64 encoded-words (RFC 2047), folded a word a line, so that what a
+// mail client shows is s as given. (A subject holding "=?utf-8?q?…?="
+// would otherwise be decoded by the client, CR and LF included.)
+func encodeSubject(s string) string {
+	plain := !strings.Contains(s, "=?")
+	for i := 0; plain && i < len(s); i++ {
+		plain = s[i] >= ' ' && s[i] <= '~'
+	}
+	if plain {
+		return s
+	}
+	// 45 bytes make 60 base64 characters: with "=?utf-8?b?" and "?=",
+	// a word of 72, under the 75 RFC 2047 allows. Words end on whole
+	// UTF-8 characters, so each decodes alone.
+	var words []string
+	for len(s) > 0 {
+		n := min(len(s), 45)
+		for n < len(s) && n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		if n == 0 {
+			n = min(len(s), 45)
+		}
+		words = append(words, "=?utf-8?b?"+base64.StdEncoding.EncodeToString([]byte(s[:n]))+"?=")
+		s = s[n:]
+	}
+	return strings.Join(words, "\r\n ")
+}
+
 // compose builds the RFC 5322 message.
 func (c *Client) compose(m *Message, now time.Time) []byte {
 	var b bytes.Buffer
 	h := func(k, v string) { b.WriteString(k + ": " + v + "\r\n") }
 	h("From", c.cfg.From)
 	h("To", m.To)
-	h("Subject", mime.QEncoding.Encode("utf-8", m.Subject))
+	h("Subject", encodeSubject(m.Subject))
 	h("Date", now.UTC().Format(time.RFC1123Z))
 	h("Message-ID", "<"+m.MessageID+">")
 	h("MIME-Version", "1.0")
