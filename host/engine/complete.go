@@ -135,6 +135,16 @@ func (e *Engine) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 func (e *Engine) checkCompletion(req *CompleteRequest) error {
 	res := &req.Result
 	stored := len(req.Payload) > 0
+	// Each artifact is judged before the success as a whole: one without
+	// its type is that mistake, not an unlocatable success.
+	if len(res.Artifacts) > host.MaxArtifacts {
+		return host.Errorf(host.CodeTooLarge, "%d artifacts, the limit is %d. %s", len(res.Artifacts), host.MaxArtifacts, host.ContractsNotChat)
+	}
+	for i, a := range res.Artifacts {
+		if strings.TrimSpace(a.Type) == "" {
+			return host.Errorf(host.CodeBadRequest, "artifacts[%d].type is required: say what the artifact is (file, url, record, …)", i)
+		}
+	}
 	if stored {
 		if res.Pointer != "" {
 			return host.Errorf(host.CodeBadRequest, "give result (or result_base64) or result_pointer, not both: the gate records the pointer of the payload it stores")
@@ -145,14 +155,6 @@ func (e *Engine) checkCompletion(req *CompleteRequest) error {
 		}
 		if !res.Locatable() {
 			return host.Errorf(host.CodeNotLocatable, "a success must be locatable: give result_pointer, artifacts or delivery_proof (or a payload to store)")
-		}
-	}
-	if len(res.Artifacts) > host.MaxArtifacts {
-		return host.Errorf(host.CodeTooLarge, "%d artifacts, the limit is %d. %s", len(res.Artifacts), host.MaxArtifacts, host.ContractsNotChat)
-	}
-	for i, a := range res.Artifacts {
-		if strings.TrimSpace(a.Type) == "" {
-			return host.Errorf(host.CodeBadRequest, "artifacts[%d].type is required: say what the artifact is (file, url, record, …)", i)
 		}
 	}
 	for _, f := range []struct {

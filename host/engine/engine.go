@@ -144,13 +144,16 @@ type Config struct {
 
 // Engine is the lease engine and receipt ledger. It is safe for concurrent use.
 type Engine struct {
-	st      store.Store
-	leases  *leaseCache // tasks leased here, by lease id
-	clock   host.Clock
-	log     *slog.Logger
-	cfg     Config
-	policy  host.RetryPolicy
-	waiters *waiters
+	st store.Store
+	// fireDefer holds the schedules this host's firer set aside
+	// (firedefer.go).
+	fireDefer fireDeferrals
+	leases    *leaseCache // tasks leased here, by lease id
+	clock     host.Clock
+	log       *slog.Logger
+	cfg       Config
+	policy    host.RetryPolicy
+	waiters   *waiters
 	// unhook takes the engine's ready hook off its store (store.ReadyHooker).
 	unhook func()
 	types  *typeCache

@@ -119,17 +119,34 @@ func fireTenant(due []*host.Schedule) string {
 func (e *Engine) firePass(ctx context.Context) (int, bool, error) {
 	now := e.now()
 	var due []*host.Schedule
+	// The schedules set aside (firedefer.go) are read past, so that as
+	// many others as a pass holds are still found behind them.
 	if err := e.view(ctx, func(r store.Reader) error {
 		var err error
-		due, err = r.DueSchedules(ctx, now, fireBatch)
+		due, err = r.DueSchedules(ctx, now, fireBatch+e.fireDefer.active(now))
 		return err
-	}); err != nil || len(due) == 0 {
+	}); err != nil {
 		return 0, false, err
+	}
+	due = slices.DeleteFunc(due, func(s *host.Schedule) bool { return e.fireDefer.held(s.ID, now) })
+	if len(due) > fireBatch {
+		due = due[:fireBatch]
+	}
+	if len(due) == 0 {
+		return 0, false, nil
 	}
 	prep := make(map[string]firePrep, len(due))
 	ids := make([]string, 0, len(due))
 	revoked := map[[2]string]bool{} // (tenant, owner) → its keys are all revoked
+	// The task types whose validator could not judge a template in this
+	// pass: their other schedules wait too, without a call each.
+	unjudged := map[[2]string]bool{}
 	for _, s := range due {
+		typ := [2]string{s.Tenant, s.Template.TaskType}
+		if unjudged[typ] {
+			e.fireDefer.deferFire(s.ID, now)
+			continue
+		}
 		ids = append(ids, s.ID)
 		owner := [2]string{s.Tenant, s.Owner}
 		r, seen := revoked[owner]
@@ -145,10 +162,25 @@ func (e *Engine) firePass(ctx context.Context) (int, bool, error) {
 			continue
 		}
 		_, tt, err := e.checkTemplate(ctx, s.Tenant, s.Template)
-		if err != nil && !isTemplateFault(err) {
+		switch {
+		case err == nil || isTemplateFault(err):
+			e.fireDefer.clear(s.ID)
+		case isPluginTransient(err):
+			// Its validator cannot judge the template now: this
+			// schedule waits, the pass goes on with the others.
+			wait := e.fireDefer.deferFire(s.ID, now)
+			e.log.Warn("schedule's template could not be checked; its fires wait", "tenant", s.Tenant,
+				"schedule", s.ID, "task_type", s.Template.TaskType, "retry_in", wait, "err", err)
+			unjudged[typ] = true
+			ids = ids[:len(ids)-1]
+			continue
+		default:
 			return 0, false, err // the store, not the template: try again later
 		}
 		prep[s.ID] = firePrep{tt: tt, err: err, read: s.UpdatedAt}
+	}
+	if len(ids) == 0 {
+		return 0, false, nil
 	}
 	var fired []firedTask
 	var claimed int
@@ -200,6 +232,17 @@ func isTemplateFault(err error) bool {
 		return false
 	}
 	return true
+}
+
+// isPluginTransient reports whether err is a plugin's that passes by
+// itself (a call past its deadline, a plugin in its first load, too many
+// calls at once): the template was not judged.
+func isPluginTransient(err error) bool {
+	switch host.ErrorCode(err) {
+	case host.CodePluginNotReady, host.CodePluginTimeout, host.CodeBusy:
+		return true
+	}
+	return false
 }
 
 // dueFires counts the fires of tm from from (a schedule's next fire) up to
