@@ -457,6 +457,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready chan<- 
 	// the dashboard and the plugins list; they share one key resolver, so a
 	// key revoked through the API is forgotten by the dashboard at once.
 	authn := auth.NewAuthenticator(st, authTTL)
+	eng.OnKeysRevoked(authn.Forget) // a revocation on another host (PostgreSQL)
 	mcpSrv, err := mcpapi.New(mcpapi.Config{Engine: eng, Logger: log, Version: v, AllowAnyHost: cfg.MCPAllowAnyHost,
 		Challenge: mcpChallenge(authn)})
 	if err != nil {

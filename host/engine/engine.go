@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asyncgate/asyncgate/host"
@@ -148,12 +149,14 @@ type Engine struct {
 	// fireDefer holds the schedules this host's firer set aside
 	// (firedefer.go).
 	fireDefer fireDeferrals
-	leases    *leaseCache // tasks leased here, by lease id
-	clock     host.Clock
-	log       *slog.Logger
-	cfg       Config
-	policy    host.RetryPolicy
-	waiters   *waiters
+	// onKeysRevoked is OnKeysRevoked's function.
+	onKeysRevoked atomic.Pointer[func()]
+	leases        *leaseCache // tasks leased here, by lease id
+	clock         host.Clock
+	log           *slog.Logger
+	cfg           Config
+	policy        host.RetryPolicy
+	waiters       *waiters
 	// unhook takes the engine's ready hook off its store (store.ReadyHooker).
 	unhook func()
 	types  *typeCache
@@ -337,6 +340,11 @@ func (e *Engine) forward(ch <-chan string) {
 			if tenant == store.NotifyEveryone {
 				e.waiters.wakeEveryone() // notifications were missed
 				e.rl().wake()
+				e.keysRevoked() // a revocation among them, maybe
+				continue
+			}
+			if tenant == store.KeysRevokedNotice {
+				e.keysRevoked()
 				continue
 			}
 			if e.forwardResourceNotice(tenant) {
@@ -348,6 +356,18 @@ func (e *Engine) forward(ch <-chan string) {
 			}
 			e.waiters.wakeAll(tenant)
 		}
+	}
+}
+
+// OnKeysRevoked has fn called when another host revoked an API key
+// (store.KeysRevokedNotice), and whenever such notices may have been
+// missed: the doors' key cache is dropped with it (auth.Authenticator's
+// Forget). Only stores whose Notifier reaches other hosts tell.
+func (e *Engine) OnKeysRevoked(fn func()) { e.onKeysRevoked.Store(&fn) }
+
+func (e *Engine) keysRevoked() {
+	if fn := e.onKeysRevoked.Load(); fn != nil {
+		(*fn)()
 	}
 }
 

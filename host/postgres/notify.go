@@ -89,6 +89,16 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan string, error) {
 			if s.ownPID(n.PID) && !strings.HasPrefix(n.Payload, store.ReofferNoticePrefix) {
 				continue
 			}
+			if n.Payload == store.KeysRevokedNotice {
+				// Not a hint: a host that missed it would keep a
+				// revoked key for its cache time. It waits for room.
+				select {
+				case out <- n.Payload:
+				case <-ctx.Done():
+					return
+				}
+				continue
+			}
 			select {
 			case out <- n.Payload:
 			default: // the consumer is behind; it will look at the queues anyway

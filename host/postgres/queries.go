@@ -1361,5 +1361,7 @@ func (w *writeTx) RevokeKey(ctx context.Context, id string, at time.Time) error 
 	if n == 0 {
 		return notFound("key", id)
 	}
+	// Every other host drops its cached keys once this commits.
+	w.st.notify = append(w.st.notify, store.KeysRevokedNotice)
 	return nil
 }

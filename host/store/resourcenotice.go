@@ -93,3 +93,9 @@ func ParseReofferNotice(payload string) (tenant, taskType string, n int, ok bool
 type DeferredReofferTx interface {
 	ReofferDeferred()
 }
+
+// KeysRevokedNotice is the Notifier payload saying that an API key was
+// revoked: every host drops the keys it cached (auth.Authenticator), so a
+// revocation on one host, or by `gate keys revoke` on the database, takes
+// effect on all of them at once instead of after their cache time.
+const KeysRevokedNotice = "keys-revoked:"
