@@ -1573,9 +1573,18 @@ class Runner:
             d = os.path.dirname(self.spool_path) or "."
             os.makedirs(d, mode=0o700, exist_ok=True)
             new = not os.path.exists(self.spool_path)
-            fd = os.open(self.spool_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = os.open(self.spool_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
             try:
-                os.write(fd, line.encode())
+                data = line.encode()
+                # A line a crash cut short ends the file without its
+                # newline: the entry starts a line of its own, or it would
+                # be glued to that one and skipped with it.
+                size = os.fstat(fd).st_size
+                if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+                    data = b"\n" + data
+                while data:  # a short write goes on where it stopped
+                    n = os.write(fd, data)
+                    data = data[n:]
                 os.fsync(fd)
             finally:
                 os.close(fd)

@@ -1525,6 +1525,21 @@ class LimitTests(unittest.TestCase):
             self.assertEqual(result_content(t), t["task_type"])
 
 
+class SpoolFileTests(unittest.TestCase):
+    """The spool file itself, without a gate."""
+
+    def test_entry_after_a_torn_line_is_kept(self):
+        # A crash cut the last line short: an outcome spooled after it starts
+        # a line of its own, so it is not skipped with the torn one.
+        path = os.path.join(tempfile.mkdtemp(), "spool.jsonl")
+        r = aw.Runner(aw.Client(URL, "agw_spool"), spool_path=path)
+        r._spool_add({"kind": "complete", "lease_id": "lease-1", "task_id": "T-1", "body": {}})
+        with open(path, "ab") as f:
+            f.write(b'{"kind":"complete","lease_id":"lease-01OLD')
+        r._spool_add({"kind": "fail", "lease_id": "lease-2", "task_id": "T-2", "body": {}})
+        self.assertEqual([e["lease_id"] for e in r._spool_load()], ["lease-1", "lease-2"])
+
+
 class LeaseClockTests(unittest.TestCase):
     """Client._clock: the lease length by the gate's clock."""
 

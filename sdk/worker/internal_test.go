@@ -113,6 +113,18 @@ func TestSpoolAddLoadRemove(t *testing.T) {
 	if err != nil || len(es) != 3 || bad != 1 {
 		t.Fatalf("load: %d entries, %d bad, %v", len(es), bad, err)
 	}
+	// An outcome spooled after the torn line starts a line of its own:
+	// it is kept, not glued to the torn one and skipped with it.
+	if err := sp.add(spoolEntry{Kind: "complete", LeaseID: "l4", TaskID: "T-l4", Body: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	es, bad, err = sp.load()
+	if err != nil || len(es) != 4 || bad != 1 || es[3].LeaseID != "l4" {
+		t.Fatalf("load after a torn line: %d entries (%+v), %d bad, %v", len(es), es, bad, err)
+	}
+	if err := sp.remove(map[string]bool{es[3].key(): true}); err != nil {
+		t.Fatal(err)
+	}
 	if err := sp.remove(map[string]bool{es[0].key(): true, es[2].key(): true}); err != nil {
 		t.Fatal(err)
 	}

@@ -101,9 +101,18 @@ func (s *spool) add(e spoolEntry) error {
 		return fmt.Errorf("spool: %w", err)
 	}
 	_, statErr := os.Stat(s.path)
-	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(s.path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("spool: %w", err)
+	}
+	// A line a crash cut short ends the file without its newline: the
+	// entry starts a line of its own, or it would be glued to that one
+	// and skipped with it.
+	if st, err := f.Stat(); err == nil && st.Size() > 0 {
+		last := make([]byte, 1)
+		if _, err := f.ReadAt(last, st.Size()-1); err == nil && last[0] != '\n' {
+			line = append([]byte{'\n'}, line...)
+		}
 	}
 	_, werr := f.Write(append(line, '\n'))
 	serr := f.Sync()
