@@ -439,6 +439,14 @@ func testComplete(t *testing.T, b *Bundle) {
 	}
 	_, err := b.Engine.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", o), Result: host.Result{Summary: "done, trust me"}})
 	WantCode(t, err, host.CodeNotLocatable)
+	// An artifact without its type is that mistake, named, even when it
+	// is all the success gives (not "not locatable": an artifact was given).
+	_, err = b.Engine.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", o), Result: host.Result{
+		Artifacts: []host.Artifact{{URL: "s3://bucket/key"}}}})
+	WantCode(t, err, host.CodeBadRequest)
+	if !strings.Contains(host.ErrorDetail(err), "artifacts[0].type") {
+		t.Fatalf("an untyped artifact: %v", err)
+	}
 	cr, err := b.Engine.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", o), Result: host.Result{
 		Summary: "ok", Checksum: "sha256:00", Metadata: json.RawMessage(`{"tokens": 1500}`),
 		Artifacts: []host.Artifact{{Type: "s3", URL: "s3://bucket/key"}}}})
