@@ -72,6 +72,10 @@ func NewTaskEnvelope(o host.Offer) TaskEnvelope {
 
 // SnoozeResponse is the answer of a snooze.
 type SnoozeResponse struct {
+	// Status is "snoozed" when the task waits until AvailableAt,
+	// "canceled" when a cancel requested meanwhile ended it instead, and
+	// "ended" when the lease had already ended (a completion, a failure,
+	// an expiry before it): nothing was snoozed, and the task is not named.
 	Status     string `json:"status"`
 	LeaseID    string `json:"lease_id"`
 	TaskID     string `json:"task_id,omitempty"`
@@ -85,6 +89,10 @@ type SnoozeResponse struct {
 // is offered again if it waits in the queue.
 func (r *SnoozeResponse) Fill(t *host.Task) {
 	r.TaskID, r.TaskStatus = t.ID, string(t.State)
+	r.Status = "snoozed"
+	if t.State == host.StateCanceled {
+		r.Status = "canceled"
+	}
 	if t.State == host.StateQueued || t.State == host.StateScheduled {
 		// A snooze is a second at least: the task is scheduled until then.
 		at := t.AvailableAt

@@ -58,6 +58,12 @@ func TestSnooze(t *testing.T) {
 	if code != 200 || m["attempts"].(float64) != 0 {
 		t.Fatalf("task after snooze: %d %v, want attempts 0", code, m)
 	}
+	// The same lease again: it ended with the first snooze; the answer is
+	// a 200 no-op that says so, not "snoozed".
+	code, m = b.do(t, "POST", "/v1/leases/"+id+"/snooze", b.worker, `{"snooze_seconds":60}`)
+	if code != 200 || m["status"] != "ended" || m["task_status"] != nil || m["available_at"] != nil {
+		t.Fatalf("snooze of a lease that ended: %d %v, want 200 status ended, no task named", code, m)
+	}
 }
 
 // TestPauseTaskType: an admin pauses a task type's leasing and resumes it;

@@ -152,7 +152,7 @@ func (s *Server) workerSnooze(ctx context.Context, a engine.Actor, req mcp.CallT
 	if err != nil {
 		return nil, "", err
 	}
-	out := api.SnoozeResponse{Status: "snoozed", LeaseID: call.LeaseID}
+	out := api.SnoozeResponse{Status: "ended", LeaseID: call.LeaseID} // Fill says what the snooze did
 	// As for release: name the task only to the worker that held the lease.
 	if t != nil && (t.WorkerID == "" || t.WorkerID == a.Principal) {
 		out.Fill(t)
