@@ -37,6 +37,15 @@ const (
 	maxFireSteps = 100_000
 )
 
+// maxUnjudgedPerPass bounds the validator calls that may time out in one
+// pass (a deadline each, 2 s by default): past it, the schedules still to
+// be checked wait for the next pass. maxReadPast bounds how many set-aside
+// schedules a pass's read goes past.
+const (
+	maxUnjudgedPerPass = 2
+	maxReadPast        = 2000
+)
+
 // minFireLag is the least lateness a fire is allowed whatever its grace:
 // the firer reaches a fire a tick (and a busy writer) after it is due, so a
 // grace below that (grace_seconds 0) would make every fire missed and a
@@ -123,7 +132,7 @@ func (e *Engine) firePass(ctx context.Context) (int, bool, error) {
 	// many others as a pass holds are still found behind them.
 	if err := e.view(ctx, func(r store.Reader) error {
 		var err error
-		due, err = r.DueSchedules(ctx, now, fireBatch+e.fireDefer.active(now))
+		due, err = r.DueSchedules(ctx, now, fireBatch+min(e.fireDefer.active(now), maxReadPast))
 		return err
 	}); err != nil {
 		return 0, false, err
@@ -137,17 +146,25 @@ func (e *Engine) firePass(ctx context.Context) (int, bool, error) {
 	}
 	prep := make(map[string]firePrep, len(due))
 	ids := make([]string, 0, len(due))
-	revoked := map[[2]string]bool{} // (tenant, owner) → its keys are all revoked
-	// The task types whose validator could not judge a template in this
-	// pass: their other schedules wait too, without a call each.
+	kept := make([]*host.Schedule, 0, len(due)) // the schedules this pass claims
+	revoked := map[[2]string]bool{}             // (tenant, owner) → its keys are all revoked
+	// A template its validator could not judge sets that schedule aside
+	// (firedefer.go). In this pass, the other schedules of its task type
+	// are left for the next one without a call (the validator is likely
+	// slow for them too, but may not be: they get their own call then),
+	// and after maxUnjudgedPerPass such calls every schedule still to be
+	// checked is: a pass costs at most that many deadlines.
 	unjudged := map[[2]string]bool{}
 	for _, s := range due {
+		select {
+		case <-e.stop:
+			return 0, false, nil // closing: the fires are the next start's
+		default:
+		}
 		typ := [2]string{s.Tenant, s.Template.TaskType}
-		if unjudged[typ] {
-			e.fireDefer.deferFire(s.ID, now)
+		if unjudged[typ] || len(unjudged) >= maxUnjudgedPerPass {
 			continue
 		}
-		ids = append(ids, s.ID)
 		owner := [2]string{s.Tenant, s.Owner}
 		r, seen := revoked[owner]
 		if !seen {
@@ -158,6 +175,7 @@ func (e *Engine) firePass(ctx context.Context) (int, bool, error) {
 			revoked[owner] = r
 		}
 		if r {
+			ids, kept = append(ids, s.ID), append(kept, s)
 			prep[s.ID] = firePrep{revoked: true, read: s.UpdatedAt}
 			continue
 		}
@@ -172,11 +190,11 @@ func (e *Engine) firePass(ctx context.Context) (int, bool, error) {
 			e.log.Warn("schedule's template could not be checked; its fires wait", "tenant", s.Tenant,
 				"schedule", s.ID, "task_type", s.Template.TaskType, "retry_in", wait, "err", err)
 			unjudged[typ] = true
-			ids = ids[:len(ids)-1]
 			continue
 		default:
 			return 0, false, err // the store, not the template: try again later
 		}
+		ids, kept = append(ids, s.ID), append(kept, s)
 		prep[s.ID] = firePrep{tt: tt, err: err, read: s.UpdatedAt}
 	}
 	if len(ids) == 0 {
@@ -192,7 +210,7 @@ func (e *Engine) firePass(ctx context.Context) (int, bool, error) {
 			types = append(types, p.tt.Name)
 		}
 	}
-	err := e.update(store.BulkUpdate(ctx, fireTenant(due), types...), func(tx store.Tx) error {
+	err := e.update(store.BulkUpdate(ctx, fireTenant(kept), types...), func(tx store.Tx) error {
 		fired, claimed = fired[:0], 0
 		ss, err := tx.ClaimSchedules(ctx, ids, now)
 		if err != nil {

@@ -1,5 +1,6 @@
-// Command slowvalidator is a hostile test validator: on task type "loop" it
-// never returns (the host stops it at its 300 ms deadline), on "panic" it
+// Command slowvalidator is a hostile test validator: on task type "loop",
+// or params {"loop": true} of any type, it never returns (the host stops it
+// at its deadline), on "panic" it
 // panics, on "exit" the guest exits (a trap), on "garbage" it answers a
 // result its output schema refuses, on "error" it returns an error of its
 // own instead of a verdict, and on "refuse" it refuses the params as a
@@ -14,7 +15,11 @@ import (
 )
 
 func validate(in plugin.ValidateInput, _ *struct{}) ([]plugin.Violation, error) {
-	switch in.TaskType {
+	taskType := in.TaskType
+	if v, ok := in.Params.Get("loop"); ok && v.Kind == plugin.KindBool && v.Bool {
+		taskType = "loop" // these params only: the type's others pass
+	}
+	switch taskType {
 	case "loop":
 		n := 0
 		for {
