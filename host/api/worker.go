@@ -85,14 +85,22 @@ type SnoozeResponse struct {
 	AvailableAt *time.Time `json:"available_at,omitempty"`
 }
 
+// SnoozeStatus is a snooze's Status from the task it gave back (nil: the
+// lease had already ended).
+func SnoozeStatus(t *host.Task) string {
+	switch {
+	case t == nil:
+		return "ended"
+	case t.State == host.StateCanceled:
+		return "canceled"
+	}
+	return "snoozed"
+}
+
 // Fill names the task a snooze gave back: its id, its status, and when it
 // is offered again if it waits in the queue.
 func (r *SnoozeResponse) Fill(t *host.Task) {
 	r.TaskID, r.TaskStatus = t.ID, string(t.State)
-	r.Status = "snoozed"
-	if t.State == host.StateCanceled {
-		r.Status = "canceled"
-	}
 	if t.State == host.StateQueued || t.State == host.StateScheduled {
 		// A snooze is a second at least: the task is scheduled until then.
 		at := t.AvailableAt

@@ -400,7 +400,7 @@ func (s *Server) snooze(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := api.SnoozeResponse{Status: "ended", LeaseID: call.LeaseID} // Fill says what the snooze did
+	out := api.SnoozeResponse{Status: api.SnoozeStatus(t), LeaseID: call.LeaseID}
 	// As for release: name the task only to the worker that held the lease.
 	if t != nil && (call.WorkerID == "" || t.WorkerID == "" || t.WorkerID == call.WorkerID) {
 		out.Fill(t)

@@ -134,6 +134,7 @@ func TestSubjectShownAsGiven(t *testing.T) {
 		"plain =?= text",
 		strings.Repeat("Résultat é 😀 ", 40),
 		"ASCII only",
+		strings.Repeat("long ascii ", 90), // 990 bytes: past one header line
 	} {
 		id, err := c.Send(ctx, mail.Message{To: "agent@example.com", Subject: subj, Body: []byte("b")})
 		if err != nil {

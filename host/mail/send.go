@@ -124,29 +124,31 @@ func classify(err error) error {
 }
 
 // encodeSubject is the Subject header's value for s: s itself when it is
-// printable ASCII with no encoded-word opener in it; otherwise all of s
-// as base64 encoded-words (RFC 2047), folded a word a line, so that what a
-// mail client shows is s as given. (A subject holding "=?utf-8?q?…?="
-// would otherwise be decoded by the client, CR and LF included.)
+// printable ASCII with no encoded-word opener in it and fits one header
+// line; otherwise all of s as base64 encoded words (RFC 2047), one a
+// line, so that what a mail client shows is s as given. (A subject
+// holding "=?utf-8?q?…?=" would otherwise be decoded by the client, CR and
+// LF included.)
 func encodeSubject(s string) string {
-	plain := !strings.Contains(s, "=?")
+	plain := !strings.Contains(s, "=?") && len("Subject: ")+len(s) <= 998
 	for i := 0; plain && i < len(s); i++ {
 		plain = s[i] >= ' ' && s[i] <= '~'
 	}
 	if plain {
 		return s
 	}
-	// 45 bytes make 60 base64 characters: with "=?utf-8?b?" and "?=",
-	// a word of 72, under the 75 RFC 2047 allows. Words end on whole
+	// 39 bytes make 52 base64 characters: with "=?utf-8?b?" and "?=" a
+	// word of 64, and the first line, after "Subject: ", 73: under the 76
+	// RFC 2047 allows a line that holds encoded words. Words end on whole
 	// UTF-8 characters, so each decodes alone.
 	var words []string
 	for len(s) > 0 {
-		n := min(len(s), 45)
+		n := min(len(s), 39)
 		for n < len(s) && n > 0 && !utf8.RuneStart(s[n]) {
 			n--
 		}
 		if n == 0 {
-			n = min(len(s), 45)
+			n = min(len(s), 39)
 		}
 		words = append(words, "=?utf-8?b?"+base64.StdEncoding.EncodeToString([]byte(s[:n]))+"?=")
 		s = s[n:]

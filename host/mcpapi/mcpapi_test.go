@@ -667,6 +667,13 @@ func TestCancelAndFail(t *testing.T) {
 		t.Fatalf("snoozed task: %v, want scheduled with no attempt used", raw)
 	}
 	fails(t, worker, "worker_fail_task", map[string]any{"task_id": id, "run_id": lease.RunID, "error_message": "late"}, host.CodeLeaseExpired)
+	// The same run again: it ended with the snooze; nothing is snoozed
+	// now, and the answer says so.
+	var again api.SnoozeResponse
+	ok(t, worker, "worker_snooze_task", map[string]any{"task_id": id, "run_id": lease.RunID, "snooze_seconds": 600}, &again)
+	if again.Status != "ended" || again.TaskID != "" || again.AvailableAt != nil {
+		t.Fatalf("a second snooze of the run: %+v, want status ended naming no task", again)
+	}
 }
 
 // TestErrorCodes checks that tool errors carry the HTTP API's codes.

@@ -152,12 +152,18 @@ func (s *Server) workerSnooze(ctx context.Context, a engine.Actor, req mcp.CallT
 	if err != nil {
 		return nil, "", err
 	}
-	out := api.SnoozeResponse{Status: "ended", LeaseID: call.LeaseID} // Fill says what the snooze did
+	out := api.SnoozeResponse{Status: api.SnoozeStatus(t), LeaseID: call.LeaseID}
 	// As for release: name the task only to the worker that held the lease.
 	if t != nil && (t.WorkerID == "" || t.WorkerID == a.Principal) {
 		out.Fill(t)
 	}
 	text := fmt.Sprintf("Task %s: snoozed; your run is over.", call.TaskID)
+	switch out.Status {
+	case "ended":
+		text = fmt.Sprintf("Task %s: your run had already ended; nothing was snoozed.", call.TaskID)
+	case "canceled":
+		text = fmt.Sprintf("Task %s: its cancel was requested, so it ended canceled instead; your run is over.", call.TaskID)
+	}
 	if out.AvailableAt != nil {
 		text = fmt.Sprintf("Task %s: snoozed until %s; your run is over.", call.TaskID, out.AvailableAt.Format(time.RFC3339))
 	}

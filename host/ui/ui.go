@@ -176,13 +176,8 @@ func parsePages() (map[string]*template.Template, error) {
 func (u *UI) Mount(e *echo.Echo) {
 	e.GET("/ui", func(c echo.Context) error { return c.Redirect(http.StatusSeeOther, "/ui/") })
 	static, _ := fs.Sub(staticFS, "static")
-	fileServer := http.StripPrefix("/ui/static/", http.FileServer(http.FS(static)))
+	fileServer := http.StripPrefix("/ui/static/", http.FileServer(http.FS(filesOnly{static})))
 	e.GET("/ui/static/*", func(c echo.Context) error {
-		// Files only: a folder (the static root, or any path ending in
-		// a slash) is not listed.
-		if name := c.Param("*"); name == "" || strings.HasSuffix(name, "/") {
-			return host.Errorf(host.CodeNotFound, "no dashboard file %q", "/ui/static/"+name)
-		}
 		c.Response().Header().Set("Cache-Control", "public, max-age=300")
 		fileServer.ServeHTTP(c.Response(), c.Request())
 		return nil
@@ -216,6 +211,22 @@ func (u *UI) Mount(e *echo.Echo) {
 	e.GET("/ui/ledger", u.ledger, in...)
 	e.GET("/ui/fragments/ledger", u.ledgerFragment, in...)
 	e.POST("/ui/ledger/verify", u.startVerify, in...)
+}
+
+// filesOnly is a file system whose folders do not exist: the file server
+// lists none, however the path names one ("/", "%2F", "./").
+type filesOnly struct{ fs.FS }
+
+func (f filesOnly) Open(name string) (fs.File, error) {
+	file, err := f.FS.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := file.Stat(); err != nil || st.IsDir() {
+		file.Close()
+		return nil, fs.ErrNotExist
+	}
+	return file, nil
 }
 
 // headers sets the security headers of every dashboard answer: no framing,

@@ -447,6 +447,9 @@ func TestStaticServesFilesNotFolders(t *testing.T) {
 		{"/ui/static/", 404},
 		{"/ui/static/.", 404},
 		{"/ui/static/./", 404},
+		{"/ui/static/%2F", 404},
+		{"/ui/static/.%2F", 404},
+		{"/ui/static/%2e%2F", 404},
 		{"/ui/static/nope.js", 404},
 	} {
 		res, err := http.Get(b.ts.URL + c.path)

@@ -1580,8 +1580,10 @@ class Runner:
                 # newline: the entry starts a line of its own, or it would
                 # be glued to that one and skipped with it.
                 size = os.fstat(fd).st_size
-                if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
-                    data = b"\n" + data
+                if size > 0:
+                    os.lseek(fd, size - 1, os.SEEK_SET)  # (no os.pread on Windows)
+                    if os.read(fd, 1) != b"\n":
+                        data = b"\n" + data
                 while data:  # a short write goes on where it stopped
                     n = os.write(fd, data)
                     data = data[n:]
