@@ -3,6 +3,8 @@ package engine
 import (
 	"testing"
 	"time"
+
+	"github.com/asyncgate/asyncgate/host/store"
 )
 
 // TestFireDeferralsBackOff: a schedule set aside again waits twice as long,
@@ -34,5 +36,27 @@ func TestFireDeferralsBackOff(t *testing.T) {
 	}
 	if d.active(now.Add(fireDeferFirst + 2*fireDeferMax + time.Second)); len(d.m) != 0 {
 		t.Fatalf("an old deferral is kept: %v", d.m)
+	}
+}
+
+// TestKeysRevokedNoticeForgets: another host's revocation notice, and a
+// resubscription that may have missed one, call the OnKeysRevoked hook;
+// a tenant's wake-up does not.
+func TestKeysRevokedNoticeForgets(t *testing.T) {
+	eng, err := New(Config{Store: openSQLite(t), ExpiryJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	calls := 0
+	eng.OnKeysRevoked(func() { calls++ })
+	ch := make(chan string, 3)
+	ch <- "acme"
+	ch <- store.KeysRevokedNotice
+	ch <- store.NotifyEveryone
+	close(ch)
+	eng.forward(ch)
+	if calls != 2 {
+		t.Fatalf("the hook ran %d times, want 2 (the notice, the resubscription)", calls)
 	}
 }
