@@ -221,8 +221,14 @@ func TestE2EHostileHTTPInput(t *testing.T) {
 	want(t, call(t, "PUT", g.URL+"/v1/admin/task-types/nope", g.Admin, map[string]any{"default_result_channel": "../../x"}), 400, "bad_request")
 	g.enqueue(t, agent, "h", nil)
 	o := g.lease(t, worker, "h.1", nil)
-	for _, body := range []string{`{"artifacts":[{}]}`, `{"delivery_proof":{}}`, `{"result_pointer":" "}`} {
+	for _, body := range []string{`{"artifacts":[{"type":"s3"}]}`, `{"delivery_proof":{}}`, `{"result_pointer":" "}`} {
 		want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/complete", worker, body), 422, "not_locatable")
+	}
+	// An artifact without its type is that mistake, named.
+	r := call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/complete", worker, `{"artifacts":[{}]}`)
+	want(t, r, 400, "bad_request")
+	if !strings.Contains(string(r.Body), "artifacts[0].type") {
+		t.Fatalf("an untyped artifact's refusal does not name it: %s", r.Body)
 	}
 	want(t, call(t, "POST", g.URL+"/v1/leases/"+o[0].LeaseID+"/complete", worker, `{"result_pointer":"s3://b/k","result_checksum":"garbage"}`), 400, "bad_request")
 }

@@ -1211,9 +1211,9 @@ func testHostileInput(t *testing.T, b *Bundle) {
 	// Successes that only look locatable are refused.
 	b.Enqueue(t, "work")
 	o := b.LeaseOne(t, "w.1")
+	// (An artifact without its type is that mistake, 400 naming it:
+	// testComplete.)
 	for _, res := range []host.Result{
-		{Artifacts: []host.Artifact{{}}},
-		{Artifacts: []host.Artifact{{Type: ""}}},
 		{Artifacts: []host.Artifact{{Type: "s3"}}},
 		{DeliveryProof: json.RawMessage(`{}`)},
 		{DeliveryProof: json.RawMessage(`"x"`)},
@@ -1221,6 +1221,13 @@ func testHostileInput(t *testing.T, b *Bundle) {
 	} {
 		_, err := b.Engine.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", o), Result: res})
 		WantCode(t, err, host.CodeNotLocatable)
+	}
+	for _, res := range []host.Result{
+		{Artifacts: []host.Artifact{{}}},
+		{Artifacts: []host.Artifact{{Type: " ", URL: "s3://b/k"}}},
+	} {
+		_, err := b.Engine.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", o), Result: res})
+		WantCode(t, err, host.CodeBadRequest)
 	}
 	_, err := b.Engine.Complete(b.Ctx, engine.CompleteRequest{WorkerCall: Call("w.1", o), Result: host.Result{Pointer: "x:y", Checksum: "garbage"}})
 	WantCode(t, err, host.CodeBadRequest)
