@@ -697,8 +697,11 @@ func TestE2EKeysAndLedgerCLI(t *testing.T) {
 		t.Fatalf("keys create: %d %q %q", code, out, errOut)
 	}
 	agentKey := strings.TrimSpace(out)
-	if _, _, code := gateCLI(t, "keys", "create", "--data", dir, "--role", "wizard", "--principal", "x"); code == 0 {
-		t.Fatal("keys create accepted role wizard")
+	// A flag value the gate would refuse is bad usage (exit 2), named.
+	for _, bad := range [][]string{{"--role", "wizard", "--principal", "x"}, {"--role", "worker", "--principal", "noinstance"}, {"--role", "agent", "--principal", "asyncgate"}} {
+		if _, errOut, code := gateCLI(t, append([]string{"keys", "create", "--data", dir}, bad...)...); code != 2 || !strings.Contains(errOut, "gate keys create:") {
+			t.Fatalf("keys create %v: exit %d %q, want 2 and the reason", bad, code, errOut)
+		}
 	}
 	want(t, call(t, "GET", g.URL+"/v1/tasks", agentKey, nil), 200, "")
 	out, _, code = gateCLI(t, "keys", "list", "--data", dir, "--json")

@@ -84,6 +84,15 @@ func runKeys(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if sub == "create" {
+		// The flags' values are checked before the data folder is opened:
+		// a value the gate would refuse is bad usage, as for every command.
+		if err := auth.CheckNewKey(auth.NewKeyRequest{Role: *role, Principal: *principal, Tenant: *tenant}); err != nil {
+			fmt.Fprintln(stderr, "gate keys create:", err)
+			usage(stderr)
+			return 2
+		}
+	}
 	st, _, err := openStore(context.Background(), *data, *db, openExisting) // never creates a gate
 	if err != nil {
 		fmt.Fprintln(stderr, "gate keys:", err)

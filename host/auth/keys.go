@@ -82,25 +82,8 @@ func CreateKey(ctx context.Context, st store.Store, req NewKeyRequest) (*Created
 	if req.Tenant == "" {
 		req.Tenant = DefaultTenant
 	}
-	switch req.Role {
-	case engine.RoleAdmin, engine.RoleAgent, engine.RoleWorker:
-	default:
-		return nil, host.Errorf(host.CodeBadRequest, "role must be admin, agent or worker, got %q", req.Role)
-	}
-	if !TenantPattern.MatchString(req.Tenant) {
-		return nil, host.Errorf(host.CodeBadRequest, "tenant must match %s", TenantPattern)
-	}
-	if !principalPattern.MatchString(req.Principal) {
-		return nil, host.Errorf(host.CodeBadRequest, "principal must match %s", principalPattern)
-	}
-	// The gate's own name is what its receipts (task.assigned, escalations,
-	// checkpoints) come from: a key under it would read every receipt the
-	// gate issued in its tenant and write words that read as the gate's.
-	if strings.EqualFold(req.Principal, engine.GatePrincipal) {
-		return nil, host.Errorf(host.CodeForbidden, "principal %q is the gate's own and cannot hold a key", req.Principal)
-	}
-	if req.Role == engine.RoleWorker && !host.ValidWorkerID(req.Principal) {
-		return nil, host.Errorf(host.CodeInvalidWorkerID, "a worker key's principal is its worker id and must match pattern {type}.{instance}")
+	if err := CheckNewKey(req); err != nil {
+		return nil, err
 	}
 	var raw [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
@@ -161,4 +144,35 @@ func storeErr(err error) error {
 		return err
 	}
 	return host.WrapError(host.CodeDatabaseUnavailable, err, "the store failed: "+err.Error())
+}
+
+// CheckNewKey reports what is wrong with req before anything is stored:
+// its role, tenant and principal (the gate's own name holds no key; a
+// worker's principal is its worker id). An empty tenant is the default
+// one. The CLI checks its flags with it before it opens the data folder.
+func CheckNewKey(req NewKeyRequest) error {
+	if req.Tenant == "" {
+		req.Tenant = DefaultTenant
+	}
+	switch req.Role {
+	case engine.RoleAdmin, engine.RoleAgent, engine.RoleWorker:
+	default:
+		return host.Errorf(host.CodeBadRequest, "role must be admin, agent or worker, got %q", req.Role)
+	}
+	if !TenantPattern.MatchString(req.Tenant) {
+		return host.Errorf(host.CodeBadRequest, "tenant must match %s", TenantPattern)
+	}
+	if !principalPattern.MatchString(req.Principal) {
+		return host.Errorf(host.CodeBadRequest, "principal must match %s", principalPattern)
+	}
+	// The gate's own name is what its receipts (task.assigned, escalations,
+	// checkpoints) come from: a key under it would read every receipt the
+	// gate issued in its tenant and write words that read as the gate's.
+	if strings.EqualFold(req.Principal, engine.GatePrincipal) {
+		return host.Errorf(host.CodeForbidden, "principal %q is the gate's own and cannot hold a key", req.Principal)
+	}
+	if req.Role == engine.RoleWorker && !host.ValidWorkerID(req.Principal) {
+		return host.Errorf(host.CodeInvalidWorkerID, "a worker key's principal is its worker id and must match pattern {type}.{instance}")
+	}
+	return nil
 }
