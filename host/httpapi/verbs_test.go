@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -38,6 +39,10 @@ func TestSnooze(t *testing.T) {
 		if code, m := b.do(t, "POST", "/v1/leases/"+id+"/snooze", b.worker, body); code != http.StatusBadRequest || m["error"] != "bad_request" {
 			t.Fatalf("snooze %s: %d %v, want 400 bad_request", body, code, m)
 		}
+	}
+	// A snooze that names no duration says the field is missing, not "got 0".
+	if _, m := b.do(t, "POST", "/v1/leases/"+id+"/snooze", b.worker, `{}`); !strings.Contains(fmt.Sprint(m["detail"]), "snooze_seconds is required") {
+		t.Fatalf("snooze {}: %v, want the missing field named", m)
 	}
 	if code, m := b.do(t, "POST", "/v1/leases/"+id+"/snooze", other.APIKey, `{"snooze_seconds":60}`); code != http.StatusNotFound || m["error"] != "not_found" {
 		t.Fatalf("another worker's snooze: %d %v, want 404 not_found, as for an unknown lease", code, m)

@@ -389,6 +389,9 @@ func (s *Server) snooze(c echo.Context) error {
 	if host.LongerThan(b.Reason, 1000) {
 		return badRequest("reason is longer than 1000 characters")
 	}
+	if b.SnoozeSeconds == 0 {
+		return badRequest("snooze_seconds is required: how long the task waits, 1..%d seconds", int64(engine.MaxSnooze/time.Second))
+	}
 	if b.SnoozeSeconds < 1 || b.SnoozeSeconds > int64(engine.MaxSnooze/time.Second) {
 		return badRequest("snooze_seconds must be 1..%d, got %d", int64(engine.MaxSnooze/time.Second), b.SnoozeSeconds)
 	}

@@ -140,6 +140,9 @@ func (s *Server) workerSnooze(ctx context.Context, a engine.Actor, req mcp.CallT
 	if err != nil {
 		return nil, "", err
 	}
+	if in.SnoozeSeconds == 0 {
+		return nil, "", host.Errorf(host.CodeBadRequest, "snooze_seconds is required: how long the task waits, 1..%d seconds", int64(engine.MaxSnooze/time.Second))
+	}
 	if in.SnoozeSeconds < 1 || in.SnoozeSeconds > int64(engine.MaxSnooze/time.Second) {
 		return nil, "", host.Errorf(host.CodeBadRequest, "snooze_seconds must be 1..%d, got %d", int64(engine.MaxSnooze/time.Second), in.SnoozeSeconds)
 	}
