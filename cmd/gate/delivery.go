@@ -106,7 +106,7 @@ func runOutbox(args []string, stdout, stderr io.Writer) int {
 		ids = append(ids, id)
 	}
 	ctx := context.Background()
-	st, _, err := openStore(ctx, *data, *db, openExisting)
+	st, _, err := openStore(ctx, *data, *db, openAsIs)
 	if err != nil {
 		fmt.Fprintf(stderr, "gate outbox %s: %v\n", verb, err)
 		return 1

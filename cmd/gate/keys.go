@@ -93,7 +93,7 @@ func runKeys(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	st, _, err := openStore(context.Background(), *data, *db, openExisting) // never creates a gate
+	st, _, err := openStore(context.Background(), *data, *db, openAsIs) // never creates a gate, never migrates
 	if err != nil {
 		fmt.Fprintln(stderr, "gate keys:", err)
 		return 1

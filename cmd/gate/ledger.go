@@ -53,7 +53,7 @@ func runLedger(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	st, _, err := openStore(context.Background(), *data, *db, openExisting) // never creates a gate
+	st, _, err := openStore(context.Background(), *data, *db, openAsIs) // never creates a gate, never migrates
 	if err != nil {
 		fmt.Fprintln(stderr, "gate ledger verify:", err)
 		return 1

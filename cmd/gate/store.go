@@ -19,12 +19,20 @@ import (
 type openMode int
 
 const (
-	// openExisting is for every command but serve: keys, ledger, mcp. A
-	// missing data folder or database is an error, never a new gate.
+	// openExisting is gate mcp's, a gate of its own on an existing data
+	// folder or database: a missing one is an error, never a new gate; an
+	// older schema is migrated, as serve migrates it.
 	openExisting openMode = iota
 	// openOrCreate is serve's: a first start on a data folder that does not
 	// exist or is empty creates the gate there.
 	openOrCreate
+	// openAsIs is for the commands that look at or tend an existing gate
+	// (keys, ledger verify, outbox): openExisting that also leaves the
+	// schema as it found it, refusing one that lacks this gate's
+	// migrations (store.OlderSchemaError). A check with a newer binary, of
+	// a backup or beside the hosts that serve the database, never moves it
+	// past the gate that serves it.
+	openAsIs
 )
 
 // newFolderEntries are what a data folder may already hold when a first start
@@ -40,7 +48,7 @@ var newFolderEntries = map[string]bool{"plugins": true, "wasm-cache": true, "los
 // (host/postgres), which several gate hosts can share. It reports whether it
 // created a new SQLite database; only mode openOrCreate ever does.
 func openStore(ctx context.Context, dataDir, dbURL string, mode openMode) (store.Store, bool, error) {
-	return openStoreWith(ctx, dataDir, dbURL, mode, postgres.Options{})
+	return openStoreWith(ctx, dataDir, dbURL, mode, postgres.Options{NoMigrate: mode == openAsIs})
 }
 
 // maxDBWriters caps --db-writers: each writer holds a connection and a
@@ -54,16 +62,20 @@ func isPostgresURL(dbURL string) bool {
 
 // openStoreWith is openStore with the PostgreSQL store's options.
 func openStoreWith(ctx context.Context, dataDir, dbURL string, mode openMode, pgOpts postgres.Options) (store.Store, bool, error) {
+	asIs := mode == openAsIs
+	if asIs {
+		mode = openExisting
+	}
 	switch {
 	case dbURL == "":
 		path := filepath.Join(dataDir, "gate.db")
 		if _, err := os.Stat(path); err == nil || !errors.Is(err, fs.ErrNotExist) {
-			return openSQLite(path, openExisting)
+			return openSQLite(path, openExisting, asIs)
 		}
 		if err := checkNewDataFolder(dataDir, mode); err != nil {
 			return nil, false, err
 		}
-		return openSQLite(path, mode)
+		return openSQLite(path, mode, asIs)
 	case strings.HasPrefix(dbURL, "sqlite:"):
 		path := strings.TrimPrefix(strings.TrimPrefix(dbURL, "sqlite:"), "//")
 		if path == "" {
@@ -77,7 +89,7 @@ func openStoreWith(ctx context.Context, dataDir, dbURL string, mode openMode, pg
 				return nil, false, fmt.Errorf("--db %s does not exist: %w", dbURL, err)
 			}
 		}
-		return openSQLite(path, mode)
+		return openSQLite(path, mode, asIs)
 	case isPostgresURL(dbURL):
 		// Several gate hosts may share the database (see docs/postgres.md).
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -115,13 +127,13 @@ func checkNewDataFolder(dir string, mode openMode) error {
 	return nil
 }
 
-func openSQLite(path string, mode openMode) (store.Store, bool, error) {
+func openSQLite(path string, mode openMode, asIs bool) (store.Store, bool, error) {
 	created := false
 	if mode == openOrCreate {
 		_, err := os.Stat(path)
 		created = errors.Is(err, fs.ErrNotExist)
 	}
-	st, err := sqlite.Open(path, sqlite.Options{MustExist: mode == openExisting})
+	st, err := sqlite.Open(path, sqlite.Options{MustExist: mode == openExisting, NoMigrate: asIs})
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, false, fmt.Errorf("database %s does not exist: check --data or --db (a gate is created by its first `gate serve`)", path)

@@ -60,6 +60,10 @@ type Options struct {
 	// every connection; it isolates one gate deployment (or one test) from
 	// another in the same database.
 	Schema string
+	// NoMigrate refuses a database with migrations not yet applied
+	// (store.OlderSchemaError) instead of applying them. The commands that
+	// only look at or tend an existing gate set it.
+	NoMigrate bool
 	// MaxBatch caps how many updates share one commit (default 256).
 	MaxBatch int
 	// Writers is the number of writer goroutines, each with its own
@@ -339,6 +343,9 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 		if n > 0 {
 			continue
+		}
+		if s.opts.NoMigrate {
+			return store.OlderSchemaError("postgres", applied, known)
 		}
 		body, err := migrations.ReadFile(name)
 		if err != nil {

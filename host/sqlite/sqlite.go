@@ -44,6 +44,10 @@ type Options struct {
 	// MustExist refuses to create the database: a missing file is an error
 	// wrapping fs.ErrNotExist. Commands that work on an existing gate set it.
 	MustExist bool
+	// NoMigrate refuses a database with migrations not yet applied
+	// (store.OlderSchemaError) instead of applying them. The commands that
+	// only look at or tend an existing gate set it.
+	NoMigrate bool
 	// CheckpointEvery is how often, at most, the writer records a ledger
 	// checkpoint while it appends receipts (default 10 s). Close records
 	// one too.
@@ -255,6 +259,9 @@ func (s *Store) migrate() error {
 		}
 		if n > 0 {
 			continue
+		}
+		if s.opts.NoMigrate {
+			return store.OlderSchemaError("sqlite", applied, known)
 		}
 		body, err := migrations.ReadFile(name)
 		if err != nil {

@@ -264,6 +264,20 @@ func NewerSchemaError(driver string, applied, known int) error {
 		driver, applied, known)
 }
 
+// OlderSchemaError is a driver's refusal, when asked not to migrate, to
+// open a database whose schema lacks migrations this gate knows: the
+// commands that only look at or tend a gate (keys, ledger verify, outbox)
+// leave its schema as they found it, so a check with a newer binary never
+// moves a database past the gate that serves it. applied 0: no gate's
+// schema at all.
+func OlderSchemaError(driver string, applied, known int) error {
+	if applied == 0 {
+		return host.Errorf(host.CodeConflict, "%s: the database holds no gate (no schema): a gate is created by its first `gate serve`", driver)
+	}
+	return host.Errorf(host.CodeConflict, "%s: the database's schema is at version %d, older than this gate's %d, and this command does not migrate it: a `gate serve` of this version migrates it when it starts (back the database up first), or use the gate that made it",
+		driver, applied, known)
+}
+
 // bulkKey marks a context whose Update adds new work; its value is the
 // bulkWork the work is.
 type bulkKey struct{}
