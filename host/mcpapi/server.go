@@ -94,7 +94,11 @@ type Server struct {
 	// sessions are the live sessions by id: only ids the gate issued
 	// (openSession) and not yet ended; any other id is answered 404.
 	sessions map[string]*session
-	typeFP   map[string]string // tenant -> fingerprint of its task types
+	// byKey and perTenant index the HTTP sessions for their caps
+	// (openSession): key hash -> id -> session, tenant -> count.
+	byKey     map[string]map[string]*session
+	perTenant map[string]int
+	typeFP    map[string]string // tenant -> fingerprint of its task types
 
 	keyMu     sync.Mutex
 	keyChecks map[string]keyCheck // key hash -> last read of the key
@@ -136,7 +140,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.KeyCheckInterval = DefaultKeyCheckInterval
 	}
 	s := &Server{eng: cfg.Engine, log: cfg.Logger, cfg: cfg, roles: map[string][]string{}, args: map[string]*argSchema{},
-		sessions: map[string]*session{}, typeFP: map[string]string{}, keyChecks: map[string]keyCheck{}, watched: map[string]*watched{}, watchDone: make(chan struct{})}
+		sessions: map[string]*session{}, byKey: map[string]map[string]*session{}, perTenant: map[string]int{}, typeFP: map[string]string{}, keyChecks: map[string]keyCheck{}, watched: map[string]*watched{}, watchDone: make(chan struct{})}
 	s.drain, s.endDrain = context.WithCancel(context.Background())
 	opts := []server.ServerOption{
 		server.WithToolCapabilities(true), // the task types are tools: they change

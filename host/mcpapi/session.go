@@ -24,6 +24,21 @@ const DefaultWatchInterval = 500 * time.Millisecond
 // open event stream is remembered.
 const sessionIdle = time.Hour
 
+// The live HTTP sessions are bounded, as the dashboard's are: an
+// initialize past a cap ends the least recently used session of the key
+// (MaxSessionsPerKey), else of its tenant (maxSessionsPerTenant), else,
+// with the whole table full (maxSessions), of the tenant holding the most —
+// never another key's while its own are over. An ended session's next
+// request is 404, and its client starts a new one, as after a restart. One
+// key initializing over and over (20,000 times grew the gate by 580 MB)
+// churns only its own sessions.
+const (
+	maxSessions = 10000
+	// MaxSessionsPerKey is how many live HTTP sessions one key keeps.
+	MaxSessionsPerKey    = 64
+	maxSessionsPerTenant = maxSessions / 4
+)
+
 // maxWatched bounds the tasks watched for notifications.
 const maxWatched = 10000
 
@@ -83,13 +98,93 @@ func (s *Server) openSession(id string, a engine.Actor, keyHash string, send fun
 	sess := &session{id: id, actor: a, keyHash: keyHash, send: send, seen: time.Now()}
 	sess.gone, sess.end = context.WithCancel(context.Background())
 	s.sessMu.Lock()
-	old := s.sessions[id]
+	var ended []*session
+	if old := s.sessions[id]; old != nil { // an id is issued once; never keep two sessions under one
+		s.forgetLocked(old)
+		ended = append(ended, old)
+	}
+	if !sess.stdio() {
+		ended = append(ended, s.makeRoomLocked(keyHash, a.Tenant)...)
+	}
 	s.sessions[id] = sess
+	if !sess.stdio() {
+		if s.byKey[keyHash] == nil {
+			s.byKey[keyHash] = map[string]*session{}
+		}
+		s.byKey[keyHash][id] = sess
+		s.perTenant[a.Tenant]++
+	}
 	s.sessMu.Unlock()
-	if old != nil { // an id is issued once; never keep two sessions under one
-		old.end()
+	for _, o := range ended {
+		o.end()
 	}
 	return sess
+}
+
+// makeRoomLocked forgets the sessions a new one of key hash in tenant
+// takes the place of under the caps (MaxSessionsPerKey and the others),
+// and returns them to be ended.
+func (s *Server) makeRoomLocked(keyHash, tenant string) []*session {
+	var ended []*session
+	drop := func(o *session) {
+		if o != nil {
+			s.forgetLocked(o)
+			ended = append(ended, o)
+		}
+	}
+	if own := s.byKey[keyHash]; len(own) >= MaxSessionsPerKey {
+		drop(leastRecent(own, nil))
+		return ended
+	}
+	if s.perTenant[tenant] >= maxSessionsPerTenant {
+		drop(leastRecent(s.sessions, func(o *session) bool { return o.actor.Tenant == tenant && !o.stdio() }))
+		return ended
+	}
+	if len(s.sessions) >= maxSessions {
+		big := ""
+		for t, n := range s.perTenant {
+			if big == "" || n > s.perTenant[big] {
+				big = t
+			}
+		}
+		drop(leastRecent(s.sessions, func(o *session) bool { return o.actor.Tenant == big && !o.stdio() }))
+	}
+	return ended
+}
+
+// leastRecent is the session of m (among those keep takes, when it is
+// not nil) used longest ago, preferring one without an open event stream;
+// nil when there is none.
+func leastRecent(m map[string]*session, keep func(*session) bool) *session {
+	var best *session
+	for _, o := range m {
+		if keep != nil && !keep(o) {
+			continue
+		}
+		if best == nil || (o.streams == 0) != (best.streams == 0) && o.streams == 0 ||
+			(o.streams == 0) == (best.streams == 0) && o.seen.Before(best.seen) {
+			best = o
+		}
+	}
+	return best
+}
+
+// forgetLocked removes sess from the session table and its indexes, when
+// it is the session under its id.
+func (s *Server) forgetLocked(sess *session) {
+	if s.sessions[sess.id] != sess {
+		return
+	}
+	delete(s.sessions, sess.id)
+	if own := s.byKey[sess.keyHash]; own[sess.id] == sess {
+		delete(own, sess.id)
+		if len(own) == 0 {
+			delete(s.byKey, sess.keyHash)
+		}
+		if s.perTenant[sess.actor.Tenant]--; s.perTenant[sess.actor.Tenant] <= 0 {
+			delete(s.perTenant, sess.actor.Tenant)
+		}
+	}
 }
 
 // touchSession returns session id for actor, who came with the key of hash
@@ -129,7 +224,9 @@ func (s *Server) touchSession(id string, a engine.Actor, keyHash string) (*sessi
 func (s *Server) dropSession(id string) {
 	s.sessMu.Lock()
 	sess := s.sessions[id]
-	delete(s.sessions, id)
+	if sess != nil {
+		s.forgetLocked(sess)
+	}
 	s.sessMu.Unlock()
 	if sess != nil {
 		sess.end()
@@ -145,7 +242,7 @@ func (s *Server) dropSessionOf(id string, a engine.Actor) bool {
 		s.sessMu.Unlock()
 		return false
 	}
-	delete(s.sessions, id)
+	s.forgetLocked(sess)
 	s.sessMu.Unlock()
 	sess.end()
 	return true
@@ -155,9 +252,7 @@ func (s *Server) dropSessionOf(id string, a engine.Actor) bool {
 // open event streams.
 func (s *Server) endSession(sess *session) {
 	s.sessMu.Lock()
-	if s.sessions[sess.id] == sess {
-		delete(s.sessions, sess.id)
-	}
+	s.forgetLocked(sess)
 	s.sessMu.Unlock()
 	sess.end()
 }
@@ -391,9 +486,9 @@ func (s *Server) pruneSessions() {
 	cut := time.Now().Add(-sessionIdle)
 	var keyed []*session
 	s.sessMu.Lock()
-	for id, sess := range s.sessions {
+	for _, sess := range s.sessions {
 		if sess.streams == 0 && sess.seen.Before(cut) && !sess.stdio() {
-			delete(s.sessions, id)
+			s.forgetLocked(sess)
 			sess.end()
 			continue
 		}

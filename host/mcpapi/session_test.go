@@ -126,3 +126,48 @@ func TestUnknownSessionIDRefused(t *testing.T) {
 		t.Fatalf("tasks/list on an issued session: %+v", e)
 	}
 }
+
+// TestSessionsCappedPerKey: one key initializing over and over keeps at
+// most MaxSessionsPerKey live sessions — each past the cap ends that key's
+// least recently used one (its next request is 404), never another key's —
+// so the session table, and the gate's memory, stay bounded (20,000
+// initializes used to leave 20,000 sessions for an hour).
+func TestSessionsCappedPerKey(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	const list = `{"jsonrpc":"2.0","id":2,"method":"tasks/list","params":{}}`
+	otherSid := b.openRaw(t, b.other)
+	before := b.mcp.Sessions()
+	const extra = 10
+	sids := make([]string, mcpapi.MaxSessionsPerKey+extra)
+	for i := range sids {
+		sids[i] = b.openRaw(t, b.agent)
+		if i == 0 {
+			// The first is used last of the early ones: the cap ends the
+			// least recently used, not the oldest.
+			continue
+		}
+		if i < extra+1 {
+			if code, _, body := b.send(t, http.MethodPost, b.agent, sids[0], list); code != http.StatusOK {
+				t.Fatalf("the first session while under the cap: %d %.300s", code, body)
+			}
+		}
+	}
+	if n := b.mcp.Sessions(); n != before+mcpapi.MaxSessionsPerKey {
+		t.Fatalf("%d initializes of one key left %d sessions, want the cap %d", len(sids), n-before, mcpapi.MaxSessionsPerKey)
+	}
+	// Ended: sessions 1..extra, the least recently used (session 0 was
+	// used after session extra opened, so it outlived them).
+	for _, sid := range sids[1 : extra+1] {
+		code, h, body := b.send(t, http.MethodPost, b.agent, sid, list)
+		wantSessionNotFound(t, "a session the cap ended", code, h, body)
+	}
+	for _, sid := range append([]string{sids[0], otherSid}, sids[extra+1:extra+3]...) {
+		key := b.agent
+		if sid == otherSid {
+			key = b.other
+		}
+		if code, _, body := b.send(t, http.MethodPost, key, sid, list); code != http.StatusOK || !strings.Contains(body, `"tasks"`) {
+			t.Fatalf("a live session after the cap: %d %.300s", code, body)
+		}
+	}
+}
