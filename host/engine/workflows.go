@@ -195,7 +195,8 @@ func (e *Engine) SubmitWorkflow(ctx context.Context, actor Actor, req WorkflowRe
 		body := map[string]any{"task_type": t.Type, "priority": t.Priority, "queued_by": t.CreatedBy,
 			"task_summary": t.Summary, "available_at": t.AvailableAt, "workflow_id": wf.ID, "step": p.req.Name}
 		if len(p.req.After) > 0 {
-			body["after_steps"], body["after_rule"] = p.req.After, p.rule
+			body["after_rule"] = p.rule
+			afterStepsInReceipt(body, p.req.After)
 		}
 		p.rcpt = &host.Receipt{ID: host.NewID(host.PrefixReceipt), Tenant: t.Tenant, Type: host.ReceiptAssigned,
 			From: GatePrincipal, To: t.Recipient, TaskID: t.ID, Parents: []string{}, Body: mustJSON(body), CreatedAt: now}
@@ -1092,4 +1093,25 @@ func stepName(steps []host.WorkflowStep, id string) string {
 		}
 	}
 	return id
+}
+
+// maxAfterStepsInReceipt bounds the step names a step's task.assigned
+// receipt lists (JSON bytes): a fan-in of 999 steps named with 100
+// characters each would pass the receipt body limit (host.MaxReceiptBody)
+// and refuse a workflow the limits allow.
+const maxAfterStepsInReceipt = 16 << 10
+
+// afterStepsInReceipt puts the names of the steps a step waits on into its
+// receipt body: as "after_steps" while they fit maxAfterStepsInReceipt,
+// else as their count and the SHA-256 (hex) of their JSON array as sent
+// ("after_steps_count", "after_steps_sha256"), which the workflow's stored
+// steps (GET /v1/workflows/{id}) answer to.
+func afterStepsInReceipt(body map[string]any, after []string) {
+	names, _ := json.Marshal(after)
+	if len(names) <= maxAfterStepsInReceipt {
+		body["after_steps"] = after
+		return
+	}
+	sum := sha256.Sum256(names)
+	body["after_steps_count"], body["after_steps_sha256"] = len(after), hex.EncodeToString(sum[:])
 }

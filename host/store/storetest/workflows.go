@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +30,7 @@ func workflowCases() []struct {
 	}{
 		{"WorkflowLinear", testWorkflowLinear},
 		{"WorkflowFanOutFanIn", testWorkflowFanOutFanIn},
+		{"WorkflowWidestFanInLongestNames", testWorkflowWidestFanIn},
 		{"WorkflowFailingStep", testWorkflowFailingStep},
 		{"WorkflowInboxNamesTheWriter", testWorkflowInboxNamesTheWriter},
 		{"WorkflowCancel", testWorkflowCancel},
@@ -214,6 +217,42 @@ func testWorkflowFanOutFanIn(t *testing.T, b *Bundle) {
 	wantDeps(t, o, want...)
 	b.Complete(t, "w.2", o)
 	b.wantWorkflowEnd(t, res.WorkflowID, host.WorkflowSucceeded)
+}
+
+// testWorkflowWidestFanIn: the largest fan-in the limits allow — 999
+// steps named with 100 characters each and a final step after all of them
+// — is accepted (its task.assigned receipt used to pass the receipt body
+// limit: 413 too_large naming nothing). That receipt names its steps by
+// count and SHA-256 of their JSON array; a step after a few lists them.
+func testWorkflowWidestFanIn(t *testing.T, b *Bundle) {
+	steps := make([]engine.WorkflowStepRequest, 0, host.MaxWorkflowSteps)
+	var kids []string
+	for i := range host.MaxWorkflowSteps - 1 {
+		n := fmt.Sprintf("%03d-", i) + strings.Repeat("x", 96)
+		kids = append(kids, n)
+		steps = append(steps, step(n, "work"))
+	}
+	steps = append(steps, step("merge", "other", kids...))
+	res := b.submit(t, "widest", steps...)
+	body := func(stepName string) map[string]any {
+		t.Helper()
+		task, err := b.Engine.GetTask(b.Ctx, b.Agent, res.Steps[stepName])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.receiptBody(t, task.AssignReceipt)
+	}
+	names, _ := json.Marshal(kids)
+	sum := sha256.Sum256(names)
+	got := body("merge")
+	if got["after_steps_count"] != float64(len(kids)) || got["after_steps_sha256"] != hex.EncodeToString(sum[:]) || got["after_steps"] != nil {
+		t.Fatalf("the merge's task.assigned body: count %v, sha256 %v, after_steps %T; want %d, %s and none",
+			got["after_steps_count"], got["after_steps_sha256"], got["after_steps"], len(kids), hex.EncodeToString(sum[:]))
+	}
+	res = b.submit(t, "narrow", step("a", "work"), step("b", "work"), step("c", "other", "a", "b"))
+	if got := body("c"); fmt.Sprint(got["after_steps"]) != "[a b]" || got["after_steps_count"] != nil {
+		t.Fatalf("a step after two lists them: %v", got)
+	}
 }
 
 func testWorkflowFailingStep(t *testing.T, b *Bundle) {
