@@ -457,6 +457,10 @@ func TestAgentAndWorkerRoundTrip(t *testing.T) {
 	if hb.Status != "ok" || hb.CancelRequested || hb.LeaseExpiresAt.IsZero() {
 		t.Fatalf("heartbeat: %+v", hb)
 	}
+	// The gate's clock, as over HTTP, for a worker to judge its lease by.
+	if d := time.Since(hb.ServerTime); d < -time.Minute || d > time.Minute {
+		t.Fatalf("heartbeat server_time %v, want the gate's clock now", hb.ServerTime)
+	}
 	var prog api.ProgressResponse
 	ok(t, agent, "get_task_progress", map[string]any{"task_id": ack.TaskID}, &prog)
 	if prog.Status != "leased" || len(prog.Progress) != 1 || prog.ProgressPercent == nil || *prog.ProgressPercent != 50 || prog.ProgressMessage != "half" {

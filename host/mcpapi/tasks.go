@@ -446,6 +446,11 @@ func (s *Server) tasksCancel(ctx context.Context, a engine.Actor, params json.Ra
 	if !changed && t.State.Terminal() {
 		return nil, errFor(host.Errorf(host.CodeConflict, "task %s is already %s and can no longer be canceled", id, t.State))
 	}
+	// Who asked and why, as tasks/get says it (the ledger's words): the
+	// statusMessage names them from this answer on.
+	if err := s.eng.FillCancels(wctx, a, []*host.Task{t}); err != nil {
+		return nil, errFor(err)
+	}
 	s.watch(t)
 	return mcpTask(t, s.pollSuggestion(ctx, t)), nil
 }

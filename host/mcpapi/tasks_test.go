@@ -976,6 +976,19 @@ func TestTasksGetSaysWhoCanceledAndWhy(t *testing.T) {
 	if got.Status != mcp.TaskStatusWorking || !strings.HasSuffix(got.StatusMessage, asked) {
 		t.Fatalf("tasks/get of a leased task whose cancel is requested: %q %q, want it to end %q", got.Status, got.StatusMessage, asked)
 	}
+	// tasks/cancel's own answer names who asked, as tasks/get then does.
+	var third createTask
+	rpcOK(t, c, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{}, "task": map[string]any{}}, &third)
+	ok(t, worker, "worker_lease_task", map[string]any{"task_types": []string{"echo"}}, &lease)
+	if lease.TaskID == nil || *lease.TaskID != third.Task.TaskId {
+		t.Fatalf("leased %+v, want %s", lease, third.Task.TaskId)
+	}
+	got = mcp.Task{}
+	rpcOK(t, c, "tasks/cancel", map[string]any{"taskId": third.Task.TaskId}, &got)
+	const viaCancel = `(cancellation requested by agent.a: agent.a wrote: "canceled with MCP tasks/cancel")`
+	if got.Status != mcp.TaskStatusWorking || !strings.HasSuffix(got.StatusMessage, viaCancel) {
+		t.Fatalf("tasks/cancel of a leased task: %q %q, want it to end %q", got.Status, got.StatusMessage, viaCancel)
+	}
 
 	var list struct {
 		Tasks []mcp.Task `json:"tasks"`

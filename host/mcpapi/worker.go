@@ -251,7 +251,7 @@ func (s *Server) workerHeartbeat(ctx context.Context, a engine.Actor, req mcp.Ca
 	if err != nil {
 		return nil, "", err
 	}
-	out := api.HeartbeatResponse{Status: res.Status, LeaseID: call.LeaseID, LeaseExpiresAt: res.LeaseExpiresAt, CancelRequested: res.CancelRequested}
+	out := api.HeartbeatResponse{Status: res.Status, LeaseID: call.LeaseID, LeaseExpiresAt: res.LeaseExpiresAt, CancelRequested: res.CancelRequested, ServerTime: res.ServerTime}
 	text := fmt.Sprintf("Lease extended until %s.", res.LeaseExpiresAt.Format(time.RFC3339))
 	if res.CancelRequested {
 		text += " The requester canceled this task: stop working and call worker_fail_task."
