@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Error codes. They are part of the public contract: HTTP answers carry them as
@@ -140,7 +141,26 @@ func ErrorServerTime(err error) time.Time {
 
 // Errorf returns an *Error with the given code and a formatted detail.
 func Errorf(code, format string, args ...any) *Error {
-	return &Error{Code: code, Detail: fmt.Sprintf(format, args...)}
+	return &Error{Code: code, Detail: clipDetail(fmt.Sprintf(format, args...))}
+}
+
+// MaxErrorDetail bounds an error's detail in bytes. Details quote what the
+// caller sent (an id, a type name) so the caller can see what was
+// refused; a 900 KB id is quoted by its start, not echoed whole into an
+// agent's context.
+const MaxErrorDetail = 2048
+
+// clipDetail cuts d to MaxErrorDetail bytes at a character boundary,
+// saying so.
+func clipDetail(d string) string {
+	if len(d) <= MaxErrorDetail {
+		return d
+	}
+	n := MaxErrorDetail - 64
+	for n > 0 && !utf8.RuneStart(d[n]) {
+		n--
+	}
+	return d[:n] + fmt.Sprintf("… (%d bytes more not shown)", len(d)-n)
 }
 
 // WrapError returns an *Error with the given code and detail that wraps err.
