@@ -160,7 +160,7 @@ func (s *Server) getWorkflow(ctx context.Context, a engine.Actor, req mcp.CallTo
 	if v.State == host.WorkflowArchived {
 		state = "archived (it " + string(v.Outcome) + "; past its retention, its result's payload was purged)"
 	}
-	return v, fmt.Sprintf("Workflow %s (%s) is %s; %s.", v.ID, v.Name, state, stepCounts(v)), nil
+	return v, fmt.Sprintf("%s is %s; %s.", workflowLabel(v), state, stepCounts(v)), nil
 }
 
 // stepCounts says how many steps are in each state.
@@ -426,7 +426,7 @@ func (s *Server) workflowTaskResult(ctx context.Context, a engine.Actor, id stri
 			rr.ResultPointer, rr.ResultChecksum, rr.Summary, rr.Metadata = r.Pointer, r.Checksum, r.Summary, r.Metadata
 			rr.Artifacts, rr.DeliveryProof, rr.ArchivedAt = r.Artifacts, r.DeliveryProof, r.ArchivedAt
 		}
-		text := fmt.Sprintf("Workflow %s (%s) succeeded; it is archived, past its retention: the final step %s's payload was purged.", v.ID, v.Name, v.FinalStep)
+		text := fmt.Sprintf("%s succeeded; it is archived, past its retention: the final step %s's payload was purged.", workflowLabel(v), v.FinalStep)
 		if rr.Summary != "" {
 			text += " Summary: " + workerWords(s.endWriter(ctx, a, v), rr.Summary)
 		}
@@ -440,7 +440,7 @@ func (s *Server) workflowTaskResult(ctx context.Context, a engine.Actor, id stri
 			break
 		}
 		rr := resultResponse(fr)
-		text := fmt.Sprintf("Workflow %s (%s) succeeded; its final step %s returned.", v.ID, v.Name, v.FinalStep)
+		text := fmt.Sprintf("%s succeeded; its final step %s returned.", workflowLabel(v), v.FinalStep)
 		if rr.Summary != "" {
 			text += " Summary: " + workerWords(fr.Task.WorkerID, rr.Summary)
 		}
@@ -458,4 +458,14 @@ func (s *Server) workflowTaskResult(ctx context.Context, a engine.Actor, id stri
 	_ = json.Unmarshal(b, &m)
 	m["_meta"] = map[string]any{relatedTask: map[string]any{"taskId": v.ID}}
 	return m, nil
+}
+
+// workflowLabel names a workflow in a tool's text: its id, and its name
+// quoted as its submitter's words (the name is theirs, not the gate's),
+// as the other tools quote what principals wrote.
+func workflowLabel(v *engine.WorkflowView) string {
+	if v.Name == "" {
+		return "Workflow " + v.ID
+	}
+	return fmt.Sprintf("Workflow %s (its name: %s)", v.ID, engine.Words(v.CreatedBy, v.Name))
 }

@@ -55,7 +55,11 @@ func TestWorkflowAsDurableTask(t *testing.T) {
 	fails(t, again, "cancel_workflow", map[string]any{"workflow_id": " "}, "bad_request")
 
 	var v engine.WorkflowView
-	ok(t, again, "get_workflow", map[string]any{"workflow_id": id}, &v)
+	gw := ok(t, again, "get_workflow", map[string]any{"workflow_id": id}, &v)
+	// The name is the submitter's words, quoted as such in the text.
+	if want := "Workflow " + id + ` (its name: agent.a wrote: "pair")`; !strings.HasPrefix(text(gw), want) {
+		t.Fatalf("get_workflow's text %q, want it to start %q", text(gw), want)
+	}
 	if len(v.Steps) != 2 || v.FinalStep != "b" {
 		t.Fatalf("get_workflow: %+v", v)
 	}
