@@ -106,7 +106,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case http.MethodPost:
 	default:
-		s.http.ServeHTTP(w, r)
+		// The transport has POST, GET and DELETE; any other method is a
+		// JSON-RPC answer too, not the router's plain-text 404.
+		w.Header().Set("Allow", "GET, POST, DELETE")
+		writeRPC(w, http.StatusMethodNotAllowed, rpcFail(nil, &rpcError{Code: rpcInvalidRequest,
+			Message: "method " + clipMethod(r.Method) + " is not allowed on " + Path + ": the transport has POST, GET and DELETE"}))
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxMessage))
@@ -506,4 +510,12 @@ func isLoopback(addr string) bool {
 	}
 	ip, err := netip.ParseAddr(h)
 	return err == nil && ip.IsLoopback()
+}
+
+// clipMethod is an HTTP method as an answer quotes it: at most 16 bytes.
+func clipMethod(m string) string {
+	if len(m) > 16 {
+		return m[:16] + "…"
+	}
+	return m
 }

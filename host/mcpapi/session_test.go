@@ -171,3 +171,29 @@ func TestSessionsCappedPerKey(t *testing.T) {
 		}
 	}
 }
+
+// TestTaskIDOfAnotherTypeAndOtherMethods: a taskId that is not a string is
+// refused as such (it was "taskId is required"), and a method the
+// transport does not have (PUT) is a JSON-RPC answer with 405 and Allow,
+// not the router's plain-text 404.
+func TestTaskIDOfAnotherTypeAndOtherMethods(t *testing.T) {
+	b := setup(t, mcpapi.Config{})
+	sid := b.openRaw(t, b.agent)
+	for _, m := range []string{"tasks/get", "tasks/cancel", "tasks/result"} {
+		code, _, body := b.send(t, http.MethodPost, b.agent, sid, `{"jsonrpc":"2.0","id":2,"method":"`+m+`","params":{"taskId":5}}`)
+		if code != http.StatusOK || !strings.Contains(body, "taskId must be a string") || !strings.Contains(body, "-32602") {
+			t.Fatalf("%s with taskId 5: %d %.300s", m, code, body)
+		}
+	}
+	code, h, body := b.send(t, http.MethodPut, b.agent, sid, `{}`)
+	var e struct {
+		Error struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if code != http.StatusMethodNotAllowed || h.Get("Allow") != "GET, POST, DELETE" || json.Unmarshal([]byte(body), &e) != nil ||
+		e.Error.Code != -32600 || !strings.Contains(e.Error.Message, "PUT") {
+		t.Fatalf("PUT /mcp: %d Allow %q %.300s", code, h.Get("Allow"), body)
+	}
+}

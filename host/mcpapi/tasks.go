@@ -365,17 +365,24 @@ const maxTaskIDParam = 200
 
 func taskIDParam(params json.RawMessage) (string, *rpcError) {
 	var p struct {
-		TaskID string `json:"taskId"`
+		TaskID json.RawMessage `json:"taskId"`
 	}
-	if err := json.Unmarshal(params, &p); err != nil || strings.TrimSpace(p.TaskID) == "" {
+	if err := json.Unmarshal(params, &p); err != nil || len(p.TaskID) == 0 || string(p.TaskID) == "null" {
 		return "", &rpcError{Code: rpcInvalidParams, Message: "taskId is required"}
 	}
-	if host.LongerThan(p.TaskID, maxTaskIDParam) {
+	var id string
+	if err := json.Unmarshal(p.TaskID, &id); err != nil {
+		return "", &rpcError{Code: rpcInvalidParams, Message: "taskId must be a string (the id tasks/list or a task-augmented call answered)"}
+	}
+	if strings.TrimSpace(id) == "" {
+		return "", &rpcError{Code: rpcInvalidParams, Message: "taskId is required"}
+	}
+	if host.LongerThan(id, maxTaskIDParam) {
 		// No id the gate makes is near this long; an answer quoting it
 		// would carry the caller's bytes back twice.
 		return "", &rpcError{Code: rpcInvalidParams, Message: fmt.Sprintf("taskId is longer than %d characters: no task has such an id", maxTaskIDParam)}
 	}
-	return p.TaskID, nil
+	return id, nil
 }
 
 func (s *Server) tasksGet(ctx context.Context, sess *session, params json.RawMessage) (any, *rpcError) {
