@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -561,5 +564,118 @@ func TestMCPBridgeSurvivesRestart(t *testing.T) {
 	res, isErr := callTool(t, c, "list_active_tasks", map[string]any{})
 	if b, _ := json.Marshal(res); isErr || !strings.Contains(string(b), id) {
 		t.Fatalf("list_active_tasks over the bridge after the restart: %s", b)
+	}
+}
+
+// TestMCPBridgeAnswersLinesThatAreNoRequest: `gate mcp --url` answers a
+// stdin line that is not JSON with -32700 and one that is JSON but no
+// message (a number, an empty batch) with -32600, id null, on stdout —
+// it used to log them and leave the client waiting — and sends neither to
+// the gate; a request after them is served.
+func TestMCPBridgeAnswersLinesThatAreNoRequest(t *testing.T) {
+	t.Parallel()
+	g := startGate(t, t.TempDir())
+	agent := g.newKey(t, "agent", "claude.lines", "default")
+	cmd := exec.Command(gateBin, "mcp", "--url", g.URL, "--key", agent)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	lines := `not json
+[]
+5
+{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}
+`
+	if _, err := io.WriteString(in, lines); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			got <- sc.Text()
+		}
+		close(got)
+	}()
+	var codes []int
+	initialized := false
+	for len(codes) < 3 || !initialized {
+		var l string
+		select {
+		case line, ok := <-got:
+			if !ok {
+				t.Fatalf("stdout ended after %v (initialize answered %v): %s", codes, initialized, errb.String())
+			}
+			l = line
+		case <-time.After(30 * time.Second):
+			t.Fatalf("stdout answered %v (initialize answered %v) within 30 s: %s", codes, initialized, errb.String())
+		}
+		var m struct {
+			ID    json.RawMessage `json:"id"`
+			Error *struct {
+				Code int `json:"code"`
+			} `json:"error"`
+			Result json.RawMessage `json:"result"`
+		}
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("stdout line %q: %v", l, err)
+		}
+		switch {
+		case m.Error != nil && string(m.ID) == "null":
+			codes = append(codes, m.Error.Code)
+		case string(m.ID) == "7" && m.Result != nil:
+			initialized = true
+		default:
+			t.Fatalf("unexpected stdout line %q", l)
+		}
+	}
+	if fmt.Sprint(codes) != "[-32700 -32600 -32600]" {
+		t.Fatalf("stdout answers %v, want [-32700 -32600 -32600]", codes)
+	}
+	// The input ends: so does the bridge, its event stream with it.
+	in.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the bridge exited with %v: %s", err, errb.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the bridge still runs 20 s after its input ended: %s", errb.String())
+	}
+	// An input that ends right after its initialize: the event stream's
+	// goroutine may start after the end was read, and the bridge used to
+	// wait on it forever.
+	for i := range 3 {
+		quick := exec.Command(gateBin, "mcp", "--url", g.URL, "--key", agent)
+		quick.Stdin = strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n")
+		var qout, qerr bytes.Buffer
+		quick.Stdout, quick.Stderr = &qout, &qerr
+		if err := quick.Start(); err != nil {
+			t.Fatal(err)
+		}
+		qdone := make(chan error, 1)
+		go func() { qdone <- quick.Wait() }()
+		select {
+		case err := <-qdone:
+			if err != nil || !strings.Contains(qout.String(), `"result"`) {
+				t.Fatalf("run %d: exit %v, stdout %q, stderr %s", i, err, qout.String(), qerr.String())
+			}
+		case <-time.After(20 * time.Second):
+			_ = quick.Process.Kill()
+			t.Fatalf("run %d: the bridge still runs 20 s after its input (one initialize) ended: %s", i, qerr.String())
+		}
 	}
 }

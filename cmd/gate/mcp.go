@@ -192,6 +192,18 @@ func mcpBridge(ctx context.Context, base, key string, in io.Reader, out io.Write
 			continue
 		}
 		msg := append([]byte(nil), line...)
+		// A line that is no JSON-RPC message at all is answered here, as
+		// JSON-RPC has it (id null), not sent to the gate and lost in the
+		// log: a client waiting on stdout hears why.
+		if !json.Valid(msg) {
+			b.parseFail(-32700, "Parse error: the line is not valid JSON")
+			continue
+		}
+		var batch []json.RawMessage
+		if msg[0] != '{' && msg[0] != '[' || msg[0] == '[' && (json.Unmarshal(msg, &batch) != nil || len(batch) == 0) {
+			b.parseFail(-32600, "Invalid Request: a message is a JSON object (or a non-empty array of them)")
+			continue
+		}
 		var head struct {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`
@@ -200,10 +212,14 @@ func mcpBridge(ctx context.Context, base, key string, in io.Reader, out io.Write
 		if head.Method == "initialize" {
 			b.forward(ctx, msg, head.ID) // the session id must be known before anything else goes
 			if b.sessionID() != "" {
+				// The stream's context is the bridge's before the
+				// goroutine runs: an input that ends at once (stop)
+				// ends it too, instead of leaving it open forever.
+				lctx := b.listenContext(ctx)
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					b.listen(ctx)
+					b.listen(lctx)
 				}()
 			}
 			continue
@@ -228,6 +244,7 @@ type bridge struct {
 	version  string // the protocol version initialize agreed on
 	out      io.Writer
 	cancel   context.CancelFunc // ends the event stream
+	stopped  bool               // the input ended: no stream opens
 	// init is the client's initialize, sent again to open a new session
 	// when the gate no longer knows the bridge's (it restarted, or the
 	// session ended): the gate answers such a session 404.
@@ -244,20 +261,33 @@ func (b *bridge) sessionID() string {
 func (b *bridge) stop() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.stopped = true
 	if b.cancel != nil {
 		b.cancel()
 	}
+}
+
+// listenContext is the context of a new event stream: it ends with ctx,
+// with stop (already done when the input has ended), and when a later
+// initialize opens another stream (the session changed).
+func (b *bridge) listenContext(ctx context.Context) context.Context {
+	ctx, cancel := context.WithCancel(ctx)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cancel != nil {
+		b.cancel()
+	}
+	b.cancel = cancel
+	if b.stopped {
+		cancel()
+	}
+	return ctx
 }
 
 // listen holds the session's event stream (GET) open and writes what the
 // gate sends on it (task status, resource and tool-list notifications) to
 // out, reconnecting after a pause until the input ends or ctx is done.
 func (b *bridge) listen(ctx context.Context) {
-	ctx, cancel := context.WithCancel(ctx)
-	b.mu.Lock()
-	b.cancel = cancel
-	b.mu.Unlock()
-	defer cancel()
 	for ctx.Err() == nil {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.url, nil)
 		if err != nil {
@@ -308,6 +338,14 @@ func (b *bridge) write(msg []byte) {
 }
 
 // fail answers request id (if it is a request) with a JSON-RPC error.
+// parseFail answers a line that is no request with JSON-RPC error code
+// and id null.
+func (b *bridge) parseFail(code int, msg string) {
+	b.log.Warn("mcp bridge", "err", msg)
+	e, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{"code": code, "message": msg}})
+	b.write(e)
+}
+
 func (b *bridge) fail(id json.RawMessage, msg string) {
 	b.log.Warn("mcp bridge", "err", msg)
 	if len(id) == 0 || string(id) == "null" {
