@@ -232,7 +232,13 @@ func waitFor(t *testing.T, cond func() bool) {
 	// parallel tests compiling every plugin at once, and a second test run on
 	// the same 2 cores, one compile took over 90 s. The bound only ends a
 	// test that would otherwise hang.
-	const bound = 5 * time.Minute
+	waitForWithin(t, 5*time.Minute, cond)
+}
+
+// waitForWithin is waitFor with its bound: for a wait that spans a
+// backoff's next try (up to retryMax) and a compile besides.
+func waitForWithin(t *testing.T, bound time.Duration, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(bound)
 	for !cond() {
 		if time.Now().After(deadline) {
