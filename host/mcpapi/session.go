@@ -30,8 +30,8 @@ const sessionIdle = time.Hour
 // with the whole table full (maxSessions), of the tenant holding the most —
 // never another key's while its own are over. An ended session's next
 // request is 404, and its client starts a new one, as after a restart. One
-// key initializing over and over (20,000 times grew the gate by 580 MB)
-// churns only its own sessions.
+// key initializing over and over (20,000 sessions were all kept for an
+// hour) churns only its own sessions.
 const (
 	maxSessions = 10000
 	// MaxSessionsPerKey is how many live HTTP sessions one key keeps.
