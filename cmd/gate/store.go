@@ -48,7 +48,7 @@ var newFolderEntries = map[string]bool{"plugins": true, "wasm-cache": true, "los
 // (host/postgres), which several gate hosts can share. It reports whether it
 // created a new SQLite database; only mode openOrCreate ever does.
 func openStore(ctx context.Context, dataDir, dbURL string, mode openMode) (store.Store, bool, error) {
-	return openStoreWith(ctx, dataDir, dbURL, mode, postgres.Options{NoMigrate: mode == openAsIs})
+	return openStoreWith(ctx, dataDir, dbURL, mode, postgres.Options{})
 }
 
 // maxDBWriters caps --db-writers: each writer holds a connection and a
@@ -65,6 +65,7 @@ func openStoreWith(ctx context.Context, dataDir, dbURL string, mode openMode, pg
 	asIs := mode == openAsIs
 	if asIs {
 		mode = openExisting
+		pgOpts.NoMigrate = true
 	}
 	switch {
 	case dbURL == "":
